@@ -1,0 +1,1 @@
+//! bosun actors and domain state.

@@ -1,0 +1,101 @@
+//! Command line: `bosun run`, `bosun sandbox`, `bosun journal …`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// bosun: addon-operator modules, metacontroller lambda controllers and a DeployItem
+/// deployer on one journaled actor runtime.
+#[derive(Debug, Parser)]
+#[command(name = "bosun", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator (with `--sandbox`, against an embedded API server).
+    Run(RunArgs),
+    /// Run the sandbox Kubernetes API server alone.
+    Sandbox(SandboxArgs),
+    /// Inspect a journal: log, state, diff, why, stats, verify, repair.
+    Journal(crate::journal_cli::JournalArgs),
+}
+
+/// Arguments of `bosun run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Start the embedded sandbox API server and run against it.
+    #[arg(long)]
+    pub sandbox: bool,
+    /// Where the sandbox listens.
+    #[arg(long, default_value = "127.0.0.1:6445")]
+    pub sandbox_listen: SocketAddr,
+    /// Data folder (sandbox storage, journal) for the embedded default.
+    #[arg(long, env = "BOSUN_DATA_DIR", default_value = ".data")]
+    pub data: PathBuf,
+}
+
+/// Arguments of `bosun sandbox`.
+#[derive(Debug, clap::Args)]
+pub struct SandboxArgs {
+    /// Address to listen on (loopback unless you really mean otherwise).
+    #[arg(long, default_value = "127.0.0.1:6445")]
+    pub listen: SocketAddr,
+    /// Folder for the sled store; the state survives restarts.
+    #[arg(long, default_value = ".data/sandbox")]
+    pub data: PathBuf,
+    /// Where to write a kubeconfig that points at this server.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Require this bearer token on every request.
+    #[arg(long, env = "BOSUN_SANDBOX_TOKEN")]
+    pub token: Option<String>,
+}
+
+/// Runs the parsed command line and maps the outcome to an exit code.
+pub fn main(cli: Cli) -> ExitCode {
+    crate::logging::init();
+    let result = match cli.command {
+        Command::Run(args) => run(args),
+        Command::Sandbox(args) => sandbox(args),
+        Command::Journal(args) => crate::journal_cli::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("bosun: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(crate::sandbox::serve_forever(crate::sandbox::SandboxConfig {
+        listen: args.listen,
+        data: args.data,
+        kubeconfig: args.kubeconfig,
+        token: args.token,
+    }))
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    if !args.sandbox {
+        anyhow::bail!("only `bosun run --sandbox` is available in this version");
+    }
+    let kubeconfig = args.data.join("kubeconfig");
+    runtime()?.block_on(crate::sandbox::serve_forever(crate::sandbox::SandboxConfig {
+        listen: args.sandbox_listen,
+        data: args.data.join("sandbox"),
+        kubeconfig: Some(kubeconfig),
+        token: None,
+    }))
+}

@@ -1,0 +1,13 @@
+//! bosun: a Kubernetes extension operator.
+//!
+//! ```text
+//!   cli ──► run ──► actors (modules, queues, hooks) ──► journal
+//!    │        └───► sandbox (embedded API server, optional)
+//!    ├──► sandbox (standalone API server)
+//!    └──► journal (offline inspection)
+//! ```
+
+pub mod cli;
+pub mod journal_cli;
+pub mod logging;
+pub mod sandbox;
