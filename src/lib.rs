@@ -8,6 +8,7 @@
 //! ```
 
 pub mod cli;
+pub mod helm;
 pub mod journal_cli;
 pub mod logging;
 pub mod sandbox;

@@ -1,6 +1,10 @@
 //! The sandbox: bosun's own single-process Kubernetes API server, persisted in sled.
 
+pub mod apply;
+pub mod openapi;
 pub mod resources;
+pub mod selector;
+pub mod strategic;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

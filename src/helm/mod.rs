@@ -1,0 +1,1 @@
+//! Helm engines (in progress).
