@@ -55,6 +55,9 @@ pub struct SandboxArgs {
     /// Require this bearer token on every request.
     #[arg(long, env = "BOSUN_SANDBOX_TOKEN")]
     pub token: Option<String>,
+    /// How many changes are kept for watches to resume from; older ones answer 410 Gone.
+    #[arg(long, default_value_t = crate::sandbox::store::DEFAULT_HISTORY)]
+    pub watch_history: usize,
 }
 
 /// Runs the parsed command line and maps the outcome to an exit code.
@@ -84,6 +87,7 @@ fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
         data: args.data,
         kubeconfig: args.kubeconfig,
         token: args.token,
+        watch_history: args.watch_history,
     }))
 }
 
@@ -97,5 +101,6 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         data: args.data.join("sandbox"),
         kubeconfig: Some(kubeconfig),
         token: None,
+        watch_history: crate::sandbox::store::DEFAULT_HISTORY,
     }))
 }

@@ -1,18 +1,40 @@
 //! The sandbox: bosun's own single-process Kubernetes API server, persisted in sled.
+//!
+//! ```text
+//!  HTTP (axum) ─► api (routing, verbs, watch) ─► objects (semantics) ─► store (memory + sled)
+//!                                                      gc (owner references, namespaces) ◄─┘
+//! ```
+//! It serves discovery, OpenAPI, built-in resources stored schemaless, CRDs, and the
+//! object semantics clients rely on. `docs/sandbox.md` lists known differences from
+//! kube-apiserver.
 
+pub mod api;
 pub mod apply;
+pub mod discovery;
+pub mod gc;
+pub mod objects;
 pub mod openapi;
 pub mod resources;
 pub mod selector;
+pub mod status;
+pub mod store;
 pub mod strategic;
+pub mod table;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde_json::json;
+use tokio::sync::{Notify, oneshot};
+
+use store::{ResKey, Store};
 
 /// How to start the sandbox.
 #[derive(Clone, Debug)]
 pub struct SandboxConfig {
-    /// Listen address.
+    /// Listen address (port 0 picks a free port).
     pub listen: SocketAddr,
     /// Storage folder.
     pub data: PathBuf,
@@ -20,9 +42,140 @@ pub struct SandboxConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Optional static bearer token.
     pub token: Option<String>,
+    /// How many changes are kept for watches to resume from (older ones answer 410).
+    pub watch_history: usize,
 }
 
-/// Serves until interrupted.
-pub async fn serve_forever(_config: SandboxConfig) -> anyhow::Result<()> {
-    anyhow::bail!("not yet")
+/// A running sandbox; dropping it does not stop it, [`RunningSandbox::shutdown`] does.
+pub struct RunningSandbox {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// `http://addr`.
+    pub url: String,
+    store: Arc<Store>,
+    stop: Option<oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<()>,
+    gc: tokio::task::JoinHandle<()>,
+    flusher: tokio::task::JoinHandle<()>,
+}
+
+const BOOT_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Starts the sandbox and returns once it accepts connections.
+pub async fn start(config: SandboxConfig) -> anyhow::Result<RunningSandbox> {
+    if !config.listen.ip().is_loopback() {
+        tracing::warn!(listen = %config.listen, "the sandbox listens on a non-loopback address");
+    }
+    let store = Store::open(&config.data, config.watch_history)
+        .map_err(|e| anyhow::anyhow!("{}", e.message))
+        .with_context(|| format!("opening sandbox storage in {}", config.data.display()))?;
+    bootstrap(&store).map_err(|e| anyhow::anyhow!("bootstrapping namespaces: {}", e.message))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let url = format!("http://{addr}");
+    if let Some(path) = &config.kubeconfig {
+        write_kubeconfig(path, &url, config.token.as_deref())
+            .with_context(|| format!("writing kubeconfig {}", path.display()))?;
+    }
+    let wake = Arc::new(Notify::new());
+    let app = Arc::new(api::App { store: store.clone(), gc: wake.clone(), token: config.token.clone(), server_address: addr.to_string() });
+    let gc = tokio::spawn(gc::run(store.clone(), wake.clone()));
+    let flusher = tokio::spawn(store.clone().run_flusher());
+    // Objects may be left half-deleted by an earlier run: collect once at start.
+    wake.notify_one();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let router = api::router(app);
+    let server = tokio::spawn(async move {
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+            tracing::error!(error = %err, "sandbox server failed");
+        }
+    });
+    tracing::info!(%url, data = %config.data.display(), "sandbox API server listening");
+    Ok(RunningSandbox { addr, url, store, stop: Some(stop), server, gc, flusher })
+}
+
+impl RunningSandbox {
+    /// Stops serving and flushes storage.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        // Open watches would hold a graceful shutdown forever: give them a moment, then cut.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), &mut self.server).await;
+        self.server.abort();
+        self.gc.abort();
+        self.store.wait_durable().await;
+        self.flusher.abort();
+        self.store.flush().await.map_err(|e| anyhow::anyhow!("flushing sandbox storage: {}", e.message))?;
+        Ok(())
+    }
+}
+
+fn bootstrap(store: &Store) -> Result<(), status::ApiError> {
+    let res = ResKey { group: String::new(), plural: "namespaces".into() };
+    let info = resources::builtin_resources()
+        .into_iter()
+        .find(|r| r.plural == "namespaces")
+        .ok_or_else(|| status::ApiError::internal("namespaces missing from the built-in resources"))?;
+    let writer = objects::Writer { manager: "bosun-sandbox".into(), dry_run: false, operation: "Update" };
+    let mut inner = store.lock();
+    for ns in BOOT_NAMESPACES {
+        if inner.get(&res, "", ns).is_none() {
+            objects::create(&mut inner, &info, None, json!({"metadata": {"name": ns}}), &writer)?;
+        }
+    }
+    store.commit(inner)
+}
+
+/// Writes a kubeconfig with one cluster, user and context named `bosun-sandbox`.
+pub fn write_kubeconfig(path: &Path, url: &str, token: Option<&str>) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let user = match token {
+        Some(t) => format!("    token: {t}\n"),
+        None => "    {}\n".to_string(),
+    };
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: bosun-sandbox\n  cluster:\n    server: {url}\ncontexts:\n- name: bosun-sandbox\n  context:\n    cluster: bosun-sandbox\n    user: bosun-sandbox\n    namespace: default\ncurrent-context: bosun-sandbox\nusers:\n- name: bosun-sandbox\n  user:\n{user}"
+    );
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Serves until SIGINT/SIGTERM, then shuts down cleanly.
+pub async fn serve_forever(config: SandboxConfig) -> anyhow::Result<()> {
+    let kubeconfig = config.kubeconfig.clone();
+    let running = start(config).await?;
+    // The first stdout line tells scripts and tests where to connect.
+    println!("listening on {}", running.url);
+    if let Some(path) = kubeconfig {
+        println!("kubeconfig written to {}", path.display());
+        println!("try: kubectl --kubeconfig {} get namespaces", path.display());
+    }
+    shutdown_signal().await;
+    tracing::info!("shutting down the sandbox");
+    running.shutdown().await
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = ctrl_c.await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
 }

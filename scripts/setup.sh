@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Idempotent set-up of everything bosun's run and test commands need on a fresh Debian
+# machine with a Rust toolchain: kubectl, the Python kubernetes client, and the Helm
+# library (libhelm_c.so) extracted from the helm-python-sdk wheel.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
+mkdir -p "$BOSUN_TOOLS_DIR"
+
+apt_updated=""
+apt_install() {
+  if [ -z "$apt_updated" ]; then
+    apt-get update -qq >/dev/null
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "setup: installing kubectl (Debian kubernetes-client)"
+  apt_install kubernetes-client
+fi
+
+if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
+  echo "setup: installing the Python kubernetes client"
+  python3 -m pip install -q --disable-pip-version-check 'kubernetes>=29' >/dev/null
+fi
+
+if [ -x "$root/scripts/setup-helm.sh" ]; then
+  "$root/scripts/setup-helm.sh" >/dev/null
+fi
+echo "setup: ok (tools in $BOSUN_TOOLS_DIR)"

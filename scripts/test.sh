@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs the whole test suite after the idempotent set-up.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+"$root/scripts/setup.sh"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bosun-target}"
+export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo test --workspace

@@ -1,0 +1,861 @@
+//! The HTTP surface: path routing, content negotiation, and the REST verbs.
+//!
+//! ```text
+//!  request ─► auth ─► route (discovery | openapi | resource)
+//!                         resource ─► verb ─► objects::* under the store lock ─► commit
+//!                                      └─► list / watch (store snapshot + live changes)
+//! ```
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::objects::{self, Part, Propagation, Writer};
+use super::resources::ResourceInfo;
+use super::selector::{FieldSelector, LabelSelector};
+use super::status::{ApiError, success_status};
+use super::store::{Change, ChangeType, ResKey, Store};
+use super::table::{self, Include};
+use super::{discovery, openapi};
+
+/// Largest request body accepted (kube-apiserver's limit is 3 MiB).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Shared state of the HTTP handlers.
+pub struct App {
+    /// The object store.
+    pub store: Arc<Store>,
+    /// Wakes the garbage collector.
+    pub gc: Arc<Notify>,
+    /// Required bearer token, if any.
+    pub token: Option<String>,
+    /// `host:port` clients reach the server at.
+    pub server_address: String,
+}
+
+/// The axum router of the sandbox.
+pub fn router(app: Arc<App>) -> axum::Router {
+    axum::Router::new().fallback(handle).with_state(app)
+}
+
+async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let response = match dispatch(&app, req).await {
+        Ok(response) => response,
+        Err(err) => {
+            tracing::debug!(%method, %path, code = err.code, message = %err.message, "sandbox request failed");
+            err.into_response()
+        }
+    };
+    tracing::trace!(%method, %path, status = response.status().as_u16(), "sandbox request");
+    response
+}
+
+fn json_response(code: StatusCode, value: &Value) -> Response {
+    (code, [("content-type", "application/json")], value.to_string()).into_response()
+}
+
+fn ok(value: &Value) -> Response {
+    json_response(StatusCode::OK, value)
+}
+
+/// A parsed resource path.
+struct ResourcePath {
+    group: String,
+    version: String,
+    namespace: Option<String>,
+    plural: String,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+enum Route {
+    Health,
+    Version,
+    CoreVersions,
+    Groups,
+    Group(String),
+    GroupVersion(String, String),
+    OpenApiV2,
+    OpenApiV3Index,
+    OpenApiV3(String, String),
+    Resource(ResourcePath),
+}
+
+fn route(path: &str) -> Option<Route> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["healthz" | "livez" | "readyz", ..] => return Some(Route::Health),
+        ["version"] => return Some(Route::Version),
+        ["api"] => return Some(Route::CoreVersions),
+        ["apis"] => return Some(Route::Groups),
+        ["apis", g] => return Some(Route::Group(g.to_string())),
+        ["openapi", "v2"] => return Some(Route::OpenApiV2),
+        ["openapi", "v3"] => return Some(Route::OpenApiV3Index),
+        ["openapi", "v3", "api", v] => return Some(Route::OpenApiV3(String::new(), v.to_string())),
+        ["openapi", "v3", "apis", g, v] => return Some(Route::OpenApiV3(g.to_string(), v.to_string())),
+        ["api", v] => return Some(Route::GroupVersion(String::new(), v.to_string())),
+        ["apis", g, v] => return Some(Route::GroupVersion(g.to_string(), v.to_string())),
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return None,
+    };
+    let owned = |s: &&str| s.to_string();
+    let (namespace, plural, name, sub) = match rest {
+        ["namespaces", ns, plural, tail @ ..] if !matches!(*plural, "status" | "finalize") => {
+            (Some(ns.to_string()), plural.to_string(), tail.first().map(owned), tail.get(1).map(owned))
+        }
+        [plural, tail @ ..] => (None, plural.to_string(), tail.first().map(owned), tail.get(1).map(owned)),
+        [] => return None,
+    };
+    if rest.len() > 5 {
+        return None;
+    }
+    Some(Route::Resource(ResourcePath { group: group.to_string(), version: version.to_string(), namespace, plural, name, sub }))
+}
+
+async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
+    if let Some(token) = &app.token {
+        let presented = req.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        if presented != format!("Bearer {token}") && req.uri().path() != "/healthz" {
+            return Err(ApiError::unauthorized());
+        }
+    }
+    let query: HashMap<String, String> =
+        Query::<HashMap<String, String>>::try_from_uri(req.uri()).map(|q| q.0).unwrap_or_default();
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let headers = req.headers().clone();
+    let Some(route) = route(&path) else { return Err(ApiError::no_route(&path)) };
+    let body = match axum::body::to_bytes(req.into_body(), MAX_BODY).await {
+        Ok(bytes) => bytes,
+        Err(_) => return Err(ApiError::too_large(MAX_BODY)),
+    };
+    let resources = || app.store.lock().resources.clone();
+    match route {
+        Route::Health => Ok((StatusCode::OK, "ok").into_response()),
+        Route::Version => Ok(ok(&discovery::version())),
+        Route::CoreVersions => Ok(ok(&discovery::core_versions(&app.server_address))),
+        Route::Groups => Ok(ok(&discovery::group_list(&resources()))),
+        Route::Group(g) => discovery::group(&resources(), &g).map(|d| ok(&d)).ok_or_else(|| ApiError::no_route(&path)),
+        Route::GroupVersion(g, v) => {
+            discovery::resource_list(&resources(), &g, &v).map(|d| ok(&d)).ok_or_else(|| ApiError::no_route(&path))
+        }
+        Route::OpenApiV2 => {
+            let accept = header(&headers, "accept");
+            if accept.contains("protobuf") {
+                Ok((
+                    StatusCode::OK,
+                    [("content-type", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf")],
+                    openapi::v2_protobuf(&resources()),
+                )
+                    .into_response())
+            } else {
+                Ok(ok(&openapi::v2_json(&resources())))
+            }
+        }
+        Route::OpenApiV3Index => Ok(ok(&openapi::v3_index(&resources()))),
+        Route::OpenApiV3(g, v) => {
+            openapi::v3_group_version(&resources(), &g, &v).map(|d| ok(&d)).ok_or_else(|| ApiError::no_route(&path))
+        }
+        Route::Resource(rp) => {
+            let write = method != Method::GET;
+            let response = resource(app, method, rp, &query, &headers, body).await;
+            if write {
+                // Acknowledge a write only once it is durable.
+                app.store.wait_durable().await;
+            }
+            response
+        }
+    }
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
+    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default()
+}
+
+fn flag(query: &HashMap<String, String>, name: &str) -> bool {
+    query.get(name).is_some_and(|v| v == "true" || v == "1")
+}
+
+fn writer(query: &HashMap<String, String>, headers: &HeaderMap) -> Writer {
+    let manager = query.get("fieldManager").cloned().filter(|m| !m.is_empty()).unwrap_or_else(|| {
+        let agent = header(headers, "user-agent");
+        let product = agent.split('/').next().unwrap_or_default();
+        if product.is_empty() { "unknown".to_string() } else { product.to_string() }
+    });
+    Writer { manager, dry_run: query.get("dryRun").is_some_and(|v| v == "All"), operation: "Update" }
+}
+
+/// Decodes a request body: JSON, or YAML where the content type says so.
+fn decode(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
+    let ct = content_type.split(';').next().unwrap_or_default().trim();
+    if ct.contains("protobuf") || ct.contains("cbor") {
+        return Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({ct})"
+        )));
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request("the request body is empty; expected a JSON object"));
+    }
+    let value: Value = if ct.ends_with("yaml") {
+        let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the YAML body is not valid UTF-8"))?;
+        serde_saphyr::from_str(text).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("couldn't decode the body as JSON: {e}")))?
+    };
+    Ok(value)
+}
+
+fn find_info(app: &App, rp: &ResourcePath) -> Result<ResourceInfo, ApiError> {
+    let inner = app.store.lock();
+    let info = inner
+        .resource(&rp.group, &rp.version, &rp.plural)
+        .cloned()
+        .ok_or_else(|| ApiError::no_route(&format!("{}/{} {}", rp.group, rp.version, rp.plural)))?;
+    if !info.namespaced && rp.namespace.is_some() {
+        return Err(ApiError::no_route(&format!("{} is not namespaced", rp.plural)));
+    }
+    Ok(info)
+}
+
+async fn resource(
+    app: &Arc<App>,
+    method: Method,
+    rp: ResourcePath,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let info = find_info(app, &rp)?;
+    let ns = rp.namespace.as_deref();
+    let accept = header(headers, "accept");
+    let content_type = header(headers, "content-type");
+    match (&method, rp.name.as_deref(), rp.sub.as_deref()) {
+        (&Method::GET, None, None) => {
+            if flag(query, "watch") {
+                watch(app, &info, ns, query, accept)
+            } else {
+                list(app, &info, ns, query, accept)
+            }
+        }
+        (&Method::GET, Some(name), None) if flag(query, "watch") => {
+            let mut q = query.clone();
+            q.insert("fieldSelector".into(), format!("metadata.name={name}"));
+            watch(app, &info, ns, &q, accept)
+        }
+        (&Method::GET, Some(name), sub) => get(app, &info, ns, name, sub, query, accept),
+        (&Method::POST, None, None) => {
+            let obj = decode(content_type, &body)?;
+            let w = writer(query, headers);
+            let mut inner = app.store.lock();
+            let created = objects::create(&mut inner, &info, ns, obj, &w)?;
+            app.store.commit(inner)?;
+            wake_gc(app, &created);
+            Ok(json_response(StatusCode::CREATED, &objects::present(&created, &info)))
+        }
+        (&Method::PUT, Some(name), sub) => {
+            let new = decode(content_type, &body)?;
+            let part = part_of(&info, sub)?;
+            if sub == Some("scale") {
+                return write_scale(app, &info, ns, name, ScaleWrite::Replace(new), query, headers);
+            }
+            let w = writer(query, headers);
+            let mut inner = app.store.lock();
+            let old = inner.get(&ResKey::of(&info), ns.unwrap_or_default(), name);
+            let Some(old) = old else { return Err(ApiError::not_found(&info.plural, &info.group, name)) };
+            let updated = objects::replace(&mut inner, &info, &old, new, part, &w)?;
+            app.store.commit(inner)?;
+            wake_gc(app, &updated);
+            Ok(ok(&objects::present(&updated, &info)))
+        }
+        (&Method::PATCH, Some(name), sub) => patch(app, &info, ns, name, sub, query, headers, &body),
+        (&Method::DELETE, Some(name), None) => delete(app, &info, ns, name, query, &body),
+        (&Method::DELETE, None, None) => delete_collection(app, &info, ns, query, &body),
+        _ => Err(ApiError::method_not_allowed(method.as_str(), &info.plural)),
+    }
+}
+
+fn part_of(info: &ResourceInfo, sub: Option<&str>) -> Result<Part, ApiError> {
+    match sub {
+        None => Ok(Part::Main),
+        Some("status") if info.status_subresource => Ok(Part::Status),
+        Some("finalize") if info.plural == "namespaces" => Ok(Part::Main),
+        Some("scale") if info.scale.is_some() => Ok(Part::Main),
+        Some(other) => Err(ApiError::no_route(&format!("{}/{other}", info.plural))),
+    }
+}
+
+fn wake_gc(app: &App, obj: &Value) {
+    let meta = &obj["metadata"];
+    if !meta["deletionTimestamp"].is_null() || meta["ownerReferences"].as_array().is_some_and(|r| !r.is_empty()) {
+        app.gc.notify_one();
+    }
+}
+
+fn get(
+    app: &App,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    sub: Option<&str>,
+    query: &HashMap<String, String>,
+    accept: &str,
+) -> Result<Response, ApiError> {
+    part_of(info, sub)?;
+    let obj = app
+        .store
+        .lock()
+        .get(&ResKey::of(info), ns.unwrap_or_default(), name)
+        .ok_or_else(|| ApiError::not_found(&info.plural, &info.group, name))?;
+    if sub == Some("scale") {
+        return Ok(ok(&scale_of(info, &obj)));
+    }
+    let obj = objects::present(&obj, info);
+    if table::wants_table(accept) {
+        let rv = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string();
+        let include = Include::parse(query.get("includeObject").map(String::as_str));
+        return Ok(ok(&table::table(&[obj], include, &rv, None)));
+    }
+    Ok(ok(&obj))
+}
+
+struct Filter {
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn new(ns: Option<&str>, query: &HashMap<String, String>) -> Result<Filter, ApiError> {
+        let labels = LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or_default())
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let fields = FieldSelector::parse(query.get("fieldSelector").map(String::as_str).unwrap_or_default())
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok(Filter { namespace: ns.map(String::from), labels, fields })
+    }
+
+    fn matches(&self, obj: &Value) -> bool {
+        if let Some(ns) = &self.namespace {
+            if obj["metadata"]["namespace"].as_str().unwrap_or_default() != ns {
+                return false;
+            }
+        }
+        self.labels.matches(obj["metadata"]["labels"].as_object()) && self.fields.matches(obj)
+    }
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect();
+    String::from_utf8(bytes?).ok()
+}
+
+fn parse_rv(s: &str) -> Result<u64, ApiError> {
+    s.parse().map_err(|_| ApiError::bad_request(format!("invalid resource version {s:?}: expected a number")))
+}
+
+fn list(
+    app: &App,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    query: &HashMap<String, String>,
+    accept: &str,
+) -> Result<Response, ApiError> {
+    let filter = Filter::new(ns, query)?;
+    let limit: usize = match query.get("limit") {
+        Some(l) => l.parse().map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        None => 0,
+    };
+    let start_after = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => Some(unhex(token).ok_or_else(|| ApiError::bad_request("invalid continue token"))?),
+        None => None,
+    };
+    let (objs, rv) = {
+        let inner = app.store.lock();
+        if let (Some(rv), Some("Exact")) =
+            (query.get("resourceVersion"), query.get("resourceVersionMatch").map(String::as_str))
+        {
+            let rv = parse_rv(rv)?;
+            if rv != inner.rv {
+                return Err(ApiError::gone(format!(
+                    "too old resource version: {rv} ({}); only the latest is served for Exact lists",
+                    inner.rv
+                )));
+            }
+        }
+        (inner.list(&ResKey::of(info), ns), inner.rv)
+    };
+    let mut selected: Vec<Arc<Value>> = Vec::new();
+    let mut more = 0usize;
+    let mut last_key = String::new();
+    for obj in objs {
+        let key = format!(
+            "{}\0{}",
+            obj["metadata"]["namespace"].as_str().unwrap_or_default(),
+            obj["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        if start_after.as_ref().is_some_and(|s| key.as_str() <= s.as_str()) || !filter.matches(&obj) {
+            continue;
+        }
+        if limit > 0 && selected.len() >= limit {
+            more += 1;
+            continue;
+        }
+        last_key = key;
+        selected.push(objects::present(&obj, info));
+    }
+    let cont = (more > 0).then(|| hex(&last_key));
+    let rv = rv.to_string();
+    if table::wants_table(accept) {
+        let include = Include::parse(query.get("includeObject").map(String::as_str));
+        return Ok(ok(&table::table(&selected, include, &rv, cont.as_deref())));
+    }
+    // Written by hand so that large lists are not copied into one big Value.
+    let mut meta = json!({"resourceVersion": rv});
+    if let Some(c) = &cont {
+        meta["continue"] = json!(c);
+        meta["remainingItemCount"] = json!(more);
+    }
+    let mut out = Vec::with_capacity(256 + selected.len() * 512);
+    out.extend_from_slice(
+        format!(r#"{{"kind":{},"apiVersion":{},"metadata":{},"items":["#, json!(info.list_kind), json!(info.api_version()), meta)
+            .as_bytes(),
+    );
+    for (i, obj) in selected.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, &**obj).map_err(|e| ApiError::internal(e.to_string()))?;
+    }
+    out.extend_from_slice(b"]}");
+    Ok((StatusCode::OK, [("content-type", "application/json")], out).into_response())
+}
+
+/// The watch event a change becomes for a filtered watcher, following kube-apiserver:
+/// an object that starts matching is ADDED, one that stops matching is DELETED.
+fn event_for(filter: &Filter, change: &Change) -> Option<&'static str> {
+    let now = filter.matches(&change.object);
+    match change.kind {
+        ChangeType::Added => now.then_some("ADDED"),
+        ChangeType::Deleted => now.then_some("DELETED"),
+        ChangeType::Modified => {
+            let before = change.old.as_ref().is_none_or(|o| filter.matches(o));
+            match (before, now) {
+                (true, true) => Some("MODIFIED"),
+                (false, true) => Some("ADDED"),
+                (true, false) => Some("DELETED"),
+                (false, false) => None,
+            }
+        }
+    }
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn watch(
+    app: &App,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    query: &HashMap<String, String>,
+    accept: &str,
+) -> Result<Response, ApiError> {
+    let filter = Filter::new(ns, query)?;
+    let res = ResKey::of(info);
+    let timeout = match query.get("timeoutSeconds") {
+        Some(t) => Duration::from_secs(t.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?),
+        None => Duration::from_secs(1800),
+    };
+    let bookmarks = flag(query, "allowWatchBookmarks");
+    let send_initial = flag(query, "sendInitialEvents");
+    let as_table = table::wants_table(accept);
+    let include = Include::parse(query.get("includeObject").map(String::as_str));
+    let requested = query.get("resourceVersion").filter(|s| !s.is_empty()).map(|s| parse_rv(s)).transpose()?;
+
+    // Subscribe and read history under one lock so nothing falls between them.
+    let (mut rx, initial, mut last_rv, gone) = {
+        let inner = app.store.lock();
+        let rx = app.store.subscribe();
+        let mut initial: Vec<(&'static str, Arc<Value>)> = Vec::new();
+        let mut gone = None;
+        match requested {
+            Some(rv) if rv > 0 && !send_initial => match inner.changes_since(rv) {
+                Some(changes) => {
+                    for c in changes.iter().filter(|c| c.res == res) {
+                        if let Some(kind) = event_for(&filter, c) {
+                            initial.push((kind, c.object.clone()));
+                        }
+                    }
+                }
+                None => gone = Some(rv),
+            },
+            _ => {
+                for obj in inner.list(&res, ns) {
+                    if filter.matches(&obj) {
+                        initial.push(("ADDED", obj));
+                    }
+                }
+            }
+        }
+        (rx, initial, inner.rv, gone)
+    };
+
+    let kind_name = info.kind.clone();
+    let api_version = info.api_version();
+    let info = info.clone();
+    let render = move |kind: &str, obj: &Arc<Value>| -> Bytes {
+        let obj = objects::present(obj, &info);
+        if as_table && kind != "BOOKMARK" && kind != "ERROR" {
+            let rv = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string();
+            event_line(kind, &table::table(&[obj], include, &rv, None))
+        } else {
+            event_line(kind, &obj)
+        }
+    };
+    let stream = async_stream::stream! {
+        if let Some(rv) = gone {
+            let status = ApiError::gone(format!("too old resource version: {rv}")).to_status();
+            yield Ok::<Bytes, Infallible>(event_line("ERROR", &status));
+            return;
+        }
+        for (kind, obj) in &initial {
+            yield Ok(render(kind, obj));
+        }
+        if send_initial && bookmarks {
+            let bookmark = json!({"kind": kind_name, "apiVersion": api_version,
+                "metadata": {"resourceVersion": last_rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
+            yield Ok(event_line("BOOKMARK", &bookmark));
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut tick = tokio::time::interval(Duration::from_secs(30));
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = tick.tick(), if bookmarks => {
+                    let bookmark = json!({"kind": kind_name, "apiVersion": api_version,
+                        "metadata": {"resourceVersion": last_rv.to_string()}});
+                    yield Ok(event_line("BOOKMARK", &bookmark));
+                }
+                received = rx.recv() => match received {
+                    Ok(change) => {
+                        if change.rv <= last_rv {
+                            continue;
+                        }
+                        last_rv = change.rv;
+                        if change.res != res {
+                            continue;
+                        }
+                        if let Some(kind) = event_for(&filter, &change) {
+                            yield Ok(render(kind, &change.object));
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => {
+                        let status = ApiError::gone("the watch fell behind; too old resource version").to_status();
+                        yield Ok(event_line("ERROR", &status));
+                        break;
+                    }
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        }
+    };
+    Ok((StatusCode::OK, [("content-type", "application/json")], Body::from_stream(stream)).into_response())
+}
+
+enum ScaleWrite {
+    Replace(Value),
+    Patch(Value, String),
+}
+
+fn get_path<'a>(obj: &'a Value, path: &str) -> &'a Value {
+    path.trim_start_matches('.').split('.').fold(obj, |v, seg| &v[seg])
+}
+
+fn set_path(obj: &mut Value, path: &str, value: Value) {
+    let segs: Vec<&str> = path.trim_start_matches('.').split('.').collect();
+    let mut cur = obj;
+    for seg in &segs[..segs.len().saturating_sub(1)] {
+        if !cur[*seg].is_object() {
+            cur[*seg] = json!({});
+        }
+        cur = &mut cur[*seg];
+    }
+    if let Some(last) = segs.last() {
+        cur[*last] = value;
+    }
+}
+
+fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
+    let Some(scale) = &info.scale else { return Value::Null };
+    let meta = &obj["metadata"];
+    let mut status = json!({"replicas": get_path(obj, &scale.status_replicas_path).as_i64().unwrap_or(0)});
+    if let Some(sel) = &scale.label_selector_path {
+        let s = get_path(obj, sel);
+        if !s.is_null() {
+            status["selector"] = s.clone();
+        }
+    }
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"], "creationTimestamp": meta["creationTimestamp"]},
+        "spec": {"replicas": get_path(obj, &scale.spec_replicas_path).as_i64().unwrap_or(0)},
+        "status": status,
+    })
+}
+
+fn write_scale(
+    app: &App,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    write: ScaleWrite,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let Some(scale) = &info.scale else { return Err(ApiError::no_route("scale")) };
+    let w = writer(query, headers);
+    let mut inner = app.store.lock();
+    let Some(old) = inner.get(&ResKey::of(info), ns.unwrap_or_default(), name) else {
+        return Err(ApiError::not_found(&info.plural, &info.group, name));
+    };
+    let current = scale_of(info, &old);
+    let desired = match write {
+        ScaleWrite::Replace(v) => v,
+        ScaleWrite::Patch(p, ct) => apply_patch_doc(&current, &p, &ct, "autoscaling", "Scale")?,
+    };
+    let replicas = desired["spec"]["replicas"]
+        .as_i64()
+        .ok_or_else(|| ApiError::invalid("Scale", name, &[("spec.replicas", "Required value: an integer".into())]))?;
+    let mut new = (*old).clone();
+    set_path(&mut new, &scale.spec_replicas_path, json!(replicas));
+    let updated = objects::replace(&mut inner, info, &old, new, Part::Main, &w)?;
+    app.store.commit(inner)?;
+    Ok(ok(&scale_of(info, &updated)))
+}
+
+/// Applies a JSON, merge or strategic merge patch document.
+fn apply_patch_doc(original: &Value, patch: &Value, content_type: &str, group: &str, kind: &str) -> Result<Value, ApiError> {
+    match content_type {
+        "application/json-patch+json" => {
+            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+                .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+            let mut doc = original.clone();
+            json_patch::patch(&mut doc, &ops)
+                .map_err(|e| ApiError::invalid(kind, "", &[("patch", format!("the JSON patch could not be applied: {e}"))]))?;
+            Ok(doc)
+        }
+        "application/merge-patch+json" => {
+            let mut doc = original.clone();
+            json_patch::merge(&mut doc, patch);
+            Ok(doc)
+        }
+        "application/strategic-merge-patch+json" => super::strategic::strategic_merge_patch(original, patch, group, kind)
+            .map_err(|e| ApiError::invalid(kind, "", &[("patch", e.to_string())])),
+        other => Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json ({other})"
+        ))),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn patch(
+    app: &App,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    sub: Option<&str>,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let ct = header(headers, "content-type").split(';').next().unwrap_or_default().trim().to_string();
+    let part = part_of(info, sub)?;
+    let doc = decode(if ct == "application/apply-patch+yaml" { "application/yaml" } else { "application/json" }, body)?;
+    if sub == Some("scale") {
+        return write_scale(app, info, ns, name, ScaleWrite::Patch(doc, ct), query, headers);
+    }
+    let builtin = super::resources::builtin_resources().iter().any(|b| b.group == info.group && b.plural == info.plural);
+    if ct == "application/strategic-merge-patch+json" && !builtin {
+        return Err(ApiError::unsupported_media_type(
+            "the body of the request was in an unknown format - strategic merge patch is not supported for custom resources; accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
+    let mut w = writer(query, headers);
+    let mut inner = app.store.lock();
+    let res = ResKey::of(info);
+    let old = inner.get(&res, ns.unwrap_or_default(), name);
+    if ct == "application/apply-patch+yaml" {
+        if !query.get("fieldManager").is_some_and(|m| !m.is_empty()) {
+            return Err(ApiError::bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
+        }
+        let mut applied = doc;
+        objects::check_type(info, &mut applied)?;
+        let body_name = applied["metadata"]["name"].as_str().unwrap_or_default();
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let force = flag(query, "force");
+        let now = objects::now_rfc3339();
+        let merged = super::apply::server_side_apply(old.as_deref(), &applied, &w.manager, force, &info.group, &info.kind, &now)
+            .map_err(|e| match e {
+                super::apply::ApplyError::Conflict { .. } => ApiError::conflict(&info.plural, &info.group, name, &e.to_string()),
+                other => ApiError::invalid(&info.kind, name, &[("patch", other.to_string())]),
+            })?;
+        w.operation = "Apply";
+        let (result, code) = match &old {
+            None => {
+                let mut merged = merged;
+                merged["metadata"]["name"] = json!(name);
+                (objects::create(&mut inner, info, ns, merged, &w)?, StatusCode::CREATED)
+            }
+            Some(old) => (objects::replace(&mut inner, info, old, merged, part, &w)?, StatusCode::OK),
+        };
+        app.store.commit(inner)?;
+        wake_gc(app, &result);
+        return Ok(json_response(code, &objects::present(&result, info)));
+    }
+    let Some(old) = old else { return Err(ApiError::not_found(&info.plural, &info.group, name)) };
+    let new = apply_patch_doc(&old, &doc, &ct, &info.group, &info.kind)?;
+    let updated = objects::replace(&mut inner, info, &old, new, part, &w)?;
+    app.store.commit(inner)?;
+    wake_gc(app, &updated);
+    Ok(ok(&objects::present(&updated, info)))
+}
+
+/// Reads `propagationPolicy` and `preconditions` from the query and the DeleteOptions body.
+fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> Result<(Propagation, Value), ApiError> {
+    let opts: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't decode DeleteOptions: {e}")))?
+    };
+    let policy = match (query.get("propagationPolicy"), opts["propagationPolicy"].as_str()) {
+        (Some(p), _) => Propagation::parse(p)?,
+        (None, Some(p)) => Propagation::parse(p)?,
+        (None, None) if opts["orphanDependents"].as_bool() == Some(true) => Propagation::Orphan,
+        (None, None) => Propagation::Background,
+    };
+    Ok((policy, opts["preconditions"].clone()))
+}
+
+fn delete(
+    app: &App,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let (policy, pre) = delete_options(query, body)?;
+    let dry_run = query.get("dryRun").is_some_and(|v| v == "All");
+    let res = ResKey::of(info);
+    let mut inner = app.store.lock();
+    let Some(obj) = inner.get(&res, ns.unwrap_or_default(), name) else {
+        return Err(ApiError::not_found(&info.plural, &info.group, name));
+    };
+    if let Some(uid) = pre["uid"].as_str() {
+        let current = obj["metadata"]["uid"].as_str().unwrap_or_default();
+        if uid != current {
+            return Err(ApiError::conflict(
+                &info.plural,
+                &info.group,
+                name,
+                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {current}"),
+            ));
+        }
+    }
+    if let Some(rv) = pre["resourceVersion"].as_str() {
+        let current = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+        if rv != current {
+            return Err(ApiError::conflict(
+                &info.plural,
+                &info.group,
+                name,
+                &format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {current}"),
+            ));
+        }
+    }
+    let (last, _gone) = objects::delete(&mut inner, &res, &obj, policy, dry_run)?;
+    app.store.commit(inner)?;
+    app.gc.notify_one();
+    Ok(ok(&objects::present(&last, info)))
+}
+
+fn delete_collection(
+    app: &App,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let (policy, _) = delete_options(query, body)?;
+    let filter = Filter::new(ns, query)?;
+    let dry_run = query.get("dryRun").is_some_and(|v| v == "All");
+    let res = ResKey::of(info);
+    let mut inner = app.store.lock();
+    let mut deleted = Vec::new();
+    for obj in inner.list(&res, ns) {
+        if filter.matches(&obj) {
+            let (last, _) = objects::delete(&mut inner, &res, &obj, policy, dry_run)?;
+            deleted.push(objects::present(&last, info));
+        }
+    }
+    let rv = inner.rv.to_string();
+    app.store.commit(inner)?;
+    app.gc.notify_one();
+    let items: Vec<&Value> = deleted.iter().map(|o| &**o).collect();
+    if items.is_empty() {
+        return Ok(ok(&success_status(json!({"kind": info.plural, "group": info.group}))));
+    }
+    Ok(ok(&json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv}, "items": items})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_resource_paths() {
+        let Some(Route::Resource(r)) = route("/api/v1/namespaces/default/configmaps/x") else { panic!() };
+        assert_eq!((r.group.as_str(), r.namespace.as_deref(), r.plural.as_str(), r.name.as_deref()), ("", Some("default"), "configmaps", Some("x")));
+        let Some(Route::Resource(r)) = route("/api/v1/namespaces/foo/status") else { panic!() };
+        assert_eq!((r.namespace, r.plural.as_str(), r.name.as_deref(), r.sub.as_deref()), (None, "namespaces", Some("foo"), Some("status")));
+        let Some(Route::Resource(r)) = route("/apis/apps/v1/namespaces/a/deployments/d/scale") else { panic!() };
+        assert_eq!((r.group.as_str(), r.sub.as_deref()), ("apps", Some("scale")));
+        let Some(Route::Resource(r)) = route("/api/v1/namespaces/foo") else { panic!() };
+        assert_eq!((r.plural.as_str(), r.name.as_deref()), ("namespaces", Some("foo")));
+        assert!(route("/nope").is_none());
+    }
+
+    #[test]
+    fn continue_tokens_round_trip() {
+        assert_eq!(unhex(&hex("ns\0name")).as_deref(), Some("ns\0name"));
+        assert_eq!(unhex("zz"), None);
+    }
+}

@@ -1,0 +1,425 @@
+//! Object storage: an in-memory index of every object, written through to sled, with a
+//! global resourceVersion counter and a bounded, persisted history of changes that
+//! watches resume from.
+//!
+//! ```text
+//!  write ─► Inner (BTreeMaps, rv+1) ─► sled batch (object + history record)
+//!                 └─► broadcast ─► watch streams
+//! ```
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use super::resources::{ResourceInfo, builtin_resources};
+use super::status::ApiError;
+
+/// Identifies a stored resource independently of its version: (group, plural).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ResKey {
+    /// API group ("" for core).
+    pub group: String,
+    /// Plural name.
+    pub plural: String,
+}
+
+impl ResKey {
+    /// The key of a served resource.
+    pub fn of(info: &ResourceInfo) -> Self {
+        Self { group: info.group.clone(), plural: info.plural.clone() }
+    }
+}
+
+/// Watch event types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChangeType {
+    /// `ADDED`
+    Added,
+    /// `MODIFIED`
+    Modified,
+    /// `DELETED`
+    Deleted,
+}
+
+impl ChangeType {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeType::Added => "ADDED",
+            ChangeType::Modified => "MODIFIED",
+            ChangeType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change, as watches see it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Change {
+    /// resourceVersion of the change.
+    pub rv: u64,
+    /// What happened.
+    pub kind: ChangeType,
+    /// Which resource.
+    pub res: ResKey,
+    /// Namespace ("" for cluster scope).
+    pub namespace: String,
+    /// The object after the change (the last state for deletes).
+    pub object: Arc<Value>,
+    /// The object before the change (modifications only).
+    pub old: Option<Arc<Value>>,
+}
+
+/// How many changes the history keeps for watch resumption, by default.
+pub const DEFAULT_HISTORY: usize = 20_000;
+
+type Objects = BTreeMap<(String, String), Arc<Value>>;
+
+/// Mutable state behind the store's lock.
+pub struct Inner {
+    /// Last issued resourceVersion.
+    pub rv: u64,
+    /// Objects per resource, keyed by (namespace, name).
+    pub objects: HashMap<ResKey, Objects>,
+    /// Recent changes, oldest first.
+    pub history: VecDeque<Arc<Change>>,
+    /// Served resources: built-ins then CRD-defined ones.
+    pub resources: Vec<ResourceInfo>,
+    /// How many changes `history` keeps.
+    pub history_limit: usize,
+    /// Changes a caller produced under this lock, published when it is released.
+    pending: Vec<Arc<Change>>,
+    batch: sled::Batch,
+}
+
+/// The store. Cheap to share behind an `Arc`.
+///
+/// Writes are acknowledged only once durable: a committed batch is flushed by one
+/// background flusher shared by all writers (group commit), and watches see a change only
+/// after its flush, so no client ever observes a write a crash could take back.
+pub struct Store {
+    db: sled::Db,
+    tree: sled::Tree,
+    inner: Mutex<Inner>,
+    tx: broadcast::Sender<Arc<Change>>,
+    /// Committed to sled but not yet flushed nor published.
+    unflushed: Mutex<Vec<Arc<Change>>>,
+    committed: std::sync::atomic::AtomicU64,
+    flush_wanted: tokio::sync::Notify,
+    flushed: tokio::sync::watch::Sender<u64>,
+}
+
+const OBJ: u8 = b'o';
+const HIST: u8 = b'h';
+const META_RV: &[u8] = b"m/rv";
+
+fn object_key(res: &ResKey, ns: &str, name: &str) -> Vec<u8> {
+    let mut k = vec![OBJ];
+    for part in [res.group.as_str(), res.plural.as_str(), ns, name] {
+        k.extend_from_slice(part.as_bytes());
+        k.push(0);
+    }
+    k
+}
+
+fn history_key(rv: u64) -> Vec<u8> {
+    let mut k = vec![HIST];
+    k.extend_from_slice(&rv.to_be_bytes());
+    k
+}
+
+/// Namespace and name of an object.
+pub fn ns_name(obj: &Value) -> (String, String) {
+    let meta = &obj["metadata"];
+    (
+        meta["namespace"].as_str().unwrap_or_default().to_string(),
+        meta["name"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path, history_limit: usize) -> Result<Arc<Store>, ApiError> {
+        std::fs::create_dir_all(dir).map_err(|e| ApiError::internal(format!("creating {}: {e}", dir.display())))?;
+        let db = sled::Config::new().path(dir).open()?;
+        let tree = db.open_tree("sandbox")?;
+        let mut inner = Inner {
+            rv: 0,
+            objects: HashMap::new(),
+            history: VecDeque::new(),
+            resources: builtin_resources(),
+            history_limit: history_limit.max(1),
+            pending: Vec::new(),
+            batch: sled::Batch::default(),
+        };
+        if let Some(v) = tree.get(META_RV)? {
+            let bytes: [u8; 8] = v.as_ref().try_into().map_err(|_| ApiError::internal("corrupt resourceVersion counter"))?;
+            inner.rv = u64::from_be_bytes(bytes);
+        }
+        for item in tree.scan_prefix([OBJ]) {
+            let (key, value) = item?;
+            let mut parts = key[1..].split(|b| *b == 0);
+            let group = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+            let plural = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+            let obj: Value = serde_json::from_slice(&value)
+                .map_err(|e| ApiError::internal(format!("corrupt object {group}/{plural}: {e}")))?;
+            let (ns, name) = ns_name(&obj);
+            inner.objects.entry(ResKey { group, plural }).or_default().insert((ns, name), Arc::new(obj));
+        }
+        for item in tree.scan_prefix([HIST]) {
+            let (_, value) = item?;
+            let change: Change =
+                serde_json::from_slice(&value).map_err(|e| ApiError::internal(format!("corrupt history record: {e}")))?;
+            inner.history.push_back(Arc::new(change));
+        }
+        let excess = inner.history.len().saturating_sub(inner.history_limit);
+        for old in inner.history.drain(..excess) {
+            tree.remove(history_key(old.rv))?;
+        }
+        let (tx, _) = broadcast::channel(16_384);
+        let rv = inner.rv;
+        let store = Arc::new(Store {
+            db,
+            tree,
+            inner: Mutex::new(inner),
+            tx,
+            unflushed: Mutex::new(Vec::new()),
+            committed: std::sync::atomic::AtomicU64::new(rv),
+            flush_wanted: tokio::sync::Notify::new(),
+            flushed: tokio::sync::watch::Sender::new(rv),
+        });
+        {
+            let mut inner = store.lock();
+            let crds: Vec<Arc<Value>> = inner
+                .objects
+                .get(&ResKey { group: "apiextensions.k8s.io".into(), plural: "customresourcedefinitions".into() })
+                .map(|m| m.values().cloned().collect())
+                .unwrap_or_default();
+            for crd in crds {
+                inner.register_crd(&crd);
+            }
+        }
+        Ok(store)
+    }
+
+    /// Takes the lock. Changes recorded with [`Inner::put`]/[`Inner::remove`] are committed
+    /// by [`Store::commit`].
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Writes the changes recorded under `guard` to sled; the flusher makes them durable
+    /// and then publishes them to watches.
+    pub fn commit(&self, mut guard: MutexGuard<'_, Inner>) -> Result<(), ApiError> {
+        if guard.pending.is_empty() {
+            return Ok(());
+        }
+        let mut batch = std::mem::take(&mut guard.batch);
+        batch.insert(META_RV, &guard.rv.to_be_bytes());
+        let pending = std::mem::take(&mut guard.pending);
+        let excess = guard.history.len().saturating_sub(guard.history_limit);
+        for old in guard.history.drain(..excess) {
+            batch.remove(history_key(old.rv));
+        }
+        self.tree.apply_batch(batch)?;
+        let rv = guard.rv;
+        // Queue for publication in commit order, still under the store lock.
+        self.unflushed.lock().unwrap_or_else(|p| p.into_inner()).extend(pending);
+        self.committed.store(rv, std::sync::atomic::Ordering::SeqCst);
+        drop(guard);
+        self.flush_wanted.notify_one();
+        Ok(())
+    }
+
+    /// The flusher: flushes sled whenever something was committed, then publishes the
+    /// flushed changes and moves the durable watermark. Run it as one background task.
+    pub async fn run_flusher(self: Arc<Self>) {
+        loop {
+            self.flush_wanted.notified().await;
+            let target = self.committed.load(std::sync::atomic::Ordering::SeqCst);
+            if let Err(err) = self.db.flush_async().await {
+                tracing::error!(error = %err, "sandbox storage flush failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                self.flush_wanted.notify_one();
+                continue;
+            }
+            let ready: Vec<Arc<Change>> = {
+                let mut queue = self.unflushed.lock().unwrap_or_else(|p| p.into_inner());
+                let split = queue.partition_point(|c| c.rv <= target);
+                queue.drain(..split).collect()
+            };
+            for change in ready {
+                // No receivers is fine: nobody watches.
+                let _ = self.tx.send(change);
+            }
+            self.flushed.send_replace(target);
+        }
+    }
+
+    /// Waits until everything committed so far is durable.
+    pub async fn wait_durable(&self) {
+        let target = self.committed.load(std::sync::atomic::Ordering::SeqCst);
+        let mut rx = self.flushed.subscribe();
+        // The flusher lives as long as the server; if it is gone there is nothing to wait for.
+        let _ = rx.wait_for(|flushed| *flushed >= target).await;
+    }
+
+    /// Subscribes to live changes. Take it under the lock to line up with history.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.tx.subscribe()
+    }
+
+    /// Flushes sled to disk.
+    pub async fn flush(&self) -> Result<(), ApiError> {
+        self.db.flush_async().await?;
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Issues the next resourceVersion.
+    pub fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    /// The current object, if any.
+    pub fn get(&self, res: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.objects.get(res).and_then(|m| m.get(&(ns.to_string(), name.to_string()))).cloned()
+    }
+
+    /// All objects of a resource, optionally in one namespace, ordered by namespace/name.
+    pub fn list(&self, res: &ResKey, ns: Option<&str>) -> Vec<Arc<Value>> {
+        let Some(map) = self.objects.get(res) else { return Vec::new() };
+        match ns {
+            Some(ns) => map
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(_, v)| v.clone())
+                .collect(),
+            None => map.values().cloned().collect(),
+        }
+    }
+
+    /// Stores `obj` (already carrying its new resourceVersion) and records the change.
+    pub fn put(&mut self, res: &ResKey, obj: Value, rv: u64) -> Result<Arc<Value>, ApiError> {
+        let (ns, name) = ns_name(&obj);
+        let bytes = serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?;
+        self.batch.insert(object_key(res, &ns, &name), bytes);
+        let obj = Arc::new(obj);
+        let old = self.objects.entry(res.clone()).or_default().insert((ns.clone(), name), obj.clone());
+        let kind = if old.is_some() { ChangeType::Modified } else { ChangeType::Added };
+        self.record(Change { rv, kind, res: res.clone(), namespace: ns, object: obj.clone(), old })?;
+        if res.group == "apiextensions.k8s.io" && res.plural == "customresourcedefinitions" {
+            self.register_crd(&obj);
+        }
+        Ok(obj)
+    }
+
+    /// Removes an object; `last` is its final state (with a new resourceVersion).
+    pub fn remove(&mut self, res: &ResKey, last: Value, rv: u64) -> Result<Arc<Value>, ApiError> {
+        let (ns, name) = ns_name(&last);
+        self.batch.remove(object_key(res, &ns, &name));
+        if let Some(map) = self.objects.get_mut(res) {
+            map.remove(&(ns.clone(), name));
+        }
+        let obj = Arc::new(last);
+        self.record(Change { rv, kind: ChangeType::Deleted, res: res.clone(), namespace: ns, object: obj.clone(), old: None })?;
+        if res.group == "apiextensions.k8s.io" && res.plural == "customresourcedefinitions" {
+            self.unregister_crd(&obj);
+        }
+        Ok(obj)
+    }
+
+    fn record(&mut self, change: Change) -> Result<(), ApiError> {
+        let bytes = serde_json::to_vec(&change).map_err(|e| ApiError::internal(e.to_string()))?;
+        self.batch.insert(history_key(change.rv), bytes);
+        let change = Arc::new(change);
+        self.history.push_back(change.clone());
+        self.pending.push(change);
+        Ok(())
+    }
+
+    /// The oldest resourceVersion a watch can resume from without a 410.
+    pub fn oldest_resumable(&self) -> u64 {
+        match self.history.front() {
+            // Resuming at rv N needs every change after N.
+            Some(first) => first.rv.saturating_sub(1),
+            None => self.rv,
+        }
+    }
+
+    /// Changes after `rv` (for watch resumption), or None when compacted.
+    pub fn changes_since(&self, rv: u64) -> Option<Vec<Arc<Change>>> {
+        if rv < self.oldest_resumable() {
+            return None;
+        }
+        let start = self.history.partition_point(|c| c.rv <= rv);
+        Some(self.history.range(start..).cloned().collect())
+    }
+
+    /// Finds a served resource by group, version and plural.
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceInfo> {
+        self.resources.iter().find(|r| r.group == group && r.version == version && r.plural == plural)
+    }
+
+    /// Whether a namespace exists and is not terminating: Ok(true) active, Ok(false) terminating.
+    pub fn namespace_state(&self, ns: &str) -> Option<bool> {
+        let key = ResKey { group: String::new(), plural: "namespaces".into() };
+        self.get(&key, "", ns).map(|obj| obj["metadata"]["deletionTimestamp"].is_null())
+    }
+
+    /// Serves the versions a CRD declares.
+    pub fn register_crd(&mut self, crd: &Value) {
+        self.unregister_crd(crd);
+        self.resources.extend(crd_resources(crd));
+    }
+
+    fn unregister_crd(&mut self, crd: &Value) {
+        let group = crd["spec"]["group"].as_str().unwrap_or_default();
+        let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
+        let builtin = builtin_resources();
+        self.resources.retain(|r| {
+            !(r.group == group && r.plural == plural) || builtin.iter().any(|b| b.group == group && b.plural == plural)
+        });
+    }
+}
+
+/// The resources a CRD object declares (served versions only).
+pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
+    let spec = &crd["spec"];
+    let names = &spec["names"];
+    let str_list = |v: &Value| -> Vec<String> {
+        v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default()
+    };
+    let kind = names["kind"].as_str().unwrap_or_default().to_string();
+    let mut out = Vec::new();
+    for version in spec["versions"].as_array().into_iter().flatten() {
+        if version["served"].as_bool() == Some(false) {
+            continue;
+        }
+        let sub = &version["subresources"];
+        out.push(ResourceInfo {
+            group: spec["group"].as_str().unwrap_or_default().to_string(),
+            version: version["name"].as_str().unwrap_or_default().to_string(),
+            kind: kind.clone(),
+            list_kind: names["listKind"].as_str().map(String::from).unwrap_or_else(|| format!("{kind}List")),
+            plural: names["plural"].as_str().unwrap_or_default().to_string(),
+            singular: names["singular"].as_str().map(String::from).unwrap_or_else(|| kind.to_ascii_lowercase()),
+            namespaced: spec["scope"].as_str() != Some("Cluster"),
+            short_names: str_list(&names["shortNames"]),
+            categories: str_list(&names["categories"]),
+            status_subresource: sub.get("status").is_some(),
+            scale: sub.get("scale").map(|s| super::resources::ScaleSubresource {
+                spec_replicas_path: s["specReplicasPath"].as_str().unwrap_or(".spec.replicas").to_string(),
+                status_replicas_path: s["statusReplicasPath"].as_str().unwrap_or(".status.replicas").to_string(),
+                label_selector_path: s["labelSelectorPath"].as_str().map(String::from),
+            }),
+            storage: version["storage"].as_bool().unwrap_or(false),
+        });
+    }
+    out
+}

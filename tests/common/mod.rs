@@ -1,0 +1,226 @@
+//! Test harness: a real `bosun sandbox` process on a free loopback port, a tiny HTTP
+//! client, kubectl, and waiting for conditions with a deadline.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The bosun binary under test.
+pub fn bosun_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_bosun"))
+}
+
+/// A sandbox API server child process.
+pub struct Sandbox {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// A kubeconfig pointing at it.
+    pub kubeconfig: PathBuf,
+    /// Its storage folder.
+    pub data: PathBuf,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    listen: String,
+    /// Extra arguments of `bosun sandbox`.
+    pub args: Vec<String>,
+}
+
+impl Sandbox {
+    /// Starts a sandbox on a free port.
+    pub fn start() -> Sandbox {
+        Self::start_with(&[])
+    }
+
+    /// Starts a sandbox on a free port with extra arguments.
+    pub fn start_with(args: &[&str]) -> Sandbox {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().join("data");
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut sb = Sandbox { url: String::new(), kubeconfig, data, dir, child: None, listen: "127.0.0.1:0".into(), args: args.iter().map(|a| a.to_string()).collect() };
+        sb.spawn();
+        sb
+    }
+
+    fn spawn(&mut self) {
+        let mut child = Command::new(bosun_bin())
+            .args(["sandbox", "--listen", &self.listen, "--data"])
+            .arg(&self.data)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(&self.args)
+            .env("LOG_LEVEL", std::env::var("SANDBOX_LOG_LEVEL").unwrap_or_else(|_| "warn".into()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn bosun sandbox");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next().expect("sandbox exited before listening").expect("read stdout");
+        let url = first.strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {first:?}")).to_string();
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        self.listen = url.trim_start_matches("http://").to_string();
+        self.url = url;
+        self.child = Some(child);
+    }
+
+    /// Stops the server gracefully (SIGTERM) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server with SIGKILL.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Restarts on the same port and storage.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// kubectl (the default one) with this sandbox's kubeconfig.
+    pub fn kubectl(&self) -> Command {
+        self.kubectl_at(Path::new("kubectl"))
+    }
+
+    /// A given kubectl binary with this sandbox's kubeconfig.
+    pub fn kubectl_at(&self, bin: &Path) -> Command {
+        let mut cmd = Command::new(bin);
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig);
+        cmd.env("KUBECACHEDIR", self.dir.path().join("kubecache"));
+        cmd.env("HOME", self.dir.path());
+        cmd
+    }
+
+    /// The temp folder of this sandbox (for scratch files).
+    pub fn scratch(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// host:port.
+    pub fn addr(&self) -> &str {
+        &self.listen
+    }
+
+    /// Sends a request; returns status and the decoded JSON body (Null when not JSON).
+    pub fn request(&self, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
+        http(&self.listen, method, path, content_type, body)
+    }
+
+    /// GET returning JSON.
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        self.request("GET", path, "", "")
+    }
+
+    /// POST JSON.
+    pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.request("POST", path, "application/json", &body.to_string())
+    }
+
+    /// PUT JSON.
+    pub fn put(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.request("PUT", path, "application/json", &body.to_string())
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A minimal HTTP/1.1 client (one request per connection).
+pub fn http(addr: &str, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
+    let (status, bytes) = http_raw(addr, method, path, content_type, body.as_bytes());
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// Like [`http`], returning the raw body.
+pub fn http_raw(addr: &str, method: &str, path: &str, content_type: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    if !content_type.is_empty() {
+        head.push_str(&format!("Content-Type: {content_type}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).expect("write");
+    stream.write_all(body).expect("write body");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read");
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("header end");
+    let headers = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status: u16 = headers.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
+    let mut payload = raw[split + 4..].to_vec();
+    if headers.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        payload = dechunk(&payload);
+    }
+    (status, payload)
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(pos) = data.windows(2).position(|w| w == b"\r\n") else { break };
+        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..pos]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        let start = pos + 2;
+        out.extend_from_slice(&data[start..(start + size).min(data.len())]);
+        data = &data[(start + size + 2).min(data.len())..];
+    }
+    out
+}
+
+/// Polls `cond` until it holds or `timeout` passes; panics with `what` on timeout.
+pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// Runs a command, returning stdout; panics with stderr on failure.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run command");
+    assert!(
+        out.status.success(),
+        "command {cmd:?} failed: {}\nstdout: {}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a command expected to fail; returns stderr.
+pub fn run_err(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run command");
+    assert!(!out.status.success(), "command {cmd:?} unexpectedly succeeded: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
