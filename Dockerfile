@@ -1,0 +1,18 @@
+# syntax=docker/dockerfile:1
+# Build stage: compile the bosun binary.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked --bin bosun
+
+# Runtime stage: Debian slim with the tools hooks usually need.
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates bash jq python3 \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/bosun /usr/local/bin/bosun
+# The journal lives on the StatefulSet's volume.
+VOLUME /var/lib/bosun
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/bosun"]
+CMD ["run"]
