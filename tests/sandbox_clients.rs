@@ -165,11 +165,10 @@ async fn stale_resource_version_gets_410_and_the_watcher_relists() {
         .expect("create after relist");
     let saw_after = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(ev) = rx.recv().await {
-            if let Ok(watcher::Event::Apply(cm)) = ev {
-                if cm.metadata.name.as_deref() == Some("after") {
+            if let Ok(watcher::Event::Apply(cm)) = ev
+                && cm.metadata.name.as_deref() == Some("after") {
                     return true;
                 }
-            }
         }
         false
     })

@@ -177,11 +177,10 @@ fn exercise(kubectl: &Path) {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
             doc.push_str(&line);
-            if depth == 0 && !doc.trim().is_empty() {
-                if tx.send(std::mem::take(&mut doc)).is_err() {
+            if depth == 0 && !doc.trim().is_empty()
+                && tx.send(std::mem::take(&mut doc)).is_err() {
                     return;
                 }
-            }
         }
     });
     let mut seen: Vec<(String, String)> = Vec::new();

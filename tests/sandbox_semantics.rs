@@ -289,12 +289,13 @@ fn bad_input_gets_a_status_and_the_server_keeps_serving() {
         ("POST", CM, "application/json", r#"{"apiVersion":"apps/v1","kind":"ConfigMap","metadata":{"name":"x"}}"#, 400),
         ("POST", CM, "application/json", r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}"#, 400),
         ("POST", CM, "application/vnd.kubernetes.protobuf", "\x00", 415),
+        ("POST", CM, "application/cbor", "\x00", 415),
         ("GET", "/api/v1/namespaces/default/nothings", "", "", 404),
         ("GET", "/apis/nope.example.com/v1", "", "", 404),
         ("GET", "/api/v1/namespaces/default/configmaps?labelSelector=a%20in%20(", "", "", 400),
         ("GET", "/api/v1/namespaces/default/configmaps?fieldSelector=spec.foo%3Dbar", "", "", 400),
-        ("PATCH", &"/api/v1/namespaces/default/configmaps/none", "application/merge-patch+json", "{}", 404),
-        ("DELETE", &"/api/v1/namespaces/default/configmaps/none", "", "", 404),
+        ("PATCH", "/api/v1/namespaces/default/configmaps/none", "application/merge-patch+json", "{}", 404),
+        ("DELETE", "/api/v1/namespaces/default/configmaps/none", "", "", 404),
     ];
     for (method, path, ct, body, want) in cases {
         let (code, status) = sb.request(method, path, ct, body);

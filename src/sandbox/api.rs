@@ -200,6 +200,9 @@ fn writer(query: &HashMap<String, String>, headers: &HeaderMap) -> Writer {
 /// Decodes a request body: JSON, or YAML where the content type says so.
 fn decode(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
     let ct = content_type.split(';').next().unwrap_or_default().trim();
+    if ct == "application/vnd.kubernetes.protobuf" {
+        return super::protobuf::decode_body(body).map_err(|e| ApiError::unsupported_media_type(e.to_string()));
+    }
     if ct.contains("protobuf") || ct.contains("cbor") {
         return Err(ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({ct})"
@@ -347,11 +350,10 @@ impl Filter {
     }
 
     fn matches(&self, obj: &Value) -> bool {
-        if let Some(ns) = &self.namespace {
-            if obj["metadata"]["namespace"].as_str().unwrap_or_default() != ns {
+        if let Some(ns) = &self.namespace
+            && obj["metadata"]["namespace"].as_str().unwrap_or_default() != ns {
                 return false;
             }
-        }
         self.labels.matches(obj["metadata"]["labels"].as_object()) && self.fields.matches(obj)
     }
 }
@@ -361,7 +363,7 @@ fn hex(s: &str) -> String {
 }
 
 fn unhex(s: &str) -> Option<String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect();
@@ -709,7 +711,7 @@ fn patch(
     let res = ResKey::of(info);
     let old = inner.get(&res, ns.unwrap_or_default(), name);
     if ct == "application/apply-patch+yaml" {
-        if !query.get("fieldManager").is_some_and(|m| !m.is_empty()) {
+        if query.get("fieldManager").is_none_or(|m| m.is_empty()) {
             return Err(ApiError::bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
         }
         let mut applied = doc;

@@ -97,18 +97,16 @@ pub fn pass(inner: &mut Inner) -> Result<bool, ApiError> {
         let uid = obj["metadata"]["uid"].as_str().unwrap_or_default();
         if has_finalizer(obj, ORPHAN) {
             // Dependents were released above (or in an earlier pass).
-            if !has_dependents.contains(uid) || !any_dependent(&all, uid) {
-                if let Some(current) = inner.get(res, &ns(obj), &name(obj)) {
+            if (!has_dependents.contains(uid) || !any_dependent(&all, uid))
+                && let Some(current) = inner.get(res, &ns(obj), &name(obj)) {
                     objects::drop_finalizer(inner, res, &current, ORPHAN)?;
                     changed = true;
                 }
-            }
-        } else if has_finalizer(obj, FOREGROUND) && !any_dependent(&all, uid) {
-            if let Some(current) = inner.get(res, &ns(obj), &name(obj)) {
+        } else if has_finalizer(obj, FOREGROUND) && !any_dependent(&all, uid)
+            && let Some(current) = inner.get(res, &ns(obj), &name(obj)) {
                 objects::drop_finalizer(inner, res, &current, FOREGROUND)?;
                 changed = true;
             }
-        }
         if res.group.is_empty() && res.plural == "namespaces" {
             changed |= terminate_namespace(inner, obj)?;
         }
@@ -153,11 +151,10 @@ fn terminate_namespace(inner: &mut Inner, ns_obj: &Arc<Value>) -> Result<bool, A
         }
     }
     let has_meta_finalizers = ns_obj["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
-    if remaining == 0 && !has_meta_finalizers {
-        if let Some(current) = inner.get(&ResKey { group: String::new(), plural: "namespaces".into() }, "", &ns_name) {
+    if remaining == 0 && !has_meta_finalizers
+        && let Some(current) = inner.get(&ResKey { group: String::new(), plural: "namespaces".into() }, "", &ns_name) {
             objects::remove_namespace(inner, &current)?;
             changed = true;
         }
-    }
     Ok(changed)
 }

@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod gc;
 pub mod objects;
 pub mod openapi;
+pub mod protobuf;
 pub mod resources;
 pub mod selector;
 pub mod status;

@@ -210,11 +210,10 @@ pub fn create(
     let res = ResKey::of(info);
     let meta = meta_mut(&mut obj)?;
     let mut name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
-    if name.is_empty() {
-        if let Some(prefix) = meta.get("generateName").and_then(Value::as_str) {
+    if name.is_empty()
+        && let Some(prefix) = meta.get("generateName").and_then(Value::as_str) {
             name = format!("{prefix}{}", random_suffix());
         }
-    }
     if let Some(problem) = name_problem(info, &name) {
         return Err(ApiError::invalid(&info.kind, &name, &[("metadata.name", problem)]));
     }
@@ -331,8 +330,8 @@ pub fn replace(
             ));
         }
         let current_rv = old["metadata"]["resourceVersion"].as_str().unwrap_or_default();
-        if let Some(rv) = meta.get("resourceVersion").and_then(Value::as_str) {
-            if !rv.is_empty() && rv != current_rv {
+        if let Some(rv) = meta.get("resourceVersion").and_then(Value::as_str)
+            && !rv.is_empty() && rv != current_rv {
                 return Err(ApiError::conflict(
                     &info.plural,
                     &info.group,
@@ -340,7 +339,6 @@ pub fn replace(
                     "the object has been modified; please apply your changes to the latest version and try again",
                 ));
             }
-        }
         if let Some(uid) = meta.get("uid").and_then(Value::as_str) {
             let current = old["metadata"]["uid"].as_str().unwrap_or_default();
             if !uid.is_empty() && uid != current {
@@ -396,11 +394,10 @@ pub fn replace(
             };
         }
         meta.insert("resourceVersion".into(), old_meta["resourceVersion"].clone());
-        if !meta.contains_key("managedFields") {
-            if let Some(mf) = old_meta.get("managedFields") {
+        if !meta.contains_key("managedFields")
+            && let Some(mf) = old_meta.get("managedFields") {
                 meta.insert("managedFields".into(), mf.clone());
             }
-        }
     }
     if info.plural == "customresourcedefinitions" && part == Part::Main {
         crd_status(&mut result);

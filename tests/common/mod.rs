@@ -181,8 +181,7 @@ pub fn http_raw(addr: &str, method: &str, path: &str, content_type: &str, body: 
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(pos) = data.windows(2).position(|w| w == b"\r\n") else { break };
+    while let Some(pos) = data.windows(2).position(|w| w == b"\r\n") {
         let size = usize::from_str_radix(String::from_utf8_lossy(&data[..pos]).trim(), 16).unwrap_or(0);
         if size == 0 {
             break;

@@ -1,0 +1,149 @@
+//! Sandbox API server benchmark. Prints, measured in one run on this machine:
+//! - durable create throughput over HTTP (kube-rs client, 8 concurrent writers) and the
+//!   same number of raw sled inserts + flushes (8 concurrent, one flush each), and their ratio;
+//! - watch fan-out latency (write acknowledged → event received) with 10 watchers, p50/p99;
+//! - list latency for 10,000 objects, p50/p99.
+//!
+//! Run: `cargo bench --bench sandbox` (BOSUN_BENCH_OBJECTS overrides the 10,000).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use serde_json::json;
+
+fn now_micros() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn payload() -> String {
+    "x".repeat(1024)
+}
+
+async fn raw_sled_rate(n: usize, writers: usize) -> f64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::Config::new().path(dir.path()).open().expect("sled");
+    let tree = Arc::new(db.open_tree("bench").expect("tree"));
+    let db = Arc::new(db);
+    let body = Arc::new(json!({"metadata": {"name": "x"}, "data": {"p": payload()}}).to_string());
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let (tree, db, body) = (tree.clone(), db.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (w..n).step_by(writers) {
+                tree.insert(format!("k{i}"), body.as_bytes()).expect("insert");
+                db.flush_async().await.expect("flush");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let objects: usize = std::env::var("BOSUN_BENCH_OBJECTS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let dir = tempfile::tempdir()?;
+    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig {
+        listen: "127.0.0.1:0".parse()?,
+        data: dir.path().join("data"),
+        kubeconfig: None,
+        token: None,
+        watch_history: bosun::sandbox::store::DEFAULT_HISTORY,
+    })
+    .await?;
+    let client = kube::Client::try_from(kube::Config::new(sandbox.url.parse()?))?;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+
+    // 1. Durable creates over HTTP.
+    let writers = 8;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let api = api.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (w..objects).step_by(writers) {
+                let cm: ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": format!("bench-{i}"), "labels": {"bench": "yes"}}, "data": {"p": payload()}}))
+                .expect("cm");
+                api.create(&PostParams::default(), &cm).await.expect("create");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let http_rate = objects as f64 / start.elapsed().as_secs_f64();
+    let sled_rate = raw_sled_rate(objects, writers).await;
+    println!("writes: sandbox {http_rate:.0}/s over HTTP, raw sled insert+flush {sled_rate:.0}/s, ratio {:.2}", http_rate / sled_rate);
+
+    // 2. List latency for all objects.
+    let mut lats = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let list = api.list(&ListParams::default().labels("bench=yes")).await?;
+        assert_eq!(list.items.len(), objects);
+        lats.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    lats.sort_by(|a, b| a.total_cmp(b));
+    println!("list of {objects} objects: p50 {:.1} ms, p99 {:.1} ms", percentile(&lats, 0.5), percentile(&lats, 0.99));
+
+    // 3. Watch fan-out: 10 watchers, 200 writes, latency from acknowledged write to event.
+    let watchers = 10;
+    let writes = 200;
+    let rv = api.list(&ListParams::default().limit(1)).await?.metadata.resource_version.unwrap_or_default();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<f64>();
+    let mut handles = Vec::new();
+    for _ in 0..watchers {
+        let api = api.clone();
+        let tx = tx.clone();
+        let rv = rv.clone();
+        handles.push(tokio::spawn(async move {
+            let mut stream = api.watch(&WatchParams::default().labels("fanout=yes"), &rv).await.expect("watch").boxed();
+            while let Some(Ok(ev)) = stream.next().await {
+                if let WatchEvent::Added(cm) = ev {
+                    let sent: u128 = cm.metadata.annotations.as_ref().and_then(|a| a.get("t")).and_then(|t| t.parse().ok()).unwrap_or(0);
+                    let _ = tx.send((now_micros().saturating_sub(sent)) as f64 / 1000.0);
+                }
+            }
+        }));
+    }
+    drop(tx);
+    for i in 0..writes {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": format!("fan-{i}"), "labels": {"fanout": "yes"}, "annotations": {"t": now_micros().to_string()}}}))?;
+        api.create(&PostParams::default(), &cm).await?;
+    }
+    let mut lats = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while lats.len() < watchers * writes {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(ms)) => lats.push(ms),
+            _ => break,
+        }
+    }
+    lats.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "watch fan-out ({watchers} watchers, {writes} writes, {} events): p50 {:.2} ms, p99 {:.2} ms",
+        lats.len(),
+        percentile(&lats, 0.5),
+        percentile(&lats, 0.99)
+    );
+    for h in handles {
+        h.abort();
+    }
+    sandbox.shutdown().await?;
+    Ok(())
+}
