@@ -14,7 +14,10 @@ use serde_json::json;
 #[test]
 fn python_client_resumes_watch_across_restart() {
     let mut sb = Sandbox::start();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/python_watch_resume.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/python_watch_resume.py"
+    );
     let mut child = Command::new("python3")
         .arg(script)
         .arg(&sb.kubeconfig)
@@ -37,8 +40,17 @@ fn python_client_resumes_watch_across_restart() {
         }
     }
     let out = child.wait_with_output().expect("wait");
-    assert_eq!(last, "ok 40 events", "python client: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        last,
+        "ok 40 events",
+        "python client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn kube_client(sb: &Sandbox) -> kube::Client {
@@ -51,15 +63,20 @@ async fn kube_rs_reflector_stays_consistent_under_concurrent_writes() {
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Api, DeleteParams, PostParams};
-    use kube::runtime::{reflector, watcher, WatchStreamExt};
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-    let sb = tokio::task::spawn_blocking(Sandbox::start).await.expect("start");
+    let sb = tokio::task::spawn_blocking(Sandbox::start)
+        .await
+        .expect("start");
     let client = kube_client(&sb);
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let (reader, writer) = reflector::store::<ConfigMap>();
-    let stream = reflector(writer, watcher(api.clone(), watcher::Config::default().labels("load=yes")))
-        .default_backoff()
-        .applied_objects();
+    let stream = reflector(
+        writer,
+        watcher(api.clone(), watcher::Config::default().labels("load=yes")),
+    )
+    .default_backoff()
+    .applied_objects();
     let driver = tokio::spawn(stream.for_each(|_| async {}));
     reader.wait_until_ready().await.expect("reflector ready");
 
@@ -83,7 +100,9 @@ async fn kube_rs_reflector_stays_consistent_under_concurrent_writes() {
         let api = api.clone();
         tasks.push(tokio::spawn(async move {
             for i in (w..200).step_by(8) {
-                api.delete(&format!("load-{i}"), &DeleteParams::default()).await.expect("delete");
+                api.delete(&format!("load-{i}"), &DeleteParams::default())
+                    .await
+                    .expect("delete");
             }
         }));
     }
@@ -92,13 +111,21 @@ async fn kube_rs_reflector_stays_consistent_under_concurrent_writes() {
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let names: std::collections::BTreeSet<String> =
-            reader.state().iter().filter_map(|cm| cm.metadata.name.clone()).collect();
-        let want: std::collections::BTreeSet<String> = (200..800).map(|i| format!("load-{i}")).collect();
+        let names: std::collections::BTreeSet<String> = reader
+            .state()
+            .iter()
+            .filter_map(|cm| cm.metadata.name.clone())
+            .collect();
+        let want: std::collections::BTreeSet<String> =
+            (200..800).map(|i| format!("load-{i}")).collect();
         if names == want {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "reflector has {} objects, want 600", names.len());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reflector has {} objects, want 600",
+            names.len()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     driver.abort();
@@ -112,13 +139,21 @@ async fn stale_resource_version_gets_410_and_the_watcher_relists() {
     use kube::api::{Api, PostParams};
     use kube::runtime::watcher;
 
-    let mut sb = tokio::task::spawn_blocking(|| Sandbox::start_with(&["--watch-history", "20"])).await.expect("start");
+    let mut sb = tokio::task::spawn_blocking(|| Sandbox::start_with(&["--watch-history", "20"]))
+        .await
+        .expect("start");
     // Push the first resourceVersions out of the 20-change window.
     let addr = sb.addr().to_string();
     tokio::task::spawn_blocking(move || {
         for i in 0..40 {
             let body = json!({"metadata": {"name": format!("early-{i}")}}).to_string();
-            http(&addr, "POST", "/api/v1/namespaces/default/configmaps", "application/json", &body);
+            http(
+                &addr,
+                "POST",
+                "/api/v1/namespaces/default/configmaps",
+                "application/json",
+                &body,
+            );
         }
     })
     .await
@@ -132,16 +167,27 @@ async fn stale_resource_version_gets_410_and_the_watcher_relists() {
         b"",
     );
     let text = String::from_utf8_lossy(&raw).to_string();
-    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap_or_default()).expect("event");
-    assert_eq!((code, first["type"].as_str(), first["object"]["code"].as_i64()), (200, Some("ERROR"), Some(410)), "{text}");
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().next().unwrap_or_default()).expect("event");
+    assert_eq!(
+        (
+            code,
+            first["type"].as_str(),
+            first["object"]["code"].as_i64()
+        ),
+        (200, Some("ERROR"), Some(410)),
+        "{text}"
+    );
 
     // kube-rs: a watcher whose resourceVersion is compacted while it reconnects relists.
     let api: Api<ConfigMap> = Api::namespaced(kube_client(&sb), "default");
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let driver = tokio::spawn(watcher(api.clone(), watcher::Config::default()).for_each(move |ev| {
-        let _ = tx.send(ev.map_err(|e| e.to_string()));
-        async {}
-    }));
+    let driver = tokio::spawn(watcher(api.clone(), watcher::Config::default()).for_each(
+        move |ev| {
+            let _ = tx.send(ev.map_err(|e| e.to_string()));
+            async {}
+        },
+    ));
     until_init_done(&mut rx).await;
     // While the watcher is connected, move the resourceVersion on with writes it does not
     // watch, then restart the server keeping only one change of history.
@@ -149,7 +195,13 @@ async fn stale_resource_version_gets_410_and_the_watcher_relists() {
     let sb = tokio::task::spawn_blocking(move || {
         for i in 0..5 {
             let body = json!({"metadata": {"name": format!("late-{i}")}}).to_string();
-            http(&addr, "POST", "/api/v1/namespaces/default/secrets", "application/json", &body);
+            http(
+                &addr,
+                "POST",
+                "/api/v1/namespaces/default/secrets",
+                "application/json",
+                &body,
+            );
         }
         sb.stop();
         sb.args = vec!["--watch-history".into(), "1".into()];
@@ -160,15 +212,19 @@ async fn stale_resource_version_gets_410_and_the_watcher_relists() {
     .expect("restart");
     // The resumed watch gets 410 and the watcher lists again (a second InitDone).
     until_init_done(&mut rx).await;
-    api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "after"}})).expect("cm"))
-        .await
-        .expect("create after relist");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "after"}})).expect("cm"),
+    )
+    .await
+    .expect("create after relist");
     let saw_after = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(ev) = rx.recv().await {
             if let Ok(watcher::Event::Apply(cm)) = ev
-                && cm.metadata.name.as_deref() == Some("after") {
-                    return true;
-                }
+                && cm.metadata.name.as_deref() == Some("after")
+            {
+                return true;
+            }
         }
         false
     })
@@ -179,7 +235,9 @@ async fn stale_resource_version_gets_410_and_the_watcher_relists() {
 }
 
 async fn until_init_done(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Result<kube::runtime::watcher::Event<k8s_openapi::api::core::v1::ConfigMap>, String>>,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<
+        Result<kube::runtime::watcher::Event<k8s_openapi::api::core::v1::ConfigMap>, String>,
+    >,
 ) {
     use kube::runtime::watcher::Event;
     let wait = async {
@@ -191,5 +249,7 @@ async fn until_init_done(
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(60), wait).await.expect("watcher (re)listed in time");
+    tokio::time::timeout(Duration::from_secs(60), wait)
+        .await
+        .expect("watcher (re)listed in time");
 }

@@ -22,7 +22,10 @@ fn deployment(name: &str, replicas: i64) -> Value {
 }
 
 fn rv(obj: &Value) -> u64 {
-    obj["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).expect("resourceVersion")
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("resourceVersion")
 }
 
 #[test]
@@ -32,12 +35,24 @@ fn create_fills_system_fields_and_stale_update_conflicts() {
     assert_eq!(code, 201, "{created}");
     assert_eq!(created["kind"], "ConfigMap");
     assert_eq!(created["apiVersion"], "v1");
-    assert!(created["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36));
-    assert!(created["metadata"]["creationTimestamp"].as_str().is_some_and(|t| t.ends_with('Z')));
+    assert!(
+        created["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.len() == 36)
+    );
+    assert!(
+        created["metadata"]["creationTimestamp"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
     let first_rv = rv(&created);
 
     let (code, dup) = sb.post(CM, &json!({"metadata": {"name": "a"}}));
-    assert_eq!((code, dup["reason"].as_str()), (409, Some("AlreadyExists")), "{dup}");
+    assert_eq!(
+        (code, dup["reason"].as_str()),
+        (409, Some("AlreadyExists")),
+        "{dup}"
+    );
 
     let mut update = created.clone();
     update["data"]["k"] = json!("v2");
@@ -52,7 +67,12 @@ fn create_fills_system_fields_and_stale_update_conflicts() {
     assert_eq!(code, 409, "{conflict}");
     assert_eq!(conflict["kind"], "Status");
     assert_eq!(conflict["reason"], "Conflict");
-    assert!(conflict["message"].as_str().unwrap_or_default().contains("the object has been modified"));
+    assert!(
+        conflict["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the object has been modified")
+    );
 
     // generateName.
     let (code, generated) = sb.post(CM, &json!({"metadata": {"generateName": "gen-"}}));
@@ -102,7 +122,11 @@ fn generation_moves_only_with_spec_and_status_is_isolated() {
 
     // Scale subresource.
     let (code, scale) = sb.get(&format!("{DEPLOY}/web/scale"));
-    assert_eq!((code, scale["spec"]["replicas"].as_i64()), (200, Some(3)), "{scale}");
+    assert_eq!(
+        (code, scale["spec"]["replicas"].as_i64()),
+        (200, Some(3)),
+        "{scale}"
+    );
     let (code, _) = sb.request(
         "PATCH",
         &format!("{DEPLOY}/web/scale"),
@@ -117,10 +141,16 @@ fn generation_moves_only_with_spec_and_status_is_isolated() {
 #[test]
 fn finalizers_block_delete_until_removed() {
     let sb = Sandbox::start();
-    let (_, cm) = sb.post(CM, &json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}}));
+    let (_, cm) = sb.post(
+        CM,
+        &json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}}),
+    );
     let (code, deleting) = sb.request("DELETE", &format!("{CM}/held"), "", "");
     assert_eq!(code, 200);
-    assert!(deleting["metadata"]["deletionTimestamp"].is_string(), "{deleting}");
+    assert!(
+        deleting["metadata"]["deletionTimestamp"].is_string(),
+        "{deleting}"
+    );
     let (code, still) = sb.get(&format!("{CM}/held"));
     assert_eq!(code, 200, "a finalizer keeps the object");
     assert_eq!(still["metadata"]["uid"], cm["metadata"]["uid"]);
@@ -160,10 +190,17 @@ fn owner_reference_cascades_follow_the_propagation_policy() {
     // Background: the owner goes at once, dependents follow.
     let (_, owner) = sb.post(DEPLOY, &deployment("bg", 1));
     owned_cm(&sb, "bg-child", &owner);
-    let (code, _) = sb.request("DELETE", &format!("{DEPLOY}/bg"), "application/json", r#"{"propagationPolicy":"Background"}"#);
+    let (code, _) = sb.request(
+        "DELETE",
+        &format!("{DEPLOY}/bg"),
+        "application/json",
+        r#"{"propagationPolicy":"Background"}"#,
+    );
     assert_eq!(code, 200);
     assert!(gone(&format!("{DEPLOY}/bg")));
-    wait_for("background cascade", Duration::from_secs(10), || gone(&format!("{CM}/bg-child")));
+    wait_for("background cascade", Duration::from_secs(10), || {
+        gone(&format!("{CM}/bg-child"))
+    });
 
     // Foreground: the owner waits (with the foregroundDeletion finalizer) for its dependents.
     let (_, owner) = sb.post(DEPLOY, &deployment("fg", 1));
@@ -172,32 +209,69 @@ fn owner_reference_cascades_follow_the_propagation_policy() {
         &json!({"metadata": {"name": "fg-child", "finalizers": ["example.com/slow"], "ownerReferences": [{
             "apiVersion": "apps/v1", "kind": "Deployment", "name": "fg", "uid": owner["metadata"]["uid"]}]}}),
     );
-    let (_, deleting) =
-        sb.request("DELETE", &format!("{DEPLOY}/fg"), "application/json", r#"{"propagationPolicy":"Foreground"}"#);
-    assert!(deleting["metadata"]["finalizers"].as_array().is_some_and(|f| f.contains(&json!("foregroundDeletion"))));
-    wait_for("dependent marked for deletion", Duration::from_secs(10), || {
-        sb.get(&format!("{CM}/fg-child")).1["metadata"]["deletionTimestamp"].is_string()
+    let (_, deleting) = sb.request(
+        "DELETE",
+        &format!("{DEPLOY}/fg"),
+        "application/json",
+        r#"{"propagationPolicy":"Foreground"}"#,
+    );
+    assert!(
+        deleting["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.contains(&json!("foregroundDeletion")))
+    );
+    wait_for(
+        "dependent marked for deletion",
+        Duration::from_secs(10),
+        || sb.get(&format!("{CM}/fg-child")).1["metadata"]["deletionTimestamp"].is_string(),
+    );
+    assert_eq!(
+        sb.get(&format!("{DEPLOY}/fg")).0,
+        200,
+        "owner waits for its dependent"
+    );
+    sb.request(
+        "PATCH",
+        &format!("{CM}/fg-child"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"finalizers":null}}"#,
+    );
+    wait_for("foreground owner deleted", Duration::from_secs(10), || {
+        gone(&format!("{DEPLOY}/fg"))
     });
-    assert_eq!(sb.get(&format!("{DEPLOY}/fg")).0, 200, "owner waits for its dependent");
-    sb.request("PATCH", &format!("{CM}/fg-child"), "application/merge-patch+json", r#"{"metadata":{"finalizers":null}}"#);
-    wait_for("foreground owner deleted", Duration::from_secs(10), || gone(&format!("{DEPLOY}/fg")));
 
     // Orphan: dependents stay, without the owner reference.
     let (_, owner) = sb.post(DEPLOY, &deployment("or", 1));
     owned_cm(&sb, "or-child", &owner);
-    sb.request("DELETE", &format!("{DEPLOY}/or?propagationPolicy=Orphan"), "", "");
-    wait_for("orphaning owner deleted", Duration::from_secs(10), || gone(&format!("{DEPLOY}/or")));
+    sb.request(
+        "DELETE",
+        &format!("{DEPLOY}/or?propagationPolicy=Orphan"),
+        "",
+        "",
+    );
+    wait_for("orphaning owner deleted", Duration::from_secs(10), || {
+        gone(&format!("{DEPLOY}/or"))
+    });
     let (code, child) = sb.get(&format!("{CM}/or-child"));
     assert_eq!(code, 200);
     assert!(child["metadata"]["ownerReferences"].is_null(), "{child}");
 
     // preconditions.uid.
     let (_, owner) = sb.post(DEPLOY, &deployment("pre", 1));
-    let (code, status) =
-        sb.request("DELETE", &format!("{DEPLOY}/pre"), "application/json", r#"{"preconditions":{"uid":"nope"}}"#);
+    let (code, status) = sb.request(
+        "DELETE",
+        &format!("{DEPLOY}/pre"),
+        "application/json",
+        r#"{"preconditions":{"uid":"nope"}}"#,
+    );
     assert_eq!(code, 409, "{status}");
     let body = json!({"preconditions": {"uid": owner["metadata"]["uid"]}}).to_string();
-    let (code, _) = sb.request("DELETE", &format!("{DEPLOY}/pre"), "application/json", &body);
+    let (code, _) = sb.request(
+        "DELETE",
+        &format!("{DEPLOY}/pre"),
+        "application/json",
+        &body,
+    );
     assert_eq!(code, 200);
 }
 
@@ -207,16 +281,28 @@ fn namespace_deletion_removes_its_content() {
     let (code, _) = sb.post("/api/v1/namespaces", &json!({"metadata": {"name": "tmp"}}));
     assert_eq!(code, 201);
     for i in 0..3 {
-        sb.post("/api/v1/namespaces/tmp/configmaps", &json!({"metadata": {"name": format!("c{i}")}}));
+        sb.post(
+            "/api/v1/namespaces/tmp/configmaps",
+            &json!({"metadata": {"name": format!("c{i}")}}),
+        );
     }
     let (code, ns) = sb.request("DELETE", "/api/v1/namespaces/tmp", "", "");
     assert_eq!(code, 200);
     assert_eq!(ns["status"]["phase"], "Terminating");
-    wait_for("namespace gone", Duration::from_secs(10), || sb.get("/api/v1/namespaces/tmp").0 == 404);
+    wait_for("namespace gone", Duration::from_secs(10), || {
+        sb.get("/api/v1/namespaces/tmp").0 == 404
+    });
     let (_, list) = sb.get("/api/v1/namespaces/tmp/configmaps");
     assert_eq!(list["items"].as_array().map(Vec::len), Some(0));
-    let (code, status) = sb.post("/api/v1/namespaces/missing/configmaps", &json!({"metadata": {"name": "x"}}));
-    assert_eq!((code, status["reason"].as_str()), (404, Some("NotFound")), "{status}");
+    let (code, status) = sb.post(
+        "/api/v1/namespaces/missing/configmaps",
+        &json!({"metadata": {"name": "x"}}),
+    );
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (404, Some("NotFound")),
+        "{status}"
+    );
 }
 
 fn crd() -> Value {
@@ -236,36 +322,77 @@ fn crd_lifecycle_serves_and_removes_the_resource() {
     let sb = Sandbox::start();
     let widgets = "/apis/example.com/v1/namespaces/default/widgets";
     assert_eq!(sb.get(widgets).0, 404);
-    let (code, created) = sb.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd());
+    let (code, created) = sb.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd(),
+    );
     assert_eq!(code, 201, "{created}");
-    assert!(created["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Established")));
+    assert!(
+        created["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Established"))
+    );
     let (_, disc) = sb.get("/apis/example.com/v1");
     assert_eq!(disc["resources"][0]["name"], "widgets");
     assert_eq!(disc["resources"][0]["shortNames"][0], "wg");
     assert_eq!(disc["resources"][1]["name"], "widgets/status");
     let (_, groups) = sb.get("/apis");
-    assert!(groups["groups"].as_array().is_some_and(|g| g.iter().any(|g| g["name"] == "example.com")));
+    assert!(
+        groups["groups"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g["name"] == "example.com"))
+    );
 
-    let (code, w) = sb.post(widgets, &json!({"apiVersion": "example.com/v1", "kind": "Widget",
-        "metadata": {"name": "w1"}, "spec": {"size": 1}, "status": {"ignored": true}}));
+    let (code, w) = sb.post(
+        widgets,
+        &json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1"}, "spec": {"size": 1}, "status": {"ignored": true}}),
+    );
     assert_eq!(code, 201, "{w}");
     assert_eq!(w["metadata"]["generation"], 1);
-    assert!(w["status"].is_null(), "status is ignored on create with a status subresource");
-    let (code, _) = sb.request("PATCH", &format!("{widgets}/w1"), "application/strategic-merge-patch+json", "{}");
-    assert_eq!(code, 415, "strategic merge patch is not for custom resources");
+    assert!(
+        w["status"].is_null(),
+        "status is ignored on create with a status subresource"
+    );
+    let (code, _) = sb.request(
+        "PATCH",
+        &format!("{widgets}/w1"),
+        "application/strategic-merge-patch+json",
+        "{}",
+    );
+    assert_eq!(
+        code, 415,
+        "strategic merge patch is not for custom resources"
+    );
 
-    let (code, _) = sb.request("DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com", "", "");
+    let (code, _) = sb.request(
+        "DELETE",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com",
+        "",
+        "",
+    );
     assert_eq!(code, 200);
-    wait_for("resource unserved", Duration::from_secs(10), || sb.get(widgets).0 == 404);
+    wait_for("resource unserved", Duration::from_secs(10), || {
+        sb.get(widgets).0 == 404
+    });
     assert_eq!(sb.get("/apis/example.com/v1").0, 404);
 }
 
 #[test]
 fn data_persists_across_restart() {
     let mut sb = Sandbox::start();
-    sb.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd());
-    sb.post("/apis/example.com/v1/namespaces/default/widgets", &json!({"metadata": {"name": "kept"}, "spec": {"a": 1}}));
-    let (_, cm) = sb.post(CM, &json!({"metadata": {"name": "kept"}, "data": {"x": "1"}}));
+    sb.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd(),
+    );
+    sb.post(
+        "/apis/example.com/v1/namespaces/default/widgets",
+        &json!({"metadata": {"name": "kept"}, "spec": {"a": 1}}),
+    );
+    let (_, cm) = sb.post(
+        CM,
+        &json!({"metadata": {"name": "kept"}, "data": {"x": "1"}}),
+    );
     sb.kill9();
     sb.restart();
     let (code, again) = sb.get(&format!("{CM}/kept"));
@@ -275,7 +402,10 @@ fn data_persists_across_restart() {
     let (code, w) = sb.get("/apis/example.com/v1/namespaces/default/widgets/kept");
     assert_eq!(code, 200, "CRDs and their objects survive: {w}");
     let (_, next) = sb.post(CM, &json!({"metadata": {"name": "after"}}));
-    assert!(rv(&next) > rv(&cm), "resourceVersion keeps growing after a restart");
+    assert!(
+        rv(&next) > rv(&cm),
+        "resourceVersion keeps growing after a restart"
+    );
 }
 
 #[test]
@@ -285,17 +415,65 @@ fn bad_input_gets_a_status_and_the_server_keeps_serving() {
         ("POST", CM, "application/json", "{not json", 400),
         ("POST", CM, "application/yaml", "a: [unclosed", 400),
         ("POST", CM, "application/json", "", 400),
-        ("POST", CM, "application/json", r#"{"metadata":{"name":"Bad_Name"}}"#, 422),
-        ("POST", CM, "application/json", r#"{"apiVersion":"apps/v1","kind":"ConfigMap","metadata":{"name":"x"}}"#, 400),
-        ("POST", CM, "application/json", r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}"#, 400),
-        ("POST", CM, "application/vnd.kubernetes.protobuf", "\x00", 415),
+        (
+            "POST",
+            CM,
+            "application/json",
+            r#"{"metadata":{"name":"Bad_Name"}}"#,
+            422,
+        ),
+        (
+            "POST",
+            CM,
+            "application/json",
+            r#"{"apiVersion":"apps/v1","kind":"ConfigMap","metadata":{"name":"x"}}"#,
+            400,
+        ),
+        (
+            "POST",
+            CM,
+            "application/json",
+            r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}"#,
+            400,
+        ),
+        (
+            "POST",
+            CM,
+            "application/vnd.kubernetes.protobuf",
+            "\x00",
+            415,
+        ),
         ("POST", CM, "application/cbor", "\x00", 415),
         ("GET", "/api/v1/namespaces/default/nothings", "", "", 404),
         ("GET", "/apis/nope.example.com/v1", "", "", 404),
-        ("GET", "/api/v1/namespaces/default/configmaps?labelSelector=a%20in%20(", "", "", 400),
-        ("GET", "/api/v1/namespaces/default/configmaps?fieldSelector=spec.foo%3Dbar", "", "", 400),
-        ("PATCH", "/api/v1/namespaces/default/configmaps/none", "application/merge-patch+json", "{}", 404),
-        ("DELETE", "/api/v1/namespaces/default/configmaps/none", "", "", 404),
+        (
+            "GET",
+            "/api/v1/namespaces/default/configmaps?labelSelector=a%20in%20(",
+            "",
+            "",
+            400,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/default/configmaps?fieldSelector=spec.foo%3Dbar",
+            "",
+            "",
+            400,
+        ),
+        (
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/none",
+            "application/merge-patch+json",
+            "{}",
+            404,
+        ),
+        (
+            "DELETE",
+            "/api/v1/namespaces/default/configmaps/none",
+            "",
+            "",
+            404,
+        ),
     ];
     for (method, path, ct, body, want) in cases {
         let (code, status) = sb.request(method, path, ct, body);
@@ -304,7 +482,10 @@ fn bad_input_gets_a_status_and_the_server_keeps_serving() {
         assert_eq!(status["code"], want);
         assert!(status["message"].as_str().is_some_and(|m| !m.is_empty()));
     }
-    let big = format!(r#"{{"metadata":{{"name":"big"}},"data":{{"x":"{}"}}}}"#, "a".repeat(4 * 1024 * 1024));
+    let big = format!(
+        r#"{{"metadata":{{"name":"big"}},"data":{{"x":"{}"}}}}"#,
+        "a".repeat(4 * 1024 * 1024)
+    );
     let (code, _) = sb.request("POST", CM, "application/json", &big);
     assert_eq!(code, 413);
     let (code, _) = sb.post(CM, &json!({"metadata": {"name": "fine"}}));
@@ -319,9 +500,17 @@ fn list_paginates_and_filters_by_labels_and_fields() {
     }
     let (_, page1) = sb.get(&format!("{CM}?limit=3"));
     assert_eq!(page1["items"].as_array().map(Vec::len), Some(3));
-    let token = page1["metadata"]["continue"].as_str().expect("continue").to_string();
+    let token = page1["metadata"]["continue"]
+        .as_str()
+        .expect("continue")
+        .to_string();
     let (_, page2) = sb.get(&format!("{CM}?limit=10&continue={token}"));
-    let names: Vec<&str> = page2["items"].as_array().into_iter().flatten().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    let names: Vec<&str> = page2["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
     assert_eq!(names, vec!["p3", "p4", "p5", "p6"]);
     let (_, even) = sb.get(&format!("{CM}?labelSelector=tier%3Deven"));
     assert_eq!(even["items"].as_array().map(Vec::len), Some(4));
@@ -331,4 +520,32 @@ fn list_paginates_and_filters_by_labels_and_fields() {
     assert_eq!(one["items"][0]["metadata"]["name"], "p5");
     let (_, all) = sb.get("/api/v1/configmaps?fieldSelector=metadata.namespace%3Ddefault");
     assert_eq!(all["items"].as_array().map(Vec::len), Some(7));
+}
+
+#[test]
+fn bearer_token_is_required_when_configured() {
+    let sb = Sandbox::start_with(&["--token", "s3cret"]);
+    let (code, body) = common::http_full(sb.addr(), "GET", "/api/v1/namespaces", &[], b"");
+    assert_eq!(code, 401, "{}", String::from_utf8_lossy(&body));
+    let (code, _) = common::http_full(
+        sb.addr(),
+        "GET",
+        "/api/v1/namespaces",
+        &[("Authorization", "Bearer wrong")],
+        b"",
+    );
+    assert_eq!(code, 401);
+    let (code, body) = common::http_full(
+        sb.addr(),
+        "GET",
+        "/api/v1/namespaces",
+        &[("Authorization", "Bearer s3cret")],
+        b"",
+    );
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let kubeconfig = std::fs::read_to_string(&sb.kubeconfig).expect("kubeconfig");
+    assert!(
+        kubeconfig.contains("token: s3cret"),
+        "the written kubeconfig carries the token"
+    );
 }

@@ -62,7 +62,12 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
 }
 
 fn json_response(code: StatusCode, value: &Value) -> Response {
-    (code, [("content-type", "application/json")], value.to_string()).into_response()
+    (
+        code,
+        [("content-type", "application/json")],
+        value.to_string(),
+    )
+        .into_response()
 }
 
 fn ok(value: &Value) -> Response {
@@ -93,7 +98,11 @@ enum Route {
 }
 
 fn route(path: &str) -> Option<Route> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let (group, version, rest) = match segs.as_slice() {
         ["healthz" | "livez" | "readyz", ..] => return Some(Route::Health),
         ["version"] => return Some(Route::Version),
@@ -103,7 +112,9 @@ fn route(path: &str) -> Option<Route> {
         ["openapi", "v2"] => return Some(Route::OpenApiV2),
         ["openapi", "v3"] => return Some(Route::OpenApiV3Index),
         ["openapi", "v3", "api", v] => return Some(Route::OpenApiV3(String::new(), v.to_string())),
-        ["openapi", "v3", "apis", g, v] => return Some(Route::OpenApiV3(g.to_string(), v.to_string())),
+        ["openapi", "v3", "apis", g, v] => {
+            return Some(Route::OpenApiV3(g.to_string(), v.to_string()));
+        }
         ["api", v] => return Some(Route::GroupVersion(String::new(), v.to_string())),
         ["apis", g, v] => return Some(Route::GroupVersion(g.to_string(), v.to_string())),
         ["api", v, rest @ ..] => ("", *v, rest),
@@ -112,31 +123,53 @@ fn route(path: &str) -> Option<Route> {
     };
     let owned = |s: &&str| s.to_string();
     let (namespace, plural, name, sub) = match rest {
-        ["namespaces", ns, plural, tail @ ..] if !matches!(*plural, "status" | "finalize") => {
-            (Some(ns.to_string()), plural.to_string(), tail.first().map(owned), tail.get(1).map(owned))
-        }
-        [plural, tail @ ..] => (None, plural.to_string(), tail.first().map(owned), tail.get(1).map(owned)),
+        ["namespaces", ns, plural, tail @ ..] if !matches!(*plural, "status" | "finalize") => (
+            Some(ns.to_string()),
+            plural.to_string(),
+            tail.first().map(owned),
+            tail.get(1).map(owned),
+        ),
+        [plural, tail @ ..] => (
+            None,
+            plural.to_string(),
+            tail.first().map(owned),
+            tail.get(1).map(owned),
+        ),
         [] => return None,
     };
     if rest.len() > 5 {
         return None;
     }
-    Some(Route::Resource(ResourcePath { group: group.to_string(), version: version.to_string(), namespace, plural, name, sub }))
+    Some(Route::Resource(ResourcePath {
+        group: group.to_string(),
+        version: version.to_string(),
+        namespace,
+        plural,
+        name,
+        sub,
+    }))
 }
 
 async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
     if let Some(token) = &app.token {
-        let presented = req.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let presented = req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
         if presented != format!("Bearer {token}") && req.uri().path() != "/healthz" {
             return Err(ApiError::unauthorized());
         }
     }
-    let query: HashMap<String, String> =
-        Query::<HashMap<String, String>>::try_from_uri(req.uri()).map(|q| q.0).unwrap_or_default();
+    let query: HashMap<String, String> = Query::<HashMap<String, String>>::try_from_uri(req.uri())
+        .map(|q| q.0)
+        .unwrap_or_default();
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     let headers = req.headers().clone();
-    let Some(route) = route(&path) else { return Err(ApiError::no_route(&path)) };
+    let Some(route) = route(&path) else {
+        return Err(ApiError::no_route(&path));
+    };
     let body = match axum::body::to_bytes(req.into_body(), MAX_BODY).await {
         Ok(bytes) => bytes,
         Err(_) => return Err(ApiError::too_large(MAX_BODY)),
@@ -147,16 +180,21 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         Route::Version => Ok(ok(&discovery::version())),
         Route::CoreVersions => Ok(ok(&discovery::core_versions(&app.server_address))),
         Route::Groups => Ok(ok(&discovery::group_list(&resources()))),
-        Route::Group(g) => discovery::group(&resources(), &g).map(|d| ok(&d)).ok_or_else(|| ApiError::no_route(&path)),
-        Route::GroupVersion(g, v) => {
-            discovery::resource_list(&resources(), &g, &v).map(|d| ok(&d)).ok_or_else(|| ApiError::no_route(&path))
-        }
+        Route::Group(g) => discovery::group(&resources(), &g)
+            .map(|d| ok(&d))
+            .ok_or_else(|| ApiError::no_route(&path)),
+        Route::GroupVersion(g, v) => discovery::resource_list(&resources(), &g, &v)
+            .map(|d| ok(&d))
+            .ok_or_else(|| ApiError::no_route(&path)),
         Route::OpenApiV2 => {
             let accept = header(&headers, "accept");
             if accept.contains("protobuf") {
                 Ok((
                     StatusCode::OK,
-                    [("content-type", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf")],
+                    [(
+                        "content-type",
+                        "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                    )],
                     openapi::v2_protobuf(&resources()),
                 )
                     .into_response())
@@ -165,9 +203,9 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
             }
         }
         Route::OpenApiV3Index => Ok(ok(&openapi::v3_index(&resources()))),
-        Route::OpenApiV3(g, v) => {
-            openapi::v3_group_version(&resources(), &g, &v).map(|d| ok(&d)).ok_or_else(|| ApiError::no_route(&path))
-        }
+        Route::OpenApiV3(g, v) => openapi::v3_group_version(&resources(), &g, &v)
+            .map(|d| ok(&d))
+            .ok_or_else(|| ApiError::no_route(&path)),
         Route::Resource(rp) => {
             let write = method != Method::GET;
             let response = resource(app, method, rp, &query, &headers, body).await;
@@ -181,7 +219,10 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
-    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default()
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
 }
 
 fn flag(query: &HashMap<String, String>, name: &str) -> bool {
@@ -189,19 +230,32 @@ fn flag(query: &HashMap<String, String>, name: &str) -> bool {
 }
 
 fn writer(query: &HashMap<String, String>, headers: &HeaderMap) -> Writer {
-    let manager = query.get("fieldManager").cloned().filter(|m| !m.is_empty()).unwrap_or_else(|| {
-        let agent = header(headers, "user-agent");
-        let product = agent.split('/').next().unwrap_or_default();
-        if product.is_empty() { "unknown".to_string() } else { product.to_string() }
-    });
-    Writer { manager, dry_run: query.get("dryRun").is_some_and(|v| v == "All"), operation: "Update" }
+    let manager = query
+        .get("fieldManager")
+        .cloned()
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| {
+            let agent = header(headers, "user-agent");
+            let product = agent.split('/').next().unwrap_or_default();
+            if product.is_empty() {
+                "unknown".to_string()
+            } else {
+                product.to_string()
+            }
+        });
+    Writer {
+        manager,
+        dry_run: query.get("dryRun").is_some_and(|v| v == "All"),
+        operation: "Update",
+    }
 }
 
 /// Decodes a request body: JSON, or YAML where the content type says so.
 fn decode(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
     let ct = content_type.split(';').next().unwrap_or_default().trim();
     if ct == "application/vnd.kubernetes.protobuf" {
-        return super::protobuf::decode_body(body).map_err(|e| ApiError::unsupported_media_type(e.to_string()));
+        return super::protobuf::decode_body(body)
+            .map_err(|e| ApiError::unsupported_media_type(e.to_string()));
     }
     if ct.contains("protobuf") || ct.contains("cbor") {
         return Err(ApiError::unsupported_media_type(format!(
@@ -209,11 +263,15 @@ fn decode(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
         )));
     }
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::bad_request("the request body is empty; expected a JSON object"));
+        return Err(ApiError::bad_request(
+            "the request body is empty; expected a JSON object",
+        ));
     }
     let value: Value = if ct.ends_with("yaml") {
-        let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the YAML body is not valid UTF-8"))?;
-        serde_saphyr::from_str(text).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+        let text = std::str::from_utf8(body)
+            .map_err(|_| ApiError::bad_request("the YAML body is not valid UTF-8"))?;
+        serde_saphyr::from_str(text)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("couldn't decode the body as JSON: {e}")))?
@@ -228,7 +286,10 @@ fn find_info(app: &App, rp: &ResourcePath) -> Result<ResourceInfo, ApiError> {
         .cloned()
         .ok_or_else(|| ApiError::no_route(&format!("{}/{} {}", rp.group, rp.version, rp.plural)))?;
     if !info.namespaced && rp.namespace.is_some() {
-        return Err(ApiError::no_route(&format!("{} is not namespaced", rp.plural)));
+        return Err(ApiError::no_route(&format!(
+            "{} is not namespaced",
+            rp.plural
+        )));
     }
     Ok(info)
 }
@@ -266,24 +327,39 @@ async fn resource(
             let created = objects::create(&mut inner, &info, ns, obj, &w)?;
             app.store.commit(inner)?;
             wake_gc(app, &created);
-            Ok(json_response(StatusCode::CREATED, &objects::present(&created, &info)))
+            Ok(json_response(
+                StatusCode::CREATED,
+                &objects::present(&created, &info),
+            ))
         }
         (&Method::PUT, Some(name), sub) => {
             let new = decode(content_type, &body)?;
             let part = part_of(&info, sub)?;
             if sub == Some("scale") {
-                return write_scale(app, &info, ns, name, ScaleWrite::Replace(new), query, headers);
+                return write_scale(
+                    app,
+                    &info,
+                    ns,
+                    name,
+                    ScaleWrite::Replace(new),
+                    query,
+                    headers,
+                );
             }
             let w = writer(query, headers);
             let mut inner = app.store.lock();
             let old = inner.get(&ResKey::of(&info), ns.unwrap_or_default(), name);
-            let Some(old) = old else { return Err(ApiError::not_found(&info.plural, &info.group, name)) };
+            let Some(old) = old else {
+                return Err(ApiError::not_found(&info.plural, &info.group, name));
+            };
             let updated = objects::replace(&mut inner, &info, &old, new, part, &w)?;
             app.store.commit(inner)?;
             wake_gc(app, &updated);
             Ok(ok(&objects::present(&updated, &info)))
         }
-        (&Method::PATCH, Some(name), sub) => patch(app, &info, ns, name, sub, query, headers, &body),
+        (&Method::PATCH, Some(name), sub) => {
+            patch(app, &info, ns, name, sub, query, headers, &body)
+        }
         (&Method::DELETE, Some(name), None) => delete(app, &info, ns, name, query, &body),
         (&Method::DELETE, None, None) => delete_collection(app, &info, ns, query, &body),
         _ => Err(ApiError::method_not_allowed(method.as_str(), &info.plural)),
@@ -302,7 +378,11 @@ fn part_of(info: &ResourceInfo, sub: Option<&str>) -> Result<Part, ApiError> {
 
 fn wake_gc(app: &App, obj: &Value) {
     let meta = &obj["metadata"];
-    if !meta["deletionTimestamp"].is_null() || meta["ownerReferences"].as_array().is_some_and(|r| !r.is_empty()) {
+    if !meta["deletionTimestamp"].is_null()
+        || meta["ownerReferences"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+    {
         app.gc.notify_one();
     }
 }
@@ -327,7 +407,10 @@ fn get(
     }
     let obj = objects::present(&obj, info);
     if table::wants_table(accept) {
-        let rv = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string();
+        let rv = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let include = Include::parse(query.get("includeObject").map(String::as_str));
         return Ok(ok(&table::table(&[obj], include, &rv, None)));
     }
@@ -342,18 +425,33 @@ struct Filter {
 
 impl Filter {
     fn new(ns: Option<&str>, query: &HashMap<String, String>) -> Result<Filter, ApiError> {
-        let labels = LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or_default())
-            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
-        let fields = FieldSelector::parse(query.get("fieldSelector").map(String::as_str).unwrap_or_default())
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        Ok(Filter { namespace: ns.map(String::from), labels, fields })
+        let labels = LabelSelector::parse(
+            query
+                .get("labelSelector")
+                .map(String::as_str)
+                .unwrap_or_default(),
+        )
+        .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let fields = FieldSelector::parse(
+            query
+                .get("fieldSelector")
+                .map(String::as_str)
+                .unwrap_or_default(),
+        )
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok(Filter {
+            namespace: ns.map(String::from),
+            labels,
+            fields,
+        })
     }
 
     fn matches(&self, obj: &Value) -> bool {
         if let Some(ns) = &self.namespace
-            && obj["metadata"]["namespace"].as_str().unwrap_or_default() != ns {
-                return false;
-            }
+            && obj["metadata"]["namespace"].as_str().unwrap_or_default() != ns
+        {
+            return false;
+        }
         self.labels.matches(obj["metadata"]["labels"].as_object()) && self.fields.matches(obj)
     }
 }
@@ -366,12 +464,17 @@ fn unhex(s: &str) -> Option<String> {
     if !s.len().is_multiple_of(2) {
         return None;
     }
-    let bytes: Option<Vec<u8>> = (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect();
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
     String::from_utf8(bytes?).ok()
 }
 
 fn parse_rv(s: &str) -> Result<u64, ApiError> {
-    s.parse().map_err(|_| ApiError::bad_request(format!("invalid resource version {s:?}: expected a number")))
+    s.parse().map_err(|_| {
+        ApiError::bad_request(format!("invalid resource version {s:?}: expected a number"))
+    })
 }
 
 fn list(
@@ -383,18 +486,23 @@ fn list(
 ) -> Result<Response, ApiError> {
     let filter = Filter::new(ns, query)?;
     let limit: usize = match query.get("limit") {
-        Some(l) => l.parse().map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        Some(l) => l
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
         None => 0,
     };
     let start_after = match query.get("continue").filter(|c| !c.is_empty()) {
-        Some(token) => Some(unhex(token).ok_or_else(|| ApiError::bad_request("invalid continue token"))?),
+        Some(token) => {
+            Some(unhex(token).ok_or_else(|| ApiError::bad_request("invalid continue token"))?)
+        }
         None => None,
     };
     let (objs, rv) = {
         let inner = app.store.lock();
-        if let (Some(rv), Some("Exact")) =
-            (query.get("resourceVersion"), query.get("resourceVersionMatch").map(String::as_str))
-        {
+        if let (Some(rv), Some("Exact")) = (
+            query.get("resourceVersion"),
+            query.get("resourceVersionMatch").map(String::as_str),
+        ) {
             let rv = parse_rv(rv)?;
             if rv != inner.rv {
                 return Err(ApiError::gone(format!(
@@ -414,7 +522,11 @@ fn list(
             obj["metadata"]["namespace"].as_str().unwrap_or_default(),
             obj["metadata"]["name"].as_str().unwrap_or_default()
         );
-        if start_after.as_ref().is_some_and(|s| key.as_str() <= s.as_str()) || !filter.matches(&obj) {
+        if start_after
+            .as_ref()
+            .is_some_and(|s| key.as_str() <= s.as_str())
+            || !filter.matches(&obj)
+        {
             continue;
         }
         if limit > 0 && selected.len() >= limit {
@@ -438,8 +550,13 @@ fn list(
     }
     let mut out = Vec::with_capacity(256 + selected.len() * 512);
     out.extend_from_slice(
-        format!(r#"{{"kind":{},"apiVersion":{},"metadata":{},"items":["#, json!(info.list_kind), json!(info.api_version()), meta)
-            .as_bytes(),
+        format!(
+            r#"{{"kind":{},"apiVersion":{},"metadata":{},"items":["#,
+            json!(info.list_kind),
+            json!(info.api_version()),
+            meta
+        )
+        .as_bytes(),
     );
     for (i, obj) in selected.iter().enumerate() {
         if i > 0 {
@@ -486,14 +603,21 @@ fn watch(
     let filter = Filter::new(ns, query)?;
     let res = ResKey::of(info);
     let timeout = match query.get("timeoutSeconds") {
-        Some(t) => Duration::from_secs(t.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?),
+        Some(t) => Duration::from_secs(
+            t.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+        ),
         None => Duration::from_secs(1800),
     };
     let bookmarks = flag(query, "allowWatchBookmarks");
     let send_initial = flag(query, "sendInitialEvents");
     let as_table = table::wants_table(accept);
     let include = Include::parse(query.get("includeObject").map(String::as_str));
-    let requested = query.get("resourceVersion").filter(|s| !s.is_empty()).map(|s| parse_rv(s)).transpose()?;
+    let requested = query
+        .get("resourceVersion")
+        .filter(|s| !s.is_empty())
+        .map(|s| parse_rv(s))
+        .transpose()?;
 
     // Subscribe and read history under one lock so nothing falls between them.
     let (mut rx, initial, mut last_rv, gone) = {
@@ -529,7 +653,10 @@ fn watch(
     let render = move |kind: &str, obj: &Arc<Value>| -> Bytes {
         let obj = objects::present(obj, &info);
         if as_table && kind != "BOOKMARK" && kind != "ERROR" {
-            let rv = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string();
+            let rv = obj["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             event_line(kind, &table::table(&[obj], include, &rv, None))
         } else {
             event_line(kind, &obj)
@@ -583,7 +710,12 @@ fn watch(
             }
         }
     };
-    Ok((StatusCode::OK, [("content-type", "application/json")], Body::from_stream(stream)).into_response())
+    Ok((
+        StatusCode::OK,
+        [("content-type", "application/json")],
+        Body::from_stream(stream),
+    )
+        .into_response())
 }
 
 enum ScaleWrite {
@@ -592,7 +724,9 @@ enum ScaleWrite {
 }
 
 fn get_path<'a>(obj: &'a Value, path: &str) -> &'a Value {
-    path.trim_start_matches('.').split('.').fold(obj, |v, seg| &v[seg])
+    path.trim_start_matches('.')
+        .split('.')
+        .fold(obj, |v, seg| &v[seg])
 }
 
 fn set_path(obj: &mut Value, path: &str, value: Value) {
@@ -610,9 +744,12 @@ fn set_path(obj: &mut Value, path: &str, value: Value) {
 }
 
 fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
-    let Some(scale) = &info.scale else { return Value::Null };
+    let Some(scale) = &info.scale else {
+        return Value::Null;
+    };
     let meta = &obj["metadata"];
-    let mut status = json!({"replicas": get_path(obj, &scale.status_replicas_path).as_i64().unwrap_or(0)});
+    let mut status =
+        json!({"replicas": get_path(obj, &scale.status_replicas_path).as_i64().unwrap_or(0)});
     if let Some(sel) = &scale.label_selector_path {
         let s = get_path(obj, sel);
         if !s.is_null() {
@@ -638,7 +775,9 @@ fn write_scale(
     query: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let Some(scale) = &info.scale else { return Err(ApiError::no_route("scale")) };
+    let Some(scale) = &info.scale else {
+        return Err(ApiError::no_route("scale"));
+    };
     let w = writer(query, headers);
     let mut inner = app.store.lock();
     let Some(old) = inner.get(&ResKey::of(info), ns.unwrap_or_default(), name) else {
@@ -649,9 +788,13 @@ fn write_scale(
         ScaleWrite::Replace(v) => v,
         ScaleWrite::Patch(p, ct) => apply_patch_doc(&current, &p, &ct, "autoscaling", "Scale")?,
     };
-    let replicas = desired["spec"]["replicas"]
-        .as_i64()
-        .ok_or_else(|| ApiError::invalid("Scale", name, &[("spec.replicas", "Required value: an integer".into())]))?;
+    let replicas = desired["spec"]["replicas"].as_i64().ok_or_else(|| {
+        ApiError::invalid(
+            "Scale",
+            name,
+            &[("spec.replicas", "Required value: an integer".into())],
+        )
+    })?;
     let mut new = (*old).clone();
     set_path(&mut new, &scale.spec_replicas_path, json!(replicas));
     let updated = objects::replace(&mut inner, info, &old, new, Part::Main, &w)?;
@@ -660,14 +803,25 @@ fn write_scale(
 }
 
 /// Applies a JSON, merge or strategic merge patch document.
-fn apply_patch_doc(original: &Value, patch: &Value, content_type: &str, group: &str, kind: &str) -> Result<Value, ApiError> {
+fn apply_patch_doc(
+    original: &Value,
+    patch: &Value,
+    content_type: &str,
+    group: &str,
+    kind: &str,
+) -> Result<Value, ApiError> {
     match content_type {
         "application/json-patch+json" => {
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
             let mut doc = original.clone();
-            json_patch::patch(&mut doc, &ops)
-                .map_err(|e| ApiError::invalid(kind, "", &[("patch", format!("the JSON patch could not be applied: {e}"))]))?;
+            json_patch::patch(&mut doc, &ops).map_err(|e| {
+                ApiError::invalid(
+                    kind,
+                    "",
+                    &[("patch", format!("the JSON patch could not be applied: {e}"))],
+                )
+            })?;
             Ok(doc)
         }
         "application/merge-patch+json" => {
@@ -675,8 +829,10 @@ fn apply_patch_doc(original: &Value, patch: &Value, content_type: &str, group: &
             json_patch::merge(&mut doc, patch);
             Ok(doc)
         }
-        "application/strategic-merge-patch+json" => super::strategic::strategic_merge_patch(original, patch, group, kind)
-            .map_err(|e| ApiError::invalid(kind, "", &[("patch", e.to_string())])),
+        "application/strategic-merge-patch+json" => {
+            super::strategic::strategic_merge_patch(original, patch, group, kind)
+                .map_err(|e| ApiError::invalid(kind, "", &[("patch", e.to_string())]))
+        }
         other => Err(ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json ({other})"
         ))),
@@ -694,13 +850,35 @@ fn patch(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    let ct = header(headers, "content-type").split(';').next().unwrap_or_default().trim().to_string();
+    let ct = header(headers, "content-type")
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
     let part = part_of(info, sub)?;
-    let doc = decode(if ct == "application/apply-patch+yaml" { "application/yaml" } else { "application/json" }, body)?;
+    let doc = decode(
+        if ct == "application/apply-patch+yaml" {
+            "application/yaml"
+        } else {
+            "application/json"
+        },
+        body,
+    )?;
     if sub == Some("scale") {
-        return write_scale(app, info, ns, name, ScaleWrite::Patch(doc, ct), query, headers);
+        return write_scale(
+            app,
+            info,
+            ns,
+            name,
+            ScaleWrite::Patch(doc, ct),
+            query,
+            headers,
+        );
     }
-    let builtin = super::resources::builtin_resources().iter().any(|b| b.group == info.group && b.plural == info.plural);
+    let builtin = super::resources::builtin_resources()
+        .iter()
+        .any(|b| b.group == info.group && b.plural == info.plural);
     if ct == "application/strategic-merge-patch+json" && !builtin {
         return Err(ApiError::unsupported_media_type(
             "the body of the request was in an unknown format - strategic merge patch is not supported for custom resources; accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
@@ -712,7 +890,9 @@ fn patch(
     let old = inner.get(&res, ns.unwrap_or_default(), name);
     if ct == "application/apply-patch+yaml" {
         if query.get("fieldManager").is_none_or(|m| m.is_empty()) {
-            return Err(ApiError::bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
+            return Err(ApiError::bad_request(
+                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            ));
         }
         let mut applied = doc;
         objects::check_type(info, &mut applied)?;
@@ -724,25 +904,43 @@ fn patch(
         }
         let force = flag(query, "force");
         let now = objects::now_rfc3339();
-        let merged = super::apply::server_side_apply(old.as_deref(), &applied, &w.manager, force, &info.group, &info.kind, &now)
-            .map_err(|e| match e {
-                super::apply::ApplyError::Conflict { .. } => ApiError::conflict(&info.plural, &info.group, name, &e.to_string()),
-                other => ApiError::invalid(&info.kind, name, &[("patch", other.to_string())]),
-            })?;
+        let merged = super::apply::server_side_apply(
+            old.as_deref(),
+            &applied,
+            &w.manager,
+            force,
+            &info.group,
+            &info.kind,
+            &now,
+        )
+        .map_err(|e| match e {
+            super::apply::ApplyError::Conflict { .. } => {
+                ApiError::conflict(&info.plural, &info.group, name, &e.to_string())
+            }
+            other => ApiError::invalid(&info.kind, name, &[("patch", other.to_string())]),
+        })?;
         w.operation = "Apply";
         let (result, code) = match &old {
             None => {
                 let mut merged = merged;
                 merged["metadata"]["name"] = json!(name);
-                (objects::create(&mut inner, info, ns, merged, &w)?, StatusCode::CREATED)
+                (
+                    objects::create(&mut inner, info, ns, merged, &w)?,
+                    StatusCode::CREATED,
+                )
             }
-            Some(old) => (objects::replace(&mut inner, info, old, merged, part, &w)?, StatusCode::OK),
+            Some(old) => (
+                objects::replace(&mut inner, info, old, merged, part, &w)?,
+                StatusCode::OK,
+            ),
         };
         app.store.commit(inner)?;
         wake_gc(app, &result);
         return Ok(json_response(code, &objects::present(&result, info)));
     }
-    let Some(old) = old else { return Err(ApiError::not_found(&info.plural, &info.group, name)) };
+    let Some(old) = old else {
+        return Err(ApiError::not_found(&info.plural, &info.group, name));
+    };
     let new = apply_patch_doc(&old, &doc, &ct, &info.group, &info.kind)?;
     let updated = objects::replace(&mut inner, info, &old, new, part, &w)?;
     app.store.commit(inner)?;
@@ -751,13 +949,20 @@ fn patch(
 }
 
 /// Reads `propagationPolicy` and `preconditions` from the query and the DeleteOptions body.
-fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> Result<(Propagation, Value), ApiError> {
+fn delete_options(
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> Result<(Propagation, Value), ApiError> {
     let opts: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't decode DeleteOptions: {e}")))?
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("couldn't decode DeleteOptions: {e}")))?
     };
-    let policy = match (query.get("propagationPolicy"), opts["propagationPolicy"].as_str()) {
+    let policy = match (
+        query.get("propagationPolicy"),
+        opts["propagationPolicy"].as_str(),
+    ) {
         (Some(p), _) => Propagation::parse(p)?,
         (None, Some(p)) => Propagation::parse(p)?,
         (None, None) if opts["orphanDependents"].as_bool() == Some(true) => Propagation::Orphan,
@@ -788,18 +993,24 @@ fn delete(
                 &info.plural,
                 &info.group,
                 name,
-                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {current}"),
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {current}"
+                ),
             ));
         }
     }
     if let Some(rv) = pre["resourceVersion"].as_str() {
-        let current = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+        let current = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default();
         if rv != current {
             return Err(ApiError::conflict(
                 &info.plural,
                 &info.group,
                 name,
-                &format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {current}"),
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {current}"
+                ),
             ));
         }
     }
@@ -833,9 +1044,13 @@ fn delete_collection(
     app.gc.notify_one();
     let items: Vec<&Value> = deleted.iter().map(|o| &**o).collect();
     if items.is_empty() {
-        return Ok(ok(&success_status(json!({"kind": info.plural, "group": info.group}))));
+        return Ok(ok(&success_status(
+            json!({"kind": info.plural, "group": info.group}),
+        )));
     }
-    Ok(ok(&json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv}, "items": items})))
+    Ok(ok(
+        &json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv}, "items": items}),
+    ))
 }
 
 #[cfg(test)]
@@ -844,14 +1059,45 @@ mod tests {
 
     #[test]
     fn routes_resource_paths() {
-        let Some(Route::Resource(r)) = route("/api/v1/namespaces/default/configmaps/x") else { panic!() };
-        assert_eq!((r.group.as_str(), r.namespace.as_deref(), r.plural.as_str(), r.name.as_deref()), ("", Some("default"), "configmaps", Some("x")));
-        let Some(Route::Resource(r)) = route("/api/v1/namespaces/foo/status") else { panic!() };
-        assert_eq!((r.namespace, r.plural.as_str(), r.name.as_deref(), r.sub.as_deref()), (None, "namespaces", Some("foo"), Some("status")));
-        let Some(Route::Resource(r)) = route("/apis/apps/v1/namespaces/a/deployments/d/scale") else { panic!() };
-        assert_eq!((r.group.as_str(), r.sub.as_deref()), ("apps", Some("scale")));
-        let Some(Route::Resource(r)) = route("/api/v1/namespaces/foo") else { panic!() };
-        assert_eq!((r.plural.as_str(), r.name.as_deref()), ("namespaces", Some("foo")));
+        let Some(Route::Resource(r)) = route("/api/v1/namespaces/default/configmaps/x") else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                r.group.as_str(),
+                r.namespace.as_deref(),
+                r.plural.as_str(),
+                r.name.as_deref()
+            ),
+            ("", Some("default"), "configmaps", Some("x"))
+        );
+        let Some(Route::Resource(r)) = route("/api/v1/namespaces/foo/status") else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                r.namespace,
+                r.plural.as_str(),
+                r.name.as_deref(),
+                r.sub.as_deref()
+            ),
+            (None, "namespaces", Some("foo"), Some("status"))
+        );
+        let Some(Route::Resource(r)) = route("/apis/apps/v1/namespaces/a/deployments/d/scale")
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (r.group.as_str(), r.sub.as_deref()),
+            ("apps", Some("scale"))
+        );
+        let Some(Route::Resource(r)) = route("/api/v1/namespaces/foo") else {
+            panic!()
+        };
+        assert_eq!(
+            (r.plural.as_str(), r.name.as_deref()),
+            ("namespaces", Some("foo"))
+        );
         assert!(route("/nope").is_none());
     }
 

@@ -55,7 +55,9 @@ pub fn groups(resources: &[ResourceInfo]) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
     for r in resources.iter().filter(|r| !r.group.is_empty()) {
         match out.iter_mut().find(|(g, _)| *g == r.group) {
-            Some((_, versions)) if !versions.contains(&r.version) => versions.push(r.version.clone()),
+            Some((_, versions)) if !versions.contains(&r.version) => {
+                versions.push(r.version.clone())
+            }
             Some(_) => {}
             None => out.push((r.group.clone(), vec![r.version.clone()])),
         }
@@ -76,14 +78,19 @@ pub fn core_versions(server_address: &str) -> Value {
 }
 
 fn group_doc(group: &str, versions: &[String]) -> Value {
-    let vs: Vec<Value> =
-        versions.iter().map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v})).collect();
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
     json!({"name": group, "versions": vs, "preferredVersion": vs.first().cloned().unwrap_or(Value::Null)})
 }
 
 /// `/apis`.
 pub fn group_list(resources: &[ResourceInfo]) -> Value {
-    let groups: Vec<Value> = groups(resources).iter().map(|(g, vs)| group_doc(g, vs)).collect();
+    let groups: Vec<Value> = groups(resources)
+        .iter()
+        .map(|(g, vs)| group_doc(g, vs))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -96,11 +103,23 @@ pub fn group(resources: &[ResourceInfo], group: &str) -> Option<Value> {
     Some(doc)
 }
 
-const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// `/api/v1` or `/apis/{group}/{version}`, or None when nothing is served there.
 pub fn resource_list(resources: &[ResourceInfo], group: &str, version: &str) -> Option<Value> {
-    let served: Vec<&ResourceInfo> = resources.iter().filter(|r| r.group == group && r.version == version).collect();
+    let served: Vec<&ResourceInfo> = resources
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
     if served.is_empty() {
         return None;
     }
@@ -129,8 +148,14 @@ pub fn resource_list(resources: &[ResourceInfo], group: &str, version: &str) -> 
                 "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
         }
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}))
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
+    )
 }
 
 #[cfg(test)]
@@ -141,6 +166,9 @@ mod tests {
     fn versions_sort_like_kubernetes() {
         let mut v = vec!["v1alpha1", "v1", "v2beta1", "foo", "v1beta2", "v2", "v10"];
         v.sort_by(|a, b| version_priority(a, b));
-        assert_eq!(v, vec!["v10", "v2", "v1", "v2beta1", "v1beta2", "v1alpha1", "foo"]);
+        assert_eq!(
+            v,
+            vec!["v10", "v2", "v1", "v2beta1", "v1beta2", "v1alpha1", "foo"]
+        );
     }
 }

@@ -41,20 +41,29 @@ fn deleting(obj: &Value) -> bool {
 }
 
 fn has_finalizer(obj: &Value, name: &str) -> bool {
-    obj["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|v| v.as_str() == Some(name)))
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|v| v.as_str() == Some(name)))
 }
 
 /// One collection pass; returns whether anything changed.
 pub fn pass(inner: &mut Inner) -> Result<bool, ApiError> {
-    let all: Vec<(ResKey, Arc<Value>)> =
-        inner.objects.iter().flat_map(|(k, m)| m.values().map(move |o| (k.clone(), o.clone()))).collect();
-    let by_uid: HashMap<&str, &Arc<Value>> =
-        all.iter().filter_map(|(_, o)| o["metadata"]["uid"].as_str().map(|u| (u, o))).collect();
+    let all: Vec<(ResKey, Arc<Value>)> = inner
+        .objects
+        .iter()
+        .flat_map(|(k, m)| m.values().map(move |o| (k.clone(), o.clone())))
+        .collect();
+    let by_uid: HashMap<&str, &Arc<Value>> = all
+        .iter()
+        .filter_map(|(_, o)| o["metadata"]["uid"].as_str().map(|u| (u, o)))
+        .collect();
     let mut changed = false;
     let mut has_dependents: HashSet<String> = HashSet::new();
 
     for (res, obj) in &all {
-        let Some(refs) = obj["metadata"]["ownerReferences"].as_array() else { continue };
+        let Some(refs) = obj["metadata"]["ownerReferences"].as_array() else {
+            continue;
+        };
         if refs.is_empty() {
             continue;
         }
@@ -76,10 +85,16 @@ pub fn pass(inner: &mut Inner) -> Result<bool, ApiError> {
             }
         }
         let dangling_all = keep.is_empty()
-            && refs.iter().all(|r| !by_uid.contains_key(r["uid"].as_str().unwrap_or_default()));
+            && refs
+                .iter()
+                .all(|r| !by_uid.contains_key(r["uid"].as_str().unwrap_or_default()));
         if dangling_all || foreground_owner {
             if !deleting(obj) {
-                let policy = if foreground_owner { Propagation::Foreground } else { Propagation::Background };
+                let policy = if foreground_owner {
+                    Propagation::Foreground
+                } else {
+                    Propagation::Background
+                };
                 objects::delete(inner, res, obj, policy, false)?;
                 changed = true;
             }
@@ -98,15 +113,18 @@ pub fn pass(inner: &mut Inner) -> Result<bool, ApiError> {
         if has_finalizer(obj, ORPHAN) {
             // Dependents were released above (or in an earlier pass).
             if (!has_dependents.contains(uid) || !any_dependent(&all, uid))
-                && let Some(current) = inner.get(res, &ns(obj), &name(obj)) {
-                    objects::drop_finalizer(inner, res, &current, ORPHAN)?;
-                    changed = true;
-                }
-        } else if has_finalizer(obj, FOREGROUND) && !any_dependent(&all, uid)
-            && let Some(current) = inner.get(res, &ns(obj), &name(obj)) {
-                objects::drop_finalizer(inner, res, &current, FOREGROUND)?;
+                && let Some(current) = inner.get(res, &ns(obj), &name(obj))
+            {
+                objects::drop_finalizer(inner, res, &current, ORPHAN)?;
                 changed = true;
             }
+        } else if has_finalizer(obj, FOREGROUND)
+            && !any_dependent(&all, uid)
+            && let Some(current) = inner.get(res, &ns(obj), &name(obj))
+        {
+            objects::drop_finalizer(inner, res, &current, FOREGROUND)?;
+            changed = true;
+        }
         if res.group.is_empty() && res.plural == "namespaces" {
             changed |= terminate_namespace(inner, obj)?;
         }
@@ -115,16 +133,24 @@ pub fn pass(inner: &mut Inner) -> Result<bool, ApiError> {
 }
 
 fn ns(obj: &Value) -> String {
-    obj["metadata"]["namespace"].as_str().unwrap_or_default().to_string()
+    obj["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn name(obj: &Value) -> String {
-    obj["metadata"]["name"].as_str().unwrap_or_default().to_string()
+    obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn any_dependent(all: &[(ResKey, Arc<Value>)], uid: &str) -> bool {
     all.iter().any(|(_, o)| {
-        o["metadata"]["ownerReferences"].as_array().is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(uid)))
+        o["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(uid)))
     })
 }
 
@@ -150,11 +176,22 @@ fn terminate_namespace(inner: &mut Inner, ns_obj: &Arc<Value>) -> Result<bool, A
             }
         }
     }
-    let has_meta_finalizers = ns_obj["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
-    if remaining == 0 && !has_meta_finalizers
-        && let Some(current) = inner.get(&ResKey { group: String::new(), plural: "namespaces".into() }, "", &ns_name) {
-            objects::remove_namespace(inner, &current)?;
-            changed = true;
-        }
+    let has_meta_finalizers = ns_obj["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty());
+    if remaining == 0
+        && !has_meta_finalizers
+        && let Some(current) = inner.get(
+            &ResKey {
+                group: String::new(),
+                plural: "namespaces".into(),
+            },
+            "",
+            &ns_name,
+        )
+    {
+        objects::remove_namespace(inner, &current)?;
+        changed = true;
+    }
     Ok(changed)
 }

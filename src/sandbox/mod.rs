@@ -81,7 +81,12 @@ pub async fn start(config: SandboxConfig) -> anyhow::Result<RunningSandbox> {
             .with_context(|| format!("writing kubeconfig {}", path.display()))?;
     }
     let wake = Arc::new(Notify::new());
-    let app = Arc::new(api::App { store: store.clone(), gc: wake.clone(), token: config.token.clone(), server_address: addr.to_string() });
+    let app = Arc::new(api::App {
+        store: store.clone(),
+        gc: wake.clone(),
+        token: config.token.clone(),
+        server_address: addr.to_string(),
+    });
     let gc = tokio::spawn(gc::run(store.clone(), wake.clone()));
     let flusher = tokio::spawn(store.clone().run_flusher());
     // Objects may be left half-deleted by an earlier run: collect once at start.
@@ -92,12 +97,23 @@ pub async fn start(config: SandboxConfig) -> anyhow::Result<RunningSandbox> {
         let shutdown = async {
             let _ = stopped.await;
         };
-        if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+        if let Err(err) = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
             tracing::error!(error = %err, "sandbox server failed");
         }
     });
     tracing::info!(%url, data = %config.data.display(), "sandbox API server listening");
-    Ok(RunningSandbox { addr, url, store, stop: Some(stop), server, gc, flusher })
+    Ok(RunningSandbox {
+        addr,
+        url,
+        store,
+        stop: Some(stop),
+        server,
+        gc,
+        flusher,
+    })
 }
 
 impl RunningSandbox {
@@ -112,22 +128,40 @@ impl RunningSandbox {
         self.gc.abort();
         self.store.wait_durable().await;
         self.flusher.abort();
-        self.store.flush().await.map_err(|e| anyhow::anyhow!("flushing sandbox storage: {}", e.message))?;
+        self.store
+            .flush()
+            .await
+            .map_err(|e| anyhow::anyhow!("flushing sandbox storage: {}", e.message))?;
         Ok(())
     }
 }
 
 fn bootstrap(store: &Store) -> Result<(), status::ApiError> {
-    let res = ResKey { group: String::new(), plural: "namespaces".into() };
+    let res = ResKey {
+        group: String::new(),
+        plural: "namespaces".into(),
+    };
     let info = resources::builtin_resources()
         .into_iter()
         .find(|r| r.plural == "namespaces")
-        .ok_or_else(|| status::ApiError::internal("namespaces missing from the built-in resources"))?;
-    let writer = objects::Writer { manager: "bosun-sandbox".into(), dry_run: false, operation: "Update" };
+        .ok_or_else(|| {
+            status::ApiError::internal("namespaces missing from the built-in resources")
+        })?;
+    let writer = objects::Writer {
+        manager: "bosun-sandbox".into(),
+        dry_run: false,
+        operation: "Update",
+    };
     let mut inner = store.lock();
     for ns in BOOT_NAMESPACES {
         if inner.get(&res, "", ns).is_none() {
-            objects::create(&mut inner, &info, None, json!({"metadata": {"name": ns}}), &writer)?;
+            objects::create(
+                &mut inner,
+                &info,
+                None,
+                json!({"metadata": {"name": ns}}),
+                &writer,
+            )?;
         }
     }
     store.commit(inner)
@@ -158,7 +192,10 @@ pub async fn serve_forever(config: SandboxConfig) -> anyhow::Result<()> {
     println!("listening on {}", running.url);
     if let Some(path) = kubeconfig {
         println!("kubeconfig written to {}", path.display());
-        println!("try: kubectl --kubeconfig {} get namespaces", path.display());
+        println!(
+            "try: kubectl --kubeconfig {} get namespaces",
+            path.display()
+        );
     }
     shutdown_signal().await;
     tracing::info!("shutting down the sandbox");

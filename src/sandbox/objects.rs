@@ -38,7 +38,9 @@ const GENERATION_TRACKED: &[&str] = &[
 ];
 
 fn is_builtin(info: &ResourceInfo) -> bool {
-    super::resources::builtin_resources().iter().any(|b| b.group == info.group && b.plural == info.plural)
+    super::resources::builtin_resources()
+        .iter()
+        .any(|b| b.group == info.group && b.plural == info.plural)
 }
 
 fn tracks_generation(info: &ResourceInfo) -> bool {
@@ -57,18 +59,22 @@ pub struct Writer {
 }
 
 fn meta_mut(obj: &mut Value) -> Result<&mut Map<String, Value>, ApiError> {
-    let map = obj.as_object_mut().ok_or_else(|| ApiError::bad_request("the body must be a JSON object"))?;
+    let map = obj
+        .as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("the body must be a JSON object"))?;
     let meta = map.entry("metadata").or_insert_with(|| json!({}));
     if meta.is_null() {
         *meta = json!({});
     }
-    meta.as_object_mut().ok_or_else(|| ApiError::bad_request("metadata must be an object"))
+    meta.as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("metadata must be an object"))
 }
 
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -85,7 +91,9 @@ pub fn name_problem(info: &ResourceInfo, name: &str) -> Option<String> {
     if info.group == "rbac.authorization.k8s.io" {
         // RBAC names are only path segments (they may contain ':').
         if name == "." || name == ".." || name.contains('/') || name.contains('%') {
-            return Some(format!("Invalid value: \"{name}\": may not contain '/' or '%' and may not be '.' or '..'"));
+            return Some(format!(
+                "Invalid value: \"{name}\": may not contain '/' or '%' and may not be '.' or '..'"
+            ));
         }
         return None;
     }
@@ -107,12 +115,17 @@ pub fn name_problem(info: &ResourceInfo, name: &str) -> Option<String> {
 
 fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    uuid::Uuid::new_v4().as_bytes()[..5].iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
+    uuid::Uuid::new_v4().as_bytes()[..5]
+        .iter()
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
 }
 
 /// Checks `apiVersion`/`kind` of a body against the endpoint and fills them in when absent.
 pub fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
-    let map = obj.as_object_mut().ok_or_else(|| ApiError::bad_request("the body must be a JSON object"))?;
+    let map = obj
+        .as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("the body must be a JSON object"))?;
     let want_av = info.api_version();
     match map.get("apiVersion").and_then(Value::as_str) {
         None | Some("") => {
@@ -121,7 +134,11 @@ pub fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> 
         Some(av) if av == want_av => {}
         Some(av) => {
             // Another served version of the same group is acceptable; anything else is not.
-            let group_of = |s: &str| s.rsplit_once('/').map(|(g, _)| g.to_string()).unwrap_or_default();
+            let group_of = |s: &str| {
+                s.rsplit_once('/')
+                    .map(|(g, _)| g.to_string())
+                    .unwrap_or_default()
+            };
             if group_of(av) != info.group {
                 return Err(ApiError::bad_request(format!(
                     "the API version in the data ({av}) does not match the expected API version ({want_av})"
@@ -170,18 +187,30 @@ fn without_volatile(obj: &Value) -> Value {
 fn finalizers(obj: &Value) -> Vec<String> {
     obj["metadata"]["finalizers"]
         .as_array()
-        .map(|a| a.iter().filter_map(|f| f.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// The namespace an object is created in, after checking it against the URL.
-fn resolve_namespace(info: &ResourceInfo, url_ns: Option<&str>, obj: &mut Value) -> Result<String, ApiError> {
+fn resolve_namespace(
+    info: &ResourceInfo,
+    url_ns: Option<&str>,
+    obj: &mut Value,
+) -> Result<String, ApiError> {
     let meta = meta_mut(obj)?;
     if !info.namespaced {
         meta.remove("namespace");
         return Ok(String::new());
     }
-    let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or_default().to_string();
+    let body_ns = meta
+        .get("namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let ns = match url_ns {
         Some(u) if !body_ns.is_empty() && body_ns != u => {
             return Err(ApiError::bad_request(
@@ -190,7 +219,11 @@ fn resolve_namespace(info: &ResourceInfo, url_ns: Option<&str>, obj: &mut Value)
         }
         Some(u) => u.to_string(),
         None if !body_ns.is_empty() => body_ns,
-        None => return Err(ApiError::bad_request("a namespace is required to create a namespaced object")),
+        None => {
+            return Err(ApiError::bad_request(
+                "a namespace is required to create a namespaced object",
+            ));
+        }
     };
     meta.insert("namespace".into(), json!(ns));
     Ok(ns)
@@ -209,13 +242,22 @@ pub fn create(
     let now = now_rfc3339();
     let res = ResKey::of(info);
     let meta = meta_mut(&mut obj)?;
-    let mut name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+    let mut name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     if name.is_empty()
-        && let Some(prefix) = meta.get("generateName").and_then(Value::as_str) {
-            name = format!("{prefix}{}", random_suffix());
-        }
+        && let Some(prefix) = meta.get("generateName").and_then(Value::as_str)
+    {
+        name = format!("{prefix}{}", random_suffix());
+    }
     if let Some(problem) = name_problem(info, &name) {
-        return Err(ApiError::invalid(&info.kind, &name, &[("metadata.name", problem)]));
+        return Err(ApiError::invalid(
+            &info.kind,
+            &name,
+            &[("metadata.name", problem)],
+        ));
     }
     if info.namespaced {
         match inner.namespace_state(&ns) {
@@ -267,7 +309,12 @@ pub fn create(
     commit_put(inner, &res, obj, writer)
 }
 
-fn commit_put(inner: &mut Inner, res: &ResKey, mut obj: Value, writer: &Writer) -> Result<Arc<Value>, ApiError> {
+fn commit_put(
+    inner: &mut Inner,
+    res: &ResKey,
+    mut obj: Value,
+    writer: &Writer,
+) -> Result<Arc<Value>, ApiError> {
     if writer.dry_run {
         return Ok(Arc::new(obj));
     }
@@ -281,7 +328,12 @@ fn crd_status(obj: &mut Value) {
     let names = obj["spec"]["names"].clone();
     let stored: Vec<Value> = obj["spec"]["versions"]
         .as_array()
-        .map(|vs| vs.iter().filter(|v| v["storage"].as_bool() == Some(true)).map(|v| v["name"].clone()).collect())
+        .map(|vs| {
+            vs.iter()
+                .filter(|v| v["storage"].as_bool() == Some(true))
+                .map(|v| v["name"].clone())
+                .collect()
+        })
         .unwrap_or_default();
     let now = now_rfc3339();
     obj["status"] = json!({
@@ -323,22 +375,29 @@ pub fn replace(
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
             )));
         }
-        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or_default();
+        let body_ns = meta
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if info.namespaced && !body_ns.is_empty() && body_ns != ns {
             return Err(ApiError::bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request",
             ));
         }
-        let current_rv = old["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+        let current_rv = old["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default();
         if let Some(rv) = meta.get("resourceVersion").and_then(Value::as_str)
-            && !rv.is_empty() && rv != current_rv {
-                return Err(ApiError::conflict(
-                    &info.plural,
-                    &info.group,
-                    &name,
-                    "the object has been modified; please apply your changes to the latest version and try again",
-                ));
-            }
+            && !rv.is_empty()
+            && rv != current_rv
+        {
+            return Err(ApiError::conflict(
+                &info.plural,
+                &info.group,
+                &name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
         if let Some(uid) = meta.get("uid").and_then(Value::as_str) {
             let current = old["metadata"]["uid"].as_str().unwrap_or_default();
             if !uid.is_empty() && uid != current {
@@ -346,7 +405,9 @@ pub fn replace(
                     &info.plural,
                     &info.group,
                     &name,
-                    &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {current}"),
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {current}"
+                    ),
                 ));
             }
         }
@@ -387,17 +448,27 @@ pub fn replace(
         if info.namespaced {
             meta.insert("namespace".into(), json!(ns));
         }
-        for system in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+        for system in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ] {
             match old_meta.get(system) {
                 Some(v) => meta.insert(system.into(), v.clone()),
                 None => meta.remove(system),
             };
         }
-        meta.insert("resourceVersion".into(), old_meta["resourceVersion"].clone());
+        meta.insert(
+            "resourceVersion".into(),
+            old_meta["resourceVersion"].clone(),
+        );
         if !meta.contains_key("managedFields")
-            && let Some(mf) = old_meta.get("managedFields") {
-                meta.insert("managedFields".into(), mf.clone());
-            }
+            && let Some(mf) = old_meta.get("managedFields")
+        {
+            meta.insert("managedFields".into(), mf.clone());
+        }
     }
     if info.plural == "customresourcedefinitions" && part == Part::Main {
         crd_status(&mut result);
@@ -405,12 +476,20 @@ pub fn replace(
     // Terminating objects may only lose finalizers, never gain new ones.
     if !old["metadata"]["deletionTimestamp"].is_null() {
         let before = finalizers(old);
-        let added: Vec<String> = finalizers(&result).into_iter().filter(|f| !before.contains(f)).collect();
+        let added: Vec<String> = finalizers(&result)
+            .into_iter()
+            .filter(|f| !before.contains(f))
+            .collect();
         if !added.is_empty() {
             return Err(ApiError::invalid(
                 &info.kind,
                 &name,
-                &[("metadata.finalizers", format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"))],
+                &[(
+                    "metadata.finalizers",
+                    format!(
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                    ),
+                )],
             ));
         }
     }
@@ -424,7 +503,13 @@ pub fn replace(
     }
     let now = now_rfc3339();
     if writer.operation != "Apply" {
-        super::apply::record_update(Some(old), &mut result, &writer.manager, writer.operation, &now);
+        super::apply::record_update(
+            Some(old),
+            &mut result,
+            &writer.manager,
+            writer.operation,
+            &now,
+        );
     }
     if !result["metadata"]["deletionTimestamp"].is_null() && finalizers(&result).is_empty() {
         if writer.dry_run {
@@ -476,7 +561,9 @@ pub fn delete(
     let first = o["metadata"]["deletionTimestamp"].is_null();
     if first {
         match propagation {
-            Propagation::Foreground if !fins.iter().any(|f| f == FOREGROUND) => fins.push(FOREGROUND.into()),
+            Propagation::Foreground if !fins.iter().any(|f| f == FOREGROUND) => {
+                fins.push(FOREGROUND.into())
+            }
             Propagation::Orphan if !fins.iter().any(|f| f == ORPHAN) => fins.push(ORPHAN.into()),
             _ => {}
         }
@@ -511,11 +598,22 @@ pub fn delete(
 }
 
 /// Removes an object for good; a CRD takes its custom resources with it.
-fn remove_object(inner: &mut Inner, res: &ResKey, last: Value, rv: u64) -> Result<Arc<Value>, ApiError> {
+fn remove_object(
+    inner: &mut Inner,
+    res: &ResKey,
+    last: Value,
+    rv: u64,
+) -> Result<Arc<Value>, ApiError> {
     if res.group == "apiextensions.k8s.io" && res.plural == "customresourcedefinitions" {
         let cr = ResKey {
-            group: last["spec"]["group"].as_str().unwrap_or_default().to_string(),
-            plural: last["spec"]["names"]["plural"].as_str().unwrap_or_default().to_string(),
+            group: last["spec"]["group"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            plural: last["spec"]["names"]["plural"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
         };
         for obj in inner.list(&cr, None) {
             let mut o = (*obj).clone();
@@ -532,9 +630,17 @@ fn remove_object(inner: &mut Inner, res: &ResKey, last: Value, rv: u64) -> Resul
 }
 
 /// Drops one finalizer from a terminating object (removing the object when none remain).
-pub fn drop_finalizer(inner: &mut Inner, res: &ResKey, obj: &Arc<Value>, finalizer: &str) -> Result<(), ApiError> {
+pub fn drop_finalizer(
+    inner: &mut Inner,
+    res: &ResKey,
+    obj: &Arc<Value>,
+    finalizer: &str,
+) -> Result<(), ApiError> {
     let mut o = (**obj).clone();
-    let fins: Vec<String> = finalizers(&o).into_iter().filter(|f| f != finalizer).collect();
+    let fins: Vec<String> = finalizers(&o)
+        .into_iter()
+        .filter(|f| f != finalizer)
+        .collect();
     let rv = inner.next_rv();
     let meta = meta_mut(&mut o)?;
     meta.insert("resourceVersion".into(), json!(rv.to_string()));
@@ -554,7 +660,10 @@ pub fn drop_finalizer(inner: &mut Inner, res: &ResKey, obj: &Arc<Value>, finaliz
 
 /// Removes a terminating namespace whose content is gone (no finalizers left on it).
 pub fn remove_namespace(inner: &mut Inner, obj: &Arc<Value>) -> Result<(), ApiError> {
-    let res = ResKey { group: String::new(), plural: "namespaces".into() };
+    let res = ResKey {
+        group: String::new(),
+        plural: "namespaces".into(),
+    };
     let mut o = (**obj).clone();
     let rv = inner.next_rv();
     meta_mut(&mut o)?.insert("resourceVersion".into(), json!(rv.to_string()));
@@ -563,7 +672,12 @@ pub fn remove_namespace(inner: &mut Inner, obj: &Arc<Value>) -> Result<(), ApiEr
 }
 
 /// Rewrites an object with new owner references (used by orphaning).
-pub fn set_owner_references(inner: &mut Inner, res: &ResKey, obj: &Arc<Value>, refs: Vec<Value>) -> Result<(), ApiError> {
+pub fn set_owner_references(
+    inner: &mut Inner,
+    res: &ResKey,
+    obj: &Arc<Value>,
+    refs: Vec<Value>,
+) -> Result<(), ApiError> {
     let mut o = (**obj).clone();
     let rv = inner.next_rv();
     let meta = meta_mut(&mut o)?;
@@ -594,12 +708,18 @@ mod tests {
 
     #[test]
     fn names_follow_rfc1123() {
-        let cm = super::super::resources::builtin_resources().into_iter().find(|r| r.plural == "configmaps").unwrap();
+        let cm = super::super::resources::builtin_resources()
+            .into_iter()
+            .find(|r| r.plural == "configmaps")
+            .unwrap();
         assert!(name_problem(&cm, "a.b-c").is_none());
         assert!(name_problem(&cm, "Upper").is_some());
         assert!(name_problem(&cm, "-x").is_some());
         assert!(name_problem(&cm, &"a".repeat(254)).is_some());
-        let role = super::super::resources::builtin_resources().into_iter().find(|r| r.plural == "roles").unwrap();
+        let role = super::super::resources::builtin_resources()
+            .into_iter()
+            .find(|r| r.plural == "roles")
+            .unwrap();
         assert!(name_problem(&role, "system:controller:x").is_none());
     }
 }

@@ -20,7 +20,12 @@ pub struct ApiError {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None }
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
 
     /// 400 BadRequest.
@@ -40,34 +45,64 @@ impl ApiError {
 
     /// 404 NotFound for a named object of a resource.
     pub fn not_found(plural: &str, group: &str, name: &str) -> Self {
-        let what = if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") };
+        let what = if group.is_empty() {
+            plural.to_string()
+        } else {
+            format!("{plural}.{group}")
+        };
         Self::new(404, "NotFound", format!("{what} \"{name}\" not found"))
             .with_details(json!({"name": name, "group": group, "kind": plural}))
     }
 
     /// 404 for a path the server does not serve.
     pub fn no_route(path: &str) -> Self {
-        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
-            .with_details(json!({}))
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
+        .with_details(json!({}))
     }
 
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(method: &str, what: &str) -> Self {
-        Self::new(405, "MethodNotAllowed", format!("the server does not allow this method on the requested resource: {method} {what}"))
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!(
+                "the server does not allow this method on the requested resource: {method} {what}"
+            ),
+        )
     }
 
     /// 409 AlreadyExists.
     pub fn already_exists(plural: &str, group: &str, name: &str) -> Self {
-        let what = if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") };
-        Self::new(409, "AlreadyExists", format!("{what} \"{name}\" already exists"))
-            .with_details(json!({"name": name, "group": group, "kind": plural}))
+        let what = if group.is_empty() {
+            plural.to_string()
+        } else {
+            format!("{plural}.{group}")
+        };
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{what} \"{name}\" already exists"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": plural}))
     }
 
     /// 409 Conflict for a stale resourceVersion or failed precondition.
     pub fn conflict(plural: &str, group: &str, name: &str, why: &str) -> Self {
-        let what = if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") };
-        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {what} \"{name}\": {why}"))
-            .with_details(json!({"name": name, "group": group, "kind": plural}))
+        let what = if group.is_empty() {
+            plural.to_string()
+        } else {
+            format!("{plural}.{group}")
+        };
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {what} \"{name}\": {why}"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": plural}))
     }
 
     /// 410 Gone for a compacted resourceVersion.
@@ -77,7 +112,11 @@ impl ApiError {
 
     /// 413 RequestEntityTooLarge.
     pub fn too_large(limit: usize) -> Self {
-        Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit}"))
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {limit}"),
+        )
     }
 
     /// 415 UnsupportedMediaType.
@@ -92,8 +131,12 @@ impl ApiError {
             .iter()
             .map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f}))
             .collect();
-        Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {}", text.join(", ")))
-            .with_details(json!({"name": name, "kind": kind, "causes": causes}))
+        Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {}", text.join(", ")),
+        )
+        .with_details(json!({"name": name, "kind": kind, "causes": causes}))
     }
 
     /// 500 InternalError.

@@ -30,7 +30,10 @@ pub struct ResKey {
 impl ResKey {
     /// The key of a served resource.
     pub fn of(info: &ResourceInfo) -> Self {
-        Self { group: info.group.clone(), plural: info.plural.clone() }
+        Self {
+            group: info.group.clone(),
+            plural: info.plural.clone(),
+        }
     }
 }
 
@@ -143,7 +146,8 @@ pub fn ns_name(obj: &Value) -> (String, String) {
 impl Store {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path, history_limit: usize) -> Result<Arc<Store>, ApiError> {
-        std::fs::create_dir_all(dir).map_err(|e| ApiError::internal(format!("creating {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| ApiError::internal(format!("creating {}: {e}", dir.display())))?;
         let db = sled::Config::new().path(dir).open()?;
         let tree = db.open_tree("sandbox")?;
         let mut inner = Inner {
@@ -156,7 +160,10 @@ impl Store {
             batch: sled::Batch::default(),
         };
         if let Some(v) = tree.get(META_RV)? {
-            let bytes: [u8; 8] = v.as_ref().try_into().map_err(|_| ApiError::internal("corrupt resourceVersion counter"))?;
+            let bytes: [u8; 8] = v
+                .as_ref()
+                .try_into()
+                .map_err(|_| ApiError::internal("corrupt resourceVersion counter"))?;
             inner.rv = u64::from_be_bytes(bytes);
         }
         for item in tree.scan_prefix([OBJ]) {
@@ -167,12 +174,16 @@ impl Store {
             let obj: Value = serde_json::from_slice(&value)
                 .map_err(|e| ApiError::internal(format!("corrupt object {group}/{plural}: {e}")))?;
             let (ns, name) = ns_name(&obj);
-            inner.objects.entry(ResKey { group, plural }).or_default().insert((ns, name), Arc::new(obj));
+            inner
+                .objects
+                .entry(ResKey { group, plural })
+                .or_default()
+                .insert((ns, name), Arc::new(obj));
         }
         for item in tree.scan_prefix([HIST]) {
             let (_, value) = item?;
-            let change: Change =
-                serde_json::from_slice(&value).map_err(|e| ApiError::internal(format!("corrupt history record: {e}")))?;
+            let change: Change = serde_json::from_slice(&value)
+                .map_err(|e| ApiError::internal(format!("corrupt history record: {e}")))?;
             inner.history.push_back(Arc::new(change));
         }
         let excess = inner.history.len().saturating_sub(inner.history_limit);
@@ -195,7 +206,10 @@ impl Store {
             let mut inner = store.lock();
             let crds: Vec<Arc<Value>> = inner
                 .objects
-                .get(&ResKey { group: "apiextensions.k8s.io".into(), plural: "customresourcedefinitions".into() })
+                .get(&ResKey {
+                    group: "apiextensions.k8s.io".into(),
+                    plural: "customresourcedefinitions".into(),
+                })
                 .map(|m| m.values().cloned().collect())
                 .unwrap_or_default();
             for crd in crds {
@@ -208,7 +222,9 @@ impl Store {
     /// Takes the lock. Changes recorded with [`Inner::put`]/[`Inner::remove`] are committed
     /// by [`Store::commit`].
     pub fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Writes the changes recorded under `guard` to sled; the flusher makes them durable
@@ -227,8 +243,12 @@ impl Store {
         self.tree.apply_batch(batch)?;
         let rv = guard.rv;
         // Queue for publication in commit order, still under the store lock.
-        self.unflushed.lock().unwrap_or_else(|p| p.into_inner()).extend(pending);
-        self.committed.store(rv, std::sync::atomic::Ordering::SeqCst);
+        self.unflushed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(pending);
+        self.committed
+            .store(rv, std::sync::atomic::Ordering::SeqCst);
         drop(guard);
         self.flush_wanted.notify_one();
         Ok(())
@@ -288,12 +308,17 @@ impl Inner {
 
     /// The current object, if any.
     pub fn get(&self, res: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
-        self.objects.get(res).and_then(|m| m.get(&(ns.to_string(), name.to_string()))).cloned()
+        self.objects
+            .get(res)
+            .and_then(|m| m.get(&(ns.to_string(), name.to_string())))
+            .cloned()
     }
 
     /// All objects of a resource, optionally in one namespace, ordered by namespace/name.
     pub fn list(&self, res: &ResKey, ns: Option<&str>) -> Vec<Arc<Value>> {
-        let Some(map) = self.objects.get(res) else { return Vec::new() };
+        let Some(map) = self.objects.get(res) else {
+            return Vec::new();
+        };
         match ns {
             Some(ns) => map
                 .range((ns.to_string(), String::new())..)
@@ -310,9 +335,24 @@ impl Inner {
         let bytes = serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?;
         self.batch.insert(object_key(res, &ns, &name), bytes);
         let obj = Arc::new(obj);
-        let old = self.objects.entry(res.clone()).or_default().insert((ns.clone(), name), obj.clone());
-        let kind = if old.is_some() { ChangeType::Modified } else { ChangeType::Added };
-        self.record(Change { rv, kind, res: res.clone(), namespace: ns, object: obj.clone(), old })?;
+        let old = self
+            .objects
+            .entry(res.clone())
+            .or_default()
+            .insert((ns.clone(), name), obj.clone());
+        let kind = if old.is_some() {
+            ChangeType::Modified
+        } else {
+            ChangeType::Added
+        };
+        self.record(Change {
+            rv,
+            kind,
+            res: res.clone(),
+            namespace: ns,
+            object: obj.clone(),
+            old,
+        })?;
         if res.group == "apiextensions.k8s.io" && res.plural == "customresourcedefinitions" {
             self.register_crd(&obj);
         }
@@ -327,7 +367,14 @@ impl Inner {
             map.remove(&(ns.clone(), name));
         }
         let obj = Arc::new(last);
-        self.record(Change { rv, kind: ChangeType::Deleted, res: res.clone(), namespace: ns, object: obj.clone(), old: None })?;
+        self.record(Change {
+            rv,
+            kind: ChangeType::Deleted,
+            res: res.clone(),
+            namespace: ns,
+            object: obj.clone(),
+            old: None,
+        })?;
         if res.group == "apiextensions.k8s.io" && res.plural == "customresourcedefinitions" {
             self.unregister_crd(&obj);
         }
@@ -363,13 +410,19 @@ impl Inner {
 
     /// Finds a served resource by group, version and plural.
     pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceInfo> {
-        self.resources.iter().find(|r| r.group == group && r.version == version && r.plural == plural)
+        self.resources
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
     }
 
     /// Whether a namespace exists and is not terminating: Ok(true) active, Ok(false) terminating.
     pub fn namespace_state(&self, ns: &str) -> Option<bool> {
-        let key = ResKey { group: String::new(), plural: "namespaces".into() };
-        self.get(&key, "", ns).map(|obj| obj["metadata"]["deletionTimestamp"].is_null())
+        let key = ResKey {
+            group: String::new(),
+            plural: "namespaces".into(),
+        };
+        self.get(&key, "", ns)
+            .map(|obj| obj["metadata"]["deletionTimestamp"].is_null())
     }
 
     /// Serves the versions a CRD declares.
@@ -383,7 +436,10 @@ impl Inner {
         let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
         let builtin = builtin_resources();
         self.resources.retain(|r| {
-            !(r.group == group && r.plural == plural) || builtin.iter().any(|b| b.group == group && b.plural == plural)
+            !(r.group == group && r.plural == plural)
+                || builtin
+                    .iter()
+                    .any(|b| b.group == group && b.plural == plural)
         });
     }
 }
@@ -393,7 +449,13 @@ pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
     let spec = &crd["spec"];
     let names = &spec["names"];
     let str_list = |v: &Value| -> Vec<String> {
-        v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default()
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
     };
     let kind = names["kind"].as_str().unwrap_or_default().to_string();
     let mut out = Vec::new();
@@ -406,18 +468,32 @@ pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
             group: spec["group"].as_str().unwrap_or_default().to_string(),
             version: version["name"].as_str().unwrap_or_default().to_string(),
             kind: kind.clone(),
-            list_kind: names["listKind"].as_str().map(String::from).unwrap_or_else(|| format!("{kind}List")),
+            list_kind: names["listKind"]
+                .as_str()
+                .map(String::from)
+                .unwrap_or_else(|| format!("{kind}List")),
             plural: names["plural"].as_str().unwrap_or_default().to_string(),
-            singular: names["singular"].as_str().map(String::from).unwrap_or_else(|| kind.to_ascii_lowercase()),
+            singular: names["singular"]
+                .as_str()
+                .map(String::from)
+                .unwrap_or_else(|| kind.to_ascii_lowercase()),
             namespaced: spec["scope"].as_str() != Some("Cluster"),
             short_names: str_list(&names["shortNames"]),
             categories: str_list(&names["categories"]),
             status_subresource: sub.get("status").is_some(),
-            scale: sub.get("scale").map(|s| super::resources::ScaleSubresource {
-                spec_replicas_path: s["specReplicasPath"].as_str().unwrap_or(".spec.replicas").to_string(),
-                status_replicas_path: s["statusReplicasPath"].as_str().unwrap_or(".status.replicas").to_string(),
-                label_selector_path: s["labelSelectorPath"].as_str().map(String::from),
-            }),
+            scale: sub
+                .get("scale")
+                .map(|s| super::resources::ScaleSubresource {
+                    spec_replicas_path: s["specReplicasPath"]
+                        .as_str()
+                        .unwrap_or(".spec.replicas")
+                        .to_string(),
+                    status_replicas_path: s["statusReplicasPath"]
+                        .as_str()
+                        .unwrap_or(".status.replicas")
+                        .to_string(),
+                    label_selector_path: s["labelSelectorPath"].as_str().map(String::from),
+                }),
             storage: version["storage"].as_bool().unwrap_or(false),
         });
     }

@@ -29,13 +29,21 @@ impl Include {
 
 /// Whether an `Accept` header asks for a Table.
 pub fn wants_table(accept: &str) -> bool {
-    accept.split(',').next().is_some_and(|first| first.contains("as=Table"))
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=Table"))
 }
 
 /// Kubernetes' short age format: `42s`, `5m`, `3h`, `12d`.
 pub fn short_age(created: &str) -> String {
-    let Ok(t) = humantime::parse_rfc3339_weak(created) else { return "<unknown>".into() };
-    let secs = SystemTime::now().duration_since(t).map(|d| d.as_secs()).unwrap_or(0);
+    let Ok(t) = humantime::parse_rfc3339_weak(created) else {
+        return "<unknown>".into();
+    };
+    let secs = SystemTime::now()
+        .duration_since(t)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 3600 * 3 => format!("{}m", s / 60),
@@ -69,7 +77,12 @@ pub fn row(obj: &Arc<Value>, include: Include) -> Value {
 }
 
 /// A Table of objects.
-pub fn table(objs: &[Arc<Value>], include: Include, resource_version: &str, cont: Option<&str>) -> Value {
+pub fn table(
+    objs: &[Arc<Value>],
+    include: Include,
+    resource_version: &str,
+    cont: Option<&str>,
+) -> Value {
     let rows: Vec<Value> = objs.iter().map(|o| row(o, include)).collect();
     let mut meta = json!({"resourceVersion": resource_version});
     if let Some(c) = cont {

@@ -41,7 +41,15 @@ impl Sandbox {
         let dir = tempfile::tempdir().expect("temp dir");
         let data = dir.path().join("data");
         let kubeconfig = dir.path().join("kubeconfig");
-        let mut sb = Sandbox { url: String::new(), kubeconfig, data, dir, child: None, listen: "127.0.0.1:0".into(), args: args.iter().map(|a| a.to_string()).collect() };
+        let mut sb = Sandbox {
+            url: String::new(),
+            kubeconfig,
+            data,
+            dir,
+            child: None,
+            listen: "127.0.0.1:0".into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
         sb.spawn();
         sb
     }
@@ -53,15 +61,24 @@ impl Sandbox {
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(&self.args)
-            .env("LOG_LEVEL", std::env::var("SANDBOX_LOG_LEVEL").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "LOG_LEVEL",
+                std::env::var("SANDBOX_LOG_LEVEL").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn bosun sandbox");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let first = lines.next().expect("sandbox exited before listening").expect("read stdout");
-        let url = first.strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {first:?}")).to_string();
+        let first = lines
+            .next()
+            .expect("sandbox exited before listening")
+            .expect("read stdout");
+        let url = first
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_string();
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         self.listen = url.trim_start_matches("http://").to_string();
@@ -72,7 +89,10 @@ impl Sandbox {
     /// Stops the server gracefully (SIGTERM) and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
             let deadline = Instant::now() + Duration::from_secs(20);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -124,7 +144,13 @@ impl Sandbox {
     }
 
     /// Sends a request; returns status and the decoded JSON body (Null when not JSON).
-    pub fn request(&self, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: &str,
+    ) -> (u16, Value) {
         http(&self.listen, method, path, content_type, body)
     }
 
@@ -153,27 +179,62 @@ impl Drop for Sandbox {
 /// A minimal HTTP/1.1 client (one request per connection).
 pub fn http(addr: &str, method: &str, path: &str, content_type: &str, body: &str) -> (u16, Value) {
     let (status, bytes) = http_raw(addr, method, path, content_type, body.as_bytes());
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 /// Like [`http`], returning the raw body.
-pub fn http_raw(addr: &str, method: &str, path: &str, content_type: &str, body: &[u8]) -> (u16, Vec<u8>) {
+pub fn http_raw(
+    addr: &str,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    http_full(addr, method, path, &[("Content-Type", content_type)], body)
+}
+
+/// A request with arbitrary headers (empty values are skipped), returning the raw body.
+pub fn http_full(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<u8>) {
     let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
-    if !content_type.is_empty() {
-        head.push_str(&format!("Content-Type: {content_type}\r\n"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers.iter().filter(|(_, v)| !v.is_empty()) {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).expect("write");
     stream.write_all(body).expect("write body");
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).expect("read");
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("header end");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("header end");
     let headers = String::from_utf8_lossy(&raw[..split]).to_string();
-    let status: u16 = headers.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
+    let status: u16 = headers
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
     let mut payload = raw[split + 4..].to_vec();
-    if headers.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if headers
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         payload = dechunk(&payload);
     }
     (status, payload)
@@ -182,7 +243,8 @@ pub fn http_raw(addr: &str, method: &str, path: &str, content_type: &str, body: 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(pos) = data.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..pos]).trim(), 16).unwrap_or(0);
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&data[..pos]).trim(), 16).unwrap_or(0);
         if size == 0 {
             break;
         }
@@ -220,6 +282,10 @@ pub fn run_ok(cmd: &mut Command) -> String {
 /// Runs a command expected to fail; returns stderr.
 pub fn run_err(cmd: &mut Command) -> String {
     let out = cmd.output().expect("run command");
-    assert!(!out.status.success(), "command {cmd:?} unexpectedly succeeded: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "command {cmd:?} unexpectedly succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
