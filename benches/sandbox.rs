@@ -15,7 +15,10 @@ use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
 fn now_micros() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -41,7 +44,8 @@ async fn raw_sled_rate(n: usize, writers: usize) -> f64 {
         let (tree, db, body) = (tree.clone(), db.clone(), body.clone());
         tasks.push(tokio::spawn(async move {
             for i in (w..n).step_by(writers) {
-                tree.insert(format!("k{i}"), body.as_bytes()).expect("insert");
+                tree.insert(format!("k{i}"), body.as_bytes())
+                    .expect("insert");
                 db.flush_async().await.expect("flush");
             }
         }));
@@ -54,7 +58,10 @@ async fn raw_sled_rate(n: usize, writers: usize) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let objects: usize = std::env::var("BOSUN_BENCH_OBJECTS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let objects: usize = std::env::var("BOSUN_BENCH_OBJECTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
     let dir = tempfile::tempdir()?;
     let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig {
         listen: "127.0.0.1:0".parse()?,
@@ -87,7 +94,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let http_rate = objects as f64 / start.elapsed().as_secs_f64();
     let sled_rate = raw_sled_rate(objects, writers).await;
-    println!("writes: sandbox {http_rate:.0}/s over HTTP, raw sled insert+flush {sled_rate:.0}/s, ratio {:.2}", http_rate / sled_rate);
+    println!(
+        "writes: sandbox {http_rate:.0}/s over HTTP, raw sled insert+flush {sled_rate:.0}/s, ratio {:.2}",
+        http_rate / sled_rate
+    );
 
     // 2. List latency for all objects.
     let mut lats = Vec::new();
@@ -98,12 +108,21 @@ async fn main() -> anyhow::Result<()> {
         lats.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     lats.sort_by(|a, b| a.total_cmp(b));
-    println!("list of {objects} objects: p50 {:.1} ms, p99 {:.1} ms", percentile(&lats, 0.5), percentile(&lats, 0.99));
+    println!(
+        "list of {objects} objects: p50 {:.1} ms, p99 {:.1} ms",
+        percentile(&lats, 0.5),
+        percentile(&lats, 0.99)
+    );
 
     // 3. Watch fan-out: 10 watchers, 200 writes, latency from acknowledged write to event.
     let watchers = 10;
     let writes = 200;
-    let rv = api.list(&ListParams::default().limit(1)).await?.metadata.resource_version.unwrap_or_default();
+    let rv = api
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<f64>();
     let mut handles = Vec::new();
     for _ in 0..watchers {
@@ -111,10 +130,20 @@ async fn main() -> anyhow::Result<()> {
         let tx = tx.clone();
         let rv = rv.clone();
         handles.push(tokio::spawn(async move {
-            let mut stream = api.watch(&WatchParams::default().labels("fanout=yes"), &rv).await.expect("watch").boxed();
+            let mut stream = api
+                .watch(&WatchParams::default().labels("fanout=yes"), &rv)
+                .await
+                .expect("watch")
+                .boxed();
             while let Some(Ok(ev)) = stream.next().await {
                 if let WatchEvent::Added(cm) = ev {
-                    let sent: u128 = cm.metadata.annotations.as_ref().and_then(|a| a.get("t")).and_then(|t| t.parse().ok()).unwrap_or(0);
+                    let sent: u128 = cm
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("t"))
+                        .and_then(|t| t.parse().ok())
+                        .unwrap_or(0);
                     let _ = tx.send((now_micros().saturating_sub(sent)) as f64 / 1000.0);
                 }
             }

@@ -78,17 +78,21 @@ pub fn main(cli: Cli) -> ExitCode {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(crate::sandbox::serve_forever(crate::sandbox::SandboxConfig {
-        listen: args.listen,
-        data: args.data,
-        kubeconfig: args.kubeconfig,
-        token: args.token,
-        watch_history: args.watch_history,
-    }))
+    runtime()?.block_on(crate::sandbox::serve_forever(
+        crate::sandbox::SandboxConfig {
+            listen: args.listen,
+            data: args.data,
+            kubeconfig: args.kubeconfig,
+            token: args.token,
+            watch_history: args.watch_history,
+        },
+    ))
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -96,11 +100,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         anyhow::bail!("only `bosun run --sandbox` is available in this version");
     }
     let kubeconfig = args.data.join("kubeconfig");
-    runtime()?.block_on(crate::sandbox::serve_forever(crate::sandbox::SandboxConfig {
-        listen: args.sandbox_listen,
-        data: args.data.join("sandbox"),
-        kubeconfig: Some(kubeconfig),
-        token: None,
-        watch_history: crate::sandbox::store::DEFAULT_HISTORY,
-    }))
+    runtime()?.block_on(crate::sandbox::serve_forever(
+        crate::sandbox::SandboxConfig {
+            listen: args.sandbox_listen,
+            data: args.data.join("sandbox"),
+            kubeconfig: Some(kubeconfig),
+            token: None,
+            watch_history: crate::sandbox::store::DEFAULT_HISTORY,
+        },
+    ))
 }

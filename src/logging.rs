@@ -6,10 +6,13 @@ use tracing_subscriber::EnvFilter;
 /// Installs the global `tracing` subscriber. Safe to call more than once.
 pub fn init() {
     let level = std::env::var("LOG_LEVEL").unwrap_or_else(|_| "info".to_string());
-    let filter = EnvFilter::try_new(level.to_ascii_lowercase()).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_new(level.to_ascii_lowercase()).unwrap_or_else(|_| EnvFilter::new("info"));
     let no_time = std::env::var("LOG_NO_TIME").is_ok_and(|v| v == "true" || v == "1");
     let log_type = std::env::var("LOG_TYPE").unwrap_or_else(|_| "text".to_string());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let result = match (log_type.as_str(), no_time) {
         ("json", true) => builder.json().without_time().try_init(),
         ("json", false) => builder.json().try_init(),
