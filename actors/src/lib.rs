@@ -1,1 +1,12 @@
-//! bosun actors and domain state.
+//! bosun's domain: the events it journals and the state they fold into.
+//!
+//! ```text
+//!   hook results, ConfigMap, queue workers ──► Event ──► journal (durable first)
+//!                                                 └───► State::apply (the same fold on replay)
+//! ```
+
+pub mod events;
+pub mod state;
+
+pub use events::{EVENT_VERSION, Event, Position, Scope, TaskId, TaskSpec, TaskType, ValuesLayer};
+pub use state::State;

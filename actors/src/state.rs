@@ -1,0 +1,431 @@
+//! The state rebuilt from the journal: values per scope, modules, queues, converge.
+//!
+//! [`State::apply`] is a pure, deterministic fold: the running actors and `bosun journal
+//! state` use the same function, so what the journal explains is what bosun did.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::events::{Event, Position, Scope, TaskId, TaskSpec, ValuesLayer};
+
+/// Values of one scope.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScopeValues {
+    /// Config values (from the ConfigMap and config patches).
+    pub config: Value,
+    /// Memory values (from hooks' values patches).
+    pub memory: Value,
+}
+
+/// A module as the journal knows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleState {
+    /// Whether it is enabled.
+    pub enabled: bool,
+    /// What decided the enabled state.
+    pub reason: String,
+    /// Its run phase.
+    pub phase: String,
+    /// The last applied release revision (0 = none).
+    pub revision: u32,
+    /// Checksum of the last applied release.
+    pub checksum: String,
+}
+
+/// A task waiting or running in a queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedTask {
+    /// What it is.
+    pub spec: TaskSpec,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Failures so far.
+    pub failures: u32,
+    /// The last error.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_error: String,
+    /// When the next attempt is due (unix ms), after a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retry_at_ms: Option<u64>,
+}
+
+/// Converge bookkeeping.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConvergeState {
+    /// A converge is in progress.
+    pub in_progress: bool,
+    /// Converges completed.
+    pub completed: u64,
+    /// Why the current or last converge started.
+    pub reason: String,
+}
+
+/// Everything the journal rebuilds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    /// Values per scope (`global` and module names).
+    pub values: BTreeMap<String, ScopeValues>,
+    /// Modules by name.
+    pub modules: BTreeMap<String, ModuleState>,
+    /// Queue contents by queue name, head first.
+    pub queues: BTreeMap<String, Vec<QueuedTask>>,
+    /// Converge bookkeeping.
+    pub converge: ConvergeState,
+    /// Events folded so far.
+    pub events: u64,
+    /// Patches that could not be applied during the fold (a journal written by a build
+    /// that validated differently); kept as readable messages, never fatal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anomalies: Vec<String>,
+}
+
+impl State {
+    /// Folds one event into the state.
+    pub fn apply(&mut self, event: &Event) {
+        self.events += 1;
+        match event {
+            Event::ValuesPatched {
+                scope,
+                layer,
+                patch,
+                source,
+            } => {
+                let target = self.layer_mut(scope, *layer);
+                if target.is_null() {
+                    *target = Value::Object(Default::default());
+                }
+                let mut next = target.clone();
+                match json_patch::patch(&mut next, patch) {
+                    Ok(()) => *target = next,
+                    Err(e) => {
+                        let msg = format!(
+                            "event {}: patch from {source} to {scope} {layer:?} values: {e}",
+                            self.events
+                        );
+                        self.anomalies.push(msg);
+                    }
+                }
+            }
+            Event::ValuesSet {
+                scope,
+                layer,
+                values,
+                ..
+            } => *self.layer_mut(scope, *layer) = values.clone(),
+            Event::TaskEnqueued { task, position } => self.enqueue(task.clone(), *position),
+            Event::TaskStarted { id, attempt } => {
+                if let Some(t) = self.task_mut(*id) {
+                    t.attempts = *attempt;
+                }
+            }
+            Event::TaskFailed {
+                id,
+                error,
+                failures,
+                next_retry_at_ms,
+            } => {
+                if let Some(t) = self.task_mut(*id) {
+                    t.failures = *failures;
+                    t.last_error = error.clone();
+                    t.next_retry_at_ms = Some(*next_retry_at_ms);
+                }
+            }
+            Event::TaskSucceeded { id }
+            | Event::TaskMerged { id, .. }
+            | Event::TaskDropped { id, .. } => self.remove_task(*id),
+            Event::ModuleEnabled { module, reason } | Event::ModuleDisabled { module, reason } => {
+                let m = self.modules.entry(module.clone()).or_default();
+                m.enabled = matches!(event, Event::ModuleEnabled { .. });
+                m.reason = reason.clone();
+            }
+            Event::ModulePhase { module, phase } => {
+                self.modules.entry(module.clone()).or_default().phase = phase.clone()
+            }
+            Event::ReleaseApplied {
+                module,
+                revision,
+                checksum,
+            } => {
+                let m = self.modules.entry(module.clone()).or_default();
+                m.revision = *revision;
+                m.checksum = checksum.clone();
+            }
+            Event::ReleaseDeleted { module } => {
+                if let Some(m) = self.modules.get_mut(module) {
+                    m.revision = 0;
+                    m.checksum.clear();
+                }
+            }
+            Event::ConvergeStarted { reason } => {
+                self.converge.in_progress = true;
+                self.converge.reason = reason.clone();
+            }
+            Event::ConvergeFinished => {
+                self.converge.in_progress = false;
+                self.converge.completed += 1;
+            }
+        }
+    }
+
+    /// Folds many events.
+    pub fn apply_all<'a>(&mut self, events: impl IntoIterator<Item = &'a Event>) {
+        for e in events {
+            self.apply(e);
+        }
+    }
+
+    fn layer_mut(&mut self, scope: &Scope, layer: ValuesLayer) -> &mut Value {
+        let v = self.values.entry(scope.to_string()).or_default();
+        match layer {
+            ValuesLayer::Config => &mut v.config,
+            ValuesLayer::Memory => &mut v.memory,
+        }
+    }
+
+    fn enqueue(&mut self, spec: TaskSpec, position: Position) {
+        // A re-enqueued id replaces its old entry: ids are unique, so this only happens in a
+        // journal written out of order, and keeping one copy keeps the fold total.
+        self.remove_task(spec.id);
+        let queue = self.queues.entry(spec.queue.clone()).or_default();
+        let task = QueuedTask {
+            spec,
+            attempts: 0,
+            failures: 0,
+            last_error: String::new(),
+            next_retry_at_ms: None,
+        };
+        let index = match position {
+            Position::Head => 0,
+            Position::Tail => queue.len(),
+            Position::After(other) => queue
+                .iter()
+                .position(|t| t.spec.id == other)
+                .map_or(queue.len(), |i| i + 1),
+            Position::Before(other) => queue.iter().position(|t| t.spec.id == other).unwrap_or(0),
+        };
+        queue.insert(index, task);
+    }
+
+    fn task_mut(&mut self, id: TaskId) -> Option<&mut QueuedTask> {
+        self.queues
+            .values_mut()
+            .flat_map(|q| q.iter_mut())
+            .find(|t| t.spec.id == id)
+    }
+
+    fn remove_task(&mut self, id: TaskId) {
+        for q in self.queues.values_mut() {
+            q.retain(|t| t.spec.id != id);
+        }
+        self.queues.retain(|_, q| !q.is_empty());
+    }
+
+    /// Effective values of a scope: config values overlaid with memory values.
+    pub fn effective_values(&self, scope: &Scope) -> Value {
+        let Some(v) = self.values.get(&scope.to_string()) else {
+            return Value::Object(Default::default());
+        };
+        let mut out = if v.config.is_null() {
+            Value::Object(Default::default())
+        } else {
+            v.config.clone()
+        };
+        if !v.memory.is_null() {
+            json_patch::merge(&mut out, &v.memory);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::TaskType;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn task(id: u64, queue: &str) -> TaskSpec {
+        TaskSpec {
+            id: TaskId(id),
+            task_type: TaskType::ModuleRun,
+            queue: queue.into(),
+            module: Some("m".into()),
+            hook: None,
+            description: String::new(),
+            params: Value::Null,
+        }
+    }
+
+    fn patch(ops: Value) -> json_patch::Patch {
+        serde_json::from_value(ops).unwrap_or_else(|_| json_patch::Patch(Vec::new()))
+    }
+
+    #[test]
+    fn queue_positions_and_failures() {
+        let mut s = State::default();
+        s.apply(&Event::TaskEnqueued {
+            task: task(1, "main"),
+            position: Position::Tail,
+        });
+        s.apply(&Event::TaskEnqueued {
+            task: task(2, "main"),
+            position: Position::Head,
+        });
+        s.apply(&Event::TaskEnqueued {
+            task: task(3, "main"),
+            position: Position::After(TaskId(2)),
+        });
+        let ids: Vec<u64> = s.queues["main"].iter().map(|t| t.spec.id.0).collect();
+        assert_eq!(ids, [2, 3, 1]);
+        s.apply(&Event::TaskFailed {
+            id: TaskId(2),
+            error: "boom".into(),
+            failures: 1,
+            next_retry_at_ms: 5,
+        });
+        assert_eq!(s.queues["main"][0].last_error, "boom");
+        for id in [2, 3, 1] {
+            s.apply(&Event::TaskSucceeded { id: TaskId(id) });
+        }
+        assert!(s.queues.is_empty());
+    }
+
+    #[test]
+    fn values_patches_and_bad_patches() {
+        let mut s = State::default();
+        let scope = Scope::Module("m".into());
+        s.apply(&Event::ValuesSet {
+            scope: scope.clone(),
+            layer: ValuesLayer::Config,
+            values: json!({"a": 1, "b": {"c": 1}}),
+            source: "configmap".into(),
+        });
+        s.apply(&Event::ValuesPatched {
+            scope: scope.clone(),
+            layer: ValuesLayer::Memory,
+            patch: patch(json!([{"op": "add", "path": "/b", "value": {"d": 2}}])),
+            source: "hook".into(),
+        });
+        assert_eq!(
+            s.effective_values(&scope),
+            json!({"a": 1, "b": {"c": 1, "d": 2}})
+        );
+        s.apply(&Event::ValuesPatched {
+            scope: scope.clone(),
+            layer: ValuesLayer::Memory,
+            patch: patch(json!([{"op": "remove", "path": "/nope"}])),
+            source: "hook".into(),
+        });
+        assert_eq!(s.anomalies.len(), 1);
+        assert!(s.anomalies[0].contains("hook"), "{:?}", s.anomalies);
+    }
+
+    fn arb_event() -> impl Strategy<Value = Event> {
+        let id = 0u64..8;
+        let queue = prop_oneof![Just("main".to_string()), Just("q1".to_string())];
+        let module = prop_oneof![Just("a".to_string()), Just("b".to_string())];
+        prop_oneof![
+            (id.clone(), queue.clone(), 0u8..4, 0u64..8).prop_map(|(i, q, p, other)| {
+                Event::TaskEnqueued {
+                    task: task(i, &q),
+                    position: match p {
+                        0 => Position::Head,
+                        1 => Position::Tail,
+                        2 => Position::After(TaskId(other)),
+                        _ => Position::Before(TaskId(other)),
+                    },
+                }
+            }),
+            (id.clone(), 1u32..5).prop_map(|(i, a)| Event::TaskStarted {
+                id: TaskId(i),
+                attempt: a
+            }),
+            id.clone()
+                .prop_map(|i| Event::TaskSucceeded { id: TaskId(i) }),
+            (id.clone(), 1u32..5).prop_map(|(i, f)| Event::TaskFailed {
+                id: TaskId(i),
+                error: format!("e{f}"),
+                failures: f,
+                next_retry_at_ms: u64::from(f) * 1000
+            }),
+            (id, 0u64..8).prop_map(|(i, into)| Event::TaskMerged {
+                id: TaskId(i),
+                into: TaskId(into)
+            }),
+            (module.clone(), any::<bool>()).prop_map(|(m, on)| if on {
+                Event::ModuleEnabled {
+                    module: m,
+                    reason: "static".into(),
+                }
+            } else {
+                Event::ModuleDisabled {
+                    module: m,
+                    reason: "configmap".into(),
+                }
+            }),
+            (module.clone(), 0u32..4).prop_map(|(m, r)| Event::ReleaseApplied {
+                module: m,
+                revision: r,
+                checksum: format!("c{r}")
+            }),
+            (module.clone(), 0i64..4, any::<bool>()).prop_map(|(m, v, add)| Event::ValuesPatched {
+                scope: Scope::Module(m),
+                layer: ValuesLayer::Memory,
+                patch: patch(if add {
+                    json!([{"op": "add", "path": "/x", "value": v}])
+                } else {
+                    json!([{"op": "remove", "path": "/x"}])
+                }),
+                source: "hook".into(),
+            }),
+            (0i64..4).prop_map(|v| Event::ValuesSet {
+                scope: Scope::Global,
+                layer: ValuesLayer::Config,
+                values: json!({"v": v}),
+                source: "cm".into()
+            }),
+            Just(Event::ConvergeStarted {
+                reason: "OperatorStartup".into()
+            }),
+            Just(Event::ConvergeFinished),
+        ]
+    }
+
+    fn replay(events: &[Event]) -> State {
+        let mut s = State::default();
+        s.apply_all(events);
+        s
+    }
+
+    proptest! {
+        #[test]
+        fn prefix_then_rest_equals_everything(events in proptest::collection::vec(arb_event(), 0..60), cut in 0usize..60) {
+            let cut = cut.min(events.len());
+            let mut s = replay(&events[..cut]);
+            s.apply_all(&events[cut..]);
+            prop_assert_eq!(s, replay(&events));
+        }
+
+        #[test]
+        fn snapshot_plus_suffix_equals_full_replay(events in proptest::collection::vec(arb_event(), 0..60), cut in 0usize..60) {
+            let cut = cut.min(events.len());
+            let snapshot = serde_json::to_vec(&replay(&events[..cut])).unwrap_or_default();
+            let mut restored: State = serde_json::from_slice(&snapshot).unwrap_or_default();
+            restored.apply_all(&events[cut..]);
+            prop_assert_eq!(restored, replay(&events));
+        }
+
+        #[test]
+        fn events_survive_their_encoding(event in arb_event()) {
+            let raw = serde_json::to_value(&event).unwrap_or_default();
+            prop_assert_eq!(crate::events::upgrade(crate::events::EVENT_VERSION, raw), Ok(event));
+        }
+    }
+}
