@@ -6,6 +6,8 @@
 //! ```
 
 pub mod events;
+pub mod hook_config;
+pub mod schedule;
 pub mod state;
 
 pub use events::{EVENT_VERSION, Event, Position, Scope, TaskId, TaskSpec, TaskType, ValuesLayer};
