@@ -20,6 +20,16 @@ pub enum Scope {
     Module(String),
 }
 
+impl Scope {
+    /// The key of this scope in a hook's values document (`global`, `myModule`).
+    pub fn values_key(&self) -> String {
+        match self {
+            Scope::Global => "global".into(),
+            Scope::Module(m) => crate::values::values_key(m),
+        }
+    }
+}
+
 impl std::fmt::Display for Scope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -9,6 +9,7 @@ pub mod events;
 pub mod hook_config;
 pub mod schedule;
 pub mod state;
+pub mod values;
 
 pub use events::{EVENT_VERSION, Event, Position, Scope, TaskId, TaskSpec, TaskType, ValuesLayer};
 pub use state::State;

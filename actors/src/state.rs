@@ -16,8 +16,9 @@ use crate::events::{Event, Position, Scope, TaskId, TaskSpec, ValuesLayer};
 pub struct ScopeValues {
     /// Config values (from the ConfigMap and config patches).
     pub config: Value,
-    /// Memory values (from hooks' values patches).
-    pub memory: Value,
+    /// Memory patches (from hooks' values patches), compacted, with paths relative to the
+    /// hook's values document; replayed on top of the other layers.
+    pub memory: Vec<json_patch::PatchOperation>,
 }
 
 /// A module as the journal knows it.
@@ -93,20 +94,32 @@ impl State {
         match event {
             Event::ValuesPatched {
                 scope,
-                layer,
+                layer: ValuesLayer::Memory,
+                patch,
+                ..
+            } => {
+                let v = self.values.entry(scope.to_string()).or_default();
+                crate::values::compact_into(&mut v.memory, &patch.0);
+            }
+            Event::ValuesPatched {
+                scope,
+                layer: ValuesLayer::Config,
                 patch,
                 source,
             } => {
-                let target = self.layer_mut(scope, *layer);
-                if target.is_null() {
-                    *target = Value::Object(Default::default());
-                }
-                let mut next = target.clone();
-                match json_patch::patch(&mut next, patch) {
-                    Ok(()) => *target = next,
-                    Err(e) => {
+                let key = scope.values_key();
+                let v = self.values.entry(scope.to_string()).or_default();
+                let current = if v.config.is_null() {
+                    Value::Object(Default::default())
+                } else {
+                    v.config.clone()
+                };
+                let mut doc = serde_json::json!({ key.clone(): current });
+                match crate::values::apply_memory(&mut doc, &patch.0) {
+                    Ok(()) => v.config = doc.get(&key).cloned().unwrap_or(Value::Null),
+                    Err((i, e)) => {
                         let msg = format!(
-                            "event {}: patch from {source} to {scope} {layer:?} values: {e}",
+                            "event {}: config patch from {source} to {scope}, operation {i}: {e}",
                             self.events
                         );
                         self.anomalies.push(msg);
@@ -115,10 +128,24 @@ impl State {
             }
             Event::ValuesSet {
                 scope,
-                layer,
+                layer: ValuesLayer::Config,
                 values,
                 ..
-            } => *self.layer_mut(scope, *layer) = values.clone(),
+            } => {
+                self.values.entry(scope.to_string()).or_default().config = values.clone();
+            }
+            Event::ValuesSet {
+                scope,
+                layer: ValuesLayer::Memory,
+                values,
+                ..
+            } => {
+                // Memory values set wholesale: one add of the scope's key.
+                let op = serde_json::json!({"op": "add", "path": format!("/{}", scope.values_key()), "value": values});
+                if let Ok(op) = serde_json::from_value::<json_patch::PatchOperation>(op) {
+                    self.values.entry(scope.to_string()).or_default().memory = vec![op];
+                }
+            }
             Event::TaskEnqueued { task, position } => self.enqueue(task.clone(), *position),
             Event::TaskStarted { id, attempt } => {
                 if let Some(t) = self.task_mut(*id) {
@@ -181,14 +208,6 @@ impl State {
         }
     }
 
-    fn layer_mut(&mut self, scope: &Scope, layer: ValuesLayer) -> &mut Value {
-        let v = self.values.entry(scope.to_string()).or_default();
-        match layer {
-            ValuesLayer::Config => &mut v.config,
-            ValuesLayer::Memory => &mut v.memory,
-        }
-    }
-
     fn enqueue(&mut self, spec: TaskSpec, position: Position) {
         // A re-enqueued id replaces its old entry: ids are unique, so this only happens in a
         // journal written out of order, and keeping one copy keeps the fold total.
@@ -227,20 +246,22 @@ impl State {
         self.queues.retain(|_, q| !q.is_empty());
     }
 
-    /// Effective values of a scope: config values overlaid with memory values.
-    pub fn effective_values(&self, scope: &Scope) -> Value {
+    /// The scope's hook values document `{"<key>": …}`: config values with the memory
+    /// patches replayed on top.
+    pub fn scope_document(&self, scope: &Scope) -> Value {
+        let key = scope.values_key();
         let Some(v) = self.values.get(&scope.to_string()) else {
-            return Value::Object(Default::default());
+            return serde_json::json!({ key: {} });
         };
-        let mut out = if v.config.is_null() {
+        let config = if v.config.is_null() {
             Value::Object(Default::default())
         } else {
             v.config.clone()
         };
-        if !v.memory.is_null() {
-            json_patch::merge(&mut out, &v.memory);
-        }
-        out
+        let mut doc = serde_json::json!({ key: config });
+        // Patches were checked when accepted; replay keeps whatever still applies.
+        let _ = crate::values::apply_memory(&mut doc, &v.memory);
+        doc
     }
 }
 
@@ -310,17 +331,18 @@ mod tests {
         s.apply(&Event::ValuesPatched {
             scope: scope.clone(),
             layer: ValuesLayer::Memory,
-            patch: patch(json!([{"op": "add", "path": "/b", "value": {"d": 2}}])),
+            patch: patch(json!([{"op": "add", "path": "/m/b/d", "value": 2}])),
             source: "hook".into(),
         });
         assert_eq!(
-            s.effective_values(&scope),
-            json!({"a": 1, "b": {"c": 1, "d": 2}})
+            s.scope_document(&scope),
+            json!({"m": {"a": 1, "b": {"c": 1, "d": 2}}})
         );
+        // Config patches that cannot apply (a scalar has no children) become anomalies.
         s.apply(&Event::ValuesPatched {
             scope: scope.clone(),
-            layer: ValuesLayer::Memory,
-            patch: patch(json!([{"op": "remove", "path": "/nope"}])),
+            layer: ValuesLayer::Config,
+            patch: patch(json!([{"op": "add", "path": "/m/a/deeper", "value": 1}])),
             source: "hook".into(),
         });
         assert_eq!(s.anomalies.len(), 1);
@@ -376,12 +398,12 @@ mod tests {
                 checksum: format!("c{r}")
             }),
             (module.clone(), 0i64..4, any::<bool>()).prop_map(|(m, v, add)| Event::ValuesPatched {
-                scope: Scope::Module(m),
+                scope: Scope::Module(m.clone()),
                 layer: ValuesLayer::Memory,
                 patch: patch(if add {
-                    json!([{"op": "add", "path": "/x", "value": v}])
+                    json!([{"op": "add", "path": format!("/{m}/x"), "value": v}])
                 } else {
-                    json!([{"op": "remove", "path": "/x"}])
+                    json!([{"op": "remove", "path": format!("/{m}/x")}])
                 }),
                 source: "hook".into(),
             }),
