@@ -7,6 +7,7 @@
 
 pub mod events;
 pub mod hook_config;
+pub mod queue;
 pub mod schedule;
 pub mod state;
 pub mod values;

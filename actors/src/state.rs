@@ -164,9 +164,29 @@ impl State {
                     t.next_retry_at_ms = Some(*next_retry_at_ms);
                 }
             }
-            Event::TaskSucceeded { id }
-            | Event::TaskMerged { id, .. }
-            | Event::TaskDropped { id, .. } => self.remove_task(*id),
+            Event::TaskMerged { id, into } => {
+                // The absorbing task carries the merged task's binding contexts, so a
+                // restart between merge and run loses none of them.
+                let moved = self
+                    .task_mut(*id)
+                    .map(|t| crate::queue::contexts(t))
+                    .unwrap_or_default();
+                if *id != *into
+                    && let Some(target) = self.task_mut(*into)
+                {
+                    let mut all = crate::queue::contexts(target);
+                    all.extend(moved);
+                    if let Some(params) = target.spec.params.as_object_mut() {
+                        params.insert("bindingContexts".into(), Value::Array(all));
+                    } else {
+                        target.spec.params = serde_json::json!({ "bindingContexts": all });
+                    }
+                }
+                if *id != *into {
+                    self.remove_task(*id);
+                }
+            }
+            Event::TaskSucceeded { id } | Event::TaskDropped { id, .. } => self.remove_task(*id),
             Event::ModuleEnabled { module, reason } | Event::ModuleDisabled { module, reason } => {
                 let m = self.modules.entry(module.clone()).or_default();
                 m.enabled = matches!(event, Event::ModuleEnabled { .. });
