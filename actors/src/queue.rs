@@ -91,10 +91,10 @@ pub fn compact_groups(contexts: Vec<Value>) -> Vec<Value> {
     };
     let mut out: Vec<Value> = Vec::with_capacity(contexts.len());
     for c in contexts {
-        if let (Some(g), Some(last)) = (group(&c), out.last()) {
-            if group(last).as_deref() == Some(g.as_str()) {
-                out.pop();
-            }
+        if let (Some(g), Some(last)) = (group(&c), out.last())
+            && group(last).as_deref() == Some(g.as_str())
+        {
+            out.pop();
         }
         out.push(c);
     }
