@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod helm;
+pub mod hooks;
 pub mod journal_cli;
 pub mod logging;
 pub mod sandbox;

@@ -1,0 +1,447 @@
+//! Running a hook executable: `--config`, and runs with temp files named by environment
+//! variables (`BINDING_CONTEXT_PATH`, `VALUES_PATH`, `CONFIG_VALUES_PATH`,
+//! `VALUES_JSON_PATCH_PATH`, `CONFIG_VALUES_JSON_PATCH_PATH`, `METRICS_PATH`,
+//! `KUBERNETES_PATCH_PATH`). No shell in between; the hook runs in its own process group so
+//! a timeout kills it and everything it started.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+/// A hook run that did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum HookRunError {
+    /// The executable could not be started.
+    #[error("hook {hook:?}: cannot start {path}: {source}")]
+    Spawn {
+        /// Hook name.
+        hook: String,
+        /// Executable.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It exited unsuccessfully.
+    #[error("hook {hook:?}: {status}{}", if stderr.is_empty() { String::new() } else { format!(": {stderr}") })]
+    Exit {
+        /// Hook name.
+        hook: String,
+        /// `exit status 1`, `killed by signal 9`, …
+        status: String,
+        /// The last lines of its stderr.
+        stderr: String,
+    },
+    /// It ran longer than its timeout and was killed.
+    #[error("hook {hook:?}: timed out after {after:?} and was killed")]
+    Timeout {
+        /// Hook name.
+        hook: String,
+        /// The timeout.
+        after: Duration,
+    },
+    /// A temp file could not be written or read.
+    #[error("hook {hook:?}: temp file {file}: {source}")]
+    TempFile {
+        /// Hook name.
+        hook: String,
+        /// Which file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl HookRunError {
+    /// A short label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            HookRunError::Spawn { .. } => "spawn",
+            HookRunError::Exit { .. } => "exit",
+            HookRunError::Timeout { .. } => "timeout",
+            HookRunError::TempFile { .. } => "temp_file",
+        }
+    }
+}
+
+/// How hooks are run.
+#[derive(Clone, Debug)]
+pub struct HookProcess {
+    /// Folder for temp files.
+    pub tmp_dir: PathBuf,
+    /// Keep temp files after the run (`DEBUG_KEEP_TMP_FILES`).
+    pub keep_tmp_files: bool,
+    /// Kill the hook after this long.
+    pub timeout: Duration,
+    /// Working directory (default: the operator's).
+    pub working_dir: Option<PathBuf>,
+}
+
+/// What a run gets.
+#[derive(Clone, Debug)]
+pub struct HookInput<'a> {
+    /// Hook name (for logs and errors).
+    pub name: &'a str,
+    /// Executable.
+    pub path: &'a Path,
+    /// The binding context array.
+    pub binding_context: &'a Value,
+    /// `VALUES_PATH` content, if the hook gets values.
+    pub values: Option<&'a Value>,
+    /// `CONFIG_VALUES_PATH` content.
+    pub config_values: Option<&'a Value>,
+    /// Extra environment (e.g. `PYTHONHOME`).
+    pub env: Vec<(String, String)>,
+    /// Extra log fields, e.g. `module=foo`, `binding=onStartup`, `queue=main`.
+    pub log_fields: String,
+}
+
+/// What a successful run produced: the raw contents of its output files.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HookOutput {
+    /// `VALUES_JSON_PATCH_PATH`.
+    pub values_patch: String,
+    /// `CONFIG_VALUES_JSON_PATCH_PATH`.
+    pub config_values_patch: String,
+    /// `METRICS_PATH`.
+    pub metrics: String,
+    /// `KUBERNETES_PATCH_PATH`.
+    pub kubernetes_patch: String,
+    /// How long it ran.
+    pub duration: Duration,
+}
+
+/// The temp files of one run; removed on drop unless kept.
+struct TempFiles {
+    paths: Vec<(&'static str, PathBuf)>,
+    keep: bool,
+}
+
+impl Drop for TempFiles {
+    fn drop(&mut self) {
+        if !self.keep {
+            for (_, p) in &self.paths {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+impl TempFiles {
+    fn path(&self, var: &str) -> Option<&Path> {
+        self.paths
+            .iter()
+            .find(|(v, _)| *v == var)
+            .map(|(_, p)| p.as_path())
+    }
+}
+
+const STDERR_TAIL_LINES: usize = 10;
+
+impl HookProcess {
+    /// Runs `hook --config` and returns its stdout.
+    pub async fn config(&self, name: &str, path: &Path) -> Result<String, HookRunError> {
+        let mut cmd = Command::new(path);
+        cmd.arg("--config");
+        let (stdout, _) = self.execute(name, path, cmd, "", true).await?;
+        Ok(stdout)
+    }
+
+    /// Runs the hook with its input files and returns its output files.
+    pub async fn run(&self, input: &HookInput<'_>) -> Result<HookOutput, HookRunError> {
+        let files = self.prepare(input)?;
+        let mut cmd = Command::new(input.path);
+        for (var, p) in &files.paths {
+            cmd.env(var, p);
+        }
+        for (k, v) in &input.env {
+            cmd.env(k, v);
+        }
+        let (_, duration) = self
+            .execute(input.name, input.path, cmd, &input.log_fields, false)
+            .await?;
+        let read = |var: &str| -> Result<String, HookRunError> {
+            let Some(p) = files.path(var) else {
+                return Ok(String::new());
+            };
+            std::fs::read_to_string(p).map_err(|source| HookRunError::TempFile {
+                hook: input.name.to_string(),
+                file: p.to_path_buf(),
+                source,
+            })
+        };
+        Ok(HookOutput {
+            values_patch: read("VALUES_JSON_PATCH_PATH")?,
+            config_values_patch: read("CONFIG_VALUES_JSON_PATCH_PATH")?,
+            metrics: read("METRICS_PATH")?,
+            kubernetes_patch: read("KUBERNETES_PATCH_PATH")?,
+            duration,
+        })
+    }
+
+    fn prepare(&self, input: &HookInput<'_>) -> Result<TempFiles, HookRunError> {
+        std::fs::create_dir_all(&self.tmp_dir).map_err(|source| HookRunError::TempFile {
+            hook: input.name.to_string(),
+            file: self.tmp_dir.clone(),
+            source,
+        })?;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let mut files = TempFiles {
+            paths: Vec::new(),
+            keep: self.keep_tmp_files,
+        };
+        let mut write =
+            |var: &'static str, suffix: &str, content: String| -> Result<(), HookRunError> {
+                let p = self.tmp_dir.join(format!("{id}-{suffix}"));
+                std::fs::write(&p, content).map_err(|source| HookRunError::TempFile {
+                    hook: input.name.to_string(),
+                    file: p.clone(),
+                    source,
+                })?;
+                files.paths.push((var, p));
+                Ok(())
+            };
+        write(
+            "BINDING_CONTEXT_PATH",
+            "binding-context.json",
+            input.binding_context.to_string(),
+        )?;
+        if let Some(v) = input.values {
+            write("VALUES_PATH", "values.json", v.to_string())?;
+        }
+        if let Some(v) = input.config_values {
+            write("CONFIG_VALUES_PATH", "config-values.json", v.to_string())?;
+        }
+        write("VALUES_JSON_PATCH_PATH", "values-patch.json", String::new())?;
+        write(
+            "CONFIG_VALUES_JSON_PATCH_PATH",
+            "config-values-patch.json",
+            String::new(),
+        )?;
+        write("METRICS_PATH", "metrics.json", String::new())?;
+        write(
+            "KUBERNETES_PATCH_PATH",
+            "kubernetes-patch.json",
+            String::new(),
+        )?;
+        Ok(files)
+    }
+
+    async fn execute(
+        &self,
+        name: &str,
+        path: &Path,
+        mut cmd: Command,
+        fields: &str,
+        capture_stdout: bool,
+    ) -> Result<(String, Duration), HookRunError> {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(dir) = &self.working_dir {
+            cmd.current_dir(dir);
+        }
+        let started = Instant::now();
+        let mut child = cmd.spawn().map_err(|source| HookRunError::Spawn {
+            hook: name.to_string(),
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let pid = child.id();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let hook = name.to_string();
+        let fields_out = fields.to_string();
+        let out_task = tokio::spawn(async move {
+            let mut captured = String::new();
+            if let Some(s) = stdout {
+                let mut lines = BufReader::new(s).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if capture_stdout {
+                        captured.push_str(&line);
+                        captured.push('\n');
+                    } else {
+                        tracing::info!(hook = %hook, output = "stdout", fields = %fields_out, "{line}");
+                    }
+                }
+            }
+            captured
+        });
+        let hook = name.to_string();
+        let fields_err = fields.to_string();
+        let err_task = tokio::spawn(async move {
+            let mut tail: std::collections::VecDeque<String> = Default::default();
+            if let Some(s) = stderr {
+                let mut lines = BufReader::new(s).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::info!(hook = %hook, output = "stderr", fields = %fields_err, "{line}");
+                    if tail.len() == STDERR_TAIL_LINES {
+                        tail.pop_front();
+                    }
+                    tail.push_back(line);
+                }
+            }
+            tail.into_iter().collect::<Vec<_>>().join("\n")
+        });
+        let status = match tokio::time::timeout(self.timeout, child.wait()).await {
+            Ok(status) => status.map_err(|source| HookRunError::Spawn {
+                hook: name.to_string(),
+                path: path.to_path_buf(),
+                source,
+            })?,
+            Err(_) => {
+                kill_group(pid);
+                let _ = child.kill().await;
+                out_task.abort();
+                err_task.abort();
+                return Err(HookRunError::Timeout {
+                    hook: name.to_string(),
+                    after: self.timeout,
+                });
+            }
+        };
+        // Output pipes may be held open by grandchildren; do not wait for them forever.
+        let grace = Duration::from_secs(2);
+        let captured = tokio::time::timeout(grace, out_task)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let stderr = tokio::time::timeout(grace, err_task)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        if !status.success() {
+            let status = match (
+                status.code(),
+                std::os::unix::process::ExitStatusExt::signal(&status),
+            ) {
+                (Some(code), _) => format!("exit status {code}"),
+                (None, Some(sig)) => format!("killed by signal {sig}"),
+                _ => status.to_string(),
+            };
+            return Err(HookRunError::Exit {
+                hook: name.to_string(),
+                status,
+                stderr,
+            });
+        }
+        Ok((captured, started.elapsed()))
+    }
+}
+
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, format!("#!/bin/bash\n{body}\n")).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        p
+    }
+
+    fn runner(dir: &Path, timeout: Duration) -> HookProcess {
+        HookProcess {
+            tmp_dir: dir.join("tmp"),
+            keep_tmp_files: false,
+            timeout,
+            working_dir: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn files_and_env_follow_the_contract() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hook = script(
+            dir.path(),
+            "h.sh",
+            r#"cat "$BINDING_CONTEXT_PATH" > "$METRICS_PATH"
+grep -q '"param":1' "$VALUES_PATH" && echo '[{"op":"add","path":"/global/seen","value":1}]' > "$VALUES_JSON_PATCH_PATH"
+echo "$CONFIG_VALUES_PATH" | grep -q config-values && echo ok > "$KUBERNETES_PATCH_PATH"
+echo to-stdout; echo to-stderr >&2"#,
+        );
+        let ctx = json!([{"binding": "onStartup"}]);
+        let values = json!({"global": {"param": 1}});
+        let input = HookInput {
+            name: "h.sh",
+            path: &hook,
+            binding_context: &ctx,
+            values: Some(&values),
+            config_values: Some(&values),
+            env: vec![],
+            log_fields: String::new(),
+        };
+        let out = runner(dir.path(), Duration::from_secs(30))
+            .run(&input)
+            .await
+            .expect("run");
+        assert_eq!(out.metrics.trim(), ctx.to_string());
+        assert!(
+            out.values_patch.contains("/global/seen"),
+            "{}",
+            out.values_patch
+        );
+        assert_eq!(out.kubernetes_patch.trim(), "ok");
+        let left = std::fs::read_dir(dir.path().join("tmp"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(left, 0, "temp files are removed");
+    }
+
+    #[tokio::test]
+    async fn failures_and_timeouts_are_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let failing: &'static Path = Box::leak(
+            script(dir.path(), "fail.sh", "echo 'something broke' >&2; exit 3").into_boxed_path(),
+        );
+        let slow: &'static Path =
+            Box::leak(script(dir.path(), "slow.sh", "sleep 30 & sleep 30").into_boxed_path());
+        let missing: &'static Path = Box::leak(dir.path().join("missing.sh").into_boxed_path());
+        let ctx = json!([]);
+        let input = |name: &'static str, path: &'static Path| HookInput {
+            name,
+            path,
+            binding_context: &ctx,
+            values: None,
+            config_values: None,
+            env: vec![],
+            log_fields: String::new(),
+        };
+        let r = runner(dir.path(), Duration::from_millis(500));
+        let err = r.run(&input("fail.sh", failing)).await.expect_err("fails");
+        assert_eq!(
+            err.to_string(),
+            "hook \"fail.sh\": exit status 3: something broke"
+        );
+        let started = Instant::now();
+        let err = r.run(&input("slow.sh", slow)).await.expect_err("times out");
+        assert!(matches!(err, HookRunError::Timeout { .. }), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the process group was killed"
+        );
+        let err = r
+            .run(&input("missing.sh", missing))
+            .await
+            .expect_err("spawn");
+        assert!(err.to_string().contains("cannot start"), "{err}");
+    }
+}
