@@ -199,6 +199,14 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// A task reached the maximum number of attempts and was set aside so its queue can
+    /// go on; it stays visible until an operator retries or drops it.
+    TaskParked {
+        /// Which task.
+        id: TaskId,
+        /// Why (the last error).
+        reason: String,
+    },
     /// A module became enabled.
     ModuleEnabled {
         /// Module name.
@@ -255,6 +263,7 @@ impl Event {
             Event::TaskFailed { .. } => "taskFailed",
             Event::TaskMerged { .. } => "taskMerged",
             Event::TaskDropped { .. } => "taskDropped",
+            Event::TaskParked { .. } => "taskParked",
             Event::ModuleEnabled { .. } => "moduleEnabled",
             Event::ModuleDisabled { .. } => "moduleDisabled",
             Event::ModulePhase { .. } => "modulePhase",
@@ -294,7 +303,8 @@ impl Event {
             | Event::TaskSucceeded { id }
             | Event::TaskFailed { id, .. }
             | Event::TaskMerged { id, .. }
-            | Event::TaskDropped { id, .. } => Some(*id),
+            | Event::TaskDropped { id, .. }
+            | Event::TaskParked { id, .. } => Some(*id),
             _ => None,
         }
     }

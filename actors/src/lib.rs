@@ -5,9 +5,14 @@
 //!                                                 └───► State::apply (the same fold on replay)
 //! ```
 
+pub mod engine;
 pub mod events;
+pub mod global_hooks;
 pub mod hook_config;
+pub mod mailbox;
+pub mod ports;
 pub mod queue;
+pub mod queue_actor;
 pub mod schedule;
 pub mod state;
 pub mod values;

@@ -77,10 +77,16 @@ pub struct State {
     pub modules: BTreeMap<String, ModuleState>,
     /// Queue contents by queue name, head first.
     pub queues: BTreeMap<String, Vec<QueuedTask>>,
+    /// Tasks set aside after too many attempts, by queue.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parked: BTreeMap<String, Vec<QueuedTask>>,
     /// Converge bookkeeping.
     pub converge: ConvergeState,
     /// Events folded so far.
     pub events: u64,
+    /// The highest task id seen (new tasks get higher ones).
+    #[serde(default)]
+    pub last_task_id: u64,
     /// Patches that could not be applied during the fold (a journal written by a build
     /// that validated differently); kept as readable messages, never fatal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -146,7 +152,10 @@ impl State {
                     self.values.entry(scope.to_string()).or_default().memory = vec![op];
                 }
             }
-            Event::TaskEnqueued { task, position } => self.enqueue(task.clone(), *position),
+            Event::TaskEnqueued { task, position } => {
+                self.last_task_id = self.last_task_id.max(task.id.0);
+                self.enqueue(task.clone(), *position)
+            }
             Event::TaskStarted { id, attempt } => {
                 if let Some(t) = self.task_mut(*id) {
                     t.attempts = *attempt;
@@ -187,6 +196,13 @@ impl State {
                 }
             }
             Event::TaskSucceeded { id } | Event::TaskDropped { id, .. } => self.remove_task(*id),
+            Event::TaskParked { id, reason } => {
+                if let Some(mut t) = self.task_mut(*id).cloned() {
+                    self.remove_task(*id);
+                    t.last_error = reason.clone();
+                    self.parked.entry(t.spec.queue.clone()).or_default().push(t);
+                }
+            }
             Event::ModuleEnabled { module, reason } | Event::ModuleDisabled { module, reason } => {
                 let m = self.modules.entry(module.clone()).or_default();
                 m.enabled = matches!(event, Event::ModuleEnabled { .. });

@@ -1,0 +1,650 @@
+//! The conductor: starts the global hooks actor and the queue actors, schedules
+//! addon-operator's startup sequence (merged with whatever the journal says was still
+//! pending), and runs tasks by type.
+//!
+//! ```text
+//!   Engine::start ──► GlobalHooksActor (global values, hook runs)
+//!        │
+//!        └──► QueueActor "main", named queues on demand ──► EngineHandler::handle(task)
+//! ```
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ractor::Actor;
+use serde_json::{Value, json};
+
+use crate::events::{Event, Position, TaskId, TaskSpec, TaskType};
+use crate::global_hooks::{GlobalHook, GlobalHooksActor, GlobalHooksArgs, GlobalHooksMsg};
+use crate::mailbox::{Mailboxes, Tracked};
+use crate::ports::{BoxFut, ConfigStore, EventSink, HookExecutor, PortError};
+use crate::queue_actor::{
+    QueueActor, QueueArgs, QueueDump, QueueMsg, Router, TaskHandler, TaskOutcome,
+};
+use crate::state::{QueuedTask, State};
+
+/// Allocates task ids, above every id in the journal.
+#[derive(Clone, Debug)]
+pub struct TaskIds(Arc<AtomicU64>);
+
+impl TaskIds {
+    /// Starts after `last`.
+    pub fn after(last: u64) -> TaskIds {
+        TaskIds(Arc::new(AtomicU64::new(last + 1)))
+    }
+
+    /// A fresh id.
+    pub fn next(&self) -> TaskId {
+        TaskId(self.0.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// A `ConvergeModules` task in its first phase.
+pub fn converge_task(id: TaskId, reason: &str) -> TaskSpec {
+    TaskSpec {
+        id,
+        task_type: TaskType::ConvergeModules,
+        queue: "main".into(),
+        module: None,
+        hook: None,
+        description: reason.to_string(),
+        params: json!({"phase": "StandBy", "reason": reason}),
+    }
+}
+
+fn hook_task(
+    id: TaskId,
+    hook: &GlobalHook,
+    binding: &str,
+    contexts: Value,
+    allow_failure: bool,
+) -> TaskSpec {
+    TaskSpec {
+        id,
+        task_type: TaskType::GlobalHookRun,
+        queue: "main".into(),
+        module: None,
+        hook: Some(hook.name.clone()),
+        description: format!("{binding}:{}", hook.name),
+        params: json!({"bindingContexts": contexts, "allowFailure": allow_failure}),
+    }
+}
+
+fn simple_task(id: TaskId, task_type: TaskType, hook: Option<&str>, description: &str) -> TaskSpec {
+    TaskSpec {
+        id,
+        task_type,
+        queue: "main".into(),
+        module: None,
+        hook: hook.map(String::from),
+        description: description.to_string(),
+        params: Value::Null,
+    }
+}
+
+/// Hooks with an ORDER for a binding, sorted by order then name.
+fn ordered(
+    hooks: &[GlobalHook],
+    order: impl Fn(&GlobalHook) -> Option<i64>,
+) -> Vec<&GlobalHook> {
+    let mut with: Vec<(i64, &GlobalHook)> = hooks
+        .iter()
+        .filter_map(|h| order(h).map(|o| (o, h)))
+        .collect();
+    with.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    with.into_iter().map(|(_, h)| h).collect()
+}
+
+/// Snapshots map for before*/after* contexts: every kubernetes binding, empty until the
+/// bindings engine fills them.
+fn empty_snapshots(hook: &GlobalHook) -> Value {
+    Value::Object(
+        hook.config
+            .kubernetes
+            .iter()
+            .map(|b| (b.name.clone(), json!([])))
+            .collect(),
+    )
+}
+
+/// The reference's startup sequence for the main queue.
+fn startup_tasks(hooks: &[GlobalHook], ids: &TaskIds) -> Vec<TaskSpec> {
+    let mut tasks = Vec::new();
+    for h in ordered(hooks, |h| h.config.on_startup) {
+        tasks.push(hook_task(
+            ids.next(),
+            h,
+            "onStartup",
+            json!([{"binding": "onStartup"}]),
+            false,
+        ));
+    }
+    let mut by_name: Vec<&GlobalHook> = hooks.iter().collect();
+    by_name.sort_by(|a, b| a.name.cmp(&b.name));
+    for h in by_name.iter().filter(|h| !h.config.schedule.is_empty()) {
+        tasks.push(simple_task(
+            ids.next(),
+            TaskType::GlobalHookEnableScheduleBindings,
+            Some(&h.name),
+            &h.name,
+        ));
+    }
+    for h in by_name.iter().filter(|h| !h.config.kubernetes.is_empty()) {
+        tasks.push(simple_task(
+            ids.next(),
+            TaskType::GlobalHookEnableKubernetesBindings,
+            Some(&h.name),
+            &h.name,
+        ));
+    }
+    tasks.push(simple_task(
+        ids.next(),
+        TaskType::GlobalHookWaitKubernetesSynchronization,
+        None,
+        "",
+    ));
+    tasks.push(converge_task(ids.next(), "OperatorStartup"));
+    tasks
+}
+
+/// Whether a pending task from before a restart is the same step as a startup task.
+fn same_step(a: &TaskSpec, b: &TaskSpec) -> bool {
+    let binding = |t: &TaskSpec| {
+        t.params["bindingContexts"][0]["binding"]
+            .as_str()
+            .map(String::from)
+    };
+    a.task_type == b.task_type
+        && a.hook == b.hook
+        && a.queue == b.queue
+        && binding(a) == binding(b)
+        && (a.task_type != TaskType::ConvergeModules || a.params["phase"] == b.params["phase"])
+}
+
+/// Enqueue events that put the startup sequence in the main queue, reusing pending tasks
+/// that are the same step (they keep their attempt counts) and keeping the sequence order.
+fn plan_startup(restored: &State, wanted: Vec<TaskSpec>) -> Vec<Event> {
+    let pending: Vec<&QueuedTask> = restored
+        .queues
+        .get("main")
+        .map(|q| q.iter().collect())
+        .unwrap_or_default();
+    let mut events = Vec::new();
+    let mut anchor: Option<TaskId> = None;
+    let mut used: Vec<TaskId> = Vec::new();
+    for task in wanted {
+        if let Some(existing) = pending
+            .iter()
+            .find(|p| !used.contains(&p.spec.id) && same_step(&p.spec, &task))
+        {
+            used.push(existing.spec.id);
+            anchor = Some(existing.spec.id);
+            continue;
+        }
+        let id = task.id;
+        let position = match anchor {
+            Some(a) => Position::After(a),
+            None => match pending.iter().find(|p| !used.contains(&p.spec.id)) {
+                Some(first) => Position::Before(first.spec.id),
+                None => Position::Tail,
+            },
+        };
+        events.push(Event::TaskEnqueued { task, position });
+        anchor = Some(id);
+    }
+    events
+}
+
+/// Everything the engine needs.
+pub struct EngineArgs {
+    /// Global hooks with their configurations.
+    pub global_hooks: Vec<GlobalHook>,
+    /// Static global values.
+    pub static_global: Value,
+    /// ConfigMap `global` section at start, if readable.
+    pub initial_config: Option<Value>,
+    /// State rebuilt from the journal.
+    pub restored: State,
+    /// The journal.
+    pub sink: Arc<dyn EventSink>,
+    /// Hook processes.
+    pub executor: Arc<dyn HookExecutor>,
+    /// The ConfigMap.
+    pub config_store: Arc<dyn ConfigStore>,
+    /// Park tasks after this many failures.
+    pub max_attempts: Option<u32>,
+    /// Mailbox registry.
+    pub mailboxes: Mailboxes,
+}
+
+/// Engine start-up failures.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The journal refused the startup tasks.
+    #[error("cannot journal the startup sequence: {0}")]
+    Journal(#[from] PortError),
+    /// An actor could not be spawned.
+    #[error("cannot start actor {name}: {message}")]
+    Spawn {
+        /// Actor name.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// The ConfigMap's global section was not accepted.
+    #[error("cannot apply the ConfigMap's global section: {0}")]
+    Config(String),
+}
+
+struct EngineHandler {
+    global: Tracked<GlobalHooksMsg>,
+    hooks: Vec<GlobalHook>,
+    ids: TaskIds,
+    sink: Arc<dyn EventSink>,
+    converged: Arc<AtomicBool>,
+}
+
+impl EngineHandler {
+    async fn journal(&self, event: Event) -> Result<(), String> {
+        self.sink
+            .append(vec![event])
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn converge_phase(&self, task: &QueuedTask, phase: &str) -> TaskSpec {
+        let mut next = converge_task(
+            self.ids.next(),
+            task.spec.params["reason"].as_str().unwrap_or_default(),
+        );
+        next.params["phase"] = json!(phase);
+        next.description = format!(
+            "{}:{phase}",
+            task.spec.params["reason"].as_str().unwrap_or_default()
+        );
+        next
+    }
+
+    fn around_hooks(
+        &self,
+        binding: &str,
+        order: impl Fn(&GlobalHook) -> Option<i64>,
+    ) -> Vec<TaskSpec> {
+        ordered(&self.hooks, order)
+            .into_iter()
+            .map(|h| {
+                hook_task(
+                    self.ids.next(),
+                    h,
+                    binding,
+                    json!([{"binding": binding, "snapshots": empty_snapshots(h)}]),
+                    false,
+                )
+            })
+            .collect()
+    }
+
+    async fn converge(&self, task: &QueuedTask) -> TaskOutcome {
+        match task.spec.params["phase"].as_str().unwrap_or("StandBy") {
+            "StandBy" => {
+                let reason = task.spec.params["reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if let Err(e) = self.journal(Event::ConvergeStarted { reason }).await {
+                    return TaskOutcome::Fail(e);
+                }
+                let mut head = self.around_hooks("beforeAll", |h| h.config.before_all);
+                head.push(self.converge_phase(task, "WaitBeforeAll"));
+                TaskOutcome::Success {
+                    head,
+                    after: Vec::new(),
+                    tail: Vec::new(),
+                }
+            }
+            "WaitBeforeAll" => {
+                // Modules are enabled, deleted and run here once modules are loaded.
+                let mut head = self.around_hooks("afterAll", |h| h.config.after_all);
+                head.push(self.converge_phase(task, "WaitAfterAll"));
+                TaskOutcome::Success {
+                    head,
+                    after: Vec::new(),
+                    tail: Vec::new(),
+                }
+            }
+            _ => {
+                if let Err(e) = self.journal(Event::ConvergeFinished).await {
+                    return TaskOutcome::Fail(e);
+                }
+                if !self.converged.swap(true, Ordering::SeqCst) {
+                    tracing::info!("Startup converge done.");
+                }
+                TaskOutcome::done()
+            }
+        }
+    }
+}
+
+impl TaskHandler for EngineHandler {
+    fn handle(&self, task: QueuedTask) -> BoxFut<'_, TaskOutcome> {
+        Box::pin(async move {
+            match task.spec.task_type {
+                TaskType::GlobalHookRun => {
+                    let (tx, rx) = ractor::concurrency::oneshot();
+                    if self
+                        .global
+                        .cast(GlobalHooksMsg::Run(Box::new(task), tx.into()))
+                        .is_err()
+                    {
+                        return TaskOutcome::Fail("the global hooks actor is not running".into());
+                    }
+                    rx.await.unwrap_or_else(|_| {
+                        TaskOutcome::Fail("the global hooks actor stopped during the run".into())
+                    })
+                }
+                TaskType::ConvergeModules => self.converge(&task).await,
+                TaskType::GlobalHookEnableScheduleBindings
+                | TaskType::GlobalHookEnableKubernetesBindings
+                | TaskType::GlobalHookWaitKubernetesSynchronization => {
+                    tracing::warn!(task = %crate::queue::describe(&task), "schedule and kubernetes bindings are not run by this version");
+                    TaskOutcome::done()
+                }
+                other => {
+                    TaskOutcome::Fail(format!("{other:?} tasks are not handled by this version"))
+                }
+            }
+        })
+    }
+}
+
+struct QueueRouter {
+    queues: Mutex<HashMap<String, Tracked<QueueMsg>>>,
+    handler: Arc<dyn TaskHandler>,
+    sink: Arc<dyn EventSink>,
+    mailboxes: Mailboxes,
+    max_attempts: Option<u32>,
+    this: Mutex<Option<std::sync::Weak<QueueRouter>>>,
+}
+
+impl QueueRouter {
+    fn get(&self, name: &str) -> Option<Tracked<QueueMsg>> {
+        self.queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    async fn spawn(
+        self: &Arc<Self>,
+        name: &str,
+        restored: State,
+    ) -> Result<Tracked<QueueMsg>, EngineError> {
+        let mailbox = self.mailboxes.handle(&format!("queue/{name}"));
+        let router: Arc<dyn Router> = self.clone();
+        let args = QueueArgs {
+            name: name.to_string(),
+            sink: self.sink.clone(),
+            handler: self.handler.clone(),
+            router,
+            mailbox: mailbox.clone(),
+            restored,
+            max_attempts: self.max_attempts,
+        };
+        let (actor, _) =
+            Actor::spawn(None, QueueActor, args)
+                .await
+                .map_err(|e| EngineError::Spawn {
+                    name: format!("queue/{name}"),
+                    message: e.to_string(),
+                })?;
+        let tracked = Tracked::new(actor, mailbox);
+        self.queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), tracked.clone());
+        Ok(tracked)
+    }
+}
+
+impl Router for QueueRouter {
+    fn enqueue(&self, queue: &str, tasks: Vec<TaskSpec>) {
+        let batch: Vec<(TaskSpec, Position)> =
+            tasks.into_iter().map(|t| (t, Position::Tail)).collect();
+        if let Some(q) = self.get(queue) {
+            let _ = q.cast(QueueMsg::Enqueue(batch));
+            return;
+        }
+        let Some(this) = self
+            .this
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade)
+        else {
+            return;
+        };
+        let queue = queue.to_string();
+        tokio::spawn(async move {
+            let q = match this.get(&queue) {
+                Some(q) => q,
+                None => match this.spawn(&queue, State::default()).await {
+                    Ok(q) => q,
+                    Err(e) => {
+                        tracing::error!("{e}");
+                        return;
+                    }
+                },
+            };
+            let _ = q.cast(QueueMsg::Enqueue(batch));
+        });
+    }
+}
+
+/// The running engine.
+pub struct Engine {
+    router: Arc<QueueRouter>,
+    global: Tracked<GlobalHooksMsg>,
+    converged: Arc<AtomicBool>,
+    /// Mailbox registry (for the debug endpoints).
+    pub mailboxes: Mailboxes,
+}
+
+impl Engine {
+    /// Starts the actors and schedules the startup sequence.
+    pub async fn start(args: EngineArgs) -> Result<Engine, EngineError> {
+        let ids = TaskIds::after(args.restored.last_task_id);
+        let mut restored = args.restored;
+        let startup = plan_startup(&restored, startup_tasks(&args.global_hooks, &ids));
+        if !startup.is_empty() {
+            args.sink.append(startup.clone()).await?;
+            restored.apply_all(&startup);
+        }
+        let global_mailbox = args.mailboxes.handle("global-hooks");
+        let (global_actor, _) = Actor::spawn(
+            None,
+            GlobalHooksActor,
+            GlobalHooksArgs {
+                hooks: args.global_hooks.clone(),
+                static_values: args.static_global,
+                restored: restored.clone(),
+                sink: args.sink.clone(),
+                executor: args.executor,
+                config_store: args.config_store,
+                mailbox: global_mailbox.clone(),
+                ids: ids.clone(),
+            },
+        )
+        .await
+        .map_err(|e| EngineError::Spawn {
+            name: "global-hooks".into(),
+            message: e.to_string(),
+        })?;
+        let global = Tracked::new(global_actor, global_mailbox);
+        if let Some(config) = args.initial_config {
+            let (tx, rx) = ractor::concurrency::oneshot();
+            let _ = global.cast(GlobalHooksMsg::ConfigChanged(config, tx.into()));
+            rx.await
+                .map_err(|e| EngineError::Config(e.to_string()))?
+                .map_err(EngineError::Config)?;
+        }
+        let converged = Arc::new(AtomicBool::new(false));
+        let handler: Arc<dyn TaskHandler> = Arc::new(EngineHandler {
+            global: global.clone(),
+            hooks: args.global_hooks,
+            ids,
+            sink: args.sink.clone(),
+            converged: converged.clone(),
+        });
+        let router = Arc::new(QueueRouter {
+            queues: Mutex::new(HashMap::new()),
+            handler,
+            sink: args.sink,
+            mailboxes: args.mailboxes.clone(),
+            max_attempts: args.max_attempts,
+            this: Mutex::new(None),
+        });
+        *router.this.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(&router));
+        let mut names: Vec<String> = restored.queues.keys().cloned().collect();
+        if !names.iter().any(|n| n == "main") {
+            names.push("main".into());
+        }
+        for name in names {
+            let mut own = State {
+                last_task_id: restored.last_task_id,
+                ..State::default()
+            };
+            if let Some(q) = restored.queues.get(&name) {
+                own.queues.insert(name.clone(), q.clone());
+            }
+            if let Some(p) = restored.parked.get(&name) {
+                own.parked.insert(name.clone(), p.clone());
+            }
+            router.spawn(&name, own).await?;
+        }
+        Ok(Engine {
+            router,
+            global,
+            converged,
+            mailboxes: args.mailboxes,
+        })
+    }
+
+    /// Whether the first converge has finished (`/readyz`).
+    pub fn converged(&self) -> bool {
+        self.converged.load(Ordering::SeqCst)
+    }
+
+    /// The global values document.
+    pub async fn global_values(&self) -> Option<Value> {
+        let (tx, rx) = ractor::concurrency::oneshot();
+        self.global.cast(GlobalHooksMsg::Values(tx.into())).ok()?;
+        rx.await.ok()
+    }
+
+    /// Dumps every queue, `main` first.
+    pub async fn queues(&self) -> Vec<QueueDump> {
+        let all: Vec<(String, Tracked<QueueMsg>)> = {
+            let q = self.router.queues.lock().unwrap_or_else(|p| p.into_inner());
+            q.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        let mut out = Vec::new();
+        for (_, q) in all {
+            let (tx, rx) = ractor::concurrency::oneshot();
+            if q.cast(QueueMsg::Dump(tx.into())).is_ok()
+                && let Ok(d) = rx.await
+            {
+                out.push(d);
+            }
+        }
+        out.sort_by(|a, b| (a.name != "main", &a.name).cmp(&(b.name != "main", &b.name)));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook_config::{HookKind, parse};
+
+    fn hook(name: &str, config: &str) -> GlobalHook {
+        GlobalHook {
+            name: name.into(),
+            path: name.into(),
+            config: parse(config, HookKind::Global, name).unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn startup_sequence_follows_the_reference_order() {
+        let hooks = vec![
+            hook("b.sh", "configVersion: v1\nonStartup: 1"),
+            hook(
+                "a.sh",
+                "configVersion: v1\nonStartup: 2\nschedule: [{crontab: '@daily'}]",
+            ),
+            hook(
+                "c.sh",
+                "configVersion: v1\nonStartup: 1\nkubernetes: [{kind: Pod}]",
+            ),
+        ];
+        let tasks = startup_tasks(&hooks, &TaskIds::after(0));
+        let lines: Vec<String> = tasks
+            .iter()
+            .map(|t| format!("{:?}:{}", t.task_type, t.description))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "GlobalHookRun:onStartup:b.sh",
+                "GlobalHookRun:onStartup:c.sh",
+                "GlobalHookRun:onStartup:a.sh",
+                "GlobalHookEnableScheduleBindings:a.sh",
+                "GlobalHookEnableKubernetesBindings:c.sh",
+                "GlobalHookWaitKubernetesSynchronization:",
+                "ConvergeModules:OperatorStartup",
+            ]
+        );
+    }
+
+    #[test]
+    fn restart_reuses_pending_steps_in_order() {
+        let hooks = vec![
+            hook("a.sh", "configVersion: v1\nonStartup: 1"),
+            hook("b.sh", "configVersion: v1\nonStartup: 2"),
+        ];
+        let first = startup_tasks(&hooks, &TaskIds::after(0));
+        let mut restored = State::default();
+        restored.apply_all(&plan_startup(&restored, first.clone()));
+        // a.sh finished; b.sh failed twice before the crash.
+        restored.apply(&Event::TaskSucceeded { id: first[0].id });
+        restored.apply(&Event::TaskFailed {
+            id: first[1].id,
+            error: "boom".into(),
+            failures: 2,
+            next_retry_at_ms: 0,
+        });
+        let again = startup_tasks(&hooks, &TaskIds::after(restored.last_task_id));
+        restored.apply_all(&plan_startup(&restored, again));
+        let main = &restored.queues["main"];
+        let lines: Vec<String> = main
+            .iter()
+            .map(|t| format!("{}:{}", t.spec.description, t.failures))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "onStartup:a.sh:0",
+                "onStartup:b.sh:2",
+                ":0",
+                "OperatorStartup:0"
+            ]
+        );
+        assert_eq!(
+            main[1].spec.id, first[1].id,
+            "the failed task resumes, not a copy"
+        );
+    }
+}

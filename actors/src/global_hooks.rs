@@ -1,0 +1,333 @@
+//! The global hook set as an actor: it owns the global values (config and memory layers),
+//! runs global hooks with them, validates and journals the patches hooks return, and writes
+//! config patches back to the ConfigMap.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::{Value, json};
+
+use crate::events::{Event, Scope, ValuesLayer};
+use crate::hook_config::{HookConfig, HookKind};
+use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
+use crate::ports::{ConfigStore, EventSink, HookExecutor, HookResult, HookRun, PortError};
+use crate::queue_actor::TaskOutcome;
+use crate::state::{QueuedTask, State};
+use crate::values::{apply_memory, check_scope, checksum, layered, parse_patch_stream};
+
+/// A global hook and its configuration.
+#[derive(Clone, Debug)]
+pub struct GlobalHook {
+    /// Name (path relative to the global hooks directory).
+    pub name: String,
+    /// Executable.
+    pub path: PathBuf,
+    /// Its validated configuration.
+    pub config: HookConfig,
+}
+
+/// Messages of the global hooks actor.
+#[derive(Debug)]
+pub enum GlobalHooksMsg {
+    /// Run a `GlobalHookRun` task.
+    Run(Box<QueuedTask>, RpcReplyPort<TaskOutcome>),
+    /// A hook process finished.
+    Done(
+        Box<QueuedTask>,
+        Result<HookResult, PortError>,
+        RpcReplyPort<TaskOutcome>,
+    ),
+    /// Reply with the global values document `{"global": …}`.
+    Values(RpcReplyPort<Value>),
+    /// New config values from the ConfigMap's `global` section.
+    ConfigChanged(Value, RpcReplyPort<Result<(), String>>),
+}
+
+impl Describe for GlobalHooksMsg {
+    fn summary(&self) -> String {
+        match self {
+            GlobalHooksMsg::Run(t, _) => format!("Run {}", crate::queue::describe(t)),
+            GlobalHooksMsg::Done(t, r, _) => {
+                format!(
+                    "Done {} {}",
+                    t.spec.hook.as_deref().unwrap_or_default(),
+                    if r.is_ok() { "ok" } else { "error" }
+                )
+            }
+            GlobalHooksMsg::Values(_) => "Values".into(),
+            GlobalHooksMsg::ConfigChanged(..) => "ConfigChanged".into(),
+        }
+    }
+}
+
+/// Start-up arguments.
+pub struct GlobalHooksArgs {
+    /// The hooks, with their configurations.
+    pub hooks: Vec<GlobalHook>,
+    /// Static values (`global` of the values.yaml files).
+    pub static_values: Value,
+    /// State restored from the journal (its `global` values are used).
+    pub restored: State,
+    /// The journal.
+    pub sink: Arc<dyn EventSink>,
+    /// Runs hook processes.
+    pub executor: Arc<dyn HookExecutor>,
+    /// The ConfigMap.
+    pub config_store: Arc<dyn ConfigStore>,
+    /// This actor's mailbox tracking.
+    pub mailbox: MailboxHandle,
+    /// Task id allocator.
+    pub ids: crate::engine::TaskIds,
+}
+
+/// The actor.
+pub struct GlobalHooksActor;
+
+/// Its state.
+pub struct GlobalHooksState {
+    hooks: Vec<GlobalHook>,
+    static_values: Value,
+    values: State,
+    sink: Arc<dyn EventSink>,
+    executor: Arc<dyn HookExecutor>,
+    config_store: Arc<dyn ConfigStore>,
+    mailbox: MailboxHandle,
+    me: Tracked<GlobalHooksMsg>,
+    ids: crate::engine::TaskIds,
+}
+
+impl GlobalHooksState {
+    fn config_document(&self) -> Value {
+        let config = self
+            .values
+            .values
+            .get("global")
+            .map(|v| v.config.clone())
+            .unwrap_or(Value::Null);
+        json!({ "global": layered([&self.static_values, &config]) })
+    }
+
+    fn values_document(&self) -> Value {
+        let mut doc = self.config_document();
+        if let Some(v) = self.values.values.get("global") {
+            // Patches were checked when accepted; keep what applies.
+            let _ = apply_memory(&mut doc, &v.memory);
+        }
+        doc
+    }
+
+    async fn journal(&mut self, events: Vec<Event>) -> Result<(), String> {
+        self.sink
+            .append(events.clone())
+            .await
+            .map_err(|e| format!("cannot journal values change: {e}"))?;
+        self.values.apply_all(&events);
+        Ok(())
+    }
+
+    fn start(&self, task: QueuedTask, reply: RpcReplyPort<TaskOutcome>) {
+        let Some(hook) = self
+            .hooks
+            .iter()
+            .find(|h| Some(&h.name) == task.spec.hook.as_ref())
+        else {
+            let _ = reply.send(TaskOutcome::Fail(format!(
+                "global hook {:?} is not loaded",
+                task.spec.hook
+            )));
+            return;
+        };
+        let contexts = crate::queue::compact_groups(crate::queue::contexts(&task));
+        let binding = contexts
+            .first()
+            .and_then(|c| c["binding"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let run = HookRun {
+            name: hook.name.clone(),
+            path: hook.path.clone(),
+            binding_context: Value::Array(contexts),
+            values: self.values_document(),
+            config_values: self.config_document(),
+            log_fields: format!("binding={binding} queue={}", task.spec.queue),
+        };
+        let executor = self.executor.clone();
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            let result = executor.run(run).await;
+            let _ = me.cast(GlobalHooksMsg::Done(Box::new(task), result, reply));
+        });
+    }
+
+    /// Applies a finished run's output; an error fails the task.
+    async fn finish(
+        &mut self,
+        task: &QueuedTask,
+        result: Result<HookResult, PortError>,
+    ) -> TaskOutcome {
+        let hook = task.spec.hook.clone().unwrap_or_default();
+        let allow_failure = task.spec.params["allowFailure"].as_bool().unwrap_or(false);
+        let out = match result {
+            Ok(out) => out,
+            Err(e) if allow_failure => {
+                tracing::warn!(hook = %hook, "hook failed, allowed by allowFailure: {e}");
+                return TaskOutcome::done();
+            }
+            Err(e) => return TaskOutcome::Fail(e.to_string()),
+        };
+        let before = checksum(&self.values_document());
+        match self.apply_output(&hook, &out).await {
+            Ok(()) => {}
+            Err(e) if allow_failure => {
+                tracing::warn!(hook = %hook, "hook output rejected, allowed by allowFailure: {e}");
+                return TaskOutcome::done();
+            }
+            Err(e) => return TaskOutcome::Fail(e),
+        }
+        let changed = checksum(&self.values_document()) != before;
+        let event_driven = crate::queue::contexts(task)
+            .iter()
+            .any(|c| matches!(c["type"].as_str(), Some("Event" | "Schedule" | "Group")));
+        if changed && event_driven {
+            let tail = vec![crate::engine::converge_task(
+                self.ids.next(),
+                "GlobalValuesChanged",
+            )];
+            return TaskOutcome::Success {
+                head: Vec::new(),
+                after: Vec::new(),
+                tail,
+            };
+        }
+        TaskOutcome::done()
+    }
+
+    async fn apply_output(&mut self, hook: &str, out: &HookResult) -> Result<(), String> {
+        let config_ops =
+            parse_patch_stream("CONFIG_VALUES_JSON_PATCH_PATH", &out.config_values_patch)
+                .map_err(|e| format!("hook {hook:?}: {e}"))?;
+        let memory_ops = parse_patch_stream("VALUES_JSON_PATCH_PATH", &out.values_patch)
+            .map_err(|e| format!("hook {hook:?}: {e}"))?;
+        check_scope(
+            "CONFIG_VALUES_JSON_PATCH_PATH",
+            &config_ops,
+            HookKind::Global,
+            None,
+        )
+        .map_err(|e| format!("hook {hook:?}: {e}"))?;
+        check_scope(
+            "VALUES_JSON_PATCH_PATH",
+            &memory_ops,
+            HookKind::Global,
+            None,
+        )
+        .map_err(|e| format!("hook {hook:?}: {e}"))?;
+        if !config_ops.is_empty() {
+            let current = self
+                .values
+                .values
+                .get("global")
+                .map(|v| v.config.clone())
+                .filter(|c| !c.is_null())
+                .unwrap_or(json!({}));
+            let mut doc = json!({ "global": current });
+            apply_memory(&mut doc, &config_ops).map_err(|(i, e)| format!("hook {hook:?}: CONFIG_VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"))?;
+            let new_config = doc["global"].clone();
+            self.journal(vec![Event::ValuesPatched {
+                scope: Scope::Global,
+                layer: ValuesLayer::Config,
+                patch: json_patch::Patch(config_ops),
+                source: hook.to_string(),
+            }])
+            .await?;
+            let yaml = serde_saphyr::to_string(&new_config)
+                .map_err(|e| format!("cannot write global config values as YAML: {e}"))?;
+            self.config_store.save("global".into(), yaml).await.map_err(|e| format!("hook {hook:?}: config values patch accepted but the ConfigMap write failed: {e}"))?;
+        }
+        if !memory_ops.is_empty() {
+            let mut doc = self.values_document();
+            apply_memory(&mut doc, &memory_ops).map_err(|(i, e)| {
+                format!(
+                    "hook {hook:?}: VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"
+                )
+            })?;
+            self.journal(vec![Event::ValuesPatched {
+                scope: Scope::Global,
+                layer: ValuesLayer::Memory,
+                patch: json_patch::Patch(memory_ops),
+                source: hook.to_string(),
+            }])
+            .await?;
+        }
+        if !out.kubernetes_patch.trim().is_empty() || !out.metrics.trim().is_empty() {
+            tracing::debug!(hook = %hook, "hook wrote metrics or object patches; handled by the bindings engine");
+        }
+        Ok(())
+    }
+}
+
+impl Actor for GlobalHooksActor {
+    type Msg = Envelope<GlobalHooksMsg>;
+    type State = GlobalHooksState;
+    type Arguments = GlobalHooksArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: GlobalHooksArgs,
+    ) -> Result<GlobalHooksState, ActorProcessingErr> {
+        Ok(GlobalHooksState {
+            me: Tracked::new(myself, args.mailbox.clone()),
+            hooks: args.hooks,
+            static_values: args.static_values,
+            values: args.restored,
+            sink: args.sink,
+            executor: args.executor,
+            config_store: args.config_store,
+            mailbox: args.mailbox,
+            ids: args.ids,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        envelope: Self::Msg,
+        st: &mut GlobalHooksState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.mailbox.begin(envelope.seq);
+        match envelope.msg {
+            GlobalHooksMsg::Run(task, reply) => st.start(*task, reply),
+            GlobalHooksMsg::Done(task, result, reply) => {
+                let outcome = st.finish(&task, result).await;
+                let _ = reply.send(outcome);
+            }
+            GlobalHooksMsg::Values(reply) => {
+                let _ = reply.send(st.values_document());
+            }
+            GlobalHooksMsg::ConfigChanged(config, reply) => {
+                let current = st
+                    .values
+                    .values
+                    .get("global")
+                    .map(|v| v.config.clone())
+                    .unwrap_or(Value::Null);
+                let result = if current == config {
+                    Ok(())
+                } else {
+                    st.journal(vec![Event::ValuesSet {
+                        scope: Scope::Global,
+                        layer: ValuesLayer::Config,
+                        values: config,
+                        source: "configmap".into(),
+                    }])
+                    .await
+                };
+                let _ = reply.send(result);
+            }
+        }
+        st.mailbox.end();
+        Ok(())
+    }
+}

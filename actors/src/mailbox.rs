@@ -1,0 +1,231 @@
+//! Mailbox tracking. ractor has no mailbox-length API, so every message goes through a
+//! [`Tracked`] handle that records a one-line summary when it is sent; the actor marks it
+//! in progress when it starts handling it and done when it finishes. The [`Mailboxes`]
+//! registry shows, per actor: pending messages, the one in progress and since when, and
+//! counters.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use ractor::{ActorRef, Message, MessagingErr};
+use serde::Serialize;
+
+/// A message that can describe itself in one line for mailbox dumps.
+pub trait Describe {
+    /// One line, e.g. `Enqueue GlobalHookRun:main:onStartup:hooks/a.sh`.
+    fn summary(&self) -> String;
+}
+
+/// A message with the sequence number its mailbox entry is tracked under.
+#[derive(Debug)]
+pub struct Envelope<M> {
+    /// Tracking number within the mailbox.
+    pub seq: u64,
+    /// The message.
+    pub msg: M,
+}
+
+/// One pending message.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pending {
+    /// Tracking number.
+    pub seq: u64,
+    /// What it is.
+    pub summary: String,
+    /// When it was sent (unix ms).
+    pub sent_at_ms: u64,
+}
+
+/// The message being handled.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InProgress {
+    /// What it is.
+    pub summary: String,
+    /// When handling started (unix ms).
+    pub since_ms: u64,
+    #[serde(skip)]
+    started: Option<Instant>,
+}
+
+/// What one actor's mailbox looks like now.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MailboxStats {
+    /// Messages sent and not yet handled, oldest first.
+    pub pending: VecDeque<Pending>,
+    /// The message being handled.
+    pub in_progress: Option<InProgress>,
+    /// Messages received in total.
+    pub received: u64,
+    /// Messages handled in total.
+    pub handled: u64,
+    /// Longest handling time seen, in milliseconds.
+    pub max_handling_ms: u64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Shared view of one mailbox.
+#[derive(Clone, Debug, Default)]
+pub struct MailboxHandle {
+    stats: Arc<Mutex<MailboxStats>>,
+    next: Arc<AtomicU64>,
+}
+
+impl MailboxHandle {
+    fn lock(&self) -> MutexGuard<'_, MailboxStats> {
+        // A panic while holding this lock only loses counters; keep going.
+        self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a sent message and returns its tracking number.
+    pub fn sent(&self, summary: String) -> u64 {
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut s = self.lock();
+        s.received += 1;
+        s.pending.push_back(Pending {
+            seq,
+            summary,
+            sent_at_ms: now_ms(),
+        });
+        seq
+    }
+
+    /// Forgets a message that could not be delivered.
+    fn undeliverable(&self, seq: u64) {
+        let mut s = self.lock();
+        s.pending.retain(|p| p.seq != seq);
+        s.received = s.received.saturating_sub(1);
+    }
+
+    /// The actor starts handling message `seq`.
+    pub fn begin(&self, seq: u64) {
+        let mut s = self.lock();
+        let summary = match s.pending.iter().position(|p| p.seq == seq) {
+            Some(i) => s.pending.remove(i).map(|p| p.summary).unwrap_or_default(),
+            None => String::from("(untracked)"),
+        };
+        s.in_progress = Some(InProgress {
+            summary,
+            since_ms: now_ms(),
+            started: Some(Instant::now()),
+        });
+    }
+
+    /// The actor finished the message in progress.
+    pub fn end(&self) {
+        let mut s = self.lock();
+        if let Some(p) = s.in_progress.take() {
+            let took = p
+                .started
+                .map(|t| t.elapsed().as_millis() as u64)
+                .unwrap_or(0);
+            s.max_handling_ms = s.max_handling_ms.max(took);
+        }
+        s.handled += 1;
+    }
+
+    /// A copy of the current stats.
+    pub fn stats(&self) -> MailboxStats {
+        self.lock().clone()
+    }
+}
+
+/// An actor reference whose sends are tracked.
+#[derive(Debug)]
+pub struct Tracked<M: Message + Describe> {
+    actor: ActorRef<Envelope<M>>,
+    mailbox: MailboxHandle,
+}
+
+impl<M: Message + Describe> Clone for Tracked<M> {
+    fn clone(&self) -> Self {
+        Tracked {
+            actor: self.actor.clone(),
+            mailbox: self.mailbox.clone(),
+        }
+    }
+}
+
+impl<M: Message + Describe> Tracked<M> {
+    /// Wraps an actor and the mailbox handle it reports to.
+    pub fn new(actor: ActorRef<Envelope<M>>, mailbox: MailboxHandle) -> Self {
+        Tracked { actor, mailbox }
+    }
+
+    /// Sends a message.
+    pub fn cast(&self, msg: M) -> Result<(), MessagingErr<Envelope<M>>> {
+        let seq = self.mailbox.sent(msg.summary());
+        self.actor
+            .cast(Envelope { seq, msg })
+            .inspect_err(|_| self.mailbox.undeliverable(seq))
+    }
+
+    /// The underlying actor.
+    pub fn actor(&self) -> &ActorRef<Envelope<M>> {
+        &self.actor
+    }
+}
+
+/// All tracked mailboxes, by actor name.
+#[derive(Clone, Debug, Default)]
+pub struct Mailboxes {
+    inner: Arc<Mutex<BTreeMap<String, MailboxHandle>>>,
+}
+
+impl Mailboxes {
+    /// The handle for actor `name`, created on first use.
+    pub fn handle(&self, name: &str) -> MailboxHandle {
+        let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Stops tracking an actor.
+    pub fn remove(&self, name: &str) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+
+    /// Snapshot of every mailbox.
+    pub fn snapshot(&self) -> BTreeMap<String, MailboxStats> {
+        let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        m.iter().map(|(k, v)| (k.clone(), v.stats())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_in_progress_and_counters() {
+        let h = MailboxHandle::default();
+        let a = h.sent("first".into());
+        let b = h.sent("second".into());
+        assert_eq!(h.stats().pending.len(), 2);
+        h.begin(b);
+        let s = h.stats();
+        assert_eq!(
+            s.in_progress.as_ref().map(|p| p.summary.as_str()),
+            Some("second")
+        );
+        assert_eq!(s.pending.iter().map(|p| p.seq).collect::<Vec<_>>(), [a]);
+        h.end();
+        h.begin(a);
+        h.end();
+        let s = h.stats();
+        assert_eq!((s.received, s.handled, s.pending.len()), (2, 2, 0));
+        assert!(s.in_progress.is_none());
+    }
+}

@@ -1,0 +1,74 @@
+//! The small traits through which actors reach the outside world; `src/` implements them
+//! with the journal, real hook processes and a Kubernetes client.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::events::Event;
+
+/// A boxed future, so the traits stay object safe.
+pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A failure reported by an adapter, with its full message.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct PortError(pub String);
+
+/// Durable storage of events (the journal).
+pub trait EventSink: Send + Sync + 'static {
+    /// Appends events; resolves only once they are durable, with the last sequence number.
+    fn append(&self, events: Vec<Event>) -> BoxFut<'_, Result<u64, PortError>>;
+}
+
+/// One hook run.
+#[derive(Clone, Debug)]
+pub struct HookRun {
+    /// Hook name.
+    pub name: String,
+    /// Executable.
+    pub path: PathBuf,
+    /// The binding context array.
+    pub binding_context: Value,
+    /// `VALUES_PATH` content.
+    pub values: Value,
+    /// `CONFIG_VALUES_PATH` content.
+    pub config_values: Value,
+    /// Log fields (`binding=… queue=…`).
+    pub log_fields: String,
+}
+
+/// What a successful hook run wrote.
+#[derive(Clone, Debug, Default)]
+pub struct HookResult {
+    /// `VALUES_JSON_PATCH_PATH` content.
+    pub values_patch: String,
+    /// `CONFIG_VALUES_JSON_PATCH_PATH` content.
+    pub config_values_patch: String,
+    /// `METRICS_PATH` content.
+    pub metrics: String,
+    /// `KUBERNETES_PATCH_PATH` content.
+    pub kubernetes_patch: String,
+    /// How long it ran.
+    pub duration: Duration,
+}
+
+/// Runs hook executables.
+pub trait HookExecutor: Send + Sync + 'static {
+    /// `hook --config`: its stdout.
+    fn config(&self, name: &str, path: &std::path::Path) -> BoxFut<'_, Result<String, PortError>>;
+    /// A run with the file contract.
+    fn run(&self, run: HookRun) -> BoxFut<'_, Result<HookResult, PortError>>;
+}
+
+/// The operator's ConfigMap (`ADDON_OPERATOR_CONFIG_MAP`).
+pub trait ConfigStore: Send + Sync + 'static {
+    /// Its `data`, or `None` when it does not exist.
+    fn load(&self) -> BoxFut<'_, Result<Option<BTreeMap<String, String>>, PortError>>;
+    /// Writes one key (`global`, a module key) as YAML text, creating the ConfigMap if needed.
+    fn save(&self, key: String, yaml: String) -> BoxFut<'_, Result<(), PortError>>;
+}

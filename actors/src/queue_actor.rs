@@ -1,0 +1,429 @@
+//! One actor per named queue: FIFO, one task at a time, the head retried with backoff.
+//!
+//! Every transition is journaled (durably) before the queue's in-memory copy changes, and
+//! that copy is folded with the same [`State::apply`] that replay uses.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use crate::events::{Event, Position, TaskId, TaskSpec};
+use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
+use crate::ports::{BoxFut, EventSink};
+use crate::queue::{adjacent_mergeable, backoff, describe, plan_compaction};
+use crate::state::{QueuedTask, State};
+
+/// How a task run ended, and what it asks the queue to do next.
+#[derive(Debug)]
+pub enum TaskOutcome {
+    /// Done: remove it; insert `head` tasks at the head, `after` right after it, `tail` at
+    /// the end (tasks naming another queue go to that queue's tail).
+    Success {
+        /// Tasks to run next.
+        head: Vec<TaskSpec>,
+        /// Tasks to run right after this one.
+        after: Vec<TaskSpec>,
+        /// Tasks to append.
+        tail: Vec<TaskSpec>,
+    },
+    /// Failed: stays at the head and is retried after the backoff.
+    Fail(String),
+    /// Not done yet (multi-phase tasks): run `head` tasks before it, then it again.
+    Keep {
+        /// Tasks to insert before it.
+        head: Vec<TaskSpec>,
+        /// Wait this long before running it again.
+        delay: Duration,
+    },
+    /// Run it again after this delay (waiting for something).
+    Repeat(Duration),
+}
+
+impl TaskOutcome {
+    /// Success with no follow-up tasks.
+    pub fn done() -> TaskOutcome {
+        TaskOutcome::Success {
+            head: Vec::new(),
+            after: Vec::new(),
+            tail: Vec::new(),
+        }
+    }
+}
+
+/// Runs tasks (the engine).
+pub trait TaskHandler: Send + Sync + 'static {
+    /// Runs one task.
+    fn handle(&self, task: QueuedTask) -> BoxFut<'_, TaskOutcome>;
+}
+
+/// Delivers tasks to other queues (creating them on demand).
+pub trait Router: Send + Sync + 'static {
+    /// Enqueues tasks at the tail of `queue`.
+    fn enqueue(&self, queue: &str, tasks: Vec<TaskSpec>);
+}
+
+/// Messages of a queue actor.
+#[derive(Debug)]
+pub enum QueueMsg {
+    /// Add tasks.
+    Enqueue(Vec<(TaskSpec, Position)>),
+    /// Start the head task if idle and due.
+    Kick,
+    /// The running task finished.
+    Finished {
+        /// Which task.
+        id: TaskId,
+        /// How.
+        outcome: TaskOutcome,
+    },
+    /// Reply with the queue contents.
+    Dump(RpcReplyPort<QueueDump>),
+}
+
+/// A queue's contents for the debug dump.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueDump {
+    /// Queue name.
+    pub name: String,
+    /// Tasks, head first.
+    pub tasks: Vec<QueuedTask>,
+    /// Parked tasks.
+    pub parked: Vec<QueuedTask>,
+    /// The running task.
+    pub running: Option<TaskId>,
+    /// Dump lines in the reference's format.
+    pub lines: Vec<String>,
+}
+
+impl Describe for QueueMsg {
+    fn summary(&self) -> String {
+        match self {
+            QueueMsg::Enqueue(tasks) => {
+                let names: Vec<String> = tasks
+                    .iter()
+                    .map(|(t, _)| format!("{:?}", t.task_type))
+                    .collect();
+                format!("Enqueue {}", names.join(","))
+            }
+            QueueMsg::Kick => "Kick".into(),
+            QueueMsg::Finished { id, outcome } => {
+                let how = match outcome {
+                    TaskOutcome::Success { .. } => "success".to_string(),
+                    TaskOutcome::Fail(e) => format!("fail: {e}"),
+                    TaskOutcome::Keep { .. } => "keep".into(),
+                    TaskOutcome::Repeat(_) => "repeat".into(),
+                };
+                format!("Finished {id} {how}")
+            }
+            QueueMsg::Dump(_) => "Dump".into(),
+        }
+    }
+}
+
+/// Start-up arguments of a queue actor.
+pub struct QueueArgs {
+    /// Queue name.
+    pub name: String,
+    /// The journal.
+    pub sink: Arc<dyn EventSink>,
+    /// Runs tasks.
+    pub handler: Arc<dyn TaskHandler>,
+    /// Other queues.
+    pub router: Arc<dyn Router>,
+    /// This actor's mailbox tracking.
+    pub mailbox: MailboxHandle,
+    /// Contents restored from the journal.
+    pub restored: State,
+    /// Park a task after this many failed attempts (`None` = retry forever, as the
+    /// reference does).
+    pub max_attempts: Option<u32>,
+}
+
+/// A queue actor.
+pub struct QueueActor;
+
+/// Its state.
+pub struct QueueState {
+    name: String,
+    sink: Arc<dyn EventSink>,
+    handler: Arc<dyn TaskHandler>,
+    router: Arc<dyn Router>,
+    mailbox: MailboxHandle,
+    me: Tracked<QueueMsg>,
+    state: State,
+    running: Option<TaskId>,
+    max_attempts: Option<u32>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn jitter() -> Duration {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    Duration::from_millis(u64::from(nanos % 1000))
+}
+
+impl QueueState {
+    fn tasks(&self) -> &[QueuedTask] {
+        self.state
+            .queues
+            .get(&self.name)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// Journals events (durably) and then applies them to the in-memory queue.
+    async fn commit(&mut self, events: Vec<Event>) -> Result<(), ActorProcessingErr> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self.sink.append(events.clone()).await {
+                Ok(_) => break,
+                Err(e) => {
+                    // Nothing changes in memory until the journal has it; retry.
+                    tracing::error!(queue = %self.name, error = %e, "cannot journal queue transition; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        self.state.apply_all(&events);
+        Ok(())
+    }
+
+    fn kick_after(&self, delay: Duration) {
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = me.cast(QueueMsg::Kick);
+        });
+    }
+
+    fn kick(&self) {
+        let _ = self.me.cast(QueueMsg::Kick);
+    }
+
+    async fn start_head(&mut self) -> Result<(), ActorProcessingErr> {
+        if self.running.is_some() {
+            return Ok(());
+        }
+        let Some(head) = self.tasks().first().cloned() else {
+            return Ok(());
+        };
+        if let Some(at) = head.next_retry_at_ms {
+            let now = now_ms();
+            if at > now {
+                self.kick_after(Duration::from_millis(at - now));
+                return Ok(());
+            }
+        }
+        let mut events: Vec<Event> = Vec::new();
+        if let Some((into, merged)) = plan_compaction(self.tasks()) {
+            events.extend(merged.into_iter().map(|id| Event::TaskMerged { id, into }));
+        }
+        if !events.is_empty() {
+            self.commit(std::mem::take(&mut events)).await?;
+        }
+        for id in adjacent_mergeable(self.tasks()) {
+            events.push(Event::TaskMerged {
+                id,
+                into: head.spec.id,
+            });
+        }
+        events.push(Event::TaskStarted {
+            id: head.spec.id,
+            attempt: head.attempts + 1,
+        });
+        self.commit(events).await?;
+        let Some(task) = self.tasks().first().cloned() else {
+            return Ok(());
+        };
+        self.running = Some(task.spec.id);
+        tracing::debug!(queue = %self.name, task = %describe(&task), "task started");
+        let handler = self.handler.clone();
+        let me = self.me.clone();
+        let id = task.spec.id;
+        tokio::spawn(async move {
+            let outcome = handler.handle(task).await;
+            let _ = me.cast(QueueMsg::Finished { id, outcome });
+        });
+        Ok(())
+    }
+
+    fn split_foreign(&self, tasks: Vec<TaskSpec>) -> Vec<TaskSpec> {
+        let (own, foreign): (Vec<_>, Vec<_>) =
+            tasks.into_iter().partition(|t| t.queue == self.name);
+        for t in foreign {
+            let queue = t.queue.clone();
+            self.router.enqueue(&queue, vec![t]);
+        }
+        own
+    }
+
+    async fn finished(
+        &mut self,
+        id: TaskId,
+        outcome: TaskOutcome,
+    ) -> Result<(), ActorProcessingErr> {
+        if self.running != Some(id) {
+            return Ok(());
+        }
+        self.running = None;
+        let Some(task) = self.tasks().iter().find(|t| t.spec.id == id).cloned() else {
+            return Ok(());
+        };
+        let mut events = Vec::new();
+        match outcome {
+            TaskOutcome::Success { head, after, tail } => {
+                let mut prev = id;
+                for t in self.split_foreign(after) {
+                    let tid = t.id;
+                    events.push(Event::TaskEnqueued {
+                        task: t,
+                        position: Position::After(prev),
+                    });
+                    prev = tid;
+                }
+                events.push(Event::TaskSucceeded { id });
+                let mut prev: Option<TaskId> = None;
+                for t in self.split_foreign(head) {
+                    let tid = t.id;
+                    let position = prev.map_or(Position::Head, Position::After);
+                    events.push(Event::TaskEnqueued { task: t, position });
+                    prev = Some(tid);
+                }
+                for t in self.split_foreign(tail) {
+                    events.push(Event::TaskEnqueued {
+                        task: t,
+                        position: Position::Tail,
+                    });
+                }
+                self.commit(events).await?;
+                self.kick();
+            }
+            TaskOutcome::Fail(error) => {
+                let failures = task.failures + 1;
+                let delay = backoff(task.failures, jitter());
+                tracing::error!(queue = %self.name, task = %describe(&task), failures, retry_in = ?delay, "task failed: {error}");
+                events.push(Event::TaskFailed {
+                    id,
+                    error: error.clone(),
+                    failures,
+                    next_retry_at_ms: now_ms() + delay.as_millis() as u64,
+                });
+                let park = self.max_attempts.is_some_and(|m| failures >= m);
+                if park {
+                    tracing::error!(queue = %self.name, task = %describe(&task), "task parked after {failures} failed attempts");
+                    events.push(Event::TaskParked { id, reason: error });
+                }
+                self.commit(events).await?;
+                if park {
+                    self.kick()
+                } else {
+                    self.kick_after(delay)
+                }
+            }
+            TaskOutcome::Keep { head, delay } => {
+                let mut prev: Option<TaskId> = None;
+                for t in self.split_foreign(head) {
+                    let tid = t.id;
+                    events.push(Event::TaskEnqueued {
+                        task: t,
+                        position: prev.map_or(Position::Before(id), Position::After),
+                    });
+                    prev = Some(tid);
+                }
+                self.commit(events).await?;
+                if delay.is_zero() {
+                    self.kick()
+                } else {
+                    self.kick_after(delay)
+                }
+            }
+            TaskOutcome::Repeat(delay) => self.kick_after(delay),
+        }
+        Ok(())
+    }
+
+    fn dump(&self) -> QueueDump {
+        let tasks = self.tasks().to_vec();
+        QueueDump {
+            name: self.name.clone(),
+            lines: tasks.iter().map(describe).collect(),
+            parked: self
+                .state
+                .parked
+                .get(&self.name)
+                .cloned()
+                .unwrap_or_default(),
+            running: self.running,
+            tasks,
+        }
+    }
+}
+
+impl Actor for QueueActor {
+    type Msg = Envelope<QueueMsg>;
+    type State = QueueState;
+    type Arguments = QueueArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: QueueArgs,
+    ) -> Result<QueueState, ActorProcessingErr> {
+        let me = Tracked::new(myself, args.mailbox.clone());
+        let state = QueueState {
+            name: args.name,
+            sink: args.sink,
+            handler: args.handler,
+            router: args.router,
+            mailbox: args.mailbox,
+            me,
+            state: args.restored,
+            running: None,
+            max_attempts: args.max_attempts,
+        };
+        state.kick();
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        envelope: Self::Msg,
+        st: &mut QueueState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.mailbox.begin(envelope.seq);
+        let result = match envelope.msg {
+            QueueMsg::Enqueue(tasks) => {
+                let events = tasks
+                    .into_iter()
+                    .map(|(task, position)| Event::TaskEnqueued { task, position })
+                    .collect();
+                let r = st.commit(events).await;
+                st.kick();
+                r
+            }
+            QueueMsg::Kick => st.start_head().await,
+            QueueMsg::Finished { id, outcome } => st.finished(id, outcome).await,
+            QueueMsg::Dump(reply) => {
+                let _ = reply.send(st.dump());
+                Ok(())
+            }
+        };
+        st.mailbox.end();
+        result
+    }
+}
