@@ -84,10 +84,7 @@ fn simple_task(id: TaskId, task_type: TaskType, hook: Option<&str>, description:
 }
 
 /// Hooks with an ORDER for a binding, sorted by order then name.
-fn ordered(
-    hooks: &[GlobalHook],
-    order: impl Fn(&GlobalHook) -> Option<i64>,
-) -> Vec<&GlobalHook> {
+fn ordered(hooks: &[GlobalHook], order: impl Fn(&GlobalHook) -> Option<i64>) -> Vec<&GlobalHook> {
     let mut with: Vec<(i64, &GlobalHook)> = hooks
         .iter()
         .filter_map(|h| order(h).map(|o| (o, h)))

@@ -344,6 +344,14 @@ pub fn upgrade(version: u32, raw: Value) -> Result<Event, UpgradeError> {
     }
 }
 
+impl bosun_journal::Versioned for Event {
+    const VERSION: u32 = EVENT_VERSION;
+
+    fn decode(version: u32, raw: Value) -> Result<Event, String> {
+        upgrade(version, raw).map_err(|e| e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,1 +1,1005 @@
-//! Durable event journal.
+//! A durable, checksummed event journal, generic over the event type.
+//!
+//! ```text
+//!   append(events) ──► committer thread: assign seqs, write batch, ONE flush ──► ack (seq)
+//!                             (everything queued during a flush shares the next one)
+//!   replay(fold)   ──► latest snapshot ≤ target  +  events after it, checksums verified
+//! ```
+//!
+//! Record layout (value of key = big-endian seq): `crc32 | time_ms u64 | version u32 |
+//! payload (JSON)`, all little-endian; the checksum covers the key and everything after
+//! the checksum. A torn or corrupt record at the tail is truncated on open (with a
+//! warning); a corrupt record followed by good ones is refused, naming its sequence, until
+//! [`repair`] drops it.
+
+mod storage;
+
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::{oneshot, watch};
+
+pub use storage::{SledStorage, Storage};
+
+const FORMAT: &[u8] = b"bosun-journal/1";
+const HEADER: usize = 4 + 8 + 4;
+/// How many records at the tail are checked on open.
+const TAIL_CHECK: usize = 1024;
+
+/// Errors of the journal, naming the path or sequence involved.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The directory does not exist (and was not to be created).
+    #[error("{path}: no journal here (the directory does not exist)")]
+    Missing {
+        /// Directory.
+        path: PathBuf,
+    },
+    /// The directory has files but is not a journal.
+    #[error("{path}: not a bosun journal (found other files and no journal marker)")]
+    NotAJournal {
+        /// Directory.
+        path: PathBuf,
+    },
+    /// Another process holds the journal open.
+    #[error("{path}: the journal is locked by a running bosun; use read-only inspection")]
+    Locked {
+        /// Directory.
+        path: PathBuf,
+    },
+    /// The storage layer failed.
+    #[error("{path}: storage error: {message}")]
+    Storage {
+        /// Directory.
+        path: PathBuf,
+        /// The backend's message.
+        message: String,
+    },
+    /// A record failed its checksum or could not be decoded, with good records after it.
+    #[error(
+        "journal record {seq} is corrupt ({reason}) and is followed by valid records; run `bosun journal repair` to drop it"
+    )]
+    Corrupt {
+        /// The bad record.
+        seq: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A record's event version is newer than this program understands.
+    #[error(
+        "journal record {seq} has event version {version}; this bosun reads versions up to {supported}"
+    )]
+    UnknownVersion {
+        /// The record.
+        seq: u64,
+        /// Its version.
+        version: u32,
+        /// The newest version this build reads.
+        supported: u32,
+    },
+    /// A record's event could not be decoded.
+    #[error("journal record {seq}: cannot decode event: {message}")]
+    Decode {
+        /// The record.
+        seq: u64,
+        /// Why.
+        message: String,
+    },
+    /// Serialization of an event or snapshot failed.
+    #[error("cannot encode {what}: {message}")]
+    Encode {
+        /// What.
+        what: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// The committer is gone (journal closed).
+    #[error("the journal is closed")]
+    Closed,
+    /// File system error.
+    #[error("{path}: {source}")]
+    Io {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+/// An event type the journal stores, with its encoding version and upgrades from older
+/// encodings.
+pub trait Versioned: Sized {
+    /// The version this build writes.
+    const VERSION: u32;
+    /// Decodes an event stored with `version` (≤ [`Self::VERSION`]).
+    fn decode(version: u32, raw: Value) -> Result<Self, String>;
+}
+
+/// One journal record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record<E> {
+    /// Sequence number (1-based, gapless).
+    pub seq: u64,
+    /// When it was appended (unix milliseconds).
+    pub time_ms: u64,
+    /// Its event encoding version.
+    pub version: u32,
+    /// The event.
+    pub event: E,
+}
+
+/// A record as stored, event still JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawRecord {
+    /// Sequence number.
+    pub seq: u64,
+    /// Unix milliseconds.
+    pub time_ms: u64,
+    /// Event encoding version.
+    pub version: u32,
+    /// The event as JSON.
+    pub event: Value,
+    /// Stored size in bytes.
+    pub size: usize,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn encode(seq: u64, time_ms: u64, version: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER + payload.len());
+    v.extend_from_slice(&[0; 4]);
+    v.extend_from_slice(&time_ms.to_le_bytes());
+    v.extend_from_slice(&version.to_le_bytes());
+    v.extend_from_slice(payload);
+    let crc = checksum(seq, &v[4..]);
+    v[..4].copy_from_slice(&crc.to_le_bytes());
+    v
+}
+
+fn checksum(seq: u64, body: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&seq.to_be_bytes());
+    h.update(body);
+    h.finalize()
+}
+
+/// Checks and splits a stored record: `(time_ms, version, payload)`.
+fn decode(seq: u64, bytes: &[u8]) -> Result<(u64, u32, &[u8]), String> {
+    if bytes.len() < HEADER {
+        return Err(format!(
+            "truncated: {} bytes, header needs {HEADER}",
+            bytes.len()
+        ));
+    }
+    let stored = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    if stored != checksum(seq, &bytes[4..]) {
+        return Err("checksum mismatch".into());
+    }
+    let mut t = [0u8; 8];
+    t.copy_from_slice(&bytes[4..12]);
+    let mut v = [0u8; 4];
+    v.copy_from_slice(&bytes[12..16]);
+    Ok((
+        u64::from_le_bytes(t),
+        u32::from_le_bytes(v),
+        &bytes[HEADER..],
+    ))
+}
+
+fn raw_record(seq: u64, bytes: &[u8]) -> Result<RawRecord, JournalError> {
+    let (time_ms, version, payload) =
+        decode(seq, bytes).map_err(|reason| JournalError::Corrupt { seq, reason })?;
+    let event = serde_json::from_slice(payload).map_err(|e| JournalError::Corrupt {
+        seq,
+        reason: format!("payload is not JSON: {e}"),
+    })?;
+    Ok(RawRecord {
+        seq,
+        time_ms,
+        version,
+        event,
+        size: bytes.len(),
+    })
+}
+
+struct AppendRequest {
+    payloads: Vec<(u32, Vec<u8>)>,
+    reply: oneshot::Sender<Result<u64, String>>,
+}
+
+/// A snapshot stored in the journal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// The state includes every event up to this sequence.
+    pub seq: u64,
+    /// When it was taken (unix ms).
+    pub time_ms: u64,
+    /// Stored size in bytes.
+    pub size: usize,
+}
+
+/// What to keep when compacting.
+#[derive(Clone, Debug)]
+pub struct Retention {
+    /// Snapshots kept (the newest ones); events before the oldest kept one are dropped.
+    pub keep_snapshots: usize,
+    /// Also drop snapshots older than this (milliseconds), keeping at least one.
+    pub max_age_ms: Option<u64>,
+    /// Drop old snapshots (keeping at least one) while the journal is larger than this.
+    pub max_bytes: Option<u64>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            keep_snapshots: 3,
+            max_age_ms: None,
+            max_bytes: None,
+        }
+    }
+}
+
+/// Figures about a journal.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stats {
+    /// Records stored.
+    pub events: u64,
+    /// Oldest and newest sequence.
+    pub first_seq: Option<u64>,
+    /// Newest sequence.
+    pub last_seq: Option<u64>,
+    /// Oldest record time (unix ms).
+    pub first_time_ms: Option<u64>,
+    /// Newest record time.
+    pub last_time_ms: Option<u64>,
+    /// Bytes of stored records.
+    pub record_bytes: u64,
+    /// Bytes on disk.
+    pub disk_bytes: u64,
+    /// Snapshots.
+    pub snapshots: Vec<u64>,
+}
+
+/// Result of [`Journal::verify`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    /// Records checked.
+    pub checked: u64,
+    /// Corrupt records: `(seq, reason)`.
+    pub corrupt: Vec<(u64, String)>,
+    /// Missing sequence numbers: `(after, before)` of each gap.
+    pub gaps: Vec<(u64, u64)>,
+}
+
+impl VerifyReport {
+    /// No problems.
+    pub fn ok(&self) -> bool {
+        self.corrupt.is_empty() && self.gaps.is_empty()
+    }
+}
+
+/// An open journal of events `E`.
+pub struct Journal<E> {
+    storage: Arc<dyn Storage>,
+    path: PathBuf,
+    tx: Option<std::sync::mpsc::Sender<AppendRequest>>,
+    durable: watch::Receiver<u64>,
+    committer: Option<std::thread::JoinHandle<()>>,
+    _temp: Option<tempfile_dir::TempCopy>,
+    _event: PhantomData<fn() -> E>,
+}
+
+mod tempfile_dir {
+    use std::path::{Path, PathBuf};
+
+    /// A private copy of a locked journal, removed on drop.
+    pub struct TempCopy(pub PathBuf);
+
+    impl Drop for TempCopy {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(to)?;
+        for entry in std::fs::read_dir(from)? {
+            let entry = entry?;
+            let target = to.join(entry.file_name());
+            if entry.file_type()?.is_dir() {
+                copy_dir(&entry.path(), &target)?;
+            } else {
+                std::fs::copy(entry.path(), target)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_directory(dir: &Path, create: bool) -> Result<(), JournalError> {
+    if !dir.exists() {
+        if create {
+            return std::fs::create_dir_all(dir).map_err(|source| JournalError::Io {
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
+        return Err(JournalError::Missing {
+            path: dir.to_path_buf(),
+        });
+    }
+    if !dir.is_dir() {
+        return Err(JournalError::NotAJournal {
+            path: dir.to_path_buf(),
+        });
+    }
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|source| JournalError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    // sled's own files; anything else means this is somebody else's directory.
+    let sled_files =
+        |n: &String| n == "db" || n == "conf" || n == "blobs" || n.starts_with("snap.");
+    if !names.is_empty() && !names.iter().all(sled_files) {
+        return Err(JournalError::NotAJournal {
+            path: dir.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
+    /// Opens a journal for writing, creating the directory if needed. The tail is checked:
+    /// a torn or corrupt tail is truncated with a warning; corruption followed by valid
+    /// records is refused with [`JournalError::Corrupt`].
+    pub fn open(dir: &Path) -> Result<Journal<E>, JournalError> {
+        check_directory(dir, true)?;
+        let storage: Arc<dyn Storage> = Arc::new(SledStorage::open(dir)?);
+        Self::with_storage(storage, dir, true, None)
+    }
+
+    /// Opens a journal for reading only; works while a running bosun holds it, by reading
+    /// a private copy.
+    pub fn open_read_only(dir: &Path) -> Result<Journal<E>, JournalError> {
+        check_directory(dir, false)?;
+        match SledStorage::open(dir) {
+            Ok(s) => Self::with_storage(Arc::new(s), dir, false, None),
+            Err(JournalError::Locked { .. }) => {
+                let copy = std::env::temp_dir().join(format!(
+                    "bosun-journal-{}-{}",
+                    std::process::id(),
+                    now_ms()
+                ));
+                tempfile_dir::copy_dir(dir, &copy).map_err(|source| JournalError::Io {
+                    path: dir.to_path_buf(),
+                    source,
+                })?;
+                let guard = tempfile_dir::TempCopy(copy.clone());
+                let storage = Arc::new(SledStorage::open(&copy)?);
+                Self::with_storage(storage, dir, false, Some(guard))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens a journal on any storage.
+    pub fn with_storage(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        writable: bool,
+        temp: Option<tempfile_dir::TempCopy>,
+    ) -> Result<Journal<E>, JournalError> {
+        match storage.meta("format")? {
+            Some(f) if f == FORMAT => {}
+            Some(other) => {
+                return Err(JournalError::Storage {
+                    path: dir.to_path_buf(),
+                    message: format!(
+                        "unknown journal format {:?}",
+                        String::from_utf8_lossy(&other)
+                    ),
+                });
+            }
+            None => {
+                if storage.last_event()?.is_some() || !storage.snapshots()?.is_empty() {
+                    return Err(JournalError::NotAJournal {
+                        path: dir.to_path_buf(),
+                    });
+                }
+                if writable {
+                    storage.set_meta("format", FORMAT)?;
+                    storage.flush()?;
+                }
+            }
+        }
+        let last = Self::check_tail(storage.as_ref(), writable)?;
+        let (durable_tx, durable) = watch::channel(last);
+        let (tx, committer) = if writable {
+            let (tx, rx) = std::sync::mpsc::channel::<AppendRequest>();
+            let s = storage.clone();
+            let handle = std::thread::Builder::new()
+                .name("journal-commit".into())
+                .spawn(move || commit_loop(s, rx, last, durable_tx))
+                .map_err(|source| JournalError::Io {
+                    path: dir.to_path_buf(),
+                    source,
+                })?;
+            (Some(tx), Some(handle))
+        } else {
+            (None, None)
+        };
+        Ok(Journal {
+            storage,
+            path: dir.to_path_buf(),
+            tx,
+            durable,
+            committer,
+            _temp: temp,
+            _event: PhantomData,
+        })
+    }
+
+    /// Checks the last records; truncates a corrupt tail, refuses mid-log corruption.
+    fn check_tail(storage: &dyn Storage, writable: bool) -> Result<u64, JournalError> {
+        let tail = storage.last_events(TAIL_CHECK)?;
+        let mut bad: Vec<u64> = Vec::new();
+        let mut last_good = None;
+        for (seq, bytes) in &tail {
+            match raw_record(*seq, bytes) {
+                Ok(_) => {
+                    last_good = Some(*seq);
+                    break;
+                }
+                Err(_) => bad.push(*seq),
+            }
+        }
+        if let Some(good) = last_good {
+            // Anything bad before the last good record in the checked window is mid-log.
+            for (seq, bytes) in tail.iter().filter(|(s, _)| *s < good) {
+                if let Err(JournalError::Corrupt { reason, .. }) = raw_record(*seq, bytes) {
+                    return Err(JournalError::Corrupt { seq: *seq, reason });
+                }
+            }
+        }
+        if let (Some(&from), Some(&to)) = (bad.last(), bad.first()) {
+            tracing::warn!(
+                from,
+                to,
+                "journal tail is torn or corrupt; truncating {} record(s); everything before survives",
+                bad.len()
+            );
+            if writable {
+                storage.remove_events(from, to)?;
+                storage.flush()?;
+            }
+        }
+        Ok(match last_good {
+            Some(s) => s,
+            // The whole window is bad or empty: the previous record (if any) is the end.
+            None => bad.last().map(|s| s.saturating_sub(1)).unwrap_or(0),
+        })
+    }
+
+    /// Durably appends events; returns the sequence number of the last one.
+    pub async fn append_batch(&self, events: &[E]) -> Result<u64, JournalError> {
+        let rx = self.send(events)?;
+        rx.await
+            .map_err(|_| JournalError::Closed)?
+            .map_err(|message| JournalError::Storage {
+                path: self.path.clone(),
+                message,
+            })
+    }
+
+    /// Durably appends one event; returns its sequence number.
+    pub async fn append(&self, event: &E) -> Result<u64, JournalError> {
+        self.append_batch(std::slice::from_ref(event)).await
+    }
+
+    /// Blocking variant of [`Journal::append_batch`] for synchronous callers.
+    pub fn append_blocking(&self, events: &[E]) -> Result<u64, JournalError> {
+        let rx = self.send(events)?;
+        rx.blocking_recv()
+            .map_err(|_| JournalError::Closed)?
+            .map_err(|message| JournalError::Storage {
+                path: self.path.clone(),
+                message,
+            })
+    }
+
+    fn send(&self, events: &[E]) -> Result<oneshot::Receiver<Result<u64, String>>, JournalError> {
+        let payloads = events
+            .iter()
+            .map(|e| serde_json::to_vec(e).map(|p| (E::VERSION, p)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| JournalError::Encode {
+                what: "event",
+                message: e.to_string(),
+            })?;
+        let (reply, rx) = oneshot::channel();
+        let tx = self.tx.as_ref().ok_or_else(|| JournalError::Storage {
+            path: self.path.clone(),
+            message: "opened read-only".into(),
+        })?;
+        tx.send(AppendRequest { payloads, reply })
+            .map_err(|_| JournalError::Closed)?;
+        Ok(rx)
+    }
+
+    /// The last durable sequence number (0 when empty).
+    pub fn last_seq(&self) -> u64 {
+        *self.durable.borrow()
+    }
+
+    /// Raw records from `from` on (checksums verified).
+    pub fn raw_from(
+        &self,
+        from: u64,
+    ) -> impl Iterator<Item = Result<RawRecord, JournalError>> + '_ {
+        self.storage
+            .events_from(from)
+            .map(|r| r.and_then(|(seq, bytes)| raw_record(seq, &bytes)))
+    }
+
+    /// Decoded records from `from` on.
+    pub fn read_from(
+        &self,
+        from: u64,
+    ) -> impl Iterator<Item = Result<Record<E>, JournalError>> + '_ {
+        self.raw_from(from).map(|r| r.and_then(decode_record))
+    }
+
+    /// Decoded records appended at or after `time_ms`.
+    pub fn read_since(
+        &self,
+        time_ms: u64,
+    ) -> impl Iterator<Item = Result<Record<E>, JournalError>> + '_ {
+        self.raw_from(0)
+            .filter(move |r| r.as_ref().map_or(true, |r| r.time_ms >= time_ms))
+            .map(|r| r.and_then(decode_record))
+    }
+
+    /// A follower: records after `after`, then new ones as they become durable.
+    pub fn subscribe(&self, after: u64) -> Subscription<'_, E> {
+        Subscription {
+            journal: self,
+            next: after + 1,
+            durable: self.durable.clone(),
+        }
+    }
+
+    /// Saves a snapshot of an application state that includes events up to `seq`.
+    pub fn save_snapshot<S: Serialize>(&self, seq: u64, state: &S) -> Result<(), JournalError> {
+        let payload = serde_json::to_vec(state).map_err(|e| JournalError::Encode {
+            what: "snapshot",
+            message: e.to_string(),
+        })?;
+        self.storage
+            .put_snapshot(seq, encode(seq, now_ms(), 0, &payload))?;
+        self.storage.flush()
+    }
+
+    /// Snapshots, oldest first.
+    pub fn snapshots(&self) -> Result<Vec<SnapshotInfo>, JournalError> {
+        Ok(self
+            .storage
+            .snapshots()?
+            .into_iter()
+            .filter_map(|(seq, bytes)| {
+                decode(seq, &bytes)
+                    .ok()
+                    .map(|(time_ms, _, _)| SnapshotInfo {
+                        seq,
+                        time_ms,
+                        size: bytes.len(),
+                    })
+            })
+            .collect())
+    }
+
+    /// The newest valid snapshot at or before `at`.
+    pub fn latest_snapshot<S: DeserializeOwned>(
+        &self,
+        at: u64,
+    ) -> Result<Option<(u64, S)>, JournalError> {
+        for (seq, bytes) in self
+            .storage
+            .snapshots()?
+            .into_iter()
+            .rev()
+            .filter(|(s, _)| *s <= at)
+        {
+            match decode(seq, &bytes)
+                .and_then(|(_, _, p)| serde_json::from_slice::<S>(p).map_err(|e| e.to_string()))
+            {
+                Ok(state) => return Ok(Some((seq, state))),
+                Err(e) => tracing::warn!(seq, "ignoring unreadable snapshot: {e}"),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Rebuilds state up to `until` (inclusive; `None` = everything): the newest snapshot at
+    /// or before it, then the events after it. Returns the state and the last sequence
+    /// folded.
+    pub fn replay<S, F>(
+        &self,
+        until: Option<u64>,
+        use_snapshot: bool,
+        mut fold: F,
+    ) -> Result<(S, u64), JournalError>
+    where
+        S: Default + DeserializeOwned,
+        F: FnMut(&mut S, &Record<E>),
+    {
+        let until = until.unwrap_or(u64::MAX);
+        let (mut state, mut last) = match use_snapshot
+            .then(|| self.latest_snapshot::<S>(until))
+            .transpose()?
+            .flatten()
+        {
+            Some((seq, s)) => (s, seq),
+            None => (S::default(), 0),
+        };
+        for r in self.read_from(last + 1) {
+            let r = r?;
+            if r.seq > until {
+                break;
+            }
+            fold(&mut state, &r);
+            last = r.seq;
+        }
+        Ok((state, last))
+    }
+
+    /// Drops old snapshots per `policy`, then the events the oldest kept snapshot covers.
+    pub fn compact(&self, policy: &Retention) -> Result<u64, JournalError> {
+        let mut snaps = self.snapshots()?;
+        let keep = policy.keep_snapshots.max(1);
+        let now = now_ms();
+        while snaps.len() > 1
+            && (snaps.len() > keep
+                || policy.max_age_ms.is_some_and(|age| {
+                    snaps
+                        .first()
+                        .is_some_and(|s| now.saturating_sub(s.time_ms) > age)
+                })
+                || policy.max_bytes.is_some_and(|max| {
+                    self.storage
+                        .size_on_disk()
+                        .map(|b| b > max)
+                        .unwrap_or(false)
+                        && snaps.len() > 1
+                }))
+        {
+            let old = snaps.remove(0);
+            self.storage.remove_snapshot(old.seq)?;
+            if policy.max_bytes.is_some() && snaps.len() <= keep {
+                break;
+            }
+        }
+        let Some(oldest) = snaps.first() else {
+            return Ok(0);
+        };
+        let first = self
+            .storage
+            .events_from(0)
+            .next()
+            .transpose()?
+            .map(|(s, _)| s)
+            .unwrap_or(oldest.seq + 1);
+        if first > oldest.seq {
+            return Ok(0);
+        }
+        self.storage.remove_events(first, oldest.seq)?;
+        self.storage.flush()?;
+        Ok(oldest.seq - first + 1)
+    }
+
+    /// Checks every record and the sequence numbering.
+    pub fn verify(&self) -> Result<VerifyReport, JournalError> {
+        let mut report = VerifyReport::default();
+        let mut prev: Option<u64> = None;
+        for r in self.storage.events_from(0) {
+            let (seq, bytes) = r?;
+            report.checked += 1;
+            if let Err(JournalError::Corrupt { reason, .. }) = raw_record(seq, &bytes) {
+                report.corrupt.push((seq, reason));
+            }
+            if let Some(p) = prev
+                && seq != p + 1
+            {
+                report.gaps.push((p, seq));
+            }
+            prev = Some(seq);
+        }
+        Ok(report)
+    }
+
+    /// Figures about the journal.
+    pub fn stats(&self) -> Result<Stats, JournalError> {
+        let mut stats = Stats {
+            disk_bytes: self.storage.size_on_disk()?,
+            snapshots: self.snapshots()?.iter().map(|s| s.seq).collect(),
+            ..Stats::default()
+        };
+        for r in self.storage.events_from(0) {
+            let (seq, bytes) = r?;
+            stats.events += 1;
+            stats.record_bytes += bytes.len() as u64;
+            let time = decode(seq, &bytes).ok().map(|(t, _, _)| t);
+            if stats.first_seq.is_none() {
+                stats.first_seq = Some(seq);
+                stats.first_time_ms = time;
+            }
+            stats.last_seq = Some(seq);
+            stats.last_time_ms = time.or(stats.last_time_ms);
+        }
+        Ok(stats)
+    }
+
+    /// Writes raw bytes as a record (for corruption tests and tools).
+    #[doc(hidden)]
+    pub fn raw_put(&self, seq: u64, bytes: Vec<u8>) -> Result<(), JournalError> {
+        self.storage.put_events(&[(seq, bytes)])?;
+        self.storage.flush()
+    }
+
+    /// Encodes a valid record (for tests and tools).
+    #[doc(hidden)]
+    pub fn encode_record(seq: u64, event: &E) -> Vec<u8> {
+        encode(
+            seq,
+            now_ms(),
+            E::VERSION,
+            &serde_json::to_vec(event).unwrap_or_default(),
+        )
+    }
+
+    /// Closes the journal: waits until every queued append is durable.
+    pub fn close(mut self) {
+        self.tx.take();
+        if let Some(h) = self.committer.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl<E> Drop for Journal<E> {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.committer.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn decode_record<E: Versioned>(r: RawRecord) -> Result<Record<E>, JournalError> {
+    if r.version > E::VERSION {
+        return Err(JournalError::UnknownVersion {
+            seq: r.seq,
+            version: r.version,
+            supported: E::VERSION,
+        });
+    }
+    let event = E::decode(r.version, r.event).map_err(|message| JournalError::Decode {
+        seq: r.seq,
+        message,
+    })?;
+    Ok(Record {
+        seq: r.seq,
+        time_ms: r.time_ms,
+        version: r.version,
+        event,
+    })
+}
+
+/// The committer: drains every queued request, writes them as one batch, flushes once,
+/// then acknowledges them all (group commit).
+fn commit_loop(
+    storage: Arc<dyn Storage>,
+    rx: std::sync::mpsc::Receiver<AppendRequest>,
+    mut last: u64,
+    durable: watch::Sender<u64>,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut requests = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            requests.push(more);
+        }
+        let time = now_ms();
+        let mut records = Vec::new();
+        let mut acks = Vec::with_capacity(requests.len());
+        let mut seq = last;
+        for req in requests {
+            for (version, payload) in &req.payloads {
+                seq += 1;
+                records.push((seq, encode(seq, time, *version, payload)));
+            }
+            acks.push((req.reply, seq));
+        }
+        let result = storage.put_events(&records).and_then(|_| storage.flush());
+        match result {
+            Ok(()) => {
+                last = seq;
+                let _ = durable.send(last);
+                for (reply, s) in acks {
+                    let _ = reply.send(Ok(s));
+                }
+            }
+            Err(e) => {
+                // Nothing was acknowledged; remove what may have reached the tree so the
+                // sequence stays gapless for the next batch.
+                let _ = storage.remove_events(last + 1, seq);
+                for (reply, _) in acks {
+                    let _ = reply.send(Err(e.to_string()));
+                }
+            }
+        }
+    }
+}
+
+/// Follows a journal: yields stored records in order, then waits for new durable ones.
+pub struct Subscription<'a, E> {
+    journal: &'a Journal<E>,
+    next: u64,
+    durable: watch::Receiver<u64>,
+}
+
+impl<E: Serialize + DeserializeOwned + Versioned> Subscription<'_, E> {
+    /// The next record; waits for one to become durable.
+    pub async fn next(&mut self) -> Result<Record<E>, JournalError> {
+        loop {
+            if *self.durable.borrow_and_update() >= self.next
+                && let Some(r) = self.journal.read_from(self.next).next()
+            {
+                let r = r?;
+                self.next = r.seq + 1;
+                return Ok(r);
+            }
+            self.durable
+                .changed()
+                .await
+                .map_err(|_| JournalError::Closed)?;
+        }
+    }
+}
+
+/// Drops corrupt records so the journal opens again; returns the sequences dropped.
+pub fn repair(dir: &Path) -> Result<Vec<u64>, JournalError> {
+    check_directory(dir, false)?;
+    let storage = SledStorage::open(dir)?;
+    let mut dropped = Vec::new();
+    for r in storage.events_from(0) {
+        let (seq, bytes) = r?;
+        if raw_record(seq, &bytes).is_err() {
+            dropped.push(seq);
+        }
+    }
+    for seq in &dropped {
+        storage.remove_events(*seq, *seq)?;
+    }
+    storage.flush()?;
+    Ok(dropped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+    struct Ev(u64);
+
+    impl Versioned for Ev {
+        const VERSION: u32 = 2;
+        fn decode(version: u32, raw: Value) -> Result<Self, String> {
+            match version {
+                // Version 1 stored {"n": …}.
+                1 => raw["n"]
+                    .as_u64()
+                    .map(Ev)
+                    .ok_or_else(|| "missing n".to_string()),
+                _ => serde_json::from_value(raw).map_err(|e| e.to_string()),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn append_read_replay_and_snapshots() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let j: Journal<Ev> = Journal::open(dir.path()).expect("open");
+        assert_eq!(j.append(&Ev(1)).await.expect("append"), 1);
+        assert_eq!(j.append_batch(&[Ev(2), Ev(3)]).await.expect("append"), 3);
+        let all: Vec<u64> = j.read_from(0).map(|r| r.expect("read").event.0).collect();
+        assert_eq!(all, [1, 2, 3]);
+        j.save_snapshot(2, &3u64).expect("snapshot");
+        let (sum, last) = j
+            .replay::<u64, _>(None, true, |s, r| *s += r.event.0)
+            .expect("replay");
+        assert_eq!((sum, last), (6, 3));
+        let (at2, _) = j
+            .replay::<u64, _>(Some(2), false, |s, r| *s += r.event.0)
+            .expect("replay");
+        assert_eq!(at2, 3);
+        assert_eq!(
+            j.compact(&Retention {
+                keep_snapshots: 1,
+                ..Retention::default()
+            })
+            .expect("compact"),
+            2
+        );
+        let (sum, _) = j
+            .replay::<u64, _>(None, true, |s, r| *s += r.event.0)
+            .expect("replay");
+        assert_eq!(sum, 6, "snapshot + suffix after compaction");
+    }
+
+    #[tokio::test]
+    async fn older_versions_upgrade_and_newer_ones_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let j: Journal<Ev> = Journal::open(dir.path()).expect("open");
+        j.raw_put(1, encode(1, 0, 1, br#"{"n":7}"#)).expect("put");
+        j.raw_put(2, encode(2, 0, 9, b"1")).expect("put");
+        let mut it = j.read_from(0);
+        assert_eq!(it.next().and_then(Result::ok).map(|r| r.event), Some(Ev(7)));
+        let err = it
+            .next()
+            .and_then(Result::err)
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("version 9") && err.contains("record 2"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn subscribers_see_new_records() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let j: Arc<Journal<Ev>> = Arc::new(Journal::open(dir.path()).expect("open"));
+        j.append(&Ev(1)).await.expect("append");
+        let mut sub = j.subscribe(0);
+        assert_eq!(sub.next().await.expect("first").event, Ev(1));
+        let writer = j.clone();
+        let w = tokio::spawn(async move { writer.append(&Ev(2)).await });
+        let r = tokio::time::timeout(std::time::Duration::from_secs(10), sub.next())
+            .await
+            .expect("in time")
+            .expect("record");
+        assert_eq!((r.seq, r.event), (2, Ev(2)));
+        let _ = w.await;
+    }
+
+    #[test]
+    fn directories_that_are_not_journals_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("notes.txt"), "hello").expect("write");
+        let err = Journal::<Ev>::open(dir.path())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("not a bosun journal"), "{err}");
+        let err = Journal::<Ev>::open_read_only(&dir.path().join("nope"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("does not exist"), "{err}");
+    }
+}

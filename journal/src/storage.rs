@@ -1,0 +1,194 @@
+//! Where records live. The journal talks to storage through [`Storage`] only, so the
+//! backend can change; [`SledStorage`] is the default (sled 0.34: durable only after an
+//! explicit flush, which the journal's group commit does before acknowledging).
+
+use std::path::{Path, PathBuf};
+
+use crate::JournalError;
+
+/// Stored records in sequence order.
+pub type RecordIter<'a> = Box<dyn Iterator<Item = Result<(u64, Vec<u8>), JournalError>> + 'a>;
+
+/// A key/value backend for events, snapshots and metadata, ordered by sequence number.
+pub trait Storage: Send + Sync + 'static {
+    /// Writes event records (not yet durable).
+    fn put_events(&self, records: &[(u64, Vec<u8>)]) -> Result<(), JournalError>;
+    /// Makes everything written so far durable.
+    fn flush(&self) -> Result<(), JournalError>;
+    /// Event records with sequence ≥ `from`, in order.
+    fn events_from(&self, from: u64) -> RecordIter<'_>;
+    /// The last event record.
+    fn last_event(&self) -> Result<Option<(u64, Vec<u8>)>, JournalError>;
+    /// The last `n` event records, newest first.
+    fn last_events(&self, n: usize) -> Result<Vec<(u64, Vec<u8>)>, JournalError>;
+    /// Removes event records with sequence in `from..=to`.
+    fn remove_events(&self, from: u64, to: u64) -> Result<(), JournalError>;
+    /// Writes a snapshot record.
+    fn put_snapshot(&self, seq: u64, record: Vec<u8>) -> Result<(), JournalError>;
+    /// Snapshot records, oldest first.
+    fn snapshots(&self) -> Result<Vec<(u64, Vec<u8>)>, JournalError>;
+    /// Removes a snapshot.
+    fn remove_snapshot(&self, seq: u64) -> Result<(), JournalError>;
+    /// Reads a metadata value.
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, JournalError>;
+    /// Writes a metadata value.
+    fn set_meta(&self, key: &str, value: &[u8]) -> Result<(), JournalError>;
+    /// Bytes used on disk.
+    fn size_on_disk(&self) -> Result<u64, JournalError>;
+}
+
+/// sled-backed storage: trees `events`, `snapshots`, `meta`.
+pub struct SledStorage {
+    db: sled::Db,
+    events: sled::Tree,
+    snapshots: sled::Tree,
+    meta: sled::Tree,
+    path: PathBuf,
+}
+
+fn io(path: &Path, e: sled::Error) -> JournalError {
+    JournalError::Storage {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+fn key(seq: u64) -> [u8; 8] {
+    seq.to_be_bytes()
+}
+
+fn seq_of(k: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = k.len().min(8);
+    b[8 - n..].copy_from_slice(&k[..n]);
+    u64::from_be_bytes(b)
+}
+
+impl SledStorage {
+    /// Opens (creating if needed) sled storage in `dir`.
+    pub fn open(dir: &Path) -> Result<SledStorage, JournalError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(|e| {
+                let message = e.to_string();
+                if message.contains("lock")
+                    || message.contains("WouldBlock")
+                    || message.contains("Resource temporarily unavailable")
+                {
+                    JournalError::Locked {
+                        path: dir.to_path_buf(),
+                    }
+                } else {
+                    JournalError::Storage {
+                        path: dir.to_path_buf(),
+                        message,
+                    }
+                }
+            })?;
+        let tree = |name: &str| db.open_tree(name).map_err(|e| io(dir, e));
+        Ok(SledStorage {
+            events: tree("events")?,
+            snapshots: tree("snapshots")?,
+            meta: tree("meta")?,
+            db,
+            path: dir.to_path_buf(),
+        })
+    }
+}
+
+impl Storage for SledStorage {
+    fn put_events(&self, records: &[(u64, Vec<u8>)]) -> Result<(), JournalError> {
+        let mut batch = sled::Batch::default();
+        for (seq, rec) in records {
+            batch.insert(&key(*seq), rec.as_slice());
+        }
+        self.events
+            .apply_batch(batch)
+            .map_err(|e| io(&self.path, e))
+    }
+
+    fn flush(&self) -> Result<(), JournalError> {
+        self.db.flush().map(|_| ()).map_err(|e| io(&self.path, e))
+    }
+
+    fn events_from(&self, from: u64) -> RecordIter<'_> {
+        Box::new(self.events.range(key(from)..).map(move |r| {
+            r.map(|(k, v)| (seq_of(&k), v.to_vec()))
+                .map_err(|e| io(&self.path, e))
+        }))
+    }
+
+    fn last_event(&self) -> Result<Option<(u64, Vec<u8>)>, JournalError> {
+        self.events
+            .last()
+            .map(|o| o.map(|(k, v)| (seq_of(&k), v.to_vec())))
+            .map_err(|e| io(&self.path, e))
+    }
+
+    fn last_events(&self, n: usize) -> Result<Vec<(u64, Vec<u8>)>, JournalError> {
+        self.events
+            .iter()
+            .rev()
+            .take(n)
+            .map(|r| {
+                r.map(|(k, v)| (seq_of(&k), v.to_vec()))
+                    .map_err(|e| io(&self.path, e))
+            })
+            .collect()
+    }
+
+    fn remove_events(&self, from: u64, to: u64) -> Result<(), JournalError> {
+        let mut batch = sled::Batch::default();
+        for r in self.events.range(key(from)..=key(to)) {
+            let (k, _) = r.map_err(|e| io(&self.path, e))?;
+            batch.remove(k);
+        }
+        self.events
+            .apply_batch(batch)
+            .map_err(|e| io(&self.path, e))
+    }
+
+    fn put_snapshot(&self, seq: u64, record: Vec<u8>) -> Result<(), JournalError> {
+        self.snapshots
+            .insert(key(seq), record)
+            .map(|_| ())
+            .map_err(|e| io(&self.path, e))
+    }
+
+    fn snapshots(&self) -> Result<Vec<(u64, Vec<u8>)>, JournalError> {
+        self.snapshots
+            .iter()
+            .map(|r| {
+                r.map(|(k, v)| (seq_of(&k), v.to_vec()))
+                    .map_err(|e| io(&self.path, e))
+            })
+            .collect()
+    }
+
+    fn remove_snapshot(&self, seq: u64) -> Result<(), JournalError> {
+        self.snapshots
+            .remove(key(seq))
+            .map(|_| ())
+            .map_err(|e| io(&self.path, e))
+    }
+
+    fn meta(&self, k: &str) -> Result<Option<Vec<u8>>, JournalError> {
+        self.meta
+            .get(k)
+            .map(|o| o.map(|v| v.to_vec()))
+            .map_err(|e| io(&self.path, e))
+    }
+
+    fn set_meta(&self, k: &str, value: &[u8]) -> Result<(), JournalError> {
+        self.meta
+            .insert(k, value)
+            .map(|_| ())
+            .map_err(|e| io(&self.path, e))
+    }
+
+    fn size_on_disk(&self) -> Result<u64, JournalError> {
+        self.db.size_on_disk().map_err(|e| io(&self.path, e))
+    }
+}
