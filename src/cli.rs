@@ -96,17 +96,53 @@ fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
-    if !args.sandbox {
-        anyhow::bail!("only `bosun run --sandbox` is available in this version");
-    }
-    let kubeconfig = args.data.join("kubeconfig");
-    runtime()?.block_on(crate::sandbox::serve_forever(
-        crate::sandbox::SandboxConfig {
+    runtime()?.block_on(async move {
+        if !args.sandbox {
+            let cfg = crate::operator::OperatorConfig::from_env(
+                &crate::operator::OperatorConfig::in_cluster(),
+            )?;
+            let _operator = crate::operator::start(&cfg).await?;
+            crate::sandbox::shutdown_signal().await;
+            tracing::info!("shutting down");
+            return Ok(());
+        }
+        // The embedded default: the sandbox API server in-process, the sample hooks and
+        // modules from `examples/`, state under the data folder.
+        let kubeconfig = args.data.join("kubeconfig");
+        let sandbox = crate::sandbox::start(crate::sandbox::SandboxConfig {
             listen: args.sandbox_listen,
             data: args.data.join("sandbox"),
-            kubeconfig: Some(kubeconfig),
+            kubeconfig: Some(kubeconfig.clone()),
             token: None,
             watch_history: crate::sandbox::store::DEFAULT_HISTORY,
-        },
-    ))
+        })
+        .await?;
+        println!("sandbox API server listening on {}", sandbox.url);
+        println!("kubeconfig written to {}", kubeconfig.display());
+        println!(
+            "try: kubectl --kubeconfig {} get configmaps -A",
+            kubeconfig.display()
+        );
+        let defaults = crate::operator::OperatorConfig {
+            global_hooks_dir: PathBuf::from("examples/global-hooks"),
+            modules_dirs: vec![PathBuf::from("examples/modules")],
+            namespace: "default".into(),
+            tmp_dir: args.data.join("tmp"),
+            journal_dir: args.data.join("journal"),
+            kubeconfig: Some(kubeconfig),
+            ..crate::operator::OperatorConfig::in_cluster()
+        };
+        let cfg = crate::operator::OperatorConfig::from_env(&defaults)?;
+        let operator = crate::operator::start(&cfg).await;
+        if let Err(e) = &operator {
+            tracing::error!("operator did not start: {e:#}");
+        } else {
+            println!("bosun is running; journal in {}", cfg.journal_dir.display());
+        }
+        crate::sandbox::shutdown_signal().await;
+        tracing::info!("shutting down");
+        drop(operator);
+        sandbox.shutdown().await?;
+        Ok(())
+    })
 }

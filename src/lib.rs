@@ -12,4 +12,5 @@ pub mod helm;
 pub mod hooks;
 pub mod journal_cli;
 pub mod logging;
+pub mod operator;
 pub mod sandbox;

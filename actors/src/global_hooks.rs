@@ -98,18 +98,23 @@ pub struct GlobalHooksState {
 }
 
 impl GlobalHooksState {
-    fn config_document(&self) -> Value {
-        let config = self
-            .values
+    fn config(&self) -> Value {
+        self.values
             .values
             .get("global")
             .map(|v| v.config.clone())
-            .unwrap_or(Value::Null);
-        json!({ "global": layered([&self.static_values, &config]) })
+            .filter(|c| !c.is_null())
+            .unwrap_or(json!({}))
     }
 
+    /// `CONFIG_VALUES_PATH`: the config values alone (the ConfigMap's section).
+    fn config_document(&self) -> Value {
+        json!({ "global": self.config() })
+    }
+
+    /// `VALUES_PATH`: static values, then config values, then the memory patches.
     fn values_document(&self) -> Value {
-        let mut doc = self.config_document();
+        let mut doc = json!({ "global": layered([&self.static_values, &self.config()]) });
         if let Some(v) = self.values.values.get("global") {
             // Patches were checked when accepted; keep what applies.
             let _ = apply_memory(&mut doc, &v.memory);

@@ -1,0 +1,117 @@
+//! Adapters from the actors' ports to the real world: hook processes and the ConfigMap.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bosun_actors::ports::{BoxFut, ConfigStore, HookExecutor, HookResult, HookRun, PortError};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+
+use crate::hooks::{HookInput, HookProcess};
+
+impl HookExecutor for HookProcess {
+    fn config(&self, name: &str, path: &Path) -> BoxFut<'_, Result<String, PortError>> {
+        let (name, path) = (name.to_string(), path.to_path_buf());
+        Box::pin(async move {
+            HookProcess::config(self, &name, &path)
+                .await
+                .map_err(|e| PortError(e.to_string()))
+        })
+    }
+
+    fn run(&self, run: HookRun) -> BoxFut<'_, Result<HookResult, PortError>> {
+        Box::pin(async move {
+            let input = HookInput {
+                name: &run.name,
+                path: &run.path,
+                binding_context: &run.binding_context,
+                values: Some(&run.values),
+                config_values: Some(&run.config_values),
+                env: Vec::new(),
+                log_fields: run.log_fields.clone(),
+            };
+            let out = HookProcess::run(self, &input)
+                .await
+                .map_err(|e| PortError(e.to_string()))?;
+            Ok(HookResult {
+                values_patch: out.values_patch,
+                config_values_patch: out.config_values_patch,
+                metrics: out.metrics,
+                kubernetes_patch: out.kubernetes_patch,
+                duration: out.duration,
+            })
+        })
+    }
+}
+
+/// The operator's ConfigMap, through the Kubernetes API.
+pub struct KubeConfigStore {
+    api: Api<ConfigMap>,
+    name: String,
+}
+
+impl KubeConfigStore {
+    /// The ConfigMap `name` in `namespace`.
+    pub fn new(client: kube::Client, namespace: &str, name: &str) -> KubeConfigStore {
+        KubeConfigStore {
+            api: Api::namespaced(client, namespace),
+            name: name.to_string(),
+        }
+    }
+}
+
+impl ConfigStore for KubeConfigStore {
+    fn load(&self) -> BoxFut<'_, Result<Option<BTreeMap<String, String>>, PortError>> {
+        Box::pin(async move {
+            match self.api.get_opt(&self.name).await {
+                Ok(cm) => Ok(cm.map(|cm| cm.data.unwrap_or_default())),
+                Err(e) => Err(PortError(format!(
+                    "cannot read ConfigMap {}: {e}",
+                    self.name
+                ))),
+            }
+        })
+    }
+
+    fn save(&self, key: String, yaml: String) -> BoxFut<'_, Result<(), PortError>> {
+        Box::pin(async move {
+            // Read-modify-write with the resourceVersion; retry on conflicts.
+            for _ in 0..5 {
+                let existing =
+                    self.api.get_opt(&self.name).await.map_err(|e| {
+                        PortError(format!("cannot read ConfigMap {}: {e}", self.name))
+                    })?;
+                let result = match existing {
+                    Some(mut cm) => {
+                        cm.data
+                            .get_or_insert_with(Default::default)
+                            .insert(key.clone(), yaml.clone());
+                        self.api
+                            .replace(&self.name, &PostParams::default(), &cm)
+                            .await
+                    }
+                    None => {
+                        let mut cm = ConfigMap::default();
+                        cm.metadata.name = Some(self.name.clone());
+                        cm.data = Some(BTreeMap::from([(key.clone(), yaml.clone())]));
+                        self.api.create(&PostParams::default(), &cm).await
+                    }
+                };
+                match result {
+                    Ok(_) => return Ok(()),
+                    Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                    Err(e) => {
+                        return Err(PortError(format!(
+                            "cannot write ConfigMap {}: {e}",
+                            self.name
+                        )));
+                    }
+                }
+            }
+            Err(PortError(format!(
+                "cannot write ConfigMap {}: too many conflicting writers",
+                self.name
+            )))
+        })
+    }
+}

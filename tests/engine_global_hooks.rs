@@ -1,0 +1,265 @@
+//! The engine with real hook processes against the sandbox: the startup sequence, the file
+//! contract, values and config patches, the ConfigMap, and resuming after `kill -9`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bosun_actors::{Event, State, TaskType};
+use bosun_journal::Journal;
+use common::{Sandbox, bosun_bin, wait_for};
+use serde_json::{Value, json};
+
+struct Operator {
+    child: Option<Child>,
+    env: Vec<(String, String)>,
+    log: PathBuf,
+}
+
+impl Operator {
+    fn start(sb: &Sandbox, hooks: &Path, work: &Path) -> Operator {
+        let env = vec![
+            (
+                "KUBE_CONFIG".to_string(),
+                sb.kubeconfig.display().to_string(),
+            ),
+            ("GLOBAL_HOOKS_DIR".into(), hooks.display().to_string()),
+            (
+                "MODULES_DIR".into(),
+                work.join("modules").display().to_string(),
+            ),
+            ("ADDON_OPERATOR_NAMESPACE".into(), "default".into()),
+            (
+                "BOSUN_JOURNAL_DIR".into(),
+                work.join("journal").display().to_string(),
+            ),
+            (
+                "ADDON_OPERATOR_TMP_DIR".into(),
+                work.join("tmp").display().to_string(),
+            ),
+            ("OUT_DIR".into(), work.join("out").display().to_string()),
+            ("LOG_LEVEL".into(), "debug".into()),
+        ];
+        let mut op = Operator {
+            child: None,
+            env,
+            log: work.join("operator.log"),
+        };
+        op.spawn();
+        op
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let err = log.try_clone().expect("log file");
+        let child = Command::new(bosun_bin())
+            .arg("run")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("start bosun run");
+        self.child = Some(child);
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", path.display()))
+}
+
+fn workdir() -> tempfile::TempDir {
+    let work = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(work.path().join("out")).expect("out dir");
+    std::fs::create_dir_all(work.path().join("modules")).expect("modules dir");
+    work
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/global-hooks")
+        .join(name)
+}
+
+#[test]
+fn global_hooks_run_in_order_with_the_file_contract_and_patches_flow() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    std::fs::write(
+        work.path().join("modules/values.yaml"),
+        "global:\n  param1: 100\n  param2: \"Yes\"\n",
+    )
+    .expect("values.yaml");
+    // The ConfigMap overrides param1, as in the documentation's example.
+    let (code, body) = sb.post(
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "addon-operator"}, "data": {"global": "param1: 200\n"}}),
+    );
+    assert_eq!(code, 201, "{body}");
+    let op = Operator::start(&sb, &fixture("basic"), work.path());
+    let out = work.path().join("out");
+    wait_for(
+        "the afterAll run of the second hook",
+        Duration::from_secs(60),
+        || out.join("second.afterAll.values.json").exists(),
+    );
+
+    assert_eq!(
+        read_json(&out.join("first.binding-context.json")),
+        json!([{"binding": "onStartup"}])
+    );
+    assert_eq!(
+        read_json(&out.join("first.values.json")),
+        json!({"global": {"param1": 200, "param2": "Yes"}})
+    );
+    assert_eq!(
+        read_json(&out.join("first.config-values.json")),
+        json!({"global": {"param1": 200}})
+    );
+    let env = std::fs::read_to_string(out.join("first.env")).unwrap_or_default();
+    assert_eq!(
+        env.lines().collect::<Vec<_>>(),
+        [
+            "BINDING_CONTEXT_PATH",
+            "CONFIG_VALUES_JSON_PATCH_PATH",
+            "CONFIG_VALUES_PATH",
+            "KUBERNETES_PATCH_PATH",
+            "METRICS_PATH",
+            "VALUES_JSON_PATCH_PATH",
+            "VALUES_PATH"
+        ]
+    );
+    // The second hook sees the first hook's memory and config patches.
+    let second = read_json(&out.join("second.onStartup.values.json"));
+    assert_eq!(
+        second,
+        json!({"global": {"param1": 200, "param2": "Yes", "param3": "newValue", "fromFirst": "memory"}})
+    );
+    assert_eq!(
+        read_json(&out.join("second.beforeAll.binding-context.json")),
+        json!([{"binding": "beforeAll", "snapshots": {}}])
+    );
+    // The config patch landed in the ConfigMap, as YAML.
+    let (_, cm) = sb.get("/api/v1/namespaces/default/configmaps/addon-operator");
+    let global: Value = serde_saphyr::from_str(cm["data"]["global"].as_str().unwrap_or_default())
+        .unwrap_or_default();
+    assert_eq!(global, json!({"param1": 200, "param3": "newValue"}));
+    assert!(
+        op.logs().contains("first hook done"),
+        "hook stdout is logged:\n{}",
+        op.logs()
+    );
+    // Temp files are removed after each run.
+    let tmp_left = std::fs::read_dir(work.path().join("tmp"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(tmp_left, 0);
+}
+
+fn journal_state(dir: &Path) -> (State, Vec<Event>) {
+    let j: Journal<Event> = Journal::open_read_only(dir).expect("journal");
+    let events: Vec<Event> = j.read_from(0).map(|r| r.expect("record").event).collect();
+    let mut state = State::default();
+    state.apply_all(&events);
+    (state, events)
+}
+
+#[test]
+fn after_kill_9_values_and_failing_tasks_resume_from_the_journal() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let out = work.path().join("out");
+    let mut op = Operator::start(&sb, &fixture("restart"), work.path());
+    let attempts = || {
+        std::fs::read_to_string(out.join("flaky.log"))
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    wait_for(
+        "two failed attempts of the flaky hook",
+        Duration::from_secs(60),
+        || attempts() >= 2,
+    );
+    op.kill9();
+
+    let (state, _) = journal_state(&work.path().join("journal"));
+    let flaky = state
+        .queues
+        .get("main")
+        .and_then(|q| {
+            q.iter()
+                .find(|t| t.spec.hook.as_deref() == Some("002-flaky.sh"))
+        })
+        .cloned();
+    let flaky = flaky.expect("the failing task is pending in the journal");
+    assert!(flaky.failures >= 2, "{flaky:?}");
+    assert!(flaky.last_error.contains("not allowed yet"), "{flaky:?}");
+
+    std::fs::write(out.join("allow"), "").expect("allow");
+    op.spawn();
+    wait_for(
+        "the flaky hook to succeed after the restart",
+        Duration::from_secs(90),
+        || {
+            let (state, _) = journal_state(&work.path().join("journal"));
+            state.converge.completed >= 1
+        },
+    );
+    op.kill9();
+
+    // The first hook run after the restart already saw the memory patch from before.
+    let log = std::fs::read_to_string(out.join("remember.log")).unwrap_or_default();
+    let runs: Vec<Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_default())
+        .collect();
+    assert_eq!(runs.len(), 2, "onStartup runs once per start: {log}");
+    assert_eq!(runs[0], json!({"global": {}}));
+    assert_eq!(runs[1], json!({"global": {"remembered": "from-before"}}));
+
+    // The same task resumed with its attempt count, and nothing else re-ran it.
+    let (_, events) = journal_state(&work.path().join("journal"));
+    let starts: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::TaskStarted { id, attempt } if *id == flaky.spec.id => Some(*attempt),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        starts.len() >= 3 && starts.windows(2).all(|w| w[1] == w[0] + 1),
+        "attempts continue across the restart: {starts:?}"
+    );
+    let flaky_tasks = events
+        .iter()
+        .filter(|e| matches!(e, Event::TaskEnqueued { task, .. } if task.hook.as_deref() == Some("002-flaky.sh") && task.task_type == TaskType::GlobalHookRun))
+        .count();
+    assert_eq!(
+        flaky_tasks, 1,
+        "the pending task was reused, not duplicated"
+    );
+}
