@@ -955,6 +955,9 @@ fn delete_options(
 ) -> Result<(Propagation, Value), ApiError> {
     let opts: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
+    } else if body.starts_with(b"k8s\0") {
+        super::protobuf::decode_body(body)
+            .map_err(|e| ApiError::bad_request(format!("couldn't decode DeleteOptions: {e}")))?
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("couldn't decode DeleteOptions: {e}")))?
