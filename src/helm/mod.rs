@@ -1,1 +1,427 @@
-//! Helm engines (in progress).
+//! Real Helm (v4) through the Helm library built as a C shared library (`libhelm_c.so`,
+//! from the `helm-python-sdk` wheel; `scripts/setup-helm.sh` puts it in `.tools/helm/`).
+//!
+//! Every call runs on a blocking thread (`spawn_blocking`); the library is thread safe
+//! for different releases, and callers serialize writes per release (one module actor
+//! per release).
+
+mod ffi;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+/// A Helm failure, with Helm's own message.
+#[derive(Debug, thiserror::Error)]
+pub enum HelmError {
+    /// The library could not be found or loaded.
+    #[error(
+        "Helm library {path}: {message} (run scripts/setup-helm.sh, or set BOSUN_HELM_LIBRARY)"
+    )]
+    Library {
+        /// The path tried.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// No library in any of the places searched.
+    #[error(
+        "Helm library libhelm_c.so not found; searched: {searched} (run scripts/setup-helm.sh, or set BOSUN_HELM_LIBRARY)"
+    )]
+    NotInstalled {
+        /// Paths searched.
+        searched: String,
+    },
+    /// The release (or revision) does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A Helm action failed.
+    #[error("helm {action} failed: {message}")]
+    Helm {
+        /// `install`, `upgrade`, `render`, …
+        action: String,
+        /// `helm_error_code`.
+        code: i32,
+        /// Helm's message.
+        message: String,
+    },
+    /// Arguments that cannot be passed to the library.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The library returned something that is not the expected JSON.
+    #[error("unexpected output from helm {action}: {message}")]
+    Output {
+        /// The action.
+        action: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The blocking task was cancelled.
+    #[error("helm call interrupted")]
+    Interrupted,
+}
+
+impl HelmError {
+    /// A short label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            HelmError::Library { .. } | HelmError::NotInstalled { .. } => "library",
+            HelmError::NotFound(_) => "not_found",
+            HelmError::Helm { .. } => "helm",
+            HelmError::InvalidInput(_) => "input",
+            HelmError::Output { .. } => "output",
+            HelmError::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Where to look for the library: `BOSUN_HELM_LIBRARY`, then `.tools/helm/libhelm_c.so`
+/// in the current directory and in the ancestors of the executable.
+fn candidates() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(p) = std::env::var("BOSUN_HELM_LIBRARY") {
+        out.push(PathBuf::from(p));
+    }
+    if let Ok(dir) = std::env::var("BOSUN_TOOLS_DIR") {
+        out.push(Path::new(&dir).join("helm/libhelm_c.so"));
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        out.push(cwd.join(".tools/helm/libhelm_c.so"));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        out.extend(
+            exe.ancestors()
+                .skip(1)
+                .map(|d| d.join(".tools/helm/libhelm_c.so")),
+        );
+    }
+    out.push(PathBuf::from("/usr/local/lib/libhelm_c.so"));
+    out
+}
+
+/// The loaded Helm library.
+#[derive(Clone)]
+pub struct HelmLibrary {
+    ffi: Arc<ffi::Ffi>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for HelmLibrary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HelmLibrary")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// How to reach the cluster.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterOptions {
+    /// Kubeconfig file (default resolution: `KUBECONFIG`, `~/.kube/config`, in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// Context within the kubeconfig.
+    pub context: Option<String>,
+    /// Namespace of releases.
+    pub namespace: String,
+}
+
+/// A release as the library reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Release(pub Value);
+
+impl Release {
+    /// Revision number.
+    pub fn revision(&self) -> u64 {
+        self.0["version"]
+            .as_u64()
+            .or_else(|| self.0["revision"].as_u64())
+            .unwrap_or(0)
+    }
+    /// Status (`deployed`, `failed`, `pending-upgrade`, …).
+    pub fn status(&self) -> String {
+        self.0["status"]
+            .as_str()
+            .or_else(|| self.0["info"]["status"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+    /// The rendered manifest.
+    pub fn manifest(&self) -> &str {
+        self.0["manifest"].as_str().unwrap_or_default()
+    }
+    /// Release name.
+    pub fn name(&self) -> &str {
+        self.0["name"].as_str().unwrap_or_default()
+    }
+}
+
+fn parse(action: &str, text: &str) -> Result<Value, HelmError> {
+    serde_json::from_str(text).map_err(|e| HelmError::Output {
+        action: action.into(),
+        message: format!("{e}: {text}"),
+    })
+}
+
+impl HelmLibrary {
+    /// Loads the library from `path`, or from the usual places.
+    pub fn load(path: Option<&Path>) -> Result<HelmLibrary, HelmError> {
+        let path = match path {
+            Some(p) => p.to_path_buf(),
+            None => {
+                let all = candidates();
+                match all.iter().find(|p| p.is_file()) {
+                    Some(p) => p.clone(),
+                    None => {
+                        let searched = all
+                            .iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ");
+                        return Err(HelmError::NotInstalled { searched });
+                    }
+                }
+            }
+        };
+        Ok(HelmLibrary {
+            ffi: Arc::new(ffi::Ffi::load(&path)?),
+            path,
+        })
+    }
+
+    /// Where it was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The library's version.
+    pub fn version(&self) -> String {
+        self.ffi.version()
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&ffi::Ffi) -> Result<T, HelmError> + Send + 'static,
+    ) -> Result<T, HelmError> {
+        let ffi = self.ffi.clone();
+        tokio::task::spawn_blocking(move || f(&ffi))
+            .await
+            .map_err(|_| HelmError::Interrupted)?
+    }
+
+    /// Renders a chart offline (no cluster): template path → manifest.
+    pub async fn render(
+        &self,
+        chart: &Path,
+        values: &Value,
+        release: &str,
+        namespace: &str,
+        is_upgrade: bool,
+    ) -> Result<BTreeMap<String, String>, HelmError> {
+        let chart = chart.to_path_buf();
+        let values = values.to_string();
+        let opts = json!({"name": release, "namespace": namespace, "is_install": !is_upgrade, "is_upgrade": is_upgrade}).to_string();
+        let text = self
+            .blocking(move |f| f.render(&chart, &values, &opts))
+            .await?;
+        let map: BTreeMap<String, String> =
+            serde_json::from_str(&text).map_err(|e| HelmError::Output {
+                action: "render".into(),
+                message: e.to_string(),
+            })?;
+        Ok(map)
+    }
+
+    /// A client for releases in one namespace of one cluster.
+    pub fn client(&self, options: &ClusterOptions) -> Result<HelmClient, HelmError> {
+        let mut opts = json!({"namespace": options.namespace});
+        if let Some(k) = &options.kubeconfig {
+            opts["kubeconfig_path"] = json!(k.display().to_string());
+        }
+        if let Some(c) = &options.context {
+            opts["kube_context"] = json!(c);
+        }
+        let handle = self.ffi.config_new(&opts.to_string())?;
+        Ok(HelmClient {
+            lib: self.clone(),
+            handle: Arc::new(ConfigHandle {
+                ffi: self.ffi.clone(),
+                handle,
+            }),
+            namespace: options.namespace.clone(),
+        })
+    }
+}
+
+struct ConfigHandle {
+    ffi: Arc<ffi::Ffi>,
+    handle: u64,
+}
+
+impl Drop for ConfigHandle {
+    fn drop(&mut self) {
+        self.ffi.config_free(self.handle);
+    }
+}
+
+/// Options of an install or upgrade.
+#[derive(Clone, Debug, Default)]
+pub struct InstallOptions {
+    /// Labels stored on the release (Helm v4 release labels).
+    pub labels: BTreeMap<String, String>,
+    /// Seconds to wait for the operation.
+    pub timeout_seconds: Option<u64>,
+    /// Revisions kept (upgrade).
+    pub max_history: Option<u32>,
+}
+
+/// Releases in one namespace.
+#[derive(Clone)]
+pub struct HelmClient {
+    lib: HelmLibrary,
+    handle: Arc<ConfigHandle>,
+    namespace: String,
+}
+
+impl HelmClient {
+    fn options(&self, o: &InstallOptions) -> String {
+        let mut opts = json!({"namespace": self.namespace});
+        if !o.labels.is_empty() {
+            opts["labels"] = json!(o.labels);
+        }
+        if let Some(t) = o.timeout_seconds {
+            opts["timeout_seconds"] = json!(t);
+        }
+        if let Some(m) = o.max_history {
+            opts["max_history"] = json!(m);
+        }
+        opts.to_string()
+    }
+
+    async fn install_or_upgrade(
+        &self,
+        upgrade: bool,
+        chart: &Path,
+        release: &str,
+        values: &Value,
+        o: &InstallOptions,
+    ) -> Result<Release, HelmError> {
+        let (chart, release, values, opts, handle) = (
+            chart.to_path_buf(),
+            release.to_string(),
+            values.to_string(),
+            self.options(o),
+            self.handle.clone(),
+        );
+        let action = if upgrade { "upgrade" } else { "install" };
+        let text = self
+            .lib
+            .blocking(move |f| {
+                f.install_or_upgrade(upgrade, handle.handle, &chart, &release, &values, &opts)
+            })
+            .await?;
+        parse(action, &text).map(Release)
+    }
+
+    /// `helm install`.
+    pub async fn install(
+        &self,
+        chart: &Path,
+        release: &str,
+        values: &Value,
+        o: &InstallOptions,
+    ) -> Result<Release, HelmError> {
+        self.install_or_upgrade(false, chart, release, values, o)
+            .await
+    }
+
+    /// `helm upgrade`.
+    pub async fn upgrade(
+        &self,
+        chart: &Path,
+        release: &str,
+        values: &Value,
+        o: &InstallOptions,
+    ) -> Result<Release, HelmError> {
+        self.install_or_upgrade(true, chart, release, values, o)
+            .await
+    }
+
+    /// `helm upgrade --install`: installs when there is no release yet.
+    pub async fn upgrade_install(
+        &self,
+        chart: &Path,
+        release: &str,
+        values: &Value,
+        o: &InstallOptions,
+    ) -> Result<Release, HelmError> {
+        match self.status(release).await {
+            Ok(_) => self.upgrade(chart, release, values, o).await,
+            Err(HelmError::NotFound(_)) => self.install(chart, release, values, o).await,
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn call(
+        &self,
+        which: ffi::ReleaseCall,
+        release: &str,
+        options: String,
+    ) -> Result<Value, HelmError> {
+        let (release, handle) = (release.to_string(), self.handle.clone());
+        let action = match which {
+            ffi::ReleaseCall::Uninstall => "uninstall",
+            ffi::ReleaseCall::Status => "status",
+            ffi::ReleaseCall::History => "history",
+        };
+        let text = self
+            .lib
+            .blocking(move |f| f.release_call(which, handle.handle, &release, &options))
+            .await?;
+        parse(action, &text)
+    }
+
+    /// `helm uninstall`.
+    pub async fn uninstall(&self, release: &str) -> Result<(), HelmError> {
+        self.call(ffi::ReleaseCall::Uninstall, release, String::new())
+            .await
+            .map(|_| ())
+    }
+
+    /// `helm status`: the last revision.
+    pub async fn status(&self, release: &str) -> Result<Release, HelmError> {
+        self.call(ffi::ReleaseCall::Status, release, String::new())
+            .await
+            .map(Release)
+    }
+
+    /// `helm history`, oldest first.
+    pub async fn history(&self, release: &str) -> Result<Vec<Release>, HelmError> {
+        let v = self
+            .call(ffi::ReleaseCall::History, release, String::new())
+            .await?;
+        Ok(v.as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(Release)
+            .collect())
+    }
+
+    /// `helm list --all`: releases in every state.
+    pub async fn list_all(&self) -> Result<Vec<Release>, HelmError> {
+        let handle = self.handle.clone();
+        let text = self
+            .lib
+            .blocking(move |f| f.list(handle.handle, r#"{"all":true}"#))
+            .await?;
+        Ok(parse("list", &text)?
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(Release)
+            .collect())
+    }
+}
