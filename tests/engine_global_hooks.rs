@@ -263,3 +263,114 @@ fn after_kill_9_values_and_failing_tasks_resume_from_the_journal() {
         "the pending task was reused, not duplicated"
     );
 }
+
+fn journal_cmd(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(bosun_bin())
+        .arg("journal")
+        .arg("--journal-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("bosun journal")
+}
+
+fn journal_ok(dir: &Path, args: &[&str]) -> String {
+    let out = journal_cmd(dir, args);
+    assert!(
+        out.status.success(),
+        "bosun journal {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn journal_cli_explains_a_real_run_while_bosun_holds_the_journal() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let journal = work.path().join("journal");
+    let _op = Operator::start(&sb, &fixture("basic"), work.path());
+    wait_for("the first converge", Duration::from_secs(60), || {
+        journal_cmd(&journal, &["state", "-o", "json"])
+            .status
+            .success()
+            .then(|| journal_ok(&journal, &["state", "-o", "json"]))
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+            .is_some_and(|s| s["converge"]["completed"].as_u64() >= Some(1))
+    });
+
+    let log = journal_ok(&journal, &["log"]);
+    assert!(
+        log.contains("t1 GlobalHookRun:main:onStartup:001-first.sh queued"),
+        "{log}"
+    );
+    assert!(
+        log.contains(
+            "global Memory values patched by 001-first.sh: add /global/fromFirst = \"memory\""
+        ),
+        "{log}"
+    );
+    assert!(log.contains("converge finished"), "{log}");
+    let json_lines = journal_ok(&journal, &["log", "--queue", "main", "-o", "json"]);
+    assert!(
+        json_lines
+            .lines()
+            .all(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["seq"].is_u64())),
+        "{json_lines}"
+    );
+
+    let state: Value =
+        serde_json::from_str(&journal_ok(&journal, &["state", "-o", "json"])).expect("state json");
+    assert_eq!(
+        state["values"]["global"]["config"],
+        json!({"param3": "newValue"})
+    );
+    assert_eq!(
+        state["values"]["global"]["memory"][0]["path"],
+        "/global/fromFirst"
+    );
+    assert!(
+        state["queues"].as_object().is_some_and(|q| q.is_empty()),
+        "{state}"
+    );
+    let yaml = journal_ok(&journal, &["state", "--at", "1"]);
+    assert!(
+        yaml.contains("t1") || yaml.contains("id: 1"),
+        "state at seq 1 has the first task queued: {yaml}"
+    );
+
+    let diff = journal_ok(&journal, &["diff", "0", "1000000"]);
+    assert!(diff.contains("/values/global"), "{diff}");
+
+    let why = journal_ok(&journal, &["why", "t1"]);
+    let lines: Vec<&str> = why.lines().collect();
+    assert!(
+        lines.len() >= 3
+            && lines[1].contains("t1 started (attempt 1)")
+            && lines.last().is_some_and(|l| l.contains("t1 succeeded")),
+        "{why}"
+    );
+
+    let stats = journal_ok(&journal, &["stats"]);
+    assert!(
+        stats.contains("taskEnqueued") && stats.contains("convergeFinished"),
+        "{stats}"
+    );
+    let verify = journal_ok(&journal, &["verify"]);
+    assert!(verify.contains("all checksums valid"), "{verify}");
+
+    // Bad input: clear errors, non-zero exit.
+    let missing = journal_cmd(&work.path().join("nope"), &["log"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
+    let not_journal = work.path().join("out");
+    let wrong = journal_cmd(&not_journal, &["stats"]);
+    assert!(!wrong.status.success());
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("not a bosun journal"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+    let bad_task = journal_cmd(&journal, &["why", "banana"]);
+    assert!(String::from_utf8_lossy(&bad_task.stderr).contains("invalid task id"));
+}
