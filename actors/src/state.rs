@@ -153,8 +153,9 @@ impl State {
                 }
             }
             Event::TaskEnqueued { task, position } => {
+                let fresh = task.id.0 > self.last_task_id;
                 self.last_task_id = self.last_task_id.max(task.id.0);
-                self.enqueue(task.clone(), *position)
+                self.enqueue(task.clone(), *position, fresh)
             }
             Event::TaskStarted { id, attempt } => {
                 if let Some(t) = self.task_mut(*id) {
@@ -244,10 +245,13 @@ impl State {
         }
     }
 
-    fn enqueue(&mut self, spec: TaskSpec, position: Position) {
-        // A re-enqueued id replaces its old entry: ids are unique, so this only happens in a
-        // journal written out of order, and keeping one copy keeps the fold total.
-        self.remove_task(spec.id);
+    fn enqueue(&mut self, spec: TaskSpec, position: Position, fresh: bool) {
+        // A re-enqueued id replaces its old entry: ids are unique and increasing, so this
+        // only happens in a journal written out of order, and keeping one copy keeps the
+        // fold total. New ids skip the search.
+        if !fresh {
+            self.remove_task(spec.id);
+        }
         let queue = self.queues.entry(spec.queue.clone()).or_default();
         let task = QueuedTask {
             spec,

@@ -30,6 +30,8 @@ const FORMAT: &[u8] = b"bosun-journal/1";
 const HEADER: usize = 4 + 8 + 4;
 /// How many records at the tail are checked on open.
 const TAIL_CHECK: usize = 1024;
+/// Records handed from the reading thread to the folding one at a time.
+const REPLAY_CHUNK: usize = 1024;
 
 /// Errors of the journal, naming the path or sequence involved.
 #[derive(Debug, thiserror::Error)]
@@ -562,7 +564,9 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         &self,
         from: u64,
     ) -> impl Iterator<Item = Result<Record<E>, JournalError>> + '_ {
-        self.raw_from(from).map(|r| r.and_then(decode_record))
+        self.storage
+            .events_from(from)
+            .map(|r| r.and_then(|(seq, bytes)| decode_event::<E>(seq, &bytes)))
     }
 
     /// Decoded records appended at or after `time_ms`.
@@ -570,9 +574,8 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         &self,
         time_ms: u64,
     ) -> impl Iterator<Item = Result<Record<E>, JournalError>> + '_ {
-        self.raw_from(0)
+        self.read_from(0)
             .filter(move |r| r.as_ref().map_or(true, |r| r.time_ms >= time_ms))
-            .map(|r| r.and_then(decode_record))
     }
 
     /// A follower: records after `after`, then new ones as they become durable.
@@ -647,6 +650,7 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
     where
         S: Default + DeserializeOwned,
         F: FnMut(&mut S, &Record<E>),
+        E: Send,
     {
         let until = until.unwrap_or(u64::MAX);
         let (mut state, mut last) = match use_snapshot
@@ -657,14 +661,46 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
             Some((seq, s)) => (s, seq),
             None => (S::default(), 0),
         };
-        for r in self.read_from(last + 1) {
-            let r = r?;
-            if r.seq > until {
-                break;
+        // Reading and decoding run on a second thread, folding on this one.
+        let from = last + 1;
+        let result = std::thread::scope(|scope| -> Result<u64, JournalError> {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Record<E>>, JournalError>>(8);
+            scope.spawn(move || {
+                let mut chunk = Vec::with_capacity(REPLAY_CHUNK);
+                for r in self.read_from(from) {
+                    match r {
+                        Ok(r) if r.seq > until => break,
+                        Ok(r) => {
+                            chunk.push(r);
+                            if chunk.len() == REPLAY_CHUNK
+                                && tx
+                                    .send(Ok(std::mem::replace(
+                                        &mut chunk,
+                                        Vec::with_capacity(REPLAY_CHUNK),
+                                    )))
+                                    .is_err()
+                            {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Ok(chunk));
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                let _ = tx.send(Ok(chunk));
+            });
+            for chunk in rx {
+                for r in chunk? {
+                    fold(&mut state, &r);
+                    last = r.seq;
+                }
             }
-            fold(&mut state, &r);
-            last = r.seq;
-        }
+            Ok(last)
+        });
+        let last = result?;
         Ok((state, last))
     }
 
@@ -790,22 +826,37 @@ impl<E> Drop for Journal<E> {
     }
 }
 
-fn decode_record<E: Versioned>(r: RawRecord) -> Result<Record<E>, JournalError> {
-    if r.version > E::VERSION {
+/// Decodes a stored record straight from its bytes; current-version events skip the
+/// intermediate JSON value.
+fn decode_event<E: Versioned + DeserializeOwned>(
+    seq: u64,
+    bytes: &[u8],
+) -> Result<Record<E>, JournalError> {
+    let (time_ms, version, payload) =
+        decode(seq, bytes).map_err(|reason| JournalError::Corrupt { seq, reason })?;
+    if version > E::VERSION {
         return Err(JournalError::UnknownVersion {
-            seq: r.seq,
-            version: r.version,
+            seq,
+            version,
             supported: E::VERSION,
         });
     }
-    let event = E::decode(r.version, r.event).map_err(|message| JournalError::Decode {
-        seq: r.seq,
-        message,
-    })?;
+    let event = if version == E::VERSION {
+        serde_json::from_slice::<E>(payload).map_err(|e| JournalError::Decode {
+            seq,
+            message: e.to_string(),
+        })?
+    } else {
+        let raw: Value = serde_json::from_slice(payload).map_err(|e| JournalError::Corrupt {
+            seq,
+            reason: format!("payload is not JSON: {e}"),
+        })?;
+        E::decode(version, raw).map_err(|message| JournalError::Decode { seq, message })?
+    };
     Ok(Record {
-        seq: r.seq,
-        time_ms: r.time_ms,
-        version: r.version,
+        seq,
+        time_ms,
+        version,
         event,
     })
 }

@@ -1,0 +1,192 @@
+//! Journal benchmark: durable append throughput and p99 latency with 1, 8 and 64
+//! concurrent appenders against raw sled inserts with the same flush policy, replay speed
+//! for a million events with and without a snapshot, and bytes on disk per event.
+//!
+//! `cargo bench --bench journal`; `BENCH_EVENTS` (default 1,000,000) and `BENCH_APPENDS`
+//! (default 20,000) scale it down.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bosun_actors::{Event, Position, Scope, State, TaskId, TaskSpec, TaskType, ValuesLayer};
+use bosun_journal::Journal;
+use serde_json::json;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A realistic mix: a task's lifecycle (queued, started, succeeded) and, every tenth
+/// task, a values patch from its hook.
+fn event(i: u64) -> Event {
+    let id = TaskId(i / 4 + 1);
+    match i % 4 {
+        0 => Event::TaskEnqueued {
+            task: TaskSpec {
+                id,
+                task_type: TaskType::ModuleHookRun,
+                queue: "main".into(),
+                module: Some("ingress-nginx".into()),
+                hook: Some("hooks/certs.py".into()),
+                description: "kubernetes:hooks/certs.py:secrets".into(),
+                params: json!({"bindingContexts": [{"binding": "secrets", "type": "Event", "watchEvent": "Modified"}]}),
+            },
+            position: Position::Tail,
+        },
+        1 => Event::TaskStarted { id, attempt: 1 },
+        2 if i % 40 == 2 => Event::ValuesPatched {
+            scope: Scope::Module("ingress-nginx".into()),
+            layer: ValuesLayer::Memory,
+            patch: serde_json::from_value(json!([{"op": "add", "path": format!("/ingressNginx/internal/cert{}", i % 7), "value": i}])).unwrap_or(json_patch::Patch(Vec::new())),
+            source: "hooks/certs.py".into(),
+        },
+        2 => Event::TaskStarted { id, attempt: 1 },
+        _ => Event::TaskSucceeded { id },
+    }
+}
+
+fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
+    v.sort();
+    v.get(((v.len() as f64 - 1.0) * p) as usize)
+        .copied()
+        .unwrap_or_default()
+}
+
+fn main() {
+    let appends = env("BENCH_APPENDS", 20_000);
+    let events = env("BENCH_EVENTS", 1_000_000) as u64;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    println!(
+        "== durable appends ({appends} events) vs raw sled (insert + one flush per group of the same size)"
+    );
+    for concurrency in [1usize, 8, 64] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal: Arc<Journal<Event>> = Arc::new(Journal::open(dir.path()).expect("journal"));
+        let per = appends / concurrency;
+        let started = Instant::now();
+        let latencies: Vec<Duration> = rt.block_on(async {
+            let mut tasks = Vec::new();
+            for c in 0..concurrency {
+                let j = journal.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(per);
+                    for i in 0..per {
+                        let t = Instant::now();
+                        j.append(&event((c * per + i) as u64))
+                            .await
+                            .expect("append");
+                        lat.push(t.elapsed());
+                    }
+                    lat
+                }));
+            }
+            let mut all = Vec::new();
+            for t in tasks {
+                all.extend(t.await.expect("task"));
+            }
+            all
+        });
+        let elapsed = started.elapsed();
+        let journal_rate = (per * concurrency) as f64 / elapsed.as_secs_f64();
+
+        let raw_dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::Config::new()
+            .path(raw_dir.path())
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .expect("sled");
+        let tree = db.open_tree("events").expect("tree");
+        let payloads: Vec<Vec<u8>> = (0..concurrency as u64)
+            .map(|i| serde_json::to_vec(&event(i)).unwrap_or_default())
+            .collect();
+        let rounds = per;
+        let started = Instant::now();
+        let mut seq = 0u64;
+        for _ in 0..rounds {
+            for p in &payloads {
+                seq += 1;
+                tree.insert(seq.to_be_bytes(), p.as_slice())
+                    .expect("insert");
+            }
+            db.flush().expect("flush");
+        }
+        let raw_rate = (rounds * concurrency) as f64 / started.elapsed().as_secs_f64();
+        println!(
+            "appenders {concurrency:>3}: journal {journal_rate:>9.0} events/s, raw sled {raw_rate:>9.0} events/s, ratio {:.2} (goal >= 0.80); append p50 {:?} p99 {:?}",
+            journal_rate / raw_rate,
+            percentile(latencies.clone(), 0.5),
+            percentile(latencies, 0.99)
+        );
+    }
+
+    println!("== replay of {events} events");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let journal: Journal<Event> = Journal::open(dir.path()).expect("journal");
+    let mut serialized = 0usize;
+    rt.block_on(async {
+        let mut batch = Vec::with_capacity(10_000);
+        for i in 0..events {
+            let e = event(i);
+            serialized += serde_json::to_vec(&e).map(|v| v.len()).unwrap_or(0);
+            batch.push(e);
+            if batch.len() == 10_000 {
+                journal.append_batch(&batch).await.expect("append");
+                batch.clear();
+            }
+        }
+        if !batch.is_empty() {
+            journal.append_batch(&batch).await.expect("append");
+        }
+    });
+    let started = Instant::now();
+    let scanned = journal.stats().map(|s| s.events).unwrap_or(0);
+    println!(
+        "scan (storage iteration + checksums): {scanned} records in {:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    let decoded = journal.read_from(0).filter(|r| r.is_ok()).count();
+    println!("decode only: {decoded} events in {:?}", started.elapsed());
+    let started = Instant::now();
+    let (state, last) = journal
+        .replay::<State, _>(None, false, |s, r| s.apply(&r.event))
+        .expect("replay");
+    let full = started.elapsed();
+    println!(
+        "full replay: {last} events in {full:?} = {:.0} events/s (goal: 1,000,000 in < 2 s); state folded {} events",
+        last as f64 / full.as_secs_f64(),
+        state.events
+    );
+    let snap_at = last.saturating_sub(1_000);
+    let (snap_state, _) = journal
+        .replay::<State, _>(Some(snap_at), false, |s, r| s.apply(&r.event))
+        .expect("replay");
+    journal
+        .save_snapshot(snap_at, &snap_state)
+        .expect("snapshot");
+    let started = Instant::now();
+    let (with_snap, _) = journal
+        .replay::<State, _>(None, true, |s, r| s.apply(&r.event))
+        .expect("replay");
+    let snap_time = started.elapsed();
+    assert_eq!(with_snap, state, "snapshot + suffix equals full replay");
+    println!(
+        "replay from a snapshot at {snap_at} (+1,000 events): {snap_time:?} ({:.1}x faster)",
+        full.as_secs_f64() / snap_time.as_secs_f64()
+    );
+    let stats = journal.stats().expect("stats");
+    println!(
+        "bytes per event: {:.0} on disk, {:.0} in records, {:.0} serialized (on-disk/serialized {:.2})",
+        stats.disk_bytes as f64 / events as f64,
+        stats.record_bytes as f64 / events as f64,
+        serialized as f64 / events as f64,
+        stats.disk_bytes as f64 / serialized as f64
+    );
+}
