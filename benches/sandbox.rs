@@ -32,28 +32,59 @@ fn payload() -> String {
     "x".repeat(1024)
 }
 
+/// Raw sled with the sandbox's flush policy: writers insert, one flusher flushes whatever
+/// is pending, and each writer waits until a flush covers its insert (group commit).
 async fn raw_sled_rate(n: usize, writers: usize) -> f64 {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = sled::Config::new().path(dir.path()).open().expect("sled");
+    let db = Arc::new(sled::Config::new().path(dir.path()).open().expect("sled"));
     let tree = Arc::new(db.open_tree("bench").expect("tree"));
-    let db = Arc::new(db);
     let body = Arc::new(json!({"metadata": {"name": "x"}, "data": {"p": payload()}}).to_string());
+    let committed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let wanted = Arc::new(tokio::sync::Notify::new());
+    let (flushed_tx, flushed_rx) = tokio::sync::watch::channel(0u64);
+    let flusher = {
+        let (db, committed, wanted) = (db.clone(), committed.clone(), wanted.clone());
+        tokio::spawn(async move {
+            loop {
+                wanted.notified().await;
+                let target = committed.load(std::sync::atomic::Ordering::SeqCst);
+                let db = db.clone();
+                if tokio::task::spawn_blocking(move || db.flush())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                flushed_tx.send_replace(target);
+            }
+        })
+    };
     let start = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..writers {
-        let (tree, db, body) = (tree.clone(), db.clone(), body.clone());
+        let (tree, body, committed, wanted, mut flushed) = (
+            tree.clone(),
+            body.clone(),
+            committed.clone(),
+            wanted.clone(),
+            flushed_rx.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             for i in (w..n).step_by(writers) {
                 tree.insert(format!("k{i}"), body.as_bytes())
                     .expect("insert");
-                db.flush_async().await.expect("flush");
+                let mine = committed.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                wanted.notify_one();
+                let _ = flushed.wait_for(|f| *f >= mine).await;
             }
         }));
     }
     for t in tasks {
         t.await.expect("task");
     }
-    n as f64 / start.elapsed().as_secs_f64()
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    flusher.abort();
+    rate
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

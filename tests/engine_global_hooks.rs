@@ -374,3 +374,67 @@ fn journal_cli_explains_a_real_run_while_bosun_holds_the_journal() {
     let bad_task = journal_cmd(&journal, &["why", "banana"]);
     assert!(String::from_utf8_lossy(&bad_task.stderr).contains("invalid task id"));
 }
+
+#[test]
+fn the_embedded_default_runs_the_sample_hooks_against_its_own_sandbox() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(bosun_bin())
+        .args([
+            "run",
+            "--sandbox",
+            "--sandbox-listen",
+            "127.0.0.1:0",
+            "--data",
+        ])
+        .arg(data.path())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("GLOBAL_HOOKS_DIR")
+        .env_remove("MODULES_DIR")
+        .env_remove("KUBE_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("bosun run --sandbox");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let url = loop {
+        match lines.next() {
+            Some(Ok(l)) => {
+                if let Some(u) = l.strip_prefix("sandbox API server listening on ") {
+                    break u.trim().to_string();
+                }
+            }
+            _ => {
+                let _ = child.kill();
+                panic!("bosun run --sandbox printed no address");
+            }
+        }
+    };
+    let addr = url.trim_start_matches("http://").to_string();
+    let mut greeting = String::new();
+    wait_for(
+        "the sample hook's config value in the ConfigMap",
+        Duration::from_secs(60),
+        || {
+            let (code, cm) = common::http(
+                &addr,
+                "GET",
+                "/api/v1/namespaces/default/configmaps/addon-operator",
+                "",
+                "",
+            );
+            greeting = cm["data"]["global"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            code == 200 && greeting.contains("hello from bosun")
+        },
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(data.path().join("kubeconfig").exists());
+    let (_, events) = journal_state(&data.path().join("journal"));
+    assert!(events.iter().any(
+        |e| matches!(e, Event::ValuesPatched { source, .. } if source == "001-cluster-info.sh")
+    ));
+}
