@@ -20,7 +20,11 @@ struct Operator {
 
 impl Operator {
     fn start(sb: &Sandbox, hooks: &Path, work: &Path) -> Operator {
-        let env = vec![
+        Operator::start_with(sb, hooks, work, &[])
+    }
+
+    fn start_with(sb: &Sandbox, hooks: &Path, work: &Path, extra: &[(&str, &str)]) -> Operator {
+        let mut env = vec![
             (
                 "KUBE_CONFIG".to_string(),
                 sb.kubeconfig.display().to_string(),
@@ -42,6 +46,7 @@ impl Operator {
             ("OUT_DIR".into(), work.join("out").display().to_string()),
             ("LOG_LEVEL".into(), "debug".into()),
         ];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let mut op = Operator {
             child: None,
             env,
@@ -177,6 +182,21 @@ fn global_hooks_run_in_order_with_the_file_contract_and_patches_flow() {
         .map(|d| d.count())
         .unwrap_or(0);
     assert_eq!(tmp_left, 0);
+}
+
+/// The converges completed so far, or 0 while the journal is not there yet.
+fn converges(dir: &Path) -> u64 {
+    let Ok(j) = Journal::<Event>::open_read_only(dir) else {
+        return 0;
+    };
+    let mut state = State::default();
+    for r in j.read_from(0) {
+        match r {
+            Ok(r) => state.apply(&r.event),
+            Err(_) => return 0,
+        }
+    }
+    state.converge.completed
 }
 
 fn journal_state(dir: &Path) -> (State, Vec<Event>) {
@@ -437,4 +457,92 @@ fn the_embedded_default_runs_the_sample_hooks_against_its_own_sandbox() {
     assert!(events.iter().any(
         |e| matches!(e, Event::ValuesPatched { source, .. } if source == "001-cluster-info.sh")
     ));
+}
+
+#[test]
+fn bad_hook_output_fails_the_task_with_a_named_error_and_parking_keeps_the_queue_going() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let mut op = Operator::start_with(
+        &sb,
+        &fixture("bad-output"),
+        work.path(),
+        &[
+            ("BOSUN_TASK_MAX_ATTEMPTS", "1"),
+            ("BOSUN_HOOK_TIMEOUT", "1s"),
+        ],
+    );
+    let journal = work.path().join("journal");
+    wait_for(
+        "the first converge despite the broken hooks",
+        Duration::from_secs(60),
+        || converges(&journal) >= 1,
+    );
+    op.kill9();
+    let (state, _) = journal_state(&journal);
+    let parked: Vec<(String, String)> = state
+        .parked
+        .get("main")
+        .map(|p| {
+            p.iter()
+                .map(|t| {
+                    (
+                        t.spec.hook.clone().unwrap_or_default(),
+                        t.last_error.clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let reason = |hook: &str| {
+        parked
+            .iter()
+            .find(|(h, _)| h == hook)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| panic!("{hook} not parked: {parked:?}"))
+    };
+    let garbage = reason("001-garbage.sh");
+    assert!(
+        garbage.contains("001-garbage.sh")
+            && garbage.contains("VALUES_JSON_PATCH_PATH")
+            && garbage.contains("not a JSON patch stream"),
+        "{garbage}"
+    );
+    let trespass = reason("002-trespass.sh");
+    assert!(
+        trespass.contains("/someModule/x") && trespass.contains("outside this hook's values"),
+        "{trespass}"
+    );
+    let sleepy = reason("003-sleepy.sh");
+    assert!(sleepy.contains("timed out after 1s"), "{sleepy}");
+    let replace = reason("004-replace.py");
+    assert!(
+        replace.contains("replace") && replace.contains("only use add and remove"),
+        "{replace}"
+    );
+    assert_eq!(
+        state.scope_document(&bosun_actors::Scope::Global)["global"]["reached"],
+        json!(true),
+        "the queue went on to the good hook"
+    );
+}
+
+#[test]
+fn an_invalid_global_hook_config_stops_the_start_with_a_named_error() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let out = Command::new(bosun_bin())
+        .arg("run")
+        .env("KUBE_CONFIG", &sb.kubeconfig)
+        .env("GLOBAL_HOOKS_DIR", fixture("bad-config"))
+        .env("BOSUN_JOURNAL_DIR", work.path().join("journal"))
+        .env("ADDON_OPERATOR_TMP_DIR", work.path().join("tmp"))
+        .output()
+        .expect("bosun run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("001-bad.sh") && err.contains("onStartup") && err.contains("integer"),
+        "{err}"
+    );
 }

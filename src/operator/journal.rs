@@ -17,7 +17,12 @@ pub struct JournalSink {
 
 impl EventSink for JournalSink {
     fn append(&self, events: Vec<Event>) -> BoxFut<'_, Result<u64, PortError>> {
-        Box::pin(async move { self.journal.append_batch(&events).await.map_err(|e| PortError(e.to_string())) })
+        Box::pin(async move {
+            self.journal
+                .append_batch(&events)
+                .await
+                .map_err(|e| PortError(e.to_string()))
+        })
     }
 }
 
