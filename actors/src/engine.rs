@@ -445,14 +445,46 @@ pub struct Engine {
     router: Arc<QueueRouter>,
     global: Tracked<GlobalHooksMsg>,
     converged: Arc<AtomicBool>,
+    ids: TaskIds,
     /// Mailbox registry (for the debug endpoints).
     pub mailboxes: Mailboxes,
 }
 
 impl Engine {
+    /// A `GlobalHookRun` task for `hook` with the given binding contexts, with a fresh id.
+    pub fn global_hook_task(
+        &self,
+        hook: &str,
+        queue: &str,
+        binding: &str,
+        contexts: Value,
+    ) -> TaskSpec {
+        TaskSpec {
+            id: self.ids.next(),
+            task_type: TaskType::GlobalHookRun,
+            queue: queue.to_string(),
+            module: None,
+            hook: Some(hook.to_string()),
+            description: format!("{binding}:{hook}"),
+            params: json!({"bindingContexts": contexts}),
+        }
+    }
+
+    /// Appends tasks to the tail of their queues (created on demand).
+    pub fn enqueue(&self, tasks: Vec<TaskSpec>) {
+        let mut by_queue: HashMap<String, Vec<TaskSpec>> = HashMap::new();
+        for t in tasks {
+            by_queue.entry(t.queue.clone()).or_default().push(t);
+        }
+        for (queue, tasks) in by_queue {
+            self.router.enqueue(&queue, tasks);
+        }
+    }
+
     /// Starts the actors and schedules the startup sequence.
     pub async fn start(args: EngineArgs) -> Result<Engine, EngineError> {
         let ids = TaskIds::after(args.restored.last_task_id);
+        let ids_for_engine = ids.clone();
         let mut restored = args.restored;
         let startup = plan_startup(&restored, startup_tasks(&args.global_hooks, &ids));
         if !startup.is_empty() {
@@ -495,6 +527,7 @@ impl Engine {
             sink: args.sink.clone(),
             converged: converged.clone(),
         });
+        let engine_ids = ids_for_engine;
         let router = Arc::new(QueueRouter {
             queues: Mutex::new(HashMap::new()),
             handler,
@@ -525,6 +558,7 @@ impl Engine {
             router,
             global,
             converged,
+            ids: engine_ids,
             mailboxes: args.mailboxes,
         })
     }

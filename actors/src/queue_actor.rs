@@ -155,6 +155,10 @@ pub struct QueueState {
     state: State,
     running: Option<TaskId>,
     max_attempts: Option<u32>,
+    /// Events applied in memory but not yet journaled. The actor handles no other
+    /// message and starts no task before [`QueueState::flush`] makes them durable, so
+    /// nothing outside sees a transition before the journal has it.
+    staged: Vec<Event>,
 }
 
 fn now_ms() -> u64 {
@@ -182,24 +186,36 @@ impl QueueState {
     }
 
     /// Journals events (durably) and then applies them to the in-memory queue.
-    async fn commit(&mut self, events: Vec<Event>) -> Result<(), ActorProcessingErr> {
-        if events.is_empty() {
+    /// Applies events in memory and keeps them for the next [`QueueState::flush`].
+    fn stage(&mut self, events: Vec<Event>) {
+        self.state.apply_all(&events);
+        self.staged.extend(events);
+    }
+
+    /// Journals the staged events durably (retrying until the journal takes them).
+    async fn flush(&mut self) -> Result<(), ActorProcessingErr> {
+        if self.staged.is_empty() {
             return Ok(());
         }
         let mut delay = Duration::from_millis(100);
         loop {
-            match self.sink.append(events.clone()).await {
+            match self.sink.append(self.staged.clone()).await {
                 Ok(_) => break,
                 Err(e) => {
-                    // Nothing changes in memory until the journal has it; retry.
                     tracing::error!(queue = %self.name, error = %e, "cannot journal queue transition; retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(5));
                 }
             }
         }
-        self.state.apply_all(&events);
+        self.staged.clear();
         Ok(())
+    }
+
+    /// Stages and journals events.
+    async fn commit(&mut self, events: Vec<Event>) -> Result<(), ActorProcessingErr> {
+        self.stage(events);
+        self.flush().await
     }
 
     fn kick_after(&self, delay: Duration) {
@@ -232,9 +248,7 @@ impl QueueState {
         if let Some((into, merged)) = plan_compaction(self.tasks()) {
             events.extend(merged.into_iter().map(|id| Event::TaskMerged { id, into }));
         }
-        if !events.is_empty() {
-            self.commit(std::mem::take(&mut events)).await?;
-        }
+        self.stage(std::mem::take(&mut events));
         for id in adjacent_mergeable(self.tasks()) {
             events.push(Event::TaskMerged {
                 id,
@@ -245,6 +259,7 @@ impl QueueState {
             id: head.spec.id,
             attempt: head.attempts + 1,
         });
+        // One journal write covers the previous task's end and this one's start.
         self.commit(events).await?;
         let Some(task) = self.tasks().first().cloned() else {
             return Ok(());
@@ -309,8 +324,10 @@ impl QueueState {
                         position: Position::Tail,
                     });
                 }
-                self.commit(events).await?;
-                self.kick();
+                // Start the next task in the same journal write as this one's end.
+                self.stage(events);
+                self.start_head().await?;
+                self.flush().await?;
             }
             TaskOutcome::Fail(error) => {
                 let failures = task.failures + 1;
@@ -393,6 +410,7 @@ impl Actor for QueueActor {
             me,
             state: args.restored,
             running: None,
+            staged: Vec::new(),
             max_attempts: args.max_attempts,
         };
         state.kick();
