@@ -178,10 +178,42 @@ fn global_hooks_run_in_order_with_the_file_contract_and_patches_flow() {
         op.logs()
     );
     // Temp files are removed after each run.
-    let tmp_left = std::fs::read_dir(work.path().join("tmp"))
-        .map(|d| d.count())
-        .unwrap_or(0);
-    assert_eq!(tmp_left, 0);
+    let tmp = work.path().join("tmp");
+    wait_for(
+        "the hook temp files to be removed",
+        Duration::from_secs(30),
+        || std::fs::read_dir(&tmp).map(|d| d.count()).unwrap_or(0) == 0,
+    );
+
+    // Editing the ConfigMap reloads: beforeAll hooks run again with the new config values.
+    let mut edited = cm.clone();
+    edited["data"]["global"] = json!("param1: 300\nparam3: newValue\n");
+    let (code, body) = sb.put(
+        "/api/v1/namespaces/default/configmaps/addon-operator",
+        &edited,
+    );
+    assert_eq!(code, 200, "{body}");
+    wait_for(
+        "a reload with the edited config values",
+        Duration::from_secs(60),
+        || {
+            std::fs::read_to_string(out.join("second.beforeAll.values.json"))
+                .is_ok_and(|t| t.contains("\"param1\":300"))
+        },
+    );
+    let reasons: Vec<String> = journal_state(&work.path().join("journal"))
+        .1
+        .iter()
+        .filter_map(|e| match e {
+            Event::ConvergeStarted { reason } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        ["OperatorStartup", "ReloadAllModules"],
+        "our own ConfigMap write triggers no reload"
+    );
 }
 
 /// The converges completed so far, or 0 while the journal is not there yet.

@@ -470,6 +470,23 @@ impl Engine {
         }
     }
 
+    /// New config values from the ConfigMap's `global` section. When they differ from the
+    /// current ones (our own writes come back unchanged), they are journaled and a
+    /// `ConvergeModules(ReloadAllModules)` is queued. Returns whether they changed.
+    pub async fn global_config_changed(&self, config: Value) -> Result<bool, String> {
+        let (tx, rx) = ractor::concurrency::oneshot();
+        self.global
+            .cast(GlobalHooksMsg::ConfigChanged(config, tx.into()))
+            .map_err(|_| "the global hooks actor is not running".to_string())?;
+        let changed = rx
+            .await
+            .map_err(|_| "the global hooks actor stopped".to_string())??;
+        if changed {
+            self.enqueue(vec![converge_task(self.ids.next(), "ReloadAllModules")]);
+        }
+        Ok(changed)
+    }
+
     /// Appends tasks to the tail of their queues (created on demand).
     pub fn enqueue(&self, tasks: Vec<TaskSpec>) {
         let mut by_queue: HashMap<String, Vec<TaskSpec>> = HashMap::new();

@@ -41,7 +41,8 @@ pub enum GlobalHooksMsg {
     /// Reply with the global values document `{"global": …}`.
     Values(RpcReplyPort<Value>),
     /// New config values from the ConfigMap's `global` section.
-    ConfigChanged(Value, RpcReplyPort<Result<(), String>>),
+    /// Replies whether the config values changed (our own writes come back unchanged).
+    ConfigChanged(Value, RpcReplyPort<Result<bool, String>>),
 }
 
 impl Describe for GlobalHooksMsg {
@@ -312,14 +313,8 @@ impl Actor for GlobalHooksActor {
                 let _ = reply.send(st.values_document());
             }
             GlobalHooksMsg::ConfigChanged(config, reply) => {
-                let current = st
-                    .values
-                    .values
-                    .get("global")
-                    .map(|v| v.config.clone())
-                    .unwrap_or(Value::Null);
-                let result = if current == config {
-                    Ok(())
+                let result = if st.config() == config {
+                    Ok(false)
                 } else {
                     st.journal(vec![Event::ValuesSet {
                         scope: Scope::Global,
@@ -328,6 +323,7 @@ impl Actor for GlobalHooksActor {
                         source: "configmap".into(),
                     }])
                     .await
+                    .map(|()| true)
                 };
                 let _ = reply.send(result);
             }

@@ -201,7 +201,86 @@ pub fn static_values(dirs: &[PathBuf], key: &str) -> anyhow::Result<Value> {
 /// A running operator.
 pub struct Operator {
     /// The engine.
-    pub engine: Engine,
+    pub engine: Arc<Engine>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+type ConfigMapEvents = std::pin::Pin<
+    Box<
+        dyn futures::Stream<
+                Item = Result<
+                    kube::runtime::watcher::Event<k8s_openapi::api::core::v1::ConfigMap>,
+                    kube::runtime::watcher::Error,
+                >,
+            > + Send,
+    >,
+>;
+
+/// Starts watching the ConfigMap and reads its state at start (the watch's initial list),
+/// so that every later event is newer than what the engine starts with.
+async fn config_map_at_start(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<(
+    Option<std::collections::BTreeMap<String, String>>,
+    ConfigMapEvents,
+)> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client, namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream: ConfigMapEvents = Box::pin(watcher::watcher(api, config));
+    let mut data = None;
+    loop {
+        match stream.next().await {
+            Some(Ok(watcher::Event::InitApply(cm))) => data = Some(cm.data.unwrap_or_default()),
+            Some(Ok(watcher::Event::InitDone)) => return Ok((data, stream)),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => anyhow::bail!("cannot read ConfigMap {namespace}/{name}: {e}"),
+            None => anyhow::bail!("cannot read ConfigMap {namespace}/{name}: the watch ended"),
+        }
+    }
+}
+
+/// Follows the ConfigMap: a changed `global` section is journaled and reloads everything;
+/// our own writes come back unchanged and are ignored; invalid YAML is reported and the
+/// last good values stay in place.
+async fn follow_config_map(engine: Arc<Engine>, mut stream: ConfigMapEvents, name: String) {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    while let Some(event) = stream.next().await {
+        let data = match event {
+            Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
+                Some(cm.data.unwrap_or_default())
+            }
+            Ok(watcher::Event::Delete(_)) => Some(Default::default()),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(configmap = %name, "watch interrupted, retrying: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                None
+            }
+        };
+        let Some(data) = data else { continue };
+        let Some(global) = global_section(Some(&data), &name) else {
+            continue;
+        };
+        match engine.global_config_changed(global).await {
+            Ok(true) => {
+                tracing::info!(configmap = %name, "global config values changed; reloading")
+            }
+            Ok(false) => {}
+            Err(e) => tracing::error!(configmap = %name, "cannot apply global config values: {e}"),
+        }
+    }
 }
 
 /// Starts the operator.
@@ -234,9 +313,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     tracing::info!(journal = %cfg.journal_dir.display(), events = restored.events, "journal replayed");
     let global_hooks = load_global_hooks(&cfg.global_hooks_dir, &runner).await?;
     let store = adapters::KubeConfigStore::new(client.clone(), &namespace, &cfg.config_map);
-    let data = bosun_actors::ports::ConfigStore::load(&store)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (data, events) = config_map_at_start(client.clone(), &namespace, &cfg.config_map).await?;
     let initial_config = match &data {
         None => Some(Value::Object(Default::default())),
         Some(d) => global_section(Some(d), &cfg.config_map),
@@ -253,5 +330,11 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         mailboxes: Mailboxes::default(),
     })
     .await?;
-    Ok(Operator { engine })
+    let engine = Arc::new(engine);
+    let watcher = tokio::spawn(follow_config_map(
+        engine.clone(),
+        events,
+        cfg.config_map.clone(),
+    ));
+    Ok(Operator { engine, watcher })
 }
