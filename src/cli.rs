@@ -130,6 +130,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             tmp_dir: args.data.join("tmp"),
             journal_dir: args.data.join("journal"),
             kubeconfig: Some(kubeconfig),
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9650)),
             ..crate::operator::OperatorConfig::in_cluster()
         };
         let cfg = crate::operator::OperatorConfig::from_env(&defaults)?;

@@ -45,6 +45,8 @@ impl Operator {
             ),
             ("OUT_DIR".into(), work.join("out").display().to_string()),
             ("LOG_LEVEL".into(), "debug".into()),
+            ("ADDON_OPERATOR_LISTEN_ADDRESS".into(), "127.0.0.1".into()),
+            ("ADDON_OPERATOR_LISTEN_PORT".into(), "0".into()),
         ];
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let mut op = Operator {
@@ -130,6 +132,26 @@ fn global_hooks_run_in_order_with_the_file_contract_and_patches_flow() {
         "the afterAll run of the second hook",
         Duration::from_secs(60),
         || out.join("second.afterAll.values.json").exists(),
+    );
+
+    // The HTTP endpoints: healthy, and ready once the first converge is done.
+    let http_addr = op
+        .logs()
+        .lines()
+        .find_map(|l| {
+            l.split("bosun HTTP endpoints listening on http://")
+                .nth(1)
+                .map(|a| a.trim().to_string())
+        })
+        .expect("the HTTP address is printed");
+    assert_eq!(
+        common::http_raw(&http_addr, "GET", "/healthz", "", b"").0,
+        200
+    );
+    wait_for(
+        "/readyz after the first converge",
+        Duration::from_secs(30),
+        || common::http_raw(&http_addr, "GET", "/readyz", "", b"").0 == 200,
     );
 
     assert_eq!(
@@ -443,6 +465,7 @@ fn the_embedded_default_runs_the_sample_hooks_against_its_own_sandbox() {
         .env_remove("GLOBAL_HOOKS_DIR")
         .env_remove("MODULES_DIR")
         .env_remove("KUBE_CONFIG")
+        .env("ADDON_OPERATOR_LISTEN_PORT", "0")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -569,6 +592,7 @@ fn an_invalid_global_hook_config_stops_the_start_with_a_named_error() {
         .env("GLOBAL_HOOKS_DIR", fixture("bad-config"))
         .env("BOSUN_JOURNAL_DIR", work.path().join("journal"))
         .env("ADDON_OPERATOR_TMP_DIR", work.path().join("tmp"))
+        .env("ADDON_OPERATOR_LISTEN_PORT", "0")
         .output()
         .expect("bosun run");
     assert!(!out.status.success());

@@ -2,6 +2,7 @@
 //! journal, and starting the engine against a Kubernetes API.
 
 pub mod adapters;
+pub mod http;
 pub mod journal;
 
 use std::path::{Path, PathBuf};
@@ -41,6 +42,8 @@ pub struct OperatorConfig {
     pub journal_dir: PathBuf,
     /// Kubeconfig to use instead of the usual discovery (`KUBE_CONFIG`).
     pub kubeconfig: Option<PathBuf>,
+    /// `ADDON_OPERATOR_LISTEN_ADDRESS:ADDON_OPERATOR_LISTEN_PORT` (`/healthz`, `/readyz`).
+    pub listen: std::net::SocketAddr,
 }
 
 fn env(names: &[&str]) -> Option<String> {
@@ -96,6 +99,20 @@ impl OperatorConfig {
             kubeconfig: env(&["KUBE_CONFIG"])
                 .map(PathBuf::from)
                 .or_else(|| defaults.kubeconfig.clone()),
+            listen: {
+                let ip = env(&["ADDON_OPERATOR_LISTEN_ADDRESS"])
+                    .unwrap_or_else(|| defaults.listen.ip().to_string());
+                let port = env(&["ADDON_OPERATOR_LISTEN_PORT"])
+                    .unwrap_or_else(|| defaults.listen.port().to_string());
+                format!("{ip}:{port}")
+                    .parse()
+                    .or_else(|_| format!("[{ip}]:{port}").parse())
+                    .map_err(|_| {
+                        anyhow::anyhow!(
+                            "ADDON_OPERATOR_LISTEN_ADDRESS/PORT: {ip}:{port} is not an address"
+                        )
+                    })?
+            },
         })
     }
 
@@ -112,6 +129,7 @@ impl OperatorConfig {
             max_attempts: None,
             journal_dir: PathBuf::from("/var/lib/bosun/journal"),
             kubeconfig: None,
+            listen: std::net::SocketAddr::from(([0, 0, 0, 0], 9650)),
         }
     }
 }
@@ -203,11 +221,15 @@ pub struct Operator {
     /// The engine.
     pub engine: Arc<Engine>,
     watcher: tokio::task::JoinHandle<()>,
+    http: tokio::task::JoinHandle<()>,
+    /// Where `/healthz` and `/readyz` are served.
+    pub listen: std::net::SocketAddr,
 }
 
 impl Drop for Operator {
     fn drop(&mut self) {
         self.watcher.abort();
+        self.http.abort();
     }
 }
 
@@ -336,5 +358,13 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         events,
         cfg.config_map.clone(),
     ));
-    Ok(Operator { engine, watcher })
+    let (listen, http) = http::serve(cfg.listen, engine.clone()).await?;
+    println!("bosun HTTP endpoints listening on http://{listen}");
+    tracing::info!(%listen, "serving /healthz and /readyz");
+    Ok(Operator {
+        engine,
+        watcher,
+        http,
+        listen,
+    })
 }
