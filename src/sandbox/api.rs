@@ -30,6 +30,34 @@ use super::{discovery, openapi};
 /// Largest request body accepted (kube-apiserver's limit is 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
+/// How much of an oversized body is read and discarded before answering 413, so that the
+/// client finishes sending and reads the answer instead of a connection reset.
+const MAX_DRAIN: usize = 64 * 1024 * 1024;
+
+/// Reads a request body of at most [`MAX_BODY`] bytes. A larger body is drained (up to
+/// [`MAX_DRAIN`]) and answered with 413.
+async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, ApiError> {
+    use futures::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else {
+            return Err(ApiError::bad_request("the request body could not be read"));
+        };
+        seen += chunk.len();
+        if seen <= MAX_BODY {
+            buf.extend_from_slice(&chunk);
+        } else if seen > MAX_DRAIN {
+            break;
+        }
+    }
+    if seen > MAX_BODY {
+        return Err(ApiError::too_large(MAX_BODY));
+    }
+    Ok(buf.freeze())
+}
+
 /// Shared state of the HTTP handlers.
 pub struct App {
     /// The object store.
@@ -170,10 +198,7 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
     let Some(route) = route(&path) else {
         return Err(ApiError::no_route(&path));
     };
-    let body = match axum::body::to_bytes(req.into_body(), MAX_BODY).await {
-        Ok(bytes) => bytes,
-        Err(_) => return Err(ApiError::too_large(MAX_BODY)),
-    };
+    let body = read_body(req.into_body()).await?;
     let resources = || app.store.lock().resources.clone();
     match route {
         Route::Health => Ok((StatusCode::OK, "ok").into_response()),
