@@ -310,13 +310,21 @@ pub fn summary(e: &Event) -> String {
         }
         Event::ModuleEnabled { module, reason } => format!("module {module} enabled ({reason})"),
         Event::ModuleDisabled { module, reason } => format!("module {module} disabled ({reason})"),
-        Event::ModulePhase { module, phase } => format!("module {module} phase {phase}"),
+        Event::ModulePhase { module, phase, .. } => format!("module {module} phase {phase}"),
         Event::ReleaseApplied {
             module,
             revision,
             checksum,
         } => format!("release {module} revision {revision} applied (checksum {checksum})"),
         Event::ReleaseDeleted { module } => format!("release {module} deleted"),
+        Event::ModuleFlagsSet { flags } => format!(
+            "module flags from the ConfigMap: {}",
+            flags
+                .iter()
+                .map(|(m, on)| format!("{m}={on}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Event::ConvergeStarted { reason } => format!("converge started ({reason})"),
         Event::ConvergeFinished => "converge finished".into(),
     }

@@ -12,5 +12,6 @@ pub mod helm;
 pub mod hooks;
 pub mod journal_cli;
 pub mod logging;
+pub mod modules;
 pub mod operator;
 pub mod sandbox;

@@ -4,106 +4,14 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use bosun_actors::{Event, State, TaskType};
-use bosun_journal::Journal;
-use common::{Sandbox, bosun_bin, wait_for};
+use bosun_actors::{Event, TaskType};
+use common::{
+    Operator, Sandbox, bosun_bin, converges, journal_state, read_json, wait_for, workdir,
+};
 use serde_json::{Value, json};
-
-struct Operator {
-    child: Option<Child>,
-    env: Vec<(String, String)>,
-    log: PathBuf,
-}
-
-impl Operator {
-    fn start(sb: &Sandbox, hooks: &Path, work: &Path) -> Operator {
-        Operator::start_with(sb, hooks, work, &[])
-    }
-
-    fn start_with(sb: &Sandbox, hooks: &Path, work: &Path, extra: &[(&str, &str)]) -> Operator {
-        let mut env = vec![
-            (
-                "KUBE_CONFIG".to_string(),
-                sb.kubeconfig.display().to_string(),
-            ),
-            ("GLOBAL_HOOKS_DIR".into(), hooks.display().to_string()),
-            (
-                "MODULES_DIR".into(),
-                work.join("modules").display().to_string(),
-            ),
-            ("ADDON_OPERATOR_NAMESPACE".into(), "default".into()),
-            (
-                "BOSUN_JOURNAL_DIR".into(),
-                work.join("journal").display().to_string(),
-            ),
-            (
-                "ADDON_OPERATOR_TMP_DIR".into(),
-                work.join("tmp").display().to_string(),
-            ),
-            ("OUT_DIR".into(), work.join("out").display().to_string()),
-            ("LOG_LEVEL".into(), "debug".into()),
-            ("ADDON_OPERATOR_LISTEN_ADDRESS".into(), "127.0.0.1".into()),
-            ("ADDON_OPERATOR_LISTEN_PORT".into(), "0".into()),
-        ];
-        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let mut op = Operator {
-            child: None,
-            env,
-            log: work.join("operator.log"),
-        };
-        op.spawn();
-        op
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("log file");
-        let err = log.try_clone().expect("log file");
-        let child = Command::new(bosun_bin())
-            .arg("run")
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("start bosun run");
-        self.child = Some(child);
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", path.display()))
-}
-
-fn workdir() -> tempfile::TempDir {
-    let work = tempfile::tempdir().expect("tempdir");
-    std::fs::create_dir_all(work.path().join("out")).expect("out dir");
-    std::fs::create_dir_all(work.path().join("modules")).expect("modules dir");
-    work
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -236,29 +144,6 @@ fn global_hooks_run_in_order_with_the_file_contract_and_patches_flow() {
         ["OperatorStartup", "ReloadAllModules"],
         "our own ConfigMap write triggers no reload"
     );
-}
-
-/// The converges completed so far, or 0 while the journal is not there yet.
-fn converges(dir: &Path) -> u64 {
-    let Ok(j) = Journal::<Event>::open_read_only(dir) else {
-        return 0;
-    };
-    let mut state = State::default();
-    for r in j.read_from(0) {
-        match r {
-            Ok(r) => state.apply(&r.event),
-            Err(_) => return 0,
-        }
-    }
-    state.converge.completed
-}
-
-fn journal_state(dir: &Path) -> (State, Vec<Event>) {
-    let j: Journal<Event> = Journal::open_read_only(dir).expect("journal");
-    let events: Vec<Event> = j.read_from(0).map(|r| r.expect("record").event).collect();
-    let mut state = State::default();
-    state.apply_all(&events);
-    (state, events)
 }
 
 #[test]

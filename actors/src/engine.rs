@@ -8,9 +8,10 @@
 //!        └──► QueueActor "main", named queues on demand ──► EngineHandler::handle(task)
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use ractor::Actor;
 use serde_json::{Value, json};
@@ -18,7 +19,11 @@ use serde_json::{Value, json};
 use crate::events::{Event, Position, TaskId, TaskSpec, TaskType};
 use crate::global_hooks::{GlobalHook, GlobalHooksActor, GlobalHooksArgs, GlobalHooksMsg};
 use crate::mailbox::{Mailboxes, Tracked};
-use crate::ports::{BoxFut, ConfigStore, EventSink, HookExecutor, PortError};
+use crate::modules::{
+    ConfigSections, GlobalDocs, ModuleActor, ModuleArgs, ModuleDef, ModuleMsg, flag_chain,
+    module_run_task, module_task,
+};
+use crate::ports::{BoxFut, ConfigStore, EventSink, HookExecutor, PortError, Releases};
 use crate::queue_actor::{
     QueueActor, QueueArgs, QueueDump, QueueMsg, Router, TaskHandler, TaskOutcome,
 };
@@ -159,15 +164,33 @@ fn same_step(a: &TaskSpec, b: &TaskSpec) -> bool {
         && (a.task_type != TaskType::ConvergeModules || a.params["phase"] == b.params["phase"])
 }
 
+/// Steps of a converge that was running when bosun stopped: the startup converge redoes
+/// them (module deletions stay: the modules are already recorded as disabled).
+fn interrupted_converge_step(t: &TaskSpec) -> bool {
+    let binding = t.params["bindingContexts"][0]["binding"].as_str();
+    match t.task_type {
+        TaskType::ConvergeModules => t.params["phase"].as_str() != Some("StandBy"),
+        TaskType::ModuleRun => t.params["reloadAll"].as_bool() == Some(true),
+        TaskType::GlobalHookRun => matches!(binding, Some("beforeAll" | "afterAll")),
+        _ => false,
+    }
+}
+
 /// Enqueue events that put the startup sequence in the main queue, reusing pending tasks
 /// that are the same step (they keep their attempt counts) and keeping the sequence order.
 fn plan_startup(restored: &State, wanted: Vec<TaskSpec>) -> Vec<Event> {
-    let pending: Vec<&QueuedTask> = restored
-        .queues
-        .get("main")
-        .map(|q| q.iter().collect())
-        .unwrap_or_default();
     let mut events = Vec::new();
+    let mut pending: Vec<&QueuedTask> = Vec::new();
+    for task in restored.queues.get("main").into_iter().flatten() {
+        if interrupted_converge_step(&task.spec) {
+            events.push(Event::TaskDropped {
+                id: task.spec.id,
+                reason: "superseded by the startup converge".into(),
+            });
+        } else {
+            pending.push(task);
+        }
+    }
     let mut anchor: Option<TaskId> = None;
     let mut used: Vec<TaskId> = Vec::new();
     for task in wanted {
@@ -193,14 +216,31 @@ fn plan_startup(restored: &State, wanted: Vec<TaskSpec>) -> Vec<Event> {
     events
 }
 
+async fn config_to_global(global: &Tracked<GlobalHooksMsg>, config: Value) -> Result<bool, String> {
+    let (tx, rx) = ractor::concurrency::oneshot();
+    global
+        .cast(GlobalHooksMsg::ConfigChanged(config, tx.into()))
+        .map_err(|_| "the global hooks actor is not running".to_string())?;
+    rx.await
+        .map_err(|_| "the global hooks actor stopped".to_string())?
+}
+
 /// Everything the engine needs.
 pub struct EngineArgs {
     /// Global hooks with their configurations.
     pub global_hooks: Vec<GlobalHook>,
     /// Static global values.
     pub static_global: Value,
-    /// ConfigMap `global` section at start, if readable.
-    pub initial_config: Option<Value>,
+    /// The ConfigMap at start, parsed.
+    pub initial_config: Option<ConfigSections>,
+    /// Modules found in `MODULES_DIR`, in any order.
+    pub modules: Vec<ModuleDef>,
+    /// Helm.
+    pub releases: Arc<dyn Releases>,
+    /// How often each module's resource monitor checks its release.
+    pub monitor_interval: Duration,
+    /// Releases never purged (`HELM_IGNORE_RELEASE`).
+    pub ignore_releases: Vec<String>,
     /// State rebuilt from the journal.
     pub restored: State,
     /// The journal.
@@ -234,12 +274,64 @@ pub enum EngineError {
     Config(String),
 }
 
+/// The modules and what the conductor knows of them.
+struct ModuleSet {
+    /// Sorted by order, then name.
+    defs: Vec<ModuleDef>,
+    actors: OnceLock<HashMap<String, Tracked<ModuleMsg>>>,
+    status: Mutex<ModuleStatus>,
+    releases: Arc<dyn Releases>,
+    ignore_releases: Vec<String>,
+}
+
+#[derive(Default)]
+struct ModuleStatus {
+    enabled: BTreeMap<String, bool>,
+    flags: BTreeMap<String, bool>,
+}
+
+impl ModuleSet {
+    fn actor(&self, name: &str) -> Option<Tracked<ModuleMsg>> {
+        self.actors.get().and_then(|a| a.get(name)).cloned()
+    }
+
+    fn status(&self) -> std::sync::MutexGuard<'_, ModuleStatus> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_enabled(&self, name: &str) -> bool {
+        self.status().enabled.get(name).copied().unwrap_or(false)
+    }
+
+    fn def(&self, name: &str) -> Option<&ModuleDef> {
+        self.defs.iter().find(|d| d.name == name)
+    }
+
+    /// Sends a message built around a reply port and waits for the answer.
+    async fn ask<T: Send + 'static>(
+        &self,
+        name: &str,
+        msg: impl FnOnce(ractor::RpcReplyPort<T>) -> ModuleMsg,
+    ) -> Result<T, String> {
+        let actor = self
+            .actor(name)
+            .ok_or_else(|| format!("module {name} is not loaded"))?;
+        let (tx, rx) = ractor::concurrency::oneshot();
+        actor
+            .cast(msg(tx.into()))
+            .map_err(|_| format!("the actor of module {name} is not running"))?;
+        rx.await
+            .map_err(|_| format!("the actor of module {name} stopped"))
+    }
+}
+
 struct EngineHandler {
     global: Tracked<GlobalHooksMsg>,
     hooks: Vec<GlobalHook>,
     ids: TaskIds,
     sink: Arc<dyn EventSink>,
     converged: Arc<AtomicBool>,
+    modules: Arc<ModuleSet>,
 }
 
 impl EngineHandler {
@@ -302,7 +394,18 @@ impl EngineHandler {
                 }
             }
             "WaitBeforeAll" => {
-                // Modules are enabled, deleted and run here once modules are loaded.
+                let mut head = match self.plan_modules(task).await {
+                    Ok(tasks) => tasks,
+                    Err(e) => return TaskOutcome::Fail(e),
+                };
+                head.push(self.converge_phase(task, "WaitDeleteAndRunModules"));
+                TaskOutcome::Success {
+                    head,
+                    after: Vec::new(),
+                    tail: Vec::new(),
+                }
+            }
+            "WaitDeleteAndRunModules" => {
                 let mut head = self.around_hooks("afterAll", |h| h.config.after_all);
                 head.push(self.converge_phase(task, "WaitAfterAll"));
                 TaskOutcome::Success {
@@ -317,10 +420,252 @@ impl EngineHandler {
                 }
                 if !self.converged.swap(true, Ordering::SeqCst) {
                     tracing::info!("Startup converge done.");
+                    let discover =
+                        simple_task(self.ids.next(), TaskType::DiscoverHelmReleases, None, "");
+                    return TaskOutcome::Success {
+                        head: Vec::new(),
+                        after: Vec::new(),
+                        tail: vec![discover],
+                    };
                 }
                 TaskOutcome::done()
             }
         }
+    }
+}
+
+impl EngineHandler {
+    async fn global_docs(&self) -> Result<GlobalDocs, String> {
+        let (tx, rx) = ractor::concurrency::oneshot();
+        self.global
+            .cast(GlobalHooksMsg::Docs(tx.into()))
+            .map_err(|_| "the global hooks actor is not running".to_string())?;
+        rx.await
+            .map_err(|_| "the global hooks actor stopped".to_string())
+    }
+
+    /// The flag chain and the `enabled` script for one module.
+    async fn decide(
+        &self,
+        def: &ModuleDef,
+        docs: &GlobalDocs,
+        before: &[String],
+    ) -> Result<(bool, &'static str), String> {
+        let dynamic = docs.values[format!("{}Enabled", def.key())].as_bool();
+        let flag = self.modules.status().flags.get(&def.name).copied();
+        let (on, by) = flag_chain(def.static_enabled, dynamic, flag);
+        if !on || def.enabled_script.is_none() {
+            return Ok((on, by.as_str()));
+        }
+        let (d, b) = (docs.clone(), before.to_vec());
+        let script = self
+            .modules
+            .ask(&def.name, |reply| ModuleMsg::Enabled(d, b, reply))
+            .await??;
+        Ok(if script {
+            (true, by.as_str())
+        } else {
+            (false, "script")
+        })
+    }
+
+    /// Journals a module's new enabled state; returns whether it was enabled before.
+    async fn record_enabled(&self, name: &str, on: bool, by: &str) -> Result<bool, String> {
+        let was = self.modules.is_enabled(name);
+        if was != on {
+            let event = if on {
+                Event::ModuleEnabled {
+                    module: name.to_string(),
+                    reason: by.to_string(),
+                }
+            } else {
+                Event::ModuleDisabled {
+                    module: name.to_string(),
+                    reason: by.to_string(),
+                }
+            };
+            self.journal(event).await?;
+            self.modules.status().enabled.insert(name.to_string(), on);
+            tracing::info!(module = %name, "module {} ({by})", if on { "enabled" } else { "disabled" });
+        }
+        Ok(was)
+    }
+
+    /// WaitBeforeAll: recomputes enabled modules and returns the module tasks: CRDs of newly
+    /// enabled modules, deletions (reverse order), then runs in order. A module whose
+    /// `enabled` script fails gets a run that re-checks it, after the others.
+    async fn plan_modules(&self, task: &QueuedTask) -> Result<Vec<TaskSpec>, String> {
+        let reason = task.spec.params["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let first = !self.converged.load(Ordering::SeqCst);
+        let docs = self.global_docs().await?;
+        let mut enabled: Vec<(String, bool)> = Vec::new();
+        let mut disabled: Vec<String> = Vec::new();
+        let mut unsure: Vec<String> = Vec::new();
+        for def in &self.modules.defs {
+            let before: Vec<String> = enabled.iter().map(|(n, _)| n.clone()).collect();
+            match self.decide(def, &docs, &before).await {
+                Ok((on, by)) => {
+                    let was = self.record_enabled(&def.name, on, by).await?;
+                    if on {
+                        enabled.push((def.name.clone(), first || !was));
+                    } else if was {
+                        disabled.push(def.name.clone());
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(module = %def.name, "{e}");
+                    unsure.push(def.name.clone());
+                }
+            }
+        }
+        let mut tasks = Vec::new();
+        for (name, newly) in &enabled {
+            if *newly && self.modules.def(name).is_some_and(|d| !d.crds.is_empty()) {
+                tasks.push(module_task(
+                    self.ids.next(),
+                    TaskType::ModuleEnsureCRDs,
+                    name,
+                    &reason,
+                ));
+            }
+        }
+        for name in disabled.iter().rev() {
+            tasks.push(module_task(
+                self.ids.next(),
+                TaskType::ModuleDelete,
+                name,
+                &reason,
+            ));
+        }
+        for (name, newly) in &enabled {
+            tasks.push(module_run_task(
+                self.ids.next(),
+                name,
+                *newly,
+                &reason,
+                true,
+            ));
+        }
+        for name in &unsure {
+            let mut t = module_run_task(self.ids.next(), name, true, &reason, true);
+            t.params["checkEnabled"] = json!(true);
+            tasks.push(t);
+        }
+        Ok(tasks)
+    }
+
+    /// A module run whose `enabled` script failed during the converge: check it again.
+    async fn recheck_enabled(&self, task: &QueuedTask) -> Result<Option<TaskOutcome>, String> {
+        let name = task.spec.module.clone().unwrap_or_default();
+        let def = self
+            .modules
+            .def(&name)
+            .ok_or_else(|| format!("module {name} is not loaded"))?;
+        let docs = self.global_docs().await?;
+        let before: Vec<String> = self
+            .modules
+            .defs
+            .iter()
+            .take_while(|d| d.name != name)
+            .filter(|d| self.modules.is_enabled(&d.name))
+            .map(|d| d.name.clone())
+            .collect();
+        let (on, by) = self.decide(def, &docs, &before).await?;
+        let was = self.record_enabled(&name, on, by).await?;
+        if on {
+            return Ok(None);
+        }
+        let head = if was {
+            vec![module_task(
+                self.ids.next(),
+                TaskType::ModuleDelete,
+                &name,
+                "EnabledScript",
+            )]
+        } else {
+            Vec::new()
+        };
+        Ok(Some(TaskOutcome::Success {
+            head,
+            after: Vec::new(),
+            tail: Vec::new(),
+        }))
+    }
+
+    async fn module_task(&self, task: QueuedTask) -> TaskOutcome {
+        let name = task.spec.module.clone().unwrap_or_default();
+        if task.spec.task_type == TaskType::ModuleRun {
+            if task.spec.params["checkEnabled"].as_bool() == Some(true) {
+                match self.recheck_enabled(&task).await {
+                    Ok(Some(outcome)) => return outcome,
+                    Ok(None) => {}
+                    Err(e) => return TaskOutcome::Fail(e),
+                }
+            }
+            if !self.modules.is_enabled(&name) {
+                tracing::info!(module = %name, "module is disabled; ModuleRun skipped");
+                return TaskOutcome::done();
+            }
+        }
+        let docs = match self.global_docs().await {
+            Ok(d) => d,
+            Err(e) => return TaskOutcome::Fail(e),
+        };
+        let task = Box::new(task);
+        self.modules
+            .ask(&name, |reply| ModuleMsg::Run(task, docs, reply))
+            .await
+            .unwrap_or_else(TaskOutcome::Fail)
+    }
+
+    /// Releases in the namespace that belong to no enabled module are purged.
+    async fn discover_releases(&self) -> TaskOutcome {
+        let names = match self.modules.releases.list().await {
+            Ok(n) => n,
+            Err(e) => return TaskOutcome::Fail(format!("cannot list Helm releases: {e}")),
+        };
+        let mut orphans: Vec<String> = names
+            .into_iter()
+            .filter(|n| !self.modules.is_enabled(n))
+            .filter(|n| !self.modules.ignore_releases.contains(n))
+            .collect();
+        orphans.sort();
+        orphans.dedup();
+        let after = orphans
+            .iter()
+            .rev()
+            .map(|n| {
+                module_task(
+                    self.ids.next(),
+                    TaskType::ModulePurge,
+                    n,
+                    "DiscoverHelmReleases",
+                )
+            })
+            .collect();
+        TaskOutcome::Success {
+            head: Vec::new(),
+            after,
+            tail: Vec::new(),
+        }
+    }
+
+    /// `helm uninstall`; a failure is only logged, as in the reference.
+    async fn purge(&self, task: &QueuedTask) -> TaskOutcome {
+        let name = task.spec.module.clone().unwrap_or_default();
+        match self.modules.releases.uninstall(name.clone()).await {
+            Ok(_) => {
+                tracing::info!(release = %name, "purged release of an unknown module");
+                if let Err(e) = self.journal(Event::ReleaseDeleted { module: name }).await {
+                    return TaskOutcome::Fail(e);
+                }
+            }
+            Err(e) => tracing::error!(release = %name, "cannot purge release: {e}"),
+        }
+        TaskOutcome::done()
     }
 }
 
@@ -342,6 +687,11 @@ impl TaskHandler for EngineHandler {
                     })
                 }
                 TaskType::ConvergeModules => self.converge(&task).await,
+                TaskType::ModuleRun | TaskType::ModuleDelete | TaskType::ModuleEnsureCRDs => {
+                    self.module_task(task).await
+                }
+                TaskType::DiscoverHelmReleases => self.discover_releases().await,
+                TaskType::ModulePurge => self.purge(&task).await,
                 TaskType::GlobalHookEnableScheduleBindings
                 | TaskType::GlobalHookEnableKubernetesBindings
                 | TaskType::GlobalHookWaitKubernetesSynchronization => {
@@ -444,6 +794,8 @@ impl Router for QueueRouter {
 pub struct Engine {
     router: Arc<QueueRouter>,
     global: Tracked<GlobalHooksMsg>,
+    modules: Arc<ModuleSet>,
+    sink: Arc<dyn EventSink>,
     converged: Arc<AtomicBool>,
     ids: TaskIds,
     /// Mailbox registry (for the debug endpoints).
@@ -470,21 +822,88 @@ impl Engine {
         }
     }
 
-    /// New config values from the ConfigMap's `global` section. When they differ from the
-    /// current ones (our own writes come back unchanged), they are journaled and a
-    /// `ConvergeModules(ReloadAllModules)` is queued. Returns whether they changed.
-    pub async fn global_config_changed(&self, config: Value) -> Result<bool, String> {
+    /// The ConfigMap changed. Changed sections are journaled first; a changed `global`
+    /// section or changed `<key>Enabled` flags queue `ConvergeModules(ReloadAllModules)`;
+    /// otherwise each enabled module whose section changed gets a `ModuleRun`. Our own
+    /// writes come back unchanged and queue nothing. Returns what was queued.
+    pub async fn config_changed(&self, sections: ConfigSections) -> Result<Vec<String>, String> {
+        let (global_changed, changed_modules) = self.apply_config(sections).await?;
+        let flags_changed = global_changed.1;
+        if global_changed.0 || flags_changed {
+            self.enqueue(vec![converge_task(self.ids.next(), "ReloadAllModules")]);
+            return Ok(vec!["ConvergeModules:ReloadAllModules".into()]);
+        }
+        let tasks: Vec<TaskSpec> = changed_modules
+            .iter()
+            .filter(|m| self.modules.is_enabled(m))
+            .map(|m| module_run_task(self.ids.next(), m, false, "ModuleValuesChanged", false))
+            .collect();
+        let queued = tasks
+            .iter()
+            .map(|t| format!("ModuleRun:{}", t.description))
+            .collect();
+        self.enqueue(tasks);
+        Ok(queued)
+    }
+
+    /// Applies config sections; returns ((global changed, flags changed), changed modules).
+    async fn apply_config(
+        &self,
+        sections: ConfigSections,
+    ) -> Result<((bool, bool), Vec<String>), String> {
+        let global_changed = config_to_global(&self.global, sections.global).await?;
+        let flags_changed = {
+            let current = self.modules.status().flags.clone();
+            current != sections.flags
+        };
+        if flags_changed {
+            self.sink
+                .append(vec![Event::ModuleFlagsSet {
+                    flags: sections.flags.clone(),
+                }])
+                .await
+                .map_err(|e| e.to_string())?;
+            self.modules.status().flags = sections.flags;
+        }
+        let mut changed = Vec::new();
+        for def in &self.modules.defs {
+            let config = sections
+                .modules
+                .get(&def.name)
+                .cloned()
+                .unwrap_or(json!({}));
+            if self
+                .modules
+                .ask(&def.name, |reply| ModuleMsg::ConfigChanged(config, reply))
+                .await??
+            {
+                changed.push(def.name.clone());
+            }
+        }
+        Ok(((global_changed, flags_changed), changed))
+    }
+
+    /// A module's values document (`VALUES_PATH` of its hooks).
+    pub async fn module_values(&self, module: &str) -> Result<Value, String> {
         let (tx, rx) = ractor::concurrency::oneshot();
         self.global
-            .cast(GlobalHooksMsg::ConfigChanged(config, tx.into()))
+            .cast(GlobalHooksMsg::Docs(tx.into()))
             .map_err(|_| "the global hooks actor is not running".to_string())?;
-        let changed = rx
+        let docs = rx
             .await
-            .map_err(|_| "the global hooks actor stopped".to_string())??;
-        if changed {
-            self.enqueue(vec![converge_task(self.ids.next(), "ReloadAllModules")]);
-        }
-        Ok(changed)
+            .map_err(|_| "the global hooks actor stopped".to_string())?;
+        self.modules
+            .ask(module, |reply| ModuleMsg::Values(docs, reply))
+            .await
+    }
+
+    /// Module names in run order with whether each is enabled.
+    pub fn modules(&self) -> Vec<(String, bool)> {
+        self.modules
+            .defs
+            .iter()
+            .map(|d| (d.name.clone(), self.modules.is_enabled(&d.name)))
+            .collect()
     }
 
     /// Appends tasks to the tail of their queues (created on demand).
@@ -517,8 +936,8 @@ impl Engine {
                 static_values: args.static_global,
                 restored: restored.clone(),
                 sink: args.sink.clone(),
-                executor: args.executor,
-                config_store: args.config_store,
+                executor: args.executor.clone(),
+                config_store: args.config_store.clone(),
                 mailbox: global_mailbox.clone(),
                 ids: ids.clone(),
             },
@@ -529,31 +948,84 @@ impl Engine {
             message: e.to_string(),
         })?;
         let global = Tracked::new(global_actor, global_mailbox);
-        if let Some(config) = args.initial_config {
-            let (tx, rx) = ractor::concurrency::oneshot();
-            let _ = global.cast(GlobalHooksMsg::ConfigChanged(config, tx.into()));
-            rx.await
-                .map_err(|e| EngineError::Config(e.to_string()))?
-                .map_err(EngineError::Config)?;
-        }
+        let mut defs = args.modules;
+        defs.sort_by(|a, b| (a.order, &a.name).cmp(&(b.order, &b.name)));
+        let modules = Arc::new(ModuleSet {
+            defs,
+            actors: OnceLock::new(),
+            status: Mutex::new(ModuleStatus {
+                enabled: restored
+                    .modules
+                    .iter()
+                    .map(|(n, m)| (n.clone(), m.enabled))
+                    .collect(),
+                flags: restored.module_flags.clone(),
+            }),
+            releases: args.releases.clone(),
+            ignore_releases: args.ignore_releases,
+        });
         let converged = Arc::new(AtomicBool::new(false));
         let handler: Arc<dyn TaskHandler> = Arc::new(EngineHandler {
             global: global.clone(),
             hooks: args.global_hooks,
-            ids,
+            ids: ids.clone(),
             sink: args.sink.clone(),
             converged: converged.clone(),
+            modules: modules.clone(),
         });
         let engine_ids = ids_for_engine;
         let router = Arc::new(QueueRouter {
             queues: Mutex::new(HashMap::new()),
             handler,
-            sink: args.sink,
+            sink: args.sink.clone(),
             mailboxes: args.mailboxes.clone(),
             max_attempts: args.max_attempts,
             this: Mutex::new(None),
         });
         *router.this.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(&router));
+        let mut actors = HashMap::new();
+        for def in &modules.defs {
+            let name = format!("module/{}", def.name);
+            let mailbox = args.mailboxes.handle(&name);
+            let (actor, _) = Actor::spawn(
+                None,
+                ModuleActor,
+                ModuleArgs {
+                    def: def.clone(),
+                    restored: restored.clone(),
+                    sink: args.sink.clone(),
+                    executor: args.executor.clone(),
+                    config_store: args.config_store.clone(),
+                    releases: args.releases.clone(),
+                    router: router.clone(),
+                    ids: ids.clone(),
+                    monitor_interval: args.monitor_interval,
+                    mailbox: mailbox.clone(),
+                },
+            )
+            .await
+            .map_err(|e| EngineError::Spawn {
+                name: name.clone(),
+                message: e.to_string(),
+            })?;
+            actors.insert(def.name.clone(), Tracked::new(actor, mailbox));
+        }
+        let _ = modules.actors.set(actors);
+        let engine_partial = Engine {
+            router: router.clone(),
+            global: global.clone(),
+            modules: modules.clone(),
+            sink: args.sink.clone(),
+            converged: converged.clone(),
+            ids: engine_ids.clone(),
+            mailboxes: args.mailboxes.clone(),
+        };
+        if let Some(config) = args.initial_config {
+            engine_partial
+                .apply_config(config)
+                .await
+                .map_err(EngineError::Config)?;
+        }
         let mut names: Vec<String> = restored.queues.keys().cloned().collect();
         if !names.iter().any(|n| n == "main") {
             names.push("main".into());
@@ -571,13 +1043,7 @@ impl Engine {
             }
             router.spawn(&name, own).await?;
         }
-        Ok(Engine {
-            router,
-            global,
-            converged,
-            ids: engine_ids,
-            mailboxes: args.mailboxes,
-        })
+        Ok(engine_partial)
     }
 
     /// Whether the first converge has finished (`/readyz`).

@@ -227,6 +227,9 @@ pub enum Event {
         module: String,
         /// The new phase.
         phase: String,
+        /// The ModuleRun task that reached it (a retried task resumes after it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task: Option<TaskId>,
     },
     /// A Helm release was installed or upgraded.
     ReleaseApplied {
@@ -241,6 +244,11 @@ pub enum Event {
     ReleaseDeleted {
         /// Module name (or release name for purged releases).
         module: String,
+    },
+    /// The `<module>Enabled` flags of the ConfigMap changed (the whole set, by module name).
+    ModuleFlagsSet {
+        /// Module name → flag.
+        flags: std::collections::BTreeMap<String, bool>,
     },
     /// A ConvergeModules run began.
     ConvergeStarted {
@@ -269,6 +277,7 @@ impl Event {
             Event::ModulePhase { .. } => "modulePhase",
             Event::ReleaseApplied { .. } => "releaseApplied",
             Event::ReleaseDeleted { .. } => "releaseDeleted",
+            Event::ModuleFlagsSet { .. } => "moduleFlagsSet",
             Event::ConvergeStarted { .. } => "convergeStarted",
             Event::ConvergeFinished => "convergeFinished",
         }

@@ -40,6 +40,8 @@ pub enum GlobalHooksMsg {
     ),
     /// Reply with the global values document `{"global": …}`.
     Values(RpcReplyPort<Value>),
+    /// Reply with the values and config documents, for module runs.
+    Docs(RpcReplyPort<crate::modules::GlobalDocs>),
     /// New config values from the ConfigMap's `global` section.
     /// Replies whether the config values changed (our own writes come back unchanged).
     ConfigChanged(Value, RpcReplyPort<Result<bool, String>>),
@@ -57,6 +59,7 @@ impl Describe for GlobalHooksMsg {
                 )
             }
             GlobalHooksMsg::Values(_) => "Values".into(),
+            GlobalHooksMsg::Docs(_) => "Docs".into(),
             GlobalHooksMsg::ConfigChanged(..) => "ConfigChanged".into(),
         }
     }
@@ -311,6 +314,12 @@ impl Actor for GlobalHooksActor {
             }
             GlobalHooksMsg::Values(reply) => {
                 let _ = reply.send(st.values_document());
+            }
+            GlobalHooksMsg::Docs(reply) => {
+                let _ = reply.send(crate::modules::GlobalDocs {
+                    values: st.values_document(),
+                    config: st.config_document(),
+                });
             }
             GlobalHooksMsg::ConfigChanged(config, reply) => {
                 let result = if st.config() == config {

@@ -10,6 +10,7 @@ pub mod events;
 pub mod global_hooks;
 pub mod hook_config;
 pub mod mailbox;
+pub mod modules;
 pub mod ports;
 pub mod queue;
 pub mod queue_actor;

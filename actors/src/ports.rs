@@ -63,6 +63,8 @@ pub trait HookExecutor: Send + Sync + 'static {
     fn config(&self, name: &str, path: &std::path::Path) -> BoxFut<'_, Result<String, PortError>>;
     /// A run with the file contract.
     fn run(&self, run: HookRun) -> BoxFut<'_, Result<HookResult, PortError>>;
+    /// A module's `enabled` script: what it wrote to `MODULE_ENABLED_RESULT`.
+    fn enabled(&self, run: EnabledRun) -> BoxFut<'_, Result<bool, PortError>>;
 }
 
 /// The operator's ConfigMap (`ADDON_OPERATOR_CONFIG_MAP`).
@@ -71,4 +73,69 @@ pub trait ConfigStore: Send + Sync + 'static {
     fn load(&self) -> BoxFut<'_, Result<Option<BTreeMap<String, String>>, PortError>>;
     /// Writes one key (`global`, a module key) as YAML text, creating the ConfigMap if needed.
     fn save(&self, key: String, yaml: String) -> BoxFut<'_, Result<(), PortError>>;
+}
+
+/// A module's `enabled` script run.
+#[derive(Clone, Debug)]
+pub struct EnabledRun {
+    /// Module name (for logs and errors).
+    pub module: String,
+    /// The script.
+    pub path: PathBuf,
+    /// `VALUES_PATH` content (with `global.enabledModules`).
+    pub values: Value,
+    /// `CONFIG_VALUES_PATH` content.
+    pub config_values: Value,
+}
+
+/// A chart rendered with a module's values.
+#[derive(Clone, Debug, Default)]
+pub struct Rendered {
+    /// md5 of every rendered file, chart hooks included (they are part of what the
+    /// module deploys, so a change in them must upgrade the release).
+    pub checksum: String,
+    /// The rendered objects (chart hooks excluded), as the auto-healing monitor checks them.
+    pub objects: Vec<Value>,
+}
+
+/// The latest revision of a release.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReleaseInfo {
+    /// Revision number.
+    pub revision: u32,
+    /// `deployed`, `failed`, `pending-upgrade`, …
+    pub status: String,
+    /// The `moduleChecksum` label, if recorded.
+    pub checksum: Option<String>,
+}
+
+/// Helm releases and the objects they own, in `ADDON_OPERATOR_NAMESPACE`.
+pub trait Releases: Send + Sync + 'static {
+    /// Renders `chart` as an upgrade of `release` with `values`.
+    fn render(
+        &self,
+        release: String,
+        chart: PathBuf,
+        values: Value,
+    ) -> BoxFut<'_, Result<Rendered, PortError>>;
+    /// The latest revision, or `None` when there is no release.
+    fn status(&self, release: String) -> BoxFut<'_, Result<Option<ReleaseInfo>, PortError>>;
+    /// Installs or upgrades (recovering a release stuck in `pending-*` first) and records
+    /// `checksum` on the release; returns the new revision.
+    fn upgrade(
+        &self,
+        release: String,
+        chart: PathBuf,
+        values: Value,
+        checksum: String,
+    ) -> BoxFut<'_, Result<u32, PortError>>;
+    /// Uninstalls; `false` when there was no release.
+    fn uninstall(&self, release: String) -> BoxFut<'_, Result<bool, PortError>>;
+    /// Names of every release in the namespace, in any state.
+    fn list(&self) -> BoxFut<'_, Result<Vec<String>, PortError>>;
+    /// Rendered objects that are absent from the cluster or differ from what was rendered,
+    /// one readable line each (`Deployment/ns/name is absent`, `… field spec.replicas …`).
+    fn drift(&self, objects: Vec<Value>) -> BoxFut<'_, Result<Vec<String>, PortError>>;
+    /// Applies objects (a module's CRDs) with server-side apply.
+    fn apply(&self, objects: Vec<Value>) -> BoxFut<'_, Result<(), PortError>>;
 }

@@ -31,6 +31,9 @@ pub struct ModuleState {
     pub reason: String,
     /// Its run phase.
     pub phase: String,
+    /// The task that reached `phase`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_task: Option<TaskId>,
     /// The last applied release revision (0 = none).
     pub revision: u32,
     /// Checksum of the last applied release.
@@ -80,6 +83,9 @@ pub struct State {
     /// Tasks set aside after too many attempts, by queue.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub parked: BTreeMap<String, Vec<QueuedTask>>,
+    /// The ConfigMap's `<module>Enabled` flags, by module name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub module_flags: BTreeMap<String, bool>,
     /// Converge bookkeeping.
     pub converge: ConvergeState,
     /// Events folded so far.
@@ -209,8 +215,14 @@ impl State {
                 m.enabled = matches!(event, Event::ModuleEnabled { .. });
                 m.reason = reason.clone();
             }
-            Event::ModulePhase { module, phase } => {
-                self.modules.entry(module.clone()).or_default().phase = phase.clone()
+            Event::ModulePhase {
+                module,
+                phase,
+                task,
+            } => {
+                let m = self.modules.entry(module.clone()).or_default();
+                m.phase = phase.clone();
+                m.phase_task = *task;
             }
             Event::ReleaseApplied {
                 module,
@@ -227,6 +239,7 @@ impl State {
                     m.checksum.clear();
                 }
             }
+            Event::ModuleFlagsSet { flags } => self.module_flags = flags.clone(),
             Event::ConvergeStarted { reason } => {
                 self.converge.in_progress = true;
                 self.converge.reason = reason.clone();

@@ -383,10 +383,12 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         match SledStorage::open(dir) {
             Ok(s) => Self::with_storage(Arc::new(s), dir, false, None),
             Err(JournalError::Locked { .. }) => {
+                static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 let copy = std::env::temp_dir().join(format!(
-                    "bosun-journal-{}-{}",
+                    "bosun-journal-{}-{}-{}",
                     std::process::id(),
-                    now_ms()
+                    now_ms(),
+                    COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                 ));
                 tempfile_dir::copy_dir(dir, &copy).map_err(|source| JournalError::Io {
                     path: dir.to_path_buf(),

@@ -274,6 +274,13 @@ pub struct InstallOptions {
     pub timeout_seconds: Option<u64>,
     /// Revisions kept (upgrade).
     pub max_history: Option<u32>,
+    /// Take fields other managers changed (upgrade with server-side apply), so that a
+    /// hand edit of a rendered object is reverted instead of failing the upgrade.
+    pub force_conflicts: bool,
+    /// Adopt existing objects that have no release annotations.
+    pub take_ownership: bool,
+    /// Leave the chart's `crds/` alone (bosun applies module CRDs itself).
+    pub skip_crds: bool,
 }
 
 /// Releases in one namespace.
@@ -285,7 +292,7 @@ pub struct HelmClient {
 }
 
 impl HelmClient {
-    fn options(&self, o: &InstallOptions) -> String {
+    fn options(&self, o: &InstallOptions, upgrade: bool) -> String {
         let mut opts = json!({"namespace": self.namespace});
         if !o.labels.is_empty() {
             opts["labels"] = json!(o.labels);
@@ -293,8 +300,17 @@ impl HelmClient {
         if let Some(t) = o.timeout_seconds {
             opts["timeout_seconds"] = json!(t);
         }
-        if let Some(m) = o.max_history {
+        if let Some(m) = o.max_history.filter(|_| upgrade) {
             opts["max_history"] = json!(m);
+        }
+        if o.force_conflicts && upgrade {
+            opts["force_conflicts"] = json!(true);
+        }
+        if o.take_ownership {
+            opts["take_ownership"] = json!(true);
+        }
+        if o.skip_crds {
+            opts["skip_crds"] = json!(true);
         }
         opts.to_string()
     }
@@ -311,7 +327,7 @@ impl HelmClient {
             chart.to_path_buf(),
             release.to_string(),
             values.to_string(),
-            self.options(o),
+            self.options(o, upgrade),
             self.handle.clone(),
         );
         let action = if upgrade { "upgrade" } else { "install" };

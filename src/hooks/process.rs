@@ -43,6 +43,14 @@ pub enum HookRunError {
         /// The timeout.
         after: Duration,
     },
+    /// An `enabled` script wrote something other than `true` or `false`.
+    #[error("{hook:?} wrote {got:?} to MODULE_ENABLED_RESULT; expected true or false")]
+    EnabledResult {
+        /// Script name.
+        hook: String,
+        /// What it wrote.
+        got: String,
+    },
     /// A temp file could not be written or read.
     #[error("hook {hook:?}: temp file {file}: {source}")]
     TempFile {
@@ -62,6 +70,7 @@ impl HookRunError {
             HookRunError::Spawn { .. } => "spawn",
             HookRunError::Exit { .. } => "exit",
             HookRunError::Timeout { .. } => "timeout",
+            HookRunError::EnabledResult { .. } => "enabled_result",
             HookRunError::TempFile { .. } => "temp_file",
         }
     }
@@ -180,6 +189,47 @@ impl HookProcess {
             kubernetes_patch: read("KUBERNETES_PATCH_PATH")?,
             duration,
         })
+    }
+
+    /// Runs a module's `enabled` script: `VALUES_PATH`, `CONFIG_VALUES_PATH` and
+    /// `MODULE_ENABLED_RESULT`, where it writes `true` or `false`.
+    pub async fn enabled(&self, input: &HookInput<'_>) -> Result<bool, HookRunError> {
+        let files = self.prepare(input)?;
+        let result = self.tmp_dir.join(format!(
+            "{}-module-enabled-result",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let cleanup = TempFiles {
+            paths: vec![("MODULE_ENABLED_RESULT", result.clone())],
+            keep: self.keep_tmp_files,
+        };
+        std::fs::write(&result, "").map_err(|source| HookRunError::TempFile {
+            hook: input.name.to_string(),
+            file: result.clone(),
+            source,
+        })?;
+        let mut cmd = Command::new(input.path);
+        for (var, p) in files.paths.iter().chain(&cleanup.paths) {
+            cmd.env(var, p);
+        }
+        for (k, v) in &input.env {
+            cmd.env(k, v);
+        }
+        self.execute(input.name, input.path, cmd, &input.log_fields, false)
+            .await?;
+        let text = std::fs::read_to_string(&result).map_err(|source| HookRunError::TempFile {
+            hook: input.name.to_string(),
+            file: result.clone(),
+            source,
+        })?;
+        match text.trim() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            other => Err(HookRunError::EnabledResult {
+                hook: input.name.to_string(),
+                got: other.to_string(),
+            }),
+        }
     }
 
     fn prepare(&self, input: &HookInput<'_>) -> Result<TempFiles, HookRunError> {

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use bosun_actors::ports::{BoxFut, ConfigStore, HookExecutor, HookResult, HookRun, PortError};
+use bosun_actors::ports::{
+    BoxFut, ConfigStore, EnabledRun, HookExecutor, HookResult, HookRun, PortError,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 
@@ -42,6 +44,29 @@ impl HookExecutor for HookProcess {
             })
         })
     }
+
+    fn enabled(&self, run: EnabledRun) -> BoxFut<'_, Result<bool, PortError>> {
+        Box::pin(run_enabled(self, run))
+    }
+}
+
+/// The file contract of `enabled` scripts, through the hook runner.
+pub(crate) async fn run_enabled(runner: &HookProcess, run: EnabledRun) -> Result<bool, PortError> {
+    let name = format!("{}/enabled", run.module);
+    let context = serde_json::json!([]);
+    let input = HookInput {
+        name: &name,
+        path: &run.path,
+        binding_context: &context,
+        values: Some(&run.values),
+        config_values: Some(&run.config_values),
+        env: Vec::new(),
+        log_fields: format!("module={}", run.module),
+    };
+    runner
+        .enabled(&input)
+        .await
+        .map_err(|e| PortError(e.to_string()))
 }
 
 /// The operator's ConfigMap, through the Kubernetes API.

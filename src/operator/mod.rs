@@ -4,6 +4,7 @@
 pub mod adapters;
 pub mod http;
 pub mod journal;
+pub mod releases;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use bosun_actors::engine::{Engine, EngineArgs};
 use bosun_actors::global_hooks::GlobalHook;
 use bosun_actors::hook_config::{self, HookKind};
 use bosun_actors::mailbox::Mailboxes;
+use bosun_actors::modules::{ModuleDef, parse_config_map};
 use serde_json::Value;
 
 use crate::hooks::{HookProcess, discover};
@@ -44,6 +46,43 @@ pub struct OperatorConfig {
     pub kubeconfig: Option<PathBuf>,
     /// `ADDON_OPERATOR_LISTEN_ADDRESS:ADDON_OPERATOR_LISTEN_PORT` (`/healthz`, `/readyz`).
     pub listen: std::net::SocketAddr,
+    /// `UNNUMBERED_MODULES_ORDER`.
+    pub unnumbered_order: u32,
+    /// `HELM_HISTORY_MAX`.
+    pub helm_history_max: u32,
+    /// `HELM_TIMEOUT`.
+    pub helm_timeout: Duration,
+    /// `HELM_IGNORE_RELEASE` (comma-separated).
+    pub ignore_releases: Vec<String>,
+    /// `HELM_LIB_PATH`: `libhelm_c.so` (default: the set-up location).
+    pub helm_library: Option<PathBuf>,
+    /// `ADDON_OPERATOR_CRD_FILTER_PREFIXES`.
+    pub crd_filter_prefixes: Vec<String>,
+    /// `ADDON_OPERATOR_CRD_EXTRA_LABELS` (`k=v,k2=v2`).
+    pub crd_extra_labels: std::collections::BTreeMap<String, String>,
+    /// `BOSUN_RESOURCE_MONITOR_INTERVAL`: how often releases are checked for absent or
+    /// drifted objects (default 4m30s, plus up to 59 s of jitter).
+    pub monitor_interval: Duration,
+}
+
+fn duration_env(names: &[&str], default: Duration) -> anyhow::Result<Duration> {
+    match env(names) {
+        Some(v) => bosun_actors::schedule::parse_go_duration(&v)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", names[0])),
+        None => Ok(default),
+    }
+}
+
+fn list_env(names: &[&str], default: &[String]) -> Vec<String> {
+    match env(names) {
+        Some(v) => v
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
+        None => default.to_vec(),
+    }
 }
 
 fn env(names: &[&str]) -> Option<String> {
@@ -69,7 +108,54 @@ impl OperatorConfig {
             }
             None => defaults.max_attempts,
         };
+        let unnumbered_order = match env(&[
+            "ADDON_OPERATOR_UNNUMBERED_MODULES_ORDER",
+            "UNNUMBERED_MODULES_ORDER",
+        ]) {
+            Some(v) => v.parse().map_err(|_| {
+                anyhow::anyhow!("UNNUMBERED_MODULES_ORDER: {v:?} is not a whole number")
+            })?,
+            None => defaults.unnumbered_order,
+        };
+        let helm_history_max = match env(&["HELM_HISTORY_MAX"]) {
+            Some(v) => v
+                .parse()
+                .map_err(|_| anyhow::anyhow!("HELM_HISTORY_MAX: {v:?} is not a whole number"))?,
+            None => defaults.helm_history_max,
+        };
+        let crd_extra_labels = match env(&["ADDON_OPERATOR_CRD_EXTRA_LABELS"]) {
+            Some(v) => v
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                        .ok_or_else(|| {
+                            anyhow::anyhow!(
+                                "ADDON_OPERATOR_CRD_EXTRA_LABELS: {kv:?} is not key=value"
+                            )
+                        })
+                })
+                .collect::<anyhow::Result<_>>()?,
+            None => defaults.crd_extra_labels.clone(),
+        };
         Ok(OperatorConfig {
+            unnumbered_order,
+            helm_history_max,
+            helm_timeout: duration_env(&["HELM_TIMEOUT"], defaults.helm_timeout)?,
+            ignore_releases: list_env(&["HELM_IGNORE_RELEASE"], &defaults.ignore_releases),
+            helm_library: env(&["HELM_LIB_PATH"])
+                .map(PathBuf::from)
+                .or_else(|| defaults.helm_library.clone()),
+            crd_filter_prefixes: list_env(
+                &["ADDON_OPERATOR_CRD_FILTER_PREFIXES"],
+                &defaults.crd_filter_prefixes,
+            ),
+            crd_extra_labels,
+            monitor_interval: duration_env(
+                &["BOSUN_RESOURCE_MONITOR_INTERVAL"],
+                defaults.monitor_interval,
+            )?,
             global_hooks_dir: env(&["ADDON_OPERATOR_GLOBAL_HOOKS_DIR", "GLOBAL_HOOKS_DIR"])
                 .map(PathBuf::from)
                 .unwrap_or_else(|| defaults.global_hooks_dir.clone()),
@@ -130,6 +216,14 @@ impl OperatorConfig {
             journal_dir: PathBuf::from("/var/lib/bosun/journal"),
             kubeconfig: None,
             listen: std::net::SocketAddr::from(([0, 0, 0, 0], 9650)),
+            unnumbered_order: 1,
+            helm_history_max: 10,
+            helm_timeout: Duration::from_secs(20 * 60),
+            ignore_releases: Vec::new(),
+            helm_library: None,
+            crd_filter_prefixes: vec!["doc-".into(), "_".into()],
+            crd_extra_labels: [("heritage".to_string(), "addon-operator".to_string())].into(),
+            monitor_interval: Duration::from_secs(270),
         }
     }
 }
@@ -169,29 +263,6 @@ pub async fn load_global_hooks(
         });
     }
     Ok(hooks)
-}
-
-/// Parses the ConfigMap's `global` section; an invalid one is reported and ignored.
-fn global_section(
-    data: Option<&std::collections::BTreeMap<String, String>>,
-    config_map: &str,
-) -> Option<Value> {
-    let data = data?;
-    let Some(text) = data.get("global") else {
-        return Some(Value::Object(Default::default()));
-    };
-    match serde_saphyr::from_str::<Value>(text) {
-        Ok(Value::Null) => Some(Value::Object(Default::default())),
-        Ok(v @ Value::Object(_)) => Some(v),
-        Ok(other) => {
-            tracing::error!(configmap = %config_map, key = "global", "expected a YAML mapping, got {other}; keeping the last good config values");
-            None
-        }
-        Err(e) => {
-            tracing::error!(configmap = %config_map, key = "global", "invalid YAML: {e}; keeping the last good config values");
-            None
-        }
-    }
 }
 
 /// The `key` section of `values.yaml` in the modules directories, merged in order.
@@ -272,10 +343,15 @@ async fn config_map_at_start(
     }
 }
 
-/// Follows the ConfigMap: a changed `global` section is journaled and reloads everything;
-/// our own writes come back unchanged and are ignored; invalid YAML is reported and the
-/// last good values stay in place.
-async fn follow_config_map(engine: Arc<Engine>, mut stream: ConfigMapEvents, name: String) {
+/// Follows the ConfigMap: changed sections are journaled and queue a converge or module
+/// runs; our own writes come back unchanged and are ignored; an invalid ConfigMap is
+/// reported and the last good values stay in place.
+async fn follow_config_map(
+    engine: Arc<Engine>,
+    mut stream: ConfigMapEvents,
+    name: String,
+    modules: Vec<ModuleDef>,
+) {
     use futures::StreamExt;
     use kube::runtime::watcher;
     while let Some(event) = stream.next().await {
@@ -292,17 +368,66 @@ async fn follow_config_map(engine: Arc<Engine>, mut stream: ConfigMapEvents, nam
             }
         };
         let Some(data) = data else { continue };
-        let Some(global) = global_section(Some(&data), &name) else {
-            continue;
-        };
-        match engine.global_config_changed(global).await {
-            Ok(true) => {
-                tracing::info!(configmap = %name, "global config values changed; reloading")
+        let sections = match parse_config_map(&data, &modules, &name) {
+            Ok((sections, warnings)) => {
+                for w in warnings {
+                    tracing::warn!("{w}");
+                }
+                sections
             }
-            Ok(false) => {}
-            Err(e) => tracing::error!(configmap = %name, "cannot apply global config values: {e}"),
+            Err(e) => {
+                tracing::error!(configmap = %name, "{e}; keeping the last good config values");
+                continue;
+            }
+        };
+        match engine.config_changed(sections).await {
+            Ok(queued) if queued.is_empty() => {}
+            Ok(queued) => {
+                tracing::info!(configmap = %name, "config values changed; queued {}", queued.join(", "))
+            }
+            Err(e) => tracing::error!(configmap = %name, "cannot apply config values: {e}"),
         }
     }
+}
+
+/// Loads the Helm library when some module has a chart.
+fn releases(
+    cfg: &OperatorConfig,
+    modules: &[ModuleDef],
+    kube: kube::Client,
+    namespace: &str,
+) -> anyhow::Result<Arc<dyn bosun_actors::ports::Releases>> {
+    let lib = match crate::helm::HelmLibrary::load(cfg.helm_library.as_deref()) {
+        Ok(lib) => lib,
+        Err(e) => {
+            if let Some(m) = modules.iter().find(|m| m.chart.is_some()) {
+                anyhow::bail!(
+                    "module {} has a chart but Helm is not available: {e}",
+                    m.name
+                );
+            }
+            tracing::info!("no module has a chart; Helm not loaded ({e})");
+            return Ok(Arc::new(releases::NoHelm(e.to_string())));
+        }
+    };
+    let client = lib
+        .client(&crate::helm::ClusterOptions {
+            kubeconfig: cfg.kubeconfig.clone(),
+            context: None,
+            namespace: namespace.to_string(),
+        })
+        .context("cannot configure Helm for the cluster")?;
+    let options = crate::helm::InstallOptions {
+        labels: Default::default(),
+        timeout_seconds: Some(cfg.helm_timeout.as_secs()),
+        max_history: Some(cfg.helm_history_max),
+        force_conflicts: true,
+        take_ownership: true,
+        skip_crds: true,
+    };
+    Ok(Arc::new(releases::HelmReleases::new(
+        lib, client, kube, namespace, options,
+    )))
 }
 
 /// Starts the operator.
@@ -334,16 +459,39 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     let (sink, restored) = journal::open(&cfg.journal_dir)?;
     tracing::info!(journal = %cfg.journal_dir.display(), events = restored.events, "journal replayed");
     let global_hooks = load_global_hooks(&cfg.global_hooks_dir, &runner).await?;
+    let (modules, warnings) = crate::modules::discover_modules(
+        &cfg.modules_dirs,
+        &crate::modules::DiscoveryOptions {
+            unnumbered_order: cfg.unnumbered_order,
+            crd_filter_prefixes: cfg.crd_filter_prefixes.clone(),
+            crd_extra_labels: cfg.crd_extra_labels.clone(),
+            charts_dir: cfg.tmp_dir.join("charts"),
+        },
+    )
+    .context("cannot load modules")?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    for m in &modules {
+        tracing::info!(module = %m.name, order = m.order, chart = m.chart.is_some(), hooks = m.hooks.len(), "module loaded");
+    }
     let store = adapters::KubeConfigStore::new(client.clone(), &namespace, &cfg.config_map);
     let (data, events) = config_map_at_start(client.clone(), &namespace, &cfg.config_map).await?;
-    let initial_config = match &data {
-        None => Some(Value::Object(Default::default())),
-        Some(d) => global_section(Some(d), &cfg.config_map),
-    };
+    let (initial_config, warnings) =
+        parse_config_map(&data.unwrap_or_default(), &modules, &cfg.config_map)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    let releases = releases(cfg, &modules, client.clone(), &namespace)?;
     let engine = Engine::start(EngineArgs {
         global_hooks,
         static_global: static_values(&cfg.modules_dirs, "global")?,
-        initial_config,
+        initial_config: Some(initial_config),
+        modules: modules.clone(),
+        releases,
+        monitor_interval: cfg.monitor_interval,
+        ignore_releases: cfg.ignore_releases.clone(),
         restored,
         sink,
         executor: Arc::new(runner),
@@ -357,6 +505,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         engine.clone(),
         events,
         cfg.config_map.clone(),
+        modules,
     ));
     let (listen, http) = http::serve(cfg.listen, engine.clone()).await?;
     println!("bosun HTTP endpoints listening on http://{listen}");

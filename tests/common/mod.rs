@@ -289,3 +289,150 @@ pub fn run_err(cmd: &mut Command) -> String {
     );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// A `bosun run` child process against a sandbox, logging to `operator.log` in its work
+/// folder.
+pub struct Operator {
+    child: Option<Child>,
+    /// Its environment.
+    pub env: Vec<(String, String)>,
+    log: PathBuf,
+}
+
+impl Operator {
+    /// Starts bosun with the global hooks in `hooks` and `work/modules` as MODULES_DIR.
+    pub fn start(sb: &Sandbox, hooks: &Path, work: &Path) -> Operator {
+        Operator::start_with(sb, hooks, work, &[])
+    }
+
+    /// Like [`Operator::start`], with extra environment.
+    pub fn start_with(sb: &Sandbox, hooks: &Path, work: &Path, extra: &[(&str, &str)]) -> Operator {
+        let mut env = vec![
+            (
+                "KUBE_CONFIG".to_string(),
+                sb.kubeconfig.display().to_string(),
+            ),
+            ("GLOBAL_HOOKS_DIR".into(), hooks.display().to_string()),
+            (
+                "MODULES_DIR".into(),
+                work.join("modules").display().to_string(),
+            ),
+            ("ADDON_OPERATOR_NAMESPACE".into(), "default".into()),
+            (
+                "BOSUN_JOURNAL_DIR".into(),
+                work.join("journal").display().to_string(),
+            ),
+            (
+                "ADDON_OPERATOR_TMP_DIR".into(),
+                work.join("tmp").display().to_string(),
+            ),
+            ("OUT_DIR".into(), work.join("out").display().to_string()),
+            ("LOG_LEVEL".into(), "debug".into()),
+            ("ADDON_OPERATOR_LISTEN_ADDRESS".into(), "127.0.0.1".into()),
+            ("ADDON_OPERATOR_LISTEN_PORT".into(), "0".into()),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let mut op = Operator {
+            child: None,
+            env,
+            log: work.join("operator.log"),
+        };
+        op.spawn();
+        op
+    }
+
+    /// Starts (again) with the same environment.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let err = log.try_clone().expect("log file");
+        let child = Command::new(bosun_bin())
+            .arg("run")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("start bosun run");
+        self.child = Some(child);
+    }
+
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Everything it printed.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// [`wait_for`], showing the end of the operator's log on timeout.
+    pub fn wait(&self, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if cond() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let logs = self.logs();
+        let tail: Vec<&str> = logs.lines().rev().take(80).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!(
+            "timed out after {timeout:?} waiting for {what}; operator log ends with:\n{}",
+            tail.join("\n")
+        );
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Reads a JSON file, panicking with its content when it is not JSON.
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", path.display()))
+}
+
+/// A work folder with `out/` and `modules/`.
+pub fn workdir() -> tempfile::TempDir {
+    let work = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(work.path().join("out")).expect("out dir");
+    std::fs::create_dir_all(work.path().join("modules")).expect("modules dir");
+    work
+}
+
+/// The converges completed so far, or 0 while the journal is not there yet.
+pub fn converges(dir: &Path) -> u64 {
+    let Ok(j) = bosun_journal::Journal::<bosun_actors::Event>::open_read_only(dir) else {
+        return 0;
+    };
+    let mut state = bosun_actors::State::default();
+    for r in j.read_from(0) {
+        match r {
+            Ok(r) => state.apply(&r.event),
+            Err(_) => return 0,
+        }
+    }
+    state.converge.completed
+}
+
+/// The state folded from a journal (read-only, works while bosun runs) and its events.
+pub fn journal_state(dir: &Path) -> (bosun_actors::State, Vec<bosun_actors::Event>) {
+    let j: bosun_journal::Journal<bosun_actors::Event> =
+        bosun_journal::Journal::open_read_only(dir).expect("journal");
+    let events: Vec<bosun_actors::Event> =
+        j.read_from(0).map(|r| r.expect("record").event).collect();
+    let mut state = bosun_actors::State::default();
+    state.apply_all(&events);
+    (state, events)
+}

@@ -1,0 +1,938 @@
+//! Modules: what a module is, how its enabled state is decided, how the ConfigMap maps onto
+//! modules, and one actor per module that owns the module's values, runs its hooks and its
+//! Helm release, and watches the release for drift.
+//!
+//! ```text
+//!   conductor ── ModuleMsg::Run(ModuleRun | ModuleDelete | ModuleEnsureCRDs) ──► ModuleActor
+//!                                                     │   hooks (HookExecutor)
+//!                                                     │   Helm  (Releases)
+//!                                                     └── resource monitor ─► Router (ModuleRun)
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::{Value, json};
+
+use crate::engine::TaskIds;
+use crate::events::{Event, Scope, TaskId, TaskSpec, TaskType, ValuesLayer};
+use crate::hook_config::{HookConfig, HookKind};
+use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
+use crate::ports::{
+    ConfigStore, EnabledRun, EventSink, HookExecutor, HookResult, HookRun, Releases,
+};
+use crate::queue_actor::{Router, TaskOutcome};
+use crate::state::{QueuedTask, State};
+use crate::values::{
+    apply_memory, check_scope, checksum, kebab_name, layered, parse_patch_stream, values_key,
+};
+
+/// A module found in `MODULES_DIR`.
+#[derive(Clone, Debug, Default)]
+pub struct ModuleDef {
+    /// Name (kebab case, without the order prefix); also the Helm release name.
+    pub name: String,
+    /// Order (the numeric prefix, or `UNNUMBERED_MODULES_ORDER`).
+    pub order: u32,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// The chart to install, when the module has one.
+    pub chart: Option<PathBuf>,
+    /// The `enabled` script, when present and executable.
+    pub enabled_script: Option<PathBuf>,
+    /// Static values of the module's key (`$MODULES_DIR/values.yaml`, then the module's).
+    pub static_values: Value,
+    /// `<key>Enabled` from the values.yaml files (the module's wins).
+    pub static_enabled: Option<bool>,
+    /// CRDs from `crds/`, filtered and labelled.
+    pub crds: Vec<Value>,
+    /// Hook executables: (name, path). Their configurations are read on the first run.
+    pub hooks: Vec<(String, PathBuf)>,
+}
+
+impl ModuleDef {
+    /// The values key (`someModule`).
+    pub fn key(&self) -> String {
+        values_key(&self.name)
+    }
+}
+
+/// The ConfigMap split into what bosun uses.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConfigSections {
+    /// The `global` section.
+    pub global: Value,
+    /// Module sections, by module name (kebab).
+    pub modules: BTreeMap<String, Value>,
+    /// `<key>Enabled` flags, by module name.
+    pub flags: BTreeMap<String, bool>,
+}
+
+/// Parses the ConfigMap's data: every value is YAML text; `<key>Enabled` must be exactly
+/// `"true"` or `"false"`; `<key>Maintenance` is accepted and ignored. Keys of modules that
+/// are not loaded are reported in the returned warnings, not fatal.
+pub fn parse_config_map(
+    data: &BTreeMap<String, String>,
+    modules: &[ModuleDef],
+    config_map: &str,
+) -> Result<(ConfigSections, Vec<String>), String> {
+    let mut out = ConfigSections {
+        global: json!({}),
+        ..ConfigSections::default()
+    };
+    let mut warnings = Vec::new();
+    let yaml = |key: &str, text: &str| -> Result<Value, String> {
+        let v: Value = serde_saphyr::from_str(text)
+            .map_err(|e| format!("ConfigMap {config_map}: key {key:?} is not valid YAML: {e}"))?;
+        Ok(if v.is_null() { json!({}) } else { v })
+    };
+    for (key, text) in data {
+        if key == "global" {
+            out.global = yaml(key, text)?;
+            continue;
+        }
+        if key.ends_with("Maintenance") {
+            continue;
+        }
+        let (base, is_flag) = match key.strip_suffix("Enabled") {
+            Some(base) if !base.is_empty() => (base, true),
+            _ => (key.as_str(), false),
+        };
+        let name = kebab_name(base);
+        if values_key(&name) != base {
+            return Err(format!(
+                "ConfigMap {config_map}: key {key:?} is not a module key (expected the camelCase of a kebab-case module name, e.g. someModule or someModuleEnabled)"
+            ));
+        }
+        if !modules.iter().any(|m| m.name == name) {
+            warnings.push(format!(
+                "ConfigMap {config_map}: key {key:?} names module {name:?}, which is not loaded"
+            ));
+        }
+        if is_flag {
+            let flag = match text.trim() {
+                "true" => true,
+                "false" => false,
+                other => {
+                    return Err(format!(
+                        "ConfigMap {config_map}: key {key:?} must be \"true\" or \"false\", got {other:?}"
+                    ));
+                }
+            };
+            out.flags.insert(name, flag);
+        } else {
+            out.modules.insert(name, yaml(key, text)?);
+        }
+    }
+    Ok((out, warnings))
+}
+
+/// Where a module's enabled state came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnabledBy {
+    /// No source enabled it.
+    Default,
+    /// The values.yaml files.
+    Static,
+    /// A global hook's `/<key>Enabled` patch.
+    Dynamic,
+    /// The ConfigMap's `<key>Enabled`.
+    ConfigMap,
+    /// The `enabled` script.
+    Script,
+}
+
+impl EnabledBy {
+    /// Lower-case name, as journaled.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnabledBy::Default => "default",
+            EnabledBy::Static => "static",
+            EnabledBy::Dynamic => "dynamic",
+            EnabledBy::ConfigMap => "configmap",
+            EnabledBy::Script => "script",
+        }
+    }
+}
+
+/// The flag chain before the `enabled` script: static → dynamic → ConfigMap, a later
+/// defined flag overriding earlier ones; disabled by default.
+pub fn flag_chain(
+    static_flag: Option<bool>,
+    dynamic: Option<bool>,
+    config_map: Option<bool>,
+) -> (bool, EnabledBy) {
+    let mut result = (false, EnabledBy::Default);
+    for (flag, by) in [
+        (static_flag, EnabledBy::Static),
+        (dynamic, EnabledBy::Dynamic),
+        (config_map, EnabledBy::ConfigMap),
+    ] {
+        if let Some(f) = flag {
+            result = (f, by);
+        }
+    }
+    result
+}
+
+/// The global documents a module run needs: `VALUES_PATH` and `CONFIG_VALUES_PATH` of the
+/// global scope (each `{"global": …}`).
+#[derive(Clone, Debug, Default)]
+pub struct GlobalDocs {
+    /// Global values document (may also hold root `<key>Enabled` flags).
+    pub values: Value,
+    /// Global config values document.
+    pub config: Value,
+}
+
+/// Messages of a module actor.
+#[derive(Debug)]
+pub enum ModuleMsg {
+    /// Run a `ModuleRun`, `ModuleDelete` or `ModuleEnsureCRDs` task.
+    Run(Box<QueuedTask>, GlobalDocs, RpcReplyPort<TaskOutcome>),
+    /// Run the `enabled` script with `global.enabledModules` = the given list.
+    Enabled(GlobalDocs, Vec<String>, RpcReplyPort<Result<bool, String>>),
+    /// The ConfigMap section changed; replies whether the config values changed.
+    ConfigChanged(Value, RpcReplyPort<Result<bool, String>>),
+    /// Reply with the module's values document (given the global one).
+    Values(GlobalDocs, RpcReplyPort<Value>),
+    /// The resource monitor found the release unhealthy.
+    Unhealthy(String),
+}
+
+impl Describe for ModuleMsg {
+    fn summary(&self) -> String {
+        match self {
+            ModuleMsg::Run(t, ..) => format!("Run {}", crate::queue::describe(t)),
+            ModuleMsg::Enabled(..) => "Enabled".into(),
+            ModuleMsg::ConfigChanged(..) => "ConfigChanged".into(),
+            ModuleMsg::Values(..) => "Values".into(),
+            ModuleMsg::Unhealthy(why) => format!("Unhealthy {why}"),
+        }
+    }
+}
+
+/// Start-up arguments of a module actor.
+pub struct ModuleArgs {
+    /// The module.
+    pub def: ModuleDef,
+    /// State restored from the journal (the module's values and phase are used).
+    pub restored: State,
+    /// The journal.
+    pub sink: Arc<dyn EventSink>,
+    /// Hook processes.
+    pub executor: Arc<dyn HookExecutor>,
+    /// The ConfigMap.
+    pub config_store: Arc<dyn ConfigStore>,
+    /// Helm.
+    pub releases: Arc<dyn Releases>,
+    /// Where the monitor's ModuleRun tasks go.
+    pub router: Arc<dyn Router>,
+    /// Task ids.
+    pub ids: TaskIds,
+    /// How often the resource monitor checks the release.
+    pub monitor_interval: Duration,
+    /// Mailbox tracking.
+    pub mailbox: MailboxHandle,
+}
+
+/// A module hook with its configuration.
+#[derive(Clone, Debug)]
+struct ModuleHook {
+    name: String,
+    path: PathBuf,
+    config: HookConfig,
+}
+
+/// The actor.
+pub struct ModuleActor;
+
+/// Its state.
+pub struct ModuleState {
+    def: ModuleDef,
+    values: State,
+    sink: Arc<dyn EventSink>,
+    executor: Arc<dyn HookExecutor>,
+    config_store: Arc<dyn ConfigStore>,
+    releases: Arc<dyn Releases>,
+    router: Arc<dyn Router>,
+    ids: TaskIds,
+    monitor_interval: Duration,
+    mailbox: MailboxHandle,
+    me: Option<Tracked<ModuleMsg>>,
+    hooks: Option<Vec<ModuleHook>>,
+    monitor: Option<tokio::task::JoinHandle<()>>,
+    busy: Arc<AtomicBool>,
+    heal_pending: bool,
+    /// Differences an upgrade did not remove (e.g. a field the API server rewrites): not
+    /// drift, or every check would upgrade again.
+    settled_drift: Vec<String>,
+}
+
+/// A `ModuleRun` task.
+pub fn module_run_task(
+    id: TaskId,
+    module: &str,
+    do_startup: bool,
+    reason: &str,
+    reload_all: bool,
+) -> TaskSpec {
+    TaskSpec {
+        id,
+        task_type: TaskType::ModuleRun,
+        queue: "main".into(),
+        module: Some(module.to_string()),
+        hook: None,
+        description: if do_startup {
+            format!("{module}:doStartup:{reason}")
+        } else {
+            format!("{module}:{reason}")
+        },
+        params: json!({"doStartup": do_startup, "reason": reason, "reloadAll": reload_all}),
+    }
+}
+
+/// A module task without parameters (`ModuleDelete`, `ModuleEnsureCRDs`, `ModulePurge`).
+pub fn module_task(id: TaskId, task_type: TaskType, module: &str, reason: &str) -> TaskSpec {
+    TaskSpec {
+        id,
+        task_type,
+        queue: "main".into(),
+        module: Some(module.to_string()),
+        hook: None,
+        description: format!("{module}:{reason}"),
+        params: json!({"reason": reason}),
+    }
+}
+
+impl ModuleState {
+    fn name(&self) -> &str {
+        &self.def.name
+    }
+
+    fn config(&self) -> Value {
+        self.values
+            .values
+            .get(&self.def.name)
+            .map(|v| v.config.clone())
+            .filter(|c| !c.is_null())
+            .unwrap_or(json!({}))
+    }
+
+    fn config_document(&self, docs: &GlobalDocs) -> Value {
+        json!({"global": docs.config["global"].clone(), self.def.key(): self.config()})
+    }
+
+    /// `VALUES_PATH` of the module's hooks: the global values and the module's (static,
+    /// then config, then memory patches).
+    fn values_document(&self, docs: &GlobalDocs) -> Value {
+        let key = self.def.key();
+        let mut doc = json!({
+            "global": docs.values["global"].clone(),
+            key.clone(): layered([&self.def.static_values, &self.config()]),
+        });
+        if let Some(v) = self.values.values.get(&self.def.name) {
+            let _ = apply_memory(&mut doc, &v.memory);
+        }
+        if !doc[&key].is_object() {
+            doc[&key] = json!({});
+        }
+        doc
+    }
+
+    async fn journal(&mut self, events: Vec<Event>) -> Result<(), String> {
+        self.sink
+            .append(events.clone())
+            .await
+            .map_err(|e| format!("module {}: cannot journal: {e}", self.def.name))?;
+        self.values.apply_all(&events);
+        Ok(())
+    }
+
+    async fn phase(&mut self, phase: &str, task: TaskId) -> Result<(), String> {
+        let module = self.def.name.clone();
+        self.journal(vec![Event::ModulePhase {
+            module,
+            phase: phase.to_string(),
+            task: Some(task),
+        }])
+        .await
+    }
+
+    /// Runs `--config` of every hook once; an error names the hook.
+    async fn load_hooks(&mut self) -> Result<(), String> {
+        if self.hooks.is_some() {
+            return Ok(());
+        }
+        let mut hooks = Vec::new();
+        for (name, path) in &self.def.hooks {
+            let text = self
+                .executor
+                .config(name, path)
+                .await
+                .map_err(|e| format!("module {}: {e}", self.def.name))?;
+            let config = crate::hook_config::parse(&text, HookKind::Module, name)
+                .map_err(|e| format!("module {}: {e}", self.def.name))?;
+            hooks.push(ModuleHook {
+                name: name.clone(),
+                path: path.clone(),
+                config,
+            });
+        }
+        self.hooks = Some(hooks);
+        Ok(())
+    }
+
+    fn hooks_for(&self, order: impl Fn(&HookConfig) -> Option<i64>) -> Vec<ModuleHook> {
+        let mut with: Vec<(i64, ModuleHook)> = self
+            .hooks
+            .iter()
+            .flatten()
+            .filter_map(|h| order(&h.config).map(|o| (o, h.clone())))
+            .collect();
+        with.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+        with.into_iter().map(|(_, h)| h).collect()
+    }
+
+    /// Runs the hooks of one binding in order; the first failure fails the task.
+    async fn run_binding(
+        &mut self,
+        binding: &str,
+        order: impl Fn(&HookConfig) -> Option<i64>,
+        docs: &GlobalDocs,
+        queue: &str,
+    ) -> Result<(), String> {
+        for hook in self.hooks_for(order) {
+            let context = if binding == "onStartup" {
+                json!([{"binding": binding}])
+            } else {
+                let snapshots: serde_json::Map<String, Value> = hook
+                    .config
+                    .kubernetes
+                    .iter()
+                    .map(|b| (b.name.clone(), json!([])))
+                    .collect();
+                json!([{"binding": binding, "snapshots": snapshots}])
+            };
+            let run = HookRun {
+                name: hook.name.clone(),
+                path: hook.path.clone(),
+                binding_context: context,
+                values: self.values_document(docs),
+                config_values: self.config_document(docs),
+                log_fields: format!("module={} binding={binding} queue={queue}", self.def.name),
+            };
+            let out = self
+                .executor
+                .run(run)
+                .await
+                .map_err(|e| format!("module {}: {binding} hook failed: {e}", self.def.name))?;
+            self.apply_output(&hook.name, &out, docs).await?;
+        }
+        Ok(())
+    }
+
+    async fn apply_output(
+        &mut self,
+        hook: &str,
+        out: &HookResult,
+        docs: &GlobalDocs,
+    ) -> Result<(), String> {
+        let key = self.def.key();
+        let module = self.def.name.clone();
+        let err = |e: String| format!("module {module}: hook {hook:?}: {e}");
+        let config_ops =
+            parse_patch_stream("CONFIG_VALUES_JSON_PATCH_PATH", &out.config_values_patch)
+                .map_err(|e| err(e.to_string()))?;
+        let memory_ops = parse_patch_stream("VALUES_JSON_PATCH_PATH", &out.values_patch)
+            .map_err(|e| err(e.to_string()))?;
+        check_scope(
+            "CONFIG_VALUES_JSON_PATCH_PATH",
+            &config_ops,
+            HookKind::Module,
+            Some(&key),
+        )
+        .map_err(|e| err(e.to_string()))?;
+        check_scope(
+            "VALUES_JSON_PATCH_PATH",
+            &memory_ops,
+            HookKind::Module,
+            Some(&key),
+        )
+        .map_err(|e| err(e.to_string()))?;
+        let scope = Scope::Module(self.def.name.clone());
+        if !config_ops.is_empty() {
+            let mut doc = json!({ key.clone(): self.config() });
+            apply_memory(&mut doc, &config_ops).map_err(|(i, e)| {
+                err(format!(
+                    "CONFIG_VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"
+                ))
+            })?;
+            let new_config = doc[&key].clone();
+            self.journal(vec![Event::ValuesPatched {
+                scope: scope.clone(),
+                layer: ValuesLayer::Config,
+                patch: json_patch::Patch(config_ops),
+                source: hook.to_string(),
+            }])
+            .await?;
+            let yaml = serde_saphyr::to_string(&new_config)
+                .map_err(|e| err(format!("cannot write config values as YAML: {e}")))?;
+            self.config_store
+                .save(key.clone(), yaml)
+                .await
+                .map_err(|e| {
+                    err(format!(
+                        "config values patch accepted but the ConfigMap write failed: {e}"
+                    ))
+                })?;
+        }
+        if !memory_ops.is_empty() {
+            let mut doc = self.values_document(docs);
+            apply_memory(&mut doc, &memory_ops).map_err(|(i, e)| {
+                err(format!(
+                    "VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"
+                ))
+            })?;
+            self.journal(vec![Event::ValuesPatched {
+                scope,
+                layer: ValuesLayer::Memory,
+                patch: json_patch::Patch(memory_ops),
+                source: hook.to_string(),
+            }])
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The Helm values file: global values and the module's.
+    fn helm_values(&self, docs: &GlobalDocs) -> Value {
+        let doc = self.values_document(docs);
+        let key = self.def.key();
+        json!({"global": doc["global"].clone(), key.clone(): doc[&key].clone()})
+    }
+
+    /// Installs or upgrades the release when needed; returns the rendered objects.
+    async fn helm(&mut self, docs: &GlobalDocs) -> Result<Vec<Value>, String> {
+        let Some(chart) = self.def.chart.clone() else {
+            return Ok(Vec::new());
+        };
+        let name = self.def.name.clone();
+        let values = self.helm_values(docs);
+        let rendered = self
+            .releases
+            .render(name.clone(), chart.clone(), values.clone())
+            .await
+            .map_err(|e| format!("module {name}: chart does not render: {e}"))?;
+        let info = self
+            .releases
+            .status(name.clone())
+            .await
+            .map_err(|e| format!("module {name}: cannot read release status: {e}"))?;
+        let recorded = info.as_ref().and_then(|i| i.checksum.clone()).or_else(|| {
+            self.values
+                .modules
+                .get(&name)
+                .map(|m| m.checksum.clone())
+                .filter(|c| !c.is_empty())
+        });
+        let reason = match &info {
+            None => Some("no release yet".to_string()),
+            Some(i) if i.status != "deployed" => Some(format!("release status is {}", i.status)),
+            Some(_) if recorded.as_deref() != Some(rendered.checksum.as_str()) => {
+                Some("rendered manifests changed".to_string())
+            }
+            Some(_) => {
+                let drift = self.drift(&rendered.objects).await?;
+                (!drift.is_empty()).then(|| drift.join("; "))
+            }
+        };
+        match reason {
+            None => {
+                tracing::info!(module = %name, "release is up to date, upgrade skipped");
+            }
+            Some(why) => {
+                tracing::info!(module = %name, "upgrading release: {why}");
+                let revision = self
+                    .releases
+                    .upgrade(name.clone(), chart, values, rendered.checksum.clone())
+                    .await
+                    .map_err(|e| format!("module {name}: helm upgrade failed: {e}"))?;
+                self.journal(vec![Event::ReleaseApplied {
+                    module: name.clone(),
+                    revision,
+                    checksum: rendered.checksum.clone(),
+                }])
+                .await?;
+                self.settled_drift.clear();
+                let left = self.drift(&rendered.objects).await?;
+                if !left.is_empty() {
+                    tracing::warn!(module = %name, "differences Helm does not reconcile, not treated as drift: {}", left.join("; "));
+                    self.settled_drift = left;
+                }
+            }
+        }
+        Ok(rendered.objects)
+    }
+
+    /// Absent or changed rendered objects, minus the settled differences.
+    async fn drift(&self, objects: &[Value]) -> Result<Vec<String>, String> {
+        let found = self
+            .releases
+            .drift(objects.to_vec())
+            .await
+            .map_err(|e| format!("module {}: cannot check resources: {e}", self.def.name))?;
+        Ok(found
+            .into_iter()
+            .filter(|d| !self.settled_drift.contains(d))
+            .collect())
+    }
+
+    fn stop_monitor(&mut self) {
+        if let Some(m) = self.monitor.take() {
+            m.abort();
+        }
+    }
+
+    fn start_monitor(&mut self, objects: Vec<Value>) {
+        self.stop_monitor();
+        let (Some(me), Some(_)) = (self.me.clone(), self.def.chart.as_ref()) else {
+            return;
+        };
+        let releases = self.releases.clone();
+        let busy = self.busy.clone();
+        let interval = self.monitor_interval;
+        let name = self.def.name.clone();
+        let settled = self.settled_drift.clone();
+        self.monitor = Some(tokio::spawn(async move {
+            loop {
+                let jitter = rand_jitter(interval);
+                tokio::time::sleep(interval + jitter).await;
+                if busy.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let problem = match releases.status(name.clone()).await {
+                    Ok(None) => Some("HelmReleaseUnexpectedStatus: no release".to_string()),
+                    Ok(Some(i)) if i.status != "deployed" => {
+                        Some(format!("HelmReleaseUnexpectedStatus: {}", i.status))
+                    }
+                    Ok(Some(_)) => match releases.drift(objects.clone()).await {
+                        Ok(d) => {
+                            let d: Vec<String> =
+                                d.into_iter().filter(|x| !settled.contains(x)).collect();
+                            (!d.is_empty())
+                                .then(|| format!("HelmResourcesDrifted: {}", d.join("; ")))
+                        }
+                        Err(e) => {
+                            tracing::warn!(module = %name, "resource monitor: {e}");
+                            None
+                        }
+                    },
+                    Err(e) => {
+                        tracing::warn!(module = %name, "resource monitor: {e}");
+                        None
+                    }
+                };
+                if let Some(p) = problem
+                    && me.cast(ModuleMsg::Unhealthy(p)).is_err()
+                {
+                    return;
+                }
+            }
+        }));
+    }
+
+    async fn module_run(&mut self, task: &QueuedTask, docs: &GlobalDocs) -> TaskOutcome {
+        self.heal_pending = false;
+        let id = task.spec.id;
+        let do_startup = task.spec.params["doStartup"].as_bool().unwrap_or(false);
+        if let Err(e) = self.load_hooks().await {
+            return TaskOutcome::Fail(e);
+        }
+        let queue = task.spec.queue.clone();
+        let resumed = self
+            .values
+            .modules
+            .get(&self.def.name)
+            .is_some_and(|m| m.phase_task == Some(id) && m.phase != "Startup");
+        if do_startup && !resumed {
+            let steps = async {
+                self.phase("Startup", id).await?;
+                self.run_binding("onStartup", |c| c.on_startup, docs, &queue)
+                    .await?;
+                self.phase("OnStartupDone", id).await
+            };
+            if let Err(e) = steps.await {
+                return TaskOutcome::Fail(e);
+            }
+        }
+        let steps = async {
+            self.phase("CanRunHelm", id).await?;
+            self.run_binding("beforeHelm", |c| c.before_helm, docs, &queue)
+                .await?;
+            let objects = self.helm(docs).await?;
+            self.phase("HelmDone", id).await?;
+            let before = checksum(&self.values_document(docs)[&self.def.key()]);
+            self.run_binding("afterHelm", |c| c.after_helm, docs, &queue)
+                .await?;
+            let after = checksum(&self.values_document(docs)[&self.def.key()]);
+            self.phase("Ready", id).await?;
+            Ok::<_, String>((objects, before != after))
+        };
+        match steps.await {
+            Ok((objects, changed)) => {
+                self.start_monitor(objects);
+                let after = if changed {
+                    vec![module_run_task(
+                        self.ids.next(),
+                        &self.def.name,
+                        false,
+                        "AfterHelmValuesChanged",
+                        false,
+                    )]
+                } else {
+                    Vec::new()
+                };
+                TaskOutcome::Success {
+                    head: Vec::new(),
+                    after,
+                    tail: Vec::new(),
+                }
+            }
+            Err(e) => TaskOutcome::Fail(e),
+        }
+    }
+
+    async fn module_delete(&mut self, task: &QueuedTask, docs: &GlobalDocs) -> TaskOutcome {
+        self.stop_monitor();
+        let queue = task.spec.queue.clone();
+        let name = self.def.name.clone();
+        let steps = async {
+            self.load_hooks().await?;
+            self.run_binding("beforeDeleteHelm", |c| c.before_delete_helm, docs, &queue)
+                .await?;
+            if self.def.chart.is_some() {
+                let existed = self
+                    .releases
+                    .uninstall(name.clone())
+                    .await
+                    .map_err(|e| format!("module {name}: helm uninstall failed: {e}"))?;
+                if existed {
+                    self.journal(vec![Event::ReleaseDeleted {
+                        module: name.clone(),
+                    }])
+                    .await?;
+                }
+            }
+            self.run_binding("afterDeleteHelm", |c| c.after_delete_helm, docs, &queue)
+                .await?;
+            self.phase("Disabled", task.spec.id).await
+        };
+        match steps.await {
+            Ok(()) => TaskOutcome::done(),
+            Err(e) => TaskOutcome::Fail(e),
+        }
+    }
+
+    async fn enabled(&self, docs: &GlobalDocs, before: Vec<String>) -> Result<bool, String> {
+        let Some(script) = self.def.enabled_script.clone() else {
+            return Ok(true);
+        };
+        let mut values = self.values_document(docs);
+        if !values["global"].is_object() {
+            values["global"] = json!({});
+        }
+        values["global"]["enabledModules"] = json!(before);
+        self.executor
+            .enabled(EnabledRun {
+                module: self.def.name.clone(),
+                path: script,
+                values,
+                config_values: self.config_document(docs),
+            })
+            .await
+            .map_err(|e| format!("module {}: enabled script: {e}", self.def.name))
+    }
+}
+
+fn rand_jitter(interval: Duration) -> Duration {
+    let cap = (interval / 4).min(Duration::from_secs(59));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    cap.mul_f64(f64::from(nanos % 1000) / 1000.0)
+}
+
+impl Actor for ModuleActor {
+    type Msg = Envelope<ModuleMsg>;
+    type State = ModuleState;
+    type Arguments = ModuleArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: ModuleArgs,
+    ) -> Result<ModuleState, ActorProcessingErr> {
+        Ok(ModuleState {
+            me: Some(Tracked::new(myself, args.mailbox.clone())),
+            def: args.def,
+            values: args.restored,
+            sink: args.sink,
+            executor: args.executor,
+            config_store: args.config_store,
+            releases: args.releases,
+            router: args.router,
+            ids: args.ids,
+            monitor_interval: args.monitor_interval,
+            mailbox: args.mailbox,
+            hooks: None,
+            monitor: None,
+            busy: Arc::new(AtomicBool::new(false)),
+            heal_pending: false,
+            settled_drift: Vec::new(),
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        st: &mut ModuleState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.stop_monitor();
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        envelope: Self::Msg,
+        st: &mut ModuleState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.mailbox.begin(envelope.seq);
+        match envelope.msg {
+            ModuleMsg::Run(task, docs, reply) => {
+                st.busy.store(true, Ordering::SeqCst);
+                let outcome = match task.spec.task_type {
+                    TaskType::ModuleRun => st.module_run(&task, &docs).await,
+                    TaskType::ModuleDelete => st.module_delete(&task, &docs).await,
+                    TaskType::ModuleEnsureCRDs => {
+                        match st.releases.apply(st.def.crds.clone()).await {
+                            Ok(()) => TaskOutcome::done(),
+                            Err(e) => TaskOutcome::Fail(format!(
+                                "module {}: cannot apply CRDs: {e}",
+                                st.name()
+                            )),
+                        }
+                    }
+                    other => TaskOutcome::Fail(format!(
+                        "module {}: {other:?} tasks are not run by module actors",
+                        st.name()
+                    )),
+                };
+                st.busy.store(false, Ordering::SeqCst);
+                let _ = reply.send(outcome);
+            }
+            ModuleMsg::Enabled(docs, before, reply) => {
+                let _ = reply.send(st.enabled(&docs, before).await);
+            }
+            ModuleMsg::ConfigChanged(config, reply) => {
+                let result = if st.config() == config {
+                    Ok(false)
+                } else {
+                    let scope = Scope::Module(st.def.name.clone());
+                    st.journal(vec![Event::ValuesSet {
+                        scope,
+                        layer: ValuesLayer::Config,
+                        values: config,
+                        source: "configmap".into(),
+                    }])
+                    .await
+                    .map(|()| true)
+                };
+                let _ = reply.send(result);
+            }
+            ModuleMsg::Values(docs, reply) => {
+                let _ = reply.send(st.values_document(&docs));
+            }
+            ModuleMsg::Unhealthy(why) => {
+                if !st.heal_pending {
+                    st.heal_pending = true;
+                    tracing::warn!(module = %st.name(), "release needs repair: {why}");
+                    let reason = why.split(':').next().unwrap_or("AutoHeal").to_string();
+                    let task = module_run_task(st.ids.next(), &st.def.name, false, &reason, false);
+                    st.router.enqueue("main", vec![task]);
+                }
+            }
+        }
+        st.mailbox.end();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module(name: &str) -> ModuleDef {
+        ModuleDef {
+            name: name.into(),
+            ..ModuleDef::default()
+        }
+    }
+
+    #[test]
+    fn later_flags_override_earlier_ones() {
+        assert_eq!(flag_chain(None, None, None), (false, EnabledBy::Default));
+        assert_eq!(
+            flag_chain(Some(true), None, None),
+            (true, EnabledBy::Static)
+        );
+        assert_eq!(
+            flag_chain(Some(false), None, Some(true)),
+            (true, EnabledBy::ConfigMap)
+        );
+        assert_eq!(
+            flag_chain(Some(true), Some(false), None),
+            (false, EnabledBy::Dynamic)
+        );
+    }
+
+    #[test]
+    fn config_map_sections_flags_and_errors() {
+        let mods = [module("some-module")];
+        let data: BTreeMap<String, String> = [
+            ("global", "param1: 200\n"),
+            ("someModule", "param1: x\n"),
+            ("someModuleEnabled", "true"),
+            ("someModuleMaintenance", "NoResourceReconciliation"),
+            ("otherModuleEnabled", "false"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let (sections, warnings) = parse_config_map(&data, &mods, "addon-operator").unwrap();
+        assert_eq!(sections.global, json!({"param1": 200}));
+        assert_eq!(sections.modules["some-module"], json!({"param1": "x"}));
+        assert_eq!(sections.flags["some-module"], true);
+        assert_eq!(sections.flags["other-module"], false);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("other-module"));
+
+        let bad: BTreeMap<String, String> = [("someModuleEnabled".into(), "yes".into())].into();
+        let err = parse_config_map(&bad, &mods, "cm").unwrap_err();
+        assert!(
+            err.contains("someModuleEnabled") && err.contains("\"true\" or \"false\""),
+            "{err}"
+        );
+        let bad: BTreeMap<String, String> = [("global".into(), "a: [".into())].into();
+        let err = parse_config_map(&bad, &mods, "cm").unwrap_err();
+        assert!(err.contains("\"global\" is not valid YAML"), "{err}");
+        let bad: BTreeMap<String, String> = [("Some_Thing".into(), "{}".into())].into();
+        assert!(parse_config_map(&bad, &mods, "cm").is_err());
+    }
+}

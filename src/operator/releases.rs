@@ -1,0 +1,428 @@
+//! Helm releases of modules through `libhelm_c.so`, plus the Kubernetes reads Helm does not
+//! do for us: drift of rendered objects, recovery of releases stuck in `pending-*`, and
+//! server-side apply of module CRDs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use bosun_actors::ports::{BoxFut, PortError, ReleaseInfo, Releases, Rendered};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::{ApiResource, Scope};
+use serde_json::Value;
+
+use crate::helm::{HelmClient, HelmError, HelmLibrary, InstallOptions, Release};
+
+/// Label holding the checksum of the rendered chart on each release revision.
+pub const CHECKSUM_LABEL: &str = "moduleChecksum";
+
+/// [`Releases`] with the Helm library.
+pub struct HelmReleases {
+    lib: HelmLibrary,
+    client: HelmClient,
+    kube: kube::Client,
+    namespace: String,
+    options: InstallOptions,
+    resources: Mutex<HashMap<(String, String), (ApiResource, bool)>>,
+}
+
+impl HelmReleases {
+    /// Releases in `namespace`; `options` carries `HELM_HISTORY_MAX` and `HELM_TIMEOUT`.
+    pub fn new(
+        lib: HelmLibrary,
+        client: HelmClient,
+        kube: kube::Client,
+        namespace: &str,
+        options: InstallOptions,
+    ) -> HelmReleases {
+        HelmReleases {
+            lib,
+            client,
+            kube,
+            namespace: namespace.to_string(),
+            options,
+            resources: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The API resource of an apiVersion/kind and whether it is namespaced (cached).
+    async fn resource(&self, api_version: &str, kind: &str) -> Result<(ApiResource, bool), String> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(r) = self
+            .resources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(r.clone());
+        }
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", api_version),
+        };
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+        let (ar, caps) = kube::discovery::pinned_kind(&self.kube, &gvk)
+            .await
+            .map_err(|e| format!("{kind} ({api_version}) is not served by the cluster: {e}"))?;
+        let found = (ar, caps.scope == Scope::Namespaced);
+        self.resources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, found.clone());
+        Ok(found)
+    }
+
+    async fn api_for(&self, obj: &Value) -> Result<(Api<DynamicObject>, String, String), String> {
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let (ar, namespaced) = self.resource(api_version, kind).await?;
+        if namespaced {
+            let ns = obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or(&self.namespace)
+                .to_string();
+            let what = format!("{kind}/{ns}/{name}");
+            Ok((
+                Api::namespaced_with(self.kube.clone(), &ns, &ar),
+                name,
+                what,
+            ))
+        } else {
+            let what = format!("{kind}/{name}");
+            Ok((Api::all_with(self.kube.clone(), &ar), name, what))
+        }
+    }
+
+    /// Deletes the storage Secret of a revision stuck in `pending-*`, as the reference does,
+    /// so the next upgrade starts from the last settled revision.
+    async fn recover_pending(&self, release: &Release) -> Result<(), PortError> {
+        let secret = format!(
+            "sh.helm.release.v1.{}.v{}",
+            release.name(),
+            release.revision()
+        );
+        let api: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.kube.clone(), &self.namespace);
+        tracing::warn!(release = %release.name(), revision = release.revision(), status = %release.status(), "release stuck; deleting its pending revision {secret}");
+        match api.delete(&secret, &Default::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(PortError(format!("cannot delete {secret}: {e}"))),
+        }
+    }
+
+    async fn latest(&self, release: &str) -> Result<Option<Release>, PortError> {
+        match self.client.status(release).await {
+            Ok(r) => Ok(Some(r)),
+            Err(HelmError::NotFound(_)) => Ok(None),
+            Err(e) => Err(PortError(e.to_string())),
+        }
+    }
+
+    /// The checksum label of a revision: on the release record, else on its Secret.
+    async fn checksum_of(&self, release: &Release) -> Option<String> {
+        if let Some(c) = release.0["labels"][CHECKSUM_LABEL].as_str() {
+            return Some(c.to_string());
+        }
+        let api: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.kube.clone(), &self.namespace);
+        let secret = format!(
+            "sh.helm.release.v1.{}.v{}",
+            release.name(),
+            release.revision()
+        );
+        api.get_opt(&secret)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|s| s.metadata.labels?.get(CHECKSUM_LABEL).cloned())
+    }
+}
+
+/// md5 over every rendered file (name and content, sorted by name), chart hooks included.
+pub fn rendered_checksum(files: &BTreeMap<String, String>) -> String {
+    let mut ctx = md5::Md5::default();
+    use md5::Digest;
+    for (name, content) in files {
+        ctx.update(name.as_bytes());
+        ctx.update([0u8]);
+        ctx.update(content.as_bytes());
+        ctx.update([0u8]);
+    }
+    format!("{:x}", ctx.finalize())
+}
+
+/// The objects of the rendered files, without chart hooks and empty documents.
+pub fn rendered_objects(files: &BTreeMap<String, String>) -> Result<Vec<Value>, String> {
+    let mut objects = Vec::new();
+    for (name, content) in files {
+        if !(name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json")) {
+            continue;
+        }
+        let docs: Vec<Value> = serde_saphyr::from_multiple(content)
+            .map_err(|e| format!("{name}: rendered YAML does not parse: {e}"))?;
+        for doc in docs {
+            if !doc.is_object() || doc["kind"].is_null() {
+                continue;
+            }
+            if doc["metadata"]["annotations"]["helm.sh/hook"].is_string() {
+                continue;
+            }
+            objects.push(doc);
+        }
+    }
+    Ok(objects)
+}
+
+/// The first place where `live` does not carry what `rendered` says (a subset check:
+/// fields the server or controllers add are fine).
+pub fn first_difference(rendered: &Value, live: &Value, path: &str) -> Option<String> {
+    match (rendered, live) {
+        (Value::Object(r), Value::Object(l)) => r.iter().find_map(|(k, v)| {
+            if path.is_empty() && k == "status" {
+                return None;
+            }
+            let p = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            match l.get(k) {
+                Some(lv) => first_difference(v, lv, &p),
+                None if v.is_null() => None,
+                None => Some(format!("{p} is missing")),
+            }
+        }),
+        (Value::Array(r), Value::Array(l)) => {
+            if r.len() != l.len() {
+                return Some(format!(
+                    "{path} has {} items, rendered {}",
+                    l.len(),
+                    r.len()
+                ));
+            }
+            r.iter()
+                .zip(l)
+                .enumerate()
+                .find_map(|(i, (rv, lv))| first_difference(rv, lv, &format!("{path}[{i}]")))
+        }
+        (Value::Number(r), Value::Number(l)) if r.as_f64() == l.as_f64() => None,
+        (r, l) if r == l => None,
+        (r, l) => Some(format!("{path} is {l}, rendered {r}")),
+    }
+}
+
+impl Releases for HelmReleases {
+    fn render(
+        &self,
+        release: String,
+        chart: PathBuf,
+        values: Value,
+    ) -> BoxFut<'_, Result<Rendered, PortError>> {
+        Box::pin(async move {
+            let files = self
+                .lib
+                .render(&chart, &values, &release, &self.namespace, true)
+                .await
+                .map_err(|e| PortError(e.to_string()))?;
+            Ok(Rendered {
+                checksum: rendered_checksum(&files),
+                objects: rendered_objects(&files).map_err(PortError)?,
+            })
+        })
+    }
+
+    fn status(&self, release: String) -> BoxFut<'_, Result<Option<ReleaseInfo>, PortError>> {
+        Box::pin(async move {
+            let Some(r) = self.latest(&release).await? else {
+                return Ok(None);
+            };
+            Ok(Some(ReleaseInfo {
+                revision: u32::try_from(r.revision()).unwrap_or(u32::MAX),
+                status: r.status(),
+                checksum: self.checksum_of(&r).await,
+            }))
+        })
+    }
+
+    fn upgrade(
+        &self,
+        release: String,
+        chart: PathBuf,
+        values: Value,
+        checksum: String,
+    ) -> BoxFut<'_, Result<u32, PortError>> {
+        Box::pin(async move {
+            if let Some(r) = self.latest(&release).await?
+                && r.status().starts_with("pending")
+            {
+                self.recover_pending(&r).await?;
+            }
+            let mut options = self.options.clone();
+            options.labels.insert(CHECKSUM_LABEL.to_string(), checksum);
+            let result = match self
+                .client
+                .upgrade_install(&chart, &release, &values, &options)
+                .await
+            {
+                Ok(r) => Ok(r),
+                Err(first) => {
+                    tracing::warn!(release = %release, "helm upgrade failed, retrying once: {first}");
+                    self.client
+                        .upgrade_install(&chart, &release, &values, &options)
+                        .await
+                }
+            };
+            let r = result.map_err(|e| PortError(e.to_string()))?;
+            Ok(u32::try_from(r.revision()).unwrap_or(u32::MAX))
+        })
+    }
+
+    fn uninstall(&self, release: String) -> BoxFut<'_, Result<bool, PortError>> {
+        Box::pin(async move {
+            match self.client.uninstall(&release).await {
+                Ok(()) => Ok(true),
+                Err(HelmError::NotFound(_)) => Ok(false),
+                Err(e) => Err(PortError(e.to_string())),
+            }
+        })
+    }
+
+    fn list(&self) -> BoxFut<'_, Result<Vec<String>, PortError>> {
+        Box::pin(async move {
+            let all = self
+                .client
+                .list_all()
+                .await
+                .map_err(|e| PortError(e.to_string()))?;
+            Ok(all.iter().map(|r| r.name().to_string()).collect())
+        })
+    }
+
+    fn drift(&self, objects: Vec<Value>) -> BoxFut<'_, Result<Vec<String>, PortError>> {
+        Box::pin(async move {
+            let mut found = Vec::new();
+            for obj in &objects {
+                let (api, name, what) = self.api_for(obj).await.map_err(PortError)?;
+                match api.get_opt(&name).await {
+                    Ok(None) => found.push(format!("{what} is absent")),
+                    Ok(Some(live)) => {
+                        let live = serde_json::to_value(&live).unwrap_or(Value::Null);
+                        if let Some(d) = first_difference(obj, &live, "") {
+                            found.push(format!("{what}: {d}"));
+                        }
+                    }
+                    Err(e) => return Err(PortError(format!("cannot read {what}: {e}"))),
+                }
+            }
+            Ok(found)
+        })
+    }
+
+    fn apply(&self, objects: Vec<Value>) -> BoxFut<'_, Result<(), PortError>> {
+        Box::pin(async move {
+            for obj in objects {
+                let (api, name, what) = self.api_for(&obj).await.map_err(PortError)?;
+                let params = PatchParams::apply("bosun").force();
+                api.patch(&name, &params, &Patch::Apply(&obj))
+                    .await
+                    .map_err(|e| PortError(format!("cannot apply {what}: {e}")))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn drift_is_a_subset_check() {
+        let rendered = json!({"kind": "Deployment", "metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"replicas": 1, "ports": [{"port": 80}]}});
+        let mut live = rendered.clone();
+        live["metadata"]["uid"] = json!("u");
+        live["metadata"]["labels"]["added"] = json!("by-helm");
+        live["status"] = json!({"ready": 1});
+        assert_eq!(first_difference(&rendered, &live, ""), None);
+        live["spec"]["replicas"] = json!(3);
+        assert_eq!(
+            first_difference(&rendered, &live, "").as_deref(),
+            Some("spec.replicas is 3, rendered 1")
+        );
+        live["spec"]["replicas"] = json!(1.0);
+        assert_eq!(first_difference(&rendered, &live, ""), None);
+        live["spec"]["ports"] = json!([]);
+        assert!(first_difference(&rendered, &live, "").is_some());
+    }
+
+    #[test]
+    fn hooks_count_in_the_checksum_but_not_as_objects() {
+        let mut files = BTreeMap::new();
+        files.insert(
+            "c/templates/cm.yaml".to_string(),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\n".to_string(),
+        );
+        files.insert(
+            "c/templates/job.yaml".to_string(),
+            "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\n  annotations:\n    helm.sh/hook: pre-install\n".to_string(),
+        );
+        files.insert("c/templates/NOTES.txt".to_string(), "hi".to_string());
+        let objects = rendered_objects(&files).unwrap();
+        assert_eq!(objects.len(), 1);
+        let before = rendered_checksum(&files);
+        files.insert(
+            "c/templates/job.yaml".to_string(),
+            "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j2\n  annotations:\n    helm.sh/hook: pre-install\n".to_string(),
+        );
+        assert_ne!(
+            before,
+            rendered_checksum(&files),
+            "a changed chart hook upgrades the release"
+        );
+    }
+}
+
+/// [`Releases`] when no module has a chart and the Helm library is not installed: there is
+/// nothing to install, and nothing to purge.
+pub struct NoHelm(pub String);
+
+impl Releases for NoHelm {
+    fn render(
+        &self,
+        release: String,
+        _: PathBuf,
+        _: Value,
+    ) -> BoxFut<'_, Result<Rendered, PortError>> {
+        Box::pin(async move { Err(PortError(format!("cannot render {release}: {}", self.0))) })
+    }
+    fn status(&self, _: String) -> BoxFut<'_, Result<Option<ReleaseInfo>, PortError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn upgrade(
+        &self,
+        release: String,
+        _: PathBuf,
+        _: Value,
+        _: String,
+    ) -> BoxFut<'_, Result<u32, PortError>> {
+        Box::pin(async move { Err(PortError(format!("cannot install {release}: {}", self.0))) })
+    }
+    fn uninstall(&self, _: String) -> BoxFut<'_, Result<bool, PortError>> {
+        Box::pin(async { Ok(false) })
+    }
+    fn list(&self) -> BoxFut<'_, Result<Vec<String>, PortError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn drift(&self, _: Vec<Value>) -> BoxFut<'_, Result<Vec<String>, PortError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn apply(&self, _: Vec<Value>) -> BoxFut<'_, Result<(), PortError>> {
+        Box::pin(async move { Err(PortError(format!("cannot apply CRDs: {}", self.0))) })
+    }
+}

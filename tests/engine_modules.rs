@@ -1,0 +1,423 @@
+//! Modules end to end: real hooks, real Helm (the library) and the sandbox. The startup
+//! order, enabled state (the seed's examples), ConfigMap-driven enable/disable and values
+//! changes, skipped upgrades, auto-healing of deleted or edited objects, purging of
+//! releases nobody owns, and failing modules that do not stop the others.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bosun_actors::{Event, TaskType};
+use common::{Operator, Sandbox, journal_state, read_json, workdir};
+use serde_json::json;
+
+const CM: &str = "/api/v1/namespaces/default/configmaps";
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// Copies a modules fixture into the work folder (so tests can change it).
+fn copy_modules(name: &str, work: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", fixture("modules").join(name).display()))
+        .arg(work.join("modules"))
+        .status()
+        .expect("cp");
+    assert!(status.success());
+}
+
+/// Deployed releases: name → revision, from Helm's release Secrets.
+fn releases(sb: &Sandbox) -> BTreeMap<String, u64> {
+    let (code, list) = sb.get("/api/v1/namespaces/default/secrets?labelSelector=owner%3Dhelm");
+    assert_eq!(code, 200, "{list}");
+    let mut out = BTreeMap::new();
+    for s in list["items"].as_array().cloned().unwrap_or_default() {
+        let labels = &s["metadata"]["labels"];
+        if labels["status"] == "deployed" {
+            let name = labels["name"].as_str().unwrap_or_default().to_string();
+            let rev = labels["version"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            out.insert(name, rev);
+        }
+    }
+    out
+}
+
+/// Sets keys of the operator's ConfigMap (creating it when needed).
+fn set_config(sb: &Sandbox, data: &[(&str, &str)]) {
+    for _ in 0..10 {
+        let (code, mut cm) = sb.get(&format!("{CM}/addon-operator"));
+        if code == 404 {
+            cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "addon-operator"}, "data": {}});
+        }
+        if !cm["data"].is_object() {
+            cm["data"] = json!({});
+        }
+        for (k, v) in data {
+            cm["data"][*k] = json!(v);
+        }
+        let (code, body) = if code == 404 {
+            sb.post(CM, &cm)
+        } else {
+            sb.put(&format!("{CM}/addon-operator"), &cm)
+        };
+        if code == 200 || code == 201 {
+            return;
+        }
+        assert_eq!(code, 409, "{body}");
+    }
+    panic!("cannot update the ConfigMap");
+}
+
+fn events_log(work: &Path) -> Vec<String> {
+    std::fs::read_to_string(work.join("out/events.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// `Type:description` of every task in the order its first attempt started.
+fn started_tasks(journal: &Path) -> Vec<String> {
+    let (_, events) = journal_state(journal);
+    let mut specs = BTreeMap::new();
+    let mut out = Vec::new();
+    for e in &events {
+        match e {
+            Event::TaskEnqueued { task, .. } => {
+                specs.insert(task.id, task.clone());
+            }
+            Event::TaskStarted { id, attempt: 1 } => {
+                if let Some(t) = specs.get(id) {
+                    out.push(format!("{:?}:{}", t.task_type, t.description));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn module_env(work: &Path) -> Vec<(String, String)> {
+    vec![
+        ("BOSUN_RESOURCE_MONITOR_INTERVAL".into(), "1s".into()),
+        (
+            "BOSUN_TOOLS_DIR".into(),
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(".tools")
+                .display()
+                .to_string(),
+        ),
+        ("WORK".into(), work.display().to_string()),
+    ]
+}
+
+fn start(sb: &Sandbox, work: &Path, extra: &[(&str, &str)]) -> Operator {
+    let mut env: Vec<(String, String)> = module_env(work);
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Operator::start_with(sb, &fixture("global-hooks/basic"), work, &env)
+}
+
+fn journal_converges(work: &Path) -> u64 {
+    common::converges(&work.join("journal"))
+}
+
+#[test]
+fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    copy_modules("lifecycle", w);
+    // A release nobody owns any more: purged after the first converge.
+    std::fs::create_dir_all(w.join("orphan/templates")).expect("orphan chart");
+    std::fs::write(
+        w.join("orphan/Chart.yaml"),
+        "apiVersion: v2\nname: orphan\nversion: 0.1.0\n",
+    )
+    .expect("chart");
+    std::fs::write(
+        w.join("orphan/templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: orphan\n",
+    )
+    .expect("template");
+    install_release(&sb, &w.join("orphan"), "orphan");
+    assert_eq!(releases(&sb).get("orphan"), Some(&1));
+
+    set_config(
+        &sb,
+        &[("global", "param1: 200\n"), ("someModuleEnabled", "true")],
+    );
+    let op = start(&sb, w, &[]);
+    let journal = w.join("journal");
+    op.wait("the first converge", Duration::from_secs(90), || {
+        journal_converges(w) >= 1
+    });
+    op.wait("the orphan release purged", Duration::from_secs(30), || {
+        !releases(&sb).contains_key("orphan")
+    });
+
+    // Enabled state: the seed's two examples, and the modules enabled by values.yaml.
+    let (state, _) = journal_state(&journal);
+    let enabled: Vec<&str> = state
+        .modules
+        .iter()
+        .filter(|(_, m)| m.enabled)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(enabled, ["echo", "hooks-only", "toggled"], "{}", op.logs());
+    let rel = releases(&sb);
+    assert_eq!(
+        rel,
+        BTreeMap::from([("echo".into(), 1), ("toggled".into(), 1)]),
+        "nginx-ingress (disabled by its values.yaml) and some-module (ConfigMap true, enabled script false) get no release"
+    );
+
+    // The reference's startup order, from the journal.
+    let order = started_tasks(&journal);
+    let expected = [
+        "GlobalHookRun:onStartup:001-first.sh",
+        "GlobalHookRun:onStartup:002-second.py",
+        "GlobalHookWaitKubernetesSynchronization:",
+        "ConvergeModules:OperatorStartup",
+        "GlobalHookRun:beforeAll:002-second.py",
+        "ConvergeModules:OperatorStartup:WaitBeforeAll",
+        "ModuleRun:echo:doStartup:OperatorStartup",
+        "ModuleRun:toggled:doStartup:OperatorStartup",
+        "ModuleRun:hooks-only:doStartup:OperatorStartup",
+        "ConvergeModules:OperatorStartup:WaitDeleteAndRunModules",
+        "GlobalHookRun:afterAll:002-second.py",
+        "ConvergeModules:OperatorStartup:WaitAfterAll",
+        "DiscoverHelmReleases:",
+        "ModulePurge:orphan:DiscoverHelmReleases",
+    ];
+    assert_eq!(order[..expected.len()], expected, "{order:#?}");
+
+    // Module hooks: bindings in lifecycle order; values patched in beforeHelm reach Helm.
+    let log = events_log(w);
+    assert_eq!(
+        log,
+        [
+            "echo onStartup",
+            "echo beforeHelm",
+            "echo afterHelm",
+            "toggled onStartup",
+            "hooks-only onStartup",
+            "hooks-only beforeHelm"
+        ]
+    );
+    let values = read_json(&w.join("out/echo.afterHelm.values.json"));
+    assert_eq!(
+        values["echo"],
+        json!({"replicas": 1, "message": "hello", "fromHook": "patched"})
+    );
+    assert_eq!(values["global"]["param1"], 200, "{values}");
+    assert_eq!(
+        values["global"]["fromFirst"], "memory",
+        "global memory values reach module hooks: {values}"
+    );
+    let (_, cm) = sb.get(&format!("{CM}/echo-message"));
+    assert_eq!(
+        cm["data"],
+        json!({"message": "hello", "fromHook": "patched"})
+    );
+    let (code, dep) = sb.get("/apis/apps/v1/namespaces/default/deployments/echo");
+    assert_eq!(code, 200);
+    assert_eq!(dep["metadata"]["labels"]["param1"], "200");
+
+    // A module section change upgrades only that release.
+    set_config(&sb, &[("echo", "message: bye\n")]);
+    op.wait("echo upgraded", Duration::from_secs(60), || {
+        releases(&sb).get("echo") == Some(&2)
+    });
+    let (_, cm) = sb.get(&format!("{CM}/echo-message"));
+    assert_eq!(cm["data"]["message"], "bye");
+    assert_eq!(releases(&sb).get("toggled"), Some(&1));
+
+    // A global change reloads all modules; only the release whose manifests change moves.
+    set_config(&sb, &[("global", "param1: 300\n")]);
+    op.wait("the reload converge", Duration::from_secs(60), || {
+        journal_converges(w) >= 2
+    });
+    assert_eq!(
+        releases(&sb),
+        BTreeMap::from([("echo".into(), 3), ("toggled".into(), 1)]),
+        "an unchanged release gets no new revision; {}",
+        op.logs()
+            .lines()
+            .filter(|l| l.contains("upgrading release"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // Disabling through the ConfigMap deletes the release and runs the delete hooks;
+    // enabling again installs it and runs onStartup again.
+    set_config(&sb, &[("toggledEnabled", "false")]);
+    op.wait("toggled uninstalled", Duration::from_secs(60), || {
+        !releases(&sb).contains_key("toggled") && sb.get(&format!("{CM}/toggled")).0 == 404
+    });
+    op.wait("afterDeleteHelm ran", Duration::from_secs(30), || {
+        events_log(w).contains(&"toggled afterDeleteHelm".to_string())
+    });
+    set_config(&sb, &[("toggledEnabled", "true")]);
+    op.wait("toggled installed again", Duration::from_secs(60), || {
+        releases(&sb).contains_key("toggled") && sb.get(&format!("{CM}/toggled")).0 == 200
+    });
+    assert_eq!(
+        events_log(w)
+            .iter()
+            .filter(|l| *l == "toggled onStartup")
+            .count(),
+        2
+    );
+
+    // Auto-healing: a deleted Deployment and an edited ConfigMap come back.
+    let (code, _) = sb.request(
+        "DELETE",
+        "/apis/apps/v1/namespaces/default/deployments/echo",
+        "",
+        "",
+    );
+    assert_eq!(code, 200);
+    op.wait("the Deployment restored", Duration::from_secs(60), || {
+        sb.get("/apis/apps/v1/namespaces/default/deployments/echo")
+            .0
+            == 200
+    });
+    let (_, mut cm) = sb.get(&format!("{CM}/echo-message"));
+    cm["data"]["message"] = json!("edited by hand");
+    let (code, body) = sb.put(&format!("{CM}/echo-message"), &cm);
+    assert_eq!(code, 200, "{body}");
+    op.wait("the edit reverted", Duration::from_secs(60), || {
+        sb.get(&format!("{CM}/echo-message")).1["data"]["message"] == "bye"
+    });
+    drop(op);
+}
+
+fn install_release(sb: &Sandbox, chart: &Path, name: &str) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let lib = bosun::helm::HelmLibrary::load(Some(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/helm/libhelm_c.so"),
+        ))
+        .expect("Helm library (scripts/setup-helm.sh)");
+        let client = lib
+            .client(&bosun::helm::ClusterOptions {
+                kubeconfig: Some(sb.kubeconfig.clone()),
+                context: None,
+                namespace: "default".into(),
+            })
+            .expect("helm client");
+        client
+            .install(chart, name, &json!({}), &Default::default())
+            .await
+            .expect("install");
+    });
+}
+
+#[test]
+fn failing_modules_name_their_cause_and_the_others_still_converge() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    std::fs::write(
+        m.join("values.yaml"),
+        "goodEnabled: true\nbrokenChartEnabled: true\nbadScriptEnabled: true\n",
+    )
+    .expect("values.yaml");
+    for (dir, template) in [
+        (
+            "010-good",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: good\n",
+        ),
+        ("900-broken-chart", "{{ .Values.nope.missing.field }}\n"),
+        (
+            "901-bad-script",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\n",
+        ),
+    ] {
+        std::fs::create_dir_all(m.join(dir).join("templates")).expect("module dir");
+        std::fs::write(m.join(dir).join("templates/t.yaml"), template).expect("template");
+    }
+    let script = m.join("901-bad-script/enabled");
+    std::fs::write(&script, "#!/bin/bash\necho 'cannot decide' >&2\nexit 3\n").expect("script");
+    let status = std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+
+    let op = start(&sb, w, &[("BOSUN_TASK_MAX_ATTEMPTS", "2")]);
+    let journal = w.join("journal");
+    op.wait("the good module installed", Duration::from_secs(60), || {
+        releases(&sb).contains_key("good")
+    });
+    let failure = |module: &str| -> Option<String> {
+        let (_, events) = journal_state(&journal);
+        let ids: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::TaskEnqueued { task, .. }
+                    if task.task_type == TaskType::ModuleRun
+                        && task.module.as_deref() == Some(module) =>
+                {
+                    Some(task.id)
+                }
+                _ => None,
+            })
+            .collect();
+        events.iter().find_map(|e| match e {
+            Event::TaskFailed {
+                id,
+                error,
+                failures,
+                ..
+            } if ids.contains(id) && *failures >= 2 => Some(error.clone()),
+            _ => None,
+        })
+    };
+    op.wait(
+        "the broken chart failed twice (retried with backoff)",
+        Duration::from_secs(60),
+        || failure("broken-chart").is_some(),
+    );
+    let err = failure("broken-chart").unwrap_or_default();
+    assert!(
+        err.contains("module broken-chart") && err.contains("does not render"),
+        "{err}"
+    );
+    op.wait(
+        "the enabled script failed twice",
+        Duration::from_secs(60),
+        || failure("bad-script").is_some(),
+    );
+    let err = failure("bad-script").unwrap_or_default();
+    assert!(
+        err.contains("module bad-script")
+            && err.contains("enabled script")
+            && err.contains("cannot decide"),
+        "{err}"
+    );
+    assert!(!releases(&sb).contains_key("bad-script"));
+    let (state, _) = journal_state(&journal);
+    assert_eq!(
+        state.parked.get("main").map(Vec::len),
+        Some(2),
+        "both failing runs parked, the queue went on"
+    );
+    drop(op);
+}
