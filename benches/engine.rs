@@ -116,6 +116,10 @@ fn main() {
             config_store: Arc::new(NoConfigMap),
             max_attempts: None,
             mailboxes: Mailboxes::default(),
+            modules: Vec::new(),
+            releases: Arc::new(bosun::operator::releases::NoHelm("no charts".into())),
+            monitor_interval: Duration::from_secs(270),
+            ignore_releases: Vec::new(),
         })
         .await
         .expect("engine");

@@ -139,6 +139,17 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::error!("operator did not start: {e:#}");
         } else {
             println!("bosun is running; journal in {}", cfg.journal_dir.display());
+            println!(
+                "look around: kubectl --kubeconfig {} get cm,deploy,secrets -A",
+                cfg.kubeconfig
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            );
+            println!(
+                "             bosun journal log --journal-dir {}",
+                cfg.journal_dir.display()
+            );
         }
         crate::sandbox::shutdown_signal().await;
         tracing::info!("shutting down");

@@ -335,7 +335,7 @@ fn journal_cli_explains_a_real_run_while_bosun_holds_the_journal() {
 }
 
 #[test]
-fn the_embedded_default_runs_the_sample_hooks_against_its_own_sandbox() {
+fn the_embedded_default_runs_the_sample_hooks_and_modules_against_its_own_sandbox() {
     let data = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(bosun_bin())
         .args([
@@ -390,6 +390,26 @@ fn the_embedded_default_runs_the_sample_hooks_against_its_own_sandbox() {
             code == 200 && greeting.contains("hello from bosun")
         },
     );
+    // The sample modules: the greeter chart renders the global hook's value and its own
+    // hook's; the optional module is enabled by its script; the audit module has no chart.
+    let get = |path: &str| common::http(&addr, "GET", path, "", "");
+    wait_for(
+        "the greeter release rendered with the hooks' values",
+        Duration::from_secs(60),
+        || {
+            let (code, cm) = get("/api/v1/namespaces/default/configmaps/greeter");
+            code == 200
+                && cm["data"]["greeting"] == "hello from bosun"
+                && cm["data"]["setBy"] == "the beforeHelm hook"
+        },
+    );
+    assert_eq!(
+        get("/apis/apps/v1/namespaces/default/deployments/greeter").0,
+        200
+    );
+    wait_for("the optional module", Duration::from_secs(60), || {
+        get("/api/v1/namespaces/default/configmaps/optional").0 == 200
+    });
     let _ = child.kill();
     let _ = child.wait();
     assert!(data.path().join("kubeconfig").exists());

@@ -421,3 +421,60 @@ fn failing_modules_name_their_cause_and_the_others_still_converge() {
     );
     drop(op);
 }
+
+#[test]
+fn kill_9_at_random_points_of_the_first_converge_changes_no_outcome() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    copy_modules("lifecycle", w);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7);
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut op = start(&sb, w, &[]);
+    let mut delays = Vec::new();
+    for _ in 0..20 {
+        let delay = Duration::from_millis(100 + next() % 2500);
+        delays.push(delay.as_millis());
+        std::thread::sleep(delay);
+        op.kill9();
+        op.spawn();
+    }
+    op.wait(
+        "a converge after the last restart",
+        Duration::from_secs(120),
+        || {
+            let (state, _) = journal_state(&w.join("journal"));
+            !state.converge.in_progress && state.converge.completed >= 1 && releases(&sb).len() == 2
+        },
+    );
+    assert_eq!(
+        releases(&sb),
+        BTreeMap::from([("echo".into(), 1), ("toggled".into(), 1)]),
+        "no release gets an extra revision (seed {seed}, delays {delays:?})"
+    );
+    let (_, cm) = sb.get(&format!("{CM}/echo-message"));
+    assert_eq!(
+        cm["data"],
+        json!({"message": "hello", "fromHook": "patched"})
+    );
+    assert_eq!(sb.get(&format!("{CM}/toggled")).0, 200);
+    let (state, _) = journal_state(&w.join("journal"));
+    let enabled: Vec<&str> = state
+        .modules
+        .iter()
+        .filter(|(_, m)| m.enabled)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(enabled, ["echo", "hooks-only", "toggled"]);
+    assert_eq!(state.modules["echo"].phase, "Ready");
+    assert!(state.anomalies.is_empty(), "{:?}", state.anomalies);
+}

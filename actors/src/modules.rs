@@ -918,8 +918,8 @@ mod tests {
         let (sections, warnings) = parse_config_map(&data, &mods, "addon-operator").unwrap();
         assert_eq!(sections.global, json!({"param1": 200}));
         assert_eq!(sections.modules["some-module"], json!({"param1": "x"}));
-        assert_eq!(sections.flags["some-module"], true);
-        assert_eq!(sections.flags["other-module"], false);
+        assert!(sections.flags["some-module"]);
+        assert!(!sections.flags["other-module"]);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("other-module"));
 

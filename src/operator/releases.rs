@@ -337,6 +337,45 @@ impl Releases for HelmReleases {
     }
 }
 
+/// [`Releases`] when no module has a chart and the Helm library is not installed: there is
+/// nothing to install, and nothing to purge.
+pub struct NoHelm(pub String);
+
+impl Releases for NoHelm {
+    fn render(
+        &self,
+        release: String,
+        _: PathBuf,
+        _: Value,
+    ) -> BoxFut<'_, Result<Rendered, PortError>> {
+        Box::pin(async move { Err(PortError(format!("cannot render {release}: {}", self.0))) })
+    }
+    fn status(&self, _: String) -> BoxFut<'_, Result<Option<ReleaseInfo>, PortError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn upgrade(
+        &self,
+        release: String,
+        _: PathBuf,
+        _: Value,
+        _: String,
+    ) -> BoxFut<'_, Result<u32, PortError>> {
+        Box::pin(async move { Err(PortError(format!("cannot install {release}: {}", self.0))) })
+    }
+    fn uninstall(&self, _: String) -> BoxFut<'_, Result<bool, PortError>> {
+        Box::pin(async { Ok(false) })
+    }
+    fn list(&self) -> BoxFut<'_, Result<Vec<String>, PortError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn drift(&self, _: Vec<Value>) -> BoxFut<'_, Result<Vec<String>, PortError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn apply(&self, _: Vec<Value>) -> BoxFut<'_, Result<(), PortError>> {
+        Box::pin(async move { Err(PortError(format!("cannot apply CRDs: {}", self.0))) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,44 +424,5 @@ mod tests {
             rendered_checksum(&files),
             "a changed chart hook upgrades the release"
         );
-    }
-}
-
-/// [`Releases`] when no module has a chart and the Helm library is not installed: there is
-/// nothing to install, and nothing to purge.
-pub struct NoHelm(pub String);
-
-impl Releases for NoHelm {
-    fn render(
-        &self,
-        release: String,
-        _: PathBuf,
-        _: Value,
-    ) -> BoxFut<'_, Result<Rendered, PortError>> {
-        Box::pin(async move { Err(PortError(format!("cannot render {release}: {}", self.0))) })
-    }
-    fn status(&self, _: String) -> BoxFut<'_, Result<Option<ReleaseInfo>, PortError>> {
-        Box::pin(async { Ok(None) })
-    }
-    fn upgrade(
-        &self,
-        release: String,
-        _: PathBuf,
-        _: Value,
-        _: String,
-    ) -> BoxFut<'_, Result<u32, PortError>> {
-        Box::pin(async move { Err(PortError(format!("cannot install {release}: {}", self.0))) })
-    }
-    fn uninstall(&self, _: String) -> BoxFut<'_, Result<bool, PortError>> {
-        Box::pin(async { Ok(false) })
-    }
-    fn list(&self) -> BoxFut<'_, Result<Vec<String>, PortError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-    fn drift(&self, _: Vec<Value>) -> BoxFut<'_, Result<Vec<String>, PortError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-    fn apply(&self, _: Vec<Value>) -> BoxFut<'_, Result<(), PortError>> {
-        Box::pin(async move { Err(PortError(format!("cannot apply CRDs: {}", self.0))) })
     }
 }
