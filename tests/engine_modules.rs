@@ -448,14 +448,31 @@ fn kill_9_at_random_points_of_the_first_converge_changes_no_outcome() {
         op.kill9();
         op.spawn();
     }
-    op.wait(
-        "a converge after the last restart",
-        Duration::from_secs(120),
-        || {
-            let (state, _) = journal_state(&w.join("journal"));
-            !state.converge.in_progress && state.converge.completed >= 1 && releases(&sb).len() == 2
-        },
-    );
+    let settled = || {
+        let (state, _) = journal_state(&w.join("journal"));
+        !state.converge.in_progress && state.converge.completed >= 1 && releases(&sb).len() == 2
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !settled() {
+        if std::time::Instant::now() > deadline {
+            let out = std::process::Command::new(common::bosun_bin())
+                .args(["journal", "log", "--journal-dir"])
+                .arg(w.join("journal"))
+                .output()
+                .expect("bosun journal log");
+            let log = String::from_utf8_lossy(&out.stdout).to_string();
+            let last = |text: &str, n: usize| {
+                let v: Vec<&str> = text.lines().collect();
+                v[v.len().saturating_sub(n)..].join("\n")
+            };
+            panic!(
+                "no settled converge after the last restart (seed {seed}, delays {delays:?}); journal ends with:\n{}\n\noperator log ends with:\n{}",
+                last(&log, 40),
+                last(&op.logs(), 30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(
         releases(&sb),
         BTreeMap::from([("echo".into(), 1), ("toggled".into(), 1)]),

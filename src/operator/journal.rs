@@ -26,11 +26,35 @@ impl EventSink for JournalSink {
     }
 }
 
+/// How long a start waits for a journal held by another process (an inspection with
+/// `bosun journal …`, or a previous bosun still shutting down).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Opens the journal, waiting up to `wait` while another process holds its lock.
+fn open_waiting(dir: &Path, wait: std::time::Duration) -> anyhow::Result<Journal<Event>> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut warned = false;
+    loop {
+        match Journal::open(dir) {
+            Err(bosun_journal::JournalError::Locked { .. })
+                if std::time::Instant::now() < deadline =>
+            {
+                if !warned {
+                    tracing::warn!(journal = %dir.display(), "the journal is held by another process; waiting for it");
+                    warned = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
 /// Opens the journal in `dir` and rebuilds the state from it (latest snapshot + the
 /// events after it). When many events followed the latest snapshot, a new snapshot is
 /// saved and events older than the oldest kept snapshot are dropped, so restarts stay fast.
 pub fn open(dir: &Path) -> anyhow::Result<(Arc<dyn EventSink>, State)> {
-    let journal: Journal<Event> = Journal::open(dir)?;
+    let journal = open_waiting(dir, LOCK_WAIT)?;
     let (state, last) = journal.replay::<State, _>(None, true, |s, r| s.apply(&r.event))?;
     let latest = journal.snapshots()?.last().map(|s| s.seq).unwrap_or(0);
     if last.saturating_sub(latest) >= SNAPSHOT_EVERY {

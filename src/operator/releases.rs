@@ -224,6 +224,7 @@ impl Releases for HelmReleases {
         values: Value,
     ) -> BoxFut<'_, Result<Rendered, PortError>> {
         Box::pin(async move {
+            tracing::debug!(release = %release, "helm render");
             let files = self
                 .lib
                 .render(&chart, &values, &release, &self.namespace, true)
@@ -238,6 +239,7 @@ impl Releases for HelmReleases {
 
     fn status(&self, release: String) -> BoxFut<'_, Result<Option<ReleaseInfo>, PortError>> {
         Box::pin(async move {
+            tracing::debug!(release = %release, "helm status");
             let Some(r) = self.latest(&release).await? else {
                 return Ok(None);
             };
@@ -262,6 +264,7 @@ impl Releases for HelmReleases {
             {
                 self.recover_pending(&r).await?;
             }
+            tracing::debug!(release = %release, "helm upgrade --install");
             let mut options = self.options.clone();
             options.labels.insert(CHECKSUM_LABEL.to_string(), checksum);
             let result = match self
@@ -305,6 +308,7 @@ impl Releases for HelmReleases {
 
     fn drift(&self, objects: Vec<Value>) -> BoxFut<'_, Result<Vec<String>, PortError>> {
         Box::pin(async move {
+            tracing::debug!(objects = objects.len(), "checking rendered objects");
             let mut found = Vec::new();
             for obj in &objects {
                 let (api, name, what) = self.api_for(obj).await.map_err(PortError)?;
