@@ -109,6 +109,7 @@ fn main() {
                 },
             ],
             static_global: json!({}),
+            global_schemas: Default::default(),
             initial_config: None,
             restored,
             sink,

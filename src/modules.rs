@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use bosun_actors::modules::ModuleDef;
+use bosun_actors::schema::ValuesSchemas;
 use bosun_actors::values::{layered, name_round_trips, values_key};
 use serde_json::{Value, json};
 
@@ -130,6 +131,14 @@ fn values_file(path: &Path, key: &str) -> Result<(Option<Value>, Option<bool>), 
     Ok((section, flag))
 }
 
+/// Reads and compiles `openapi/config-values.yaml` and `openapi/values.yaml` under `dir`.
+pub fn load_schemas(dir: &Path, scope: &str) -> Result<ValuesSchemas, ModuleLoadError> {
+    let openapi = dir.join("openapi");
+    let config = read_yaml(&openapi.join("config-values.yaml"))?;
+    let values = read_yaml(&openapi.join("values.yaml"))?;
+    ValuesSchemas::new(scope, config, values).map_err(|e| invalid(&openapi, e))
+}
+
 /// Reads every module of the given directories, sorted by order then name.
 pub fn discover_modules(
     dirs: &[PathBuf],
@@ -246,6 +255,7 @@ fn load_module(
     } else {
         Vec::new()
     };
+    let schemas = std::sync::Arc::new(load_schemas(path, &name)?);
     Ok(ModuleDef {
         name,
         order,
@@ -256,6 +266,7 @@ fn load_module(
         static_enabled,
         crds: load_crds(&path.join("crds"), options)?,
         hooks,
+        schemas,
     })
 }
 

@@ -121,10 +121,14 @@ fn module_env(work: &Path) -> Vec<(String, String)> {
 }
 
 fn start(sb: &Sandbox, work: &Path, extra: &[(&str, &str)]) -> Operator {
+    start_with_hooks(sb, work, &fixture("global-hooks/basic"), extra)
+}
+
+fn start_with_hooks(sb: &Sandbox, work: &Path, hooks: &Path, extra: &[(&str, &str)]) -> Operator {
     let mut env: Vec<(String, String)> = module_env(work);
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    Operator::start_with(sb, &fixture("global-hooks/basic"), work, &env)
+    Operator::start_with(sb, hooks, work, &env)
 }
 
 fn journal_converges(work: &Path) -> u64 {
@@ -494,4 +498,168 @@ fn kill_9_at_random_points_of_the_first_converge_changes_no_outcome() {
     assert_eq!(enabled, ["echo", "hooks-only", "toggled"]);
     assert_eq!(state.modules["echo"].phase, "Ready");
     assert!(state.anomalies.is_empty(), "{:?}", state.anomalies);
+}
+
+fn write(path: &Path, text: &str) {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    std::fs::write(path, text).expect("write");
+}
+
+fn write_exec(path: &Path, text: &str) {
+    write(path, text);
+    let status = std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(path)
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+}
+
+/// The first failure message of a module's ModuleRun once it failed `times` times.
+fn module_failure(journal: &Path, module: &str, times: u32) -> Option<String> {
+    let (_, events) = journal_state(journal);
+    let ids: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::TaskEnqueued { task, .. } if task.module.as_deref() == Some(module) => {
+                Some(task.id)
+            }
+            _ => None,
+        })
+        .collect();
+    events.iter().find_map(|e| match e {
+        Event::TaskFailed {
+            id,
+            error,
+            failures,
+            ..
+        } if ids.contains(id) && *failures >= times => Some(error.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn the_seed_values_example_and_openapi_schemas() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    write(
+        &m.join("values.yaml"),
+        "global:\n  param1: 100\n  param2: \"Yes\"\nsomeModuleEnabled: true\nbadPatchEnabled: true\nstrictEnabled: true\n",
+    );
+    // The seed's "Using values in the hook" example.
+    write(
+        &m.join("001-some-module/values.yaml"),
+        "someModule:\n  param1: \"String\"\n",
+    );
+    write_exec(
+        &m.join("001-some-module/hooks/hook.sh"),
+        r#"#!/bin/bash
+if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","beforeHelm":1,"afterHelm":1}'; exit 0; fi
+binding=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["binding"])' "$BINDING_CONTEXT_PATH")
+cp "$CONFIG_VALUES_PATH" "$OUT_DIR/some.$binding.config-values.json"
+cp "$VALUES_PATH" "$OUT_DIR/some.$binding.values.json"
+if [[ "$binding" == "beforeHelm" ]]; then
+  echo '[{"op":"add", "path":"/someModule/param3", "value":"newValue"}]' > "$CONFIG_VALUES_JSON_PATCH_PATH"
+fi
+"#,
+    );
+    // A config patch the module's schema rejects.
+    write(
+        &m.join("002-bad-patch/openapi/config-values.yaml"),
+        "type: object\nproperties:\n  replicas: {type: integer}\n",
+    );
+    write_exec(
+        &m.join("002-bad-patch/hooks/hook.sh"),
+        r#"#!/bin/bash
+if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","beforeHelm":1}'; exit 0; fi
+echo '[{"op":"add", "path":"/badPatch/replicas", "value":"many"}]' > "$CONFIG_VALUES_JSON_PATCH_PATH"
+"#,
+    );
+    // Values that miss what Helm needs (x-required-for-helm).
+    write(
+        &m.join("003-strict/openapi/values.yaml"),
+        "type: object\nx-required-for-helm: [token]\nproperties:\n  token: {type: string}\n",
+    );
+    write(
+        &m.join("003-strict/templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: strict\ndata:\n  token: {{ .Values.strict.token | quote }}\n",
+    );
+    set_config(
+        &sb,
+        &[
+            ("global", "param1: 200\n"),
+            ("someModule", "param1: \"Long string\"\nparam2: \"FOO\"\n"),
+        ],
+    );
+    let op = start_with_hooks(
+        &sb,
+        w,
+        &w.join("no-global-hooks"),
+        &[("BOSUN_TASK_MAX_ATTEMPTS", "2")],
+    );
+    let out = w.join("out");
+    op.wait(
+        "the some-module afterHelm run",
+        Duration::from_secs(60),
+        || out.join("some.afterHelm.values.json").exists(),
+    );
+    assert_eq!(
+        read_json(&out.join("some.beforeHelm.config-values.json")),
+        json!({"global": {"param1": 200}, "someModule": {"param1": "Long string", "param2": "FOO"}})
+    );
+    let values = read_json(&out.join("some.beforeHelm.values.json"));
+    assert_eq!(
+        values["someModule"],
+        json!({"param1": "Long string", "param2": "FOO"})
+    );
+    assert_eq!(values["global"]["param1"], 200);
+    assert_eq!(values["global"]["param2"], "Yes");
+    // The config patch landed in the ConfigMap and the next run sees it.
+    let (_, cm) = sb.get(&format!("{CM}/addon-operator"));
+    let section: serde_json::Value =
+        serde_saphyr::from_str(cm["data"]["someModule"].as_str().unwrap_or_default())
+            .expect("someModule section is YAML");
+    assert_eq!(
+        section,
+        json!({"param1": "Long string", "param2": "FOO", "param3": "newValue"})
+    );
+    assert_eq!(
+        read_json(&out.join("some.afterHelm.config-values.json"))["someModule"]["param3"],
+        "newValue"
+    );
+
+    let journal = w.join("journal");
+    op.wait(
+        "the rejected config patch retried",
+        Duration::from_secs(60),
+        || module_failure(&journal, "bad-patch", 2).is_some(),
+    );
+    let err = module_failure(&journal, "bad-patch", 2).unwrap_or_default();
+    assert!(
+        err.contains("module bad-patch")
+            && err.contains("config values patch rejected")
+            && err.contains("/replicas"),
+        "{err}"
+    );
+    assert!(
+        !sb.get(&format!("{CM}/addon-operator")).1["data"]
+            .as_object()
+            .is_some_and(|d| d.contains_key("badPatch")),
+        "a rejected patch is not written"
+    );
+    op.wait(
+        "the strict module failing before Helm",
+        Duration::from_secs(60),
+        || module_failure(&journal, "strict", 2).is_some(),
+    );
+    let err = module_failure(&journal, "strict", 2).unwrap_or_default();
+    assert!(
+        err.contains("module strict") && err.contains("for Helm") && err.contains("token"),
+        "{err}"
+    );
+    assert_eq!(sb.get(&format!("{CM}/strict")).0, 404);
 }

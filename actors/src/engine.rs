@@ -231,6 +231,8 @@ pub struct EngineArgs {
     pub global_hooks: Vec<GlobalHook>,
     /// Static global values.
     pub static_global: Value,
+    /// `$GLOBAL_HOOKS_DIR/openapi` schemas.
+    pub global_schemas: Arc<crate::schema::ValuesSchemas>,
     /// The ConfigMap at start, parsed.
     pub initial_config: Option<ConfigSections>,
     /// Modules found in `MODULES_DIR`, in any order.
@@ -934,6 +936,7 @@ impl Engine {
             GlobalHooksArgs {
                 hooks: args.global_hooks.clone(),
                 static_values: args.static_global,
+                schemas: args.global_schemas.clone(),
                 restored: restored.clone(),
                 sink: args.sink.clone(),
                 executor: args.executor.clone(),

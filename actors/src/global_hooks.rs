@@ -13,8 +13,9 @@ use crate::hook_config::{HookConfig, HookKind};
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use crate::ports::{ConfigStore, EventSink, HookExecutor, HookResult, HookRun, PortError};
 use crate::queue_actor::TaskOutcome;
+use crate::schema::ValuesSchemas;
 use crate::state::{QueuedTask, State};
-use crate::values::{apply_memory, check_scope, checksum, layered, parse_patch_stream};
+use crate::values::{apply_memory, check_scope, checksum, parse_patch_stream};
 
 /// A global hook and its configuration.
 #[derive(Clone, Debug)]
@@ -71,6 +72,8 @@ pub struct GlobalHooksArgs {
     pub hooks: Vec<GlobalHook>,
     /// Static values (`global` of the values.yaml files).
     pub static_values: Value,
+    /// `$GLOBAL_HOOKS_DIR/openapi` schemas.
+    pub schemas: Arc<ValuesSchemas>,
     /// State restored from the journal (its `global` values are used).
     pub restored: State,
     /// The journal.
@@ -92,6 +95,7 @@ pub struct GlobalHooksActor;
 pub struct GlobalHooksState {
     hooks: Vec<GlobalHook>,
     static_values: Value,
+    schemas: Arc<ValuesSchemas>,
     values: State,
     sink: Arc<dyn EventSink>,
     executor: Arc<dyn HookExecutor>,
@@ -118,7 +122,13 @@ impl GlobalHooksState {
 
     /// `VALUES_PATH`: static values, then config values, then the memory patches.
     fn values_document(&self) -> Value {
-        let mut doc = json!({ "global": layered([&self.static_values, &self.config()]) });
+        self.values_with(&self.config())
+    }
+
+    /// The values document with `config` as the config values (static values and schema
+    /// defaults layered around it, memory patches on top).
+    fn values_with(&self, config: &Value) -> Value {
+        let mut doc = json!({ "global": self.schemas.layer(&self.static_values, config) });
         if let Some(v) = self.values.values.get("global") {
             // Patches were checked when accepted; keep what applies.
             let _ = apply_memory(&mut doc, &v.memory);
@@ -232,17 +242,26 @@ impl GlobalHooksState {
             None,
         )
         .map_err(|e| format!("hook {hook:?}: {e}"))?;
+        // Validate everything the patches lead to before any of it is journaled.
+        let mut new_config = self.config();
         if !config_ops.is_empty() {
-            let current = self
-                .values
-                .values
-                .get("global")
-                .map(|v| v.config.clone())
-                .filter(|c| !c.is_null())
-                .unwrap_or(json!({}));
-            let mut doc = json!({ "global": current });
+            let mut doc = json!({ "global": new_config });
             apply_memory(&mut doc, &config_ops).map_err(|(i, e)| format!("hook {hook:?}: CONFIG_VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"))?;
-            let new_config = doc["global"].clone();
+            new_config = doc["global"].clone();
+            self.schemas
+                .validate_config(&self.static_values, &new_config)
+                .map_err(|e| format!("hook {hook:?}: config values patch rejected: {e}"))?;
+        }
+        let mut candidate = self.values_with(&new_config);
+        apply_memory(&mut candidate, &memory_ops).map_err(|(i, e)| {
+            format!("hook {hook:?}: VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}")
+        })?;
+        if !config_ops.is_empty() || !memory_ops.is_empty() {
+            self.schemas
+                .validate_values(&candidate["global"])
+                .map_err(|e| format!("hook {hook:?}: values patch rejected: {e}"))?;
+        }
+        if !config_ops.is_empty() {
             self.journal(vec![Event::ValuesPatched {
                 scope: Scope::Global,
                 layer: ValuesLayer::Config,
@@ -255,12 +274,6 @@ impl GlobalHooksState {
             self.config_store.save("global".into(), yaml).await.map_err(|e| format!("hook {hook:?}: config values patch accepted but the ConfigMap write failed: {e}"))?;
         }
         if !memory_ops.is_empty() {
-            let mut doc = self.values_document();
-            apply_memory(&mut doc, &memory_ops).map_err(|(i, e)| {
-                format!(
-                    "hook {hook:?}: VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"
-                )
-            })?;
             self.journal(vec![Event::ValuesPatched {
                 scope: Scope::Global,
                 layer: ValuesLayer::Memory,
@@ -290,6 +303,7 @@ impl Actor for GlobalHooksActor {
             me: Tracked::new(myself, args.mailbox.clone()),
             hooks: args.hooks,
             static_values: args.static_values,
+            schemas: args.schemas,
             values: args.restored,
             sink: args.sink,
             executor: args.executor,
@@ -324,6 +338,8 @@ impl Actor for GlobalHooksActor {
             GlobalHooksMsg::ConfigChanged(config, reply) => {
                 let result = if st.config() == config {
                     Ok(false)
+                } else if let Err(e) = st.schemas.validate_config(&st.static_values, &config) {
+                    Err(format!("section \"global\": {e}"))
                 } else {
                     st.journal(vec![Event::ValuesSet {
                         scope: Scope::Global,

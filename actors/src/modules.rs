@@ -28,7 +28,7 @@ use crate::ports::{
 use crate::queue_actor::{Router, TaskOutcome};
 use crate::state::{QueuedTask, State};
 use crate::values::{
-    apply_memory, check_scope, checksum, kebab_name, layered, parse_patch_stream, values_key,
+    apply_memory, check_scope, checksum, kebab_name, parse_patch_stream, values_key,
 };
 
 /// A module found in `MODULES_DIR`.
@@ -52,6 +52,8 @@ pub struct ModuleDef {
     pub crds: Vec<Value>,
     /// Hook executables: (name, path). Their configurations are read on the first run.
     pub hooks: Vec<(String, PathBuf)>,
+    /// `openapi/config-values.yaml` and `openapi/values.yaml`.
+    pub schemas: Arc<crate::schema::ValuesSchemas>,
 }
 
 impl ModuleDef {
@@ -330,10 +332,15 @@ impl ModuleState {
     /// `VALUES_PATH` of the module's hooks: the global values and the module's (static,
     /// then config, then memory patches).
     fn values_document(&self, docs: &GlobalDocs) -> Value {
+        self.values_with(docs, &self.config())
+    }
+
+    /// The values document with `config` as the module's config values.
+    fn values_with(&self, docs: &GlobalDocs, config: &Value) -> Value {
         let key = self.def.key();
         let mut doc = json!({
             "global": docs.values["global"].clone(),
-            key.clone(): layered([&self.def.static_values, &self.config()]),
+            key.clone(): self.def.schemas.layer(&self.def.static_values, config),
         });
         if let Some(v) = self.values.values.get(&self.def.name) {
             let _ = apply_memory(&mut doc, &v.memory);
@@ -465,14 +472,34 @@ impl ModuleState {
         )
         .map_err(|e| err(e.to_string()))?;
         let scope = Scope::Module(self.def.name.clone());
+        // Validate everything the patches lead to before any of it is journaled.
+        let mut new_config = self.config();
         if !config_ops.is_empty() {
-            let mut doc = json!({ key.clone(): self.config() });
+            let mut doc = json!({ key.clone(): new_config });
             apply_memory(&mut doc, &config_ops).map_err(|(i, e)| {
                 err(format!(
                     "CONFIG_VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"
                 ))
             })?;
-            let new_config = doc[&key].clone();
+            new_config = doc[&key].clone();
+            self.def
+                .schemas
+                .validate_config(&self.def.static_values, &new_config)
+                .map_err(|e| err(format!("config values patch rejected: {e}")))?;
+        }
+        let mut candidate = self.values_with(docs, &new_config);
+        apply_memory(&mut candidate, &memory_ops).map_err(|(i, e)| {
+            err(format!(
+                "VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"
+            ))
+        })?;
+        if !config_ops.is_empty() || !memory_ops.is_empty() {
+            self.def
+                .schemas
+                .validate_values(&candidate[&key])
+                .map_err(|e| err(format!("values patch rejected: {e}")))?;
+        }
+        if !config_ops.is_empty() {
             self.journal(vec![Event::ValuesPatched {
                 scope: scope.clone(),
                 layer: ValuesLayer::Config,
@@ -492,12 +519,6 @@ impl ModuleState {
                 })?;
         }
         if !memory_ops.is_empty() {
-            let mut doc = self.values_document(docs);
-            apply_memory(&mut doc, &memory_ops).map_err(|(i, e)| {
-                err(format!(
-                    "VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"
-                ))
-            })?;
             self.journal(vec![Event::ValuesPatched {
                 scope,
                 layer: ValuesLayer::Memory,
@@ -523,6 +544,10 @@ impl ModuleState {
         };
         let name = self.def.name.clone();
         let values = self.helm_values(docs);
+        self.def
+            .schemas
+            .validate_helm(&values[&self.def.key()])
+            .map_err(|e| format!("module {name}: {e}"))?;
         let rendered = self
             .releases
             .render(name.clone(), chart.clone(), values.clone())
@@ -843,6 +868,12 @@ impl Actor for ModuleActor {
             ModuleMsg::ConfigChanged(config, reply) => {
                 let result = if st.config() == config {
                     Ok(false)
+                } else if let Err(e) = st
+                    .def
+                    .schemas
+                    .validate_config(&st.def.static_values, &config)
+                {
+                    Err(format!("section {:?}: {e}", st.def.key()))
                 } else {
                     let scope = Scope::Module(st.def.name.clone());
                     st.journal(vec![Event::ValuesSet {

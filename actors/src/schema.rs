@@ -192,7 +192,10 @@ fn check(c: &Option<Compiled>, value: &Value, what: &str) -> Result<(), String> 
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(format!("{what} do not match the schema: {}", errors.join("; ")))
+        Err(format!(
+            "{what} do not match the schema: {}",
+            errors.join("; ")
+        ))
     }
 }
 
@@ -280,11 +283,7 @@ impl ValuesSchemas {
         let mut v = crate::values::layered([static_values]);
         fill_missing(&mut v, &self.config_defaults);
         crate::values::merge_into(&mut v, config);
-        check(
-            &self.config,
-            &v,
-            &format!("{} config values", self.scope),
-        )
+        check(&self.config, &v, &format!("{} config values", self.scope))
     }
 
     /// Checks effective values (after a hook run).

@@ -487,6 +487,10 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     let engine = Engine::start(EngineArgs {
         global_hooks,
         static_global: static_values(&cfg.modules_dirs, "global")?,
+        global_schemas: Arc::new(
+            crate::modules::load_schemas(&cfg.global_hooks_dir, "global")
+                .context("invalid global values schema")?,
+        ),
         initial_config: Some(initial_config),
         modules: modules.clone(),
         releases,
