@@ -30,7 +30,9 @@ fn generate(dir: &Path, modules: usize) {
         .expect("chart");
         std::fs::write(
             m.join("templates/cm.yaml"),
-            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  n: \"{i}\"\n"),
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  n: \"{i}\"\n"
+            ),
         )
         .expect("template");
         for (hook, binding) in [("a.sh", "beforeHelm"), ("b.sh", "afterHelm")] {
@@ -90,6 +92,7 @@ fn main() {
                 kubeconfig: Some(kubeconfig.clone()),
                 context: None,
                 namespace: "kube-public".into(),
+                ..Default::default()
             })
             .expect("helm client");
         let runner = HookProcess {

@@ -194,6 +194,7 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
         "ConvergeModules:OperatorStartup",
         "GlobalHookRun:beforeAll:002-second.py",
         "ConvergeModules:OperatorStartup:WaitBeforeAll",
+        "ModuleEnsureCRDs:echo:OperatorStartup",
         "ModuleRun:echo:doStartup:OperatorStartup",
         "ModuleRun:toggled:doStartup:OperatorStartup",
         "ModuleRun:hooks-only:doStartup:OperatorStartup",
@@ -204,6 +205,20 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
         "ModulePurge:orphan:DiscoverHelmReleases",
     ];
     assert_eq!(order[..expected.len()], expected, "{order:#?}");
+
+    // The module's CRDs were applied before its chart, with the extra label; doc- files
+    // were skipped.
+    let (code, crd) =
+        sb.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/echoes.example.com");
+    assert_eq!(code, 200, "{crd}");
+    assert_eq!(crd["metadata"]["labels"]["heritage"], "addon-operator");
+    assert!(
+        order
+            .iter()
+            .position(|t| t.starts_with("ModuleEnsureCRDs:echo"))
+            < order.iter().position(|t| t.starts_with("ModuleRun:echo")),
+        "{order:#?}"
+    );
 
     // Module hooks: bindings in lifecycle order; values patched in beforeHelm reach Helm.
     let log = events_log(w);
@@ -322,6 +337,7 @@ fn install_release(sb: &Sandbox, chart: &Path, name: &str) {
                 kubeconfig: Some(sb.kubeconfig.clone()),
                 context: None,
                 namespace: "default".into(),
+                ..Default::default()
             })
             .expect("helm client");
         client

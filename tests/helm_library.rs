@@ -44,6 +44,7 @@ async fn install_upgrade_uninstall_through_the_library() {
             kubeconfig: Some(sb.kubeconfig.clone()),
             context: None,
             namespace: "default".into(),
+            ..Default::default()
         })
         .expect("helm config");
 

@@ -213,6 +213,26 @@ impl QueueState {
     }
 
     /// Stages and journals events.
+    /// A new converge appended behind one that has not started yet adds nothing: the
+    /// queued one reads the values and flags when it runs (the reference deduplicates
+    /// adjacent converges the same way).
+    fn converge_already_queued(&self, task: &TaskSpec, position: Position) -> bool {
+        let is_fresh_converge = |t: &TaskSpec| {
+            t.task_type == crate::events::TaskType::ConvergeModules
+                && t.params["phase"].as_str().unwrap_or("StandBy") == "StandBy"
+        };
+        if position != Position::Tail || !is_fresh_converge(task) {
+            return false;
+        }
+        let queued = self.tasks().last().is_some_and(|last| {
+            is_fresh_converge(&last.spec) && self.running != Some(last.spec.id)
+        });
+        if queued {
+            tracing::debug!(queue = %self.name, "a converge is already queued; {} not added", task.description);
+        }
+        queued
+    }
+
     async fn commit(&mut self, events: Vec<Event>) -> Result<(), ActorProcessingErr> {
         self.stage(events);
         self.flush().await
@@ -428,6 +448,7 @@ impl Actor for QueueActor {
             QueueMsg::Enqueue(tasks) => {
                 let events = tasks
                     .into_iter()
+                    .filter(|(task, position)| !st.converge_already_queued(task, *position))
                     .map(|(task, position)| Event::TaskEnqueued { task, position })
                     .collect();
                 let r = st.commit(events).await;

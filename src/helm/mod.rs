@@ -125,7 +125,17 @@ pub struct ClusterOptions {
     pub context: Option<String>,
     /// Namespace of releases.
     pub namespace: String,
+    /// Requests per second of Helm's Kubernetes client (client-go's default of 5 makes
+    /// every install wait on its rate limiter; bosun defaults to [`HELM_QPS`]).
+    pub qps: Option<f32>,
+    /// Burst of Helm's Kubernetes client.
+    pub burst: Option<u32>,
 }
+
+/// Default requests per second of Helm's Kubernetes client.
+pub const HELM_QPS: f32 = 100.0;
+/// Default burst of Helm's Kubernetes client.
+pub const HELM_BURST: u32 = 200;
 
 /// A release as the library reports it.
 #[derive(Clone, Debug, PartialEq)]
@@ -242,6 +252,8 @@ impl HelmLibrary {
         if let Some(c) = &options.context {
             opts["kube_context"] = json!(c);
         }
+        opts["qps"] = json!(options.qps.unwrap_or(HELM_QPS));
+        opts["burst_limit"] = json!(options.burst.unwrap_or(HELM_BURST));
         let handle = self.ffi.config_new(&opts.to_string())?;
         Ok(HelmClient {
             lib: self.clone(),

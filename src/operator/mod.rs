@@ -415,6 +415,7 @@ fn releases(
             kubeconfig: cfg.kubeconfig.clone(),
             context: None,
             namespace: namespace.to_string(),
+            ..Default::default()
         })
         .context("cannot configure Helm for the cluster")?;
     let options = crate::helm::InstallOptions {

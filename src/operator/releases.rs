@@ -259,25 +259,31 @@ impl Releases for HelmReleases {
         checksum: String,
     ) -> BoxFut<'_, Result<u32, PortError>> {
         Box::pin(async move {
-            if let Some(r) = self.latest(&release).await?
+            let mut latest = self.latest(&release).await?;
+            if let Some(r) = &latest
                 && r.status().starts_with("pending")
             {
-                self.recover_pending(&r).await?;
+                self.recover_pending(r).await?;
+                latest = self.latest(&release).await?;
             }
-            tracing::debug!(release = %release, "helm upgrade --install");
             let mut options = self.options.clone();
             options.labels.insert(CHECKSUM_LABEL.to_string(), checksum);
-            let result = match self
-                .client
-                .upgrade_install(&chart, &release, &values, &options)
-                .await
-            {
+            let attempt = |exists: bool| {
+                let (chart, release, values, options) = (&chart, &release, &values, &options);
+                async move {
+                    if exists {
+                        self.client.upgrade(chart, release, values, options).await
+                    } else {
+                        self.client.install(chart, release, values, options).await
+                    }
+                }
+            };
+            let result = match attempt(latest.is_some()).await {
                 Ok(r) => Ok(r),
                 Err(first) => {
                     tracing::warn!(release = %release, "helm upgrade failed, retrying once: {first}");
-                    self.client
-                        .upgrade_install(&chart, &release, &values, &options)
-                        .await
+                    let exists = self.latest(&release).await?.is_some();
+                    attempt(exists).await
                 }
             };
             let r = result.map_err(|e| PortError(e.to_string()))?;
