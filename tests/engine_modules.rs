@@ -386,30 +386,7 @@ fn failing_modules_name_their_cause_and_the_others_still_converge() {
     op.wait("the good module installed", Duration::from_secs(60), || {
         releases(&sb).contains_key("good")
     });
-    let failure = |module: &str| -> Option<String> {
-        let (_, events) = journal_state(&journal);
-        let ids: Vec<_> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::TaskEnqueued { task, .. }
-                    if task.task_type == TaskType::ModuleRun
-                        && task.module.as_deref() == Some(module) =>
-                {
-                    Some(task.id)
-                }
-                _ => None,
-            })
-            .collect();
-        events.iter().find_map(|e| match e {
-            Event::TaskFailed {
-                id,
-                error,
-                failures,
-                ..
-            } if ids.contains(id) && *failures >= 2 => Some(error.clone()),
-            _ => None,
-        })
-    };
+    let failure = |module: &str| module_failure(&journal, module, 2);
     op.wait(
         "the broken chart failed twice (retried with backoff)",
         Duration::from_secs(60),
@@ -535,7 +512,7 @@ fn write_exec(path: &Path, text: &str) {
 
 /// The first failure message of a module's ModuleRun once it failed `times` times.
 fn module_failure(journal: &Path, module: &str, times: u32) -> Option<String> {
-    let (_, events) = journal_state(journal);
+    let (_, events) = common::try_journal_state(journal)?;
     let ids: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
@@ -678,4 +655,43 @@ echo '[{"op":"add", "path":"/badPatch/replicas", "value":"many"}]' > "$CONFIG_VA
         "{err}"
     );
     assert_eq!(sb.get(&format!("{CM}/strict")).0, 404);
+}
+
+#[test]
+fn a_missing_namespace_fails_the_module_run_with_the_cause_and_retries() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    write(&m.join("values.yaml"), "lonelyEnabled: true\n");
+    write(
+        &m.join("010-lonely/templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lonely\n",
+    );
+    let op = start_with_hooks(
+        &sb,
+        w,
+        &w.join("no-global-hooks"),
+        &[("ADDON_OPERATOR_NAMESPACE", "absent")],
+    );
+    let journal = w.join("journal");
+    op.wait(
+        "the module run failing twice",
+        Duration::from_secs(60),
+        || module_failure(&journal, "lonely", 2).is_some(),
+    );
+    let err = module_failure(&journal, "lonely", 2).unwrap_or_default();
+    assert!(
+        err.contains("module lonely") && err.contains("\"absent\" not found"),
+        "{err}"
+    );
+    // Once the namespace exists, the retry succeeds.
+    let (code, body) = sb.post(
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "absent"}}),
+    );
+    assert_eq!(code, 201, "{body}");
+    op.wait("the release installed", Duration::from_secs(120), || {
+        sb.get("/api/v1/namespaces/absent/configmaps/lonely").0 == 200
+    });
 }

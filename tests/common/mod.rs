@@ -436,3 +436,18 @@ pub fn journal_state(dir: &Path) -> (bosun_actors::State, Vec<bosun_actors::Even
     state.apply_all(&events);
     (state, events)
 }
+
+/// Like [`journal_state`], or `None` while the journal is not there or not readable yet.
+pub fn try_journal_state(dir: &Path) -> Option<(bosun_actors::State, Vec<bosun_actors::Event>)> {
+    let j = bosun_journal::Journal::<bosun_actors::Event>::open_read_only(dir).ok()?;
+    let events: Vec<bosun_actors::Event> = j
+        .read_from(0)
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?
+        .into_iter()
+        .map(|r| r.event)
+        .collect();
+    let mut state = bosun_actors::State::default();
+    state.apply_all(&events);
+    Some((state, events))
+}
