@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bosun_actors::{Event, TaskType};
+use bosun_actors::Event;
 use common::{Operator, Sandbox, journal_state, read_json, workdir};
 use serde_json::json;
 
@@ -694,4 +694,65 @@ fn a_missing_namespace_fails_the_module_run_with_the_cause_and_retries() {
     op.wait("the release installed", Duration::from_secs(120), || {
         sb.get("/api/v1/namespaces/absent/configmaps/lonely").0 == 200
     });
+}
+
+#[test]
+fn a_config_map_change_during_a_converge_restarts_it() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    write(
+        &m.join("values.yaml"),
+        "slowEnabled: true\nfastEnabled: true\n",
+    );
+    write_exec(
+        &m.join("010-slow/hooks/slow.sh"),
+        "#!/bin/bash\nif [[ \"$1\" == \"--config\" ]]; then echo '{\"configVersion\":\"v1\",\"beforeHelm\":1}'; exit 0; fi\ntouch \"$OUT_DIR/slow.started\"\nsleep 3\n",
+    );
+    write(
+        &m.join("020-fast/templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fast\ndata:\n  param: {{ .Values.global.param | default \"none\" | quote }}\n",
+    );
+    let op = start_with_hooks(&sb, w, &w.join("no-global-hooks"), &[]);
+    let out = w.join("out");
+    op.wait("the slow module running", Duration::from_secs(60), || {
+        out.join("slow.started").exists()
+    });
+    set_config(&sb, &[("global", "param: new\n")]);
+    op.wait(
+        "the restarted converge finished",
+        Duration::from_secs(60),
+        || {
+            common::try_journal_state(&w.join("journal"))
+                .is_some_and(|(s, _)| s.converge.completed >= 1 && !s.converge.in_progress)
+        },
+    );
+    let (_, events) = journal_state(&w.join("journal"));
+    let dropped: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::TaskDropped { reason, .. } => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !dropped.is_empty() && dropped.iter().all(|r| r.contains("ReloadAllModules")),
+        "the pending steps of the first converge were dropped: {dropped:?}"
+    );
+    let reasons: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ConvergeStarted { reason } => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons, ["OperatorStartup", "ReloadAllModules"]);
+    let (_, cm) = sb.get(&format!("{CM}/fast"));
+    assert_eq!(cm["data"]["param"], "new");
+    assert_eq!(
+        releases(&sb).get("fast"),
+        Some(&1),
+        "the fast module was installed once, with the new values"
+    );
 }

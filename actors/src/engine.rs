@@ -167,13 +167,9 @@ fn same_step(a: &TaskSpec, b: &TaskSpec) -> bool {
 /// Steps of a converge that was running when bosun stopped: the startup converge redoes
 /// them (module deletions stay: the modules are already recorded as disabled).
 fn interrupted_converge_step(t: &TaskSpec) -> bool {
-    let binding = t.params["bindingContexts"][0]["binding"].as_str();
-    match t.task_type {
-        TaskType::ConvergeModules => t.params["phase"].as_str() != Some("StandBy"),
-        TaskType::ModuleRun => t.params["reloadAll"].as_bool() == Some(true),
-        TaskType::GlobalHookRun => matches!(binding, Some("beforeAll" | "afterAll")),
-        _ => false,
-    }
+    crate::queue::is_converge_step(t)
+        && !(t.task_type == TaskType::ConvergeModules
+            && t.params["phase"].as_str() == Some("StandBy"))
 }
 
 /// Enqueue events that put the startup sequence in the main queue, reusing pending tasks
@@ -333,6 +329,7 @@ struct EngineHandler {
     ids: TaskIds,
     sink: Arc<dyn EventSink>,
     converged: Arc<AtomicBool>,
+    converging: Arc<AtomicBool>,
     modules: Arc<ModuleSet>,
 }
 
@@ -387,6 +384,7 @@ impl EngineHandler {
                 if let Err(e) = self.journal(Event::ConvergeStarted { reason }).await {
                     return TaskOutcome::Fail(e);
                 }
+                self.converging.store(true, Ordering::SeqCst);
                 let mut head = self.around_hooks("beforeAll", |h| h.config.before_all);
                 head.push(self.converge_phase(task, "WaitBeforeAll"));
                 TaskOutcome::Success {
@@ -420,6 +418,7 @@ impl EngineHandler {
                 if let Err(e) = self.journal(Event::ConvergeFinished).await {
                     return TaskOutcome::Fail(e);
                 }
+                self.converging.store(false, Ordering::SeqCst);
                 if !self.converged.swap(true, Ordering::SeqCst) {
                     tracing::info!("Startup converge done.");
                     let discover =
@@ -795,6 +794,7 @@ impl Router for QueueRouter {
 /// The running engine.
 pub struct Engine {
     router: Arc<QueueRouter>,
+    converging: Arc<AtomicBool>,
     global: Tracked<GlobalHooksMsg>,
     modules: Arc<ModuleSet>,
     sink: Arc<dyn EventSink>,
@@ -832,7 +832,20 @@ impl Engine {
         let (global_changed, changed_modules) = self.apply_config(sections).await?;
         let flags_changed = global_changed.1;
         if global_changed.0 || flags_changed {
-            self.enqueue(vec![converge_task(self.ids.next(), "ReloadAllModules")]);
+            let task = converge_task(self.ids.next(), "ReloadAllModules");
+            // A converge in progress started from older values: restart it, as the
+            // reference does, instead of finishing it and converging again.
+            if self.converging.load(Ordering::SeqCst)
+                && let Some(main) = self.router.get("main")
+                && main
+                    .cast(QueueMsg::RestartConverge(Box::new(task.clone())))
+                    .is_ok()
+            {
+                return Ok(vec![
+                    "ConvergeModules:ReloadAllModules (restarting the converge in progress)".into(),
+                ]);
+            }
+            self.enqueue(vec![task]);
             return Ok(vec!["ConvergeModules:ReloadAllModules".into()]);
         }
         let tasks: Vec<TaskSpec> = changed_modules
@@ -968,7 +981,9 @@ impl Engine {
             ignore_releases: args.ignore_releases,
         });
         let converged = Arc::new(AtomicBool::new(false));
+        let converging = Arc::new(AtomicBool::new(false));
         let handler: Arc<dyn TaskHandler> = Arc::new(EngineHandler {
+            converging: converging.clone(),
             global: global.clone(),
             hooks: args.global_hooks,
             ids: ids.clone(),
@@ -1016,6 +1031,7 @@ impl Engine {
         let _ = modules.actors.set(actors);
         let engine_partial = Engine {
             router: router.clone(),
+            converging,
             global: global.clone(),
             modules: modules.clone(),
             sink: args.sink.clone(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::events::{TaskId, TaskType};
+use crate::events::{TaskId, TaskSpec, TaskType};
 use crate::state::QueuedTask;
 
 /// Queued tasks of one hook at which all of them are compacted into one.
@@ -30,6 +30,18 @@ pub fn contexts(task: &QueuedTask) -> Vec<Value> {
         .as_array()
         .cloned()
         .unwrap_or_default()
+}
+
+/// Whether a task is a step of a converge ("reload all modules"): its phases, its module
+/// runs, and its beforeAll/afterAll hook runs.
+pub fn is_converge_step(t: &TaskSpec) -> bool {
+    let binding = t.params["bindingContexts"][0]["binding"].as_str();
+    match t.task_type {
+        TaskType::ConvergeModules => true,
+        TaskType::ModuleRun => t.params["reloadAll"].as_bool() == Some(true),
+        TaskType::GlobalHookRun => matches!(binding, Some("beforeAll" | "afterAll")),
+        _ => false,
+    }
 }
 
 fn is_hook_run(t: TaskType) -> bool {

@@ -79,6 +79,9 @@ pub enum QueueMsg {
     },
     /// Reply with the queue contents.
     Dump(RpcReplyPort<QueueDump>),
+    /// Replace the converge in progress: before the next task starts, its pending steps are
+    /// dropped and this converge goes to the head.
+    RestartConverge(Box<TaskSpec>),
 }
 
 /// A queue's contents for the debug dump.
@@ -118,6 +121,7 @@ impl Describe for QueueMsg {
                 format!("Finished {id} {how}")
             }
             QueueMsg::Dump(_) => "Dump".into(),
+            QueueMsg::RestartConverge(t) => format!("RestartConverge {}", t.description),
         }
     }
 }
@@ -154,6 +158,7 @@ pub struct QueueState {
     me: Tracked<QueueMsg>,
     state: State,
     running: Option<TaskId>,
+    restart: Option<TaskSpec>,
     max_attempts: Option<u32>,
     /// Events applied in memory but not yet journaled. The actor handles no other
     /// message and starts no task before [`QueueState::flush`] makes them durable, so
@@ -253,6 +258,23 @@ impl QueueState {
     async fn start_head(&mut self) -> Result<(), ActorProcessingErr> {
         if self.running.is_some() {
             return Ok(());
+        }
+        if let Some(task) = self.restart.take() {
+            let mut events: Vec<Event> = self
+                .tasks()
+                .iter()
+                .filter(|t| crate::queue::is_converge_step(&t.spec))
+                .map(|t| Event::TaskDropped {
+                    id: t.spec.id,
+                    reason: format!("superseded by {}", task.description),
+                })
+                .collect();
+            tracing::info!(queue = %self.name, dropped = events.len(), "converge restarted: {}", task.description);
+            events.push(Event::TaskEnqueued {
+                task,
+                position: Position::Head,
+            });
+            self.commit(events).await?;
         }
         let Some(head) = self.tasks().first().cloned() else {
             return Ok(());
@@ -430,6 +452,7 @@ impl Actor for QueueActor {
             me,
             state: args.restored,
             running: None,
+            restart: None,
             staged: Vec::new(),
             max_attempts: args.max_attempts,
         };
@@ -459,6 +482,11 @@ impl Actor for QueueActor {
             QueueMsg::Finished { id, outcome } => st.finished(id, outcome).await,
             QueueMsg::Dump(reply) => {
                 let _ = reply.send(st.dump());
+                Ok(())
+            }
+            QueueMsg::RestartConverge(task) => {
+                st.restart = Some(*task);
+                st.kick();
                 Ok(())
             }
         };
