@@ -372,7 +372,7 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
     /// records is refused with [`JournalError::Corrupt`].
     pub fn open(dir: &Path) -> Result<Journal<E>, JournalError> {
         check_directory(dir, true)?;
-        let storage: Arc<dyn Storage> = Arc::new(SledStorage::open(dir)?);
+        let storage: Arc<dyn Storage> = Arc::new(SledStorage::open_for_writing(dir)?);
         Self::with_storage(storage, dir, true, None)
     }
 

@@ -67,9 +67,29 @@ fn seq_of(k: &[u8]) -> u64 {
 impl SledStorage {
     /// Opens (creating if needed) sled storage in `dir`.
     pub fn open(dir: &Path) -> Result<SledStorage, JournalError> {
+        Self::open_once(dir)
+    }
+
+    /// Like [`SledStorage::open`], retrying for a second while the lock is held: a handle
+    /// closed a moment ago (in this process) may still be releasing it.
+    pub fn open_for_writing(dir: &Path) -> Result<SledStorage, JournalError> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            match Self::open_once(dir) {
+                Err(JournalError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn open_once(dir: &Path) -> Result<SledStorage, JournalError> {
         let db = sled::Config::new()
             .path(dir)
             .mode(sled::Mode::HighThroughput)
+            // Every write is flushed explicitly (group commit); no background flusher.
+            .flush_every_ms(None)
             .open()
             .map_err(|e| {
                 let message = e.to_string();
