@@ -360,14 +360,20 @@ impl ModuleState {
         Ok(())
     }
 
+    /// Journals a phase transition without waiting for the flush: the next durable write
+    /// (a values patch, the release, the task's end) carries it. Losing it in a crash only
+    /// makes the retried task redo a phase.
     async fn phase(&mut self, phase: &str, task: TaskId) -> Result<(), String> {
-        let module = self.def.name.clone();
-        self.journal(vec![Event::ModulePhase {
-            module,
+        let events = vec![Event::ModulePhase {
+            module: self.def.name.clone(),
             phase: phase.to_string(),
             task: Some(task),
-        }])
-        .await
+        }];
+        self.sink
+            .append_later(events.clone())
+            .map_err(|e| format!("module {}: cannot journal: {e}", self.def.name))?;
+        self.values.apply_all(&events);
+        Ok(())
     }
 
     /// Runs `--config` of every hook once; an error names the hook.

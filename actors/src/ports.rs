@@ -23,6 +23,10 @@ pub struct PortError(pub String);
 pub trait EventSink: Send + Sync + 'static {
     /// Appends events; resolves only once they are durable, with the last sequence number.
     fn append(&self, events: Vec<Event>) -> BoxFut<'_, Result<u64, PortError>>;
+    /// Queues events without waiting for them to be durable: they become durable with the
+    /// next acknowledged append (order is kept). For progress markers whose loss in a crash
+    /// only makes a retried task redo a step.
+    fn append_later(&self, events: Vec<Event>) -> Result<(), PortError>;
 }
 
 /// One hook run.

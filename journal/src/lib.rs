@@ -516,6 +516,13 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         self.append_batch(std::slice::from_ref(event)).await
     }
 
+    /// Queues events for the next group commit without waiting for it. They are written
+    /// in order with every other append, so they are durable once any later acknowledged
+    /// append is; for facts whose loss in a crash is harmless (progress markers).
+    pub fn append_later(&self, events: &[E]) -> Result<(), JournalError> {
+        self.send(events).map(|_| ())
+    }
+
     /// Blocking variant of [`Journal::append_batch`] for synchronous callers.
     pub fn append_blocking(&self, events: &[E]) -> Result<u64, JournalError> {
         let rx = self.send(events)?;

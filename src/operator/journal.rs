@@ -24,6 +24,12 @@ impl EventSink for JournalSink {
                 .map_err(|e| PortError(e.to_string()))
         })
     }
+
+    fn append_later(&self, events: Vec<Event>) -> Result<(), PortError> {
+        self.journal
+            .append_later(&events)
+            .map_err(|e| PortError(e.to_string()))
+    }
 }
 
 /// How long a start waits for a journal held by another process (an inspection with
