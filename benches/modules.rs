@@ -1,7 +1,7 @@
 //! Modules benchmark: a cold converge of generated modules (2 hooks each, a one-object
 //! chart) on a sandbox API server process, against the intrinsic work of the same modules done
-//! directly in the same run — the hook processes with their temp files, a Helm render and a
-//! Helm install per module. The difference is bosun's orchestration (queues, journal,
+//! directly in the same run — the hook processes (`--config`, then the run with its temp
+//! files), a Helm render and a Helm install per module. The difference is bosun's orchestration (queues, journal,
 //! values, checksums, status and drift reads).
 //!
 //! `cargo bench --bench modules`; `BENCH_MODULES` (default 100) scales it. Needs the Helm
@@ -110,6 +110,8 @@ fn main() {
                 let context = json!([{"binding": binding, "snapshots": {}}]);
                 let path = m.join("hooks").join(hook);
                 let t = Instant::now();
+                // `hook --config` is part of every hook's work (bosun reads it once).
+                runner.config(hook, &path).await.expect("hook --config");
                 runner
                     .run(&HookInput {
                         name: hook,
