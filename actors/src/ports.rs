@@ -143,3 +143,11 @@ pub trait Releases: Send + Sync + 'static {
     /// Applies objects (a module's CRDs) with server-side apply.
     fn apply(&self, objects: Vec<Value>) -> BoxFut<'_, Result<(), PortError>>;
 }
+
+/// Executes the object patcher operations a hook wrote to `KUBERNETES_PATCH_PATH`
+/// (a JSON stream of operations, or multi-document YAML).
+pub trait ObjectPatcher: Send + Sync + 'static {
+    /// Runs every operation in order; any failure (parse, validation, API) fails the whole
+    /// call with a message naming the operation's index, kind and name.
+    fn apply(&self, hook: String, text: String) -> BoxFut<'_, Result<(), PortError>>;
+}
