@@ -15,6 +15,7 @@ pub mod ports;
 pub mod queue;
 pub mod queue_actor;
 pub mod schedule;
+pub mod scheduler;
 pub mod schema;
 pub mod state;
 pub mod values;
