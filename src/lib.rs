@@ -11,6 +11,7 @@ pub mod cli;
 pub mod helm;
 pub mod hooks;
 pub mod journal_cli;
+pub mod jq;
 pub mod logging;
 pub mod modules;
 pub mod operator;
