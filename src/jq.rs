@@ -457,6 +457,40 @@ mod tests {
     }
 
     #[test]
+    fn updates_create_absent_values_like_jq() {
+        let run = |program: &str, input: Value| {
+            JqFilter::compile(program)
+                .expect("compile")
+                .run(&input)
+                .expect("run")
+        };
+        assert_eq!(
+            run(".metadata.labels.x = \"y\"", json!({"metadata": {}})),
+            json!({"metadata": {"labels": {"x": "y"}}})
+        );
+        assert_eq!(run(".a.b |= 1", Value::Null), json!({"a": {"b": 1}}));
+        assert_eq!(run(".a += 1", json!({})), json!({"a": 1}));
+        assert_eq!(run(".[1] = 1", Value::Null), json!([null, 1]));
+        assert_eq!(run(".[2] = 1", json!([0])), json!([0, null, 1]));
+        assert_eq!(
+            run(".a[1].b = 1", json!({})),
+            json!({"a": [null, {"b": 1}]})
+        );
+        // jq leaves `{}` here; deleting under an absent key leaves a null behind.
+        assert_eq!(run("del(.a.b)", json!({})), json!({"a": null}));
+        assert_eq!(
+            run("del(.a.b)", json!({"a": {"b": 1, "c": 2}})),
+            json!({"a": {"c": 2}})
+        );
+        assert_eq!(run("del(.a)", Value::Null), Value::Null);
+        assert_eq!(
+            run("setpath([\"a\", \"b\"]; 1)", Value::Null),
+            json!({"a": {"b": 1}})
+        );
+        assert_eq!(run(".x.y", Value::Null), Value::Null);
+    }
+
+    #[test]
     fn halt_is_an_error_not_an_exit() {
         let f = JqFilter::compile("halt_error").expect("compile");
         assert!(f.run(&json!("bye")).is_err());
