@@ -11,6 +11,8 @@ pub mod cli;
 pub mod helm;
 pub mod hooks;
 pub mod journal_cli;
+pub mod jq;
+pub mod kubernetes;
 pub mod logging;
 pub mod modules;
 pub mod operator;
