@@ -121,6 +121,12 @@ fn main() {
             releases: Arc::new(bosun::operator::releases::NoHelm("no charts".into())),
             monitor_interval: Duration::from_secs(270),
             ignore_releases: Vec::new(),
+            bindings: Arc::new(bosun_actors::ports::NoKubernetes(
+                "no Kubernetes API".into(),
+            )),
+            patcher: Arc::new(bosun_actors::ports::NoKubernetes(
+                "no Kubernetes API".into(),
+            )),
         })
         .await
         .expect("engine");

@@ -7,6 +7,7 @@
 //!    └──► journal (offline inspection)
 //! ```
 
+pub mod bindings;
 pub mod cli;
 pub mod helm;
 pub mod hooks;

@@ -16,6 +16,7 @@ use std::time::Duration;
 use ractor::Actor;
 use serde_json::{Value, json};
 
+use crate::bindings::{HookRef, owner_of};
 use crate::events::{Event, Position, TaskId, TaskSpec, TaskType};
 use crate::global_hooks::{GlobalHook, GlobalHooksActor, GlobalHooksArgs, GlobalHooksMsg};
 use crate::mailbox::{Mailboxes, Tracked};
@@ -23,10 +24,13 @@ use crate::modules::{
     ConfigSections, GlobalDocs, ModuleActor, ModuleArgs, ModuleDef, ModuleMsg, flag_chain,
     module_run_task, module_task,
 };
-use crate::ports::{BoxFut, ConfigStore, EventSink, HookExecutor, PortError, Releases};
+use crate::ports::{
+    BoxFut, ConfigStore, EventSink, HookExecutor, KubeBindings, ObjectPatcher, PortError, Releases,
+};
 use crate::queue_actor::{
     QueueActor, QueueArgs, QueueDump, QueueMsg, Router, TaskHandler, TaskOutcome,
 };
+use crate::scheduler::{ScheduleEntry, Scheduler};
 use crate::state::{QueuedTask, State};
 
 /// Allocates task ids, above every id in the journal.
@@ -42,6 +46,40 @@ impl TaskIds {
     /// A fresh id.
     pub fn next(&self) -> TaskId {
         TaskId(self.0.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Synchronization runs the startup waits for (`GlobalHookWaitKubernetesSynchronization`):
+/// bindings with `waitForSynchronization` whose run went to a named queue.
+#[derive(Clone, Debug)]
+pub struct SyncWaiter(Arc<tokio::sync::watch::Sender<std::collections::BTreeSet<(String, usize)>>>);
+
+impl Default for SyncWaiter {
+    fn default() -> Self {
+        SyncWaiter(Arc::new(
+            tokio::sync::watch::Sender::new(Default::default()),
+        ))
+    }
+}
+
+impl SyncWaiter {
+    /// Binding `index` of `hook` must synchronize before the startup goes on.
+    pub fn expect(&self, hook: &str, index: usize) {
+        self.0.send_modify(|s| {
+            s.insert((hook.to_string(), index));
+        });
+    }
+
+    /// Binding `index` of `hook` has synchronized.
+    pub fn done(&self, hook: &str, index: usize) {
+        self.0
+            .send_if_modified(|s| s.remove(&(hook.to_string(), index)));
+    }
+
+    /// Resolves once nothing is awaited.
+    pub async fn wait(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|s| s.is_empty()).await;
     }
 }
 
@@ -251,6 +289,10 @@ pub struct EngineArgs {
     pub max_attempts: Option<u32>,
     /// Mailbox registry.
     pub mailboxes: Mailboxes,
+    /// Kubernetes bindings.
+    pub bindings: Arc<dyn KubeBindings>,
+    /// The hooks' object patcher operations.
+    pub patcher: Arc<dyn ObjectPatcher>,
 }
 
 /// Engine start-up failures.
@@ -324,6 +366,10 @@ impl ModuleSet {
 }
 
 struct EngineHandler {
+    bindings: Arc<dyn KubeBindings>,
+    sync_waiter: SyncWaiter,
+    router: OnceLock<std::sync::Weak<QueueRouter>>,
+    scheduler: OnceLock<Scheduler>,
     global: Tracked<GlobalHooksMsg>,
     hooks: Vec<GlobalHook>,
     ids: TaskIds,
@@ -436,6 +482,56 @@ impl EngineHandler {
 }
 
 impl EngineHandler {
+    /// `GlobalHookEnableKubernetesBindings`: starts a global hook's watches and queues its
+    /// Synchronization runs, in the main queue right after this task or in the binding's
+    /// named queue (waited for by the startup when `waitForSynchronization`).
+    async fn enable_kubernetes(&self, task: &QueuedTask) -> TaskOutcome {
+        let name = task.spec.hook.clone().unwrap_or_default();
+        let Some(hook) = self.hooks.iter().find(|h| h.name == name) else {
+            return TaskOutcome::Fail(format!("global hook {name:?} is not loaded"));
+        };
+        let Some(router) = self.router.get().and_then(std::sync::Weak::upgrade) else {
+            return TaskOutcome::Fail("the queues are not running".into());
+        };
+        let router: Arc<dyn Router> = router;
+        let href = HookRef {
+            owner: owner_of(None),
+            hook: name.clone(),
+        };
+        let config = Arc::new(hook.config.clone());
+        let events =
+            crate::modules::binding_events(None, &name, config.clone(), router, self.ids.clone());
+        if let Err(e) = self
+            .bindings
+            .start(href.clone(), hook.config.kubernetes.clone(), events)
+            .await
+        {
+            return TaskOutcome::Fail(format!("global hook {name:?}: {e}"));
+        }
+        let mut after = Vec::new();
+        for (i, b) in hook.config.kubernetes.iter().enumerate() {
+            if !b.execute_hook_on_synchronization {
+                self.bindings.release(&href, i);
+                continue;
+            }
+            if b.queue != "main" && b.wait_for_synchronization {
+                self.sync_waiter.expect(&name, i);
+            }
+            after.push(crate::bindings::sync_task(
+                self.ids.next(),
+                None,
+                &name,
+                &config,
+                i,
+            ));
+        }
+        TaskOutcome::Success {
+            head: Vec::new(),
+            after,
+            tail: Vec::new(),
+        }
+    }
+
     async fn global_docs(&self) -> Result<GlobalDocs, String> {
         let (tx, rx) = ractor::concurrency::oneshot();
         self.global
@@ -691,12 +787,34 @@ impl TaskHandler for EngineHandler {
                 TaskType::ModuleRun | TaskType::ModuleDelete | TaskType::ModuleEnsureCRDs => {
                     self.module_task(task).await
                 }
+                TaskType::ModuleHookRun => {
+                    let module = task.spec.module.clone().unwrap_or_default();
+                    if !self.modules.is_enabled(&module) {
+                        tracing::info!(module = %module, task = %crate::queue::describe(&task), "module is disabled; hook run dropped");
+                        return TaskOutcome::done();
+                    }
+                    self.module_task(task).await
+                }
+                TaskType::GlobalHookEnableKubernetesBindings => self.enable_kubernetes(&task).await,
+                TaskType::GlobalHookWaitKubernetesSynchronization => {
+                    self.sync_waiter.wait().await;
+                    TaskOutcome::done()
+                }
                 TaskType::DiscoverHelmReleases => self.discover_releases().await,
                 TaskType::ModulePurge => self.purge(&task).await,
-                TaskType::GlobalHookEnableScheduleBindings
-                | TaskType::GlobalHookEnableKubernetesBindings
-                | TaskType::GlobalHookWaitKubernetesSynchronization => {
-                    tracing::warn!(task = %crate::queue::describe(&task), "schedule and kubernetes bindings are not run by this version");
+                TaskType::GlobalHookEnableScheduleBindings => {
+                    let name = task.spec.hook.clone().unwrap_or_default();
+                    let Some(hook) = self.hooks.iter().find(|h| h.name == name) else {
+                        return TaskOutcome::Fail(format!("global hook {name:?} is not loaded"));
+                    };
+                    let Some(scheduler) = self.scheduler.get() else {
+                        return TaskOutcome::Fail("the scheduler is not running".into());
+                    };
+                    scheduler.add(crate::bindings::schedule_entries(
+                        &owner_of(None),
+                        &name,
+                        &hook.config,
+                    ));
                     TaskOutcome::done()
                 }
                 other => {
@@ -942,6 +1060,7 @@ impl Engine {
             args.sink.append(startup.clone()).await?;
             restored.apply_all(&startup);
         }
+        let sync_waiter = SyncWaiter::default();
         let global_mailbox = args.mailboxes.handle("global-hooks");
         let (global_actor, _) = Actor::spawn(
             None,
@@ -956,6 +1075,9 @@ impl Engine {
                 config_store: args.config_store.clone(),
                 mailbox: global_mailbox.clone(),
                 ids: ids.clone(),
+                bindings: args.bindings.clone(),
+                patcher: args.patcher.clone(),
+                sync_waiter: sync_waiter.clone(),
             },
         )
         .await
@@ -982,7 +1104,11 @@ impl Engine {
         });
         let converged = Arc::new(AtomicBool::new(false));
         let converging = Arc::new(AtomicBool::new(false));
-        let handler: Arc<dyn TaskHandler> = Arc::new(EngineHandler {
+        let handler = Arc::new(EngineHandler {
+            bindings: args.bindings.clone(),
+            sync_waiter: sync_waiter.clone(),
+            router: OnceLock::new(),
+            scheduler: OnceLock::new(),
             converging: converging.clone(),
             global: global.clone(),
             hooks: args.global_hooks,
@@ -994,13 +1120,32 @@ impl Engine {
         let engine_ids = ids_for_engine;
         let router = Arc::new(QueueRouter {
             queues: Mutex::new(HashMap::new()),
-            handler,
+            handler: handler.clone(),
             sink: args.sink.clone(),
             mailboxes: args.mailboxes.clone(),
             max_attempts: args.max_attempts,
             this: Mutex::new(None),
         });
         *router.this.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(&router));
+        let _ = handler.router.set(Arc::downgrade(&router));
+        let scheduler = {
+            let (router, ids, converged) =
+                (Arc::downgrade(&router), ids.clone(), converged.clone());
+            Scheduler::new(Arc::new(move |entries: Vec<ScheduleEntry>| {
+                let Some(router) = router.upgrade() else {
+                    return;
+                };
+                for e in entries {
+                    // As in the reference: module schedules wait for the first converge.
+                    if e.owner != "global" && !converged.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    let task = crate::bindings::schedule_task(ids.next(), &e);
+                    router.enqueue(&task.queue.clone(), vec![task]);
+                }
+            }))
+        };
+        let _ = handler.scheduler.set(scheduler.clone());
         let mut actors = HashMap::new();
         for def in &modules.defs {
             let name = format!("module/{}", def.name);
@@ -1019,6 +1164,9 @@ impl Engine {
                     ids: ids.clone(),
                     monitor_interval: args.monitor_interval,
                     mailbox: mailbox.clone(),
+                    bindings: args.bindings.clone(),
+                    patcher: args.patcher.clone(),
+                    scheduler: scheduler.clone(),
                 },
             )
             .await

@@ -8,10 +8,14 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
+use crate::bindings::{HookRef, owner_of};
 use crate::events::{Event, Scope, ValuesLayer};
 use crate::hook_config::{HookConfig, HookKind};
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
-use crate::ports::{ConfigStore, EventSink, HookExecutor, HookResult, HookRun, PortError};
+use crate::ports::{
+    ConfigStore, EventSink, HookExecutor, HookResult, HookRun, KubeBindings, ObjectPatcher,
+    PortError,
+};
 use crate::queue_actor::TaskOutcome;
 use crate::schema::ValuesSchemas;
 use crate::state::{QueuedTask, State};
@@ -86,6 +90,12 @@ pub struct GlobalHooksArgs {
     pub mailbox: MailboxHandle,
     /// Task id allocator.
     pub ids: crate::engine::TaskIds,
+    /// Kubernetes bindings (snapshots, releasing events after Synchronization).
+    pub bindings: Arc<dyn KubeBindings>,
+    /// The hooks' object patcher operations.
+    pub patcher: Arc<dyn ObjectPatcher>,
+    /// Synchronization runs the startup waits for.
+    pub sync_waiter: crate::engine::SyncWaiter,
 }
 
 /// The actor.
@@ -103,6 +113,9 @@ pub struct GlobalHooksState {
     mailbox: MailboxHandle,
     me: Tracked<GlobalHooksMsg>,
     ids: crate::engine::TaskIds,
+    bindings: Arc<dyn KubeBindings>,
+    patcher: Arc<dyn ObjectPatcher>,
+    sync_waiter: crate::engine::SyncWaiter,
 }
 
 impl GlobalHooksState {
@@ -157,7 +170,14 @@ impl GlobalHooksState {
             )));
             return;
         };
-        let contexts = crate::queue::compact_groups(crate::queue::contexts(&task));
+        let href = HookRef {
+            owner: owner_of(None),
+            hook: hook.name.clone(),
+        };
+        let bindings = self.bindings.clone();
+        let stubs = crate::queue::compact_groups(crate::queue::contexts(&task));
+        let contexts =
+            crate::bindings::render(&hook.config, stubs, &|i| bindings.snapshot(&href, i));
         let binding = contexts
             .first()
             .and_then(|c| c["binding"].as_str())
@@ -191,6 +211,7 @@ impl GlobalHooksState {
             Ok(out) => out,
             Err(e) if allow_failure => {
                 tracing::warn!(hook = %hook, "hook failed, allowed by allowFailure: {e}");
+                self.synchronized(task);
                 return TaskOutcome::done();
             }
             Err(e) => return TaskOutcome::Fail(e.to_string()),
@@ -200,10 +221,12 @@ impl GlobalHooksState {
             Ok(()) => {}
             Err(e) if allow_failure => {
                 tracing::warn!(hook = %hook, "hook output rejected, allowed by allowFailure: {e}");
+                self.synchronized(task);
                 return TaskOutcome::done();
             }
             Err(e) => return TaskOutcome::Fail(e),
         }
+        self.synchronized(task);
         let changed = checksum(&self.values_document()) != before;
         let event_driven = crate::queue::contexts(task)
             .iter()
@@ -220,6 +243,20 @@ impl GlobalHooksState {
             };
         }
         TaskOutcome::done()
+    }
+
+    /// The task's Synchronization runs are done: their bindings' events flow, and the
+    /// startup stops waiting for them.
+    fn synchronized(&self, task: &QueuedTask) {
+        let hook = task.spec.hook.clone().unwrap_or_default();
+        let href = HookRef {
+            owner: owner_of(None),
+            hook: hook.clone(),
+        };
+        for i in crate::bindings::synchronized(&crate::queue::contexts(task)) {
+            self.bindings.release(&href, i);
+            self.sync_waiter.done(&hook, i);
+        }
     }
 
     async fn apply_output(&mut self, hook: &str, out: &HookResult) -> Result<(), String> {
@@ -242,6 +279,13 @@ impl GlobalHooksState {
             None,
         )
         .map_err(|e| format!("hook {hook:?}: {e}"))?;
+        // As in the reference: metrics, then object patches, then values patches.
+        if !out.kubernetes_patch.trim().is_empty() {
+            self.patcher
+                .apply(hook.to_string(), out.kubernetes_patch.clone())
+                .await
+                .map_err(|e| format!("hook {hook:?}: KUBERNETES_PATCH_PATH: {e}"))?;
+        }
         // Validate everything the patches lead to before any of it is journaled.
         let mut new_config = self.config();
         if !config_ops.is_empty() {
@@ -282,9 +326,6 @@ impl GlobalHooksState {
             }])
             .await?;
         }
-        if !out.kubernetes_patch.trim().is_empty() || !out.metrics.trim().is_empty() {
-            tracing::debug!(hook = %hook, "hook wrote metrics or object patches; handled by the bindings engine");
-        }
         Ok(())
     }
 }
@@ -310,6 +351,9 @@ impl Actor for GlobalHooksActor {
             config_store: args.config_store,
             mailbox: args.mailbox,
             ids: args.ids,
+            bindings: args.bindings,
+            patcher: args.patcher,
+            sync_waiter: args.sync_waiter,
         })
     }
 

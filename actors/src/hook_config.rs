@@ -150,6 +150,25 @@ pub struct HookConfig {
     pub settings: Settings,
 }
 
+/// Checks every `jqFilter` of a configuration with `check` (the filter language lives
+/// with the bindings); an error names the hook and the binding's field.
+pub fn check_filters(
+    config: &HookConfig,
+    hook: &str,
+    check: impl Fn(&str) -> Result<(), String>,
+) -> Result<(), HookConfigError> {
+    for (i, b) in config.kubernetes.iter().enumerate() {
+        if let Some(p) = &b.jq_filter {
+            check(p).map_err(|message| HookConfigError {
+                hook: hook.to_string(),
+                field: format!("kubernetes[{i}].jqFilter"),
+                message: format!("binding {:?}: invalid jq program: {message}", b.name),
+            })?;
+        }
+    }
+    Ok(())
+}
+
 struct Ctx<'a> {
     hook: &'a str,
 }

@@ -5,6 +5,7 @@
 //!                                                 └───► State::apply (the same fold on replay)
 //! ```
 
+pub mod bindings;
 pub mod engine;
 pub mod events;
 pub mod global_hooks;

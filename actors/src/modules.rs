@@ -18,12 +18,14 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
+use crate::bindings::{HookRef, owner_of};
 use crate::engine::TaskIds;
 use crate::events::{Event, Scope, TaskId, TaskSpec, TaskType, ValuesLayer};
 use crate::hook_config::{HookConfig, HookKind};
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use crate::ports::{
-    ConfigStore, EnabledRun, EventSink, HookExecutor, HookResult, HookRun, Releases,
+    ConfigStore, EnabledRun, EventSink, HookExecutor, HookResult, HookRun, KubeBindings,
+    ObjectPatcher, Releases,
 };
 use crate::queue_actor::{Router, TaskOutcome};
 use crate::state::{QueuedTask, State};
@@ -240,6 +242,12 @@ pub struct ModuleArgs {
     pub monitor_interval: Duration,
     /// Mailbox tracking.
     pub mailbox: MailboxHandle,
+    /// Kubernetes bindings of the module's hooks.
+    pub bindings: Arc<dyn KubeBindings>,
+    /// The hooks' object patcher operations.
+    pub patcher: Arc<dyn ObjectPatcher>,
+    /// Timers of the hooks' schedule bindings.
+    pub scheduler: crate::scheduler::Scheduler,
 }
 
 /// A module hook with its configuration.
@@ -273,6 +281,11 @@ pub struct ModuleState {
     /// Differences an upgrade did not remove (e.g. a field the API server rewrites): not
     /// drift, or every check would upgrade again.
     settled_drift: Vec<String>,
+    bindings: Arc<dyn KubeBindings>,
+    patcher: Arc<dyn ObjectPatcher>,
+    scheduler: crate::scheduler::Scheduler,
+    /// Whether this process started the hooks' bindings (they stop when it is disabled).
+    bindings_started: bool,
 }
 
 /// A `ModuleRun` task.
@@ -390,6 +403,8 @@ impl ModuleState {
                 .map_err(|e| format!("module {}: {e}", self.def.name))?;
             let config = crate::hook_config::parse(&text, HookKind::Module, name)
                 .map_err(|e| format!("module {}: {e}", self.def.name))?;
+            crate::hook_config::check_filters(&config, name, |p| self.bindings.check_filter(p))
+                .map_err(|e| format!("module {}: {e}", self.def.name))?;
             hooks.push(ModuleHook {
                 name: name.clone(),
                 path: path.clone(),
@@ -420,31 +435,51 @@ impl ModuleState {
         queue: &str,
     ) -> Result<(), String> {
         for hook in self.hooks_for(order) {
-            let context = if binding == "onStartup" {
-                json!([{"binding": binding}])
-            } else {
-                let snapshots: serde_json::Map<String, Value> = hook
-                    .config
-                    .kubernetes
-                    .iter()
-                    .map(|b| (b.name.clone(), json!([])))
-                    .collect();
-                json!([{"binding": binding, "snapshots": snapshots}])
-            };
-            let run = HookRun {
-                name: hook.name.clone(),
-                path: hook.path.clone(),
-                binding_context: context,
-                values: self.values_document(docs),
-                config_values: self.config_document(docs),
-                log_fields: format!("module={} binding={binding} queue={queue}", self.def.name),
-            };
-            let out = self
-                .executor
-                .run(run)
+            self.run_hook(&hook, vec![json!({"binding": binding})], docs, queue)
                 .await
                 .map_err(|e| format!("module {}: {binding} hook failed: {e}", self.def.name))?;
-            self.apply_output(&hook.name, &out, docs).await?;
+        }
+        Ok(())
+    }
+
+    fn hook_ref(&self, hook: &str) -> HookRef {
+        HookRef {
+            owner: owner_of(Some(&self.def.name)),
+            hook: hook.to_string(),
+        }
+    }
+
+    /// Runs one hook with context stubs rendered against the current snapshots and applies
+    /// its output; releases the events of the bindings it synchronized.
+    async fn run_hook(
+        &mut self,
+        hook: &ModuleHook,
+        stubs: Vec<Value>,
+        docs: &GlobalDocs,
+        queue: &str,
+    ) -> Result<(), String> {
+        let href = self.hook_ref(&hook.name);
+        let bindings = self.bindings.clone();
+        let synced = crate::bindings::synchronized(&stubs);
+        let contexts =
+            crate::bindings::render(&hook.config, stubs, &|i| bindings.snapshot(&href, i));
+        let binding = contexts
+            .first()
+            .and_then(|c| c["binding"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let run = HookRun {
+            name: hook.name.clone(),
+            path: hook.path.clone(),
+            binding_context: Value::Array(contexts),
+            values: self.values_document(docs),
+            config_values: self.config_document(docs),
+            log_fields: format!("module={} binding={binding} queue={queue}", self.def.name),
+        };
+        let out = self.executor.run(run).await.map_err(|e| e.to_string())?;
+        self.apply_output(&hook.name, &out, docs).await?;
+        for i in synced {
+            self.bindings.release(&href, i);
         }
         Ok(())
     }
@@ -477,6 +512,13 @@ impl ModuleState {
             Some(&key),
         )
         .map_err(|e| err(e.to_string()))?;
+        // As in the reference: metrics, then object patches, then values patches.
+        if !out.kubernetes_patch.trim().is_empty() {
+            self.patcher
+                .apply(hook.to_string(), out.kubernetes_patch.clone())
+                .await
+                .map_err(|e| err(format!("KUBERNETES_PATCH_PATH: {e}")))?;
+        }
         let scope = Scope::Module(self.def.name.clone());
         // Validate everything the patches lead to before any of it is journaled.
         let mut new_config = self.config();
@@ -571,6 +613,10 @@ impl ModuleState {
                 .map(|m| m.checksum.clone())
                 .filter(|c| !c.is_empty())
         });
+        // Differences left after an upgrade are settled (fields the API server rewrites),
+        // except after an upgrade that repaired drift: there only differences seen before
+        // it are, so an edit by hand made while it ran is still healed.
+        let mut drift_before: Option<Vec<String>> = None;
         let reason = match &info {
             None => Some("no release yet".to_string()),
             Some(i) if i.status != "deployed" => Some(format!("release status is {}", i.status)),
@@ -579,7 +625,9 @@ impl ModuleState {
             }
             Some(_) => {
                 let drift = self.drift(&rendered.objects).await?;
-                (!drift.is_empty()).then(|| drift.join("; "))
+                let why = (!drift.is_empty()).then(|| drift.join("; "));
+                drift_before = Some(drift);
+                why
             }
         };
         match reason {
@@ -599,11 +647,19 @@ impl ModuleState {
                     checksum: rendered.checksum.clone(),
                 }])
                 .await?;
-                self.settled_drift.clear();
-                let left = self.drift(&rendered.objects).await?;
-                if !left.is_empty() {
-                    tracing::warn!(module = %name, "differences Helm does not reconcile, not treated as drift: {}", left.join("; "));
-                    self.settled_drift = left;
+                let previously = std::mem::take(&mut self.settled_drift);
+                let settled: Vec<String> = self
+                    .drift(&rendered.objects)
+                    .await?
+                    .into_iter()
+                    .filter(|d| {
+                        drift_before.as_ref().is_none_or(|b| b.contains(d))
+                            || previously.contains(d)
+                    })
+                    .collect();
+                if !settled.is_empty() {
+                    tracing::warn!(module = %name, "differences Helm does not reconcile, not treated as drift: {}", settled.join("; "));
+                    self.settled_drift = settled;
                 }
             }
         }
@@ -701,6 +757,11 @@ impl ModuleState {
                 return TaskOutcome::Fail(e);
             }
         }
+        if !self.bindings_started
+            && let Err(e) = self.start_bindings(docs, &queue).await
+        {
+            return TaskOutcome::Fail(e);
+        }
         let steps = async {
             self.phase("CanRunHelm", id).await?;
             self.run_binding("beforeHelm", |c| c.before_helm, docs, &queue)
@@ -738,8 +799,133 @@ impl ModuleState {
         }
     }
 
+    /// Starts the kubernetes bindings of every hook and runs their Synchronization: in this
+    /// run for bindings on the main queue or waited for, as a task in their named queue
+    /// otherwise.
+    async fn start_bindings(&mut self, docs: &GlobalDocs, queue: &str) -> Result<(), String> {
+        let name = self.def.name.clone();
+        let hooks: Vec<ModuleHook> = self
+            .hooks
+            .iter()
+            .flatten()
+            .filter(|h| !h.config.kubernetes.is_empty())
+            .cloned()
+            .collect();
+        for hook in &hooks {
+            let href = self.hook_ref(&hook.name);
+            let events = binding_events(
+                Some(&name),
+                &hook.name,
+                Arc::new(hook.config.clone()),
+                self.router.clone(),
+                self.ids.clone(),
+            );
+            self.bindings
+                .start(href, hook.config.kubernetes.clone(), events)
+                .await
+                .map_err(|e| format!("module {name}: hook {:?}: {e}", hook.name))?;
+        }
+        self.bindings_started = true;
+        let owner = owner_of(Some(&name));
+        for hook in self.hooks.iter().flatten() {
+            self.scheduler.add(crate::bindings::schedule_entries(
+                &owner,
+                &hook.name,
+                &hook.config,
+            ));
+        }
+        for hook in &hooks {
+            let href = self.hook_ref(&hook.name);
+            for (i, b) in hook.config.kubernetes.iter().enumerate() {
+                if !b.execute_hook_on_synchronization {
+                    self.bindings.release(&href, i);
+                } else if b.queue == "main" || b.wait_for_synchronization {
+                    let stub = crate::bindings::sync_stub(&hook.config, i);
+                    if let Err(e) = self.run_hook(hook, vec![stub], docs, queue).await {
+                        if !b.allow_failure {
+                            self.bindings.stop_owner(&href.owner);
+                            self.scheduler.remove_owner(&href.owner);
+                            self.bindings_started = false;
+                            return Err(format!(
+                                "module {name}: Synchronization of binding {:?} of hook {:?} failed: {e}",
+                                b.name, hook.name
+                            ));
+                        }
+                        tracing::warn!(module = %name, hook = %hook.name, "Synchronization failed, allowed by allowFailure: {e}");
+                        self.bindings.release(&href, i);
+                    }
+                } else {
+                    let task = crate::bindings::sync_task(
+                        self.ids.next(),
+                        Some(&name),
+                        &hook.name,
+                        &hook.config,
+                        i,
+                    );
+                    self.router.enqueue(&b.queue, vec![task]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A `ModuleHookRun` task: a kubernetes, schedule or Synchronization run of one hook.
+    /// Changed module values run the module again.
+    async fn hook_run(&mut self, task: &QueuedTask, docs: &GlobalDocs) -> TaskOutcome {
+        if let Err(e) = self.load_hooks().await {
+            return TaskOutcome::Fail(e);
+        }
+        let name = task.spec.hook.clone().unwrap_or_default();
+        let Some(hook) = self
+            .hooks
+            .iter()
+            .flatten()
+            .find(|h| h.name == name)
+            .cloned()
+        else {
+            return TaskOutcome::Fail(format!(
+                "module {}: hook {name:?} is not loaded",
+                self.def.name
+            ));
+        };
+        let allow_failure = task.spec.params["allowFailure"].as_bool().unwrap_or(false);
+        let stubs = crate::queue::compact_groups(crate::queue::contexts(task));
+        let key = self.def.key();
+        let before = checksum(&self.values_document(docs)[&key]);
+        match self
+            .run_hook(&hook, stubs.clone(), docs, &task.spec.queue)
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if allow_failure => {
+                tracing::warn!(module = %self.def.name, hook = %name, "hook failed, allowed by allowFailure: {e}");
+                let href = self.hook_ref(&name);
+                for i in crate::bindings::synchronized(&stubs) {
+                    self.bindings.release(&href, i);
+                }
+                return TaskOutcome::done();
+            }
+            Err(e) => return TaskOutcome::Fail(format!("module {}: {e}", self.def.name)),
+        }
+        if checksum(&self.values_document(docs)[&key]) == before {
+            return TaskOutcome::done();
+        }
+        let run = module_run_task(
+            self.ids.next(),
+            &self.def.name,
+            false,
+            "ModuleValuesChanged",
+            false,
+        );
+        self.router.enqueue("main", vec![run]);
+        TaskOutcome::done()
+    }
+
     async fn module_delete(&mut self, task: &QueuedTask, docs: &GlobalDocs) -> TaskOutcome {
         self.stop_monitor();
+        self.bindings.stop_owner(&owner_of(Some(&self.def.name)));
+        self.scheduler.remove_owner(&owner_of(Some(&self.def.name)));
+        self.bindings_started = false;
         let queue = task.spec.queue.clone();
         let name = self.def.name.clone();
         let steps = async {
@@ -790,6 +976,34 @@ impl ModuleState {
     }
 }
 
+/// Queues a hook task for every released event of a hook's kubernetes binding.
+pub fn binding_events(
+    module: Option<&str>,
+    hook: &str,
+    config: Arc<HookConfig>,
+    router: Arc<dyn Router>,
+    ids: TaskIds,
+) -> crate::ports::BindingEvents {
+    let module = module.map(String::from);
+    let hook = hook.to_string();
+    Arc::new(move |ev: crate::bindings::BindingEvent| {
+        let Some(b) = config.kubernetes.get(ev.index) else {
+            return;
+        };
+        let stub = crate::bindings::event_stub(&config, ev.index, ev.context);
+        let task = crate::bindings::hook_run_task(
+            ids.next(),
+            module.as_deref(),
+            &hook,
+            &b.queue,
+            &b.name,
+            vec![stub],
+            b.allow_failure,
+        );
+        router.enqueue(&b.queue, vec![task]);
+    })
+}
+
 fn rand_jitter(interval: Duration) -> Duration {
     let cap = (interval / 4).min(Duration::from_secs(59));
     let nanos = std::time::SystemTime::now()
@@ -826,6 +1040,10 @@ impl Actor for ModuleActor {
             busy: Arc::new(AtomicBool::new(false)),
             heal_pending: false,
             settled_drift: Vec::new(),
+            bindings: args.bindings,
+            patcher: args.patcher,
+            scheduler: args.scheduler,
+            bindings_started: false,
         })
     }
 
@@ -851,6 +1069,7 @@ impl Actor for ModuleActor {
                 let outcome = match task.spec.task_type {
                     TaskType::ModuleRun => st.module_run(&task, &docs).await,
                     TaskType::ModuleDelete => st.module_delete(&task, &docs).await,
+                    TaskType::ModuleHookRun => st.hook_run(&task, &docs).await,
                     TaskType::ModuleEnsureCRDs => {
                         match st.releases.apply(st.def.crds.clone()).await {
                             Ok(()) => TaskOutcome::done(),

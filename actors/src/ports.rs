@@ -151,3 +151,57 @@ pub trait ObjectPatcher: Send + Sync + 'static {
     /// call with a message naming the operation's index, kind and name.
     fn apply(&self, hook: String, text: String) -> BoxFut<'_, Result<(), PortError>>;
 }
+
+/// Where a kubernetes binding's events go once released: the engine queues a hook task.
+pub type BindingEvents = std::sync::Arc<dyn Fn(crate::bindings::BindingEvent) + Send + Sync>;
+
+/// Kubernetes bindings: shared watches, jq filters and the snapshots hooks receive.
+pub trait KubeBindings: Send + Sync + 'static {
+    /// Starts the watches of a hook's kubernetes bindings (replacing earlier ones of the
+    /// same hook); resolves once every binding holds its initial objects. Events are held
+    /// back until [`KubeBindings::release`] (the binding's Synchronization ran).
+    fn start(
+        &self,
+        hook: crate::bindings::HookRef,
+        bindings: Vec<crate::hook_config::KubernetesBinding>,
+        events: BindingEvents,
+    ) -> BoxFut<'_, Result<(), PortError>>;
+    /// Delivers the events held back for binding `index` and every later one.
+    fn release(&self, hook: &crate::bindings::HookRef, index: usize);
+    /// The current snapshot of binding `index`: `[{object?, filterResult?}]` sorted by
+    /// namespace, then name; empty for a binding that is not started.
+    fn snapshot(&self, hook: &crate::bindings::HookRef, index: usize) -> Vec<Value>;
+    /// Stops every binding of an owner (`global`, `module/<name>`).
+    fn stop_owner(&self, owner: &str);
+    /// Checks a `jqFilter` program when a hook's configuration is loaded.
+    fn check_filter(&self, _program: &str) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Stands in for Kubernetes where there is none (benchmarks, hooks-only tools): bindings
+/// and object patches fail with `why`.
+#[derive(Clone, Debug)]
+pub struct NoKubernetes(pub String);
+
+impl KubeBindings for NoKubernetes {
+    fn start(
+        &self,
+        _hook: crate::bindings::HookRef,
+        _bindings: Vec<crate::hook_config::KubernetesBinding>,
+        _events: BindingEvents,
+    ) -> BoxFut<'_, Result<(), PortError>> {
+        Box::pin(async move { Err(PortError(self.0.clone())) })
+    }
+    fn release(&self, _hook: &crate::bindings::HookRef, _index: usize) {}
+    fn snapshot(&self, _hook: &crate::bindings::HookRef, _index: usize) -> Vec<Value> {
+        Vec::new()
+    }
+    fn stop_owner(&self, _owner: &str) {}
+}
+
+impl ObjectPatcher for NoKubernetes {
+    fn apply(&self, _hook: String, _text: String) -> BoxFut<'_, Result<(), PortError>> {
+        Box::pin(async move { Err(PortError(self.0.clone())) })
+    }
+}

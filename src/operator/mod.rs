@@ -255,6 +255,11 @@ pub async fn load_global_hooks(
             .await
             .with_context(|| format!("global hook {:?}: --config failed", h.name))?;
         let config = hook_config::parse(&text, HookKind::Global, &h.name)?;
+        hook_config::check_filters(&config, &h.name, |p| {
+            crate::jq::JqFilter::compile(p)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })?;
         tracing::info!(hook = %h.name, "global hook loaded");
         hooks.push(GlobalHook {
             name: h.name,
@@ -503,6 +508,13 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         config_store: Arc::new(store),
         max_attempts: cfg.max_attempts,
         mailboxes: Mailboxes::default(),
+        bindings: Arc::new(crate::bindings::WatchManager::new(client.clone())),
+        patcher: Arc::new(crate::kubernetes::patcher::KubePatcher::new(
+            client.clone(),
+            std::env::var("KUBE_CLIENT_FIELD_MANAGER")
+                .ok()
+                .filter(|v| !v.is_empty()),
+        )),
     })
     .await?;
     let engine = Arc::new(engine);

@@ -1,0 +1,372 @@
+//! Kubernetes and schedule bindings on the actor side: the contexts queued for them and how
+//! those are turned into the binding context array a hook receives.
+//!
+//! ```text
+//!   watch event / timer / startup ──► context stub in a task (binding, type, _index…)
+//!   task starts ──► render(stubs, hook config, current snapshots) ──► BINDING_CONTEXT_PATH
+//! ```
+//!
+//! Snapshots are taken when the hook starts, not when the event happened, as in the
+//! reference; a Synchronization stub gets its `objects` the same way.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use crate::events::{TaskId, TaskSpec, TaskType};
+use crate::hook_config::HookConfig;
+
+/// Who owns a hook: `global` or `module/<name>`.
+pub fn owner_of(module: Option<&str>) -> String {
+    match module {
+        Some(m) => format!("module/{m}"),
+        None => "global".to_string(),
+    }
+}
+
+/// A hook of an owner, as the bindings port knows it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HookRef {
+    /// `global` or `module/<name>`.
+    pub owner: String,
+    /// Hook name.
+    pub hook: String,
+}
+
+/// An event of one kubernetes binding, ready to be queued.
+#[derive(Clone, Debug)]
+pub struct BindingEvent {
+    /// The hook.
+    pub hook: HookRef,
+    /// Index of the binding in the hook's `kubernetes` list.
+    pub index: usize,
+    /// The Event context: `binding`, `type`, `watchEvent`, `object`?, `filterResult`?.
+    pub context: Value,
+}
+
+/// Key of the internal binding index in a context stub (removed before the hook sees it).
+const INDEX: &str = "_index";
+
+/// The stub of a Synchronization context for binding `index` of a hook.
+pub fn sync_stub(config: &HookConfig, index: usize) -> Value {
+    let b = &config.kubernetes[index];
+    let mut c = json!({"binding": b.name, "type": "Synchronization", INDEX: index});
+    if let Some(g) = &b.group {
+        c["groupName"] = json!(g);
+    }
+    c
+}
+
+/// The stub of an Event context (the event's object is already in `context`).
+pub fn event_stub(config: &HookConfig, index: usize, mut context: Value) -> Value {
+    context[INDEX] = json!(index);
+    if let Some(g) = config.kubernetes.get(index).and_then(|b| b.group.as_ref()) {
+        context["groupName"] = json!(g);
+    }
+    context
+}
+
+/// The stub of a Schedule context for schedule binding `index`.
+pub fn schedule_stub(config: &HookConfig, index: usize) -> Value {
+    let b = &config.schedule[index];
+    let mut c = json!({"binding": b.name, "type": "Schedule", "_schedule": index});
+    if let Some(g) = &b.group {
+        c["groupName"] = json!(g);
+    }
+    c
+}
+
+/// A hook-run task for one firing of a schedule binding.
+pub fn schedule_task(id: TaskId, entry: &crate::scheduler::ScheduleEntry) -> TaskSpec {
+    let module = entry.owner.strip_prefix("module/");
+    let b = &entry.binding;
+    let mut stub = json!({"binding": b.name, "type": "Schedule"});
+    if let Some(g) = &b.group {
+        stub["groupName"] = json!(g);
+    }
+    hook_run_task(
+        id,
+        module,
+        &entry.hook,
+        &b.queue,
+        &b.name,
+        vec![stub],
+        b.allow_failure,
+    )
+}
+
+/// Schedule entries of a hook's `schedule` bindings.
+pub fn schedule_entries(
+    owner: &str,
+    hook: &str,
+    config: &HookConfig,
+) -> Vec<crate::scheduler::ScheduleEntry> {
+    config
+        .schedule
+        .iter()
+        .map(|b| crate::scheduler::ScheduleEntry {
+            owner: owner.to_string(),
+            hook: hook.to_string(),
+            binding: b.clone(),
+        })
+        .collect()
+}
+
+/// A hook-run task for binding contexts (`GlobalHookRun` or `ModuleHookRun`).
+pub fn hook_run_task(
+    id: TaskId,
+    module: Option<&str>,
+    hook: &str,
+    queue: &str,
+    binding: &str,
+    contexts: Vec<Value>,
+    allow_failure: bool,
+) -> TaskSpec {
+    TaskSpec {
+        id,
+        task_type: if module.is_some() {
+            TaskType::ModuleHookRun
+        } else {
+            TaskType::GlobalHookRun
+        },
+        queue: queue.to_string(),
+        module: module.map(String::from),
+        hook: Some(hook.to_string()),
+        description: format!("{binding}:{hook}"),
+        params: json!({"bindingContexts": contexts, "allowFailure": allow_failure}),
+    }
+}
+
+/// A Synchronization task for binding `index`, with the flags the merge rule compares.
+pub fn sync_task(
+    id: TaskId,
+    module: Option<&str>,
+    hook: &str,
+    config: &HookConfig,
+    index: usize,
+) -> TaskSpec {
+    let b = &config.kubernetes[index];
+    let mut t = hook_run_task(
+        id,
+        module,
+        hook,
+        &b.queue,
+        &b.name,
+        vec![sync_stub(config, index)],
+        b.allow_failure,
+    );
+    t.params["waitForSynchronization"] = json!(b.wait_for_synchronization);
+    t.params["executeHookOnSynchronization"] = json!(b.execute_hook_on_synchronization);
+    t
+}
+
+/// Binding indexes of the Synchronization contexts in a task's contexts.
+pub fn synchronized(contexts: &[Value]) -> Vec<usize> {
+    contexts
+        .iter()
+        .filter(|c| c["type"] == "Synchronization")
+        .filter_map(|c| c[INDEX].as_u64())
+        .map(|i| i as usize)
+        .collect()
+}
+
+/// Snapshots of the bindings with these indexes, read when the hook starts.
+pub trait SnapshotSource {
+    /// `[{object?, filterResult?}]` of one binding, sorted by namespace then name.
+    fn snapshot(&self, index: usize) -> Vec<Value>;
+}
+
+impl<F: Fn(usize) -> Vec<Value>> SnapshotSource for F {
+    fn snapshot(&self, index: usize) -> Vec<Value> {
+        self(index)
+    }
+}
+
+/// Indexes of the kubernetes bindings named in `names`, in order, without repeats.
+fn indexes_named(config: &HookConfig, names: &[String]) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::new();
+    for n in names {
+        for (i, b) in config.kubernetes.iter().enumerate() {
+            if &b.name == n && !out.contains(&i) {
+                out.push(i);
+            }
+        }
+    }
+    out
+}
+
+fn snapshots_of(
+    config: &HookConfig,
+    indexes: &[usize],
+    source: &dyn SnapshotSource,
+    cache: &mut BTreeMap<usize, Vec<Value>>,
+) -> Value {
+    let mut map = Map::new();
+    for &i in indexes {
+        let objects = cache.entry(i).or_insert_with(|| source.snapshot(i)).clone();
+        map.insert(config.kubernetes[i].name.clone(), Value::Array(objects));
+    }
+    Value::Object(map)
+}
+
+/// Turns queued context stubs into the array the hook receives: Group contexts for grouped
+/// bindings, `objects` for Synchronization, `snapshots` where the binding asks for them,
+/// every kubernetes binding's snapshot for `before*`/`after*` bindings.
+pub fn render(config: &HookConfig, stubs: Vec<Value>, source: &dyn SnapshotSource) -> Vec<Value> {
+    let mut cache: BTreeMap<usize, Vec<Value>> = BTreeMap::new();
+    let all: Vec<usize> = (0..config.kubernetes.len()).collect();
+    stubs
+        .into_iter()
+        .map(|stub| render_one(config, stub, source, &all, &mut cache))
+        .collect()
+}
+
+fn render_one(
+    config: &HookConfig,
+    mut stub: Value,
+    source: &dyn SnapshotSource,
+    all: &[usize],
+    cache: &mut BTreeMap<usize, Vec<Value>>,
+) -> Value {
+    let binding = stub["binding"].as_str().unwrap_or_default().to_string();
+    let kube = stub[INDEX].as_u64().map(|i| i as usize);
+    let schedule = stub["_schedule"].as_u64().map(|i| i as usize).or_else(|| {
+        (stub["type"] == "Schedule")
+            .then(|| config.schedule.iter().position(|b| b.name == binding))
+            .flatten()
+    });
+    let (group, include) = match (kube, schedule) {
+        (Some(i), _) if i < config.kubernetes.len() => {
+            let b = &config.kubernetes[i];
+            (b.group.clone(), b.include_snapshots_from.clone())
+        }
+        (_, Some(i)) if i < config.schedule.len() => {
+            let b = &config.schedule[i];
+            (b.group.clone(), b.include_snapshots_from.clone())
+        }
+        _ => {
+            // before*/after* and onStartup stubs carry only the binding name.
+            if stub.get("type").is_none() && binding != "onStartup" {
+                stub["snapshots"] = snapshots_of(config, all, source, cache);
+            }
+            return stub;
+        }
+    };
+    if let Some(g) = group {
+        // Group: the snapshots of every kubernetes binding of the group, after
+        // includeSnapshotsFrom, in order and without repeats.
+        let mut idx = indexes_named(config, &include);
+        for (i, b) in config.kubernetes.iter().enumerate() {
+            if b.group.as_deref() == Some(g.as_str()) && !idx.contains(&i) {
+                idx.push(i);
+            }
+        }
+        return json!({
+            "binding": binding,
+            "type": "Group",
+            "groupName": g,
+            "snapshots": snapshots_of(config, &idx, source, cache),
+        });
+    }
+    if let Some(obj) = stub.as_object_mut() {
+        obj.remove(INDEX);
+        obj.remove("_schedule");
+        obj.remove("groupName");
+    }
+    if stub["type"] == "Synchronization"
+        && let Some(i) = kube
+    {
+        let objects = cache.entry(i).or_insert_with(|| source.snapshot(i)).clone();
+        stub["objects"] = Value::Array(objects);
+    }
+    if !include.is_empty() {
+        stub["snapshots"] = snapshots_of(config, &indexes_named(config, &include), source, cache);
+    }
+    stub
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook_config::{HookKind, parse};
+
+    fn config(text: &str) -> HookConfig {
+        parse(text, HookKind::Global, "h").expect("valid config")
+    }
+
+    fn source(index: usize) -> Vec<Value> {
+        vec![json!({"object": {"n": index}, "filterResult": index})]
+    }
+
+    #[test]
+    fn synchronization_gets_objects_and_included_snapshots() {
+        let c = config(
+            "configVersion: v1\nkubernetes:\n- {name: pods, kind: Pod, includeSnapshotsFrom: [cms]}\n- {name: cms, kind: ConfigMap}",
+        );
+        let out = render(&c, vec![sync_stub(&c, 0)], &source);
+        assert_eq!(
+            out,
+            [json!({
+                "binding": "pods",
+                "type": "Synchronization",
+                "objects": [{"object": {"n": 0}, "filterResult": 0}],
+                "snapshots": {"cms": [{"object": {"n": 1}, "filterResult": 1}]},
+            })]
+        );
+    }
+
+    #[test]
+    fn grouped_bindings_become_group_contexts_with_the_group_snapshots() {
+        let c = config(
+            "configVersion: v1\nkubernetes:\n- {name: a, kind: Pod, group: g}\n- {name: b, kind: Node, group: g}\n- {name: c, kind: Secret, includeSnapshotsFrom: [a]}\nschedule:\n- {name: s, crontab: '@daily', group: g, includeSnapshotsFrom: [c]}",
+        );
+        let event = event_stub(
+            &c,
+            1,
+            json!({"binding": "b", "type": "Event", "watchEvent": "Added", "object": {}}),
+        );
+        let out = render(&c, vec![event, schedule_stub(&c, 0)], &source);
+        assert_eq!(
+            out[0],
+            json!({"binding": "b", "type": "Group", "groupName": "g",
+                   "snapshots": {"a": source(0), "b": source(1)}})
+        );
+        assert_eq!(
+            out[1],
+            json!({"binding": "s", "type": "Group", "groupName": "g",
+                   "snapshots": {"c": source(2), "a": source(0), "b": source(1)}})
+        );
+    }
+
+    #[test]
+    fn before_and_after_bindings_see_every_snapshot() {
+        let c = config(
+            "configVersion: v1\nbeforeAll: 1\nkubernetes:\n- {name: a, kind: Pod}\n- {name: b, kind: Node, keepFullObjectsInMemory: false}",
+        );
+        let out = render(
+            &c,
+            vec![
+                json!({"binding": "beforeAll"}),
+                json!({"binding": "onStartup"}),
+            ],
+            &source,
+        );
+        assert_eq!(
+            out,
+            [
+                json!({"binding": "beforeAll", "snapshots": {"a": source(0), "b": source(1)}}),
+                json!({"binding": "onStartup"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn events_keep_their_object_and_lose_internal_keys() {
+        let c = config("configVersion: v1\nkubernetes:\n- {name: a, kind: Pod}");
+        let ctx =
+            json!({"binding": "a", "type": "Event", "watchEvent": "Deleted", "object": {"x": 1}});
+        let out = render(&c, vec![event_stub(&c, 0, ctx.clone())], &source);
+        assert_eq!(out, [ctx]);
+        assert_eq!(synchronized(&[sync_stub(&c, 0)]), [0]);
+    }
+}

@@ -1,0 +1,614 @@
+//! The watch manager: kubernetes bindings of every hook on shared watches.
+//!
+//! ```text
+//!   binding (hook, index) ──► Subscriber ──attached to──► SharedWatch (resource, namespace,
+//!        ▲  jq filter, checksum, cache                     label/field selectors) ◄── kube watcher
+//!        └── snapshot() when a hook starts                  one per distinct key, shared
+//! ```
+//!
+//! A shared watch keeps the objects it has seen; on a relist (after an error or `410 Gone`)
+//! it compares the new list with them, so subscribers get exactly the Added, Modified and
+//! Deleted events that happened, never a lost or phantom object. A subscriber turns each
+//! event into a binding context: Modified (and Added for an object it already holds) only
+//! when the checksum of the filter result (or of the object, without a filter) changed.
+//! Events are held back until the binding's Synchronization ran (`release`).
+
+mod subscriber;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bosun_actors::bindings::HookRef;
+use bosun_actors::hook_config::KubernetesBinding;
+use bosun_actors::ports::{BindingEvents, BoxFut, KubeBindings, PortError};
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::discovery::ApiResource;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+
+use crate::kubernetes::resolve::KindResolver;
+use subscriber::{Listener, NamespaceFollower, Subscriber};
+
+/// How long a binding may wait for the first list of its objects.
+const INITIAL_LIST_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What makes two bindings share a watch.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct WatchKey {
+    group: String,
+    version: String,
+    plural: String,
+    namespace: Option<String>,
+    labels: String,
+    fields: String,
+}
+
+impl std::fmt::Display for WatchKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gv = if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        };
+        write!(f, "{gv} {}", self.plural)?;
+        if let Some(ns) = &self.namespace {
+            write!(f, " in {ns}")?;
+        }
+        if !self.labels.is_empty() {
+            write!(f, " labels {:?}", self.labels)?;
+        }
+        if !self.fields.is_empty() {
+            write!(f, " fields {:?}", self.fields)?;
+        }
+        Ok(())
+    }
+}
+
+/// An object's place: namespace (empty when cluster-scoped) and name.
+pub(crate) type ObjectKey = (String, String);
+
+/// Watch event kinds as subscribers see them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    Added,
+    Modified,
+    Deleted,
+}
+
+struct WatchState {
+    objects: BTreeMap<ObjectKey, Arc<Value>>,
+    listeners: Vec<Arc<dyn Listener>>,
+    ready: bool,
+    last_error: Option<String>,
+}
+
+/// One watch shared by every binding with the same key.
+pub(crate) struct SharedWatch {
+    key: WatchKey,
+    state: Mutex<WatchState>,
+    ready: tokio::sync::watch::Sender<bool>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl SharedWatch {
+    fn dispatch(&self, change: Change, key: &ObjectKey, object: &Arc<Value>) {
+        let st = lock(&self.state);
+        for l in &st.listeners {
+            l.on(change, key, object);
+        }
+    }
+
+    /// Folds one watcher event into the object set and tells the listeners.
+    fn apply(
+        &self,
+        relist: &mut Option<BTreeMap<ObjectKey, Arc<Value>>>,
+        ev: watcher::Event<Value>,
+    ) {
+        match ev {
+            watcher::Event::Init => *relist = Some(BTreeMap::new()),
+            watcher::Event::InitApply(o) => {
+                if let Some(r) = relist.as_mut() {
+                    r.insert(object_key(&o), Arc::new(o));
+                }
+            }
+            watcher::Event::InitDone => {
+                let fresh = relist.take().unwrap_or_default();
+                let mut st = lock(&self.state);
+                let old = std::mem::take(&mut st.objects);
+                for (k, o) in &old {
+                    if !fresh.contains_key(k) {
+                        for l in &st.listeners {
+                            l.on(Change::Deleted, k, o);
+                        }
+                    }
+                }
+                for (k, o) in &fresh {
+                    let change = match old.get(k) {
+                        None => Some(Change::Added),
+                        Some(prev) if resource_version(prev) != resource_version(o) => {
+                            Some(Change::Modified)
+                        }
+                        Some(_) => None,
+                    };
+                    if let Some(c) = change {
+                        for l in &st.listeners {
+                            l.on(c, k, o);
+                        }
+                    }
+                }
+                st.objects = fresh;
+                st.ready = true;
+                st.last_error = None;
+                drop(st);
+                self.ready.send_replace(true);
+            }
+            watcher::Event::Apply(o) => {
+                let k = object_key(&o);
+                let o = Arc::new(o);
+                let change = {
+                    let mut st = lock(&self.state);
+                    match st.objects.insert(k.clone(), o.clone()) {
+                        Some(_) => Change::Modified,
+                        None => Change::Added,
+                    }
+                };
+                self.dispatch(change, &k, &o);
+            }
+            watcher::Event::Delete(o) => {
+                let k = object_key(&o);
+                let removed = lock(&self.state).objects.remove(&k);
+                let o = removed.unwrap_or_else(|| Arc::new(o));
+                self.dispatch(Change::Deleted, &k, &o);
+            }
+        }
+    }
+
+    fn stop(&self) {
+        if let Some(t) = lock(&self.task).take() {
+            t.abort();
+        }
+    }
+}
+
+fn object_key(o: &Value) -> ObjectKey {
+    let m = &o["metadata"];
+    (
+        m["namespace"].as_str().unwrap_or_default().to_string(),
+        m["name"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+fn resource_version(o: &Value) -> &str {
+    o["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// `metav1.LabelSelector` as a selector string (`a=b,c in (d,e),!f`).
+pub(crate) fn label_selector_string(sel: &Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(m) = sel["matchLabels"].as_object() {
+        for (k, v) in m {
+            parts.push(format!("{k}={}", v.as_str().unwrap_or_default()));
+        }
+    }
+    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+        let key = e["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        match e["operator"].as_str().unwrap_or_default() {
+            "In" => parts.push(format!("{key} in ({})", values.join(","))),
+            "NotIn" => parts.push(format!("{key} notin ({})", values.join(","))),
+            "Exists" => parts.push(key.to_string()),
+            "DoesNotExist" => parts.push(format!("!{key}")),
+            _ => {}
+        }
+    }
+    parts.join(",")
+}
+
+struct Inner {
+    client: kube::Client,
+    resolver: KindResolver,
+    watches: Mutex<HashMap<WatchKey, Arc<SharedWatch>>>,
+    hooks: Mutex<BTreeMap<HookRef, Vec<Arc<dyn Listener>>>>,
+    subscribers: Mutex<BTreeMap<(HookRef, usize), Arc<Subscriber>>>,
+}
+
+/// The kubernetes bindings of every hook (the actors' [`KubeBindings`] port).
+#[derive(Clone)]
+pub struct WatchManager {
+    inner: Arc<Inner>,
+}
+
+impl WatchManager {
+    /// A manager on `client`.
+    pub fn new(client: kube::Client) -> WatchManager {
+        WatchManager {
+            inner: Arc::new(Inner {
+                resolver: KindResolver::new(client.clone()),
+                client,
+                watches: Mutex::new(HashMap::new()),
+                hooks: Mutex::new(BTreeMap::new()),
+                subscribers: Mutex::new(BTreeMap::new()),
+            }),
+        }
+    }
+
+    /// Distinct watches running now, with their listener counts (for the debug views).
+    pub fn watches(&self) -> Vec<(String, usize)> {
+        let mut out: Vec<(String, usize)> = lock(&self.inner.watches)
+            .iter()
+            .map(|(k, w)| (k.to_string(), lock(&w.state).listeners.len()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The shared watch for `key`, started if needed.
+    fn watch(&self, key: WatchKey, resource: &ApiResource) -> Arc<SharedWatch> {
+        let mut watches = lock(&self.inner.watches);
+        if let Some(w) = watches.get(&key) {
+            return w.clone();
+        }
+        let (ready, _) = tokio::sync::watch::channel(false);
+        let w = Arc::new(SharedWatch {
+            key: key.clone(),
+            state: Mutex::new(WatchState {
+                objects: BTreeMap::new(),
+                listeners: Vec::new(),
+                ready: false,
+                last_error: None,
+            }),
+            ready,
+            task: Mutex::new(None),
+        });
+        let api: Api<DynamicObject> = match &key.namespace {
+            Some(ns) => Api::namespaced_with(self.inner.client.clone(), ns, resource),
+            None => Api::all_with(self.inner.client.clone(), resource),
+        };
+        let mut config = watcher::Config::default();
+        if !key.labels.is_empty() {
+            config = config.labels(&key.labels);
+        }
+        if !key.fields.is_empty() {
+            config = config.fields(&key.fields);
+        }
+        let weak = Arc::downgrade(&w);
+        let (api_version, kind) = (resource.api_version.clone(), resource.kind.clone());
+        let task = tokio::spawn(async move {
+            let stream = watcher(api, config).default_backoff();
+            futures::pin_mut!(stream);
+            let mut relist = None;
+            while let Some(item) = stream.next().await {
+                let Some(w) = weak.upgrade() else { return };
+                match item {
+                    Ok(ev) => {
+                        let v = |o| to_value(o, &api_version, &kind);
+                        let ev = match ev {
+                            watcher::Event::Init => watcher::Event::Init,
+                            watcher::Event::InitApply(o) => watcher::Event::InitApply(v(o)),
+                            watcher::Event::InitDone => watcher::Event::InitDone,
+                            watcher::Event::Apply(o) => watcher::Event::Apply(v(o)),
+                            watcher::Event::Delete(o) => watcher::Event::Delete(v(o)),
+                        };
+                        w.apply(&mut relist, ev);
+                    }
+                    Err(e) => {
+                        tracing::warn!(watch = %w.key, "watch error (retrying): {e}");
+                        lock(&w.state).last_error = Some(e.to_string());
+                    }
+                }
+            }
+        });
+        *lock(&w.task) = Some(task);
+        watches.insert(key, w.clone());
+        w
+    }
+
+    /// Attaches a listener to a watch once it holds its first list.
+    async fn attach(&self, w: &Arc<SharedWatch>, l: Arc<dyn Listener>) -> Result<(), String> {
+        let mut rx = w.ready.subscribe();
+        let waited = tokio::time::timeout(INITIAL_LIST_TIMEOUT, rx.wait_for(|r| *r)).await;
+        if !matches!(waited, Ok(Ok(_))) {
+            let why = lock(&w.state).last_error.clone().unwrap_or_default();
+            return Err(format!(
+                "the first list of {} did not complete within {}s{}",
+                w.key,
+                INITIAL_LIST_TIMEOUT.as_secs(),
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {why}")
+                }
+            ));
+        }
+        let mut st = lock(&w.state);
+        l.init(&w.key.namespace, &st.objects);
+        st.listeners.push(l);
+        Ok(())
+    }
+
+    /// Detaches a listener; a watch nobody listens to stops.
+    fn detach(&self, w: &Arc<SharedWatch>, l: &Arc<dyn Listener>) {
+        let empty = {
+            let mut st = lock(&w.state);
+            st.listeners.retain(|x| !Arc::ptr_eq(x, l));
+            st.listeners.is_empty()
+        };
+        if empty {
+            let mut watches = lock(&self.inner.watches);
+            if watches.get(&w.key).is_some_and(|x| Arc::ptr_eq(x, w))
+                && lock(&w.state).listeners.is_empty()
+            {
+                watches.remove(&w.key);
+                w.stop();
+            }
+        }
+    }
+
+    fn key(
+        resource: &ApiResource,
+        namespace: Option<String>,
+        labels: String,
+        fields: String,
+    ) -> WatchKey {
+        WatchKey {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            plural: resource.plural.clone(),
+            namespace,
+            labels,
+            fields,
+        }
+    }
+
+    async fn start_binding(
+        &self,
+        hook: &HookRef,
+        index: usize,
+        b: &KubernetesBinding,
+        events: BindingEvents,
+    ) -> Result<Vec<Arc<dyn Listener>>, String> {
+        let resolved = self
+            .inner
+            .resolver
+            .resolve(b.api_version.as_deref(), &b.kind)
+            .await
+            .map_err(|e| format!("binding {:?}: {e}", b.name))?;
+        let filter = match &b.jq_filter {
+            Some(p) => {
+                Some(Arc::new(crate::jq::JqFilter::compile(p).map_err(|e| {
+                    format!("binding {:?}: jqFilter: {e}", b.name)
+                })?))
+            }
+            None => None,
+        };
+        let labels = b
+            .label_selector
+            .as_ref()
+            .map(label_selector_string)
+            .unwrap_or_default();
+        let mut fields: Vec<String> = b
+            .field_selector
+            .iter()
+            .map(|r| format!("{}{}{}", r.field, if r.equal { "=" } else { "!=" }, r.value))
+            .collect();
+        if b.name_selector.len() == 1 {
+            fields.push(format!("metadata.name={}", b.name_selector[0]));
+        }
+        let fields = fields.join(",");
+        let sub = Arc::new(Subscriber::new(hook.clone(), index, b, filter, events));
+        let as_listener: Arc<dyn Listener> = sub.clone();
+        let resource = resolved.resource;
+        let namespaces: Option<Vec<String>> = match &b.namespace {
+            Some(ns) if resolved.namespaced && !ns.match_names.is_empty() => {
+                Some(ns.match_names.clone())
+            }
+            _ => None,
+        };
+        let mut listeners = vec![as_listener.clone()];
+        match (
+            namespaces,
+            b.namespace.as_ref().and_then(|n| n.label_selector.clone()),
+        ) {
+            (Some(names), _) => {
+                for ns in names {
+                    let w = self.watch(
+                        Self::key(&resource, Some(ns), labels.clone(), fields.clone()),
+                        &resource,
+                    );
+                    sub.attached(w.clone());
+                    self.attach(&w, as_listener.clone()).await?;
+                }
+            }
+            (None, Some(ns_selector)) if resolved.namespaced => {
+                // Namespaces chosen by labels: a watch of namespaces starts and stops a
+                // watch of the bound kind in each namespace that matches.
+                let ns_resource = self
+                    .inner
+                    .resolver
+                    .resolve(Some("v1"), "Namespace")
+                    .await
+                    .map_err(|e| format!("binding {:?}: {e}", b.name))?
+                    .resource;
+                let follower = Arc::new(NamespaceFollower::new(
+                    self.clone(),
+                    sub.clone(),
+                    resource.clone(),
+                    labels.clone(),
+                    fields.clone(),
+                ));
+                let w = self.watch(
+                    Self::key(
+                        &ns_resource,
+                        None,
+                        label_selector_string(&ns_selector),
+                        String::new(),
+                    ),
+                    &ns_resource,
+                );
+                let f: Arc<dyn Listener> = follower.clone();
+                follower.attached(w.clone());
+                self.attach(&w, f.clone()).await?;
+                follower.initial_namespaces().await?;
+                listeners.push(f);
+            }
+            _ => {
+                let w = self.watch(Self::key(&resource, None, labels, fields), &resource);
+                sub.attached(w.clone());
+                self.attach(&w, as_listener.clone()).await?;
+            }
+        }
+        sub.go_live();
+        lock(&self.inner.subscribers).insert((hook.clone(), index), sub);
+        Ok(listeners)
+    }
+
+    /// Attaches a binding's subscriber to the watch of one namespace (dynamic namespaces).
+    pub(crate) async fn attach_namespace(
+        &self,
+        sub: &Arc<Subscriber>,
+        resource: &ApiResource,
+        namespace: &str,
+        labels: &str,
+        fields: &str,
+    ) -> Result<(), String> {
+        let w = self.watch(
+            Self::key(
+                resource,
+                Some(namespace.to_string()),
+                labels.to_string(),
+                fields.to_string(),
+            ),
+            resource,
+        );
+        sub.attached(w.clone());
+        let l: Arc<dyn Listener> = sub.clone();
+        self.attach(&w, l).await
+    }
+
+    /// Detaches a binding's subscriber from the watch of one namespace.
+    pub(crate) fn detach_namespace(&self, sub: &Arc<Subscriber>, namespace: &str) {
+        let l: Arc<dyn Listener> = sub.clone();
+        for w in sub.detached(Some(namespace)) {
+            self.detach(&w, &l);
+        }
+    }
+
+    fn stop_hook(&self, hook: &HookRef) {
+        let listeners = lock(&self.inner.hooks).remove(hook).unwrap_or_default();
+        lock(&self.inner.subscribers).retain(|(h, _), _| h != hook);
+        for l in listeners {
+            for w in l.detached(None) {
+                self.detach(&w, &l);
+            }
+        }
+    }
+}
+
+/// A watched object as JSON, with the `apiVersion` and `kind` that list items may lack.
+fn to_value(o: DynamicObject, api_version: &str, kind: &str) -> Value {
+    let mut v = serde_json::to_value(&o).unwrap_or(Value::Null);
+    if v.is_object() {
+        if v.get("apiVersion").is_none_or(Value::is_null) {
+            v["apiVersion"] = Value::String(api_version.to_string());
+        }
+        if v.get("kind").is_none_or(Value::is_null) {
+            v["kind"] = Value::String(kind.to_string());
+        }
+    }
+    v
+}
+
+impl KubeBindings for WatchManager {
+    fn start(
+        &self,
+        hook: HookRef,
+        bindings: Vec<KubernetesBinding>,
+        events: BindingEvents,
+    ) -> BoxFut<'_, Result<(), PortError>> {
+        Box::pin(async move {
+            self.stop_hook(&hook);
+            let mut all: Vec<Arc<dyn Listener>> = Vec::new();
+            for (i, b) in bindings.iter().enumerate() {
+                match self.start_binding(&hook, i, b, events.clone()).await {
+                    Ok(ls) => all.extend(ls),
+                    Err(e) => {
+                        lock(&self.inner.hooks).insert(hook.clone(), all);
+                        self.stop_hook(&hook);
+                        return Err(PortError(e));
+                    }
+                }
+            }
+            lock(&self.inner.hooks).insert(hook, all);
+            Ok(())
+        })
+    }
+
+    fn release(&self, hook: &HookRef, index: usize) {
+        let sub = lock(&self.inner.subscribers)
+            .get(&(hook.clone(), index))
+            .cloned();
+        if let Some(s) = sub {
+            s.release();
+        }
+    }
+
+    fn snapshot(&self, hook: &HookRef, index: usize) -> Vec<Value> {
+        let sub = lock(&self.inner.subscribers)
+            .get(&(hook.clone(), index))
+            .cloned();
+        sub.map(|s| s.snapshot()).unwrap_or_default()
+    }
+
+    fn check_filter(&self, program: &str) -> Result<(), String> {
+        crate::jq::JqFilter::compile(program)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn stop_owner(&self, owner: &str) {
+        let hooks: Vec<HookRef> = lock(&self.inner.hooks)
+            .keys()
+            .filter(|h| h.owner == owner)
+            .cloned()
+            .collect();
+        for h in hooks {
+            self.stop_hook(&h);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn label_selectors_become_selector_strings() {
+        let sel = json!({
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["a", "b"]},
+                {"key": "env", "operator": "NotIn", "values": ["prod"]},
+                {"key": "x", "operator": "Exists"},
+                {"key": "y", "operator": "DoesNotExist"},
+            ]
+        });
+        assert_eq!(
+            label_selector_string(&sel),
+            "app=web,tier in (a,b),env notin (prod),x,!y"
+        );
+    }
+}

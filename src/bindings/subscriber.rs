@@ -1,0 +1,360 @@
+//! What listens to shared watches: a binding's subscriber (filter, checksum, snapshot,
+//! events held until Synchronization) and the follower of a binding's namespaces when they
+//! are chosen by labels.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bosun_actors::bindings::{BindingEvent, HookRef};
+use bosun_actors::hook_config::{KubernetesBinding, WatchEvent};
+use bosun_actors::ports::BindingEvents;
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+
+use super::{Change, ObjectKey, SharedWatch, WatchManager, lock};
+use crate::jq::JqFilter;
+
+/// Something attached to shared watches.
+pub(crate) trait Listener: Send + Sync {
+    /// The watch's objects when the listener attaches (of `namespace`, if the watch is
+    /// limited to one).
+    fn init(&self, namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Arc<Value>>);
+    /// One change.
+    fn on(&self, change: Change, key: &ObjectKey, object: &Arc<Value>);
+    /// Forgets the watches it is attached to (all, or those of one namespace) and returns
+    /// them, so the manager can detach it.
+    fn detached(&self, namespace: Option<&str>) -> Vec<Arc<SharedWatch>>;
+}
+
+struct Entry {
+    object: Option<Arc<Value>>,
+    filter_result: Option<Value>,
+    checksum: String,
+}
+
+#[derive(Default)]
+struct SubState {
+    cache: BTreeMap<ObjectKey, Entry>,
+    released: bool,
+    held: Vec<Value>,
+}
+
+/// One kubernetes binding of one hook.
+pub(crate) struct Subscriber {
+    hook: HookRef,
+    index: usize,
+    binding: String,
+    filter: Option<Arc<JqFilter>>,
+    keep_objects: bool,
+    on_events: Vec<WatchEvent>,
+    names: Vec<String>,
+    events: BindingEvents,
+    st: Mutex<SubState>,
+    watches: Mutex<Vec<Arc<SharedWatch>>>,
+    /// Set once the binding has started: objects arriving later are events, not the
+    /// initial snapshot.
+    live: AtomicBool,
+}
+
+impl Subscriber {
+    pub(crate) fn new(
+        hook: HookRef,
+        index: usize,
+        b: &KubernetesBinding,
+        filter: Option<Arc<JqFilter>>,
+        events: BindingEvents,
+    ) -> Subscriber {
+        Subscriber {
+            hook,
+            index,
+            binding: b.name.clone(),
+            filter,
+            keep_objects: b.keep_full_objects_in_memory,
+            on_events: b.execute_hook_on_event.clone(),
+            names: b.name_selector.clone(),
+            events,
+            st: Mutex::new(SubState::default()),
+            watches: Mutex::new(Vec::new()),
+            live: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn attached(&self, w: Arc<SharedWatch>) {
+        lock(&self.watches).push(w);
+    }
+
+    pub(crate) fn go_live(&self) {
+        self.live.store(true, Ordering::SeqCst);
+    }
+
+    /// The filter result (when there is a filter) and the checksum that decides whether a
+    /// change is an event; `None` when the filter fails on this object.
+    fn evaluate(&self, object: &Value) -> Option<(Option<Value>, String)> {
+        use md5::Digest;
+        let result = match &self.filter {
+            Some(f) => match f.run(object) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::warn!(hook = %self.hook.hook, binding = %self.binding, "jqFilter failed on {}/{}: {e}",
+                        object["metadata"]["namespace"].as_str().unwrap_or_default(),
+                        object["metadata"]["name"].as_str().unwrap_or_default());
+                    return None;
+                }
+            },
+            None => None,
+        };
+        let text = match &result {
+            Some(r) => r.to_string(),
+            None => object.to_string(),
+        };
+        let sum = format!("{:x}", md5::Md5::digest(text.as_bytes()));
+        Some((result, sum))
+    }
+
+    fn emit(
+        &self,
+        st: &mut SubState,
+        change: Change,
+        object: &Arc<Value>,
+        filter_result: Option<Value>,
+    ) {
+        let kind = match change {
+            Change::Added => WatchEvent::Added,
+            Change::Modified => WatchEvent::Modified,
+            Change::Deleted => WatchEvent::Deleted,
+        };
+        if !self.on_events.contains(&kind) {
+            return;
+        }
+        let mut ctx = json!({
+            "binding": self.binding,
+            "type": "Event",
+            "watchEvent": format!("{kind:?}"),
+        });
+        if self.keep_objects {
+            ctx["object"] = (**object).clone();
+        }
+        if self.filter.is_some() {
+            ctx["filterResult"] = filter_result.unwrap_or(Value::Null);
+        }
+        if st.released {
+            (self.events)(BindingEvent {
+                hook: self.hook.clone(),
+                index: self.index,
+                context: ctx,
+            });
+        } else {
+            st.held.push(ctx);
+        }
+    }
+
+    /// Delivers the events held back until the binding's Synchronization ran.
+    pub(crate) fn release(&self) {
+        let mut st = lock(&self.st);
+        st.released = true;
+        for ctx in std::mem::take(&mut st.held) {
+            (self.events)(BindingEvent {
+                hook: self.hook.clone(),
+                index: self.index,
+                context: ctx,
+            });
+        }
+    }
+
+    /// `[{object?, filterResult?}]`, sorted by namespace then name.
+    pub(crate) fn snapshot(&self) -> Vec<Value> {
+        lock(&self.st)
+            .cache
+            .values()
+            .map(|e| {
+                let mut item = json!({});
+                if let Some(o) = &e.object {
+                    item["object"] = (**o).clone();
+                }
+                if self.filter.is_some() {
+                    item["filterResult"] = e.filter_result.clone().unwrap_or(Value::Null);
+                }
+                item
+            })
+            .collect()
+    }
+
+    fn upsert(
+        &self,
+        st: &mut SubState,
+        change: Change,
+        key: &ObjectKey,
+        object: &Arc<Value>,
+        announce: bool,
+    ) {
+        if !self.names.is_empty() && !self.names.contains(&key.1) {
+            return;
+        }
+        let Some((result, sum)) = self.evaluate(object) else {
+            return;
+        };
+        let unchanged = st.cache.get(key).is_some_and(|e| e.checksum == sum);
+        let entry = Entry {
+            object: self.keep_objects.then(|| object.clone()),
+            filter_result: result.clone(),
+            checksum: sum,
+        };
+        st.cache.insert(key.clone(), entry);
+        if announce && !unchanged {
+            self.emit(st, change, object, result);
+        }
+    }
+}
+
+impl Listener for Subscriber {
+    fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Arc<Value>>) {
+        let announce = self.live.load(Ordering::SeqCst);
+        let mut st = lock(&self.st);
+        for (k, o) in objects {
+            self.upsert(&mut st, Change::Added, k, o, announce);
+        }
+    }
+
+    fn on(&self, change: Change, key: &ObjectKey, object: &Arc<Value>) {
+        let mut st = lock(&self.st);
+        match change {
+            Change::Deleted => {
+                if !self.names.is_empty() && !self.names.contains(&key.1) {
+                    return;
+                }
+                let prev = st.cache.remove(key);
+                let result = match prev {
+                    Some(e) => e.filter_result,
+                    None => self.evaluate(object).and_then(|(r, _)| r),
+                };
+                self.emit(&mut st, Change::Deleted, object, result);
+            }
+            c => self.upsert(&mut st, c, key, object, true),
+        }
+    }
+
+    fn detached(&self, namespace: Option<&str>) -> Vec<Arc<SharedWatch>> {
+        let mut watches = lock(&self.watches);
+        let (gone, kept): (Vec<_>, Vec<_>) = watches
+            .drain(..)
+            .partition(|w| namespace.is_none() || w.key.namespace.as_deref() == namespace);
+        *watches = kept;
+        if let Some(ns) = namespace {
+            // The namespace left the selection: its objects leave the snapshot.
+            let mut st = lock(&self.st);
+            let keys: Vec<ObjectKey> = st.cache.keys().filter(|k| k.0 == ns).cloned().collect();
+            for k in keys {
+                if let Some(e) = st.cache.remove(&k) {
+                    let object = e.object.clone().unwrap_or_else(|| {
+                        Arc::new(json!({"metadata": {"namespace": k.0, "name": k.1}}))
+                    });
+                    self.emit(&mut st, Change::Deleted, &object, e.filter_result);
+                }
+            }
+        }
+        gone
+    }
+}
+
+/// Follows the namespaces a binding's `namespace.labelSelector` selects: each one that
+/// starts matching gets a watch of the bound kind, each one that stops loses it.
+pub(crate) struct NamespaceFollower {
+    manager: WatchManager,
+    sub: Arc<Subscriber>,
+    resource: ApiResource,
+    labels: String,
+    fields: String,
+    namespaces: Mutex<BTreeSet<String>>,
+    watches: Mutex<Vec<Arc<SharedWatch>>>,
+    live: AtomicBool,
+    stopped: Arc<AtomicBool>,
+}
+
+impl NamespaceFollower {
+    pub(crate) fn new(
+        manager: WatchManager,
+        sub: Arc<Subscriber>,
+        resource: ApiResource,
+        labels: String,
+        fields: String,
+    ) -> NamespaceFollower {
+        NamespaceFollower {
+            manager,
+            sub,
+            resource,
+            labels,
+            fields,
+            namespaces: Mutex::new(BTreeSet::new()),
+            watches: Mutex::new(Vec::new()),
+            live: AtomicBool::new(false),
+            stopped: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub(crate) fn attached(&self, w: Arc<SharedWatch>) {
+        lock(&self.watches).push(w);
+    }
+
+    /// Watches the namespaces matching now; later ones are followed as they come.
+    pub(crate) async fn initial_namespaces(&self) -> Result<(), String> {
+        let names: Vec<String> = lock(&self.namespaces).iter().cloned().collect();
+        for ns in names {
+            self.manager
+                .attach_namespace(&self.sub, &self.resource, &ns, &self.labels, &self.fields)
+                .await?;
+        }
+        self.live.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Listener for NamespaceFollower {
+    fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Arc<Value>>) {
+        lock(&self.namespaces).extend(objects.keys().map(|k| k.1.clone()));
+    }
+
+    fn on(&self, change: Change, key: &ObjectKey, _object: &Arc<Value>) {
+        let ns = key.1.clone();
+        match change {
+            Change::Added | Change::Modified => {
+                if !lock(&self.namespaces).insert(ns.clone()) || !self.live.load(Ordering::SeqCst) {
+                    return;
+                }
+                let (manager, sub, resource) = (
+                    self.manager.clone(),
+                    self.sub.clone(),
+                    self.resource.clone(),
+                );
+                let (labels, fields, stopped) = (
+                    self.labels.clone(),
+                    self.fields.clone(),
+                    self.stopped.clone(),
+                );
+                tokio::spawn(async move {
+                    if stopped.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if let Err(e) = manager
+                        .attach_namespace(&sub, &resource, &ns, &labels, &fields)
+                        .await
+                    {
+                        tracing::warn!(namespace = %ns, "cannot watch a newly selected namespace: {e}");
+                    }
+                });
+            }
+            Change::Deleted => {
+                if lock(&self.namespaces).remove(&ns) {
+                    self.manager.detach_namespace(&self.sub, &ns);
+                }
+            }
+        }
+    }
+
+    fn detached(&self, namespace: Option<&str>) -> Vec<Arc<SharedWatch>> {
+        if namespace.is_none() {
+            self.stopped.store(true, Ordering::SeqCst);
+        }
+        std::mem::take(&mut *lock(&self.watches))
+    }
+}

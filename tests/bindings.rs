@@ -1,0 +1,585 @@
+//! Kubernetes bindings end to end: real hook processes, the sandbox over HTTP, shared
+//! watches, jq filters, Synchronization and Event contexts, snapshots, groups, module
+//! bindings, watch resilience across a sandbox restart and bad binding configurations.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Operator, Sandbox, wait_for, workdir};
+use serde_json::{Value, json};
+
+/// Writes an executable hook that prints `config` for `--config` and appends each binding
+/// context array (one line) to `$OUT_DIR/<log>`.
+fn hook(path: &Path, config: &str, log: &str) {
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("hook dir");
+    let script = format!(
+        "#!/usr/bin/env bash\nif [ \"$1\" = \"--config\" ]; then\ncat <<'EOF'\n{config}\nEOF\nexit 0\nfi\n{{ cat \"$BINDING_CONTEXT_PATH\"; echo; }} >> \"$OUT_DIR/{log}\"\n"
+    );
+    std::fs::write(path, script).expect("hook");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// Every binding context array a hook received, in order.
+fn runs(out: &Path, log: &str) -> Vec<Value> {
+    std::fs::read_to_string(out.join(log))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Objects without the fields the server generates, so contexts compare exactly.
+fn normalize(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::Object(meta)) = m.get_mut("metadata") {
+                for k in [
+                    "uid",
+                    "resourceVersion",
+                    "creationTimestamp",
+                    "managedFields",
+                    "generation",
+                ] {
+                    meta.remove(k);
+                }
+            }
+            for (_, x) in m.iter_mut() {
+                normalize(x);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(normalize),
+        _ => {}
+    }
+}
+
+fn contexts(out: &Path, log: &str) -> Vec<Value> {
+    let mut all: Vec<Value> = runs(out, log)
+        .into_iter()
+        .flat_map(|r| r.as_array().cloned().unwrap_or_default())
+        .collect();
+    all.iter_mut().for_each(normalize);
+    all
+}
+
+fn pod(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": labels},
+           "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+}
+
+fn create(sb: &Sandbox, path: &str, body: &Value) {
+    let (code, resp) = sb.post(path, body);
+    assert_eq!(code, 201, "create {path}: {resp}");
+}
+
+const SEED_CONFIG: &str = "configVersion: v1
+beforeAll: 10
+kubernetes:
+- name: monitor-pods
+  apiVersion: v1
+  kind: Pod
+  jqFilter: \".metadata.labels\"
+- name: monitor-nodes
+  apiVersion: v1
+  kind: Node
+  jqFilter: \".metadata.labels\"
+  queue: nodes-handling
+  executeHookOnSynchronization: false
+- name: monitor-cms
+  apiVersion: v1
+  kind: ConfigMap
+  jqFilter: \".metadata.labels\"
+  labelSelector: {matchLabels: {watched: \"yes\"}}
+  queue: config-map-handling
+  waitForSynchronization: false
+- name: monitor-secrets
+  apiVersion: v1
+  kind: Secret
+  jqFilter: \".metadata.labels\"
+  labelSelector: {matchLabels: {watched: \"yes\"}}
+  queue: secrets-handling
+  executeHookOnSynchronization: false
+  waitForSynchronization: false";
+
+#[test]
+fn global_hook_synchronization_events_and_snapshots_follow_the_seed() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let out = work.path().join("out");
+    create(
+        &sb,
+        "/api/v1/namespaces/default/pods",
+        &pod("p1", json!({"app": "one"})),
+    );
+    create(
+        &sb,
+        "/api/v1/nodes",
+        &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "a"}}}),
+    );
+    create(
+        &sb,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1", "labels": {"watched": "yes"}}}),
+    );
+    let hooks = work.path().join("global");
+    hook(&hooks.join("monitor.sh"), SEED_CONFIG, "monitor.jsonl");
+    let op = Operator::start(&sb, &hooks, work.path());
+    op.wait(
+        "Synchronization runs and beforeAll",
+        Duration::from_secs(60),
+        || {
+            let c = contexts(&out, "monitor.jsonl");
+            c.iter().any(|c| c["binding"] == "beforeAll")
+                && c.iter().any(|c| c["binding"] == "monitor-cms")
+        },
+    );
+    let all = contexts(&out, "monitor.jsonl");
+    let p1 = {
+        let (_, mut p) = sb.get("/api/v1/namespaces/default/pods/p1");
+        normalize(&mut p);
+        p
+    };
+    // monitor-pods: main queue, before beforeAll.
+    let sync_pods = all
+        .iter()
+        .position(|c| c["binding"] == "monitor-pods")
+        .expect("monitor-pods ran");
+    let before_all = all
+        .iter()
+        .position(|c| c["binding"] == "beforeAll")
+        .expect("beforeAll ran");
+    assert!(
+        sync_pods < before_all,
+        "Synchronization of monitor-pods runs before beforeAll: {all:#?}"
+    );
+    assert_eq!(
+        all[sync_pods],
+        json!({"binding": "monitor-pods", "type": "Synchronization",
+               "objects": [{"object": p1, "filterResult": {"app": "one"}}]})
+    );
+    // monitor-nodes and monitor-secrets: snapshot only, no Synchronization run.
+    assert!(
+        !all.iter()
+            .any(|c| c["binding"] == "monitor-nodes" || c["binding"] == "monitor-secrets")
+    );
+    let cms = all
+        .iter()
+        .find(|c| c["binding"] == "monitor-cms")
+        .expect("monitor-cms ran");
+    assert_eq!(cms["type"], "Synchronization");
+    assert_eq!(cms["objects"][0]["filterResult"], json!({"watched": "yes"}));
+    // beforeAll carries every binding's snapshot.
+    let ba = &all[before_all];
+    assert_eq!(
+        ba["snapshots"]["monitor-pods"],
+        json!([{"object": p1, "filterResult": {"app": "one"}}])
+    );
+    assert_eq!(
+        ba["snapshots"]["monitor-nodes"][0]["filterResult"],
+        json!({"zone": "a"})
+    );
+    assert_eq!(ba["snapshots"]["monitor-secrets"], json!([]));
+
+    // Events: Added, Modified only when the filter result changes, Deleted.
+    let seen = all.len();
+    create(
+        &sb,
+        "/api/v1/namespaces/default/pods",
+        &pod("p2", json!({"app": "two"})),
+    );
+    op.wait("Added p2", Duration::from_secs(30), || {
+        contexts(&out, "monitor.jsonl").len() > seen
+    });
+    let (code, _) = common::http(
+        sb.addr(),
+        "PATCH",
+        "/api/v1/namespaces/default/pods/p2",
+        "application/merge-patch+json",
+        &json!({"metadata": {"annotations": {"ignored": "by the filter"}}}).to_string(),
+    );
+    assert_eq!(code, 200);
+    let (code, _) = common::http(
+        sb.addr(),
+        "PATCH",
+        "/api/v1/namespaces/default/pods/p2",
+        "application/merge-patch+json",
+        &json!({"metadata": {"labels": {"app": "three"}}}).to_string(),
+    );
+    assert_eq!(code, 200);
+    op.wait("Modified p2", Duration::from_secs(30), || {
+        contexts(&out, "monitor.jsonl").len() > seen + 1
+    });
+    let (code, _) = common::http(
+        sb.addr(),
+        "DELETE",
+        "/api/v1/namespaces/default/pods/p2",
+        "",
+        "",
+    );
+    assert_eq!(code, 200);
+    op.wait("Deleted p2", Duration::from_secs(30), || {
+        contexts(&out, "monitor.jsonl").len() > seen + 2
+    });
+    let events: Vec<(String, String, Value)> = contexts(&out, "monitor.jsonl")[seen..]
+        .iter()
+        .map(|c| {
+            assert_eq!(c["type"], "Event", "{c}");
+            assert_eq!(c["binding"], "monitor-pods", "{c}");
+            assert_eq!(c["object"]["metadata"]["name"], "p2", "{c}");
+            (
+                c["watchEvent"].as_str().unwrap_or_default().to_string(),
+                c["object"]["kind"].as_str().unwrap_or_default().to_string(),
+                c["filterResult"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (
+                "Added".to_string(),
+                "Pod".to_string(),
+                json!({"app": "two"})
+            ),
+            (
+                "Modified".to_string(),
+                "Pod".to_string(),
+                json!({"app": "three"})
+            ),
+            (
+                "Deleted".to_string(),
+                "Pod".to_string(),
+                json!({"app": "three"})
+            ),
+        ]
+    );
+
+    // Bindings with executeHookOnSynchronization: false still run on events, in their queue.
+    create(
+        &sb,
+        "/api/v1/namespaces/default/secrets",
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1", "labels": {"watched": "yes"}}}),
+    );
+    op.wait("Added s1", Duration::from_secs(30), || {
+        contexts(&out, "monitor.jsonl")
+            .iter()
+            .any(|c| c["binding"] == "monitor-secrets")
+    });
+    let s = contexts(&out, "monitor.jsonl")
+        .into_iter()
+        .find(|c| c["binding"] == "monitor-secrets")
+        .expect("secret event");
+    assert_eq!(s["watchEvent"], "Added");
+    assert_eq!(s["filterResult"], json!({"watched": "yes"}));
+}
+
+#[test]
+fn groups_included_snapshots_and_objects_left_out_of_memory() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let out = work.path().join("out");
+    create(
+        &sb,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "1"}}),
+    );
+    let hooks = work.path().join("global");
+    hook(
+        &hooks.join("grouped.sh"),
+        "configVersion: v1
+kubernetes:
+- name: cms
+  kind: configmap
+  nameSelector: {matchNames: [a, b]}
+  jqFilter: '.data'
+  keepFullObjectsInMemory: false
+  group: g
+- name: secrets
+  kind: secret
+  executeHookOnEvent: []
+  group: g
+- name: pods
+  kind: po
+  jqFilter: '.metadata.name'
+  keepFullObjectsInMemory: false
+  includeSnapshotsFrom: [cms]",
+        "grouped.jsonl",
+    );
+    let op = Operator::start(&sb, &hooks, work.path());
+    op.wait(
+        "the group's Synchronization",
+        Duration::from_secs(60),
+        || !contexts(&out, "grouped.jsonl").is_empty(),
+    );
+    let first = contexts(&out, "grouped.jsonl");
+    assert_eq!(
+        first[0],
+        json!({"binding": "secrets", "type": "Group", "groupName": "g",
+               "snapshots": {"cms": [{"filterResult": {"k": "1"}}], "secrets": []}})
+    );
+    // nameSelector: a ConfigMap with another name is not seen.
+    create(
+        &sb,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other"}, "data": {"k": "x"}}),
+    );
+    create(&sb, "/api/v1/namespaces/default/pods", &pod("p", json!({})));
+    op.wait("the pod event", Duration::from_secs(30), || {
+        contexts(&out, "grouped.jsonl")
+            .iter()
+            .any(|c| c["binding"] == "pods" && c["type"] == "Event")
+    });
+    let ev = contexts(&out, "grouped.jsonl")
+        .into_iter()
+        .find(|c| c["binding"] == "pods" && c["type"] == "Event")
+        .expect("event");
+    assert_eq!(
+        ev,
+        json!({"binding": "pods", "type": "Event", "watchEvent": "Added", "filterResult": "p",
+               "snapshots": {"cms": [{"filterResult": {"k": "1"}}]}})
+    );
+    assert!(
+        !contexts(&out, "grouped.jsonl")
+            .iter()
+            .any(|c| c.to_string().contains("\"x\"")),
+        "the ConfigMap outside nameSelector never reaches the hook"
+    );
+}
+
+#[test]
+fn module_hook_bindings_start_with_the_module_and_stop_when_it_is_disabled() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let out = work.path().join("out");
+    let module = work.path().join("modules/010-watcher");
+    std::fs::create_dir_all(&module).expect("module dir");
+    std::fs::write(
+        work.path().join("modules/values.yaml"),
+        "watcherEnabled: true\n",
+    )
+    .expect("values.yaml");
+    hook(
+        &module.join("hooks/pods.sh"),
+        "configVersion: v1
+beforeHelm: 1
+kubernetes:
+- name: pods
+  kind: Pod
+  namespace: {nameSelector: {matchNames: [default]}}
+  jqFilter: '.metadata.name'",
+        "watcher.jsonl",
+    );
+    create(
+        &sb,
+        "/api/v1/namespaces/default/pods",
+        &pod("before", json!({})),
+    );
+    // A global hook on the same watch, later in the same queue: the canary for absence.
+    let global = work.path().join("global");
+    hook(
+        &global.join("canary.sh"),
+        "configVersion: v1\nkubernetes:\n- name: pods\n  kind: Pod\n  namespace: {nameSelector: {matchNames: [default]}}\n  jqFilter: '.metadata.name'",
+        "canary.jsonl",
+    );
+    let op = Operator::start(&sb, &global, work.path());
+    op.wait(
+        "Synchronization then beforeHelm",
+        Duration::from_secs(60),
+        || {
+            contexts(&out, "watcher.jsonl")
+                .iter()
+                .any(|c| c["binding"] == "beforeHelm")
+        },
+    );
+    let c = contexts(&out, "watcher.jsonl");
+    assert_eq!(c[0]["type"], "Synchronization");
+    assert_eq!(c[0]["objects"][0]["filterResult"], "before");
+    assert_eq!(c[1]["binding"], "beforeHelm");
+    assert_eq!(c[1]["snapshots"]["pods"][0]["filterResult"], "before");
+    create(
+        &sb,
+        "/api/v1/namespaces/default/pods",
+        &pod("after", json!({})),
+    );
+    op.wait("the module hook's event", Duration::from_secs(30), || {
+        contexts(&out, "watcher.jsonl")
+            .iter()
+            .any(|c| c["type"] == "Event" && c["filterResult"] == "after")
+    });
+    // Disable the module: its bindings stop.
+    let (code, body) = sb.post(
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "addon-operator"}, "data": {"watcherEnabled": "false"}}),
+    );
+    if code == 409 {
+        let (code, body) = common::http(
+            sb.addr(),
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/addon-operator",
+            "application/merge-patch+json",
+            &json!({"data": {"watcherEnabled": "false"}}).to_string(),
+        );
+        assert_eq!(code, 200, "{body}");
+    } else {
+        assert_eq!(code, 201, "{body}");
+    }
+    op.wait("the module is disabled", Duration::from_secs(60), || {
+        common::try_journal_state(&work.path().join("journal")).is_some_and(|(s, _)| {
+            s.modules
+                .get("watcher")
+                .is_some_and(|m| !m.enabled && m.phase == "Disabled")
+        })
+    });
+    let seen = contexts(&out, "watcher.jsonl").len();
+    create(
+        &sb,
+        "/api/v1/namespaces/default/pods",
+        &pod("ignored", json!({})),
+    );
+    wait_for("the canary saw the pod", Duration::from_secs(30), || {
+        contexts(&out, "canary.jsonl")
+            .iter()
+            .any(|c| c["filterResult"] == "ignored")
+    });
+    assert_eq!(
+        contexts(&out, "watcher.jsonl").len(),
+        seen,
+        "a disabled module's hook gets no events"
+    );
+}
+
+#[test]
+fn watches_survive_a_sandbox_restart_and_compacted_history_without_lost_or_phantom_objects() {
+    let mut sb = Sandbox::start_with(&["--watch-history", "50"]);
+    let work = workdir();
+    let out = work.path().join("out");
+    let hooks = work.path().join("global");
+    hook(
+        &hooks.join("mirror.sh"),
+        "configVersion: v1
+kubernetes:
+- name: cms
+  kind: ConfigMap
+  namespace: {nameSelector: {matchNames: [default]}}
+  labelSelector: {matchLabels: {stream: \"yes\"}}
+  jqFilter: '.data.v'
+  keepFullObjectsInMemory: false
+  includeSnapshotsFrom: [cms]",
+        "mirror.jsonl",
+    );
+    let op = Operator::start(&sb, &hooks, work.path());
+    op.wait("Synchronization", Duration::from_secs(60), || {
+        !runs(&out, "mirror.jsonl").is_empty()
+    });
+    let addr = sb.addr().to_string();
+    let cm = |i: usize, v: usize| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("cm-{i}"), "labels": {"stream": "yes"}}, "data": {"v": v.to_string()}})
+    };
+    for round in 0..1000usize {
+        let i = round % 37;
+        let path = format!("/api/v1/namespaces/default/configmaps/cm-{i}");
+        match round % 3 {
+            0 => {
+                let _ = common::http(
+                    &addr,
+                    "POST",
+                    "/api/v1/namespaces/default/configmaps",
+                    "application/json",
+                    &cm(i, round).to_string(),
+                );
+            }
+            1 => {
+                let _ = common::http(
+                    &addr,
+                    "PATCH",
+                    &path,
+                    "application/merge-patch+json",
+                    &json!({"data": {"v": round.to_string()}}).to_string(),
+                );
+            }
+            _ => {
+                if round % 7 == 0 {
+                    let _ = common::http(&addr, "DELETE", &path, "", "");
+                }
+            }
+        }
+        if round == 500 {
+            sb.restart();
+        }
+    }
+    // A marker object: the context that reports it carries the binding's snapshot, which
+    // must equal what the API server holds.
+    let (code, body) = sb.post("/api/v1/namespaces/default/configmaps", &cm(999, 999));
+    assert_eq!(code, 201, "{body}");
+    let expected = || -> Vec<Value> {
+        let (_, list) = sb.get("/api/v1/namespaces/default/configmaps?labelSelector=stream%3Dyes");
+        let mut items: Vec<(String, Value)> = list["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|o| {
+                (
+                    o["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    json!({"filterResult": o["data"]["v"]}),
+                )
+            })
+            .collect();
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        items.into_iter().map(|(_, v)| v).collect()
+    };
+    let want = expected();
+    op.wait(
+        "the hook's snapshot matches the API server",
+        Duration::from_secs(90),
+        || {
+            runs(&out, "mirror.jsonl")
+                .last()
+                .and_then(|r| r.as_array().and_then(|a| a.last()).cloned())
+                .is_some_and(|c| c["snapshots"]["cms"].as_array().is_some_and(|s| *s == want))
+        },
+    );
+}
+
+#[test]
+fn bad_bindings_fail_their_task_with_the_hook_and_binding_named_and_the_operator_keeps_running() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = work.path().join("global");
+    hook(
+        &hooks.join("unknown-kind.sh"),
+        "configVersion: v1\nkubernetes:\n- name: widgets\n  kind: Widget",
+        "unknown.jsonl",
+    );
+    hook(
+        &hooks.join("ok.sh"),
+        "configVersion: v1\nonStartup: 1",
+        "ok.jsonl",
+    );
+    let op = Operator::start(&sb, &hooks, work.path());
+    let out = work.path().join("out");
+    op.wait("the other hook ran", Duration::from_secs(60), || {
+        !runs(&out, "ok.jsonl").is_empty()
+    });
+    op.wait(
+        "the failure is recorded with its cause",
+        Duration::from_secs(60),
+        || {
+            common::try_journal_state(&work.path().join("journal")).is_some_and(|(s, _)| {
+                s.queues.get("main").into_iter().flatten().any(|t| {
+                    t.failures > 0
+                        && t.last_error.contains("unknown-kind.sh")
+                        && t.last_error.contains("\"widgets\"")
+                        && t.last_error.contains("Widget")
+                })
+            })
+        },
+    );
+}
