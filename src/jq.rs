@@ -160,16 +160,21 @@ pub(crate) fn to_val(v: &Value) -> Val {
                 Val::Num(Num::Float(n.as_f64().unwrap_or(f64::NAN)))
             }
         }
-        Value::String(s) => Val::from(s.clone()),
+        Value::String(s) => text(s),
         Value::Array(a) => a.iter().map(to_val).collect(),
         Value::Object(o) => {
             let mut m = Map::with_capacity_and_hasher(o.len(), Default::default());
             for (k, v) in o {
-                m.insert(Val::from(k.clone()), to_val(v));
+                m.insert(text(k), to_val(v));
             }
             Val::obj(m)
         }
     }
+}
+
+/// A jaq string: one exact-size copy (`Val::from(String)` adds an owner allocation).
+fn text(s: &str) -> Val {
+    Val::utf8_str(s.as_bytes().to_vec())
 }
 
 /// A jaq value as a `serde_json` value, printing numbers the way jq does: integral floats

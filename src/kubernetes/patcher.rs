@@ -964,7 +964,7 @@ name: nginx
         );
         assert_eq!(
             text[3],
-            "operation 5 (? ? ?): field \"operation\" is required"
+            "operation 5 (? Pod d): field \"operation\" is required"
         );
         assert!(
             text[4]
