@@ -583,3 +583,127 @@ fn bad_bindings_fail_their_task_with_the_hook_and_binding_named_and_the_operator
         },
     );
 }
+
+/// A hook that runs `body` (bash) after the `--config` answer.
+fn hook_with(path: &Path, config: &str, body: &str) {
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("hook dir");
+    let script = format!(
+        "#!/usr/bin/env bash\nif [ \"$1\" = \"--config\" ]; then\ncat <<'EOF'\n{config}\nEOF\nexit 0\nfi\n{body}\n"
+    );
+    std::fs::write(path, script).expect("hook");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+#[test]
+fn a_six_field_schedule_fires_every_second_with_schedule_contexts() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let out = work.path().join("out");
+    let hooks = work.path().join("global");
+    hook_with(
+        &hooks.join("tick.sh"),
+        "configVersion: v1\nschedule:\n- name: tick\n  crontab: '*/1 * * * * *'\n  queue: ticks",
+        "{ date +%s.%N; cat \"$BINDING_CONTEXT_PATH\"; echo; } >> \"$OUT_DIR/tick.log\"",
+    );
+    let op = Operator::start(&sb, &hooks, work.path());
+    let read = || -> Vec<(f64, Value)> {
+        let text = std::fs::read_to_string(out.join("tick.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines
+            .chunks(2)
+            .filter(|c| c.len() == 2)
+            .filter_map(|c| Some((c[0].parse().ok()?, serde_json::from_str(c[1]).ok()?)))
+            .collect()
+    };
+    op.wait("four firings", Duration::from_secs(30), || {
+        read().len() >= 4
+    });
+    let runs = read();
+    for (_, ctx) in &runs {
+        for c in ctx.as_array().expect("array") {
+            assert_eq!(*c, json!({"binding": "tick", "type": "Schedule"}));
+        }
+    }
+    // Once per second: runs are never closer than the crontab allows (merged firings
+    // arrive in one run with several contexts).
+    for w in runs.windows(2) {
+        assert!(
+            w[1].0 - w[0].0 >= 0.5,
+            "two runs {:.3}s apart",
+            w[1].0 - w[0].0
+        );
+    }
+}
+
+#[test]
+fn object_patcher_operations_from_hooks_apply_and_a_failing_one_fails_the_task() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = work.path().join("global");
+    hook_with(
+        &hooks.join("patcher.sh"),
+        "configVersion: v1\nonStartup: 1",
+        r#"cat > "$KUBERNETES_PATCH_PATH" <<'EOF'
+{"operation":"CreateOrUpdate","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"from-hook","namespace":"default"},"data":{"a":"1"}}}
+{"operation":"MergePatch","kind":"ConfigMap","namespace":"default","name":"from-hook","mergePatch":{"data":{"b":"2"}}}
+{"operation":"JQPatch","kind":"ConfigMap","namespace":"default","name":"from-hook","jqFilter":".metadata.labels.patched = \"yes\""}
+EOF"#,
+    );
+    hook_with(
+        &hooks.join("broken.sh"),
+        "configVersion: v1\nonStartup: 2",
+        r#"echo '{"operation":"MergePatch","kind":"ConfigMap","namespace":"default","name":"absent","mergePatch":{"data":{"x":"y"}}}' > "$KUBERNETES_PATCH_PATH""#,
+    );
+    let op = Operator::start(&sb, &hooks, work.path());
+    op.wait(
+        "the ConfigMap made by the hook",
+        Duration::from_secs(60),
+        || {
+            let (code, cm) = sb.get("/api/v1/namespaces/default/configmaps/from-hook");
+            code == 200
+                && cm["data"] == json!({"a": "1", "b": "2"})
+                && cm["metadata"]["labels"]["patched"] == "yes"
+        },
+    );
+    op.wait(
+        "the failing operation fails its task",
+        Duration::from_secs(60),
+        || {
+            common::try_journal_state(&work.path().join("journal")).is_some_and(|(s, _)| {
+                s.queues.get("main").into_iter().flatten().any(|t| {
+                    t.failures > 0
+                        && t.last_error.contains("broken.sh")
+                        && t.last_error.contains("KUBERNETES_PATCH_PATH")
+                        && t.last_error.contains("absent")
+                })
+            })
+        },
+    );
+}
+
+#[test]
+fn an_invalid_jq_filter_is_a_config_error_naming_the_hook_and_binding() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = work.path().join("global");
+    hook(
+        &hooks.join("bad-jq.sh"),
+        "configVersion: v1\nkubernetes:\n- name: pods\n  kind: Pod\n  jqFilter: '.metadata | {'",
+        "bad.jsonl",
+    );
+    let mut op = Operator::start(&sb, &hooks, work.path());
+    op.wait(
+        "bosun refuses the configuration",
+        Duration::from_secs(30),
+        || {
+            let logs = op.logs();
+            logs.contains("bad-jq.sh")
+                && logs.contains("kubernetes[0].jqFilter")
+                && logs.contains("\"pods\"")
+        },
+    );
+    assert!(
+        op.wait_exit(Duration::from_secs(30)).is_some_and(|ok| !ok),
+        "bosun stops on an invalid global hook configuration"
+    );
+}

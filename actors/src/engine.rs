@@ -370,6 +370,8 @@ struct EngineHandler {
     sync_waiter: SyncWaiter,
     router: OnceLock<std::sync::Weak<QueueRouter>>,
     scheduler: OnceLock<Scheduler>,
+    /// `settings.executionMinInterval` of global hooks.
+    limiters: HashMap<String, crate::rate::Limiter>,
     global: Tracked<GlobalHooksMsg>,
     hooks: Vec<GlobalHook>,
     ids: TaskIds,
@@ -771,6 +773,9 @@ impl TaskHandler for EngineHandler {
         Box::pin(async move {
             match task.spec.task_type {
                 TaskType::GlobalHookRun => {
+                    if let Some(l) = task.spec.hook.as_ref().and_then(|h| self.limiters.get(h)) {
+                        l.wait().await;
+                    }
                     let (tx, rx) = ractor::concurrency::oneshot();
                     if self
                         .global
@@ -1109,6 +1114,14 @@ impl Engine {
             sync_waiter: sync_waiter.clone(),
             router: OnceLock::new(),
             scheduler: OnceLock::new(),
+            limiters: args
+                .global_hooks
+                .iter()
+                .filter_map(|h| {
+                    crate::rate::Limiter::for_settings(&h.config.settings)
+                        .map(|l| (h.name.clone(), l))
+                })
+                .collect(),
             converging: converging.clone(),
             global: global.clone(),
             hooks: args.global_hooks,

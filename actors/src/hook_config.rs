@@ -453,11 +453,29 @@ fn parse_v1(
 
 fn settings(ctx: &Ctx, v: &Value) -> Result<Settings, HookConfigError> {
     let m = ctx.object(v, "settings")?;
-    ctx.only_keys(m, "settings", &["executionMinInterval", "executionBurst"])?;
-    let interval = match ctx.string(m, "executionMinInterval", "settings")? {
-        Some(s) => {
-            Some(parse_go_duration(&s).map_err(|e| ctx.err("settings.executionMinInterval", e))?)
-        }
+    ctx.only_keys(
+        m,
+        "settings",
+        &[
+            "executionMinInterval",
+            "executionMinPeriod",
+            "executionBurst",
+        ],
+    )?;
+    // addon-operator's documentation spells it executionMinPeriod; both are accepted.
+    if m.contains_key("executionMinInterval") && m.contains_key("executionMinPeriod") {
+        return Err(ctx.err(
+            "settings.executionMinPeriod",
+            "give executionMinInterval or its alias executionMinPeriod, not both",
+        ));
+    }
+    let key = if m.contains_key("executionMinPeriod") {
+        "executionMinPeriod"
+    } else {
+        "executionMinInterval"
+    };
+    let interval = match ctx.string(m, key, "settings")? {
+        Some(s) => Some(parse_go_duration(&s).map_err(|e| ctx.err(format!("settings.{key}"), e))?),
         None => None,
     };
     let burst = match m.get("executionBurst") {
@@ -1140,10 +1158,10 @@ kubernetes:
                 "unknown field",
             ),
             (
-                "configVersion: v1\nonStartup: 1\nsettings: {executionMinPeriod: 1s}",
+                "configVersion: v1\nonStartup: 1\nsettings: {executionMinPeriod: 1s, executionMinInterval: 2s}",
                 HookKind::Global,
                 "settings.executionMinPeriod",
-                "unknown field",
+                "not both",
             ),
             (
                 "configVersion: v1\nonStartup: 1\nsettings: {executionMinInterval: soon}",
@@ -1174,5 +1192,20 @@ kubernetes:
             assert!(err.message.contains(message), "{text:?}: {err}");
             assert!(err.to_string().contains("hooks/h.sh"), "{err}");
         }
+    }
+
+    #[test]
+    fn execution_min_period_is_an_alias_of_execution_min_interval() {
+        let c = parse(
+            "configVersion: v1\nonStartup: 1\nsettings: {executionMinPeriod: 3s, executionBurst: 2}",
+            HookKind::Global,
+            "h",
+        )
+        .expect("the seed's spelling is accepted");
+        assert_eq!(
+            c.settings.execution_min_interval,
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(c.settings.execution_burst, 2);
     }
 }

@@ -15,6 +15,7 @@ pub mod modules;
 pub mod ports;
 pub mod queue;
 pub mod queue_actor;
+pub mod rate;
 pub mod schedule;
 pub mod scheduler;
 pub mod schema;

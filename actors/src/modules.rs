@@ -256,6 +256,7 @@ struct ModuleHook {
     name: String,
     path: PathBuf,
     config: HookConfig,
+    limiter: Option<Arc<crate::rate::Limiter>>,
 }
 
 /// The actor.
@@ -408,6 +409,7 @@ impl ModuleState {
             hooks.push(ModuleHook {
                 name: name.clone(),
                 path: path.clone(),
+                limiter: crate::rate::Limiter::for_settings(&config.settings).map(Arc::new),
                 config,
             });
         }
@@ -888,6 +890,9 @@ impl ModuleState {
                 self.def.name
             ));
         };
+        if let Some(l) = &hook.limiter {
+            l.wait().await;
+        }
         let allow_failure = task.spec.params["allowFailure"].as_bool().unwrap_or(false);
         let stubs = crate::queue::compact_groups(crate::queue::contexts(task));
         let key = self.def.key();
