@@ -707,3 +707,72 @@ fn an_invalid_jq_filter_is_a_config_error_naming_the_hook_and_binding() {
         "bosun stops on an invalid global hook configuration"
     );
 }
+
+#[test]
+fn namespaces_chosen_by_labels_are_followed_as_they_start_and_stop_matching() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let out = work.path().join("out");
+    let ns = |name: &str, watched: bool| {
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": name, "labels": if watched { json!({"watch": "yes"}) } else { json!({}) }}})
+    };
+    let cm =
+        |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+    create(&sb, "/api/v1/namespaces", &ns("alpha", true));
+    create(&sb, "/api/v1/namespaces", &ns("beta", false));
+    create(&sb, "/api/v1/namespaces/alpha/configmaps", &cm("in-alpha"));
+    create(&sb, "/api/v1/namespaces/beta/configmaps", &cm("in-beta"));
+    let hooks = work.path().join("global");
+    hook(
+        &hooks.join("ns.sh"),
+        "configVersion: v1
+kubernetes:
+- name: cms
+  kind: ConfigMap
+  namespace: {labelSelector: {matchLabels: {watch: \"yes\"}}}
+  jqFilter: '.metadata.namespace + \"/\" + .metadata.name'",
+        "ns.jsonl",
+    );
+    let op = Operator::start(&sb, &hooks, work.path());
+    op.wait("Synchronization", Duration::from_secs(60), || {
+        !contexts(&out, "ns.jsonl").is_empty()
+    });
+    let sync = contexts(&out, "ns.jsonl")[0].clone();
+    assert_eq!(sync["type"], "Synchronization");
+    let names: Vec<&Value> = sync["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .map(|o| &o["filterResult"])
+        .collect();
+    assert_eq!(names, [&json!("alpha/in-alpha")]);
+    // beta starts matching: its ConfigMap arrives as Added.
+    let (code, body) = common::http(
+        sb.addr(),
+        "PATCH",
+        "/api/v1/namespaces/beta",
+        "application/merge-patch+json",
+        &json!({"metadata": {"labels": {"watch": "yes"}}}).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
+    op.wait("beta's ConfigMap added", Duration::from_secs(30), || {
+        contexts(&out, "ns.jsonl")
+            .iter()
+            .any(|c| c["watchEvent"] == "Added" && c["filterResult"] == "beta/in-beta")
+    });
+    // alpha stops matching: its ConfigMap leaves the snapshot as Deleted.
+    let (code, body) = common::http(
+        sb.addr(),
+        "PATCH",
+        "/api/v1/namespaces/alpha",
+        "application/merge-patch+json",
+        &json!({"metadata": {"labels": {"watch": null}}}).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
+    op.wait("alpha's ConfigMap deleted", Duration::from_secs(30), || {
+        contexts(&out, "ns.jsonl")
+            .iter()
+            .any(|c| c["watchEvent"] == "Deleted" && c["filterResult"] == "alpha/in-alpha")
+    });
+}

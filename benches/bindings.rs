@@ -1,0 +1,207 @@
+//! Kubernetes bindings benchmark. Prints, measured in one run on this machine:
+//! - the event path with 100 bindings on one shared watch: write acknowledged by the
+//!   sandbox → the 100th binding event handed to the engine, p50/p99, against the limit:
+//!   the same write → event received by one raw kube-rs watcher on the same resource;
+//! - memory per cached object with and without `keepFullObjectsInMemory`, against the
+//!   object's JSON size (a counting allocator measures the heap).
+//!
+//! Run: `cargo bench --bench bindings`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bosun::bindings::WatchManager;
+use bosun_actors::bindings::{BindingEvent, HookRef};
+use bosun_actors::hook_config::{HookKind, parse};
+use bosun_actors::ports::KubeBindings;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams, WatchEvent, WatchParams};
+use serde_json::json;
+
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: delegates to the system allocator and only counts sizes.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: same layout contract as the caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: p was allocated by System with l.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn config_map(name: &str, n: usize) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"bench": "yes", "n": n.to_string()}},
+        "data": {"payload": "x".repeat(512)},
+    }))
+    .expect("config map")
+}
+
+fn binding(jq: &str, keep: bool) -> bosun_actors::hook_config::KubernetesBinding {
+    let text = format!(
+        "configVersion: v1\nkubernetes:\n- name: cms\n  kind: ConfigMap\n  namespace: {{nameSelector: {{matchNames: [default]}}}}\n  labelSelector: {{matchLabels: {{bench: \"yes\"}}}}\n  jqFilter: '{jq}'\n  keepFullObjectsInMemory: {keep}"
+    );
+    parse(&text, HookKind::Global, "bench.sh")
+        .expect("config")
+        .kubernetes
+        .remove(0)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig {
+        listen: "127.0.0.1:0".parse()?,
+        data: dir.path().join("data"),
+        kubeconfig: None,
+        token: None,
+        watch_history: bosun::sandbox::store::DEFAULT_HISTORY,
+    })
+    .await?;
+    let client = kube::Client::try_from(kube::Config::new(sandbox.url.parse()?))?;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+
+    // 1. Event path: 100 bindings on one shared watch.
+    let manager = WatchManager::new(client.clone());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let events: bosun_actors::ports::BindingEvents = Arc::new(move |_ev: BindingEvent| {
+        let _ = tx.send(Instant::now());
+    });
+    let bindings = 100;
+    for i in 0..bindings {
+        let hook = HookRef {
+            owner: "global".into(),
+            hook: format!("hook-{i}.sh"),
+        };
+        manager
+            .start(
+                hook.clone(),
+                vec![binding(".metadata.labels", true)],
+                events.clone(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        manager.release(&hook, 0);
+    }
+    println!(
+        "shared watches for {bindings} bindings: {}",
+        manager.watches().len()
+    );
+    let raw = {
+        let api = api.clone();
+        let (rtx, rrx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+        let params = WatchParams::default().labels("bench=yes");
+        tokio::spawn(async move {
+            let Ok(stream) = api.watch(&params, "0").await else {
+                return;
+            };
+            futures::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                if matches!(ev, Ok(WatchEvent::Added(_))) {
+                    let _ = rtx.send(Instant::now());
+                }
+            }
+        });
+        rrx
+    };
+    let mut raw = raw;
+    let writes = 200;
+    let (mut ours, mut limit) = (Vec::new(), Vec::new());
+    for n in 0..writes {
+        api.create(&PostParams::default(), &config_map(&format!("e-{n}"), n))
+            .await?;
+        let acked = Instant::now();
+        let mut last = acked;
+        for _ in 0..bindings {
+            last = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("binding events stopped"))?;
+        }
+        let r = tokio::time::timeout(Duration::from_secs(30), raw.recv())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("raw watch stopped"))?;
+        ours.push(last.saturating_duration_since(acked).as_secs_f64() * 1000.0);
+        limit.push(r.saturating_duration_since(acked).as_secs_f64() * 1000.0);
+    }
+    ours.sort_by(f64::total_cmp);
+    limit.sort_by(f64::total_cmp);
+    println!(
+        "event path, write acked → all {bindings} binding events queued: p50 {:.2} ms, p99 {:.2} ms",
+        percentile(&ours, 0.5),
+        percentile(&ours, 0.99)
+    );
+    println!(
+        "limit, write acked → one raw kube-rs watch event: p50 {:.2} ms, p99 {:.2} ms (p50 ratio {:.2}x)",
+        percentile(&limit, 0.5),
+        percentile(&limit, 0.99),
+        percentile(&ours, 0.5) / percentile(&limit, 0.5).max(1e-6)
+    );
+    manager.stop_owner("global");
+
+    // 2. Memory per cached object.
+    let objects = 2000;
+    for n in writes..writes + objects {
+        api.create(&PostParams::default(), &config_map(&format!("m-{n}"), n))
+            .await?;
+    }
+    let json_size = serde_json::to_string(&api.get("m-300").await?)?.len();
+    let total = writes + objects;
+    for keep in [true, false] {
+        let fresh = WatchManager::new(client.clone());
+        let noop: bosun_actors::ports::BindingEvents = Arc::new(|_ev: BindingEvent| {});
+        let hook = |name: &str| HookRef {
+            owner: "global".into(),
+            hook: name.into(),
+        };
+        // The first binding brings the shared watch and its cache; a second identical
+        // binding of another hook shares that watch and adds only its own entries.
+        let before = LIVE.load(Ordering::SeqCst);
+        fresh
+            .start(
+                hook("a.sh"),
+                vec![binding(".metadata.name", keep)],
+                noop.clone(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mid = LIVE.load(Ordering::SeqCst);
+        fresh
+            .start(hook("b.sh"), vec![binding(".metadata.name", keep)], noop)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let after = LIVE.load(Ordering::SeqCst);
+        let snapshot = fresh.snapshot(&hook("b.sh"), 0).len();
+        let per = |bytes: isize| bytes as f64 / total as f64;
+        println!(
+            "keepFullObjectsInMemory: {keep}: {snapshot} objects of {json_size} JSON bytes: watch cache + first binding {:.0} B/object ({:.2}x JSON), each further binding {:.0} B/object ({:.2}x JSON)",
+            per(mid - before),
+            per(mid - before) / json_size as f64,
+            per(after - mid),
+            per(after - mid) / json_size as f64
+        );
+        fresh.stop_owner("global");
+    }
+    sandbox.shutdown().await?;
+    Ok(())
+}
