@@ -73,6 +73,29 @@ impl std::fmt::Display for WatchKey {
 /// An object's place: namespace (empty when cluster-scoped) and name.
 pub(crate) type ObjectKey = (String, String);
 
+/// A watched object kept as compact JSON text: about its JSON size in memory (a parsed
+/// `Value` takes several times that), shared by the watch cache and every binding that
+/// keeps full objects. It is parsed when a hook's snapshot is read.
+#[derive(Clone, Debug)]
+pub(crate) struct Stored {
+    resource_version: Box<str>,
+    text: Arc<str>,
+}
+
+impl Stored {
+    fn of(object: &Value) -> Stored {
+        Stored {
+            resource_version: resource_version(object).into(),
+            text: object.to_string().into(),
+        }
+    }
+
+    /// The object (the text was serialized from a `Value`, so it parses).
+    pub(crate) fn parse(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    }
+}
+
 /// Watch event kinds as subscribers see them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Change {
@@ -82,7 +105,7 @@ pub(crate) enum Change {
 }
 
 struct WatchState {
-    objects: BTreeMap<ObjectKey, Arc<Value>>,
+    objects: BTreeMap<ObjectKey, Stored>,
     listeners: Vec<Arc<dyn Listener>>,
     ready: bool,
     last_error: Option<String>,
@@ -97,24 +120,20 @@ pub(crate) struct SharedWatch {
 }
 
 impl SharedWatch {
-    fn dispatch(&self, change: Change, key: &ObjectKey, object: &Arc<Value>) {
+    fn dispatch(&self, change: Change, key: &ObjectKey, object: &Value, stored: &Stored) {
         let st = lock(&self.state);
         for l in &st.listeners {
-            l.on(change, key, object);
+            l.on(change, key, object, stored);
         }
     }
 
     /// Folds one watcher event into the object set and tells the listeners.
-    fn apply(
-        &self,
-        relist: &mut Option<BTreeMap<ObjectKey, Arc<Value>>>,
-        ev: watcher::Event<Value>,
-    ) {
+    fn apply(&self, relist: &mut Option<BTreeMap<ObjectKey, Stored>>, ev: watcher::Event<Value>) {
         match ev {
             watcher::Event::Init => *relist = Some(BTreeMap::new()),
             watcher::Event::InitApply(o) => {
                 if let Some(r) = relist.as_mut() {
-                    r.insert(object_key(&o), Arc::new(o));
+                    r.insert(object_key(&o), Stored::of(&o));
                 }
             }
             watcher::Event::InitDone => {
@@ -123,22 +142,26 @@ impl SharedWatch {
                 let old = std::mem::take(&mut st.objects);
                 for (k, o) in &old {
                     if !fresh.contains_key(k) {
+                        let v = o.parse();
                         for l in &st.listeners {
-                            l.on(Change::Deleted, k, o);
+                            l.on(Change::Deleted, k, &v, o);
                         }
                     }
                 }
                 for (k, o) in &fresh {
                     let change = match old.get(k) {
                         None => Some(Change::Added),
-                        Some(prev) if resource_version(prev) != resource_version(o) => {
+                        Some(prev) if prev.resource_version != o.resource_version => {
                             Some(Change::Modified)
                         }
                         Some(_) => None,
                     };
-                    if let Some(c) = change {
+                    if let Some(c) = change
+                        && !st.listeners.is_empty()
+                    {
+                        let v = o.parse();
                         for l in &st.listeners {
-                            l.on(c, k, o);
+                            l.on(c, k, &v, o);
                         }
                     }
                 }
@@ -150,21 +173,21 @@ impl SharedWatch {
             }
             watcher::Event::Apply(o) => {
                 let k = object_key(&o);
-                let o = Arc::new(o);
+                let stored = Stored::of(&o);
                 let change = {
                     let mut st = lock(&self.state);
-                    match st.objects.insert(k.clone(), o.clone()) {
+                    match st.objects.insert(k.clone(), stored.clone()) {
                         Some(_) => Change::Modified,
                         None => Change::Added,
                     }
                 };
-                self.dispatch(change, &k, &o);
+                self.dispatch(change, &k, &o, &stored);
             }
             watcher::Event::Delete(o) => {
                 let k = object_key(&o);
-                let removed = lock(&self.state).objects.remove(&k);
-                let o = removed.unwrap_or_else(|| Arc::new(o));
-                self.dispatch(Change::Deleted, &k, &o);
+                lock(&self.state).objects.remove(&k);
+                let stored = Stored::of(&o);
+                self.dispatch(Change::Deleted, &k, &o, &stored);
             }
         }
     }

@@ -12,25 +12,25 @@ use bosun_actors::ports::BindingEvents;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
-use super::{Change, ObjectKey, SharedWatch, WatchManager, lock};
+use super::{Change, ObjectKey, SharedWatch, Stored, WatchManager, lock};
 use crate::jq::JqFilter;
 
 /// Something attached to shared watches.
 pub(crate) trait Listener: Send + Sync {
     /// The watch's objects when the listener attaches (of `namespace`, if the watch is
     /// limited to one).
-    fn init(&self, namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Arc<Value>>);
-    /// One change.
-    fn on(&self, change: Change, key: &ObjectKey, object: &Arc<Value>);
+    fn init(&self, namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>);
+    /// One change: the object, and its stored form to keep.
+    fn on(&self, change: Change, key: &ObjectKey, object: &Value, stored: &Stored);
     /// Forgets the watches it is attached to (all, or those of one namespace) and returns
     /// them, so the manager can detach it.
     fn detached(&self, namespace: Option<&str>) -> Vec<Arc<SharedWatch>>;
 }
 
 struct Entry {
-    object: Option<Arc<Value>>,
+    object: Option<Stored>,
     filter_result: Option<Value>,
-    checksum: String,
+    checksum: [u8; 16],
 }
 
 #[derive(Default)]
@@ -90,7 +90,7 @@ impl Subscriber {
 
     /// The filter result (when there is a filter) and the checksum that decides whether a
     /// change is an event; `None` when the filter fails on this object.
-    fn evaluate(&self, object: &Value) -> Option<(Option<Value>, String)> {
+    fn evaluate(&self, object: &Value) -> Option<(Option<Value>, [u8; 16])> {
         use md5::Digest;
         let result = match &self.filter {
             Some(f) => match f.run(object) {
@@ -108,15 +108,14 @@ impl Subscriber {
             Some(r) => r.to_string(),
             None => object.to_string(),
         };
-        let sum = format!("{:x}", md5::Md5::digest(text.as_bytes()));
-        Some((result, sum))
+        Some((result, md5::Md5::digest(text.as_bytes()).into()))
     }
 
     fn emit(
         &self,
         st: &mut SubState,
         change: Change,
-        object: &Arc<Value>,
+        object: &Value,
         filter_result: Option<Value>,
     ) {
         let kind = match change {
@@ -133,7 +132,7 @@ impl Subscriber {
             "watchEvent": format!("{kind:?}"),
         });
         if self.keep_objects {
-            ctx["object"] = (**object).clone();
+            ctx["object"] = object.clone();
         }
         if self.filter.is_some() {
             ctx["filterResult"] = filter_result.unwrap_or(Value::Null);
@@ -170,7 +169,7 @@ impl Subscriber {
             .map(|e| {
                 let mut item = json!({});
                 if let Some(o) = &e.object {
-                    item["object"] = (**o).clone();
+                    item["object"] = o.parse();
                 }
                 if self.filter.is_some() {
                     item["filterResult"] = e.filter_result.clone().unwrap_or(Value::Null);
@@ -185,7 +184,8 @@ impl Subscriber {
         st: &mut SubState,
         change: Change,
         key: &ObjectKey,
-        object: &Arc<Value>,
+        object: &Value,
+        stored: &Stored,
         announce: bool,
     ) {
         if !self.names.is_empty() && !self.names.contains(&key.1) {
@@ -196,7 +196,7 @@ impl Subscriber {
         };
         let unchanged = st.cache.get(key).is_some_and(|e| e.checksum == sum);
         let entry = Entry {
-            object: self.keep_objects.then(|| object.clone()),
+            object: self.keep_objects.then(|| stored.clone()),
             filter_result: result.clone(),
             checksum: sum,
         };
@@ -208,15 +208,18 @@ impl Subscriber {
 }
 
 impl Listener for Subscriber {
-    fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Arc<Value>>) {
+    fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>) {
         let announce = self.live.load(Ordering::SeqCst);
         let mut st = lock(&self.st);
         for (k, o) in objects {
-            self.upsert(&mut st, Change::Added, k, o, announce);
+            if !self.names.is_empty() && !self.names.contains(&k.1) {
+                continue;
+            }
+            self.upsert(&mut st, Change::Added, k, &o.parse(), o, announce);
         }
     }
 
-    fn on(&self, change: Change, key: &ObjectKey, object: &Arc<Value>) {
+    fn on(&self, change: Change, key: &ObjectKey, object: &Value, stored: &Stored) {
         let mut st = lock(&self.st);
         match change {
             Change::Deleted => {
@@ -230,7 +233,7 @@ impl Listener for Subscriber {
                 };
                 self.emit(&mut st, Change::Deleted, object, result);
             }
-            c => self.upsert(&mut st, c, key, object, true),
+            c => self.upsert(&mut st, c, key, object, stored, true),
         }
     }
 
@@ -246,9 +249,10 @@ impl Listener for Subscriber {
             let keys: Vec<ObjectKey> = st.cache.keys().filter(|k| k.0 == ns).cloned().collect();
             for k in keys {
                 if let Some(e) = st.cache.remove(&k) {
-                    let object = e.object.clone().unwrap_or_else(|| {
-                        Arc::new(json!({"metadata": {"namespace": k.0, "name": k.1}}))
-                    });
+                    let object = match &e.object {
+                        Some(o) => o.parse(),
+                        None => json!({"metadata": {"namespace": k.0, "name": k.1}}),
+                    };
                     self.emit(&mut st, Change::Deleted, &object, e.filter_result);
                 }
             }
@@ -310,11 +314,11 @@ impl NamespaceFollower {
 }
 
 impl Listener for NamespaceFollower {
-    fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Arc<Value>>) {
+    fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>) {
         lock(&self.namespaces).extend(objects.keys().map(|k| k.1.clone()));
     }
 
-    fn on(&self, change: Change, key: &ObjectKey, _object: &Arc<Value>) {
+    fn on(&self, change: Change, key: &ObjectKey, _object: &Value, _stored: &Stored) {
         let ns = key.1.clone();
         match change {
             Change::Added | Change::Modified => {
