@@ -12,11 +12,12 @@ use common::{Operator, Sandbox, wait_for, workdir};
 use serde_json::{Value, json};
 
 /// Writes an executable hook that prints `config` for `--config` and appends each binding
-/// context array (one line) to `$OUT_DIR/<log>`.
+/// context array to `$OUT_DIR/<log>` as one line, in one write (runs of the hook in
+/// different queues may append at the same time).
 fn hook(path: &Path, config: &str, log: &str) {
     std::fs::create_dir_all(path.parent().expect("parent")).expect("hook dir");
     let script = format!(
-        "#!/usr/bin/env bash\nif [ \"$1\" = \"--config\" ]; then\ncat <<'EOF'\n{config}\nEOF\nexit 0\nfi\n{{ cat \"$BINDING_CONTEXT_PATH\"; echo; }} >> \"$OUT_DIR/{log}\"\n"
+        "#!/usr/bin/env bash\nif [ \"$1\" = \"--config\" ]; then\ncat <<'EOF'\n{config}\nEOF\nexit 0\nfi\nline=$(cat \"$BINDING_CONTEXT_PATH\")\nprintf '%s\\n' \"$line\" >> \"$OUT_DIR/{log}\"\n"
     );
     std::fs::write(path, script).expect("hook");
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -603,16 +604,16 @@ fn a_six_field_schedule_fires_every_second_with_schedule_contexts() {
     hook_with(
         &hooks.join("tick.sh"),
         "configVersion: v1\nschedule:\n- name: tick\n  crontab: '*/1 * * * * *'\n  queue: ticks",
-        "{ date +%s.%N; cat \"$BINDING_CONTEXT_PATH\"; echo; } >> \"$OUT_DIR/tick.log\"",
+        "line=\"$(date +%s.%N) $(cat \"$BINDING_CONTEXT_PATH\")\"; printf '%s\\n' \"$line\" >> \"$OUT_DIR/tick.log\"",
     );
     let op = Operator::start(&sb, &hooks, work.path());
     let read = || -> Vec<(f64, Value)> {
         let text = std::fs::read_to_string(out.join("tick.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines
-            .chunks(2)
-            .filter(|c| c.len() == 2)
-            .filter_map(|c| Some((c[0].parse().ok()?, serde_json::from_str(c[1]).ok()?)))
+        text.lines()
+            .filter_map(|l| {
+                let (time, ctx) = l.split_once(' ')?;
+                Some((time.parse().ok()?, serde_json::from_str(ctx).ok()?))
+            })
             .collect()
     };
     op.wait("four firings", Duration::from_secs(30), || {
