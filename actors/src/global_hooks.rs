@@ -201,8 +201,9 @@ impl GlobalHooksState {
                 Ok(_) => "exited 0".to_string(),
                 Err(e) => format!("error: {e}"),
             };
-            mailbox.job_finished(job, outcome);
+            // Report first, so the actor never looks idle between the two.
             let _ = me.cast(GlobalHooksMsg::Done(Box::new(task), result, reply));
+            mailbox.job_finished(job, outcome);
         });
     }
 

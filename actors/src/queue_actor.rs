@@ -381,8 +381,10 @@ impl QueueState {
         let id = task.spec.id;
         tokio::spawn(async move {
             let outcome = handler.handle(task).await;
-            mailbox.job_finished(job, outcome.summary());
+            let summary = outcome.summary();
+            // Report first, so the actor never looks idle between the two.
             let _ = me.cast(QueueMsg::Finished { id, outcome });
+            mailbox.job_finished(job, summary);
         });
         Ok(())
     }
