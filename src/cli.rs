@@ -129,6 +129,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             namespace: "default".into(),
             tmp_dir: args.data.join("tmp"),
             journal_dir: args.data.join("journal"),
+            debug_socket: args.data.join("debug.socket"),
             kubeconfig: Some(kubeconfig),
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9650)),
             ..crate::operator::OperatorConfig::in_cluster()
@@ -149,6 +150,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             println!(
                 "             bosun journal log --journal-dir {}",
                 cfg.journal_dir.display()
+            );
+            println!(
+                "             bosun queue list --debug-unix-socket {}",
+                cfg.debug_socket.display()
             );
         }
         crate::sandbox::shutdown_signal().await;
