@@ -11,6 +11,8 @@
 //! folder, and the TCP listener refuses non-loopback addresses unless
 //! `BOSUN_DEBUG_ALLOW_REMOTE=true`.
 
+pub mod client;
+pub mod commands;
 pub mod views;
 
 use std::collections::HashMap;
