@@ -147,6 +147,7 @@ fn main() {
             namespace: "default".into(),
             tmp_dir: dir.path().join("tmp"),
             journal_dir: dir.path().join("journal"),
+            debug_socket: dir.path().join("debug.socket"),
             kubeconfig: Some(kubeconfig.clone()),
             listen: "127.0.0.1:0".parse().expect("addr"),
             helm_library: Some(library()),

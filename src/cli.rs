@@ -1,4 +1,5 @@
-//! Command line: `bosun run`, `bosun sandbox`, `bosun journal …`.
+//! Command line: `bosun run`, `bosun sandbox`, `bosun journal …`, and the debug commands
+//! that read a running bosun's debug socket (`bosun queue|global|module|actors|raw`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,6 +25,16 @@ pub enum Command {
     Sandbox(SandboxArgs),
     /// Inspect a journal: log, state, diff, why, stats, verify, repair.
     Journal(crate::journal_cli::JournalArgs),
+    /// Dump the queues of a running bosun (debug socket).
+    Queue(crate::debug::commands::QueueArgs),
+    /// Global hooks, values and config values of a running bosun (debug socket).
+    Global(crate::debug::commands::GlobalArgs),
+    /// Modules, their values and config values in a running bosun (debug socket).
+    Module(crate::debug::commands::ModuleArgs),
+    /// Actor mailboxes of a running bosun: pending, in progress, jobs, history.
+    Actors(crate::debug::commands::ActorsArgs),
+    /// A raw request to the debug socket, e.g. `bosun raw /queue/list.json`.
+    Raw(crate::debug::commands::RawArgs),
 }
 
 /// Arguments of `bosun run`.
@@ -67,6 +78,11 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Run(args) => run(args),
         Command::Sandbox(args) => sandbox(args),
         Command::Journal(args) => crate::journal_cli::run(args),
+        Command::Queue(args) => crate::debug::commands::queue(args),
+        Command::Global(args) => crate::debug::commands::global(args),
+        Command::Module(args) => crate::debug::commands::module(args),
+        Command::Actors(args) => crate::debug::commands::actors(args),
+        Command::Raw(args) => crate::debug::commands::raw(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -129,6 +145,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             namespace: "default".into(),
             tmp_dir: args.data.join("tmp"),
             journal_dir: args.data.join("journal"),
+            debug_socket: args.data.join("debug.socket"),
             kubeconfig: Some(kubeconfig),
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9650)),
             ..crate::operator::OperatorConfig::in_cluster()
@@ -149,6 +166,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             println!(
                 "             bosun journal log --journal-dir {}",
                 cfg.journal_dir.display()
+            );
+            println!(
+                "             bosun queue list --debug-unix-socket {}",
+                cfg.debug_socket.display()
             );
         }
         crate::sandbox::shutdown_signal().await;

@@ -4,11 +4,13 @@
 //!   cli ──► run ──► actors (modules, queues, hooks) ──► journal
 //!    │        └───► sandbox (embedded API server, optional)
 //!    ├──► sandbox (standalone API server)
-//!    └──► journal (offline inspection)
+//!    ├──► journal (offline inspection)
+//!    └──► queue/global/module/actors (debug socket of a running bosun)
 //! ```
 
 pub mod bindings;
 pub mod cli;
+pub mod debug;
 pub mod helm;
 pub mod hooks;
 pub mod journal_cli;

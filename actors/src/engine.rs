@@ -923,6 +923,7 @@ pub struct Engine {
     sink: Arc<dyn EventSink>,
     converged: Arc<AtomicBool>,
     ids: TaskIds,
+    global_hooks: Vec<String>,
     /// Mailbox registry (for the debug endpoints).
     pub mailboxes: Mailboxes,
 }
@@ -1035,6 +1036,33 @@ impl Engine {
             .await
     }
 
+    /// A module's config values document (`CONFIG_VALUES_PATH` of its hooks).
+    pub async fn module_config(&self, module: &str) -> Result<Value, String> {
+        let docs = self.global_docs().await?;
+        self.modules
+            .ask(module, |reply| ModuleMsg::Config(docs, reply))
+            .await
+    }
+
+    /// The global config values document `{"global": …}`.
+    pub async fn global_config(&self) -> Result<Value, String> {
+        Ok(self.global_docs().await?.config)
+    }
+
+    async fn global_docs(&self) -> Result<GlobalDocs, String> {
+        let (tx, rx) = ractor::concurrency::oneshot();
+        self.global
+            .cast(GlobalHooksMsg::Docs(tx.into()))
+            .map_err(|_| "the global hooks actor is not running".to_string())?;
+        rx.await
+            .map_err(|_| "the global hooks actor stopped".to_string())
+    }
+
+    /// Names of the global hooks.
+    pub fn global_hook_names(&self) -> Vec<String> {
+        self.global_hooks.clone()
+    }
+
     /// Module names in run order with whether each is enabled.
     pub fn modules(&self) -> Vec<(String, bool)> {
         self.modules
@@ -1109,6 +1137,7 @@ impl Engine {
         });
         let converged = Arc::new(AtomicBool::new(false));
         let converging = Arc::new(AtomicBool::new(false));
+        let global_hooks = args.global_hooks.iter().map(|h| h.name.clone()).collect();
         let handler = Arc::new(EngineHandler {
             bindings: args.bindings.clone(),
             sync_waiter: sync_waiter.clone(),
@@ -1198,6 +1227,7 @@ impl Engine {
             sink: args.sink.clone(),
             converged: converged.clone(),
             ids: engine_ids.clone(),
+            global_hooks,
             mailboxes: args.mailboxes.clone(),
         };
         if let Some(config) = args.initial_config {

@@ -193,9 +193,17 @@ impl GlobalHooksState {
         };
         let executor = self.executor.clone();
         let me = self.me.clone();
+        let mailbox = self.mailbox.clone();
+        let job = mailbox.job_started(format!("hook {binding}:{}", hook.name));
         tokio::spawn(async move {
             let result = executor.run(run).await;
+            let outcome = match &result {
+                Ok(_) => "exited 0".to_string(),
+                Err(e) => format!("error: {e}"),
+            };
+            // Report first, so the actor never looks idle between the two.
             let _ = me.cast(GlobalHooksMsg::Done(Box::new(task), result, reply));
+            mailbox.job_finished(job, outcome);
         });
     }
 

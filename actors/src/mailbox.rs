@@ -1,7 +1,9 @@
 //! Mailbox tracking. ractor has no mailbox-length API, so every message goes through a
 //! [`Tracked`] handle that records a one-line summary when it is sent; the actor marks it
-//! in progress when it starts handling it and done when it finishes. The [`Mailboxes`]
-//! registry shows, per actor: pending messages, the one in progress and since when, and
+//! in progress when it starts handling it and done when it finishes. Work an actor starts
+//! in the background (a task run, a hook process) is tracked as a job until it reports
+//! back. The [`Mailboxes`] registry shows, per actor: pending messages, the one in
+//! progress and since when, running jobs, the last handled messages and jobs, and
 //! counters.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -51,6 +53,37 @@ pub struct InProgress {
     started: Option<Instant>,
 }
 
+/// Background work started by an actor and not finished yet.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    /// Tracking number.
+    pub id: u64,
+    /// What it is.
+    pub summary: String,
+    /// When it started (unix ms).
+    pub since_ms: u64,
+    #[serde(skip)]
+    started: Option<Instant>,
+}
+
+/// A message handled or a job finished, for the recent history.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Handled {
+    /// What it was.
+    pub summary: String,
+    /// When it finished (unix ms).
+    pub finished_at_ms: u64,
+    /// How long it took, in milliseconds.
+    pub duration_ms: u64,
+    /// `handled` for messages; the job's outcome for jobs.
+    pub outcome: String,
+}
+
+/// How many handled messages and finished jobs are remembered.
+pub const RECENT: usize = 20;
+
 /// What one actor's mailbox looks like now.
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -65,6 +98,21 @@ pub struct MailboxStats {
     pub handled: u64,
     /// Longest handling time seen, in milliseconds.
     pub max_handling_ms: u64,
+    /// Background work in progress, oldest first.
+    pub jobs: Vec<Job>,
+    /// Jobs finished in total.
+    pub jobs_finished: u64,
+    /// The last [`RECENT`] handled messages and finished jobs, newest last.
+    pub recent: VecDeque<Handled>,
+}
+
+impl MailboxStats {
+    fn remember(&mut self, done: Handled) {
+        if self.recent.len() >= RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(done);
+    }
 }
 
 fn now_ms() -> u64 {
@@ -130,8 +178,45 @@ impl MailboxHandle {
                 .map(|t| t.elapsed().as_millis() as u64)
                 .unwrap_or(0);
             s.max_handling_ms = s.max_handling_ms.max(took);
+            s.remember(Handled {
+                summary: p.summary,
+                finished_at_ms: now_ms(),
+                duration_ms: took,
+                outcome: "handled".into(),
+            });
         }
         s.handled += 1;
+    }
+
+    /// The actor started background work; returns its tracking number.
+    pub fn job_started(&self, summary: String) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.lock().jobs.push(Job {
+            id,
+            summary,
+            since_ms: now_ms(),
+            started: Some(Instant::now()),
+        });
+        id
+    }
+
+    /// Background work `id` finished with `outcome` (e.g. `success`, `fail: …`).
+    pub fn job_finished(&self, id: u64, outcome: String) {
+        let mut s = self.lock();
+        let Some(i) = s.jobs.iter().position(|j| j.id == id) else {
+            return;
+        };
+        let job = s.jobs.remove(i);
+        s.jobs_finished += 1;
+        s.remember(Handled {
+            summary: job.summary,
+            finished_at_ms: now_ms(),
+            duration_ms: job
+                .started
+                .map(|t| t.elapsed().as_millis() as u64)
+                .unwrap_or(0),
+            outcome,
+        });
     }
 
     /// A copy of the current stats.
@@ -227,5 +312,36 @@ mod tests {
         let s = h.stats();
         assert_eq!((s.received, s.handled, s.pending.len()), (2, 2, 0));
         assert!(s.in_progress.is_none());
+        let recent: Vec<&str> = s.recent.iter().map(|r| r.summary.as_str()).collect();
+        assert_eq!(recent, ["second", "first"]);
+    }
+
+    #[test]
+    fn jobs_run_until_they_report_and_history_is_bounded() {
+        let h = MailboxHandle::default();
+        let job = h.job_started("task GlobalHookRun:main:onStartup:a.sh".into());
+        let s = h.stats();
+        assert_eq!(s.jobs.len(), 1);
+        assert_eq!(s.jobs[0].summary, "task GlobalHookRun:main:onStartup:a.sh");
+        h.job_finished(job, "fail: exit status 1".into());
+        h.job_finished(job, "again".into());
+        let s = h.stats();
+        assert!(s.jobs.is_empty());
+        assert_eq!(s.jobs_finished, 1);
+        assert_eq!(
+            s.recent.back().map(|r| r.outcome.as_str()),
+            Some("fail: exit status 1")
+        );
+        for i in 0..(RECENT + 5) {
+            let seq = h.sent(format!("m{i}"));
+            h.begin(seq);
+            h.end();
+        }
+        let s = h.stats();
+        assert_eq!(s.recent.len(), RECENT);
+        assert_eq!(
+            s.recent.back().map(|r| r.summary.clone()),
+            Some(format!("m{}", RECENT + 4))
+        );
     }
 }

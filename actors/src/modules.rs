@@ -204,6 +204,8 @@ pub enum ModuleMsg {
     ConfigChanged(Value, RpcReplyPort<Result<bool, String>>),
     /// Reply with the module's values document (given the global one).
     Values(GlobalDocs, RpcReplyPort<Value>),
+    /// Reply with the module's config values document (given the global one).
+    Config(GlobalDocs, RpcReplyPort<Value>),
     /// The resource monitor found the release unhealthy.
     Unhealthy(String),
 }
@@ -215,6 +217,7 @@ impl Describe for ModuleMsg {
             ModuleMsg::Enabled(..) => "Enabled".into(),
             ModuleMsg::ConfigChanged(..) => "ConfigChanged".into(),
             ModuleMsg::Values(..) => "Values".into(),
+            ModuleMsg::Config(..) => "Config".into(),
             ModuleMsg::Unhealthy(why) => format!("Unhealthy {why}"),
         }
     }
@@ -1119,6 +1122,9 @@ impl Actor for ModuleActor {
             }
             ModuleMsg::Values(docs, reply) => {
                 let _ = reply.send(st.values_document(&docs));
+            }
+            ModuleMsg::Config(docs, reply) => {
+                let _ = reply.send(st.config_document(&docs));
             }
             ModuleMsg::Unhealthy(why) => {
                 if !st.heal_pending {

@@ -152,6 +152,32 @@ pub fn describe(task: &QueuedTask) -> String {
     s
 }
 
+/// A duration as Go prints it (`5s`, `6.3s`, `1m32s`, `25ms`), millisecond precision.
+pub fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".into();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let (h, m, s, frac) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if h > 0 || m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    out.push_str(&s.to_string());
+    if frac > 0 {
+        out.push('.');
+        out.push_str(format!("{frac:03}").trim_end_matches('0'));
+    }
+    out.push('s');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +264,15 @@ mod tests {
         assert_eq!((into, merged.len()), (TaskId(1), 99));
         q.truncate(50);
         assert!(plan_compaction(&q).is_none());
+    }
+
+    #[test]
+    fn durations_print_like_go() {
+        let d = |ms: u64| go_duration(Duration::from_millis(ms));
+        assert_eq!(
+            [d(0), d(25), d(5000), d(6300), d(92_000), d(3_605_000)],
+            ["0s", "25ms", "5s", "6.3s", "1m32s", "1h0m5s"]
+        );
     }
 
     #[test]

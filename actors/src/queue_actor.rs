@@ -11,7 +11,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use crate::events::{Event, Position, TaskId, TaskSpec};
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use crate::ports::{BoxFut, EventSink};
-use crate::queue::{adjacent_mergeable, backoff, describe, plan_compaction};
+use crate::queue::{adjacent_mergeable, backoff, describe, go_duration, plan_compaction};
 use crate::state::{QueuedTask, State};
 
 /// How a task run ended, and what it asks the queue to do next.
@@ -98,6 +98,69 @@ pub struct QueueDump {
     pub running: Option<TaskId>,
     /// Dump lines in the reference's format.
     pub lines: Vec<String>,
+    /// What the queue is doing, in the reference's words: `""` (idle), `run first task`,
+    /// `sleep after fail for 6s (3s left of 6s delay)`, `repeat head task`, …
+    pub status: String,
+}
+
+impl TaskOutcome {
+    /// One line: `success`, `fail: <error>`, `keep`, `repeat`.
+    pub fn summary(&self) -> String {
+        match self {
+            TaskOutcome::Success { .. } => "success".to_string(),
+            TaskOutcome::Fail(e) => format!("fail: {e}"),
+            TaskOutcome::Keep { .. } => "keep".into(),
+            TaskOutcome::Repeat(_) => "repeat".into(),
+        }
+    }
+}
+
+/// What a queue actor is doing, for its dump.
+#[derive(Clone, Debug, Default)]
+enum Activity {
+    /// Waiting for tasks.
+    #[default]
+    Idle,
+    /// The head task runs.
+    Running,
+    /// Waiting before the head task runs again.
+    Sleeping {
+        /// `sleep after fail for 6.3s`, `repeat head task`, `sleep for 3s`.
+        text: String,
+        delay: Duration,
+        since: std::time::Instant,
+    },
+}
+
+impl Activity {
+    fn sleeping(text: String, delay: Duration) -> Activity {
+        Activity::Sleeping {
+            text,
+            delay,
+            since: std::time::Instant::now(),
+        }
+    }
+
+    /// The reference's status string; while sleeping at least a second it adds
+    /// `(Ns left of Ms delay)`, in whole seconds.
+    fn status(&self) -> String {
+        match self {
+            Activity::Idle => String::new(),
+            Activity::Running => "run first task".into(),
+            Activity::Sleeping { text, delay, since } => {
+                let delay = delay.as_secs();
+                let waited = since.elapsed().as_secs();
+                if delay == 0 || waited >= delay {
+                    return text.clone();
+                }
+                format!(
+                    "{text} ({} left of {} delay)",
+                    go_duration(Duration::from_secs(delay - waited)),
+                    go_duration(Duration::from_secs(delay))
+                )
+            }
+        }
+    }
 }
 
 impl Describe for QueueMsg {
@@ -112,13 +175,7 @@ impl Describe for QueueMsg {
             }
             QueueMsg::Kick => "Kick".into(),
             QueueMsg::Finished { id, outcome } => {
-                let how = match outcome {
-                    TaskOutcome::Success { .. } => "success".to_string(),
-                    TaskOutcome::Fail(e) => format!("fail: {e}"),
-                    TaskOutcome::Keep { .. } => "keep".into(),
-                    TaskOutcome::Repeat(_) => "repeat".into(),
-                };
-                format!("Finished {id} {how}")
+                format!("Finished {id} {}", outcome.summary())
             }
             QueueMsg::Dump(_) => "Dump".into(),
             QueueMsg::RestartConverge(t) => format!("RestartConverge {}", t.description),
@@ -160,6 +217,7 @@ pub struct QueueState {
     running: Option<TaskId>,
     restart: Option<TaskSpec>,
     max_attempts: Option<u32>,
+    activity: Activity,
     /// Events applied in memory but not yet journaled. The actor handles no other
     /// message and starts no task before [`QueueState::flush`] makes them durable, so
     /// nothing outside sees a transition before the journal has it.
@@ -282,7 +340,14 @@ impl QueueState {
         if let Some(at) = head.next_retry_at_ms {
             let now = now_ms();
             if at > now {
-                self.kick_after(Duration::from_millis(at - now));
+                let delay = Duration::from_millis(at - now);
+                if !matches!(self.activity, Activity::Sleeping { .. }) {
+                    self.activity = Activity::sleeping(
+                        format!("sleep after fail for {}", go_duration(delay)),
+                        delay,
+                    );
+                }
+                self.kick_after(delay);
                 return Ok(());
             }
         }
@@ -307,13 +372,19 @@ impl QueueState {
             return Ok(());
         };
         self.running = Some(task.spec.id);
+        self.activity = Activity::Running;
         tracing::debug!(queue = %self.name, task = %describe(&task), "task started");
         let handler = self.handler.clone();
         let me = self.me.clone();
+        let mailbox = self.mailbox.clone();
+        let job = mailbox.job_started(format!("task {}", describe(&task)));
         let id = task.spec.id;
         tokio::spawn(async move {
             let outcome = handler.handle(task).await;
+            let summary = outcome.summary();
+            // Report first, so the actor never looks idle between the two.
             let _ = me.cast(QueueMsg::Finished { id, outcome });
+            mailbox.job_finished(job, summary);
         });
         Ok(())
     }
@@ -337,6 +408,7 @@ impl QueueState {
             return Ok(());
         }
         self.running = None;
+        self.activity = Activity::Idle;
         let Some(task) = self.tasks().iter().find(|t| t.spec.id == id).cloned() else {
             return Ok(());
         };
@@ -390,6 +462,10 @@ impl QueueState {
                 if park {
                     self.kick()
                 } else {
+                    self.activity = Activity::sleeping(
+                        format!("sleep after fail for {}", go_duration(delay)),
+                        delay,
+                    );
                     self.kick_after(delay)
                 }
             }
@@ -407,10 +483,15 @@ impl QueueState {
                 if delay.is_zero() {
                     self.kick()
                 } else {
+                    self.activity =
+                        Activity::sleeping(format!("sleep for {}", go_duration(delay)), delay);
                     self.kick_after(delay)
                 }
             }
-            TaskOutcome::Repeat(delay) => self.kick_after(delay),
+            TaskOutcome::Repeat(delay) => {
+                self.activity = Activity::sleeping("repeat head task".into(), delay);
+                self.kick_after(delay)
+            }
         }
         Ok(())
     }
@@ -428,6 +509,7 @@ impl QueueState {
                 .unwrap_or_default(),
             running: self.running,
             tasks,
+            status: self.activity.status(),
         }
     }
 }
@@ -455,6 +537,7 @@ impl Actor for QueueActor {
             restart: None,
             staged: Vec::new(),
             max_attempts: args.max_attempts,
+            activity: Activity::Idle,
         };
         state.kick();
         Ok(state)

@@ -63,6 +63,11 @@ pub struct OperatorConfig {
     /// `BOSUN_RESOURCE_MONITOR_INTERVAL`: how often releases are checked for absent or
     /// drifted objects (default 4m30s, plus up to 59 s of jitter).
     pub monitor_interval: Duration,
+    /// `DEBUG_UNIX_SOCKET` (or `ADDON_OPERATOR_DEBUG_UNIX_SOCKET`): the debug endpoints.
+    pub debug_socket: PathBuf,
+    /// `DEBUG_HTTP_SERVER_ADDR`: the debug endpoints on TCP too (loopback unless
+    /// `BOSUN_DEBUG_ALLOW_REMOTE=true`).
+    pub debug_http: Option<std::net::SocketAddr>,
 }
 
 fn duration_env(names: &[&str], default: Duration) -> anyhow::Result<Duration> {
@@ -139,7 +144,16 @@ impl OperatorConfig {
                 .collect::<anyhow::Result<_>>()?,
             None => defaults.crd_extra_labels.clone(),
         };
+        let debug_http = match env(&["DEBUG_HTTP_SERVER_ADDR"]) {
+            Some(v) => Some(crate::debug::parse_http_addr(
+                &v,
+                env(&["BOSUN_DEBUG_ALLOW_REMOTE"]).is_some_and(|v| v == "true"),
+            )?),
+            None => defaults.debug_http,
+        };
         Ok(OperatorConfig {
+            debug_socket: crate::debug::socket_from_env(&defaults.debug_socket),
+            debug_http,
             unnumbered_order,
             helm_history_max,
             helm_timeout: duration_env(&["HELM_TIMEOUT"], defaults.helm_timeout)?,
@@ -224,6 +238,8 @@ impl OperatorConfig {
             crd_filter_prefixes: vec!["doc-".into(), "_".into()],
             crd_extra_labels: [("heritage".to_string(), "addon-operator".to_string())].into(),
             monitor_interval: Duration::from_secs(270),
+            debug_socket: PathBuf::from(crate::debug::DEFAULT_SOCKET),
+            debug_http: None,
         }
     }
 }
@@ -300,6 +316,8 @@ pub struct Operator {
     http: tokio::task::JoinHandle<()>,
     /// Where `/healthz` and `/readyz` are served.
     pub listen: std::net::SocketAddr,
+    /// The debug endpoints (stopped, and the socket removed, when dropped).
+    pub debug: crate::debug::DebugServer,
 }
 
 impl Drop for Operator {
@@ -527,10 +545,25 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     let (listen, http) = http::serve(cfg.listen, engine.clone()).await?;
     println!("bosun HTTP endpoints listening on http://{listen}");
     tracing::info!(%listen, "serving /healthz and /readyz");
+    let debug = crate::debug::serve(
+        &crate::debug::DebugConfig {
+            socket: cfg.debug_socket.clone(),
+            http: cfg.debug_http,
+        },
+        engine.clone(),
+    )
+    .await;
+    if let Some(socket) = &debug.socket {
+        println!("bosun debug endpoints on unix socket {}", socket.display());
+    }
+    if let Some(addr) = debug.http {
+        println!("bosun debug endpoints on http://{addr}");
+    }
     Ok(Operator {
         engine,
         watcher,
         http,
         listen,
+        debug,
     })
 }

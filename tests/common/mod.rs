@@ -330,6 +330,10 @@ impl Operator {
             ("LOG_LEVEL".into(), "debug".into()),
             ("ADDON_OPERATOR_LISTEN_ADDRESS".into(), "127.0.0.1".into()),
             ("ADDON_OPERATOR_LISTEN_PORT".into(), "0".into()),
+            (
+                "DEBUG_UNIX_SOCKET".into(),
+                work.join("debug.socket").display().to_string(),
+            ),
         ];
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let mut op = Operator {

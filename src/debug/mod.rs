@@ -1,0 +1,387 @@
+//! The debug interface, as addon-operator's: HTTP on a unix socket (`DEBUG_UNIX_SOCKET`,
+//! default `/var/run/addon-operator/debug.socket`) and optionally on a loopback TCP address
+//! (`DEBUG_HTTP_SERVER_ADDR`), read by the `bosun queue|global|module|actors|raw` commands.
+//!
+//! ```text
+//!   bosun queue list ──► client (HTTP/1.1 over the socket) ──► router ──► Engine
+//!                                                               └──► views (text, JSON, YAML)
+//! ```
+//!
+//! The endpoints show values, secrets included: the socket is created `0600` in a `0700`
+//! folder, and the TCP listener refuses non-loopback addresses unless
+//! `BOSUN_DEBUG_ALLOW_REMOTE=true`.
+
+pub mod client;
+pub mod commands;
+pub mod views;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bosun_actors::engine::Engine;
+use serde_json::json;
+
+use views::{Format, View};
+
+/// The reference's default socket.
+pub const DEFAULT_SOCKET: &str = "/var/run/addon-operator/debug.socket";
+
+/// How long an endpoint waits for an actor (a module actor is busy during its run).
+const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The routes, for `/discovery`.
+pub const ROUTES: &[&str] = &[
+    "/queue/list.{json|yaml|text}?showEmpty=bool",
+    "/queue/main.{json|yaml|text}",
+    "/global/list.{json|yaml|text}",
+    "/global/values.{json|yaml|text}",
+    "/global/config.{json|yaml|text}",
+    "/module/list.{json|yaml|text}",
+    "/module/{name}/values.{json|yaml|text}?global=bool",
+    "/module/{name}/config.{json|yaml|text}?global=bool",
+    "/actors.{json|yaml|text}",
+    "/actors/{name}.{json|yaml|text}",
+    "/discovery.{json|yaml|text}",
+];
+
+/// Where the debug endpoints are served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DebugConfig {
+    /// The unix socket.
+    pub socket: PathBuf,
+    /// The optional TCP address (loopback unless remote access is allowed).
+    pub http: Option<SocketAddr>,
+}
+
+/// Reads `DEBUG_HTTP_SERVER_ADDR` (`host:port`, `:port` meaning every interface) and checks
+/// it is loopback unless `allow_remote`.
+pub fn parse_http_addr(value: &str, allow_remote: bool) -> anyhow::Result<SocketAddr> {
+    let text = match value.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => value.replacen("localhost:", "127.0.0.1:", 1),
+    };
+    let addr: SocketAddr = text.parse().map_err(|_| {
+        anyhow::anyhow!("DEBUG_HTTP_SERVER_ADDR: {value:?} is not an address like 127.0.0.1:9652")
+    })?;
+    if !addr.ip().is_loopback() && !allow_remote {
+        anyhow::bail!(
+            "DEBUG_HTTP_SERVER_ADDR: {addr} is not a loopback address; the debug endpoints show \
+             every value, secrets included, so bosun serves them on loopback only (set \
+             BOSUN_DEBUG_ALLOW_REMOTE=true to serve them on {addr} anyway)"
+        );
+    }
+    Ok(addr)
+}
+
+/// The debug listeners; dropping it stops them and removes the socket.
+pub struct DebugServer {
+    /// The unix socket, when it could be created.
+    pub socket: Option<PathBuf>,
+    /// The TCP address, when one is served.
+    pub http: Option<SocketAddr>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for DebugServer {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Some(path) = &self.socket {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Starts the listeners. A socket or address that cannot be used is logged as an error and
+/// left out: the operator keeps running without it.
+pub async fn serve(cfg: &DebugConfig, engine: Arc<Engine>) -> DebugServer {
+    let app = router(engine);
+    let mut server = DebugServer {
+        socket: None,
+        http: None,
+        tasks: Vec::new(),
+    };
+    match bind_socket(&cfg.socket) {
+        Ok(listener) => {
+            let app = app.clone();
+            let path = cfg.socket.clone();
+            server.tasks.push(tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(socket = %path.display(), "debug server stopped: {e}");
+                }
+            }));
+            tracing::info!(socket = %cfg.socket.display(), "debug endpoints listening on the unix socket");
+            server.socket = Some(cfg.socket.clone());
+        }
+        Err(e) => tracing::error!("debug endpoints not served: {e:#}"),
+    }
+    if let Some(addr) = cfg.http {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                let bound = listener.local_addr().unwrap_or(addr);
+                server.tasks.push(tokio::spawn(async move {
+                    if let Err(e) = axum::serve(listener, app).await {
+                        tracing::error!(%bound, "debug HTTP server stopped: {e}");
+                    }
+                }));
+                tracing::info!(listen = %bound, "debug endpoints listening on TCP");
+                server.http = Some(bound);
+            }
+            Err(e) => tracing::error!("debug endpoints not served on {addr}: cannot listen: {e}"),
+        }
+    }
+    server
+}
+
+/// Creates the socket's folder (`0700`), removes a stale socket, binds, and makes the
+/// socket `0600`. A socket another process still answers on is left alone.
+pub fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    let shown = path.display();
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| {
+                anyhow::anyhow!("cannot create the folder of the debug socket {shown}: {e}")
+            })?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                anyhow::bail!("debug socket {shown} is in use by another process");
+            }
+            std::fs::remove_file(path).map_err(|e| {
+                anyhow::anyhow!("cannot remove the stale debug socket {shown}: {e}")
+            })?;
+        }
+        Ok(_) => anyhow::bail!("{shown} exists and is not a socket; not replacing it"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => anyhow::bail!("cannot inspect the debug socket {shown}: {e}"),
+    }
+    let listener = tokio::net::UnixListener::bind(path)
+        .map_err(|e| anyhow::anyhow!("cannot listen on the debug socket {shown}: {e}"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| anyhow::anyhow!("cannot make the debug socket {shown} private: {e}"))?;
+    Ok(listener)
+}
+
+/// The debug endpoints.
+pub fn router(engine: Arc<Engine>) -> Router {
+    Router::new().fallback(handle).with_state(engine)
+}
+
+/// An answer that is not a view.
+struct Failure(StatusCode, String);
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        (
+            self.0,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("Error: {}\n", self.1),
+        )
+            .into_response()
+    }
+}
+
+fn flag(query: &HashMap<String, String>, name: &str) -> bool {
+    query
+        .get(name)
+        .is_some_and(|v| matches!(v.as_str(), "true" | "1" | "yes" | "on" | ""))
+}
+
+async fn ask<T>(what: &str, fut: impl Future<Output = T>) -> Result<T, Failure> {
+    tokio::time::timeout(ASK_TIMEOUT, fut).await.map_err(|_| {
+        Failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{what} did not answer within {}s (busy with a long run? see /actors)",
+                ASK_TIMEOUT.as_secs()
+            ),
+        )
+    })
+}
+
+fn not_found(e: String) -> Failure {
+    let status = if e.contains("not loaded") {
+        StatusCode::NOT_FOUND
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    Failure(status, e)
+}
+
+async fn handle(
+    State(engine): State<Arc<Engine>>,
+    method: Method,
+    uri: Uri,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    if method != Method::GET {
+        return Failure(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{method} is not supported; the debug endpoints answer GET"),
+        )
+        .into_response();
+    }
+    let (route, format) = Format::split(uri.path());
+    let view = match answer(&engine, route, &query).await {
+        Ok(v) => v,
+        Err(f) => return f.into_response(),
+    };
+    match view.render(format) {
+        Ok((body, content_type)) => ([(header::CONTENT_TYPE, content_type)], body).into_response(),
+        Err(e) => Failure(StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+    }
+}
+
+async fn answer(
+    engine: &Engine,
+    route: &str,
+    query: &HashMap<String, String>,
+) -> Result<View, Failure> {
+    let segments: Vec<&str> = route.trim_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["queue", "list"] => {
+            let dumps = ask("the queues", engine.queues()).await?;
+            Ok(views::queue_list(&dumps, flag(query, "showEmpty")))
+        }
+        ["queue", "main"] => {
+            let dumps = ask("the queues", engine.queues()).await?;
+            Ok(views::queue_main(dumps.iter().find(|q| q.name == "main")))
+        }
+        ["global", "list"] => Ok(View::data(
+            json!({"globalHooks": engine.global_hook_names()}),
+        )),
+        ["global", "values"] => {
+            let doc = ask("the global hooks actor", engine.global_values())
+                .await?
+                .ok_or_else(|| {
+                    Failure(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the global hooks actor is not running".into(),
+                    )
+                })?;
+            Ok(View::data(doc["global"].clone()))
+        }
+        ["global", "config"] => {
+            let doc = ask("the global hooks actor", engine.global_config())
+                .await?
+                .map_err(not_found)?;
+            Ok(View::data(doc["global"].clone()))
+        }
+        ["module", "list"] => {
+            let mut enabled: Vec<String> = engine
+                .modules()
+                .into_iter()
+                .filter(|(_, on)| *on)
+                .map(|(n, _)| n)
+                .collect();
+            enabled.sort();
+            Ok(View::data(json!({"enabledModules": enabled})))
+        }
+        ["module", name, which @ ("values" | "config")] => {
+            let doc = if *which == "values" {
+                ask(&format!("module {name}"), engine.module_values(name)).await?
+            } else {
+                ask(&format!("module {name}"), engine.module_config(name)).await?
+            }
+            .map_err(not_found)?;
+            if flag(query, "global") {
+                return Ok(View::data(doc));
+            }
+            let key = bosun_actors::values::values_key(name);
+            Ok(View::data(doc.get(&key).cloned().unwrap_or(json!({}))))
+        }
+        ["discovery"] => Ok(View {
+            data: json!({"routes": ROUTES}),
+            text: Some(ROUTES.iter().map(|r| format!("GET {r}\n")).collect()),
+        }),
+        ["actors"] => Ok(views::actors(&engine.mailboxes.snapshot())),
+        ["actors", rest @ ..] => {
+            let name = rest.join("/");
+            let snapshot = engine.mailboxes.snapshot();
+            match snapshot.get(&name) {
+                Some(stats) => Ok(views::actor(&name, stats)),
+                None => Err(Failure(
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "no actor named {name:?}; actors: {}",
+                        snapshot.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                )),
+            }
+        }
+        _ => Err(Failure(
+            StatusCode::NOT_FOUND,
+            format!("no debug endpoint {route}; see /discovery"),
+        )),
+    }
+}
+
+/// Picks the socket path: `ADDON_OPERATOR_DEBUG_UNIX_SOCKET`, `DEBUG_UNIX_SOCKET`, else
+/// `default`.
+pub fn socket_from_env(default: &Path) -> PathBuf {
+    ["ADDON_OPERATOR_DEBUG_UNIX_SOCKET", "DEBUG_UNIX_SOCKET"]
+        .iter()
+        .find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| default.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_addresses_need_consent() {
+        assert!(parse_http_addr("127.0.0.1:9652", false).is_ok());
+        assert!(parse_http_addr("localhost:9652", false).is_ok());
+        assert!(parse_http_addr("[::1]:9652", false).is_ok());
+        let err = parse_http_addr(":9652", false)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("BOSUN_DEBUG_ALLOW_REMOTE=true"), "{err}");
+        assert!(parse_http_addr("0.0.0.0:9652", true).is_ok());
+        assert!(parse_http_addr("nonsense", true).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_socket_is_private_and_replaces_a_stale_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("run/sub/debug.socket");
+        let listener = bind_socket(&path).expect("bind");
+        let mode = |p: &Path| {
+            std::fs::metadata(p)
+                .map(|m| m.permissions().mode() & 0o777)
+                .unwrap_or(0)
+        };
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().expect("parent")), 0o700);
+        // In use: refused.
+        let err = bind_socket(&path).err().map(|e| e.to_string());
+        assert!(err.unwrap_or_default().contains("in use"));
+        // Stale (nobody listens): replaced.
+        drop(listener);
+        assert!(bind_socket(&path).is_ok());
+        // Not a socket: left alone.
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").expect("write");
+        assert!(bind_socket(&file).is_err());
+        assert!(file.exists());
+    }
+}

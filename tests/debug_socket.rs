@@ -1,0 +1,377 @@
+//! The debug socket of a real `bosun run` against the sandbox, read with the `bosun queue |
+//! global | module | actors` commands: a failing hook in the queue dump, values a hook
+//! wrote, an actor busy with a running hook and its mailbox draining afterwards, and the
+//! socket's permissions.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Operator, Sandbox, bosun_bin, run_err, run_ok, workdir};
+use serde_json::{Value, json};
+
+fn write_hook(dir: &Path, name: &str, body: &str) {
+    let path = dir.join(name);
+    std::fs::write(&path, body).expect("write hook");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// `bosun <args> --debug-unix-socket <socket>`.
+fn cli(socket: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bosun_bin());
+    cmd.args(args)
+        .arg("--debug-unix-socket")
+        .arg(socket)
+        .env("LOG_LEVEL", "error");
+    cmd
+}
+
+/// Runs a debug command; `None` when it fails (the socket may not be there yet).
+fn try_cli(socket: &Path, args: &[&str]) -> Option<String> {
+    let out = cli(socket, args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn cli_json(socket: &Path, args: &[&str]) -> Value {
+    let text = run_ok(&mut cli(socket, args));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: {e}: {text}"))
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .map(|m| m.permissions().mode() & 0o777)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn http_address(op: &Operator) -> String {
+    op.logs()
+        .lines()
+        .find_map(|l| {
+            l.split("bosun HTTP endpoints listening on http://")
+                .nth(1)
+                .map(|a| a.trim().to_string())
+        })
+        .expect("the HTTP address is printed")
+}
+
+#[test]
+fn a_failing_hook_shows_in_the_queue_dump_and_values_in_global_values() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = work.path().join("global-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    write_hook(
+        &hooks,
+        "001-writer.sh",
+        r#"#!/usr/bin/env bash
+if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","onStartup":1}'; exit 0; fi
+echo '[{"op":"add","path":"/global/debugProbe","value":"written-by-hook"}]' > "$VALUES_JSON_PATCH_PATH"
+"#,
+    );
+    write_hook(
+        &hooks,
+        "002-broken.sh",
+        r#"#!/usr/bin/env bash
+if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","onStartup":2}'; exit 0; fi
+echo "the probe is broken" >&2
+exit 1
+"#,
+    );
+    // A folder bosun has to create: it must be private.
+    let socket = work.path().join("run/debug.socket");
+    let socket_env = socket.display().to_string();
+    let op = Operator::start_with(
+        &sb,
+        &hooks,
+        work.path(),
+        &[("DEBUG_UNIX_SOCKET", socket_env.as_str())],
+    );
+
+    let mut text = String::new();
+    op.wait(
+        "the broken hook's failure in `bosun queue list`",
+        Duration::from_secs(60),
+        || {
+            text = try_cli(&socket, &["queue", "list"]).unwrap_or_default();
+            text.contains("failures ")
+        },
+    );
+    let header = text.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("Queue 'main': length ") && header.contains(", status: '"),
+        "{text}"
+    );
+    let first = text
+        .lines()
+        .find(|l| l.starts_with(" 1. "))
+        .unwrap_or_default();
+    assert!(
+        first.starts_with(" 1. GlobalHookRun:main:onStartup:")
+            && first.contains("002-broken.sh:failures ")
+            && first.contains("exit status 1: the probe is broken"),
+        "{text}"
+    );
+    assert!(text.contains("\nSummary:\n- 'main' queue: "), "{text}");
+    assert!(text.contains(" tasks to handle.\n"), "{text}");
+
+    let list = cli_json(&socket, &["queue", "list", "-o", "json"]);
+    let main = &list["active"][0];
+    assert_eq!(main["name"], "main", "{list}");
+    assert_eq!(
+        list["summary"]["mainQueueTasks"], main["tasksCount"],
+        "{list}"
+    );
+    assert_eq!(main["tasks"][0]["index"], 1, "{list}");
+    assert!(
+        main["tasks"][0]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains(":failures ")),
+        "{list}"
+    );
+    assert!(list["summary"]["otherQueues"]["tasks"].is_u64(), "{list}");
+    assert!(list["summary"]["totalTasks"].is_u64(), "{list}");
+    let yaml = run_ok(&mut cli(&socket, &["queue", "main", "-o", "yaml"]));
+    assert!(yaml.contains("name: main"), "{yaml}");
+
+    // Values the first hook wrote; the hooks; no module is enabled yet.
+    let values = cli_json(&socket, &["global", "values", "-o", "json"]);
+    assert_eq!(values["debugProbe"], "written-by-hook", "{values}");
+    let yaml = run_ok(&mut cli(&socket, &["global", "values"]));
+    assert!(yaml.contains("debugProbe: written-by-hook"), "{yaml}");
+    let config = cli_json(&socket, &["global", "config", "-o", "json"]);
+    assert!(config.is_object(), "{config}");
+    let hooks_list = cli_json(&socket, &["global", "list", "-o", "json"]);
+    let names = hooks_list["globalHooks"].to_string();
+    assert!(
+        names.contains("001-writer.sh") && names.contains("002-broken.sh"),
+        "{hooks_list}"
+    );
+    assert_eq!(
+        cli_json(&socket, &["module", "list", "-o", "json"]),
+        json!({"enabledModules": []})
+    );
+    let err = run_err(&mut cli(&socket, &["module", "values", "nope"]));
+    assert!(err.contains("module nope is not loaded"), "{err}");
+    let raw = run_ok(&mut cli(&socket, &["raw", "/discovery"]));
+    assert!(raw.contains("GET /queue/list."), "{raw}");
+
+    // Private: the folder bosun created is 0700, the socket 0600; the public listener
+    // serves no values.
+    assert_eq!(mode(socket.parent().expect("parent")), 0o700);
+    assert_eq!(mode(&socket), 0o600);
+    let public = http_address(&op);
+    assert_eq!(common::http_raw(&public, "GET", "/healthz", "", b"").0, 200);
+    for path in ["/global/values.json", "/queue/list.json", "/actors.json"] {
+        let (code, body) = common::http_raw(&public, "GET", path, "", b"");
+        assert_eq!(
+            code,
+            404,
+            "{path} on the public port: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+
+    // Without a socket the commands say what to do.
+    let missing = work.path().join("missing.socket");
+    let err = run_err(&mut cli(&missing, &["queue", "list"]));
+    assert!(
+        err.contains(&format!(
+            "cannot connect to the debug socket {}",
+            missing.display()
+        )) && err.contains("(is bosun running? set --debug-unix-socket)"),
+        "{err}"
+    );
+}
+
+/// Actors that are busy (a message in progress or background work running).
+fn busy_with(actors: &Value, needle: &str) -> Vec<String> {
+    actors["actors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| {
+            a["jobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .chain(a["inProgress"].as_object().map(|_| &a["inProgress"]))
+                .any(|j| j["summary"].as_str().is_some_and(|s| s.contains(needle)))
+        })
+        .filter_map(|a| a["name"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn actors_show_a_running_hook_and_drain_after_it() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = work.path().join("global-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    write_hook(
+        &hooks,
+        "001-slow.sh",
+        r#"#!/usr/bin/env bash
+if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","onStartup":1}'; exit 0; fi
+touch "$OUT_DIR/slow.started"
+while [[ ! -f "$OUT_DIR/slow.release" ]]; do sleep 0.05; done
+"#,
+    );
+    std::fs::create_dir_all(work.path().join("modules/001-demo")).expect("module dir");
+    std::fs::write(
+        work.path().join("modules/values.yaml"),
+        "demoEnabled: true\ndemo:\n  replicas: 2\n",
+    )
+    .expect("values.yaml");
+    let op = Operator::start(&sb, &hooks, work.path());
+    let socket = work.path().join("debug.socket");
+    let out = work.path().join("out");
+
+    op.wait("the slow hook to start", Duration::from_secs(60), || {
+        out.join("slow.started").exists()
+    });
+    let mut actors = Value::Null;
+    op.wait(
+        "an actor busy with the slow hook in `bosun actors`",
+        Duration::from_secs(30),
+        || {
+            actors = try_cli(&socket, &["actors", "-o", "json"])
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or(Value::Null);
+            !busy_with(&actors, "001-slow.sh").is_empty()
+        },
+    );
+    let busy = busy_with(&actors, "001-slow.sh");
+    assert!(
+        busy.iter()
+            .any(|n| n == "queue/main" || n == "global-hooks"),
+        "{busy:?}: {actors}"
+    );
+    assert!(
+        actors["summary"]["jobs"].as_u64().unwrap_or(0) >= 1,
+        "{actors}"
+    );
+    let main_queue = run_ok(&mut cli(&socket, &["queue", "main"]));
+    assert!(
+        main_queue.starts_with("Queue 'main': length ")
+            && main_queue.contains("status: 'run first task'"),
+        "{main_queue}"
+    );
+    let one = run_ok(&mut cli(&socket, &["actors", "queue/main"]));
+    assert!(
+        one.starts_with("Actor 'queue/main' (queue): ") && one.contains("  job: task "),
+        "{one}"
+    );
+
+    std::fs::write(out.join("slow.release"), "").expect("release");
+    op.wait(
+        "the mailboxes to drain after the converge",
+        Duration::from_secs(60),
+        || {
+            let Some(a) = try_cli(&socket, &["actors", "-o", "json"])
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            else {
+                return false;
+            };
+            let s = &a["summary"];
+            let idle = s["pending"] == 0 && s["jobs"] == 0 && s["busy"] == 0;
+            let main = try_cli(&socket, &["queue", "main", "-o", "json"])
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .unwrap_or(Value::Null);
+            let modules = try_cli(&socket, &["module", "list", "-o", "json"]).unwrap_or_default();
+            idle && main["tasksCount"] == 0 && modules.contains("\"demo\"")
+        },
+    );
+    let global = cli_json(&socket, &["actors", "global-hooks", "-o", "json"]);
+    let recent = global["recent"].as_array().cloned().unwrap_or_default();
+    let run = recent
+        .iter()
+        .find(|r| r["summary"] == "hook onStartup:001-slow.sh")
+        .unwrap_or_else(|| panic!("the finished hook run is in the history: {global}"));
+    assert_eq!(run["outcome"], "exited 0", "{global}");
+    assert!(run["durationMs"].is_u64(), "{global}");
+
+    assert_eq!(
+        cli_json(&socket, &["module", "list", "-o", "json"]),
+        json!({"enabledModules": ["demo"]})
+    );
+    let values = cli_json(&socket, &["module", "values", "demo", "-o", "json"]);
+    assert_eq!(values, json!({"replicas": 2}));
+    let with_global = cli_json(&socket, &["module", "values", "demo", "-g", "-o", "json"]);
+    assert_eq!(with_global["demo"], json!({"replicas": 2}), "{with_global}");
+    assert!(with_global["global"].is_object(), "{with_global}");
+    let config = cli_json(&socket, &["module", "config", "demo", "-o", "json"]);
+    assert_eq!(config, json!({}));
+    let text = run_ok(&mut cli(&socket, &["queue", "list", "-e"]));
+    assert!(
+        text.contains("Summary:\n- 'main' queue: empty.\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_unusable_socket_does_not_stop_bosun_and_tcp_is_loopback_only() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = work.path().join("global-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    // The socket's folder would have to be a regular file.
+    let blocker = work.path().join("not-a-folder");
+    std::fs::write(&blocker, "").expect("blocker");
+    let socket = blocker.join("debug.socket").display().to_string();
+    let op = Operator::start_with(
+        &sb,
+        &hooks,
+        work.path(),
+        &[
+            ("DEBUG_UNIX_SOCKET", socket.as_str()),
+            ("DEBUG_HTTP_SERVER_ADDR", "127.0.0.1:0"),
+        ],
+    );
+    op.wait("the debug TCP address", Duration::from_secs(60), || {
+        op.logs().contains("bosun debug endpoints on http://")
+    });
+    let logs = op.logs();
+    assert!(
+        logs.contains("debug endpoints not served") && logs.contains("debug.socket"),
+        "{logs}"
+    );
+    let debug_addr = logs
+        .lines()
+        .find_map(|l| {
+            l.split("bosun debug endpoints on http://")
+                .nth(1)
+                .map(|a| a.trim().to_string())
+        })
+        .unwrap_or_default();
+    let public = http_address(&op);
+    op.wait(
+        "/readyz without a debug socket",
+        Duration::from_secs(30),
+        || common::http_raw(&public, "GET", "/readyz", "", b"").0 == 200,
+    );
+    let (code, body) = common::http(&debug_addr, "GET", "/queue/list.json", "", "");
+    assert_eq!(code, 200, "{body}");
+    assert!(body["summary"]["totalTasks"].is_u64(), "{body}");
+    let (code, _) = common::http(&debug_addr, "POST", "/queue/list.json", "", "");
+    assert_eq!(code, 405);
+
+    // A non-loopback address is refused with the way out in the message.
+    let out = Command::new(bosun_bin())
+        .arg("run")
+        .envs(op.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("DEBUG_HTTP_SERVER_ADDR", "0.0.0.0:0")
+        .output()
+        .expect("bosun run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("DEBUG_HTTP_SERVER_ADDR: 0.0.0.0:0 is not a loopback address")
+            && err.contains("BOSUN_DEBUG_ALLOW_REMOTE=true"),
+        "{err}"
+    );
+}
