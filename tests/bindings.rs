@@ -777,3 +777,69 @@ kubernetes:
             .any(|c| c["watchEvent"] == "Deleted" && c["filterResult"] == "alpha/in-alpha")
     });
 }
+
+#[test]
+fn values_changed_by_kubernetes_runs_converge_globally_and_rerun_their_module() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let journal = work.path().join("journal");
+    let patch_on_event = |path: &str| {
+        format!(
+            "if grep -q '\"type\":\"Event\"' \"$BINDING_CONTEXT_PATH\"; then\n  echo '[{{\"op\":\"add\",\"path\":\"{path}\",\"value\":\"yes\"}}]' > \"$VALUES_JSON_PATCH_PATH\"\nfi"
+        )
+    };
+    let hooks = work.path().join("global");
+    hook_with(
+        &hooks.join("global-watch.sh"),
+        "configVersion: v1\nkubernetes:\n- name: trigger\n  kind: ConfigMap\n  nameSelector: {matchNames: [global-trigger]}",
+        &patch_on_event("/global/triggered"),
+    );
+    let module = work.path().join("modules/010-reactive");
+    hook_with(
+        &module.join("hooks/watch.sh"),
+        "configVersion: v1\nkubernetes:\n- name: trigger\n  kind: ConfigMap\n  nameSelector: {matchNames: [module-trigger]}",
+        &patch_on_event("/reactive/triggered"),
+    );
+    std::fs::write(
+        work.path().join("modules/values.yaml"),
+        "reactiveEnabled: true\nreactive: {}\n",
+    )
+    .expect("values.yaml");
+    let op = Operator::start(&sb, &hooks, work.path());
+    op.wait("the first converge", Duration::from_secs(60), || {
+        common::converges(&journal) >= 1
+    });
+    let module_runs = || {
+        common::try_journal_state(&journal)
+            .map(|(_, events)| {
+                events
+                    .iter()
+                    .filter(|e| matches!(e, bosun_actors::Event::TaskEnqueued { task, .. }
+                        if task.task_type == bosun_actors::TaskType::ModuleRun && task.description.contains("ModuleValuesChanged")))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(module_runs(), 0);
+    create(
+        &sb,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "module-trigger"}}),
+    );
+    op.wait(
+        "a ModuleRun for the module's changed values",
+        Duration::from_secs(60),
+        || module_runs() >= 1,
+    );
+    let converged = common::converges(&journal);
+    create(
+        &sb,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "global-trigger"}}),
+    );
+    op.wait(
+        "a converge for the changed global values",
+        Duration::from_secs(60),
+        || common::converges(&journal) > converged,
+    );
+}
