@@ -275,6 +275,33 @@ fn global_hook_synchronization_events_and_snapshots_follow_the_seed() {
         .expect("secret event");
     assert_eq!(s["watchEvent"], "Added");
     assert_eq!(s["filterResult"], json!({"watched": "yes"}));
+
+    // The snapshots through the debug socket, as `bosun global snapshots` shows them.
+    let cli = std::process::Command::new(common::bosun_bin())
+        .args(["global", "snapshots", "-o", "json", "--debug-unix-socket"])
+        .arg(work.path().join("debug.socket"))
+        .output()
+        .expect("bosun global snapshots");
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let dump: Value = serde_json::from_slice(&cli.stdout).expect("json");
+    let filter_results = |binding: &str| -> Vec<Value> {
+        dump["monitor.sh"][binding]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|o| o["filterResult"].clone())
+            .collect()
+    };
+    assert_eq!(filter_results("monitor-pods"), [json!({"app": "one"})]);
+    assert_eq!(
+        filter_results("monitor-secrets"),
+        [json!({"watched": "yes"})]
+    );
+    assert_eq!(filter_results("monitor-nodes"), [json!({"zone": "a"})]);
 }
 
 #[test]

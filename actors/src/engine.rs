@@ -916,6 +916,7 @@ impl Router for QueueRouter {
 
 /// The running engine.
 pub struct Engine {
+    bindings: Arc<dyn KubeBindings>,
     router: Arc<QueueRouter>,
     converging: Arc<AtomicBool>,
     global: Tracked<GlobalHooksMsg>,
@@ -1220,6 +1221,7 @@ impl Engine {
         }
         let _ = modules.actors.set(actors);
         let engine_partial = Engine {
+            bindings: args.bindings.clone(),
             router: router.clone(),
             converging,
             global: global.clone(),
@@ -1254,6 +1256,12 @@ impl Engine {
             router.spawn(&name, own).await?;
         }
         Ok(engine_partial)
+    }
+
+    /// Snapshots of the kubernetes bindings of the global hooks (no module) or of a
+    /// module's hooks: `{hook: {binding: [...]}}`.
+    pub fn snapshots(&self, module: Option<&str>) -> Value {
+        self.bindings.snapshots(&owner_of(module))
     }
 
     /// Whether the first converge has finished (`/readyz`).

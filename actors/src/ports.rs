@@ -177,6 +177,10 @@ pub trait KubeBindings: Send + Sync + 'static {
     fn check_filter(&self, _program: &str) -> Result<(), String> {
         Ok(())
     }
+    /// Every snapshot of an owner's hooks: `{hook: {binding: [{object?, filterResult?}]}}`.
+    fn snapshots(&self, _owner: &str) -> Value {
+        Value::Object(Default::default())
+    }
 }
 
 /// Stands in for Kubernetes where there is none (benchmarks, hooks-only tools): bindings

@@ -595,6 +595,22 @@ impl KubeBindings for WatchManager {
         sub.map(|s| s.snapshot()).unwrap_or_default()
     }
 
+    fn snapshots(&self, owner: &str) -> Value {
+        let subs: Vec<(HookRef, Arc<Subscriber>)> = lock(&self.inner.subscribers)
+            .iter()
+            .filter(|((h, _), _)| h.owner == owner)
+            .map(|((h, _), s)| (h.clone(), s.clone()))
+            .collect();
+        let mut out = serde_json::Map::new();
+        for (h, s) in subs {
+            let hook = out
+                .entry(h.hook.clone())
+                .or_insert_with(|| Value::Object(Default::default()));
+            hook[s.binding()] = Value::Array(s.snapshot());
+        }
+        Value::Object(out)
+    }
+
     fn check_filter(&self, program: &str) -> Result<(), String> {
         crate::jq::JqFilter::compile(program)
             .map(|_| ())

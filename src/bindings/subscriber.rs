@@ -84,6 +84,11 @@ impl Subscriber {
         lock(&self.watches).push(w);
     }
 
+    /// The binding's name.
+    pub(crate) fn binding(&self) -> &str {
+        &self.binding
+    }
+
     pub(crate) fn go_live(&self) {
         self.live.store(true, Ordering::SeqCst);
     }

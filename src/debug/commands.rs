@@ -107,6 +107,12 @@ pub enum GlobalCommand {
         #[arg(short, long, value_enum, default_value = "yaml")]
         output: Output,
     },
+    /// Dump the snapshots of the global hooks' kubernetes bindings.
+    Snapshots {
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "yaml")]
+        output: Output,
+    },
 }
 
 /// `bosun module`.
@@ -145,6 +151,14 @@ pub enum ModuleCommand {
         /// Include the global config values.
         #[arg(short, long)]
         global: bool,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "yaml")]
+        output: Output,
+    },
+    /// Dump the snapshots of a module's kubernetes bindings.
+    Snapshots {
+        /// The module.
+        name: String,
         /// Output format.
         #[arg(short, long, value_enum, default_value = "yaml")]
         output: Output,
@@ -232,6 +246,7 @@ pub fn global(args: GlobalArgs) -> anyhow::Result<()> {
         GlobalCommand::List { output } => ("list", output),
         GlobalCommand::Values { output } => ("values", output),
         GlobalCommand::Config { output } => ("config", output),
+        GlobalCommand::Snapshots { output } => ("snapshots", output),
     };
     run_get(&args.socket, &format!("/global/{what}.{}", output.ext()))
 }
@@ -269,6 +284,9 @@ pub fn module(args: ModuleArgs) -> anyhow::Result<()> {
             module_path(&name)?,
             output.ext()
         ),
+        ModuleCommand::Snapshots { name, output } => {
+            format!("/module/{}/snapshots.{}", module_path(&name)?, output.ext())
+        }
     };
     run_get(&args.socket, &path)
 }

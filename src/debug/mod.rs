@@ -45,7 +45,9 @@ pub const ROUTES: &[&str] = &[
     "/global/list.{json|yaml|text}",
     "/global/values.{json|yaml|text}",
     "/global/config.{json|yaml|text}",
+    "/global/snapshots.{json|yaml|text}",
     "/module/list.{json|yaml|text}",
+    "/module/{name}/snapshots.{json|yaml|text}",
     "/module/{name}/values.{json|yaml|text}?global=bool",
     "/module/{name}/config.{json|yaml|text}?global=bool",
     "/actors.{json|yaml|text}",
@@ -282,6 +284,16 @@ async fn answer(
                 .await?
                 .map_err(not_found)?;
             Ok(View::data(doc["global"].clone()))
+        }
+        ["global", "snapshots"] => Ok(View::data(engine.snapshots(None))),
+        ["module", name, "snapshots"] => {
+            if !engine.modules().iter().any(|(m, _)| m == name) {
+                return Err(Failure(
+                    StatusCode::NOT_FOUND,
+                    format!("module {name} is not loaded"),
+                ));
+            }
+            Ok(View::data(engine.snapshots(Some(name))))
         }
         ["module", "list"] => {
             let mut enabled: Vec<String> = engine
