@@ -209,6 +209,23 @@ fn snapshots_of(
     Value::Object(map)
 }
 
+/// The binding context array for a hook run, rendered against the port's snapshots of
+/// `hook`, and the first context's binding name (for logs).
+pub fn contexts_for_run(
+    config: &HookConfig,
+    stubs: Vec<Value>,
+    bindings: &dyn crate::ports::KubeBindings,
+    hook: &HookRef,
+) -> (Value, String) {
+    let contexts = render(config, stubs, &|i| bindings.snapshot(hook, i));
+    let binding = contexts
+        .first()
+        .and_then(|c| c["binding"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    (Value::Array(contexts), binding)
+}
+
 /// Turns queued context stubs into the array the hook receives: Group contexts for grouped
 /// bindings, `objects` for Synchronization, `snapshots` where the binding asks for them,
 /// every kubernetes binding's snapshot for `before*`/`after*` bindings.

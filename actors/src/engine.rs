@@ -250,6 +250,16 @@ fn plan_startup(restored: &State, wanted: Vec<TaskSpec>) -> Vec<Event> {
     events
 }
 
+/// The global values and config documents, from the global hooks actor.
+async fn global_docs(global: &Tracked<GlobalHooksMsg>) -> Result<GlobalDocs, String> {
+    let (tx, rx) = ractor::concurrency::oneshot();
+    global
+        .cast(GlobalHooksMsg::Docs(tx.into()))
+        .map_err(|_| "the global hooks actor is not running".to_string())?;
+    rx.await
+        .map_err(|_| "the global hooks actor stopped".to_string())
+}
+
 async fn config_to_global(global: &Tracked<GlobalHooksMsg>, config: Value) -> Result<bool, String> {
     let (tx, rx) = ractor::concurrency::oneshot();
     global
@@ -535,12 +545,7 @@ impl EngineHandler {
     }
 
     async fn global_docs(&self) -> Result<GlobalDocs, String> {
-        let (tx, rx) = ractor::concurrency::oneshot();
-        self.global
-            .cast(GlobalHooksMsg::Docs(tx.into()))
-            .map_err(|_| "the global hooks actor is not running".to_string())?;
-        rx.await
-            .map_err(|_| "the global hooks actor stopped".to_string())
+        global_docs(&self.global).await
     }
 
     /// The flag chain and the `enabled` script for one module.
@@ -1025,13 +1030,7 @@ impl Engine {
 
     /// A module's values document (`VALUES_PATH` of its hooks).
     pub async fn module_values(&self, module: &str) -> Result<Value, String> {
-        let (tx, rx) = ractor::concurrency::oneshot();
-        self.global
-            .cast(GlobalHooksMsg::Docs(tx.into()))
-            .map_err(|_| "the global hooks actor is not running".to_string())?;
-        let docs = rx
-            .await
-            .map_err(|_| "the global hooks actor stopped".to_string())?;
+        let docs = global_docs(&self.global).await?;
         self.modules
             .ask(module, |reply| ModuleMsg::Values(docs, reply))
             .await
@@ -1051,12 +1050,7 @@ impl Engine {
     }
 
     async fn global_docs(&self) -> Result<GlobalDocs, String> {
-        let (tx, rx) = ractor::concurrency::oneshot();
-        self.global
-            .cast(GlobalHooksMsg::Docs(tx.into()))
-            .map_err(|_| "the global hooks actor is not running".to_string())?;
-        rx.await
-            .map_err(|_| "the global hooks actor stopped".to_string())
+        global_docs(&self.global).await
     }
 
     /// Names of the global hooks.

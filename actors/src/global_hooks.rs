@@ -174,19 +174,13 @@ impl GlobalHooksState {
             owner: owner_of(None),
             hook: hook.name.clone(),
         };
-        let bindings = self.bindings.clone();
         let stubs = crate::queue::compact_groups(crate::queue::contexts(&task));
-        let contexts =
-            crate::bindings::render(&hook.config, stubs, &|i| bindings.snapshot(&href, i));
-        let binding = contexts
-            .first()
-            .and_then(|c| c["binding"].as_str())
-            .unwrap_or_default()
-            .to_string();
+        let (contexts, binding) =
+            crate::bindings::contexts_for_run(&hook.config, stubs, self.bindings.as_ref(), &href);
         let run = HookRun {
             name: hook.name.clone(),
             path: hook.path.clone(),
-            binding_context: Value::Array(contexts),
+            binding_context: contexts,
             values: self.values_document(),
             config_values: self.config_document(),
             log_fields: format!("binding={binding} queue={}", task.spec.queue),

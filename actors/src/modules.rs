@@ -464,19 +464,13 @@ impl ModuleState {
         queue: &str,
     ) -> Result<(), String> {
         let href = self.hook_ref(&hook.name);
-        let bindings = self.bindings.clone();
         let synced = crate::bindings::synchronized(&stubs);
-        let contexts =
-            crate::bindings::render(&hook.config, stubs, &|i| bindings.snapshot(&href, i));
-        let binding = contexts
-            .first()
-            .and_then(|c| c["binding"].as_str())
-            .unwrap_or_default()
-            .to_string();
+        let (contexts, binding) =
+            crate::bindings::contexts_for_run(&hook.config, stubs, self.bindings.as_ref(), &href);
         let run = HookRun {
             name: hook.name.clone(),
             path: hook.path.clone(),
-            binding_context: Value::Array(contexts),
+            binding_context: contexts,
             values: self.values_document(docs),
             config_values: self.config_document(docs),
             log_fields: format!("module={} binding={binding} queue={queue}", self.def.name),
