@@ -670,39 +670,75 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
             Some((seq, s)) => (s, seq),
             None => (S::default(), 0),
         };
-        // Reading and decoding run on a second thread, folding on this one.
+        // Reading runs on one thread, decoding on `workers` more (chunks dealt round-robin
+        // and collected in the same order), folding on this one: decoding is most of a
+        // replay's work.
         let from = last + 1;
+        let workers = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .clamp(1, 4);
+        type Raw = Vec<(u64, Vec<u8>)>;
+        type Decoded<E> = Result<Vec<Record<E>>, JournalError>;
         let result = std::thread::scope(|scope| -> Result<u64, JournalError> {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Record<E>>, JournalError>>(8);
+            let mut inputs = Vec::new();
+            let mut outputs = Vec::new();
+            for _ in 0..workers {
+                let (in_tx, in_rx) = std::sync::mpsc::sync_channel::<Result<Raw, JournalError>>(4);
+                let (out_tx, out_rx) = std::sync::mpsc::sync_channel::<Decoded<E>>(4);
+                scope.spawn(move || {
+                    for chunk in in_rx {
+                        let decoded = chunk.and_then(|raw| {
+                            raw.iter()
+                                .map(|(seq, bytes)| decode_event::<E>(*seq, bytes))
+                                .collect::<Result<Vec<_>, _>>()
+                        });
+                        if out_tx.send(decoded).is_err() {
+                            return;
+                        }
+                    }
+                });
+                inputs.push(in_tx);
+                outputs.push(out_rx);
+            }
             scope.spawn(move || {
-                let mut chunk = Vec::with_capacity(REPLAY_CHUNK);
-                for r in self.read_from(from) {
+                let mut chunk: Raw = Vec::with_capacity(REPLAY_CHUNK);
+                let mut next = 0usize;
+                let mut deal = |item: Result<Raw, JournalError>| {
+                    let ok = inputs[next % inputs.len()].send(item).is_ok();
+                    next += 1;
+                    ok
+                };
+                for r in self.storage.events_from(from) {
                     match r {
-                        Ok(r) if r.seq > until => break,
-                        Ok(r) => {
-                            chunk.push(r);
+                        Ok((seq, _)) if seq > until => break,
+                        Ok(raw) => {
+                            chunk.push(raw);
                             if chunk.len() == REPLAY_CHUNK
-                                && tx
-                                    .send(Ok(std::mem::replace(
-                                        &mut chunk,
-                                        Vec::with_capacity(REPLAY_CHUNK),
-                                    )))
-                                    .is_err()
+                                && !deal(Ok(std::mem::replace(
+                                    &mut chunk,
+                                    Vec::with_capacity(REPLAY_CHUNK),
+                                )))
                             {
                                 return;
                             }
                         }
                         Err(e) => {
-                            let _ = tx.send(Ok(chunk));
-                            let _ = tx.send(Err(e));
+                            if deal(Ok(std::mem::take(&mut chunk))) {
+                                deal(Err(e));
+                            }
                             return;
                         }
                     }
                 }
-                let _ = tx.send(Ok(chunk));
+                deal(Ok(chunk));
             });
-            for chunk in rx {
-                for r in chunk? {
+            // Chunk i comes back from worker i % workers; a closed channel ends the replay.
+            for i in 0.. {
+                let Ok(decoded) = outputs[i % workers].recv() else {
+                    break;
+                };
+                for r in decoded? {
                     fold(&mut state, &r);
                     last = r.seq;
                 }
