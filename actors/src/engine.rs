@@ -210,12 +210,41 @@ fn interrupted_converge_step(t: &TaskSpec) -> bool {
             && t.params["phase"].as_str() == Some("StandBy"))
 }
 
+/// A hook task made only of kubernetes Event and Synchronization contexts: after a
+/// restart the bindings synchronize again and deliver the current state, so running it
+/// would show the hook a state older than the one it has just seen.
+fn superseded_by_resync(t: &TaskSpec) -> bool {
+    matches!(
+        t.task_type,
+        TaskType::GlobalHookRun | TaskType::ModuleHookRun
+    ) && t.params["bindingContexts"].as_array().is_some_and(|cs| {
+        !cs.is_empty()
+            && cs.iter().all(|c| {
+                matches!(c["type"].as_str(), Some("Event" | "Synchronization"))
+                    || c.get("_index").is_some()
+            })
+    })
+}
+
 /// Enqueue events that put the startup sequence in the main queue, reusing pending tasks
 /// that are the same step (they keep their attempt counts) and keeping the sequence order.
+/// Kubernetes event runs left from before the restart are dropped: the bindings'
+/// Synchronization replaces them.
 fn plan_startup(restored: &State, wanted: Vec<TaskSpec>) -> Vec<Event> {
     let mut events = Vec::new();
+    for task in restored.queues.values().flatten() {
+        if superseded_by_resync(&task.spec) {
+            events.push(Event::TaskDropped {
+                id: task.spec.id,
+                reason: "superseded by the Synchronization after the restart".into(),
+            });
+        }
+    }
     let mut pending: Vec<&QueuedTask> = Vec::new();
     for task in restored.queues.get("main").into_iter().flatten() {
+        if superseded_by_resync(&task.spec) {
+            continue;
+        }
         if interrupted_converge_step(&task.spec) {
             events.push(Event::TaskDropped {
                 id: task.spec.id,
@@ -1332,6 +1361,48 @@ mod tests {
                 "GlobalHookWaitKubernetesSynchronization:",
                 "ConvergeModules:OperatorStartup",
             ]
+        );
+    }
+
+    #[test]
+    fn kubernetes_event_runs_from_before_a_restart_are_dropped() {
+        let hooks = vec![hook("a.sh", "configVersion: v1\nonStartup: 1")];
+        let mut restored = State::default();
+        let event = crate::bindings::hook_run_task(
+            TaskId(50),
+            None,
+            "w.sh",
+            "other",
+            "pods",
+            vec![json!({"binding": "pods", "type": "Event", "_index": 0})],
+            false,
+        );
+        let schedule = crate::bindings::hook_run_task(
+            TaskId(51),
+            None,
+            "w.sh",
+            "other",
+            "tick",
+            vec![json!({"binding": "tick", "type": "Schedule"})],
+            false,
+        );
+        restored.apply_all(&[
+            Event::TaskEnqueued {
+                task: event,
+                position: Position::Tail,
+            },
+            Event::TaskEnqueued {
+                task: schedule,
+                position: Position::Tail,
+            },
+        ]);
+        let plan = plan_startup(&restored, startup_tasks(&hooks, &TaskIds::after(51)));
+        restored.apply_all(&plan);
+        let other: Vec<TaskId> = restored.queues["other"].iter().map(|t| t.spec.id).collect();
+        assert_eq!(
+            other,
+            [TaskId(51)],
+            "the Event run is dropped, the Schedule run kept"
         );
     }
 
