@@ -1,10 +1,13 @@
 //! The debug interface, as addon-operator's: HTTP on a unix socket (`DEBUG_UNIX_SOCKET`,
 //! default `/var/run/addon-operator/debug.socket`) and optionally on a loopback TCP address
-//! (`DEBUG_HTTP_SERVER_ADDR`), read by the `bosun queue|global|module|actors|raw` commands.
+//! (`DEBUG_HTTP_SERVER_ADDR`), read by the `bosun queue|global|module|actors|raw` and
+//! `bosun journal … --live` commands.
 //!
 //! ```text
-//!   bosun queue list ──► client (HTTP/1.1 over the socket) ──► router ──► Engine
-//!                                                               └──► views (text, JSON, YAML)
+//!   bosun queue list, bosun journal log --live ──► unix socket ──► router ─┬► Engine
+//!                                                                          ├► the journal
+//!                                                                          │  (journal_cli views)
+//!                                                                          └► views (text, JSON, YAML)
 //! ```
 //!
 //! The endpoints show values, secrets included: the socket is created `0600` in a `0700`
@@ -27,10 +30,16 @@ use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use bosun_actors::Event;
 use bosun_actors::engine::Engine;
+use bosun_journal::Journal;
 use serde_json::json;
 
+use crate::journal_cli::{self, LogQuery, ViewError};
 use views::{Format, View};
+
+/// Events `/journal/log` returns when no `limit` is given (the newest ones).
+const LOG_LIMIT: usize = 200;
 
 /// The reference's default socket.
 pub const DEFAULT_SOCKET: &str = "/var/run/addon-operator/debug.socket";
@@ -52,6 +61,10 @@ pub const ROUTES: &[&str] = &[
     "/module/{name}/config.{json|yaml|text}?global=bool",
     "/actors.{json|yaml|text}",
     "/actors/{name}.{json|yaml|text}",
+    "/journal/log.{json|text}?since=&until=&module=&queue=&limit=",
+    "/journal/state.{json|yaml}?at=",
+    "/journal/why/{task}.{json|text}",
+    "/journal/stats.{json|text}",
     "/discovery.{json|yaml|text}",
 ];
 
@@ -104,10 +117,14 @@ impl Drop for DebugServer {
     }
 }
 
-/// Starts the listeners. A socket or address that cannot be used is logged as an error and
-/// left out: the operator keeps running without it.
-pub async fn serve(cfg: &DebugConfig, engine: Arc<Engine>) -> DebugServer {
-    let app = router(engine);
+/// Starts the listeners on the engine and the journal it writes. A socket or address that
+/// cannot be used is logged as an error and left out: the operator keeps running without it.
+pub async fn serve(
+    cfg: &DebugConfig,
+    engine: Arc<Engine>,
+    journal: Arc<Journal<Event>>,
+) -> DebugServer {
+    let app = router(engine, journal);
     let mut server = DebugServer {
         socket: None,
         http: None,
@@ -180,9 +197,18 @@ pub fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     Ok(listener)
 }
 
-/// The debug endpoints.
-pub fn router(engine: Arc<Engine>) -> Router {
-    Router::new().fallback(handle).with_state(engine)
+/// What the endpoints read.
+#[derive(Clone)]
+struct Shared {
+    engine: Arc<Engine>,
+    journal: Arc<Journal<Event>>,
+}
+
+/// The debug endpoints, on the engine and the journal it writes.
+pub fn router(engine: Arc<Engine>, journal: Arc<Journal<Event>>) -> Router {
+    Router::new()
+        .fallback(handle)
+        .with_state(Shared { engine, journal })
 }
 
 /// An answer that is not a view.
@@ -227,7 +253,7 @@ fn not_found(e: String) -> Failure {
 }
 
 async fn handle(
-    State(engine): State<Arc<Engine>>,
+    State(shared): State<Shared>,
     method: Method,
     uri: Uri,
     Query(query): Query<HashMap<String, String>>,
@@ -240,7 +266,11 @@ async fn handle(
         .into_response();
     }
     let (route, format) = Format::split(uri.path());
-    let view = match answer(&engine, route, &query).await {
+    let view = match route.strip_prefix("/journal/") {
+        Some(rest) => journal_answer(shared.journal, rest, &query).await,
+        None => answer(&shared.engine, route, &query).await,
+    };
+    let view = match view {
         Ok(v) => v,
         Err(f) => return f.into_response(),
     };
@@ -342,6 +372,72 @@ async fn answer(
             format!("no debug endpoint {route}; see /discovery"),
         )),
     }
+}
+
+/// A query parameter, absent when empty.
+fn param(query: &HashMap<String, String>, name: &str) -> Option<String> {
+    query.get(name).filter(|v| !v.is_empty()).cloned()
+}
+
+/// A journal view to compute on a blocking thread.
+type JournalView = Box<dyn FnOnce(&Journal<Event>) -> Result<View, ViewError> + Send>;
+
+/// `/journal/…`: the views of `bosun journal`, on the journal this bosun writes (read on a
+/// blocking thread: the storage is synchronous).
+async fn journal_answer(
+    journal: Arc<Journal<Event>>,
+    route: &str,
+    query: &HashMap<String, String>,
+) -> Result<View, Failure> {
+    let bad = |e: String| Failure(StatusCode::BAD_REQUEST, e);
+    let compute: JournalView = match route.split('/').collect::<Vec<_>>().as_slice() {
+        ["log"] => {
+            let limit = match param(query, "limit") {
+                None => LOG_LIMIT,
+                Some(v) => v.parse().map_err(|_| {
+                    bad(format!(
+                        "limit {v:?} is not a whole number (0: every event)"
+                    ))
+                })?,
+            };
+            let q = LogQuery {
+                since: param(query, "since"),
+                until: param(query, "until"),
+                module: param(query, "module"),
+                queue: param(query, "queue"),
+                limit: Some(limit),
+            };
+            Box::new(move |j| journal_cli::log_view(j, &q))
+        }
+        ["state"] => {
+            let at = param(query, "at");
+            Box::new(move |j| journal_cli::state_view(j, at.as_deref()))
+        }
+        ["why", task] => {
+            let id = task.parse().map_err(bad)?;
+            Box::new(move |j| journal_cli::why_view(j, id))
+        }
+        ["stats"] => Box::new(journal_cli::stats_view),
+        _ => {
+            return Err(Failure(
+                StatusCode::NOT_FOUND,
+                format!("no debug endpoint /journal/{route}; see /discovery"),
+            ));
+        }
+    };
+    let result = tokio::task::spawn_blocking(move || compute(&journal))
+        .await
+        .map_err(|e| {
+            Failure(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the journal failed: {e}"),
+            )
+        })?;
+    result.map_err(|e| match e {
+        ViewError::BadRequest(m) => Failure(StatusCode::BAD_REQUEST, m),
+        ViewError::NotFound(m) => Failure(StatusCode::NOT_FOUND, m),
+        ViewError::Failed(m) => Failure(StatusCode::INTERNAL_SERVER_ERROR, m),
+    })
 }
 
 /// Picks the socket path: `ADDON_OPERATOR_DEBUG_UNIX_SOCKET`, `DEBUG_UNIX_SOCKET`, else
