@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
@@ -359,6 +360,19 @@ fn an_unusable_socket_does_not_stop_bosun_and_tcp_is_loopback_only() {
     assert!(body["summary"]["totalTasks"].is_u64(), "{body}");
     let (code, _) = common::http(&debug_addr, "POST", "/queue/list.json", "", "");
     assert_eq!(code, 405);
+    // A web page whose own name was made to point at 127.0.0.1 gets nothing.
+    let mut stream = std::net::TcpStream::connect(&debug_addr).expect("connect");
+    stream
+        .write_all(
+            b"GET /global/values.json HTTP/1.1\r\nHost: rebound.example:9652\r\nConnection: close\r\n\r\n",
+        )
+        .expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    assert!(
+        answer.starts_with("HTTP/1.1 421") && answer.contains("is not a loopback name"),
+        "{answer}"
+    );
 
     // A non-loopback address is refused with the way out in the message.
     let out = Command::new(bosun_bin())
@@ -535,7 +549,12 @@ for _ in $(seq 1200); do [[ -f "$OUT_DIR/held.release" ]] && exit 0; sleep 0.1; 
         assert!(err.contains(message), "{path}: {err}");
     }
     let discovery = run_ok(&mut cli(&socket, &["raw", "/discovery"]));
-    assert!(discovery.contains("GET /journal/log."), "{discovery}");
+    assert!(
+        discovery.contains("GET /journal/log.") && discovery.contains("GET /ui\n"),
+        "{discovery}"
+    );
+    let page = run_ok(&mut cli(&socket, &["raw", "/ui"]));
+    assert!(page.contains("<title>bosun</title>"), "{page}");
     let missing = work.path().join("missing.socket");
     let err = run_err(&mut cli(&missing, &["journal", "log"]));
     assert!(err.contains("cannot connect to the debug socket"), "{err}");

@@ -1,10 +1,11 @@
 //! The debug interface, as addon-operator's: HTTP on a unix socket (`DEBUG_UNIX_SOCKET`,
 //! default `/var/run/addon-operator/debug.socket`) and optionally on a loopback TCP address
 //! (`DEBUG_HTTP_SERVER_ADDR`), read by the `bosun queue|global|module|actors|raw` and
-//! `bosun journal … --live` commands.
+//! `bosun journal … --live` commands, and by a browser at `/ui`.
 //!
 //! ```text
-//!   bosun queue list, bosun journal log --live ──► unix socket ──► router ─┬► Engine
+//!   bosun queue list, bosun journal log --live ──► unix socket ─┐
+//!   a browser at /ui (polls the JSON endpoints) ──► socket/TCP ─┴► router ─┬► Engine
 //!                                                                          ├► the journal
 //!                                                                          │  (journal_cli views)
 //!                                                                          └► views (text, JSON, YAML)
@@ -12,7 +13,8 @@
 //!
 //! The endpoints show values, secrets included: the socket is created `0600` in a `0700`
 //! folder, and the TCP listener refuses non-loopback addresses unless
-//! `BOSUN_DEBUG_ALLOW_REMOTE=true`.
+//! `BOSUN_DEBUG_ALLOW_REMOTE=true`; on a loopback address it answers only requests whose
+//! `Host` is a loopback name, so a web page cannot reach it by rebinding its own name.
 
 pub mod client;
 pub mod commands;
@@ -27,8 +29,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Query, State};
-use axum::http::{Method, StatusCode, Uri, header};
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bosun_actors::Event;
 use bosun_actors::engine::Engine;
@@ -37,6 +40,9 @@ use serde_json::json;
 
 use crate::journal_cli::{self, LogQuery, ViewError};
 use views::{Format, View};
+
+/// The web view: one page, no external assets.
+const UI_PAGE: &str = include_str!("ui.html");
 
 /// Events `/journal/log` returns when no `limit` is given (the newest ones).
 const LOG_LIMIT: usize = 200;
@@ -66,6 +72,7 @@ pub const ROUTES: &[&str] = &[
     "/journal/why/{task}.{json|text}",
     "/journal/stats.{json|text}",
     "/discovery.{json|yaml|text}",
+    "/ui",
 ];
 
 /// Where the debug endpoints are served.
@@ -148,6 +155,11 @@ pub async fn serve(
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 let bound = listener.local_addr().unwrap_or(addr);
+                let app = if bound.ip().is_loopback() {
+                    app.layer(axum::middleware::from_fn(loopback_host_only))
+                } else {
+                    app
+                };
                 server.tasks.push(tokio::spawn(async move {
                     if let Err(e) = axum::serve(listener, app).await {
                         tracing::error!(%bound, "debug HTTP server stopped: {e}");
@@ -211,6 +223,39 @@ pub fn router(engine: Arc<Engine>, journal: Arc<Journal<Event>>) -> Router {
         .with_state(Shared { engine, journal })
 }
 
+/// Whether a `Host` header names this machine's loopback: `localhost`, `127.x.x.x` or
+/// `[::1]`, with or without a port.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// On a loopback TCP listener: refuses requests for other host names (a page whose name
+/// was made to point at 127.0.0.1 would otherwise read every value through the browser).
+async fn loopback_host_only(headers: HeaderMap, request: Request, next: Next) -> Response {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    if !loopback_host(host) {
+        return Failure(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "Host {host:?} is not a loopback name; the debug endpoints answer \
+                 http://127.0.0.1:PORT, http://localhost:PORT or http://[::1]:PORT"
+            ),
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
 /// An answer that is not a view.
 struct Failure(StatusCode, String);
 
@@ -252,6 +297,24 @@ fn not_found(e: String) -> Failure {
     Failure(status, e)
 }
 
+/// The page at `/ui`: inline script and styles only, talking to this origin only.
+fn ui_page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        UI_PAGE,
+    )
+        .into_response()
+}
+
 async fn handle(
     State(shared): State<Shared>,
     method: Method,
@@ -264,6 +327,9 @@ async fn handle(
             format!("{method} is not supported; the debug endpoints answer GET"),
         )
         .into_response();
+    }
+    if matches!(uri.path(), "/ui" | "/ui/") {
+        return ui_page();
     }
     let (route, format) = Format::split(uri.path());
     let view = match route.strip_prefix("/journal/") {
@@ -453,6 +519,29 @@ pub fn socket_from_env(default: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_loopback_names_reach_a_loopback_listener() {
+        for ok in [
+            "127.0.0.1:9652",
+            "127.0.0.1",
+            "localhost:9652",
+            "LOCALHOST",
+            "[::1]:9652",
+            "[::1]",
+        ] {
+            assert!(loopback_host(ok), "{ok}");
+        }
+        for refused in [
+            "evil.example:9652",
+            "evil.example",
+            "",
+            "10.0.0.1:9652",
+            "[::2]:1",
+        ] {
+            assert!(!loopback_host(refused), "{refused}");
+        }
+    }
 
     #[test]
     fn remote_addresses_need_consent() {
