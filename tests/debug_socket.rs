@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
@@ -359,6 +360,19 @@ fn an_unusable_socket_does_not_stop_bosun_and_tcp_is_loopback_only() {
     assert!(body["summary"]["totalTasks"].is_u64(), "{body}");
     let (code, _) = common::http(&debug_addr, "POST", "/queue/list.json", "", "");
     assert_eq!(code, 405);
+    // A web page whose own name was made to point at 127.0.0.1 gets nothing.
+    let mut stream = std::net::TcpStream::connect(&debug_addr).expect("connect");
+    stream
+        .write_all(
+            b"GET /global/values.json HTTP/1.1\r\nHost: rebound.example:9652\r\nConnection: close\r\n\r\n",
+        )
+        .expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    assert!(
+        answer.starts_with("HTTP/1.1 421") && answer.contains("is not a loopback name"),
+        "{answer}"
+    );
 
     // A non-loopback address is refused with the way out in the message.
     let out = Command::new(bosun_bin())
@@ -374,4 +388,175 @@ fn an_unusable_socket_does_not_stop_bosun_and_tcp_is_loopback_only() {
             && err.contains("BOSUN_DEBUG_ALLOW_REMOTE=true"),
         "{err}"
     );
+}
+
+/// `bosun journal <args> --journal-dir <dir>`: the offline reader.
+fn journal_offline(dir: &Path, args: &[&str]) -> String {
+    let mut cmd = Command::new(bosun_bin());
+    cmd.arg("journal")
+        .args(args)
+        .arg("--journal-dir")
+        .arg(dir)
+        .env("LOG_LEVEL", "error");
+    run_ok(&mut cmd)
+}
+
+#[test]
+fn journal_views_over_the_socket_match_the_offline_ones() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = work.path().join("global-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    write_hook(
+        &hooks,
+        "001-broken.sh",
+        r#"#!/usr/bin/env bash
+if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","onStartup":1}'; exit 0; fi
+echo "the probe is broken" >&2
+exit 1
+"#,
+    );
+    // Holds the converge, so the journal stands still while both readers look.
+    write_hook(
+        &hooks,
+        "002-held.sh",
+        r#"#!/usr/bin/env bash
+if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","afterAll":1}'; exit 0; fi
+touch "$OUT_DIR/held.started"
+for _ in $(seq 1200); do [[ -f "$OUT_DIR/held.release" ]] && exit 0; sleep 0.1; done
+"#,
+    );
+    let out = work.path().join("out");
+    let op = Operator::start_with(
+        &sb,
+        &hooks,
+        work.path(),
+        &[("BOSUN_TASK_MAX_ATTEMPTS", "1")],
+    );
+    let socket = work.path().join("debug.socket");
+    let journal = work.path().join("journal");
+    op.wait(
+        "the afterAll hook to start",
+        Duration::from_secs(60),
+        || out.join("held.started").exists(),
+    );
+
+    // The same views, live and offline.
+    let mut pair = (String::new(), String::new());
+    op.wait(
+        "`bosun journal log --live` to match the offline log",
+        Duration::from_secs(30),
+        || {
+            pair = (
+                try_cli(&socket, &["journal", "log", "--live"]).unwrap_or_default(),
+                journal_offline(&journal, &["log"]),
+            );
+            !pair.0.is_empty() && pair.0 == pair.1
+        },
+    );
+    let log = pair.0;
+    assert!(log.contains("converge started (OperatorStartup)"), "{log}");
+    assert!(
+        log.lines()
+            .all(|l| l.len() > 6 && l[..6].trim().parse::<u64>().is_ok()),
+        "each line starts with its right-aligned sequence number: {log}"
+    );
+    let state = |live: bool| -> Value {
+        let text = if live {
+            run_ok(&mut cli(&socket, &["journal", "state", "-o", "json"]))
+        } else {
+            journal_offline(&journal, &["state", "-o", "json"])
+        };
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    };
+    let live_state = state(true);
+    assert_eq!(live_state, state(false));
+    assert_eq!(live_state["converge"]["inProgress"], true, "{live_state}");
+    let lines = run_ok(&mut cli(
+        &socket,
+        &[
+            "journal", "log", "--queue", "main", "--limit", "3", "-o", "json",
+        ],
+    ));
+    let entries: Vec<Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(entries.len(), 3, "{lines}");
+    assert!(entries.iter().all(|e| e["queue"] == "main"), "{lines}");
+    assert!(
+        entries
+            .windows(2)
+            .all(|w| w[0]["seq"].as_u64() < w[1]["seq"].as_u64()),
+        "newest last: {lines}"
+    );
+
+    // The failed task's history, found through its parking.
+    let all: Vec<Value> = serde_json::from_str(&run_ok(&mut cli(
+        &socket,
+        &["raw", "/journal/log.json?limit=0"],
+    )))
+    .expect("log json");
+    let parked = all
+        .iter()
+        .find(|e| e["type"] == "taskParked")
+        .and_then(|e| e["task"].as_str())
+        .unwrap_or_else(|| panic!("a parked task in {all:?}"))
+        .to_string();
+    let why = run_ok(&mut cli(&socket, &["journal", "why", &parked, "--live"]));
+    assert_eq!(why, journal_offline(&journal, &["why", &parked]));
+    assert!(
+        why.contains("failed (failures 1)")
+            && why.contains("exit status 1: the probe is broken")
+            && why.contains("parked after too many attempts"),
+        "{why}"
+    );
+    let stats: Value = serde_json::from_str(&run_ok(&mut cli(
+        &socket,
+        &["journal", "stats", "--live", "-o", "json"],
+    )))
+    .expect("stats json");
+    assert_eq!(stats["events"].as_u64(), Some(all.len() as u64), "{stats}");
+    let text = run_ok(&mut cli(&socket, &["journal", "stats", "--live"]));
+    assert!(
+        text.starts_with(&format!("events:    {} (seq ", all.len())) && text.contains("taskParked"),
+        "{text}"
+    );
+
+    // The endpoints: the newest 200 by default, clear errors.
+    let default: Vec<Value> =
+        serde_json::from_str(&run_ok(&mut cli(&socket, &["raw", "/journal/log.json"])))
+            .expect("log json");
+    assert_eq!(default.len(), all.len().min(200));
+    assert_eq!(default.last(), all.last());
+    for (path, message) in [
+        ("/journal/why/banana.json", "invalid task id"),
+        (
+            "/journal/why/t999999.text",
+            "task t999999 does not appear in the journal (its events may have been compacted into a snapshot) (HTTP 404)",
+        ),
+        (
+            "/journal/log.json?limit=many",
+            "is not a whole number (0: every event) (HTTP 400)",
+        ),
+        (
+            "/journal/state.json?at=yesterday-ish",
+            "is not a point in the journal",
+        ),
+        ("/journal/nope.json", "no debug endpoint /journal/nope"),
+    ] {
+        let err = run_err(&mut cli(&socket, &["raw", path]));
+        assert!(err.contains(message), "{path}: {err}");
+    }
+    let discovery = run_ok(&mut cli(&socket, &["raw", "/discovery"]));
+    assert!(
+        discovery.contains("GET /journal/log.") && discovery.contains("GET /ui\n"),
+        "{discovery}"
+    );
+    let page = run_ok(&mut cli(&socket, &["raw", "/ui"]));
+    assert!(page.contains("<title>bosun</title>"), "{page}");
+    let missing = work.path().join("missing.socket");
+    let err = run_err(&mut cli(&missing, &["journal", "log"]));
+    assert!(err.contains("cannot connect to the debug socket"), "{err}");
+    std::fs::write(out.join("held.release"), "").expect("release");
 }

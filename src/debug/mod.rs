@@ -1,15 +1,20 @@
 //! The debug interface, as addon-operator's: HTTP on a unix socket (`DEBUG_UNIX_SOCKET`,
 //! default `/var/run/addon-operator/debug.socket`) and optionally on a loopback TCP address
-//! (`DEBUG_HTTP_SERVER_ADDR`), read by the `bosun queue|global|module|actors|raw` commands.
+//! (`DEBUG_HTTP_SERVER_ADDR`), read by the `bosun queue|global|module|actors|raw` and
+//! `bosun journal … --live` commands, and by a browser at `/ui`.
 //!
 //! ```text
-//!   bosun queue list ──► client (HTTP/1.1 over the socket) ──► router ──► Engine
-//!                                                               └──► views (text, JSON, YAML)
+//!   bosun queue list, bosun journal log --live ──► unix socket ─┐
+//!   a browser at /ui (polls the JSON endpoints) ──► socket/TCP ─┴► router ─┬► Engine
+//!                                                                          ├► the journal
+//!                                                                          │  (journal_cli views)
+//!                                                                          └► views (text, JSON, YAML)
 //! ```
 //!
 //! The endpoints show values, secrets included: the socket is created `0600` in a `0700`
 //! folder, and the TCP listener refuses non-loopback addresses unless
-//! `BOSUN_DEBUG_ALLOW_REMOTE=true`.
+//! `BOSUN_DEBUG_ALLOW_REMOTE=true`; on a loopback address it answers only requests whose
+//! `Host` is a loopback name, so a web page cannot reach it by rebinding its own name.
 
 pub mod client;
 pub mod commands;
@@ -24,13 +29,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Query, State};
-use axum::http::{Method, StatusCode, Uri, header};
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use bosun_actors::Event;
 use bosun_actors::engine::Engine;
+use bosun_journal::Journal;
 use serde_json::json;
 
+use crate::journal_cli::{self, LogQuery, ViewError};
 use views::{Format, View};
+
+/// The web view: one page, no external assets.
+const UI_PAGE: &str = include_str!("ui.html");
+
+/// Events `/journal/log` returns when no `limit` is given (the newest ones).
+const LOG_LIMIT: usize = 200;
 
 /// The reference's default socket.
 pub const DEFAULT_SOCKET: &str = "/var/run/addon-operator/debug.socket";
@@ -52,7 +67,12 @@ pub const ROUTES: &[&str] = &[
     "/module/{name}/config.{json|yaml|text}?global=bool",
     "/actors.{json|yaml|text}",
     "/actors/{name}.{json|yaml|text}",
+    "/journal/log.{json|text}?since=&until=&module=&queue=&limit=",
+    "/journal/state.{json|yaml}?at=",
+    "/journal/why/{task}.{json|text}",
+    "/journal/stats.{json|text}",
     "/discovery.{json|yaml|text}",
+    "/ui",
 ];
 
 /// Where the debug endpoints are served.
@@ -104,10 +124,14 @@ impl Drop for DebugServer {
     }
 }
 
-/// Starts the listeners. A socket or address that cannot be used is logged as an error and
-/// left out: the operator keeps running without it.
-pub async fn serve(cfg: &DebugConfig, engine: Arc<Engine>) -> DebugServer {
-    let app = router(engine);
+/// Starts the listeners on the engine and the journal it writes. A socket or address that
+/// cannot be used is logged as an error and left out: the operator keeps running without it.
+pub async fn serve(
+    cfg: &DebugConfig,
+    engine: Arc<Engine>,
+    journal: Arc<Journal<Event>>,
+) -> DebugServer {
+    let app = router(engine, journal);
     let mut server = DebugServer {
         socket: None,
         http: None,
@@ -131,6 +155,11 @@ pub async fn serve(cfg: &DebugConfig, engine: Arc<Engine>) -> DebugServer {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 let bound = listener.local_addr().unwrap_or(addr);
+                let app = if bound.ip().is_loopback() {
+                    app.layer(axum::middleware::from_fn(loopback_host_only))
+                } else {
+                    app
+                };
                 server.tasks.push(tokio::spawn(async move {
                     if let Err(e) = axum::serve(listener, app).await {
                         tracing::error!(%bound, "debug HTTP server stopped: {e}");
@@ -180,9 +209,51 @@ pub fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     Ok(listener)
 }
 
-/// The debug endpoints.
-pub fn router(engine: Arc<Engine>) -> Router {
-    Router::new().fallback(handle).with_state(engine)
+/// What the endpoints read.
+#[derive(Clone)]
+struct Shared {
+    engine: Arc<Engine>,
+    journal: Arc<Journal<Event>>,
+}
+
+/// The debug endpoints, on the engine and the journal it writes.
+pub fn router(engine: Arc<Engine>, journal: Arc<Journal<Event>>) -> Router {
+    Router::new()
+        .fallback(handle)
+        .with_state(Shared { engine, journal })
+}
+
+/// Whether a `Host` header names this machine's loopback: `localhost`, `127.x.x.x` or
+/// `[::1]`, with or without a port.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// On a loopback TCP listener: refuses requests for other host names (a page whose name
+/// was made to point at 127.0.0.1 would otherwise read every value through the browser).
+async fn loopback_host_only(headers: HeaderMap, request: Request, next: Next) -> Response {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    if !loopback_host(host) {
+        return Failure(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "Host {host:?} is not a loopback name; the debug endpoints answer \
+                 http://127.0.0.1:PORT, http://localhost:PORT or http://[::1]:PORT"
+            ),
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// An answer that is not a view.
@@ -226,8 +297,26 @@ fn not_found(e: String) -> Failure {
     Failure(status, e)
 }
 
+/// The page at `/ui`: inline script and styles only, talking to this origin only.
+fn ui_page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        UI_PAGE,
+    )
+        .into_response()
+}
+
 async fn handle(
-    State(engine): State<Arc<Engine>>,
+    State(shared): State<Shared>,
     method: Method,
     uri: Uri,
     Query(query): Query<HashMap<String, String>>,
@@ -239,8 +328,15 @@ async fn handle(
         )
         .into_response();
     }
+    if matches!(uri.path(), "/ui" | "/ui/") {
+        return ui_page();
+    }
     let (route, format) = Format::split(uri.path());
-    let view = match answer(&engine, route, &query).await {
+    let view = match route.strip_prefix("/journal/") {
+        Some(rest) => journal_answer(shared.journal, rest, &query).await,
+        None => answer(&shared.engine, route, &query).await,
+    };
+    let view = match view {
         Ok(v) => v,
         Err(f) => return f.into_response(),
     };
@@ -344,6 +440,72 @@ async fn answer(
     }
 }
 
+/// A query parameter, absent when empty.
+fn param(query: &HashMap<String, String>, name: &str) -> Option<String> {
+    query.get(name).filter(|v| !v.is_empty()).cloned()
+}
+
+/// A journal view to compute on a blocking thread.
+type JournalView = Box<dyn FnOnce(&Journal<Event>) -> Result<View, ViewError> + Send>;
+
+/// `/journal/…`: the views of `bosun journal`, on the journal this bosun writes (read on a
+/// blocking thread: the storage is synchronous).
+async fn journal_answer(
+    journal: Arc<Journal<Event>>,
+    route: &str,
+    query: &HashMap<String, String>,
+) -> Result<View, Failure> {
+    let bad = |e: String| Failure(StatusCode::BAD_REQUEST, e);
+    let compute: JournalView = match route.split('/').collect::<Vec<_>>().as_slice() {
+        ["log"] => {
+            let limit = match param(query, "limit") {
+                None => LOG_LIMIT,
+                Some(v) => v.parse().map_err(|_| {
+                    bad(format!(
+                        "limit {v:?} is not a whole number (0: every event)"
+                    ))
+                })?,
+            };
+            let q = LogQuery {
+                since: param(query, "since"),
+                until: param(query, "until"),
+                module: param(query, "module"),
+                queue: param(query, "queue"),
+                limit: Some(limit),
+            };
+            Box::new(move |j| journal_cli::log_view(j, &q))
+        }
+        ["state"] => {
+            let at = param(query, "at");
+            Box::new(move |j| journal_cli::state_view(j, at.as_deref()))
+        }
+        ["why", task] => {
+            let id = task.parse().map_err(bad)?;
+            Box::new(move |j| journal_cli::why_view(j, id))
+        }
+        ["stats"] => Box::new(journal_cli::stats_view),
+        _ => {
+            return Err(Failure(
+                StatusCode::NOT_FOUND,
+                format!("no debug endpoint /journal/{route}; see /discovery"),
+            ));
+        }
+    };
+    let result = tokio::task::spawn_blocking(move || compute(&journal))
+        .await
+        .map_err(|e| {
+            Failure(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the journal failed: {e}"),
+            )
+        })?;
+    result.map_err(|e| match e {
+        ViewError::BadRequest(m) => Failure(StatusCode::BAD_REQUEST, m),
+        ViewError::NotFound(m) => Failure(StatusCode::NOT_FOUND, m),
+        ViewError::Failed(m) => Failure(StatusCode::INTERNAL_SERVER_ERROR, m),
+    })
+}
+
 /// Picks the socket path: `ADDON_OPERATOR_DEBUG_UNIX_SOCKET`, `DEBUG_UNIX_SOCKET`, else
 /// `default`.
 pub fn socket_from_env(default: &Path) -> PathBuf {
@@ -357,6 +519,29 @@ pub fn socket_from_env(default: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_loopback_names_reach_a_loopback_listener() {
+        for ok in [
+            "127.0.0.1:9652",
+            "127.0.0.1",
+            "localhost:9652",
+            "LOCALHOST",
+            "[::1]:9652",
+            "[::1]",
+        ] {
+            assert!(loopback_host(ok), "{ok}");
+        }
+        for refused in [
+            "evil.example:9652",
+            "evil.example",
+            "",
+            "10.0.0.1:9652",
+            "[::2]:1",
+        ] {
+            assert!(!loopback_host(refused), "{refused}");
+        }
+    }
 
     #[test]
     fn remote_addresses_need_consent() {

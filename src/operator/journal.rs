@@ -12,7 +12,7 @@ const SNAPSHOT_EVERY: u64 = 10_000;
 
 /// Appends engine events to the journal.
 pub struct JournalSink {
-    journal: Journal<Event>,
+    journal: Arc<Journal<Event>>,
 }
 
 impl EventSink for JournalSink {
@@ -56,10 +56,27 @@ fn open_waiting(dir: &Path, wait: std::time::Duration) -> anyhow::Result<Journal
     }
 }
 
+/// An opened journal: the engine's sink, the state rebuilt from it, and the journal itself
+/// for readers in this process (the debug server's `/journal/…` views).
+pub struct Opened {
+    /// Where the engine appends.
+    pub sink: Arc<dyn EventSink>,
+    /// The state at the end of the journal.
+    pub state: State,
+    /// The journal, for reading.
+    pub journal: Arc<Journal<Event>>,
+}
+
 /// Opens the journal in `dir` and rebuilds the state from it (latest snapshot + the
 /// events after it). When many events followed the latest snapshot, a new snapshot is
 /// saved and events older than the oldest kept snapshot are dropped, so restarts stay fast.
 pub fn open(dir: &Path) -> anyhow::Result<(Arc<dyn EventSink>, State)> {
+    let opened = open_shared(dir)?;
+    Ok((opened.sink, opened.state))
+}
+
+/// Like [`open`], keeping the journal for readers in this process.
+pub fn open_shared(dir: &Path) -> anyhow::Result<Opened> {
     let journal = open_waiting(dir, LOCK_WAIT)?;
     let (state, last) = journal.replay::<State, _>(None, true, |s, r| s.apply(&r.event))?;
     let latest = journal.snapshots()?.last().map(|s| s.seq).unwrap_or(0);
@@ -68,5 +85,13 @@ pub fn open(dir: &Path) -> anyhow::Result<(Arc<dyn EventSink>, State)> {
         let dropped = journal.compact(&Retention::default())?;
         tracing::info!(seq = last, dropped, "journal snapshot saved");
     }
-    Ok((Arc::new(JournalSink { journal }), state))
+    let journal = Arc::new(journal);
+    let sink = Arc::new(JournalSink {
+        journal: journal.clone(),
+    });
+    Ok(Opened {
+        sink,
+        state,
+        journal,
+    })
 }

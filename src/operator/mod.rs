@@ -480,7 +480,11 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         timeout: cfg.hook_timeout,
         working_dir: None,
     };
-    let (sink, restored) = journal::open(&cfg.journal_dir)?;
+    let journal::Opened {
+        sink,
+        state: restored,
+        journal,
+    } = journal::open_shared(&cfg.journal_dir)?;
     tracing::info!(journal = %cfg.journal_dir.display(), events = restored.events, "journal replayed");
     let global_hooks = load_global_hooks(&cfg.global_hooks_dir, &runner).await?;
     let (modules, warnings) = crate::modules::discover_modules(
@@ -551,6 +555,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
             http: cfg.debug_http,
         },
         engine.clone(),
+        journal,
     )
     .await;
     if let Some(socket) = &debug.socket {
