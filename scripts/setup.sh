@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up of everything bosun's run and test commands need on a fresh Debian
 # machine with a Rust toolchain: kubectl, the Python kubernetes client, the Helm library
-# (libhelm_c.so) extracted from the helm-python-sdk wheel, and Chromium (the debug web
-# view's headless-browser test).
+# (libhelm_c.so) extracted from the helm-python-sdk wheel, and, with --with-browser (the
+# test command), Chromium for the debug web view's headless-browser test.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
@@ -22,7 +22,7 @@ if ! command -v kubectl >/dev/null 2>&1; then
   apt_install kubernetes-client
 fi
 
-if [ ! -x /usr/bin/chromium ]; then
+if [ "${1:-}" = "--with-browser" ] && [ ! -x /usr/bin/chromium ]; then
   echo "setup: installing chromium (Debian), for the debug web view's test"
   apt_install chromium
 fi

@@ -4,7 +4,7 @@
 //! with the converge, the failing task's error (escaped), the actors, the modules and the
 //! journal timeline.
 //!
-//! Chromium comes from `./scripts/setup.sh` (Debian's `chromium`); without it this test
+//! Chromium comes from `./scripts/setup.sh --with-browser` (the test command runs it) (Debian's `chromium`); without it this test
 //! fails and says so.
 
 mod common;
@@ -160,7 +160,7 @@ fn missing(dom: &str) -> Option<&'static str> {
 fn the_web_view_shows_queues_actors_modules_and_the_journal_in_headless_chromium() {
     assert!(
         Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} is missing: run ./scripts/setup.sh (it installs Debian's chromium) to run \
+        "{CHROMIUM} is missing: run ./scripts/setup.sh --with-browser (it installs Debian's chromium) to run \
          the web view's test"
     );
     let sb = Sandbox::start();
