@@ -4,8 +4,8 @@
 //! with the converge, the failing task's error (escaped), the actors, the modules and the
 //! journal timeline.
 //!
-//! Chromium comes from `./scripts/setup.sh --with-browser` (the test command runs it) (Debian's `chromium`); without it this test
-//! fails and says so.
+//! Chromium (Debian's `chromium`) comes from `./scripts/setup.sh --with-browser`, which the test
+//! command runs; without it this test fails and says so.
 
 mod common;
 
