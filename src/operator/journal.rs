@@ -61,7 +61,10 @@ fn open_waiting(dir: &Path, wait: std::time::Duration) -> anyhow::Result<Journal
 /// saved and events older than the oldest kept snapshot are dropped, so restarts stay fast.
 pub fn open(dir: &Path) -> anyhow::Result<(Arc<dyn EventSink>, State)> {
     let journal = open_waiting(dir, LOCK_WAIT)?;
+    let started = std::time::Instant::now();
     let (state, last) = journal.replay::<State, _>(None, true, |s, r| s.apply(&r.event))?;
+    metrics::gauge!(bosun_actors::telemetry::JOURNAL_REPLAY_SECONDS)
+        .set(started.elapsed().as_secs_f64());
     let latest = journal.snapshots()?.last().map(|s| s.seq).unwrap_or(0);
     if last.saturating_sub(latest) >= SNAPSHOT_EVERY {
         journal.save_snapshot(last, &state)?;
