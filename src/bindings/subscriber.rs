@@ -148,18 +148,21 @@ impl Subscriber {
         self.live.store(true, Ordering::SeqCst);
     }
 
+    /// Runs the filter, timed.
+    fn run_filter(&self, f: &JqFilter, object: &Value) -> Result<Value, crate::jq::JqError> {
+        let started = std::time::Instant::now();
+        let r = f.run(object);
+        self.metrics.jq.record(started.elapsed().as_secs_f64());
+        r
+    }
+
     /// The filter result (when there is a filter), the checksum that decides whether a
     /// change is an event and the result's JSON size; `None` when the filter fails on this
     /// object.
     fn evaluate(&self, object: &Value) -> Option<(Option<Value>, [u8; 16], usize)> {
         use md5::Digest;
         let result = match &self.filter {
-            Some(f) => match {
-                let started = std::time::Instant::now();
-                let r = f.run(object);
-                self.metrics.jq.record(started.elapsed().as_secs_f64());
-                r
-            } {
+            Some(f) => match self.run_filter(f, object) {
                 Ok(v) => Some(v),
                 Err(e) => {
                     tracing::warn!(hook = %self.hook.hook, binding = %self.binding, "jqFilter failed on {}/{}: {e}",
