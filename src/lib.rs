@@ -20,3 +20,4 @@ pub mod logging;
 pub mod modules;
 pub mod operator;
 pub mod sandbox;
+pub mod telemetry;

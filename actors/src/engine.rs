@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use crate::bindings::{HookRef, owner_of};
 use crate::events::{Event, Position, TaskId, TaskSpec, TaskType};
 use crate::global_hooks::{GlobalHook, GlobalHooksActor, GlobalHooksArgs, GlobalHooksMsg};
+use crate::hook_metrics::HookMetrics;
 use crate::mailbox::{Mailboxes, Tracked};
 use crate::modules::{
     ConfigSections, GlobalDocs, ModuleActor, ModuleArgs, ModuleDef, ModuleMsg, flag_chain,
@@ -418,6 +419,8 @@ struct EngineHandler {
     converged: Arc<AtomicBool>,
     converging: Arc<AtomicBool>,
     modules: Arc<ModuleSet>,
+    /// When the converge in progress started (in this process).
+    converge_started: Mutex<Option<std::time::Instant>>,
 }
 
 impl EngineHandler {
@@ -472,6 +475,10 @@ impl EngineHandler {
                     return TaskOutcome::Fail(e);
                 }
                 self.converging.store(true, Ordering::SeqCst);
+                *self
+                    .converge_started
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
                 let mut head = self.around_hooks("beforeAll", |h| h.config.before_all);
                 head.push(self.converge_phase(task, "WaitBeforeAll"));
                 TaskOutcome::Success {
@@ -506,6 +513,21 @@ impl EngineHandler {
                     return TaskOutcome::Fail(e);
                 }
                 self.converging.store(false, Ordering::SeqCst);
+                let started = self
+                    .converge_started
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                let activation = task.spec.params["reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if let Some(started) = started {
+                    metrics::gauge!(crate::telemetry::CONVERGENCE_SECONDS, "activation" => activation.clone())
+                        .increment(started.elapsed().as_secs_f64());
+                }
+                metrics::counter!(crate::telemetry::CONVERGENCE_TOTAL, "activation" => activation)
+                    .increment(1);
                 if !self.converged.swap(true, Ordering::SeqCst) {
                     tracing::info!("Startup converge done.");
                     let discover =
@@ -961,6 +983,8 @@ pub struct Engine {
     global_hooks: Vec<String>,
     /// Mailbox registry (for the debug endpoints).
     pub mailboxes: Mailboxes,
+    /// What hooks wrote to `METRICS_PATH` (served at `/metrics/hooks`).
+    pub hook_metrics: HookMetrics,
 }
 
 impl Engine {
@@ -1118,6 +1142,10 @@ impl Engine {
             restored.apply_all(&startup);
         }
         let sync_waiter = SyncWaiter::default();
+        let hook_metrics = HookMetrics::default();
+        for h in &args.global_hooks {
+            crate::telemetry::binding_count(None, &h.name, &h.config);
+        }
         let global_mailbox = args.mailboxes.handle("global-hooks");
         let (global_actor, _) = Actor::spawn(
             None,
@@ -1135,6 +1163,7 @@ impl Engine {
                 bindings: args.bindings.clone(),
                 patcher: args.patcher.clone(),
                 sync_waiter: sync_waiter.clone(),
+                hook_metrics: hook_metrics.clone(),
             },
         )
         .await
@@ -1182,6 +1211,7 @@ impl Engine {
             sink: args.sink.clone(),
             converged: converged.clone(),
             modules: modules.clone(),
+            converge_started: Mutex::new(None),
         });
         let engine_ids = ids_for_engine;
         let router = Arc::new(QueueRouter {
@@ -1233,6 +1263,7 @@ impl Engine {
                     bindings: args.bindings.clone(),
                     patcher: args.patcher.clone(),
                     scheduler: scheduler.clone(),
+                    hook_metrics: hook_metrics.clone(),
                 },
             )
             .await
@@ -1254,6 +1285,7 @@ impl Engine {
             ids: engine_ids.clone(),
             global_hooks,
             mailboxes: args.mailboxes.clone(),
+            hook_metrics,
         };
         if let Some(config) = args.initial_config {
             engine_partial

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use crate::bindings::{HookRef, owner_of};
 use crate::events::{Event, Scope, ValuesLayer};
 use crate::hook_config::{HookConfig, HookKind};
+use crate::hook_metrics::HookMetrics;
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use crate::ports::{
     ConfigStore, EventSink, HookExecutor, HookResult, HookRun, KubeBindings, ObjectPatcher,
@@ -19,6 +20,7 @@ use crate::ports::{
 use crate::queue_actor::TaskOutcome;
 use crate::schema::ValuesSchemas;
 use crate::state::{QueuedTask, State};
+use crate::telemetry::{self, HookRunLabels, RunOutcome};
 use crate::values::{apply_memory, check_scope, checksum, parse_patch_stream};
 
 /// A global hook and its configuration.
@@ -37,10 +39,11 @@ pub struct GlobalHook {
 pub enum GlobalHooksMsg {
     /// Run a `GlobalHookRun` task.
     Run(Box<QueuedTask>, RpcReplyPort<TaskOutcome>),
-    /// A hook process finished.
+    /// A hook process finished (after running this long).
     Done(
         Box<QueuedTask>,
         Result<HookResult, PortError>,
+        std::time::Duration,
         RpcReplyPort<TaskOutcome>,
     ),
     /// Reply with the global values document `{"global": …}`.
@@ -56,7 +59,7 @@ impl Describe for GlobalHooksMsg {
     fn summary(&self) -> String {
         match self {
             GlobalHooksMsg::Run(t, _) => format!("Run {}", crate::queue::describe(t)),
-            GlobalHooksMsg::Done(t, r, _) => {
+            GlobalHooksMsg::Done(t, r, ..) => {
                 format!(
                     "Done {} {}",
                     t.spec.hook.as_deref().unwrap_or_default(),
@@ -96,6 +99,8 @@ pub struct GlobalHooksArgs {
     pub patcher: Arc<dyn ObjectPatcher>,
     /// Synchronization runs the startup waits for.
     pub sync_waiter: crate::engine::SyncWaiter,
+    /// Where the hooks' `METRICS_PATH` operations go.
+    pub hook_metrics: HookMetrics,
 }
 
 /// The actor.
@@ -116,6 +121,7 @@ pub struct GlobalHooksState {
     bindings: Arc<dyn KubeBindings>,
     patcher: Arc<dyn ObjectPatcher>,
     sync_waiter: crate::engine::SyncWaiter,
+    hook_metrics: HookMetrics,
 }
 
 impl GlobalHooksState {
@@ -190,36 +196,61 @@ impl GlobalHooksState {
         let mailbox = self.mailbox.clone();
         let job = mailbox.job_started(format!("hook {binding}:{}", hook.name));
         tokio::spawn(async move {
+            let started = std::time::Instant::now();
             let result = executor.run(run).await;
+            let took = started.elapsed();
             let outcome = match &result {
                 Ok(_) => "exited 0".to_string(),
                 Err(e) => format!("error: {e}"),
             };
             // Report first, so the actor never looks idle between the two.
-            let _ = me.cast(GlobalHooksMsg::Done(Box::new(task), result, reply));
+            let _ = me.cast(GlobalHooksMsg::Done(Box::new(task), result, took, reply));
             mailbox.job_finished(job, outcome);
         });
     }
 
-    /// Applies a finished run's output; an error fails the task.
+    /// Applies a finished run's output and records the run; an error fails the task.
     async fn finish(
         &mut self,
         task: &QueuedTask,
         result: Result<HookResult, PortError>,
+        took: std::time::Duration,
     ) -> TaskOutcome {
         let hook = task.spec.hook.clone().unwrap_or_default();
         let allow_failure = task.spec.params["allowFailure"].as_bool().unwrap_or(false);
+        let labels = HookRunLabels {
+            module: None,
+            hook: hook.clone(),
+            binding: telemetry::binding_of(task),
+            queue: task.spec.queue.clone(),
+            activation: telemetry::activation_of(task),
+        };
+        let failed = if allow_failure {
+            RunOutcome::AllowedError
+        } else {
+            RunOutcome::Error
+        };
         let out = match result {
             Ok(out) => out,
-            Err(e) if allow_failure => {
-                tracing::warn!(hook = %hook, "hook failed, allowed by allowFailure: {e}");
-                self.synchronized(task);
-                return TaskOutcome::done();
+            Err(e) => {
+                labels.record(failed, took, None);
+                if allow_failure {
+                    tracing::warn!(hook = %hook, "hook failed, allowed by allowFailure: {e}");
+                    self.synchronized(task);
+                    return TaskOutcome::done();
+                }
+                return TaskOutcome::Fail(e.to_string());
             }
-            Err(e) => return TaskOutcome::Fail(e.to_string()),
         };
         let before = checksum(&self.values_document());
-        match self.apply_output(&hook, &out).await {
+        let applied = self.apply_output(&hook, &out).await;
+        let outcome = if applied.is_ok() {
+            RunOutcome::Success
+        } else {
+            failed
+        };
+        labels.record(outcome, took, out.usage.as_ref());
+        match applied {
             Ok(()) => {}
             Err(e) if allow_failure => {
                 tracing::warn!(hook = %hook, "hook output rejected, allowed by allowFailure: {e}");
@@ -281,7 +312,12 @@ impl GlobalHooksState {
             None,
         )
         .map_err(|e| format!("hook {hook:?}: {e}"))?;
+        let metric_ops = crate::hook_metrics::parse(&out.metrics)
+            .map_err(|e| format!("hook {hook:?}: METRICS_PATH {e}"))?;
         // As in the reference: metrics, then object patches, then values patches.
+        self.hook_metrics
+            .apply(hook, None, &metric_ops)
+            .map_err(|e| format!("hook {hook:?}: METRICS_PATH {e}"))?;
         if !out.kubernetes_patch.trim().is_empty() {
             self.patcher
                 .apply(hook.to_string(), out.kubernetes_patch.clone())
@@ -356,6 +392,7 @@ impl Actor for GlobalHooksActor {
             bindings: args.bindings,
             patcher: args.patcher,
             sync_waiter: args.sync_waiter,
+            hook_metrics: args.hook_metrics,
         })
     }
 
@@ -368,8 +405,8 @@ impl Actor for GlobalHooksActor {
         st.mailbox.begin(envelope.seq);
         match envelope.msg {
             GlobalHooksMsg::Run(task, reply) => st.start(*task, reply),
-            GlobalHooksMsg::Done(task, result, reply) => {
-                let outcome = st.finish(&task, result).await;
+            GlobalHooksMsg::Done(task, result, took, reply) => {
+                let outcome = st.finish(&task, result, took).await;
                 let _ = reply.send(outcome);
             }
             GlobalHooksMsg::Values(reply) => {

@@ -10,6 +10,7 @@ pub mod engine;
 pub mod events;
 pub mod global_hooks;
 pub mod hook_config;
+pub mod hook_metrics;
 pub mod mailbox;
 pub mod modules;
 pub mod ports;
@@ -20,6 +21,7 @@ pub mod schedule;
 pub mod scheduler;
 pub mod schema;
 pub mod state;
+pub mod telemetry;
 pub mod values;
 
 pub use events::{EVENT_VERSION, Event, Position, Scope, TaskId, TaskSpec, TaskType, ValuesLayer};

@@ -282,6 +282,14 @@ impl Mailboxes {
             .remove(name);
     }
 
+    /// Messages waiting in each mailbox (cheaper than a snapshot).
+    pub fn depths(&self) -> Vec<(String, usize)> {
+        let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        m.iter()
+            .map(|(k, v)| (k.clone(), v.lock().pending.len()))
+            .collect()
+    }
+
     /// Snapshot of every mailbox.
     pub fn snapshot(&self) -> BTreeMap<String, MailboxStats> {
         let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());

@@ -22,6 +22,7 @@ use crate::bindings::{HookRef, owner_of};
 use crate::engine::TaskIds;
 use crate::events::{Event, Scope, TaskId, TaskSpec, TaskType, ValuesLayer};
 use crate::hook_config::{HookConfig, HookKind};
+use crate::hook_metrics::HookMetrics;
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use crate::ports::{
     ConfigStore, EnabledRun, EventSink, HookExecutor, HookResult, HookRun, KubeBindings,
@@ -29,6 +30,7 @@ use crate::ports::{
 };
 use crate::queue_actor::{Router, TaskOutcome};
 use crate::state::{QueuedTask, State};
+use crate::telemetry::{self, HookRunLabels, RunOutcome};
 use crate::values::{
     apply_memory, check_scope, checksum, kebab_name, parse_patch_stream, values_key,
 };
@@ -251,6 +253,8 @@ pub struct ModuleArgs {
     pub patcher: Arc<dyn ObjectPatcher>,
     /// Timers of the hooks' schedule bindings.
     pub scheduler: crate::scheduler::Scheduler,
+    /// Where the hooks' `METRICS_PATH` operations go.
+    pub hook_metrics: HookMetrics,
 }
 
 /// A module hook with its configuration.
@@ -290,6 +294,9 @@ pub struct ModuleState {
     scheduler: crate::scheduler::Scheduler,
     /// Whether this process started the hooks' bindings (they stop when it is disabled).
     bindings_started: bool,
+    hook_metrics: HookMetrics,
+    /// The `activation` label of the task being run.
+    activation: String,
 }
 
 /// A `ModuleRun` task.
@@ -409,6 +416,7 @@ impl ModuleState {
                 .map_err(|e| format!("module {}: {e}", self.def.name))?;
             crate::hook_config::check_filters(&config, name, |p| self.bindings.check_filter(p))
                 .map_err(|e| format!("module {}: {e}", self.def.name))?;
+            telemetry::binding_count(Some(&self.def.name), name, &config);
             hooks.push(ModuleHook {
                 name: name.clone(),
                 path: path.clone(),
@@ -440,7 +448,7 @@ impl ModuleState {
         queue: &str,
     ) -> Result<(), String> {
         for hook in self.hooks_for(order) {
-            self.run_hook(&hook, vec![json!({"binding": binding})], docs, queue)
+            self.run_hook(&hook, vec![json!({"binding": binding})], docs, queue, false)
                 .await
                 .map_err(|e| format!("module {}: {binding} hook failed: {e}", self.def.name))?;
         }
@@ -455,13 +463,15 @@ impl ModuleState {
     }
 
     /// Runs one hook with context stubs rendered against the current snapshots and applies
-    /// its output; releases the events of the bindings it synchronized.
+    /// its output; releases the events of the bindings it synchronized. The run is recorded
+    /// as an allowed error when it fails with `allow_failure` (the caller goes on).
     async fn run_hook(
         &mut self,
         hook: &ModuleHook,
         stubs: Vec<Value>,
         docs: &GlobalDocs,
         queue: &str,
+        allow_failure: bool,
     ) -> Result<(), String> {
         let href = self.hook_ref(&hook.name);
         let synced = crate::bindings::synchronized(&stubs);
@@ -475,8 +485,35 @@ impl ModuleState {
             config_values: self.config_document(docs),
             log_fields: format!("module={} binding={binding} queue={queue}", self.def.name),
         };
-        let out = self.executor.run(run).await.map_err(|e| e.to_string())?;
-        self.apply_output(&hook.name, &out, docs).await?;
+        let labels = HookRunLabels {
+            module: Some(self.def.name.clone()),
+            hook: hook.name.clone(),
+            binding,
+            queue: queue.to_string(),
+            activation: self.activation.clone(),
+        };
+        let failed = if allow_failure {
+            RunOutcome::AllowedError
+        } else {
+            RunOutcome::Error
+        };
+        let started = std::time::Instant::now();
+        let out = match self.executor.run(run).await {
+            Ok(out) => out,
+            Err(e) => {
+                labels.record(failed, started.elapsed(), None);
+                return Err(e.to_string());
+            }
+        };
+        let took = started.elapsed();
+        let applied = self.apply_output(&hook.name, &out, docs).await;
+        let outcome = if applied.is_ok() {
+            RunOutcome::Success
+        } else {
+            failed
+        };
+        labels.record(outcome, took, out.usage.as_ref());
+        applied?;
         for i in synced {
             self.bindings.release(&href, i);
         }
@@ -511,7 +548,12 @@ impl ModuleState {
             Some(&key),
         )
         .map_err(|e| err(e.to_string()))?;
+        let metric_ops = crate::hook_metrics::parse(&out.metrics)
+            .map_err(|e| err(format!("METRICS_PATH {e}")))?;
         // As in the reference: metrics, then object patches, then values patches.
+        self.hook_metrics
+            .apply(hook, Some(&module), &metric_ops)
+            .map_err(|e| err(format!("METRICS_PATH {e}")))?;
         if !out.kubernetes_patch.trim().is_empty() {
             self.patcher
                 .apply(hook.to_string(), out.kubernetes_patch.clone())
@@ -732,12 +774,23 @@ impl ModuleState {
         }));
     }
 
+    /// A failed `ModuleRun` step: counted by the kind of step, then the task fails.
+    fn run_failed(&self, error_type: &'static str, error: String) -> TaskOutcome {
+        metrics::counter!(
+            telemetry::MODULE_RUN_ERRORS_TOTAL,
+            "module" => self.def.name.clone(),
+            "error_type" => error_type
+        )
+        .increment(1);
+        TaskOutcome::Fail(error)
+    }
+
     async fn module_run(&mut self, task: &QueuedTask, docs: &GlobalDocs) -> TaskOutcome {
         self.heal_pending = false;
         let id = task.spec.id;
         let do_startup = task.spec.params["doStartup"].as_bool().unwrap_or(false);
         if let Err(e) = self.load_hooks().await {
-            return TaskOutcome::Fail(e);
+            return self.run_failed("hooks_config", e);
         }
         let queue = task.spec.queue.clone();
         let resumed = self
@@ -753,20 +806,32 @@ impl ModuleState {
                 self.phase("OnStartupDone", id).await
             };
             if let Err(e) = steps.await {
-                return TaskOutcome::Fail(e);
+                return self.run_failed("onStartup", e);
             }
         }
         if !self.bindings_started
             && let Err(e) = self.start_bindings(docs, &queue).await
         {
-            return TaskOutcome::Fail(e);
+            return self.run_failed("bindings", e);
         }
+        let mut stage = "beforeHelm";
         let steps = async {
             self.phase("CanRunHelm", id).await?;
             self.run_binding("beforeHelm", |c| c.before_helm, docs, &queue)
                 .await?;
+            stage = "helm";
+            let started = std::time::Instant::now();
             let objects = self.helm(docs).await?;
+            if self.def.chart.is_some() {
+                metrics::histogram!(
+                    telemetry::MODULE_HELM_SECONDS,
+                    "module" => self.def.name.clone(),
+                    "activation" => self.activation.clone()
+                )
+                .record(started.elapsed().as_secs_f64());
+            }
             self.phase("HelmDone", id).await?;
+            stage = "afterHelm";
             let before = checksum(&self.values_document(docs)[&self.def.key()]);
             self.run_binding("afterHelm", |c| c.after_helm, docs, &queue)
                 .await?;
@@ -774,7 +839,8 @@ impl ModuleState {
             self.phase("Ready", id).await?;
             Ok::<_, String>((objects, before != after))
         };
-        match steps.await {
+        let result = steps.await;
+        match result {
             Ok((objects, changed)) => {
                 self.start_monitor(objects);
                 let after = if changed {
@@ -794,7 +860,7 @@ impl ModuleState {
                     tail: Vec::new(),
                 }
             }
-            Err(e) => TaskOutcome::Fail(e),
+            Err(e) => self.run_failed(stage, e),
         }
     }
 
@@ -840,7 +906,10 @@ impl ModuleState {
                     self.bindings.release(&href, i);
                 } else if b.queue == "main" || b.wait_for_synchronization {
                     let stub = crate::bindings::sync_stub(&hook.config, i);
-                    if let Err(e) = self.run_hook(hook, vec![stub], docs, queue).await {
+                    if let Err(e) = self
+                        .run_hook(hook, vec![stub], docs, queue, b.allow_failure)
+                        .await
+                    {
                         if !b.allow_failure {
                             self.bindings.stop_owner(&href.owner);
                             self.scheduler.remove_owner(&href.owner);
@@ -895,7 +964,7 @@ impl ModuleState {
         let key = self.def.key();
         let before = checksum(&self.values_document(docs)[&key]);
         match self
-            .run_hook(&hook, stubs.clone(), docs, &task.spec.queue)
+            .run_hook(&hook, stubs.clone(), docs, &task.spec.queue, allow_failure)
             .await
         {
             Ok(()) => {}
@@ -953,7 +1022,11 @@ impl ModuleState {
         };
         match steps.await {
             Ok(()) => TaskOutcome::done(),
-            Err(e) => TaskOutcome::Fail(e),
+            Err(e) => {
+                metrics::counter!(telemetry::MODULE_DELETE_ERRORS_TOTAL, "module" => name)
+                    .increment(1);
+                TaskOutcome::Fail(e)
+            }
         }
     }
 
@@ -1046,6 +1119,8 @@ impl Actor for ModuleActor {
             patcher: args.patcher,
             scheduler: args.scheduler,
             bindings_started: false,
+            hook_metrics: args.hook_metrics,
+            activation: String::new(),
         })
     }
 
@@ -1068,8 +1143,19 @@ impl Actor for ModuleActor {
         match envelope.msg {
             ModuleMsg::Run(task, docs, reply) => {
                 st.busy.store(true, Ordering::SeqCst);
+                st.activation = telemetry::activation_of(&task);
                 let outcome = match task.spec.task_type {
-                    TaskType::ModuleRun => st.module_run(&task, &docs).await,
+                    TaskType::ModuleRun => {
+                        let started = std::time::Instant::now();
+                        let outcome = st.module_run(&task, &docs).await;
+                        metrics::histogram!(
+                            telemetry::MODULE_RUN_SECONDS,
+                            "module" => st.def.name.clone(),
+                            "activation" => st.activation.clone()
+                        )
+                        .record(started.elapsed().as_secs_f64());
+                        outcome
+                    }
                     TaskType::ModuleDelete => st.module_delete(&task, &docs).await,
                     TaskType::ModuleHookRun => st.hook_run(&task, &docs).await,
                     TaskType::ModuleEnsureCRDs => {

@@ -59,6 +59,19 @@ pub struct HookResult {
     pub kubernetes_patch: String,
     /// How long it ran.
     pub duration: Duration,
+    /// CPU time and peak memory of the hook process (and the children it waited for).
+    pub usage: Option<ResourceUsage>,
+}
+
+/// Resources a finished process used (its `rusage`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResourceUsage {
+    /// User CPU time.
+    pub user_cpu: Duration,
+    /// System CPU time.
+    pub sys_cpu: Duration,
+    /// Peak resident set size, in bytes.
+    pub max_rss_bytes: u64,
 }
 
 /// Runs hook executables.

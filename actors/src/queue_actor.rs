@@ -3,8 +3,9 @@
 //! Every transition is journaled (durably) before the queue's in-memory copy changes, and
 //! that copy is folded with the same [`State::apply`] that replay uses.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
@@ -13,6 +14,7 @@ use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use crate::ports::{BoxFut, EventSink};
 use crate::queue::{adjacent_mergeable, backoff, describe, go_duration, plan_compaction};
 use crate::state::{QueuedTask, State};
+use crate::telemetry;
 
 /// How a task run ended, and what it asks the queue to do next.
 #[derive(Debug)]
@@ -222,6 +224,10 @@ pub struct QueueState {
     /// message and starts no task before [`QueueState::flush`] makes them durable, so
     /// nothing outside sees a transition before the journal has it.
     staged: Vec<Event>,
+    /// When each task not started yet was queued (restored ones: when this actor started).
+    queued_at: HashMap<TaskId, Instant>,
+    length: metrics::Gauge,
+    parked: metrics::Gauge,
 }
 
 fn now_ms() -> u64 {
@@ -248,11 +254,44 @@ impl QueueState {
             .unwrap_or_default()
     }
 
-    /// Journals events (durably) and then applies them to the in-memory queue.
     /// Applies events in memory and keeps them for the next [`QueueState::flush`].
     fn stage(&mut self, events: Vec<Event>) {
         self.state.apply_all(&events);
+        let now = Instant::now();
+        for e in &events {
+            match e {
+                Event::TaskEnqueued { task, .. } => {
+                    self.queued_at.insert(task.id, now);
+                }
+                Event::TaskSucceeded { id }
+                | Event::TaskDropped { id, .. }
+                | Event::TaskMerged { id, .. }
+                | Event::TaskParked { id, .. } => {
+                    self.queued_at.remove(id);
+                }
+                _ => {}
+            }
+        }
         self.staged.extend(events);
+        self.length.set(self.tasks().len() as f64);
+        self.parked
+            .set(self.state.parked.get(&self.name).map(Vec::len).unwrap_or(0) as f64);
+    }
+
+    /// Counts the time a task waited before its first start.
+    fn record_wait(&mut self, task: &QueuedTask) {
+        let Some(at) = self.queued_at.remove(&task.spec.id) else {
+            return;
+        };
+        // A float counter: recorded on a gauge that only grows (see telemetry).
+        metrics::gauge!(
+            telemetry::TASK_WAIT_IN_QUEUE_SECONDS_TOTAL,
+            "module" => task.spec.module.clone().unwrap_or_default(),
+            "hook" => task.spec.hook.clone().unwrap_or_default(),
+            "binding" => telemetry::binding_of(task),
+            "queue" => self.name.clone()
+        )
+        .increment(at.elapsed().as_secs_f64());
     }
 
     /// Journals the staged events durably (retrying until the journal takes them).
@@ -373,6 +412,7 @@ impl QueueState {
         };
         self.running = Some(task.spec.id);
         self.activity = Activity::Running;
+        self.record_wait(&task);
         tracing::debug!(queue = %self.name, task = %describe(&task), "task started");
         let handler = self.handler.clone();
         let me = self.me.clone();
@@ -525,7 +565,18 @@ impl Actor for QueueActor {
         args: QueueArgs,
     ) -> Result<QueueState, ActorProcessingErr> {
         let me = Tracked::new(myself, args.mailbox.clone());
-        let state = QueueState {
+        let started = Instant::now();
+        let queued_at = args
+            .restored
+            .queues
+            .get(&args.name)
+            .into_iter()
+            .flatten()
+            .map(|t| (t.spec.id, started))
+            .collect();
+        let length = metrics::gauge!(telemetry::TASKS_QUEUE_LENGTH, "queue" => args.name.clone());
+        let parked = metrics::gauge!(telemetry::PARKED_TASKS, "queue" => args.name.clone());
+        let mut state = QueueState {
             name: args.name,
             sink: args.sink,
             handler: args.handler,
@@ -538,7 +589,11 @@ impl Actor for QueueActor {
             staged: Vec::new(),
             max_attempts: args.max_attempts,
             activity: Activity::Idle,
+            queued_at,
+            length,
+            parked,
         };
+        state.stage(Vec::new());
         state.kick();
         Ok(state)
     }

@@ -31,13 +31,70 @@ struct Entry {
     object: Option<Stored>,
     filter_result: Option<Value>,
     checksum: [u8; 16],
+    /// JSON bytes kept: the object (when kept) and the filter result.
+    size: usize,
 }
 
 #[derive(Default)]
 struct SubState {
     cache: BTreeMap<ObjectKey, Entry>,
+    /// Sum of the entries' sizes.
+    bytes: usize,
     released: bool,
     held: Vec<Value>,
+}
+
+impl SubState {
+    fn insert(&mut self, key: ObjectKey, entry: Entry) {
+        self.bytes += entry.size;
+        if let Some(old) = self.cache.insert(key, entry) {
+            self.bytes -= old.size;
+        }
+    }
+
+    fn remove(&mut self, key: &ObjectKey) -> Option<Entry> {
+        let old = self.cache.remove(key)?;
+        self.bytes -= old.size;
+        Some(old)
+    }
+}
+
+/// A binding's metrics, registered once.
+struct BindingMetrics {
+    objects: metrics::Gauge,
+    bytes: metrics::Gauge,
+    jq: metrics::Histogram,
+    event: metrics::Histogram,
+}
+
+impl BindingMetrics {
+    fn new(hook: &HookRef, b: &KubernetesBinding) -> BindingMetrics {
+        use bosun_actors::telemetry as names;
+        let module = hook
+            .owner
+            .strip_prefix("module/")
+            .unwrap_or_default()
+            .to_string();
+        let labels = vec![
+            metrics::Label::new("module", module),
+            metrics::Label::new("hook", hook.hook.clone()),
+            metrics::Label::new("binding", b.name.clone()),
+            metrics::Label::new("queue", b.queue.clone()),
+        ];
+        let mut with_kind = labels.clone();
+        with_kind.push(metrics::Label::new("kind", b.kind.clone()));
+        BindingMetrics {
+            objects: metrics::gauge!(names::KUBE_SNAPSHOT_OBJECTS, labels.clone()),
+            bytes: metrics::gauge!(names::KUBE_SNAPSHOT_BYTES, labels),
+            jq: metrics::histogram!(names::KUBE_JQ_FILTER_DURATION_SECONDS, with_kind.clone()),
+            event: metrics::histogram!(names::KUBE_EVENT_DURATION_SECONDS, with_kind),
+        }
+    }
+
+    fn snapshot(&self, st: &SubState) {
+        self.objects.set(st.cache.len() as f64);
+        self.bytes.set(st.bytes as f64);
+    }
 }
 
 /// One kubernetes binding of one hook.
@@ -55,6 +112,7 @@ pub(crate) struct Subscriber {
     /// Set once the binding has started: objects arriving later are events, not the
     /// initial snapshot.
     live: AtomicBool,
+    metrics: BindingMetrics,
 }
 
 impl Subscriber {
@@ -65,6 +123,7 @@ impl Subscriber {
         filter: Option<Arc<JqFilter>>,
         events: BindingEvents,
     ) -> Subscriber {
+        let metrics = BindingMetrics::new(&hook, b);
         Subscriber {
             hook,
             index,
@@ -77,6 +136,7 @@ impl Subscriber {
             st: Mutex::new(SubState::default()),
             watches: Mutex::new(Vec::new()),
             live: AtomicBool::new(false),
+            metrics,
         }
     }
 
@@ -93,12 +153,21 @@ impl Subscriber {
         self.live.store(true, Ordering::SeqCst);
     }
 
-    /// The filter result (when there is a filter) and the checksum that decides whether a
-    /// change is an event; `None` when the filter fails on this object.
-    fn evaluate(&self, object: &Value) -> Option<(Option<Value>, [u8; 16])> {
+    /// Runs the filter, timed.
+    fn run_filter(&self, f: &JqFilter, object: &Value) -> Result<Value, crate::jq::JqError> {
+        let started = std::time::Instant::now();
+        let r = f.run(object);
+        self.metrics.jq.record(started.elapsed().as_secs_f64());
+        r
+    }
+
+    /// The filter result (when there is a filter), the checksum that decides whether a
+    /// change is an event and the result's JSON size; `None` when the filter fails on this
+    /// object.
+    fn evaluate(&self, object: &Value) -> Option<(Option<Value>, [u8; 16], usize)> {
         use md5::Digest;
         let result = match &self.filter {
-            Some(f) => match f.run(object) {
+            Some(f) => match self.run_filter(f, object) {
                 Ok(v) => Some(v),
                 Err(e) => {
                     tracing::warn!(hook = %self.hook.hook, binding = %self.binding, "jqFilter failed on {}/{}: {e}",
@@ -113,7 +182,8 @@ impl Subscriber {
             Some(r) => r.to_string(),
             None => object.to_string(),
         };
-        Some((result, md5::Md5::digest(text.as_bytes()).into()))
+        let size = if result.is_some() { text.len() } else { 0 };
+        Some((result, md5::Md5::digest(text.as_bytes()).into(), size))
     }
 
     fn emit(
@@ -189,25 +259,27 @@ impl Subscriber {
         st: &mut SubState,
         change: Change,
         key: &ObjectKey,
-        object: &Value,
+        value: &Value,
         stored: &Stored,
         announce: bool,
     ) {
         if !self.names.is_empty() && !self.names.contains(&key.1) {
             return;
         }
-        let Some((result, sum)) = self.evaluate(object) else {
+        let Some((result, sum, result_size)) = self.evaluate(value) else {
             return;
         };
         let unchanged = st.cache.get(key).is_some_and(|e| e.checksum == sum);
+        let object = self.keep_objects.then(|| stored.clone());
         let entry = Entry {
-            object: self.keep_objects.then(|| stored.clone()),
+            size: result_size + object.as_ref().map_or(0, |o| o.text.len()),
+            object,
             filter_result: result.clone(),
             checksum: sum,
         };
-        st.cache.insert(key.clone(), entry);
+        st.insert(key.clone(), entry);
         if announce && !unchanged {
-            self.emit(st, change, object, result);
+            self.emit(st, change, value, result);
         }
     }
 }
@@ -222,24 +294,29 @@ impl Listener for Subscriber {
             }
             self.upsert(&mut st, Change::Added, k, &o.parse(), o, announce);
         }
+        self.metrics.snapshot(&st);
     }
 
     fn on(&self, change: Change, key: &ObjectKey, object: &Value, stored: &Stored) {
+        let started = std::time::Instant::now();
         let mut st = lock(&self.st);
         match change {
             Change::Deleted => {
                 if !self.names.is_empty() && !self.names.contains(&key.1) {
                     return;
                 }
-                let prev = st.cache.remove(key);
+                let prev = st.remove(key);
                 let result = match prev {
                     Some(e) => e.filter_result,
-                    None => self.evaluate(object).and_then(|(r, _)| r),
+                    None => self.evaluate(object).and_then(|(r, ..)| r),
                 };
                 self.emit(&mut st, Change::Deleted, object, result);
             }
             c => self.upsert(&mut st, c, key, object, stored, true),
         }
+        self.metrics.snapshot(&st);
+        drop(st);
+        self.metrics.event.record(started.elapsed().as_secs_f64());
     }
 
     fn detached(&self, namespace: Option<&str>) -> Vec<Arc<SharedWatch>> {
@@ -253,7 +330,7 @@ impl Listener for Subscriber {
             let mut st = lock(&self.st);
             let keys: Vec<ObjectKey> = st.cache.keys().filter(|k| k.0 == ns).cloned().collect();
             for k in keys {
-                if let Some(e) = st.cache.remove(&k) {
+                if let Some(e) = st.remove(&k) {
                     let object = match &e.object {
                         Some(o) => o.parse(),
                         None => json!({"metadata": {"namespace": k.0, "name": k.1}}),
@@ -261,6 +338,7 @@ impl Listener for Subscriber {
                     self.emit(&mut st, Change::Deleted, &object, e.filter_result);
                 }
             }
+            self.metrics.snapshot(&st);
         }
         gone
     }

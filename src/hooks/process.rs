@@ -2,15 +2,17 @@
 //! variables (`BINDING_CONTEXT_PATH`, `VALUES_PATH`, `CONFIG_VALUES_PATH`,
 //! `VALUES_JSON_PATCH_PATH`, `CONFIG_VALUES_JSON_PATCH_PATH`, `METRICS_PATH`,
 //! `KUBERNETES_PATCH_PATH`). No shell in between; the hook runs in its own process group so
-//! a timeout kills it and everything it started.
+//! a timeout kills it and everything it started. The process is reaped with `wait4`, which
+//! gives its CPU time and peak memory.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use bosun_actors::ports::ResourceUsage;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 
 /// A hook run that did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +123,8 @@ pub struct HookOutput {
     pub kubernetes_patch: String,
     /// How long it ran.
     pub duration: Duration,
+    /// Its CPU time and peak memory.
+    pub usage: Option<ResourceUsage>,
 }
 
 /// The temp files of one run; removed on drop unless kept.
@@ -155,7 +159,7 @@ impl HookProcess {
     pub async fn config(&self, name: &str, path: &Path) -> Result<String, HookRunError> {
         let mut cmd = Command::new(path);
         cmd.arg("--config");
-        let (stdout, _) = self.execute(name, path, cmd, "", true).await?;
+        let (stdout, ..) = self.execute(name, path, cmd, "", true).await?;
         Ok(stdout)
     }
 
@@ -169,7 +173,7 @@ impl HookProcess {
         for (k, v) in &input.env {
             cmd.env(k, v);
         }
-        let (_, duration) = self
+        let (_, duration, usage) = self
             .execute(input.name, input.path, cmd, &input.log_fields, false)
             .await?;
         let read = |var: &str| -> Result<String, HookRunError> {
@@ -188,6 +192,7 @@ impl HookProcess {
             metrics: read("METRICS_PATH")?,
             kubernetes_patch: read("KUBERNETES_PATCH_PATH")?,
             duration,
+            usage,
         })
     }
 
@@ -287,24 +292,45 @@ impl HookProcess {
         mut cmd: Command,
         fields: &str,
         capture_stdout: bool,
-    ) -> Result<(String, Duration), HookRunError> {
+    ) -> Result<(String, Duration, Option<ResourceUsage>), HookRunError> {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+            .process_group(0);
         if let Some(dir) = &self.working_dir {
             cmd.current_dir(dir);
         }
-        let started = Instant::now();
-        let mut child = cmd.spawn().map_err(|source| HookRunError::Spawn {
+        let spawn_error = |source| HookRunError::Spawn {
             hook: name.to_string(),
             path: path.to_path_buf(),
             source,
-        })?;
-        let pid = child.id();
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
+        };
+        let started = Instant::now();
+        // A std child: tokio would reap it itself, and its rusage with it.
+        let mut child = cmd.spawn().map_err(spawn_error)?;
+        let Ok(pid) = i32::try_from(child.id()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(spawn_error(std::io::Error::other("pid out of range")));
+        };
+        // Killed (with its process group) if this future is dropped before it is reaped.
+        let mut guard = KillOnDrop(Some(pid));
+        // The reaper runs on its own thread; it gets the process even if this future is
+        // dropped, so nothing is left as a zombie.
+        let mut reaper = tokio::task::spawn_blocking(move || reap(pid));
+        let stdout = child
+            .stdout
+            .take()
+            .map(tokio::process::ChildStdout::from_std)
+            .transpose()
+            .map_err(spawn_error)?;
+        let stderr = child
+            .stderr
+            .take()
+            .map(tokio::process::ChildStderr::from_std)
+            .transpose()
+            .map_err(spawn_error)?;
+        drop(child);
         let hook = name.to_string();
         let fields_out = fields.to_string();
         let out_task = tokio::spawn(async move {
@@ -338,15 +364,12 @@ impl HookProcess {
             }
             tail.into_iter().collect::<Vec<_>>().join("\n")
         });
-        let status = match tokio::time::timeout(self.timeout, child.wait()).await {
-            Ok(status) => status.map_err(|source| HookRunError::Spawn {
-                hook: name.to_string(),
-                path: path.to_path_buf(),
-                source,
-            })?,
+        let reaped = match tokio::time::timeout(self.timeout, &mut reaper).await {
+            Ok(joined) => joined,
             Err(_) => {
-                kill_group(pid);
-                let _ = child.kill().await;
+                kill_group(u32::try_from(pid).ok());
+                guard.0 = None;
+                let _ = reaper.await;
                 out_task.abort();
                 err_task.abort();
                 return Err(HookRunError::Timeout {
@@ -355,6 +378,11 @@ impl HookProcess {
                 });
             }
         };
+        guard.0 = None;
+        let (status, usage) = reaped
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| r)
+            .map_err(spawn_error)?;
         // Output pipes may be held open by grandchildren; do not wait for them forever.
         let grace = Duration::from_secs(2);
         let captured = tokio::time::timeout(grace, out_task)
@@ -382,7 +410,70 @@ impl HookProcess {
                 stderr,
             });
         }
-        Ok((captured, started.elapsed()))
+        Ok((captured, started.elapsed(), Some(usage)))
+    }
+}
+
+/// Kills a hook's process group when dropped while armed.
+struct KillOnDrop(Option<i32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            kill_group(u32::try_from(pid).ok());
+        }
+    }
+}
+
+/// Waits for process `pid` (blocking) and returns how it ended and what it used.
+fn reap(pid: i32) -> std::io::Result<(ExitStatus, ResourceUsage)> {
+    let (raw, usage) = rusage::wait4(pid)?;
+    Ok((std::os::unix::process::ExitStatusExt::from_raw(raw), usage))
+}
+
+mod rusage {
+    //! `wait4(2)`, which nix does not wrap: the exit status and the rusage of one child.
+    #![allow(unsafe_code)]
+
+    use std::time::Duration;
+
+    use bosun_actors::ports::ResourceUsage;
+
+    fn duration(t: libc::timeval) -> Duration {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    }
+
+    /// Blocks until `pid` exits and reaps it; retries on EINTR.
+    pub(super) fn wait4(pid: i32) -> std::io::Result<(i32, ResourceUsage)> {
+        let mut status: libc::c_int = 0;
+        // SAFETY: rusage is plain old data (integers and timevals); all zeroes is valid.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: both pointers are to live, writable locals of the right types.
+            let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+            if r >= 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        // Linux reports ru_maxrss in kilobytes.
+        let max_rss = u64::try_from(usage.ru_maxrss).unwrap_or(0);
+        Ok((
+            status,
+            ResourceUsage {
+                user_cpu: duration(usage.ru_utime),
+                sys_cpu: duration(usage.ru_stime),
+                max_rss_bytes: if cfg!(target_os = "macos") {
+                    max_rss
+                } else {
+                    max_rss * 1024
+                },
+            },
+        ))
     }
 }
 
@@ -454,6 +545,68 @@ echo to-stdout; echo to-stderr >&2"#,
             .map(|d| d.count())
             .unwrap_or(0);
         assert_eq!(left, 0, "temp files are removed");
+    }
+
+    #[tokio::test]
+    async fn cpu_time_and_peak_memory_come_from_the_hook_process() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Busy for a while, holding a string of about 20 MB.
+        let hook = script(
+            dir.path(),
+            "busy.sh",
+            r#"x=$(head -c 20000000 /dev/zero | tr '\0' a); i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; echo ${#x} >&2"#,
+        );
+        let ctx = json!([]);
+        let input = HookInput {
+            name: "busy.sh",
+            path: &hook,
+            binding_context: &ctx,
+            values: None,
+            config_values: None,
+            env: vec![],
+            log_fields: String::new(),
+        };
+        let out = runner(dir.path(), Duration::from_secs(60))
+            .run(&input)
+            .await
+            .expect("run");
+        let usage = out.usage.expect("usage");
+        assert!(usage.user_cpu > Duration::from_millis(20), "{usage:?}");
+        assert!(usage.max_rss_bytes > 20_000_000, "{usage:?}");
+        assert!(
+            usage.user_cpu + usage.sys_cpu <= out.duration * 2,
+            "{usage:?} {out:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_run_kills_the_hook() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let marker = dir.path().join("still-running");
+        let hook = script(
+            dir.path(),
+            "slow.sh",
+            &format!("sleep 2; touch {}", marker.display()),
+        );
+        let ctx = json!([]);
+        let input = HookInput {
+            name: "slow.sh",
+            path: &hook,
+            binding_context: &ctx,
+            values: None,
+            config_values: None,
+            env: vec![],
+            log_fields: String::new(),
+        };
+        let r = runner(dir.path(), Duration::from_secs(60));
+        let run = r.run(&input);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), run)
+                .await
+                .is_err()
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!marker.exists(), "the hook was killed with the run");
     }
 
     #[tokio::test]

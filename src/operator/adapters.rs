@@ -41,6 +41,7 @@ impl HookExecutor for HookProcess {
                 metrics: out.metrics,
                 kubernetes_patch: out.kubernetes_patch,
                 duration: out.duration,
+                usage: out.usage,
             })
         })
     }

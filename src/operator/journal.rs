@@ -78,7 +78,10 @@ pub fn open(dir: &Path) -> anyhow::Result<(Arc<dyn EventSink>, State)> {
 /// Like [`open`], keeping the journal for readers in this process.
 pub fn open_shared(dir: &Path) -> anyhow::Result<Opened> {
     let journal = open_waiting(dir, LOCK_WAIT)?;
+    let started = std::time::Instant::now();
     let (state, last) = journal.replay::<State, _>(None, true, |s, r| s.apply(&r.event))?;
+    metrics::gauge!(bosun_actors::telemetry::JOURNAL_REPLAY_SECONDS)
+        .set(started.elapsed().as_secs_f64());
     let latest = journal.snapshots()?.last().map(|s| s.seq).unwrap_or(0);
     if last.saturating_sub(latest) >= SNAPSHOT_EVERY {
         journal.save_snapshot(last, &state)?;

@@ -68,6 +68,9 @@ pub struct OperatorConfig {
     /// `DEBUG_HTTP_SERVER_ADDR`: the debug endpoints on TCP too (loopback unless
     /// `BOSUN_DEBUG_ALLOW_REMOTE=true`).
     pub debug_http: Option<std::net::SocketAddr>,
+    /// `ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX`: put before every operator metric name
+    /// (bosun's own `bosun_…` metrics and the hooks' metrics keep theirs).
+    pub metrics_prefix: String,
 }
 
 fn duration_env(names: &[&str], default: Duration) -> anyhow::Result<Duration> {
@@ -152,6 +155,9 @@ impl OperatorConfig {
             None => defaults.debug_http,
         };
         Ok(OperatorConfig {
+            // Set but empty means no prefix.
+            metrics_prefix: std::env::var("ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX")
+                .unwrap_or_else(|_| defaults.metrics_prefix.clone()),
             debug_socket: crate::debug::socket_from_env(&defaults.debug_socket),
             debug_http,
             unnumbered_order,
@@ -240,6 +246,7 @@ impl OperatorConfig {
             monitor_interval: Duration::from_secs(270),
             debug_socket: PathBuf::from(crate::debug::DEFAULT_SOCKET),
             debug_http: None,
+            metrics_prefix: crate::telemetry::DEFAULT_PREFIX.into(),
         }
     }
 }
@@ -314,7 +321,8 @@ pub struct Operator {
     pub engine: Arc<Engine>,
     watcher: tokio::task::JoinHandle<()>,
     http: tokio::task::JoinHandle<()>,
-    /// Where `/healthz` and `/readyz` are served.
+    ticks: tokio::task::JoinHandle<()>,
+    /// Where `/healthz`, `/readyz`, `/metrics` and `/metrics/hooks` are served.
     pub listen: std::net::SocketAddr,
     /// The debug endpoints (stopped, and the socket removed, when dropped).
     pub debug: crate::debug::DebugServer,
@@ -324,6 +332,7 @@ impl Drop for Operator {
     fn drop(&mut self) {
         self.watcher.abort();
         self.http.abort();
+        self.ticks.abort();
     }
 }
 
@@ -456,6 +465,8 @@ fn releases(
 
 /// Starts the operator.
 pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
+    // First, so that everything started below records into it.
+    let metrics = crate::telemetry::install(&cfg.metrics_prefix);
     let client = match &cfg.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -546,9 +557,10 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         cfg.config_map.clone(),
         modules,
     ));
-    let (listen, http) = http::serve(cfg.listen, engine.clone()).await?;
+    let ticks = metrics.tick();
+    let (listen, http) = http::serve(cfg.listen, engine.clone(), metrics).await?;
     println!("bosun HTTP endpoints listening on http://{listen}");
-    tracing::info!(%listen, "serving /healthz and /readyz");
+    tracing::info!(%listen, "serving /healthz, /readyz, /metrics and /metrics/hooks");
     let debug = crate::debug::serve(
         &crate::debug::DebugConfig {
             socket: cfg.debug_socket.clone(),
@@ -568,6 +580,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         engine,
         watcher,
         http,
+        ticks,
         listen,
         debug,
     })

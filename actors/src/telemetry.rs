@@ -1,0 +1,256 @@
+//! The operator's own metrics, recorded through the `metrics` facade (no IO here: the binary
+//! installs the Prometheus recorder, which adds `ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX`
+//! to every name that does not start with `bosun_`).
+//!
+//! Labels carry only names from the configuration (hooks, bindings, queues, modules) and
+//! small fixed sets (activation, error type), so their cardinality stays bounded.
+
+use std::time::Duration;
+
+use metrics::Label;
+use serde_json::Value;
+
+use crate::ports::ResourceUsage;
+use crate::state::QueuedTask;
+
+/// Counter, +1 every 10 s.
+pub const LIVE_TICKS: &str = "live_ticks";
+/// Gauge `{queue}`: tasks in the queue, the running one included.
+pub const TASKS_QUEUE_LENGTH: &str = "tasks_queue_length";
+/// Counter `{module,hook,binding,queue}`: seconds from enqueue to the first start.
+pub const TASK_WAIT_IN_QUEUE_SECONDS_TOTAL: &str = "task_wait_in_queue_seconds_total";
+/// Histogram `{hook,binding,queue,activation}`.
+pub const GLOBAL_HOOK_RUN_SECONDS: &str = "global_hook_run_seconds";
+/// Counter `{hook,binding,queue,activation}`.
+pub const GLOBAL_HOOK_RUN_SUCCESS_TOTAL: &str = "global_hook_run_success_total";
+/// Counter `{hook,binding,queue,activation}`: failures without `allowFailure`.
+pub const GLOBAL_HOOK_RUN_ERRORS_TOTAL: &str = "global_hook_run_errors_total";
+/// Counter `{hook,binding,queue,activation}`: failures with `allowFailure`.
+pub const GLOBAL_HOOK_RUN_ALLOWED_ERRORS_TOTAL: &str = "global_hook_run_allowed_errors_total";
+/// Histogram `{hook,binding,queue,activation}`.
+pub const GLOBAL_HOOK_RUN_SYS_CPU_SECONDS: &str = "global_hook_run_sys_cpu_seconds";
+/// Histogram `{hook,binding,queue,activation}`.
+pub const GLOBAL_HOOK_RUN_USER_CPU_SECONDS: &str = "global_hook_run_user_cpu_seconds";
+/// Gauge `{hook,binding,queue,activation}`.
+pub const GLOBAL_HOOK_RUN_MAX_RSS_BYTES: &str = "global_hook_run_max_rss_bytes";
+/// Histogram `{module,hook,binding,queue,activation}`.
+pub const MODULE_HOOK_RUN_SECONDS: &str = "module_hook_run_seconds";
+/// Counter `{module,hook,binding,queue,activation}`.
+pub const MODULE_HOOK_RUN_SUCCESS_TOTAL: &str = "module_hook_run_success_total";
+/// Counter `{module,hook,binding,queue,activation}`.
+pub const MODULE_HOOK_RUN_ERRORS_TOTAL: &str = "module_hook_run_errors_total";
+/// Counter `{module,hook,binding,queue,activation}`.
+pub const MODULE_HOOK_RUN_ALLOWED_ERRORS_TOTAL: &str = "module_hook_run_allowed_errors_total";
+/// Histogram `{module,hook,binding,queue,activation}`.
+pub const MODULE_HOOK_RUN_SYS_CPU_SECONDS: &str = "module_hook_run_sys_cpu_seconds";
+/// Histogram `{module,hook,binding,queue,activation}`.
+pub const MODULE_HOOK_RUN_USER_CPU_SECONDS: &str = "module_hook_run_user_cpu_seconds";
+/// Gauge `{module,hook,binding,queue,activation}`.
+pub const MODULE_HOOK_RUN_MAX_RSS_BYTES: &str = "module_hook_run_max_rss_bytes";
+/// Histogram `{module,activation}`: a whole `ModuleRun`.
+pub const MODULE_RUN_SECONDS: &str = "module_run_seconds";
+/// Counter `{module,error_type}`.
+pub const MODULE_RUN_ERRORS_TOTAL: &str = "module_run_errors_total";
+/// Counter `{module}`.
+pub const MODULE_DELETE_ERRORS_TOTAL: &str = "module_delete_errors_total";
+/// Histogram `{module,activation}`: render, status and upgrade of the release.
+pub const MODULE_HELM_SECONDS: &str = "module_helm_seconds";
+/// Counter `{activation}`: seconds spent converging.
+pub const CONVERGENCE_SECONDS: &str = "convergence_seconds";
+/// Counter `{activation}`: converges finished.
+pub const CONVERGENCE_TOTAL: &str = "convergence_total";
+/// Gauge `{module,hook}`: bindings of a hook.
+pub const BINDING_COUNT: &str = "binding_count";
+/// Gauge `{module,hook,binding,queue}`: objects in a binding's snapshot.
+pub const KUBE_SNAPSHOT_OBJECTS: &str = "kube_snapshot_objects";
+/// Gauge `{module,hook,binding,queue}`: JSON bytes kept for a binding's snapshot.
+pub const KUBE_SNAPSHOT_BYTES: &str = "kube_snapshot_bytes";
+/// Histogram `{module,hook,binding,queue,kind}`.
+pub const KUBE_JQ_FILTER_DURATION_SECONDS: &str = "kube_jq_filter_duration_seconds";
+/// Histogram `{module,hook,binding,queue,kind}`: handling one watch event in a binding.
+pub const KUBE_EVENT_DURATION_SECONDS: &str = "kube_event_duration_seconds";
+/// Counter: journal append calls (batches), durable or not.
+pub const JOURNAL_APPENDS_TOTAL: &str = "bosun_journal_appends_total";
+/// Counter: encoded event bytes appended to the journal.
+pub const JOURNAL_APPEND_BYTES_TOTAL: &str = "bosun_journal_append_bytes_total";
+/// Gauge: how long the replay at start took.
+pub const JOURNAL_REPLAY_SECONDS: &str = "bosun_journal_replay_seconds";
+/// Gauge `{actor}`: messages sent to an actor and not yet handled.
+pub const MAILBOX_DEPTH: &str = "bosun_mailbox_depth";
+/// Gauge `{queue}`: tasks parked after too many failures.
+pub const PARKED_TASKS: &str = "bosun_parked_tasks";
+
+/// Counters of seconds. The exporter's counters hold whole numbers, so these are recorded
+/// on gauges that only grow, and `/metrics` declares them as counters.
+pub const FLOAT_COUNTERS: [&str; 2] = [TASK_WAIT_IN_QUEUE_SECONDS_TOTAL, CONVERGENCE_SECONDS];
+
+/// The first binding context's `binding` (tasks without contexts: the task type).
+pub fn binding_of(task: &QueuedTask) -> String {
+    match task.spec.params["bindingContexts"][0]["binding"].as_str() {
+        Some(b) => b.to_string(),
+        None => format!("{:?}", task.spec.task_type),
+    }
+}
+
+/// What started a task: the converge or module run reason (`OperatorStartup`,
+/// `ReloadAllModules`, `ModuleValuesChanged`, …) when it has one, else the kind of binding
+/// (`Schedule`, `Kubernetes`, `OnStartup`, `BeforeAll`, `AfterAll`).
+pub fn activation_of(task: &QueuedTask) -> String {
+    if let Some(r) = task.spec.params["reason"].as_str() {
+        return r.to_string();
+    }
+    let first = &task.spec.params["bindingContexts"][0];
+    activation_of_context(first)
+}
+
+/// The activation of one binding context (see [`activation_of`]).
+pub fn activation_of_context(context: &Value) -> String {
+    match (context["type"].as_str(), context["binding"].as_str()) {
+        (Some("Schedule"), _) => "Schedule".into(),
+        (Some("Event" | "Synchronization" | "Group"), _) => "Kubernetes".into(),
+        (_, Some("onStartup")) => "OnStartup".into(),
+        (_, Some("beforeAll")) => "BeforeAll".into(),
+        (_, Some("afterAll")) => "AfterAll".into(),
+        (_, Some(b)) => {
+            let mut c = b.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        }
+        _ => String::new(),
+    }
+}
+
+/// How a hook run ended, for its counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// It ran and its output was applied.
+    Success,
+    /// It failed (or its output was rejected) without `allowFailure`.
+    Error,
+    /// It failed with `allowFailure`.
+    AllowedError,
+}
+
+/// The labels of one hook run.
+#[derive(Clone, Debug)]
+pub struct HookRunLabels {
+    /// `None` for global hooks.
+    pub module: Option<String>,
+    /// Hook name.
+    pub hook: String,
+    /// Binding name.
+    pub binding: String,
+    /// Queue name.
+    pub queue: String,
+    /// What started it.
+    pub activation: String,
+}
+
+impl HookRunLabels {
+    fn labels(&self) -> Vec<Label> {
+        let mut l = Vec::with_capacity(5);
+        if let Some(m) = &self.module {
+            l.push(Label::new("module", m.clone()));
+        }
+        l.push(Label::new("hook", self.hook.clone()));
+        l.push(Label::new("binding", self.binding.clone()));
+        l.push(Label::new("queue", self.queue.clone()));
+        l.push(Label::new("activation", self.activation.clone()));
+        l
+    }
+
+    /// Records a finished run: its time, its outcome and, when known, its resource usage.
+    pub fn record(&self, outcome: RunOutcome, took: Duration, usage: Option<&ResourceUsage>) {
+        let labels = self.labels();
+        let global = self.module.is_none();
+        let pick = |g: &'static str, m: &'static str| if global { g } else { m };
+        metrics::histogram!(
+            pick(GLOBAL_HOOK_RUN_SECONDS, MODULE_HOOK_RUN_SECONDS),
+            labels.clone()
+        )
+        .record(took.as_secs_f64());
+        let counter = match outcome {
+            RunOutcome::Success => {
+                pick(GLOBAL_HOOK_RUN_SUCCESS_TOTAL, MODULE_HOOK_RUN_SUCCESS_TOTAL)
+            }
+            RunOutcome::Error => pick(GLOBAL_HOOK_RUN_ERRORS_TOTAL, MODULE_HOOK_RUN_ERRORS_TOTAL),
+            RunOutcome::AllowedError => pick(
+                GLOBAL_HOOK_RUN_ALLOWED_ERRORS_TOTAL,
+                MODULE_HOOK_RUN_ALLOWED_ERRORS_TOTAL,
+            ),
+        };
+        metrics::counter!(counter, labels.clone()).increment(1);
+        if let Some(u) = usage {
+            metrics::histogram!(
+                pick(
+                    GLOBAL_HOOK_RUN_SYS_CPU_SECONDS,
+                    MODULE_HOOK_RUN_SYS_CPU_SECONDS
+                ),
+                labels.clone()
+            )
+            .record(u.sys_cpu.as_secs_f64());
+            metrics::histogram!(
+                pick(
+                    GLOBAL_HOOK_RUN_USER_CPU_SECONDS,
+                    MODULE_HOOK_RUN_USER_CPU_SECONDS
+                ),
+                labels.clone()
+            )
+            .record(u.user_cpu.as_secs_f64());
+            metrics::gauge!(
+                pick(GLOBAL_HOOK_RUN_MAX_RSS_BYTES, MODULE_HOOK_RUN_MAX_RSS_BYTES),
+                labels
+            )
+            .set(u.max_rss_bytes as f64);
+        }
+    }
+}
+
+/// `binding_count{module,hook}` of a hook (`module` empty for global hooks).
+pub fn binding_count(module: Option<&str>, hook: &str, config: &crate::hook_config::HookConfig) {
+    let orders = [
+        config.on_startup,
+        config.before_all,
+        config.after_all,
+        config.before_helm,
+        config.after_helm,
+        config.before_delete_helm,
+        config.after_delete_helm,
+    ];
+    let count = orders.iter().filter(|o| o.is_some()).count()
+        + config.schedule.len()
+        + config.kubernetes.len();
+    metrics::gauge!(
+        BINDING_COUNT,
+        "module" => module.unwrap_or_default().to_string(),
+        "hook" => hook.to_string()
+    )
+    .set(count as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn activation_names_a_small_set() {
+        let ctx = |c: Value| activation_of_context(&c);
+        assert_eq!(
+            ctx(json!({"binding": "every-min", "type": "Schedule"})),
+            "Schedule"
+        );
+        assert_eq!(
+            ctx(json!({"binding": "pods", "type": "Event"})),
+            "Kubernetes"
+        );
+        assert_eq!(
+            ctx(json!({"binding": "pods", "type": "Synchronization"})),
+            "Kubernetes"
+        );
+        assert_eq!(ctx(json!({"binding": "onStartup"})), "OnStartup");
+        assert_eq!(ctx(json!({"binding": "beforeHelm"})), "BeforeHelm");
+        assert_eq!(ctx(json!(null)), "");
+    }
+}
