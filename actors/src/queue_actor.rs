@@ -226,6 +226,8 @@ pub struct QueueState {
     staged: Vec<Event>,
     /// When each task not started yet was queued (restored ones: when this actor started).
     queued_at: HashMap<TaskId, Instant>,
+    /// When the running task started (for its finish log line).
+    running_since: Option<Instant>,
     length: metrics::Gauge,
     parked: metrics::Gauge,
 }
@@ -411,9 +413,10 @@ impl QueueState {
             return Ok(());
         };
         self.running = Some(task.spec.id);
+        self.running_since = Some(Instant::now());
         self.activity = Activity::Running;
         self.record_wait(&task);
-        tracing::debug!(queue = %self.name, task = %describe(&task), "task started");
+        tracing::info!(queue = %self.name, task = %describe(&task), "task started");
         let handler = self.handler.clone();
         let me = self.me.clone();
         let mailbox = self.mailbox.clone();
@@ -449,9 +452,21 @@ impl QueueState {
         }
         self.running = None;
         self.activity = Activity::Idle;
+        let took = self
+            .running_since
+            .take()
+            .map(|t| t.elapsed())
+            .unwrap_or_default();
         let Some(task) = self.tasks().iter().find(|t| t.spec.id == id).cloned() else {
             return Ok(());
         };
+        tracing::info!(
+            queue = %self.name,
+            task = %describe(&task),
+            duration = ?took,
+            outcome = if matches!(outcome, TaskOutcome::Fail(_)) { "failed" } else { "done" },
+            "task finished"
+        );
         let mut events = Vec::new();
         match outcome {
             TaskOutcome::Success { head, after, tail } => {
@@ -590,6 +605,7 @@ impl Actor for QueueActor {
             max_attempts: args.max_attempts,
             activity: Activity::Idle,
             queued_at,
+            running_since: None,
             length,
             parked,
         };
