@@ -1,0 +1,104 @@
+//! The no-op hook engine the engine and metrics benchmarks drive: two names for one no-op
+//! executable, alternated so adjacent tasks never merge, through one queue of a fresh engine.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bosun::hooks::HookProcess;
+use bosun_actors::State;
+use bosun_actors::engine::{Engine, EngineArgs};
+use bosun_actors::global_hooks::GlobalHook;
+use bosun_actors::hook_config::{HookKind, parse};
+use bosun_actors::mailbox::Mailboxes;
+use bosun_actors::ports::{BoxFut, ConfigStore, PortError};
+use serde_json::json;
+
+/// No ConfigMap: the benchmark has no cluster.
+pub struct NoConfigMap;
+
+impl ConfigStore for NoConfigMap {
+    fn load(&self) -> BoxFut<'_, Result<Option<BTreeMap<String, String>>, PortError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn save(&self, _key: String, _yaml: String) -> BoxFut<'_, Result<(), PortError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// No-op hook tasks per second through a fresh engine.
+pub async fn round(dir: &std::path::Path, hook: &std::path::Path, tasks: usize) -> f64 {
+    let (sink, restored): (_, State) =
+        bosun::operator::journal::open(&dir.join("journal")).expect("journal");
+    let runner = HookProcess {
+        tmp_dir: dir.join("tmp"),
+        keep_tmp_files: false,
+        timeout: Duration::from_secs(60),
+        working_dir: None,
+    };
+    let config = parse(
+        "configVersion: v1\nschedule: [{crontab: '@daily'}]",
+        HookKind::Global,
+        "noop.sh",
+    )
+    .expect("config");
+    let hooks = ["noop-a.sh", "noop-b.sh"]
+        .into_iter()
+        .map(|name| GlobalHook {
+            name: name.into(),
+            path: hook.to_path_buf(),
+            config: config.clone(),
+        })
+        .collect();
+    let engine = Engine::start(EngineArgs {
+        global_hooks: hooks,
+        static_global: json!({}),
+        global_schemas: Default::default(),
+        initial_config: None,
+        restored,
+        sink,
+        executor: Arc::new(runner),
+        config_store: Arc::new(NoConfigMap),
+        max_attempts: None,
+        mailboxes: Mailboxes::default(),
+        modules: Vec::new(),
+        releases: Arc::new(bosun::operator::releases::NoHelm("no charts".into())),
+        monitor_interval: Duration::from_secs(270),
+        ignore_releases: Vec::new(),
+        bindings: Arc::new(bosun_actors::ports::NoKubernetes(
+            "no Kubernetes API".into(),
+        )),
+        patcher: Arc::new(bosun_actors::ports::NoKubernetes(
+            "no Kubernetes API".into(),
+        )),
+    })
+    .await
+    .expect("engine");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !engine.converged() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let batch: Vec<_> = (0..tasks)
+        .map(|i| {
+            engine.global_hook_task(
+                if i % 2 == 0 { "noop-a.sh" } else { "noop-b.sh" },
+                "bench",
+                "schedule",
+                json!([{"binding": "schedule", "type": "Schedule"}]),
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    engine.enqueue(batch);
+    loop {
+        let queues = engine.queues().await;
+        let busy = queues
+            .iter()
+            .any(|q| q.name == "bench" && (!q.tasks.is_empty() || q.running.is_some()));
+        if queues.iter().any(|q| q.name == "bench") && !busy {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tasks as f64 / started.elapsed().as_secs_f64()
+}
