@@ -624,6 +624,24 @@ pub fn state_view(journal: &Journal<Event>, at: Option<&str>) -> Result<View, Vi
     Ok(View::data(serde_json::to_value(state_at(journal, at)?)?))
 }
 
+/// `global patches` / `module patches` (`/global/patches`, `/module/<m>/patches`): the
+/// memory values patches of a scope (`global` or a module name) as the reference lists
+/// them, `[{"Operations": [...]}]`, compacted as they are replayed.
+pub fn patches_view(journal: &Journal<Event>, scope: &str) -> Result<View, ViewError> {
+    let state = state_at(journal, None)?;
+    let ops = state
+        .values
+        .get(scope)
+        .map(|v| v.memory.clone())
+        .unwrap_or_default();
+    let data = if ops.is_empty() {
+        serde_json::json!([])
+    } else {
+        serde_json::json!([{ "Operations": ops }])
+    };
+    Ok(View::data(data))
+}
+
 /// `why` (`/journal/why/<tN>`): the events about one task (and the tasks merged into it).
 pub fn why_view(journal: &Journal<Event>, id: TaskId) -> Result<View, ViewError> {
     let mut tasks: HashMap<TaskId, (String, Option<String>)> = HashMap::new();

@@ -146,6 +146,17 @@ exit 1
     assert!(yaml.contains("debugProbe: written-by-hook"), "{yaml}");
     let config = cli_json(&socket, &["global", "config", "-o", "json"]);
     assert!(config.is_object(), "{config}");
+    // The memory patch that wrote it, from the journal.
+    let patches = cli_json(&socket, &["global", "patches"]);
+    let ops = patches[0]["Operations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        ops.iter()
+            .any(|op| op["path"] == "/global/debugProbe" && op["value"] == "written-by-hook"),
+        "{patches}"
+    );
     let hooks_list = cli_json(&socket, &["global", "list", "-o", "json"]);
     let names = hooks_list["globalHooks"].to_string();
     assert!(

@@ -107,6 +107,12 @@ pub enum GlobalCommand {
         #[arg(short, long, value_enum, default_value = "yaml")]
         output: Output,
     },
+    /// Dump the global memory values patches.
+    Patches {
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "json")]
+        output: Output,
+    },
     /// Dump the snapshots of the global hooks' kubernetes bindings.
     Snapshots {
         /// Output format.
@@ -153,6 +159,14 @@ pub enum ModuleCommand {
         global: bool,
         /// Output format.
         #[arg(short, long, value_enum, default_value = "yaml")]
+        output: Output,
+    },
+    /// Dump a module's memory values patches.
+    Patches {
+        /// The module.
+        name: String,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "json")]
         output: Output,
     },
     /// Dump the snapshots of a module's kubernetes bindings.
@@ -247,6 +261,7 @@ pub fn global(args: GlobalArgs) -> anyhow::Result<()> {
         GlobalCommand::Values { output } => ("values", output),
         GlobalCommand::Config { output } => ("config", output),
         GlobalCommand::Snapshots { output } => ("snapshots", output),
+        GlobalCommand::Patches { output } => ("patches", output),
     };
     run_get(&args.socket, &format!("/global/{what}.{}", output.ext()))
 }
@@ -284,6 +299,9 @@ pub fn module(args: ModuleArgs) -> anyhow::Result<()> {
             module_path(&name)?,
             output.ext()
         ),
+        ModuleCommand::Patches { name, output } => {
+            format!("/module/{}/patches.{}", module_path(&name)?, output.ext())
+        }
         ModuleCommand::Snapshots { name, output } => {
             format!("/module/{}/snapshots.{}", module_path(&name)?, output.ext())
         }

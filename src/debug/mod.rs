@@ -61,8 +61,10 @@ pub const ROUTES: &[&str] = &[
     "/global/values.{json|yaml|text}",
     "/global/config.{json|yaml|text}",
     "/global/snapshots.{json|yaml|text}",
+    "/global/patches.{json|yaml}",
     "/module/list.{json|yaml|text}",
     "/module/{name}/snapshots.{json|yaml|text}",
+    "/module/{name}/patches.{json|yaml}",
     "/module/{name}/values.{json|yaml|text}?global=bool",
     "/module/{name}/config.{json|yaml|text}?global=bool",
     "/actors.{json|yaml|text}",
@@ -332,9 +334,23 @@ async fn handle(
         return ui_page();
     }
     let (route, format) = Format::split(uri.path());
-    let view = match route.strip_prefix("/journal/") {
-        Some(rest) => journal_answer(shared.journal, rest, &query).await,
-        None => answer(&shared.engine, route, &query).await,
+    // Patches are read from the journal, where every accepted patch is.
+    let patches = match route
+        .trim_matches('/')
+        .split('/')
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["global", "patches"] => Some("patches/global".to_string()),
+        ["module", name, "patches"] if shared.engine.modules().iter().any(|(m, _)| m == name) => {
+            Some(format!("patches/{name}"))
+        }
+        _ => None,
+    };
+    let view = match (patches, route.strip_prefix("/journal/")) {
+        (Some(p), _) => journal_answer(shared.journal, &p, &query).await,
+        (None, Some(rest)) => journal_answer(shared.journal, rest, &query).await,
+        (None, None) => answer(&shared.engine, route, &query).await,
     };
     let view = match view {
         Ok(v) => v,
@@ -484,6 +500,10 @@ async fn journal_answer(
             Box::new(move |j| journal_cli::why_view(j, id))
         }
         ["stats"] => Box::new(journal_cli::stats_view),
+        ["patches", scope] => {
+            let scope = scope.to_string();
+            Box::new(move |j| journal_cli::patches_view(j, &scope))
+        }
         _ => {
             return Err(Failure(
                 StatusCode::NOT_FOUND,
