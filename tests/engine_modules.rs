@@ -261,6 +261,30 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
     assert_eq!(cm["data"]["message"], "bye");
     assert_eq!(releases(&sb).get("toggled"), Some(&1));
 
+    // `module render` shows what a run would install, and installs nothing.
+    let render = std::process::Command::new(common::bosun_bin())
+        .args(["module", "render", "echo", "--debug-unix-socket"])
+        .arg(w.join("debug.socket"))
+        .output()
+        .expect("bosun module render");
+    let text = String::from_utf8_lossy(&render.stdout);
+    assert!(
+        render.status.success(),
+        "{}",
+        String::from_utf8_lossy(&render.stderr)
+    );
+    assert!(
+        text.contains("kind: ConfigMap")
+            && text.contains("name: echo-message")
+            && text.contains("bye"),
+        "{text}"
+    );
+    assert_eq!(
+        releases(&sb).get("echo"),
+        Some(&2),
+        "rendering installs nothing"
+    );
+
     // A global change reloads all modules; only the release whose manifests change moves.
     set_config(&sb, &[("global", "param1: 300\n")]);
     op.wait("the reload converge", Duration::from_secs(60), || {

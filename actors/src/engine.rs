@@ -1089,6 +1089,14 @@ impl Engine {
             .await
     }
 
+    /// A module's chart rendered with its current values, without installing it.
+    pub async fn module_render(&self, module: &str) -> Result<Vec<Value>, String> {
+        let docs = self.global_docs().await?;
+        self.modules
+            .ask(module, |reply| ModuleMsg::Render(docs, reply))
+            .await?
+    }
+
     /// A module's config values document (`CONFIG_VALUES_PATH` of its hooks).
     pub async fn module_config(&self, module: &str) -> Result<Value, String> {
         let docs = self.global_docs().await?;

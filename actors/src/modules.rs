@@ -208,6 +208,9 @@ pub enum ModuleMsg {
     Values(GlobalDocs, RpcReplyPort<Value>),
     /// Reply with the module's config values document (given the global one).
     Config(GlobalDocs, RpcReplyPort<Value>),
+    /// Render the chart with the current values (what a run would install), without
+    /// installing it: the rendered objects.
+    Render(GlobalDocs, RpcReplyPort<Result<Vec<Value>, String>>),
     /// The resource monitor found the release unhealthy.
     Unhealthy(String),
 }
@@ -220,6 +223,7 @@ impl Describe for ModuleMsg {
             ModuleMsg::ConfigChanged(..) => "ConfigChanged".into(),
             ModuleMsg::Values(..) => "Values".into(),
             ModuleMsg::Config(..) => "Config".into(),
+            ModuleMsg::Render(..) => "Render".into(),
             ModuleMsg::Unhealthy(why) => format!("Unhealthy {why}"),
         }
     }
@@ -624,6 +628,24 @@ impl ModuleState {
         let doc = self.values_document(docs);
         let key = self.def.key();
         json!({"global": doc["global"].clone(), key.clone(): doc[&key].clone()})
+    }
+
+    /// The chart rendered with the values a run would use (`module render`).
+    async fn render(&self, docs: &GlobalDocs) -> Result<Vec<Value>, String> {
+        let name = self.def.name.clone();
+        let Some(chart) = self.def.chart.clone() else {
+            return Err(format!("module {name} has no chart"));
+        };
+        let values = self.helm_values(docs);
+        self.def
+            .schemas
+            .validate_helm(&values[&self.def.key()])
+            .map_err(|e| format!("module {name}: {e}"))?;
+        self.releases
+            .render(name.clone(), chart, values)
+            .await
+            .map(|r| r.objects)
+            .map_err(|e| format!("module {name}: chart does not render: {e}"))
     }
 
     /// Installs or upgrades the release when needed; returns the rendered objects.
@@ -1205,6 +1227,9 @@ impl Actor for ModuleActor {
             }
             ModuleMsg::Config(docs, reply) => {
                 let _ = reply.send(st.config_document(&docs));
+            }
+            ModuleMsg::Render(docs, reply) => {
+                let _ = reply.send(st.render(&docs).await);
             }
             ModuleMsg::Unhealthy(why) => {
                 if !st.heal_pending {

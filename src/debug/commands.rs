@@ -161,6 +161,14 @@ pub enum ModuleCommand {
         #[arg(short, long, value_enum, default_value = "yaml")]
         output: Output,
     },
+    /// Render a module's chart with its current values (nothing is installed).
+    Render {
+        /// The module.
+        name: String,
+        /// Output format (text: multi-document YAML).
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
     /// Dump a module's memory values patches.
     Patches {
         /// The module.
@@ -299,6 +307,9 @@ pub fn module(args: ModuleArgs) -> anyhow::Result<()> {
             module_path(&name)?,
             output.ext()
         ),
+        ModuleCommand::Render { name, output } => {
+            format!("/module/{}/render.{}", module_path(&name)?, output.ext())
+        }
         ModuleCommand::Patches { name, output } => {
             format!("/module/{}/patches.{}", module_path(&name)?, output.ext())
         }

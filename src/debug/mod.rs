@@ -36,7 +36,7 @@ use axum::response::{IntoResponse, Response};
 use bosun_actors::Event;
 use bosun_actors::engine::Engine;
 use bosun_journal::Journal;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::journal_cli::{self, LogQuery, ViewError};
 use views::{Format, View};
@@ -65,6 +65,7 @@ pub const ROUTES: &[&str] = &[
     "/module/list.{json|yaml|text}",
     "/module/{name}/snapshots.{json|yaml|text}",
     "/module/{name}/patches.{json|yaml}",
+    "/module/{name}/render.{text|json|yaml}",
     "/module/{name}/values.{json|yaml|text}?global=bool",
     "/module/{name}/config.{json|yaml|text}?global=bool",
     "/actors.{json|yaml|text}",
@@ -398,6 +399,26 @@ async fn answer(
             Ok(View::data(doc["global"].clone()))
         }
         ["global", "snapshots"] => Ok(View::data(engine.snapshots(None))),
+        ["module", name, "render"] => {
+            let objects = ask(&format!("module {name}"), engine.module_render(name))
+                .await?
+                .map_err(not_found)?;
+            let mut text = String::new();
+            for o in &objects {
+                let doc = serde_saphyr::to_string(o).map_err(|e| {
+                    Failure(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("cannot write YAML: {e}"),
+                    )
+                })?;
+                text.push_str("---\n");
+                text.push_str(&doc);
+            }
+            Ok(View {
+                data: Value::Array(objects),
+                text: Some(text),
+            })
+        }
         ["module", name, "snapshots"] => {
             if !engine.modules().iter().any(|(m, _)| m == name) {
                 return Err(Failure(
