@@ -284,6 +284,25 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
         Some(&2),
         "rendering installs nothing"
     );
+    let monitors = std::process::Command::new(common::bosun_bin())
+        .args([
+            "module",
+            "resource-monitor",
+            "-o",
+            "json",
+            "--debug-unix-socket",
+        ])
+        .arg(w.join("debug.socket"))
+        .output()
+        .expect("bosun module resource-monitor");
+    let monitors: serde_json::Value =
+        serde_json::from_slice(&monitors.stdout).expect("resource-monitor json");
+    assert!(
+        monitors["echo"]
+            .as_array()
+            .is_some_and(|ids| ids.iter().any(|i| i == "ConfigMap/echo-message")),
+        "{monitors}"
+    );
 
     // A global change reloads all modules; only the release whose manifests change moves.
     set_config(&sb, &[("global", "param1: 300\n")]);

@@ -358,6 +358,7 @@ pub enum EngineError {
 struct ModuleSet {
     /// Sorted by order, then name.
     defs: Vec<ModuleDef>,
+    monitored: crate::modules::Monitored,
     actors: OnceLock<HashMap<String, Tracked<ModuleMsg>>>,
     status: Mutex<ModuleStatus>,
     releases: Arc<dyn Releases>,
@@ -1089,6 +1090,33 @@ impl Engine {
             .await
     }
 
+    /// What each enabled module's resource monitor checks: `{module: [Kind/ns/name]}`, or
+    /// `"No monitor"` for a module without one (no chart, or not run yet).
+    pub fn resource_monitors(&self) -> Value {
+        let monitored = self
+            .modules
+            .monitored
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut out = serde_json::Map::new();
+        for def in self
+            .modules
+            .defs
+            .iter()
+            .filter(|d| self.modules.is_enabled(&d.name))
+        {
+            out.insert(
+                def.name.clone(),
+                monitored
+                    .get(&def.name)
+                    .map(|ids| json!(ids))
+                    .unwrap_or_else(|| json!("No monitor")),
+            );
+        }
+        Value::Object(out)
+    }
+
     /// A module's chart rendered with its current values, without installing it.
     pub async fn module_render(&self, module: &str) -> Result<Vec<Value>, String> {
         let docs = self.global_docs().await?;
@@ -1184,6 +1212,7 @@ impl Engine {
         defs.sort_by(|a, b| (a.order, &a.name).cmp(&(b.order, &b.name)));
         let modules = Arc::new(ModuleSet {
             defs,
+            monitored: Default::default(),
             actors: OnceLock::new(),
             status: Mutex::new(ModuleStatus {
                 enabled: restored
@@ -1271,6 +1300,7 @@ impl Engine {
                     bindings: args.bindings.clone(),
                     patcher: args.patcher.clone(),
                     scheduler: scheduler.clone(),
+                    monitored: modules.monitored.clone(),
                     hook_metrics: hook_metrics.clone(),
                 },
             )

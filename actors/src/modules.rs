@@ -259,7 +259,13 @@ pub struct ModuleArgs {
     pub scheduler: crate::scheduler::Scheduler,
     /// Where the hooks' `METRICS_PATH` operations go.
     pub hook_metrics: HookMetrics,
+    /// What each module's resource monitor watches (`module resource-monitor`).
+    pub monitored: Monitored,
 }
+
+/// The objects each module's resource monitor checks, `Kind/[namespace/]name`, shared with
+/// the debug views so they never wait for a busy module actor.
+pub type Monitored = Arc<std::sync::Mutex<BTreeMap<String, Vec<String>>>>;
 
 /// A module hook with its configuration.
 #[derive(Clone, Debug)]
@@ -296,6 +302,7 @@ pub struct ModuleState {
     bindings: Arc<dyn KubeBindings>,
     patcher: Arc<dyn ObjectPatcher>,
     scheduler: crate::scheduler::Scheduler,
+    monitored: Monitored,
     /// Whether this process started the hooks' bindings (they stop when it is disabled).
     bindings_started: bool,
     hook_metrics: HookMetrics,
@@ -746,6 +753,10 @@ impl ModuleState {
         if let Some(m) = self.monitor.take() {
             m.abort();
         }
+        self.monitored
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.def.name);
     }
 
     fn start_monitor(&mut self, objects: Vec<Value>) {
@@ -753,6 +764,22 @@ impl ModuleState {
         let (Some(me), Some(_)) = (self.me.clone(), self.def.chart.as_ref()) else {
             return;
         };
+        let ids = objects
+            .iter()
+            .map(|o| {
+                let m = &o["metadata"];
+                let kind = o["kind"].as_str().unwrap_or_default();
+                let name = m["name"].as_str().unwrap_or_default();
+                match m["namespace"].as_str() {
+                    Some(ns) if !ns.is_empty() => format!("{kind}/{ns}/{name}"),
+                    _ => format!("{kind}/{name}"),
+                }
+            })
+            .collect();
+        self.monitored
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(self.def.name.clone(), ids);
         let releases = self.releases.clone();
         let busy = self.busy.clone();
         let interval = self.monitor_interval;
@@ -1140,6 +1167,7 @@ impl Actor for ModuleActor {
             bindings: args.bindings,
             patcher: args.patcher,
             scheduler: args.scheduler,
+            monitored: args.monitored,
             bindings_started: false,
             hook_metrics: args.hook_metrics,
             activation: String::new(),

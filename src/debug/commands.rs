@@ -161,6 +161,12 @@ pub enum ModuleCommand {
         #[arg(short, long, value_enum, default_value = "yaml")]
         output: Output,
     },
+    /// The objects each enabled module's resource monitor checks.
+    ResourceMonitor {
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "yaml")]
+        output: Output,
+    },
     /// Render a module's chart with its current values (nothing is installed).
     Render {
         /// The module.
@@ -307,6 +313,9 @@ pub fn module(args: ModuleArgs) -> anyhow::Result<()> {
             module_path(&name)?,
             output.ext()
         ),
+        ModuleCommand::ResourceMonitor { output } => {
+            format!("/module/resource-monitor.{}", output.ext())
+        }
         ModuleCommand::Render { name, output } => {
             format!("/module/{}/render.{}", module_path(&name)?, output.ext())
         }

@@ -66,6 +66,7 @@ pub const ROUTES: &[&str] = &[
     "/module/{name}/snapshots.{json|yaml|text}",
     "/module/{name}/patches.{json|yaml}",
     "/module/{name}/render.{text|json|yaml}",
+    "/module/resource-monitor.{json|yaml|text}",
     "/module/{name}/values.{json|yaml|text}?global=bool",
     "/module/{name}/config.{json|yaml|text}?global=bool",
     "/actors.{json|yaml|text}",
@@ -399,6 +400,7 @@ async fn answer(
             Ok(View::data(doc["global"].clone()))
         }
         ["global", "snapshots"] => Ok(View::data(engine.snapshots(None))),
+        ["module", "resource-monitor"] => Ok(View::data(engine.resource_monitors())),
         ["module", name, "render"] => {
             let objects = ask(&format!("module {name}"), engine.module_render(name))
                 .await?
