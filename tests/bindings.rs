@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,12 +14,13 @@ use serde_json::{Value, json};
 /// context array to `$OUT_DIR/<log>` as one line, in one write (runs of the hook in
 /// different queues may append at the same time).
 fn hook(path: &Path, config: &str, log: &str) {
-    std::fs::create_dir_all(path.parent().expect("parent")).expect("hook dir");
-    let script = format!(
-        "#!/usr/bin/env bash\nif [ \"$1\" = \"--config\" ]; then\ncat <<'EOF'\n{config}\nEOF\nexit 0\nfi\nline=$(cat \"$BINDING_CONTEXT_PATH\")\nprintf '%s\\n' \"$line\" >> \"$OUT_DIR/{log}\"\n"
+    common::config_hook(
+        path,
+        config,
+        &format!(
+            "line=$(cat \"$BINDING_CONTEXT_PATH\")\nprintf '%s\\n' \"$line\" >> \"$OUT_DIR/{log}\""
+        ),
     );
-    std::fs::write(path, script).expect("hook");
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
 /// Every binding context array a hook received, in order.
@@ -612,23 +612,13 @@ fn bad_bindings_fail_their_task_with_the_hook_and_binding_named_and_the_operator
     );
 }
 
-/// A hook that runs `body` (bash) after the `--config` answer.
-fn hook_with(path: &Path, config: &str, body: &str) {
-    std::fs::create_dir_all(path.parent().expect("parent")).expect("hook dir");
-    let script = format!(
-        "#!/usr/bin/env bash\nif [ \"$1\" = \"--config\" ]; then\ncat <<'EOF'\n{config}\nEOF\nexit 0\nfi\n{body}\n"
-    );
-    std::fs::write(path, script).expect("hook");
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-}
-
 #[test]
 fn a_six_field_schedule_fires_every_second_with_schedule_contexts() {
     let sb = Sandbox::start();
     let work = workdir();
     let out = work.path().join("out");
     let hooks = work.path().join("global");
-    hook_with(
+    common::config_hook(
         &hooks.join("tick.sh"),
         "configVersion: v1\nschedule:\n- name: tick\n  crontab: '*/1 * * * * *'\n  queue: ticks",
         "line=\"$(date +%s.%N) $(cat \"$BINDING_CONTEXT_PATH\")\"; printf '%s\\n' \"$line\" >> \"$OUT_DIR/tick.log\"",
@@ -668,7 +658,7 @@ fn object_patcher_operations_from_hooks_apply_and_a_failing_one_fails_the_task()
     let sb = Sandbox::start();
     let work = workdir();
     let hooks = work.path().join("global");
-    hook_with(
+    common::config_hook(
         &hooks.join("patcher.sh"),
         "configVersion: v1\nonStartup: 1",
         r#"cat > "$KUBERNETES_PATCH_PATH" <<'EOF'
@@ -677,7 +667,7 @@ fn object_patcher_operations_from_hooks_apply_and_a_failing_one_fails_the_task()
 {"operation":"JQPatch","kind":"ConfigMap","namespace":"default","name":"from-hook","jqFilter":".metadata.labels.patched = \"yes\""}
 EOF"#,
     );
-    hook_with(
+    common::config_hook(
         &hooks.join("broken.sh"),
         "configVersion: v1\nonStartup: 2",
         r#"echo '{"operation":"MergePatch","kind":"ConfigMap","namespace":"default","name":"absent","mergePatch":{"data":{"x":"y"}}}' > "$KUBERNETES_PATCH_PATH""#,
@@ -816,13 +806,13 @@ fn values_changed_by_kubernetes_runs_converge_globally_and_rerun_their_module() 
         )
     };
     let hooks = work.path().join("global");
-    hook_with(
+    common::config_hook(
         &hooks.join("global-watch.sh"),
         "configVersion: v1\nkubernetes:\n- name: trigger\n  kind: ConfigMap\n  nameSelector: {matchNames: [global-trigger]}",
         &patch_on_event("/global/triggered"),
     );
     let module = work.path().join("modules/010-reactive");
-    hook_with(
+    common::config_hook(
         &module.join("hooks/watch.sh"),
         "configVersion: v1\nkubernetes:\n- name: trigger\n  kind: ConfigMap\n  nameSelector: {matchNames: [module-trigger]}",
         &patch_on_event("/reactive/triggered"),

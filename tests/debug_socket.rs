@@ -15,9 +15,7 @@ use common::{Operator, Sandbox, bosun_bin, run_err, run_ok, workdir};
 use serde_json::{Value, json};
 
 fn write_hook(dir: &Path, name: &str, body: &str) {
-    let path = dir.join(name);
-    std::fs::write(&path, body).expect("write hook");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    common::write_exec(&dir.join(name), body);
 }
 
 /// `bosun <args> --debug-unix-socket <socket>`.

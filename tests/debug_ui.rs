@@ -10,7 +10,6 @@
 mod common;
 
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,9 +19,7 @@ use common::{Operator, Sandbox, workdir};
 const CHROMIUM: &str = "/usr/bin/chromium";
 
 fn write_hook(dir: &Path, name: &str, body: &str) {
-    let path = dir.join(name);
-    std::fs::write(&path, body).expect("write hook");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    common::write_exec(&dir.join(name), body);
 }
 
 /// Lets the held hook finish when the test ends, passed or not.

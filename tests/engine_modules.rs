@@ -543,16 +543,6 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).expect("write");
 }
 
-fn write_exec(path: &Path, text: &str) {
-    write(path, text);
-    let status = std::process::Command::new("chmod")
-        .arg("+x")
-        .arg(path)
-        .status()
-        .expect("chmod");
-    assert!(status.success());
-}
-
 /// The first failure message of a module's ModuleRun once it failed `times` times.
 fn module_failure(journal: &Path, module: &str, times: u32) -> Option<String> {
     let (_, events) = common::try_journal_state(journal)?;
@@ -591,7 +581,7 @@ fn the_seed_values_example_and_openapi_schemas() {
         &m.join("001-some-module/values.yaml"),
         "someModule:\n  param1: \"String\"\n",
     );
-    write_exec(
+    common::write_exec(
         &m.join("001-some-module/hooks/hook.sh"),
         r#"#!/bin/bash
 if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","beforeHelm":1,"afterHelm":1}'; exit 0; fi
@@ -608,7 +598,7 @@ fi
         &m.join("002-bad-patch/openapi/config-values.yaml"),
         "type: object\nproperties:\n  replicas: {type: integer}\n",
     );
-    write_exec(
+    common::write_exec(
         &m.join("002-bad-patch/hooks/hook.sh"),
         r#"#!/bin/bash
 if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","beforeHelm":1}'; exit 0; fi
@@ -749,7 +739,7 @@ fn a_config_map_change_during_a_converge_restarts_it() {
         &m.join("values.yaml"),
         "slowEnabled: true\nfastEnabled: true\n",
     );
-    write_exec(
+    common::write_exec(
         &m.join("010-slow/hooks/slow.sh"),
         "#!/bin/bash\nif [[ \"$1\" == \"--config\" ]]; then echo '{\"configVersion\":\"v1\",\"beforeHelm\":1}'; exit 0; fi\ntouch \"$OUT_DIR/slow.started\"\nsleep 3\n",
     );

@@ -6,22 +6,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::time::Duration;
 
 use common::{Operator, Sandbox, workdir};
 use serde_json::json;
-
-/// Writes an executable hook: `--config` prints `config`, a run executes `body` (bash).
-fn hook(path: &Path, config: &str, body: &str) {
-    std::fs::create_dir_all(path.parent().expect("parent")).expect("hook dir");
-    let script = format!(
-        "#!/usr/bin/env bash\nif [ \"$1\" = \"--config\" ]; then\ncat <<'EOF'\n{config}\nEOF\nexit 0\nfi\n{body}\n"
-    );
-    std::fs::write(path, script).expect("hook");
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-}
 
 /// The address of the public HTTP endpoints, from the log.
 fn http_addr(op: &Operator) -> String {
@@ -132,7 +120,7 @@ fn operator_metrics_show_hook_runs_queues_converges_and_bindings() {
     assert_eq!(code, 201, "{body}");
     create_cm(&sb, "watched-1", json!({"watched": "yes"}));
     let hooks = work.path().join("global");
-    hook(
+    common::config_hook(
         &hooks.join("ok.sh"),
         "configVersion: v1
 onStartup: 1
@@ -146,7 +134,7 @@ kubernetes:
     );
     // Runs, but writes a malformed metric: the task fails before its object patch, and
     // stays at the head of its queue.
-    hook(
+    common::config_hook(
         &hooks.join("broken.sh"),
         "configVersion: v1
 kubernetes:
@@ -159,7 +147,7 @@ kubernetes:
 echo '{"name":"broken","action":"inc","value":1}' >> "$METRICS_PATH"
 echo '{"operation":"Create","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"must-not-exist","namespace":"default"}}}' >> "$KUBERNETES_PATCH_PATH""#,
     );
-    hook(
+    common::config_hook(
         &hooks.join("tolerated.sh"),
         "configVersion: v1
 kubernetes:
@@ -174,7 +162,7 @@ kubernetes:
         "alphaEnabled: true\n",
     )
     .expect("values.yaml");
-    hook(
+    common::config_hook(
         &work.path().join("modules/001-alpha/hooks/run.sh"),
         "configVersion: v1\nbeforeHelm: 1",
         "echo alpha",
@@ -544,7 +532,7 @@ fi
 echo \"$n\" > \"$OUT_DIR/{name}.runs\""
         )
     };
-    hook(
+    common::config_hook(
         &hooks.join("hook1.sh"),
         &config(1, "trigger-hook1"),
         &counted(
@@ -558,7 +546,7 @@ echo \"$n\" > \"$OUT_DIR/{name}.runs\""
             r#"{"group":"hook1", "name":"hook_metric", "action":"add", "value":1, "labels":{"kind":"pod"}}"#,
         ),
     );
-    hook(
+    common::config_hook(
         &hooks.join("hook2.sh"),
         &config(2, "trigger-hook2"),
         &counted(

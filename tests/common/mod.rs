@@ -468,3 +468,23 @@ pub fn try_journal_state(dir: &Path) -> Option<(bosun_actors::State, Vec<bosun_a
     state.apply_all(&events);
     Some((state, events))
 }
+
+/// Writes an executable file (a hook, a script), creating its folder.
+pub fn write_exec(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    std::fs::write(path, text).expect("write");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// Writes a bash hook: `--config` prints `config`, a run executes `body`.
+pub fn config_hook(path: &Path, config: &str, body: &str) {
+    write_exec(
+        path,
+        &format!(
+            "#!/usr/bin/env bash\nif [ \"$1\" = \"--config\" ]; then\ncat <<'EOF'\n{config}\nEOF\nexit 0\nfi\n{body}\n"
+        ),
+    );
+}
