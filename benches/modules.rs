@@ -120,7 +120,7 @@ fn main() {
                         values: Some(&values),
                         config_values: Some(&values),
                         env: Vec::new(),
-                        log_fields: String::new(),
+                        log_fields: Default::default(),
                     })
                     .await
                     .expect("hook");

@@ -35,6 +35,8 @@ pub enum Command {
     Actors(crate::debug::commands::ActorsArgs),
     /// A raw request to the debug socket, e.g. `bosun raw /queue/list.json`.
     Raw(crate::debug::commands::RawArgs),
+    /// Runtime parameters of a running bosun, e.g. `log.level` (debug socket).
+    Config(crate::debug::commands::ConfigArgs),
 }
 
 /// Arguments of `bosun run`.
@@ -83,6 +85,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Module(args) => crate::debug::commands::module(args),
         Command::Actors(args) => crate::debug::commands::actors(args),
         Command::Raw(args) => crate::debug::commands::raw(args),
+        Command::Config(args) => crate::debug::commands::config(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

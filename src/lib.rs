@@ -19,5 +19,6 @@ pub mod kubernetes;
 pub mod logging;
 pub mod modules;
 pub mod operator;
+pub mod runtime_config;
 pub mod sandbox;
 pub mod telemetry;

@@ -1,31 +1,354 @@
 //! Logging set-up from the addon-operator environment: `LOG_TYPE` (text|json|color),
-//! `LOG_LEVEL` (debug|info|error…) and `LOG_NO_TIME`.
+//! `LOG_LEVEL` (debug|info|warn|error), `LOG_NO_TIME` and `LOG_PROXY_HOOK_JSON`.
+//!
+//! The level can change while bosun runs: `bosun config set log.level debug` (the runtime
+//! parameter `log.level`, see [`crate::runtime_config`]).
 
-use tracing_subscriber::EnvFilter;
+use std::io::Write;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
 
-/// Installs the global `tracing` subscriber. Safe to call more than once.
-pub fn init() {
-    // LOG_LEVEL is bosun's own level; libraries log warnings and errors only (RUST_LOG,
-    // when set, is a full tracing filter and wins).
-    let level = std::env::var("LOG_LEVEL")
-        .unwrap_or_else(|_| "info".to_string())
-        .to_ascii_lowercase();
-    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| {
-        format!("warn,bosun={level},bosun_actors={level},bosun_journal={level}")
-    });
-    let filter = EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("info"));
-    let no_time = std::env::var("LOG_NO_TIME").is_ok_and(|v| v == "true" || v == "1");
-    let log_type = std::env::var("LOG_TYPE").unwrap_or_else(|_| "text".to_string());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let result = match (log_type.as_str(), no_time) {
-        ("json", true) => builder.json().without_time().try_init(),
-        ("json", false) => builder.json().try_init(),
-        ("color", true) => builder.with_ansi(true).without_time().try_init(),
-        ("color", false) => builder.with_ansi(true).try_init(),
-        (_, true) => builder.with_ansi(false).without_time().try_init(),
-        (_, false) => builder.with_ansi(false).try_init(),
+use serde_json::{Map, Value};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, reload};
+
+use crate::runtime_config::{self, DEBUG_LEVEL_DURATION, Param};
+
+/// The level names `LOG_LEVEL` and `log.level` accept.
+const LEVELS: &[&str] = &[
+    "trace", "debug", "info", "warn", "warning", "error", "fatal",
+];
+
+/// The current level as a number (0 trace … 4 error), for the hook JSON proxy.
+static LEVEL: AtomicU8 = AtomicU8::new(2);
+
+/// Settings read once at start.
+struct Settings {
+    no_time: bool,
+    proxy_hook_json: bool,
+}
+
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+
+fn settings() -> &'static Settings {
+    SETTINGS.get_or_init(|| Settings {
+        no_time: env_true("LOG_NO_TIME"),
+        proxy_hook_json: env_true("LOG_PROXY_HOOK_JSON"),
+    })
+}
+
+fn env_true(name: &str) -> bool {
+    std::env::var(name)
+        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes"))
+}
+
+/// A level name as a number: 0 trace, 1 debug, 2 info, 3 warn, 4 error.
+fn rank(level: &str) -> Option<u8> {
+    match level.to_ascii_lowercase().as_str() {
+        "trace" => Some(0),
+        "debug" => Some(1),
+        "info" | "" => Some(2),
+        "warn" | "warning" => Some(3),
+        "error" | "fatal" | "panic" => Some(4),
+        _ => None,
+    }
+}
+
+/// bosun's own crates at `level`; libraries log warnings and errors only.
+fn directives(level: &str) -> String {
+    let level = match level.to_ascii_lowercase().as_str() {
+        "warning" => "warn".to_string(),
+        "fatal" => "error".to_string(),
+        other => other.to_string(),
     };
-    let _ = result;
+    format!("warn,bosun={level},bosun_actors={level},bosun_journal={level}")
+}
+
+/// Installs the global `tracing` subscriber and registers the `log.level` runtime
+/// parameter. Safe to call more than once.
+pub fn init() {
+    let level = std::env::var("LOG_LEVEL")
+        .ok()
+        .filter(|l| rank(l).is_some())
+        .unwrap_or_else(|| "info".to_string())
+        .to_ascii_lowercase();
+    LEVEL.store(rank(&level).unwrap_or(2), Ordering::Relaxed);
+    // RUST_LOG, when set, is a full tracing filter and wins until log.level is changed.
+    let initial = std::env::var("RUST_LOG").unwrap_or_else(|_| directives(&level));
+    let filter = EnvFilter::try_new(initial).unwrap_or_else(|_| EnvFilter::new("info"));
+    let (filter, handle) = reload::Layer::new(filter);
+    let no_time = settings().no_time;
+    let log_type = std::env::var("LOG_TYPE").unwrap_or_else(|_| "text".to_string());
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match (log_type.as_str(), no_time) {
+        ("json", true) => fmt.json().without_time().boxed(),
+        ("json", false) => fmt.json().boxed(),
+        ("color", true) => fmt.with_ansi(true).without_time().boxed(),
+        ("color", false) => fmt.with_ansi(true).boxed(),
+        (_, true) => fmt.with_ansi(false).without_time().boxed(),
+        (_, false) => fmt.with_ansi(false).boxed(),
+    };
+    if tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .try_init()
+        .is_err()
+    {
+        return;
+    }
+    runtime_config::global().register(Param {
+        name: "log.level",
+        description: format!(
+            "Global log level. Default duration for debug level is {}m",
+            DEBUG_LEVEL_DURATION.as_secs() / 60
+        ),
+        default: level,
+        validate: |v| {
+            rank(v)
+                .filter(|_| !v.is_empty())
+                .map(|_| ())
+                .ok_or_else(|| {
+                    format!(
+                        "{v:?} is not a log level; expected one of {}",
+                        LEVELS.join(", ")
+                    )
+                })
+        },
+        forced_duration: |v| {
+            v.eq_ignore_ascii_case("debug")
+                .then_some(DEBUG_LEVEL_DURATION)
+        },
+        on_change: Box::new(move |v| {
+            handle
+                .reload(EnvFilter::new(directives(v)))
+                .map_err(|e| format!("cannot change the log level: {e}"))?;
+            LEVEL.store(rank(v).unwrap_or(2), Ordering::Relaxed);
+            tracing::info!(value = v, "log level changed");
+            Ok(())
+        }),
+    });
+}
+
+/// Where a hook output line came from, for its log fields.
+#[derive(Clone, Copy, Debug)]
+pub struct HookLine<'a> {
+    /// The hook.
+    pub hook: &'a str,
+    /// Its module, for module hooks.
+    pub module: Option<&'a str>,
+    /// The binding that ran it.
+    pub binding: Option<&'a str>,
+    /// The queue it ran in.
+    pub queue: Option<&'a str>,
+    /// `stdout` or `stderr`.
+    pub output: &'static str,
+}
+
+/// Logs one line a hook printed. With `LOG_PROXY_HOOK_JSON=true`, a line that is a JSON
+/// object is passed through as one JSON log line (whatever `LOG_TYPE` is), with bosun's
+/// fields added; its `level` decides whether it is shown. Anything else is logged as text.
+pub fn hook_line(from: HookLine<'_>, line: &str) {
+    if settings().proxy_hook_json
+        && let Some(object) = json_object(line)
+    {
+        proxy_json(from, object);
+        return;
+    }
+    tracing::info!(
+        hook = from.hook,
+        module = from.module,
+        binding = from.binding,
+        queue = from.queue,
+        output = from.output,
+        "{line}"
+    );
+}
+
+/// Most lines one JSON log record may span when a hook pretty-prints it.
+const MAX_JSON_LINES: usize = 1000;
+
+/// Logs the lines of one output stream of one hook run. With `LOG_PROXY_HOOK_JSON=true`
+/// it joins a JSON object printed over several lines before passing it through.
+#[derive(Debug)]
+pub struct HookLog {
+    hook: String,
+    module: Option<String>,
+    binding: Option<String>,
+    queue: Option<String>,
+    output: &'static str,
+    pending: Vec<String>,
+}
+
+impl HookLog {
+    /// A logger for `output` (`stdout` or `stderr`) of a run of `hook`.
+    pub fn new(
+        hook: &str,
+        module: Option<&str>,
+        binding: Option<&str>,
+        queue: Option<&str>,
+        output: &'static str,
+    ) -> Self {
+        HookLog {
+            hook: hook.to_string(),
+            module: module.map(str::to_string),
+            binding: binding.map(str::to_string),
+            queue: queue.map(str::to_string),
+            output,
+            pending: Vec::new(),
+        }
+    }
+
+    fn from(&self) -> HookLine<'_> {
+        HookLine {
+            hook: &self.hook,
+            module: self.module.as_deref(),
+            binding: self.binding.as_deref(),
+            queue: self.queue.as_deref(),
+            output: self.output,
+        }
+    }
+
+    /// Logs a line (or keeps it while a multi-line JSON object is incomplete).
+    pub fn line(&mut self, line: String) {
+        if !settings().proxy_hook_json {
+            hook_line(self.from(), &line);
+            return;
+        }
+        if self.pending.is_empty() && !line.trim_start().starts_with('{') {
+            hook_line(self.from(), &line);
+            return;
+        }
+        self.pending.push(line);
+        let joined = self.pending.join("\n");
+        match serde_json::from_str::<Value>(&joined) {
+            Ok(Value::Object(object)) => {
+                self.pending.clear();
+                proxy_json(self.from(), object);
+            }
+            // Incomplete: wait for the rest, within reason.
+            Err(e) if e.is_eof() && self.pending.len() < MAX_JSON_LINES => {}
+            _ => self.finish(),
+        }
+    }
+
+    /// Logs what is left as text lines (output ended inside something that is not JSON).
+    pub fn finish(&mut self) {
+        for line in std::mem::take(&mut self.pending) {
+            tracing::info!(
+                hook = self.hook.as_str(),
+                module = self.module.as_deref(),
+                binding = self.binding.as_deref(),
+                queue = self.queue.as_deref(),
+                output = self.output,
+                "{line}"
+            );
+        }
+    }
+}
+
+fn json_object(line: &str) -> Option<Map<String, Value>> {
+    let trimmed = line.trim_start();
+    if !trimmed.starts_with('{') {
+        return None;
+    }
+    match serde_json::from_str(trimmed) {
+        Ok(Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+/// The hook's object with bosun's fields: `hook`, `module`, `binding`, `queue`, `output`
+/// and `proxyJsonLog: true`; a hook field of the same name is kept as `hook_<name>`.
+fn proxied(from: HookLine<'_>, mut object: Map<String, Value>) -> Map<String, Value> {
+    let ours = [
+        ("hook", Some(from.hook)),
+        ("module", from.module),
+        ("binding", from.binding),
+        ("queue", from.queue),
+        ("output", Some(from.output)),
+    ];
+    for (key, value) in ours {
+        let Some(value) = value else { continue };
+        if let Some(theirs) = object.insert(key.to_string(), Value::from(value))
+            && theirs != value
+        {
+            object.insert(format!("hook_{key}"), theirs);
+        }
+    }
+    object.insert("proxyJsonLog".into(), Value::Bool(true));
+    if !object.contains_key("level") {
+        object.insert("level".into(), Value::from("info"));
+    }
+    if !object.contains_key("time") && !settings().no_time {
+        let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+        object.insert("time".into(), Value::from(now.to_string()));
+    }
+    object
+}
+
+fn proxy_json(from: HookLine<'_>, object: Map<String, Value>) {
+    let level = object
+        .get("level")
+        .and_then(Value::as_str)
+        .unwrap_or("info");
+    if rank(level).unwrap_or(2) < LEVEL.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut text = Value::Object(proxied(from, object)).to_string();
+    text.push('\n');
+    // One write under the lock, so lines do not interleave with bosun's own.
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from() -> HookLine<'static> {
+        HookLine {
+            hook: "hooks/a.sh",
+            module: Some("echo"),
+            binding: Some("beforeHelm"),
+            queue: Some("main"),
+            output: "stdout",
+        }
+    }
+
+    #[test]
+    fn a_proxied_line_keeps_the_hooks_fields_and_adds_bosuns() {
+        let object = json_object(r#" {"msg":"hi","level":"warn","hook":"mine","extra":{"a":1}}"#)
+            .expect("an object");
+        let out = Value::Object(proxied(from(), object));
+        assert_eq!(out["msg"], "hi");
+        assert_eq!(out["level"], "warn");
+        assert_eq!(out["extra"]["a"], 1);
+        assert_eq!(out["hook"], "hooks/a.sh");
+        assert_eq!(out["hook_hook"], "mine");
+        assert_eq!(out["module"], "echo");
+        assert_eq!(out["binding"], "beforeHelm");
+        assert_eq!(out["queue"], "main");
+        assert_eq!(out["output"], "stdout");
+        assert_eq!(out["proxyJsonLog"], true);
+    }
+
+    #[test]
+    fn only_json_objects_are_proxied() {
+        assert!(json_object("plain text").is_none());
+        assert!(json_object("[1,2]").is_none());
+        assert!(json_object("{not json").is_none());
+        assert!(json_object(r#"{"msg":"x"}"#).is_some());
+    }
+
+    #[test]
+    fn levels_rank_like_the_reference() {
+        assert_eq!(rank("DEBUG"), Some(1));
+        assert_eq!(rank("warning"), rank("warn"));
+        assert_eq!(rank("fatal"), rank("error"));
+        assert_eq!(rank("loud"), None);
+        assert_eq!(
+            directives("warning"),
+            "warn,bosun=warn,bosun_actors=warn,bosun_journal=warn"
+        );
+    }
 }

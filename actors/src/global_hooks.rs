@@ -14,8 +14,8 @@ use crate::hook_config::{HookConfig, HookKind};
 use crate::hook_metrics::HookMetrics;
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use crate::ports::{
-    ConfigStore, EventSink, HookExecutor, HookResult, HookRun, KubeBindings, ObjectPatcher,
-    PortError,
+    ConfigStore, EventSink, HookExecutor, HookResult, HookRun, KubeBindings, LogFields,
+    ObjectPatcher, PortError,
 };
 use crate::queue_actor::TaskOutcome;
 use crate::schema::ValuesSchemas;
@@ -189,7 +189,11 @@ impl GlobalHooksState {
             binding_context: contexts,
             values: self.values_document(),
             config_values: self.config_document(),
-            log_fields: format!("binding={binding} queue={}", task.spec.queue),
+            log_fields: LogFields {
+                module: None,
+                binding: Some(binding.to_string()),
+                queue: Some(task.spec.queue.to_string()),
+            },
         };
         let executor = self.executor.clone();
         let me = self.me.clone();

@@ -25,7 +25,7 @@ use crate::hook_config::{HookConfig, HookKind};
 use crate::hook_metrics::HookMetrics;
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use crate::ports::{
-    ConfigStore, EnabledRun, EventSink, HookExecutor, HookResult, HookRun, KubeBindings,
+    ConfigStore, EnabledRun, EventSink, HookExecutor, HookResult, HookRun, KubeBindings, LogFields,
     ObjectPatcher, Releases,
 };
 use crate::queue_actor::{Router, TaskOutcome};
@@ -494,7 +494,11 @@ impl ModuleState {
             binding_context: contexts,
             values: self.values_document(docs),
             config_values: self.config_document(docs),
-            log_fields: format!("module={} binding={binding} queue={queue}", self.def.name),
+            log_fields: LogFields {
+                module: Some(self.def.name.clone()),
+                binding: Some(binding.to_string()),
+                queue: Some(queue.to_string()),
+            },
         };
         let labels = HookRunLabels {
             module: Some(self.def.name.clone()),

@@ -42,8 +42,19 @@ pub struct HookRun {
     pub values: Value,
     /// `CONFIG_VALUES_PATH` content.
     pub config_values: Value,
-    /// Log fields (`binding=… queue=…`).
-    pub log_fields: String,
+    /// Where the run comes from, for the log lines of its output.
+    pub log_fields: LogFields,
+}
+
+/// The fields a hook's output lines are logged with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogFields {
+    /// The module, for module hooks and `enabled` scripts.
+    pub module: Option<String>,
+    /// The binding that triggered the run.
+    pub binding: Option<String>,
+    /// The queue it runs in.
+    pub queue: Option<String>,
 }
 
 /// What a successful hook run wrote.

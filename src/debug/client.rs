@@ -11,7 +11,33 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// GETs `path` (with its query) from the debug socket and returns the body. A missing
 /// socket or a non-2xx answer is an error carrying the server's message.
 pub async fn get(socket: &Path, path: &str) -> anyhow::Result<String> {
-    tokio::time::timeout(TIMEOUT, request(socket, path))
+    send(socket, path, None).await
+}
+
+/// POSTs a form (`application/x-www-form-urlencoded` fields) to `path`.
+pub async fn post_form(socket: &Path, path: &str, form: &[(&str, &str)]) -> anyhow::Result<String> {
+    let body = form
+        .iter()
+        .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    send(socket, path, Some(body)).await
+}
+
+/// Percent-encodes a form field.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+async fn send(socket: &Path, path: &str, form: Option<String>) -> anyhow::Result<String> {
+    tokio::time::timeout(TIMEOUT, request(socket, path, form))
         .await
         .map_err(|_| {
             anyhow::anyhow!(
@@ -22,15 +48,23 @@ pub async fn get(socket: &Path, path: &str) -> anyhow::Result<String> {
         })?
 }
 
-async fn request(socket: &Path, path: &str) -> anyhow::Result<String> {
+async fn request(socket: &Path, path: &str, form: Option<String>) -> anyhow::Result<String> {
     let mut stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
         anyhow::anyhow!(
             "cannot connect to the debug socket {}: {e} (is bosun running? set --debug-unix-socket)",
             socket.display()
         )
     })?;
-    let head =
-        format!("GET {path} HTTP/1.1\r\nHost: unix\r\nAccept: */*\r\nConnection: close\r\n\r\n");
+    let head = match &form {
+        None => {
+            format!("GET {path} HTTP/1.1\r\nHost: unix\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+        }
+        Some(body) => format!(
+            "POST {path} HTTP/1.1\r\nHost: unix\r\nAccept: */*\r\nConnection: close\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    };
     stream
         .write_all(head.as_bytes())
         .await

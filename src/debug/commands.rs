@@ -205,6 +205,35 @@ pub struct ActorsArgs {
     output: Output,
 }
 
+/// `bosun config`.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    #[command(subcommand)]
+    command: ConfigCommand,
+}
+
+/// `bosun config` subcommands: runtime parameters such as `log.level`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// List runtime parameters with their values.
+    List {
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Set a runtime parameter, for DURATION (e.g. 30s, 15m, 1h) when given.
+    Set {
+        /// The parameter, e.g. `log.level`.
+        name: String,
+        /// Its new value.
+        value: String,
+        /// How long the value lasts; then the previous one comes back.
+        duration: Option<String>,
+    },
+}
+
 /// `bosun raw`.
 #[derive(Debug, Args)]
 pub struct RawArgs {
@@ -344,6 +373,40 @@ pub fn actors(args: ActorsArgs) -> anyhow::Result<()> {
         None => format!("/actors.{}", args.output.ext()),
     };
     run_get(&args.socket, &path)
+}
+
+/// Runs `bosun config list|set`.
+pub fn config(args: ConfigArgs) -> anyhow::Result<()> {
+    match args.command {
+        ConfigCommand::List { output } => {
+            run_get(&args.socket, &format!("/config/list.{}", output.ext()))
+        }
+        ConfigCommand::Set {
+            name,
+            value,
+            duration,
+        } => {
+            let duration = duration.unwrap_or_default();
+            if !duration.is_empty() {
+                crate::runtime_config::parse_duration(&duration)
+                    .map_err(|e| anyhow::anyhow!("invalid duration: {e}"))?;
+            }
+            let form = [
+                ("name", name.as_str()),
+                ("value", value.as_str()),
+                ("duration", duration.as_str()),
+            ];
+            let body = runtime()?.block_on(super::client::post_form(
+                &args.socket.path(),
+                "/config/set",
+                &form,
+            ))?;
+            if !body.trim().is_empty() {
+                print(&body)?;
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Runs `bosun raw PATH`.

@@ -75,6 +75,8 @@ pub const ROUTES: &[&str] = &[
     "/journal/state.{json|yaml}?at=",
     "/journal/why/{task}.{json|text}",
     "/journal/stats.{json|text}",
+    "/config/list.{json|yaml|text}",
+    "POST /config/set (form: name, value, duration)",
     "/discovery.{json|yaml|text}",
     "/ui",
 ];
@@ -223,6 +225,7 @@ struct Shared {
 /// The debug endpoints, on the engine and the journal it writes.
 pub fn router(engine: Arc<Engine>, journal: Arc<Journal<Event>>) -> Router {
     Router::new()
+        .route("/config/set", axum::routing::post(config_set))
         .fallback(handle)
         .with_state(Shared { engine, journal })
 }
@@ -453,6 +456,13 @@ async fn answer(
             let key = bosun_actors::values::values_key(name);
             Ok(View::data(doc.get(&key).cloned().unwrap_or(json!({}))))
         }
+        ["config", "list"] => {
+            let config = crate::runtime_config::global();
+            Ok(View {
+                data: config.list(),
+                text: Some(config.text()),
+            })
+        }
         ["discovery"] => Ok(View {
             data: json!({"routes": ROUTES}),
             text: Some(ROUTES.iter().map(|r| format!("GET {r}\n")).collect()),
@@ -476,6 +486,43 @@ async fn answer(
             StatusCode::NOT_FOUND,
             format!("no debug endpoint {route}; see /discovery"),
         )),
+    }
+}
+
+/// The form of `POST /config/set`.
+#[derive(serde::Deserialize)]
+struct ConfigSet {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    value: String,
+    #[serde(default)]
+    duration: String,
+}
+
+/// `POST /config/set`: changes a runtime parameter, for `duration` when one is given.
+async fn config_set(axum::Form(form): axum::Form<ConfigSet>) -> Response {
+    let bad = |m: String| Failure(StatusCode::BAD_REQUEST, m).into_response();
+    if form.name.is_empty() {
+        return bad("'name' parameter is required".into());
+    }
+    if form.value.is_empty() {
+        return bad("'value' parameter is required".into());
+    }
+    let duration = match form.duration.as_str() {
+        "" => None,
+        text => match crate::runtime_config::parse_duration(text) {
+            Ok(d) => Some(d),
+            Err(e) => return bad(format!("parse duration failed: {e}")),
+        },
+    };
+    use crate::runtime_config::SetError;
+    match crate::runtime_config::global().set(&form.name, &form.value, duration) {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e @ (SetError::Unknown(_) | SetError::Invalid { .. })) => bad(e.to_string()),
+        Err(e @ SetError::Apply { .. }) => {
+            Failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+        }
     }
 }
 

@@ -10,9 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use bosun_actors::ports::ResourceUsage;
+use bosun_actors::ports::{LogFields, ResourceUsage};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::logging::HookLog;
 
 /// A hook run that did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -106,8 +108,8 @@ pub struct HookInput<'a> {
     pub config_values: Option<&'a Value>,
     /// Extra environment (e.g. `PYTHONHOME`).
     pub env: Vec<(String, String)>,
-    /// Extra log fields, e.g. `module=foo`, `binding=onStartup`, `queue=main`.
-    pub log_fields: String,
+    /// Where the run comes from, for the log lines of its output.
+    pub log_fields: LogFields,
 }
 
 /// What a successful run produced: the raw contents of its output files.
@@ -159,7 +161,9 @@ impl HookProcess {
     pub async fn config(&self, name: &str, path: &Path) -> Result<String, HookRunError> {
         let mut cmd = Command::new(path);
         cmd.arg("--config");
-        let (stdout, ..) = self.execute(name, path, cmd, "", true).await?;
+        let (stdout, ..) = self
+            .execute(name, path, cmd, &LogFields::default(), true)
+            .await?;
         Ok(stdout)
     }
 
@@ -290,7 +294,7 @@ impl HookProcess {
         name: &str,
         path: &Path,
         mut cmd: Command,
-        fields: &str,
+        fields: &LogFields,
         capture_stdout: bool,
     ) -> Result<(String, Duration, Option<ResourceUsage>), HookRunError> {
         cmd.stdin(Stdio::null())
@@ -331,8 +335,16 @@ impl HookProcess {
             .transpose()
             .map_err(spawn_error)?;
         drop(child);
-        let hook = name.to_string();
-        let fields_out = fields.to_string();
+        let log = |output| {
+            HookLog::new(
+                name,
+                fields.module.as_deref(),
+                fields.binding.as_deref(),
+                fields.queue.as_deref(),
+                output,
+            )
+        };
+        let mut out_log = log("stdout");
         let out_task = tokio::spawn(async move {
             let mut captured = String::new();
             if let Some(s) = stdout {
@@ -342,26 +354,27 @@ impl HookProcess {
                         captured.push_str(&line);
                         captured.push('\n');
                     } else {
-                        tracing::info!(hook = %hook, output = "stdout", fields = %fields_out, "{line}");
+                        out_log.line(line);
                     }
                 }
             }
+            out_log.finish();
             captured
         });
-        let hook = name.to_string();
-        let fields_err = fields.to_string();
+        let mut err_log = log("stderr");
         let err_task = tokio::spawn(async move {
             let mut tail: std::collections::VecDeque<String> = Default::default();
             if let Some(s) = stderr {
                 let mut lines = BufReader::new(s).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
-                    tracing::info!(hook = %hook, output = "stderr", fields = %fields_err, "{line}");
                     if tail.len() == STDERR_TAIL_LINES {
                         tail.pop_front();
                     }
-                    tail.push_back(line);
+                    tail.push_back(line.clone());
+                    err_log.line(line);
                 }
             }
+            err_log.finish();
             tail.into_iter().collect::<Vec<_>>().join("\n")
         });
         let reaped = match tokio::time::timeout(self.timeout, &mut reaper).await {
@@ -528,7 +541,7 @@ echo to-stdout; echo to-stderr >&2"#,
             values: Some(&values),
             config_values: Some(&values),
             env: vec![],
-            log_fields: String::new(),
+            log_fields: Default::default(),
         };
         let out = runner(dir.path(), Duration::from_secs(30))
             .run(&input)
@@ -564,7 +577,7 @@ echo to-stdout; echo to-stderr >&2"#,
             values: None,
             config_values: None,
             env: vec![],
-            log_fields: String::new(),
+            log_fields: Default::default(),
         };
         let out = runner(dir.path(), Duration::from_secs(60))
             .run(&input)
@@ -596,7 +609,7 @@ echo to-stdout; echo to-stderr >&2"#,
             values: None,
             config_values: None,
             env: vec![],
-            log_fields: String::new(),
+            log_fields: Default::default(),
         };
         let r = runner(dir.path(), Duration::from_secs(60));
         let run = r.run(&input);
@@ -626,7 +639,7 @@ echo to-stdout; echo to-stderr >&2"#,
             values: None,
             config_values: None,
             env: vec![],
-            log_fields: String::new(),
+            log_fields: Default::default(),
         };
         let r = runner(dir.path(), Duration::from_millis(500));
         let err = r.run(&input("fail.sh", failing)).await.expect_err("fails");

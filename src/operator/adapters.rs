@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use bosun_actors::ports::{
-    BoxFut, ConfigStore, EnabledRun, HookExecutor, HookResult, HookRun, PortError,
+    BoxFut, ConfigStore, EnabledRun, HookExecutor, HookResult, HookRun, LogFields, PortError,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
@@ -62,7 +62,11 @@ pub(crate) async fn run_enabled(runner: &HookProcess, run: EnabledRun) -> Result
         values: Some(&run.values),
         config_values: Some(&run.config_values),
         env: Vec::new(),
-        log_fields: format!("module={}", run.module),
+        log_fields: LogFields {
+            module: Some(run.module.clone()),
+            binding: Some("enabled".into()),
+            queue: None,
+        },
     };
     runner
         .enabled(&input)

@@ -322,6 +322,7 @@ pub struct Operator {
     watcher: tokio::task::JoinHandle<()>,
     http: tokio::task::JoinHandle<()>,
     ticks: tokio::task::JoinHandle<()>,
+    expiry: tokio::task::JoinHandle<()>,
     /// Where `/healthz`, `/readyz`, `/metrics` and `/metrics/hooks` are served.
     pub listen: std::net::SocketAddr,
     /// The debug endpoints (stopped, and the socket removed, when dropped).
@@ -333,6 +334,7 @@ impl Drop for Operator {
         self.watcher.abort();
         self.http.abort();
         self.ticks.abort();
+        self.expiry.abort();
     }
 }
 
@@ -386,7 +388,24 @@ async fn follow_config_map(
 ) {
     use futures::StreamExt;
     use kube::runtime::watcher;
+    crate::runtime_config::global().register(crate::runtime_config::Param {
+        name: "log.configmap.events",
+        description: format!("Set to true to log every event of the ConfigMap {name}"),
+        default: "false".into(),
+        validate: |v| match v {
+            "true" | "false" => Ok(()),
+            _ => Err(format!("{v:?} is not true or false")),
+        },
+        forced_duration: |_| None,
+        on_change: Box::new(move |v| {
+            LOG_CONFIG_MAP_EVENTS.store(v == "true", std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }),
+    });
     while let Some(event) = stream.next().await {
+        if LOG_CONFIG_MAP_EVENTS.load(std::sync::atomic::Ordering::Relaxed) {
+            log_config_map_event(&name, &event);
+        }
         let data = match event {
             Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
                 Some(cm.data.unwrap_or_default())
@@ -420,6 +439,40 @@ async fn follow_config_map(
             Err(e) => tracing::error!(configmap = %name, "cannot apply config values: {e}"),
         }
     }
+}
+
+/// The runtime parameter `log.configmap.events`.
+static LOG_CONFIG_MAP_EVENTS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// `log.configmap.events`: one line per ConfigMap event, with the keys it carries.
+fn log_config_map_event(
+    name: &str,
+    event: &Result<
+        kube::runtime::watcher::Event<k8s_openapi::api::core::v1::ConfigMap>,
+        kube::runtime::watcher::Error,
+    >,
+) {
+    use kube::runtime::watcher::Event;
+    let (kind, cm) = match event {
+        Ok(Event::Apply(cm)) => ("Apply", Some(cm)),
+        Ok(Event::InitApply(cm)) => ("InitApply", Some(cm)),
+        Ok(Event::Delete(cm)) => ("Delete", Some(cm)),
+        Ok(Event::Init) => ("Init", None),
+        Ok(Event::InitDone) => ("InitDone", None),
+        Err(e) => {
+            tracing::info!(configmap = %name, "ConfigMap event: watch error: {e}");
+            return;
+        }
+    };
+    let keys = cm
+        .and_then(|c| c.data.as_ref())
+        .map(|d| d.keys().cloned().collect::<Vec<_>>().join(","))
+        .unwrap_or_default();
+    let version = cm
+        .and_then(|c| c.metadata.resource_version.clone())
+        .unwrap_or_default();
+    tracing::info!(configmap = %name, event = kind, resource_version = %version, keys = %keys, "ConfigMap event");
 }
 
 /// Loads the Helm library when some module has a chart.
@@ -551,6 +604,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     })
     .await?;
     let engine = Arc::new(engine);
+    let expiry = tokio::spawn(crate::runtime_config::global().clone().expire_forever());
     let watcher = tokio::spawn(follow_config_map(
         engine.clone(),
         events,
@@ -581,6 +635,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         watcher,
         http,
         ticks,
+        expiry,
         listen,
         debug,
     })
