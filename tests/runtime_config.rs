@@ -2,7 +2,7 @@
 //! `bosun config list|set` changes the log level while bosun runs (debug lines appear, a
 //! temporary level expires back), bad input is refused with what was expected, and with
 //! `LOG_PROXY_HOOK_JSON=true` a hook's JSON log lines come through as JSON with bosun's
-//! fields added.
+//! fields added; and `/status/converge` follows the first converge as addon-operator's.
 
 mod common;
 
@@ -74,11 +74,9 @@ echo 'plain line from hook'
     );
 
     // A hook's JSON line comes through as JSON, its fields kept, bosun's added.
-    op.wait(
-        "the hook's JSON log line",
-        Duration::from_secs(60),
-        || !json_lines(&op, "json from hook").is_empty(),
-    );
+    op.wait("the hook's JSON log line", Duration::from_secs(60), || {
+        !json_lines(&op, "json from hook").is_empty()
+    });
     let line = json_lines(&op, "json from hook").remove(0);
     assert_eq!(line["hook"], "001-talker.sh", "{line}");
     assert_eq!(line["binding"], "every-second", "{line}");
@@ -107,7 +105,9 @@ echo 'plain line from hook'
     let table = run_ok(&mut cli(&socket, &["config", "list"]));
     assert!(table.starts_with("NAME "), "{table}");
     assert!(
-        table.lines().any(|l| l.starts_with("log.level ") && l.contains(" info ")),
+        table
+            .lines()
+            .any(|l| l.starts_with("log.level ") && l.contains(" info ")),
         "{table}"
     );
 
@@ -124,7 +124,10 @@ echo 'plain line from hook'
     assert_eq!(json_lines(&op, "debug from hook")[0]["level"], "debug");
 
     // A value with a duration expires back to the level that was set without one.
-    run_ok(&mut cli(&socket, &["config", "set", "log.level", "error", "1s"]));
+    run_ok(&mut cli(
+        &socket,
+        &["config", "set", "log.level", "error", "1s"],
+    ));
     op.wait(
         "log.level to expire back to info",
         Duration::from_secs(60),
@@ -148,4 +151,78 @@ echo 'plain line from hook'
     ));
     assert!(err.contains("invalid duration"), "{err}");
     assert_eq!(param(&socket, "log.level")["value"], "info");
+}
+
+/// The public HTTP address, once bosun has printed it.
+fn http_address(op: &Operator) -> Option<String> {
+    op.logs().lines().find_map(|l| {
+        l.split("bosun HTTP endpoints listening on http://")
+            .nth(1)
+            .map(|a| a.trim().to_string())
+    })
+}
+
+#[test]
+fn status_converge_follows_the_first_converge() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = work.path().join("global-hooks");
+    let gate = work.path().join("gate");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    // The onStartup hook holds start-up until the test opens the gate.
+    common::config_hook(
+        &hooks.join("001-gate.sh"),
+        r#"{"configVersion":"v1","onStartup":1}"#,
+        &format!("while [ ! -f '{}' ]; do sleep 0.05; done", gate.display()),
+    );
+    let op = Operator::start(&sb, &hooks, work.path());
+    let mut addr = String::new();
+    op.wait("the HTTP address", Duration::from_secs(60), || {
+        addr = http_address(&op).unwrap_or_default();
+        !addr.is_empty()
+    });
+    let status = |json: bool| {
+        let path = if json {
+            "/status/converge?output=json"
+        } else {
+            "/status/converge"
+        };
+        let (code, body) = common::http_raw(&addr, "GET", path, "", b"");
+        (code, String::from_utf8_lossy(&body).into_owned())
+    };
+    // Start-up holds: the first converge's tasks wait behind the onStartup hook.
+    let mut text = String::new();
+    op.wait(
+        "the first converge's tasks",
+        Duration::from_secs(60),
+        || {
+            let (code, body) = status(false);
+            text = body;
+            code == 200 && text.starts_with("STARTUP_CONVERGE_IN_PROGRESS: ")
+        },
+    );
+    assert!(text.ends_with(" tasks\n"), "{text}");
+    let (_, json) = status(true);
+    let json: Value = serde_json::from_str(&json).expect("JSON");
+    assert!(
+        json["STARTUP_CONVERGE_IN_PROGRESS"].as_u64() > Some(0),
+        "{json}"
+    );
+    assert_eq!(json["STARTUP_CONVERGE_DONE"], false, "{json}");
+    std::fs::write(&gate, "").expect("open the gate");
+    op.wait("the first converge", Duration::from_secs(60), || {
+        status(false).1 == "STARTUP_CONVERGE_DONE\nCONVERGE_WAIT_TASK\n"
+    });
+    let (_, json) = status(true);
+    let json: Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "CONVERGE_IN_PROGRESS": 0,
+            "CONVERGE_WAIT_TASK": true,
+            "STARTUP_CONVERGE_DONE": true,
+            "STARTUP_CONVERGE_IN_PROGRESS": 0,
+            "STARTUP_CONVERGE_NOT_STARTED": false,
+        })
+    );
 }
