@@ -248,40 +248,9 @@ pub fn global() -> &'static Arc<RuntimeConfig> {
     GLOBAL.get_or_init(Default::default)
 }
 
-/// Parses a duration as Go's `time.ParseDuration` writes them (`30m`, `1h30m`, `90s`,
-/// `1.5h`, `500ms`).
+/// Parses a duration as Go's `time.ParseDuration` reads them (`30m`, `1h30m`, `1.5h`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration like 30s, 15m or 1h30m");
-    let mut rest = text.trim();
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += number * seconds;
-        rest = &rest[unit_len..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    bosun_actors::schedule::parse_go_duration(text.trim())
 }
 
 #[cfg(test)]

@@ -153,15 +153,6 @@ echo 'plain line from hook'
     assert_eq!(param(&socket, "log.level")["value"], "info");
 }
 
-/// The public HTTP address, once bosun has printed it.
-fn http_address(op: &Operator) -> Option<String> {
-    op.logs().lines().find_map(|l| {
-        l.split("bosun HTTP endpoints listening on http://")
-            .nth(1)
-            .map(|a| a.trim().to_string())
-    })
-}
-
 #[test]
 fn status_converge_follows_the_first_converge() {
     let sb = Sandbox::start();
@@ -178,7 +169,7 @@ fn status_converge_follows_the_first_converge() {
     let op = Operator::start(&sb, &hooks, work.path());
     let mut addr = String::new();
     op.wait("the HTTP address", Duration::from_secs(60), || {
-        addr = http_address(&op).unwrap_or_default();
+        addr = op.http_address().unwrap_or_default();
         !addr.is_empty()
     });
     let status = |json: bool| {

@@ -384,6 +384,15 @@ impl Operator {
         None
     }
 
+    /// The public HTTP address (`/metrics`, `/readyz`…), once bosun has printed it.
+    pub fn http_address(&self) -> Option<String> {
+        self.logs().lines().find_map(|l| {
+            l.split("bosun HTTP endpoints listening on http://")
+                .nth(1)
+                .map(|a| a.trim().to_string())
+        })
+    }
+
     /// Everything it printed.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
