@@ -1,7 +1,7 @@
 //! The debug socket of a real `bosun run` against the sandbox, read with the `bosun queue |
 //! global | module | actors` commands: a failing hook in the queue dump, values a hook
-//! wrote, an actor busy with a running hook and its mailbox draining afterwards, and the
-//! socket's permissions.
+//! wrote, an actor busy with a running hook and its mailbox draining afterwards, hand
+//! edits of a module's objects in `module render --diff`, and the socket's permissions.
 
 mod common;
 
@@ -568,4 +568,131 @@ for _ in $(seq 1200); do [[ -f "$OUT_DIR/held.release" ]] && exit 0; sleep 0.1; 
     let err = run_err(&mut cli(&missing, &["journal", "log"]));
     assert!(err.contains("cannot connect to the debug socket"), "{err}");
     std::fs::write(out.join("held.release"), "").expect("release");
+}
+
+/// A module folder with one ConfigMap template.
+fn chart_module(modules: &Path, folder: &str, template: &str) {
+    let dir = modules.join(folder).join("templates");
+    std::fs::create_dir_all(&dir).expect("module dir");
+    std::fs::write(dir.join("configmap.yaml"), template).expect("template");
+}
+
+/// bosun with three chart modules: `drifty` (order 10) and `steady` (20) enabled and
+/// installed, `off` (30) disabled. Returns the operator and its debug socket once both
+/// releases are installed.
+fn start_three_modules(sb: &Sandbox, work: &tempfile::TempDir) -> (Operator, std::path::PathBuf) {
+    let hooks = work.path().join("global-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    let modules = work.path().join("modules");
+    chart_module(
+        &modules,
+        "010-drifty",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: drifty-settings\ndata:\n  color: {{ .Values.drifty.color | quote }}\n  size: L\n",
+    );
+    chart_module(
+        &modules,
+        "020-steady",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: steady-settings\ndata:\n  mood: calm\n",
+    );
+    chart_module(
+        &modules,
+        "030-off",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: off-settings\n",
+    );
+    std::fs::write(
+        modules.join("values.yaml"),
+        "driftyEnabled: true\ndrifty:\n  color: blue\nsteadyEnabled: true\noffEnabled: false\n",
+    )
+    .expect("values.yaml");
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools");
+    let tools = tools.display().to_string();
+    // The resource monitor would heal the hand edit: it does not look again within the test.
+    let op = Operator::start_with(
+        sb,
+        &hooks,
+        work.path(),
+        &[
+            ("BOSUN_TOOLS_DIR", tools.as_str()),
+            ("BOSUN_RESOURCE_MONITOR_INTERVAL", "1h"),
+        ],
+    );
+    let socket = work.path().join("debug.socket");
+    op.wait(
+        "both releases installed and monitored",
+        Duration::from_secs(120),
+        || {
+            try_cli(&socket, &["module", "resource-monitor", "-o", "json"])
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .is_some_and(|m| m["drifty"].is_array() && m["steady"].is_array())
+        },
+    );
+
+    (op, socket)
+}
+
+#[test]
+fn render_diff_shows_hand_edits_of_a_module_s_objects() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let (_op, socket) = start_three_modules(&sb, &work);
+
+    // Untouched: no drift.
+    for module in ["drifty", "steady"] {
+        let text = run_ok(&mut cli(&socket, &["module", "render", module, "--diff"]));
+        assert_eq!(text, "No diff found\n", "{module}");
+    }
+
+    // A hand edit of a field the chart sets shows as the live value against the chart's.
+    let (code, body) = sb.request(
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/drifty-settings",
+        "application/merge-patch+json",
+        r#"{"data":{"color":"green"}}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    let text = run_ok(&mut cli(&socket, &["module", "render", "drifty", "--diff"]));
+    assert!(
+        text.starts_with(
+            "--- LIVE v1/ConfigMap default/drifty-settings\n+++ MERGED v1/ConfigMap default/drifty-settings\n@@ "
+        ),
+        "{text}"
+    );
+    let changed: Vec<&str> = text
+        .lines()
+        .skip(2)
+        .filter(|l| l.starts_with('-') || l.starts_with('+'))
+        .collect();
+    assert_eq!(changed, ["-  color: green", "+  color: blue"], "{text}");
+    assert!(!text.contains("managedFields"), "{text}");
+    let data = cli_json(
+        &socket,
+        &["module", "render", "drifty", "--diff", "-o", "json"],
+    );
+    assert_eq!(
+        data[0]["object"], "v1/ConfigMap default/drifty-settings",
+        "{data}"
+    );
+    // The other module, and the dry run itself, changed nothing.
+    let text = run_ok(&mut cli(&socket, &["module", "render", "steady", "--diff"]));
+    assert_eq!(text, "No diff found\n");
+    let (_, live) = sb.get("/api/v1/namespaces/default/configmaps/drifty-settings");
+    assert_eq!(live["data"]["color"], "green", "{live}");
+
+    // A deleted object is all added.
+    let (code, body) = sb.request(
+        "DELETE",
+        "/api/v1/namespaces/default/configmaps/steady-settings",
+        "",
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let text = run_ok(&mut cli(&socket, &["module", "render", "steady", "--diff"]));
+    assert!(text.contains("\n@@ -0,0 +1,"), "{text}");
+    assert!(text.lines().skip(3).all(|l| l.starts_with('+')), "{text}");
+    assert!(text.contains("+  mood: calm\n"), "{text}");
+    let err = run_err(&mut cli(&socket, &["module", "render", "nope", "--diff"]));
+    assert!(
+        err.contains("module nope is not loaded") && err.contains("HTTP 404"),
+        "{err}"
+    );
 }

@@ -26,7 +26,8 @@ use crate::modules::{
     module_run_task, module_task,
 };
 use crate::ports::{
-    BoxFut, ConfigStore, EventSink, HookExecutor, KubeBindings, ObjectPatcher, PortError, Releases,
+    BoxFut, ConfigStore, EventSink, HookExecutor, KubeBindings, ObjectPatcher, ObjectPreview,
+    PortError, Releases,
 };
 use crate::queue_actor::{
     QueueActor, QueueArgs, QueueDump, QueueMsg, Router, TaskHandler, TaskOutcome,
@@ -1123,6 +1124,17 @@ impl Engine {
         self.modules
             .ask(module, |reply| ModuleMsg::Render(docs, reply))
             .await?
+    }
+
+    /// A module's rendered objects, each as it is live and as applying it would leave it
+    /// (a dry run), for `module render --diff`.
+    pub async fn module_preview(&self, module: &str) -> Result<Vec<ObjectPreview>, String> {
+        let objects = self.module_render(module).await?;
+        self.modules
+            .releases
+            .preview(module.to_string(), objects)
+            .await
+            .map_err(|e| format!("module {module}: {e}"))
     }
 
     /// A module's config values document (`CONFIG_VALUES_PATH` of its hooks).

@@ -171,7 +171,15 @@ pub enum ModuleCommand {
     Render {
         /// The module.
         name: String,
-        /// Output format (text: multi-document YAML).
+        /// Print the module's objects that drifted from the chart instead: a unified diff of
+        /// each object as it is live against what applying the chart would make of it (a
+        /// server-side dry run), or "No diff found".
+        #[arg(long)]
+        diff: bool,
+        /// Accepted for addon-operator compatibility (bosun renders the same either way).
+        #[arg(long)]
+        debug: bool,
+        /// Output format (text: multi-document YAML, or the diff).
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
@@ -316,9 +324,16 @@ pub fn module(args: ModuleArgs) -> anyhow::Result<()> {
         ModuleCommand::ResourceMonitor { output } => {
             format!("/module/resource-monitor.{}", output.ext())
         }
-        ModuleCommand::Render { name, output } => {
-            format!("/module/{}/render.{}", module_path(&name)?, output.ext())
-        }
+        ModuleCommand::Render {
+            name,
+            diff,
+            debug,
+            output,
+        } => format!(
+            "/module/{}/render.{}?diff={diff}&debug={debug}",
+            module_path(&name)?,
+            output.ext()
+        ),
         ModuleCommand::Patches { name, output } => {
             format!("/module/{}/patches.{}", module_path(&name)?, output.ext())
         }

@@ -18,6 +18,7 @@
 
 pub mod client;
 pub mod commands;
+pub mod diff;
 pub mod views;
 
 use std::collections::HashMap;
@@ -53,6 +54,10 @@ pub const DEFAULT_SOCKET: &str = "/var/run/addon-operator/debug.socket";
 /// How long an endpoint waits for an actor (a module actor is busy during its run).
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long `module render --diff` may take: a render plus two API calls per object (the
+/// CLI gives up after 30s).
+const DIFF_TIMEOUT: Duration = Duration::from_secs(25);
+
 /// The routes, for `/discovery`.
 pub const ROUTES: &[&str] = &[
     "/queue/list.{json|yaml|text}?showEmpty=bool",
@@ -65,7 +70,7 @@ pub const ROUTES: &[&str] = &[
     "/module/list.{json|yaml|text}",
     "/module/{name}/snapshots.{json|yaml|text}",
     "/module/{name}/patches.{json|yaml}",
-    "/module/{name}/render.{text|json|yaml}",
+    "/module/{name}/render.{text|json|yaml}?diff=bool&debug=bool",
     "/module/resource-monitor.{json|yaml|text}",
     "/module/{name}/values.{json|yaml|text}?global=bool",
     "/module/{name}/config.{json|yaml|text}?global=bool",
@@ -281,12 +286,20 @@ fn flag(query: &HashMap<String, String>, name: &str) -> bool {
 }
 
 async fn ask<T>(what: &str, fut: impl Future<Output = T>) -> Result<T, Failure> {
-    tokio::time::timeout(ASK_TIMEOUT, fut).await.map_err(|_| {
+    ask_within(what, ASK_TIMEOUT, fut).await
+}
+
+async fn ask_within<T>(
+    what: &str,
+    timeout: Duration,
+    fut: impl Future<Output = T>,
+) -> Result<T, Failure> {
+    tokio::time::timeout(timeout, fut).await.map_err(|_| {
         Failure(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "{what} did not answer within {}s (busy with a long run? see /actors)",
-                ASK_TIMEOUT.as_secs()
+                timeout.as_secs()
             ),
         )
     })
@@ -401,6 +414,18 @@ async fn answer(
         }
         ["global", "snapshots"] => Ok(View::data(engine.snapshots(None))),
         ["module", "resource-monitor"] => Ok(View::data(engine.resource_monitors())),
+        ["module", name, "render"] if flag(query, "diff") => {
+            let what = format!("module {name}");
+            let previews = ask_within(&what, DIFF_TIMEOUT, engine.module_preview(name))
+                .await?
+                .map_err(not_found)?;
+            diff::diff_view(&previews).map_err(|e| {
+                Failure(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("module {name}: {e}"),
+                )
+            })
+        }
         ["module", name, "render"] => {
             let objects = ask(&format!("module {name}"), engine.module_render(name))
                 .await?
