@@ -1168,6 +1168,16 @@ impl Engine {
             .collect()
     }
 
+    /// Modules in run order: name, order (the weight the reference's graph groups by) and
+    /// whether each is enabled.
+    pub fn module_orders(&self) -> Vec<(String, u32, bool)> {
+        self.modules
+            .defs
+            .iter()
+            .map(|d| (d.name.clone(), d.order, self.modules.is_enabled(&d.name)))
+            .collect()
+    }
+
     /// Appends tasks to the tail of their queues (created on demand).
     pub fn enqueue(&self, tasks: Vec<TaskSpec>) {
         let mut by_queue: HashMap<String, Vec<TaskSpec>> = HashMap::new();

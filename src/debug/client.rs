@@ -11,6 +11,12 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// GETs `path` (with its query) from the debug socket and returns the body. A missing
 /// socket or a non-2xx answer is an error carrying the server's message.
 pub async fn get(socket: &Path, path: &str) -> anyhow::Result<String> {
+    let body = get_bytes(socket, path).await?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Like [`get`], for answers that are not text (the PNG of `/graph`).
+pub async fn get_bytes(socket: &Path, path: &str) -> anyhow::Result<Vec<u8>> {
     tokio::time::timeout(TIMEOUT, request(socket, path))
         .await
         .map_err(|_| {
@@ -22,7 +28,7 @@ pub async fn get(socket: &Path, path: &str) -> anyhow::Result<String> {
         })?
 }
 
-async fn request(socket: &Path, path: &str) -> anyhow::Result<String> {
+async fn request(socket: &Path, path: &str) -> anyhow::Result<Vec<u8>> {
     let mut stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
         anyhow::anyhow!(
             "cannot connect to the debug socket {}: {e} (is bosun running? set --debug-unix-socket)",
@@ -40,9 +46,10 @@ async fn request(socket: &Path, path: &str) -> anyhow::Result<String> {
         .read_to_end(&mut raw)
         .await
         .map_err(|e| anyhow::anyhow!("cannot read the answer to {path}: {e}"))?;
-    let (status, body) = parse_response(&raw)
+    let (status, body) = parse_response_bytes(&raw)
         .map_err(|e| anyhow::anyhow!("invalid answer to {path} from the debug socket: {e}"))?;
     if !(200..300).contains(&status) {
+        let body = String::from_utf8_lossy(&body);
         let message = body.trim();
         let message = message.strip_prefix("Error: ").unwrap_or(message);
         anyhow::bail!("{path}: {message} (HTTP {status})");
@@ -52,6 +59,12 @@ async fn request(socket: &Path, path: &str) -> anyhow::Result<String> {
 
 /// Splits an HTTP/1.1 response into its status and body (de-chunked when chunked).
 pub fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
+    parse_response_bytes(raw)
+        .map(|(status, body)| (status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// [`parse_response`] with the body as bytes.
+pub fn parse_response_bytes(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -83,7 +96,7 @@ pub fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
     } else if let Some(n) = length {
         body.truncate(n);
     }
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    Ok((status, body))
 }
 
 fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, String> {

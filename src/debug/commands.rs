@@ -1,5 +1,5 @@
-//! The debug commands: `bosun queue|global|module|actors|raw`, addon-operator's debug CLI
-//! plus bosun's actor view, reading a running bosun's debug socket.
+//! The debug commands: `bosun queue|global|module|actors|graph|raw`, addon-operator's debug
+//! CLI plus bosun's actor view, reading a running bosun's debug socket.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -213,6 +213,28 @@ pub struct ActorsArgs {
     output: Output,
 }
 
+/// Formats of `bosun graph`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GraphFormat {
+    /// The DOT description.
+    Text,
+    /// A PNG drawn by graphviz (`dot`) on the machine bosun runs on.
+    Png,
+}
+
+/// `bosun graph`.
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// What to print: the DOT text, or the PNG graphviz draws from it.
+    #[arg(long, value_enum, default_value = "text")]
+    format: GraphFormat,
+    /// Write to this file instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
 /// `bosun raw`.
 #[derive(Debug, Args)]
 pub struct RawArgs {
@@ -359,6 +381,29 @@ pub fn actors(args: ActorsArgs) -> anyhow::Result<()> {
         None => format!("/actors.{}", args.output.ext()),
     };
     run_get(&args.socket, &path)
+}
+
+/// Runs `bosun graph`: the module graph of `/graph`, as DOT text or PNG.
+pub fn graph(args: GraphArgs) -> anyhow::Result<()> {
+    let format = match args.format {
+        GraphFormat::Text => "text",
+        GraphFormat::Png => "png",
+    };
+    if args.format == GraphFormat::Png && args.output.is_none() && std::io::stdout().is_terminal() {
+        anyhow::bail!("not writing a PNG to the terminal: add -o FILE (or redirect the output)");
+    }
+    let path = format!("/graph?format={format}");
+    let body = runtime()?.block_on(super::client::get_bytes(&args.socket.path(), &path))?;
+    match &args.output {
+        Some(file) => std::fs::write(file, &body)
+            .map_err(|e| anyhow::anyhow!("cannot write the graph to {}: {e}", file.display())),
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&body)?;
+            out.flush()?;
+            Ok(())
+        }
+    }
 }
 
 /// Runs `bosun raw PATH`.

@@ -1,6 +1,6 @@
 //! The debug interface, as addon-operator's: HTTP on a unix socket (`DEBUG_UNIX_SOCKET`,
 //! default `/var/run/addon-operator/debug.socket`) and optionally on a loopback TCP address
-//! (`DEBUG_HTTP_SERVER_ADDR`), read by the `bosun queue|global|module|actors|raw` and
+//! (`DEBUG_HTTP_SERVER_ADDR`), read by the `bosun queue|global|module|actors|graph|raw` and
 //! `bosun journal … --live` commands, and by a browser at `/ui`.
 //!
 //! ```text
@@ -19,6 +19,7 @@
 pub mod client;
 pub mod commands;
 pub mod diff;
+pub mod graph;
 pub mod views;
 
 use std::collections::HashMap;
@@ -80,6 +81,7 @@ pub const ROUTES: &[&str] = &[
     "/journal/state.{json|yaml}?at=",
     "/journal/why/{task}.{json|text}",
     "/journal/stats.{json|text}",
+    "/graph?format=text|png",
     "/discovery.{json|yaml|text}",
     "/ui",
 ];
@@ -348,6 +350,9 @@ async fn handle(
     if matches!(uri.path(), "/ui" | "/ui/") {
         return ui_page();
     }
+    if matches!(uri.path(), "/graph" | "/graph/") {
+        return graph_answer(&shared.engine, &query).await;
+    }
     let (route, format) = Format::split(uri.path());
     // Patches are read from the journal, where every accepted patch is.
     let patches = match route
@@ -501,6 +506,40 @@ async fn answer(
             StatusCode::NOT_FOUND,
             format!("no debug endpoint {route}; see /discovery"),
         )),
+    }
+}
+
+/// `/graph`: the module graph as DOT text (`format=text`) or drawn as a PNG by graphviz
+/// (otherwise; 501 when graphviz is not installed).
+async fn graph_answer(engine: &Engine, query: &HashMap<String, String>) -> Response {
+    let modules: Vec<graph::ModuleVertex> = engine
+        .module_orders()
+        .into_iter()
+        .map(|(name, weight, enabled)| graph::ModuleVertex {
+            name,
+            weight,
+            enabled,
+        })
+        .collect();
+    let text = graph::dot(&modules);
+    match query.get("format").map(String::as_str) {
+        Some("text" | "dot") => {
+            ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+        }
+        None | Some("" | "png") => match graph::png(&graph::dot_program(), &text).await {
+            Ok(png) => ([(header::CONTENT_TYPE, "image/png")], png).into_response(),
+            Err(e @ graph::GraphError::NoGraphviz(..)) => {
+                Failure(StatusCode::NOT_IMPLEMENTED, e.to_string()).into_response()
+            }
+            Err(e) => Failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        },
+        Some(other) => Failure(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "format {other:?} is not known; /graph answers format=text (DOT) or format=png"
+            ),
+        )
+        .into_response(),
     }
 }
 
