@@ -1,5 +1,5 @@
 //! Command line: `bosun run`, `bosun sandbox`, `bosun journal …`, and the debug commands
-//! that read a running bosun's debug socket (`bosun queue|global|module|actors|raw`).
+//! that read a running bosun's debug socket (`bosun queue|global|module|actors|graph|raw`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,6 +33,8 @@ pub enum Command {
     Module(crate::debug::commands::ModuleArgs),
     /// Actor mailboxes of a running bosun: pending, in progress, jobs, history.
     Actors(crate::debug::commands::ActorsArgs),
+    /// The module graph of a running bosun (debug socket): DOT text, or PNG via graphviz.
+    Graph(crate::debug::commands::GraphArgs),
     /// A raw request to the debug socket, e.g. `bosun raw /queue/list.json`.
     Raw(crate::debug::commands::RawArgs),
     /// Runtime parameters of a running bosun, e.g. `log.level` (debug socket).
@@ -84,6 +86,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Global(args) => crate::debug::commands::global(args),
         Command::Module(args) => crate::debug::commands::module(args),
         Command::Actors(args) => crate::debug::commands::actors(args),
+        Command::Graph(args) => crate::debug::commands::graph(args),
         Command::Raw(args) => crate::debug::commands::raw(args),
         Command::Config(args) => crate::debug::commands::config(args),
     };

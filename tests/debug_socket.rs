@@ -1,6 +1,7 @@
 //! The debug socket of a real `bosun run` against the sandbox, read with the `bosun queue |
-//! global | module | actors` commands: a failing hook in the queue dump, values a hook
-//! wrote, an actor busy with a running hook and its mailbox draining afterwards, and the
+//! global | module | actors | graph` commands: a failing hook in the queue dump, values a
+//! hook wrote, an actor busy with a running hook and its mailbox draining afterwards, hand
+//! edits of a module's objects in `module render --diff`, the module graph, and the
 //! socket's permissions.
 
 mod common;
@@ -568,4 +569,258 @@ for _ in $(seq 1200); do [[ -f "$OUT_DIR/held.release" ]] && exit 0; sleep 0.1; 
     let err = run_err(&mut cli(&missing, &["journal", "log"]));
     assert!(err.contains("cannot connect to the debug socket"), "{err}");
     std::fs::write(out.join("held.release"), "").expect("release");
+}
+
+/// A module folder with one ConfigMap template.
+fn chart_module(modules: &Path, folder: &str, template: &str) {
+    let dir = modules.join(folder).join("templates");
+    std::fs::create_dir_all(&dir).expect("module dir");
+    std::fs::write(dir.join("configmap.yaml"), template).expect("template");
+}
+
+/// GETs `path` from the debug socket: status, content type and the raw body.
+fn socket_get(socket: &Path, path: &str) -> (u16, String, Vec<u8>) {
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect");
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: unix\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .expect("write");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read");
+    let head_end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("end of headers");
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+    let content_type = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-type:"))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let (status, body) = bosun::debug::client::parse_response_bytes(&raw).expect("an HTTP answer");
+    (status, content_type, body)
+}
+
+/// The nodes and edges of the DOT text `/graph?format=text` answers (quoted ids only).
+fn parse_dot(text: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let unquote = |s: &str| -> Option<String> {
+        let s = s.trim();
+        s.strip_prefix('"')?.strip_suffix('"').map(String::from)
+    };
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    for line in text.lines().map(str::trim) {
+        let stmt = line.trim_end_matches(';');
+        if let Some((from, to)) = stmt.split_once(" -> ") {
+            let to = to.split(" [").next().unwrap_or(to);
+            if let (Some(f), Some(t)) = (unquote(from), unquote(to)) {
+                edges.push((f, t));
+            }
+        } else if let Some((id, _)) = stmt.split_once(" [")
+            && let Some(id) = unquote(id)
+        {
+            nodes.push(id);
+        }
+    }
+    (nodes, edges)
+}
+
+/// bosun with three chart modules: `drifty` (order 10) and `steady` (20) enabled and
+/// installed, `off` (30) disabled. Returns the operator and its debug socket once both
+/// releases are installed.
+fn start_three_modules(sb: &Sandbox, work: &tempfile::TempDir) -> (Operator, std::path::PathBuf) {
+    let hooks = work.path().join("global-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    let modules = work.path().join("modules");
+    chart_module(
+        &modules,
+        "010-drifty",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: drifty-settings\ndata:\n  color: {{ .Values.drifty.color | quote }}\n  size: L\n",
+    );
+    chart_module(
+        &modules,
+        "020-steady",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: steady-settings\ndata:\n  mood: calm\n",
+    );
+    chart_module(
+        &modules,
+        "030-off",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: off-settings\n",
+    );
+    std::fs::write(
+        modules.join("values.yaml"),
+        "driftyEnabled: true\ndrifty:\n  color: blue\nsteadyEnabled: true\noffEnabled: false\n",
+    )
+    .expect("values.yaml");
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools");
+    let tools = tools.display().to_string();
+    // The resource monitor would heal the hand edit: it does not look again within the test.
+    let op = Operator::start_with(
+        sb,
+        &hooks,
+        work.path(),
+        &[
+            ("BOSUN_TOOLS_DIR", tools.as_str()),
+            ("BOSUN_RESOURCE_MONITOR_INTERVAL", "1h"),
+        ],
+    );
+    let socket = work.path().join("debug.socket");
+    op.wait(
+        "both releases installed and monitored",
+        Duration::from_secs(120),
+        || {
+            try_cli(&socket, &["module", "resource-monitor", "-o", "json"])
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .is_some_and(|m| m["drifty"].is_array() && m["steady"].is_array())
+        },
+    );
+
+    (op, socket)
+}
+
+#[test]
+fn render_diff_shows_hand_edits_of_a_module_s_objects() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let (_op, socket) = start_three_modules(&sb, &work);
+
+    // Untouched: no drift.
+    for module in ["drifty", "steady"] {
+        let text = run_ok(&mut cli(&socket, &["module", "render", module, "--diff"]));
+        assert_eq!(text, "No diff found\n", "{module}");
+    }
+
+    // A hand edit of a field the chart sets shows as the live value against the chart's.
+    let (code, body) = sb.request(
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/drifty-settings",
+        "application/merge-patch+json",
+        r#"{"data":{"color":"green"}}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    let text = run_ok(&mut cli(&socket, &["module", "render", "drifty", "--diff"]));
+    assert!(
+        text.starts_with(
+            "--- LIVE v1/ConfigMap default/drifty-settings\n+++ MERGED v1/ConfigMap default/drifty-settings\n@@ "
+        ),
+        "{text}"
+    );
+    let changed: Vec<&str> = text
+        .lines()
+        .skip(2)
+        .filter(|l| l.starts_with('-') || l.starts_with('+'))
+        .collect();
+    assert_eq!(changed, ["-  color: green", "+  color: blue"], "{text}");
+    assert!(!text.contains("managedFields"), "{text}");
+    let data = cli_json(
+        &socket,
+        &["module", "render", "drifty", "--diff", "-o", "json"],
+    );
+    assert_eq!(
+        data[0]["object"], "v1/ConfigMap default/drifty-settings",
+        "{data}"
+    );
+    // The other module, and the dry run itself, changed nothing.
+    let text = run_ok(&mut cli(&socket, &["module", "render", "steady", "--diff"]));
+    assert_eq!(text, "No diff found\n");
+    let (_, live) = sb.get("/api/v1/namespaces/default/configmaps/drifty-settings");
+    assert_eq!(live["data"]["color"], "green", "{live}");
+
+    // A deleted object is all added.
+    let (code, body) = sb.request(
+        "DELETE",
+        "/api/v1/namespaces/default/configmaps/steady-settings",
+        "",
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let text = run_ok(&mut cli(&socket, &["module", "render", "steady", "--diff"]));
+    assert!(text.contains("\n@@ -0,0 +1,"), "{text}");
+    assert!(text.lines().skip(3).all(|l| l.starts_with('+')), "{text}");
+    assert!(text.contains("+  mood: calm\n"), "{text}");
+    let err = run_err(&mut cli(&socket, &["module", "render", "nope", "--diff"]));
+    assert!(
+        err.contains("module nope is not loaded") && err.contains("HTTP 404"),
+        "{err}"
+    );
+}
+
+#[test]
+fn graph_shows_the_modules_in_run_order() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let (_op, socket) = start_three_modules(&sb, &work);
+
+    // The graph: orders chained upwards, each module under its order, disabled ones marked.
+    let dot = run_ok(&mut cli(&socket, &["graph"]));
+    assert_eq!(
+        dot,
+        run_ok(&mut cli(&socket, &["raw", "/graph?format=text"]))
+    );
+    assert!(dot.starts_with("strict digraph {\n"), "{dot}");
+    assert!(dot.contains("label=\"Module Scheduler's Graph\""), "{dot}");
+    let (nodes, edges) = parse_dot(&dot);
+    let edge = |a: &str, b: &str| edges.contains(&(a.to_string(), b.to_string()));
+    for (module, weight) in [("drifty", 10), ("steady", 20), ("off", 30)] {
+        assert!(nodes.iter().any(|n| n == module), "{module}: {dot}");
+        assert!(edge(&format!("weight {weight}"), module), "{module}: {dot}");
+    }
+    assert!(
+        edge("weight 10", "weight 20") && edge("weight 20", "weight 30"),
+        "{dot}"
+    );
+    assert!(
+        !edge("weight 20", "weight 10") && !edge("weight 30", "weight 20"),
+        "{dot}"
+    );
+    let off = dot
+        .lines()
+        .find(|l| l.trim_start().starts_with("\"off\" ["))
+        .unwrap_or_default();
+    assert!(off.contains("disabled"), "{dot}");
+    let drifty = dot
+        .lines()
+        .find(|l| l.trim_start().starts_with("\"drifty\" ["))
+        .unwrap_or_default();
+    assert!(
+        drifty.contains("enabled") && !drifty.contains("disabled"),
+        "{dot}"
+    );
+    let discovery = run_ok(&mut cli(&socket, &["raw", "/discovery"]));
+    assert!(discovery.contains("GET /graph?format=text"), "{discovery}");
+
+    // The PNG needs graphviz where bosun runs (this test's environment, inherited).
+    let program = std::env::var("GRAPHVIZ_DOT").unwrap_or_else(|_| "dot".into());
+    let graphviz = Command::new(&program)
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let (code, content_type, body) = socket_get(&socket, "/graph");
+    let png = work.path().join("graph.png");
+    let png_arg = png.display().to_string();
+    let cli_png = cli(&socket, &["graph", "--format", "png", "-o", &png_arg])
+        .output()
+        .expect("bosun graph");
+    if graphviz {
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(content_type, "image/png");
+        assert!(body.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG signature");
+        assert!(cli_png.status.success(), "{cli_png:?}");
+        let file = std::fs::read(&png).expect("graph.png");
+        assert!(file.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG in the file");
+    } else {
+        let message = String::from_utf8_lossy(&body);
+        assert_eq!(code, 501, "{message}");
+        assert!(
+            message.contains("install graphviz") && message.contains("/graph?format=text"),
+            "{message}"
+        );
+        let err = String::from_utf8_lossy(&cli_png.stderr);
+        assert!(
+            !cli_png.status.success() && err.contains("graphviz") && err.contains("HTTP 501"),
+            "{err}"
+        );
+    }
 }

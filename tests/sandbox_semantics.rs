@@ -549,3 +549,35 @@ fn bearer_token_is_required_when_configured() {
         "the written kubeconfig carries the token"
     );
 }
+
+#[test]
+fn dry_run_apply_answers_the_merged_object_and_stores_nothing() {
+    let sb = Sandbox::start();
+    let (code, created) = sb.post(
+        CM,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "dry", "labels": {"team": "a"}}, "data": {"color": "green"}}),
+    );
+    assert_eq!(code, 201, "{created}");
+    let apply = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dry\ndata:\n  color: blue\n";
+    let path = format!("{CM}/dry?fieldManager=differ&force=true&dryRun=All");
+    let (code, merged) = sb.request("PATCH", &path, "application/apply-patch+yaml", apply);
+    assert_eq!(code, 200, "{merged}");
+    assert_eq!(merged["data"]["color"], "blue", "{merged}");
+    assert_eq!(
+        merged["metadata"]["labels"]["team"], "a",
+        "another manager's field stays"
+    );
+    let (_, live) = sb.get(&format!("{CM}/dry"));
+    assert_eq!(live["data"]["color"], "green", "{live}");
+    assert_eq!(rv(&live), rv(&created));
+    // A dry-run apply of an object that does not exist creates nothing.
+    let (code, _) = sb.request(
+        "PATCH",
+        &format!("{CM}/ghost?fieldManager=differ&dryRun=All"),
+        "application/apply-patch+yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ghost\n",
+    );
+    assert_eq!(code, 201);
+    assert_eq!(sb.get(&format!("{CM}/ghost")).0, 404);
+}

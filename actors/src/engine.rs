@@ -26,7 +26,8 @@ use crate::modules::{
     module_run_task, module_task,
 };
 use crate::ports::{
-    BoxFut, ConfigStore, EventSink, HookExecutor, KubeBindings, ObjectPatcher, PortError, Releases,
+    BoxFut, ConfigStore, EventSink, HookExecutor, KubeBindings, ObjectPatcher, ObjectPreview,
+    PortError, Releases,
 };
 use crate::queue_actor::{
     QueueActor, QueueArgs, QueueDump, QueueMsg, Router, TaskHandler, TaskOutcome,
@@ -1125,6 +1126,17 @@ impl Engine {
             .await?
     }
 
+    /// A module's rendered objects, each as it is live and as applying it would leave it
+    /// (a dry run), for `module render --diff`.
+    pub async fn module_preview(&self, module: &str) -> Result<Vec<ObjectPreview>, String> {
+        let objects = self.module_render(module).await?;
+        self.modules
+            .releases
+            .preview(module.to_string(), objects)
+            .await
+            .map_err(|e| format!("module {module}: {e}"))
+    }
+
     /// A module's config values document (`CONFIG_VALUES_PATH` of its hooks).
     pub async fn module_config(&self, module: &str) -> Result<Value, String> {
         let docs = self.global_docs().await?;
@@ -1153,6 +1165,16 @@ impl Engine {
             .defs
             .iter()
             .map(|d| (d.name.clone(), self.modules.is_enabled(&d.name)))
+            .collect()
+    }
+
+    /// Modules in run order: name, order (the weight the reference's graph groups by) and
+    /// whether each is enabled.
+    pub fn module_orders(&self) -> Vec<(String, u32, bool)> {
+        self.modules
+            .defs
+            .iter()
+            .map(|d| (d.name.clone(), d.order, self.modules.is_enabled(&d.name)))
             .collect()
     }
 

@@ -126,6 +126,18 @@ pub struct Rendered {
     pub objects: Vec<Value>,
 }
 
+/// A rendered object as it is in the cluster and as the server would have it after applying
+/// the rendered one (`module render --diff`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObjectPreview {
+    /// `apiVersion/kind namespace/name` (`apiVersion/kind name` when cluster-scoped).
+    pub id: String,
+    /// The object in the cluster; `None` when it does not exist.
+    pub live: Option<Value>,
+    /// The server's answer to a dry-run server-side apply of the rendered object.
+    pub merged: Value,
+}
+
 /// The latest revision of a release.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReleaseInfo {
@@ -166,6 +178,14 @@ pub trait Releases: Send + Sync + 'static {
     fn drift(&self, objects: Vec<Value>) -> BoxFut<'_, Result<Vec<String>, PortError>>;
     /// Applies objects (a module's CRDs) with server-side apply.
     fn apply(&self, objects: Vec<Value>) -> BoxFut<'_, Result<(), PortError>>;
+    /// Each rendered object of `release` as it is live and as the release's next upgrade
+    /// would leave it: a forced server-side apply as Helm sends it, run dry (nothing is
+    /// written).
+    fn preview(
+        &self,
+        release: String,
+        objects: Vec<Value>,
+    ) -> BoxFut<'_, Result<Vec<ObjectPreview>, PortError>>;
 }
 
 /// Executes the object patcher operations a hook wrote to `KUBERNETES_PATCH_PATH`

@@ -1,4 +1,4 @@
-//! The debug commands' client: one HTTP/1.1 GET per connection over the unix socket.
+//! The debug commands' client: one HTTP/1.1 request per connection over the unix socket.
 
 use std::path::Path;
 use std::time::Duration;
@@ -11,6 +11,12 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// GETs `path` (with its query) from the debug socket and returns the body. A missing
 /// socket or a non-2xx answer is an error carrying the server's message.
 pub async fn get(socket: &Path, path: &str) -> anyhow::Result<String> {
+    let body = get_bytes(socket, path).await?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Like [`get`], for answers that are not text (the PNG of `/graph`).
+pub async fn get_bytes(socket: &Path, path: &str) -> anyhow::Result<Vec<u8>> {
     send(socket, path, None).await
 }
 
@@ -21,7 +27,8 @@ pub async fn post_form(socket: &Path, path: &str, form: &[(&str, &str)]) -> anyh
         .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
         .collect::<Vec<_>>()
         .join("&");
-    send(socket, path, Some(body)).await
+    let answer = send(socket, path, Some(body)).await?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
 /// Percent-encodes a form field.
@@ -36,7 +43,7 @@ fn encode(text: &str) -> String {
         .collect()
 }
 
-async fn send(socket: &Path, path: &str, form: Option<String>) -> anyhow::Result<String> {
+async fn send(socket: &Path, path: &str, form: Option<String>) -> anyhow::Result<Vec<u8>> {
     tokio::time::timeout(TIMEOUT, request(socket, path, form))
         .await
         .map_err(|_| {
@@ -48,7 +55,7 @@ async fn send(socket: &Path, path: &str, form: Option<String>) -> anyhow::Result
         })?
 }
 
-async fn request(socket: &Path, path: &str, form: Option<String>) -> anyhow::Result<String> {
+async fn request(socket: &Path, path: &str, form: Option<String>) -> anyhow::Result<Vec<u8>> {
     let mut stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
         anyhow::anyhow!(
             "cannot connect to the debug socket {}: {e} (is bosun running? set --debug-unix-socket)",
@@ -74,9 +81,10 @@ async fn request(socket: &Path, path: &str, form: Option<String>) -> anyhow::Res
         .read_to_end(&mut raw)
         .await
         .map_err(|e| anyhow::anyhow!("cannot read the answer to {path}: {e}"))?;
-    let (status, body) = parse_response(&raw)
+    let (status, body) = parse_response_bytes(&raw)
         .map_err(|e| anyhow::anyhow!("invalid answer to {path} from the debug socket: {e}"))?;
     if !(200..300).contains(&status) {
+        let body = String::from_utf8_lossy(&body);
         let message = body.trim();
         let message = message.strip_prefix("Error: ").unwrap_or(message);
         anyhow::bail!("{path}: {message} (HTTP {status})");
@@ -86,6 +94,12 @@ async fn request(socket: &Path, path: &str, form: Option<String>) -> anyhow::Res
 
 /// Splits an HTTP/1.1 response into its status and body (de-chunked when chunked).
 pub fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
+    parse_response_bytes(raw)
+        .map(|(status, body)| (status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// [`parse_response`] with the body as bytes.
+pub fn parse_response_bytes(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -117,7 +131,7 @@ pub fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
     } else if let Some(n) = length {
         body.truncate(n);
     }
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    Ok((status, body))
 }
 
 fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, String> {

@@ -1,5 +1,5 @@
-//! The debug commands: `bosun queue|global|module|actors|raw`, addon-operator's debug CLI
-//! plus bosun's actor view, reading a running bosun's debug socket.
+//! The debug commands: `bosun queue|global|module|actors|graph|raw`, addon-operator's debug
+//! CLI plus bosun's actor view, reading a running bosun's debug socket.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -171,7 +171,15 @@ pub enum ModuleCommand {
     Render {
         /// The module.
         name: String,
-        /// Output format (text: multi-document YAML).
+        /// Print the module's objects that drifted from the chart instead: a unified diff of
+        /// each object as it is live against what applying the chart would make of it (a
+        /// server-side dry run), or "No diff found".
+        #[arg(long)]
+        diff: bool,
+        /// Accepted for addon-operator compatibility (bosun renders the same either way).
+        #[arg(long)]
+        debug: bool,
+        /// Output format (text: multi-document YAML, or the diff).
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
@@ -232,6 +240,28 @@ pub enum ConfigCommand {
         /// How long the value lasts; then the previous one comes back.
         duration: Option<String>,
     },
+}
+
+/// Formats of `bosun graph`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GraphFormat {
+    /// The DOT description.
+    Text,
+    /// A PNG drawn by graphviz (`dot`) on the machine bosun runs on.
+    Png,
+}
+
+/// `bosun graph`.
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// What to print: the DOT text, or the PNG graphviz draws from it.
+    #[arg(long, value_enum, default_value = "text")]
+    format: GraphFormat,
+    /// Write to this file instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 /// `bosun raw`.
@@ -345,9 +375,16 @@ pub fn module(args: ModuleArgs) -> anyhow::Result<()> {
         ModuleCommand::ResourceMonitor { output } => {
             format!("/module/resource-monitor.{}", output.ext())
         }
-        ModuleCommand::Render { name, output } => {
-            format!("/module/{}/render.{}", module_path(&name)?, output.ext())
-        }
+        ModuleCommand::Render {
+            name,
+            diff,
+            debug,
+            output,
+        } => format!(
+            "/module/{}/render.{}?diff={diff}&debug={debug}",
+            module_path(&name)?,
+            output.ext()
+        ),
         ModuleCommand::Patches { name, output } => {
             format!("/module/{}/patches.{}", module_path(&name)?, output.ext())
         }
@@ -404,6 +441,29 @@ pub fn config(args: ConfigArgs) -> anyhow::Result<()> {
             if !body.trim().is_empty() {
                 print(&body)?;
             }
+            Ok(())
+        }
+    }
+}
+
+/// Runs `bosun graph`: the module graph of `/graph`, as DOT text or PNG.
+pub fn graph(args: GraphArgs) -> anyhow::Result<()> {
+    let format = match args.format {
+        GraphFormat::Text => "text",
+        GraphFormat::Png => "png",
+    };
+    if args.format == GraphFormat::Png && args.output.is_none() && std::io::stdout().is_terminal() {
+        anyhow::bail!("not writing a PNG to the terminal: add -o FILE (or redirect the output)");
+    }
+    let path = format!("/graph?format={format}");
+    let body = runtime()?.block_on(super::client::get_bytes(&args.socket.path(), &path))?;
+    match &args.output {
+        Some(file) => std::fs::write(file, &body)
+            .map_err(|e| anyhow::anyhow!("cannot write the graph to {}: {e}", file.display())),
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&body)?;
+            out.flush()?;
             Ok(())
         }
     }

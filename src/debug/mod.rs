@@ -1,6 +1,6 @@
 //! The debug interface, as addon-operator's: HTTP on a unix socket (`DEBUG_UNIX_SOCKET`,
 //! default `/var/run/addon-operator/debug.socket`) and optionally on a loopback TCP address
-//! (`DEBUG_HTTP_SERVER_ADDR`), read by the `bosun queue|global|module|actors|raw` and
+//! (`DEBUG_HTTP_SERVER_ADDR`), read by the `bosun queue|global|module|actors|graph|raw` and
 //! `bosun journal … --live` commands, and by a browser at `/ui`.
 //!
 //! ```text
@@ -18,6 +18,8 @@
 
 pub mod client;
 pub mod commands;
+pub mod diff;
+pub mod graph;
 pub mod views;
 
 use std::collections::HashMap;
@@ -53,6 +55,10 @@ pub const DEFAULT_SOCKET: &str = "/var/run/addon-operator/debug.socket";
 /// How long an endpoint waits for an actor (a module actor is busy during its run).
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long `module render --diff` may take: a render plus two API calls per object (the
+/// CLI gives up after 30s).
+const DIFF_TIMEOUT: Duration = Duration::from_secs(25);
+
 /// The routes, for `/discovery`.
 pub const ROUTES: &[&str] = &[
     "/queue/list.{json|yaml|text}?showEmpty=bool",
@@ -65,7 +71,7 @@ pub const ROUTES: &[&str] = &[
     "/module/list.{json|yaml|text}",
     "/module/{name}/snapshots.{json|yaml|text}",
     "/module/{name}/patches.{json|yaml}",
-    "/module/{name}/render.{text|json|yaml}",
+    "/module/{name}/render.{text|json|yaml}?diff=bool&debug=bool",
     "/module/resource-monitor.{json|yaml|text}",
     "/module/{name}/values.{json|yaml|text}?global=bool",
     "/module/{name}/config.{json|yaml|text}?global=bool",
@@ -77,6 +83,7 @@ pub const ROUTES: &[&str] = &[
     "/journal/stats.{json|text}",
     "/config/list.{json|yaml|text}",
     "POST /config/set (form: name, value, duration)",
+    "/graph?format=text|png",
     "/discovery.{json|yaml|text}",
     "/ui",
 ];
@@ -284,12 +291,20 @@ fn flag(query: &HashMap<String, String>, name: &str) -> bool {
 }
 
 async fn ask<T>(what: &str, fut: impl Future<Output = T>) -> Result<T, Failure> {
-    tokio::time::timeout(ASK_TIMEOUT, fut).await.map_err(|_| {
+    ask_within(what, ASK_TIMEOUT, fut).await
+}
+
+async fn ask_within<T>(
+    what: &str,
+    timeout: Duration,
+    fut: impl Future<Output = T>,
+) -> Result<T, Failure> {
+    tokio::time::timeout(timeout, fut).await.map_err(|_| {
         Failure(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "{what} did not answer within {}s (busy with a long run? see /actors)",
-                ASK_TIMEOUT.as_secs()
+                timeout.as_secs()
             ),
         )
     })
@@ -337,6 +352,9 @@ async fn handle(
     }
     if matches!(uri.path(), "/ui" | "/ui/") {
         return ui_page();
+    }
+    if matches!(uri.path(), "/graph" | "/graph/") {
+        return graph_answer(&shared.engine, &query).await;
     }
     let (route, format) = Format::split(uri.path());
     // Patches are read from the journal, where every accepted patch is.
@@ -404,6 +422,18 @@ async fn answer(
         }
         ["global", "snapshots"] => Ok(View::data(engine.snapshots(None))),
         ["module", "resource-monitor"] => Ok(View::data(engine.resource_monitors())),
+        ["module", name, "render"] if flag(query, "diff") => {
+            let what = format!("module {name}");
+            let previews = ask_within(&what, DIFF_TIMEOUT, engine.module_preview(name))
+                .await?
+                .map_err(not_found)?;
+            diff::diff_view(&previews).map_err(|e| {
+                Failure(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("module {name}: {e}"),
+                )
+            })
+        }
         ["module", name, "render"] => {
             let objects = ask(&format!("module {name}"), engine.module_render(name))
                 .await?
@@ -523,6 +553,40 @@ async fn config_set(axum::Form(form): axum::Form<ConfigSet>) -> Response {
         Err(e @ SetError::Apply { .. }) => {
             Failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
         }
+    }
+}
+
+/// `/graph`: the module graph as DOT text (`format=text`) or drawn as a PNG by graphviz
+/// (otherwise; 501 when graphviz is not installed).
+async fn graph_answer(engine: &Engine, query: &HashMap<String, String>) -> Response {
+    let modules: Vec<graph::ModuleVertex> = engine
+        .module_orders()
+        .into_iter()
+        .map(|(name, weight, enabled)| graph::ModuleVertex {
+            name,
+            weight,
+            enabled,
+        })
+        .collect();
+    let text = graph::dot(&modules);
+    match query.get("format").map(String::as_str) {
+        Some("text" | "dot") => {
+            ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+        }
+        None | Some("" | "png") => match graph::png(&graph::dot_program(), &text).await {
+            Ok(png) => ([(header::CONTENT_TYPE, "image/png")], png).into_response(),
+            Err(e @ graph::GraphError::NoGraphviz(..)) => {
+                Failure(StatusCode::NOT_IMPLEMENTED, e.to_string()).into_response()
+            }
+            Err(e) => Failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        },
+        Some(other) => Failure(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "format {other:?} is not known; /graph answers format=text (DOT) or format=png"
+            ),
+        )
+        .into_response(),
     }
 }
 

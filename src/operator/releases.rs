@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use bosun_actors::ports::{BoxFut, PortError, ReleaseInfo, Releases, Rendered};
+use bosun_actors::ports::{BoxFut, ObjectPreview, PortError, ReleaseInfo, Releases, Rendered};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{ApiResource, Scope};
 use serde_json::Value;
@@ -15,6 +15,9 @@ use crate::helm::{HelmClient, HelmError, HelmLibrary, InstallOptions, Release};
 
 /// Label holding the checksum of the rendered chart on each release revision.
 pub const CHECKSUM_LABEL: &str = "moduleChecksum";
+
+/// The field manager of bosun's own server-side applies (module CRDs, diff previews).
+pub const FIELD_MANAGER: &str = "bosun";
 
 /// [`Releases`] with the Helm library.
 pub struct HelmReleases {
@@ -73,6 +76,16 @@ impl HelmReleases {
     }
 
     async fn api_for(&self, obj: &Value) -> Result<(Api<DynamicObject>, String, String), String> {
+        let (api, name, what, _) = self.locate(obj).await?;
+        Ok((api, name, what))
+    }
+
+    /// The API of an object, its name, `Kind/[ns/]name` for messages, and the namespace it
+    /// lives in (the release namespace when it names none; `None` when cluster-scoped).
+    async fn locate(
+        &self,
+        obj: &Value,
+    ) -> Result<(Api<DynamicObject>, String, String, Option<String>), String> {
         let api_version = obj["apiVersion"].as_str().unwrap_or_default();
         let kind = obj["kind"].as_str().unwrap_or_default();
         let name = obj["metadata"]["name"]
@@ -83,6 +96,7 @@ impl HelmReleases {
         if namespaced {
             let ns = obj["metadata"]["namespace"]
                 .as_str()
+                .filter(|ns| !ns.is_empty())
                 .unwrap_or(&self.namespace)
                 .to_string();
             let what = format!("{kind}/{ns}/{name}");
@@ -90,10 +104,11 @@ impl HelmReleases {
                 Api::namespaced_with(self.kube.clone(), &ns, &ar),
                 name,
                 what,
+                Some(ns),
             ))
         } else {
             let what = format!("{kind}/{name}");
-            Ok((Api::all_with(self.kube.clone(), &ar), name, what))
+            Ok((Api::all_with(self.kube.clone(), &ar), name, what, None))
         }
     }
 
@@ -154,6 +169,42 @@ pub fn rendered_checksum(files: &BTreeMap<String, String>) -> String {
         ctx.update([0u8]);
     }
     format!("{:x}", ctx.finalize())
+}
+
+/// The field manager Helm's server-side applies use: the base name of the program it runs
+/// in (Helm's default), which for the Helm library inside bosun is bosun's own.
+pub fn helm_field_manager() -> String {
+    std::env::args_os()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| FIELD_MANAGER.to_string())
+}
+
+/// Adds what Helm sets on every object it installs (the release's ownership label and
+/// annotations), so a rendered object compares with what Helm applies.
+pub fn helm_owned(obj: &mut Value, release: &str, namespace: &str) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let mut set = |field: &str, key: &str, value: &str| {
+        let map = meta
+            .entry(field)
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !map.is_object() {
+            *map = Value::Object(Default::default());
+        }
+        if let Some(m) = map.as_object_mut() {
+            m.insert(key.to_string(), Value::String(value.to_string()));
+        }
+    };
+    set("labels", "app.kubernetes.io/managed-by", "Helm");
+    set("annotations", "meta.helm.sh/release-name", release);
+    set("annotations", "meta.helm.sh/release-namespace", namespace);
 }
 
 /// The objects of the rendered files, without chart hooks and empty documents.
@@ -337,12 +388,60 @@ impl Releases for HelmReleases {
         Box::pin(async move {
             for obj in objects {
                 let (api, name, what) = self.api_for(&obj).await.map_err(PortError)?;
-                let params = PatchParams::apply("bosun").force();
+                let params = PatchParams::apply(FIELD_MANAGER).force();
                 api.patch(&name, &params, &Patch::Apply(&obj))
                     .await
                     .map_err(|e| PortError(format!("cannot apply {what}: {e}")))?;
             }
             Ok(())
+        })
+    }
+
+    fn preview(
+        &self,
+        release: String,
+        objects: Vec<Value>,
+    ) -> BoxFut<'_, Result<Vec<ObjectPreview>, PortError>> {
+        Box::pin(async move {
+            let manager = helm_field_manager();
+            let mut out = Vec::with_capacity(objects.len());
+            for mut obj in objects {
+                helm_owned(&mut obj, &release, &self.namespace);
+                let (api, name, what, ns) = self.locate(&obj).await.map_err(PortError)?;
+                if name.is_empty() {
+                    return Err(PortError(format!(
+                        "{what}: the rendered object has no name"
+                    )));
+                }
+                let live = api
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| PortError(format!("cannot read {what}: {e}")))?;
+                // As `kubectl diff --server-side --force-conflicts`, as Helm's manager: the
+                // server merges (dropping what the chart no longer sets), the dry run writes
+                // nothing.
+                let params = PatchParams::apply(&manager).force().dry_run();
+                let merged = api
+                    .patch(&name, &params, &Patch::Apply(&obj))
+                    .await
+                    .map_err(|e| PortError(format!("dry-run apply of {what} failed: {e}")))?;
+                let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+                let kind = obj["kind"].as_str().unwrap_or_default();
+                let id = match ns {
+                    Some(ns) => format!("{api_version}/{kind} {ns}/{name}"),
+                    None => format!("{api_version}/{kind} {name}"),
+                };
+                let json = |o: &DynamicObject| {
+                    serde_json::to_value(o)
+                        .map_err(|e| PortError(format!("cannot encode {what}: {e}")))
+                };
+                out.push(ObjectPreview {
+                    id,
+                    live: live.as_ref().map(json).transpose()?,
+                    merged: json(&merged)?,
+                });
+            }
+            Ok(out)
         })
     }
 }
@@ -384,12 +483,33 @@ impl Releases for NoHelm {
     fn apply(&self, _: Vec<Value>) -> BoxFut<'_, Result<(), PortError>> {
         Box::pin(async move { Err(PortError(format!("cannot apply CRDs: {}", self.0))) })
     }
+    fn preview(
+        &self,
+        _: String,
+        _: Vec<Value>,
+    ) -> BoxFut<'_, Result<Vec<ObjectPreview>, PortError>> {
+        Box::pin(async move { Err(PortError(format!("cannot compare objects: {}", self.0))) })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn rendered_objects_get_the_metadata_helm_sets() {
+        let mut obj = json!({"kind": "ConfigMap", "metadata": {"name": "a", "labels": {"x": "1"}, "annotations": null}});
+        helm_owned(&mut obj, "demo", "apps");
+        assert_eq!(
+            obj["metadata"],
+            json!({
+                "name": "a",
+                "labels": {"x": "1", "app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {"meta.helm.sh/release-name": "demo", "meta.helm.sh/release-namespace": "apps"},
+            })
+        );
+    }
 
     #[test]
     fn drift_is_a_subset_check() {
