@@ -2,7 +2,8 @@
 # Idempotent set-up of everything bosun's run and test commands need on a fresh Debian
 # machine with a Rust toolchain: kubectl, the Python kubernetes client, the Helm library
 # (libhelm_c.so) extracted from the helm-python-sdk wheel, and, with --with-browser (the
-# test command), Chromium for the debug web view's headless-browser test.
+# test command), Chromium for the debug web view's headless-browser test and graphviz for
+# the PNG of /graph.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
@@ -25,6 +26,11 @@ fi
 if [ "${1:-}" = "--with-browser" ] && [ ! -x /usr/bin/chromium ]; then
   echo "setup: installing chromium (Debian), for the debug web view's test"
   apt_install chromium
+fi
+
+if [ "${1:-}" = "--with-browser" ] && ! command -v dot >/dev/null 2>&1; then
+  echo "setup: installing graphviz (Debian), for the PNG of /graph"
+  apt_install graphviz
 fi
 
 if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
