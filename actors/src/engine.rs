@@ -781,7 +781,10 @@ impl EngineHandler {
     async fn discover_releases(&self) -> TaskOutcome {
         let names = match self.modules.releases.list().await {
             Ok(n) => n,
-            Err(e) => return TaskOutcome::Fail(format!("cannot list Helm releases: {e}")),
+            Err(e) => {
+                crate::telemetry::module_discover_error();
+                return TaskOutcome::Fail(format!("cannot list Helm releases: {e}"));
+            }
         };
         let mut orphans: Vec<String> = names
             .into_iter()

@@ -408,6 +408,7 @@ async fn follow_config_map(
                 sections
             }
             Err(e) => {
+                bosun_actors::telemetry::config_values_error();
                 tracing::error!(configmap = %name, "{e}; keeping the last good config values");
                 continue;
             }
