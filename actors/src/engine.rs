@@ -327,6 +327,8 @@ pub struct EngineArgs {
     pub config_store: Arc<dyn ConfigStore>,
     /// Park tasks after this many failures.
     pub max_attempts: Option<u32>,
+    /// Time low-level queue operations (off with `QUEUE_ACTIONS_METRICS=no`).
+    pub queue_action_metrics: bool,
     /// Mailbox registry.
     pub mailboxes: Mailboxes,
     /// Kubernetes bindings.
@@ -896,6 +898,7 @@ struct QueueRouter {
     sink: Arc<dyn EventSink>,
     mailboxes: Mailboxes,
     max_attempts: Option<u32>,
+    action_metrics: bool,
     this: Mutex<Option<std::sync::Weak<QueueRouter>>>,
 }
 
@@ -923,6 +926,7 @@ impl QueueRouter {
             mailbox: mailbox.clone(),
             restored,
             max_attempts: self.max_attempts,
+            action_metrics: self.action_metrics,
         };
         let (actor, _) =
             Actor::spawn(None, QueueActor, args)
@@ -1260,6 +1264,7 @@ impl Engine {
             sink: args.sink.clone(),
             mailboxes: args.mailboxes.clone(),
             max_attempts: args.max_attempts,
+            action_metrics: args.queue_action_metrics,
             this: Mutex::new(None),
         });
         *router.this.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(&router));

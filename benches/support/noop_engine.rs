@@ -60,6 +60,7 @@ pub async fn round(dir: &std::path::Path, hook: &std::path::Path, tasks: usize) 
         executor: Arc::new(runner),
         config_store: Arc::new(NoConfigMap),
         max_attempts: None,
+        queue_action_metrics: true,
         mailboxes: Mailboxes::default(),
         modules: Vec::new(),
         releases: Arc::new(bosun::operator::releases::NoHelm("no charts".into())),

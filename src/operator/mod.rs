@@ -71,6 +71,8 @@ pub struct OperatorConfig {
     /// `ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX`: put before every operator metric name
     /// (bosun's own `bosun_…` metrics and the hooks' metrics keep theirs).
     pub metrics_prefix: String,
+    /// `QUEUE_ACTIONS_METRICS`: `no` switches `tasks_queue_action_duration_seconds` off.
+    pub queue_action_metrics: bool,
 }
 
 fn duration_env(names: &[&str], default: Duration) -> anyhow::Result<Duration> {
@@ -158,6 +160,10 @@ impl OperatorConfig {
             // Set but empty means no prefix.
             metrics_prefix: std::env::var("ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX")
                 .unwrap_or_else(|_| defaults.metrics_prefix.clone()),
+            queue_action_metrics: match env(&["QUEUE_ACTIONS_METRICS"]) {
+                Some(v) => v != "no",
+                None => defaults.queue_action_metrics,
+            },
             debug_socket: crate::debug::socket_from_env(&defaults.debug_socket),
             debug_http,
             unnumbered_order,
@@ -247,6 +253,7 @@ impl OperatorConfig {
             debug_socket: PathBuf::from(crate::debug::DEFAULT_SOCKET),
             debug_http: None,
             metrics_prefix: crate::telemetry::DEFAULT_PREFIX.into(),
+            queue_action_metrics: true,
         }
     }
 }
@@ -541,6 +548,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         executor: Arc::new(runner),
         config_store: Arc::new(store),
         max_attempts: cfg.max_attempts,
+        queue_action_metrics: cfg.queue_action_metrics,
         mailboxes: Mailboxes::default(),
         bindings: Arc::new(crate::bindings::WatchManager::new(client.clone())),
         patcher: Arc::new(crate::kubernetes::patcher::KubePatcher::new(
