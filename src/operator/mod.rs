@@ -475,19 +475,22 @@ fn releases(
 pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     // First, so that everything started below records into it.
     let metrics = crate::telemetry::install(&cfg.metrics_prefix);
-    let client = match &cfg.kubeconfig {
+    let config = match &cfg.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
                 .await
-                .context("invalid kubeconfig")?;
-            kube::Client::try_from(config).context("cannot build a Kubernetes client")?
+                .context("invalid kubeconfig")?
         }
-        None => kube::Client::try_default()
+        None => kube::Config::infer()
             .await
             .context("cannot configure a Kubernetes client (in-cluster or KUBECONFIG)")?,
     };
+    // One client for everything bosun asks the API server, so that all of it shows in the
+    // kubernetes_client_request_* metrics (Helm's requests go through its own).
+    let client =
+        crate::kubernetes::measured_client(config).context("cannot build a Kubernetes client")?;
     let namespace = if cfg.namespace.is_empty() {
         client.default_namespace().to_string()
     } else {
