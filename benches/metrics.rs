@@ -7,7 +7,8 @@
 //! and the median of the pairs' ratios is reported.
 //!
 //! `cargo bench --bench metrics`; `BENCH_TASKS` (default 500 per round), `BENCH_ROUNDS`
-//! (default 12 pairs) scale it; `BENCH_VERBOSE` prints every round.
+//! (default 12 pairs) scale it; `BENCH_VERBOSE` prints every round;
+//! `QUEUE_ACTIONS_METRICS=no` leaves the queue operations untimed, as in `bosun run`.
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;

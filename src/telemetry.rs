@@ -94,7 +94,8 @@ impl<R: Recorder> Recorder for Prefixed<R> {
 const RUN_BUCKETS: [f64; 15] = [
     0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0, 300.0, 900.0,
 ];
-/// jq filters and watch event handling: microseconds to tens of milliseconds.
+/// jq filters, watch event handling and queue operations: microseconds to tens of
+/// milliseconds.
 const FAST_BUCKETS: [f64; 12] = [
     0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
 ];
@@ -112,6 +113,7 @@ pub fn recorder(
     for name in [
         names::KUBE_JQ_FILTER_DURATION_SECONDS,
         names::KUBE_EVENT_DURATION_SECONDS,
+        names::TASKS_QUEUE_ACTION_DURATION_SECONDS,
     ] {
         builder = builder
             .set_buckets_for_metric(Matcher::Suffix(name.to_string()), &FAST_BUCKETS)
@@ -217,6 +219,18 @@ fn describe() {
             "Time of a module's Helm step (render, status, upgrade).",
         ),
         (
+            names::HELM_OPERATION_SECONDS,
+            "Time of one Helm step of a module: template, check-upgrade, upgrade, uninstall.",
+        ),
+        (
+            names::KUBERNETES_CLIENT_REQUEST_LATENCY_SECONDS,
+            "Time to the response headers of the operator's Kubernetes API requests.",
+        ),
+        (
+            names::TASKS_QUEUE_ACTION_DURATION_SECONDS,
+            "Time of one low-level operation on a queue's contents.",
+        ),
+        (
             names::KUBE_JQ_FILTER_DURATION_SECONDS,
             "jqFilter run time per object.",
         ),
@@ -261,6 +275,18 @@ fn describe() {
             "Failed ModuleDelete tasks.",
         ),
         (names::CONVERGENCE_TOTAL, "Converges finished."),
+        (
+            names::CONFIG_VALUES_ERRORS_TOTAL,
+            "ConfigMap changes rejected (invalid YAML, flags or values).",
+        ),
+        (
+            names::MODULE_DISCOVER_ERRORS_TOTAL,
+            "Failed enabled scripts, module hook configurations and API calls while discovering modules.",
+        ),
+        (
+            names::KUBERNETES_CLIENT_REQUEST_RESULT_TOTAL,
+            "The operator's Kubernetes API requests by status code (<error>: no response).",
+        ),
         (
             names::JOURNAL_APPENDS_TOTAL,
             "Journal append calls (one batch of events each).",

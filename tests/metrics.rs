@@ -1,7 +1,8 @@
 //! Prometheus metrics of a running `bosun run` against the sandbox: `/metrics` (the
-//! operator's: hook runs, queues, converges, modules, bindings, journal, mailboxes, the
-//! prefix) and `/metrics/hooks` (what hooks write to `METRICS_PATH`, with the documented
-//! grouped-metrics example reproduced step by step).
+//! operator's: hook runs, queues and their operations, converges, modules and their Helm
+//! steps, discovery and ConfigMap errors, the Kubernetes client, bindings, journal,
+//! mailboxes, the prefix) and `/metrics/hooks` (what hooks write to `METRICS_PATH`, with
+//! the documented grouped-metrics example reproduced step by step).
 
 mod common;
 
@@ -558,12 +559,16 @@ echo \"$n\" > \"$OUT_DIR/{name}.runs\""
             r#"{"group":"hook2", "action":"expire"}"#,
         ),
     );
-    // A prefix of our own: operator metrics get it, the hooks' and bosun's do not.
+    // A prefix of our own: operator metrics get it, the hooks' and bosun's do not. Queue
+    // operations are not timed.
     let op = Operator::start_with(
         &sb,
         &hooks,
         work.path(),
-        &[("ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX", "acme_")],
+        &[
+            ("ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX", "acme_"),
+            ("QUEUE_ACTIONS_METRICS", "no"),
+        ],
     );
     let addr = http_addr(&op);
     scrape_is(
@@ -589,6 +594,14 @@ echo \"$n\" > \"$OUT_DIR/{name}.runs\""
         !text.contains("hook_metric"),
         "hook metrics are served apart"
     );
+    assert!(
+        !text.contains("tasks_queue_action_duration_seconds"),
+        "QUEUE_ACTIONS_METRICS=no: {text}"
+    );
+    assert!(
+        value(&text, "acme_tasks_queue_length", &[("queue", "main")]).is_some(),
+        "the other queue metrics stay"
+    );
     assert_eq!(
         value(
             &text,
@@ -601,5 +614,234 @@ echo \"$n\" > \"$OUT_DIR/{name}.runs\""
             ]
         ),
         Some(1.0)
+    );
+}
+
+/// Replaces keys of the operator's ConfigMap (read, change, write back; retried on a
+/// conflict with bosun's own writes).
+fn set_config(sb: &Sandbox, data: &[(&str, &str)]) {
+    let path = format!("{CM}/addon-operator");
+    for _ in 0..10 {
+        let (code, mut cm) = sb.get(&path);
+        assert_eq!(code, 200, "{cm}");
+        if !cm["data"].is_object() {
+            cm["data"] = json!({});
+        }
+        for (k, v) in data {
+            cm["data"][*k] = json!(v);
+        }
+        let (code, body) = sb.put(&path, &cm);
+        if code == 200 {
+            return;
+        }
+        assert_eq!(code, 409, "{body}");
+    }
+    panic!("cannot update the ConfigMap");
+}
+
+/// The sum of `name` over the series whose labels include `pairs`.
+fn total(text: &str, name: &str, pairs: &[(&str, &str)]) -> f64 {
+    matching(text, name, pairs).iter().map(|(_, v)| v).sum()
+}
+
+#[test]
+fn helm_steps_discovery_and_config_errors_client_requests_and_queue_actions() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let m = work.path().join("modules");
+    let (code, body) = sb.post(
+        CM,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "addon-operator"},
+                "data": {"alpha": "replicas: 1\n"}}),
+    );
+    assert_eq!(code, 201, "{body}");
+    std::fs::write(
+        m.join("values.yaml"),
+        "alphaEnabled: true\nbadScriptEnabled: true\nbadHookEnabled: true\n",
+    )
+    .expect("values.yaml");
+    // A module with a chart and a schema for its config values.
+    std::fs::create_dir_all(m.join("001-alpha/templates")).expect("chart dir");
+    std::fs::write(
+        m.join("001-alpha/templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: alpha-settings\ndata:\n  replicas: {{ .Values.alpha.replicas | quote }}\n",
+    )
+    .expect("template");
+    std::fs::create_dir_all(m.join("001-alpha/openapi")).expect("openapi dir");
+    std::fs::write(
+        m.join("001-alpha/openapi/config-values.yaml"),
+        "type: object\nproperties:\n  replicas: {type: integer}\n",
+    )
+    .expect("schema");
+    // Module discovery errors: an enabled script that fails, a hook whose --config is not
+    // a configuration.
+    common::write_exec(
+        &m.join("002-bad-script/enabled"),
+        "#!/bin/bash\necho 'cannot decide' >&2\nexit 3\n",
+    );
+    common::write_exec(
+        &m.join("003-bad-hook/hooks/hook.sh"),
+        "#!/bin/bash\necho '{ not a configuration'\n",
+    );
+    // Failing module tasks are parked at once, so the converge goes on without them.
+    let op = Operator::start_with(
+        &sb,
+        &work.path().join("no-global-hooks"),
+        work.path(),
+        &[("BOSUN_TASK_MAX_ATTEMPTS", "1")],
+    );
+    let addr = http_addr(&op);
+    op.wait(
+        "the first converge, the failing modules parked",
+        Duration::from_secs(60),
+        || {
+            let text = get(&addr, "/metrics");
+            value(
+                &text,
+                "addon_operator_convergence_total",
+                &[("activation", "OperatorStartup")],
+            ) == Some(1.0)
+                && value(&text, "bosun_parked_tasks", &[("queue", "main")]) == Some(2.0)
+        },
+    );
+    let text = get(&addr, "/metrics");
+
+    // Each Helm step of alpha's run, timed once.
+    for operation in ["template", "check-upgrade", "upgrade"] {
+        assert_eq!(
+            value(
+                &text,
+                "addon_operator_helm_operation_seconds_count",
+                &[
+                    ("module", "alpha"),
+                    ("activation", "OperatorStartup"),
+                    ("operation", operation)
+                ]
+            ),
+            Some(1.0),
+            "{operation}: {text}"
+        );
+    }
+    assert_eq!(
+        value(
+            &text,
+            "addon_operator_module_helm_seconds_count",
+            &[("module", "alpha"), ("activation", "OperatorStartup")]
+        ),
+        Some(1.0)
+    );
+
+    // The enabled script failed when the converge planned the modules and when its run
+    // checked again; the hook's --config failed once.
+    assert_eq!(
+        value(&text, "addon_operator_module_discover_errors_total", &[]),
+        Some(3.0),
+        "{}",
+        op.logs()
+    );
+
+    // The operator's own API requests: by status, method and API server; timed by a URL
+    // template that names resources, never objects.
+    assert!(
+        value(
+            &text,
+            "addon_operator_kubernetes_client_request_result_total",
+            &[("code", "200"), ("method", "GET"), ("host", sb.addr())]
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
+    let latency = matching(
+        &text,
+        "addon_operator_kubernetes_client_request_latency_seconds_count",
+        &[],
+    );
+    let urls: Vec<String> = latency
+        .iter()
+        .filter(|(l, _)| l["verb"] == "GET")
+        .map(|(l, _)| l["url"].clone())
+        .collect();
+    assert!(
+        urls.iter()
+            .any(|u| u == "/api/v1/namespaces/{namespace}/configmaps"),
+        "the ConfigMap watch: {urls:?}"
+    );
+    assert!(
+        urls.iter()
+            .any(|u| u == "/api/v1/namespaces/{namespace}/configmaps/{name}"),
+        "alpha's object read back after its upgrade: {urls:?}"
+    );
+    for (labels, _) in &latency {
+        let url = &labels["url"];
+        for name in ["default", "addon-operator", "alpha-settings", "?", "watch="] {
+            assert!(!url.contains(name), "{name} in a url label: {latency:?}");
+        }
+    }
+
+    // Queue operations of the main queue.
+    for action in ["AddLast", "GetFirst", "Remove"] {
+        assert!(
+            value(
+                &text,
+                "addon_operator_tasks_queue_action_duration_seconds_count",
+                &[("queue_name", "main"), ("queue_action", action)]
+            )
+            .is_some_and(|v| v >= 1.0),
+            "{action}: {text}"
+        );
+    }
+
+    // ConfigMap edits bosun rejects are counted, and it carries on: a value the module's
+    // schema refuses, then a flag that is not a boolean.
+    set_config(&sb, &[("alpha", "replicas: many\n")]);
+    op.wait(
+        "the schema violation counted",
+        Duration::from_secs(30),
+        || {
+            value(
+                &get(&addr, "/metrics"),
+                "addon_operator_config_values_errors_total",
+                &[],
+            ) == Some(1.0)
+        },
+    );
+    set_config(
+        &sb,
+        &[("alpha", "replicas: 2\n"), ("alphaEnabled", "maybe")],
+    );
+    op.wait("the bad flag counted", Duration::from_secs(30), || {
+        value(
+            &get(&addr, "/metrics"),
+            "addon_operator_config_values_errors_total",
+            &[],
+        ) == Some(2.0)
+    });
+    assert_eq!(common::http_raw(&addr, "GET", "/healthz", "", b"").0, 200);
+    assert!(
+        op.logs().contains("keeping the last good config values"),
+        "the rejected ConfigMap is logged"
+    );
+
+    // A valid edit that disables alpha: its release is uninstalled, and timed.
+    set_config(&sb, &[("alphaEnabled", "false")]);
+    op.wait(
+        "alpha's release uninstalled",
+        Duration::from_secs(60),
+        || {
+            total(
+                &get(&addr, "/metrics"),
+                "addon_operator_helm_operation_seconds_count",
+                &[("module", "alpha"), ("operation", "uninstall")],
+            ) == 1.0
+        },
+    );
+    assert_eq!(
+        value(
+            &get(&addr, "/metrics"),
+            "addon_operator_config_values_errors_total",
+            &[]
+        ),
+        Some(2.0),
+        "a valid edit is no error"
     );
 }

@@ -328,6 +328,8 @@ pub struct EngineArgs {
     pub config_store: Arc<dyn ConfigStore>,
     /// Park tasks after this many failures.
     pub max_attempts: Option<u32>,
+    /// Time low-level queue operations (off with `QUEUE_ACTIONS_METRICS=no`).
+    pub queue_action_metrics: bool,
     /// Mailbox registry.
     pub mailboxes: Mailboxes,
     /// Kubernetes bindings.
@@ -782,7 +784,10 @@ impl EngineHandler {
     async fn discover_releases(&self) -> TaskOutcome {
         let names = match self.modules.releases.list().await {
             Ok(n) => n,
-            Err(e) => return TaskOutcome::Fail(format!("cannot list Helm releases: {e}")),
+            Err(e) => {
+                crate::telemetry::module_discover_error();
+                return TaskOutcome::Fail(format!("cannot list Helm releases: {e}"));
+            }
         };
         let mut orphans: Vec<String> = names
             .into_iter()
@@ -894,6 +899,7 @@ struct QueueRouter {
     sink: Arc<dyn EventSink>,
     mailboxes: Mailboxes,
     max_attempts: Option<u32>,
+    action_metrics: bool,
     this: Mutex<Option<std::sync::Weak<QueueRouter>>>,
 }
 
@@ -921,6 +927,7 @@ impl QueueRouter {
             mailbox: mailbox.clone(),
             restored,
             max_attempts: self.max_attempts,
+            action_metrics: self.action_metrics,
         };
         let (actor, _) =
             Actor::spawn(None, QueueActor, args)
@@ -1279,6 +1286,7 @@ impl Engine {
             sink: args.sink.clone(),
             mailboxes: args.mailboxes.clone(),
             max_attempts: args.max_attempts,
+            action_metrics: args.queue_action_metrics,
             this: Mutex::new(None),
         });
         *router.this.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(&router));

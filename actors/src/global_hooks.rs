@@ -426,6 +426,7 @@ impl Actor for GlobalHooksActor {
                 let result = if st.config() == config {
                     Ok(false)
                 } else if let Err(e) = st.schemas.validate_config(&st.static_values, &config) {
+                    telemetry::config_values_error();
                     Err(format!("section \"global\": {e}"))
                 } else {
                     st.journal(vec![Event::ValuesSet {

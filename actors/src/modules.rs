@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
@@ -26,11 +26,11 @@ use crate::hook_metrics::HookMetrics;
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use crate::ports::{
     ConfigStore, EnabledRun, EventSink, HookExecutor, HookResult, HookRun, KubeBindings, LogFields,
-    ObjectPatcher, Releases,
+    ObjectPatcher, Releases, Rendered,
 };
 use crate::queue_actor::{Router, TaskOutcome};
 use crate::state::{QueuedTask, State};
-use crate::telemetry::{self, HookRunLabels, RunOutcome};
+use crate::telemetry::{self, HelmOperation, HookRunLabels, RunOutcome};
 use crate::values::{
     apply_memory, check_scope, checksum, kebab_name, parse_patch_stream, values_key,
 };
@@ -411,11 +411,21 @@ impl ModuleState {
         Ok(())
     }
 
-    /// Runs `--config` of every hook once; an error names the hook.
+    /// Runs `--config` of every hook once; an error names the hook and counts as a module
+    /// discovery error.
     async fn load_hooks(&mut self) -> Result<(), String> {
         if self.hooks.is_some() {
             return Ok(());
         }
+        let loaded = self.read_hook_configs().await;
+        if loaded.is_err() {
+            telemetry::module_discover_error();
+        }
+        self.hooks = Some(loaded?);
+        Ok(())
+    }
+
+    async fn read_hook_configs(&self) -> Result<Vec<ModuleHook>, String> {
         let mut hooks = Vec::new();
         for (name, path) in &self.def.hooks {
             let text = self
@@ -435,8 +445,7 @@ impl ModuleState {
                 config,
             });
         }
-        self.hooks = Some(hooks);
-        Ok(())
+        Ok(hooks)
     }
 
     fn hooks_for(&self, order: impl Fn(&HookConfig) -> Option<i64>) -> Vec<ModuleHook> {
@@ -659,68 +668,54 @@ impl ModuleState {
             .map_err(|e| format!("module {name}: chart does not render: {e}"))
     }
 
-    /// Installs or upgrades the release when needed; returns the rendered objects.
+    /// Installs or upgrades the release when needed; returns the rendered objects. Each
+    /// step that ends (well or not) is timed in `helm_operation_seconds`.
     async fn helm(&mut self, docs: &GlobalDocs) -> Result<Vec<Value>, String> {
         let Some(chart) = self.def.chart.clone() else {
             return Ok(Vec::new());
         };
         let name = self.def.name.clone();
+        let activation = self.activation.clone();
         let values = self.helm_values(docs);
         self.def
             .schemas
             .validate_helm(&values[&self.def.key()])
             .map_err(|e| format!("module {name}: {e}"))?;
+        let started = Instant::now();
         let rendered = self
             .releases
             .render(name.clone(), chart.clone(), values.clone())
-            .await
-            .map_err(|e| format!("module {name}: chart does not render: {e}"))?;
-        let info = self
-            .releases
-            .status(name.clone())
-            .await
-            .map_err(|e| format!("module {name}: cannot read release status: {e}"))?;
-        let recorded = info.as_ref().and_then(|i| i.checksum.clone()).or_else(|| {
-            self.values
-                .modules
-                .get(&name)
-                .map(|m| m.checksum.clone())
-                .filter(|c| !c.is_empty())
-        });
-        // Differences left after an upgrade are settled (fields the API server rewrites),
-        // except after an upgrade that repaired drift: there only differences seen before
-        // it are, so an edit by hand made while it ran is still healed.
-        let mut drift_before: Option<Vec<String>> = None;
-        let reason = match &info {
-            None => Some("no release yet".to_string()),
-            Some(i) if i.status != "deployed" => Some(format!("release status is {}", i.status)),
-            Some(_) if recorded.as_deref() != Some(rendered.checksum.as_str()) => {
-                Some("rendered manifests changed".to_string())
-            }
-            Some(_) => {
-                let drift = self.drift(&rendered.objects).await?;
-                let why = (!drift.is_empty()).then(|| drift.join("; "));
-                drift_before = Some(drift);
-                why
-            }
-        };
+            .await;
+        HelmOperation::Template.record(&name, &activation, started.elapsed());
+        let rendered =
+            rendered.map_err(|e| format!("module {name}: chart does not render: {e}"))?;
+        let started = Instant::now();
+        let reason = self.upgrade_reason(&rendered).await;
+        HelmOperation::CheckUpgrade.record(&name, &activation, started.elapsed());
+        let (reason, drift_before) = reason?;
         match reason {
             None => {
                 tracing::info!(module = %name, "release is up to date, upgrade skipped");
             }
             Some(why) => {
                 tracing::info!(module = %name, "upgrading release: {why}");
+                let started = Instant::now();
                 let revision = self
                     .releases
                     .upgrade(name.clone(), chart, values, rendered.checksum.clone())
-                    .await
-                    .map_err(|e| format!("module {name}: helm upgrade failed: {e}"))?;
+                    .await;
+                HelmOperation::Upgrade.record(&name, &activation, started.elapsed());
+                let revision =
+                    revision.map_err(|e| format!("module {name}: helm upgrade failed: {e}"))?;
                 self.journal(vec![Event::ReleaseApplied {
                     module: name.clone(),
                     revision,
                     checksum: rendered.checksum.clone(),
                 }])
                 .await?;
+                // Differences left after an upgrade are settled (fields the API server rewrites),
+                // except after an upgrade that repaired drift: there only differences seen before
+                // it are, so an edit by hand made while it ran is still healed.
                 let previously = std::mem::take(&mut self.settled_drift);
                 let settled: Vec<String> = self
                     .drift(&rendered.objects)
@@ -738,6 +733,42 @@ impl ModuleState {
             }
         }
         Ok(rendered.objects)
+    }
+
+    /// Why the release needs an upgrade (`None`: it is up to date), from its status, the
+    /// checksum of the last applied render and the live objects; with the differences seen
+    /// when the objects were compared.
+    async fn upgrade_reason(
+        &self,
+        rendered: &Rendered,
+    ) -> Result<(Option<String>, Option<Vec<String>>), String> {
+        let name = &self.def.name;
+        let info = self
+            .releases
+            .status(name.clone())
+            .await
+            .map_err(|e| format!("module {name}: cannot read release status: {e}"))?;
+        let recorded = info.as_ref().and_then(|i| i.checksum.clone()).or_else(|| {
+            self.values
+                .modules
+                .get(name)
+                .map(|m| m.checksum.clone())
+                .filter(|c| !c.is_empty())
+        });
+        Ok(match &info {
+            None => (Some("no release yet".to_string()), None),
+            Some(i) if i.status != "deployed" => {
+                (Some(format!("release status is {}", i.status)), None)
+            }
+            Some(_) if recorded.as_deref() != Some(rendered.checksum.as_str()) => {
+                (Some("rendered manifests changed".to_string()), None)
+            }
+            Some(_) => {
+                let drift = self.drift(&rendered.objects).await?;
+                let why = (!drift.is_empty()).then(|| drift.join("; "));
+                (why, Some(drift))
+            }
+        })
     }
 
     /// Absent or changed rendered objects, minus the settled differences.
@@ -1057,11 +1088,11 @@ impl ModuleState {
             self.run_binding("beforeDeleteHelm", |c| c.before_delete_helm, docs, &queue)
                 .await?;
             if self.def.chart.is_some() {
-                let existed = self
-                    .releases
-                    .uninstall(name.clone())
-                    .await
-                    .map_err(|e| format!("module {name}: helm uninstall failed: {e}"))?;
+                let started = Instant::now();
+                let existed = self.releases.uninstall(name.clone()).await;
+                HelmOperation::Uninstall.record(&name, &self.activation, started.elapsed());
+                let existed =
+                    existed.map_err(|e| format!("module {name}: helm uninstall failed: {e}"))?;
                 if existed {
                     self.journal(vec![Event::ReleaseDeleted {
                         module: name.clone(),
@@ -1100,7 +1131,10 @@ impl ModuleState {
                 config_values: self.config_document(docs),
             })
             .await
-            .map_err(|e| format!("module {}: enabled script: {e}", self.def.name))
+            .map_err(|e| {
+                telemetry::module_discover_error();
+                format!("module {}: enabled script: {e}", self.def.name)
+            })
     }
 }
 
@@ -1240,6 +1274,7 @@ impl Actor for ModuleActor {
                     .schemas
                     .validate_config(&st.def.static_values, &config)
                 {
+                    telemetry::config_values_error();
                     Err(format!("section {:?}: {e}", st.def.key()))
                 } else {
                     let scope = Scope::Module(st.def.name.clone());

@@ -6,11 +6,83 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::events::{TaskId, TaskSpec, TaskType};
+use crate::events::{Event, Position, TaskId, TaskSpec, TaskType};
 use crate::state::QueuedTask;
 
 /// Queued tasks of one hook at which all of them are compacted into one.
 pub const COMPACTION_THRESHOLD: usize = 100;
+
+/// The low-level operations on a queue's contents that `tasks_queue_action_duration_seconds`
+/// times, named as the reference's task queue names its methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueAction {
+    /// A task inserted at the head.
+    AddFirst,
+    /// A task appended.
+    AddLast,
+    /// A task inserted after another.
+    AddAfter,
+    /// A task inserted before another.
+    AddBefore,
+    /// A task taken out (done, dropped or parked).
+    Remove,
+    /// A task merged into another (its binding contexts moved there).
+    Merge,
+    /// The head task read (to start it).
+    GetFirst,
+    /// The tasks of a restarted converge picked out to be dropped.
+    Filter,
+    /// Looking for tasks to merge: adjacent runs of one hook, and the 100-task compaction.
+    Compact,
+}
+
+impl QueueAction {
+    /// Every action, in the order of their `usize` values.
+    pub const ALL: [QueueAction; 9] = [
+        QueueAction::AddFirst,
+        QueueAction::AddLast,
+        QueueAction::AddAfter,
+        QueueAction::AddBefore,
+        QueueAction::Remove,
+        QueueAction::Merge,
+        QueueAction::GetFirst,
+        QueueAction::Filter,
+        QueueAction::Compact,
+    ];
+
+    /// The `queue_action` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueAction::AddFirst => "AddFirst",
+            QueueAction::AddLast => "AddLast",
+            QueueAction::AddAfter => "AddAfter",
+            QueueAction::AddBefore => "AddBefore",
+            QueueAction::Remove => "Remove",
+            QueueAction::Merge => "Merge",
+            QueueAction::GetFirst => "GetFirst",
+            QueueAction::Filter => "Filter",
+            QueueAction::Compact => "Compact",
+        }
+    }
+
+    /// What applying `event` does to the queue's contents; `None` for events that only
+    /// update a task in place (started, failed) or concern no queue.
+    pub fn of(event: &Event) -> Option<QueueAction> {
+        match event {
+            Event::TaskEnqueued { position, .. } => Some(match position {
+                Position::Head => QueueAction::AddFirst,
+                Position::Tail => QueueAction::AddLast,
+                Position::After(_) => QueueAction::AddAfter,
+                Position::Before(_) => QueueAction::AddBefore,
+            }),
+            Event::TaskSucceeded { .. } | Event::TaskDropped { .. } | Event::TaskParked { .. } => {
+                Some(QueueAction::Remove)
+            }
+            Event::TaskMerged { .. } => Some(QueueAction::Merge),
+            _ => None,
+        }
+    }
+}
 
 /// Delay before retrying a task that has failed `failures` times before this failure:
 /// 5 s, then 5 s + 2^(n-1) s + jitter (0–1 s), truncated to 100 ms, capped at 32 s.
@@ -264,6 +336,37 @@ mod tests {
         assert_eq!((into, merged.len()), (TaskId(1), 99));
         q.truncate(50);
         assert!(plan_compaction(&q).is_none());
+    }
+
+    #[test]
+    fn queue_actions_follow_the_event_and_index_all() {
+        let spec = task(1, "a", json!([])).spec;
+        let enqueued = |position| {
+            QueueAction::of(&Event::TaskEnqueued {
+                task: spec.clone(),
+                position,
+            })
+        };
+        assert_eq!(enqueued(Position::Head), Some(QueueAction::AddFirst));
+        assert_eq!(enqueued(Position::Tail), Some(QueueAction::AddLast));
+        assert_eq!(
+            enqueued(Position::After(TaskId(3))),
+            Some(QueueAction::AddAfter)
+        );
+        assert_eq!(
+            QueueAction::of(&Event::TaskSucceeded { id: TaskId(1) }),
+            Some(QueueAction::Remove)
+        );
+        assert_eq!(
+            QueueAction::of(&Event::TaskStarted {
+                id: TaskId(1),
+                attempt: 1
+            }),
+            None
+        );
+        for (i, a) in QueueAction::ALL.iter().enumerate() {
+            assert_eq!(*a as usize, i, "{}", a.as_str());
+        }
     }
 
     #[test]

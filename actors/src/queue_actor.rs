@@ -12,7 +12,9 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use crate::events::{Event, Position, TaskId, TaskSpec};
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use crate::ports::{BoxFut, EventSink};
-use crate::queue::{adjacent_mergeable, backoff, describe, go_duration, plan_compaction};
+use crate::queue::{
+    QueueAction, adjacent_mergeable, backoff, describe, go_duration, plan_compaction,
+};
 use crate::state::{QueuedTask, State};
 use crate::telemetry;
 
@@ -202,6 +204,45 @@ pub struct QueueArgs {
     /// Park a task after this many failed attempts (`None` = retry forever, as the
     /// reference does).
     pub max_attempts: Option<u32>,
+    /// Time low-level queue operations (`tasks_queue_action_duration_seconds`).
+    pub action_metrics: bool,
+}
+
+/// `tasks_queue_action_duration_seconds` of one queue: a histogram per [`QueueAction`],
+/// registered at its first use (so that actions a queue never does show no series). Off,
+/// it holds nothing and times nothing: the operation alone runs.
+struct ActionTimes {
+    queue: String,
+    histograms: Option<[Option<metrics::Histogram>; QueueAction::ALL.len()]>,
+}
+
+impl ActionTimes {
+    fn new(queue: &str, on: bool) -> ActionTimes {
+        ActionTimes {
+            queue: queue.to_string(),
+            histograms: on.then(Default::default),
+        }
+    }
+
+    /// Runs `op`, timing it as `action`.
+    fn measure<T>(&mut self, action: QueueAction, op: impl FnOnce() -> T) -> T {
+        let Some(histograms) = &mut self.histograms else {
+            return op();
+        };
+        let started = Instant::now();
+        let out = op();
+        let took = started.elapsed();
+        histograms[action as usize]
+            .get_or_insert_with(|| {
+                metrics::histogram!(
+                    telemetry::TASKS_QUEUE_ACTION_DURATION_SECONDS,
+                    "queue_name" => self.queue.clone(),
+                    "queue_action" => action.as_str()
+                )
+            })
+            .record(took.as_secs_f64());
+        out
+    }
 }
 
 /// A queue actor.
@@ -230,6 +271,7 @@ pub struct QueueState {
     running_since: Option<Instant>,
     length: metrics::Gauge,
     parked: metrics::Gauge,
+    actions: ActionTimes,
 }
 
 fn now_ms() -> u64 {
@@ -256,9 +298,23 @@ impl QueueState {
             .unwrap_or_default()
     }
 
+    /// The head task, cloned.
+    fn first(&mut self) -> Option<QueuedTask> {
+        let name = &self.name;
+        let state = &self.state;
+        self.actions.measure(QueueAction::GetFirst, || {
+            state.queues.get(name).and_then(|q| q.first()).cloned()
+        })
+    }
+
     /// Applies events in memory and keeps them for the next [`QueueState::flush`].
     fn stage(&mut self, events: Vec<Event>) {
-        self.state.apply_all(&events);
+        for e in &events {
+            match QueueAction::of(e) {
+                Some(action) => self.actions.measure(action, || self.state.apply(e)),
+                None => self.state.apply(e),
+            }
+        }
         let now = Instant::now();
         for e in &events {
             match e {
@@ -359,15 +415,18 @@ impl QueueState {
             return Ok(());
         }
         if let Some(task) = self.restart.take() {
-            let mut events: Vec<Event> = self
-                .tasks()
-                .iter()
-                .filter(|t| crate::queue::is_converge_step(&t.spec))
-                .map(|t| Event::TaskDropped {
-                    id: t.spec.id,
-                    reason: format!("superseded by {}", task.description),
-                })
-                .collect();
+            let tasks = self.state.queues.get(&self.name);
+            let mut events: Vec<Event> = self.actions.measure(QueueAction::Filter, || {
+                tasks
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| crate::queue::is_converge_step(&t.spec))
+                    .map(|t| Event::TaskDropped {
+                        id: t.spec.id,
+                        reason: format!("superseded by {}", task.description),
+                    })
+                    .collect()
+            });
             tracing::info!(queue = %self.name, dropped = events.len(), "converge restarted: {}", task.description);
             events.push(Event::TaskEnqueued {
                 task,
@@ -375,7 +434,7 @@ impl QueueState {
             });
             self.commit(events).await?;
         }
-        let Some(head) = self.tasks().first().cloned() else {
+        let Some(head) = self.first() else {
             return Ok(());
         };
         if let Some(at) = head.next_retry_at_ms {
@@ -393,11 +452,19 @@ impl QueueState {
             }
         }
         let mut events: Vec<Event> = Vec::new();
-        if let Some((into, merged)) = plan_compaction(self.tasks()) {
+        let tasks = self.state.queues.get(&self.name).map(Vec::as_slice);
+        let compaction = self.actions.measure(QueueAction::Compact, || {
+            plan_compaction(tasks.unwrap_or_default())
+        });
+        if let Some((into, merged)) = compaction {
             events.extend(merged.into_iter().map(|id| Event::TaskMerged { id, into }));
         }
         self.stage(std::mem::take(&mut events));
-        for id in adjacent_mergeable(self.tasks()) {
+        let tasks = self.state.queues.get(&self.name).map(Vec::as_slice);
+        let adjacent = self.actions.measure(QueueAction::Compact, || {
+            adjacent_mergeable(tasks.unwrap_or_default())
+        });
+        for id in adjacent {
             events.push(Event::TaskMerged {
                 id,
                 into: head.spec.id,
@@ -409,7 +476,7 @@ impl QueueState {
         });
         // One journal write covers the previous task's end and this one's start.
         self.commit(events).await?;
-        let Some(task) = self.tasks().first().cloned() else {
+        let Some(task) = self.first() else {
             return Ok(());
         };
         self.running = Some(task.spec.id);
@@ -591,6 +658,7 @@ impl Actor for QueueActor {
             .collect();
         let length = metrics::gauge!(telemetry::TASKS_QUEUE_LENGTH, "queue" => args.name.clone());
         let parked = metrics::gauge!(telemetry::PARKED_TASKS, "queue" => args.name.clone());
+        let actions = ActionTimes::new(&args.name, args.action_metrics);
         let mut state = QueueState {
             name: args.name,
             sink: args.sink,
@@ -608,6 +676,7 @@ impl Actor for QueueActor {
             running_since: None,
             length,
             parked,
+            actions,
         };
         state.stage(Vec::new());
         state.kick();

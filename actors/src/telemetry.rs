@@ -55,6 +55,25 @@ pub const MODULE_RUN_ERRORS_TOTAL: &str = "module_run_errors_total";
 pub const MODULE_DELETE_ERRORS_TOTAL: &str = "module_delete_errors_total";
 /// Histogram `{module,activation}`: render, status and upgrade of the release.
 pub const MODULE_HELM_SECONDS: &str = "module_helm_seconds";
+/// Histogram `{module,activation,operation}`: one Helm step of a module, by
+/// [`HelmOperation`].
+pub const HELM_OPERATION_SECONDS: &str = "helm_operation_seconds";
+/// Counter: ConfigMap changes rejected (YAML, flags or values schema), the last good
+/// config values kept.
+pub const CONFIG_VALUES_ERRORS_TOTAL: &str = "config_values_errors_total";
+/// Counter: failures while deciding which modules run: `enabled` scripts, module hooks'
+/// `--config`, Kubernetes API calls (listing Helm releases).
+pub const MODULE_DISCOVER_ERRORS_TOTAL: &str = "module_discover_errors_total";
+/// Counter `{code,method,host}`: requests of the operator's Kubernetes client, by HTTP
+/// status (`<error>` when no response came).
+pub const KUBERNETES_CLIENT_REQUEST_RESULT_TOTAL: &str = "kubernetes_client_request_result_total";
+/// Histogram `{verb,url}`: time to the response headers of the operator's Kubernetes
+/// client requests; `url` is the path with namespace and name replaced.
+pub const KUBERNETES_CLIENT_REQUEST_LATENCY_SECONDS: &str =
+    "kubernetes_client_request_latency_seconds";
+/// Histogram `{queue_name,queue_action}`: one low-level operation on a queue's contents
+/// (off with `QUEUE_ACTIONS_METRICS=no`).
+pub const TASKS_QUEUE_ACTION_DURATION_SECONDS: &str = "tasks_queue_action_duration_seconds";
 /// Counter `{activation}`: seconds spent converging.
 pub const CONVERGENCE_SECONDS: &str = "convergence_seconds";
 /// Counter `{activation}`: converges finished.
@@ -119,6 +138,53 @@ pub fn activation_of_context(context: &Value) -> String {
         }
         _ => String::new(),
     }
+}
+
+/// The steps of a module's Helm run, as `helm_operation_seconds{operation}` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HelmOperation {
+    /// Rendering the chart with the module's values.
+    Template,
+    /// Deciding whether an upgrade is needed: release status, checksum, absent or
+    /// changed objects.
+    CheckUpgrade,
+    /// Installing or upgrading the release.
+    Upgrade,
+    /// Deleting the release (`ModuleDelete`).
+    Uninstall,
+}
+
+impl HelmOperation {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HelmOperation::Template => "template",
+            HelmOperation::CheckUpgrade => "check-upgrade",
+            HelmOperation::Upgrade => "upgrade",
+            HelmOperation::Uninstall => "uninstall",
+        }
+    }
+
+    /// Records how long this step took for `module`.
+    pub fn record(self, module: &str, activation: &str, took: Duration) {
+        metrics::histogram!(
+            HELM_OPERATION_SECONDS,
+            "module" => module.to_string(),
+            "activation" => activation.to_string(),
+            "operation" => self.as_str()
+        )
+        .record(took.as_secs_f64());
+    }
+}
+
+/// One more module discovery failure (see [`MODULE_DISCOVER_ERRORS_TOTAL`]).
+pub fn module_discover_error() {
+    metrics::counter!(MODULE_DISCOVER_ERRORS_TOTAL).increment(1);
+}
+
+/// One more rejected ConfigMap (see [`CONFIG_VALUES_ERRORS_TOTAL`]).
+pub fn config_values_error() {
+    metrics::counter!(CONFIG_VALUES_ERRORS_TOTAL).increment(1);
 }
 
 /// How a hook run ended, for its counters.

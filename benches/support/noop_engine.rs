@@ -60,6 +60,8 @@ pub async fn round(dir: &std::path::Path, hook: &std::path::Path, tasks: usize) 
         executor: Arc::new(runner),
         config_store: Arc::new(NoConfigMap),
         max_attempts: None,
+        // As bosun run: on unless QUEUE_ACTIONS_METRICS=no.
+        queue_action_metrics: std::env::var("QUEUE_ACTIONS_METRICS").as_deref() != Ok("no"),
         mailboxes: Mailboxes::default(),
         modules: Vec::new(),
         releases: Arc::new(bosun::operator::releases::NoHelm("no charts".into())),

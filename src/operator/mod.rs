@@ -71,6 +71,8 @@ pub struct OperatorConfig {
     /// `ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX`: put before every operator metric name
     /// (bosun's own `bosun_…` metrics and the hooks' metrics keep theirs).
     pub metrics_prefix: String,
+    /// `QUEUE_ACTIONS_METRICS`: `no` switches `tasks_queue_action_duration_seconds` off.
+    pub queue_action_metrics: bool,
 }
 
 fn duration_env(names: &[&str], default: Duration) -> anyhow::Result<Duration> {
@@ -158,6 +160,10 @@ impl OperatorConfig {
             // Set but empty means no prefix.
             metrics_prefix: std::env::var("ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX")
                 .unwrap_or_else(|_| defaults.metrics_prefix.clone()),
+            queue_action_metrics: match env(&["QUEUE_ACTIONS_METRICS"]) {
+                Some(v) => v != "no",
+                None => defaults.queue_action_metrics,
+            },
             debug_socket: crate::debug::socket_from_env(&defaults.debug_socket),
             debug_http,
             unnumbered_order,
@@ -247,6 +253,7 @@ impl OperatorConfig {
             debug_socket: PathBuf::from(crate::debug::DEFAULT_SOCKET),
             debug_http: None,
             metrics_prefix: crate::telemetry::DEFAULT_PREFIX.into(),
+            queue_action_metrics: true,
         }
     }
 }
@@ -427,6 +434,7 @@ async fn follow_config_map(
                 sections
             }
             Err(e) => {
+                bosun_actors::telemetry::config_values_error();
                 tracing::error!(configmap = %name, "{e}; keeping the last good config values");
                 continue;
             }
@@ -520,19 +528,22 @@ fn releases(
 pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     // First, so that everything started below records into it.
     let metrics = crate::telemetry::install(&cfg.metrics_prefix);
-    let client = match &cfg.kubeconfig {
+    let config = match &cfg.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
                 .await
-                .context("invalid kubeconfig")?;
-            kube::Client::try_from(config).context("cannot build a Kubernetes client")?
+                .context("invalid kubeconfig")?
         }
-        None => kube::Client::try_default()
+        None => kube::Config::infer()
             .await
             .context("cannot configure a Kubernetes client (in-cluster or KUBECONFIG)")?,
     };
+    // One client for everything bosun asks the API server, so that all of it shows in the
+    // kubernetes_client_request_* metrics (Helm's requests go through its own).
+    let client =
+        crate::kubernetes::measured_client(config).context("cannot build a Kubernetes client")?;
     let namespace = if cfg.namespace.is_empty() {
         client.default_namespace().to_string()
     } else {
@@ -593,6 +604,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         executor: Arc::new(runner),
         config_store: Arc::new(store),
         max_attempts: cfg.max_attempts,
+        queue_action_metrics: cfg.queue_action_metrics,
         mailboxes: Mailboxes::default(),
         bindings: Arc::new(crate::bindings::WatchManager::new(client.clone())),
         patcher: Arc::new(crate::kubernetes::patcher::KubePatcher::new(
