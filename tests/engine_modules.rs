@@ -741,7 +741,7 @@ fn a_config_map_change_during_a_converge_restarts_it() {
     );
     common::write_exec(
         &m.join("010-slow/hooks/slow.sh"),
-        "#!/bin/bash\nif [[ \"$1\" == \"--config\" ]]; then echo '{\"configVersion\":\"v1\",\"beforeHelm\":1}'; exit 0; fi\ntouch \"$OUT_DIR/slow.started\"\nsleep 3\n",
+        "#!/bin/bash\nif [[ \"$1\" == \"--config\" ]]; then echo '{\"configVersion\":\"v1\",\"beforeHelm\":1}'; exit 0; fi\ntouch \"$OUT_DIR/slow.started\"\nfor _ in $(seq 600); do [ -f \"$OUT_DIR/slow.go\" ] && break; sleep 0.1; done\n",
     );
     write(
         &m.join("020-fast/templates/cm.yaml"),
@@ -753,12 +753,27 @@ fn a_config_map_change_during_a_converge_restarts_it() {
         out.join("slow.started").exists()
     });
     set_config(&sb, &[("global", "param: new\n")]);
+    // The slow hook holds the first converge until bosun has taken the change in.
+    op.wait(
+        "bosun restarting the converge in progress",
+        Duration::from_secs(60),
+        || {
+            op.logs()
+                .contains("config values changed during a converge: restarting it")
+        },
+    );
+    std::fs::write(out.join("slow.go"), "").expect("release the slow hook");
     op.wait(
         "the restarted converge finished",
         Duration::from_secs(60),
         || {
-            common::try_journal_state(&w.join("journal"))
-                .is_some_and(|(s, _)| s.converge.completed >= 1 && !s.converge.in_progress)
+            common::try_journal_state(&w.join("journal")).is_some_and(|(s, events)| {
+                s.converge.completed >= 1
+                    && !s.converge.in_progress
+                    && events.iter().any(|e| {
+                        matches!(e, Event::ConvergeStarted { reason } if reason == "ReloadAllModules")
+                    })
+            })
         },
     );
     let (_, events) = journal_state(&w.join("journal"));

@@ -300,6 +300,38 @@ async fn config_to_global(global: &Tracked<GlobalHooksMsg>, config: Value) -> Re
         .map_err(|_| "the global hooks actor stopped".to_string())?
 }
 
+/// Config sections handed out: what changed at once, and the module actors' answers.
+struct ConfigSent {
+    global_changed: bool,
+    flags_changed: bool,
+    replies: Vec<(
+        String,
+        ractor::concurrency::OneshotReceiver<Result<bool, String>>,
+    )>,
+}
+
+impl ConfigSent {
+    /// The modules whose section changed. Every module's answer is awaited; refusals are
+    /// reported together (the other modules keep their new sections).
+    async fn modules_changed(self) -> Result<Vec<String>, String> {
+        let mut changed = Vec::new();
+        let mut errors = Vec::new();
+        for (name, reply) in self.replies {
+            match reply.await {
+                Ok(Ok(true)) => changed.push(name),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => errors.push(e),
+                Err(_) => errors.push(format!("the actor of module {name} stopped")),
+            }
+        }
+        if errors.is_empty() {
+            Ok(changed)
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
 /// Everything the engine needs.
 pub struct EngineArgs {
     /// Global hooks with their configurations.
@@ -397,6 +429,17 @@ impl ModuleSet {
         name: &str,
         msg: impl FnOnce(ractor::RpcReplyPort<T>) -> ModuleMsg,
     ) -> Result<T, String> {
+        self.send(name, msg)?
+            .await
+            .map_err(|_| format!("the actor of module {name} stopped"))
+    }
+
+    /// Puts a request in a module actor's mailbox now; the answer comes later.
+    fn send<T: Send + 'static>(
+        &self,
+        name: &str,
+        msg: impl FnOnce(ractor::RpcReplyPort<T>) -> ModuleMsg,
+    ) -> Result<ractor::concurrency::OneshotReceiver<T>, String> {
         let actor = self
             .actor(name)
             .ok_or_else(|| format!("module {name} is not loaded"))?;
@@ -404,8 +447,7 @@ impl ModuleSet {
         actor
             .cast(msg(tx.into()))
             .map_err(|_| format!("the actor of module {name} is not running"))?;
-        rx.await
-            .map_err(|_| format!("the actor of module {name} stopped"))
+        Ok(rx)
     }
 }
 
@@ -1021,25 +1063,29 @@ impl Engine {
     /// otherwise each enabled module whose section changed gets a `ModuleRun`. Our own
     /// writes come back unchanged and queue nothing. Returns what was queued.
     pub async fn config_changed(&self, sections: ConfigSections) -> Result<Vec<String>, String> {
-        let (global_changed, changed_modules) = self.apply_config(sections).await?;
-        let flags_changed = global_changed.1;
-        if global_changed.0 || flags_changed {
+        let applied = self.send_config(sections).await?;
+        if applied.global_changed || applied.flags_changed {
             let task = converge_task(self.ids.next(), "ReloadAllModules");
             // A converge in progress started from older values: restart it, as the
-            // reference does, instead of finishing it and converging again.
-            if self.converging.load(Ordering::SeqCst)
+            // reference does, instead of finishing it and converging again. This does not
+            // wait for busy module actors: they have their sections in their mailboxes,
+            // ahead of any run the restarted converge gives them.
+            let queued = if self.converging.load(Ordering::SeqCst)
                 && let Some(main) = self.router.get("main")
                 && main
                     .cast(QueueMsg::RestartConverge(Box::new(task.clone())))
                     .is_ok()
             {
-                return Ok(vec![
-                    "ConvergeModules:ReloadAllModules (restarting the converge in progress)".into(),
-                ]);
-            }
-            self.enqueue(vec![task]);
-            return Ok(vec!["ConvergeModules:ReloadAllModules".into()]);
+                tracing::info!("config values changed during a converge: restarting it");
+                "ConvergeModules:ReloadAllModules (restarting the converge in progress)"
+            } else {
+                self.enqueue(vec![task]);
+                "ConvergeModules:ReloadAllModules"
+            };
+            applied.modules_changed().await?;
+            return Ok(vec![queued.into()]);
         }
+        let changed_modules = applied.modules_changed().await?;
         let tasks: Vec<TaskSpec> = changed_modules
             .iter()
             .filter(|m| self.modules.is_enabled(m))
@@ -1053,11 +1099,15 @@ impl Engine {
         Ok(queued)
     }
 
-    /// Applies config sections; returns ((global changed, flags changed), changed modules).
-    async fn apply_config(
-        &self,
-        sections: ConfigSections,
-    ) -> Result<((bool, bool), Vec<String>), String> {
+    /// Applies config sections and waits for every module to take its own.
+    async fn apply_config(&self, sections: ConfigSections) -> Result<(), String> {
+        self.send_config(sections).await?.modules_changed().await?;
+        Ok(())
+    }
+
+    /// Applies the global section and the enabled flags, and sends every module actor its
+    /// section (all at once, so a busy module does not hold the others back).
+    async fn send_config(&self, sections: ConfigSections) -> Result<ConfigSent, String> {
         let global_changed = config_to_global(&self.global, sections.global).await?;
         let flags_changed = {
             let current = self.modules.status().flags.clone();
@@ -1072,22 +1122,23 @@ impl Engine {
                 .map_err(|e| e.to_string())?;
             self.modules.status().flags = sections.flags;
         }
-        let mut changed = Vec::new();
+        let mut replies = Vec::new();
         for def in &self.modules.defs {
             let config = sections
                 .modules
                 .get(&def.name)
                 .cloned()
                 .unwrap_or(json!({}));
-            if self
+            let reply = self
                 .modules
-                .ask(&def.name, |reply| ModuleMsg::ConfigChanged(config, reply))
-                .await??
-            {
-                changed.push(def.name.clone());
-            }
+                .send(&def.name, |reply| ModuleMsg::ConfigChanged(config, reply))?;
+            replies.push((def.name.clone(), reply));
         }
-        Ok(((global_changed, flags_changed), changed))
+        Ok(ConfigSent {
+            global_changed,
+            flags_changed,
+            replies,
+        })
     }
 
     /// A module's values document (`VALUES_PATH` of its hooks).
