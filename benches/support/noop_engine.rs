@@ -100,7 +100,7 @@ pub async fn round(dir: &std::path::Path, hook: &std::path::Path, tasks: usize) 
         if queues.iter().any(|q| q.name == "bench") && !busy {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
     tasks as f64 / started.elapsed().as_secs_f64()
 }
