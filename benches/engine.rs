@@ -60,10 +60,42 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let runner_rate = rt.block_on(runner_alone(&dir.path().join("runner"), &hook, tasks));
     let bosun_rate = rt.block_on(round(&dir.path().join("engine"), &hook, tasks));
+    println!(
+        "the hook runner alone (temp files, process, output, rusage): {runner_rate:.0}/s, {:.0} µs per run over raw spawn",
+        (1.0 / runner_rate - 1.0 / raw) * 1e6
+    );
     println!(
         "no-op hook tasks through one queue: bosun {bosun_rate:.0}/s, raw spawn {raw:.0}/s, ratio {:.2} (goal >= 0.80); bosun overhead per task {:.0} µs",
         bosun_rate / raw,
         (1.0 / bosun_rate - 1.0 / raw) * 1e6
     );
+}
+
+/// Runs per second of `HookProcess::run` on its own, one after another: the process side of
+/// a task without the queue, the actors and the journal.
+async fn runner_alone(dir: &std::path::Path, hook: &std::path::Path, tasks: usize) -> f64 {
+    let runner = bosun::hooks::HookProcess {
+        tmp_dir: dir.join("tmp"),
+        keep_tmp_files: false,
+        timeout: std::time::Duration::from_secs(60),
+        working_dir: None,
+    };
+    let context = serde_json::json!([{"binding": "schedule", "type": "Schedule"}]);
+    let values = serde_json::json!({"global": {}});
+    let started = Instant::now();
+    for _ in 0..tasks {
+        let input = bosun::hooks::HookInput {
+            name: "noop.sh",
+            path: hook,
+            binding_context: &context,
+            values: Some(&values),
+            config_values: Some(&values),
+            env: Vec::new(),
+            log_fields: Default::default(),
+        };
+        runner.run(&input).await.expect("hook run");
+    }
+    tasks as f64 / started.elapsed().as_secs_f64()
 }

@@ -403,10 +403,10 @@ fn the_embedded_default_runs_the_sample_hooks_and_modules_against_its_own_sandbo
                 && cm["data"]["setBy"] == "the beforeHelm hook"
         },
     );
-    assert_eq!(
-        get("/apis/apps/v1/namespaces/default/deployments/greeter").0,
-        200
-    );
+    // Helm creates the release's objects one after another: the ConfigMap may come first.
+    wait_for("the greeter Deployment", Duration::from_secs(60), || {
+        get("/apis/apps/v1/namespaces/default/deployments/greeter").0 == 200
+    });
     wait_for("the optional module", Duration::from_secs(60), || {
         get("/api/v1/namespaces/default/configmaps/optional").0 == 200
     });

@@ -27,6 +27,12 @@ pub trait EventSink: Send + Sync + 'static {
     /// next acknowledged append (order is kept). For progress markers whose loss in a crash
     /// only makes a retried task redo a step.
     fn append_later(&self, events: Vec<Event>) -> Result<(), PortError>;
+    /// Hands events to the journal now, in order with every other append, and returns a
+    /// future that resolves once they are durable (for work that may start meanwhile).
+    fn submit(
+        &self,
+        events: Vec<Event>,
+    ) -> Result<BoxFut<'static, Result<u64, PortError>>, PortError>;
 }
 
 /// One hook run.

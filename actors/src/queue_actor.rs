@@ -11,7 +11,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::events::{Event, Position, TaskId, TaskSpec};
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
-use crate::ports::{BoxFut, EventSink};
+use crate::ports::{BoxFut, EventSink, PortError};
 use crate::queue::{
     QueueAction, adjacent_mergeable, backoff, describe, go_duration, plan_compaction,
 };
@@ -245,6 +245,46 @@ impl ActionTimes {
     }
 }
 
+/// Events handed to the journal whose flush is still under way when their task starts.
+///
+/// A task's hook starts while its `taskStarted` (and the previous task's end) is being
+/// flushed, instead of after: the flush and the process start overlap. This is safe
+/// because the journal keeps order — whatever the run journals (values patches) was
+/// handed over later and lands after it — and the task reports its end only once the
+/// flush is done, so its end never lands without its start. A crash before the flush
+/// completes leaves the task queued, and it runs again after the restart, exactly as after
+/// a crash during the run itself.
+#[derive(Default)]
+struct Durable {
+    ack: Option<BoxFut<'static, Result<u64, PortError>>>,
+    events: Vec<Event>,
+    sink: Option<Arc<dyn EventSink>>,
+}
+
+impl Durable {
+    /// Waits for the flush; if the journal refused the events, appends them again until it
+    /// takes them.
+    async fn wait(self, queue: &str) {
+        let (Some(ack), Some(sink)) = (self.ack, self.sink) else {
+            return;
+        };
+        if ack.await.is_ok() {
+            return;
+        }
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match sink.append(self.events.clone()).await {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::error!(queue, error = %e, "cannot journal queue transition; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
+
 /// A queue actor.
 pub struct QueueActor;
 
@@ -262,8 +302,9 @@ pub struct QueueState {
     max_attempts: Option<u32>,
     activity: Activity,
     /// Events applied in memory but not yet journaled. The actor handles no other
-    /// message and starts no task before [`QueueState::flush`] makes them durable, so
-    /// nothing outside sees a transition before the journal has it.
+    /// message before [`QueueState::flush`] makes them durable, so nothing outside sees a
+    /// transition before the journal has it — except a task's start, whose hook runs while
+    /// the flush completes (see [`Durable`]).
     staged: Vec<Event>,
     /// When each task not started yet was queued (restored ones: when this actor started).
     queued_at: HashMap<TaskId, Instant>,
@@ -372,6 +413,30 @@ impl QueueState {
         Ok(())
     }
 
+    /// Hands the staged events to the journal without waiting for the flush; what is
+    /// returned waits for it. A journal that cannot take them now is retried here, as
+    /// [`QueueState::flush`] does.
+    async fn submit_staged(&mut self) -> Result<Durable, ActorProcessingErr> {
+        if self.staged.is_empty() {
+            return Ok(Durable::default());
+        }
+        match self.sink.submit(self.staged.clone()) {
+            Ok(ack) => {
+                let events = std::mem::take(&mut self.staged);
+                Ok(Durable {
+                    ack: Some(ack),
+                    events,
+                    sink: Some(self.sink.clone()),
+                })
+            }
+            Err(e) => {
+                tracing::error!(queue = %self.name, error = %e, "cannot journal queue transition; retrying");
+                self.flush().await?;
+                Ok(Durable::default())
+            }
+        }
+    }
+
     /// Stages and journals events.
     /// A new converge appended behind one that has not started yet adds nothing: the
     /// queued one reads the values and flags when it runs (the reference deduplicates
@@ -474,8 +539,10 @@ impl QueueState {
             id: head.spec.id,
             attempt: head.attempts + 1,
         });
-        // One journal write covers the previous task's end and this one's start.
-        self.commit(events).await?;
+        // One journal write covers the previous task's end and this one's start. The task
+        // starts while that write is flushed: see `durable_then`.
+        self.stage(events);
+        let durable = self.submit_staged().await?;
         let Some(task) = self.first() else {
             return Ok(());
         };
@@ -489,8 +556,10 @@ impl QueueState {
         let mailbox = self.mailbox.clone();
         let job = mailbox.job_started(format!("task {}", describe(&task)));
         let id = task.spec.id;
+        let queue = self.name.clone();
         tokio::spawn(async move {
             let outcome = handler.handle(task).await;
+            durable.wait(&queue).await;
             let summary = outcome.summary();
             // Report first, so the actor never looks idle between the two.
             let _ = me.cast(QueueMsg::Finished { id, outcome });

@@ -502,13 +502,26 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
 
     /// Durably appends events; returns the sequence number of the last one.
     pub async fn append_batch(&self, events: &[E]) -> Result<u64, JournalError> {
+        self.submit(events)?.await
+    }
+
+    /// Hands events to the committer now, in order with every other append, and returns a
+    /// future that resolves (with the last sequence number) once they are durable. For a
+    /// caller that starts work while its events are being flushed.
+    pub fn submit(
+        &self,
+        events: &[E],
+    ) -> Result<
+        impl std::future::Future<Output = Result<u64, JournalError>> + Send + 'static,
+        JournalError,
+    > {
         let rx = self.send(events)?;
-        rx.await
-            .map_err(|_| JournalError::Closed)?
-            .map_err(|message| JournalError::Storage {
-                path: self.path.clone(),
-                message,
-            })
+        let path = self.path.clone();
+        Ok(async move {
+            rx.await
+                .map_err(|_| JournalError::Closed)?
+                .map_err(|message| JournalError::Storage { path, message })
+        })
     }
 
     /// Durably appends one event; returns its sequence number.

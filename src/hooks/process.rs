@@ -319,9 +319,9 @@ impl HookProcess {
         };
         // Killed (with its process group) if this future is dropped before it is reaped.
         let mut guard = KillOnDrop(Some(pid));
-        // The reaper runs on its own thread; it gets the process even if this future is
+        // The reaper is a task of its own: it gets the process even if this future is
         // dropped, so nothing is left as a zombie.
-        let mut reaper = tokio::task::spawn_blocking(move || reap(pid));
+        let mut reaper = tokio::spawn(reap_async(pid));
         let stdout = child
             .stdout
             .take()
@@ -444,6 +444,20 @@ fn reap(pid: i32) -> std::io::Result<(ExitStatus, ResourceUsage)> {
     Ok((std::os::unix::process::ExitStatusExt::from_raw(raw), usage))
 }
 
+/// [`reap`] without holding a thread: the child's pidfd becomes readable when it exits
+/// (Linux 5.3 and later), then `wait4` returns at once. Where pidfds are missing, a
+/// blocking thread waits.
+async fn reap_async(pid: i32) -> std::io::Result<(ExitStatus, ResourceUsage)> {
+    let exited = rusage::exit_of(pid).await.is_ok();
+    if exited {
+        reap(pid)
+    } else {
+        tokio::task::spawn_blocking(move || reap(pid))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?
+    }
+}
+
 mod rusage {
     //! `wait4(2)`, which nix does not wrap: the exit status and the rusage of one child.
     #![allow(unsafe_code)]
@@ -455,6 +469,29 @@ mod rusage {
     fn duration(t: libc::timeval) -> Duration {
         Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
             + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    }
+
+    /// Waits, without a thread, until child `pid` has exited (its pidfd turns readable).
+    pub(super) async fn exit_of(pid: i32) -> std::io::Result<()> {
+        let fd = pidfd_open(pid)?;
+        // SAFETY: the AsyncFd owns the descriptor, so it stays open while registered.
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }?;
+        fd.readable().await.map(|_| ())
+    }
+
+    /// A pidfd for child `pid` (not yet reaped, so the pid cannot have been reused).
+    fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let fd = i32::try_from(fd).map_err(|_| std::io::Error::other("descriptor out of range"))?;
+        // SAFETY: the descriptor was just returned to us and is owned by nobody else.
+        Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
     }
 
     /// Blocks until `pid` exits and reaps it; retries on EINTR.

@@ -30,6 +30,19 @@ impl EventSink for JournalSink {
             .append_later(&events)
             .map_err(|e| PortError(e.to_string()))
     }
+
+    fn submit(
+        &self,
+        events: Vec<Event>,
+    ) -> Result<BoxFut<'static, Result<u64, PortError>>, PortError> {
+        let durable = self
+            .journal
+            .submit(&events)
+            .map_err(|e| PortError(e.to_string()))?;
+        Ok(Box::pin(async move {
+            durable.await.map_err(|e| PortError(e.to_string()))
+        }))
+    }
 }
 
 /// How long a start waits for a journal held by another process (an inspection with
