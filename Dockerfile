@@ -8,10 +8,11 @@ RUN cargo build --release --locked --bin bosun
 RUN apt-get update && apt-get install -y --no-install-recommends python3-pip \
  && BOSUN_TOOLS_DIR=/src/.tools ./scripts/setup-helm.sh
 
-# Runtime stage: Debian slim with the tools hooks usually need.
+# Runtime stage: Debian slim with the tools hooks usually need, and graphviz for the PNG
+# of the debug endpoint /graph.
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates bash jq python3 \
+ && apt-get install -y --no-install-recommends ca-certificates bash jq python3 graphviz \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/bosun /usr/local/bin/bosun
 COPY --from=build /src/.tools/helm/libhelm_c.so /usr/local/lib/bosun/libhelm_c.so
