@@ -19,15 +19,7 @@ fn write_hook(dir: &Path, name: &str, body: &str) {
     common::write_exec(&dir.join(name), body);
 }
 
-/// `bosun <args> --debug-unix-socket <socket>`.
-fn cli(socket: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(bosun_bin());
-    cmd.args(args)
-        .arg("--debug-unix-socket")
-        .arg(socket)
-        .env("LOG_LEVEL", "error");
-    cmd
-}
+use common::debug_cli as cli;
 
 /// Runs a debug command; `None` when it fails (the socket may not be there yet).
 fn try_cli(socket: &Path, args: &[&str]) -> Option<String> {
@@ -49,14 +41,7 @@ fn mode(path: &Path) -> u32 {
 }
 
 fn http_address(op: &Operator) -> String {
-    op.logs()
-        .lines()
-        .find_map(|l| {
-            l.split("bosun HTTP endpoints listening on http://")
-                .nth(1)
-                .map(|a| a.trim().to_string())
-        })
-        .expect("the HTTP address is printed")
+    op.http_address().expect("the HTTP address is printed")
 }
 
 #[test]

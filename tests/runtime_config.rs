@@ -7,20 +7,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{Operator, Sandbox, bosun_bin, run_err, run_ok, workdir};
+use common::{Operator, Sandbox, run_err, run_ok, workdir};
 use serde_json::Value;
 
-fn cli(socket: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(bosun_bin());
-    cmd.args(args)
-        .arg("--debug-unix-socket")
-        .arg(socket)
-        .env("LOG_LEVEL", "error");
-    cmd
-}
+use common::debug_cli as cli;
 
 fn params(socket: &Path) -> Vec<Value> {
     let text = run_ok(&mut cli(socket, &["config", "list", "-o", "json"]));

@@ -267,6 +267,16 @@ pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     panic!("timed out after {timeout:?} waiting for {what}");
 }
 
+/// `bosun <args> --debug-unix-socket <socket>`: a debug command against a running bosun.
+pub fn debug_cli(socket: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bosun_bin());
+    cmd.args(args)
+        .arg("--debug-unix-socket")
+        .arg(socket)
+        .env("LOG_LEVEL", "error");
+    cmd
+}
+
 /// Runs a command, returning stdout; panics with stderr on failure.
 pub fn run_ok(cmd: &mut Command) -> String {
     let out = cmd.output().expect("run command");
