@@ -156,7 +156,11 @@ fn status_converge_follows_the_first_converge() {
     common::config_hook(
         &hooks.join("001-gate.sh"),
         r#"{"configVersion":"v1","onStartup":1}"#,
-        &format!("while [ ! -f '{}' ]; do sleep 0.05; done", gate.display()),
+        // Bounded, so a failed test leaves no hook behind.
+        &format!(
+            "for _ in $(seq 1200); do [ -f '{}' ] && break; sleep 0.05; done",
+            gate.display()
+        ),
     );
     let op = Operator::start(&sb, &hooks, work.path());
     let mut addr = String::new();
