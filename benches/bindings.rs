@@ -71,13 +71,9 @@ fn binding(jq: &str, keep: bool) -> bosun_actors::hook_config::KubernetesBinding
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig {
-        listen: "127.0.0.1:0".parse()?,
-        data: dir.path().join("data"),
-        kubeconfig: None,
-        token: None,
-        watch_history: bosun::sandbox::store::DEFAULT_HISTORY,
-    })
+    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig::loopback(
+        dir.path().join("data"),
+    ))
     .await?;
     let client = kube::Client::try_from(kube::Config::new(sandbox.url.parse()?))?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");

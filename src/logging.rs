@@ -155,6 +155,11 @@ pub fn hook_line(from: HookLine<'_>, line: &str) {
         proxy_json(from, object);
         return;
     }
+    text_line(from, line);
+}
+
+/// Logs a hook line as text with the hook's fields.
+fn text_line(from: HookLine<'_>, line: &str) {
     tracing::info!(
         hook = from.hook,
         module = from.module,
@@ -235,14 +240,7 @@ impl HookLog {
     /// Logs what is left as text lines (output ended inside something that is not JSON).
     pub fn finish(&mut self) {
         for line in std::mem::take(&mut self.pending) {
-            tracing::info!(
-                hook = self.hook.as_str(),
-                module = self.module.as_deref(),
-                binding = self.binding.as_deref(),
-                queue = self.queue.as_deref(),
-                output = self.output,
-                "{line}"
-            );
+            text_line(self.from(), &line);
         }
     }
 }

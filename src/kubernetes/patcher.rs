@@ -165,31 +165,26 @@ impl KubePatcher {
             Action::Create { object, mode } => self.create(op, object, *mode).await,
             Action::Delete(how) => self.delete(op, *how).await,
             Action::JqPatch(filter) => self.jq_patch(op, filter).await,
-            Action::MergePatch(patch) => {
-                let api = self.api(op, &self.resolve(op).await?, &op.namespace)?;
-                let patch = Patch::Merge(patch);
-                let result = match &op.subresource {
-                    Some(sub) => {
-                        api.patch_subresource(sub, &op.name, &self.patch_params(), &patch)
-                            .await
-                    }
-                    None => api.patch(&op.name, &self.patch_params(), &patch).await,
-                };
-                self.missing_ok(op, result)
-            }
-            Action::JsonPatch(patch) => {
-                let api = self.api(op, &self.resolve(op).await?, &op.namespace)?;
-                let patch: Patch<()> = Patch::Json(patch.clone());
-                let result = match &op.subresource {
-                    Some(sub) => {
-                        api.patch_subresource(sub, &op.name, &self.patch_params(), &patch)
-                            .await
-                    }
-                    None => api.patch(&op.name, &self.patch_params(), &patch).await,
-                };
-                self.missing_ok(op, result)
-            }
+            Action::MergePatch(patch) => self.patch(op, &Patch::Merge(patch)).await,
+            Action::JsonPatch(patch) => self.patch(op, &Patch::<()>::Json(patch.clone())).await,
         }
+    }
+
+    /// A merge or JSON patch of the object (or its subresource).
+    async fn patch<P: serde::Serialize + std::fmt::Debug>(
+        &self,
+        op: &Operation,
+        patch: &Patch<P>,
+    ) -> Result<(), String> {
+        let api = self.api(op, &self.resolve(op).await?, &op.namespace)?;
+        let result = match &op.subresource {
+            Some(sub) => {
+                api.patch_subresource(sub, &op.name, &self.patch_params(), patch)
+                    .await
+            }
+            None => api.patch(&op.name, &self.patch_params(), patch).await,
+        };
+        self.missing_ok(op, result)
     }
 
     /// NotFound is fine for patches with `ignoreMissingObject`.

@@ -56,7 +56,7 @@ pub async fn serve(
                         let dumps = engine.queues().await;
                         let main = dumps.iter().find(|q| q.name == "main");
                         let tasks = main.map_or(0, |q| {
-                            q.tasks.iter().filter(|t| is_converge_task(&t.spec)).count()
+                            q.tasks.iter().filter(|t| is_converge_task(t)).count()
                         });
                         let status = ConvergeStatus::new(engine.converged(), tasks);
                         if query.get("output").map(String::as_str) == Some("json") {
@@ -92,9 +92,9 @@ pub async fn serve(
 
 /// Tasks the reference counts as converge work: a converge, the module tasks and the
 /// beforeAll/afterAll runs it queues, and the start-up tasks of the first one.
-fn is_converge_task(spec: &bosun_actors::TaskSpec) -> bool {
+fn is_converge_task(task: &bosun_actors::state::QueuedTask) -> bool {
     use bosun_actors::TaskType as T;
-    match spec.task_type {
+    match task.spec.task_type {
         T::ConvergeModules
         | T::ModuleRun
         | T::ParallelModuleRun
@@ -104,9 +104,10 @@ fn is_converge_task(spec: &bosun_actors::TaskSpec) -> bool {
         | T::DiscoverHelmReleases
         | T::GlobalHookEnableKubernetesBindings
         | T::GlobalHookEnableScheduleBindings => true,
-        T::GlobalHookRun => {
-            spec.description.starts_with("beforeAll:") || spec.description.starts_with("afterAll:")
-        }
+        T::GlobalHookRun => matches!(
+            bosun_actors::telemetry::binding_of(task).as_str(),
+            "beforeAll" | "afterAll"
+        ),
         _ => false,
     }
 }

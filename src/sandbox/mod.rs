@@ -47,6 +47,19 @@ pub struct SandboxConfig {
     pub watch_history: usize,
 }
 
+impl SandboxConfig {
+    /// A sandbox storing in `data`, on a free loopback port, without a token or kubeconfig.
+    pub fn loopback(data: PathBuf) -> SandboxConfig {
+        SandboxConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data,
+            kubeconfig: None,
+            token: None,
+            watch_history: store::DEFAULT_HISTORY,
+        }
+    }
+}
+
 /// A running sandbox; dropping it does not stop it, [`RunningSandbox::shutdown`] does.
 pub struct RunningSandbox {
     /// The address it listens on.
