@@ -15,10 +15,6 @@ use std::time::Duration;
 use common::{Operator, Sandbox, bosun_bin, run_err, run_ok, workdir};
 use serde_json::{Value, json};
 
-fn write_hook(dir: &Path, name: &str, body: &str) {
-    common::write_exec(&dir.join(name), body);
-}
-
 use common::debug_cli as cli;
 
 /// Runs a debug command; `None` when it fails (the socket may not be there yet).
@@ -48,24 +44,17 @@ fn http_address(op: &Operator) -> String {
 fn a_failing_hook_shows_in_the_queue_dump_and_values_in_global_values() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = work.path().join("global-hooks");
-    std::fs::create_dir_all(&hooks).expect("hooks dir");
-    write_hook(
-        &hooks,
-        "001-writer.sh",
-        r#"#!/usr/bin/env bash
-if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","onStartup":1}'; exit 0; fi
-echo '[{"op":"add","path":"/global/debugProbe","value":"written-by-hook"}]' > "$VALUES_JSON_PATCH_PATH"
-"#,
+    let hooks = common::global_hooks_dir(work.path());
+    common::config_hook(
+        &hooks.join("001-writer.sh"),
+        r#"{"configVersion":"v1","onStartup":1}"#,
+        r#"echo '[{"op":"add","path":"/global/debugProbe","value":"written-by-hook"}]' > "$VALUES_JSON_PATCH_PATH""#,
     );
-    write_hook(
-        &hooks,
-        "002-broken.sh",
-        r#"#!/usr/bin/env bash
-if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","onStartup":2}'; exit 0; fi
-echo "the probe is broken" >&2
-exit 1
-"#,
+    common::config_hook(
+        &hooks.join("002-broken.sh"),
+        r#"{"configVersion":"v1","onStartup":2}"#,
+        r#"echo "the probe is broken" >&2
+exit 1"#,
     );
     // A folder bosun has to create: it must be private.
     let socket = work.path().join("run/debug.socket");
@@ -206,16 +195,12 @@ fn busy_with(actors: &Value, needle: &str) -> Vec<String> {
 fn actors_show_a_running_hook_and_drain_after_it() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = work.path().join("global-hooks");
-    std::fs::create_dir_all(&hooks).expect("hooks dir");
-    write_hook(
-        &hooks,
-        "001-slow.sh",
-        r#"#!/usr/bin/env bash
-if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","onStartup":1}'; exit 0; fi
-touch "$OUT_DIR/slow.started"
-while [[ ! -f "$OUT_DIR/slow.release" ]]; do sleep 0.05; done
-"#,
+    let hooks = common::global_hooks_dir(work.path());
+    common::config_hook(
+        &hooks.join("001-slow.sh"),
+        r#"{"configVersion":"v1","onStartup":1}"#,
+        r#"touch "$OUT_DIR/slow.started"
+for _ in $(seq 1200); do [[ -f "$OUT_DIR/slow.release" ]] && exit 0; sleep 0.05; done"#,
     );
     std::fs::create_dir_all(work.path().join("modules/001-demo")).expect("module dir");
     std::fs::write(
@@ -313,8 +298,7 @@ while [[ ! -f "$OUT_DIR/slow.release" ]]; do sleep 0.05; done
 fn an_unusable_socket_does_not_stop_bosun_and_tcp_is_loopback_only() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = work.path().join("global-hooks");
-    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    let hooks = common::global_hooks_dir(work.path());
     // The socket's folder would have to be a regular file.
     let blocker = work.path().join("not-a-folder");
     std::fs::write(&blocker, "").expect("blocker");
@@ -400,26 +384,19 @@ fn journal_offline(dir: &Path, args: &[&str]) -> String {
 fn journal_views_over_the_socket_match_the_offline_ones() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = work.path().join("global-hooks");
-    std::fs::create_dir_all(&hooks).expect("hooks dir");
-    write_hook(
-        &hooks,
-        "001-broken.sh",
-        r#"#!/usr/bin/env bash
-if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","onStartup":1}'; exit 0; fi
-echo "the probe is broken" >&2
-exit 1
-"#,
+    let hooks = common::global_hooks_dir(work.path());
+    common::config_hook(
+        &hooks.join("001-broken.sh"),
+        r#"{"configVersion":"v1","onStartup":1}"#,
+        r#"echo "the probe is broken" >&2
+exit 1"#,
     );
     // Holds the converge, so the journal stands still while both readers look.
-    write_hook(
-        &hooks,
-        "002-held.sh",
-        r#"#!/usr/bin/env bash
-if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","afterAll":1}'; exit 0; fi
-touch "$OUT_DIR/held.started"
-for _ in $(seq 1200); do [[ -f "$OUT_DIR/held.release" ]] && exit 0; sleep 0.1; done
-"#,
+    common::config_hook(
+        &hooks.join("002-held.sh"),
+        r#"{"configVersion":"v1","afterAll":1}"#,
+        r#"touch "$OUT_DIR/held.started"
+for _ in $(seq 1200); do [[ -f "$OUT_DIR/held.release" ]] && exit 0; sleep 0.1; done"#,
     );
     let out = work.path().join("out");
     let op = Operator::start_with(
@@ -616,8 +593,7 @@ fn parse_dot(text: &str) -> (Vec<String>, Vec<(String, String)>) {
 /// installed, `off` (30) disabled. Returns the operator and its debug socket once both
 /// releases are installed.
 fn start_three_modules(sb: &Sandbox, work: &tempfile::TempDir) -> (Operator, std::path::PathBuf) {
-    let hooks = work.path().join("global-hooks");
-    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    let hooks = common::global_hooks_dir(work.path());
     let modules = work.path().join("modules");
     chart_module(
         &modules,

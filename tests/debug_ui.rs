@@ -18,10 +18,6 @@ use common::{Operator, Sandbox, workdir};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
-fn write_hook(dir: &Path, name: &str, body: &str) {
-    common::write_exec(&dir.join(name), body);
-}
-
 /// Lets the held hook finish when the test ends, passed or not.
 struct Release(PathBuf);
 
@@ -162,24 +158,17 @@ fn the_web_view_shows_queues_actors_modules_and_the_journal_in_headless_chromium
     );
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = work.path().join("global-hooks");
-    std::fs::create_dir_all(&hooks).expect("hooks dir");
-    write_hook(
-        &hooks,
-        "001-broken.sh",
-        r#"#!/usr/bin/env bash
-if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","onStartup":1}'; exit 0; fi
-echo "the probe is broken <img src=x id=injected>" >&2
-exit 1
-"#,
+    let hooks = common::global_hooks_dir(work.path());
+    common::config_hook(
+        &hooks.join("001-broken.sh"),
+        r#"{"configVersion":"v1","onStartup":1}"#,
+        r#"echo "the probe is broken <img src=x id=injected>" >&2
+exit 1"#,
     );
-    write_hook(
-        &hooks,
-        "002-held.sh",
-        r#"#!/usr/bin/env bash
-if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","afterAll":1}'; exit 0; fi
-for _ in $(seq 1200); do [[ -f "$OUT_DIR/held.release" ]] && exit 0; sleep 0.1; done
-"#,
+    common::config_hook(
+        &hooks.join("002-held.sh"),
+        r#"{"configVersion":"v1","afterAll":1}"#,
+        r#"for _ in $(seq 1200); do [[ -f "$OUT_DIR/held.release" ]] && exit 0; sleep 0.1; done"#,
     );
     std::fs::create_dir_all(work.path().join("modules/001-demo")).expect("module dir");
     std::fs::write(

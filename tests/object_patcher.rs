@@ -17,18 +17,6 @@ async fn client(sb: &Sandbox) -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
-fn widget_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wg"]},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                "subresources": {"status": {}}}]},
-    })
-}
-
 /// Polls an async condition until it holds; panics with `what` after `timeout`.
 async fn eventually<F, Fut>(what: &str, timeout: Duration, mut cond: F)
 where
@@ -78,7 +66,7 @@ async fn resolver_sees_a_crd_created_after_the_first_lookup() {
     resolver.resolve(None, "Pod").await.expect("pod");
     let (code, body) = sb.post(
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &widget_crd(),
+        &common::widget_crd(),
     );
     assert_eq!(code, 201, "{body}");
     for (api_version, name) in [
@@ -363,7 +351,7 @@ async fn status_subresource_patches() {
     create(
         &sb,
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &widget_crd(),
+        &common::widget_crd(),
     );
     let widgets = "/apis/example.com/v1/namespaces/default/widgets";
     create(

@@ -42,8 +42,7 @@ fn json_lines(op: &Operator, msg: &str) -> Vec<Value> {
 fn the_log_level_changes_at_runtime_and_hook_json_logs_pass_through() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = work.path().join("global-hooks");
-    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    let hooks = common::global_hooks_dir(work.path());
     common::config_hook(
         &hooks.join("001-talker.sh"),
         r#"{"configVersion":"v1","schedule":[{"name":"every-second","crontab":"*/1 * * * * *"}]}"#,

@@ -305,18 +305,6 @@ fn namespace_deletion_removes_its_content() {
     );
 }
 
-fn crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wg"]},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                "subresources": {"status": {}}}]},
-    })
-}
-
 #[test]
 fn crd_lifecycle_serves_and_removes_the_resource() {
     let sb = Sandbox::start();
@@ -324,7 +312,7 @@ fn crd_lifecycle_serves_and_removes_the_resource() {
     assert_eq!(sb.get(widgets).0, 404);
     let (code, created) = sb.post(
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &crd(),
+        &common::widget_crd(),
     );
     assert_eq!(code, 201, "{created}");
     assert!(
@@ -383,7 +371,7 @@ fn data_persists_across_restart() {
     let mut sb = Sandbox::start();
     sb.post(
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &crd(),
+        &common::widget_crd(),
     );
     sb.post(
         "/apis/example.com/v1/namespaces/default/widgets",

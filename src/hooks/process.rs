@@ -549,6 +549,19 @@ mod tests {
         p
     }
 
+    /// A run of `path` with no values.
+    fn input<'a>(name: &'a str, path: &'a Path, ctx: &'a Value) -> HookInput<'a> {
+        HookInput {
+            name,
+            path,
+            binding_context: ctx,
+            values: None,
+            config_values: None,
+            env: vec![],
+            log_fields: Default::default(),
+        }
+    }
+
     fn runner(dir: &Path, timeout: Duration) -> HookProcess {
         HookProcess {
             tmp_dir: dir.join("tmp"),
@@ -572,13 +585,9 @@ echo to-stdout; echo to-stderr >&2"#,
         let ctx = json!([{"binding": "onStartup"}]);
         let values = json!({"global": {"param": 1}});
         let input = HookInput {
-            name: "h.sh",
-            path: &hook,
-            binding_context: &ctx,
             values: Some(&values),
             config_values: Some(&values),
-            env: vec![],
-            log_fields: Default::default(),
+            ..input("h.sh", &hook, &ctx)
         };
         let out = runner(dir.path(), Duration::from_secs(30))
             .run(&input)
@@ -607,15 +616,7 @@ echo to-stdout; echo to-stderr >&2"#,
             r#"x=$(head -c 20000000 /dev/zero | tr '\0' a); i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; echo ${#x} >&2"#,
         );
         let ctx = json!([]);
-        let input = HookInput {
-            name: "busy.sh",
-            path: &hook,
-            binding_context: &ctx,
-            values: None,
-            config_values: None,
-            env: vec![],
-            log_fields: Default::default(),
-        };
+        let input = input("busy.sh", &hook, &ctx);
         let out = runner(dir.path(), Duration::from_secs(60))
             .run(&input)
             .await
@@ -639,15 +640,7 @@ echo to-stdout; echo to-stderr >&2"#,
             &format!("sleep 2; touch {}", marker.display()),
         );
         let ctx = json!([]);
-        let input = HookInput {
-            name: "slow.sh",
-            path: &hook,
-            binding_context: &ctx,
-            values: None,
-            config_values: None,
-            env: vec![],
-            log_fields: Default::default(),
-        };
+        let input = input("slow.sh", &hook, &ctx);
         let r = runner(dir.path(), Duration::from_secs(60));
         let run = r.run(&input);
         assert!(
@@ -662,37 +655,31 @@ echo to-stdout; echo to-stderr >&2"#,
     #[tokio::test]
     async fn failures_and_timeouts_are_named() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let failing: &'static Path = Box::leak(
-            script(dir.path(), "fail.sh", "echo 'something broke' >&2; exit 3").into_boxed_path(),
-        );
-        let slow: &'static Path =
-            Box::leak(script(dir.path(), "slow.sh", "sleep 30 & sleep 30").into_boxed_path());
-        let missing: &'static Path = Box::leak(dir.path().join("missing.sh").into_boxed_path());
+        let failing = script(dir.path(), "fail.sh", "echo 'something broke' >&2; exit 3");
+        let slow = script(dir.path(), "slow.sh", "sleep 30 & sleep 30");
+        let missing = dir.path().join("missing.sh");
         let ctx = json!([]);
-        let input = |name: &'static str, path: &'static Path| HookInput {
-            name,
-            path,
-            binding_context: &ctx,
-            values: None,
-            config_values: None,
-            env: vec![],
-            log_fields: Default::default(),
-        };
         let r = runner(dir.path(), Duration::from_millis(500));
-        let err = r.run(&input("fail.sh", failing)).await.expect_err("fails");
+        let err = r
+            .run(&input("fail.sh", &failing, &ctx))
+            .await
+            .expect_err("fails");
         assert_eq!(
             err.to_string(),
             "hook \"fail.sh\": exit status 3: something broke"
         );
         let started = Instant::now();
-        let err = r.run(&input("slow.sh", slow)).await.expect_err("times out");
+        let err = r
+            .run(&input("slow.sh", &slow, &ctx))
+            .await
+            .expect_err("times out");
         assert!(matches!(err, HookRunError::Timeout { .. }), "{err}");
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "the process group was killed"
         );
         let err = r
-            .run(&input("missing.sh", missing))
+            .run(&input("missing.sh", &missing, &ctx))
             .await
             .expect_err("spawn");
         assert!(err.to_string().contains("cannot start"), "{err}");

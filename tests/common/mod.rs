@@ -498,6 +498,27 @@ pub fn write_exec(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
+/// A namespaced `widgets.example.com/v1` CRD (kind `Widget`, short name `wg`) that keeps
+/// unknown fields and has a status subresource.
+pub fn widget_crd() -> Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wg"]},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "subresources": {"status": {}}}]},
+    })
+}
+
+/// Creates `work/global-hooks` for [`config_hook`]s and returns it.
+pub fn global_hooks_dir(work: &Path) -> PathBuf {
+    let dir = work.join("global-hooks");
+    std::fs::create_dir_all(&dir).expect("hooks dir");
+    dir
+}
+
 /// Writes a bash hook: `--config` prints `config`, a run executes `body`.
 pub fn config_hook(path: &Path, config: &str, body: &str) {
     write_exec(
