@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bosun::bindings::WatchManager;
-use bosun_actors::bindings::{BindingEvent, HookRef};
-use bosun_actors::hook_config::{HookKind, parse};
-use bosun_actors::ports::KubeBindings;
+use bosun_addon::bindings::{BindingEvent, HookRef};
+use bosun_addon::hook_config::{HookKind, parse};
+use bosun_addon::ports::KubeBindings;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
@@ -58,7 +58,7 @@ fn config_map(name: &str, n: usize) -> ConfigMap {
     .expect("config map")
 }
 
-fn binding(jq: &str, keep: bool) -> bosun_actors::hook_config::KubernetesBinding {
+fn binding(jq: &str, keep: bool) -> bosun_addon::hook_config::KubernetesBinding {
     let text = format!(
         "configVersion: v1\nkubernetes:\n- name: cms\n  kind: ConfigMap\n  namespace: {{nameSelector: {{matchNames: [default]}}}}\n  labelSelector: {{matchLabels: {{bench: \"yes\"}}}}\n  jqFilter: '{jq}'\n  keepFullObjectsInMemory: {keep}"
     );
@@ -81,7 +81,7 @@ async fn main() -> anyhow::Result<()> {
     // 1. Event path: 100 bindings on one shared watch.
     let manager = WatchManager::new(client.clone());
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
-    let events: bosun_actors::ports::BindingEvents = Arc::new(move |_ev: BindingEvent| {
+    let events: bosun_addon::ports::BindingEvents = Arc::new(move |_ev: BindingEvent| {
         let _ = tx.send(Instant::now());
     });
     let bindings = 100;
@@ -166,7 +166,7 @@ async fn main() -> anyhow::Result<()> {
     let total = writes + objects;
     for keep in [true, false] {
         let fresh = WatchManager::new(client.clone());
-        let noop: bosun_actors::ports::BindingEvents = Arc::new(|_ev: BindingEvent| {});
+        let noop: bosun_addon::ports::BindingEvents = Arc::new(|_ev: BindingEvent| {});
         let hook = |name: &str| HookRef {
             owner: "global".into(),
             hook: name.into(),

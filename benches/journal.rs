@@ -8,7 +8,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bosun_actors::{Event, Position, Scope, State, TaskId, TaskSpec, TaskType, ValuesLayer};
+use bosun_addon::task::{AddonTask, HookRunParams};
+use bosun_addon::{Event, Position, Scope, State, TaskEvent, TaskId, TaskSpec, ValuesLayer};
 use bosun_journal::Journal;
 use serde_json::json;
 
@@ -24,27 +25,31 @@ fn env(name: &str, default: usize) -> usize {
 fn event(i: u64) -> Event {
     let id = TaskId(i / 4 + 1);
     match i % 4 {
-        0 => Event::TaskEnqueued {
+        0 => Event::Task(TaskEvent::TaskEnqueued {
             task: TaskSpec {
                 id,
-                task_type: TaskType::ModuleHookRun,
                 queue: "main".into(),
-                module: Some("ingress-nginx".into()),
-                hook: Some("hooks/certs.py".into()),
                 description: "kubernetes:hooks/certs.py:secrets".into(),
-                params: json!({"bindingContexts": [{"binding": "secrets", "type": "Event", "watchEvent": "Modified"}]}),
+                kind: AddonTask::ModuleHookRun {
+                    module: "ingress-nginx".into(),
+                    hook: "hooks/certs.py".into(),
+                    run: HookRunParams::with(
+                        vec![json!({"binding": "secrets", "type": "Event", "watchEvent": "Modified"})],
+                        false,
+                    ),
+                },
             },
             position: Position::Tail,
-        },
-        1 => Event::TaskStarted { id, attempt: 1 },
+        }),
+        1 => Event::Task(TaskEvent::TaskStarted { id, attempt: 1 }),
         2 if i % 40 == 2 => Event::ValuesPatched {
             scope: Scope::Module("ingress-nginx".into()),
             layer: ValuesLayer::Memory,
             patch: serde_json::from_value(json!([{"op": "add", "path": format!("/ingressNginx/internal/cert{}", i % 7), "value": i}])).unwrap_or(json_patch::Patch(Vec::new())),
             source: "hooks/certs.py".into(),
         },
-        2 => Event::TaskStarted { id, attempt: 1 },
-        _ => Event::TaskSucceeded { id },
+        2 => Event::Task(TaskEvent::TaskStarted { id, attempt: 1 }),
+        _ => Event::Task(TaskEvent::TaskSucceeded { id }),
     }
 }
 

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bosun_actors::mailbox::MailboxHandle;
-use bosun_actors::ports::ResourceUsage;
-use bosun_actors::telemetry::{HookRunLabels, RunOutcome};
+use bosun_addon::mailbox::MailboxHandle;
+use bosun_addon::ports::ResourceUsage;
+use bosun_addon::telemetry::{HookRunLabels, RunOutcome};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
 #[path = "support/noop_engine.rs"]

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use bosun_actors::{Event, State, TaskId};
+use bosun_addon::{Event, State, TaskEvent, TaskId};
 use bosun_journal::{Journal, JournalError, Record};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Map, Value, json};
@@ -342,7 +342,8 @@ fn open(dir: &std::path::Path) -> anyhow::Result<Journal<Event>> {
 }
 
 fn parse_task(s: &str) -> Result<TaskId, ViewError> {
-    s.parse().map_err(ViewError::BadRequest)
+    s.parse()
+        .map_err(|e: bosun_runtime::task::InvalidTaskId| ViewError::BadRequest(e.to_string()))
 }
 
 /// Percent-encodes a query value.
@@ -458,34 +459,39 @@ pub fn summary(e: &Event) -> String {
             values,
             source,
         } => format!("{scope} {layer:?} values set by {source}: {values}"),
-        Event::TaskEnqueued { task, position } => {
+        Event::Task(TaskEvent::TaskEnqueued { task, position }) => {
             let at = match position {
-                bosun_actors::Position::Head => "at the head".to_string(),
-                bosun_actors::Position::Tail => "at the tail".to_string(),
-                bosun_actors::Position::After(t) => format!("after {t}"),
-                bosun_actors::Position::Before(t) => format!("before {t}"),
+                bosun_addon::Position::Head => "at the head".to_string(),
+                bosun_addon::Position::Tail => "at the tail".to_string(),
+                bosun_addon::Position::After(t) => format!("after {t}"),
+                bosun_addon::Position::Before(t) => format!("before {t}"),
             };
             format!(
-                "{} {:?}:{}:{} queued {at}",
-                task.id, task.task_type, task.queue, task.description
+                "{} {}:{}:{} queued {at}",
+                task.id,
+                task.kind.task_type().as_str(),
+                task.queue,
+                task.description
             )
         }
-        Event::TaskStarted { id, attempt } => format!("{id} started (attempt {attempt})"),
-        Event::TaskSucceeded { id } => format!("{id} succeeded"),
-        Event::TaskFailed {
+        Event::Task(TaskEvent::TaskStarted { id, attempt }) => {
+            format!("{id} started (attempt {attempt})")
+        }
+        Event::Task(TaskEvent::TaskSucceeded { id }) => format!("{id} succeeded"),
+        Event::Task(TaskEvent::TaskFailed {
             id,
             error,
             failures,
             next_retry_at_ms,
-        } => {
+        }) => {
             format!(
                 "{id} failed (failures {failures}), retry at {}: {error}",
                 time(*next_retry_at_ms)
             )
         }
-        Event::TaskMerged { id, into } => format!("{id} merged into {into}"),
-        Event::TaskDropped { id, reason } => format!("{id} dropped: {reason}"),
-        Event::TaskParked { id, reason } => {
+        Event::Task(TaskEvent::TaskMerged { id, into }) => format!("{id} merged into {into}"),
+        Event::Task(TaskEvent::TaskDropped { id, reason }) => format!("{id} dropped: {reason}"),
+        Event::Task(TaskEvent::TaskParked { id, reason }) => {
             format!("{id} parked after too many attempts: {reason}")
         }
         Event::ModuleEnabled { module, reason } => format!("module {module} enabled ({reason})"),
@@ -586,8 +592,11 @@ pub fn log_view(journal: &Journal<Event>, query: &LogQuery) -> Result<View, View
     let mut entries: VecDeque<Value> = VecDeque::new();
     for r in journal.read_from(0) {
         let record = r?;
-        if let Event::TaskEnqueued { task, .. } = &record.event {
-            tasks.insert(task.id, (task.queue.clone(), task.module.clone()));
+        if let Event::Task(TaskEvent::TaskEnqueued { task, .. }) = &record.event {
+            tasks.insert(
+                task.id,
+                (task.queue.clone(), task.kind.module().map(String::from)),
+            );
         }
         if from.is_some_and(|f| record.seq < f) {
             continue;
@@ -648,11 +657,14 @@ pub fn why_view(journal: &Journal<Event>, id: TaskId) -> Result<View, ViewError>
     let mut entries = Vec::new();
     for r in journal.read_from(0) {
         let record = r?;
-        if let Event::TaskEnqueued { task, .. } = &record.event {
-            tasks.insert(task.id, (task.queue.clone(), task.module.clone()));
+        if let Event::Task(TaskEvent::TaskEnqueued { task, .. }) = &record.event {
+            tasks.insert(
+                task.id,
+                (task.queue.clone(), task.kind.module().map(String::from)),
+            );
         }
         let about = record.event.task() == Some(id)
-            || matches!(&record.event, Event::TaskMerged { into, .. } if *into == id);
+            || matches!(&record.event, Event::Task(TaskEvent::TaskMerged { into, .. }) if *into == id);
         if about {
             entries.push(entry(&record, &tasks));
         }

@@ -62,7 +62,7 @@ fn directives(level: &str) -> String {
         "fatal" => "error".to_string(),
         other => other.to_string(),
     };
-    format!("warn,bosun={level},bosun_actors={level},bosun_journal={level}")
+    format!("warn,bosun={level},bosun_addon={level},bosun_journal={level}")
 }
 
 /// Installs the global `tracing` subscriber and registers the `log.level` runtime
@@ -346,7 +346,7 @@ mod tests {
         assert_eq!(rank("loud"), None);
         assert_eq!(
             directives("warning"),
-            "warn,bosun=warn,bosun_actors=warn,bosun_journal=warn"
+            "warn,bosun=warn,bosun_addon=warn,bosun_journal=warn"
         );
     }
 }

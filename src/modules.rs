@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use bosun_actors::modules::ModuleDef;
-use bosun_actors::schema::ValuesSchemas;
-use bosun_actors::values::{layered, name_round_trips, values_key};
+use bosun_addon::modules::ModuleDef;
+use bosun_addon::schema::ValuesSchemas;
+use bosun_addon::values::{layered, name_round_trips, values_key};
 use serde_json::{Value, json};
 
 use crate::hooks::discover;

@@ -11,7 +11,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use bosun_actors::telemetry as names;
+use bosun_addon::telemetry as names;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -153,7 +153,7 @@ pub fn install(prefix: &str) -> Metrics {
 
 impl Metrics {
     /// The Prometheus text of every metric, mailbox depths sampled now.
-    pub fn render(&self, mailboxes: &bosun_actors::mailbox::Mailboxes) -> String {
+    pub fn render(&self, mailboxes: &bosun_addon::mailbox::Mailboxes) -> String {
         for (actor, depth) in mailboxes.depths() {
             metrics::gauge!(names::MAILBOX_DEPTH, "actor" => actor).set(depth as f64);
         }

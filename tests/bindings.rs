@@ -458,7 +458,7 @@ kubernetes:
         common::try_journal_state(&work.path().join("journal")).is_some_and(|(s, _)| {
             s.modules
                 .get("watcher")
-                .is_some_and(|m| !m.enabled && m.phase == "Disabled")
+                .is_some_and(|m| !m.enabled && m.phase == bosun_addon::ModulePhase::Disabled)
         })
     });
     let seen = contexts(&out, "watcher.jsonl").len();
@@ -601,7 +601,7 @@ fn bad_bindings_fail_their_task_with_the_hook_and_binding_named_and_the_operator
         Duration::from_secs(60),
         || {
             common::try_journal_state(&work.path().join("journal")).is_some_and(|(s, _)| {
-                s.queues.get("main").into_iter().flatten().any(|t| {
+                s.tasks.queues.get("main").into_iter().flatten().any(|t| {
                     t.failures > 0
                         && t.last_error.contains("unknown-kind.sh")
                         && t.last_error.contains("\"widgets\"")
@@ -688,7 +688,7 @@ EOF"#,
         Duration::from_secs(60),
         || {
             common::try_journal_state(&work.path().join("journal")).is_some_and(|(s, _)| {
-                s.queues.get("main").into_iter().flatten().any(|t| {
+                s.tasks.queues.get("main").into_iter().flatten().any(|t| {
                     t.failures > 0
                         && t.last_error.contains("broken.sh")
                         && t.last_error.contains("KUBERNETES_PATCH_PATH")
@@ -831,8 +831,8 @@ fn values_changed_by_kubernetes_runs_converge_globally_and_rerun_their_module() 
             .map(|(_, events)| {
                 events
                     .iter()
-                    .filter(|e| matches!(e, bosun_actors::Event::TaskEnqueued { task, .. }
-                        if task.task_type == bosun_actors::TaskType::ModuleRun && task.description.contains("ModuleValuesChanged")))
+                    .filter(|e| matches!(e, bosun_addon::Event::Task(bosun_addon::TaskEvent::TaskEnqueued { task, .. })
+                        if task.kind.task_type() == bosun_addon::TaskType::ModuleRun && task.description.contains("ModuleValuesChanged")))
                     .count()
             })
             .unwrap_or(0)

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use bosun_actors::{Event, TaskType};
+use bosun_addon::{Event, TaskEvent, TaskType};
 use common::{
     Operator, Sandbox, bosun_bin, converges, journal_state, read_json, wait_for, workdir,
 };
@@ -166,11 +166,12 @@ fn after_kill_9_values_and_failing_tasks_resume_from_the_journal() {
 
     let (state, _) = journal_state(&work.path().join("journal"));
     let flaky = state
+        .tasks
         .queues
         .get("main")
         .and_then(|q| {
             q.iter()
-                .find(|t| t.spec.hook.as_deref() == Some("002-flaky.sh"))
+                .find(|t| t.spec.kind.hook() == Some("002-flaky.sh"))
         })
         .cloned();
     let flaky = flaky.expect("the failing task is pending in the journal");
@@ -205,7 +206,9 @@ fn after_kill_9_values_and_failing_tasks_resume_from_the_journal() {
     let starts: Vec<u32> = events
         .iter()
         .filter_map(|e| match e {
-            Event::TaskStarted { id, attempt } if *id == flaky.spec.id => Some(*attempt),
+            Event::Task(TaskEvent::TaskStarted { id, attempt }) if *id == flaky.spec.id => {
+                Some(*attempt)
+            }
             _ => None,
         })
         .collect();
@@ -215,7 +218,7 @@ fn after_kill_9_values_and_failing_tasks_resume_from_the_journal() {
     );
     let flaky_tasks = events
         .iter()
-        .filter(|e| matches!(e, Event::TaskEnqueued { task, .. } if task.hook.as_deref() == Some("002-flaky.sh") && task.task_type == TaskType::GlobalHookRun))
+        .filter(|e| matches!(e, Event::Task(TaskEvent::TaskEnqueued { task, .. }) if task.kind.hook() == Some("002-flaky.sh") && task.kind.task_type() == TaskType::GlobalHookRun))
         .count();
     assert_eq!(
         flaky_tasks, 1,
@@ -441,13 +444,14 @@ fn bad_hook_output_fails_the_task_with_a_named_error_and_parking_keeps_the_queue
     op.kill9();
     let (state, _) = journal_state(&journal);
     let parked: Vec<(String, String)> = state
+        .tasks
         .parked
         .get("main")
         .map(|p| {
             p.iter()
                 .map(|t| {
                     (
-                        t.spec.hook.clone().unwrap_or_default(),
+                        t.spec.kind.hook().unwrap_or_default().to_string(),
                         t.last_error.clone(),
                     )
                 })
@@ -481,7 +485,7 @@ fn bad_hook_output_fails_the_task_with_a_named_error_and_parking_keeps_the_queue
         "{replace}"
     );
     assert_eq!(
-        state.scope_document(&bosun_actors::Scope::Global)["global"]["reached"],
+        state.scope_document(&bosun_addon::Scope::Global)["global"]["reached"],
         json!(true),
         "the queue went on to the good hook"
     );

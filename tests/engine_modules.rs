@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bosun_actors::Event;
+use bosun_addon::{Event, TaskEvent};
 use common::{Operator, Sandbox, journal_state, read_json, workdir};
 use serde_json::json;
 
@@ -92,12 +92,12 @@ fn started_tasks(journal: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for e in &events {
         match e {
-            Event::TaskEnqueued { task, .. } => {
+            Event::Task(TaskEvent::TaskEnqueued { task, .. }) => {
                 specs.insert(task.id, task.clone());
             }
-            Event::TaskStarted { id, attempt: 1 } => {
+            Event::Task(TaskEvent::TaskStarted { id, attempt: 1 }) => {
                 if let Some(t) = specs.get(id) {
-                    out.push(format!("{:?}:{}", t.task_type, t.description));
+                    out.push(format!("{}:{}", t.kind.task_type().as_str(), t.description));
                 }
             }
             _ => {}
@@ -455,7 +455,7 @@ fn failing_modules_name_their_cause_and_the_others_still_converge() {
     assert!(!releases(&sb).contains_key("bad-script"));
     let (state, _) = journal_state(&journal);
     assert_eq!(
-        state.parked.get("main").map(Vec::len),
+        state.tasks.parked.get("main").map(Vec::len),
         Some(2),
         "both failing runs parked, the queue went on"
     );
@@ -532,7 +532,7 @@ fn kill_9_at_random_points_of_the_first_converge_changes_no_outcome() {
         .map(|(n, _)| n.as_str())
         .collect();
     assert_eq!(enabled, ["echo", "hooks-only", "toggled"]);
-    assert_eq!(state.modules["echo"].phase, "Ready");
+    assert_eq!(state.modules["echo"].phase, bosun_addon::ModulePhase::Ready);
     assert!(state.anomalies.is_empty(), "{:?}", state.anomalies);
 }
 
@@ -549,19 +549,21 @@ fn module_failure(journal: &Path, module: &str, times: u32) -> Option<String> {
     let ids: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
-            Event::TaskEnqueued { task, .. } if task.module.as_deref() == Some(module) => {
+            Event::Task(TaskEvent::TaskEnqueued { task, .. })
+                if task.kind.module() == Some(module) =>
+            {
                 Some(task.id)
             }
             _ => None,
         })
         .collect();
     events.iter().find_map(|e| match e {
-        Event::TaskFailed {
+        Event::Task(TaskEvent::TaskFailed {
             id,
             error,
             failures,
             ..
-        } if ids.contains(id) && *failures >= times => Some(error.clone()),
+        }) if ids.contains(id) && *failures >= times => Some(error.clone()),
         _ => None,
     })
 }
@@ -780,7 +782,7 @@ fn a_config_map_change_during_a_converge_restarts_it() {
     let dropped: Vec<&str> = events
         .iter()
         .filter_map(|e| match e {
-            Event::TaskDropped { reason, .. } => Some(reason.as_str()),
+            Event::Task(TaskEvent::TaskDropped { reason, .. }) => Some(reason.as_str()),
             _ => None,
         })
         .collect();

@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bosun::kubernetes::{KindResolver, KubePatcher, PatchError, ResolveError};
-use bosun_actors::ports::ObjectPatcher;
+use bosun_addon::ports::ObjectPatcher;
 use common::Sandbox;
 use serde_json::{Value, json};
 

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bosun::hooks::HookProcess;
-use bosun_actors::State;
-use bosun_actors::engine::{Engine, EngineArgs};
-use bosun_actors::global_hooks::GlobalHook;
-use bosun_actors::hook_config::{HookKind, parse};
-use bosun_actors::mailbox::Mailboxes;
-use bosun_actors::ports::{BoxFut, ConfigStore, PortError};
+use bosun_addon::State;
+use bosun_addon::engine::{Engine, EngineArgs};
+use bosun_addon::global_hooks::GlobalHook;
+use bosun_addon::hook_config::{HookKind, parse};
+use bosun_addon::mailbox::Mailboxes;
+use bosun_addon::ports::{BoxFut, ConfigStore, PortError};
 use serde_json::json;
 
 /// No ConfigMap: the benchmark has no cluster.
@@ -67,12 +67,8 @@ pub async fn round(dir: &std::path::Path, hook: &std::path::Path, tasks: usize) 
         releases: Arc::new(bosun::operator::releases::NoHelm("no charts".into())),
         monitor_interval: Duration::from_secs(270),
         ignore_releases: Vec::new(),
-        bindings: Arc::new(bosun_actors::ports::NoKubernetes(
-            "no Kubernetes API".into(),
-        )),
-        patcher: Arc::new(bosun_actors::ports::NoKubernetes(
-            "no Kubernetes API".into(),
-        )),
+        bindings: Arc::new(bosun_addon::ports::NoKubernetes("no Kubernetes API".into())),
+        patcher: Arc::new(bosun_addon::ports::NoKubernetes("no Kubernetes API".into())),
     })
     .await
     .expect("engine");
@@ -86,7 +82,7 @@ pub async fn round(dir: &std::path::Path, hook: &std::path::Path, tasks: usize) 
                 if i % 2 == 0 { "noop-a.sh" } else { "noop-b.sh" },
                 "bench",
                 "schedule",
-                json!([{"binding": "schedule", "type": "Schedule"}]),
+                vec![json!({"binding": "schedule", "type": "Schedule"})],
             )
         })
         .collect();

@@ -19,9 +19,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bosun_actors::bindings::HookRef;
-use bosun_actors::hook_config::KubernetesBinding;
-use bosun_actors::ports::{BindingEvents, BoxFut, KubeBindings, PortError};
+use bosun_addon::bindings::HookRef;
+use bosun_addon::hook_config::KubernetesBinding;
+use bosun_addon::ports::{BindingEvents, BoxFut, KubeBindings, PortError};
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;

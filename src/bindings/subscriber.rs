@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bosun_actors::bindings::{BindingEvent, HookRef};
-use bosun_actors::hook_config::{KubernetesBinding, WatchEvent};
-use bosun_actors::ports::BindingEvents;
+use bosun_addon::bindings::{BindingEvent, HookRef};
+use bosun_addon::hook_config::{KubernetesBinding, WatchEvent};
+use bosun_addon::ports::BindingEvents;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
@@ -69,7 +69,7 @@ struct BindingMetrics {
 
 impl BindingMetrics {
     fn new(hook: &HookRef, b: &KubernetesBinding) -> BindingMetrics {
-        use bosun_actors::telemetry as names;
+        use bosun_addon::telemetry as names;
         let module = hook
             .owner
             .strip_prefix("module/")

@@ -7,7 +7,7 @@
 //!                                   "--- LIVE …\n+++ MERGED …\n@@ …" ◄─┘ (here: no IO)
 //! ```
 
-use bosun_actors::ports::ObjectPreview;
+use bosun_addon::ports::ObjectPreview;
 use serde_json::{Map, Value, json};
 
 use super::views::View;

@@ -35,8 +35,8 @@ use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use bosun_actors::Event;
-use bosun_actors::engine::Engine;
+use bosun_addon::Event;
+use bosun_addon::engine::Engine;
 use bosun_journal::Journal;
 use serde_json::{Value, json};
 
@@ -483,7 +483,7 @@ async fn answer(
             if flag(query, "global") {
                 return Ok(View::data(doc));
             }
-            let key = bosun_actors::values::values_key(name);
+            let key = bosun_addon::values::values_key(name);
             Ok(View::data(doc.get(&key).cloned().unwrap_or(json!({}))))
         }
         ["config", "list"] => {
@@ -630,7 +630,9 @@ async fn journal_answer(
             Box::new(move |j| journal_cli::state_view(j, at.as_deref()))
         }
         ["why", task] => {
-            let id = task.parse().map_err(bad)?;
+            let id = task
+                .parse()
+                .map_err(|e: bosun_runtime::task::InvalidTaskId| bad(e.to_string()))?;
             Box::new(move |j| journal_cli::why_view(j, id))
         }
         ["stats"] => Box::new(journal_cli::stats_view),

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bosun_actors::mailbox::MailboxStats;
-use bosun_actors::queue::go_duration;
-use bosun_actors::queue_actor::QueueDump;
+use bosun_addon::engine::QueueDump;
+use bosun_addon::mailbox::MailboxStats;
+use bosun_runtime::queue::go_duration;
 use serde_json::{Map, Value, json};
 
 /// Output formats, chosen by the path's extension (none means text).
@@ -124,7 +124,7 @@ fn parked(dumps: &[QueueDump]) -> Vec<(String, String)> {
         .flat_map(|q| {
             q.parked
                 .iter()
-                .map(|t| (q.name.clone(), bosun_actors::queue::describe(t)))
+                .map(|t| (q.name.clone(), bosun_addon::queue::describe(t)))
         })
         .collect()
 }
@@ -417,20 +417,21 @@ pub fn actor(name: &str, stats: &MailboxStats) -> View {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bosun_actors::events::{TaskId, TaskSpec, TaskType};
-    use bosun_actors::mailbox::MailboxHandle;
-    use bosun_actors::state::QueuedTask;
+    use bosun_addon::events::{TaskId, TaskSpec};
+    use bosun_addon::mailbox::MailboxHandle;
+    use bosun_addon::state::QueuedTask;
+    use bosun_addon::task::{AddonTask, HookRunParams};
 
     fn task(id: u64, queue: &str, description: &str, failures: u32) -> QueuedTask {
         QueuedTask {
             spec: TaskSpec {
                 id: TaskId(id),
-                task_type: TaskType::GlobalHookRun,
                 queue: queue.into(),
-                module: None,
-                hook: Some("a.sh".into()),
                 description: description.into(),
-                params: Value::Null,
+                kind: AddonTask::GlobalHookRun {
+                    hook: "a.sh".into(),
+                    run: HookRunParams::default(),
+                },
             },
             attempts: failures,
             failures,
@@ -446,7 +447,7 @@ mod tests {
     fn dump(name: &str, tasks: Vec<QueuedTask>, status: &str) -> QueueDump {
         QueueDump {
             name: name.into(),
-            lines: tasks.iter().map(bosun_actors::queue::describe).collect(),
+            lines: tasks.iter().map(bosun_addon::queue::describe).collect(),
             tasks,
             parked: Vec::new(),
             running: None,

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use bosun_actors::ports::{LogFields, ResourceUsage};
+use bosun_addon::ports::{LogFields, ResourceUsage};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -464,7 +464,7 @@ mod rusage {
 
     use std::time::Duration;
 
-    use bosun_actors::ports::ResourceUsage;
+    use bosun_addon::ports::ResourceUsage;
 
     fn duration(t: libc::timeval) -> Duration {
         Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))

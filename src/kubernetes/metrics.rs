@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bosun_actors::telemetry::{
+use bosun_addon::telemetry::{
     KUBERNETES_CLIENT_REQUEST_LATENCY_SECONDS, KUBERNETES_CLIENT_REQUEST_RESULT_TOTAL,
 };
 use http::{Request, Response};

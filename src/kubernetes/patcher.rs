@@ -10,7 +10,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use bosun_actors::ports::{BoxFut, ObjectPatcher, PortError};
+use bosun_addon::ports::{BoxFut, ObjectPatcher, PortError};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Map, Value};
 

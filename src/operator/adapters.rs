@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use bosun_actors::ports::{
+use bosun_addon::ports::{
     BoxFut, ConfigStore, EnabledRun, HookExecutor, HookResult, HookRun, LogFields, PortError,
 };
 use k8s_openapi::api::core::v1::ConfigMap;

@@ -11,7 +11,7 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use bosun_actors::engine::Engine;
+use bosun_addon::engine::Engine;
 
 use crate::telemetry::Metrics;
 
@@ -92,9 +92,9 @@ pub async fn serve(
 
 /// Tasks the reference counts as converge work: a converge, the module tasks and the
 /// beforeAll/afterAll runs it queues, and the start-up tasks of the first one.
-fn is_converge_task(task: &bosun_actors::state::QueuedTask) -> bool {
-    use bosun_actors::TaskType as T;
-    match task.spec.task_type {
+fn is_converge_task(task: &bosun_addon::state::QueuedTask) -> bool {
+    use bosun_addon::TaskType as T;
+    match task.spec.kind.task_type() {
         T::ConvergeModules
         | T::ModuleRun
         | T::ParallelModuleRun
@@ -105,7 +105,7 @@ fn is_converge_task(task: &bosun_actors::state::QueuedTask) -> bool {
         | T::GlobalHookEnableKubernetesBindings
         | T::GlobalHookEnableScheduleBindings => true,
         T::GlobalHookRun => matches!(
-            bosun_actors::telemetry::binding_of(task).as_str(),
+            bosun_addon::telemetry::binding_of(task).as_str(),
             "beforeAll" | "afterAll"
         ),
         _ => false,

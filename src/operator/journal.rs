@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use bosun_actors::ports::{BoxFut, EventSink, PortError};
-use bosun_actors::{Event, State};
+use bosun_addon::ports::{BoxFut, EventSink, PortError};
+use bosun_addon::{Event, State};
 use bosun_journal::{Journal, Retention};
 
 /// Events after the latest snapshot that make a start take a new one.
@@ -15,7 +15,7 @@ pub struct JournalSink {
     journal: Arc<Journal<Event>>,
 }
 
-impl EventSink for JournalSink {
+impl EventSink<Event> for JournalSink {
     fn append(&self, events: Vec<Event>) -> BoxFut<'_, Result<u64, PortError>> {
         Box::pin(async move {
             self.journal
@@ -73,7 +73,7 @@ fn open_waiting(dir: &Path, wait: std::time::Duration) -> anyhow::Result<Journal
 /// for readers in this process (the debug server's `/journal/…` views).
 pub struct Opened {
     /// Where the engine appends.
-    pub sink: Arc<dyn EventSink>,
+    pub sink: Arc<dyn EventSink<Event>>,
     /// The state at the end of the journal.
     pub state: State,
     /// The journal, for reading.
@@ -83,7 +83,7 @@ pub struct Opened {
 /// Opens the journal in `dir` and rebuilds the state from it (latest snapshot + the
 /// events after it). When many events followed the latest snapshot, a new snapshot is
 /// saved and events older than the oldest kept snapshot are dropped, so restarts stay fast.
-pub fn open(dir: &Path) -> anyhow::Result<(Arc<dyn EventSink>, State)> {
+pub fn open(dir: &Path) -> anyhow::Result<(Arc<dyn EventSink<Event>>, State)> {
     let opened = open_shared(dir)?;
     Ok((opened.sink, opened.state))
 }
@@ -93,7 +93,7 @@ pub fn open_shared(dir: &Path) -> anyhow::Result<Opened> {
     let journal = open_waiting(dir, LOCK_WAIT)?;
     let started = std::time::Instant::now();
     let (state, last) = journal.replay::<State, _>(None, true, |s, r| s.apply(&r.event))?;
-    metrics::gauge!(bosun_actors::telemetry::JOURNAL_REPLAY_SECONDS)
+    metrics::gauge!(bosun_addon::telemetry::JOURNAL_REPLAY_SECONDS)
         .set(started.elapsed().as_secs_f64());
     let latest = journal.snapshots()?.last().map(|s| s.seq).unwrap_or(0);
     if last.saturating_sub(latest) >= SNAPSHOT_EVERY {

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use bosun_actors::engine::{Engine, EngineArgs};
-use bosun_actors::global_hooks::GlobalHook;
-use bosun_actors::hook_config::{self, HookKind};
-use bosun_actors::mailbox::Mailboxes;
-use bosun_actors::modules::{ModuleDef, parse_config_map};
+use bosun_addon::engine::{Engine, EngineArgs};
+use bosun_addon::global_hooks::GlobalHook;
+use bosun_addon::hook_config::{self, HookKind};
+use bosun_addon::mailbox::Mailboxes;
+use bosun_addon::modules::{ModuleDef, parse_config_map};
 use serde_json::Value;
 
 use crate::hooks::{HookProcess, discover};
@@ -77,7 +77,7 @@ pub struct OperatorConfig {
 
 fn duration_env(names: &[&str], default: Duration) -> anyhow::Result<Duration> {
     match env(names) {
-        Some(v) => bosun_actors::schedule::parse_go_duration(&v)
+        Some(v) => bosun_addon::schedule::parse_go_duration(&v)
             .map_err(|e| anyhow::anyhow!("{}: {e}", names[0])),
         None => Ok(default),
     }
@@ -105,7 +105,7 @@ impl OperatorConfig {
     /// Reads the environment; `defaults` supplies what the embedded default sets.
     pub fn from_env(defaults: &OperatorConfig) -> anyhow::Result<OperatorConfig> {
         let hook_timeout = match env(&["BOSUN_HOOK_TIMEOUT"]) {
-            Some(v) => bosun_actors::schedule::parse_go_duration(&v)
+            Some(v) => bosun_addon::schedule::parse_go_duration(&v)
                 .map_err(|e| anyhow::anyhow!("BOSUN_HOOK_TIMEOUT: {e}"))?,
             None => defaults.hook_timeout,
         };
@@ -319,7 +319,7 @@ pub fn static_values(dirs: &[PathBuf], key: &str) -> anyhow::Result<Value> {
             ),
         }
     }
-    Ok(bosun_actors::values::layered(layers.iter()))
+    Ok(bosun_addon::values::layered(layers.iter()))
 }
 
 /// A running operator.
@@ -434,7 +434,7 @@ async fn follow_config_map(
                 sections
             }
             Err(e) => {
-                bosun_actors::telemetry::config_values_error();
+                bosun_addon::telemetry::config_values_error();
                 tracing::error!(configmap = %name, "{e}; keeping the last good config values");
                 continue;
             }
@@ -489,7 +489,7 @@ fn releases(
     modules: &[ModuleDef],
     kube: kube::Client,
     namespace: &str,
-) -> anyhow::Result<Arc<dyn bosun_actors::ports::Releases>> {
+) -> anyhow::Result<Arc<dyn bosun_addon::ports::Releases>> {
     let lib = match crate::helm::HelmLibrary::load(cfg.helm_library.as_deref()) {
         Ok(lib) => lib,
         Err(e) => {

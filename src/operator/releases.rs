@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use bosun_actors::ports::{BoxFut, ObjectPreview, PortError, ReleaseInfo, Releases, Rendered};
+use bosun_addon::ports::{BoxFut, ObjectPreview, PortError, ReleaseInfo, Releases, Rendered};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{ApiResource, Scope};
 use serde_json::Value;

@@ -449,10 +449,10 @@ pub fn workdir() -> tempfile::TempDir {
 
 /// The converges completed so far, or 0 while the journal is not there yet.
 pub fn converges(dir: &Path) -> u64 {
-    let Ok(j) = bosun_journal::Journal::<bosun_actors::Event>::open_read_only(dir) else {
+    let Ok(j) = bosun_journal::Journal::<bosun_addon::Event>::open_read_only(dir) else {
         return 0;
     };
-    let mut state = bosun_actors::State::default();
+    let mut state = bosun_addon::State::default();
     for r in j.read_from(0) {
         match r {
             Ok(r) => state.apply(&r.event),
@@ -463,27 +463,27 @@ pub fn converges(dir: &Path) -> u64 {
 }
 
 /// The state folded from a journal (read-only, works while bosun runs) and its events.
-pub fn journal_state(dir: &Path) -> (bosun_actors::State, Vec<bosun_actors::Event>) {
-    let j: bosun_journal::Journal<bosun_actors::Event> =
+pub fn journal_state(dir: &Path) -> (bosun_addon::State, Vec<bosun_addon::Event>) {
+    let j: bosun_journal::Journal<bosun_addon::Event> =
         bosun_journal::Journal::open_read_only(dir).expect("journal");
-    let events: Vec<bosun_actors::Event> =
+    let events: Vec<bosun_addon::Event> =
         j.read_from(0).map(|r| r.expect("record").event).collect();
-    let mut state = bosun_actors::State::default();
+    let mut state = bosun_addon::State::default();
     state.apply_all(&events);
     (state, events)
 }
 
 /// Like [`journal_state`], or `None` while the journal is not there or not readable yet.
-pub fn try_journal_state(dir: &Path) -> Option<(bosun_actors::State, Vec<bosun_actors::Event>)> {
-    let j = bosun_journal::Journal::<bosun_actors::Event>::open_read_only(dir).ok()?;
-    let events: Vec<bosun_actors::Event> = j
+pub fn try_journal_state(dir: &Path) -> Option<(bosun_addon::State, Vec<bosun_addon::Event>)> {
+    let j = bosun_journal::Journal::<bosun_addon::Event>::open_read_only(dir).ok()?;
+    let events: Vec<bosun_addon::Event> = j
         .read_from(0)
         .collect::<Result<Vec<_>, _>>()
         .ok()?
         .into_iter()
         .map(|r| r.event)
         .collect();
-    let mut state = bosun_actors::State::default();
+    let mut state = bosun_addon::State::default();
     state.apply_all(&events);
     Some((state, events))
 }

@@ -9,7 +9,9 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
+
+use crate::clock::now_ms;
 
 use ractor::{ActorRef, Message, MessagingErr};
 use serde::Serialize;
@@ -113,13 +115,6 @@ impl MailboxStats {
         }
         self.recent.push_back(done);
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Shared view of one mailbox.

@@ -2,38 +2,17 @@
 //! with the journal, real hook processes and a Kubernetes client.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::events::Event;
 
-/// A boxed future, so the traits stay object safe.
-pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use bosun_runtime::ports::{BoxFut, EventSink, MemoryJournal, PortError};
 
-/// A failure reported by an adapter, with its full message.
-#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{0}")]
-pub struct PortError(pub String);
-
-/// Durable storage of events (the journal).
-pub trait EventSink: Send + Sync + 'static {
-    /// Appends events; resolves only once they are durable, with the last sequence number.
-    fn append(&self, events: Vec<Event>) -> BoxFut<'_, Result<u64, PortError>>;
-    /// Queues events without waiting for them to be durable: they become durable with the
-    /// next acknowledged append (order is kept). For progress markers whose loss in a crash
-    /// only makes a retried task redo a step.
-    fn append_later(&self, events: Vec<Event>) -> Result<(), PortError>;
-    /// Hands events to the journal now, in order with every other append, and returns a
-    /// future that resolves once they are durable (for work that may start meanwhile).
-    fn submit(
-        &self,
-        events: Vec<Event>,
-    ) -> Result<BoxFut<'static, Result<u64, PortError>>, PortError>;
-}
+/// The journal as the addon's actors write to it.
+pub type Journal = std::sync::Arc<dyn EventSink<Event>>;
 
 /// One hook run.
 #[derive(Clone, Debug)]
@@ -202,8 +181,7 @@ pub trait ObjectPatcher: Send + Sync + 'static {
     fn apply(&self, hook: String, text: String) -> BoxFut<'_, Result<(), PortError>>;
 }
 
-/// Where a kubernetes binding's events go once released: the engine queues a hook task.
-pub type BindingEvents = std::sync::Arc<dyn Fn(crate::bindings::BindingEvent) + Send + Sync>;
+pub use crate::bindings::BindingEvents;
 
 /// Kubernetes bindings: shared watches, jq filters and the snapshots hooks receive.
 pub trait KubeBindings: Send + Sync + 'static {

@@ -18,22 +18,23 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
-use crate::bindings::{HookRef, owner_of};
-use crate::engine::TaskIds;
-use crate::events::{Event, Scope, TaskId, TaskSpec, TaskType, ValuesLayer};
+use bosun_runtime::TaskIds;
+use bosun_runtime::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
+use bosun_runtime::queue_actor::Router;
+
+use crate::bindings::{HookRef, binding_events, owner_of};
+use crate::events::{Event, Scope, TaskId, ValuesLayer};
 use crate::hook_config::{HookConfig, HookKind};
 use crate::hook_metrics::HookMetrics;
-use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
+use crate::hook_output::{Effects, Origin, OutputError, ScopeValues};
 use crate::ports::{
-    ConfigStore, EnabledRun, EventSink, HookExecutor, HookResult, HookRun, KubeBindings, LogFields,
+    ConfigStore, EnabledRun, HookExecutor, HookResult, HookRun, Journal, KubeBindings, LogFields,
     ObjectPatcher, Releases, Rendered,
 };
-use crate::queue_actor::{Router, TaskOutcome};
 use crate::state::{QueuedTask, State};
+use crate::task::{AddonTask, ModulePhase, TaskOutcome, module_run_task};
 use crate::telemetry::{self, HelmOperation, HookRunLabels, RunOutcome};
-use crate::values::{
-    apply_memory, check_scope, checksum, kebab_name, parse_patch_stream, values_key,
-};
+use crate::values::{GlobalDocs, apply_memory, checksum, kebab_name, values_key};
 
 /// A module found in `MODULES_DIR`.
 #[derive(Clone, Debug, Default)]
@@ -185,16 +186,6 @@ pub fn flag_chain(
     result
 }
 
-/// The global documents a module run needs: `VALUES_PATH` and `CONFIG_VALUES_PATH` of the
-/// global scope (each `{"global": …}`).
-#[derive(Clone, Debug, Default)]
-pub struct GlobalDocs {
-    /// Global values document (may also hold root `<key>Enabled` flags).
-    pub values: Value,
-    /// Global config values document.
-    pub config: Value,
-}
-
 /// Messages of a module actor.
 #[derive(Debug)]
 pub enum ModuleMsg {
@@ -236,7 +227,7 @@ pub struct ModuleArgs {
     /// State restored from the journal (the module's values and phase are used).
     pub restored: State,
     /// The journal.
-    pub sink: Arc<dyn EventSink>,
+    pub sink: Journal,
     /// Hook processes.
     pub executor: Arc<dyn HookExecutor>,
     /// The ConfigMap.
@@ -244,7 +235,7 @@ pub struct ModuleArgs {
     /// Helm.
     pub releases: Arc<dyn Releases>,
     /// Where the monitor's ModuleRun tasks go.
-    pub router: Arc<dyn Router>,
+    pub router: Arc<dyn Router<AddonTask>>,
     /// Task ids.
     pub ids: TaskIds,
     /// How often the resource monitor checks the release.
@@ -282,12 +273,13 @@ pub struct ModuleActor;
 /// Its state.
 pub struct ModuleState {
     def: ModuleDef,
-    values: State,
-    sink: Arc<dyn EventSink>,
+    /// What the journal holds (this actor reads its module's values and record from it).
+    journaled: State,
+    sink: Journal,
     executor: Arc<dyn HookExecutor>,
     config_store: Arc<dyn ConfigStore>,
     releases: Arc<dyn Releases>,
-    router: Arc<dyn Router>,
+    router: Arc<dyn Router<AddonTask>>,
     ids: TaskIds,
     monitor_interval: Duration,
     mailbox: MailboxHandle,
@@ -310,49 +302,13 @@ pub struct ModuleState {
     activation: String,
 }
 
-/// A `ModuleRun` task.
-pub fn module_run_task(
-    id: TaskId,
-    module: &str,
-    do_startup: bool,
-    reason: &str,
-    reload_all: bool,
-) -> TaskSpec {
-    TaskSpec {
-        id,
-        task_type: TaskType::ModuleRun,
-        queue: "main".into(),
-        module: Some(module.to_string()),
-        hook: None,
-        description: if do_startup {
-            format!("{module}:doStartup:{reason}")
-        } else {
-            format!("{module}:{reason}")
-        },
-        params: json!({"doStartup": do_startup, "reason": reason, "reloadAll": reload_all}),
-    }
-}
-
-/// A module task without parameters (`ModuleDelete`, `ModuleEnsureCRDs`, `ModulePurge`).
-pub fn module_task(id: TaskId, task_type: TaskType, module: &str, reason: &str) -> TaskSpec {
-    TaskSpec {
-        id,
-        task_type,
-        queue: "main".into(),
-        module: Some(module.to_string()),
-        hook: None,
-        description: format!("{module}:{reason}"),
-        params: json!({"reason": reason}),
-    }
-}
-
 impl ModuleState {
     fn name(&self) -> &str {
         &self.def.name
     }
 
     fn config(&self) -> Value {
-        self.values
+        self.journaled
             .values
             .get(&self.def.name)
             .map(|v| v.config.clone())
@@ -377,7 +333,7 @@ impl ModuleState {
             "global": docs.values["global"].clone(),
             key.clone(): self.def.schemas.layer(&self.def.static_values, config),
         });
-        if let Some(v) = self.values.values.get(&self.def.name) {
+        if let Some(v) = self.journaled.values.get(&self.def.name) {
             let _ = apply_memory(&mut doc, &v.memory);
         }
         if !doc[&key].is_object() {
@@ -391,23 +347,23 @@ impl ModuleState {
             .append(events.clone())
             .await
             .map_err(|e| format!("module {}: cannot journal: {e}", self.def.name))?;
-        self.values.apply_all(&events);
+        self.journaled.apply_all(&events);
         Ok(())
     }
 
     /// Journals a phase transition without waiting for the flush: the next durable write
     /// (a values patch, the release, the task's end) carries it. Losing it in a crash only
     /// makes the retried task redo a phase.
-    async fn phase(&mut self, phase: &str, task: TaskId) -> Result<(), String> {
+    async fn phase(&mut self, phase: ModulePhase, task: TaskId) -> Result<(), String> {
         let events = vec![Event::ModulePhase {
             module: self.def.name.clone(),
-            phase: phase.to_string(),
+            phase,
             task: Some(task),
         }];
         self.sink
             .append_later(events.clone())
             .map_err(|e| format!("module {}: cannot journal: {e}", self.def.name))?;
-        self.values.apply_all(&events);
+        self.journaled.apply_all(&events);
         Ok(())
     }
 
@@ -495,8 +451,9 @@ impl ModuleState {
     ) -> Result<(), String> {
         let href = self.hook_ref(&hook.name);
         let synced = crate::bindings::synchronized(&stubs);
-        let (contexts, binding) =
-            crate::bindings::contexts_for_run(&hook.config, stubs, self.bindings.as_ref(), &href);
+        let (contexts, binding) = crate::bindings::contexts_for_run(&hook.config, stubs, &|i| {
+            self.bindings.snapshot(&href, i)
+        });
         let run = HookRun {
             name: hook.name.clone(),
             path: hook.path.clone(),
@@ -537,110 +494,47 @@ impl ModuleState {
             failed
         };
         labels.record(outcome, took, out.usage.as_ref());
-        applied?;
+        applied.map_err(|e| e.to_string())?;
         for i in synced {
             self.bindings.release(&href, i);
         }
         Ok(())
     }
 
+    /// Takes what a hook wrote (see [`crate::hook_output`]) and folds the journaled events.
     async fn apply_output(
         &mut self,
         hook: &str,
         out: &HookResult,
         docs: &GlobalDocs,
-    ) -> Result<(), String> {
-        let key = self.def.key();
-        let module = self.def.name.clone();
-        let err = |e: String| format!("module {module}: hook {hook:?}: {e}");
-        let config_ops =
-            parse_patch_stream("CONFIG_VALUES_JSON_PATCH_PATH", &out.config_values_patch)
-                .map_err(|e| err(e.to_string()))?;
-        let memory_ops = parse_patch_stream("VALUES_JSON_PATCH_PATH", &out.values_patch)
-            .map_err(|e| err(e.to_string()))?;
-        check_scope(
-            "CONFIG_VALUES_JSON_PATCH_PATH",
-            &config_ops,
-            HookKind::Module,
-            Some(&key),
-        )
-        .map_err(|e| err(e.to_string()))?;
-        check_scope(
-            "VALUES_JSON_PATCH_PATH",
-            &memory_ops,
-            HookKind::Module,
-            Some(&key),
-        )
-        .map_err(|e| err(e.to_string()))?;
-        let metric_ops = crate::hook_metrics::parse(&out.metrics)
-            .map_err(|e| err(format!("METRICS_PATH {e}")))?;
-        // As in the reference: metrics, then object patches, then values patches.
-        self.hook_metrics
-            .apply(hook, Some(&module), &metric_ops)
-            .map_err(|e| err(format!("METRICS_PATH {e}")))?;
-        if !out.kubernetes_patch.trim().is_empty() {
-            self.patcher
-                .apply(hook.to_string(), out.kubernetes_patch.clone())
-                .await
-                .map_err(|e| err(format!("KUBERNETES_PATCH_PATH: {e}")))?;
+    ) -> Result<(), OutputError> {
+        let values_with = |config: &Value| self.values_with(docs, config);
+        let scope = ScopeValues {
+            config: self.config(),
+            static_values: &self.def.static_values,
+            schemas: &self.def.schemas,
+            values_with: &values_with,
+        };
+        let effects = Effects {
+            journal: self.sink.as_ref(),
+            patcher: self.patcher.as_ref(),
+            config_store: self.config_store.as_ref(),
+            hook_metrics: &self.hook_metrics,
+        };
+        let origin = Origin {
+            hook,
+            module: Some(&self.def.name),
+        };
+        match crate::hook_output::apply(origin, out, &scope, &effects).await {
+            Ok(events) => {
+                self.journaled.apply_all(&events);
+                Ok(())
+            }
+            Err(e) => {
+                self.journaled.apply_all(&e.journaled);
+                Err(e)
+            }
         }
-        let scope = Scope::Module(self.def.name.clone());
-        // Validate everything the patches lead to before any of it is journaled.
-        let mut new_config = self.config();
-        if !config_ops.is_empty() {
-            let mut doc = json!({ key.clone(): new_config });
-            apply_memory(&mut doc, &config_ops).map_err(|(i, e)| {
-                err(format!(
-                    "CONFIG_VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"
-                ))
-            })?;
-            new_config = doc[&key].clone();
-            self.def
-                .schemas
-                .validate_config(&self.def.static_values, &new_config)
-                .map_err(|e| err(format!("config values patch rejected: {e}")))?;
-        }
-        let mut candidate = self.values_with(docs, &new_config);
-        apply_memory(&mut candidate, &memory_ops).map_err(|(i, e)| {
-            err(format!(
-                "VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"
-            ))
-        })?;
-        if !config_ops.is_empty() || !memory_ops.is_empty() {
-            self.def
-                .schemas
-                .validate_values(&candidate[&key])
-                .map_err(|e| err(format!("values patch rejected: {e}")))?;
-        }
-        if !config_ops.is_empty() {
-            self.journal(vec![Event::ValuesPatched {
-                scope: scope.clone(),
-                layer: ValuesLayer::Config,
-                patch: json_patch::Patch(config_ops),
-                source: hook.to_string(),
-            }])
-            .await?;
-            let yaml = serde_saphyr::to_string(&new_config)
-                .map_err(|e| err(format!("cannot write config values as YAML: {e}")))?;
-            self.config_store
-                .save(key.clone(), yaml)
-                .await
-                .map_err(|e| {
-                    err(format!(
-                        "config values patch accepted but the ConfigMap write failed: {e}"
-                    ))
-                })?;
-        }
-        if !memory_ops.is_empty() {
-            self.journal(vec![Event::ValuesPatched {
-                scope,
-                layer: ValuesLayer::Memory,
-                patch: json_patch::Patch(memory_ops),
-                source: hook.to_string(),
-            }])
-            .await?;
-        }
-        Ok(())
     }
 
     /// The Helm values file: global values and the module's.
@@ -749,7 +643,7 @@ impl ModuleState {
             .await
             .map_err(|e| format!("module {name}: cannot read release status: {e}"))?;
         let recorded = info.as_ref().and_then(|i| i.checksum.clone()).or_else(|| {
-            self.values
+            self.journaled
                 .modules
                 .get(name)
                 .map(|m| m.checksum.clone())
@@ -872,22 +766,25 @@ impl ModuleState {
     async fn module_run(&mut self, task: &QueuedTask, docs: &GlobalDocs) -> TaskOutcome {
         self.heal_pending = false;
         let id = task.spec.id;
-        let do_startup = task.spec.params["doStartup"].as_bool().unwrap_or(false);
+        let do_startup = match &task.spec.kind {
+            AddonTask::ModuleRun { run, .. } => run.do_startup,
+            _ => false,
+        };
         if let Err(e) = self.load_hooks().await {
             return self.run_failed("hooks_config", e);
         }
         let queue = task.spec.queue.clone();
         let resumed = self
-            .values
+            .journaled
             .modules
             .get(&self.def.name)
-            .is_some_and(|m| m.phase_task == Some(id) && m.phase != "Startup");
+            .is_some_and(|m| m.phase_task == Some(id) && m.phase != ModulePhase::Startup);
         if do_startup && !resumed {
             let steps = async {
-                self.phase("Startup", id).await?;
+                self.phase(ModulePhase::Startup, id).await?;
                 self.run_binding("onStartup", |c| c.on_startup, docs, &queue)
                     .await?;
-                self.phase("OnStartupDone", id).await
+                self.phase(ModulePhase::OnStartupDone, id).await
             };
             if let Err(e) = steps.await {
                 return self.run_failed("onStartup", e);
@@ -900,7 +797,7 @@ impl ModuleState {
         }
         let mut stage = "beforeHelm";
         let steps = async {
-            self.phase("CanRunHelm", id).await?;
+            self.phase(ModulePhase::CanRunHelm, id).await?;
             self.run_binding("beforeHelm", |c| c.before_helm, docs, &queue)
                 .await?;
             stage = "helm";
@@ -914,13 +811,13 @@ impl ModuleState {
                 )
                 .record(started.elapsed().as_secs_f64());
             }
-            self.phase("HelmDone", id).await?;
+            self.phase(ModulePhase::HelmDone, id).await?;
             stage = "afterHelm";
             let before = checksum(&self.values_document(docs)[&self.def.key()]);
             self.run_binding("afterHelm", |c| c.after_helm, docs, &queue)
                 .await?;
             let after = checksum(&self.values_document(docs)[&self.def.key()]);
-            self.phase("Ready", id).await?;
+            self.phase(ModulePhase::Ready, id).await?;
             Ok::<_, String>((objects, before != after))
         };
         let result = steps.await;
@@ -1027,7 +924,7 @@ impl ModuleState {
         if let Err(e) = self.load_hooks().await {
             return TaskOutcome::Fail(e);
         }
-        let name = task.spec.hook.clone().unwrap_or_default();
+        let name = task.spec.kind.hook().unwrap_or_default().to_string();
         let Some(hook) = self
             .hooks
             .iter()
@@ -1043,8 +940,8 @@ impl ModuleState {
         if let Some(l) = &hook.limiter {
             l.wait().await;
         }
-        let allow_failure = task.spec.params["allowFailure"].as_bool().unwrap_or(false);
-        let stubs = crate::queue::compact_groups(crate::queue::contexts(task));
+        let allow_failure = task.spec.kind.hook_run().is_some_and(|r| r.allow_failure);
+        let stubs = crate::queue::compact_groups(task.spec.kind.contexts().to_vec());
         let key = self.def.key();
         let before = checksum(&self.values_document(docs)[&key]);
         match self
@@ -1102,7 +999,7 @@ impl ModuleState {
             }
             self.run_binding("afterDeleteHelm", |c| c.after_delete_helm, docs, &queue)
                 .await?;
-            self.phase("Disabled", task.spec.id).await
+            self.phase(ModulePhase::Disabled, task.spec.id).await
         };
         match steps.await {
             Ok(()) => TaskOutcome::done(),
@@ -1138,34 +1035,6 @@ impl ModuleState {
     }
 }
 
-/// Queues a hook task for every released event of a hook's kubernetes binding.
-pub fn binding_events(
-    module: Option<&str>,
-    hook: &str,
-    config: Arc<HookConfig>,
-    router: Arc<dyn Router>,
-    ids: TaskIds,
-) -> crate::ports::BindingEvents {
-    let module = module.map(String::from);
-    let hook = hook.to_string();
-    Arc::new(move |ev: crate::bindings::BindingEvent| {
-        let Some(b) = config.kubernetes.get(ev.index) else {
-            return;
-        };
-        let stub = crate::bindings::event_stub(&config, ev.index, ev.context);
-        let task = crate::bindings::hook_run_task(
-            ids.next(),
-            module.as_deref(),
-            &hook,
-            &b.queue,
-            &b.name,
-            vec![stub],
-            b.allow_failure,
-        );
-        router.enqueue(&b.queue, vec![task]);
-    })
-}
-
 fn rand_jitter(interval: Duration) -> Duration {
     let cap = (interval / 4).min(Duration::from_secs(59));
     let nanos = std::time::SystemTime::now()
@@ -1188,7 +1057,7 @@ impl Actor for ModuleActor {
         Ok(ModuleState {
             me: Some(Tracked::new(myself, args.mailbox.clone())),
             def: args.def,
-            values: args.restored,
+            journaled: args.restored,
             sink: args.sink,
             executor: args.executor,
             config_store: args.config_store,
@@ -1232,8 +1101,8 @@ impl Actor for ModuleActor {
             ModuleMsg::Run(task, docs, reply) => {
                 st.busy.store(true, Ordering::SeqCst);
                 st.activation = telemetry::activation_of(&task);
-                let outcome = match task.spec.task_type {
-                    TaskType::ModuleRun => {
+                let outcome = match &task.spec.kind {
+                    AddonTask::ModuleRun { .. } => {
                         let started = std::time::Instant::now();
                         let outcome = st.module_run(&task, &docs).await;
                         metrics::histogram!(
@@ -1244,9 +1113,9 @@ impl Actor for ModuleActor {
                         .record(started.elapsed().as_secs_f64());
                         outcome
                     }
-                    TaskType::ModuleDelete => st.module_delete(&task, &docs).await,
-                    TaskType::ModuleHookRun => st.hook_run(&task, &docs).await,
-                    TaskType::ModuleEnsureCRDs => {
+                    AddonTask::ModuleDelete { .. } => st.module_delete(&task, &docs).await,
+                    AddonTask::ModuleHookRun { .. } => st.hook_run(&task, &docs).await,
+                    AddonTask::ModuleEnsureCRDs { .. } => {
                         match st.releases.apply(st.def.crds.clone()).await {
                             Ok(()) => TaskOutcome::done(),
                             Err(e) => TaskOutcome::Fail(format!(
@@ -1256,8 +1125,9 @@ impl Actor for ModuleActor {
                         }
                     }
                     other => TaskOutcome::Fail(format!(
-                        "module {}: {other:?} tasks are not run by module actors",
-                        st.name()
+                        "module {}: {} tasks are not run by module actors",
+                        st.name(),
+                        other.task_type().as_str()
                     )),
                 };
                 st.busy.store(false, Ordering::SeqCst);

@@ -1,14 +1,23 @@
 //! The state rebuilt from the journal: values per scope, modules, queues, converge.
 //!
 //! [`State::apply`] is a pure, deterministic fold: the running actors and `bosun journal
-//! state` use the same function, so what the journal explains is what bosun did.
+//! state` use the same function, so what the journal explains is what bosun did. Task
+//! events go to the runtime's [`Queues`] fold; the addon's own events are folded here.
+//!
+//! ```text
+//!   Event::Task(e) ──► Queues<AddonTask>::apply   (queues, parked, last task id)
+//!   Event::Values… ──► values per scope           Event::Module…/Release… ──► modules
+//! ```
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::events::{Event, Position, Scope, TaskId, TaskSpec, ValuesLayer};
+use bosun_runtime::Queues;
+
+use crate::events::{Event, Scope, TaskId, ValuesLayer};
+use crate::task::{AddonTask, ModulePhase};
 
 /// Values of one scope.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -24,13 +33,14 @@ pub struct ScopeValues {
 /// A module as the journal knows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ModuleState {
+pub struct ModuleRecord {
     /// Whether it is enabled.
     pub enabled: bool,
     /// What decided the enabled state.
     pub reason: String,
     /// Its run phase.
-    pub phase: String,
+    #[serde(default)]
+    pub phase: ModulePhase,
     /// The task that reached `phase`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase_task: Option<TaskId>,
@@ -41,22 +51,7 @@ pub struct ModuleState {
 }
 
 /// A task waiting or running in a queue.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QueuedTask {
-    /// What it is.
-    pub spec: TaskSpec,
-    /// Attempts started.
-    pub attempts: u32,
-    /// Failures so far.
-    pub failures: u32,
-    /// The last error.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub last_error: String,
-    /// When the next attempt is due (unix ms), after a failure.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_retry_at_ms: Option<u64>,
-}
+pub type QueuedTask = bosun_runtime::QueuedTask<AddonTask>;
 
 /// Converge bookkeeping.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,12 +72,10 @@ pub struct State {
     /// Values per scope (`global` and module names).
     pub values: BTreeMap<String, ScopeValues>,
     /// Modules by name.
-    pub modules: BTreeMap<String, ModuleState>,
-    /// Queue contents by queue name, head first.
-    pub queues: BTreeMap<String, Vec<QueuedTask>>,
-    /// Tasks set aside after too many attempts, by queue.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub parked: BTreeMap<String, Vec<QueuedTask>>,
+    pub modules: BTreeMap<String, ModuleRecord>,
+    /// Queue contents and parked tasks (`queues`, `parked`, `lastTaskId` in snapshots).
+    #[serde(flatten)]
+    pub tasks: Queues<AddonTask>,
     /// The ConfigMap's `<module>Enabled` flags, by module name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub module_flags: BTreeMap<String, bool>,
@@ -90,9 +83,6 @@ pub struct State {
     pub converge: ConvergeState,
     /// Events folded so far.
     pub events: u64,
-    /// The highest task id seen (new tasks get higher ones).
-    #[serde(default)]
-    pub last_task_id: u64,
     /// Patches that could not be applied during the fold (a journal written by a build
     /// that validated differently); kept as readable messages, never fatal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -158,58 +148,7 @@ impl State {
                     self.values.entry(scope.to_string()).or_default().memory = vec![op];
                 }
             }
-            Event::TaskEnqueued { task, position } => {
-                let fresh = task.id.0 > self.last_task_id;
-                self.last_task_id = self.last_task_id.max(task.id.0);
-                self.enqueue(task.clone(), *position, fresh)
-            }
-            Event::TaskStarted { id, attempt } => {
-                if let Some(t) = self.task_mut(*id) {
-                    t.attempts = *attempt;
-                }
-            }
-            Event::TaskFailed {
-                id,
-                error,
-                failures,
-                next_retry_at_ms,
-            } => {
-                if let Some(t) = self.task_mut(*id) {
-                    t.failures = *failures;
-                    t.last_error = error.clone();
-                    t.next_retry_at_ms = Some(*next_retry_at_ms);
-                }
-            }
-            Event::TaskMerged { id, into } => {
-                // The absorbing task carries the merged task's binding contexts, so a
-                // restart between merge and run loses none of them.
-                let moved = self
-                    .task_mut(*id)
-                    .map(|t| crate::queue::contexts(t))
-                    .unwrap_or_default();
-                if *id != *into
-                    && let Some(target) = self.task_mut(*into)
-                {
-                    let mut all = crate::queue::contexts(target);
-                    all.extend(moved);
-                    if let Some(params) = target.spec.params.as_object_mut() {
-                        params.insert("bindingContexts".into(), Value::Array(all));
-                    } else {
-                        target.spec.params = serde_json::json!({ "bindingContexts": all });
-                    }
-                }
-                if *id != *into {
-                    self.remove_task(*id);
-                }
-            }
-            Event::TaskSucceeded { id } | Event::TaskDropped { id, .. } => self.remove_task(*id),
-            Event::TaskParked { id, reason } => {
-                if let Some(mut t) = self.task_mut(*id).cloned() {
-                    self.remove_task(*id);
-                    t.last_error = reason.clone();
-                    self.parked.entry(t.spec.queue.clone()).or_default().push(t);
-                }
-            }
+            Event::Task(e) => self.tasks.apply(e),
             Event::ModuleEnabled { module, reason } | Event::ModuleDisabled { module, reason } => {
                 let m = self.modules.entry(module.clone()).or_default();
                 m.enabled = matches!(event, Event::ModuleEnabled { .. });
@@ -221,7 +160,7 @@ impl State {
                 task,
             } => {
                 let m = self.modules.entry(module.clone()).or_default();
-                m.phase = phase.clone();
+                m.phase = *phase;
                 m.phase_task = *task;
             }
             Event::ReleaseApplied {
@@ -258,47 +197,6 @@ impl State {
         }
     }
 
-    fn enqueue(&mut self, spec: TaskSpec, position: Position, fresh: bool) {
-        // A re-enqueued id replaces its old entry: ids are unique and increasing, so this
-        // only happens in a journal written out of order, and keeping one copy keeps the
-        // fold total. New ids skip the search.
-        if !fresh {
-            self.remove_task(spec.id);
-        }
-        let queue = self.queues.entry(spec.queue.clone()).or_default();
-        let task = QueuedTask {
-            spec,
-            attempts: 0,
-            failures: 0,
-            last_error: String::new(),
-            next_retry_at_ms: None,
-        };
-        let index = match position {
-            Position::Head => 0,
-            Position::Tail => queue.len(),
-            Position::After(other) => queue
-                .iter()
-                .position(|t| t.spec.id == other)
-                .map_or(queue.len(), |i| i + 1),
-            Position::Before(other) => queue.iter().position(|t| t.spec.id == other).unwrap_or(0),
-        };
-        queue.insert(index, task);
-    }
-
-    fn task_mut(&mut self, id: TaskId) -> Option<&mut QueuedTask> {
-        self.queues
-            .values_mut()
-            .flat_map(|q| q.iter_mut())
-            .find(|t| t.spec.id == id)
-    }
-
-    fn remove_task(&mut self, id: TaskId) {
-        for q in self.queues.values_mut() {
-            q.retain(|t| t.spec.id != id);
-        }
-        self.queues.retain(|_, q| !q.is_empty());
-    }
-
     /// The scope's hook values document `{"<key>": …}`: config values with the memory
     /// patches replayed on top.
     pub fn scope_document(&self, scope: &Scope) -> Value {
@@ -321,19 +219,21 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::TaskType;
+    use crate::events::{Position, TaskEvent, TaskSpec};
+    use crate::task::HookRunParams;
     use proptest::prelude::*;
     use serde_json::json;
 
     fn task(id: u64, queue: &str) -> TaskSpec {
         TaskSpec {
             id: TaskId(id),
-            task_type: TaskType::ModuleRun,
             queue: queue.into(),
-            module: Some("m".into()),
-            hook: None,
             description: String::new(),
-            params: Value::Null,
+            kind: AddonTask::ModuleHookRun {
+                module: "m".into(),
+                hook: "h".into(),
+                run: HookRunParams::with(vec![json!({"binding": "b", "n": id})], false),
+            },
         }
     }
 
@@ -342,33 +242,44 @@ mod tests {
     }
 
     #[test]
-    fn queue_positions_and_failures() {
+    fn queue_positions_failures_and_merged_contexts() {
         let mut s = State::default();
-        s.apply(&Event::TaskEnqueued {
-            task: task(1, "main"),
-            position: Position::Tail,
-        });
-        s.apply(&Event::TaskEnqueued {
-            task: task(2, "main"),
-            position: Position::Head,
-        });
-        s.apply(&Event::TaskEnqueued {
-            task: task(3, "main"),
-            position: Position::After(TaskId(2)),
-        });
-        let ids: Vec<u64> = s.queues["main"].iter().map(|t| t.spec.id.0).collect();
+        let enqueue = |id, position| {
+            Event::Task(TaskEvent::TaskEnqueued {
+                task: task(id, "main"),
+                position,
+            })
+        };
+        s.apply(&enqueue(1, Position::Tail));
+        s.apply(&enqueue(2, Position::Head));
+        s.apply(&enqueue(3, Position::After(TaskId(2))));
+        let ids: Vec<u64> = s.tasks.queue("main").iter().map(|t| t.spec.id.0).collect();
         assert_eq!(ids, [2, 3, 1]);
-        s.apply(&Event::TaskFailed {
+        s.apply(&Event::Task(TaskEvent::TaskFailed {
             id: TaskId(2),
             error: "boom".into(),
             failures: 1,
             next_retry_at_ms: 5,
-        });
-        assert_eq!(s.queues["main"][0].last_error, "boom");
-        for id in [2, 3, 1] {
-            s.apply(&Event::TaskSucceeded { id: TaskId(id) });
+        }));
+        assert_eq!(s.tasks.queue("main")[0].last_error, "boom");
+        // A merged task's contexts move to the task that absorbs it.
+        s.apply(&Event::Task(TaskEvent::TaskMerged {
+            id: TaskId(3),
+            into: TaskId(2),
+        }));
+        let ns: Vec<u64> = s.tasks.queue("main")[0]
+            .spec
+            .kind
+            .contexts()
+            .iter()
+            .filter_map(|c| c["n"].as_u64())
+            .collect();
+        assert_eq!(ns, [2, 3]);
+        for id in [2, 1] {
+            s.apply(&Event::Task(TaskEvent::TaskSucceeded { id: TaskId(id) }));
         }
-        assert!(s.queues.is_empty());
+        assert!(s.tasks.queues.is_empty());
+        assert_eq!(s.tasks.last_task_id, 3);
     }
 
     #[test]
@@ -408,7 +319,7 @@ mod tests {
         let module = prop_oneof![Just("a".to_string()), Just("b".to_string())];
         prop_oneof![
             (id.clone(), queue.clone(), 0u8..4, 0u64..8).prop_map(|(i, q, p, other)| {
-                Event::TaskEnqueued {
+                Event::Task(TaskEvent::TaskEnqueued {
                     task: task(i, &q),
                     position: match p {
                         0 => Position::Head,
@@ -416,23 +327,36 @@ mod tests {
                         2 => Position::After(TaskId(other)),
                         _ => Position::Before(TaskId(other)),
                     },
-                }
+                })
             }),
-            (id.clone(), 1u32..5).prop_map(|(i, a)| Event::TaskStarted {
+            (id.clone(), 1u32..5).prop_map(|(i, a)| Event::Task(TaskEvent::TaskStarted {
                 id: TaskId(i),
                 attempt: a
-            }),
+            })),
             id.clone()
-                .prop_map(|i| Event::TaskSucceeded { id: TaskId(i) }),
-            (id.clone(), 1u32..5).prop_map(|(i, f)| Event::TaskFailed {
+                .prop_map(|i| Event::Task(TaskEvent::TaskSucceeded { id: TaskId(i) })),
+            (id.clone(), 1u32..5).prop_map(|(i, f)| Event::Task(TaskEvent::TaskFailed {
                 id: TaskId(i),
                 error: format!("e{f}"),
                 failures: f,
                 next_retry_at_ms: u64::from(f) * 1000
-            }),
-            (id, 0u64..8).prop_map(|(i, into)| Event::TaskMerged {
+            })),
+            (id.clone(), 1u32..5).prop_map(|(i, f)| Event::Task(TaskEvent::TaskParked {
+                id: TaskId(i),
+                reason: format!("e{f}"),
+            })),
+            (id, 0u64..8).prop_map(|(i, into)| Event::Task(TaskEvent::TaskMerged {
                 id: TaskId(i),
                 into: TaskId(into)
+            })),
+            (module.clone(), 0u8..3).prop_map(|(m, p)| Event::ModulePhase {
+                module: m,
+                phase: [
+                    ModulePhase::Startup,
+                    ModulePhase::CanRunHelm,
+                    ModulePhase::Ready
+                ][usize::from(p)],
+                task: Some(TaskId(u64::from(p))),
             }),
             (module.clone(), any::<bool>()).prop_map(|(m, on)| if on {
                 Event::ModuleEnabled {

@@ -8,20 +8,24 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
+use bosun_runtime::TaskIds;
+use bosun_runtime::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
+
 use crate::bindings::{HookRef, owner_of};
 use crate::events::{Event, Scope, ValuesLayer};
-use crate::hook_config::{HookConfig, HookKind};
+use crate::hook_config::HookConfig;
 use crate::hook_metrics::HookMetrics;
-use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
+use crate::hook_output::{Effects, Origin, OutputError, ScopeValues};
 use crate::ports::{
-    ConfigStore, EventSink, HookExecutor, HookResult, HookRun, KubeBindings, LogFields,
+    ConfigStore, HookExecutor, HookResult, HookRun, Journal, KubeBindings, LogFields,
     ObjectPatcher, PortError,
 };
-use crate::queue_actor::TaskOutcome;
 use crate::schema::ValuesSchemas;
 use crate::state::{QueuedTask, State};
+use crate::sync_waiter::SyncWaiter;
+use crate::task::{TaskOutcome, converge_task};
 use crate::telemetry::{self, HookRunLabels, RunOutcome};
-use crate::values::{apply_memory, check_scope, checksum, parse_patch_stream};
+use crate::values::{GlobalDocs, apply_memory, checksum};
 
 /// A global hook and its configuration.
 #[derive(Clone, Debug)]
@@ -49,7 +53,7 @@ pub enum GlobalHooksMsg {
     /// Reply with the global values document `{"global": …}`.
     Values(RpcReplyPort<Value>),
     /// Reply with the values and config documents, for module runs.
-    Docs(RpcReplyPort<crate::modules::GlobalDocs>),
+    Docs(RpcReplyPort<GlobalDocs>),
     /// New config values from the ConfigMap's `global` section.
     /// Replies whether the config values changed (our own writes come back unchanged).
     ConfigChanged(Value, RpcReplyPort<Result<bool, String>>),
@@ -62,7 +66,7 @@ impl Describe for GlobalHooksMsg {
             GlobalHooksMsg::Done(t, r, ..) => {
                 format!(
                     "Done {} {}",
-                    t.spec.hook.as_deref().unwrap_or_default(),
+                    t.spec.kind.hook().unwrap_or_default(),
                     if r.is_ok() { "ok" } else { "error" }
                 )
             }
@@ -84,7 +88,7 @@ pub struct GlobalHooksArgs {
     /// State restored from the journal (its `global` values are used).
     pub restored: State,
     /// The journal.
-    pub sink: Arc<dyn EventSink>,
+    pub sink: Journal,
     /// Runs hook processes.
     pub executor: Arc<dyn HookExecutor>,
     /// The ConfigMap.
@@ -92,13 +96,13 @@ pub struct GlobalHooksArgs {
     /// This actor's mailbox tracking.
     pub mailbox: MailboxHandle,
     /// Task id allocator.
-    pub ids: crate::engine::TaskIds,
+    pub ids: TaskIds,
     /// Kubernetes bindings (snapshots, releasing events after Synchronization).
     pub bindings: Arc<dyn KubeBindings>,
     /// The hooks' object patcher operations.
     pub patcher: Arc<dyn ObjectPatcher>,
     /// Synchronization runs the startup waits for.
-    pub sync_waiter: crate::engine::SyncWaiter,
+    pub sync_waiter: SyncWaiter,
     /// Where the hooks' `METRICS_PATH` operations go.
     pub hook_metrics: HookMetrics,
 }
@@ -111,22 +115,23 @@ pub struct GlobalHooksState {
     hooks: Vec<GlobalHook>,
     static_values: Value,
     schemas: Arc<ValuesSchemas>,
-    values: State,
-    sink: Arc<dyn EventSink>,
+    /// What the journal holds (this actor reads the global values from it).
+    journaled: State,
+    sink: Journal,
     executor: Arc<dyn HookExecutor>,
     config_store: Arc<dyn ConfigStore>,
     mailbox: MailboxHandle,
     me: Tracked<GlobalHooksMsg>,
-    ids: crate::engine::TaskIds,
+    ids: TaskIds,
     bindings: Arc<dyn KubeBindings>,
     patcher: Arc<dyn ObjectPatcher>,
-    sync_waiter: crate::engine::SyncWaiter,
+    sync_waiter: SyncWaiter,
     hook_metrics: HookMetrics,
 }
 
 impl GlobalHooksState {
     fn config(&self) -> Value {
-        self.values
+        self.journaled
             .values
             .get("global")
             .map(|v| v.config.clone())
@@ -148,7 +153,7 @@ impl GlobalHooksState {
     /// defaults layered around it, memory patches on top).
     fn values_with(&self, config: &Value) -> Value {
         let mut doc = json!({ "global": self.schemas.layer(&self.static_values, config) });
-        if let Some(v) = self.values.values.get("global") {
+        if let Some(v) = self.journaled.values.get("global") {
             // Patches were checked when accepted; keep what applies.
             let _ = apply_memory(&mut doc, &v.memory);
         }
@@ -160,7 +165,7 @@ impl GlobalHooksState {
             .append(events.clone())
             .await
             .map_err(|e| format!("cannot journal values change: {e}"))?;
-        self.values.apply_all(&events);
+        self.journaled.apply_all(&events);
         Ok(())
     }
 
@@ -168,11 +173,11 @@ impl GlobalHooksState {
         let Some(hook) = self
             .hooks
             .iter()
-            .find(|h| Some(&h.name) == task.spec.hook.as_ref())
+            .find(|h| Some(h.name.as_str()) == task.spec.kind.hook())
         else {
             let _ = reply.send(TaskOutcome::Fail(format!(
                 "global hook {:?} is not loaded",
-                task.spec.hook
+                task.spec.kind.hook()
             )));
             return;
         };
@@ -180,9 +185,10 @@ impl GlobalHooksState {
             owner: owner_of(None),
             hook: hook.name.clone(),
         };
-        let stubs = crate::queue::compact_groups(crate::queue::contexts(&task));
-        let (contexts, binding) =
-            crate::bindings::contexts_for_run(&hook.config, stubs, self.bindings.as_ref(), &href);
+        let stubs = crate::queue::compact_groups(task.spec.kind.contexts().to_vec());
+        let (contexts, binding) = crate::bindings::contexts_for_run(&hook.config, stubs, &|i| {
+            self.bindings.snapshot(&href, i)
+        });
         let run = HookRun {
             name: hook.name.clone(),
             path: hook.path.clone(),
@@ -220,8 +226,8 @@ impl GlobalHooksState {
         result: Result<HookResult, PortError>,
         took: std::time::Duration,
     ) -> TaskOutcome {
-        let hook = task.spec.hook.clone().unwrap_or_default();
-        let allow_failure = task.spec.params["allowFailure"].as_bool().unwrap_or(false);
+        let hook = task.spec.kind.hook().unwrap_or_default().to_string();
+        let allow_failure = task.spec.kind.hook_run().is_some_and(|r| r.allow_failure);
         let labels = HookRunLabels {
             module: None,
             hook: hook.clone(),
@@ -261,18 +267,18 @@ impl GlobalHooksState {
                 self.synchronized(task);
                 return TaskOutcome::done();
             }
-            Err(e) => return TaskOutcome::Fail(e),
+            Err(e) => return TaskOutcome::Fail(e.to_string()),
         }
         self.synchronized(task);
         let changed = checksum(&self.values_document()) != before;
-        let event_driven = crate::queue::contexts(task)
+        let event_driven = task
+            .spec
+            .kind
+            .contexts()
             .iter()
             .any(|c| matches!(c["type"].as_str(), Some("Event" | "Schedule" | "Group")));
         if changed && event_driven {
-            let tail = vec![crate::engine::converge_task(
-                self.ids.next(),
-                "GlobalValuesChanged",
-            )];
+            let tail = vec![converge_task(self.ids.next(), "GlobalValuesChanged")];
             return TaskOutcome::Success {
                 head: Vec::new(),
                 after: Vec::new(),
@@ -285,90 +291,43 @@ impl GlobalHooksState {
     /// The task's Synchronization runs are done: their bindings' events flow, and the
     /// startup stops waiting for them.
     fn synchronized(&self, task: &QueuedTask) {
-        let hook = task.spec.hook.clone().unwrap_or_default();
+        let hook = task.spec.kind.hook().unwrap_or_default().to_string();
         let href = HookRef {
             owner: owner_of(None),
             hook: hook.clone(),
         };
-        for i in crate::bindings::synchronized(&crate::queue::contexts(task)) {
+        for i in crate::bindings::synchronized(task.spec.kind.contexts()) {
             self.bindings.release(&href, i);
             self.sync_waiter.done(&hook, i);
         }
     }
 
-    async fn apply_output(&mut self, hook: &str, out: &HookResult) -> Result<(), String> {
-        let config_ops =
-            parse_patch_stream("CONFIG_VALUES_JSON_PATCH_PATH", &out.config_values_patch)
-                .map_err(|e| format!("hook {hook:?}: {e}"))?;
-        let memory_ops = parse_patch_stream("VALUES_JSON_PATCH_PATH", &out.values_patch)
-            .map_err(|e| format!("hook {hook:?}: {e}"))?;
-        check_scope(
-            "CONFIG_VALUES_JSON_PATCH_PATH",
-            &config_ops,
-            HookKind::Global,
-            None,
-        )
-        .map_err(|e| format!("hook {hook:?}: {e}"))?;
-        check_scope(
-            "VALUES_JSON_PATCH_PATH",
-            &memory_ops,
-            HookKind::Global,
-            None,
-        )
-        .map_err(|e| format!("hook {hook:?}: {e}"))?;
-        let metric_ops = crate::hook_metrics::parse(&out.metrics)
-            .map_err(|e| format!("hook {hook:?}: METRICS_PATH {e}"))?;
-        // As in the reference: metrics, then object patches, then values patches.
-        self.hook_metrics
-            .apply(hook, None, &metric_ops)
-            .map_err(|e| format!("hook {hook:?}: METRICS_PATH {e}"))?;
-        if !out.kubernetes_patch.trim().is_empty() {
-            self.patcher
-                .apply(hook.to_string(), out.kubernetes_patch.clone())
-                .await
-                .map_err(|e| format!("hook {hook:?}: KUBERNETES_PATCH_PATH: {e}"))?;
+    /// Takes what a hook wrote (see [`crate::hook_output`]) and folds the journaled events.
+    async fn apply_output(&mut self, hook: &str, out: &HookResult) -> Result<(), OutputError> {
+        let values_with = |config: &Value| self.values_with(config);
+        let scope = ScopeValues {
+            config: self.config(),
+            static_values: &self.static_values,
+            schemas: &self.schemas,
+            values_with: &values_with,
+        };
+        let effects = Effects {
+            journal: self.sink.as_ref(),
+            patcher: self.patcher.as_ref(),
+            config_store: self.config_store.as_ref(),
+            hook_metrics: &self.hook_metrics,
+        };
+        let origin = Origin { hook, module: None };
+        match crate::hook_output::apply(origin, out, &scope, &effects).await {
+            Ok(events) => {
+                self.journaled.apply_all(&events);
+                Ok(())
+            }
+            Err(e) => {
+                self.journaled.apply_all(&e.journaled);
+                Err(e)
+            }
         }
-        // Validate everything the patches lead to before any of it is journaled.
-        let mut new_config = self.config();
-        if !config_ops.is_empty() {
-            let mut doc = json!({ "global": new_config });
-            apply_memory(&mut doc, &config_ops).map_err(|(i, e)| format!("hook {hook:?}: CONFIG_VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}"))?;
-            new_config = doc["global"].clone();
-            self.schemas
-                .validate_config(&self.static_values, &new_config)
-                .map_err(|e| format!("hook {hook:?}: config values patch rejected: {e}"))?;
-        }
-        let mut candidate = self.values_with(&new_config);
-        apply_memory(&mut candidate, &memory_ops).map_err(|(i, e)| {
-            format!("hook {hook:?}: VALUES_JSON_PATCH_PATH operation {i} cannot be applied: {e}")
-        })?;
-        if !config_ops.is_empty() || !memory_ops.is_empty() {
-            self.schemas
-                .validate_values(&candidate["global"])
-                .map_err(|e| format!("hook {hook:?}: values patch rejected: {e}"))?;
-        }
-        if !config_ops.is_empty() {
-            self.journal(vec![Event::ValuesPatched {
-                scope: Scope::Global,
-                layer: ValuesLayer::Config,
-                patch: json_patch::Patch(config_ops),
-                source: hook.to_string(),
-            }])
-            .await?;
-            let yaml = serde_saphyr::to_string(&new_config)
-                .map_err(|e| format!("cannot write global config values as YAML: {e}"))?;
-            self.config_store.save("global".into(), yaml).await.map_err(|e| format!("hook {hook:?}: config values patch accepted but the ConfigMap write failed: {e}"))?;
-        }
-        if !memory_ops.is_empty() {
-            self.journal(vec![Event::ValuesPatched {
-                scope: Scope::Global,
-                layer: ValuesLayer::Memory,
-                patch: json_patch::Patch(memory_ops),
-                source: hook.to_string(),
-            }])
-            .await?;
-        }
-        Ok(())
     }
 }
 
@@ -387,7 +346,7 @@ impl Actor for GlobalHooksActor {
             hooks: args.hooks,
             static_values: args.static_values,
             schemas: args.schemas,
-            values: args.restored,
+            journaled: args.restored,
             sink: args.sink,
             executor: args.executor,
             config_store: args.config_store,
@@ -417,7 +376,7 @@ impl Actor for GlobalHooksActor {
                 let _ = reply.send(st.values_document());
             }
             GlobalHooksMsg::Docs(reply) => {
-                let _ = reply.send(crate::modules::GlobalDocs {
+                let _ = reply.send(GlobalDocs {
                     values: st.values_document(),
                     config: st.config_document(),
                 });

@@ -1,11 +1,34 @@
-//! The domain events bosun journals before they take effect.
+//! The events the addon subsystem journals before they take effect, and its task kinds.
 //!
-//! Every value patch and every task transition is one [`Event`]. The journal stores each
-//! with [`EVENT_VERSION`]; [`upgrade`] turns an older encoding into the current one so a
+//! Every value patch, module transition and converge step is one [`Event`]; task
+//! transitions are the runtime's shared [`TaskEvent`] over [`AddonTask`]. The journal stores
+//! each with [`EVENT_VERSION`]; [`upgrade`] turns an older encoding into the current one so a
 //! newer bosun replays an older journal.
+//!
+//! ```text
+//!   Event ─┬─ Task(TaskEvent<AddonTask>)   shared task transitions (enqueued, started, …)
+//!          └─ ValuesPatched, ModuleEnabled, ModulePhase, ReleaseApplied, Converge…
+//! ```
+//!
+//! Wire format: every event is one JSON object tagged by `type` (`taskStarted`,
+//! `valuesPatched`, …). A task is `{id, taskType, queue, module?, hook?, description?,
+//! params?}` with typed `params` per task type (`AddonTask`'s `WireTask`), the same
+//! encoding version 1 has always had, so journals written before the task kinds were typed
+//! replay unchanged.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use bosun_runtime::{Position, TaskId};
+
+pub use crate::task::{AddonTask, ModulePhase, TaskType};
+
+/// A task of the addon subsystem.
+pub type TaskSpec = bosun_runtime::TaskSpec<AddonTask>;
+/// A queued addon task.
+pub type QueuedTask = bosun_runtime::QueuedTask<AddonTask>;
+/// A transition of an addon task.
+pub type TaskEvent = bosun_runtime::TaskEvent<AddonTask>;
 
 /// Version of the [`Event`] encoding written by this build.
 pub const EVENT_VERSION: u32 = 1;
@@ -50,85 +73,6 @@ pub enum ValuesLayer {
     Memory,
 }
 
-/// addon-operator's task types, with their names as shown in queue dumps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[allow(missing_docs)]
-pub enum TaskType {
-    GlobalHookRun,
-    GlobalHookEnableScheduleBindings,
-    GlobalHookEnableKubernetesBindings,
-    GlobalHookWaitKubernetesSynchronization,
-    ConvergeModules,
-    ModuleEnsureCRDs,
-    ModuleRun,
-    ParallelModuleRun,
-    ModuleHookRun,
-    ModuleDelete,
-    ModulePurge,
-    DiscoverHelmReleases,
-    ApplyKubeConfigValues,
-}
-
-/// Identifier of a task, unique within a journal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct TaskId(pub u64);
-
-impl std::fmt::Display for TaskId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "t{}", self.0)
-    }
-}
-
-impl std::str::FromStr for TaskId {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<TaskId, String> {
-        s.trim_start_matches('t')
-            .parse()
-            .map(TaskId)
-            .map_err(|_| format!("invalid task id {s:?}: expected t<number>, e.g. t42"))
-    }
-}
-
-/// What a task is: enough to rebuild and show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskSpec {
-    /// Its identity.
-    pub id: TaskId,
-    /// Its type.
-    pub task_type: TaskType,
-    /// The named queue it runs in (`main`, …).
-    pub queue: String,
-    /// The module it concerns, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub module: Option<String>,
-    /// The hook it runs, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hook: Option<String>,
-    /// The queue-dump description after `<Type>:<queue>:`, e.g. `onStartup:hook.sh`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub description: String,
-    /// Task parameters (binding contexts, flags) as the engine defines them.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub params: Value,
-}
-
-/// Where an enqueued task goes in its queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "at", content = "task")]
-pub enum Position {
-    /// At the head (runs next).
-    Head,
-    /// At the tail.
-    Tail,
-    /// Right after this task (or at the tail if it is gone).
-    After(TaskId),
-    /// Right before this task (or at the head if it is gone).
-    Before(TaskId),
-}
-
 /// One journaled fact.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
@@ -155,58 +99,6 @@ pub enum Event {
         /// Who produced it.
         source: String,
     },
-    /// A task was put in a queue.
-    TaskEnqueued {
-        /// The task.
-        task: TaskSpec,
-        /// Where.
-        position: Position,
-    },
-    /// A task started an attempt.
-    TaskStarted {
-        /// Which task.
-        id: TaskId,
-        /// 1 for the first attempt.
-        attempt: u32,
-    },
-    /// A task finished successfully and left its queue.
-    TaskSucceeded {
-        /// Which task.
-        id: TaskId,
-    },
-    /// A task attempt failed; the task stays at the head of its queue.
-    TaskFailed {
-        /// Which task.
-        id: TaskId,
-        /// The error, as shown in `queue list`.
-        error: String,
-        /// Failures so far, this one included.
-        failures: u32,
-        /// When the next attempt is due (unix milliseconds).
-        next_retry_at_ms: u64,
-    },
-    /// A task was merged into another (compaction) and left its queue.
-    TaskMerged {
-        /// The merged task.
-        id: TaskId,
-        /// The task that absorbed it.
-        into: TaskId,
-    },
-    /// A task was removed without running (deduplicated, module disabled, queue drained).
-    TaskDropped {
-        /// Which task.
-        id: TaskId,
-        /// Why.
-        reason: String,
-    },
-    /// A task reached the maximum number of attempts and was set aside so its queue can
-    /// go on; it stays visible until an operator retries or drops it.
-    TaskParked {
-        /// Which task.
-        id: TaskId,
-        /// Why (the last error).
-        reason: String,
-    },
     /// A module became enabled.
     ModuleEnabled {
         /// Module name.
@@ -226,7 +118,7 @@ pub enum Event {
         /// Module name.
         module: String,
         /// The new phase.
-        phase: String,
+        phase: ModulePhase,
         /// The ModuleRun task that reached it (a retried task resumes after it).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         task: Option<TaskId>,
@@ -257,21 +149,38 @@ pub enum Event {
     },
     /// A ConvergeModules run completed.
     ConvergeFinished,
+    /// A task transition (the runtime's shared part; its own `type` tags).
+    #[serde(untagged)]
+    Task(TaskEvent),
+}
+
+impl From<TaskEvent> for Event {
+    fn from(e: TaskEvent) -> Event {
+        Event::Task(e)
+    }
 }
 
 impl Event {
+    /// The `type` names of the addon's own events, as written in the journal.
+    pub const ADDON_TYPE_NAMES: [&'static str; 10] = [
+        "valuesPatched",
+        "valuesSet",
+        "moduleEnabled",
+        "moduleDisabled",
+        "modulePhase",
+        "releaseApplied",
+        "releaseDeleted",
+        "moduleFlagsSet",
+        "convergeStarted",
+        "convergeFinished",
+    ];
+
     /// The event's type name, as written in the journal and counted by `journal stats`.
     pub fn type_name(&self) -> &'static str {
         match self {
             Event::ValuesPatched { .. } => "valuesPatched",
             Event::ValuesSet { .. } => "valuesSet",
-            Event::TaskEnqueued { .. } => "taskEnqueued",
-            Event::TaskStarted { .. } => "taskStarted",
-            Event::TaskSucceeded { .. } => "taskSucceeded",
-            Event::TaskFailed { .. } => "taskFailed",
-            Event::TaskMerged { .. } => "taskMerged",
-            Event::TaskDropped { .. } => "taskDropped",
-            Event::TaskParked { .. } => "taskParked",
+            Event::Task(t) => t.type_name(),
             Event::ModuleEnabled { .. } => "moduleEnabled",
             Event::ModuleDisabled { .. } => "moduleDisabled",
             Event::ModulePhase { .. } => "modulePhase",
@@ -294,7 +203,7 @@ impl Event {
                 scope: Scope::Module(m),
                 ..
             } => Some(m),
-            Event::TaskEnqueued { task, .. } => task.module.as_deref(),
+            Event::Task(TaskEvent::TaskEnqueued { task, .. }) => task.kind.module(),
             Event::ModuleEnabled { module, .. }
             | Event::ModuleDisabled { module, .. }
             | Event::ModulePhase { module, .. }
@@ -307,13 +216,7 @@ impl Event {
     /// The task the event concerns, if any.
     pub fn task(&self) -> Option<TaskId> {
         match self {
-            Event::TaskEnqueued { task, .. } => Some(task.id),
-            Event::TaskStarted { id, .. }
-            | Event::TaskSucceeded { id }
-            | Event::TaskFailed { id, .. }
-            | Event::TaskMerged { id, .. }
-            | Event::TaskDropped { id, .. }
-            | Event::TaskParked { id, .. } => Some(*id),
+            Event::Task(t) => Some(t.task()),
             _ => None,
         }
     }
@@ -342,6 +245,15 @@ pub enum UpgradeError {
 
 /// Decodes an event stored with `version`, upgrading older encodings.
 pub fn upgrade(version: u32, raw: Value) -> Result<Event, UpgradeError> {
+    let known = raw["type"].as_str().is_some_and(|t| {
+        Event::ADDON_TYPE_NAMES.contains(&t) || TaskEvent::TYPE_NAMES.contains(&t)
+    });
+    if version <= EVENT_VERSION && !known {
+        return Err(UpgradeError::Invalid {
+            version,
+            message: format!("unknown event type {}", raw["type"]),
+        });
+    }
     match version {
         // Version 0 never shipped; 1 is the first encoding. Future changes add arms that
         // rewrite `raw` from version N to N+1 before falling through to the current decoder.
@@ -364,33 +276,72 @@ impl bosun_journal::Versioned for Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::{AddonTask, ConvergePhase};
     use serde_json::json;
 
     #[test]
     fn events_round_trip_through_their_journal_encoding() {
-        let e = Event::TaskFailed {
+        let e = Event::Task(TaskEvent::TaskFailed {
             id: TaskId(7),
             error: "hook exited 1".into(),
             failures: 2,
             next_retry_at_ms: 1000,
-        };
+        });
         let raw = serde_json::to_value(&e).unwrap_or_default();
         assert_eq!(raw["type"], "taskFailed");
+        assert_eq!(upgrade(EVENT_VERSION, raw), Ok(e));
+        let e = Event::ModulePhase {
+            module: "m".into(),
+            phase: ModulePhase::CanRunHelm,
+            task: Some(TaskId(3)),
+        };
+        let raw = serde_json::to_value(&e).unwrap_or_default();
+        assert_eq!(
+            raw,
+            json!({"type": "modulePhase", "module": "m", "phase": "CanRunHelm", "task": 3})
+        );
         assert_eq!(upgrade(EVENT_VERSION, raw), Ok(e));
     }
 
     #[test]
-    fn unknown_versions_are_refused_with_a_clear_error() {
+    fn version_one_tasks_decode_into_typed_kinds_and_encode_back_the_same() {
+        let raw = json!({"type": "taskEnqueued", "position": {"at": "tail"}, "task": {
+            "id": 9, "taskType": "ConvergeModules", "queue": "main",
+            "description": "OperatorStartup:WaitBeforeAll",
+            "params": {"phase": "WaitBeforeAll", "reason": "OperatorStartup"}}});
+        let Ok(Event::Task(TaskEvent::TaskEnqueued { task, .. })) = upgrade(1, raw.clone()) else {
+            panic!("a v1 converge task decodes");
+        };
+        assert_eq!(
+            task.kind,
+            AddonTask::ConvergeModules {
+                phase: ConvergePhase::WaitBeforeAll,
+                reason: "OperatorStartup".into()
+            }
+        );
+        let again = serde_json::to_value(Event::Task(TaskEvent::TaskEnqueued {
+            task,
+            position: Position::Tail,
+        }))
+        .unwrap_or_default();
+        assert_eq!(again, raw);
+    }
+
+    #[test]
+    fn unknown_versions_and_bad_tasks_are_refused_with_a_clear_error() {
         let err = upgrade(9, json!({"type": "convergeFinished"})).unwrap_err();
         assert!(err.to_string().contains("version 9 is newer"), "{err}");
         let err = upgrade(1, json!({"type": "noSuchEvent"})).unwrap_err();
         assert!(err.to_string().contains("noSuchEvent"), "{err}");
-    }
-
-    #[test]
-    fn task_ids_parse_as_printed() {
-        assert_eq!("t42".parse::<TaskId>(), Ok(TaskId(42)));
-        assert_eq!(TaskId(42).to_string(), "t42");
-        assert!("x".parse::<TaskId>().is_err());
+        let err = upgrade(
+            1,
+            json!({"type": "taskEnqueued", "position": {"at": "tail"},
+            "task": {"id": 1, "taskType": "ModuleRun", "queue": "main", "params": {}}}),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("ModuleRun task without a module"),
+            "{err}"
+        );
     }
 }

@@ -1,42 +1,50 @@
 //! One actor per named queue: FIFO, one task at a time, the head retried with backoff.
 //!
 //! Every transition is journaled (durably) before the queue's in-memory copy changes, and
-//! that copy is folded with the same [`State::apply`] that replay uses.
+//! that copy is folded with the same [`Queues::apply`] that replay uses. What a task is, how
+//! it is described and which tasks merge are the subsystem's: its [`QueueRules`] and its
+//! [`TaskHandler`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::events::{Event, Position, TaskId, TaskSpec};
+use crate::clock::{jitter, now_ms};
 use crate::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use crate::ports::{BoxFut, EventSink, PortError};
-use crate::queue::{
-    QueueAction, adjacent_mergeable, backoff, describe, go_duration, plan_compaction,
-};
-use crate::state::{QueuedTask, State};
-use crate::telemetry;
+use crate::queue::{QueueAction, QueueRules, Queues, backoff, go_duration};
+use crate::task::{Position, QueuedTask, TaskEvent, TaskId, TaskKind, TaskSpec};
+
+/// `tasks_queue_length{queue}`: tasks in a queue.
+pub const TASKS_QUEUE_LENGTH: &str = "tasks_queue_length";
+/// `task_wait_in_queue_seconds_total{module,hook,binding,queue}`: time tasks waited.
+pub const TASK_WAIT_IN_QUEUE_SECONDS_TOTAL: &str = "task_wait_in_queue_seconds_total";
+/// `tasks_queue_action_duration_seconds{queue_name,queue_action}`.
+pub const TASKS_QUEUE_ACTION_DURATION_SECONDS: &str = "tasks_queue_action_duration_seconds";
+/// `bosun_parked_tasks{queue}`: tasks set aside after too many attempts.
+pub const PARKED_TASKS: &str = "bosun_parked_tasks";
 
 /// How a task run ended, and what it asks the queue to do next.
 #[derive(Debug)]
-pub enum TaskOutcome {
+pub enum TaskOutcome<K> {
     /// Done: remove it; insert `head` tasks at the head, `after` right after it, `tail` at
     /// the end (tasks naming another queue go to that queue's tail).
     Success {
         /// Tasks to run next.
-        head: Vec<TaskSpec>,
+        head: Vec<TaskSpec<K>>,
         /// Tasks to run right after this one.
-        after: Vec<TaskSpec>,
+        after: Vec<TaskSpec<K>>,
         /// Tasks to append.
-        tail: Vec<TaskSpec>,
+        tail: Vec<TaskSpec<K>>,
     },
     /// Failed: stays at the head and is retried after the backoff.
     Fail(String),
     /// Not done yet (multi-phase tasks): run `head` tasks before it, then it again.
     Keep {
         /// Tasks to insert before it.
-        head: Vec<TaskSpec>,
+        head: Vec<TaskSpec<K>>,
         /// Wait this long before running it again.
         delay: Duration,
     },
@@ -44,9 +52,9 @@ pub enum TaskOutcome {
     Repeat(Duration),
 }
 
-impl TaskOutcome {
+impl<K> TaskOutcome<K> {
     /// Success with no follow-up tasks.
-    pub fn done() -> TaskOutcome {
+    pub fn done() -> TaskOutcome<K> {
         TaskOutcome::Success {
             head: Vec::new(),
             after: Vec::new(),
@@ -55,23 +63,23 @@ impl TaskOutcome {
     }
 }
 
-/// Runs tasks (the engine).
-pub trait TaskHandler: Send + Sync + 'static {
+/// Runs tasks (the subsystem's conductor).
+pub trait TaskHandler<K>: Send + Sync + 'static {
     /// Runs one task.
-    fn handle(&self, task: QueuedTask) -> BoxFut<'_, TaskOutcome>;
+    fn handle(&self, task: QueuedTask<K>) -> BoxFut<'_, TaskOutcome<K>>;
 }
 
 /// Delivers tasks to other queues (creating them on demand).
-pub trait Router: Send + Sync + 'static {
+pub trait Router<K>: Send + Sync + 'static {
     /// Enqueues tasks at the tail of `queue`.
-    fn enqueue(&self, queue: &str, tasks: Vec<TaskSpec>);
+    fn enqueue(&self, queue: &str, tasks: Vec<TaskSpec<K>>);
 }
 
 /// Messages of a queue actor.
 #[derive(Debug)]
-pub enum QueueMsg {
+pub enum QueueMsg<K> {
     /// Add tasks.
-    Enqueue(Vec<(TaskSpec, Position)>),
+    Enqueue(Vec<(TaskSpec<K>, Position)>),
     /// Start the head task if idle and due.
     Kick,
     /// The running task finished.
@@ -79,25 +87,26 @@ pub enum QueueMsg {
         /// Which task.
         id: TaskId,
         /// How.
-        outcome: TaskOutcome,
+        outcome: TaskOutcome<K>,
     },
     /// Reply with the queue contents.
-    Dump(RpcReplyPort<QueueDump>),
-    /// Replace the converge in progress: before the next task starts, its pending steps are
-    /// dropped and this converge goes to the head.
-    RestartConverge(Box<TaskSpec>),
+    Dump(RpcReplyPort<QueueDump<K>>),
+    /// Restart a multi-step job (a converge): before the next task starts, the pending
+    /// steps the rules name ([`QueueRules::dropped_by_restart`]) are dropped and this task
+    /// goes to the head.
+    Restart(Box<TaskSpec<K>>),
 }
 
 /// A queue's contents for the debug dump.
 #[derive(Clone, Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QueueDump {
+#[serde(rename_all = "camelCase", bound = "K: TaskKind")]
+pub struct QueueDump<K> {
     /// Queue name.
     pub name: String,
     /// Tasks, head first.
-    pub tasks: Vec<QueuedTask>,
+    pub tasks: Vec<QueuedTask<K>>,
     /// Parked tasks.
-    pub parked: Vec<QueuedTask>,
+    pub parked: Vec<QueuedTask<K>>,
     /// The running task.
     pub running: Option<TaskId>,
     /// Dump lines in the reference's format.
@@ -107,7 +116,7 @@ pub struct QueueDump {
     pub status: String,
 }
 
-impl TaskOutcome {
+impl<K> TaskOutcome<K> {
     /// One line: `success`, `fail: <error>`, `keep`, `repeat`.
     pub fn summary(&self) -> String {
         match self {
@@ -167,13 +176,13 @@ impl Activity {
     }
 }
 
-impl Describe for QueueMsg {
+impl<K: TaskKind> Describe for QueueMsg<K> {
     fn summary(&self) -> String {
         match self {
             QueueMsg::Enqueue(tasks) => {
                 let names: Vec<String> = tasks
                     .iter()
-                    .map(|(t, _)| format!("{:?}", t.task_type))
+                    .map(|(t, _)| t.kind.type_name().to_string())
                     .collect();
                 format!("Enqueue {}", names.join(","))
             }
@@ -182,25 +191,27 @@ impl Describe for QueueMsg {
                 format!("Finished {id} {}", outcome.summary())
             }
             QueueMsg::Dump(_) => "Dump".into(),
-            QueueMsg::RestartConverge(t) => format!("RestartConverge {}", t.description),
+            QueueMsg::Restart(t) => format!("Restart {}", t.description),
         }
     }
 }
 
 /// Start-up arguments of a queue actor.
-pub struct QueueArgs {
+pub struct QueueArgs<K, E> {
     /// Queue name.
     pub name: String,
     /// The journal.
-    pub sink: Arc<dyn EventSink>,
+    pub sink: Arc<dyn EventSink<E>>,
     /// Runs tasks.
-    pub handler: Arc<dyn TaskHandler>,
+    pub handler: Arc<dyn TaskHandler<K>>,
     /// Other queues.
-    pub router: Arc<dyn Router>,
+    pub router: Arc<dyn Router<K>>,
+    /// The subsystem's queue rules.
+    pub rules: Arc<dyn QueueRules<K>>,
     /// This actor's mailbox tracking.
     pub mailbox: MailboxHandle,
-    /// Contents restored from the journal.
-    pub restored: State,
+    /// Contents restored from the journal (every queue's; this actor keeps its own).
+    pub restored: Queues<K>,
     /// Park a task after this many failed attempts (`None` = retry forever, as the
     /// reference does).
     pub max_attempts: Option<u32>,
@@ -235,7 +246,7 @@ impl ActionTimes {
         histograms[action as usize]
             .get_or_insert_with(|| {
                 metrics::histogram!(
-                    telemetry::TASKS_QUEUE_ACTION_DURATION_SECONDS,
+                    TASKS_QUEUE_ACTION_DURATION_SECONDS,
                     "queue_name" => self.queue.clone(),
                     "queue_action" => action.as_str()
                 )
@@ -254,14 +265,23 @@ impl ActionTimes {
 /// flush is done, so its end never lands without its start. A crash before the flush
 /// completes leaves the task queued, and it runs again after the restart, exactly as after
 /// a crash during the run itself.
-#[derive(Default)]
-struct Durable {
+struct Durable<E> {
     ack: Option<BoxFut<'static, Result<u64, PortError>>>,
-    events: Vec<Event>,
-    sink: Option<Arc<dyn EventSink>>,
+    events: Vec<E>,
+    sink: Option<Arc<dyn EventSink<E>>>,
 }
 
-impl Durable {
+impl<E> Default for Durable<E> {
+    fn default() -> Self {
+        Durable {
+            ack: None,
+            events: Vec::new(),
+            sink: None,
+        }
+    }
+}
+
+impl<E: Clone + Send + 'static> Durable<E> {
     /// Waits for the flush; if the journal refused the events, appends them again until it
     /// takes them.
     async fn wait(self, queue: &str) {
@@ -285,27 +305,34 @@ impl Durable {
     }
 }
 
-/// A queue actor.
-pub struct QueueActor;
+/// A queue actor for tasks of kind `K`, journaling into events of type `E`.
+pub struct QueueActor<K, E>(std::marker::PhantomData<fn() -> (K, E)>);
+
+impl<K, E> Default for QueueActor<K, E> {
+    fn default() -> Self {
+        QueueActor(std::marker::PhantomData)
+    }
+}
 
 /// Its state.
-pub struct QueueState {
+pub struct QueueState<K: TaskKind, E> {
     name: String,
-    sink: Arc<dyn EventSink>,
-    handler: Arc<dyn TaskHandler>,
-    router: Arc<dyn Router>,
+    sink: Arc<dyn EventSink<E>>,
+    handler: Arc<dyn TaskHandler<K>>,
+    router: Arc<dyn Router<K>>,
+    rules: Arc<dyn QueueRules<K>>,
     mailbox: MailboxHandle,
-    me: Tracked<QueueMsg>,
-    state: State,
+    me: Tracked<QueueMsg<K>>,
+    state: Queues<K>,
     running: Option<TaskId>,
-    restart: Option<TaskSpec>,
+    restart: Option<TaskSpec<K>>,
     max_attempts: Option<u32>,
     activity: Activity,
     /// Events applied in memory but not yet journaled. The actor handles no other
     /// message before [`QueueState::flush`] makes them durable, so nothing outside sees a
     /// transition before the journal has it — except a task's start, whose hook runs while
     /// the flush completes (see [`Durable`]).
-    staged: Vec<Event>,
+    staged: Vec<E>,
     /// When each task not started yet was queued (restored ones: when this actor started).
     queued_at: HashMap<TaskId, Instant>,
     /// When the running task started (for its finish log line).
@@ -315,32 +342,13 @@ pub struct QueueState {
     actions: ActionTimes,
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-fn jitter() -> Duration {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    Duration::from_millis(u64::from(nanos % 1000))
-}
-
-impl QueueState {
-    fn tasks(&self) -> &[QueuedTask] {
-        self.state
-            .queues
-            .get(&self.name)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
+impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, E> {
+    fn tasks(&self) -> &[QueuedTask<K>] {
+        self.state.queue(&self.name)
     }
 
     /// The head task, cloned.
-    fn first(&mut self) -> Option<QueuedTask> {
+    fn first(&mut self) -> Option<QueuedTask<K>> {
         let name = &self.name;
         let state = &self.state;
         self.actions.measure(QueueAction::GetFirst, || {
@@ -349,7 +357,7 @@ impl QueueState {
     }
 
     /// Applies events in memory and keeps them for the next [`QueueState::flush`].
-    fn stage(&mut self, events: Vec<Event>) {
+    fn stage(&mut self, events: Vec<TaskEvent<K>>) {
         for e in &events {
             match QueueAction::of(e) {
                 Some(action) => self.actions.measure(action, || self.state.apply(e)),
@@ -359,35 +367,35 @@ impl QueueState {
         let now = Instant::now();
         for e in &events {
             match e {
-                Event::TaskEnqueued { task, .. } => {
+                TaskEvent::TaskEnqueued { task, .. } => {
                     self.queued_at.insert(task.id, now);
                 }
-                Event::TaskSucceeded { id }
-                | Event::TaskDropped { id, .. }
-                | Event::TaskMerged { id, .. }
-                | Event::TaskParked { id, .. } => {
+                TaskEvent::TaskSucceeded { id }
+                | TaskEvent::TaskDropped { id, .. }
+                | TaskEvent::TaskMerged { id, .. }
+                | TaskEvent::TaskParked { id, .. } => {
                     self.queued_at.remove(id);
                 }
                 _ => {}
             }
         }
-        self.staged.extend(events);
+        self.staged.extend(events.into_iter().map(E::from));
         self.length.set(self.tasks().len() as f64);
-        self.parked
-            .set(self.state.parked.get(&self.name).map(Vec::len).unwrap_or(0) as f64);
+        self.parked.set(self.state.parked(&self.name).len() as f64);
     }
 
     /// Counts the time a task waited before its first start.
-    fn record_wait(&mut self, task: &QueuedTask) {
+    fn record_wait(&mut self, task: &QueuedTask<K>) {
         let Some(at) = self.queued_at.remove(&task.spec.id) else {
             return;
         };
-        // A float counter: recorded on a gauge that only grows (see telemetry).
+        let [(k1, v1), (k2, v2), (k3, v3)] = self.rules.wait_labels(task);
+        // A float counter: recorded on a gauge that only grows (see the exporter).
         metrics::gauge!(
-            telemetry::TASK_WAIT_IN_QUEUE_SECONDS_TOTAL,
-            "module" => task.spec.module.clone().unwrap_or_default(),
-            "hook" => task.spec.hook.clone().unwrap_or_default(),
-            "binding" => telemetry::binding_of(task),
+            TASK_WAIT_IN_QUEUE_SECONDS_TOTAL,
+            k1 => v1,
+            k2 => v2,
+            k3 => v3,
             "queue" => self.name.clone()
         )
         .increment(at.elapsed().as_secs_f64());
@@ -416,7 +424,7 @@ impl QueueState {
     /// Hands the staged events to the journal without waiting for the flush; what is
     /// returned waits for it. A journal that cannot take them now is retried here, as
     /// [`QueueState::flush`] does.
-    async fn submit_staged(&mut self) -> Result<Durable, ActorProcessingErr> {
+    async fn submit_staged(&mut self) -> Result<Durable<E>, ActorProcessingErr> {
         if self.staged.is_empty() {
             return Ok(Durable::default());
         }
@@ -437,28 +445,23 @@ impl QueueState {
         }
     }
 
-    /// Stages and journals events.
-    /// A new converge appended behind one that has not started yet adds nothing: the
-    /// queued one reads the values and flags when it runs (the reference deduplicates
-    /// adjacent converges the same way).
-    fn converge_already_queued(&self, task: &TaskSpec, position: Position) -> bool {
-        let is_fresh_converge = |t: &TaskSpec| {
-            t.task_type == crate::events::TaskType::ConvergeModules
-                && t.params["phase"].as_str().unwrap_or("StandBy") == "StandBy"
-        };
-        if position != Position::Tail || !is_fresh_converge(task) {
+    /// A task appended behind one that does the same work and has not started adds
+    /// nothing (a new converge behind a queued one: it reads the values when it runs).
+    fn already_queued(&self, task: &TaskSpec<K>, position: Position) -> bool {
+        if position != Position::Tail {
             return false;
         }
         let queued = self.tasks().last().is_some_and(|last| {
-            is_fresh_converge(&last.spec) && self.running != Some(last.spec.id)
+            self.running != Some(last.spec.id) && self.rules.redundant_at_tail(task, &last.spec)
         });
         if queued {
-            tracing::debug!(queue = %self.name, "a converge is already queued; {} not added", task.description);
+            tracing::debug!(queue = %self.name, "the same work is already queued; {} not added", task.description);
         }
         queued
     }
 
-    async fn commit(&mut self, events: Vec<Event>) -> Result<(), ActorProcessingErr> {
+    /// Stages and journals events.
+    async fn commit(&mut self, events: Vec<TaskEvent<K>>) -> Result<(), ActorProcessingErr> {
         self.stage(events);
         self.flush().await
     }
@@ -480,20 +483,20 @@ impl QueueState {
             return Ok(());
         }
         if let Some(task) = self.restart.take() {
-            let tasks = self.state.queues.get(&self.name);
-            let mut events: Vec<Event> = self.actions.measure(QueueAction::Filter, || {
+            let tasks = self.state.queue(&self.name);
+            let rules = &self.rules;
+            let mut events: Vec<TaskEvent<K>> = self.actions.measure(QueueAction::Filter, || {
                 tasks
-                    .into_iter()
-                    .flatten()
-                    .filter(|t| crate::queue::is_converge_step(&t.spec))
-                    .map(|t| Event::TaskDropped {
+                    .iter()
+                    .filter(|t| rules.dropped_by_restart(&t.spec))
+                    .map(|t| TaskEvent::TaskDropped {
                         id: t.spec.id,
                         reason: format!("superseded by {}", task.description),
                     })
                     .collect()
             });
-            tracing::info!(queue = %self.name, dropped = events.len(), "converge restarted: {}", task.description);
-            events.push(Event::TaskEnqueued {
+            tracing::info!(queue = %self.name, dropped = events.len(), "restarted: {}", task.description);
+            events.push(TaskEvent::TaskEnqueued {
                 task,
                 position: Position::Head,
             });
@@ -516,26 +519,32 @@ impl QueueState {
                 return Ok(());
             }
         }
-        let mut events: Vec<Event> = Vec::new();
-        let tasks = self.state.queues.get(&self.name).map(Vec::as_slice);
-        let compaction = self.actions.measure(QueueAction::Compact, || {
-            plan_compaction(tasks.unwrap_or_default())
-        });
+        let mut events: Vec<TaskEvent<K>> = Vec::new();
+        let tasks = self.state.queue(&self.name);
+        let rules = &self.rules;
+        let compaction = self
+            .actions
+            .measure(QueueAction::Compact, || rules.compaction(tasks));
         if let Some((into, merged)) = compaction {
-            events.extend(merged.into_iter().map(|id| Event::TaskMerged { id, into }));
+            events.extend(
+                merged
+                    .into_iter()
+                    .map(|id| TaskEvent::TaskMerged { id, into }),
+            );
         }
         self.stage(std::mem::take(&mut events));
-        let tasks = self.state.queues.get(&self.name).map(Vec::as_slice);
-        let adjacent = self.actions.measure(QueueAction::Compact, || {
-            adjacent_mergeable(tasks.unwrap_or_default())
-        });
+        let tasks = self.state.queue(&self.name);
+        let rules = &self.rules;
+        let adjacent = self
+            .actions
+            .measure(QueueAction::Compact, || rules.adjacent_mergeable(tasks));
         for id in adjacent {
-            events.push(Event::TaskMerged {
+            events.push(TaskEvent::TaskMerged {
                 id,
                 into: head.spec.id,
             });
         }
-        events.push(Event::TaskStarted {
+        events.push(TaskEvent::TaskStarted {
             id: head.spec.id,
             attempt: head.attempts + 1,
         });
@@ -550,11 +559,12 @@ impl QueueState {
         self.running_since = Some(Instant::now());
         self.activity = Activity::Running;
         self.record_wait(&task);
-        tracing::info!(queue = %self.name, task = %describe(&task), "task started");
+        let line = self.rules.describe(&task);
+        tracing::info!(queue = %self.name, task = %line, "task started");
         let handler = self.handler.clone();
         let me = self.me.clone();
         let mailbox = self.mailbox.clone();
-        let job = mailbox.job_started(format!("task {}", describe(&task)));
+        let job = mailbox.job_started(format!("task {line}"));
         let id = task.spec.id;
         let queue = self.name.clone();
         tokio::spawn(async move {
@@ -568,7 +578,7 @@ impl QueueState {
         Ok(())
     }
 
-    fn split_foreign(&self, tasks: Vec<TaskSpec>) -> Vec<TaskSpec> {
+    fn split_foreign(&self, tasks: Vec<TaskSpec<K>>) -> Vec<TaskSpec<K>> {
         let (own, foreign): (Vec<_>, Vec<_>) =
             tasks.into_iter().partition(|t| t.queue == self.name);
         for t in foreign {
@@ -581,7 +591,7 @@ impl QueueState {
     async fn finished(
         &mut self,
         id: TaskId,
-        outcome: TaskOutcome,
+        outcome: TaskOutcome<K>,
     ) -> Result<(), ActorProcessingErr> {
         if self.running != Some(id) {
             return Ok(());
@@ -596,9 +606,10 @@ impl QueueState {
         let Some(task) = self.tasks().iter().find(|t| t.spec.id == id).cloned() else {
             return Ok(());
         };
+        let line = self.rules.describe(&task);
         tracing::info!(
             queue = %self.name,
-            task = %describe(&task),
+            task = %line,
             duration = ?took,
             outcome = if matches!(outcome, TaskOutcome::Fail(_)) { "failed" } else { "done" },
             "task finished"
@@ -609,22 +620,22 @@ impl QueueState {
                 let mut prev = id;
                 for t in self.split_foreign(after) {
                     let tid = t.id;
-                    events.push(Event::TaskEnqueued {
+                    events.push(TaskEvent::TaskEnqueued {
                         task: t,
                         position: Position::After(prev),
                     });
                     prev = tid;
                 }
-                events.push(Event::TaskSucceeded { id });
+                events.push(TaskEvent::TaskSucceeded { id });
                 let mut prev: Option<TaskId> = None;
                 for t in self.split_foreign(head) {
                     let tid = t.id;
                     let position = prev.map_or(Position::Head, Position::After);
-                    events.push(Event::TaskEnqueued { task: t, position });
+                    events.push(TaskEvent::TaskEnqueued { task: t, position });
                     prev = Some(tid);
                 }
                 for t in self.split_foreign(tail) {
-                    events.push(Event::TaskEnqueued {
+                    events.push(TaskEvent::TaskEnqueued {
                         task: t,
                         position: Position::Tail,
                     });
@@ -637,8 +648,8 @@ impl QueueState {
             TaskOutcome::Fail(error) => {
                 let failures = task.failures + 1;
                 let delay = backoff(task.failures, jitter());
-                tracing::error!(queue = %self.name, task = %describe(&task), failures, retry_in = ?delay, "task failed: {error}");
-                events.push(Event::TaskFailed {
+                tracing::error!(queue = %self.name, task = %line, failures, retry_in = ?delay, "task failed: {error}");
+                events.push(TaskEvent::TaskFailed {
                     id,
                     error: error.clone(),
                     failures,
@@ -646,8 +657,8 @@ impl QueueState {
                 });
                 let park = self.max_attempts.is_some_and(|m| failures >= m);
                 if park {
-                    tracing::error!(queue = %self.name, task = %describe(&task), "task parked after {failures} failed attempts");
-                    events.push(Event::TaskParked { id, reason: error });
+                    tracing::error!(queue = %self.name, task = %line, "task parked after {failures} failed attempts");
+                    events.push(TaskEvent::TaskParked { id, reason: error });
                 }
                 self.commit(events).await?;
                 if park {
@@ -664,7 +675,7 @@ impl QueueState {
                 let mut prev: Option<TaskId> = None;
                 for t in self.split_foreign(head) {
                     let tid = t.id;
-                    events.push(Event::TaskEnqueued {
+                    events.push(TaskEvent::TaskEnqueued {
                         task: t,
                         position: prev.map_or(Position::Before(id), Position::After),
                     });
@@ -687,17 +698,12 @@ impl QueueState {
         Ok(())
     }
 
-    fn dump(&self) -> QueueDump {
+    fn dump(&self) -> QueueDump<K> {
         let tasks = self.tasks().to_vec();
         QueueDump {
             name: self.name.clone(),
-            lines: tasks.iter().map(describe).collect(),
-            parked: self
-                .state
-                .parked
-                .get(&self.name)
-                .cloned()
-                .unwrap_or_default(),
+            lines: tasks.iter().map(|t| self.rules.describe(t)).collect(),
+            parked: self.state.parked(&self.name).to_vec(),
             running: self.running,
             tasks,
             status: self.activity.status(),
@@ -705,34 +711,35 @@ impl QueueState {
     }
 }
 
-impl Actor for QueueActor {
-    type Msg = Envelope<QueueMsg>;
-    type State = QueueState;
-    type Arguments = QueueArgs;
+impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + Sync + 'static> Actor
+    for QueueActor<K, E>
+{
+    type Msg = Envelope<QueueMsg<K>>;
+    type State = QueueState<K, E>;
+    type Arguments = QueueArgs<K, E>;
 
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        args: QueueArgs,
-    ) -> Result<QueueState, ActorProcessingErr> {
+        args: QueueArgs<K, E>,
+    ) -> Result<QueueState<K, E>, ActorProcessingErr> {
         let me = Tracked::new(myself, args.mailbox.clone());
         let started = Instant::now();
         let queued_at = args
             .restored
-            .queues
-            .get(&args.name)
-            .into_iter()
-            .flatten()
+            .queue(&args.name)
+            .iter()
             .map(|t| (t.spec.id, started))
             .collect();
-        let length = metrics::gauge!(telemetry::TASKS_QUEUE_LENGTH, "queue" => args.name.clone());
-        let parked = metrics::gauge!(telemetry::PARKED_TASKS, "queue" => args.name.clone());
+        let length = metrics::gauge!(TASKS_QUEUE_LENGTH, "queue" => args.name.clone());
+        let parked = metrics::gauge!(PARKED_TASKS, "queue" => args.name.clone());
         let actions = ActionTimes::new(&args.name, args.action_metrics);
         let mut state = QueueState {
             name: args.name,
             sink: args.sink,
             handler: args.handler,
             router: args.router,
+            rules: args.rules,
             mailbox: args.mailbox,
             me,
             state: args.restored,
@@ -756,15 +763,15 @@ impl Actor for QueueActor {
         &self,
         _myself: ActorRef<Self::Msg>,
         envelope: Self::Msg,
-        st: &mut QueueState,
+        st: &mut QueueState<K, E>,
     ) -> Result<(), ActorProcessingErr> {
         st.mailbox.begin(envelope.seq);
         let result = match envelope.msg {
             QueueMsg::Enqueue(tasks) => {
                 let events = tasks
                     .into_iter()
-                    .filter(|(task, position)| !st.converge_already_queued(task, *position))
-                    .map(|(task, position)| Event::TaskEnqueued { task, position })
+                    .filter(|(task, position)| !st.already_queued(task, *position))
+                    .map(|(task, position)| TaskEvent::TaskEnqueued { task, position })
                     .collect();
                 let r = st.commit(events).await;
                 st.kick();
@@ -776,7 +783,7 @@ impl Actor for QueueActor {
                 let _ = reply.send(st.dump());
                 Ok(())
             }
-            QueueMsg::RestartConverge(task) => {
+            QueueMsg::Restart(task) => {
                 st.restart = Some(*task);
                 st.kick();
                 Ok(())

@@ -285,6 +285,16 @@ pub fn checksum(v: &Value) -> String {
     format!("{:x}", md5::Md5::digest(v.to_string().as_bytes()))
 }
 
+/// The global documents a module run needs: `VALUES_PATH` and `CONFIG_VALUES_PATH` of the
+/// global scope (each `{"global": …}`).
+#[derive(Clone, Debug, Default)]
+pub struct GlobalDocs {
+    /// Global values document (may also hold root `<key>Enabled` flags).
+    pub values: Value,
+    /// Global config values document.
+    pub config: Value,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,122 +9,63 @@
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use ractor::Actor;
 use serde_json::{Value, json};
 
+use bosun_runtime::mailbox::{Mailboxes, Tracked};
+use bosun_runtime::queue_actor::{self, QueueActor, QueueArgs, QueueMsg, Router as _};
+use bosun_runtime::{Queues, TaskIds};
+
 use crate::bindings::{HookRef, owner_of};
-use crate::events::{Event, Position, TaskId, TaskSpec, TaskType};
+use crate::events::{Event, Position, TaskEvent, TaskId, TaskSpec};
 use crate::global_hooks::{GlobalHook, GlobalHooksActor, GlobalHooksArgs, GlobalHooksMsg};
 use crate::hook_metrics::HookMetrics;
-use crate::mailbox::{Mailboxes, Tracked};
-use crate::modules::{
-    ConfigSections, GlobalDocs, ModuleActor, ModuleArgs, ModuleDef, ModuleMsg, flag_chain,
-    module_run_task, module_task,
-};
+use crate::modules::{ConfigSections, ModuleActor, ModuleArgs, ModuleDef, ModuleMsg, flag_chain};
 use crate::ports::{
-    BoxFut, ConfigStore, EventSink, HookExecutor, KubeBindings, ObjectPatcher, ObjectPreview,
+    BoxFut, ConfigStore, HookExecutor, Journal, KubeBindings, ObjectPatcher, ObjectPreview,
     PortError, Releases,
 };
-use crate::queue_actor::{
-    QueueActor, QueueArgs, QueueDump, QueueMsg, Router, TaskHandler, TaskOutcome,
-};
+use crate::queue::AddonQueueRules;
 use crate::scheduler::{ScheduleEntry, Scheduler};
 use crate::state::{QueuedTask, State};
+use crate::sync_waiter::SyncWaiter;
+use crate::task::{
+    AddonTask, ConvergePhase, HookRunParams, converge_task, module_run_task, module_task,
+};
+use crate::values::GlobalDocs;
 
-/// Allocates task ids, above every id in the journal.
-#[derive(Clone, Debug)]
-pub struct TaskIds(Arc<AtomicU64>);
-
-impl TaskIds {
-    /// Starts after `last`.
-    pub fn after(last: u64) -> TaskIds {
-        TaskIds(Arc::new(AtomicU64::new(last + 1)))
-    }
-
-    /// A fresh id.
-    pub fn next(&self) -> TaskId {
-        TaskId(self.0.fetch_add(1, Ordering::Relaxed))
-    }
-}
-
-/// Synchronization runs the startup waits for (`GlobalHookWaitKubernetesSynchronization`):
-/// bindings with `waitForSynchronization` whose run went to a named queue.
-#[derive(Clone, Debug)]
-pub struct SyncWaiter(Arc<tokio::sync::watch::Sender<std::collections::BTreeSet<(String, usize)>>>);
-
-impl Default for SyncWaiter {
-    fn default() -> Self {
-        SyncWaiter(Arc::new(
-            tokio::sync::watch::Sender::new(Default::default()),
-        ))
-    }
-}
-
-impl SyncWaiter {
-    /// Binding `index` of `hook` must synchronize before the startup goes on.
-    pub fn expect(&self, hook: &str, index: usize) {
-        self.0.send_modify(|s| {
-            s.insert((hook.to_string(), index));
-        });
-    }
-
-    /// Binding `index` of `hook` has synchronized.
-    pub fn done(&self, hook: &str, index: usize) {
-        self.0
-            .send_if_modified(|s| s.remove(&(hook.to_string(), index)));
-    }
-
-    /// Resolves once nothing is awaited.
-    pub async fn wait(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|s| s.is_empty()).await;
-    }
-}
-
-/// A `ConvergeModules` task in its first phase.
-pub fn converge_task(id: TaskId, reason: &str) -> TaskSpec {
-    TaskSpec {
-        id,
-        task_type: TaskType::ConvergeModules,
-        queue: "main".into(),
-        module: None,
-        hook: None,
-        description: reason.to_string(),
-        params: json!({"phase": "StandBy", "reason": reason}),
-    }
-}
+pub use crate::task::{QueueDump, TaskOutcome};
+type Router = dyn queue_actor::Router<AddonTask>;
+type TaskHandler = dyn queue_actor::TaskHandler<AddonTask>;
 
 fn hook_task(
     id: TaskId,
     hook: &GlobalHook,
     binding: &str,
-    contexts: Value,
+    contexts: Vec<Value>,
     allow_failure: bool,
 ) -> TaskSpec {
     TaskSpec {
         id,
-        task_type: TaskType::GlobalHookRun,
         queue: "main".into(),
-        module: None,
-        hook: Some(hook.name.clone()),
         description: format!("{binding}:{}", hook.name),
-        params: json!({"bindingContexts": contexts, "allowFailure": allow_failure}),
+        kind: AddonTask::GlobalHookRun {
+            hook: hook.name.clone(),
+            run: HookRunParams::with(contexts, allow_failure),
+        },
     }
 }
 
-fn simple_task(id: TaskId, task_type: TaskType, hook: Option<&str>, description: &str) -> TaskSpec {
+fn main_task(id: TaskId, kind: AddonTask, description: &str) -> TaskSpec {
     TaskSpec {
         id,
-        task_type,
         queue: "main".into(),
-        module: None,
-        hook: hook.map(String::from),
         description: description.to_string(),
-        params: Value::Null,
+        kind,
     }
 }
 
@@ -158,32 +99,33 @@ fn startup_tasks(hooks: &[GlobalHook], ids: &TaskIds) -> Vec<TaskSpec> {
             ids.next(),
             h,
             "onStartup",
-            json!([{"binding": "onStartup"}]),
+            vec![json!({"binding": "onStartup"})],
             false,
         ));
     }
     let mut by_name: Vec<&GlobalHook> = hooks.iter().collect();
     by_name.sort_by(|a, b| a.name.cmp(&b.name));
     for h in by_name.iter().filter(|h| !h.config.schedule.is_empty()) {
-        tasks.push(simple_task(
+        tasks.push(main_task(
             ids.next(),
-            TaskType::GlobalHookEnableScheduleBindings,
-            Some(&h.name),
+            AddonTask::GlobalHookEnableScheduleBindings {
+                hook: h.name.clone(),
+            },
             &h.name,
         ));
     }
     for h in by_name.iter().filter(|h| !h.config.kubernetes.is_empty()) {
-        tasks.push(simple_task(
+        tasks.push(main_task(
             ids.next(),
-            TaskType::GlobalHookEnableKubernetesBindings,
-            Some(&h.name),
+            AddonTask::GlobalHookEnableKubernetesBindings {
+                hook: h.name.clone(),
+            },
             &h.name,
         ));
     }
-    tasks.push(simple_task(
+    tasks.push(main_task(
         ids.next(),
-        TaskType::GlobalHookWaitKubernetesSynchronization,
-        None,
+        AddonTask::GlobalHookWaitKubernetesSynchronization,
         "",
     ));
     tasks.push(converge_task(ids.next(), "OperatorStartup"));
@@ -192,34 +134,28 @@ fn startup_tasks(hooks: &[GlobalHook], ids: &TaskIds) -> Vec<TaskSpec> {
 
 /// Whether a pending task from before a restart is the same step as a startup task.
 fn same_step(a: &TaskSpec, b: &TaskSpec) -> bool {
-    let binding = |t: &TaskSpec| {
-        t.params["bindingContexts"][0]["binding"]
-            .as_str()
-            .map(String::from)
-    };
-    a.task_type == b.task_type
-        && a.hook == b.hook
+    fn binding(t: &TaskSpec) -> Option<&str> {
+        t.kind.hook_run().and_then(|r| r.binding())
+    }
+    a.kind.task_type() == b.kind.task_type()
+        && a.kind.hook() == b.kind.hook()
         && a.queue == b.queue
         && binding(a) == binding(b)
-        && (a.task_type != TaskType::ConvergeModules || a.params["phase"] == b.params["phase"])
+        && a.kind.converge_phase() == b.kind.converge_phase()
 }
 
 /// Steps of a converge that was running when bosun stopped: the startup converge redoes
 /// them (module deletions stay: the modules are already recorded as disabled).
 fn interrupted_converge_step(t: &TaskSpec) -> bool {
-    crate::queue::is_converge_step(t)
-        && !(t.task_type == TaskType::ConvergeModules
-            && t.params["phase"].as_str() == Some("StandBy"))
+    crate::queue::is_converge_step(t) && t.kind.converge_phase() != Some(ConvergePhase::StandBy)
 }
 
 /// A hook task made only of kubernetes Event and Synchronization contexts: after a
 /// restart the bindings synchronize again and deliver the current state, so running it
 /// would show the hook a state older than the one it has just seen.
 fn superseded_by_resync(t: &TaskSpec) -> bool {
-    matches!(
-        t.task_type,
-        TaskType::GlobalHookRun | TaskType::ModuleHookRun
-    ) && t.params["bindingContexts"].as_array().is_some_and(|cs| {
+    t.kind.hook_run().is_some_and(|r| {
+        let cs = &r.binding_contexts;
         !cs.is_empty()
             && cs.iter().all(|c| {
                 matches!(c["type"].as_str(), Some("Event" | "Synchronization"))
@@ -232,23 +168,23 @@ fn superseded_by_resync(t: &TaskSpec) -> bool {
 /// that are the same step (they keep their attempt counts) and keeping the sequence order.
 /// Kubernetes event runs left from before the restart are dropped: the bindings'
 /// Synchronization replaces them.
-fn plan_startup(restored: &State, wanted: Vec<TaskSpec>) -> Vec<Event> {
+fn plan_startup(restored: &Queues<AddonTask>, wanted: Vec<TaskSpec>) -> Vec<TaskEvent> {
     let mut events = Vec::new();
-    for task in restored.queues.values().flatten() {
+    for task in restored.tasks() {
         if superseded_by_resync(&task.spec) {
-            events.push(Event::TaskDropped {
+            events.push(TaskEvent::TaskDropped {
                 id: task.spec.id,
                 reason: "superseded by the Synchronization after the restart".into(),
             });
         }
     }
     let mut pending: Vec<&QueuedTask> = Vec::new();
-    for task in restored.queues.get("main").into_iter().flatten() {
+    for task in restored.queue("main") {
         if superseded_by_resync(&task.spec) {
             continue;
         }
         if interrupted_converge_step(&task.spec) {
-            events.push(Event::TaskDropped {
+            events.push(TaskEvent::TaskDropped {
                 id: task.spec.id,
                 reason: "superseded by the startup converge".into(),
             });
@@ -275,7 +211,7 @@ fn plan_startup(restored: &State, wanted: Vec<TaskSpec>) -> Vec<Event> {
                 None => Position::Tail,
             },
         };
-        events.push(Event::TaskEnqueued { task, position });
+        events.push(TaskEvent::TaskEnqueued { task, position });
         anchor = Some(id);
     }
     events
@@ -353,7 +289,7 @@ pub struct EngineArgs {
     /// State rebuilt from the journal.
     pub restored: State,
     /// The journal.
-    pub sink: Arc<dyn EventSink>,
+    pub sink: Journal,
     /// Hook processes.
     pub executor: Arc<dyn HookExecutor>,
     /// The ConfigMap.
@@ -461,7 +397,7 @@ struct EngineHandler {
     global: Tracked<GlobalHooksMsg>,
     hooks: Vec<GlobalHook>,
     ids: TaskIds,
-    sink: Arc<dyn EventSink>,
+    sink: Journal,
     converged: Arc<AtomicBool>,
     converging: Arc<AtomicBool>,
     modules: Arc<ModuleSet>,
@@ -478,16 +414,13 @@ impl EngineHandler {
             .map_err(|e| e.to_string())
     }
 
-    fn converge_phase(&self, task: &QueuedTask, phase: &str) -> TaskSpec {
-        let mut next = converge_task(
-            self.ids.next(),
-            task.spec.params["reason"].as_str().unwrap_or_default(),
-        );
-        next.params["phase"] = json!(phase);
-        next.description = format!(
-            "{}:{phase}",
-            task.spec.params["reason"].as_str().unwrap_or_default()
-        );
+    fn converge_phase(&self, reason: &str, phase: ConvergePhase) -> TaskSpec {
+        let mut next = converge_task(self.ids.next(), reason);
+        next.kind = AddonTask::ConvergeModules {
+            phase,
+            reason: reason.to_string(),
+        };
+        next.description = format!("{reason}:{}", phase.as_str());
         next
     }
 
@@ -503,21 +436,20 @@ impl EngineHandler {
                     self.ids.next(),
                     h,
                     binding,
-                    json!([{"binding": binding, "snapshots": empty_snapshots(h)}]),
+                    vec![json!({"binding": binding, "snapshots": empty_snapshots(h)})],
                     false,
                 )
             })
             .collect()
     }
 
-    async fn converge(&self, task: &QueuedTask) -> TaskOutcome {
-        match task.spec.params["phase"].as_str().unwrap_or("StandBy") {
-            "StandBy" => {
-                let reason = task.spec.params["reason"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                if let Err(e) = self.journal(Event::ConvergeStarted { reason }).await {
+    async fn converge(&self, phase: ConvergePhase, reason: &str) -> TaskOutcome {
+        match phase {
+            ConvergePhase::StandBy => {
+                let started = Event::ConvergeStarted {
+                    reason: reason.to_string(),
+                };
+                if let Err(e) = self.journal(started).await {
                     return TaskOutcome::Fail(e);
                 }
                 self.converging.store(true, Ordering::SeqCst);
@@ -526,35 +458,35 @@ impl EngineHandler {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
                 let mut head = self.around_hooks("beforeAll", |h| h.config.before_all);
-                head.push(self.converge_phase(task, "WaitBeforeAll"));
+                head.push(self.converge_phase(reason, ConvergePhase::WaitBeforeAll));
                 TaskOutcome::Success {
                     head,
                     after: Vec::new(),
                     tail: Vec::new(),
                 }
             }
-            "WaitBeforeAll" => {
-                let mut head = match self.plan_modules(task).await {
+            ConvergePhase::WaitBeforeAll => {
+                let mut head = match self.plan_modules(reason).await {
                     Ok(tasks) => tasks,
                     Err(e) => return TaskOutcome::Fail(e),
                 };
-                head.push(self.converge_phase(task, "WaitDeleteAndRunModules"));
+                head.push(self.converge_phase(reason, ConvergePhase::WaitDeleteAndRunModules));
                 TaskOutcome::Success {
                     head,
                     after: Vec::new(),
                     tail: Vec::new(),
                 }
             }
-            "WaitDeleteAndRunModules" => {
+            ConvergePhase::WaitDeleteAndRunModules => {
                 let mut head = self.around_hooks("afterAll", |h| h.config.after_all);
-                head.push(self.converge_phase(task, "WaitAfterAll"));
+                head.push(self.converge_phase(reason, ConvergePhase::WaitAfterAll));
                 TaskOutcome::Success {
                     head,
                     after: Vec::new(),
                     tail: Vec::new(),
                 }
             }
-            _ => {
+            ConvergePhase::WaitAfterAll => {
                 if let Err(e) = self.journal(Event::ConvergeFinished).await {
                     return TaskOutcome::Fail(e);
                 }
@@ -564,10 +496,7 @@ impl EngineHandler {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .take();
-                let activation = task.spec.params["reason"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
+                let activation = reason.to_string();
                 if let Some(started) = started {
                     metrics::gauge!(crate::telemetry::CONVERGENCE_SECONDS, "activation" => activation.clone())
                         .increment(started.elapsed().as_secs_f64());
@@ -576,8 +505,7 @@ impl EngineHandler {
                     .increment(1);
                 if !self.converged.swap(true, Ordering::SeqCst) {
                     tracing::info!("Startup converge done.");
-                    let discover =
-                        simple_task(self.ids.next(), TaskType::DiscoverHelmReleases, None, "");
+                    let discover = main_task(self.ids.next(), AddonTask::DiscoverHelmReleases, "");
                     return TaskOutcome::Success {
                         head: Vec::new(),
                         after: Vec::new(),
@@ -594,22 +522,22 @@ impl EngineHandler {
     /// `GlobalHookEnableKubernetesBindings`: starts a global hook's watches and queues its
     /// Synchronization runs, in the main queue right after this task or in the binding's
     /// named queue (waited for by the startup when `waitForSynchronization`).
-    async fn enable_kubernetes(&self, task: &QueuedTask) -> TaskOutcome {
-        let name = task.spec.hook.clone().unwrap_or_default();
+    async fn enable_kubernetes(&self, name: &str) -> TaskOutcome {
+        let name = name.to_string();
         let Some(hook) = self.hooks.iter().find(|h| h.name == name) else {
             return TaskOutcome::Fail(format!("global hook {name:?} is not loaded"));
         };
         let Some(router) = self.router.get().and_then(std::sync::Weak::upgrade) else {
             return TaskOutcome::Fail("the queues are not running".into());
         };
-        let router: Arc<dyn Router> = router;
+        let router: Arc<Router> = router;
         let href = HookRef {
             owner: owner_of(None),
             hook: name.clone(),
         };
         let config = Arc::new(hook.config.clone());
         let events =
-            crate::modules::binding_events(None, &name, config.clone(), router, self.ids.clone());
+            crate::bindings::binding_events(None, &name, config.clone(), router, self.ids.clone());
         if let Err(e) = self
             .bindings
             .start(href.clone(), hook.config.kubernetes.clone(), events)
@@ -695,11 +623,8 @@ impl EngineHandler {
     /// WaitBeforeAll: recomputes enabled modules and returns the module tasks: CRDs of newly
     /// enabled modules, deletions (reverse order), then runs in order. A module whose
     /// `enabled` script fails gets a run that re-checks it, after the others.
-    async fn plan_modules(&self, task: &QueuedTask) -> Result<Vec<TaskSpec>, String> {
-        let reason = task.spec.params["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+    async fn plan_modules(&self, reason: &str) -> Result<Vec<TaskSpec>, String> {
+        let reason = reason.to_string();
         let first = !self.converged.load(Ordering::SeqCst);
         let docs = self.global_docs().await?;
         let mut enabled: Vec<(String, bool)> = Vec::new();
@@ -727,18 +652,20 @@ impl EngineHandler {
             if *newly && self.modules.def(name).is_some_and(|d| !d.crds.is_empty()) {
                 tasks.push(module_task(
                     self.ids.next(),
-                    TaskType::ModuleEnsureCRDs,
-                    name,
-                    &reason,
+                    AddonTask::ModuleEnsureCRDs {
+                        module: name.clone(),
+                        reason: reason.clone(),
+                    },
                 ));
             }
         }
         for name in disabled.iter().rev() {
             tasks.push(module_task(
                 self.ids.next(),
-                TaskType::ModuleDelete,
-                name,
-                &reason,
+                AddonTask::ModuleDelete {
+                    module: name.clone(),
+                    reason: reason.clone(),
+                },
             ));
         }
         for (name, newly) in &enabled {
@@ -752,15 +679,17 @@ impl EngineHandler {
         }
         for name in &unsure {
             let mut t = module_run_task(self.ids.next(), name, true, &reason, true);
-            t.params["checkEnabled"] = json!(true);
+            if let AddonTask::ModuleRun { run, .. } = &mut t.kind {
+                run.check_enabled = true;
+            }
             tasks.push(t);
         }
         Ok(tasks)
     }
 
     /// A module run whose `enabled` script failed during the converge: check it again.
-    async fn recheck_enabled(&self, task: &QueuedTask) -> Result<Option<TaskOutcome>, String> {
-        let name = task.spec.module.clone().unwrap_or_default();
+    async fn recheck_enabled(&self, name: &str) -> Result<Option<TaskOutcome>, String> {
+        let name = name.to_string();
         let def = self
             .modules
             .def(&name)
@@ -782,9 +711,10 @@ impl EngineHandler {
         let head = if was {
             vec![module_task(
                 self.ids.next(),
-                TaskType::ModuleDelete,
-                &name,
-                "EnabledScript",
+                AddonTask::ModuleDelete {
+                    module: name.clone(),
+                    reason: "EnabledScript".into(),
+                },
             )]
         } else {
             Vec::new()
@@ -797,10 +727,10 @@ impl EngineHandler {
     }
 
     async fn module_task(&self, task: QueuedTask) -> TaskOutcome {
-        let name = task.spec.module.clone().unwrap_or_default();
-        if task.spec.task_type == TaskType::ModuleRun {
-            if task.spec.params["checkEnabled"].as_bool() == Some(true) {
-                match self.recheck_enabled(&task).await {
+        let name = task.spec.kind.module().unwrap_or_default().to_string();
+        if let AddonTask::ModuleRun { run, .. } = &task.spec.kind {
+            if run.check_enabled {
+                match self.recheck_enabled(&name).await {
                     Ok(Some(outcome)) => return outcome,
                     Ok(None) => {}
                     Err(e) => return TaskOutcome::Fail(e),
@@ -844,9 +774,10 @@ impl EngineHandler {
             .map(|n| {
                 module_task(
                     self.ids.next(),
-                    TaskType::ModulePurge,
-                    n,
-                    "DiscoverHelmReleases",
+                    AddonTask::ModulePurge {
+                        module: n.clone(),
+                        reason: "DiscoverHelmReleases".into(),
+                    },
                 )
             })
             .collect();
@@ -858,8 +789,8 @@ impl EngineHandler {
     }
 
     /// `helm uninstall`; a failure is only logged, as in the reference.
-    async fn purge(&self, task: &QueuedTask) -> TaskOutcome {
-        let name = task.spec.module.clone().unwrap_or_default();
+    async fn purge(&self, release: &str) -> TaskOutcome {
+        let name = release.to_string();
         match self.modules.releases.uninstall(name.clone()).await {
             Ok(_) => {
                 tracing::info!(release = %name, "purged release of an unknown module");
@@ -873,12 +804,12 @@ impl EngineHandler {
     }
 }
 
-impl TaskHandler for EngineHandler {
+impl queue_actor::TaskHandler<AddonTask> for EngineHandler {
     fn handle(&self, task: QueuedTask) -> BoxFut<'_, TaskOutcome> {
         Box::pin(async move {
-            match task.spec.task_type {
-                TaskType::GlobalHookRun => {
-                    if let Some(l) = task.spec.hook.as_ref().and_then(|h| self.limiters.get(h)) {
+            match &task.spec.kind {
+                AddonTask::GlobalHookRun { hook, .. } => {
+                    if let Some(l) = self.limiters.get(hook) {
                         l.wait().await;
                     }
                     let (tx, rx) = ractor::concurrency::oneshot();
@@ -893,27 +824,28 @@ impl TaskHandler for EngineHandler {
                         TaskOutcome::Fail("the global hooks actor stopped during the run".into())
                     })
                 }
-                TaskType::ConvergeModules => self.converge(&task).await,
-                TaskType::ModuleRun | TaskType::ModuleDelete | TaskType::ModuleEnsureCRDs => {
-                    self.module_task(task).await
-                }
-                TaskType::ModuleHookRun => {
-                    let module = task.spec.module.clone().unwrap_or_default();
-                    if !self.modules.is_enabled(&module) {
+                AddonTask::ConvergeModules { phase, reason } => self.converge(*phase, reason).await,
+                AddonTask::ModuleRun { .. }
+                | AddonTask::ModuleDelete { .. }
+                | AddonTask::ModuleEnsureCRDs { .. } => self.module_task(task).await,
+                AddonTask::ModuleHookRun { module, .. } => {
+                    if !self.modules.is_enabled(module) {
                         tracing::info!(module = %module, task = %crate::queue::describe(&task), "module is disabled; hook run dropped");
                         return TaskOutcome::done();
                     }
                     self.module_task(task).await
                 }
-                TaskType::GlobalHookEnableKubernetesBindings => self.enable_kubernetes(&task).await,
-                TaskType::GlobalHookWaitKubernetesSynchronization => {
+                AddonTask::GlobalHookEnableKubernetesBindings { hook } => {
+                    self.enable_kubernetes(hook).await
+                }
+                AddonTask::GlobalHookWaitKubernetesSynchronization => {
                     self.sync_waiter.wait().await;
                     TaskOutcome::done()
                 }
-                TaskType::DiscoverHelmReleases => self.discover_releases().await,
-                TaskType::ModulePurge => self.purge(&task).await,
-                TaskType::GlobalHookEnableScheduleBindings => {
-                    let name = task.spec.hook.clone().unwrap_or_default();
+                AddonTask::DiscoverHelmReleases => self.discover_releases().await,
+                AddonTask::ModulePurge { module, .. } => self.purge(module).await,
+                AddonTask::GlobalHookEnableScheduleBindings { hook: name } => {
+                    let name = name.clone();
                     let Some(hook) = self.hooks.iter().find(|h| h.name == name) else {
                         return TaskOutcome::Fail(format!("global hook {name:?} is not loaded"));
                     };
@@ -927,18 +859,15 @@ impl TaskHandler for EngineHandler {
                     ));
                     TaskOutcome::done()
                 }
-                other => {
-                    TaskOutcome::Fail(format!("{other:?} tasks are not handled by this version"))
-                }
             }
         })
     }
 }
 
 struct QueueRouter {
-    queues: Mutex<HashMap<String, Tracked<QueueMsg>>>,
-    handler: Arc<dyn TaskHandler>,
-    sink: Arc<dyn EventSink>,
+    queues: Mutex<HashMap<String, Tracked<QueueMsg<AddonTask>>>>,
+    handler: Arc<TaskHandler>,
+    sink: Journal,
     mailboxes: Mailboxes,
     max_attempts: Option<u32>,
     action_metrics: bool,
@@ -946,7 +875,7 @@ struct QueueRouter {
 }
 
 impl QueueRouter {
-    fn get(&self, name: &str) -> Option<Tracked<QueueMsg>> {
+    fn get(&self, name: &str) -> Option<Tracked<QueueMsg<AddonTask>>> {
         self.queues
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -957,27 +886,27 @@ impl QueueRouter {
     async fn spawn(
         self: &Arc<Self>,
         name: &str,
-        restored: State,
-    ) -> Result<Tracked<QueueMsg>, EngineError> {
+        restored: Queues<AddonTask>,
+    ) -> Result<Tracked<QueueMsg<AddonTask>>, EngineError> {
         let mailbox = self.mailboxes.handle(&format!("queue/{name}"));
-        let router: Arc<dyn Router> = self.clone();
+        let router: Arc<Router> = self.clone();
         let args = QueueArgs {
             name: name.to_string(),
             sink: self.sink.clone(),
             handler: self.handler.clone(),
             router,
+            rules: Arc::new(AddonQueueRules),
             mailbox: mailbox.clone(),
             restored,
             max_attempts: self.max_attempts,
             action_metrics: self.action_metrics,
         };
-        let (actor, _) =
-            Actor::spawn(None, QueueActor, args)
-                .await
-                .map_err(|e| EngineError::Spawn {
-                    name: format!("queue/{name}"),
-                    message: e.to_string(),
-                })?;
+        let (actor, _) = Actor::spawn(None, QueueActor::<AddonTask, Event>::default(), args)
+            .await
+            .map_err(|e| EngineError::Spawn {
+                name: format!("queue/{name}"),
+                message: e.to_string(),
+            })?;
         let tracked = Tracked::new(actor, mailbox);
         self.queues
             .lock()
@@ -987,7 +916,7 @@ impl QueueRouter {
     }
 }
 
-impl Router for QueueRouter {
+impl queue_actor::Router<AddonTask> for QueueRouter {
     fn enqueue(&self, queue: &str, tasks: Vec<TaskSpec>) {
         let batch: Vec<(TaskSpec, Position)> =
             tasks.into_iter().map(|t| (t, Position::Tail)).collect();
@@ -1008,7 +937,7 @@ impl Router for QueueRouter {
         tokio::spawn(async move {
             let q = match this.get(&queue) {
                 Some(q) => q,
-                None => match this.spawn(&queue, State::default()).await {
+                None => match this.spawn(&queue, Queues::default()).await {
                     Ok(q) => q,
                     Err(e) => {
                         tracing::error!("{e}");
@@ -1028,7 +957,7 @@ pub struct Engine {
     converging: Arc<AtomicBool>,
     global: Tracked<GlobalHooksMsg>,
     modules: Arc<ModuleSet>,
-    sink: Arc<dyn EventSink>,
+    sink: Journal,
     converged: Arc<AtomicBool>,
     ids: TaskIds,
     global_hooks: Vec<String>,
@@ -1045,16 +974,16 @@ impl Engine {
         hook: &str,
         queue: &str,
         binding: &str,
-        contexts: Value,
+        contexts: Vec<Value>,
     ) -> TaskSpec {
         TaskSpec {
             id: self.ids.next(),
-            task_type: TaskType::GlobalHookRun,
             queue: queue.to_string(),
-            module: None,
-            hook: Some(hook.to_string()),
             description: format!("{binding}:{hook}"),
-            params: json!({"bindingContexts": contexts}),
+            kind: AddonTask::GlobalHookRun {
+                hook: hook.to_string(),
+                run: HookRunParams::with(contexts, false),
+            },
         }
     }
 
@@ -1072,9 +1001,7 @@ impl Engine {
             // ahead of any run the restarted converge gives them.
             let queued = if self.converging.load(Ordering::SeqCst)
                 && let Some(main) = self.router.get("main")
-                && main
-                    .cast(QueueMsg::RestartConverge(Box::new(task.clone())))
-                    .is_ok()
+                && main.cast(QueueMsg::Restart(Box::new(task.clone()))).is_ok()
             {
                 tracing::info!("config values changed during a converge: restarting it");
                 "ConvergeModules:ReloadAllModules (restarting the converge in progress)"
@@ -1249,10 +1176,14 @@ impl Engine {
 
     /// Starts the actors and schedules the startup sequence.
     pub async fn start(args: EngineArgs) -> Result<Engine, EngineError> {
-        let ids = TaskIds::after(args.restored.last_task_id);
+        let ids = TaskIds::after(args.restored.tasks.last_task_id);
         let ids_for_engine = ids.clone();
         let mut restored = args.restored;
-        let startup = plan_startup(&restored, startup_tasks(&args.global_hooks, &ids));
+        let startup: Vec<Event> =
+            plan_startup(&restored.tasks, startup_tasks(&args.global_hooks, &ids))
+                .into_iter()
+                .map(Event::Task)
+                .collect();
         if !startup.is_empty() {
             args.sink.append(startup.clone()).await?;
             restored.apply_all(&startup);
@@ -1412,19 +1343,19 @@ impl Engine {
                 .await
                 .map_err(EngineError::Config)?;
         }
-        let mut names: Vec<String> = restored.queues.keys().cloned().collect();
+        let mut names: Vec<String> = restored.tasks.queues.keys().cloned().collect();
         if !names.iter().any(|n| n == "main") {
             names.push("main".into());
         }
         for name in names {
-            let mut own = State {
-                last_task_id: restored.last_task_id,
-                ..State::default()
+            let mut own = Queues {
+                last_task_id: restored.tasks.last_task_id,
+                ..Queues::default()
             };
-            if let Some(q) = restored.queues.get(&name) {
+            if let Some(q) = restored.tasks.queues.get(&name) {
                 own.queues.insert(name.clone(), q.clone());
             }
-            if let Some(p) = restored.parked.get(&name) {
+            if let Some(p) = restored.tasks.parked.get(&name) {
                 own.parked.insert(name.clone(), p.clone());
             }
             router.spawn(&name, own).await?;
@@ -1452,7 +1383,7 @@ impl Engine {
 
     /// Dumps every queue, `main` first.
     pub async fn queues(&self) -> Vec<QueueDump> {
-        let all: Vec<(String, Tracked<QueueMsg>)> = {
+        let all: Vec<(String, Tracked<QueueMsg<AddonTask>>)> = {
             let q = self.router.queues.lock().unwrap_or_else(|p| p.into_inner());
             q.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
         };
@@ -1499,7 +1430,7 @@ mod tests {
         let tasks = startup_tasks(&hooks, &TaskIds::after(0));
         let lines: Vec<String> = tasks
             .iter()
-            .map(|t| format!("{:?}:{}", t.task_type, t.description))
+            .map(|t| format!("{}:{}", t.kind.task_type().as_str(), t.description))
             .collect();
         assert_eq!(
             lines,
@@ -1518,7 +1449,7 @@ mod tests {
     #[test]
     fn kubernetes_event_runs_from_before_a_restart_are_dropped() {
         let hooks = vec![hook("a.sh", "configVersion: v1\nonStartup: 1")];
-        let mut restored = State::default();
+        let mut restored = Queues::<AddonTask>::default();
         let event = crate::bindings::hook_run_task(
             TaskId(50),
             None,
@@ -1537,18 +1468,15 @@ mod tests {
             vec![json!({"binding": "tick", "type": "Schedule"})],
             false,
         );
-        restored.apply_all(&[
-            Event::TaskEnqueued {
-                task: event,
+        for task in [event, schedule] {
+            restored.apply(&TaskEvent::TaskEnqueued {
+                task,
                 position: Position::Tail,
-            },
-            Event::TaskEnqueued {
-                task: schedule,
-                position: Position::Tail,
-            },
-        ]);
-        let plan = plan_startup(&restored, startup_tasks(&hooks, &TaskIds::after(51)));
-        restored.apply_all(&plan);
+            });
+        }
+        for e in plan_startup(&restored, startup_tasks(&hooks, &TaskIds::after(51))) {
+            restored.apply(&e);
+        }
         let other: Vec<TaskId> = restored.queues["other"].iter().map(|t| t.spec.id).collect();
         assert_eq!(
             other,
@@ -1564,18 +1492,22 @@ mod tests {
             hook("b.sh", "configVersion: v1\nonStartup: 2"),
         ];
         let first = startup_tasks(&hooks, &TaskIds::after(0));
-        let mut restored = State::default();
-        restored.apply_all(&plan_startup(&restored, first.clone()));
+        let mut restored = Queues::<AddonTask>::default();
+        for e in plan_startup(&restored, first.clone()) {
+            restored.apply(&e);
+        }
         // a.sh finished; b.sh failed twice before the crash.
-        restored.apply(&Event::TaskSucceeded { id: first[0].id });
-        restored.apply(&Event::TaskFailed {
+        restored.apply(&TaskEvent::TaskSucceeded { id: first[0].id });
+        restored.apply(&TaskEvent::TaskFailed {
             id: first[1].id,
             error: "boom".into(),
             failures: 2,
             next_retry_at_ms: 0,
         });
         let again = startup_tasks(&hooks, &TaskIds::after(restored.last_task_id));
-        restored.apply_all(&plan_startup(&restored, again));
+        for e in plan_startup(&restored, again) {
+            restored.apply(&e);
+        }
         let main = &restored.queues["main"];
         let lines: Vec<String> = main
             .iter()

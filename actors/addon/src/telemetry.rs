@@ -10,15 +10,16 @@ use std::time::Duration;
 use metrics::Label;
 use serde_json::Value;
 
+pub use bosun_runtime::queue_actor::{
+    PARKED_TASKS, TASK_WAIT_IN_QUEUE_SECONDS_TOTAL, TASKS_QUEUE_ACTION_DURATION_SECONDS,
+    TASKS_QUEUE_LENGTH,
+};
+
 use crate::ports::ResourceUsage;
 use crate::state::QueuedTask;
 
 /// Counter, +1 every 10 s.
 pub const LIVE_TICKS: &str = "live_ticks";
-/// Gauge `{queue}`: tasks in the queue, the running one included.
-pub const TASKS_QUEUE_LENGTH: &str = "tasks_queue_length";
-/// Counter `{module,hook,binding,queue}`: seconds from enqueue to the first start.
-pub const TASK_WAIT_IN_QUEUE_SECONDS_TOTAL: &str = "task_wait_in_queue_seconds_total";
 /// Histogram `{hook,binding,queue,activation}`.
 pub const GLOBAL_HOOK_RUN_SECONDS: &str = "global_hook_run_seconds";
 /// Counter `{hook,binding,queue,activation}`.
@@ -71,9 +72,6 @@ pub const KUBERNETES_CLIENT_REQUEST_RESULT_TOTAL: &str = "kubernetes_client_requ
 /// client requests; `url` is the path with namespace and name replaced.
 pub const KUBERNETES_CLIENT_REQUEST_LATENCY_SECONDS: &str =
     "kubernetes_client_request_latency_seconds";
-/// Histogram `{queue_name,queue_action}`: one low-level operation on a queue's contents
-/// (off with `QUEUE_ACTIONS_METRICS=no`).
-pub const TASKS_QUEUE_ACTION_DURATION_SECONDS: &str = "tasks_queue_action_duration_seconds";
 /// Counter `{activation}`: seconds spent converging.
 pub const CONVERGENCE_SECONDS: &str = "convergence_seconds";
 /// Counter `{activation}`: converges finished.
@@ -96,8 +94,6 @@ pub const JOURNAL_APPEND_BYTES_TOTAL: &str = "bosun_journal_append_bytes_total";
 pub const JOURNAL_REPLAY_SECONDS: &str = "bosun_journal_replay_seconds";
 /// Gauge `{actor}`: messages sent to an actor and not yet handled.
 pub const MAILBOX_DEPTH: &str = "bosun_mailbox_depth";
-/// Gauge `{queue}`: tasks parked after too many failures.
-pub const PARKED_TASKS: &str = "bosun_parked_tasks";
 
 /// Counters of seconds. The exporter's counters hold whole numbers, so these are recorded
 /// on gauges that only grow, and `/metrics` declares them as counters.
@@ -105,9 +101,9 @@ pub const FLOAT_COUNTERS: [&str; 2] = [TASK_WAIT_IN_QUEUE_SECONDS_TOTAL, CONVERG
 
 /// The first binding context's `binding` (tasks without contexts: the task type).
 pub fn binding_of(task: &QueuedTask) -> String {
-    match task.spec.params["bindingContexts"][0]["binding"].as_str() {
+    match task.spec.kind.hook_run().and_then(|r| r.binding()) {
         Some(b) => b.to_string(),
-        None => format!("{:?}", task.spec.task_type),
+        None => task.spec.kind.task_type().as_str().to_string(),
     }
 }
 
@@ -115,11 +111,10 @@ pub fn binding_of(task: &QueuedTask) -> String {
 /// `ReloadAllModules`, `ModuleValuesChanged`, …) when it has one, else the kind of binding
 /// (`Schedule`, `Kubernetes`, `OnStartup`, `BeforeAll`, `AfterAll`).
 pub fn activation_of(task: &QueuedTask) -> String {
-    if let Some(r) = task.spec.params["reason"].as_str() {
+    if let Some(r) = task.spec.kind.reason() {
         return r.to_string();
     }
-    let first = &task.spec.params["bindingContexts"][0];
-    activation_of_context(first)
+    activation_of_context(task.spec.kind.contexts().first().unwrap_or(&Value::Null))
 }
 
 /// The activation of one binding context (see [`activation_of`]).

@@ -10,11 +10,15 @@
 //! reference; a Synchronization stub gets its `objects` the same way.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bosun_runtime::TaskIds;
 
 use serde_json::{Map, Value, json};
 
-use crate::events::{TaskId, TaskSpec, TaskType};
+use crate::events::{TaskId, TaskSpec};
 use crate::hook_config::HookConfig;
+use crate::task::{AddonTask, HookRunParams};
 
 /// Who owns a hook: `global` or `module/<name>`.
 pub fn owner_of(module: Option<&str>) -> String {
@@ -43,6 +47,9 @@ pub struct BindingEvent {
     /// The Event context: `binding`, `type`, `watchEvent`, `object`?, `filterResult`?.
     pub context: Value,
 }
+
+/// Where a kubernetes binding's events go once released: the engine queues a hook task.
+pub type BindingEvents = Arc<dyn Fn(BindingEvent) + Send + Sync>;
 
 /// Key of the internal binding index in a context stub (removed before the hook sees it).
 const INDEX: &str = "_index";
@@ -122,18 +129,20 @@ pub fn hook_run_task(
     contexts: Vec<Value>,
     allow_failure: bool,
 ) -> TaskSpec {
+    let run = HookRunParams::with(contexts, allow_failure);
+    let hook = hook.to_string();
     TaskSpec {
         id,
-        task_type: if module.is_some() {
-            TaskType::ModuleHookRun
-        } else {
-            TaskType::GlobalHookRun
-        },
         queue: queue.to_string(),
-        module: module.map(String::from),
-        hook: Some(hook.to_string()),
         description: format!("{binding}:{hook}"),
-        params: json!({"bindingContexts": contexts, "allowFailure": allow_failure}),
+        kind: match module {
+            Some(m) => AddonTask::ModuleHookRun {
+                module: m.to_string(),
+                hook,
+                run,
+            },
+            None => AddonTask::GlobalHookRun { hook, run },
+        },
     }
 }
 
@@ -155,8 +164,11 @@ pub fn sync_task(
         vec![sync_stub(config, index)],
         b.allow_failure,
     );
-    t.params["waitForSynchronization"] = json!(b.wait_for_synchronization);
-    t.params["executeHookOnSynchronization"] = json!(b.execute_hook_on_synchronization);
+    if let AddonTask::GlobalHookRun { run, .. } | AddonTask::ModuleHookRun { run, .. } = &mut t.kind
+    {
+        run.wait_for_synchronization = Some(b.wait_for_synchronization);
+        run.execute_hook_on_synchronization = Some(b.execute_hook_on_synchronization);
+    }
     t
 }
 
@@ -209,15 +221,14 @@ fn snapshots_of(
     Value::Object(map)
 }
 
-/// The binding context array for a hook run, rendered against the port's snapshots of
-/// `hook`, and the first context's binding name (for logs).
+/// The binding context array for a hook run, rendered against the hook's current
+/// snapshots, and the first context's binding name (for logs).
 pub fn contexts_for_run(
     config: &HookConfig,
     stubs: Vec<Value>,
-    bindings: &dyn crate::ports::KubeBindings,
-    hook: &HookRef,
+    snapshots: &dyn SnapshotSource,
 ) -> (Value, String) {
-    let contexts = render(config, stubs, &|i| bindings.snapshot(hook, i));
+    let contexts = render(config, stubs, snapshots);
     let binding = contexts
         .first()
         .and_then(|c| c["binding"].as_str())
@@ -300,6 +311,34 @@ fn render_one(
         stub["snapshots"] = snapshots_of(config, &indexes_named(config, &include), source, cache);
     }
     stub
+}
+
+/// Queues a hook task for every released event of a hook's kubernetes binding.
+pub fn binding_events(
+    module: Option<&str>,
+    hook: &str,
+    config: Arc<HookConfig>,
+    router: Arc<dyn bosun_runtime::queue_actor::Router<crate::task::AddonTask>>,
+    ids: TaskIds,
+) -> BindingEvents {
+    let module = module.map(String::from);
+    let hook = hook.to_string();
+    Arc::new(move |ev: BindingEvent| {
+        let Some(b) = config.kubernetes.get(ev.index) else {
+            return;
+        };
+        let stub = event_stub(&config, ev.index, ev.context);
+        let task = hook_run_task(
+            ids.next(),
+            module.as_deref(),
+            &hook,
+            &b.queue,
+            &b.name,
+            vec![stub],
+            b.allow_failure,
+        );
+        router.enqueue(&b.queue, vec![task]);
+    })
 }
 
 #[cfg(test)]

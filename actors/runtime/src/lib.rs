@@ -1,0 +1,23 @@
+//! bosun's actor runtime, shared by every subsystem (addon-operator modules today; lambda
+//! controllers and the DeployItem deployer next). It knows tasks, queues, mailboxes and the
+//! journal port, and nothing of any subsystem's domain.
+//!
+//! ```text
+//!   subsystem ──TaskSpec<K>──► QueueActor<K, E> ──TaskEvent<K> (as E)──► EventSink<E> (journal)
+//!       ▲                          │ rules: QueueRules<K> (merging, dump lines, restarts)
+//!       └──── TaskOutcome<K> ◄─ TaskHandler<K>::handle(task)
+//!   Queues<K>::apply: the one fold of task events (replay, live queues, `bosun journal`)
+//!   Mailboxes / Tracked<M>: every actor's pending messages, the one in progress, history
+//! ```
+
+pub mod clock;
+pub mod mailbox;
+pub mod ports;
+pub mod queue;
+pub mod queue_actor;
+pub mod task;
+pub mod work_queue;
+
+pub use ports::{BoxFut, EventSink, MemoryJournal, PortError};
+pub use queue::{QueueRules, Queues};
+pub use task::{Position, QueuedTask, TaskEvent, TaskId, TaskIds, TaskKind, TaskSpec};

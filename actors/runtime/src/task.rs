@@ -1,0 +1,233 @@
+//! Tasks as every subsystem queues them: an id, a queue, a description and a
+//! subsystem-defined kind `K` (what to do, with its typed parameters), and the
+//! transitions a task goes through, which are journaled before they take effect.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// Identifier of a task, unique within a journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TaskId(pub u64);
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "t{}", self.0)
+    }
+}
+
+/// A task id that does not parse (`t<number>` expected).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid task id {0:?}: expected t<number>, e.g. t42")]
+pub struct InvalidTaskId(pub String);
+
+impl std::str::FromStr for TaskId {
+    type Err = InvalidTaskId;
+
+    fn from_str(s: &str) -> Result<TaskId, InvalidTaskId> {
+        s.trim_start_matches('t')
+            .parse()
+            .map(TaskId)
+            .map_err(|_| InvalidTaskId(s.to_string()))
+    }
+}
+
+/// Allocates task ids, above every id in the journal.
+#[derive(Clone, Debug)]
+pub struct TaskIds(Arc<AtomicU64>);
+
+impl TaskIds {
+    /// Starts after `last`.
+    pub fn after(last: u64) -> TaskIds {
+        TaskIds(Arc::new(AtomicU64::new(last + 1)))
+    }
+
+    /// A fresh id.
+    pub fn next(&self) -> TaskId {
+        TaskId(self.0.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// What a subsystem's task kind must offer the queue fold.
+pub trait TaskKind:
+    Clone
+    + std::fmt::Debug
+    + PartialEq
+    + Serialize
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// The task's type as queue dumps show it (`ModuleRun`, `GlobalHookRun`, …).
+    fn type_name(&self) -> &'static str;
+    /// Takes over what a task merged into this one carried (its binding contexts), so a
+    /// restart between the merge and the run loses none of it.
+    fn absorb(&mut self, merged: &Self);
+}
+
+/// What a task is: enough to rebuild and show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskSpec<K> {
+    /// Its identity.
+    pub id: TaskId,
+    /// The named queue it runs in (`main`, …).
+    pub queue: String,
+    /// The queue-dump description after `<Type>:<queue>:`, e.g. `onStartup:hook.sh`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// What it does, with its parameters (the subsystem's own type).
+    #[serde(flatten)]
+    pub kind: K,
+}
+
+/// Where an enqueued task goes in its queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "at", content = "task")]
+pub enum Position {
+    /// At the head (runs next).
+    Head,
+    /// At the tail.
+    Tail,
+    /// Right after this task (or at the tail if it is gone).
+    After(TaskId),
+    /// Right before this task (or at the head if it is gone).
+    Before(TaskId),
+}
+
+/// A task transition: the part of the journal every subsystem's queues share.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum TaskEvent<K> {
+    /// A task was put in a queue.
+    TaskEnqueued {
+        /// The task.
+        task: TaskSpec<K>,
+        /// Where.
+        position: Position,
+    },
+    /// A task started an attempt.
+    TaskStarted {
+        /// Which task.
+        id: TaskId,
+        /// 1 for the first attempt.
+        attempt: u32,
+    },
+    /// A task finished successfully and left its queue.
+    TaskSucceeded {
+        /// Which task.
+        id: TaskId,
+    },
+    /// A task attempt failed; the task stays at the head of its queue.
+    TaskFailed {
+        /// Which task.
+        id: TaskId,
+        /// The error, as shown in `queue list`.
+        error: String,
+        /// Failures so far, this one included.
+        failures: u32,
+        /// When the next attempt is due (unix milliseconds).
+        next_retry_at_ms: u64,
+    },
+    /// A task was merged into another (compaction) and left its queue.
+    TaskMerged {
+        /// The merged task.
+        id: TaskId,
+        /// The task that absorbed it.
+        into: TaskId,
+    },
+    /// A task was removed without running (deduplicated, module disabled, queue drained).
+    TaskDropped {
+        /// Which task.
+        id: TaskId,
+        /// Why.
+        reason: String,
+    },
+    /// A task reached the maximum number of attempts and was set aside so its queue can
+    /// go on; it stays visible until an operator retries or drops it.
+    TaskParked {
+        /// Which task.
+        id: TaskId,
+        /// Why (the last error).
+        reason: String,
+    },
+}
+
+impl<K> TaskEvent<K> {
+    /// The `type` names of task events, as written in the journal.
+    pub const TYPE_NAMES: [&'static str; 7] = [
+        "taskEnqueued",
+        "taskStarted",
+        "taskSucceeded",
+        "taskFailed",
+        "taskMerged",
+        "taskDropped",
+        "taskParked",
+    ];
+
+    /// The event's type name, as written in the journal.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            TaskEvent::TaskEnqueued { .. } => "taskEnqueued",
+            TaskEvent::TaskStarted { .. } => "taskStarted",
+            TaskEvent::TaskSucceeded { .. } => "taskSucceeded",
+            TaskEvent::TaskFailed { .. } => "taskFailed",
+            TaskEvent::TaskMerged { .. } => "taskMerged",
+            TaskEvent::TaskDropped { .. } => "taskDropped",
+            TaskEvent::TaskParked { .. } => "taskParked",
+        }
+    }
+
+    /// The task the event concerns.
+    pub fn task(&self) -> TaskId {
+        match self {
+            TaskEvent::TaskEnqueued { task, .. } => task.id,
+            TaskEvent::TaskStarted { id, .. }
+            | TaskEvent::TaskSucceeded { id }
+            | TaskEvent::TaskFailed { id, .. }
+            | TaskEvent::TaskMerged { id, .. }
+            | TaskEvent::TaskDropped { id, .. }
+            | TaskEvent::TaskParked { id, .. } => *id,
+        }
+    }
+}
+
+/// A task waiting or running in a queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedTask<K> {
+    /// What it is.
+    pub spec: TaskSpec<K>,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Failures so far.
+    pub failures: u32,
+    /// The last error.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_error: String,
+    /// When the next attempt is due (unix ms), after a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retry_at_ms: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_parse_as_printed() {
+        assert_eq!("t42".parse::<TaskId>(), Ok(TaskId(42)));
+        assert_eq!(TaskId(42).to_string(), "t42");
+        let err = "x".parse::<TaskId>().unwrap_err();
+        assert!(err.to_string().contains("expected t<number>"), "{err}");
+    }
+
+    #[test]
+    fn ids_are_allocated_above_the_journal() {
+        let ids = TaskIds::after(41);
+        assert_eq!([ids.next(), ids.next()], [TaskId(42), TaskId(43)]);
+    }
+}
