@@ -245,10 +245,9 @@ pub enum UpgradeError {
 
 /// Decodes an event stored with `version`, upgrading older encodings.
 pub fn upgrade(version: u32, raw: Value) -> Result<Event, UpgradeError> {
-    let known = raw["type"].as_str().is_some_and(|t| {
-        Event::ADDON_TYPE_NAMES.contains(&t) || TaskEvent::TYPE_NAMES.contains(&t)
-    });
-    if version <= EVENT_VERSION && !known {
+    let type_name = raw["type"].as_str().unwrap_or_default();
+    let task = TaskEvent::TYPE_NAMES.contains(&type_name);
+    if version <= EVENT_VERSION && !task && !Event::ADDON_TYPE_NAMES.contains(&type_name) {
         return Err(UpgradeError::Invalid {
             version,
             message: format!("unknown event type {}", raw["type"]),
@@ -257,6 +256,13 @@ pub fn upgrade(version: u32, raw: Value) -> Result<Event, UpgradeError> {
     match version {
         // Version 0 never shipped; 1 is the first encoding. Future changes add arms that
         // rewrite `raw` from version N to N+1 before falling through to the current decoder.
+        // Task events are decoded as such, so an error names the field that is wrong.
+        1 if task => serde_json::from_value::<TaskEvent>(raw)
+            .map(Event::Task)
+            .map_err(|e| UpgradeError::Invalid {
+                version,
+                message: e.to_string(),
+            }),
         1 => serde_json::from_value(raw).map_err(|e| UpgradeError::Invalid {
             version,
             message: e.to_string(),

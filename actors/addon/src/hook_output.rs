@@ -345,7 +345,7 @@ mod tests {
     fn a_module_hook_patches_its_own_values_config_first() {
         let out = output(
             r#"{"op": "add", "path": "/myModule/seen", "value": true}"#,
-            r#"[{"op": "replace", "path": "/myModule/replicas", "value": 2}]"#,
+            r#"[{"op": "add", "path": "/myModule/replicas", "value": 2}]"#,
         );
         let parsed = parse(MODULE, &out).expect("valid output");
         let schemas = ValuesSchemas::default();
