@@ -7,5 +7,6 @@ cd "$root"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bosun-target}"
 export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
 cargo fmt --all -- --check
+python3 "$root/scripts/check-layering.py"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace

@@ -157,10 +157,24 @@ fn after_kill_9_values_and_failing_tasks_resume_from_the_journal() {
             .map(|s| s.lines().count())
             .unwrap_or(0)
     };
+    // Two runs, and the second failure journaled (the hook's log line comes before it).
+    let journaled_failures = || {
+        common::try_journal_state(&work.path().join("journal"))
+            .and_then(|(state, _)| {
+                state
+                    .tasks
+                    .queues
+                    .get("main")?
+                    .iter()
+                    .find(|t| t.spec.kind.hook() == Some("002-flaky.sh"))
+                    .map(|t| t.failures)
+            })
+            .unwrap_or(0)
+    };
     wait_for(
         "two failed attempts of the flaky hook",
         Duration::from_secs(60),
-        || attempts() >= 2,
+        || attempts() >= 2 && journaled_failures() >= 2,
     );
     op.kill9();
 

@@ -56,19 +56,21 @@ pub async fn round(dir: &std::path::Path, hook: &std::path::Path, tasks: usize) 
         global_schemas: Default::default(),
         initial_config: None,
         restored,
-        sink,
-        executor: Arc::new(runner),
-        config_store: Arc::new(NoConfigMap),
+        ports: bosun_addon::ports::Ports {
+            journal: sink,
+            executor: Arc::new(runner),
+            config_store: Arc::new(NoConfigMap),
+            releases: Arc::new(bosun::operator::releases::NoHelm("no charts".into())),
+            bindings: Arc::new(bosun_addon::ports::NoKubernetes("no Kubernetes API".into())),
+            patcher: Arc::new(bosun_addon::ports::NoKubernetes("no Kubernetes API".into())),
+        },
         max_attempts: None,
         // As bosun run: on unless QUEUE_ACTIONS_METRICS=no.
         queue_action_metrics: std::env::var("QUEUE_ACTIONS_METRICS").as_deref() != Ok("no"),
         mailboxes: Mailboxes::default(),
         modules: Vec::new(),
-        releases: Arc::new(bosun::operator::releases::NoHelm("no charts".into())),
         monitor_interval: Duration::from_secs(270),
         ignore_releases: Vec::new(),
-        bindings: Arc::new(bosun_addon::ports::NoKubernetes("no Kubernetes API".into())),
-        patcher: Arc::new(bosun_addon::ports::NoKubernetes("no Kubernetes API".into())),
     })
     .await
     .expect("engine");

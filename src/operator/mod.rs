@@ -596,23 +596,25 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         ),
         initial_config: Some(initial_config),
         modules: modules.clone(),
-        releases,
+        ports: bosun_addon::ports::Ports {
+            journal: sink,
+            executor: Arc::new(runner),
+            config_store: Arc::new(store),
+            releases,
+            bindings: Arc::new(crate::bindings::WatchManager::new(client.clone())),
+            patcher: Arc::new(crate::kubernetes::patcher::KubePatcher::new(
+                client.clone(),
+                std::env::var("KUBE_CLIENT_FIELD_MANAGER")
+                    .ok()
+                    .filter(|v| !v.is_empty()),
+            )),
+        },
         monitor_interval: cfg.monitor_interval,
         ignore_releases: cfg.ignore_releases.clone(),
         restored,
-        sink,
-        executor: Arc::new(runner),
-        config_store: Arc::new(store),
         max_attempts: cfg.max_attempts,
         queue_action_metrics: cfg.queue_action_metrics,
         mailboxes: Mailboxes::default(),
-        bindings: Arc::new(crate::bindings::WatchManager::new(client.clone())),
-        patcher: Arc::new(crate::kubernetes::patcher::KubePatcher::new(
-            client.clone(),
-            std::env::var("KUBE_CLIENT_FIELD_MANAGER")
-                .ok()
-                .filter(|v| !v.is_empty()),
-        )),
     })
     .await?;
     let engine = Arc::new(engine);

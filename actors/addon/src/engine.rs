@@ -25,10 +25,7 @@ use crate::events::{Event, Position, TaskEvent, TaskId, TaskSpec};
 use crate::global_hooks::{GlobalHook, GlobalHooksActor, GlobalHooksArgs, GlobalHooksMsg};
 use crate::hook_metrics::HookMetrics;
 use crate::modules::{ConfigSections, ModuleActor, ModuleArgs, ModuleDef, ModuleMsg, flag_chain};
-use crate::ports::{
-    BoxFut, ConfigStore, HookExecutor, Journal, KubeBindings, ObjectPatcher, ObjectPreview,
-    PortError, Releases,
-};
+use crate::ports::{BoxFut, Journal, KubeBindings, ObjectPreview, PortError, Ports, Releases};
 use crate::queue::AddonQueueRules;
 use crate::scheduler::{ScheduleEntry, Scheduler};
 use crate::state::{QueuedTask, State};
@@ -280,30 +277,20 @@ pub struct EngineArgs {
     pub initial_config: Option<ConfigSections>,
     /// Modules found in `MODULES_DIR`, in any order.
     pub modules: Vec<ModuleDef>,
-    /// Helm.
-    pub releases: Arc<dyn Releases>,
+    /// The journal, hook processes, the ConfigMap, Helm, bindings and the object patcher.
+    pub ports: Ports,
     /// How often each module's resource monitor checks its release.
     pub monitor_interval: Duration,
     /// Releases never purged (`HELM_IGNORE_RELEASE`).
     pub ignore_releases: Vec<String>,
     /// State rebuilt from the journal.
     pub restored: State,
-    /// The journal.
-    pub sink: Journal,
-    /// Hook processes.
-    pub executor: Arc<dyn HookExecutor>,
-    /// The ConfigMap.
-    pub config_store: Arc<dyn ConfigStore>,
     /// Park tasks after this many failures.
     pub max_attempts: Option<u32>,
     /// Time low-level queue operations (off with `QUEUE_ACTIONS_METRICS=no`).
     pub queue_action_metrics: bool,
     /// Mailbox registry.
     pub mailboxes: Mailboxes,
-    /// Kubernetes bindings.
-    pub bindings: Arc<dyn KubeBindings>,
-    /// The hooks' object patcher operations.
-    pub patcher: Arc<dyn ObjectPatcher>,
 }
 
 /// Engine start-up failures.
@@ -1185,7 +1172,7 @@ impl Engine {
                 .map(Event::Task)
                 .collect();
         if !startup.is_empty() {
-            args.sink.append(startup.clone()).await?;
+            args.ports.journal.append(startup.clone()).await?;
             restored.apply_all(&startup);
         }
         let sync_waiter = SyncWaiter::default();
@@ -1202,13 +1189,9 @@ impl Engine {
                 static_values: args.static_global,
                 schemas: args.global_schemas.clone(),
                 restored: restored.clone(),
-                sink: args.sink.clone(),
-                executor: args.executor.clone(),
-                config_store: args.config_store.clone(),
+                ports: args.ports.clone(),
                 mailbox: global_mailbox.clone(),
                 ids: ids.clone(),
-                bindings: args.bindings.clone(),
-                patcher: args.patcher.clone(),
                 sync_waiter: sync_waiter.clone(),
                 hook_metrics: hook_metrics.clone(),
             },
@@ -1233,14 +1216,14 @@ impl Engine {
                     .collect(),
                 flags: restored.module_flags.clone(),
             }),
-            releases: args.releases.clone(),
+            releases: args.ports.releases.clone(),
             ignore_releases: args.ignore_releases,
         });
         let converged = Arc::new(AtomicBool::new(false));
         let converging = Arc::new(AtomicBool::new(false));
         let global_hooks = args.global_hooks.iter().map(|h| h.name.clone()).collect();
         let handler = Arc::new(EngineHandler {
-            bindings: args.bindings.clone(),
+            bindings: args.ports.bindings.clone(),
             sync_waiter: sync_waiter.clone(),
             router: OnceLock::new(),
             scheduler: OnceLock::new(),
@@ -1256,7 +1239,7 @@ impl Engine {
             global: global.clone(),
             hooks: args.global_hooks,
             ids: ids.clone(),
-            sink: args.sink.clone(),
+            sink: args.ports.journal.clone(),
             converged: converged.clone(),
             modules: modules.clone(),
             converge_started: Mutex::new(None),
@@ -1265,7 +1248,7 @@ impl Engine {
         let router = Arc::new(QueueRouter {
             queues: Mutex::new(HashMap::new()),
             handler: handler.clone(),
-            sink: args.sink.clone(),
+            sink: args.ports.journal.clone(),
             mailboxes: args.mailboxes.clone(),
             max_attempts: args.max_attempts,
             action_metrics: args.queue_action_metrics,
@@ -1301,16 +1284,11 @@ impl Engine {
                 ModuleArgs {
                     def: def.clone(),
                     restored: restored.clone(),
-                    sink: args.sink.clone(),
-                    executor: args.executor.clone(),
-                    config_store: args.config_store.clone(),
-                    releases: args.releases.clone(),
+                    ports: args.ports.clone(),
                     router: router.clone(),
                     ids: ids.clone(),
                     monitor_interval: args.monitor_interval,
                     mailbox: mailbox.clone(),
-                    bindings: args.bindings.clone(),
-                    patcher: args.patcher.clone(),
                     scheduler: scheduler.clone(),
                     monitored: modules.monitored.clone(),
                     hook_metrics: hook_metrics.clone(),
@@ -1325,12 +1303,12 @@ impl Engine {
         }
         let _ = modules.actors.set(actors);
         let engine_partial = Engine {
-            bindings: args.bindings.clone(),
+            bindings: args.ports.bindings.clone(),
             router: router.clone(),
             converging,
             global: global.clone(),
             modules: modules.clone(),
-            sink: args.sink.clone(),
+            sink: args.ports.journal.clone(),
             converged: converged.clone(),
             ids: engine_ids.clone(),
             global_hooks,

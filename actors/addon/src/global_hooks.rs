@@ -18,7 +18,7 @@ use crate::hook_metrics::HookMetrics;
 use crate::hook_output::{Effects, Origin, OutputError, ScopeValues};
 use crate::ports::{
     ConfigStore, HookExecutor, HookResult, HookRun, Journal, KubeBindings, LogFields,
-    ObjectPatcher, PortError,
+    ObjectPatcher, PortError, Ports,
 };
 use crate::schema::ValuesSchemas;
 use crate::state::{QueuedTask, State};
@@ -87,20 +87,12 @@ pub struct GlobalHooksArgs {
     pub schemas: Arc<ValuesSchemas>,
     /// State restored from the journal (its `global` values are used).
     pub restored: State,
-    /// The journal.
-    pub sink: Journal,
-    /// Runs hook processes.
-    pub executor: Arc<dyn HookExecutor>,
-    /// The ConfigMap.
-    pub config_store: Arc<dyn ConfigStore>,
+    /// The journal, hook processes, the ConfigMap, bindings and the object patcher.
+    pub ports: Ports,
     /// This actor's mailbox tracking.
     pub mailbox: MailboxHandle,
     /// Task id allocator.
     pub ids: TaskIds,
-    /// Kubernetes bindings (snapshots, releasing events after Synchronization).
-    pub bindings: Arc<dyn KubeBindings>,
-    /// The hooks' object patcher operations.
-    pub patcher: Arc<dyn ObjectPatcher>,
     /// Synchronization runs the startup waits for.
     pub sync_waiter: SyncWaiter,
     /// Where the hooks' `METRICS_PATH` operations go.
@@ -347,13 +339,13 @@ impl Actor for GlobalHooksActor {
             static_values: args.static_values,
             schemas: args.schemas,
             journaled: args.restored,
-            sink: args.sink,
-            executor: args.executor,
-            config_store: args.config_store,
+            sink: args.ports.journal,
+            executor: args.ports.executor,
+            config_store: args.ports.config_store,
             mailbox: args.mailbox,
             ids: args.ids,
-            bindings: args.bindings,
-            patcher: args.patcher,
+            bindings: args.ports.bindings,
+            patcher: args.ports.patcher,
             sync_waiter: args.sync_waiter,
             hook_metrics: args.hook_metrics,
         })

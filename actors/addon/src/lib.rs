@@ -12,6 +12,7 @@
 pub mod bindings;
 pub mod engine;
 pub mod events;
+pub mod fakes;
 pub mod global_hooks;
 pub mod hook_config;
 pub mod hook_metrics;

@@ -29,7 +29,7 @@ use crate::hook_metrics::HookMetrics;
 use crate::hook_output::{Effects, Origin, OutputError, ScopeValues};
 use crate::ports::{
     ConfigStore, EnabledRun, HookExecutor, HookResult, HookRun, Journal, KubeBindings, LogFields,
-    ObjectPatcher, Releases, Rendered,
+    ObjectPatcher, Ports, Releases, Rendered,
 };
 use crate::state::{QueuedTask, State};
 use crate::task::{AddonTask, ModulePhase, TaskOutcome, module_run_task};
@@ -226,14 +226,8 @@ pub struct ModuleArgs {
     pub def: ModuleDef,
     /// State restored from the journal (the module's values and phase are used).
     pub restored: State,
-    /// The journal.
-    pub sink: Journal,
-    /// Hook processes.
-    pub executor: Arc<dyn HookExecutor>,
-    /// The ConfigMap.
-    pub config_store: Arc<dyn ConfigStore>,
-    /// Helm.
-    pub releases: Arc<dyn Releases>,
+    /// The journal, hook processes, the ConfigMap, Helm, bindings and the object patcher.
+    pub ports: Ports,
     /// Where the monitor's ModuleRun tasks go.
     pub router: Arc<dyn Router<AddonTask>>,
     /// Task ids.
@@ -242,10 +236,6 @@ pub struct ModuleArgs {
     pub monitor_interval: Duration,
     /// Mailbox tracking.
     pub mailbox: MailboxHandle,
-    /// Kubernetes bindings of the module's hooks.
-    pub bindings: Arc<dyn KubeBindings>,
-    /// The hooks' object patcher operations.
-    pub patcher: Arc<dyn ObjectPatcher>,
     /// Timers of the hooks' schedule bindings.
     pub scheduler: crate::scheduler::Scheduler,
     /// Where the hooks' `METRICS_PATH` operations go.
@@ -1058,10 +1048,10 @@ impl Actor for ModuleActor {
             me: Some(Tracked::new(myself, args.mailbox.clone())),
             def: args.def,
             journaled: args.restored,
-            sink: args.sink,
-            executor: args.executor,
-            config_store: args.config_store,
-            releases: args.releases,
+            sink: args.ports.journal,
+            executor: args.ports.executor,
+            config_store: args.ports.config_store,
+            releases: args.ports.releases,
             router: args.router,
             ids: args.ids,
             monitor_interval: args.monitor_interval,
@@ -1071,8 +1061,8 @@ impl Actor for ModuleActor {
             busy: Arc::new(AtomicBool::new(false)),
             heal_pending: false,
             settled_drift: Vec::new(),
-            bindings: args.bindings,
-            patcher: args.patcher,
+            bindings: args.ports.bindings,
+            patcher: args.ports.patcher,
             scheduler: args.scheduler,
             monitored: args.monitored,
             bindings_started: false,

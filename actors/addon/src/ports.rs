@@ -14,6 +14,23 @@ pub use bosun_runtime::ports::{BoxFut, EventSink, MemoryJournal, PortError};
 /// The journal as the addon's actors write to it.
 pub type Journal = std::sync::Arc<dyn EventSink<Event>>;
 
+/// Every port the addon's actors reach the world through, handed around as one value.
+#[derive(Clone)]
+pub struct Ports {
+    /// The journal.
+    pub journal: Journal,
+    /// Hook processes.
+    pub executor: std::sync::Arc<dyn HookExecutor>,
+    /// The operator's ConfigMap.
+    pub config_store: std::sync::Arc<dyn ConfigStore>,
+    /// Helm releases.
+    pub releases: std::sync::Arc<dyn Releases>,
+    /// Kubernetes bindings.
+    pub bindings: std::sync::Arc<dyn KubeBindings>,
+    /// The hooks' object patcher operations.
+    pub patcher: std::sync::Arc<dyn ObjectPatcher>,
+}
+
 /// One hook run.
 #[derive(Clone, Debug)]
 pub struct HookRun {

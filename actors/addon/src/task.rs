@@ -326,7 +326,7 @@ pub type TaskOutcome = bosun_runtime::queue_actor::TaskOutcome<AddonTask>;
 /// A queue's contents, for the debug dump.
 pub type QueueDump = bosun_runtime::queue_actor::QueueDump<AddonTask>;
 
-/// A task of the addon subsystem (as `crate::events::TaskSpec`, which this leaf file
+/// A task of the addon subsystem (the events module's `TaskSpec`, which this leaf file
 /// cannot name without a cycle).
 type Spec = bosun_runtime::TaskSpec<AddonTask>;
 

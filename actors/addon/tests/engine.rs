@@ -1,0 +1,321 @@
+//! The addon engine in-process, every port faked: converge order, a ConfigMap change
+//! during a converge, a restart from a journal written mid-way, and parking. No process,
+//! no API server, no Helm: each test runs in milliseconds (waits have deadlines).
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_addon::engine::{Engine, EngineArgs};
+use bosun_addon::fakes::{MemoryConfigMap, MemoryReleases, RecordingPatcher, ScriptedHooks};
+use bosun_addon::global_hooks::GlobalHook;
+use bosun_addon::hook_config::{HookKind, parse};
+use bosun_addon::mailbox::Mailboxes;
+use bosun_addon::modules::{ConfigSections, ModuleDef};
+use bosun_addon::ports::{HookResult, MemoryJournal, NoKubernetes, PortError, Ports};
+use bosun_addon::{Event, ModulePhase, State, TaskEvent};
+use serde_json::{Value, json};
+
+/// Everything outside the engine, shared across a restart (the cluster and the journal).
+#[derive(Clone, Default)]
+struct World {
+    journal: MemoryJournal<Event>,
+    hooks: ScriptedHooks,
+    config_map: MemoryConfigMap,
+    releases: MemoryReleases,
+    patcher: RecordingPatcher,
+}
+
+fn global_hook(name: &str, config: &str) -> GlobalHook {
+    GlobalHook {
+        name: name.into(),
+        path: PathBuf::from(name),
+        config: parse(config, HookKind::Global, name).expect("valid hook config"),
+    }
+}
+
+fn module(name: &str, order: u32, hooks: &[&str]) -> ModuleDef {
+    ModuleDef {
+        name: name.into(),
+        order,
+        dir: PathBuf::from(name),
+        chart: Some(PathBuf::from(format!("{name}/chart"))),
+        hooks: hooks
+            .iter()
+            .map(|h| (h.to_string(), PathBuf::from(h)))
+            .collect(),
+        ..ModuleDef::default()
+    }
+}
+
+impl World {
+    /// A fresh engine on what the journal holds (a restart when it holds something).
+    async fn engine(
+        &self,
+        global_hooks: Vec<GlobalHook>,
+        modules: Vec<ModuleDef>,
+        max_attempts: Option<u32>,
+    ) -> Engine {
+        let mut restored = State::default();
+        restored.apply_all(&self.journal.events());
+        Engine::start(EngineArgs {
+            global_hooks,
+            static_global: json!({}),
+            global_schemas: Default::default(),
+            initial_config: None,
+            modules,
+            ports: Ports {
+                journal: Arc::new(self.journal.clone()),
+                executor: Arc::new(self.hooks.clone()),
+                config_store: Arc::new(self.config_map.clone()),
+                releases: Arc::new(self.releases.clone()),
+                bindings: Arc::new(NoKubernetes("no Kubernetes in this test".into())),
+                patcher: Arc::new(self.patcher.clone()),
+            },
+            monitor_interval: Duration::from_secs(3600),
+            ignore_releases: Vec::new(),
+            restored,
+            max_attempts,
+            queue_action_metrics: false,
+            mailboxes: Mailboxes::default(),
+        })
+        .await
+        .expect("the engine starts")
+    }
+
+    fn runs(&self) -> Vec<String> {
+        self.hooks
+            .runs()
+            .into_iter()
+            .map(|r| format!("{}:{}", r.binding, r.hook))
+            .collect()
+    }
+
+    fn count(&self, matches: impl Fn(&Event) -> bool) -> usize {
+        self.journal.events().iter().filter(|e| matches(e)).count()
+    }
+}
+
+/// Waits for `done` (checked every 2 ms) or fails after 10 s, saying what it waited for.
+async fn wait_for<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !done().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn converges_finished(world: &World) -> usize {
+    world.count(|e| matches!(e, Event::ConvergeFinished))
+}
+
+fn memory_patch(
+    path: &str,
+    value: Value,
+) -> impl Fn(&bosun_addon::ports::HookRun) -> Result<HookResult, PortError> {
+    let patch = json!([{"op": "add", "path": path, "value": value}]).to_string();
+    move |_run| {
+        Ok(HookResult {
+            values_patch: patch.clone(),
+            ..HookResult::default()
+        })
+    }
+}
+
+fn standard_hooks(world: &World) -> (Vec<GlobalHook>, Vec<ModuleDef>) {
+    world
+        .hooks
+        .config(
+            "alpha/hooks/a",
+            "configVersion: v1\nonStartup: 1\nbeforeHelm: 1\nafterHelm: 1",
+        )
+        .config("beta/hooks/b", "configVersion: v1\nbeforeHelm: 1");
+    (
+        vec![
+            global_hook("g-startup", "configVersion: v1\nonStartup: 1"),
+            global_hook("g-around", "configVersion: v1\nbeforeAll: 1\nafterAll: 1"),
+        ],
+        vec![
+            module("beta", 20, &["beta/hooks/b"]),
+            module("alpha", 10, &["alpha/hooks/a"]),
+        ],
+    )
+}
+
+#[tokio::test]
+async fn the_startup_converge_runs_hooks_and_releases_in_the_reference_order() {
+    let world = World::default();
+    let (global, modules) = standard_hooks(&world);
+    let engine = world.engine(global, modules, None).await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+
+    assert_eq!(
+        world.runs(),
+        [
+            "onStartup:g-startup",
+            "beforeAll:g-around",
+            "onStartup:alpha/hooks/a",
+            "beforeHelm:alpha/hooks/a",
+            "afterHelm:alpha/hooks/a",
+            "beforeHelm:beta/hooks/b",
+            "afterAll:g-around",
+        ],
+        "global onStartup, beforeAll, modules by order (onStartup, beforeHelm, Helm, afterHelm), afterAll"
+    );
+    assert_eq!(world.releases.log(), ["upgrade alpha", "upgrade beta"]);
+    let mut state = State::default();
+    state.apply_all(&world.journal.events());
+    for m in ["alpha", "beta"] {
+        assert!(state.modules[m].enabled, "{m} is enabled");
+        assert_eq!(
+            state.modules[m].phase,
+            ModulePhase::Ready,
+            "{m} ran to the end"
+        );
+        assert_eq!(state.modules[m].revision, 1, "{m}'s release is recorded");
+    }
+    assert_eq!(state.converge.completed, 1);
+}
+
+#[tokio::test]
+async fn a_config_map_change_during_a_converge_restarts_it_with_the_new_values() {
+    let world = World::default();
+    let (global, modules) = standard_hooks(&world);
+    let gate = world.hooks.gate("beta/hooks/b");
+    let engine = world.engine(global, modules, None).await;
+    wait_for("beta's beforeHelm to be held", || async {
+        world
+            .runs()
+            .contains(&"beforeHelm:beta/hooks/b".to_string())
+    })
+    .await;
+
+    let queued = engine
+        .config_changed(ConfigSections {
+            global: json!({"greeting": "changed"}),
+            ..ConfigSections::default()
+        })
+        .await
+        .expect("the change is accepted");
+    assert_eq!(
+        queued,
+        ["ConvergeModules:ReloadAllModules (restarting the converge in progress)"]
+    );
+    gate.open();
+    wait_for("the restarted converge to finish", || async {
+        converges_finished(&world) == 1 && engine.converged()
+    })
+    .await;
+
+    let started: Vec<String> = world
+        .journal
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            Event::ConvergeStarted { reason } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        started,
+        ["OperatorStartup", "ReloadAllModules"],
+        "the startup converge was replaced, not finished and then repeated"
+    );
+    assert!(
+        world.count(
+            |e| matches!(e, Event::Task(TaskEvent::TaskDropped { reason, .. })
+            if reason.contains("superseded by ReloadAllModules"))
+        ) > 0,
+        "its pending steps were dropped"
+    );
+    // The restarted converge's hooks see the new global values.
+    let last_after_all = world
+        .hooks
+        .runs()
+        .into_iter()
+        .rfind(|r| r.binding == "afterAll")
+        .expect("afterAll ran");
+    assert_eq!(last_after_all.values["global"]["greeting"], "changed");
+}
+
+#[tokio::test]
+async fn a_restart_keeps_memory_values_and_does_not_redo_recorded_releases() {
+    let world = World::default();
+    let (global, modules) = standard_hooks(&world);
+    world.hooks.answer(
+        "alpha/hooks/a",
+        memory_patch("/alpha/remembered", json!("from-before")),
+    );
+    let first = world.engine(global.clone(), modules.clone(), None).await;
+    wait_for("the first converge", || async { first.converged() }).await;
+    let runs_before = world.hooks.runs().len();
+
+    // Restart on the same journal and cluster (the first engine's work is all journaled).
+    world
+        .hooks
+        .answer("alpha/hooks/a", |_run| Ok(HookResult::default()));
+    let second = world.engine(global, modules, None).await;
+    wait_for("the converge after the restart", || async {
+        second.converged() && converges_finished(&world) == 2
+    })
+    .await;
+
+    let after: Vec<_> = world.hooks.runs().split_off(runs_before);
+    let alpha = after
+        .iter()
+        .find(|r| r.hook == "alpha/hooks/a")
+        .expect("alpha's hooks ran again after the restart");
+    assert_eq!(
+        alpha.values["alpha"]["remembered"], "from-before",
+        "a memory values patch survives the restart (addon-operator loses it)"
+    );
+    assert_eq!(
+        world.releases.log(),
+        ["upgrade alpha", "upgrade beta"],
+        "releases whose checksum is recorded and unchanged are not upgraded again"
+    );
+}
+
+#[tokio::test]
+async fn a_task_that_keeps_failing_is_parked_and_its_queue_goes_on() {
+    let world = World::default();
+    world
+        .hooks
+        .config("g-broken", "configVersion: v1\nonStartup: 1")
+        .config("g-fine", "configVersion: v1\nonStartup: 2")
+        .answer("g-broken", |_run| Err(PortError("exit status 1".into())));
+    let global = vec![
+        global_hook("g-broken", "configVersion: v1\nonStartup: 1"),
+        global_hook("g-fine", "configVersion: v1\nonStartup: 2"),
+    ];
+    let engine = world.engine(global, Vec::new(), Some(1)).await;
+    wait_for("the converge past the parked task", || async {
+        engine.converged()
+    })
+    .await;
+
+    assert_eq!(
+        world.runs()[..2],
+        ["onStartup:g-broken", "onStartup:g-fine"]
+    );
+    let mut state = State::default();
+    state.apply_all(&world.journal.events());
+    let parked = &state.tasks.parked["main"];
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0].spec.kind.hook(), Some("g-broken"));
+    assert_eq!(parked[0].last_error, "exit status 1");
+    let dump = engine.queues().await;
+    assert_eq!(
+        dump[0].parked.len(),
+        1,
+        "the queue dump shows the parked task"
+    );
+}

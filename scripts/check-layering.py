@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Checks bosun's layering: no import cycle between the files of one crate, and crate
+dependencies that run one way (src -> actors/* -> actors/runtime; no subsystem crate on
+another; the sandbox and the journal on no bosun crate).
+
+A file's dependencies are the sibling modules it names as `crate::<module>` (or
+`super::<module>` from a child module). Prints each cycle found and exits 1."""
+
+import pathlib
+import re
+import sys
+import tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CRATES = {  # crate dir -> bosun crates it may depend on
+    ".": {"bosun-journal", "bosun-runtime", "bosun-addon", "bosun-sandbox"},
+    "journal": set(),
+    "sandbox": set(),
+    "actors/runtime": set(),
+    "actors/addon": {"bosun-journal", "bosun-runtime"},
+}
+
+
+def modules_of(src: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Top-level modules of a crate: `foo.rs` or `foo/mod.rs` under src/."""
+    mods = {}
+    for p in src.iterdir():
+        if p.suffix == ".rs" and p.stem not in ("lib", "main"):
+            mods[p.stem] = p
+        elif p.is_dir() and (p / "mod.rs").exists():
+            mods[p.name] = p
+    return mods
+
+
+def text_of(path: pathlib.Path) -> str:
+    files = [path] if path.is_file() else sorted(path.rglob("*.rs"))
+    out = []
+    for f in files:
+        t = f.read_text()
+        # Unit tests may reach anywhere in their crate.
+        t = t.split("#[cfg(test)]\nmod tests")[0]
+        # Comments name modules without depending on them.
+        t = re.sub(r"//[^\n]*", "", t)
+        out.append(t)
+    return "\n".join(out)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, state, stack = [], {}, []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                found.append(stack[stack.index(m):] + [m])
+            elif m not in state:
+                visit(m)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n)
+    return found
+
+
+def main() -> int:
+    bad = 0
+    for crate, allowed in CRATES.items():
+        cdir = ROOT / crate
+        manifest = cdir / "Cargo.toml"
+        if not manifest.exists():
+            continue
+        deps = tomllib.loads(manifest.read_text()).get("dependencies", {})
+        bosun_deps = {d for d in deps if d.startswith("bosun-")}
+        for d in sorted(bosun_deps - allowed):
+            print(f"{crate}: depends on {d}, which it must not")
+            bad += 1
+        mods = modules_of(cdir / "src")
+        graph = {}
+        for name, path in mods.items():
+            text = text_of(path)
+            used = set(re.findall(r"\bcrate::([a-z_][a-z0-9_]*)", text))
+            for group in re.findall(r"\bcrate::\{([^}]*)\}", text):
+                used |= set(re.findall(r"(?:^|,)\s*([a-z_][a-z0-9_]*)", group))
+            graph[name] = {m for m in used if m in mods and m != name}
+        for c in cycles(graph):
+            print(f"{crate}: import cycle {' -> '.join(c)}")
+            bad += 1
+    if bad:
+        return 1
+    print("layering: ok (no import cycles; crate dependencies run one way)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
