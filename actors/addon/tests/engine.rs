@@ -41,6 +41,7 @@ fn module(name: &str, order: u32, hooks: &[&str]) -> ModuleDef {
         order,
         dir: PathBuf::from(name),
         chart: Some(PathBuf::from(format!("{name}/chart"))),
+        static_enabled: Some(true),
         hooks: hooks
             .iter()
             .map(|h| (h.to_string(), PathBuf::from(h)))
@@ -198,18 +199,36 @@ async fn a_config_map_change_during_a_converge_restarts_it_with_the_new_values()
     })
     .await;
 
-    let queued = engine
-        .config_changed(ConfigSections {
-            global: json!({"greeting": "changed"}),
-            ..ConfigSections::default()
-        })
+    // The change arrives while beta's hook runs: the converge is restarted at once, and
+    // beta's actor gets its section after the run it is busy with.
+    let engine = Arc::new(engine);
+    let change = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .config_changed(ConfigSections {
+                    global: json!({"greeting": "changed"}),
+                    ..ConfigSections::default()
+                })
+                .await
+        }
+    });
+    wait_for("beta's actor to hold the new section", || async {
+        engine.mailboxes.snapshot()["module/beta"]
+            .pending
+            .iter()
+            .any(|m| m.summary == "ConfigChanged")
+    })
+    .await;
+    gate.open();
+    let queued = change
         .await
+        .expect("the change task ends")
         .expect("the change is accepted");
     assert_eq!(
         queued,
         ["ConvergeModules:ReloadAllModules (restarting the converge in progress)"]
     );
-    gate.open();
     wait_for("the restarted converge to finish", || async {
         converges_finished(&world) == 1 && engine.converged()
     })
