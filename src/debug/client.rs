@@ -31,16 +31,18 @@ pub async fn post_form(socket: &Path, path: &str, form: &[(&str, &str)]) -> anyh
     Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
-/// Percent-encodes a form field.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// Percent-encodes a query value or a form field: everything but ASCII letters, digits and
+/// `-._~`.
+pub fn encode(text: &str) -> String {
+    let mut s = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s
 }
 
 async fn send(socket: &Path, path: &str, form: Option<String>) -> anyhow::Result<Vec<u8>> {
@@ -169,6 +171,12 @@ mod tests {
         let chunked = b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
         assert_eq!(parse_response(chunked), Ok((404, "abcde".to_string())));
         assert!(parse_response(b"garbage").is_err());
+    }
+
+    #[test]
+    fn encoding_keeps_only_unreserved_characters() {
+        assert_eq!(encode("a-Z_0.9~"), "a-Z_0.9~");
+        assert_eq!(encode("a b/ü&="), "a%20b%2F%C3%BC%26%3D");
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@
 //!   bosun queue list, bosun journal log --live ──► unix socket ─┐
 //!   a browser at /ui (polls the JSON endpoints) ──► socket/TCP ─┴► router ─┬► Engine
 //!                                                                          ├► the journal
-//!                                                                          │  (journal_cli views)
+//!                                                                          │  (journal_views)
 //!                                                                          └► views (text, JSON, YAML)
 //! ```
 //!
@@ -17,9 +17,11 @@
 //! `Host` is a loopback name, so a web page cannot reach it by rebinding its own name.
 
 pub mod client;
+mod clock;
 pub mod commands;
 pub mod diff;
 pub mod graph;
+pub mod journal_views;
 pub mod views;
 
 use std::collections::HashMap;
@@ -40,7 +42,7 @@ use bosun_actors::engine::Engine;
 use bosun_journal::Journal;
 use serde_json::{Value, json};
 
-use crate::journal_cli::{self, LogQuery, ViewError};
+use journal_views::{LogQuery, ViewError};
 use views::{Format, View};
 
 /// The web view: one page, no external assets.
@@ -623,20 +625,20 @@ async fn journal_answer(
                 queue: param(query, "queue"),
                 limit: Some(limit),
             };
-            Box::new(move |j| journal_cli::log_view(j, &q))
+            Box::new(move |j| journal_views::log_view(j, &q))
         }
         ["state"] => {
             let at = param(query, "at");
-            Box::new(move |j| journal_cli::state_view(j, at.as_deref()))
+            Box::new(move |j| journal_views::state_view(j, at.as_deref()))
         }
         ["why", task] => {
             let id = task.parse().map_err(bad)?;
-            Box::new(move |j| journal_cli::why_view(j, id))
+            Box::new(move |j| journal_views::why_view(j, id))
         }
-        ["stats"] => Box::new(journal_cli::stats_view),
+        ["stats"] => Box::new(journal_views::stats_view),
         ["patches", scope] => {
             let scope = scope.to_string();
-            Box::new(move |j| journal_cli::patches_view(j, &scope))
+            Box::new(move |j| journal_views::patches_view(j, &scope))
         }
         _ => {
             return Err(Failure(
