@@ -20,5 +20,5 @@ pub mod logging;
 pub mod modules;
 pub mod operator;
 pub mod runtime_config;
-pub mod sandbox;
+pub use bosun_sandbox as sandbox;
 pub mod telemetry;

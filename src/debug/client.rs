@@ -1,9 +1,18 @@
-//! The debug commands' client: one HTTP/1.1 request per connection over the unix socket.
+//! The debug commands' client: one HTTP/1.1 request per connection over the unix socket
+//! (or a TCP address), spoken by hyper.
+//!
+//! ```text
+//!   get / post_form ──► UnixStream ─┐
+//!   tcp             ──► TcpStream ──┴► exchange (hyper http1) ──► status, whole body
+//! ```
 
 use std::path::Path;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// How long a request may take, connection included.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -31,16 +40,18 @@ pub async fn post_form(socket: &Path, path: &str, form: &[(&str, &str)]) -> anyh
     Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
-/// Percent-encodes a form field.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// Percent-encodes a query value or a form field: everything but ASCII letters, digits and
+/// `-._~`.
+pub fn encode(text: &str) -> String {
+    let mut s = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s
 }
 
 async fn send(socket: &Path, path: &str, form: Option<String>) -> anyhow::Result<Vec<u8>> {
@@ -56,33 +67,32 @@ async fn send(socket: &Path, path: &str, form: Option<String>) -> anyhow::Result
 }
 
 async fn request(socket: &Path, path: &str, form: Option<String>) -> anyhow::Result<Vec<u8>> {
-    let mut stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
+    let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
         anyhow::anyhow!(
             "cannot connect to the debug socket {}: {e} (is bosun running? set --debug-unix-socket)",
             socket.display()
         )
     })?;
-    let head = match &form {
-        None => {
-            format!("GET {path} HTTP/1.1\r\nHost: unix\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+    let mut headers = vec![("Host", "unix"), ("Accept", "*/*"), ("Connection", "close")];
+    let length;
+    let (method, body) = match form {
+        None => ("GET", Vec::new()),
+        Some(body) => {
+            length = body.len().to_string();
+            headers.push(("Content-Type", "application/x-www-form-urlencoded"));
+            headers.push(("Content-Length", &length));
+            ("POST", body.into_bytes())
         }
-        Some(body) => format!(
-            "POST {path} HTTP/1.1\r\nHost: unix\r\nAccept: */*\r\nConnection: close\r\n\
-             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        ),
     };
-    stream
-        .write_all(head.as_bytes())
+    let (status, body) = exchange(stream, method, path, &headers, body)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot send {path} to the debug socket: {e}"))?;
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot read the answer to {path}: {e}"))?;
-    let (status, body) = parse_response_bytes(&raw)
-        .map_err(|e| anyhow::anyhow!("invalid answer to {path} from the debug socket: {e}"))?;
+        .map_err(|e| match e {
+            ExchangeError::Request(e) => anyhow::anyhow!("cannot request {path}: {e}"),
+            ExchangeError::Send(e) => {
+                anyhow::anyhow!("cannot send {path} to the debug socket: {e}")
+            }
+            ExchangeError::Read(e) => anyhow::anyhow!("cannot read the answer to {path}: {e}"),
+        })?;
     if !(200..300).contains(&status) {
         let body = String::from_utf8_lossy(&body);
         let message = body.trim();
@@ -92,7 +102,81 @@ async fn request(socket: &Path, path: &str, form: Option<String>) -> anyhow::Res
     Ok(body)
 }
 
-/// Splits an HTTP/1.1 response into its status and body (de-chunked when chunked).
+/// Why an [`exchange`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// The method, path or a header is not valid HTTP.
+    #[error("not a valid request: {0}")]
+    Request(#[from] hyper::http::Error),
+    /// The request could not be written, or no answer came back.
+    #[error("{0}")]
+    Send(hyper::Error),
+    /// The answer's body could not be read.
+    #[error("{0}")]
+    Read(hyper::Error),
+}
+
+/// One HTTP/1.1 request on a fresh connection `io` (send `Connection: close`: it is not
+/// reused): `method path` with exactly `headers` (`Host` included; names written in
+/// Title-Case) and `body`. Answers the status and the whole body, whatever the status.
+pub async fn exchange<T>(
+    io: T,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Result<(u16, Vec<u8>), ExchangeError>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut request = hyper::Request::builder().method(method).uri(path);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Full::new(Bytes::from(body)))?;
+    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        .title_case_headers(true)
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(ExchangeError::Send)?;
+    // The connection is driven beside the request; it ends when the answer has been read.
+    let driver = tokio::spawn(connection);
+    let answer = async {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(ExchangeError::Send)?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(ExchangeError::Read)?
+            .to_bytes();
+        Ok((status, body.to_vec()))
+    }
+    .await;
+    driver.abort();
+    answer
+}
+
+/// [`exchange`] on a new connection to a TCP address (`host:port`).
+pub async fn tcp(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> anyhow::Result<(u16, Vec<u8>)> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot connect to {addr}: {e}"))?;
+    exchange(stream, method, path, headers, body)
+        .await
+        .map_err(|e| anyhow::anyhow!("{method} {path} on {addr}: {e}"))
+}
+
+/// Splits a raw HTTP/1.1 response into its status and body (de-chunked when chunked).
 pub fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
     parse_response_bytes(raw)
         .map(|(status, body)| (status, String::from_utf8_lossy(&body).into_owned()))
@@ -169,6 +253,44 @@ mod tests {
         let chunked = b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
         assert_eq!(parse_response(chunked), Ok((404, "abcde".to_string())));
         assert!(parse_response(b"garbage").is_err());
+    }
+
+    #[test]
+    fn encoding_keeps_only_unreserved_characters() {
+        assert_eq!(encode("a-Z_0.9~"), "a-Z_0.9~");
+        assert_eq!(encode("a b/ü&="), "a%20b%2F%C3%BC%26%3D");
+    }
+
+    #[tokio::test]
+    async fn requests_go_through_the_socket() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("debug.socket");
+        let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+        let app = axum::Router::new()
+            .route(
+                "/echo",
+                axum::routing::post(|body: String| async move { body }),
+            )
+            .route(
+                "/fail",
+                axum::routing::get(|| async {
+                    (axum::http::StatusCode::NOT_FOUND, "Error: no such thing\n")
+                }),
+            )
+            .route(
+                "/chunked",
+                axum::routing::get(|| async {
+                    let parts = [Ok::<_, std::io::Error>("ab"), Ok("cd")];
+                    axum::body::Body::from_stream(futures::stream::iter(parts))
+                }),
+            );
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let echoed = post_form(&path, "/echo", &[("name", "a b"), ("value", "x&y")]).await;
+        assert_eq!(echoed.ok().as_deref(), Some("name=a%20b&value=x%26y"));
+        let err = get(&path, "/fail").await.err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some("/fail: no such thing (HTTP 404)"));
+        assert_eq!(get(&path, "/chunked").await.ok().as_deref(), Some("abcd"));
+        server.abort();
     }
 
     #[tokio::test]

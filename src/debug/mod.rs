@@ -7,7 +7,7 @@
 //!   bosun queue list, bosun journal log --live ──► unix socket ─┐
 //!   a browser at /ui (polls the JSON endpoints) ──► socket/TCP ─┴► router ─┬► Engine
 //!                                                                          ├► the journal
-//!                                                                          │  (journal_cli views)
+//!                                                                          │  (journal_views)
 //!                                                                          └► views (text, JSON, YAML)
 //! ```
 //!
@@ -17,9 +17,11 @@
 //! `Host` is a loopback name, so a web page cannot reach it by rebinding its own name.
 
 pub mod client;
+mod clock;
 pub mod commands;
 pub mod diff;
 pub mod graph;
+pub mod journal_views;
 pub mod views;
 
 use std::collections::HashMap;
@@ -40,7 +42,7 @@ use bosun_addon::engine::Engine;
 use bosun_journal::Journal;
 use serde_json::{Value, json};
 
-use crate::journal_cli::{self, LogQuery, ViewError};
+use journal_views::{LogQuery, ViewError};
 use views::{Format, View};
 
 /// The web view: one page, no external assets.
@@ -59,34 +61,169 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 /// CLI gives up after 30s).
 const DIFF_TIMEOUT: Duration = Duration::from_secs(25);
 
-/// The routes, for `/discovery`.
-pub const ROUTES: &[&str] = &[
-    "/queue/list.{json|yaml|text}?showEmpty=bool",
-    "/queue/main.{json|yaml|text}",
-    "/global/list.{json|yaml|text}",
-    "/global/values.{json|yaml|text}",
-    "/global/config.{json|yaml|text}",
-    "/global/snapshots.{json|yaml|text}",
-    "/global/patches.{json|yaml}",
-    "/module/list.{json|yaml|text}",
-    "/module/{name}/snapshots.{json|yaml|text}",
-    "/module/{name}/patches.{json|yaml}",
-    "/module/{name}/render.{text|json|yaml}?diff=bool&debug=bool",
-    "/module/resource-monitor.{json|yaml|text}",
-    "/module/{name}/values.{json|yaml|text}?global=bool",
-    "/module/{name}/config.{json|yaml|text}?global=bool",
-    "/actors.{json|yaml|text}",
-    "/actors/{name}.{json|yaml|text}",
-    "/journal/log.{json|text}?since=&until=&module=&queue=&limit=",
-    "/journal/state.{json|yaml}?at=",
-    "/journal/why/{task}.{json|text}",
-    "/journal/stats.{json|text}",
-    "/config/list.{json|yaml|text}",
-    "POST /config/set (form: name, value, duration)",
-    "/graph?format=text|png",
-    "/discovery.{json|yaml|text}",
-    "/ui",
+/// What a debug route answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Endpoint {
+    QueueList,
+    QueueMain,
+    GlobalList,
+    GlobalValues,
+    GlobalConfig,
+    GlobalSnapshots,
+    GlobalPatches,
+    ModuleList,
+    ModuleSnapshots,
+    ModulePatches,
+    ModuleRender,
+    ResourceMonitor,
+    ModuleValues,
+    ModuleConfig,
+    Actors,
+    Actor,
+    JournalLog,
+    JournalState,
+    JournalWhy,
+    JournalStats,
+    ConfigList,
+    ConfigSet,
+    Graph,
+    Discovery,
+    Ui,
+}
+
+/// A debug route, declared once: [`handle`] (and the router, for `POST`) dispatches on it,
+/// `/discovery` lists it.
+pub struct Route {
+    /// As `/discovery` lists it: `[POST ]path[.{formats}][?query| (form: …)]`. The path's
+    /// `{parameters}` stand for one segment each (an actor's name for the rest of the path).
+    pub shown: &'static str,
+    endpoint: Endpoint,
+}
+
+/// The routes, in the order `/discovery` lists them.
+pub const ROUTES: &[Route] = &[
+    route(
+        "/queue/list.{json|yaml|text}?showEmpty=bool",
+        Endpoint::QueueList,
+    ),
+    route("/queue/main.{json|yaml|text}", Endpoint::QueueMain),
+    route("/global/list.{json|yaml|text}", Endpoint::GlobalList),
+    route("/global/values.{json|yaml|text}", Endpoint::GlobalValues),
+    route("/global/config.{json|yaml|text}", Endpoint::GlobalConfig),
+    route(
+        "/global/snapshots.{json|yaml|text}",
+        Endpoint::GlobalSnapshots,
+    ),
+    route("/global/patches.{json|yaml}", Endpoint::GlobalPatches),
+    route("/module/list.{json|yaml|text}", Endpoint::ModuleList),
+    route(
+        "/module/{name}/snapshots.{json|yaml|text}",
+        Endpoint::ModuleSnapshots,
+    ),
+    route(
+        "/module/{name}/patches.{json|yaml}",
+        Endpoint::ModulePatches,
+    ),
+    route(
+        "/module/{name}/render.{text|json|yaml}?diff=bool&debug=bool",
+        Endpoint::ModuleRender,
+    ),
+    route(
+        "/module/resource-monitor.{json|yaml|text}",
+        Endpoint::ResourceMonitor,
+    ),
+    route(
+        "/module/{name}/values.{json|yaml|text}?global=bool",
+        Endpoint::ModuleValues,
+    ),
+    route(
+        "/module/{name}/config.{json|yaml|text}?global=bool",
+        Endpoint::ModuleConfig,
+    ),
+    route("/actors.{json|yaml|text}", Endpoint::Actors),
+    route("/actors/{name}.{json|yaml|text}", Endpoint::Actor),
+    route(
+        "/journal/log.{json|text}?since=&until=&module=&queue=&limit=",
+        Endpoint::JournalLog,
+    ),
+    route("/journal/state.{json|yaml}?at=", Endpoint::JournalState),
+    route("/journal/why/{task}.{json|text}", Endpoint::JournalWhy),
+    route("/journal/stats.{json|text}", Endpoint::JournalStats),
+    route("/config/list.{json|yaml|text}", Endpoint::ConfigList),
+    route(
+        "POST /config/set (form: name, value, duration)",
+        Endpoint::ConfigSet,
+    ),
+    route("/graph?format=text|png", Endpoint::Graph),
+    route("/discovery.{json|yaml|text}", Endpoint::Discovery),
+    route("/ui", Endpoint::Ui),
 ];
+
+const fn route(shown: &'static str, endpoint: Endpoint) -> Route {
+    Route { shown, endpoint }
+}
+
+impl Route {
+    /// Served on `POST` by its own handler (the others answer `GET`).
+    fn post(&self) -> bool {
+        self.shown.starts_with("POST ")
+    }
+
+    /// The path pattern, and whether an extension picks the format (`.{json|text}`).
+    fn pattern(&self) -> (&'static str, bool) {
+        let rest = self.shown.strip_prefix("POST ").unwrap_or(self.shown);
+        let end = rest.find(['.', '?', ' ']).unwrap_or(rest.len());
+        (&rest[..end], rest[end..].starts_with('.'))
+    }
+
+    /// The parameters of `segments` (a path without its extension, split at `/`), when
+    /// this route matches them.
+    fn matches(&self, segments: &[&str]) -> Option<Vec<String>> {
+        let (path, _) = self.pattern();
+        let pattern: Vec<&str> = path.trim_matches('/').split('/').collect();
+        // An actor's name has slashes (`queue/main`): the last parameter takes the rest.
+        let rest = self.endpoint == Endpoint::Actor;
+        let fits = if rest {
+            segments.len() >= pattern.len()
+        } else {
+            segments.len() == pattern.len()
+        };
+        if !fits {
+            return None;
+        }
+        let mut params = Vec::new();
+        for (i, p) in pattern.iter().enumerate() {
+            if p.starts_with('{') {
+                if rest && i == pattern.len() - 1 {
+                    params.push(segments[i..].join("/"));
+                } else {
+                    params.push(segments[i].to_string());
+                }
+            } else if *p != segments[i] {
+                return None;
+            }
+        }
+        Some(params)
+    }
+}
+
+/// The `GET` route `path` asks for, with its parameters and the format its extension
+/// picks. Routes without formats (`/ui`, `/graph`) take the path as it is (a trailing `/`
+/// allowed).
+fn find_route(path: &str) -> Option<(&'static Route, Vec<String>, Format)> {
+    let gets = || ROUTES.iter().filter(|r| !r.post());
+    for r in gets().filter(|r| !r.pattern().1) {
+        let (p, _) = r.pattern();
+        if path == p || path.strip_suffix('/') == Some(p) {
+            return Some((r, Vec::new(), Format::Text));
+        }
+    }
+    let (route, format) = Format::split(path);
+    let segments: Vec<&str> = route.trim_matches('/').split('/').collect();
+    gets()
+        .filter(|r| r.pattern().1)
+        .find_map(|r| r.matches(&segments).map(|params| (r, params, format)))
+}
 
 /// Where the debug endpoints are served.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -231,8 +368,13 @@ struct Shared {
 
 /// The debug endpoints, on the engine and the journal it writes.
 pub fn router(engine: Arc<Engine>, journal: Arc<Journal<Event>>) -> Router {
-    Router::new()
-        .route("/config/set", axum::routing::post(config_set))
+    let mut router = Router::new();
+    for route in ROUTES.iter().filter(|r| r.post()) {
+        if route.endpoint == Endpoint::ConfigSet {
+            router = router.route(route.pattern().0, axum::routing::post(config_set));
+        }
+    }
+    router
         .fallback(handle)
         .with_state(Shared { engine, journal })
 }
@@ -350,30 +492,14 @@ async fn handle(
         )
         .into_response();
     }
-    if matches!(uri.path(), "/ui" | "/ui/") {
-        return ui_page();
-    }
-    if matches!(uri.path(), "/graph" | "/graph/") {
-        return graph_answer(&shared.engine, &query).await;
-    }
-    let (route, format) = Format::split(uri.path());
-    // Patches are read from the journal, where every accepted patch is.
-    let patches = match route
-        .trim_matches('/')
-        .split('/')
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["global", "patches"] => Some("patches/global".to_string()),
-        ["module", name, "patches"] if shared.engine.modules().iter().any(|(m, _)| m == name) => {
-            Some(format!("patches/{name}"))
-        }
-        _ => None,
+    let (route, _) = Format::split(uri.path());
+    let Some((found, params, format)) = find_route(uri.path()) else {
+        return no_endpoint(route).into_response();
     };
-    let view = match (patches, route.strip_prefix("/journal/")) {
-        (Some(p), _) => journal_answer(shared.journal, &p, &query).await,
-        (None, Some(rest)) => journal_answer(shared.journal, rest, &query).await,
-        (None, None) => answer(&shared.engine, route, &query).await,
+    let view = match found.endpoint {
+        Endpoint::Ui => return ui_page(),
+        Endpoint::Graph => return graph_answer(&shared.engine, &query).await,
+        endpoint => answer(&shared, endpoint, &params, route, &query).await,
     };
     let view = match view {
         Ok(v) => v,
@@ -385,25 +511,38 @@ async fn handle(
     }
 }
 
+fn no_endpoint(route: &str) -> Failure {
+    Failure(
+        StatusCode::NOT_FOUND,
+        format!("no debug endpoint {route}; see /discovery"),
+    )
+}
+
+/// The view of a `GET` route found in `route` (its path without the extension), with the
+/// route's parameters.
 async fn answer(
-    engine: &Engine,
+    shared: &Shared,
+    endpoint: Endpoint,
+    params: &[String],
     route: &str,
     query: &HashMap<String, String>,
 ) -> Result<View, Failure> {
-    let segments: Vec<&str> = route.trim_matches('/').split('/').collect();
-    match segments.as_slice() {
-        ["queue", "list"] => {
+    let engine = &shared.engine;
+    let name = params.first().map(String::as_str).unwrap_or_default();
+    let loaded = |name: &str| engine.modules().iter().any(|(m, _)| m == name);
+    match endpoint {
+        Endpoint::QueueList => {
             let dumps = ask("the queues", engine.queues()).await?;
             Ok(views::queue_list(&dumps, flag(query, "showEmpty")))
         }
-        ["queue", "main"] => {
+        Endpoint::QueueMain => {
             let dumps = ask("the queues", engine.queues()).await?;
             Ok(views::queue_main(dumps.iter().find(|q| q.name == "main")))
         }
-        ["global", "list"] => Ok(View::data(
+        Endpoint::GlobalList => Ok(View::data(
             json!({"globalHooks": engine.global_hook_names()}),
         )),
-        ["global", "values"] => {
+        Endpoint::GlobalValues => {
             let doc = ask("the global hooks actor", engine.global_values())
                 .await?
                 .ok_or_else(|| {
@@ -414,15 +553,19 @@ async fn answer(
                 })?;
             Ok(View::data(doc["global"].clone()))
         }
-        ["global", "config"] => {
+        Endpoint::GlobalConfig => {
             let doc = ask("the global hooks actor", engine.global_config())
                 .await?
                 .map_err(not_found)?;
             Ok(View::data(doc["global"].clone()))
         }
-        ["global", "snapshots"] => Ok(View::data(engine.snapshots(None))),
-        ["module", "resource-monitor"] => Ok(View::data(engine.resource_monitors())),
-        ["module", name, "render"] if flag(query, "diff") => {
+        Endpoint::GlobalSnapshots => Ok(View::data(engine.snapshots(None))),
+        // Patches are read from the journal, where every accepted patch is.
+        Endpoint::GlobalPatches => journal_patches(shared, "global").await,
+        Endpoint::ModulePatches if loaded(name) => journal_patches(shared, name).await,
+        Endpoint::ModulePatches => Err(no_endpoint(route)),
+        Endpoint::ResourceMonitor => Ok(View::data(engine.resource_monitors())),
+        Endpoint::ModuleRender if flag(query, "diff") => {
             let what = format!("module {name}");
             let previews = ask_within(&what, DIFF_TIMEOUT, engine.module_preview(name))
                 .await?
@@ -434,7 +577,7 @@ async fn answer(
                 )
             })
         }
-        ["module", name, "render"] => {
+        Endpoint::ModuleRender => {
             let objects = ask(&format!("module {name}"), engine.module_render(name))
                 .await?
                 .map_err(not_found)?;
@@ -454,8 +597,8 @@ async fn answer(
                 text: Some(text),
             })
         }
-        ["module", name, "snapshots"] => {
-            if !engine.modules().iter().any(|(m, _)| m == name) {
+        Endpoint::ModuleSnapshots => {
+            if !loaded(name) {
                 return Err(Failure(
                     StatusCode::NOT_FOUND,
                     format!("module {name} is not loaded"),
@@ -463,7 +606,7 @@ async fn answer(
             }
             Ok(View::data(engine.snapshots(Some(name))))
         }
-        ["module", "list"] => {
+        Endpoint::ModuleList => {
             let mut enabled: Vec<String> = engine
                 .modules()
                 .into_iter()
@@ -473,8 +616,8 @@ async fn answer(
             enabled.sort();
             Ok(View::data(json!({"enabledModules": enabled})))
         }
-        ["module", name, which @ ("values" | "config")] => {
-            let doc = if *which == "values" {
+        Endpoint::ModuleValues | Endpoint::ModuleConfig => {
+            let doc = if endpoint == Endpoint::ModuleValues {
                 ask(&format!("module {name}"), engine.module_values(name)).await?
             } else {
                 ask(&format!("module {name}"), engine.module_config(name)).await?
@@ -486,23 +629,27 @@ async fn answer(
             let key = bosun_addon::values::values_key(name);
             Ok(View::data(doc.get(&key).cloned().unwrap_or(json!({}))))
         }
-        ["config", "list"] => {
+        Endpoint::ConfigList => {
             let config = crate::runtime_config::global();
             Ok(View {
                 data: config.list(),
                 text: Some(config.text()),
             })
         }
-        ["discovery"] => Ok(View {
-            data: json!({"routes": ROUTES}),
-            text: Some(ROUTES.iter().map(|r| format!("GET {r}\n")).collect()),
+        Endpoint::Discovery => Ok(View {
+            data: json!({"routes": ROUTES.iter().map(|r| r.shown).collect::<Vec<_>>()}),
+            text: Some(
+                ROUTES
+                    .iter()
+                    .map(|r| format!("GET {}\n", r.shown))
+                    .collect(),
+            ),
         }),
-        ["actors"] => Ok(views::actors(&engine.mailboxes.snapshot())),
-        ["actors", rest @ ..] => {
-            let name = rest.join("/");
+        Endpoint::Actors => Ok(views::actors(&engine.mailboxes.snapshot())),
+        Endpoint::Actor => {
             let snapshot = engine.mailboxes.snapshot();
-            match snapshot.get(&name) {
-                Some(stats) => Ok(views::actor(&name, stats)),
+            match snapshot.get(name) {
+                Some(stats) => Ok(views::actor(name, stats)),
                 None => Err(Failure(
                     StatusCode::NOT_FOUND,
                     format!(
@@ -512,10 +659,44 @@ async fn answer(
                 )),
             }
         }
-        _ => Err(Failure(
-            StatusCode::NOT_FOUND,
-            format!("no debug endpoint {route}; see /discovery"),
-        )),
+        Endpoint::JournalLog => {
+            let limit = match param(query, "limit") {
+                None => LOG_LIMIT,
+                Some(v) => v.parse().map_err(|_| {
+                    Failure(
+                        StatusCode::BAD_REQUEST,
+                        format!("limit {v:?} is not a whole number (0: every event)"),
+                    )
+                })?,
+            };
+            let q = LogQuery {
+                since: param(query, "since"),
+                until: param(query, "until"),
+                module: param(query, "module"),
+                queue: param(query, "queue"),
+                limit: Some(limit),
+            };
+            journal_answer(shared, Box::new(move |j| journal_views::log_view(j, &q))).await
+        }
+        Endpoint::JournalState => {
+            let at = param(query, "at");
+            journal_answer(
+                shared,
+                Box::new(move |j| journal_views::state_view(j, at.as_deref())),
+            )
+            .await
+        }
+        Endpoint::JournalWhy => {
+            let id = name
+                .parse()
+                .map_err(|e: bosun_runtime::task::InvalidTaskId| {
+                    Failure(StatusCode::BAD_REQUEST, e.to_string())
+                })?;
+            journal_answer(shared, Box::new(move |j| journal_views::why_view(j, id))).await
+        }
+        Endpoint::JournalStats => journal_answer(shared, Box::new(journal_views::stats_view)).await,
+        // Answered before (`/ui`, `/graph`) or by their own handler (`POST /config/set`).
+        Endpoint::Ui | Endpoint::Graph | Endpoint::ConfigSet => Err(no_endpoint(route)),
     }
 }
 
@@ -598,55 +779,20 @@ fn param(query: &HashMap<String, String>, name: &str) -> Option<String> {
 /// A journal view to compute on a blocking thread.
 type JournalView = Box<dyn FnOnce(&Journal<Event>) -> Result<View, ViewError> + Send>;
 
-/// `/journal/…`: the views of `bosun journal`, on the journal this bosun writes (read on a
-/// blocking thread: the storage is synchronous).
-async fn journal_answer(
-    journal: Arc<Journal<Event>>,
-    route: &str,
-    query: &HashMap<String, String>,
-) -> Result<View, Failure> {
-    let bad = |e: String| Failure(StatusCode::BAD_REQUEST, e);
-    let compute: JournalView = match route.split('/').collect::<Vec<_>>().as_slice() {
-        ["log"] => {
-            let limit = match param(query, "limit") {
-                None => LOG_LIMIT,
-                Some(v) => v.parse().map_err(|_| {
-                    bad(format!(
-                        "limit {v:?} is not a whole number (0: every event)"
-                    ))
-                })?,
-            };
-            let q = LogQuery {
-                since: param(query, "since"),
-                until: param(query, "until"),
-                module: param(query, "module"),
-                queue: param(query, "queue"),
-                limit: Some(limit),
-            };
-            Box::new(move |j| journal_cli::log_view(j, &q))
-        }
-        ["state"] => {
-            let at = param(query, "at");
-            Box::new(move |j| journal_cli::state_view(j, at.as_deref()))
-        }
-        ["why", task] => {
-            let id = task
-                .parse()
-                .map_err(|e: bosun_runtime::task::InvalidTaskId| bad(e.to_string()))?;
-            Box::new(move |j| journal_cli::why_view(j, id))
-        }
-        ["stats"] => Box::new(journal_cli::stats_view),
-        ["patches", scope] => {
-            let scope = scope.to_string();
-            Box::new(move |j| journal_cli::patches_view(j, &scope))
-        }
-        _ => {
-            return Err(Failure(
-                StatusCode::NOT_FOUND,
-                format!("no debug endpoint /journal/{route}; see /discovery"),
-            ));
-        }
-    };
+/// The memory values patches of a scope (`global` or a module), from the journal.
+async fn journal_patches(shared: &Shared, scope: &str) -> Result<View, Failure> {
+    let scope = scope.to_string();
+    journal_answer(
+        shared,
+        Box::new(move |j| journal_views::patches_view(j, &scope)),
+    )
+    .await
+}
+
+/// A view of `bosun journal` on the journal this bosun writes (read on a blocking thread:
+/// the storage is synchronous).
+async fn journal_answer(shared: &Shared, compute: JournalView) -> Result<View, Failure> {
+    let journal = shared.journal.clone();
     let result = tokio::task::spawn_blocking(move || compute(&journal))
         .await
         .map_err(|e| {
@@ -711,6 +857,57 @@ mod tests {
         assert!(err.contains("BOSUN_DEBUG_ALLOW_REMOTE=true"), "{err}");
         assert!(parse_http_addr("0.0.0.0:9652", true).is_ok());
         assert!(parse_http_addr("nonsense", true).is_err());
+    }
+
+    #[test]
+    fn every_route_is_found_by_its_own_path() {
+        for route in ROUTES.iter().filter(|r| !r.post()) {
+            let (pattern, formats) = route.pattern();
+            let path = pattern.replace("{name}", "demo").replace("{task}", "t1");
+            let params: Vec<String> = match (pattern.contains("{name}"), pattern.contains("{task}"))
+            {
+                (true, _) => vec!["demo".into()],
+                (_, true) => vec!["t1".into()],
+                _ => Vec::new(),
+            };
+            let path = if formats {
+                format!("{path}.json")
+            } else {
+                path
+            };
+            let found = find_route(&path).map(|(r, params, _)| (r.endpoint, params));
+            assert_eq!(found, Some((route.endpoint, params)), "{path}");
+        }
+    }
+
+    #[test]
+    fn routes_take_their_parameters_and_formats() {
+        let found = |p: &str| find_route(p).map(|(r, params, f)| (r.endpoint, params, f));
+        assert_eq!(
+            found("/actors/queue/main.yaml"),
+            Some((Endpoint::Actor, vec!["queue/main".into()], Format::Yaml))
+        );
+        assert_eq!(
+            found("/module/demo/values"),
+            Some((Endpoint::ModuleValues, vec!["demo".into()], Format::Text))
+        );
+        assert_eq!(
+            found("/queue/list/"),
+            Some((Endpoint::QueueList, Vec::new(), Format::Text))
+        );
+        assert_eq!(
+            found("/graph/"),
+            Some((Endpoint::Graph, Vec::new(), Format::Text))
+        );
+        for unknown in [
+            "/ui.json",
+            "/config/set",
+            "/journal/why/t1/more.json",
+            "/journal/nope.json",
+            "/",
+        ] {
+            assert_eq!(found(unknown), None, "{unknown}");
+        }
     }
 
     #[tokio::test]

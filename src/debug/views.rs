@@ -2,12 +2,14 @@
 //! engine: queue dumps in the reference's shape and words, and bosun's actor mailboxes.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bosun_addon::engine::QueueDump;
 use bosun_addon::mailbox::MailboxStats;
 use bosun_runtime::queue::go_duration;
 use serde_json::{Map, Value, json};
+
+use super::clock::now_ms;
 
 /// Output formats, chosen by the path's extension (none means text).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,13 +271,6 @@ pub fn queue_main(main: Option<&QueueDump>) -> View {
         data,
         text: Some(queue_text(q) + &parked_text(&parked)),
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 fn age(since_ms: u64, now: u64) -> String {

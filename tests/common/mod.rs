@@ -1,11 +1,11 @@
-//! Test harness: a real `bosun sandbox` process on a free loopback port, a tiny HTTP
-//! client, kubectl, and waiting for conditions with a deadline.
+//! Test harness: a real `bosun sandbox` process on a free loopback port, HTTP requests
+//! through bosun's debug client, kubectl, and waiting for conditions with a deadline.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -197,6 +197,8 @@ pub fn http_raw(
 }
 
 /// A request with arbitrary headers (empty values are skipped), returning the raw body.
+/// It goes through the debug commands' client on a runtime of its own, so that both plain
+/// and `#[tokio::test]` tests can call it.
 pub fn http_full(
     addr: &str,
     method: &str,
@@ -204,55 +206,45 @@ pub fn http_full(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, Vec<u8>) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("timeout");
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("HTTP client runtime")
+    });
+    let length = body.len().to_string();
+    let all: Vec<(String, String)> = [
+        ("Host", addr),
+        ("Connection", "close"),
+        ("Content-Length", length.as_str()),
+    ]
+    .into_iter()
+    .chain(headers.iter().copied().filter(|(_, v)| !v.is_empty()))
+    .map(|(n, v)| (n.to_string(), v.to_string()))
+    .collect();
+    let (addr, method, path, body) = (
+        addr.to_string(),
+        method.to_string(),
+        path.to_string(),
+        body.to_vec(),
     );
-    for (name, value) in headers.iter().filter(|(_, v)| !v.is_empty()) {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).expect("write");
-    stream.write_all(body).expect("write body");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read");
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("header end");
-    let headers = String::from_utf8_lossy(&raw[..split]).to_string();
-    let status: u16 = headers
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status");
-    let mut payload = raw[split + 4..].to_vec();
-    if headers
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        payload = dechunk(&payload);
-    }
-    (status, payload)
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(pos) = data.windows(2).position(|w| w == b"\r\n") {
-        let size =
-            usize::from_str_radix(String::from_utf8_lossy(&data[..pos]).trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        let start = pos + 2;
-        out.extend_from_slice(&data[start..(start + size).min(data.len())]);
-        data = &data[(start + size + 2).min(data.len())..];
-    }
-    out
+    let (tx, rx) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        let headers: Vec<(&str, &str)> =
+            all.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(60),
+            bosun::debug::client::tcp(&addr, &method, &path, &headers, body),
+        )
+        .await;
+        let _ = tx.send(answer);
+    });
+    rx.recv()
+        .expect("the HTTP client task")
+        .expect("an answer within 60s")
+        .expect("an HTTP exchange")
 }
 
 /// Polls `cond` until it holds or `timeout` passes; panics with `what` on timeout.

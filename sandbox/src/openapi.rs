@@ -274,7 +274,7 @@ pub fn v3_group_version(resources: &[ResourceInfo], group: &str, version: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::resources::builtin_resources;
+    use crate::resources::builtin_resources;
 
     #[test]
     fn v3_documents_declare_field_validation_on_patch() {
