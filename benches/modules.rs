@@ -141,7 +141,7 @@ fn main() {
         let intrinsic = hooks + render + install;
 
         // The same modules through bosun: a cold start to the end of the first converge.
-        let cfg = bosun::operator::OperatorConfig {
+        let cfg = bosun::addon::OperatorConfig {
             global_hooks_dir: dir.path().join("no-global-hooks"),
             modules_dirs: vec![modules_dir.clone()],
             namespace: "default".into(),
@@ -151,10 +151,10 @@ fn main() {
             kubeconfig: Some(kubeconfig.clone()),
             listen: "127.0.0.1:0".parse().expect("addr"),
             helm_library: Some(library()),
-            ..bosun::operator::OperatorConfig::in_cluster()
+            ..bosun::addon::OperatorConfig::in_cluster()
         };
         let started = Instant::now();
-        let operator = bosun::operator::start(&cfg).await.expect("operator");
+        let operator = bosun::addon::start(&cfg).await.expect("operator");
         let deadline = Instant::now() + Duration::from_secs(1800);
         while !operator.engine.converged() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -120,10 +120,10 @@ fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
 fn run(args: RunArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async move {
         if !args.sandbox {
-            let cfg = crate::operator::OperatorConfig::from_env(
-                &crate::operator::OperatorConfig::in_cluster(),
+            let cfg = crate::addon::OperatorConfig::from_env(
+                &crate::addon::OperatorConfig::in_cluster(),
             )?;
-            let _operator = crate::operator::start(&cfg).await?;
+            let _operator = crate::addon::start(&cfg).await?;
             crate::sandbox::shutdown_signal().await;
             tracing::info!("shutting down");
             return Ok(());
@@ -145,7 +145,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             "try: kubectl --kubeconfig {} get configmaps -A",
             kubeconfig.display()
         );
-        let defaults = crate::operator::OperatorConfig {
+        let defaults = crate::addon::OperatorConfig {
             global_hooks_dir: PathBuf::from("examples/global-hooks"),
             modules_dirs: vec![PathBuf::from("examples/modules")],
             namespace: "default".into(),
@@ -154,10 +154,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             debug_socket: args.data.join("debug.socket"),
             kubeconfig: Some(kubeconfig),
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9650)),
-            ..crate::operator::OperatorConfig::in_cluster()
+            ..crate::addon::OperatorConfig::in_cluster()
         };
-        let cfg = crate::operator::OperatorConfig::from_env(&defaults)?;
-        let operator = crate::operator::start(&cfg).await;
+        let cfg = crate::addon::OperatorConfig::from_env(&defaults)?;
+        let operator = crate::addon::start(&cfg).await;
         if let Err(e) = &operator {
             tracing::error!("operator did not start: {e:#}");
         } else {

@@ -1,13 +1,14 @@
 //! bosun: a Kubernetes extension operator.
 //!
 //! ```text
-//!   cli ──► run ──► actors (modules, queues, hooks) ──► journal
+//!   cli ──► run ──► addon/ (wiring, real ports) ──► bosun_addon actors ──► journal
 //!    │        └───► sandbox (embedded API server, optional)
 //!    ├──► sandbox (standalone API server)
 //!    ├──► journal (offline inspection)
 //!    └──► queue/global/module/actors (debug socket of a running bosun)
 //! ```
 
+pub mod addon;
 pub mod bindings;
 pub mod cli;
 pub mod debug;
@@ -17,8 +18,6 @@ pub mod journal_cli;
 pub mod jq;
 pub mod kubernetes;
 pub mod logging;
-pub mod modules;
-pub mod operator;
 pub mod runtime_config;
 pub use bosun_sandbox as sandbox;
 pub mod telemetry;

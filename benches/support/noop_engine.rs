@@ -29,7 +29,7 @@ impl ConfigStore for NoConfigMap {
 /// No-op hook tasks per second through a fresh engine.
 pub async fn round(dir: &std::path::Path, hook: &std::path::Path, tasks: usize) -> f64 {
     let (sink, restored): (_, State) =
-        bosun::operator::journal::open(&dir.join("journal")).expect("journal");
+        bosun::addon::journal::open(&dir.join("journal")).expect("journal");
     let runner = HookProcess {
         tmp_dir: dir.join("tmp"),
         keep_tmp_files: false,
@@ -60,7 +60,7 @@ pub async fn round(dir: &std::path::Path, hook: &std::path::Path, tasks: usize) 
             journal: sink,
             executor: Arc::new(runner),
             config_store: Arc::new(NoConfigMap),
-            releases: Arc::new(bosun::operator::releases::NoHelm("no charts".into())),
+            releases: Arc::new(bosun::addon::releases::NoHelm("no charts".into())),
             bindings: Arc::new(bosun_addon::ports::NoKubernetes("no Kubernetes API".into())),
             patcher: Arc::new(bosun_addon::ports::NoKubernetes("no Kubernetes API".into())),
         },

@@ -14,8 +14,8 @@ use bosun_addon::{Event, State, TaskEvent, TaskId};
 use bosun_journal::{Journal, JournalError, Record};
 use serde_json::{Map, Value, json};
 
-use super::clock::now_ms;
 use super::views::View;
+use bosun_runtime::clock::now_ms;
 
 /// Why a view could not be computed; the debug server answers 400, 404 and 500.
 #[derive(Debug, thiserror::Error)]

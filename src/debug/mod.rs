@@ -17,7 +17,7 @@
 //! `Host` is a loopback name, so a web page cannot reach it by rebinding its own name.
 
 pub mod client;
-mod clock;
+
 pub mod commands;
 pub mod diff;
 pub mod graph;

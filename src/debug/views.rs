@@ -9,7 +9,7 @@ use bosun_addon::mailbox::MailboxStats;
 use bosun_runtime::queue::go_duration;
 use serde_json::{Map, Value, json};
 
-use super::clock::now_ms;
+use bosun_runtime::clock::now_ms;
 
 /// Output formats, chosen by the path's extension (none means text).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

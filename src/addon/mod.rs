@@ -1,7 +1,9 @@
-//! `bosun run`: configuration from the environment, loading global hooks, replaying the
-//! journal, and starting the engine against a Kubernetes API.
+//! The addon subsystem's wiring (addon-operator's modules): configuration from the
+//! environment, module and global hook discovery, replaying the journal, and starting the
+//! engine of `bosun_addon` against a Kubernetes API with the real ports.
 
 pub mod adapters;
+pub mod discovery;
 pub mod http;
 pub mod journal;
 pub mod releases;
@@ -562,9 +564,9 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     } = journal::open_shared(&cfg.journal_dir)?;
     tracing::info!(journal = %cfg.journal_dir.display(), events = restored.events, "journal replayed");
     let global_hooks = load_global_hooks(&cfg.global_hooks_dir, &runner).await?;
-    let (modules, warnings) = crate::modules::discover_modules(
+    let (modules, warnings) = crate::addon::discovery::discover_modules(
         &cfg.modules_dirs,
-        &crate::modules::DiscoveryOptions {
+        &crate::addon::discovery::DiscoveryOptions {
             unnumbered_order: cfg.unnumbered_order,
             crd_filter_prefixes: cfg.crd_filter_prefixes.clone(),
             crd_extra_labels: cfg.crd_extra_labels.clone(),
@@ -591,7 +593,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         global_hooks,
         static_global: static_values(&cfg.modules_dirs, "global")?,
         global_schemas: Arc::new(
-            crate::modules::load_schemas(&cfg.global_hooks_dir, "global")
+            crate::addon::discovery::load_schemas(&cfg.global_hooks_dir, "global")
                 .context("invalid global values schema")?,
         ),
         initial_config: Some(initial_config),
