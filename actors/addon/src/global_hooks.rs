@@ -310,16 +310,10 @@ impl GlobalHooksState {
             hook_metrics: &self.hook_metrics,
         };
         let origin = Origin { hook, module: None };
-        match crate::hook_output::apply(origin, out, &scope, &effects).await {
-            Ok(events) => {
-                self.journaled.apply_all(&events);
-                Ok(())
-            }
-            Err(e) => {
-                self.journaled.apply_all(&e.journaled);
-                Err(e)
-            }
-        }
+        let result = crate::hook_output::apply(origin, out, &scope, &effects).await;
+        self.journaled
+            .apply_all(crate::hook_output::journaled(&result));
+        result.map(|_| ())
     }
 }
 

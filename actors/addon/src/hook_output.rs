@@ -311,6 +311,14 @@ pub async fn apply(
     Ok(plan.events)
 }
 
+/// The events an [`apply`] journaled, accepted or not: what its caller folds.
+pub fn journaled(result: &Result<Vec<Event>, OutputError>) -> &[Event] {
+    match result {
+        Ok(events) => events,
+        Err(e) => &e.journaled,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -515,16 +515,10 @@ impl ModuleState {
             hook,
             module: Some(&self.def.name),
         };
-        match crate::hook_output::apply(origin, out, &scope, &effects).await {
-            Ok(events) => {
-                self.journaled.apply_all(&events);
-                Ok(())
-            }
-            Err(e) => {
-                self.journaled.apply_all(&e.journaled);
-                Err(e)
-            }
-        }
+        let result = crate::hook_output::apply(origin, out, &scope, &effects).await;
+        self.journaled
+            .apply_all(crate::hook_output::journaled(&result));
+        result.map(|_| ())
     }
 
     /// The Helm values file: global values and the module's.
