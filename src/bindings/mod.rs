@@ -634,6 +634,100 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Records every change a watch tells its listeners, as `Added ns/name rv`.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl Listener for Recorder {
+        fn init(&self, _namespace: &Option<String>, _objects: &BTreeMap<ObjectKey, Stored>) {}
+        fn on(&self, change: Change, key: &ObjectKey, object: &Value, _stored: &Stored) {
+            lock(&self.0).push(format!(
+                "{change:?} {}/{} {}",
+                key.0,
+                key.1,
+                resource_version(object)
+            ));
+        }
+        fn detached(&self, _namespace: Option<&str>) -> Vec<Arc<SharedWatch>> {
+            Vec::new()
+        }
+    }
+
+    fn pod(name: &str, rv: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"namespace": "ns", "name": name, "resourceVersion": rv}})
+    }
+
+    #[test]
+    fn a_relist_tells_listeners_only_what_changed_while_the_watch_was_down() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let watch = SharedWatch {
+            key: WatchKey {
+                group: String::new(),
+                version: "v1".into(),
+                plural: "pods".into(),
+                namespace: None,
+                labels: String::new(),
+                fields: String::new(),
+            },
+            state: Mutex::new(WatchState {
+                objects: BTreeMap::new(),
+                listeners: Vec::new(),
+                ready: false,
+                last_error: None,
+            }),
+            ready: tokio::sync::watch::Sender::new(false),
+            task: Mutex::new(None),
+        };
+        let recorder = Arc::new(Recorder::default());
+        lock(&watch.state).listeners.push(recorder.clone());
+        let mut relist = None;
+        let script = [
+            // The first list, then live events.
+            Init,
+            InitApply(pod("a", "1")),
+            InitApply(pod("b", "2")),
+            InitDone,
+            Apply(pod("b", "3")),
+            Apply(pod("c", "4")),
+            // The watch broke (410 Gone): a relist in which `a` is unchanged, `b` changed,
+            // `c` is gone and `d` is new.
+            Init,
+            InitApply(pod("a", "1")),
+            InitApply(pod("b", "5")),
+            InitApply(pod("d", "6")),
+            InitDone,
+            Delete(pod("d", "7")),
+        ];
+        for event in script {
+            watch.apply(&mut relist, event);
+        }
+        assert_eq!(
+            *lock(&recorder.0),
+            [
+                "Added ns/a 1",
+                "Added ns/b 2",
+                "Modified ns/b 3",
+                "Added ns/c 4",
+                "Deleted ns/c 4",
+                "Modified ns/b 5",
+                "Added ns/d 6",
+                "Deleted ns/d 7",
+            ],
+            "objects unchanged across the relist are not reported again"
+        );
+        let kept: Vec<String> = lock(&watch.state)
+            .objects
+            .keys()
+            .map(|k| k.1.clone())
+            .collect();
+        assert_eq!(kept, ["a", "b"]);
+        assert!(
+            *watch.ready.borrow(),
+            "the watch is ready after its first list"
+        );
+    }
+
     #[test]
     fn label_selectors_become_selector_strings() {
         let sel = json!({
