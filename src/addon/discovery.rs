@@ -85,7 +85,40 @@ pub fn parse_dir_name(dir_name: &str, unnumbered: u32) -> (u32, String) {
     (unnumbered, dir_name.to_string())
 }
 
+/// Helm's rule for release names (the module name is its release's name): at most 53
+/// characters, lowercase letters, digits, `-` and `.`, starting and ending with a letter
+/// or digit. Names it breaks would be loaded and then fail at every install.
+pub fn helm_release_name(name: &str) -> Result<(), String> {
+    const MAX: usize = 53;
+    if name.len() > MAX {
+        return Err(format!(
+            "{} characters, Helm allows at most {MAX}",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '.'))
+    {
+        return Err(format!(
+            "{c:?} is not allowed (lowercase letters, digits, '-' and '.' only)"
+        ));
+    }
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if !edge(name.chars().next()) || !edge(name.chars().last()) {
+        return Err("it must start and end with a letter or digit".into());
+    }
+    Ok(())
+}
+
 fn read_yaml(path: &Path) -> Result<Option<Value>, ModuleLoadError> {
+    // Only a regular file is read: a FIFO or a device would block the start for good.
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(invalid(path, "not a regular file".to_string()));
+        }
+        _ => {}
+    }
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -209,6 +242,12 @@ fn load_module(
                 "module name {name:?} is not kebab case that survives camelCase and back (values key {:?})",
                 values_key(&name)
             ),
+        ));
+    }
+    if let Err(rule) = helm_release_name(&name) {
+        return Err(invalid(
+            path,
+            format!("module name {name:?} cannot be a Helm release name: {rule}"),
         ));
     }
     let key = values_key(&name);
@@ -399,5 +438,44 @@ mod tests {
             parse_dir_name("99999999999-a", 3),
             (3, "99999999999-a".into())
         );
+    }
+
+    #[test]
+    fn module_names_helm_rejects_are_refused_naming_the_rule() {
+        let long = "a".repeat(54);
+        for (name, rule) in [
+            ("has space", "' ' is not allowed"),
+            ("caf\u{e9}", "'\u{e9}' is not allowed"),
+            (long.as_str(), "54 characters, Helm allows at most 53"),
+            ("ends-", "start and end with a letter or digit"),
+        ] {
+            let err = helm_release_name(name).expect_err(name);
+            assert!(err.contains(rule), "{name}: {err}");
+        }
+        for name in ["a", "my-module", "v1.2", &"a".repeat(53)] {
+            assert_eq!(helm_release_name(name), Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_module_dir_with_a_name_helm_rejects_or_a_fifo_values_file_fails_at_load() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let modules = dir.path();
+        std::fs::create_dir_all(modules.join("010-has space")).expect("mkdir");
+        let options = DiscoveryOptions::default();
+        let err =
+            discover_modules(&[modules.to_path_buf()], &options).expect_err("the name is refused");
+        assert!(
+            err.to_string().contains("010-has space") && err.to_string().contains("Helm"),
+            "{err}"
+        );
+        std::fs::remove_dir(modules.join("010-has space")).expect("rmdir");
+        std::fs::create_dir_all(modules.join("020-ok")).expect("mkdir");
+        let fifo = modules.join("020-ok/values.yaml");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let err =
+            discover_modules(&[modules.to_path_buf()], &options).expect_err("a FIFO is not read");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
     }
 }

@@ -21,64 +21,89 @@ pub fn discover(
 ) -> std::io::Result<(Vec<DiscoveredHook>, Vec<String>)> {
     let mut hooks = Vec::new();
     let mut warnings = Vec::new();
-    walk(dir, dir, skip_venv, &mut hooks, &mut warnings)?;
+    let mut seen = std::collections::HashSet::new();
+    seen.insert(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()));
+    let mut walk = Walk {
+        root: dir,
+        skip_venv,
+        seen,
+        hooks: &mut hooks,
+        warnings: &mut warnings,
+    };
+    walk.dir(dir)?;
     hooks.sort_by(|a: &DiscoveredHook, b| a.name.cmp(&b.name));
     Ok((hooks, warnings))
 }
 
-fn walk(
-    root: &Path,
-    dir: &Path,
+/// One walk: the directories entered so far (by their real path, so a symlink loop or a
+/// link to a directory already walked adds nothing), and what was found.
+struct Walk<'a> {
+    root: &'a Path,
     skip_venv: bool,
-    hooks: &mut Vec<DiscoveredHook>,
-    warnings: &mut Vec<String>,
-) -> std::io::Result<()> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)?.filter_map(Result::ok).collect();
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let path = entry.path();
-        let file_name = entry.file_name().to_string_lossy().to_string();
-        // Follow symlinks: a linked hook or directory counts as what it points at.
-        let meta = match std::fs::metadata(&path) {
-            Ok(m) => m,
-            Err(e) => {
-                warnings.push(format!("{}: skipped, cannot be read: {e}", path.display()));
-                continue;
-            }
-        };
-        if meta.is_dir() {
-            if file_name.starts_with('.')
-                || file_name == "lib"
-                || (skip_venv && file_name == "venv")
-            {
-                continue;
-            }
-            walk(root, &path, skip_venv, hooks, warnings)?;
-        } else if meta.is_file() {
-            if file_name.starts_with('.') {
-                continue;
-            }
-            if meta.permissions().mode() & 0o111 == 0 {
-                warnings.push(format!(
-                    "{}: skipped, not executable (chmod +x to make it a hook)",
-                    path.display()
-                ));
-                continue;
-            }
-            let relative = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .to_string();
-            let name = match relative.find("hooks/") {
-                Some(i) if i == 0 || relative[..i].ends_with('/') => relative[i..].to_string(),
-                _ => relative,
+    seen: std::collections::HashSet<PathBuf>,
+    hooks: &'a mut Vec<DiscoveredHook>,
+    warnings: &'a mut Vec<String>,
+}
+
+impl Walk<'_> {
+    fn dir(&mut self, dir: &Path) -> std::io::Result<()> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)?.filter_map(Result::ok).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = entry.path();
+            let file_name = entry.file_name().to_string_lossy().to_string();
+            // Follow symlinks: a linked hook or directory counts as what it points at.
+            let meta = match std::fs::metadata(&path) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.warnings
+                        .push(format!("{}: skipped, cannot be read: {e}", path.display()));
+                    continue;
+                }
             };
-            let path = std::fs::canonicalize(&path).unwrap_or(path);
-            hooks.push(DiscoveredHook { name, path });
+            if meta.is_dir() {
+                if file_name.starts_with('.')
+                    || file_name == "lib"
+                    || (self.skip_venv && file_name == "venv")
+                {
+                    continue;
+                }
+                let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+                if !self.seen.insert(real.clone()) {
+                    self.warnings.push(format!(
+                        "{}: skipped, it leads to {}, which is already searched (a symlink loop?)",
+                        path.display(),
+                        real.display()
+                    ));
+                    continue;
+                }
+                self.dir(&path)?;
+            } else if meta.is_file() {
+                if file_name.starts_with('.') {
+                    continue;
+                }
+                if meta.permissions().mode() & 0o111 == 0 {
+                    self.warnings.push(format!(
+                        "{}: skipped, not executable (chmod +x to make it a hook)",
+                        path.display()
+                    ));
+                    continue;
+                }
+                let relative = path
+                    .strip_prefix(self.root)
+                    .unwrap_or(&path)
+                    .to_string_lossy()
+                    .to_string();
+                let name = match relative.find("hooks/") {
+                    Some(i) if i == 0 || relative[..i].ends_with('/') => relative[i..].to_string(),
+                    _ => relative,
+                };
+                let path = std::fs::canonicalize(&path).unwrap_or(path);
+                self.hooks.push(DiscoveredHook { name, path });
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -115,5 +140,23 @@ mod tests {
         );
         let (with_venv, _) = discover(d, false).expect("discover");
         assert_eq!(with_venv.len(), 3);
+    }
+
+    #[test]
+    fn a_symlink_loop_registers_each_hook_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        file(d, "hooks/a.sh", 0o755);
+        file(d, "hooks/sub/b.sh", 0o755);
+        std::os::unix::fs::symlink(d.join("hooks"), d.join("hooks/sub/loop")).expect("symlink");
+        let (hooks, warnings) = discover(d, true).expect("discover");
+        let names: Vec<&str> = hooks.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["hooks/a.sh", "hooks/sub/b.sh"]);
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("hooks/sub/loop") && w.contains("symlink loop")),
+            "{warnings:?}"
+        );
     }
 }
