@@ -297,8 +297,15 @@ impl GlobalHooksState {
     /// Takes what a hook wrote (see [`crate::hook_output`]) and folds the journaled events.
     async fn apply_output(&mut self, hook: &str, out: &HookResult) -> Result<(), OutputError> {
         let values_with = |config: &Value| self.values_with(config);
+        let memory = self
+            .journaled
+            .values
+            .get("global")
+            .map(|v| v.memory.as_slice())
+            .unwrap_or_default();
         let scope = ScopeValues {
             config: self.config(),
+            memory,
             static_values: &self.static_values,
             schemas: &self.schemas,
             values_with: &values_with,

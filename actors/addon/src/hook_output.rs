@@ -170,6 +170,8 @@ pub fn parse(origin: Origin<'_>, out: &HookResult) -> Result<ParsedOutput, Outpu
 pub struct ScopeValues<'a> {
     /// The current config values of the scope (`{}` when none).
     pub config: Value,
+    /// The scope's memory patches so far (compacted, as the journal's state keeps them).
+    pub memory: &'a [PatchOperation],
     /// Static values (config validation layers them under the config values).
     pub static_values: &'a Value,
     /// The scope's schemas.
@@ -222,6 +224,22 @@ pub fn plan_values(
     }
     let mut plan = ValuesPlan::default();
     let source = origin.hook.to_string();
+    // Patches that change nothing are not journaled: a hook that writes the same (maybe
+    // large) patch on every run would otherwise grow the journal by it every time.
+    let config_ops = if new_config == scope.config {
+        Vec::new()
+    } else {
+        config_ops
+    };
+    let memory_ops = {
+        let mut after = scope.memory.to_vec();
+        crate::values::compact_into(&mut after, &memory_ops);
+        if after.as_slice() == scope.memory {
+            Vec::new()
+        } else {
+            memory_ops
+        }
+    };
     if !config_ops.is_empty() {
         plan.events.push(Event::ValuesPatched {
             scope: origin.scope(),
@@ -338,6 +356,7 @@ mod tests {
     ) -> ScopeValues<'a> {
         ScopeValues {
             config: json!({"replicas": 1}),
+            memory: &[],
             static_values,
             schemas,
             values_with,
@@ -433,6 +452,40 @@ mod tests {
             module: None,
         };
         assert_eq!(global.to_string(), r#"hook "001.sh""#);
+    }
+
+    #[test]
+    fn patches_that_change_nothing_are_not_journaled_again() {
+        let schemas = ValuesSchemas::default();
+        let statics = json!({});
+        let with = |c: &Value| json!({"global": {}, "myModule": c});
+        let out = output(
+            r#"{"op": "add", "path": "/myModule/big", "value": "x"}"#,
+            r#"{"op": "add", "path": "/myModule/replicas", "value": 1}"#,
+        );
+        let plan = |memory: &[PatchOperation]| {
+            let parsed = parse(MODULE, &out).expect("valid output");
+            let scope = ScopeValues {
+                memory,
+                ..scope_values(&schemas, &statics, &with)
+            };
+            plan_values(MODULE, parsed.config_ops, parsed.memory_ops, &scope).expect("applies")
+        };
+        let first = plan(&[]);
+        assert_eq!(
+            first.events.len(),
+            1,
+            "the memory patch is new; replicas is already 1"
+        );
+        assert_eq!(first.new_config, None);
+        let Event::ValuesPatched { patch, .. } = &first.events[0] else {
+            panic!("a values patch: {:?}", first.events);
+        };
+        assert_eq!(
+            plan(&patch.0),
+            ValuesPlan::default(),
+            "the same patch again: nothing"
+        );
     }
 
     #[test]

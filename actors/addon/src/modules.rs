@@ -92,10 +92,22 @@ pub fn parse_config_map(
         ..ConfigSections::default()
     };
     let mut warnings = Vec::new();
+    // A section is a mapping (or empty): a scalar or a list has no keys for the
+    // module's or the global values, and taking it would hide the typo behind defaults.
     let yaml = |key: &str, text: &str| -> Result<Value, String> {
         let v: Value = serde_saphyr::from_str(text)
             .map_err(|e| format!("ConfigMap {config_map}: key {key:?} is not valid YAML: {e}"))?;
-        Ok(if v.is_null() { json!({}) } else { v })
+        match v {
+            Value::Null => Ok(json!({})),
+            Value::Object(_) => Ok(v),
+            other => Err(format!(
+                "ConfigMap {config_map}: key {key:?} must be a YAML mapping of values, got {}",
+                match other {
+                    Value::Array(_) => "a list".to_string(),
+                    scalar => format!("the scalar {scalar}"),
+                }
+            )),
+        }
     };
     for (key, text) in data {
         if key == "global" {
@@ -499,8 +511,15 @@ impl ModuleState {
         docs: &GlobalDocs,
     ) -> Result<(), OutputError> {
         let values_with = |config: &Value| self.values_with(docs, config);
+        let memory = self
+            .journaled
+            .values
+            .get(&self.def.name)
+            .map(|v| v.memory.as_slice())
+            .unwrap_or_default();
         let scope = ScopeValues {
             config: self.config(),
+            memory,
             static_values: &self.def.static_values,
             schemas: &self.def.schemas,
             values_with: &values_with,
@@ -1227,5 +1246,17 @@ mod tests {
         assert!(err.contains("\"global\" is not valid YAML"), "{err}");
         let bad: BTreeMap<String, String> = [("Some_Thing".into(), "{}".into())].into();
         assert!(parse_config_map(&bad, &mods, "cm").is_err());
+        for (key, text, what) in [
+            ("global", "42", "the scalar 42"),
+            ("global", "just text", "the scalar \"just text\""),
+            ("someModule", "- a\n- b", "a list"),
+        ] {
+            let bad: BTreeMap<String, String> = [(key.into(), text.into())].into();
+            let err = parse_config_map(&bad, &mods, "cm").unwrap_err();
+            assert!(
+                err.contains(&format!("{key:?} must be a YAML mapping")) && err.contains(what),
+                "{err}"
+            );
+        }
     }
 }
