@@ -24,6 +24,9 @@ impl ConfigStore for NoConfigMap {
     fn save(&self, _key: String, _yaml: String) -> BoxFut<'_, Result<(), PortError>> {
         Box::pin(async { Ok(()) })
     }
+    fn remove(&self, _key: String) -> BoxFut<'_, Result<(), PortError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// No-op hook tasks per second through a fresh engine.

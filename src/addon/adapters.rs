@@ -104,44 +104,60 @@ impl ConfigStore for KubeConfigStore {
     }
 
     fn save(&self, key: String, yaml: String) -> BoxFut<'_, Result<(), PortError>> {
-        Box::pin(async move {
-            // Read-modify-write with the resourceVersion; retry on conflicts.
-            for _ in 0..5 {
-                let existing =
-                    self.api.get_opt(&self.name).await.map_err(|e| {
-                        PortError(format!("cannot read ConfigMap {}: {e}", self.name))
-                    })?;
-                let result = match existing {
-                    Some(mut cm) => {
-                        cm.data
-                            .get_or_insert_with(Default::default)
-                            .insert(key.clone(), yaml.clone());
-                        self.api
-                            .replace(&self.name, &PostParams::default(), &cm)
-                            .await
+        Box::pin(self.edit(key, Some(yaml)))
+    }
+
+    fn remove(&self, key: String) -> BoxFut<'_, Result<(), PortError>> {
+        Box::pin(self.edit(key, None))
+    }
+}
+
+impl KubeConfigStore {
+    /// Sets (`Some`) or removes (`None`) one key: read-modify-write with the
+    /// resourceVersion, retried on conflicts.
+    async fn edit(&self, key: String, yaml: Option<String>) -> Result<(), PortError> {
+        for _ in 0..5 {
+            let existing = self
+                .api
+                .get_opt(&self.name)
+                .await
+                .map_err(|e| PortError(format!("cannot read ConfigMap {}: {e}", self.name)))?;
+            let result = match (existing, &yaml) {
+                (Some(mut cm), _) => {
+                    let data = cm.data.get_or_insert_with(Default::default);
+                    let changed = match &yaml {
+                        Some(text) => data.insert(key.clone(), text.clone()).as_ref() != Some(text),
+                        None => data.remove(&key).is_some(),
+                    };
+                    if !changed {
+                        return Ok(());
                     }
-                    None => {
-                        let mut cm = ConfigMap::default();
-                        cm.metadata.name = Some(self.name.clone());
-                        cm.data = Some(BTreeMap::from([(key.clone(), yaml.clone())]));
-                        self.api.create(&PostParams::default(), &cm).await
-                    }
-                };
-                match result {
-                    Ok(_) => return Ok(()),
-                    Err(kube::Error::Api(status)) if status.code == 409 => continue,
-                    Err(e) => {
-                        return Err(PortError(format!(
-                            "cannot write ConfigMap {}: {e}",
-                            self.name
-                        )));
-                    }
+                    self.api
+                        .replace(&self.name, &PostParams::default(), &cm)
+                        .await
+                }
+                (None, None) => return Ok(()),
+                (None, Some(text)) => {
+                    let mut cm = ConfigMap::default();
+                    cm.metadata.name = Some(self.name.clone());
+                    cm.data = Some(BTreeMap::from([(key.clone(), text.clone())]));
+                    self.api.create(&PostParams::default(), &cm).await
+                }
+            };
+            match result {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                Err(e) => {
+                    return Err(PortError(format!(
+                        "cannot write ConfigMap {}: {e}",
+                        self.name
+                    )));
                 }
             }
-            Err(PortError(format!(
-                "cannot write ConfigMap {}: too many conflicting writers",
-                self.name
-            )))
-        })
+        }
+        Err(PortError(format!(
+            "cannot write ConfigMap {}: too many conflicting writers",
+            self.name
+        )))
     }
 }

@@ -176,6 +176,13 @@ impl ConfigStore for MemoryConfigMap {
             .insert(key, yaml);
         Box::pin(async { Ok(()) })
     }
+
+    fn remove(&self, key: String) -> BoxFut<'_, Result<(), PortError>> {
+        if let Some(data) = lock(&self.data).as_mut() {
+            data.remove(&key);
+        }
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Helm releases as a map: a render's checksum is the md5 of its values, an upgrade bumps

@@ -7,6 +7,8 @@
 //!        ├──► KUBERNETES_PATCH_PATH   ──► ObjectPatcher
 //!        └──plan_values (pure)──► ValuesPatched events (+ the new config values)
 //!                                   ──► journal (durable) ──► ConfigMap section
+//!   a global hook's config patch of /<module>Enabled ──► the ConfigMap's <module>Enabled
+//!   key (the ConfigMap watch then journals the flags and converges, as for a user's edit)
 //! ```
 //!
 //! The order is the reference's: metrics, then object patches, then values patches.
@@ -80,6 +82,14 @@ pub enum OutputProblem {
     /// The patched config values break the config schema.
     #[error("config values patch rejected: {0}")]
     ConfigSchema(String),
+    /// A config patch of `/<module>Enabled` that does not set a boolean or remove it.
+    #[error("CONFIG_VALUES_JSON_PATCH_PATH operation on {path}: {message}")]
+    EnabledFlag {
+        /// The operation's path.
+        path: String,
+        /// What was expected.
+        message: String,
+    },
     /// A values operation does not apply to the current values.
     #[error("VALUES_JSON_PATCH_PATH operation {index} cannot be applied: {message}")]
     ValuesOperation {
@@ -106,7 +116,7 @@ impl OutputProblem {
     /// A short label for metrics and logs.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            OutputProblem::Patch(_) => "patch_syntax",
+            OutputProblem::Patch(_) | OutputProblem::EnabledFlag { .. } => "patch_syntax",
             OutputProblem::Metrics(_) => "metrics",
             OutputProblem::ObjectPatch(_) => "object_patch",
             OutputProblem::ConfigOperation { .. } | OutputProblem::ValuesOperation { .. } => {
@@ -143,6 +153,47 @@ pub struct ParsedOutput {
     pub metrics: Vec<MetricOp>,
     /// `KUBERNETES_PATCH_PATH`, when the hook wrote anything there.
     pub kubernetes_patch: Option<String>,
+    /// A global hook's config patches of `/<module>Enabled`: the ConfigMap key and its
+    /// new value (`None`: remove the key).
+    pub enabled_flags: Vec<(String, Option<bool>)>,
+}
+
+/// Takes a global hook's `/<module>Enabled` operations out of its config patch: they are
+/// ConfigMap keys of their own, not global config values.
+fn split_enabled_flags(
+    ops: Vec<PatchOperation>,
+) -> Result<(Vec<PatchOperation>, Vec<(String, Option<bool>)>), OutputProblem> {
+    let mut rest = Vec::new();
+    let mut flags = Vec::new();
+    for op in ops {
+        let path = match &op {
+            PatchOperation::Add(o) => o.path.to_string(),
+            PatchOperation::Remove(o) => o.path.to_string(),
+            _ => {
+                rest.push(op);
+                continue;
+            }
+        };
+        let key = path.trim_start_matches('/');
+        if key.contains('/') || !key.ends_with("Enabled") {
+            rest.push(op);
+            continue;
+        }
+        let value = match &op {
+            PatchOperation::Add(o) => match o.value.as_bool() {
+                Some(b) => Some(b),
+                None => {
+                    return Err(OutputProblem::EnabledFlag {
+                        path,
+                        message: format!("expected true or false, got {}", o.value),
+                    });
+                }
+            },
+            _ => None,
+        };
+        flags.push((key.to_string(), value));
+    }
+    Ok((rest, flags))
 }
 
 /// Parses every output file; the first error rejects the whole output.
@@ -153,6 +204,10 @@ pub fn parse(origin: Origin<'_>, out: &HookResult) -> Result<ParsedOutput, Outpu
     let memory_ops = parse_patch_stream(VALUES, &out.values_patch)?;
     let key = origin.module.map(crate::values::values_key);
     check_scope(CONFIG, &config_ops, origin.kind(), key.as_deref())?;
+    let (config_ops, enabled_flags) = match origin.module {
+        None => split_enabled_flags(config_ops)?,
+        Some(_) => (config_ops, Vec::new()),
+    };
     check_scope(VALUES, &memory_ops, origin.kind(), key.as_deref())?;
     let metrics = crate::hook_metrics::parse(&out.metrics)
         .map_err(|e| OutputProblem::Metrics(e.to_string()))?;
@@ -163,6 +218,7 @@ pub fn parse(origin: Origin<'_>, out: &HookResult) -> Result<ParsedOutput, Outpu
         memory_ops,
         metrics,
         kubernetes_patch,
+        enabled_flags,
     })
 }
 
@@ -298,6 +354,13 @@ pub async fn apply(
             .map_err(|e| err(OutputProblem::ObjectPatch(e)))?;
     }
     let plan = plan_values(origin, parsed.config_ops, parsed.memory_ops, scope).map_err(err)?;
+    for (key, value) in parsed.enabled_flags {
+        let written = match value {
+            Some(on) => effects.config_store.save(key, on.to_string()).await,
+            None => effects.config_store.remove(key).await,
+        };
+        written.map_err(|e| err(OutputProblem::ConfigMap(e)))?;
+    }
     if plan.events.is_empty() {
         return Ok(plan.events);
     }
@@ -485,6 +548,44 @@ mod tests {
             plan(&patch.0),
             ValuesPlan::default(),
             "the same patch again: nothing"
+        );
+    }
+
+    #[test]
+    fn a_global_hooks_enabled_flags_become_config_map_keys_not_global_values() {
+        let global = Origin {
+            hook: "001.sh",
+            module: None,
+        };
+        let out = output(
+            "",
+            r#"[{"op": "add", "path": "/optionalEnabled", "value": false},
+                {"op": "remove", "path": "/auditEnabled"},
+                {"op": "add", "path": "/global/greeting", "value": "hi"}]"#,
+        );
+        let parsed = parse(global, &out).expect("valid output");
+        assert_eq!(
+            parsed.enabled_flags,
+            [
+                ("optionalEnabled".to_string(), Some(false)),
+                ("auditEnabled".to_string(), None)
+            ]
+        );
+        assert_eq!(
+            parsed.config_ops.len(),
+            1,
+            "only /global/greeting is a global value"
+        );
+        let bad = output(
+            "",
+            r#"{"op": "add", "path": "/optionalEnabled", "value": "no"}"#,
+        );
+        let problem = parse(global, &bad).expect_err("not a boolean");
+        assert!(
+            problem
+                .to_string()
+                .contains("/optionalEnabled: expected true or false"),
+            "{problem}"
         );
     }
 

@@ -103,6 +103,8 @@ pub trait ConfigStore: Send + Sync + 'static {
     fn load(&self) -> BoxFut<'_, Result<Option<BTreeMap<String, String>>, PortError>>;
     /// Writes one key (`global`, a module key) as YAML text, creating the ConfigMap if needed.
     fn save(&self, key: String, yaml: String) -> BoxFut<'_, Result<(), PortError>>;
+    /// Removes one key (a `<module>Enabled` flag); nothing to do when it is absent.
+    fn remove(&self, key: String) -> BoxFut<'_, Result<(), PortError>>;
 }
 
 /// A module's `enabled` script run.

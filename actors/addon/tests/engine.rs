@@ -338,3 +338,41 @@ async fn a_task_that_keeps_failing_is_parked_and_its_queue_goes_on() {
         "the queue dump shows the parked task"
     );
 }
+
+#[tokio::test]
+async fn a_global_hooks_config_patch_of_a_module_flag_reaches_the_config_map_and_disables_it() {
+    let world = World::default();
+    let (mut global, modules) = standard_hooks(&world);
+    global.push(global_hook("g-switch", "configVersion: v1\nonStartup: 2"));
+    world.hooks.answer("g-switch", |_run| {
+        Ok(HookResult {
+            config_values_patch: r#"{"op": "add", "path": "/betaEnabled", "value": false}"#.into(),
+            ..HookResult::default()
+        })
+    });
+    let engine = world.engine(global, modules.clone(), None).await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let data = world.config_map.data().unwrap_or_default();
+    assert_eq!(
+        data.get("betaEnabled").map(String::as_str),
+        Some("false"),
+        "the flag is a ConfigMap key of its own"
+    );
+    assert!(
+        world.count(|e| matches!(e, Event::ValuesPatched { source, .. } if source == "g-switch"))
+            == 0,
+        "it is not journaled as a global config value"
+    );
+
+    // The ConfigMap watch hands the new data to the engine, as for a user's edit.
+    let (sections, _) =
+        bosun_addon::modules::parse_config_map(&data, &modules, "addon-operator").expect("valid");
+    engine.config_changed(sections).await.expect("accepted");
+    wait_for("beta to be disabled and deleted", || async {
+        world.releases.log().contains(&"uninstall beta".to_string())
+    })
+    .await;
+    assert!(
+        world.count(|e| matches!(e, Event::ModuleDisabled { module, .. } if module == "beta")) == 1
+    );
+}
