@@ -153,16 +153,18 @@ pub struct ParsedOutput {
     pub metrics: Vec<MetricOp>,
     /// `KUBERNETES_PATCH_PATH`, when the hook wrote anything there.
     pub kubernetes_patch: Option<String>,
-    /// A global hook's config patches of `/<module>Enabled`: the ConfigMap key and its
-    /// new value (`None`: remove the key).
-    pub enabled_flags: Vec<(String, Option<bool>)>,
+    /// A global hook's config patches of `/<module>Enabled`.
+    pub enabled_flags: Vec<EnabledFlag>,
 }
+
+/// A ConfigMap `<module>Enabled` key and its new value (`None`: remove the key).
+pub type EnabledFlag = (String, Option<bool>);
 
 /// Takes a global hook's `/<module>Enabled` operations out of its config patch: they are
 /// ConfigMap keys of their own, not global config values.
 fn split_enabled_flags(
     ops: Vec<PatchOperation>,
-) -> Result<(Vec<PatchOperation>, Vec<(String, Option<bool>)>), OutputProblem> {
+) -> Result<(Vec<PatchOperation>, Vec<EnabledFlag>), OutputProblem> {
     let mut rest = Vec::new();
     let mut flags = Vec::new();
     for op in ops {
