@@ -84,7 +84,7 @@ fn main() {
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 
     let on = Arc::new(AtomicBool::new(false));
-    let (recorder, handle) = bosun::telemetry::recorder(bosun::telemetry::DEFAULT_PREFIX);
+    let (recorder, handle) = bosun::prometheus::recorder(bosun::prometheus::DEFAULT_PREFIX);
     metrics::set_global_recorder(Switch {
         on: on.clone(),
         inner: recorder,

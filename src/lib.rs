@@ -18,6 +18,7 @@ pub mod journal_cli;
 pub mod jq;
 pub mod kubernetes;
 pub mod logging;
+pub mod prometheus;
 pub mod runtime_config;
+
 pub use bosun_sandbox as sandbox;
-pub mod telemetry;

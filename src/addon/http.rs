@@ -13,7 +13,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use bosun_addon::engine::Engine;
 
-use crate::telemetry::Metrics;
+use crate::prometheus::Metrics;
 
 /// The content type of the Prometheus text format.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -254,7 +254,7 @@ impl OperatorConfig {
             monitor_interval: Duration::from_secs(270),
             debug_socket: PathBuf::from(crate::debug::DEFAULT_SOCKET),
             debug_http: None,
-            metrics_prefix: crate::telemetry::DEFAULT_PREFIX.into(),
+            metrics_prefix: crate::prometheus::DEFAULT_PREFIX.into(),
             queue_action_metrics: true,
         }
     }
@@ -529,7 +529,7 @@ fn releases(
 /// Starts the operator.
 pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     // First, so that everything started below records into it.
-    let metrics = crate::telemetry::install(&cfg.metrics_prefix);
+    let metrics = crate::prometheus::install(&cfg.metrics_prefix);
     let config = match &cfg.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)

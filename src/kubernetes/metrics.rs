@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn each_request_counts_by_status_and_times_by_template() {
-        let (recorder, handle) = crate::telemetry::recorder("");
+        let (recorder, handle) = crate::prometheus::recorder("");
         let mut svc = KubeMetricsLayer::new("10.0.0.1:6443").layer(Answers);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
