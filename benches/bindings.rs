@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bosun::bindings::WatchManager;
+use bosun::watches::WatchManager;
 use bosun_addon::bindings::{BindingEvent, HookRef};
 use bosun_addon::hook_config::{HookKind, parse};
 use bosun_addon::ports::KubeBindings;

@@ -9,7 +9,6 @@
 //! ```
 
 pub mod addon;
-pub mod bindings;
 pub mod cli;
 pub mod debug;
 pub mod helm;
@@ -20,5 +19,6 @@ pub mod kubernetes;
 pub mod logging;
 pub mod prometheus;
 pub mod runtime_config;
+pub mod watches;
 
 pub use bosun_sandbox as sandbox;

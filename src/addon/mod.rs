@@ -603,7 +603,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
             executor: Arc::new(runner),
             config_store: Arc::new(store),
             releases,
-            bindings: Arc::new(crate::bindings::WatchManager::new(client.clone())),
+            bindings: Arc::new(crate::watches::WatchManager::new(client.clone())),
             patcher: Arc::new(crate::kubernetes::patcher::KubePatcher::new(
                 client.clone(),
                 std::env::var("KUBE_CLIENT_FIELD_MANAGER")
