@@ -569,3 +569,70 @@ fn dry_run_apply_answers_the_merged_object_and_stores_nothing() {
     assert_eq!(code, 201);
     assert_eq!(sb.get(&format!("{CM}/ghost")).0, 404);
 }
+
+const SECRETS: &str = "/api/v1/namespaces/default/secrets";
+
+#[test]
+fn secret_string_data_is_folded_into_data_on_every_write() {
+    let sb = Sandbox::start();
+    let (code, created) = sb.post(
+        SECRETS,
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "data": {"kept": "a2VwdA==", "over": "b2xk"}, "stringData": {"over": "new", "plain": "hello"}}),
+    );
+    assert_eq!(code, 201, "{created}");
+    let (_, live) = sb.get(&format!("{SECRETS}/s"));
+    assert_eq!(
+        live["data"],
+        json!({"kept": "a2VwdA==", "over": "bmV3", "plain": "aGVsbG8="}),
+        "{live}"
+    );
+    assert!(live.get("stringData").is_none(), "{live}");
+    assert_eq!(live["type"], "Opaque", "{live}");
+
+    // PUT.
+    let mut update = live.clone();
+    update["stringData"] = json!({"plain": "bye"});
+    let (code, updated) = sb.put(&format!("{SECRETS}/s"), &update);
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(updated["data"]["plain"], "Ynll", "{updated}");
+    assert!(updated.get("stringData").is_none(), "{updated}");
+
+    // Every patch type.
+    let patches = [
+        (
+            "application/merge-patch+json",
+            r#"{"stringData": {"plain": "merge"}}"#,
+            "bWVyZ2U=",
+        ),
+        (
+            "application/strategic-merge-patch+json",
+            r#"{"stringData": {"plain": "smp"}}"#,
+            "c21w",
+        ),
+        (
+            "application/json-patch+json",
+            r#"[{"op": "add", "path": "/stringData", "value": {"plain": "json"}}]"#,
+            "anNvbg==",
+        ),
+    ];
+    for (content_type, body, want) in patches {
+        let (code, patched) = sb.request("PATCH", &format!("{SECRETS}/s"), content_type, body);
+        assert_eq!(code, 200, "{content_type}: {patched}");
+        let (_, live) = sb.get(&format!("{SECRETS}/s"));
+        assert_eq!(live["data"]["plain"], want, "{content_type}: {live}");
+        assert!(live.get("stringData").is_none(), "{content_type}: {live}");
+    }
+    let apply =
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  plain: applied\n";
+    let (code, applied) = sb.request(
+        "PATCH",
+        &format!("{SECRETS}/s?fieldManager=me&force=true"),
+        "application/apply-patch+yaml",
+        apply,
+    );
+    assert_eq!(code, 200, "{applied}");
+    let (_, live) = sb.get(&format!("{SECRETS}/s"));
+    assert_eq!(live["data"]["plain"], "YXBwbGllZA==", "{live}");
+    assert!(live.get("stringData").is_none(), "{live}");
+}

@@ -1,0 +1,85 @@
+//! Defaulting and normalisation kube-apiserver applies to built-in objects on every
+//! write (create, update, and the result of every patch type): Secret `stringData`.
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+use super::resources::ResourceInfo;
+
+/// Applies the defaults of `info`'s kind to `obj`, whose `metadata.name` is set.
+pub fn apply(info: &ResourceInfo, obj: &mut Value) {
+    if !obj.is_object() {
+        return;
+    }
+    match (info.group.as_str(), info.plural.as_str()) {
+        ("", "secrets") => secret(obj),
+        _ => {}
+    }
+}
+
+/// `stringData` folded into `data` and `type` defaulted to `Opaque`.
+fn secret(obj: &mut Value) {
+    fold_string_data(obj);
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    let missing_type = map
+        .get("type")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty);
+    if missing_type {
+        map.insert("type".into(), json!("Opaque"));
+    }
+}
+
+/// A Secret's `stringData` folded into `data` (base64, overriding keys of `data`) and
+/// dropped, as kube-apiserver stores it.
+pub fn fold_string_data(obj: &mut Value) {
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    if let Some(string_data) = map.remove("stringData")
+        && let Value::Object(entries) = string_data
+        && !entries.is_empty()
+    {
+        let data = map
+            .entry("data")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !data.is_object() {
+            *data = Value::Object(Map::new());
+        }
+        if let Some(data) = data.as_object_mut() {
+            for (k, v) in entries {
+                let text = match v {
+                    Value::String(s) => s,
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                };
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                data.insert(k, Value::String(encoded));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(group: &str, plural: &str) -> ResourceInfo {
+        super::super::resources::builtin_resources()
+            .into_iter()
+            .find(|r| r.group == group && r.plural == plural)
+            .expect("built-in resource")
+    }
+
+    #[test]
+    fn secret_string_data_is_folded_over_data() {
+        let mut s = json!({"metadata": {"name": "s"}, "data": {"a": "eA==", "b": "eQ=="},
+            "stringData": {"b": "hello", "c": ""}});
+        apply(&info("", "secrets"), &mut s);
+        assert_eq!(s["data"], json!({"a": "eA==", "b": "aGVsbG8=", "c": ""}));
+        assert!(s.get("stringData").is_none());
+        assert_eq!(s["type"], "Opaque");
+    }
+}
