@@ -636,3 +636,50 @@ fn secret_string_data_is_folded_into_data_on_every_write() {
     assert_eq!(live["data"]["plain"], "YXBwbGllZA==", "{live}");
     assert!(live.get("stringData").is_none(), "{live}");
 }
+
+#[test]
+fn namespaces_carry_their_name_label_and_selectors_match_it() {
+    let sb = Sandbox::start();
+    let (code, created) = sb.post(
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "spoofed"}}}),
+    );
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(
+        created["metadata"]["labels"]["kubernetes.io/metadata.name"], "team-a",
+        "{created}"
+    );
+    let (code, list) =
+        sb.get("/api/v1/namespaces?labelSelector=kubernetes.io%2Fmetadata.name%3Dteam-a");
+    assert_eq!(code, 200, "{list}");
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i["metadata"]["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(names, ["team-a"], "{list}");
+    // The namespaces the sandbox creates itself carry it too.
+    let (_, default) = sb.get("/api/v1/namespaces/default");
+    assert_eq!(
+        default["metadata"]["labels"]["kubernetes.io/metadata.name"], "default",
+        "{default}"
+    );
+    // An update cannot remove or change it.
+    let (code, patched) = sb.request(
+        "PATCH",
+        "/api/v1/namespaces/team-a",
+        "application/merge-patch+json",
+        r#"{"metadata": {"labels": {"kubernetes.io/metadata.name": null, "x": "y"}}}"#,
+    );
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(
+        patched["metadata"]["labels"],
+        json!({"kubernetes.io/metadata.name": "team-a", "x": "y"}),
+        "{patched}"
+    );
+}

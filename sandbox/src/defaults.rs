@@ -1,10 +1,14 @@
 //! Defaulting and normalisation kube-apiserver applies to built-in objects on every
-//! write (create, update, and the result of every patch type): Secret `stringData`.
+//! write (create, update, and the result of every patch type): Secret `stringData` and
+//! the namespace name label.
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use super::resources::ResourceInfo;
+
+/// The label kube-apiserver sets on every namespace (since 1.21) to its name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// Applies the defaults of `info`'s kind to `obj`, whose `metadata.name` is set.
 pub fn apply(info: &ResourceInfo, obj: &mut Value) {
@@ -13,6 +17,7 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
     }
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "secrets") => secret(obj),
+        ("", "namespaces") => namespace(obj),
         _ => {}
     }
 }
@@ -62,6 +67,25 @@ pub fn fold_string_data(obj: &mut Value) {
     }
 }
 
+/// The `kubernetes.io/metadata.name` label, always the name (a user value is overridden).
+fn namespace(obj: &mut Value) {
+    let Some(name) = obj["metadata"]["name"].as_str().map(str::to_string) else {
+        return;
+    };
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let labels = meta
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !labels.is_object() {
+        *labels = Value::Object(Map::new());
+    }
+    if let Some(labels) = labels.as_object_mut() {
+        labels.insert(NAMESPACE_NAME_LABEL.into(), json!(name));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +105,16 @@ mod tests {
         assert_eq!(s["data"], json!({"a": "eA==", "b": "aGVsbG8=", "c": ""}));
         assert!(s.get("stringData").is_none());
         assert_eq!(s["type"], "Opaque");
+    }
+
+    #[test]
+    fn namespace_label_overrides_the_user_value() {
+        let mut ns =
+            json!({"metadata": {"name": "n", "labels": {NAMESPACE_NAME_LABEL: "x", "a": "b"}}});
+        apply(&info("", "namespaces"), &mut ns);
+        assert_eq!(
+            ns["metadata"]["labels"],
+            json!({NAMESPACE_NAME_LABEL: "n", "a": "b"})
+        );
     }
 }
