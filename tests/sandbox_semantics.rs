@@ -683,3 +683,31 @@ fn namespaces_carry_their_name_label_and_selectors_match_it() {
         "{patched}"
     );
 }
+
+#[test]
+fn built_in_kinds_get_kube_apiserver_field_defaults() {
+    let sb = Sandbox::start();
+    let (code, svc) = sb.post(
+        "/api/v1/namespaces/default/services",
+        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+    );
+    assert_eq!(code, 201, "{svc}");
+    assert_eq!(svc["spec"]["type"], "ClusterIP", "{svc}");
+    assert_eq!(svc["spec"]["sessionAffinity"], "None", "{svc}");
+    assert_eq!(svc["spec"]["ports"][0]["protocol"], "TCP", "{svc}");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 80, "{svc}");
+
+    let mut d = deployment("d", 2);
+    d["spec"].as_object_mut().map(|s| s.remove("replicas"));
+    let (code, dep) = sb.post(DEPLOY, &d);
+    assert_eq!(code, 201, "{dep}");
+    assert_eq!(dep["spec"]["replicas"], 1, "{dep}");
+    assert_eq!(dep["spec"]["revisionHistoryLimit"], 10, "{dep}");
+    assert_eq!(dep["spec"]["progressDeadlineSeconds"], 600, "{dep}");
+    assert_eq!(
+        dep["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+        "{dep}"
+    );
+}

@@ -1,6 +1,7 @@
 //! Defaulting and normalisation kube-apiserver applies to built-in objects on every
-//! write (create, update, and the result of every patch type): Secret `stringData` and
-//! the namespace name label.
+//! write (create, update, and the result of every patch type): Secret `stringData`,
+//! the namespace name label, and the cheap field defaults of Services and
+//! Deployments. What is not defaulted is listed in `docs/sandbox.md`.
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -18,6 +19,8 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "secrets") => secret(obj),
         ("", "namespaces") => namespace(obj),
+        ("", "services") => service(obj),
+        ("apps", "deployments") => deployment(obj),
         _ => {}
     }
 }
@@ -83,6 +86,52 @@ fn namespace(obj: &mut Value) {
     }
     if let Some(labels) = labels.as_object_mut() {
         labels.insert(NAMESPACE_NAME_LABEL.into(), json!(name));
+    }
+}
+
+fn set_default(map: &mut Map<String, Value>, key: &str, value: Value) {
+    if map.get(key).is_none_or(Value::is_null) {
+        map.insert(key.into(), value);
+    }
+}
+
+/// `type: ClusterIP`, `sessionAffinity: None`, and per port `protocol: TCP` and
+/// `targetPort` = `port`. No cluster IP is allocated.
+fn service(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    set_default(spec, "type", json!("ClusterIP"));
+    set_default(spec, "sessionAffinity", json!("None"));
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+            set_default(port, "protocol", json!("TCP"));
+            if let Some(p) = port.get("port").cloned() {
+                set_default(port, "targetPort", p);
+            }
+        }
+    }
+}
+
+/// `replicas: 1`, `revisionHistoryLimit: 10`, `progressDeadlineSeconds: 600`, a
+/// `RollingUpdate` strategy of 25%/25%. The pod template is not defaulted.
+fn deployment(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    set_default(spec, "replicas", json!(1));
+    set_default(spec, "revisionHistoryLimit", json!(10));
+    set_default(spec, "progressDeadlineSeconds", json!(600));
+    set_default(spec, "strategy", json!({"type": "RollingUpdate"}));
+    if let Some(strategy) = spec.get_mut("strategy").and_then(Value::as_object_mut) {
+        set_default(strategy, "type", json!("RollingUpdate"));
+        if strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+            set_default(
+                strategy,
+                "rollingUpdate",
+                json!({"maxUnavailable": "25%", "maxSurge": "25%"}),
+            );
+        }
     }
 }
 
