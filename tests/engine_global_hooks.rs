@@ -525,3 +525,24 @@ fn an_invalid_global_hook_config_stops_the_start_with_a_named_error() {
         "{err}"
     );
 }
+
+#[test]
+fn addon_operator_ha_is_not_refused_but_warned_about_at_error_level() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = work.path().join("no-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    let op = Operator::start_with(&sb, &hooks, work.path(), &[("ADDON_OPERATOR_HA", "true")]);
+    let journal = work.path().join("journal");
+    op.wait(
+        "a converge with ADDON_OPERATOR_HA=true",
+        Duration::from_secs(60),
+        || converges(&journal) >= 1,
+    );
+    let logs = op.logs();
+    let warning = logs
+        .lines()
+        .find(|l| l.contains("ADDON_OPERATOR_HA") && l.contains("only one replica"));
+    let warning = warning.unwrap_or_else(|| panic!("no warning about ADDON_OPERATOR_HA: {logs}"));
+    assert!(warning.contains("ERROR"), "{warning}");
+}
