@@ -176,6 +176,25 @@ fn after_kill_9_values_and_failing_tasks_resume_from_the_journal() {
         Duration::from_secs(60),
         || attempts() >= 2 && journaled_failures() >= 2,
     );
+    // The retry's log lines name the task without repeating the previous error in it; the
+    // error has its own field on the failure line.
+    let logs = op.logs();
+    let task_lines: Vec<&str> = logs
+        .lines()
+        .filter(|l| {
+            l.contains("002-flaky.sh")
+                && (l.contains("task started") || l.contains("task finished"))
+        })
+        .collect();
+    assert!(task_lines.len() >= 3, "{logs}");
+    for line in &task_lines {
+        assert!(!line.contains("failures 1:"), "{line}");
+    }
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("task failed") && l.contains("not allowed yet")),
+        "{logs}"
+    );
     op.kill9();
 
     let (state, _) = journal_state(&work.path().join("journal"));

@@ -466,6 +466,19 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
         self.flush().await
     }
 
+    /// A task's line for log messages: its queue-dump line without the failure count and
+    /// the last error (the dump shows them; a log line gives them their own fields, so a
+    /// retried task's lines do not repeat a long error).
+    fn log_line(&self, task: &QueuedTask<K>) -> String {
+        if task.failures == 0 && task.last_error.is_empty() {
+            return self.rules.describe(task);
+        }
+        let mut bare = task.clone();
+        bare.failures = 0;
+        bare.last_error.clear();
+        self.rules.describe(&bare)
+    }
+
     fn kick_after(&self, delay: Duration) {
         let me = self.me.clone();
         tokio::spawn(async move {
@@ -559,8 +572,9 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
         self.running_since = Some(Instant::now());
         self.activity = Activity::Running;
         self.record_wait(&task);
-        let line = self.rules.describe(&task);
-        tracing::info!(queue = %self.name, task = %line, "task started");
+        let line = self.log_line(&task);
+        // The previous error was logged when it happened ("task failed", in its own field).
+        tracing::info!(queue = %self.name, task = %line, attempt = task.attempts + 1, failures = task.failures, "task started");
         let handler = self.handler.clone();
         let me = self.me.clone();
         let mailbox = self.mailbox.clone();
@@ -606,7 +620,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
         let Some(task) = self.tasks().iter().find(|t| t.spec.id == id).cloned() else {
             return Ok(());
         };
-        let line = self.rules.describe(&task);
+        let line = self.log_line(&task);
         tracing::info!(
             queue = %self.name,
             task = %line,
@@ -648,7 +662,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
             TaskOutcome::Fail(error) => {
                 let failures = task.failures + 1;
                 let delay = backoff(task.failures, jitter());
-                tracing::error!(queue = %self.name, task = %line, failures, retry_in = ?delay, "task failed: {error}");
+                tracing::error!(queue = %self.name, task = %line, failures, retry_in = ?delay, error = %error, "task failed");
                 events.push(TaskEvent::TaskFailed {
                     id,
                     error: error.clone(),
