@@ -329,6 +329,30 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
     op.wait("afterDeleteHelm ran", Duration::from_secs(30), || {
         events_log(w).contains(&"toggled afterDeleteHelm".to_string())
     });
+    // Helm's results are logged at INFO: install and upgrade with their revision, and the
+    // uninstall.
+    let logs = op.logs();
+    let info_line = |what: &str, release: &str| {
+        logs.lines()
+            .find(|l| {
+                l.contains("INFO") && l.contains(what) && l.contains(&format!("release={release}"))
+            })
+            .map(str::to_string)
+    };
+    let installed = info_line("release installed", "toggled").unwrap_or_default();
+    assert!(
+        installed.contains("revision=1") && installed.contains("duration="),
+        "{logs}"
+    );
+    let upgraded = info_line("release upgraded", "echo").unwrap_or_default();
+    assert!(
+        upgraded.contains("revision=") && upgraded.contains("duration="),
+        "{logs}"
+    );
+    assert!(
+        info_line("release uninstalled", "toggled").is_some(),
+        "{logs}"
+    );
     set_config(&sb, &[("toggledEnabled", "true")]);
     op.wait("toggled installed again", Duration::from_secs(60), || {
         releases(&sb).contains_key("toggled") && sb.get(&format!("{CM}/toggled")).0 == 200

@@ -340,23 +340,36 @@ impl Releases for HelmReleases {
                     }
                 }
             };
-            let result = match attempt(latest.is_some()).await {
+            let started = std::time::Instant::now();
+            let mut exists = latest.is_some();
+            let result = match attempt(exists).await {
                 Ok(r) => Ok(r),
                 Err(first) => {
                     tracing::warn!(release = %release, "helm upgrade failed, retrying once: {first}");
-                    let exists = self.latest(&release).await?.is_some();
+                    exists = self.latest(&release).await?.is_some();
                     attempt(exists).await
                 }
             };
             let r = result.map_err(|e| PortError(e.to_string()))?;
-            Ok(u32::try_from(r.revision()).unwrap_or(u32::MAX))
+            let revision = u32::try_from(r.revision()).unwrap_or(u32::MAX);
+            let took = started.elapsed();
+            if exists {
+                tracing::info!(release = %release, revision, duration = ?took, "release upgraded");
+            } else {
+                tracing::info!(release = %release, revision, duration = ?took, "release installed");
+            }
+            Ok(revision)
         })
     }
 
     fn uninstall(&self, release: String) -> BoxFut<'_, Result<bool, PortError>> {
         Box::pin(async move {
+            let started = std::time::Instant::now();
             match self.client.uninstall(&release).await {
-                Ok(()) => Ok(true),
+                Ok(()) => {
+                    tracing::info!(release = %release, duration = ?started.elapsed(), "release uninstalled");
+                    Ok(true)
+                }
                 Err(HelmError::NotFound(_)) => Ok(false),
                 Err(e) => Err(PortError(e.to_string())),
             }
