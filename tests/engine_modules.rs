@@ -830,3 +830,43 @@ fn a_config_map_change_during_a_converge_restarts_it() {
         "the fast module was installed once, with the new values"
     );
 }
+
+/// How many revisions Helm stored for `release`, whatever their status.
+fn release_records(sb: &Sandbox, release: &str) -> usize {
+    let (code, list) = sb.get(&format!(
+        "/api/v1/namespaces/default/secrets?labelSelector=owner%3Dhelm%2Cname%3D{release}"
+    ));
+    assert_eq!(code, 200, "{list}");
+    list["items"].as_array().map(Vec::len).unwrap_or(0)
+}
+
+#[test]
+fn a_rejected_manifest_is_not_installed_again_at_once() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    std::fs::write(m.join("values.yaml"), "rejectedEnabled: true\n").expect("values.yaml");
+    std::fs::create_dir_all(m.join("010-rejected/templates")).expect("module dir");
+    // The API server refuses the name: every attempt fails the same way.
+    std::fs::write(
+        m.join("010-rejected/templates/t.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Bad_Name\n",
+    )
+    .expect("template");
+    let op = start(&sb, w, &[("BOSUN_TASK_MAX_ATTEMPTS", "1")]);
+    let journal = w.join("journal");
+    op.wait("the module run failed", Duration::from_secs(60), || {
+        module_failure(&journal, "rejected", 1).is_some()
+    });
+    let err = module_failure(&journal, "rejected", 1).unwrap_or_default();
+    assert!(err.contains("Bad_Name"), "{err}");
+    // One Helm attempt in the failed task: one stored revision, and no immediate retry.
+    assert_eq!(release_records(&sb, "rejected"), 1, "{}", op.logs());
+    assert!(
+        !op.logs().contains("retrying once"),
+        "a rejected manifest is not retried at once: {}",
+        op.logs()
+    );
+    drop(op);
+}

@@ -344,11 +344,15 @@ impl Releases for HelmReleases {
             let mut exists = latest.is_some();
             let result = match attempt(exists).await {
                 Ok(r) => Ok(r),
-                Err(first) => {
+                // Once more at once only when the error may not come back (the API server
+                // was unreachable or busy, a write conflicted); a rejected manifest fails
+                // the task, which is retried with backoff.
+                Err(first) if first.is_transient() => {
                     tracing::warn!(release = %release, "helm upgrade failed, retrying once: {first}");
                     exists = self.latest(&release).await?.is_some();
                     attempt(exists).await
                 }
+                Err(first) => Err(first),
             };
             let r = result.map_err(|e| PortError(e.to_string()))?;
             let revision = u32::try_from(r.revision()).unwrap_or(u32::MAX);
