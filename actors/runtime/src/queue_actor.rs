@@ -67,6 +67,14 @@ impl<K> TaskOutcome<K> {
 pub trait TaskHandler<K>: Send + Sync + 'static {
     /// Runs one task.
     fn handle(&self, task: QueuedTask<K>) -> BoxFut<'_, TaskOutcome<K>>;
+
+    /// How long the head task must wait before it may start (a hook's rate limit), or
+    /// `None` when it may start now. While it waits it is neither started nor merged: the
+    /// queue asks again after the delay, and the tasks that arrived meanwhile are merged
+    /// into it when it starts.
+    fn ready_in(&self, _task: &QueuedTask<K>) -> Option<Duration> {
+        None
+    }
 }
 
 /// Delivers tasks to other queues (creating them on demand).
@@ -531,6 +539,14 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
                 self.kick_after(delay);
                 return Ok(());
             }
+        }
+        if let Some(delay) = self.handler.ready_in(&head) {
+            self.activity = Activity::sleeping(
+                format!("wait for the rate limit for {}", go_duration(delay)),
+                delay,
+            );
+            self.kick_after(delay);
+            return Ok(());
         }
         let mut events: Vec<TaskEvent<K>> = Vec::new();
         let tasks = self.state.queue(&self.name);
