@@ -860,3 +860,169 @@ fn values_changed_by_kubernetes_runs_converge_globally_and_rerun_their_module() 
         || common::converges(&journal) > converged,
     );
 }
+
+const RATE_LIMITED_CONFIG: &str = "configVersion: v1
+kubernetes:
+- name: limited
+  apiVersion: v1
+  kind: ConfigMap
+  labelSelector: {matchLabels: {rate: limited}}
+settings:
+  executionMinInterval: 6s
+  executionBurst: 1";
+
+/// The names of the objects in one run's binding contexts.
+fn object_names(run: &Value) -> Vec<String> {
+    run.as_array()
+        .map(|ctxs| {
+            ctxs.iter()
+                .filter_map(|c| c["object"]["metadata"]["name"].as_str())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How many tasks of `hook` the journal shows enqueued so far.
+fn enqueued_runs(journal: &Path, hook: &str) -> usize {
+    common::try_journal_state(journal)
+        .map(|(_, events)| {
+            events
+                .iter()
+                .filter(|e| {
+                    matches!(e, bosun_addon::Event::Task(bosun_addon::TaskEvent::TaskEnqueued { task, .. })
+                        if task.kind.hook() == Some(hook))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_rate_limited_hook_run_carries_every_event_up_to_the_moment_it_starts() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let out = work.path().join("out");
+    let journal = work.path().join("journal");
+    let hooks = work.path().join("global");
+    hook(
+        &hooks.join("limited.sh"),
+        RATE_LIMITED_CONFIG,
+        "limited.jsonl",
+    );
+    let op = Operator::start(&sb, &hooks, work.path());
+    // The Synchronization run takes the only token: the next run waits 6s.
+    op.wait("the Synchronization run", Duration::from_secs(60), || {
+        !runs(&out, "limited.jsonl").is_empty()
+    });
+    let before = enqueued_runs(&journal, "limited.sh");
+    let cm = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "labels": {"rate": "limited"}}})
+    };
+    create(&sb, "/api/v1/namespaces/default/configmaps", &cm("first"));
+    // The first event's task is queued (and waits for the limiter) before the second event.
+    op.wait("the first event queued", Duration::from_secs(30), || {
+        enqueued_runs(&journal, "limited.sh") > before
+    });
+    create(&sb, "/api/v1/namespaces/default/configmaps", &cm("second"));
+    op.wait(
+        "a run with the second event",
+        Duration::from_secs(60),
+        || {
+            runs(&out, "limited.jsonl")
+                .iter()
+                .any(|r| object_names(r).contains(&"second".to_string()))
+        },
+    );
+    let all = runs(&out, "limited.jsonl");
+    let names: Vec<Vec<String>> = all.iter().skip(1).map(object_names).collect();
+    assert_eq!(
+        names,
+        [["first", "second"]],
+        "one run after the interval, carrying both events: {all:?}"
+    );
+}
+
+/// How many `ModuleHookRun` tasks of `module` the journal shows enqueued so far.
+fn enqueued_module_hook_runs(journal: &Path, module: &str) -> usize {
+    common::try_journal_state(journal)
+        .map(|(_, events)| {
+            events
+                .iter()
+                .filter(|e| {
+                    matches!(e, bosun_addon::Event::Task(bosun_addon::TaskEvent::TaskEnqueued { task, .. })
+                        if task.kind.module() == Some(module)
+                            && task.kind.task_type() == bosun_addon::TaskType::ModuleHookRun)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_rate_limited_module_hook_run_carries_every_event_up_to_the_moment_it_starts() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let out = work.path().join("out");
+    let journal = work.path().join("journal");
+    let module = work.path().join("modules/010-limited");
+    std::fs::create_dir_all(&module).expect("module dir");
+    std::fs::write(
+        work.path().join("modules/values.yaml"),
+        "limitedEnabled: true\n",
+    )
+    .expect("values.yaml");
+    hook(
+        &module.join("hooks/limited.sh"),
+        "configVersion: v1
+kubernetes:
+- name: limited
+  apiVersion: v1
+  kind: ConfigMap
+  labelSelector: {matchLabels: {rate: limited}}
+  executeHookOnSynchronization: false
+settings:
+  executionMinInterval: 6s
+  executionBurst: 1",
+        "limited.jsonl",
+    );
+    let op = Operator::start(&sb, &work.path().join("no-global-hooks"), work.path());
+    op.wait("the first converge", Duration::from_secs(60), || {
+        common::converges(&journal) >= 1
+    });
+    let cm = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "labels": {"rate": "limited"}}})
+    };
+    let ran = |name: &str| {
+        runs(&out, "limited.jsonl")
+            .iter()
+            .any(|r| object_names(r).contains(&name.to_string()))
+    };
+    // The first event's run takes the only token: the next run waits 6s.
+    create(&sb, "/api/v1/namespaces/default/configmaps", &cm("one"));
+    op.wait(
+        "the run of the first event",
+        Duration::from_secs(30),
+        || ran("one"),
+    );
+    let before = enqueued_module_hook_runs(&journal, "limited");
+    create(&sb, "/api/v1/namespaces/default/configmaps", &cm("two"));
+    op.wait("the second event queued", Duration::from_secs(30), || {
+        enqueued_module_hook_runs(&journal, "limited") > before
+    });
+    create(&sb, "/api/v1/namespaces/default/configmaps", &cm("three"));
+    op.wait(
+        "a run with the third event",
+        Duration::from_secs(60),
+        || ran("three"),
+    );
+    let all = runs(&out, "limited.jsonl");
+    let names: Vec<Vec<String>> = all.iter().map(object_names).collect();
+    assert_eq!(
+        names,
+        [vec!["one"], vec!["two", "three"]],
+        "the run after the interval carries both events: {all:?}"
+    );
+}

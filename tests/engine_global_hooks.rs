@@ -176,6 +176,25 @@ fn after_kill_9_values_and_failing_tasks_resume_from_the_journal() {
         Duration::from_secs(60),
         || attempts() >= 2 && journaled_failures() >= 2,
     );
+    // The retry's log lines name the task without repeating the previous error in it; the
+    // error has its own field on the failure line.
+    let logs = op.logs();
+    let task_lines: Vec<&str> = logs
+        .lines()
+        .filter(|l| {
+            l.contains("002-flaky.sh")
+                && (l.contains("task started") || l.contains("task finished"))
+        })
+        .collect();
+    assert!(task_lines.len() >= 3, "{logs}");
+    for line in &task_lines {
+        assert!(!line.contains("failures 1:"), "{line}");
+    }
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("task failed") && l.contains("not allowed yet")),
+        "{logs}"
+    );
     op.kill9();
 
     let (state, _) = journal_state(&work.path().join("journal"));
@@ -524,4 +543,25 @@ fn an_invalid_global_hook_config_stops_the_start_with_a_named_error() {
         err.contains("001-bad.sh") && err.contains("onStartup") && err.contains("integer"),
         "{err}"
     );
+}
+
+#[test]
+fn addon_operator_ha_is_not_refused_but_warned_about_at_error_level() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = work.path().join("no-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    let op = Operator::start_with(&sb, &hooks, work.path(), &[("ADDON_OPERATOR_HA", "true")]);
+    let journal = work.path().join("journal");
+    op.wait(
+        "a converge with ADDON_OPERATOR_HA=true",
+        Duration::from_secs(60),
+        || converges(&journal) >= 1,
+    );
+    let logs = op.logs();
+    let warning = logs
+        .lines()
+        .find(|l| l.contains("ADDON_OPERATOR_HA") && l.contains("only one replica"));
+    let warning = warning.unwrap_or_else(|| panic!("no warning about ADDON_OPERATOR_HA: {logs}"));
+    assert!(warning.contains("ERROR"), "{warning}");
 }

@@ -329,6 +329,30 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
     op.wait("afterDeleteHelm ran", Duration::from_secs(30), || {
         events_log(w).contains(&"toggled afterDeleteHelm".to_string())
     });
+    // Helm's results are logged at INFO: install and upgrade with their revision, and the
+    // uninstall.
+    let logs = op.logs();
+    let info_line = |what: &str, release: &str| {
+        logs.lines()
+            .find(|l| {
+                l.contains("INFO") && l.contains(what) && l.contains(&format!("release={release}"))
+            })
+            .map(str::to_string)
+    };
+    let installed = info_line("release installed", "toggled").unwrap_or_default();
+    assert!(
+        installed.contains("revision=1") && installed.contains("duration="),
+        "{logs}"
+    );
+    let upgraded = info_line("release upgraded", "echo").unwrap_or_default();
+    assert!(
+        upgraded.contains("revision=") && upgraded.contains("duration="),
+        "{logs}"
+    );
+    assert!(
+        info_line("release uninstalled", "toggled").is_some(),
+        "{logs}"
+    );
     set_config(&sb, &[("toggledEnabled", "true")]);
     op.wait("toggled installed again", Duration::from_secs(60), || {
         releases(&sb).contains_key("toggled") && sb.get(&format!("{CM}/toggled")).0 == 200
@@ -805,4 +829,44 @@ fn a_config_map_change_during_a_converge_restarts_it() {
         Some(&1),
         "the fast module was installed once, with the new values"
     );
+}
+
+/// How many revisions Helm stored for `release`, whatever their status.
+fn release_records(sb: &Sandbox, release: &str) -> usize {
+    let (code, list) = sb.get(&format!(
+        "/api/v1/namespaces/default/secrets?labelSelector=owner%3Dhelm%2Cname%3D{release}"
+    ));
+    assert_eq!(code, 200, "{list}");
+    list["items"].as_array().map(Vec::len).unwrap_or(0)
+}
+
+#[test]
+fn a_rejected_manifest_is_not_installed_again_at_once() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    std::fs::write(m.join("values.yaml"), "rejectedEnabled: true\n").expect("values.yaml");
+    std::fs::create_dir_all(m.join("010-rejected/templates")).expect("module dir");
+    // The API server refuses the name: every attempt fails the same way.
+    std::fs::write(
+        m.join("010-rejected/templates/t.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Bad_Name\n",
+    )
+    .expect("template");
+    let op = start(&sb, w, &[("BOSUN_TASK_MAX_ATTEMPTS", "1")]);
+    let journal = w.join("journal");
+    op.wait("the module run failed", Duration::from_secs(60), || {
+        module_failure(&journal, "rejected", 1).is_some()
+    });
+    let err = module_failure(&journal, "rejected", 1).unwrap_or_default();
+    assert!(err.contains("Bad_Name"), "{err}");
+    // One Helm attempt in the failed task: one stored revision, and no immediate retry.
+    assert_eq!(release_records(&sb, "rejected"), 1, "{}", op.logs());
+    assert!(
+        !op.logs().contains("retrying once"),
+        "a rejected manifest is not retried at once: {}",
+        op.logs()
+    );
+    drop(op);
 }

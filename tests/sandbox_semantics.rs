@@ -569,3 +569,145 @@ fn dry_run_apply_answers_the_merged_object_and_stores_nothing() {
     assert_eq!(code, 201);
     assert_eq!(sb.get(&format!("{CM}/ghost")).0, 404);
 }
+
+const SECRETS: &str = "/api/v1/namespaces/default/secrets";
+
+#[test]
+fn secret_string_data_is_folded_into_data_on_every_write() {
+    let sb = Sandbox::start();
+    let (code, created) = sb.post(
+        SECRETS,
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "data": {"kept": "a2VwdA==", "over": "b2xk"}, "stringData": {"over": "new", "plain": "hello"}}),
+    );
+    assert_eq!(code, 201, "{created}");
+    let (_, live) = sb.get(&format!("{SECRETS}/s"));
+    assert_eq!(
+        live["data"],
+        json!({"kept": "a2VwdA==", "over": "bmV3", "plain": "aGVsbG8="}),
+        "{live}"
+    );
+    assert!(live.get("stringData").is_none(), "{live}");
+    assert_eq!(live["type"], "Opaque", "{live}");
+
+    // PUT.
+    let mut update = live.clone();
+    update["stringData"] = json!({"plain": "bye"});
+    let (code, updated) = sb.put(&format!("{SECRETS}/s"), &update);
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(updated["data"]["plain"], "Ynll", "{updated}");
+    assert!(updated.get("stringData").is_none(), "{updated}");
+
+    // Every patch type.
+    let patches = [
+        (
+            "application/merge-patch+json",
+            r#"{"stringData": {"plain": "merge"}}"#,
+            "bWVyZ2U=",
+        ),
+        (
+            "application/strategic-merge-patch+json",
+            r#"{"stringData": {"plain": "smp"}}"#,
+            "c21w",
+        ),
+        (
+            "application/json-patch+json",
+            r#"[{"op": "add", "path": "/stringData", "value": {"plain": "json"}}]"#,
+            "anNvbg==",
+        ),
+    ];
+    for (content_type, body, want) in patches {
+        let (code, patched) = sb.request("PATCH", &format!("{SECRETS}/s"), content_type, body);
+        assert_eq!(code, 200, "{content_type}: {patched}");
+        let (_, live) = sb.get(&format!("{SECRETS}/s"));
+        assert_eq!(live["data"]["plain"], want, "{content_type}: {live}");
+        assert!(live.get("stringData").is_none(), "{content_type}: {live}");
+    }
+    let apply =
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  plain: applied\n";
+    let (code, applied) = sb.request(
+        "PATCH",
+        &format!("{SECRETS}/s?fieldManager=me&force=true"),
+        "application/apply-patch+yaml",
+        apply,
+    );
+    assert_eq!(code, 200, "{applied}");
+    let (_, live) = sb.get(&format!("{SECRETS}/s"));
+    assert_eq!(live["data"]["plain"], "YXBwbGllZA==", "{live}");
+    assert!(live.get("stringData").is_none(), "{live}");
+}
+
+#[test]
+fn namespaces_carry_their_name_label_and_selectors_match_it() {
+    let sb = Sandbox::start();
+    let (code, created) = sb.post(
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "spoofed"}}}),
+    );
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(
+        created["metadata"]["labels"]["kubernetes.io/metadata.name"], "team-a",
+        "{created}"
+    );
+    let (code, list) =
+        sb.get("/api/v1/namespaces?labelSelector=kubernetes.io%2Fmetadata.name%3Dteam-a");
+    assert_eq!(code, 200, "{list}");
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i["metadata"]["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(names, ["team-a"], "{list}");
+    // The namespaces the sandbox creates itself carry it too.
+    let (_, default) = sb.get("/api/v1/namespaces/default");
+    assert_eq!(
+        default["metadata"]["labels"]["kubernetes.io/metadata.name"], "default",
+        "{default}"
+    );
+    // An update cannot remove or change it.
+    let (code, patched) = sb.request(
+        "PATCH",
+        "/api/v1/namespaces/team-a",
+        "application/merge-patch+json",
+        r#"{"metadata": {"labels": {"kubernetes.io/metadata.name": null, "x": "y"}}}"#,
+    );
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(
+        patched["metadata"]["labels"],
+        json!({"kubernetes.io/metadata.name": "team-a", "x": "y"}),
+        "{patched}"
+    );
+}
+
+#[test]
+fn built_in_kinds_get_kube_apiserver_field_defaults() {
+    let sb = Sandbox::start();
+    let (code, svc) = sb.post(
+        "/api/v1/namespaces/default/services",
+        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+    );
+    assert_eq!(code, 201, "{svc}");
+    assert_eq!(svc["spec"]["type"], "ClusterIP", "{svc}");
+    assert_eq!(svc["spec"]["sessionAffinity"], "None", "{svc}");
+    assert_eq!(svc["spec"]["ports"][0]["protocol"], "TCP", "{svc}");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 80, "{svc}");
+
+    let mut d = deployment("d", 2);
+    d["spec"].as_object_mut().map(|s| s.remove("replicas"));
+    let (code, dep) = sb.post(DEPLOY, &d);
+    assert_eq!(code, 201, "{dep}");
+    assert_eq!(dep["spec"]["replicas"], 1, "{dep}");
+    assert_eq!(dep["spec"]["revisionHistoryLimit"], 10, "{dep}");
+    assert_eq!(dep["spec"]["progressDeadlineSeconds"], 600, "{dep}");
+    assert_eq!(
+        dep["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+        "{dep}"
+    );
+}

@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod apply;
+pub mod defaults;
 pub mod discovery;
 pub mod gc;
 pub mod objects;

@@ -303,6 +303,7 @@ pub fn create(
     if info.plural == "customresourcedefinitions" {
         crd_status(&mut obj);
     }
+    super::defaults::apply(info, &mut obj);
     if writer.operation != "Apply" {
         super::apply::record_update(None, &mut obj, &writer.manager, writer.operation, &now);
     }
@@ -473,6 +474,7 @@ pub fn replace(
     if info.plural == "customresourcedefinitions" && part == Part::Main {
         crd_status(&mut result);
     }
+    super::defaults::apply(info, &mut result);
     // Terminating objects may only lose finalizers, never gain new ones.
     if !old["metadata"]["deletionTimestamp"].is_null() {
         let before = finalizers(old);

@@ -103,9 +103,31 @@ fn env(names: &[&str]) -> Option<String> {
         .find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
 }
 
+/// Whether `value` is true as Go's `strconv.ParseBool` reads it.
+fn go_bool_true(value: &str) -> bool {
+    matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+/// `ADDON_OPERATOR_HA=true` asks for leader election, which bosun does not have yet. It is
+/// not refused (one replica with the variable set works as before), but every start says at
+/// ERROR level that only one replica may run: two would both run hooks and Helm.
+fn warn_high_availability(value: Option<&str>) {
+    if let Some(v) = value
+        && go_bool_true(v)
+    {
+        tracing::error!(
+            variable = "ADDON_OPERATOR_HA",
+            value = %v,
+            "ADDON_OPERATOR_HA is set, but bosun has no high availability (no leader election): \
+             run only one replica; more replicas would all run hooks and Helm at once"
+        );
+    }
+}
+
 impl OperatorConfig {
     /// Reads the environment; `defaults` supplies what the embedded default sets.
     pub fn from_env(defaults: &OperatorConfig) -> anyhow::Result<OperatorConfig> {
+        warn_high_availability(env(&["ADDON_OPERATOR_HA"]).as_deref());
         let hook_timeout = match env(&["BOSUN_HOOK_TIMEOUT"]) {
             Some(v) => bosun_addon::schedule::parse_go_duration(&v)
                 .map_err(|e| anyhow::anyhow!("BOSUN_HOOK_TIMEOUT: {e}"))?,

@@ -229,6 +229,17 @@ pub fn rendered_objects(files: &BTreeMap<String, String>) -> Result<Vec<Value>, 
     Ok(objects)
 }
 
+/// [`first_difference`] of a rendered object, compared as the API server stores it: a
+/// Secret's `stringData` is folded into `data` there, so it is never "missing".
+pub fn drift_of(rendered: &Value, live: &Value) -> Option<String> {
+    if rendered["kind"] == "Secret" && rendered.get("stringData").is_some() {
+        let mut stored = rendered.clone();
+        bosun_sandbox::defaults::fold_string_data(&mut stored);
+        return first_difference(&stored, live, "");
+    }
+    first_difference(rendered, live, "")
+}
+
 /// The first place where `live` does not carry what `rendered` says (a subset check:
 /// fields the server or controllers add are fine).
 pub fn first_difference(rendered: &Value, live: &Value, path: &str) -> Option<String> {
@@ -329,23 +340,40 @@ impl Releases for HelmReleases {
                     }
                 }
             };
-            let result = match attempt(latest.is_some()).await {
+            let started = std::time::Instant::now();
+            let mut exists = latest.is_some();
+            let result = match attempt(exists).await {
                 Ok(r) => Ok(r),
-                Err(first) => {
+                // Once more at once only when the error may not come back (the API server
+                // was unreachable or busy, a write conflicted); a rejected manifest fails
+                // the task, which is retried with backoff.
+                Err(first) if first.is_transient() => {
                     tracing::warn!(release = %release, "helm upgrade failed, retrying once: {first}");
-                    let exists = self.latest(&release).await?.is_some();
+                    exists = self.latest(&release).await?.is_some();
                     attempt(exists).await
                 }
+                Err(first) => Err(first),
             };
             let r = result.map_err(|e| PortError(e.to_string()))?;
-            Ok(u32::try_from(r.revision()).unwrap_or(u32::MAX))
+            let revision = u32::try_from(r.revision()).unwrap_or(u32::MAX);
+            let took = started.elapsed();
+            if exists {
+                tracing::info!(release = %release, revision, duration = ?took, "release upgraded");
+            } else {
+                tracing::info!(release = %release, revision, duration = ?took, "release installed");
+            }
+            Ok(revision)
         })
     }
 
     fn uninstall(&self, release: String) -> BoxFut<'_, Result<bool, PortError>> {
         Box::pin(async move {
+            let started = std::time::Instant::now();
             match self.client.uninstall(&release).await {
-                Ok(()) => Ok(true),
+                Ok(()) => {
+                    tracing::info!(release = %release, duration = ?started.elapsed(), "release uninstalled");
+                    Ok(true)
+                }
                 Err(HelmError::NotFound(_)) => Ok(false),
                 Err(e) => Err(PortError(e.to_string())),
             }
@@ -373,7 +401,7 @@ impl Releases for HelmReleases {
                     Ok(None) => found.push(format!("{what} is absent")),
                     Ok(Some(live)) => {
                         let live = serde_json::to_value(&live).unwrap_or(Value::Null);
-                        if let Some(d) = first_difference(obj, &live, "") {
+                        if let Some(d) = drift_of(obj, &live) {
                             found.push(format!("{what}: {d}"));
                         }
                     }
@@ -528,6 +556,16 @@ mod tests {
         assert_eq!(first_difference(&rendered, &live, ""), None);
         live["spec"]["ports"] = json!([]);
         assert!(first_difference(&rendered, &live, "").is_some());
+    }
+
+    #[test]
+    fn a_secret_s_string_data_is_compared_as_stored() {
+        let rendered =
+            json!({"kind": "Secret", "metadata": {"name": "s"}, "stringData": {"k": "hello"}});
+        let live = json!({"kind": "Secret", "metadata": {"name": "s"}, "type": "Opaque", "data": {"k": "aGVsbG8="}});
+        assert_eq!(drift_of(&rendered, &live), None);
+        let edited = json!({"kind": "Secret", "metadata": {"name": "s"}, "data": {"k": "Ynll"}});
+        assert!(drift_of(&rendered, &edited).is_some());
     }
 
     #[test]

@@ -75,6 +75,53 @@ impl HelmError {
             HelmError::Interrupted => "interrupted",
         }
     }
+
+    /// Whether trying the same action again at once may succeed: the API server was
+    /// unreachable, slow or overloaded (connection refused or reset, timeouts, 5xx, 429),
+    /// or a write conflicted with another. A rejected manifest, an unknown API version, a
+    /// template error or a missing library fail the same way every time.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            HelmError::Helm { message, .. } => transient_message(message),
+            HelmError::Library { .. }
+            | HelmError::NotInstalled { .. }
+            | HelmError::NotFound(_)
+            | HelmError::InvalidInput(_)
+            | HelmError::Output { .. }
+            | HelmError::Interrupted => false,
+        }
+    }
+}
+
+/// Helm's message of a failure that another attempt may not meet (see
+/// [`HelmError::is_transient`]).
+fn transient_message(message: &str) -> bool {
+    const TRANSIENT: &[&str] = &[
+        "connection refused",
+        "connection reset",
+        "broken pipe",
+        "no route to host",
+        "i/o timeout",
+        "timed out",
+        "timeout",
+        "deadline exceeded",
+        "unexpected eof",
+        "server sent goaway",
+        "cluster unreachable",
+        "too many requests",
+        "the server is currently unable to handle the request",
+        "internal error",
+        "service unavailable",
+        "bad gateway",
+        "internal server error",
+        // client-go's words for a 5xx without a Status body.
+        "has prevented the request from succeeding",
+        "the object has been modified",
+        "conflict",
+        "another operation (install/upgrade/rollback) is in progress",
+    ];
+    let lower = message.to_ascii_lowercase();
+    TRANSIENT.iter().any(|t| lower.contains(t))
 }
 
 /// Where to look for the library: `BOSUN_HELM_LIBRARY`, then `.tools/helm/libhelm_c.so`
@@ -451,5 +498,43 @@ impl HelmClient {
             .into_iter()
             .map(Release)
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod transient_tests {
+    use super::HelmError;
+
+    fn helm(message: &str) -> HelmError {
+        HelmError::Helm {
+            action: "install".into(),
+            code: 1,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn only_errors_another_attempt_may_not_meet_are_transient() {
+        for m in [
+            "Kubernetes cluster unreachable: Get \"https://127.0.0.1:6443/version\": dial tcp 127.0.0.1:6443: connect: connection refused",
+            "failed to create resource: Post \"https://x/api/v1/namespaces/d/configmaps\": net/http: TLS handshake timeout",
+            "context deadline exceeded",
+            "failed to create resource: the server is currently unable to handle the request (post configmaps)",
+            "an error on the server (\"\") has prevented the request from succeeding (post configmaps)",
+            "Operation cannot be fulfilled on configmaps \"x\": the object has been modified; please apply your changes to the latest version and try again",
+            "failed to create resource: Internal error occurred: etcdserver: leader changed",
+            "another operation (install/upgrade/rollback) is in progress",
+        ] {
+            assert!(helm(m).is_transient(), "{m}");
+        }
+        for m in [
+            "failed to create resource: ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\"",
+            "unable to build kubernetes objects from release manifest: resource mapping not found for name: \"x\" namespace: \"\" from \"\": no matches for kind \"DaemonSet\" in version \"extensions/v1beta1\"",
+            "template: c/templates/t.yaml:1:11: executing \"c/templates/t.yaml\" at <.Values.nope.missing>: nil pointer evaluating interface {}.missing",
+            "admission webhook \"v.example.com\" denied the request: no",
+        ] {
+            assert!(!helm(m).is_transient(), "{m}");
+        }
+        assert!(!HelmError::InvalidInput("x".into()).is_transient());
     }
 }

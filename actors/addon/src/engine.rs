@@ -317,6 +317,8 @@ struct ModuleSet {
     /// Sorted by order, then name.
     defs: Vec<ModuleDef>,
     monitored: crate::modules::Monitored,
+    /// The module hooks' rate limits.
+    limits: crate::rate::Limits,
     actors: OnceLock<HashMap<String, Tracked<ModuleMsg>>>,
     status: Mutex<ModuleStatus>,
     releases: Arc<dyn Releases>,
@@ -792,6 +794,16 @@ impl EngineHandler {
 }
 
 impl queue_actor::TaskHandler<AddonTask> for EngineHandler {
+    fn ready_in(&self, task: &QueuedTask) -> Option<Duration> {
+        match &task.spec.kind {
+            AddonTask::GlobalHookRun { hook, .. } => self.limiters.get(hook)?.ready_in(),
+            AddonTask::ModuleHookRun { module, hook, .. } => {
+                self.modules.limits.ready_in(module, hook)
+            }
+            _ => None,
+        }
+    }
+
     fn handle(&self, task: QueuedTask) -> BoxFut<'_, TaskOutcome> {
         Box::pin(async move {
             match &task.spec.kind {
@@ -1207,6 +1219,7 @@ impl Engine {
         let modules = Arc::new(ModuleSet {
             defs,
             monitored: Default::default(),
+            limits: Default::default(),
             actors: OnceLock::new(),
             status: Mutex::new(ModuleStatus {
                 enabled: restored
@@ -1291,6 +1304,7 @@ impl Engine {
                     mailbox: mailbox.clone(),
                     scheduler: scheduler.clone(),
                     monitored: modules.monitored.clone(),
+                    limits: modules.limits.clone(),
                     hook_metrics: hook_metrics.clone(),
                 },
             )

@@ -254,6 +254,8 @@ pub struct ModuleArgs {
     pub hook_metrics: HookMetrics,
     /// What each module's resource monitor watches (`module resource-monitor`).
     pub monitored: Monitored,
+    /// Where the hooks' rate limits are published for the queue handler.
+    pub limits: crate::rate::Limits,
 }
 
 /// The objects each module's resource monitor checks, `Kind/[namespace/]name`, shared with
@@ -297,6 +299,7 @@ pub struct ModuleState {
     patcher: Arc<dyn ObjectPatcher>,
     scheduler: crate::scheduler::Scheduler,
     monitored: Monitored,
+    limits: crate::rate::Limits,
     /// Whether this process started the hooks' bindings (they stop when it is disabled).
     bindings_started: bool,
     hook_metrics: HookMetrics,
@@ -396,10 +399,12 @@ impl ModuleState {
             crate::hook_config::check_filters(&config, name, |p| self.bindings.check_filter(p))
                 .map_err(|e| format!("module {}: {e}", self.def.name))?;
             telemetry::binding_count(Some(&self.def.name), name, &config);
+            let limiter = crate::rate::Limiter::for_settings(&config.settings).map(Arc::new);
+            self.limits.set(&self.def.name, name, limiter.clone());
             hooks.push(ModuleHook {
                 name: name.clone(),
                 path: path.clone(),
-                limiter: crate::rate::Limiter::for_settings(&config.settings).map(Arc::new),
+                limiter,
                 config,
             });
         }
@@ -1078,6 +1083,7 @@ impl Actor for ModuleActor {
             patcher: args.ports.patcher,
             scheduler: args.scheduler,
             monitored: args.monitored,
+            limits: args.limits,
             bindings_started: false,
             hook_metrics: args.hook_metrics,
             activation: String::new(),

@@ -67,6 +67,14 @@ impl<K> TaskOutcome<K> {
 pub trait TaskHandler<K>: Send + Sync + 'static {
     /// Runs one task.
     fn handle(&self, task: QueuedTask<K>) -> BoxFut<'_, TaskOutcome<K>>;
+
+    /// How long the head task must wait before it may start (a hook's rate limit), or
+    /// `None` when it may start now. While it waits it is neither started nor merged: the
+    /// queue asks again after the delay, and the tasks that arrived meanwhile are merged
+    /// into it when it starts.
+    fn ready_in(&self, _task: &QueuedTask<K>) -> Option<Duration> {
+        None
+    }
 }
 
 /// Delivers tasks to other queues (creating them on demand).
@@ -466,6 +474,19 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
         self.flush().await
     }
 
+    /// A task's line for log messages: its queue-dump line without the failure count and
+    /// the last error (the dump shows them; a log line gives them their own fields, so a
+    /// retried task's lines do not repeat a long error).
+    fn log_line(&self, task: &QueuedTask<K>) -> String {
+        if task.failures == 0 && task.last_error.is_empty() {
+            return self.rules.describe(task);
+        }
+        let mut bare = task.clone();
+        bare.failures = 0;
+        bare.last_error.clear();
+        self.rules.describe(&bare)
+    }
+
     fn kick_after(&self, delay: Duration) {
         let me = self.me.clone();
         tokio::spawn(async move {
@@ -519,6 +540,14 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
                 return Ok(());
             }
         }
+        if let Some(delay) = self.handler.ready_in(&head) {
+            self.activity = Activity::sleeping(
+                format!("wait for the rate limit for {}", go_duration(delay)),
+                delay,
+            );
+            self.kick_after(delay);
+            return Ok(());
+        }
         let mut events: Vec<TaskEvent<K>> = Vec::new();
         let tasks = self.state.queue(&self.name);
         let rules = &self.rules;
@@ -559,8 +588,9 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
         self.running_since = Some(Instant::now());
         self.activity = Activity::Running;
         self.record_wait(&task);
-        let line = self.rules.describe(&task);
-        tracing::info!(queue = %self.name, task = %line, "task started");
+        let line = self.log_line(&task);
+        // The previous error was logged when it happened ("task failed", in its own field).
+        tracing::info!(queue = %self.name, task = %line, attempt = task.attempts + 1, failures = task.failures, "task started");
         let handler = self.handler.clone();
         let me = self.me.clone();
         let mailbox = self.mailbox.clone();
@@ -606,7 +636,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
         let Some(task) = self.tasks().iter().find(|t| t.spec.id == id).cloned() else {
             return Ok(());
         };
-        let line = self.rules.describe(&task);
+        let line = self.log_line(&task);
         tracing::info!(
             queue = %self.name,
             task = %line,
@@ -648,7 +678,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
             TaskOutcome::Fail(error) => {
                 let failures = task.failures + 1;
                 let delay = backoff(task.failures, jitter());
-                tracing::error!(queue = %self.name, task = %line, failures, retry_in = ?delay, "task failed: {error}");
+                tracing::error!(queue = %self.name, task = %line, failures, retry_in = ?delay, error = %error, "task failed");
                 events.push(TaskEvent::TaskFailed {
                     id,
                     error: error.clone(),

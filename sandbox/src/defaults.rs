@@ -1,0 +1,169 @@
+//! Defaulting and normalisation kube-apiserver applies to built-in objects on every
+//! write (create, update, and the result of every patch type): Secret `stringData`,
+//! the namespace name label, and the cheap field defaults of Services and
+//! Deployments. What is not defaulted is listed in `docs/sandbox.md`.
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+use super::resources::ResourceInfo;
+
+/// The label kube-apiserver sets on every namespace (since 1.21) to its name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Applies the defaults of `info`'s kind to `obj`, whose `metadata.name` is set.
+pub fn apply(info: &ResourceInfo, obj: &mut Value) {
+    if !obj.is_object() {
+        return;
+    }
+    match (info.group.as_str(), info.plural.as_str()) {
+        ("", "secrets") => secret(obj),
+        ("", "namespaces") => namespace(obj),
+        ("", "services") => service(obj),
+        ("apps", "deployments") => deployment(obj),
+        _ => {}
+    }
+}
+
+/// `stringData` folded into `data` and `type` defaulted to `Opaque`.
+fn secret(obj: &mut Value) {
+    fold_string_data(obj);
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    let missing_type = map
+        .get("type")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty);
+    if missing_type {
+        map.insert("type".into(), json!("Opaque"));
+    }
+}
+
+/// A Secret's `stringData` folded into `data` (base64, overriding keys of `data`) and
+/// dropped, as kube-apiserver stores it.
+pub fn fold_string_data(obj: &mut Value) {
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    if let Some(string_data) = map.remove("stringData")
+        && let Value::Object(entries) = string_data
+        && !entries.is_empty()
+    {
+        let data = map
+            .entry("data")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !data.is_object() {
+            *data = Value::Object(Map::new());
+        }
+        if let Some(data) = data.as_object_mut() {
+            for (k, v) in entries {
+                let text = match v {
+                    Value::String(s) => s,
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                };
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                data.insert(k, Value::String(encoded));
+            }
+        }
+    }
+}
+
+/// The `kubernetes.io/metadata.name` label, always the name (a user value is overridden).
+fn namespace(obj: &mut Value) {
+    let Some(name) = obj["metadata"]["name"].as_str().map(str::to_string) else {
+        return;
+    };
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let labels = meta
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !labels.is_object() {
+        *labels = Value::Object(Map::new());
+    }
+    if let Some(labels) = labels.as_object_mut() {
+        labels.insert(NAMESPACE_NAME_LABEL.into(), json!(name));
+    }
+}
+
+fn set_default(map: &mut Map<String, Value>, key: &str, value: Value) {
+    if map.get(key).is_none_or(Value::is_null) {
+        map.insert(key.into(), value);
+    }
+}
+
+/// `type: ClusterIP`, `sessionAffinity: None`, and per port `protocol: TCP` and
+/// `targetPort` = `port`. No cluster IP is allocated.
+fn service(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    set_default(spec, "type", json!("ClusterIP"));
+    set_default(spec, "sessionAffinity", json!("None"));
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+            set_default(port, "protocol", json!("TCP"));
+            if let Some(p) = port.get("port").cloned() {
+                set_default(port, "targetPort", p);
+            }
+        }
+    }
+}
+
+/// `replicas: 1`, `revisionHistoryLimit: 10`, `progressDeadlineSeconds: 600`, a
+/// `RollingUpdate` strategy of 25%/25%. The pod template is not defaulted.
+fn deployment(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    set_default(spec, "replicas", json!(1));
+    set_default(spec, "revisionHistoryLimit", json!(10));
+    set_default(spec, "progressDeadlineSeconds", json!(600));
+    set_default(spec, "strategy", json!({"type": "RollingUpdate"}));
+    if let Some(strategy) = spec.get_mut("strategy").and_then(Value::as_object_mut) {
+        set_default(strategy, "type", json!("RollingUpdate"));
+        if strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+            set_default(
+                strategy,
+                "rollingUpdate",
+                json!({"maxUnavailable": "25%", "maxSurge": "25%"}),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(group: &str, plural: &str) -> ResourceInfo {
+        super::super::resources::builtin_resources()
+            .into_iter()
+            .find(|r| r.group == group && r.plural == plural)
+            .expect("built-in resource")
+    }
+
+    #[test]
+    fn secret_string_data_is_folded_over_data() {
+        let mut s = json!({"metadata": {"name": "s"}, "data": {"a": "eA==", "b": "eQ=="},
+            "stringData": {"b": "hello", "c": ""}});
+        apply(&info("", "secrets"), &mut s);
+        assert_eq!(s["data"], json!({"a": "eA==", "b": "aGVsbG8=", "c": ""}));
+        assert!(s.get("stringData").is_none());
+        assert_eq!(s["type"], "Opaque");
+    }
+
+    #[test]
+    fn namespace_label_overrides_the_user_value() {
+        let mut ns =
+            json!({"metadata": {"name": "n", "labels": {NAMESPACE_NAME_LABEL: "x", "a": "b"}}});
+        apply(&info("", "namespaces"), &mut ns);
+        assert_eq!(
+            ns["metadata"]["labels"],
+            json!({NAMESPACE_NAME_LABEL: "n", "a": "b"})
+        );
+    }
+}
