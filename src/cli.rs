@@ -50,7 +50,7 @@ pub struct RunArgs {
     /// Where the sandbox listens.
     #[arg(long, default_value = "127.0.0.1:6445")]
     pub sandbox_listen: SocketAddr,
-    /// Data folder (sandbox storage, journal) for the embedded default.
+    /// Data folder (sandbox storage, journal) for the embedded default; created `0700`.
     #[arg(long, env = "BOSUN_DATA_DIR", default_value = ".data")]
     pub data: PathBuf,
 }
@@ -130,6 +130,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         // The embedded default: the sandbox API server in-process, the sample hooks and
         // modules from `examples/`, state under the data folder.
+        private_data_dir(&args.data)?;
         let kubeconfig = args.data.join("kubeconfig");
         let sandbox = crate::sandbox::start(crate::sandbox::SandboxConfig {
             listen: args.sandbox_listen,
@@ -184,4 +185,34 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         sandbox.shutdown().await?;
         Ok(())
     })
+}
+
+/// What `bosun run --sandbox` keeps in its data folder.
+const DATA_ENTRIES: &[&str] = &[
+    "sandbox",
+    "journal",
+    "tmp",
+    "kubeconfig",
+    "kubeconfig.tmp",
+    "debug.socket",
+];
+
+/// Creates the data folder of `bosun run --sandbox` `0700`. One left readable by an older
+/// bosun is tightened, when it holds only what bosun puts there (a shared folder given as
+/// `--data` keeps its mode; the store, journal and kubeconfig in it are private anyway).
+fn private_data_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    crate::sandbox::private::create_dir(dir)
+        .with_context(|| format!("creating the data folder {}", dir.display()))?;
+    let ours = std::fs::read_dir(dir)
+        .with_context(|| format!("reading the data folder {}", dir.display()))?
+        .filter_map(Result::ok)
+        .all(|e| DATA_ENTRIES.contains(&e.file_name().to_string_lossy().as_ref()));
+    if ours {
+        let mut changed = Vec::new();
+        crate::sandbox::private::tighten_one(dir, &mut changed)
+            .with_context(|| format!("making the data folder {} private", dir.display()))?;
+        crate::sandbox::private::log_tightened("data folder", dir, &changed);
+    }
+    Ok(())
 }

@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod gc;
 pub mod objects;
 pub mod openapi;
+pub mod private;
 pub mod protobuf;
 pub mod resources;
 pub mod selector;
@@ -180,10 +181,11 @@ fn bootstrap(store: &Store) -> Result<(), status::ApiError> {
     store.commit(inner)
 }
 
-/// Writes a kubeconfig with one cluster, user and context named `bosun-sandbox`.
+/// Writes a kubeconfig with one cluster, user and context named `bosun-sandbox`, `0600`
+/// (it may carry the token), creating missing folders `0700`.
 pub fn write_kubeconfig(path: &Path, url: &str, token: Option<&str>) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
+        private::create_dir(dir)?;
     }
     let user = match token {
         Some(t) => format!("    token: {t}\n"),
@@ -192,9 +194,7 @@ pub fn write_kubeconfig(path: &Path, url: &str, token: Option<&str>) -> std::io:
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: bosun-sandbox\n  cluster:\n    server: {url}\ncontexts:\n- name: bosun-sandbox\n  context:\n    cluster: bosun-sandbox\n    user: bosun-sandbox\n    namespace: default\ncurrent-context: bosun-sandbox\nusers:\n- name: bosun-sandbox\n  user:\n{user}"
     );
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    private::write_file(path, text.as_bytes())
 }
 
 /// Serves until SIGINT/SIGTERM, then shuts down cleanly.
