@@ -53,6 +53,10 @@ pub struct RunArgs {
     /// Data folder (sandbox storage, journal) for the embedded default; created `0700`.
     #[arg(long, env = "BOSUN_DATA_DIR", default_value = ".data")]
     pub data: PathBuf,
+    /// Let the embedded sandbox serve a non-loopback `--sandbox-listen` address (it has no
+    /// token: anyone who can reach it reads and changes every object).
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
 }
 
 /// Arguments of `bosun sandbox`.
@@ -73,6 +77,10 @@ pub struct SandboxArgs {
     /// How many changes are kept for watches to resume from; older ones answer 410 Gone.
     #[arg(long, default_value_t = crate::sandbox::store::DEFAULT_HISTORY)]
     pub watch_history: usize,
+    /// Serve a non-loopback `--listen` address without `--token` (refused otherwise:
+    /// anyone who can reach it reads and changes every object, Secrets included).
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
 }
 
 /// Runs the parsed command line and maps the outcome to an exit code.
@@ -113,6 +121,7 @@ fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
             kubeconfig: args.kubeconfig,
             token: args.token,
             watch_history: args.watch_history,
+            allow_unauthenticated: args.allow_unauthenticated,
         },
     ))
 }
@@ -138,6 +147,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             kubeconfig: Some(kubeconfig.clone()),
             token: None,
             watch_history: crate::sandbox::store::DEFAULT_HISTORY,
+            allow_unauthenticated: args.allow_unauthenticated,
         })
         .await?;
         println!("sandbox API server listening on {}", sandbox.url);
