@@ -1,7 +1,8 @@
 //! What a web page can make bosun's HTTP surfaces do, end to end: the sandbox refuses a
 //! foreign `Host` on loopback (DNS rebinding) and writes with a content type a browser
 //! sends cross-origin without asking, answering a `Status`; it does not serve a
-//! non-loopback address without a token unless told to.
+//! non-loopback address without a token unless told to; the debug TCP listener refuses a
+//! cross-origin style `POST /config/set` while `bosun config set` keeps working.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Sandbox, bosun_bin, http_full, wait_for, workdir};
+use common::{Operator, Sandbox, bosun_bin, http_full, run_ok, wait_for, workdir};
 use serde_json::{Value, json};
 
 fn request(
@@ -257,4 +258,83 @@ fn a_non_loopback_sandbox_needs_a_token_or_explicit_consent() {
         "/api/v1/namespaces/default",
     );
     assert_eq!(code, 200, "{body}");
+}
+
+#[test]
+fn the_debug_tcp_listener_refuses_cross_origin_config_posts() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = common::global_hooks_dir(work.path());
+    let socket = work.path().join("debug.socket");
+    let op = Operator::start_with(
+        &sb,
+        &hooks,
+        work.path(),
+        &[("DEBUG_HTTP_SERVER_ADDR", "127.0.0.1:0")],
+    );
+    op.wait("the debug TCP address", Duration::from_secs(60), || {
+        op.logs().contains("bosun debug endpoints on http://")
+    });
+    let debug_addr = op
+        .logs()
+        .lines()
+        .find_map(|l| {
+            l.split("bosun debug endpoints on http://")
+                .nth(1)
+                .map(|a| a.trim().to_string())
+        })
+        .unwrap_or_default();
+    let level = || {
+        let text = run_ok(&mut common::debug_cli(
+            &socket,
+            &["config", "list", "-o", "json"],
+        ));
+        let list: Value = serde_json::from_str(&text).expect("config list");
+        list.as_array()
+            .and_then(|l| l.iter().find(|p| p["name"] == "log.level").cloned())
+            .map(|p| p["value"].clone())
+            .unwrap_or(Value::Null)
+    };
+    op.wait("the debug socket", Duration::from_secs(60), || {
+        socket.exists()
+    });
+    assert_eq!(level(), "debug");
+    for ct in [
+        "application/x-www-form-urlencoded",
+        "text/plain",
+        "multipart/form-data; boundary=x",
+    ] {
+        let (code, body) = http_full(
+            &debug_addr,
+            "POST",
+            "/config/set",
+            &[("Content-Type", ct)],
+            b"name=log.level&value=error",
+        );
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(code, 415, "{ct}: {text}");
+        assert!(
+            text.contains(ct) && text.contains("bosun config set"),
+            "{text}"
+        );
+    }
+    assert_eq!(level(), "debug", "a refused POST changed nothing");
+    // bosun's own client is accepted on TCP too, and `bosun config set` keeps working.
+    let (code, body) = http_full(
+        &debug_addr,
+        "POST",
+        "/config/set",
+        &[
+            ("Content-Type", "application/x-www-form-urlencoded"),
+            ("X-Bosun-Client", "cli"),
+        ],
+        b"name=log.level&value=warn",
+    );
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(level(), "warn");
+    run_ok(&mut common::debug_cli(
+        &socket,
+        &["config", "set", "log.level", "info"],
+    ));
+    assert_eq!(level(), "info");
 }
