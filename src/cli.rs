@@ -50,9 +50,13 @@ pub struct RunArgs {
     /// Where the sandbox listens.
     #[arg(long, default_value = "127.0.0.1:6445")]
     pub sandbox_listen: SocketAddr,
-    /// Data folder (sandbox storage, journal) for the embedded default.
+    /// Data folder (sandbox storage, journal) for the embedded default; created `0700`.
     #[arg(long, env = "BOSUN_DATA_DIR", default_value = ".data")]
     pub data: PathBuf,
+    /// Let the embedded sandbox serve a non-loopback `--sandbox-listen` address (it has no
+    /// token: anyone who can reach it reads and changes every object).
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
 }
 
 /// Arguments of `bosun sandbox`.
@@ -73,6 +77,10 @@ pub struct SandboxArgs {
     /// How many changes are kept for watches to resume from; older ones answer 410 Gone.
     #[arg(long, default_value_t = crate::sandbox::store::DEFAULT_HISTORY)]
     pub watch_history: usize,
+    /// Serve a non-loopback `--listen` address without `--token` (refused otherwise:
+    /// anyone who can reach it reads and changes every object, Secrets included).
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
 }
 
 /// Runs the parsed command line and maps the outcome to an exit code.
@@ -113,6 +121,7 @@ fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
             kubeconfig: args.kubeconfig,
             token: args.token,
             watch_history: args.watch_history,
+            allow_unauthenticated: args.allow_unauthenticated,
         },
     ))
 }
@@ -130,6 +139,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         // The embedded default: the sandbox API server in-process, the sample hooks and
         // modules from `examples/`, state under the data folder.
+        private_data_dir(&args.data)?;
         let kubeconfig = args.data.join("kubeconfig");
         let sandbox = crate::sandbox::start(crate::sandbox::SandboxConfig {
             listen: args.sandbox_listen,
@@ -137,6 +147,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             kubeconfig: Some(kubeconfig.clone()),
             token: None,
             watch_history: crate::sandbox::store::DEFAULT_HISTORY,
+            allow_unauthenticated: args.allow_unauthenticated,
         })
         .await?;
         println!("sandbox API server listening on {}", sandbox.url);
@@ -184,4 +195,34 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         sandbox.shutdown().await?;
         Ok(())
     })
+}
+
+/// What `bosun run --sandbox` keeps in its data folder.
+const DATA_ENTRIES: &[&str] = &[
+    "sandbox",
+    "journal",
+    "tmp",
+    "kubeconfig",
+    "kubeconfig.tmp",
+    "debug.socket",
+];
+
+/// Creates the data folder of `bosun run --sandbox` `0700`. One left readable by an older
+/// bosun is tightened, when it holds only what bosun puts there (a shared folder given as
+/// `--data` keeps its mode; the store, journal and kubeconfig in it are private anyway).
+fn private_data_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    crate::sandbox::private::create_dir(dir)
+        .with_context(|| format!("creating the data folder {}", dir.display()))?;
+    let ours = std::fs::read_dir(dir)
+        .with_context(|| format!("reading the data folder {}", dir.display()))?
+        .filter_map(Result::ok)
+        .all(|e| DATA_ENTRIES.contains(&e.file_name().to_string_lossy().as_ref()));
+    if ours {
+        let mut changed = Vec::new();
+        crate::sandbox::private::tighten_one(dir, &mut changed)
+            .with_context(|| format!("making the data folder {} private", dir.display()))?;
+        crate::sandbox::private::log_tightened("data folder", dir, &changed);
+    }
+    Ok(())
 }

@@ -12,6 +12,7 @@
 //! warning); a corrupt record followed by good ones is refused, naming its sequence, until
 //! [`repair`] drops it.
 
+mod private;
 mod storage;
 
 use std::marker::PhantomData;
@@ -316,7 +317,8 @@ mod tempfile_dir {
     }
 
     pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-        std::fs::create_dir_all(to)?;
+        // The copy holds the same values as the journal: private too.
+        crate::private::create_dir(to)?;
         for entry in std::fs::read_dir(from)? {
             let entry = entry?;
             let target = to.join(entry.file_name());
@@ -333,7 +335,7 @@ mod tempfile_dir {
 fn check_directory(dir: &Path, create: bool) -> Result<(), JournalError> {
     if !dir.exists() {
         if create {
-            return std::fs::create_dir_all(dir).map_err(|source| JournalError::Io {
+            return private::create_dir(dir).map_err(|source| JournalError::Io {
                 path: dir.to_path_buf(),
                 source,
             });
@@ -372,7 +374,19 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
     /// records is refused with [`JournalError::Corrupt`].
     pub fn open(dir: &Path) -> Result<Journal<E>, JournalError> {
         check_directory(dir, true)?;
+        let tighten = || {
+            let mut changed = Vec::new();
+            private::tighten(dir, &mut changed).map_err(|source| JournalError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+            Ok::<_, JournalError>(changed)
+        };
+        // A journal written by an older bosun was readable by other users.
+        private::log_tightened(dir, &tighten()?);
         let storage: Arc<dyn Storage> = Arc::new(SledStorage::open_for_writing(dir)?);
+        // The files sled has just created follow the umask.
+        tighten()?;
         Self::with_storage(storage, dir, true, None)
     }
 
@@ -1031,6 +1045,59 @@ mod tests {
                 _ => serde_json::from_value(raw).map_err(|e| e.to_string()),
             }
         }
+    }
+
+    /// The modes of `dir` and everything under it, as `(path, mode & 0o777)`.
+    fn modes(dir: &Path) -> Vec<(PathBuf, u32)> {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::symlink_metadata(dir).expect("metadata");
+        let mut all = vec![(dir.to_path_buf(), meta.permissions().mode() & 0o777)];
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(dir).expect("read_dir") {
+                all.extend(modes(&entry.expect("entry").path()));
+            }
+        }
+        all
+    }
+
+    fn assert_private(dir: &Path) {
+        let all = modes(dir);
+        assert!(all.len() > 2, "{all:?}");
+        for (path, mode) in &all {
+            assert_eq!(mode & 0o077, 0, "{} is {mode:o}", path.display());
+        }
+        assert_eq!(all[0].1, 0o700, "{all:?}");
+    }
+
+    #[tokio::test]
+    async fn a_new_journal_is_private() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("state").join("journal");
+        let j: Journal<Ev> = Journal::open(&path).expect("open");
+        j.append(&Ev(1)).await.expect("append");
+        assert_private(&path);
+        assert_eq!(modes(&path.join("..")).first().map(|m| m.1), Some(0o700));
+    }
+
+    #[tokio::test]
+    async fn a_journal_readable_by_others_is_tightened_when_opened() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("journal");
+        {
+            let j: Journal<Ev> = Journal::open(&path).expect("open");
+            j.append(&Ev(7)).await.expect("append");
+        }
+        // As an older bosun left it: 0755 folders, 0644 files.
+        for (p, _) in modes(&path) {
+            let mode = if p.is_dir() { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        }
+        assert!(modes(&path).iter().all(|(_, m)| m & 0o044 == 0o044));
+        let j: Journal<Ev> = Journal::open(&path).expect("reopen");
+        assert_private(&path);
+        let all: Vec<u64> = j.read_from(0).map(|r| r.expect("read").event.0).collect();
+        assert_eq!(all, [7]);
     }
 
     #[tokio::test]

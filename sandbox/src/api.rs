@@ -68,6 +68,89 @@ pub struct App {
     pub token: Option<String>,
     /// `host:port` clients reach the server at.
     pub server_address: String,
+    /// Answer only requests whose `Host` is a loopback name (the server listens on
+    /// loopback): a web page whose own name was made to resolve to 127.0.0.1 (DNS
+    /// rebinding) would otherwise read every object through the browser.
+    pub loopback_hosts_only: bool,
+}
+
+/// Content types a browser sends cross-origin without asking first (a CORS "simple
+/// request"): a write carrying one of them (or none) may come from any web page.
+const SIMPLE_CONTENT_TYPES: &[&str] = &[
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data",
+];
+
+/// What writes may carry, for the refusal's message.
+const ACCEPTED_CONTENT_TYPES: &str = "application/json, application/yaml, \
+     application/vnd.kubernetes.protobuf, application/json-patch+json, \
+     application/merge-patch+json, application/strategic-merge-patch+json, \
+     application/apply-patch+yaml";
+
+/// Whether a `Host` header names this machine's loopback: `localhost`, `127.x.x.x` or
+/// `[::1]`, with or without a port.
+pub fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Refuses what a web page could send: a foreign `Host` on a loopback server, and writes
+/// with a content type a browser sends cross-origin without a preflight (or with none,
+/// when the request comes from a browser).
+fn refuse_browser_requests(app: &App, req: &Request) -> Result<(), ApiError> {
+    if app.loopback_hosts_only {
+        let host = req
+            .headers()
+            .get("host")
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| req.uri().authority().map(|a| a.as_str()))
+            .unwrap_or_default();
+        if !loopback_host(host) {
+            return Err(ApiError::forbidden(format!(
+                "Host {host:?} is not a loopback name: the sandbox listens on loopback and \
+                 answers only http://127.0.0.1:PORT, http://localhost:PORT or \
+                 http://[::1]:PORT, so that a web page cannot reach it by rebinding its own name"
+            )));
+        }
+    }
+    if matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH) {
+        let content_type = req
+            .headers()
+            .get("content-type")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let media = content_type
+            .as_deref()
+            .unwrap_or_default()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        // A browser's fetch() of a Blob or an ArrayBuffer sends no content type, and an
+        // Origin; clients that send no content type (the Python client does, on some
+        // writes) send no Origin.
+        let from_browser = req.headers().contains_key("origin");
+        if SIMPLE_CONTENT_TYPES.contains(&media.as_str()) || (media.is_empty() && from_browser) {
+            let what = match &content_type {
+                Some(ct) => format!("Content-Type {ct:?}"),
+                None => "no Content-Type".to_string(),
+            };
+            return Err(ApiError::unsupported_media_type(format!(
+                "{} with {what} refused: any web page can send that cross-origin, so the \
+                 sandbox does not accept it for writes; accepted content types: \
+                 {ACCEPTED_CONTENT_TYPES}",
+                req.method()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The axum router of the sandbox.
@@ -179,6 +262,7 @@ fn route(path: &str) -> Option<Route> {
 }
 
 async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
+    refuse_browser_requests(app, &req)?;
     if let Some(token) = &app.token {
         let presented = req
             .headers()
@@ -1127,6 +1211,29 @@ mod tests {
             ("namespaces", Some("foo"))
         );
         assert!(route("/nope").is_none());
+    }
+
+    #[test]
+    fn only_loopback_names_are_loopback_hosts() {
+        for ok in [
+            "127.0.0.1:6445",
+            "127.0.0.1",
+            "localhost:6445",
+            "LOCALHOST",
+            "[::1]:6445",
+            "[::1]",
+        ] {
+            assert!(loopback_host(ok), "{ok}");
+        }
+        for refused in [
+            "rebound.example:6445",
+            "localhost.example.com",
+            "10.0.0.1:6445",
+            "",
+            "[::2]:6445",
+        ] {
+            assert!(!loopback_host(refused), "{refused}");
+        }
     }
 
     #[test]

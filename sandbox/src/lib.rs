@@ -15,6 +15,7 @@ pub mod discovery;
 pub mod gc;
 pub mod objects;
 pub mod openapi;
+pub mod private;
 pub mod protobuf;
 pub mod resources;
 pub mod selector;
@@ -46,6 +47,24 @@ pub struct SandboxConfig {
     pub token: Option<String>,
     /// How many changes are kept for watches to resume from (older ones answer 410).
     pub watch_history: usize,
+    /// Serve a non-loopback address without a token (refused otherwise).
+    pub allow_unauthenticated: bool,
+}
+
+/// Why the sandbox refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A non-loopback address without a token and without consent.
+    #[error(
+        "refusing to serve {listen} without a token: it is not a loopback address, and anyone \
+         who can reach it could read and change every object, Secrets included; set --token \
+         (or BOSUN_SANDBOX_TOKEN), listen on 127.0.0.1, or pass --allow-unauthenticated if you \
+         really mean it"
+    )]
+    Unauthenticated {
+        /// The address asked for.
+        listen: SocketAddr,
+    },
 }
 
 impl SandboxConfig {
@@ -57,6 +76,7 @@ impl SandboxConfig {
             kubeconfig: None,
             token: None,
             watch_history: store::DEFAULT_HISTORY,
+            allow_unauthenticated: false,
         }
     }
 }
@@ -78,7 +98,16 @@ const BOOT_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kub
 
 /// Starts the sandbox and returns once it accepts connections.
 pub async fn start(config: SandboxConfig) -> anyhow::Result<RunningSandbox> {
-    if !config.listen.ip().is_loopback() {
+    let loopback = config.listen.ip().is_loopback();
+    if !loopback && config.token.is_none() {
+        if !config.allow_unauthenticated {
+            return Err(StartError::Unauthenticated {
+                listen: config.listen,
+            }
+            .into());
+        }
+        tracing::warn!(listen = %config.listen, "the sandbox serves a non-loopback address without a token (--allow-unauthenticated)");
+    } else if !loopback {
         tracing::warn!(listen = %config.listen, "the sandbox listens on a non-loopback address");
     }
     let store = Store::open(&config.data, config.watch_history)
@@ -100,6 +129,7 @@ pub async fn start(config: SandboxConfig) -> anyhow::Result<RunningSandbox> {
         gc: wake.clone(),
         token: config.token.clone(),
         server_address: addr.to_string(),
+        loopback_hosts_only: loopback,
     });
     let gc = tokio::spawn(gc::run(store.clone(), wake.clone()));
     let flusher = tokio::spawn(store.clone().run_flusher());
@@ -181,10 +211,11 @@ fn bootstrap(store: &Store) -> Result<(), status::ApiError> {
     store.commit(inner)
 }
 
-/// Writes a kubeconfig with one cluster, user and context named `bosun-sandbox`.
+/// Writes a kubeconfig with one cluster, user and context named `bosun-sandbox`, `0600`
+/// (it may carry the token), creating missing folders `0700`.
 pub fn write_kubeconfig(path: &Path, url: &str, token: Option<&str>) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
+        private::create_dir(dir)?;
     }
     let user = match token {
         Some(t) => format!("    token: {t}\n"),
@@ -193,9 +224,7 @@ pub fn write_kubeconfig(path: &Path, url: &str, token: Option<&str>) -> std::io:
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: bosun-sandbox\n  cluster:\n    server: {url}\ncontexts:\n- name: bosun-sandbox\n  context:\n    cluster: bosun-sandbox\n    user: bosun-sandbox\n    namespace: default\ncurrent-context: bosun-sandbox\nusers:\n- name: bosun-sandbox\n  user:\n{user}"
     );
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    private::write_file(path, text.as_bytes())
 }
 
 /// Serves until SIGINT/SIGTERM, then shuts down cleanly.

@@ -146,9 +146,17 @@ pub fn ns_name(obj: &Value) -> (String, String) {
 impl Store {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path, history_limit: usize) -> Result<Arc<Store>, ApiError> {
-        std::fs::create_dir_all(dir)
+        super::private::create_dir(dir)
             .map_err(|e| ApiError::internal(format!("creating {}: {e}", dir.display())))?;
+        let tighten = || {
+            super::private::tighten_store(dir)
+                .map_err(|e| ApiError::internal(format!("making {} private: {e}", dir.display())))
+        };
+        // A store written by an older bosun was readable by other users.
+        super::private::log_tightened("sandbox store", dir, &tighten()?);
         let db = sled::Config::new().path(dir).open()?;
+        // The files sled has just created follow the umask.
+        tighten()?;
         let tree = db.open_tree("sandbox")?;
         let mut inner = Inner {
             rv: 0,

@@ -80,6 +80,8 @@ async fn request(socket: &Path, path: &str, form: Option<String>) -> anyhow::Res
         Some(body) => {
             length = body.len().to_string();
             headers.push(("Content-Type", "application/x-www-form-urlencoded"));
+            // Marks bosun's own client: a web page cannot send this header cross-origin.
+            headers.push(("X-Bosun-Client", "cli"));
             headers.push(("Content-Length", &length));
             ("POST", body.into_bytes())
         }

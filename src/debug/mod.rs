@@ -14,7 +14,9 @@
 //! The endpoints show values, secrets included: the socket is created `0600` in a `0700`
 //! folder, and the TCP listener refuses non-loopback addresses unless
 //! `BOSUN_DEBUG_ALLOW_REMOTE=true`; on a loopback address it answers only requests whose
-//! `Host` is a loopback name, so a web page cannot reach it by rebinding its own name.
+//! `Host` is a loopback name, so a web page cannot reach it by rebinding its own name. On
+//! TCP, `POST /config/set` is refused with a content type a page can send cross-origin
+//! (form, multipart, text) unless it carries bosun's client header `X-Bosun-Client`.
 
 pub mod client;
 
@@ -305,6 +307,7 @@ pub async fn serve(
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 let bound = listener.local_addr().unwrap_or(addr);
+                let app = app.layer(axum::middleware::from_fn(no_cross_origin_posts));
                 let app = if bound.ip().is_loopback() {
                     app.layer(axum::middleware::from_fn(loopback_host_only))
                 } else {
@@ -408,6 +411,55 @@ async fn loopback_host_only(headers: HeaderMap, request: Request, next: Next) ->
             ),
         )
         .into_response();
+    }
+    next.run(request).await
+}
+
+/// The header bosun's own client sends with its POSTs. A browser sends a custom header
+/// cross-origin only after a CORS preflight, which the debug endpoints never grant.
+pub const CLIENT_HEADER: &str = "x-bosun-client";
+
+/// Content types a browser POSTs cross-origin without a preflight (a CORS "simple request").
+const SIMPLE_CONTENT_TYPES: &[&str] = &[
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data",
+];
+
+/// On a TCP listener: refuses a POST (`/config/set`) that any web page could send — one
+/// with a simple content type (or none) and without [`CLIENT_HEADER`]. The unix socket,
+/// which browsers cannot reach, takes addon-operator's plain form POSTs.
+async fn no_cross_origin_posts(headers: HeaderMap, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let post_route = ROUTES.iter().any(|r| r.post() && r.pattern().0 == path);
+    if request.method() == Method::POST && post_route && !headers.contains_key(CLIENT_HEADER) {
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let media = content_type
+            .as_deref()
+            .unwrap_or_default()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        if media.is_empty() || SIMPLE_CONTENT_TYPES.contains(&media.as_str()) {
+            let what = match &content_type {
+                Some(ct) => format!("Content-Type {ct:?}"),
+                None => "no Content-Type".to_string(),
+            };
+            return Failure(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!(
+                    "POST {} with {what} refused on the TCP listener: any web page can send \
+                     that cross-origin; use `bosun config set` (the unix socket), or send the \
+                     form with the header X-Bosun-Client: cli",
+                    request.uri().path()
+                ),
+            )
+            .into_response();
+        }
     }
     next.run(request).await
 }

@@ -5,6 +5,7 @@
 //! a timeout kills it and everything it started. The process is reaped with `wait4`, which
 //! gives its CPU time and peak memory.
 
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -212,7 +213,7 @@ impl HookProcess {
             paths: vec![("MODULE_ENABLED_RESULT", result.clone())],
             keep: self.keep_tmp_files,
         };
-        std::fs::write(&result, "").map_err(|source| HookRunError::TempFile {
+        write_private(&result, b"").map_err(|source| HookRunError::TempFile {
             hook: input.name.to_string(),
             file: result.clone(),
             source,
@@ -242,11 +243,17 @@ impl HookProcess {
     }
 
     fn prepare(&self, input: &HookInput<'_>) -> Result<TempFiles, HookRunError> {
-        std::fs::create_dir_all(&self.tmp_dir).map_err(|source| HookRunError::TempFile {
-            hook: input.name.to_string(),
-            file: self.tmp_dir.clone(),
-            source,
-        })?;
+        // The files hold values, secrets included: a folder bosun creates is 0700 (an
+        // existing one, possibly shared like /tmp, is left as it is) and the files 0600.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.tmp_dir)
+            .map_err(|source| HookRunError::TempFile {
+                hook: input.name.to_string(),
+                file: self.tmp_dir.clone(),
+                source,
+            })?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let mut files = TempFiles {
             paths: Vec::new(),
@@ -255,7 +262,7 @@ impl HookProcess {
         let mut write =
             |var: &'static str, suffix: &str, content: String| -> Result<(), HookRunError> {
                 let p = self.tmp_dir.join(format!("{id}-{suffix}"));
-                std::fs::write(&p, content).map_err(|source| HookRunError::TempFile {
+                write_private(&p, content.as_bytes()).map_err(|source| HookRunError::TempFile {
                     hook: input.name.to_string(),
                     file: p.clone(),
                     source,
@@ -536,6 +543,18 @@ fn kill_group(pid: Option<u32>) {
     }
 }
 
+/// Writes a hook's temporary file, readable by its owner only (`0600`).
+fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(contents)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -604,6 +623,34 @@ echo to-stdout; echo to-stderr >&2"#,
             .map(|d| d.count())
             .unwrap_or(0);
         assert_eq!(left, 0, "temp files are removed");
+    }
+
+    #[tokio::test]
+    async fn temp_files_are_readable_by_their_owner_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hook = script(
+            dir.path(),
+            "modes.sh",
+            r#"stat -c '%a' "$(dirname "$VALUES_PATH")" "$VALUES_PATH" "$CONFIG_VALUES_PATH" "$BINDING_CONTEXT_PATH" "$VALUES_JSON_PATCH_PATH" > "$METRICS_PATH""#,
+        );
+        let ctx = json!([]);
+        let values = json!({"global": {"password": "s3cret"}});
+        let input = HookInput {
+            values: Some(&values),
+            config_values: Some(&values),
+            ..input("modes.sh", &hook, &ctx)
+        };
+        let out = runner(dir.path(), Duration::from_secs(30))
+            .run(&input)
+            .await
+            .expect("run");
+        let modes: Vec<&str> = out.metrics.split_whitespace().collect();
+        assert_eq!(
+            modes,
+            ["700", "600", "600", "600", "600"],
+            "{}",
+            out.metrics
+        );
     }
 
     #[tokio::test]
