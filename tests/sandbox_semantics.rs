@@ -276,6 +276,27 @@ fn owner_reference_cascades_follow_the_propagation_policy() {
 }
 
 #[test]
+fn names_with_escaped_characters_are_found_as_the_python_client_asks_for_them() {
+    let sb = Sandbox::start();
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                      "metadata": {"name": "system:probe"}, "rules": []});
+    let (code, created) = sb.post("/apis/rbac.authorization.k8s.io/v1/clusterroles", &role);
+    assert_eq!(code, 201, "{created}");
+    // The Python client escapes ':' in names; kubectl does not. Both find the object.
+    for path in [
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/system%3Aprobe",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/system:probe",
+    ] {
+        let (code, got) = sb.get(path);
+        assert_eq!(
+            (code, got["metadata"]["name"].as_str()),
+            (200, Some("system:probe")),
+            "{path}"
+        );
+    }
+}
+
+#[test]
 fn namespace_deletion_removes_its_content() {
     let sb = Sandbox::start();
     let (code, _) = sb.post("/api/v1/namespaces", &json!({"metadata": {"name": "tmp"}}));

@@ -208,12 +208,46 @@ enum Route {
     Resource(ResourcePath),
 }
 
+/// A path segment with its `%XX` escapes decoded, as kube-apiserver reads names
+/// (`system%3Aprobe` is `system:probe`); a segment that does not decode to UTF-8 is kept.
+fn percent_decode(segment: &str) -> std::borrow::Cow<'_, str> {
+    if !segment.contains('%') {
+        return segment.into();
+    }
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, ..) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    match String::from_utf8(out) {
+        Ok(decoded) => decoded.into(),
+        Err(_) => segment.into(),
+    }
+}
+
 fn route(path: &str) -> Option<Route> {
-    let segs: Vec<&str> = path
+    let decoded: Vec<std::borrow::Cow<'_, str>> = path
         .trim_matches('/')
         .split('/')
         .filter(|s| !s.is_empty())
+        .map(percent_decode)
         .collect();
+    let segs: Vec<&str> = decoded.iter().map(|s| s.as_ref()).collect();
     let (group, version, rest) = match segs.as_slice() {
         ["healthz" | "livez" | "readyz", ..] => return Some(Route::Health),
         ["version"] => return Some(Route::Version),
@@ -1168,6 +1202,26 @@ fn delete_collection(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaped_names_are_decoded() {
+        let Some(Route::Resource(r)) =
+            route("/apis/rbac.authorization.k8s.io/v1/clusterroles/system%3Aprobe")
+        else {
+            panic!("a resource path")
+        };
+        assert_eq!(r.name.as_deref(), Some("system:probe"));
+        assert_eq!(
+            percent_decode("a%zzb"),
+            "a%zzb",
+            "a bad escape is kept as written"
+        );
+        assert_eq!(
+            percent_decode("%ff"),
+            "%ff",
+            "bytes that are not UTF-8 are kept"
+        );
+    }
 
     #[test]
     fn routes_resource_paths() {
