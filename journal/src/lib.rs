@@ -296,6 +296,7 @@ impl VerifyReport {
 /// An open journal of events `E`.
 pub struct Journal<E> {
     storage: Arc<dyn Storage>,
+    health: Health,
     path: PathBuf,
     tx: Option<std::sync::mpsc::Sender<AppendRequest>>,
     durable: watch::Receiver<u64>,
@@ -448,12 +449,14 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         }
         let last = Self::check_tail(storage.as_ref(), writable)?;
         let (durable_tx, durable) = watch::channel(last);
+        let health = Health::default();
         let (tx, committer) = if writable {
             let (tx, rx) = std::sync::mpsc::channel::<AppendRequest>();
             let s = storage.clone();
+            let h = health.clone();
             let handle = std::thread::Builder::new()
                 .name("journal-commit".into())
-                .spawn(move || commit_loop(s, rx, last, durable_tx))
+                .spawn(move || commit_loop(s, rx, last, durable_tx, h))
                 .map_err(|source| JournalError::Io {
                     path: dir.to_path_buf(),
                     source,
@@ -464,6 +467,7 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         };
         Ok(Journal {
             storage,
+            health,
             path: dir.to_path_buf(),
             tx,
             durable,
@@ -625,6 +629,11 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
             next: after + 1,
             durable: self.durable.clone(),
         }
+    }
+
+    /// Whether the journal can write (see [`Health`]).
+    pub fn health(&self) -> Health {
+        self.health.clone()
     }
 
     /// Saves a snapshot of an application state that includes events up to `seq`.
@@ -944,8 +953,16 @@ fn commit_loop(
     rx: std::sync::mpsc::Receiver<AppendRequest>,
     mut last: u64,
     durable: watch::Sender<u64>,
+    health: Health,
 ) {
     while let Ok(first) = rx.recv() {
+        // After a failed write the backend may refuse everything until it is reopened
+        // (sled does, even once the disk has room again).
+        if health.failing().is_some()
+            && let Err(e) = storage.recover()
+        {
+            tracing::warn!("journal storage cannot be reopened yet: {e}");
+        }
         let mut requests = vec![first];
         while let Ok(more) = rx.try_recv() {
             requests.push(more);
@@ -965,6 +982,7 @@ fn commit_loop(
         match result {
             Ok(()) => {
                 last = seq;
+                health.wrote();
                 let _ = durable.send(last);
                 for (reply, s) in acks {
                     let _ = reply.send(Ok(s));
@@ -974,10 +992,57 @@ fn commit_loop(
                 // Nothing was acknowledged; remove what may have reached the tree so the
                 // sequence stays gapless for the next batch.
                 let _ = storage.remove_events(last + 1, seq);
+                health.failed(e.to_string());
                 for (reply, _) in acks {
                     let _ = reply.send(Err(e.to_string()));
                 }
             }
+        }
+    }
+}
+
+/// Whether the journal can write: shared by the committer (which records failures and
+/// recoveries) and whoever reports health (`/readyz`, `/healthz`).
+#[derive(Clone, Debug, Default)]
+pub struct Health {
+    /// Unix ms of the first failed write since the last good one; 0 while writes work.
+    failing_since_ms: Arc<std::sync::atomic::AtomicU64>,
+    last_error: Arc<std::sync::Mutex<String>>,
+}
+
+impl Health {
+    /// `Some((since_ms, error))` while writes fail.
+    pub fn failing(&self) -> Option<(u64, String)> {
+        let since = self
+            .failing_since_ms
+            .load(std::sync::atomic::Ordering::SeqCst);
+        (since != 0).then(|| {
+            let error = self
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            (since, error)
+        })
+    }
+
+    fn failed(&self, error: String) {
+        let _ = self.failing_since_ms.compare_exchange(
+            0,
+            now_ms().max(1),
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
+    }
+
+    fn wrote(&self) {
+        if self
+            .failing_since_ms
+            .swap(0, std::sync::atomic::Ordering::SeqCst)
+            != 0
+        {
+            tracing::info!("the journal writes again");
         }
     }
 }

@@ -35,15 +35,29 @@ pub trait Storage: Send + Sync + 'static {
     fn set_meta(&self, key: &str, value: &[u8]) -> Result<(), JournalError>;
     /// Bytes used on disk.
     fn size_on_disk(&self) -> Result<u64, JournalError>;
+    /// Makes the backend usable again after a failed write (a full disk that has room
+    /// again): a backend that stays failed after an IO error reopens itself here. Nothing
+    /// unflushed survives; the journal acknowledged none of it.
+    fn recover(&self) -> Result<(), JournalError> {
+        Ok(())
+    }
 }
 
-/// sled-backed storage: trees `events`, `snapshots`, `meta`.
+/// sled-backed storage: trees `events`, `snapshots`, `meta`. sled refuses every write
+/// after an IO error (a full disk) until it is reopened, so the handle can be swapped by
+/// [`Storage::recover`].
 pub struct SledStorage {
+    trees: std::sync::RwLock<Option<Trees>>,
+    path: PathBuf,
+}
+
+/// One open sled database and its trees (cheap to clone: handles).
+#[derive(Clone)]
+struct Trees {
     db: sled::Db,
     events: sled::Tree,
     snapshots: sled::Tree,
     meta: sled::Tree,
-    path: PathBuf,
 }
 
 fn io(path: &Path, e: sled::Error) -> JournalError {
@@ -108,13 +122,29 @@ impl SledStorage {
                 }
             })?;
         let tree = |name: &str| db.open_tree(name).map_err(|e| io(dir, e));
-        Ok(SledStorage {
+        let trees = Trees {
             events: tree("events")?,
             snapshots: tree("snapshots")?,
             meta: tree("meta")?,
             db,
+        };
+        Ok(SledStorage {
+            trees: std::sync::RwLock::new(Some(trees)),
             path: dir.to_path_buf(),
         })
+    }
+
+    /// The open trees, or an error while a reopen has not succeeded yet.
+    fn t(&self) -> Result<Trees, JournalError> {
+        self.trees
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| JournalError::Storage {
+                path: self.path.clone(),
+                message: "the storage is closed after a write error and could not be reopened yet"
+                    .into(),
+            })
     }
 }
 
@@ -122,8 +152,9 @@ impl Storage for SledStorage {
     fn put_events(&self, records: &[(u64, Vec<u8>)]) -> Result<(), JournalError> {
         // Plain inserts: a batch's atomicity is not needed (nothing is acknowledged before
         // the flush, and a partly written group is a torn tail), and they flush cheaper.
+        let t = self.t()?;
         for (seq, rec) in records {
-            self.events
+            t.events
                 .insert(key(*seq), rec.as_slice())
                 .map_err(|e| io(&self.path, e))?;
         }
@@ -131,25 +162,35 @@ impl Storage for SledStorage {
     }
 
     fn flush(&self) -> Result<(), JournalError> {
-        self.db.flush().map(|_| ()).map_err(|e| io(&self.path, e))
+        self.t()?
+            .db
+            .flush()
+            .map(|_| ())
+            .map_err(|e| io(&self.path, e))
     }
 
     fn events_from(&self, from: u64) -> RecordIter<'_> {
-        Box::new(self.events.range(key(from)..).map(move |r| {
+        let t = match self.t() {
+            Ok(t) => t,
+            Err(e) => return Box::new(std::iter::once(Err(e))),
+        };
+        Box::new(t.events.range(key(from)..).map(move |r| {
             r.map(|(k, v)| (seq_of(&k), v.to_vec()))
                 .map_err(|e| io(&self.path, e))
         }))
     }
 
     fn last_event(&self) -> Result<Option<(u64, Vec<u8>)>, JournalError> {
-        self.events
+        self.t()?
+            .events
             .last()
             .map(|o| o.map(|(k, v)| (seq_of(&k), v.to_vec())))
             .map_err(|e| io(&self.path, e))
     }
 
     fn last_events(&self, n: usize) -> Result<Vec<(u64, Vec<u8>)>, JournalError> {
-        self.events
+        self.t()?
+            .events
             .iter()
             .rev()
             .take(n)
@@ -161,25 +202,26 @@ impl Storage for SledStorage {
     }
 
     fn remove_events(&self, from: u64, to: u64) -> Result<(), JournalError> {
+        let t = self.t()?;
         let mut batch = sled::Batch::default();
-        for r in self.events.range(key(from)..=key(to)) {
+        for r in t.events.range(key(from)..=key(to)) {
             let (k, _) = r.map_err(|e| io(&self.path, e))?;
             batch.remove(k);
         }
-        self.events
-            .apply_batch(batch)
-            .map_err(|e| io(&self.path, e))
+        t.events.apply_batch(batch).map_err(|e| io(&self.path, e))
     }
 
     fn put_snapshot(&self, seq: u64, record: Vec<u8>) -> Result<(), JournalError> {
-        self.snapshots
+        self.t()?
+            .snapshots
             .insert(key(seq), record)
             .map(|_| ())
             .map_err(|e| io(&self.path, e))
     }
 
     fn snapshots(&self) -> Result<Vec<(u64, Vec<u8>)>, JournalError> {
-        self.snapshots
+        self.t()?
+            .snapshots
             .iter()
             .map(|r| {
                 r.map(|(k, v)| (seq_of(&k), v.to_vec()))
@@ -189,27 +231,41 @@ impl Storage for SledStorage {
     }
 
     fn remove_snapshot(&self, seq: u64) -> Result<(), JournalError> {
-        self.snapshots
+        self.t()?
+            .snapshots
             .remove(key(seq))
             .map(|_| ())
             .map_err(|e| io(&self.path, e))
     }
 
     fn meta(&self, k: &str) -> Result<Option<Vec<u8>>, JournalError> {
-        self.meta
+        self.t()?
+            .meta
             .get(k)
             .map(|o| o.map(|v| v.to_vec()))
             .map_err(|e| io(&self.path, e))
     }
 
     fn set_meta(&self, k: &str, value: &[u8]) -> Result<(), JournalError> {
-        self.meta
+        self.t()?
+            .meta
             .insert(k, value)
             .map(|_| ())
             .map_err(|e| io(&self.path, e))
     }
 
     fn size_on_disk(&self) -> Result<u64, JournalError> {
-        self.db.size_on_disk().map_err(|e| io(&self.path, e))
+        self.t()?.db.size_on_disk().map_err(|e| io(&self.path, e))
+    }
+
+    fn recover(&self) -> Result<(), JournalError> {
+        let mut trees = self.trees.write().unwrap_or_else(|p| p.into_inner());
+        // The old database must be gone (its file lock released) before it is reopened.
+        drop(trees.take());
+        let fresh = SledStorage::open_for_writing(&self.path)?;
+        let reopened = fresh.trees.into_inner().unwrap_or_else(|p| p.into_inner());
+        *trees = reopened;
+        tracing::info!(path = %self.path.display(), "journal storage reopened after a write error");
+        Ok(())
     }
 }

@@ -18,10 +18,22 @@ use crate::prometheus::Metrics;
 /// The content type of the Prometheus text format.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// How long the journal may fail to write before `/healthz` fails too (so Kubernetes
+/// restarts the pod); `/readyz` fails at once.
+pub const JOURNAL_LIVENESS_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long the journal has failed to write, and why.
+fn journal_failing_for(journal: &bosun_journal::Health) -> Option<(std::time::Duration, String)> {
+    let (since_ms, error) = journal.failing()?;
+    let took = bosun_runtime::clock::now_ms().saturating_sub(since_ms);
+    Some((std::time::Duration::from_millis(took), error))
+}
+
 /// Binds the listener (an error names the address) and serves in the background.
 pub async fn serve(
     addr: SocketAddr,
     engine: Arc<Engine>,
+    journal: bosun_journal::Health,
     metrics: Metrics,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -32,17 +44,45 @@ pub async fn serve(
     let operator = engine.clone();
     let status = engine.clone();
     let hooks = engine;
+    let live_journal = journal.clone();
     let app = Router::new()
-        .route("/healthz", get(|| async { (StatusCode::OK, "ok") }))
+        .route(
+            "/healthz",
+            get(move || {
+                let journal = live_journal.clone();
+                async move {
+                    match journal_failing_for(&journal) {
+                        Some((took, error)) if took >= JOURNAL_LIVENESS_GRACE => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!(
+                                "the journal cannot write for {}s (a restart may help): {error}",
+                                took.as_secs()
+                            ),
+                        ),
+                        _ => (StatusCode::OK, "ok".to_string()),
+                    }
+                }
+            }),
+        )
         .route(
             "/readyz",
             get(move || {
                 let engine = ready.clone();
+                let journal = journal.clone();
                 async move {
+                    if let Some((took, error)) = journal_failing_for(&journal) {
+                        return (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("the journal cannot write for {}s: {error}", took.as_secs()),
+                        );
+                    }
                     if engine.converged() {
-                        (StatusCode::OK, "ok")
+                        (StatusCode::OK, "ok".to_string())
                     } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "startup converge not done")
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "startup converge not done".to_string(),
+                        )
                     }
                 }
             }),

@@ -650,7 +650,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         modules,
     ));
     let ticks = metrics.tick();
-    let (listen, http) = http::serve(cfg.listen, engine.clone(), metrics).await?;
+    let (listen, http) = http::serve(cfg.listen, engine.clone(), journal.health(), metrics).await?;
     println!("bosun HTTP endpoints listening on http://{listen}");
     tracing::info!(%listen, "serving /healthz, /readyz, /metrics and /metrics/hooks");
     let debug = crate::debug::serve(

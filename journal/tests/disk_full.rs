@@ -1,0 +1,124 @@
+//! A full disk on a real (small) filesystem: appends stop being acknowledged and the
+//! journal says why, and once there is room again it writes again by itself, with every
+//! acknowledged event still there.
+//!
+//! The filesystem is a 8 MiB tmpfs mounted for the test, which needs root (as the test
+//! command runs); where mounting is not permitted the test says so and does nothing.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bosun_journal::{Journal, Versioned};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Ev(String);
+
+impl Versioned for Ev {
+    const VERSION: u32 = 1;
+    fn decode(_version: u32, raw: Value) -> Result<Self, String> {
+        serde_json::from_value(raw).map_err(|e| e.to_string())
+    }
+}
+
+/// A mounted tmpfs, unmounted on drop.
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(dir: &Path) -> Option<SmallFs> {
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| SmallFs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fills the filesystem with one file until it has no room left.
+fn fill(path: &Path) {
+    let mut f = std::fs::File::create(path).expect("filler file");
+    let chunk = vec![7u8; 64 * 1024];
+    while f.write_all(&chunk).is_ok() {}
+    let _ = f.sync_all();
+}
+
+#[test]
+fn a_full_disk_stops_acknowledging_and_room_again_resumes_by_itself() {
+    let base = tempfile::tempdir().expect("temp dir");
+    let Some(fs) = SmallFs::mount(base.path()) else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let journal: Journal<Ev> = Journal::open(&fs.0.join("journal")).expect("journal opens");
+    let payload = "x".repeat(16 * 1024);
+    let first = journal
+        .append_blocking(&[Ev("before".into())])
+        .expect("room at first");
+    fill(&fs.0.join("filler"));
+
+    // Appends until the disk refuses one (sled may still have room in its own files).
+    let mut acknowledged = vec![first];
+    let error = loop {
+        match journal.append_blocking(&[Ev(payload.clone())]) {
+            Ok(seq) => acknowledged.push(seq),
+            Err(e) => break e.to_string(),
+        }
+        assert!(acknowledged.len() < 2000, "the disk never filled");
+    };
+    assert!(
+        error.contains("No space left") || error.contains("os error 28"),
+        "the error says why: {error}"
+    );
+    let (_, reported) = journal
+        .health()
+        .failing()
+        .expect("the journal reports the failure");
+    assert!(
+        reported.contains("space") || reported.contains("28"),
+        "{reported}"
+    );
+    // Still full: still refused, and still reported.
+    assert!(journal.append_blocking(&[Ev("still full".into())]).is_err());
+    assert!(journal.health().failing().is_some());
+
+    std::fs::remove_file(fs.0.join("filler")).expect("room again");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        match journal.append_blocking(&[Ev("after".into())]) {
+            Ok(seq) => break seq,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "never wrote again: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    assert!(journal.health().failing().is_none(), "healthy again");
+    let stored: Vec<(u64, Ev)> = journal
+        .read_from(0)
+        .map(|r| r.map(|rec| (rec.seq, rec.event)).expect("readable"))
+        .collect();
+    let seqs: Vec<u64> = stored.iter().map(|(s, _)| *s).collect();
+    for seq in &acknowledged {
+        assert!(seqs.contains(seq), "acknowledged event {seq} survived");
+    }
+    assert_eq!(
+        stored.last().map(|(s, e)| (*s, e.0.as_str())),
+        Some((after, "after"))
+    );
+    assert_eq!(
+        seqs,
+        (1..=after).collect::<Vec<_>>(),
+        "sequence numbers stay gapless across the failure"
+    );
+    drop(journal);
+}
