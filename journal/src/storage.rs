@@ -104,6 +104,9 @@ impl SledStorage {
             .mode(sled::Mode::HighThroughput)
             // Every write is flushed explicitly (group commit); no background flusher.
             .flush_every_ms(None)
+            // sled caches up to 1 GiB by default, which a pod's memory limit does not allow
+            // for; the journal reads mostly at start, sequentially.
+            .cache_capacity(64 * 1024 * 1024)
             .open()
             .map_err(|e| {
                 let message = e.to_string();

@@ -7,8 +7,18 @@ use bosun_addon::ports::{BoxFut, EventSink, PortError};
 use bosun_addon::{Event, State};
 use bosun_journal::{Journal, Retention};
 
-/// Events after the latest snapshot that make a start take a new one.
+/// Events after the latest snapshot that make a start, or the running compactor, take a
+/// new one (`BOSUN_JOURNAL_SNAPSHOT_EVERY` sets another number).
 const SNAPSHOT_EVERY: u64 = 10_000;
+
+/// `BOSUN_JOURNAL_SNAPSHOT_EVERY`, or the default.
+pub fn snapshot_every() -> u64 {
+    std::env::var("BOSUN_JOURNAL_SNAPSHOT_EVERY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(SNAPSHOT_EVERY)
+}
 
 /// Appends engine events to the journal.
 pub struct JournalSink {
@@ -78,6 +88,50 @@ pub struct Opened {
     pub state: State,
     /// The journal, for reading.
     pub journal: Arc<Journal<Event>>,
+    /// The sequence number `state` includes.
+    pub last: u64,
+}
+
+/// Keeps the journal compact while bosun runs: folds every new record into a copy of the
+/// state and, every `every` events, saves a snapshot and drops the events older than the
+/// oldest kept snapshot. Without it, compaction ran only at start, so a long-running
+/// bosun's journal (and the next start's replay, in time and memory) grew without bound.
+pub fn spawn_compactor(
+    journal: Arc<Journal<Event>>,
+    mut state: State,
+    mut last: u64,
+    every: u64,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut snapshot_at = last;
+        let mut follow = journal.subscribe(last);
+        loop {
+            let record = match follow.next().await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!("journal compactor stopped: {e}");
+                    return;
+                }
+            };
+            state.apply(&record.event);
+            last = record.seq;
+            if last - snapshot_at < every {
+                continue;
+            }
+            snapshot_at = last;
+            let (j, s) = (journal.clone(), state.clone());
+            let done = tokio::task::spawn_blocking(move || {
+                j.save_snapshot(last, &s)?;
+                j.compact(&Retention::default())
+            })
+            .await;
+            match done {
+                Ok(Ok(dropped)) => tracing::info!(seq = last, dropped, "journal snapshot saved"),
+                Ok(Err(e)) => tracing::warn!(seq = last, "cannot compact the journal: {e}"),
+                Err(e) => tracing::warn!(seq = last, "journal compaction stopped: {e}"),
+            }
+        }
+    })
 }
 
 /// Opens the journal in `dir` and rebuilds the state from it (latest snapshot + the
@@ -96,7 +150,7 @@ pub fn open_shared(dir: &Path) -> anyhow::Result<Opened> {
     metrics::gauge!(bosun_addon::telemetry::JOURNAL_REPLAY_SECONDS)
         .set(started.elapsed().as_secs_f64());
     let latest = journal.snapshots()?.last().map(|s| s.seq).unwrap_or(0);
-    if last.saturating_sub(latest) >= SNAPSHOT_EVERY {
+    if last.saturating_sub(latest) >= snapshot_every() {
         journal.save_snapshot(last, &state)?;
         let dropped = journal.compact(&Retention::default())?;
         tracing::info!(seq = last, dropped, "journal snapshot saved");
@@ -109,5 +163,6 @@ pub fn open_shared(dir: &Path) -> anyhow::Result<Opened> {
         sink,
         state,
         journal,
+        last,
     })
 }

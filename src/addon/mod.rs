@@ -354,6 +354,7 @@ pub struct Operator {
     http: tokio::task::JoinHandle<()>,
     ticks: tokio::task::JoinHandle<()>,
     expiry: tokio::task::JoinHandle<()>,
+    compactor: tokio::task::JoinHandle<()>,
     /// Where `/healthz`, `/readyz`, `/metrics` and `/metrics/hooks` are served.
     pub listen: std::net::SocketAddr,
     /// The debug endpoints (stopped, and the socket removed, when dropped).
@@ -366,6 +367,7 @@ impl Drop for Operator {
         self.http.abort();
         self.ticks.abort();
         self.expiry.abort();
+        self.compactor.abort();
     }
 }
 
@@ -583,7 +585,9 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         sink,
         state: restored,
         journal,
+        last,
     } = journal::open_shared(&cfg.journal_dir)?;
+    let compact_from = restored.clone();
     tracing::info!(journal = %cfg.journal_dir.display(), events = restored.events, "journal replayed");
     let global_hooks = load_global_hooks(&cfg.global_hooks_dir, &runner).await?;
     let (modules, warnings) = crate::addon::discovery::discover_modules(
@@ -659,7 +663,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
             http: cfg.debug_http,
         },
         engine.clone(),
-        journal,
+        journal.clone(),
     )
     .await;
     if let Some(socket) = &debug.socket {
@@ -668,12 +672,19 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     if let Some(addr) = debug.http {
         println!("bosun debug endpoints on http://{addr}");
     }
+    let compactor = journal::spawn_compactor(
+        journal.clone(),
+        compact_from,
+        last,
+        journal::snapshot_every(),
+    );
     Ok(Operator {
         engine,
         watcher,
         http,
         ticks,
         expiry,
+        compactor,
         listen,
         debug,
     })
