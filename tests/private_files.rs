@@ -4,13 +4,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Sandbox, bosun_bin, http_full, wait_for, workdir};
+use common::{Killed, Sandbox, bosun_bin, capture, http_full, wait_for, workdir};
 use serde_json::{Value, json};
 
 /// Permission bits of `path` (not following symbolic links).
@@ -100,31 +99,6 @@ fn the_sandbox_store_and_kubeconfig_are_private_and_older_ones_are_tightened() {
     );
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["data"]["password"], "hunter2");
-}
-
-/// Reads lines a child prints into a shared string.
-fn capture(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<String>> {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let stdout = child.stdout.take().expect("stdout");
-    let sink = seen.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(mut s) = sink.lock() {
-                s.push_str(&line);
-                s.push('\n');
-            }
-        }
-    });
-    seen
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

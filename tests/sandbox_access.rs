@@ -6,11 +6,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Operator, Sandbox, bosun_bin, http_full, run_ok, wait_for, workdir};
+use common::{Killed, Operator, Sandbox, bosun_bin, capture, http_full, run_ok, wait_for, workdir};
 use serde_json::{Value, json};
 
 fn request(
@@ -34,31 +33,6 @@ fn assert_status(answer: &(u16, Value), code: u16, reason: &str, needles: &[&str
     let message = body["message"].as_str().unwrap_or_default();
     for needle in needles {
         assert!(message.contains(needle), "{needle:?} not in {message:?}");
-    }
-}
-
-/// Reads lines a child prints into a shared string.
-fn capture(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<String>> {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let stdout = child.stdout.take().expect("stdout");
-    let sink = seen.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(mut s) = sink.lock() {
-                s.push_str(&line);
-                s.push('\n');
-            }
-        }
-    });
-    seen
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

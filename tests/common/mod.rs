@@ -520,3 +520,29 @@ pub fn config_hook(path: &Path, config: &str, body: &str) {
         ),
     );
 }
+
+/// Reads lines a child prints into a shared string.
+pub fn capture(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let stdout = child.stdout.take().expect("stdout");
+    let sink = seen.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(mut s) = sink.lock() {
+                s.push_str(&line);
+                s.push('\n');
+            }
+        }
+    });
+    seen
+}
+
+/// A child process killed (and reaped) when dropped.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
