@@ -16,10 +16,7 @@ use crate::events::{Event, Scope, ValuesLayer};
 use crate::hook_config::HookConfig;
 use crate::hook_metrics::HookMetrics;
 use crate::hook_output::{Effects, Origin, OutputError, ScopeValues};
-use crate::ports::{
-    ConfigStore, HookExecutor, HookResult, HookRun, Journal, KubeBindings, LogFields,
-    ObjectPatcher, PortError, Ports,
-};
+use crate::ports::{HookResult, HookRun, LogFields, PortError, Ports};
 use crate::schema::ValuesSchemas;
 use crate::state::{QueuedTask, State};
 use crate::sync_waiter::SyncWaiter;
@@ -109,14 +106,11 @@ pub struct GlobalHooksState {
     schemas: Arc<ValuesSchemas>,
     /// What the journal holds (this actor reads the global values from it).
     journaled: State,
-    sink: Journal,
-    executor: Arc<dyn HookExecutor>,
-    config_store: Arc<dyn ConfigStore>,
+    /// The journal, hook processes, the ConfigMap, Helm, bindings and the object patcher.
+    ports: Ports,
     mailbox: MailboxHandle,
     me: Tracked<GlobalHooksMsg>,
     ids: TaskIds,
-    bindings: Arc<dyn KubeBindings>,
-    patcher: Arc<dyn ObjectPatcher>,
     sync_waiter: SyncWaiter,
     hook_metrics: HookMetrics,
 }
@@ -153,7 +147,8 @@ impl GlobalHooksState {
     }
 
     async fn journal(&mut self, events: Vec<Event>) -> Result<(), String> {
-        self.sink
+        self.ports
+            .journal
             .append(events.clone())
             .await
             .map_err(|e| format!("cannot journal values change: {e}"))?;
@@ -179,7 +174,7 @@ impl GlobalHooksState {
         };
         let stubs = crate::queue::compact_groups(task.spec.kind.contexts().to_vec());
         let (contexts, binding) = crate::bindings::contexts_for_run(&hook.config, stubs, &|i| {
-            self.bindings.snapshot(&href, i)
+            self.ports.bindings.snapshot(&href, i)
         });
         let run = HookRun {
             name: hook.name.clone(),
@@ -193,7 +188,7 @@ impl GlobalHooksState {
                 queue: Some(task.spec.queue.to_string()),
             },
         };
-        let executor = self.executor.clone();
+        let executor = self.ports.executor.clone();
         let me = self.me.clone();
         let mailbox = self.mailbox.clone();
         let job = mailbox.job_started(format!("hook {binding}:{}", hook.name));
@@ -289,7 +284,7 @@ impl GlobalHooksState {
             hook: hook.clone(),
         };
         for i in crate::bindings::synchronized(task.spec.kind.contexts()) {
-            self.bindings.release(&href, i);
+            self.ports.bindings.release(&href, i);
             self.sync_waiter.done(&hook, i);
         }
     }
@@ -311,9 +306,9 @@ impl GlobalHooksState {
             values_with: &values_with,
         };
         let effects = Effects {
-            journal: self.sink.as_ref(),
-            patcher: self.patcher.as_ref(),
-            config_store: self.config_store.as_ref(),
+            journal: self.ports.journal.as_ref(),
+            patcher: self.ports.patcher.as_ref(),
+            config_store: self.ports.config_store.as_ref(),
             hook_metrics: &self.hook_metrics,
         };
         let origin = Origin { hook, module: None };
@@ -340,13 +335,9 @@ impl Actor for GlobalHooksActor {
             static_values: args.static_values,
             schemas: args.schemas,
             journaled: args.restored,
-            sink: args.ports.journal,
-            executor: args.ports.executor,
-            config_store: args.ports.config_store,
+            ports: args.ports,
             mailbox: args.mailbox,
             ids: args.ids,
-            bindings: args.ports.bindings,
-            patcher: args.ports.patcher,
             sync_waiter: args.sync_waiter,
             hook_metrics: args.hook_metrics,
         })

@@ -27,10 +27,7 @@ use crate::events::{Event, Scope, TaskId, ValuesLayer};
 use crate::hook_config::{HookConfig, HookKind};
 use crate::hook_metrics::HookMetrics;
 use crate::hook_output::{Effects, Origin, OutputError, ScopeValues};
-use crate::ports::{
-    ConfigStore, EnabledRun, HookExecutor, HookResult, HookRun, Journal, KubeBindings, LogFields,
-    ObjectPatcher, Ports, Releases, Rendered,
-};
+use crate::ports::{EnabledRun, HookResult, HookRun, LogFields, Ports, Rendered};
 use crate::state::{QueuedTask, State};
 use crate::task::{AddonTask, ModulePhase, TaskOutcome, module_run_task};
 use crate::telemetry::{self, HelmOperation, HookRunLabels, RunOutcome};
@@ -279,10 +276,8 @@ pub struct ModuleState {
     def: ModuleDef,
     /// What the journal holds (this actor reads its module's values and record from it).
     journaled: State,
-    sink: Journal,
-    executor: Arc<dyn HookExecutor>,
-    config_store: Arc<dyn ConfigStore>,
-    releases: Arc<dyn Releases>,
+    /// The journal, hook processes, the ConfigMap, Helm, bindings and the object patcher.
+    ports: Ports,
     router: Arc<dyn Router<AddonTask>>,
     ids: TaskIds,
     monitor_interval: Duration,
@@ -295,8 +290,6 @@ pub struct ModuleState {
     /// Differences an upgrade did not remove (e.g. a field the API server rewrites): not
     /// drift, or every check would upgrade again.
     settled_drift: Vec<String>,
-    bindings: Arc<dyn KubeBindings>,
-    patcher: Arc<dyn ObjectPatcher>,
     scheduler: crate::scheduler::Scheduler,
     monitored: Monitored,
     limits: crate::rate::Limits,
@@ -348,7 +341,8 @@ impl ModuleState {
     }
 
     async fn journal(&mut self, events: Vec<Event>) -> Result<(), String> {
-        self.sink
+        self.ports
+            .journal
             .append(events.clone())
             .await
             .map_err(|e| format!("module {}: cannot journal: {e}", self.def.name))?;
@@ -365,7 +359,8 @@ impl ModuleState {
             phase,
             task: Some(task),
         }];
-        self.sink
+        self.ports
+            .journal
             .append_later(events.clone())
             .map_err(|e| format!("module {}: cannot journal: {e}", self.def.name))?;
         self.journaled.apply_all(&events);
@@ -390,14 +385,17 @@ impl ModuleState {
         let mut hooks = Vec::new();
         for (name, path) in &self.def.hooks {
             let text = self
+                .ports
                 .executor
                 .config(name, path)
                 .await
                 .map_err(|e| format!("module {}: {e}", self.def.name))?;
             let config = crate::hook_config::parse(&text, HookKind::Module, name)
                 .map_err(|e| format!("module {}: {e}", self.def.name))?;
-            crate::hook_config::check_filters(&config, name, |p| self.bindings.check_filter(p))
-                .map_err(|e| format!("module {}: {e}", self.def.name))?;
+            crate::hook_config::check_filters(&config, name, |p| {
+                self.ports.bindings.check_filter(p)
+            })
+            .map_err(|e| format!("module {}: {e}", self.def.name))?;
             telemetry::binding_count(Some(&self.def.name), name, &config);
             let limiter = crate::rate::Limiter::for_settings(&config.settings).map(Arc::new);
             self.limits.set(&self.def.name, name, limiter.clone());
@@ -459,7 +457,7 @@ impl ModuleState {
         let href = self.hook_ref(&hook.name);
         let synced = crate::bindings::synchronized(&stubs);
         let (contexts, binding) = crate::bindings::contexts_for_run(&hook.config, stubs, &|i| {
-            self.bindings.snapshot(&href, i)
+            self.ports.bindings.snapshot(&href, i)
         });
         let run = HookRun {
             name: hook.name.clone(),
@@ -486,7 +484,7 @@ impl ModuleState {
             RunOutcome::Error
         };
         let started = std::time::Instant::now();
-        let out = match self.executor.run(run).await {
+        let out = match self.ports.executor.run(run).await {
             Ok(out) => out,
             Err(e) => {
                 labels.record(failed, started.elapsed(), None);
@@ -503,7 +501,7 @@ impl ModuleState {
         labels.record(outcome, took, out.usage.as_ref());
         applied.map_err(|e| e.to_string())?;
         for i in synced {
-            self.bindings.release(&href, i);
+            self.ports.bindings.release(&href, i);
         }
         Ok(())
     }
@@ -530,9 +528,9 @@ impl ModuleState {
             values_with: &values_with,
         };
         let effects = Effects {
-            journal: self.sink.as_ref(),
-            patcher: self.patcher.as_ref(),
-            config_store: self.config_store.as_ref(),
+            journal: self.ports.journal.as_ref(),
+            patcher: self.ports.patcher.as_ref(),
+            config_store: self.ports.config_store.as_ref(),
             hook_metrics: &self.hook_metrics,
         };
         let origin = Origin {
@@ -563,7 +561,8 @@ impl ModuleState {
             .schemas
             .validate_helm(&values[&self.def.key()])
             .map_err(|e| format!("module {name}: {e}"))?;
-        self.releases
+        self.ports
+            .releases
             .render(name.clone(), chart, values)
             .await
             .map(|r| r.objects)
@@ -585,6 +584,7 @@ impl ModuleState {
             .map_err(|e| format!("module {name}: {e}"))?;
         let started = Instant::now();
         let rendered = self
+            .ports
             .releases
             .render(name.clone(), chart.clone(), values.clone())
             .await;
@@ -603,6 +603,7 @@ impl ModuleState {
                 tracing::info!(module = %name, "upgrading release: {why}");
                 let started = Instant::now();
                 let revision = self
+                    .ports
                     .releases
                     .upgrade(name.clone(), chart, values, rendered.checksum.clone())
                     .await;
@@ -646,6 +647,7 @@ impl ModuleState {
     ) -> Result<(Option<String>, Option<Vec<String>>), String> {
         let name = &self.def.name;
         let info = self
+            .ports
             .releases
             .status(name.clone())
             .await
@@ -676,6 +678,7 @@ impl ModuleState {
     /// Absent or changed rendered objects, minus the settled differences.
     async fn drift(&self, objects: &[Value]) -> Result<Vec<String>, String> {
         let found = self
+            .ports
             .releases
             .drift(objects.to_vec())
             .await
@@ -717,7 +720,7 @@ impl ModuleState {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(self.def.name.clone(), ids);
-        let releases = self.releases.clone();
+        let releases = self.ports.releases.clone();
         let busy = self.busy.clone();
         let interval = self.monitor_interval;
         let name = self.def.name.clone();
@@ -874,7 +877,8 @@ impl ModuleState {
                 self.router.clone(),
                 self.ids.clone(),
             );
-            self.bindings
+            self.ports
+                .bindings
                 .start(href, hook.config.kubernetes.clone(), events)
                 .await
                 .map_err(|e| format!("module {name}: hook {:?}: {e}", hook.name))?;
@@ -892,7 +896,7 @@ impl ModuleState {
             let href = self.hook_ref(&hook.name);
             for (i, b) in hook.config.kubernetes.iter().enumerate() {
                 if !b.execute_hook_on_synchronization {
-                    self.bindings.release(&href, i);
+                    self.ports.bindings.release(&href, i);
                 } else if b.queue == "main" || b.wait_for_synchronization {
                     let stub = crate::bindings::sync_stub(&hook.config, i);
                     if let Err(e) = self
@@ -900,7 +904,7 @@ impl ModuleState {
                         .await
                     {
                         if !b.allow_failure {
-                            self.bindings.stop_owner(&href.owner);
+                            self.ports.bindings.stop_owner(&href.owner);
                             self.scheduler.remove_owner(&href.owner);
                             self.bindings_started = false;
                             return Err(format!(
@@ -909,7 +913,7 @@ impl ModuleState {
                             ));
                         }
                         tracing::warn!(module = %name, hook = %hook.name, "Synchronization failed, allowed by allowFailure: {e}");
-                        self.bindings.release(&href, i);
+                        self.ports.bindings.release(&href, i);
                     }
                 } else {
                     let task = crate::bindings::sync_task(
@@ -961,7 +965,7 @@ impl ModuleState {
                 tracing::warn!(module = %self.def.name, hook = %name, "hook failed, allowed by allowFailure: {e}");
                 let href = self.hook_ref(&name);
                 for i in crate::bindings::synchronized(&stubs) {
-                    self.bindings.release(&href, i);
+                    self.ports.bindings.release(&href, i);
                 }
                 return TaskOutcome::done();
             }
@@ -983,7 +987,9 @@ impl ModuleState {
 
     async fn module_delete(&mut self, task: &QueuedTask, docs: &GlobalDocs) -> TaskOutcome {
         self.stop_monitor();
-        self.bindings.stop_owner(&owner_of(Some(&self.def.name)));
+        self.ports
+            .bindings
+            .stop_owner(&owner_of(Some(&self.def.name)));
         self.scheduler.remove_owner(&owner_of(Some(&self.def.name)));
         self.bindings_started = false;
         let queue = task.spec.queue.clone();
@@ -994,7 +1000,7 @@ impl ModuleState {
                 .await?;
             if self.def.chart.is_some() {
                 let started = Instant::now();
-                let existed = self.releases.uninstall(name.clone()).await;
+                let existed = self.ports.releases.uninstall(name.clone()).await;
                 HelmOperation::Uninstall.record(&name, &self.activation, started.elapsed());
                 let existed =
                     existed.map_err(|e| format!("module {name}: helm uninstall failed: {e}"))?;
@@ -1028,7 +1034,8 @@ impl ModuleState {
             values["global"] = json!({});
         }
         values["global"]["enabledModules"] = json!(before);
-        self.executor
+        self.ports
+            .executor
             .enabled(EnabledRun {
                 module: self.def.name.clone(),
                 path: script,
@@ -1066,10 +1073,7 @@ impl Actor for ModuleActor {
             me: Some(Tracked::new(myself, args.mailbox.clone())),
             def: args.def,
             journaled: args.restored,
-            sink: args.ports.journal,
-            executor: args.ports.executor,
-            config_store: args.ports.config_store,
-            releases: args.ports.releases,
+            ports: args.ports,
             router: args.router,
             ids: args.ids,
             monitor_interval: args.monitor_interval,
@@ -1079,8 +1083,6 @@ impl Actor for ModuleActor {
             busy: Arc::new(AtomicBool::new(false)),
             heal_pending: false,
             settled_drift: Vec::new(),
-            bindings: args.ports.bindings,
-            patcher: args.ports.patcher,
             scheduler: args.scheduler,
             monitored: args.monitored,
             limits: args.limits,
@@ -1125,7 +1127,7 @@ impl Actor for ModuleActor {
                     AddonTask::ModuleDelete { .. } => st.module_delete(&task, &docs).await,
                     AddonTask::ModuleHookRun { .. } => st.hook_run(&task, &docs).await,
                     AddonTask::ModuleEnsureCRDs { .. } => {
-                        match st.releases.apply(st.def.crds.clone()).await {
+                        match st.ports.releases.apply(st.def.crds.clone()).await {
                             Ok(()) => TaskOutcome::done(),
                             Err(e) => TaskOutcome::Fail(format!(
                                 "module {}: cannot apply CRDs: {e}",
