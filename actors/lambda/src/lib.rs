@@ -1,0 +1,27 @@
+//! metacontroller's lambda controllers on the bosun runtime.
+//!
+//! A user's webhook maps a parent object (with its children and related objects) to the
+//! desired children and status; this crate does the rest: it claims children by
+//! ControllerRef rules, calls the hooks, applies the answer with metacontroller's 3-way
+//! merge, writes status and manages finalizers. One actor per CompositeController or
+//! DecoratorController, each with a keyed work queue (one sync in flight per parent).
+//!
+//! ```text
+//!   types.rs     the CompositeController / DecoratorController specs
+//!   protocol.rs  hook requests and responses (v1 / v2 keys, strict and loose decoding)
+//!   keys.rs      GVK keys and object keys of the hook maps
+//!   selector.rs  metav1.LabelSelector and annotation selectors
+//!   apply.rs     the 3-way merge and ApplyUpdate (pure)
+//!   claim.rs     ControllerRef claim rules (pure)
+//! ```
+//!
+//! The crate does no IO: the cluster and the webhooks are ports (`ports.rs`) implemented
+//! in the binary.
+
+pub mod apply;
+pub mod claim;
+pub mod keys;
+pub mod ports;
+pub mod protocol;
+pub mod selector;
+pub mod types;

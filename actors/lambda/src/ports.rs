@@ -1,0 +1,205 @@
+//! What the lambda controllers need from the world: the cluster (an informer cache and
+//! writes) and the webhooks. Implemented in the binary (`src/lambda/`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use bosun_runtime::ports::BoxFut;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::types::{ControllerKind, EndpointConfig, Hook};
+
+/// A resource the cluster serves, resolved from `apiVersion` + plural by discovery.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Resource {
+    /// As written in the rule: `group/version` or `version`.
+    pub api_version: String,
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    pub kind: String,
+    pub namespaced: bool,
+    /// Whether the resource has a `/status` subresource.
+    pub status_subresource: bool,
+}
+
+impl std::fmt::Display for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.api_version, self.plural)
+    }
+}
+
+/// A failed cluster call, sorted the way the controllers react to it.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum ClusterError {
+    #[error("{0}: not found")]
+    NotFound(String),
+    #[error("{0}: conflict")]
+    Conflict(String),
+    #[error("{0}: already exists")]
+    AlreadyExists(String),
+    #[error("{what}: {message}")]
+    Other { what: String, message: String },
+}
+
+impl ClusterError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ClusterError::NotFound(_))
+    }
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, ClusterError::Conflict(_))
+    }
+}
+
+/// An Event to record on an object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventNote {
+    /// `Normal` or `Warning`.
+    pub type_: &'static str,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The cluster as the lambda controllers see it: reads from the shared informer caches,
+/// writes through the API server.
+pub trait Cluster: Send + Sync + 'static {
+    /// Resolves `apiVersion` + plural through discovery.
+    fn resolve(
+        &self,
+        api_version: &str,
+        plural: &str,
+    ) -> BoxFut<'_, Result<Resource, ClusterError>>;
+    /// Objects of `resource` in the informer cache (in `namespace`, or all). Starts the
+    /// shared watch on first use and waits for its first list.
+    fn list(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+    ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>>;
+    /// One object from the informer cache.
+    fn cached(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+    ) -> BoxFut<'_, Result<Option<Arc<Value>>, ClusterError>>;
+    /// One object read from the API server (not the cache).
+    fn get(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+    ) -> BoxFut<'_, Result<Value, ClusterError>>;
+    /// POST.
+    fn create(&self, resource: &Resource, object: Value)
+    -> BoxFut<'_, Result<Value, ClusterError>>;
+    /// PUT of the whole object.
+    fn replace(
+        &self,
+        resource: &Resource,
+        object: Value,
+    ) -> BoxFut<'_, Result<Value, ClusterError>>;
+    /// PUT of `/status`.
+    fn replace_status(
+        &self,
+        resource: &Resource,
+        object: Value,
+    ) -> BoxFut<'_, Result<Value, ClusterError>>;
+    /// Server-side apply (`application/apply-patch+yaml`, force, field manager).
+    fn apply(
+        &self,
+        resource: &Resource,
+        object: Value,
+        dry_run: bool,
+    ) -> BoxFut<'_, Result<Value, ClusterError>>;
+    /// DELETE with a uid precondition and background propagation; NotFound is success.
+    fn delete(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> BoxFut<'_, Result<(), ClusterError>>;
+    /// Records an Event on `object` (rate-limited by the adapter).
+    fn event(&self, object: &Value, note: EventNote) -> BoxFut<'_, ()>;
+}
+
+/// Which hook of a controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HookType {
+    Sync,
+    Finalize,
+    Customize,
+}
+
+impl HookType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookType::Sync => "sync",
+            HookType::Finalize => "finalize",
+            HookType::Customize => "customize",
+        }
+    }
+}
+
+impl std::fmt::Display for HookType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed webhook call.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum HookError {
+    /// The webhook answered 429: retry after the given delay, without backoff.
+    #[error("{hook} hook {url}: too many requests, retry after {retry_after:?}")]
+    TooManyRequests {
+        hook: HookType,
+        url: String,
+        retry_after: Duration,
+    },
+    /// Any status other than 200 (and 304/412 with ETags).
+    #[error("{hook} hook {url}: unsupported status code: {code} body: {body}")]
+    Status {
+        hook: HookType,
+        url: String,
+        code: u16,
+        body: String,
+    },
+    /// Connection refused, DNS, TLS, timeout, …
+    #[error("{hook} hook {url}: http error: {message}")]
+    Transport {
+        hook: HookType,
+        url: String,
+        message: String,
+    },
+    /// The webhook's settings cannot be used (URL, CA, credentials).
+    #[error("{hook} hook: {message}")]
+    Config { hook: HookType, message: String },
+}
+
+/// One controller's hook, ready to call: the URL resolved, TLS and credentials loaded.
+pub trait HookClient: Send + Sync + 'static {
+    /// The URL (for metrics and messages).
+    fn url(&self) -> &str;
+    /// POSTs `body`; returns the response body. `cache_key` (kind/namespace/name of the
+    /// root object) keys the ETag cache when the webhook enables it.
+    fn call(&self, body: Vec<u8>, cache_key: String) -> BoxFut<'_, Result<Vec<u8>, HookError>>;
+}
+
+/// What a controller needs to build its hook clients.
+#[derive(Clone, Debug)]
+pub struct HookSpec {
+    pub controller: String,
+    pub controller_kind: ControllerKind,
+    pub hook_type: HookType,
+    pub hook: Hook,
+    pub endpoint_configs: Vec<EndpointConfig>,
+}
+
+/// Builds hook clients when a controller starts (credentials are read then, as upstream).
+pub trait HookFactory: Send + Sync + 'static {
+    fn client(&self, spec: HookSpec) -> BoxFut<'_, Result<Arc<dyn HookClient>, HookError>>;
+}
