@@ -13,11 +13,12 @@ import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CRATES = {  # crate dir -> bosun crates it may depend on
-    ".": {"bosun-journal", "bosun-runtime", "bosun-addon", "bosun-sandbox"},
+    ".": {"bosun-journal", "bosun-runtime", "bosun-addon", "bosun-lambda", "bosun-sandbox"},
     "journal": set(),
     "sandbox": set(),
     "actors/runtime": set(),
     "actors/addon": {"bosun-journal", "bosun-runtime"},
+    "actors/lambda": {"bosun-journal", "bosun-runtime"},
 }
 
 
