@@ -1,1 +1,136 @@
-//! (in progress)
+//! How objects are keyed in hook requests and inside the controllers.
+//!
+//! - A **group key** names an object type in the hook maps: `Kind.version` for the core
+//!   group (`Pod.v1`), `Kind.group/version` otherwise (`StatefulSet.apps/v1`).
+//! - Inside bosun every object is keyed **uniformly**: `namespace/name` for a namespaced
+//!   object, `name` for a cluster-scoped one (the v2 hook form). The v1 hook form
+//!   (relative keys) is produced only when a request is written, so rollouts, claims and
+//!   the observed children always agree (upstream mixes both and stalls rollouts of
+//!   namespaced children).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::types::HookVersion;
+
+/// Objects of one type, by uniform key.
+pub type ObjectMap = BTreeMap<String, Value>;
+/// Objects by group key, then uniform key.
+pub type GroupMap = BTreeMap<String, ObjectMap>;
+
+/// `Kind.version` or `Kind.group/version`.
+pub fn group_key(api_version: &str, kind: &str) -> String {
+    format!("{kind}.{api_version}")
+}
+
+/// The group key of an object from its own `apiVersion` and `kind`.
+pub fn group_key_of(object: &Value) -> String {
+    group_key(
+        object["apiVersion"].as_str().unwrap_or_default(),
+        object["kind"].as_str().unwrap_or_default(),
+    )
+}
+
+/// An object's namespace (empty when cluster-scoped or unset).
+pub fn namespace_of(object: &Value) -> &str {
+    object["metadata"]["namespace"].as_str().unwrap_or_default()
+}
+
+/// An object's name.
+pub fn name_of(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+/// An object's uid.
+pub fn uid_of(object: &Value) -> &str {
+    object["metadata"]["uid"].as_str().unwrap_or_default()
+}
+
+/// The uniform key of a namespace and name.
+pub fn uniform_key(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
+    }
+}
+
+/// The uniform key of an object.
+pub fn key_of(object: &Value) -> String {
+    uniform_key(namespace_of(object), name_of(object))
+}
+
+/// Splits a uniform key into namespace and name.
+pub fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
+/// The hook's form of a group map: v2 keeps the uniform keys; v1 keys objects relative
+/// to the parent (bare names, `namespace/name` only for namespaced objects of a
+/// cluster-scoped parent) and leaves out objects of other namespaces than a namespaced
+/// parent's, as upstream does.
+pub fn for_hook(map: &GroupMap, version: HookVersion, parent_namespace: &str) -> Value {
+    let mut out = serde_json::Map::new();
+    for (group, objects) in map {
+        let mut entries = serde_json::Map::new();
+        for (key, object) in objects {
+            let (ns, name) = split_key(key);
+            let key = match version {
+                HookVersion::V2 => key.clone(),
+                HookVersion::V1 if parent_namespace.is_empty() => key.clone(),
+                HookVersion::V1 if ns.is_empty() || ns == parent_namespace => name.to_string(),
+                HookVersion::V1 => continue,
+            };
+            entries.insert(key, object.clone());
+        }
+        out.insert(group.clone(), Value::Object(entries));
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn group_keys_follow_metacontroller() {
+        assert_eq!(group_key("v1", "Pod"), "Pod.v1");
+        assert_eq!(group_key("apps/v1", "StatefulSet"), "StatefulSet.apps/v1");
+    }
+
+    fn map() -> GroupMap {
+        let mut objects = ObjectMap::new();
+        objects.insert("ns1/a".into(), json!({"n": 1}));
+        objects.insert("ns2/b".into(), json!({"n": 2}));
+        objects.insert("c".into(), json!({"n": 3}));
+        let mut m = GroupMap::new();
+        m.insert("ConfigMap.v1".into(), objects);
+        m.insert("Secret.v1".into(), ObjectMap::new());
+        m
+    }
+
+    #[test]
+    fn v1_keys_are_relative_to_a_namespaced_parent() {
+        let v = for_hook(&map(), HookVersion::V1, "ns1");
+        assert_eq!(
+            v,
+            json!({"ConfigMap.v1": {"a": {"n": 1}, "c": {"n": 3}}, "Secret.v1": {}})
+        );
+    }
+
+    #[test]
+    fn v1_keys_of_a_cluster_scoped_parent_carry_the_namespace() {
+        let v = for_hook(&map(), HookVersion::V1, "");
+        assert_eq!(v["ConfigMap.v1"]["ns2/b"], json!({"n": 2}));
+        assert_eq!(v["ConfigMap.v1"]["c"], json!({"n": 3}));
+    }
+
+    #[test]
+    fn v2_keys_are_uniform() {
+        let v = for_hook(&map(), HookVersion::V2, "ns1");
+        assert_eq!(v["ConfigMap.v1"]["ns2/b"], json!({"n": 2}));
+        assert_eq!(v["ConfigMap.v1"]["ns1/a"], json!({"n": 1}));
+    }
+}

@@ -1,1 +1,410 @@
-//! (in progress)
+//! Hook requests and responses.
+//!
+//! Responses are decoded case-sensitively. In strict mode (v2 hooks by default) unknown
+//! and duplicate fields are errors; in loose mode they are reported as warnings and
+//! ignored, as upstream does (so `{"Children": […]}` yields no children). Syntax and
+//! type errors are always errors. Children must carry `apiVersion`, `kind` and a name.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::keys::GroupMap;
+use crate::ports::HookType;
+use crate::types::{HookVersion, UnmarshalMode};
+
+/// A hook answer that cannot be used.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum ResponseError {
+    #[error("{hook} hook: the response is not valid JSON for a {hook} response: {message}")]
+    Decode { hook: HookType, message: String },
+    #[error("{hook} hook: strict validation failed for {version} webhookResponse: {message}")]
+    Strict {
+        hook: HookType,
+        version: &'static str,
+        message: String,
+    },
+    #[error("{hook} hook: {what}[{index}]: {message}")]
+    Object {
+        hook: HookType,
+        what: &'static str,
+        index: usize,
+        message: String,
+    },
+}
+
+/// A sync or finalize answer of a CompositeController hook.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeResponse {
+    #[serde(default)]
+    pub status: Option<Value>,
+    #[serde(default)]
+    pub children: Option<Vec<Value>>,
+    #[serde(default)]
+    pub resync_after_seconds: f64,
+    #[serde(default)]
+    pub finalized: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)] // decoded only to find unknown and duplicate fields
+struct StrictComposite {
+    #[serde(default)]
+    status: Option<Value>,
+    #[serde(default)]
+    children: Option<Vec<Value>>,
+    #[serde(default)]
+    resync_after_seconds: f64,
+    #[serde(default)]
+    finalized: bool,
+}
+
+/// A sync or finalize answer of a DecoratorController hook.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecoratorResponse {
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, Option<String>>>,
+    #[serde(default)]
+    pub annotations: Option<BTreeMap<String, Option<String>>>,
+    #[serde(default)]
+    pub status: Option<Value>,
+    #[serde(default)]
+    pub attachments: Option<Vec<Value>>,
+    #[serde(default)]
+    pub resync_after_seconds: f64,
+    #[serde(default)]
+    pub finalized: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)] // decoded only to find unknown and duplicate fields
+struct StrictDecorator {
+    #[serde(default)]
+    labels: Option<BTreeMap<String, Option<String>>>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, Option<String>>>,
+    #[serde(default)]
+    status: Option<Value>,
+    #[serde(default)]
+    attachments: Option<Vec<Value>>,
+    #[serde(default)]
+    resync_after_seconds: f64,
+    #[serde(default)]
+    finalized: bool,
+}
+
+/// One rule of a customize answer: which related objects a parent sees.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RelatedRule {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub resource: String,
+    #[serde(default)]
+    pub label_selector: Option<Value>,
+    #[serde(default)]
+    pub namespace_selector: Option<Value>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+/// A customize answer.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomizeResponse {
+    #[serde(default)]
+    pub related_resources: Vec<RelatedRule>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)] // decoded only to find unknown and duplicate fields
+struct StrictCustomize {
+    #[serde(default)]
+    related_resources: Vec<StrictRule>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)] // decoded only to find unknown and duplicate fields
+struct StrictRule {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    resource: String,
+    #[serde(default)]
+    label_selector: Option<Value>,
+    #[serde(default)]
+    namespace_selector: Option<Value>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    names: Vec<String>,
+}
+
+/// A decoded answer and the strict-mode complaints that loose mode let through.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decoded<T> {
+    pub response: T,
+    pub warnings: Vec<String>,
+}
+
+fn version_name(version: HookVersion) -> &'static str {
+    match version {
+        HookVersion::V1 => "v1",
+        HookVersion::V2 => "v2",
+    }
+}
+
+fn decode<T: DeserializeOwned, S: DeserializeOwned>(
+    hook: HookType,
+    version: HookVersion,
+    mode: UnmarshalMode,
+    body: &[u8],
+) -> Result<Decoded<T>, ResponseError> {
+    let response = serde_json::from_slice::<T>(body).map_err(|e| ResponseError::Decode {
+        hook,
+        message: e.to_string(),
+    })?;
+    let mut warnings = Vec::new();
+    if let Err(e) = serde_json::from_slice::<S>(body) {
+        match mode {
+            UnmarshalMode::Strict => {
+                return Err(ResponseError::Strict {
+                    hook,
+                    version: version_name(version),
+                    message: e.to_string(),
+                });
+            }
+            UnmarshalMode::Loose => warnings.push(e.to_string()),
+        }
+    }
+    Ok(Decoded { response, warnings })
+}
+
+/// Checks that each object of a hook's list is a usable object: `apiVersion`, `kind`
+/// and `metadata.name`; `null` entries are dropped.
+fn check_objects(
+    hook: HookType,
+    what: &'static str,
+    objects: Option<Vec<Value>>,
+) -> Result<Vec<Value>, ResponseError> {
+    let mut out = Vec::new();
+    for (index, object) in objects.unwrap_or_default().into_iter().enumerate() {
+        if object.is_null() {
+            continue;
+        }
+        let err = |message: &str| ResponseError::Object {
+            hook,
+            what,
+            index,
+            message: message.to_string(),
+        };
+        if !object.is_object() {
+            return Err(err("expected an object"));
+        }
+        if object["kind"].as_str().is_none_or(str::is_empty) {
+            return Err(err("Object 'Kind' is missing"));
+        }
+        if object["apiVersion"].as_str().is_none_or(str::is_empty) {
+            return Err(err("Object 'apiVersion' is missing"));
+        }
+        if object["metadata"]["name"]
+            .as_str()
+            .is_none_or(str::is_empty)
+        {
+            return Err(err("metadata.name is missing"));
+        }
+        if !object["metadata"]["labels"].is_null()
+            && !object["metadata"]["labels"]
+                .as_object()
+                .is_some_and(|m| m.values().all(Value::is_string))
+        {
+            return Err(err("metadata.labels must map strings to strings"));
+        }
+        out.push(object);
+    }
+    Ok(out)
+}
+
+/// Decodes a CompositeController sync or finalize answer.
+pub fn decode_composite(
+    hook: HookType,
+    version: HookVersion,
+    mode: UnmarshalMode,
+    body: &[u8],
+) -> Result<Decoded<CompositeResponse>, ResponseError> {
+    let mut d = decode::<CompositeResponse, StrictComposite>(hook, version, mode, body)?;
+    d.response.children = Some(check_objects(hook, "children", d.response.children.take())?);
+    if d.response.status.as_ref().is_some_and(|s| !s.is_object()) {
+        return Err(ResponseError::Decode {
+            hook,
+            message: "status: expected an object or null".into(),
+        });
+    }
+    Ok(d)
+}
+
+/// Decodes a DecoratorController sync or finalize answer.
+pub fn decode_decorator(
+    hook: HookType,
+    version: HookVersion,
+    mode: UnmarshalMode,
+    body: &[u8],
+) -> Result<Decoded<DecoratorResponse>, ResponseError> {
+    let mut d = decode::<DecoratorResponse, StrictDecorator>(hook, version, mode, body)?;
+    d.response.attachments = Some(check_objects(
+        hook,
+        "attachments",
+        d.response.attachments.take(),
+    )?);
+    if d.response.status.as_ref().is_some_and(|s| !s.is_object()) {
+        return Err(ResponseError::Decode {
+            hook,
+            message: "status: expected an object or null".into(),
+        });
+    }
+    Ok(d)
+}
+
+/// Decodes a customize answer.
+pub fn decode_customize(
+    version: HookVersion,
+    mode: UnmarshalMode,
+    body: &[u8],
+) -> Result<Decoded<CustomizeResponse>, ResponseError> {
+    decode::<CustomizeResponse, StrictCustomize>(HookType::Customize, version, mode, body)
+}
+
+/// The body of a CompositeController sync or finalize request.
+pub fn composite_request(
+    controller: &Value,
+    parent: &Value,
+    children: &GroupMap,
+    related: &GroupMap,
+    version: HookVersion,
+    finalizing: bool,
+) -> Value {
+    let ns = crate::keys::namespace_of(parent);
+    json!({
+        "controller": controller,
+        "parent": parent,
+        "children": crate::keys::for_hook(children, version, ns),
+        "related": crate::keys::for_hook(related, version, ns),
+        "finalizing": finalizing,
+    })
+}
+
+/// The body of a DecoratorController sync or finalize request.
+pub fn decorator_request(
+    controller: &Value,
+    object: &Value,
+    attachments: &GroupMap,
+    related: &GroupMap,
+    version: HookVersion,
+    finalizing: bool,
+) -> Value {
+    let ns = crate::keys::namespace_of(object);
+    json!({
+        "controller": controller,
+        "object": object,
+        "attachments": crate::keys::for_hook(attachments, version, ns),
+        "related": crate::keys::for_hook(related, version, ns),
+        "finalizing": finalizing,
+    })
+}
+
+/// The body of a customize request.
+pub fn customize_request(controller: &Value, parent: &Value) -> Value {
+    json!({"controller": controller, "parent": parent})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn composite(
+        mode: UnmarshalMode,
+        body: &str,
+    ) -> Result<Decoded<CompositeResponse>, ResponseError> {
+        decode_composite(HookType::Sync, HookVersion::V1, mode, body.as_bytes())
+    }
+
+    #[test]
+    fn a_full_answer_decodes() {
+        let d = composite(
+            UnmarshalMode::Strict,
+            r#"{"status": {"a": 1}, "children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, null], "resyncAfterSeconds": 1.5, "finalized": true}"#,
+        )
+        .expect("decodes");
+        assert_eq!(d.response.children.as_ref().map(Vec::len), Some(1));
+        assert_eq!(d.response.resync_after_seconds, 1.5);
+        assert!(d.response.finalized);
+        assert!(d.warnings.is_empty());
+    }
+
+    #[test]
+    fn loose_mode_ignores_miscapitalised_fields_with_a_warning() {
+        let d =
+            composite(UnmarshalMode::Loose, r#"{"Children": [{"kind": "Pod"}]}"#).expect("loose");
+        assert_eq!(d.response.children, Some(vec![]));
+        assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings);
+    }
+
+    #[test]
+    fn strict_mode_refuses_unknown_and_duplicate_fields() {
+        let err = composite(UnmarshalMode::Strict, r#"{"Children": []}"#).expect_err("unknown");
+        assert!(
+            err.to_string().contains("strict validation failed for v1"),
+            "{err}"
+        );
+        let err = composite(
+            UnmarshalMode::Strict,
+            r#"{"finalized": true, "finalized": false}"#,
+        )
+        .expect_err("duplicate");
+        assert!(err.to_string().contains("duplicate field"), "{err}");
+    }
+
+    #[test]
+    fn non_json_and_a_child_without_kind_are_named() {
+        let err = composite(UnmarshalMode::Loose, "<html>").expect_err("not json");
+        assert!(
+            err.to_string()
+                .starts_with("sync hook: the response is not valid JSON"),
+            "{err}"
+        );
+        let err = composite(
+            UnmarshalMode::Loose,
+            r#"{"children": [{"apiVersion": "v1", "metadata": {"name": "x"}}]}"#,
+        )
+        .expect_err("no kind");
+        assert_eq!(
+            err.to_string(),
+            "sync hook: children[0]: Object 'Kind' is missing"
+        );
+    }
+
+    #[test]
+    fn decorator_labels_can_delete_with_null() {
+        let d = decode_decorator(
+            HookType::Sync,
+            HookVersion::V1,
+            UnmarshalMode::Strict,
+            br#"{"labels": {"a": "1", "b": null}}"#,
+        )
+        .expect("decodes");
+        let labels = d.response.labels.expect("labels");
+        assert_eq!(labels.get("a"), Some(&Some("1".to_string())));
+        assert_eq!(labels.get("b"), Some(&None));
+    }
+}
