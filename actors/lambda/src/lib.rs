@@ -19,9 +19,16 @@
 //! in the binary.
 
 pub mod apply;
+pub mod children;
 pub mod claim;
+pub mod composite;
+pub mod controller;
+pub mod decorator;
+pub mod events;
 pub mod keys;
 pub mod ports;
 pub mod protocol;
+pub mod registry;
+pub mod related;
 pub mod selector;
 pub mod types;

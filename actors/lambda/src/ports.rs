@@ -203,3 +203,25 @@ pub struct HookSpec {
 pub trait HookFactory: Send + Sync + 'static {
     fn client(&self, spec: HookSpec) -> BoxFut<'_, Result<Arc<dyn HookClient>, HookError>>;
 }
+
+/// A change seen by a shared watch.
+#[derive(Clone, Debug)]
+pub enum Change {
+    /// Added or modified; `old` is the previous state when the watch had one.
+    Applied {
+        old: Option<Arc<Value>>,
+        new: Arc<Value>,
+    },
+    /// Deleted (its last known state).
+    Deleted(Arc<Value>),
+}
+
+/// Subscribing to a resource's shared watch.
+pub trait Watches: Send + Sync + 'static {
+    /// Changes of `resource` from now on (after its first list, which `Cluster::list`
+    /// then serves). Dropping the receiver unsubscribes.
+    fn watch(
+        &self,
+        resource: &Resource,
+    ) -> BoxFut<'_, Result<tokio::sync::mpsc::UnboundedReceiver<Change>, ClusterError>>;
+}

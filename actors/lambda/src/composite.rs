@@ -1,0 +1,446 @@
+//! One sync of one parent of a CompositeController (metacontroller's syncParentObject).
+//!
+//! ```text
+//!  parent from cache ─► finalizer added/removed ─► claim children (adopt / release)
+//!    ─► related objects (customize) ─► sync or finalize hook ─► finalized? drop finalizer
+//!    ─► desired children checked against the selector ─► ManageChildren ─► status
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::children::{self, Applied, ApplyStrategy, ChildType};
+use crate::claim::{self, Claim, Owner};
+use crate::keys::{GroupMap, key_of, name_of, namespace_of, split_key, uid_of};
+use crate::ports::{Cluster, ClusterError, HookClient, HookError, HookType, Resource};
+use crate::protocol::{composite_request, decode_composite};
+use crate::related::{Customizer, cache_key, related_objects};
+use crate::selector::Selector;
+use crate::types::{CompositeSpec, Hook};
+
+/// A hook ready to call.
+#[derive(Clone)]
+pub struct BoundHook {
+    pub hook: Hook,
+    pub client: Arc<dyn HookClient>,
+}
+
+/// A running CompositeController's configuration.
+pub struct Composite {
+    pub name: String,
+    /// The CompositeController object (sent to hooks as `controller`).
+    pub object: Value,
+    pub spec: CompositeSpec,
+    pub parent: Resource,
+    pub children: Vec<ChildType>,
+    /// `parentResource.labelSelector`.
+    pub parent_selector: Selector,
+    pub sync: Option<BoundHook>,
+    pub finalize: Option<BoundHook>,
+    pub customizer: Option<Customizer>,
+    pub strategy: ApplyStrategy,
+}
+
+/// Why a sync did not complete.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum SyncError {
+    /// The hook answered 429: requeue after this delay, no backoff, no event.
+    #[error("{0}")]
+    RetryAfter(HookError, Duration),
+    /// Anything else: an event on the parent, then a rate-limited requeue.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<HookError> for SyncError {
+    fn from(e: HookError) -> Self {
+        match e {
+            HookError::TooManyRequests { retry_after, .. } => SyncError::RetryAfter(e, retry_after),
+            other => SyncError::Failed(other.to_string()),
+        }
+    }
+}
+
+impl From<ClusterError> for SyncError {
+    fn from(e: ClusterError) -> Self {
+        SyncError::Failed(e.to_string())
+    }
+}
+
+/// What a completed sync did (for the journal and the debug view).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncReport {
+    /// Which hook answered (none when the parent is gone or not ours).
+    pub hook: Option<HookType>,
+    pub resync_after: Option<Duration>,
+    pub applied: Applied,
+    pub status_written: bool,
+    pub finalized: bool,
+    /// A digest of the hook's answer.
+    pub answer_digest: Option<String>,
+    /// Strict-mode complaints tolerated in loose mode.
+    pub warnings: Vec<String>,
+}
+
+fn has_finalizer(object: &Value, finalizer: &str) -> bool {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|l| l.iter().any(|f| f.as_str() == Some(finalizer)))
+}
+
+fn is_deleting(object: &Value) -> bool {
+    !object["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// Adds or removes `finalizer` with GET + PUT, retried on conflict; the uid must stay.
+/// Returns the updated object (or the unchanged one when nothing was to do).
+pub async fn set_finalizer(
+    cluster: &dyn Cluster,
+    resource: &Resource,
+    object: &Value,
+    finalizer: &str,
+    present: bool,
+) -> Result<Value, ClusterError> {
+    let (ns, name, uid) = (namespace_of(object), name_of(object), uid_of(object));
+    let mut last = None;
+    for _ in 0..4 {
+        let mut live = cluster.get(resource, ns, name).await?;
+        if uid_of(&live) != uid {
+            return Err(ClusterError::NotFound(format!(
+                "{} {}",
+                resource.kind,
+                key_of(object)
+            )));
+        }
+        if has_finalizer(&live, finalizer) == present {
+            return Ok(live);
+        }
+        let mut list = live["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if present {
+            list.push(Value::String(finalizer.to_string()));
+        } else {
+            list.retain(|f| f.as_str() != Some(finalizer));
+        }
+        live["metadata"]["finalizers"] = Value::Array(list);
+        match cluster.replace(resource, live).await {
+            Ok(updated) => return Ok(updated),
+            Err(e @ ClusterError::Conflict(_)) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| ClusterError::Conflict(key_of(object))))
+}
+
+/// Writes `status` (with `observedGeneration`) when it differs from the live object's.
+/// Returns whether it wrote.
+pub async fn write_status(
+    cluster: &dyn Cluster,
+    resource: &Resource,
+    object: &Value,
+    status: Value,
+) -> Result<bool, ClusterError> {
+    let (ns, name, uid) = (namespace_of(object), name_of(object), uid_of(object));
+    for _ in 0..4 {
+        let mut live = match cluster.get(resource, ns, name).await {
+            Ok(live) => live,
+            Err(ClusterError::NotFound(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if uid_of(&live) != uid {
+            return Ok(false);
+        }
+        if live["status"] == status {
+            return Ok(false);
+        }
+        live["status"] = status.clone();
+        let result = if resource.status_subresource {
+            cluster.replace_status(resource, live).await
+        } else {
+            cluster.replace(resource, live).await
+        };
+        match result {
+            Ok(_) => return Ok(true),
+            Err(ClusterError::Conflict(_)) => continue,
+            Err(ClusterError::NotFound(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
+impl Composite {
+    /// The finalizer of this controller.
+    pub fn finalizer(&self) -> String {
+        crate::types::ControllerKind::CompositeController.finalizer(&self.name)
+    }
+
+    /// The parent's child selector: `controller-uid=<uid>` with `generateSelector`, else
+    /// `spec.selector`, which must not be empty.
+    pub fn child_selector(&self, parent: &Value) -> Result<Selector, String> {
+        if self.spec.generate_selector == Some(true) {
+            return Ok(Selector::from_map(
+                &[("controller-uid".to_string(), uid_of(parent).to_string())].into(),
+            ));
+        }
+        let sel = &parent["spec"]["selector"];
+        let empty = sel.is_null()
+            || (sel["matchLabels"].as_object().is_none_or(|m| m.is_empty())
+                && sel["matchExpressions"]
+                    .as_array()
+                    .is_none_or(|l| l.is_empty()));
+        if empty {
+            return Err(
+                ".spec.selector must have either matchLabels, matchExpressions, or both".into(),
+            );
+        }
+        Selector::labels(sel).map_err(|e| format!(".spec.selector: {e}"))
+    }
+
+    /// Whether events of `parent` concern this controller.
+    pub fn wants(&self, parent: &Value) -> bool {
+        has_finalizer(parent, &self.finalizer()) || self.parent_selector.matches_labels(parent)
+    }
+
+    /// Claims the candidate children of `parent`: keeps ours, adopts matching orphans,
+    /// releases ours that stopped matching. Returns the observed children map.
+    pub async fn claim_children(
+        &self,
+        cluster: &dyn Cluster,
+        parent: &Value,
+        selector: &Selector,
+    ) -> Result<GroupMap, SyncError> {
+        let parent_uid = uid_of(parent);
+        let deleting = is_deleting(parent);
+        let owner = Owner::of(parent);
+        let ns = (!namespace_of(parent).is_empty()).then(|| namespace_of(parent));
+        let mut observed = GroupMap::new();
+        let mut can_adopt: Option<bool> = None;
+        let mut errors = Vec::new();
+        for (t, objects) in children::candidates(cluster, &self.children, ns).await? {
+            let group = observed.entry(t.group_key()).or_default();
+            for child in objects {
+                let matches = selector.matches_labels(&child);
+                match claim::decide(parent_uid, deleting, &child, matches) {
+                    Claim::Ignore => {}
+                    Claim::Keep => {
+                        group.insert(key_of(&child), (*child).clone());
+                    }
+                    Claim::Release => {
+                        let released = claim::release(&child, parent_uid);
+                        match cluster.replace(&t.resource, released).await {
+                            Ok(_) | Err(ClusterError::NotFound(_)) => {}
+                            Err(e) => errors.push(format!("releasing {}: {e}", key_of(&child))),
+                        }
+                    }
+                    Claim::Adopt => {
+                        if can_adopt.is_none() {
+                            // An uncached read: the parent must still be this one and alive.
+                            let fresh = cluster
+                                .get(&self.parent, namespace_of(parent), name_of(parent))
+                                .await;
+                            can_adopt = Some(
+                                fresh.is_ok_and(|p| uid_of(&p) == parent_uid && !is_deleting(&p)),
+                            );
+                        }
+                        if can_adopt != Some(true) {
+                            continue;
+                        }
+                        let adopted = claim::adopt(&child, &owner);
+                        match cluster.replace(&t.resource, adopted).await {
+                            Ok(updated) => {
+                                group.insert(key_of(&updated), updated);
+                            }
+                            Err(ClusterError::NotFound(_)) => {}
+                            Err(e) => errors.push(format!("adopting {}: {e}", key_of(&child))),
+                        }
+                    }
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(SyncError::Failed(errors.join("; ")));
+        }
+        Ok(observed)
+    }
+
+    /// One sync of the parent `key` (`namespace/name` or `name`).
+    pub async fn sync(&self, cluster: &dyn Cluster, key: &str) -> Result<SyncReport, SyncError> {
+        let (ns, name) = split_key(key);
+        let Some(parent) = cluster.cached(&self.parent, ns, name).await? else {
+            return Ok(SyncReport::default());
+        };
+        let mut parent = (*parent).clone();
+        if !self.wants(&parent) {
+            return Ok(SyncReport::default());
+        }
+        let finalizer = self.finalizer();
+        let deleting = is_deleting(&parent);
+        if self.finalize.is_some() && !has_finalizer(&parent, &finalizer) && !deleting {
+            parent = set_finalizer(cluster, &self.parent, &parent, &finalizer, true).await?;
+        } else if self.finalize.is_none() && has_finalizer(&parent, &finalizer) {
+            parent = set_finalizer(cluster, &self.parent, &parent, &finalizer, false).await?;
+        }
+        if !self.wants(&parent) {
+            return Ok(SyncReport::default());
+        }
+        let selector = self.child_selector(&parent).map_err(SyncError::Failed)?;
+        let observed = self.claim_children(cluster, &parent, &selector).await?;
+        let related = match &self.customizer {
+            Some(c) => {
+                let rules = c.rules(&self.object, &parent).await.map_err(|e| match e {
+                    crate::related::RelatedError::Hook(h) => SyncError::from(h),
+                    other => SyncError::Failed(other.to_string()),
+                })?;
+                related_objects(cluster, &rules, c.version(), &parent)
+                    .await
+                    .map_err(|e| SyncError::Failed(e.to_string()))?
+            }
+            None => GroupMap::new(),
+        };
+        let finalizing = self.finalize.is_some()
+            && (is_deleting(&parent) || !self.parent_selector.matches_labels(&parent));
+        let (hook_type, bound) = match (finalizing, &self.finalize, &self.sync) {
+            (true, Some(f), _) => (HookType::Finalize, f),
+            (_, _, Some(s)) => (HookType::Sync, s),
+            _ => return Err(SyncError::Failed("sync hook nil//not defined".into())),
+        };
+        let body = composite_request(
+            &self.object,
+            &parent,
+            &observed,
+            &related,
+            bound.hook.version,
+            finalizing,
+        );
+        let answer = bound
+            .client
+            .call(body.to_string().into_bytes(), cache_key(&parent))
+            .await?;
+        let decoded = decode_composite(
+            hook_type,
+            bound.hook.version,
+            bound.hook.unmarshal_mode(),
+            &answer,
+        )
+        .map_err(|e| SyncError::Failed(e.to_string()))?;
+        let mut report = SyncReport {
+            hook: Some(hook_type),
+            answer_digest: Some(digest(&answer)),
+            warnings: decoded.warnings,
+            ..SyncReport::default()
+        };
+        let response = decoded.response;
+        if response.resync_after_seconds > 0.0 {
+            report.resync_after = Some(Duration::from_secs_f64(response.resync_after_seconds));
+        }
+        if response.finalized && has_finalizer(&parent, &finalizer) {
+            parent = set_finalizer(cluster, &self.parent, &parent, &finalizer, false).await?;
+            report.finalized = true;
+        }
+        // The desired children: the parent's namespace by default, the selector's labels.
+        let mut desired = Vec::new();
+        for mut child in response.children.unwrap_or_default() {
+            if namespace_of(&child).is_empty() && !namespace_of(&parent).is_empty() {
+                child["metadata"]["namespace"] = json!(namespace_of(&parent));
+            }
+            if self.spec.generate_selector == Some(true)
+                && child["metadata"]["labels"]["controller-uid"].is_null()
+            {
+                child["metadata"]["labels"]["controller-uid"] = json!(uid_of(&parent));
+            }
+            if !selector.matches_labels(&child) {
+                return Err(SyncError::Failed(format!(
+                    "labels on desired child {} {} don't match parent selector",
+                    child["kind"].as_str().unwrap_or_default(),
+                    key_of(&child)
+                )));
+            }
+            desired.push(child);
+        }
+        let desired =
+            children::group_desired(desired, &self.children).map_err(SyncError::Failed)?;
+        let should_finalize = has_finalizer(&parent, &finalizer)
+            && self.finalize.is_some()
+            && !has_finalizer(&parent, "foregroundDeletion")
+            && !has_finalizer(&parent, "orphan");
+        if !is_deleting(&parent) || should_finalize {
+            report.applied = children::manage(
+                cluster,
+                &Owner::of(&parent),
+                &self.children,
+                &observed,
+                &desired,
+                self.strategy,
+            )
+            .await;
+        }
+        let mut status = response.status.unwrap_or_else(|| json!({}));
+        status["observedGeneration"] = parent["metadata"]["generation"].clone();
+        if status["observedGeneration"].is_null() {
+            status["observedGeneration"] = json!(0);
+        }
+        report.status_written = write_status(cluster, &self.parent, &parent, status).await?;
+        if !report.applied.errors.is_empty() {
+            return Err(SyncError::Failed(report.applied.errors.join("; ")));
+        }
+        Ok(report)
+    }
+
+    /// The parents a child event concerns: its controller when that is a parent of ours,
+    /// else (an orphan) every parent in its namespace whose selector matches it.
+    pub async fn parents_of_child(
+        &self,
+        cluster: &dyn Cluster,
+        child: &Value,
+    ) -> Result<Vec<String>, ClusterError> {
+        if let Some(r) = claim::controller_ref(child) {
+            let api_version = r["apiVersion"].as_str().unwrap_or_default();
+            let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+            if group != self.parent.group || r["kind"].as_str() != Some(self.parent.kind.as_str()) {
+                return Ok(Vec::new());
+            }
+            let ns = if self.parent.namespaced {
+                namespace_of(child)
+            } else {
+                ""
+            };
+            let name = r["name"].as_str().unwrap_or_default();
+            let Some(parent) = cluster.cached(&self.parent, ns, name).await? else {
+                return Ok(Vec::new());
+            };
+            if Some(uid_of(&parent)) != r["uid"].as_str() || !self.wants(&parent) {
+                return Ok(Vec::new());
+            }
+            return Ok(vec![key_of(&parent)]);
+        }
+        let ns = (self.parent.namespaced).then(|| namespace_of(child));
+        let mut out = Vec::new();
+        for parent in cluster.list(&self.parent, ns).await? {
+            if !self.wants(&parent) {
+                continue;
+            }
+            if let Ok(sel) = self.child_selector(&parent)
+                && sel.matches_labels(child)
+            {
+                out.push(key_of(&parent));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A short digest of a hook answer for the journal and debug views.
+pub fn digest(bytes: &[u8]) -> String {
+    // FNV-1a: stable and cheap; it identifies an answer, it protects nothing.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}

@@ -1,0 +1,620 @@
+//! One running controller: its keyed work queue, its workers, the tasks that turn watch
+//! events into queue keys, and its resync ticker.
+//!
+//! ```text
+//!   parent watch ──┐                                   ┌─► worker 1 ─┐
+//!   child watches ─┼─► keys ─► WorkQueue (one sync ────┼─► worker 2 ─┼─► sync(key)
+//!   related ───────┤           in flight per key,      └─► worker N ─┘   │
+//!   resync ticker ─┘           backoff, add_after)  ◄── requeue / forget ─┘
+//! ```
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bosun_runtime::ports::EventSink;
+use bosun_runtime::work_queue::{QueueSnapshot, WorkQueue};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use crate::composite::{Composite, SyncError, SyncReport};
+use crate::decorator::{Decorator, queue_key};
+use crate::events::LambdaEvent;
+use crate::keys::{key_of, namespace_of};
+use crate::ports::{Change, Cluster, EventNote, Resource, Watches};
+use crate::related::rule_matches;
+use crate::types::ControllerKind;
+
+/// What a controller reconciles.
+pub enum Reconciler {
+    Composite(Box<Composite>),
+    Decorator(Box<Decorator>),
+}
+
+impl Reconciler {
+    pub fn kind(&self) -> ControllerKind {
+        match self {
+            Reconciler::Composite(_) => ControllerKind::CompositeController,
+            Reconciler::Decorator(_) => ControllerKind::DecoratorController,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Reconciler::Composite(c) => &c.name,
+            Reconciler::Decorator(d) => &d.name,
+        }
+    }
+
+    /// The controller object.
+    pub fn object(&self) -> &Value {
+        match self {
+            Reconciler::Composite(c) => &c.object,
+            Reconciler::Decorator(d) => &d.object,
+        }
+    }
+
+    fn parent_resources(&self) -> Vec<Resource> {
+        match self {
+            Reconciler::Composite(c) => vec![c.parent.clone()],
+            Reconciler::Decorator(d) => d.targets.iter().map(|t| t.resource.clone()).collect(),
+        }
+    }
+
+    fn child_resources(&self) -> Vec<Resource> {
+        match self {
+            Reconciler::Composite(c) => c.children.iter().map(|t| t.resource.clone()).collect(),
+            Reconciler::Decorator(d) => d.attachments.iter().map(|t| t.resource.clone()).collect(),
+        }
+    }
+
+    fn resync_period(&self) -> Option<Duration> {
+        let s = match self {
+            Reconciler::Composite(c) => c.spec.resync_period_seconds,
+            Reconciler::Decorator(d) => d.spec.resync_period_seconds,
+        }?;
+        (s > 0).then(|| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1)))
+    }
+
+    fn parent_key(&self, parent: &Value) -> String {
+        match self {
+            Reconciler::Composite(_) => key_of(parent),
+            Reconciler::Decorator(_) => queue_key(parent),
+        }
+    }
+
+    fn wants(&self, parent: &Value) -> bool {
+        match self {
+            Reconciler::Composite(c) => c.wants(parent),
+            Reconciler::Decorator(d) => d.wants(parent),
+        }
+    }
+
+    fn ignore_status_changes(&self, parent: &Value) -> bool {
+        match self {
+            Reconciler::Composite(c) => c.spec.parent_resource.ignore_status_changes == Some(true),
+            Reconciler::Decorator(d) => {
+                d.target_of(parent).is_some_and(|t| t.ignore_status_changes)
+            }
+        }
+    }
+
+    async fn sync(&self, cluster: &dyn Cluster, key: &str) -> Result<SyncReport, SyncError> {
+        match self {
+            Reconciler::Composite(c) => c.sync(cluster, key).await,
+            Reconciler::Decorator(d) => d.sync(cluster, key).await,
+        }
+    }
+
+    /// The parent keys a child or attachment event concerns.
+    async fn parents_of_child(
+        &self,
+        cluster: &dyn Cluster,
+        child: &Value,
+        deleted: bool,
+    ) -> Vec<String> {
+        let result = match self {
+            Reconciler::Composite(c) => {
+                if deleted && crate::claim::controller_ref(child).is_none() {
+                    return Vec::new();
+                }
+                c.parents_of_child(cluster, child).await
+            }
+            Reconciler::Decorator(d) => d
+                .parent_of_attachment(cluster, child)
+                .await
+                .map(|k| k.into_iter().collect()),
+        };
+        result.unwrap_or_else(|e| {
+            tracing::warn!(controller = %self.name(), "cannot map a child event to its parent: {e}");
+            Vec::new()
+        })
+    }
+
+    fn customizer(&self) -> Option<&crate::related::Customizer> {
+        match self {
+            Reconciler::Composite(c) => c.customizer.as_ref(),
+            Reconciler::Decorator(d) => d.customizer.as_ref(),
+        }
+    }
+}
+
+/// What a controller needs from the world.
+#[derive(Clone)]
+pub struct Context {
+    pub cluster: Arc<dyn Cluster>,
+    pub watches: Arc<dyn Watches>,
+    pub journal: Arc<dyn EventSink<LambdaEvent>>,
+    /// Workers per controller (`--workers`).
+    pub workers: usize,
+}
+
+/// The last sync of one parent, for the debug view.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastSync {
+    pub at_ms: u64,
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hook: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub created: Vec<String>,
+    pub updated: Vec<String>,
+    pub deleted: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_retry_ms: Option<u64>,
+    pub warnings: Vec<String>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// A running controller.
+pub struct Running {
+    pub kind: ControllerKind,
+    pub name: String,
+    /// The spec it runs (to tell a changed controller object from a resync).
+    pub spec: Value,
+    pub queue: WorkQueue<String>,
+    pub last: Arc<Mutex<BTreeMap<String, LastSync>>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// The work queue's view: waiting, delayed and in-flight parents.
+    pub fn snapshot(&self) -> QueueSnapshot<String> {
+        self.queue.snapshot()
+    }
+
+    /// Stops taking keys and cancels the event tasks; a sync in flight is cancelled at its
+    /// next await (its writes are idempotent and the next controller redoes it).
+    pub fn stop(self) {
+        self.queue.shut_down();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.queue.shut_down();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether an update only changed status (ignoreStatusChanges).
+fn status_only(old: &Value, new: &Value) -> bool {
+    old["metadata"]["generation"] == new["metadata"]["generation"]
+        && old["metadata"]["labels"] == new["metadata"]["labels"]
+        && old["metadata"]["annotations"] == new["metadata"]["annotations"]
+        && new["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// Starts a controller: subscribes its watches, then runs its workers.
+pub async fn start(
+    reconciler: Reconciler,
+    spec: Value,
+    ctx: Context,
+) -> Result<Running, crate::ports::ClusterError> {
+    let reconciler = Arc::new(reconciler);
+    let queue: WorkQueue<String> = WorkQueue::new();
+    let last = Arc::new(Mutex::new(BTreeMap::new()));
+    let mut tasks = Vec::new();
+    let name = reconciler.name().to_string();
+    let kind = reconciler.kind();
+
+    // Parents.
+    for resource in reconciler.parent_resources() {
+        let mut rx = ctx.watches.watch(&resource).await?;
+        let (r, q) = (Arc::clone(&reconciler), queue.clone());
+        tasks.push(tokio::spawn(async move {
+            while let Some(change) = rx.recv().await {
+                match change {
+                    Change::Applied { old, new } => {
+                        if let Some(old) = &old
+                            && r.ignore_status_changes(&new)
+                            && status_only(old, &new)
+                        {
+                            continue;
+                        }
+                        if r.wants(&new) {
+                            q.add(r.parent_key(&new));
+                        }
+                    }
+                    Change::Deleted(old) => {
+                        if r.wants(&old) {
+                            q.add(r.parent_key(&old));
+                        }
+                    }
+                }
+            }
+        }));
+        // The first list: every parent once.
+        for parent in ctx.cluster.list(&resource, None).await? {
+            if reconciler.wants(&parent) {
+                queue.add(reconciler.parent_key(&parent));
+            }
+        }
+    }
+    // Children and attachments.
+    let mut seen = HashSet::new();
+    for resource in reconciler.child_resources() {
+        if !seen.insert(resource.clone()) {
+            continue;
+        }
+        let mut rx = ctx.watches.watch(&resource).await?;
+        let (r, q, cluster) = (
+            Arc::clone(&reconciler),
+            queue.clone(),
+            Arc::clone(&ctx.cluster),
+        );
+        tasks.push(tokio::spawn(async move {
+            while let Some(change) = rx.recv().await {
+                let (child, deleted) = match &change {
+                    Change::Applied { old, new } => {
+                        if old.as_ref().is_some_and(|o| {
+                            o["metadata"]["resourceVersion"] == new["metadata"]["resourceVersion"]
+                        }) {
+                            continue;
+                        }
+                        let deleting = !new["metadata"]["deletionTimestamp"].is_null();
+                        (Arc::clone(new), deleting)
+                    }
+                    Change::Deleted(old) => (Arc::clone(old), true),
+                };
+                for key in r.parents_of_child(cluster.as_ref(), &child, deleted).await {
+                    q.add(key);
+                }
+            }
+        }));
+    }
+    // Resync ticker.
+    if let Some(period) = reconciler.resync_period() {
+        let (r, q, cluster) = (
+            Arc::clone(&reconciler),
+            queue.clone(),
+            Arc::clone(&ctx.cluster),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                for resource in r.parent_resources() {
+                    for parent in cluster.list(&resource, None).await.unwrap_or_default() {
+                        if r.wants(&parent) {
+                            q.add(r.parent_key(&parent));
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    // Related objects: watched once some customize answer names their resource.
+    let related = Arc::new(Mutex::new(HashSet::<(String, String)>::new()));
+    let related_tasks = Arc::new(Mutex::new(Vec::<JoinHandle<()>>::new()));
+    // Workers.
+    for _ in 0..ctx.workers.max(1) {
+        let (r, q, ctx, last) = (
+            Arc::clone(&reconciler),
+            queue.clone(),
+            ctx.clone(),
+            Arc::clone(&last),
+        );
+        let (related, related_tasks) = (Arc::clone(&related), Arc::clone(&related_tasks));
+        tasks.push(tokio::spawn(async move {
+            while let Some(key) = q.get().await {
+                let result = r.sync(ctx.cluster.as_ref(), &key).await;
+                record(&r, &ctx, &q, &last, &key, result).await;
+                watch_related(&r, &ctx, &q, &related, &related_tasks, &key).await;
+                q.done(&key);
+            }
+        }));
+    }
+    // Cancelled with the controller.
+    let rt = Arc::clone(&related_tasks);
+    tasks.push(tokio::spawn(async move {
+        struct AbortAll(Arc<Mutex<Vec<JoinHandle<()>>>>);
+        impl Drop for AbortAll {
+            fn drop(&mut self) {
+                for t in lock(&self.0).iter() {
+                    t.abort();
+                }
+            }
+        }
+        let _guard = AbortAll(rt);
+        std::future::pending::<()>().await;
+    }));
+    tracing::info!(controller = %name, kind = %kind, "controller started");
+    Ok(Running {
+        kind,
+        name,
+        spec,
+        queue,
+        last,
+        tasks,
+    })
+}
+
+/// Requeues as the outcome asks, journals what changed, raises an event on failure.
+async fn record(
+    r: &Reconciler,
+    ctx: &Context,
+    q: &WorkQueue<String>,
+    last: &Mutex<BTreeMap<String, LastSync>>,
+    key: &str,
+    result: Result<SyncReport, SyncError>,
+) {
+    let controller = r.name().to_string();
+    match result {
+        Ok(report) => {
+            q.forget(&key.to_string());
+            if let Some(after) = report.resync_after {
+                q.add_after(key.to_string(), after);
+            }
+            let failed_before = lock(last).get(key).is_some_and(|l| !l.ok);
+            if report.hook.is_none() {
+                lock(last).remove(key);
+                return;
+            }
+            if report.applied.changed()
+                || report.status_written
+                || report.finalized
+                || failed_before
+            {
+                let event = LambdaEvent::Synced {
+                    controller: controller.clone(),
+                    key: key.to_string(),
+                    hook: report.hook.map(|h| h.to_string()).unwrap_or_default(),
+                    answer: report.answer_digest.clone().unwrap_or_default(),
+                    created: report.applied.created.clone(),
+                    updated: report.applied.updated.clone(),
+                    deleted: report.applied.deleted.clone(),
+                    status_written: report.status_written,
+                    finalized: report.finalized,
+                };
+                if let Err(e) = ctx.journal.append_later(vec![event]) {
+                    tracing::warn!(%controller, key, "cannot journal a sync: {e}");
+                }
+            }
+            for w in &report.warnings {
+                tracing::warn!(%controller, key, "hook answer: {w}");
+            }
+            lock(last).insert(
+                key.to_string(),
+                LastSync {
+                    at_ms: now_ms(),
+                    ok: true,
+                    hook: report.hook.map(|h| h.to_string()),
+                    answer: report.answer_digest,
+                    error: None,
+                    created: report.applied.created,
+                    updated: report.applied.updated,
+                    deleted: report.applied.deleted,
+                    next_retry_ms: report
+                        .resync_after
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                    warnings: report.warnings,
+                },
+            );
+        }
+        Err(err) => {
+            let (delay, event) = match &err {
+                SyncError::RetryAfter(_, after) => {
+                    q.add_after(key.to_string(), *after);
+                    (*after, false)
+                }
+                SyncError::Failed(_) => (q.add_rate_limited(key.to_string()), true),
+            };
+            let message = err.to_string();
+            tracing::warn!(%controller, key, retry_in = ?delay, "sync failed: {message}");
+            if event && let Some(parent) = parent_object(r, ctx.cluster.as_ref(), key).await {
+                {
+                    ctx.cluster
+                        .event(
+                            &parent,
+                            EventNote {
+                                type_: "Warning",
+                                reason: "SyncError".into(),
+                                message: format!("Sync error: {message}"),
+                            },
+                        )
+                        .await;
+                }
+            }
+            let retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+            let repeated = lock(last)
+                .get(key)
+                .is_some_and(|l| l.error.as_deref() == Some(message.as_str()));
+            if !repeated
+                && let Err(e) = ctx.journal.append_later(vec![LambdaEvent::SyncFailed {
+                    controller: controller.clone(),
+                    key: key.to_string(),
+                    error: message.clone(),
+                    retry_in_ms,
+                }])
+            {
+                tracing::warn!(%controller, key, "cannot journal a sync: {e}");
+            }
+            lock(last).insert(
+                key.to_string(),
+                LastSync {
+                    at_ms: now_ms(),
+                    ok: false,
+                    hook: None,
+                    answer: None,
+                    error: Some(message),
+                    created: Vec::new(),
+                    updated: Vec::new(),
+                    deleted: Vec::new(),
+                    next_retry_ms: Some(retry_in_ms),
+                    warnings: Vec::new(),
+                },
+            );
+        }
+    }
+}
+
+async fn parent_object(r: &Reconciler, cluster: &dyn Cluster, key: &str) -> Option<Value> {
+    match r {
+        Reconciler::Composite(c) => {
+            let (ns, name) = crate::keys::split_key(key);
+            cluster
+                .cached(&c.parent, ns, name)
+                .await
+                .ok()
+                .flatten()
+                .map(|p| (*p).clone())
+        }
+        Reconciler::Decorator(d) => {
+            let mut parts = key.splitn(4, ':');
+            let (av, kind, ns, name) = (
+                parts.next().unwrap_or_default(),
+                parts.next().unwrap_or_default(),
+                parts.next().unwrap_or_default(),
+                parts.next().unwrap_or_default(),
+            );
+            let t = d.target_of(&serde_json::json!({"apiVersion": av, "kind": kind}))?;
+            cluster
+                .cached(&t.resource, ns, name)
+                .await
+                .ok()
+                .flatten()
+                .map(|p| (*p).clone())
+        }
+    }
+}
+
+/// Starts watches for related resources the customize hook named for `key`, so their
+/// changes reach the parents whose rules select them.
+async fn watch_related(
+    r: &Arc<Reconciler>,
+    ctx: &Context,
+    q: &WorkQueue<String>,
+    related: &Arc<Mutex<HashSet<(String, String)>>>,
+    related_tasks: &Arc<Mutex<Vec<JoinHandle<()>>>>,
+    key: &str,
+) {
+    let Some(customizer) = r.customizer() else {
+        return;
+    };
+    let Some(parent) = parent_object(r, ctx.cluster.as_ref(), key).await else {
+        return;
+    };
+    let Some(rules) = customizer.cached_rules(&parent) else {
+        return;
+    };
+    for rule in rules.iter() {
+        let id = (rule.api_version.clone(), rule.resource.clone());
+        if !lock(related).insert(id.clone()) {
+            continue;
+        }
+        let Ok(resource) = ctx.cluster.resolve(&id.0, &id.1).await else {
+            lock(related).remove(&id);
+            continue;
+        };
+        let Ok(mut rx) = ctx.watches.watch(&resource).await else {
+            lock(related).remove(&id);
+            continue;
+        };
+        let (r, q, cluster) = (Arc::clone(r), q.clone(), Arc::clone(&ctx.cluster));
+        lock(related_tasks).push(tokio::spawn(async move {
+            while let Some(change) = rx.recv().await {
+                let object = match &change {
+                    Change::Applied { old, new } => {
+                        if old.as_ref().is_some_and(|o| {
+                            o["metadata"]["resourceVersion"] == new["metadata"]["resourceVersion"]
+                        }) {
+                            continue;
+                        }
+                        Arc::clone(new)
+                    }
+                    Change::Deleted(old) => Arc::clone(old),
+                };
+                enqueue_related(&r, cluster.as_ref(), &q, &resource, &object).await;
+            }
+        }));
+    }
+}
+
+/// Enqueues every parent whose cached customize rules select `object`.
+async fn enqueue_related(
+    r: &Reconciler,
+    cluster: &dyn Cluster,
+    q: &WorkQueue<String>,
+    watched: &Resource,
+    object: &Value,
+) {
+    let Some(customizer) = r.customizer() else {
+        return;
+    };
+    let ns_labels = match cluster.resolve("v1", "namespaces").await {
+        Ok(res) if !namespace_of(object).is_empty() => cluster
+            .cached(&res, "", namespace_of(object))
+            .await
+            .ok()
+            .flatten()
+            .map(|n| (*n).clone()),
+        _ => None,
+    };
+    for resource in r.parent_resources() {
+        for parent in cluster.list(&resource, None).await.unwrap_or_default() {
+            if !r.wants(&parent) {
+                continue;
+            }
+            let Some(rules) = customizer.cached_rules(&parent) else {
+                continue;
+            };
+            let hit = rules
+                .iter()
+                .filter(|rule| rule.resource == watched.plural)
+                .any(|rule| {
+                    rule_matches(
+                        rule,
+                        customizer.version(),
+                        namespace_of(&parent),
+                        object,
+                        |_| ns_labels.clone(),
+                    )
+                });
+            if hit {
+                q.add(r.parent_key(&parent));
+            }
+        }
+    }
+}

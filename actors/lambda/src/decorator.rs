@@ -1,0 +1,341 @@
+//! One sync of one object of a DecoratorController: the hook sees the object and its
+//! attachments and answers labels, annotations, status and attachments.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::children::{self, ApplyStrategy, ChildType};
+use crate::claim::{self, Owner};
+use crate::composite::{BoundHook, SyncError, SyncReport, digest, set_finalizer};
+use crate::keys::{GroupMap, key_of, name_of, namespace_of, uid_of};
+use crate::ports::{Cluster, ClusterError, HookType, Resource};
+use crate::protocol::{decode_decorator, decorator_request};
+use crate::related::{Customizer, cache_key, related_objects};
+use crate::selector::Selector;
+use crate::types::{DECORATOR_ANNOTATION, DecoratorSpec};
+
+/// One `spec.resources` rule, resolved.
+pub struct Target {
+    pub resource: Resource,
+    pub labels: Selector,
+    pub annotations: Selector,
+    pub ignore_status_changes: bool,
+}
+
+/// A running DecoratorController's configuration.
+pub struct Decorator {
+    pub name: String,
+    pub object: Value,
+    pub spec: DecoratorSpec,
+    pub targets: Vec<Target>,
+    pub attachments: Vec<ChildType>,
+    pub sync: Option<BoundHook>,
+    pub finalize: Option<BoundHook>,
+    pub customizer: Option<Customizer>,
+    pub strategy: ApplyStrategy,
+}
+
+fn has_finalizer(object: &Value, finalizer: &str) -> bool {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|l| l.iter().any(|f| f.as_str() == Some(finalizer)))
+}
+
+fn is_deleting(object: &Value) -> bool {
+    !object["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// The queue key of an object: `apiVersion:kind:namespace:name`.
+pub fn queue_key(object: &Value) -> String {
+    format!(
+        "{}:{}:{}:{}",
+        object["apiVersion"].as_str().unwrap_or_default(),
+        object["kind"].as_str().unwrap_or_default(),
+        namespace_of(object),
+        name_of(object)
+    )
+}
+
+/// Applies a hook's label or annotation answer: `null` deletes, others set.
+fn apply_map(
+    current: &Value,
+    answer: &Option<std::collections::BTreeMap<String, Option<String>>>,
+) -> Value {
+    let mut map = current.as_object().cloned().unwrap_or_default();
+    for (k, v) in answer.iter().flatten() {
+        match v {
+            Some(v) => {
+                map.insert(k.clone(), json!(v));
+            }
+            None => {
+                map.remove(k);
+            }
+        }
+    }
+    Value::Object(map)
+}
+
+impl Decorator {
+    pub fn finalizer(&self) -> String {
+        crate::types::ControllerKind::DecoratorController.finalizer(&self.name)
+    }
+
+    /// The rule for an object's group and kind.
+    pub fn target_of(&self, object: &Value) -> Option<&Target> {
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+        let kind = object["kind"].as_str().unwrap_or_default();
+        self.targets
+            .iter()
+            .find(|t| t.resource.group == group && t.resource.kind == kind)
+    }
+
+    /// Whether the object matches its rule's label and annotation selectors.
+    pub fn matches(&self, object: &Value) -> bool {
+        self.target_of(object).is_some_and(|t| {
+            t.labels.matches_labels(object) && t.annotations.matches_annotations(object)
+        })
+    }
+
+    /// Whether events of `object` concern this controller.
+    pub fn wants(&self, object: &Value) -> bool {
+        self.matches(object) || has_finalizer(object, &self.finalizer())
+    }
+
+    /// The queue key of the decorated object an attachment belongs to.
+    pub async fn parent_of_attachment(
+        &self,
+        cluster: &dyn Cluster,
+        attachment: &Value,
+    ) -> Result<Option<String>, ClusterError> {
+        if attachment["metadata"]["annotations"][DECORATOR_ANNOTATION].as_str()
+            != Some(self.name.as_str())
+        {
+            return Ok(None);
+        }
+        let Some(r) = claim::controller_ref(attachment) else {
+            return Ok(None);
+        };
+        let api_version = r["apiVersion"].as_str().unwrap_or_default();
+        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+        let kind = r["kind"].as_str().unwrap_or_default();
+        let Some(t) = self
+            .targets
+            .iter()
+            .find(|t| t.resource.group == group && t.resource.kind == kind)
+        else {
+            return Ok(None);
+        };
+        let ns = if t.resource.namespaced {
+            namespace_of(attachment)
+        } else {
+            ""
+        };
+        let name = r["name"].as_str().unwrap_or_default();
+        let Some(parent) = cluster.cached(&t.resource, ns, name).await? else {
+            return Ok(None);
+        };
+        if Some(uid_of(&parent)) != r["uid"].as_str() || !self.wants(&parent) {
+            return Ok(None);
+        }
+        Ok(Some(queue_key(&parent)))
+    }
+
+    async fn observed_attachments(
+        &self,
+        cluster: &dyn Cluster,
+        object: &Value,
+    ) -> Result<GroupMap, ClusterError> {
+        let ns = (!namespace_of(object).is_empty()).then(|| namespace_of(object));
+        let mut out = GroupMap::new();
+        for (t, objects) in children::candidates(cluster, &self.attachments, ns).await? {
+            let group = out.entry(t.group_key()).or_default();
+            for a in objects {
+                if claim::controller_uid(&a) == Some(uid_of(object))
+                    && a["metadata"]["annotations"][DECORATOR_ANNOTATION].as_str()
+                        == Some(self.name.as_str())
+                {
+                    group.insert(key_of(&a), (*a).clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One sync of the object named by `key` (`apiVersion:kind:namespace:name`).
+    pub async fn sync(&self, cluster: &dyn Cluster, key: &str) -> Result<SyncReport, SyncError> {
+        let mut parts = key.splitn(4, ':');
+        let (api_version, kind, ns, name) = (
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default(),
+        );
+        let probe = json!({"apiVersion": api_version, "kind": kind});
+        let Some(target) = self.target_of(&probe) else {
+            return Ok(SyncReport::default());
+        };
+        let resource = target.resource.clone();
+        let Some(object) = cluster.cached(&resource, ns, name).await? else {
+            return Ok(SyncReport::default());
+        };
+        let mut object = (*object).clone();
+        let finalizer = self.finalizer();
+        if !self.wants(&object) {
+            return Ok(SyncReport::default());
+        }
+        let matches = self.matches(&object);
+        if self.finalize.is_some()
+            && matches
+            && !has_finalizer(&object, &finalizer)
+            && !is_deleting(&object)
+        {
+            object = set_finalizer(cluster, &resource, &object, &finalizer, true).await?;
+        } else if self.finalize.is_none() && has_finalizer(&object, &finalizer) {
+            object = set_finalizer(cluster, &resource, &object, &finalizer, false).await?;
+        }
+        if !self.wants(&object) {
+            return Ok(SyncReport::default());
+        }
+        let observed = self.observed_attachments(cluster, &object).await?;
+        let related = match &self.customizer {
+            Some(c) => {
+                let rules = c.rules(&self.object, &object).await.map_err(|e| match e {
+                    crate::related::RelatedError::Hook(h) => SyncError::from(h),
+                    other => SyncError::Failed(other.to_string()),
+                })?;
+                related_objects(cluster, &rules, c.version(), &object)
+                    .await
+                    .map_err(|e| SyncError::Failed(e.to_string()))?
+            }
+            None => GroupMap::new(),
+        };
+        let finalizing = self.finalize.is_some() && (is_deleting(&object) || !matches);
+        let (hook_type, bound) = match (finalizing, &self.finalize, &self.sync) {
+            (true, Some(f), _) => (HookType::Finalize, f),
+            (false, _, Some(s)) => (HookType::Sync, s),
+            _ => return Err(SyncError::Failed("no enabled hooks found".into())),
+        };
+        let body = decorator_request(
+            &self.object,
+            &object,
+            &observed,
+            &related,
+            bound.hook.version,
+            finalizing,
+        );
+        let answer = bound
+            .client
+            .call(body.to_string().into_bytes(), cache_key(&object))
+            .await?;
+        let decoded = decode_decorator(
+            hook_type,
+            bound.hook.version,
+            bound.hook.unmarshal_mode(),
+            &answer,
+        )
+        .map_err(|e| SyncError::Failed(e.to_string()))?;
+        let mut report = SyncReport {
+            hook: Some(hook_type),
+            answer_digest: Some(digest(&answer)),
+            warnings: decoded.warnings,
+            ..SyncReport::default()
+        };
+        let response = decoded.response;
+        if response.resync_after_seconds > 0.0 {
+            report.resync_after = Some(Duration::from_secs_f64(response.resync_after_seconds));
+        }
+        // Write back labels, annotations and status.
+        let labels = apply_map(&object["metadata"]["labels"], &response.labels);
+        let annotations = apply_map(&object["metadata"]["annotations"], &response.annotations);
+        let labels_changed = labels != object["metadata"]["labels"]
+            && !(labels == json!({}) && object["metadata"]["labels"].is_null());
+        let annotations_changed = annotations != object["metadata"]["annotations"]
+            && !(annotations == json!({}) && object["metadata"]["annotations"].is_null());
+        let status_changed = response
+            .status
+            .as_ref()
+            .is_some_and(|s| *s != object["status"]);
+        let finalize_now = response.finalized && has_finalizer(&object, &finalizer);
+        if labels_changed || annotations_changed || status_changed || finalize_now {
+            let mut updated = object.clone();
+            if status_changed && resource.status_subresource {
+                let mut with_status = object.clone();
+                with_status["status"] = response.status.clone().unwrap_or(Value::Null);
+                match cluster.replace_status(&resource, with_status).await {
+                    Ok(written) => {
+                        updated["metadata"]["resourceVersion"] =
+                            written["metadata"]["resourceVersion"].clone();
+                        updated["status"] = written["status"].clone();
+                        report.status_written = true;
+                    }
+                    Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {
+                        return Ok(report);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            } else if status_changed {
+                updated["status"] = response.status.clone().unwrap_or(Value::Null);
+                report.status_written = true;
+            }
+            if labels_changed {
+                updated["metadata"]["labels"] = labels;
+            }
+            if annotations_changed {
+                updated["metadata"]["annotations"] = annotations;
+            }
+            if finalize_now {
+                if let Some(list) = updated["metadata"]["finalizers"].as_array_mut() {
+                    list.retain(|f| f.as_str() != Some(finalizer.as_str()));
+                }
+                report.finalized = true;
+            }
+            if labels_changed
+                || annotations_changed
+                || finalize_now
+                || (status_changed && !resource.status_subresource)
+            {
+                match cluster.replace(&resource, updated.clone()).await {
+                    Ok(written) => object = written,
+                    Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {
+                        return Ok(report);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                object = updated;
+            }
+        }
+        // Attachments.
+        let mut desired = Vec::new();
+        for mut a in response.attachments.unwrap_or_default() {
+            if namespace_of(&a).is_empty() && !namespace_of(&object).is_empty() {
+                a["metadata"]["namespace"] = json!(namespace_of(&object));
+            }
+            a["metadata"]["annotations"][DECORATOR_ANNOTATION] = json!(self.name);
+            desired.push(a);
+        }
+        let desired =
+            children::group_desired(desired, &self.attachments).map_err(SyncError::Failed)?;
+        let should_finalize = has_finalizer(&object, &finalizer)
+            && self.finalize.is_some()
+            && !has_finalizer(&object, "foregroundDeletion")
+            && !has_finalizer(&object, "orphan");
+        if !is_deleting(&object) || should_finalize {
+            report.applied = children::manage(
+                cluster,
+                &Owner::of(&object),
+                &self.attachments,
+                &observed,
+                &desired,
+                self.strategy,
+            )
+            .await;
+        }
+        if !report.applied.errors.is_empty() {
+            return Err(SyncError::Failed(report.applied.errors.join("; ")));
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,89 @@
+//! The lambda controllers' journal: each controller's lifecycle and each sync's outcome
+//! (not every unchanged resync), so `bosun journal` explains why a parent is not
+//! converged: the last hook answer or error, the children it could not apply, the next
+//! retry. The cluster stays the source of truth; nothing is replayed into the
+//! controllers at start.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::types::ControllerKind;
+
+/// The encoding version this build writes.
+pub const EVENT_VERSION: u32 = 1;
+
+/// One journaled lambda event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum LambdaEvent {
+    /// A controller started (or restarted with a changed spec).
+    #[serde(rename_all = "camelCase")]
+    ControllerStarted {
+        kind: ControllerKind,
+        name: String,
+        generation: i64,
+    },
+    /// A controller stopped (deleted, changed or no longer selected).
+    #[serde(rename_all = "camelCase")]
+    ControllerStopped {
+        kind: ControllerKind,
+        name: String,
+        reason: String,
+    },
+    /// A controller object could not be used.
+    #[serde(rename_all = "camelCase")]
+    ControllerRefused {
+        kind: ControllerKind,
+        name: String,
+        error: String,
+    },
+    /// A sync changed something, or succeeded after failing.
+    #[serde(rename_all = "camelCase")]
+    Synced {
+        controller: String,
+        key: String,
+        hook: String,
+        answer: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        created: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        updated: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        deleted: Vec<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        status_written: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        finalized: bool,
+    },
+    /// A sync failed; it is retried after `retry_in_ms`.
+    #[serde(rename_all = "camelCase")]
+    SyncFailed {
+        controller: String,
+        key: String,
+        error: String,
+        retry_in_ms: u64,
+    },
+}
+
+impl LambdaEvent {
+    /// The parent key an event is about, if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            LambdaEvent::Synced { key, .. } | LambdaEvent::SyncFailed { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+impl bosun_journal::Versioned for LambdaEvent {
+    const VERSION: u32 = EVENT_VERSION;
+
+    fn decode(version: u32, raw: Value) -> Result<LambdaEvent, String> {
+        if version > EVENT_VERSION {
+            return Err(format!(
+                "lambda event version {version} is newer than this bosun ({EVENT_VERSION})"
+            ));
+        }
+        serde_json::from_value(raw).map_err(|e| e.to_string())
+    }
+}
