@@ -20,13 +20,28 @@ pub fn snapshot_every() -> u64 {
         .unwrap_or(SNAPSHOT_EVERY)
 }
 
-/// Appends engine events to the journal.
-pub struct JournalSink {
-    journal: Arc<Journal<Event>>,
+/// Appends a subsystem's events to its journal.
+pub struct JournalSink<E> {
+    journal: Arc<Journal<E>>,
 }
 
-impl EventSink<Event> for JournalSink {
-    fn append(&self, events: Vec<Event>) -> BoxFut<'_, Result<u64, PortError>> {
+impl<E> JournalSink<E> {
+    /// The sink of `journal`.
+    pub fn new(journal: Arc<Journal<E>>) -> JournalSink<E> {
+        JournalSink { journal }
+    }
+}
+
+impl<E> EventSink<E> for JournalSink<E>
+where
+    E: serde::Serialize
+        + serde::de::DeserializeOwned
+        + bosun_journal::Versioned
+        + Send
+        + Sync
+        + 'static,
+{
+    fn append(&self, events: Vec<E>) -> BoxFut<'_, Result<u64, PortError>> {
         Box::pin(async move {
             self.journal
                 .append_batch(&events)
@@ -35,16 +50,13 @@ impl EventSink<Event> for JournalSink {
         })
     }
 
-    fn append_later(&self, events: Vec<Event>) -> Result<(), PortError> {
+    fn append_later(&self, events: Vec<E>) -> Result<(), PortError> {
         self.journal
             .append_later(&events)
             .map_err(|e| PortError(e.to_string()))
     }
 
-    fn submit(
-        &self,
-        events: Vec<Event>,
-    ) -> Result<BoxFut<'static, Result<u64, PortError>>, PortError> {
+    fn submit(&self, events: Vec<E>) -> Result<BoxFut<'static, Result<u64, PortError>>, PortError> {
         let durable = self
             .journal
             .submit(&events)
@@ -156,9 +168,7 @@ pub fn open_shared(dir: &Path) -> anyhow::Result<Opened> {
         tracing::info!(seq = last, dropped, "journal snapshot saved");
     }
     let journal = Arc::new(journal);
-    let sink = Arc::new(JournalSink {
-        journal: journal.clone(),
-    });
+    let sink = Arc::new(JournalSink::new(journal.clone()));
     Ok(Opened {
         sink,
         state,

@@ -359,6 +359,8 @@ pub struct Operator {
     pub listen: std::net::SocketAddr,
     /// The debug endpoints (stopped, and the socket removed, when dropped).
     pub debug: crate::debug::DebugServer,
+    /// The shared watches (the lambda controllers' informers listen on them too).
+    pub watches: crate::watches::WatchManager,
 }
 
 impl Drop for Operator {
@@ -615,6 +617,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         tracing::warn!("{w}");
     }
     let releases = releases(cfg, &modules, client.clone(), &namespace)?;
+    let watches = crate::watches::WatchManager::new(client.clone());
     let engine = Engine::start(EngineArgs {
         global_hooks,
         static_global: static_values(&cfg.modules_dirs, "global")?,
@@ -629,7 +632,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
             executor: Arc::new(runner),
             config_store: Arc::new(store),
             releases,
-            bindings: Arc::new(crate::watches::WatchManager::new(client.clone())),
+            bindings: Arc::new(watches.clone()),
             patcher: Arc::new(crate::kubernetes::patcher::KubePatcher::new(
                 client.clone(),
                 std::env::var("KUBE_CLIENT_FIELD_MANAGER")
@@ -687,5 +690,6 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         compactor,
         listen,
         debug,
+        watches,
     })
 }

@@ -15,6 +15,8 @@
 
 mod subscriber;
 
+pub(crate) use subscriber::Listener;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -29,7 +31,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
 use crate::kubernetes::resolve::KindResolver;
-use subscriber::{Listener, NamespaceFollower, Subscriber};
+use subscriber::{NamespaceFollower, Subscriber};
 
 /// How long a binding may wait for the first list of its objects.
 const INITIAL_LIST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -496,6 +498,31 @@ impl WatchManager {
         sub.go_live();
         lock(&self.inner.subscribers).insert((hook.clone(), index), sub);
         Ok(listeners)
+    }
+
+    /// Attaches `listener` to the cluster-wide watch of `resource` (shared with every
+    /// binding that watches it the same way) once that watch holds its first list. Other
+    /// subsystems' informers (the lambda controllers) listen this way.
+    pub(crate) async fn listen(
+        &self,
+        resource: &ApiResource,
+        listener: Arc<dyn Listener>,
+    ) -> Result<(), String> {
+        let w = self.watch(
+            Self::key(resource, None, String::new(), String::new()),
+            resource,
+        );
+        self.attach(&w, listener).await
+    }
+
+    /// The resolver of kinds this manager uses.
+    pub(crate) fn resolver(&self) -> &KindResolver {
+        &self.inner.resolver
+    }
+
+    /// The Kubernetes client.
+    pub(crate) fn client(&self) -> &kube::Client {
+        &self.inner.client
     }
 
     /// Attaches a binding's subscriber to the watch of one namespace (dynamic namespaces).

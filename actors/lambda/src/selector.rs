@@ -111,6 +111,54 @@ fn parse(
     Ok(Selector { requirements })
 }
 
+fn set_values(s: &str, term: &str) -> Result<Vec<String>, SelectorError> {
+    let inner = s
+        .trim()
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .ok_or_else(|| SelectorError(format!("{term:?}: expected a list in parentheses")))?;
+    Ok(inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect())
+}
+
+fn parse_term(term: &str) -> Result<Requirement, SelectorError> {
+    let bad = || SelectorError(format!("{term:?} is not a label requirement"));
+    if term.is_empty() {
+        return Err(bad());
+    }
+    if let Some(key) = term.strip_prefix('!') {
+        return Ok(Requirement::DoesNotExist(key.trim().to_string()));
+    }
+    if let Some((k, v)) = term.split_once("!=") {
+        return Ok(Requirement::NotIn(
+            k.trim().to_string(),
+            vec![v.trim().to_string()],
+        ));
+    }
+    if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+        return Ok(Requirement::In(
+            k.trim().to_string(),
+            vec![v.trim().to_string()],
+        ));
+    }
+    let mut words = term.splitn(2, char::is_whitespace);
+    let key = words.next().unwrap_or_default().to_string();
+    let rest = words.next().unwrap_or_default().trim();
+    if rest.is_empty() {
+        return Ok(Requirement::Exists(key));
+    }
+    if let Some(values) = rest.strip_prefix("notin") {
+        return Ok(Requirement::NotIn(key, set_values(values, term)?));
+    }
+    if let Some(values) = rest.strip_prefix("in") {
+        return Ok(Requirement::In(key, set_values(values, term)?));
+    }
+    Err(bad())
+}
+
 /// Reads an object's string map (labels or annotations); other values are skipped.
 pub fn string_map(v: &Value) -> BTreeMap<String, String> {
     v.as_object()
@@ -143,6 +191,34 @@ impl Selector {
             s.match_expressions.as_ref().unwrap_or(&Value::Null),
             "matchAnnotations",
         )
+    }
+
+    /// A selector string as `kubectl -l` takes it: `a=b`, `a==b`, `a!=b`, `a in (x,y)`,
+    /// `a notin (x,y)`, `a`, `!a`, joined by commas; empty matches everything.
+    pub fn parse(text: &str) -> Result<Selector, SelectorError> {
+        let mut requirements = Vec::new();
+        let mut rest = text.trim();
+        while !rest.is_empty() {
+            // A term ends at the first comma outside parentheses.
+            let mut depth = 0;
+            let end = rest
+                .char_indices()
+                .find(|(_, c)| {
+                    match c {
+                        '(' => depth += 1,
+                        ')' => depth -= 1,
+                        ',' if depth == 0 => return true,
+                        _ => {}
+                    }
+                    false
+                })
+                .map(|(i, _)| i)
+                .unwrap_or(rest.len());
+            let term = rest[..end].trim();
+            rest = rest.get(end + 1..).unwrap_or("").trim();
+            requirements.push(parse_term(term)?);
+        }
+        Ok(Selector { requirements })
     }
 
     /// `key=value` for each pair (the selector `generateSelector` makes).
@@ -219,6 +295,18 @@ mod tests {
             err.to_string(),
             "invalid selector: matchExpressions[0].operator: \"Gt\" is not In, NotIn, Exists or DoesNotExist"
         );
+    }
+
+    #[test]
+    fn selector_strings_parse_like_kubectl() {
+        let s = Selector::parse("app=web, tier in (a,b),!old,env!=prod,team").expect("valid");
+        assert!(s.matches_labels(&obj(json!({"app": "web", "tier": "b", "team": "x"}))));
+        assert!(!s.matches_labels(&obj(
+            json!({"app": "web", "tier": "b", "team": "x", "env": "prod"})
+        )));
+        assert!(!s.matches_labels(&obj(json!({"app": "web", "tier": "c", "team": "x"}))));
+        assert!(Selector::parse("").expect("empty").is_empty());
+        assert!(Selector::parse("a in b").is_err());
     }
 
     #[test]

@@ -1,0 +1,498 @@
+//! The lambda controllers' cluster port on kube: discovery through the shared kind
+//! resolver, informers that listen on the shared watches (one per resource, shared with
+//! the modules' bindings), writes through the API server, and rate-limited Events.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use bosun_lambda::ports::{BoxFut, Change, Cluster, ClusterError, EventNote, Resource, Watches};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use crate::watches::{
+    Change as WatchChange, Listener, ObjectKey, SharedWatch, Stored, WatchManager,
+};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One resource's objects, parsed once per change, and the controllers listening.
+#[derive(Default)]
+struct Informer {
+    state: Mutex<InformerState>,
+}
+
+#[derive(Default)]
+struct InformerState {
+    objects: BTreeMap<ObjectKey, Arc<Value>>,
+    subscribers: Vec<UnboundedSender<Change>>,
+}
+
+impl InformerState {
+    fn send(&mut self, change: Change) {
+        self.subscribers.retain(|s| s.send(change.clone()).is_ok());
+    }
+}
+
+impl Listener for Informer {
+    fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>) {
+        let mut st = lock(&self.state);
+        st.objects = objects
+            .iter()
+            .map(|(k, o)| (k.clone(), Arc::new(o.parse())))
+            .collect();
+    }
+
+    fn on(&self, change: WatchChange, key: &ObjectKey, object: &Value, _stored: &Stored) {
+        let mut st = lock(&self.state);
+        match change {
+            WatchChange::Added | WatchChange::Modified => {
+                let new = Arc::new(object.clone());
+                let old = st.objects.insert(key.clone(), Arc::clone(&new));
+                st.send(Change::Applied { old, new });
+            }
+            WatchChange::Deleted => {
+                let old = st
+                    .objects
+                    .remove(key)
+                    .unwrap_or_else(|| Arc::new(object.clone()));
+                st.send(Change::Deleted(old));
+            }
+        }
+    }
+
+    fn detached(&self, _namespace: Option<&str>) -> Vec<Arc<SharedWatch>> {
+        // Informers live as long as bosun, like metacontroller's shared informers.
+        Vec::new()
+    }
+}
+
+/// Per-object Event rate limit (`--events-qps`, `--events-burst`).
+#[derive(Clone, Copy, Debug)]
+pub struct EventLimits {
+    pub qps: f64,
+    pub burst: u32,
+}
+
+impl Default for EventLimits {
+    fn default() -> Self {
+        EventLimits {
+            qps: 1.0 / 300.0,
+            burst: 25,
+        }
+    }
+}
+
+/// The cluster as the lambda controllers see it.
+pub struct KubeCluster {
+    watches: WatchManager,
+    informers: Mutex<HashMap<(String, String, String), Arc<Informer>>>,
+    /// Serializes the first list of each informer.
+    starting: tokio::sync::Mutex<()>,
+    field_manager: String,
+    event_limits: EventLimits,
+    event_buckets: Mutex<HashMap<String, (f64, Instant)>>,
+}
+
+fn api_resource(r: &Resource) -> ApiResource {
+    ApiResource {
+        group: r.group.clone(),
+        version: r.version.clone(),
+        api_version: if r.group.is_empty() {
+            r.version.clone()
+        } else {
+            format!("{}/{}", r.group, r.version)
+        },
+        kind: r.kind.clone(),
+        plural: r.plural.clone(),
+    }
+}
+
+fn describe(r: &Resource, namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        format!("{} {name}", r.kind)
+    } else {
+        format!("{} {namespace}/{name}", r.kind)
+    }
+}
+
+fn error(what: String, e: kube::Error) -> ClusterError {
+    match &e {
+        kube::Error::Api(s) if s.code == 404 => ClusterError::NotFound(what),
+        kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists" => {
+            ClusterError::AlreadyExists(what)
+        }
+        kube::Error::Api(s) if s.code == 409 => ClusterError::Conflict(what),
+        _ => ClusterError::Other {
+            what,
+            message: e.to_string(),
+        },
+    }
+}
+
+fn to_dynamic(object: Value, what: &str) -> Result<DynamicObject, ClusterError> {
+    serde_json::from_value(object).map_err(|e| ClusterError::Other {
+        what: what.to_string(),
+        message: format!("not a Kubernetes object: {e}"),
+    })
+}
+
+fn to_value(o: &DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap_or(Value::Null)
+}
+
+impl KubeCluster {
+    pub fn new(watches: WatchManager, field_manager: String, event_limits: EventLimits) -> Self {
+        KubeCluster {
+            watches,
+            informers: Mutex::new(HashMap::new()),
+            starting: tokio::sync::Mutex::new(()),
+            field_manager,
+            event_limits,
+            event_buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn client(&self) -> kube::Client {
+        self.watches.client().clone()
+    }
+
+    fn api(&self, r: &Resource, namespace: &str) -> Api<DynamicObject> {
+        let ar = api_resource(r);
+        if r.namespaced && !namespace.is_empty() {
+            Api::namespaced_with(self.client(), namespace, &ar)
+        } else {
+            Api::all_with(self.client(), &ar)
+        }
+    }
+
+    /// The informer of `r`, started (and its first list awaited) on first use.
+    async fn informer(&self, r: &Resource) -> Result<Arc<Informer>, ClusterError> {
+        let id = (r.group.clone(), r.version.clone(), r.plural.clone());
+        if let Some(i) = lock(&self.informers).get(&id) {
+            return Ok(Arc::clone(i));
+        }
+        let _guard = self.starting.lock().await;
+        if let Some(i) = lock(&self.informers).get(&id) {
+            return Ok(Arc::clone(i));
+        }
+        let informer = Arc::new(Informer::default());
+        let listener: Arc<dyn Listener> = informer.clone();
+        self.watches
+            .listen(&api_resource(r), listener)
+            .await
+            .map_err(|message| ClusterError::Other {
+                what: format!("watch of {r}"),
+                message,
+            })?;
+        lock(&self.informers).insert(id, Arc::clone(&informer));
+        Ok(informer)
+    }
+
+    /// Whether an Event on `uid` may be sent now (token bucket per object).
+    fn event_allowed(&self, uid: &str) -> bool {
+        let now = Instant::now();
+        let mut buckets = lock(&self.event_buckets);
+        let burst = f64::from(self.event_limits.burst.max(1));
+        let (tokens, at) = buckets.entry(uid.to_string()).or_insert((burst, now));
+        *tokens =
+            (*tokens + now.duration_since(*at).as_secs_f64() * self.event_limits.qps).min(burst);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Informers running now (resource, objects held), for the debug view.
+    pub fn informers(&self) -> Vec<(String, usize)> {
+        let mut out: Vec<(String, usize)> = lock(&self.informers)
+            .iter()
+            .map(|((g, v, p), i)| {
+                let gv = if g.is_empty() {
+                    v.clone()
+                } else {
+                    format!("{g}/{v}")
+                };
+                (format!("{gv} {p}"), lock(&i.state).objects.len())
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+impl Cluster for KubeCluster {
+    fn resolve(
+        &self,
+        api_version: &str,
+        plural: &str,
+    ) -> BoxFut<'_, Result<Resource, ClusterError>> {
+        let (api_version, plural) = (api_version.to_string(), plural.to_string());
+        Box::pin(async move {
+            let resolved = self
+                .watches
+                .resolver()
+                .resolve(Some(&api_version), &plural)
+                .await
+                .map_err(|e| ClusterError::Other {
+                    what: format!("{api_version} {plural}"),
+                    message: e.to_string(),
+                })?;
+            let r = resolved.resource;
+            Ok(Resource {
+                api_version,
+                group: r.group,
+                version: r.version,
+                plural: r.plural,
+                kind: r.kind,
+                namespaced: resolved.namespaced,
+                status_subresource: resolved.subresources.iter().any(|s| s == "status"),
+            })
+        })
+    }
+
+    fn list(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+    ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
+        let (resource, namespace) = (resource.clone(), namespace.map(str::to_string));
+        Box::pin(async move {
+            let informer = self.informer(&resource).await?;
+            let st = lock(&informer.state);
+            Ok(match namespace.as_deref() {
+                Some(ns) => st
+                    .objects
+                    .range((ns.to_string(), String::new())..)
+                    .take_while(|((n, _), _)| n == ns)
+                    .map(|(_, o)| Arc::clone(o))
+                    .collect(),
+                None => st.objects.values().cloned().collect(),
+            })
+        })
+    }
+
+    fn cached(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+    ) -> BoxFut<'_, Result<Option<Arc<Value>>, ClusterError>> {
+        let (resource, key) = (resource.clone(), (namespace.to_string(), name.to_string()));
+        Box::pin(async move {
+            let informer = self.informer(&resource).await?;
+            let st = lock(&informer.state);
+            Ok(st.objects.get(&key).cloned())
+        })
+    }
+
+    fn get(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+    ) -> BoxFut<'_, Result<Value, ClusterError>> {
+        let (resource, namespace, name) =
+            (resource.clone(), namespace.to_string(), name.to_string());
+        Box::pin(async move {
+            let what = describe(&resource, &namespace, &name);
+            self.api(&resource, &namespace)
+                .get(&name)
+                .await
+                .map(|o| to_value(&o))
+                .map_err(|e| error(what, e))
+        })
+    }
+
+    fn create(
+        &self,
+        resource: &Resource,
+        object: Value,
+    ) -> BoxFut<'_, Result<Value, ClusterError>> {
+        let resource = resource.clone();
+        Box::pin(async move {
+            let ns = bosun_lambda::keys::namespace_of(&object).to_string();
+            let what = describe(&resource, &ns, bosun_lambda::keys::name_of(&object));
+            let o = to_dynamic(object, &what)?;
+            self.api(&resource, &ns)
+                .create(&PostParams::default(), &o)
+                .await
+                .map(|o| to_value(&o))
+                .map_err(|e| error(what, e))
+        })
+    }
+
+    fn replace(
+        &self,
+        resource: &Resource,
+        object: Value,
+    ) -> BoxFut<'_, Result<Value, ClusterError>> {
+        let resource = resource.clone();
+        Box::pin(async move {
+            let ns = bosun_lambda::keys::namespace_of(&object).to_string();
+            let name = bosun_lambda::keys::name_of(&object).to_string();
+            let what = describe(&resource, &ns, &name);
+            let o = to_dynamic(object, &what)?;
+            self.api(&resource, &ns)
+                .replace(&name, &PostParams::default(), &o)
+                .await
+                .map(|o| to_value(&o))
+                .map_err(|e| error(what, e))
+        })
+    }
+
+    fn replace_status(
+        &self,
+        resource: &Resource,
+        object: Value,
+    ) -> BoxFut<'_, Result<Value, ClusterError>> {
+        let resource = resource.clone();
+        Box::pin(async move {
+            let ns = bosun_lambda::keys::namespace_of(&object).to_string();
+            let name = bosun_lambda::keys::name_of(&object).to_string();
+            let what = format!("status of {}", describe(&resource, &ns, &name));
+            let o = to_dynamic(object, &what)?;
+            self.api(&resource, &ns)
+                .replace_status(&name, &PostParams::default(), &o)
+                .await
+                .map(|o| to_value(&o))
+                .map_err(|e| error(what, e))
+        })
+    }
+
+    fn apply(
+        &self,
+        resource: &Resource,
+        object: Value,
+        dry_run: bool,
+    ) -> BoxFut<'_, Result<Value, ClusterError>> {
+        let resource = resource.clone();
+        Box::pin(async move {
+            let ns = bosun_lambda::keys::namespace_of(&object).to_string();
+            let name = bosun_lambda::keys::name_of(&object).to_string();
+            let what = describe(&resource, &ns, &name);
+            let mut params = PatchParams::apply(&self.field_manager).force();
+            params.dry_run = dry_run;
+            self.api(&resource, &ns)
+                .patch(&name, &params, &Patch::Apply(&object))
+                .await
+                .map(|o| to_value(&o))
+                .map_err(|e| error(what, e))
+        })
+    }
+
+    fn delete(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> BoxFut<'_, Result<(), ClusterError>> {
+        let (resource, namespace, name, uid) = (
+            resource.clone(),
+            namespace.to_string(),
+            name.to_string(),
+            uid.to_string(),
+        );
+        Box::pin(async move {
+            let what = describe(&resource, &namespace, &name);
+            let params = DeleteParams {
+                propagation_policy: Some(kube::api::PropagationPolicy::Background),
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match self.api(&resource, &namespace).delete(&name, &params).await {
+                Ok(_) => Ok(()),
+                Err(e) => match error(what, e) {
+                    ClusterError::NotFound(_) => Ok(()),
+                    other => Err(other),
+                },
+            }
+        })
+    }
+
+    fn event(&self, object: &Value, note: EventNote) -> BoxFut<'_, ()> {
+        let object = object.clone();
+        Box::pin(async move {
+            let uid = bosun_lambda::keys::uid_of(&object).to_string();
+            if !self.event_allowed(&uid) {
+                tracing::debug!(reason = %note.reason, "event dropped by the rate limit: {}", note.message);
+                return;
+            }
+            let ns = bosun_lambda::keys::namespace_of(&object);
+            let ns = if ns.is_empty() { "default" } else { ns };
+            let name = bosun_lambda::keys::name_of(&object);
+            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+            let event = json!({
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "generateName": format!("{name}."),
+                    "namespace": ns,
+                },
+                "involvedObject": {
+                    "apiVersion": object["apiVersion"],
+                    "kind": object["kind"],
+                    "name": name,
+                    "namespace": bosun_lambda::keys::namespace_of(&object),
+                    "uid": uid,
+                    "resourceVersion": object["metadata"]["resourceVersion"],
+                },
+                "reason": note.reason,
+                "message": note.message,
+                "type": note.type_,
+                "source": {"component": "metacontroller"},
+                "reportingComponent": "metacontroller",
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            });
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                self.client(),
+                ns,
+                &ApiResource {
+                    group: String::new(),
+                    version: "v1".into(),
+                    api_version: "v1".into(),
+                    kind: "Event".into(),
+                    plural: "events".into(),
+                },
+            );
+            let created = match serde_json::from_value::<DynamicObject>(event) {
+                Ok(e) => api.create(&PostParams::default(), &e).await.map(|_| ()),
+                Err(e) => {
+                    tracing::warn!("cannot build an Event: {e}");
+                    return;
+                }
+            };
+            if let Err(e) = created {
+                tracing::warn!(reason = %note.reason, "cannot record an Event: {e}");
+            }
+        })
+    }
+}
+
+impl Watches for KubeCluster {
+    fn watch(
+        &self,
+        resource: &Resource,
+    ) -> BoxFut<'_, Result<UnboundedReceiver<Change>, ClusterError>> {
+        let resource = resource.clone();
+        Box::pin(async move {
+            let informer = self.informer(&resource).await?;
+            let (tx, rx) = unbounded_channel();
+            lock(&informer.state).subscribers.push(tx);
+            Ok(rx)
+        })
+    }
+}

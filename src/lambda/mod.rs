@@ -1,0 +1,143 @@
+//! The lambda controllers' wiring: metacontroller's CompositeController and
+//! DecoratorController (`bosun_lambda`) on the cluster (`cluster.rs`: informers on the
+//! shared watches, writes, Events), the webhooks (`webhook.rs`), their journal, and the
+//! CRDs they need.
+
+pub mod cluster;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use bosun_lambda::children::ApplyStrategy;
+use bosun_lambda::controller::Context;
+use bosun_lambda::events::LambdaEvent;
+use bosun_lambda::ports::HookFactory;
+use bosun_lambda::registry::{self, Controllers, Registry, Settings};
+use bosun_lambda::selector::Selector;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::discovery::ApiResource;
+
+use crate::watches::WatchManager;
+
+/// The CRDs of `metacontroller.k8s.io`.
+pub const CRDS: &str = include_str!("../../deploy/crds/metacontroller.yaml");
+
+/// How the lambda controllers run (metacontroller's flags).
+#[derive(Clone, Debug)]
+pub struct LambdaConfig {
+    /// Workers per controller (`--workers`).
+    pub workers: usize,
+    /// `--apply-strategy`.
+    pub apply_strategy: ApplyStrategy,
+    /// `--apply-strategy-ssa-field-manager`.
+    pub field_manager: String,
+    /// `--target-label-selector`.
+    pub target_label_selector: String,
+    /// `--events-qps`, `--events-burst`.
+    pub events: cluster::EventLimits,
+    /// Install missing CRDs at start.
+    pub install_crds: bool,
+    /// Where the lambda journal lives.
+    pub journal_dir: PathBuf,
+}
+
+/// The running lambda controllers.
+pub struct Lambda {
+    pub controllers: Controllers,
+    pub cluster: Arc<cluster::KubeCluster>,
+    pub journal: Arc<bosun_journal::Journal<LambdaEvent>>,
+    _registry: Registry,
+}
+
+/// Creates the CRDs in `yaml` that the cluster does not have yet.
+pub async fn install_crds(client: &kube::Client, yaml: &str) -> anyhow::Result<Vec<String>> {
+    let ar = ApiResource {
+        group: "apiextensions.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiextensions.k8s.io/v1".into(),
+        kind: "CustomResourceDefinition".into(),
+        plural: "customresourcedefinitions".into(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let mut created = Vec::new();
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(yaml).context("the built-in CRDs do not parse")?;
+    for doc in docs.into_iter().filter(|d| d.is_object()) {
+        let name = doc["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if api
+            .get_opt(&name)
+            .await
+            .with_context(|| format!("reading CRD {name}"))?
+            .is_some()
+        {
+            continue;
+        }
+        let crd: DynamicObject =
+            serde_json::from_value(doc).with_context(|| format!("CRD {name}"))?;
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => created.push(name),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e).with_context(|| format!("creating CRD {name}")),
+        }
+    }
+    Ok(created)
+}
+
+/// Starts the registry of lambda controllers.
+pub async fn start(
+    watches: WatchManager,
+    hooks: Arc<dyn HookFactory>,
+    cfg: &LambdaConfig,
+) -> anyhow::Result<Lambda> {
+    if cfg.install_crds {
+        let created = install_crds(watches.client(), CRDS).await?;
+        if !created.is_empty() {
+            tracing::info!(crds = ?created, "installed the lambda controllers' CRDs");
+        }
+    }
+    let target = Selector::parse(&cfg.target_label_selector).map_err(|e| {
+        anyhow::anyhow!(
+            "--target-label-selector {:?}: {e}",
+            cfg.target_label_selector
+        )
+    })?;
+    let journal = Arc::new(
+        bosun_journal::Journal::<LambdaEvent>::open(&cfg.journal_dir).with_context(|| {
+            format!(
+                "cannot open the lambda journal {}",
+                cfg.journal_dir.display()
+            )
+        })?,
+    );
+    let cluster = Arc::new(cluster::KubeCluster::new(
+        watches,
+        cfg.field_manager.clone(),
+        cfg.events,
+    ));
+    let ctx = Context {
+        cluster: cluster.clone(),
+        watches: cluster.clone(),
+        journal: Arc::new(crate::addon::journal::JournalSink::new(journal.clone())),
+        workers: cfg.workers,
+    };
+    let registry = registry::run(
+        ctx,
+        hooks,
+        Settings {
+            target,
+            strategy: cfg.apply_strategy,
+        },
+    )
+    .await
+    .context("cannot start the lambda controllers")?;
+    Ok(Lambda {
+        controllers: registry.controllers.clone(),
+        cluster,
+        journal,
+        _registry: registry,
+    })
+}
