@@ -57,6 +57,103 @@ pub struct RunArgs {
     /// token: anyone who can reach it reads and changes every object).
     #[arg(long)]
     pub allow_unauthenticated: bool,
+    #[command(flatten)]
+    pub lambda: LambdaArgs,
+}
+
+/// The lambda controllers' flags (metacontroller's names).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LambdaArgs {
+    /// Run the lambda controllers (CompositeController and DecoratorController objects).
+    #[arg(long, env = "BOSUN_LAMBDA", default_value_t = true, action = clap::ArgAction::Set)]
+    pub lambda_controllers: bool,
+    /// Create the `metacontroller.k8s.io` CRDs when the cluster lacks them.
+    #[arg(long, env = "BOSUN_INSTALL_CRDS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub install_crds: bool,
+    /// Workers per controller: parents synced at once.
+    #[arg(long, env = "BOSUN_WORKERS", default_value_t = 5)]
+    pub workers: usize,
+    /// How children are written: `dynamic-apply` (3-way merge with the last-applied
+    /// annotation) or `server-side-apply`.
+    #[arg(long, env = "BOSUN_APPLY_STRATEGY", default_value = "dynamic-apply")]
+    pub apply_strategy: String,
+    /// Field manager of server-side apply.
+    #[arg(
+        long,
+        env = "BOSUN_APPLY_STRATEGY_SSA_FIELD_MANAGER",
+        default_value = "metacontroller"
+    )]
+    pub apply_strategy_ssa_field_manager: String,
+    /// Only run the controller objects whose labels match (e.g. `shard=a`).
+    #[arg(long, env = "BOSUN_TARGET_LABEL_SELECTOR", default_value = "")]
+    pub target_label_selector: String,
+    /// Events per second and object (after the burst).
+    #[arg(long, env = "BOSUN_EVENTS_QPS", default_value_t = 1.0 / 300.0)]
+    pub events_qps: f64,
+    /// Events an object may get at once.
+    #[arg(long, env = "BOSUN_EVENTS_BURST", default_value_t = 25)]
+    pub events_burst: u32,
+    /// Accepted for compatibility: discovery is refreshed whenever a resource is not
+    /// found, so a new CRD is seen at once.
+    #[arg(long, env = "BOSUN_DISCOVERY_INTERVAL", default_value = "30s")]
+    pub discovery_interval: String,
+    /// Accepted for compatibility: the shared watches relist after every watch error and
+    /// `410 Gone`, and a relist reconciles the cache exactly.
+    #[arg(long, env = "BOSUN_CACHE_FLUSH_INTERVAL", default_value = "30m")]
+    pub cache_flush_interval: String,
+}
+
+impl LambdaArgs {
+    /// The lambda configuration, with the journal under `journal_dir`.
+    pub fn config(
+        &self,
+        journal_dir: &std::path::Path,
+    ) -> anyhow::Result<crate::lambda::LambdaConfig> {
+        use bosun_lambda::children::ApplyStrategy;
+        let apply_strategy = match self.apply_strategy.as_str() {
+            "dynamic-apply" => ApplyStrategy::DynamicApply,
+            "server-side-apply" => ApplyStrategy::ServerSideApply,
+            other => anyhow::bail!(
+                "--apply-strategy {other:?}: expected \"dynamic-apply\" or \"server-side-apply\""
+            ),
+        };
+        if self.events_qps.is_nan() || self.events_qps <= 0.0 {
+            anyhow::bail!(
+                "--events-qps {}: expected a positive number",
+                self.events_qps
+            );
+        }
+        Ok(crate::lambda::LambdaConfig {
+            workers: self.workers.max(1),
+            apply_strategy,
+            field_manager: self.apply_strategy_ssa_field_manager.clone(),
+            target_label_selector: self.target_label_selector.clone(),
+            events: crate::lambda::cluster::EventLimits {
+                qps: self.events_qps,
+                burst: self.events_burst,
+            },
+            install_crds: self.install_crds,
+            journal_dir: journal_dir.join("lambda"),
+        })
+    }
+}
+
+/// Starts the lambda controllers next to the modules, sharing their watches.
+async fn start_lambda(
+    args: &LambdaArgs,
+    operator: &crate::addon::Operator,
+    journal_dir: &std::path::Path,
+) -> anyhow::Result<Option<crate::lambda::Lambda>> {
+    if !args.lambda_controllers {
+        return Ok(None);
+    }
+    let cfg = args.config(journal_dir)?;
+    let hooks = std::sync::Arc::new(crate::lambda::webhook::Webhooks::new(
+        operator.watches.client().clone(),
+    ));
+    let lambda = crate::lambda::start(operator.watches.clone(), hooks, &cfg).await?;
+    tracing::info!(workers = cfg.workers, "lambda controllers running");
+    Ok(Some(lambda))
 }
 
 /// Arguments of `bosun sandbox`.
@@ -132,7 +229,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             let cfg = crate::addon::OperatorConfig::from_env(
                 &crate::addon::OperatorConfig::in_cluster(),
             )?;
-            let _operator = crate::addon::start(&cfg).await?;
+            let operator = crate::addon::start(&cfg).await?;
+            let _lambda = start_lambda(&args.lambda, &operator, &cfg.journal_dir).await?;
             crate::sandbox::shutdown_signal().await;
             tracing::info!("shutting down");
             return Ok(());
@@ -169,9 +267,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         let cfg = crate::addon::OperatorConfig::from_env(&defaults)?;
         let operator = crate::addon::start(&cfg).await;
+        let mut lambda = None;
         if let Err(e) = &operator {
             tracing::error!("operator did not start: {e:#}");
-        } else {
+        } else if let Ok(op) = &operator {
+            match start_lambda(&args.lambda, op, &cfg.journal_dir).await {
+                Ok(l) => lambda = l,
+                Err(e) => tracing::error!("lambda controllers did not start: {e:#}"),
+            }
             println!("bosun is running; journal in {}", cfg.journal_dir.display());
             println!(
                 "look around: kubectl --kubeconfig {} get cm,deploy,secrets -A",
@@ -191,6 +294,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         crate::sandbox::shutdown_signal().await;
         tracing::info!("shutting down");
+        drop(lambda);
         drop(operator);
         sandbox.shutdown().await?;
         Ok(())

@@ -141,6 +141,20 @@ pub enum JournalCommand {
         #[command(flatten)]
         live: LiveArgs,
     },
+    /// The lambda controllers' journal: controllers started and stopped, syncs that
+    /// changed something or failed. With `--parent`, why that parent is (not) converged.
+    Lambda {
+        /// Only this controller's events.
+        #[arg(long)]
+        controller: Option<String>,
+        /// Only this parent (`namespace/name`, `name`, or a decorator's
+        /// `apiVersion:kind:namespace:name`); prints its last outcome first.
+        #[arg(long)]
+        parent: Option<String>,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Format,
+    },
     /// Checks every record's checksum and the numbering.
     Verify,
     /// Drops corrupt records so the journal opens again (stop bosun first).
@@ -152,6 +166,17 @@ pub fn run(args: JournalArgs) -> anyhow::Result<()> {
     let dir = &args.journal_dir;
     let mut out = std::io::stdout().lock();
     match args.command {
+        JournalCommand::Lambda {
+            controller,
+            parent,
+            output,
+        } => lambda_log(
+            &dir.join("lambda"),
+            controller.as_deref(),
+            parent.as_deref(),
+            output,
+            &mut out,
+        ),
         JournalCommand::Repair => {
             let dropped = bosun_journal::repair(dir)?;
             if dropped.is_empty() {
@@ -324,6 +349,130 @@ fn log_endpoint(query: &LogQuery) -> String {
 }
 
 /// Prints a list view: its text, or one JSON object per line.
+/// `bosun journal lambda`.
+fn lambda_log(
+    dir: &std::path::Path,
+    controller: Option<&str>,
+    parent: Option<&str>,
+    output: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    use bosun_lambda::events::LambdaEvent;
+    let journal = Journal::<LambdaEvent>::open_read_only(dir)
+        .with_context(|| format!("cannot open the lambda journal {}", dir.display()))?;
+    let mut records = Vec::new();
+    for r in journal.read_from(1) {
+        let r = r?;
+        let of_controller = match &r.event {
+            LambdaEvent::ControllerStarted { name, .. }
+            | LambdaEvent::ControllerStopped { name, .. }
+            | LambdaEvent::ControllerRefused { name, .. } => Some(name.as_str()),
+            LambdaEvent::Synced { controller, .. } | LambdaEvent::SyncFailed { controller, .. } => {
+                Some(controller.as_str())
+            }
+        };
+        if controller.is_some_and(|c| of_controller != Some(c)) {
+            continue;
+        }
+        if parent.is_some_and(|p| r.event.key() != Some(p)) {
+            continue;
+        }
+        records.push(r);
+    }
+    if output != Format::Text {
+        for r in &records {
+            let mut v = serde_json::to_value(&r.event)?;
+            v["seq"] = serde_json::json!(r.seq);
+            v["time"] = serde_json::json!(crate::debug::journal_views::format_ms(r.time_ms));
+            writeln!(out, "{v}")?;
+        }
+        return Ok(());
+    }
+    if let Some(p) = parent {
+        match records.last().map(|r| &r.event) {
+            None => writeln!(
+                out,
+                "{p}: nothing journaled (never failed, never changed anything)"
+            )?,
+            Some(LambdaEvent::SyncFailed {
+                error, retry_in_ms, ..
+            }) => writeln!(
+                out,
+                "{p}: NOT converged: the last sync failed: {error} (retried {retry_in_ms} ms after)"
+            )?,
+            Some(LambdaEvent::Synced { hook, answer, .. }) => writeln!(
+                out,
+                "{p}: converged: the last {hook} hook answer ({answer}) was applied"
+            )?,
+            Some(_) => {}
+        }
+    }
+    for r in &records {
+        let time = crate::debug::journal_views::format_ms(r.time_ms);
+        let line = match &r.event {
+            LambdaEvent::ControllerStarted {
+                kind,
+                name,
+                generation,
+            } => {
+                format!("{kind} {name} started (generation {generation})")
+            }
+            LambdaEvent::ControllerStopped { kind, name, reason } => {
+                format!("{kind} {name} stopped: {reason}")
+            }
+            LambdaEvent::ControllerRefused { kind, name, error } => {
+                format!("{kind} {name} refused: {error}")
+            }
+            LambdaEvent::Synced {
+                controller,
+                key,
+                hook,
+                answer,
+                created,
+                updated,
+                deleted,
+                status_written,
+                finalized,
+            } => {
+                let mut parts = Vec::new();
+                for (what, list) in [
+                    ("created", created),
+                    ("updated", updated),
+                    ("deleted", deleted),
+                ] {
+                    if !list.is_empty() {
+                        parts.push(format!("{what} {}", list.join(", ")));
+                    }
+                }
+                if *status_written {
+                    parts.push("status written".into());
+                }
+                if *finalized {
+                    parts.push("finalized".into());
+                }
+                format!(
+                    "{controller} {key}: {hook} hook answer {answer} applied: {}",
+                    if parts.is_empty() {
+                        "no change".to_string()
+                    } else {
+                        parts.join("; ")
+                    }
+                )
+            }
+            LambdaEvent::SyncFailed {
+                controller,
+                key,
+                error,
+                retry_in_ms,
+            } => {
+                format!("{controller} {key}: sync failed: {error} (retry in {retry_in_ms} ms)")
+            }
+        };
+        writeln!(out, "#{} {time} {line}", r.seq)?;
+    }
+    Ok(())
+}
+
 fn print_lines(view: &View, output: Format, out: &mut impl Write) -> anyhow::Result<()> {
     if output == Format::Text {
         write!(out, "{}", view.text.as_deref().unwrap_or_default())?;

@@ -111,6 +111,11 @@ pub fn state_at(journal: &Journal<Event>, at: Option<u64>) -> Result<State, View
     Ok(state)
 }
 
+/// A journal record's time as RFC 3339 with milliseconds.
+pub fn format_ms(ms: u64) -> String {
+    time(ms)
+}
+
 fn time(ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }

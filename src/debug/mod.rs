@@ -82,6 +82,7 @@ enum Endpoint {
     ModuleConfig,
     Actors,
     Actor,
+    LambdaControllers,
     JournalLog,
     JournalState,
     JournalWhy,
@@ -144,6 +145,10 @@ pub const ROUTES: &[Route] = &[
     ),
     route("/actors.{json|yaml|text}", Endpoint::Actors),
     route("/actors/{name}.{json|yaml|text}", Endpoint::Actor),
+    route(
+        "/lambda/controllers.{json|yaml|text}",
+        Endpoint::LambdaControllers,
+    ),
     route(
         "/journal/log.{json|text}?since=&until=&module=&queue=&limit=",
         Endpoint::JournalLog,
@@ -697,7 +702,16 @@ async fn answer(
                     .collect(),
             ),
         }),
-        Endpoint::Actors => Ok(views::actors(&engine.mailboxes.snapshot())),
+        Endpoint::Actors => {
+            let mut view = views::actors(&engine.mailboxes.snapshot());
+            let lambda = crate::lambda::views();
+            view.data["controllers"] = lambda.data["controllers"].clone();
+            if let (Some(text), Some(more)) = (view.text.as_mut(), lambda.text) {
+                text.push_str(&more);
+            }
+            Ok(view)
+        }
+        Endpoint::LambdaControllers => Ok(crate::lambda::views()),
         Endpoint::Actor => {
             let snapshot = engine.mailboxes.snapshot();
             match snapshot.get(name) {

@@ -193,6 +193,53 @@ impl KubeCluster {
         Ok(informer)
     }
 
+    /// Our own write, put into the informer cache at once (the watch event follows), so
+    /// the next sync sees it even when the watch lags: a child created a moment ago is
+    /// not created again, an attachment is not missed by a finalize that follows.
+    fn remember(&self, r: &Resource, object: &Value) {
+        let id = (r.group.clone(), r.version.clone(), r.plural.clone());
+        let Some(informer) = lock(&self.informers).get(&id).cloned() else {
+            return;
+        };
+        let key = (
+            bosun_lambda::keys::namespace_of(object).to_string(),
+            bosun_lambda::keys::name_of(object).to_string(),
+        );
+        let rv = |o: &Value| {
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let mut st = lock(&informer.state);
+        let newer = match st.objects.get(&key) {
+            Some(cached) => match (rv(cached), rv(object)) {
+                (Some(old), Some(new)) => new > old,
+                _ => true,
+            },
+            None => true,
+        };
+        if newer {
+            st.objects.insert(key, Arc::new(object.clone()));
+        }
+    }
+
+    /// Our own delete, taken out of the informer cache at once.
+    fn forget(&self, r: &Resource, namespace: &str, name: &str, uid: &str) {
+        let id = (r.group.clone(), r.version.clone(), r.plural.clone());
+        let Some(informer) = lock(&self.informers).get(&id).cloned() else {
+            return;
+        };
+        let key = (namespace.to_string(), name.to_string());
+        let mut st = lock(&informer.state);
+        if st
+            .objects
+            .get(&key)
+            .is_some_and(|o| bosun_lambda::keys::uid_of(o) == uid)
+        {
+            st.objects.remove(&key);
+        }
+    }
+
     /// Whether an Event on `uid` may be sent now (token bucket per object).
     fn event_allowed(&self, uid: &str) -> bool {
         let now = Instant::now();
@@ -324,7 +371,11 @@ impl Cluster for KubeCluster {
             self.api(&resource, &ns)
                 .create(&PostParams::default(), &o)
                 .await
-                .map(|o| to_value(&o))
+                .map(|o| {
+                    let v = to_value(&o);
+                    self.remember(&resource, &v);
+                    v
+                })
                 .map_err(|e| error(what, e))
         })
     }
@@ -343,7 +394,11 @@ impl Cluster for KubeCluster {
             self.api(&resource, &ns)
                 .replace(&name, &PostParams::default(), &o)
                 .await
-                .map(|o| to_value(&o))
+                .map(|o| {
+                    let v = to_value(&o);
+                    self.remember(&resource, &v);
+                    v
+                })
                 .map_err(|e| error(what, e))
         })
     }
@@ -362,7 +417,11 @@ impl Cluster for KubeCluster {
             self.api(&resource, &ns)
                 .replace_status(&name, &PostParams::default(), &o)
                 .await
-                .map(|o| to_value(&o))
+                .map(|o| {
+                    let v = to_value(&o);
+                    self.remember(&resource, &v);
+                    v
+                })
                 .map_err(|e| error(what, e))
         })
     }
@@ -383,7 +442,13 @@ impl Cluster for KubeCluster {
             self.api(&resource, &ns)
                 .patch(&name, &params, &Patch::Apply(&object))
                 .await
-                .map(|o| to_value(&o))
+                .map(|o| {
+                    let v = to_value(&o);
+                    if !dry_run {
+                        self.remember(&resource, &v);
+                    }
+                    v
+                })
                 .map_err(|e| error(what, e))
         })
     }
@@ -406,13 +471,20 @@ impl Cluster for KubeCluster {
             let params = DeleteParams {
                 propagation_policy: Some(kube::api::PropagationPolicy::Background),
                 preconditions: Some(Preconditions {
-                    uid: Some(uid),
+                    uid: Some(uid.clone()),
                     resource_version: None,
                 }),
                 ..DeleteParams::default()
             };
             match self.api(&resource, &namespace).delete(&name, &params).await {
-                Ok(_) => Ok(()),
+                Ok(either) => {
+                    // Gone now, or terminating (finalizers): then the object says so.
+                    match either.left() {
+                        Some(o) => self.remember(&resource, &to_value(&o)),
+                        None => self.forget(&resource, &namespace, &name, &uid),
+                    }
+                    Ok(())
+                }
                 Err(e) => match error(what, e) {
                     ClusterError::NotFound(_) => Ok(()),
                     other => Err(other),

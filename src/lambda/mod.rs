@@ -4,6 +4,7 @@
 //! CRDs they need.
 
 pub mod cluster;
+pub mod webhook;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,6 +49,68 @@ pub struct Lambda {
     pub cluster: Arc<cluster::KubeCluster>,
     pub journal: Arc<bosun_journal::Journal<LambdaEvent>>,
     _registry: Registry,
+}
+
+/// The controllers of the lambda subsystem running in this process (for the debug views).
+static RUNNING: std::sync::RwLock<Option<Controllers>> = std::sync::RwLock::new(None);
+
+/// Each running lambda controller: its work queue (waiting, delayed with backoff, in
+/// flight) and the last sync of each parent.
+pub fn views() -> crate::debug::views::View {
+    let controllers = RUNNING
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map(Controllers::views)
+        .unwrap_or_default();
+    let mut text = String::new();
+    if !controllers.is_empty() {
+        text.push_str("\nLambda controllers:\n");
+    }
+    for c in &controllers {
+        let q = &c.queue;
+        let count = |k: &str| q[k].as_array().map_or(0, Vec::len);
+        text.push_str(&format!(
+            "  {} {}: {} waiting, {} delayed, {} in flight\n",
+            c.kind,
+            c.name,
+            count("waiting"),
+            count("delayed"),
+            count("inFlight")
+        ));
+        for f in q["inFlight"].as_array().into_iter().flatten() {
+            text.push_str(&format!(
+                "    syncing {} for {} ms\n",
+                f["key"].as_str().unwrap_or_default(),
+                f["runningForMs"]
+            ));
+        }
+        for d in q["delayed"].as_array().into_iter().flatten() {
+            text.push_str(&format!(
+                "    {} due in {} ms (failures: {})\n",
+                d["key"].as_str().unwrap_or_default(),
+                d["dueInMs"],
+                d["failures"]
+            ));
+        }
+        for (key, last) in &c.last_syncs {
+            match &last.error {
+                Some(e) => text.push_str(&format!("    {key}: failed: {e}\n")),
+                None => text.push_str(&format!(
+                    "    {key}: {} hook answered {} ({} created, {} updated, {} deleted)\n",
+                    last.hook.as_deref().unwrap_or("no"),
+                    last.answer.as_deref().unwrap_or("-"),
+                    last.created.len(),
+                    last.updated.len(),
+                    last.deleted.len()
+                )),
+            }
+        }
+    }
+    crate::debug::views::View {
+        data: serde_json::json!({"controllers": controllers}),
+        text: Some(text),
+    }
 }
 
 /// Creates the CRDs in `yaml` that the cluster does not have yet.
@@ -134,6 +197,7 @@ pub async fn start(
     )
     .await
     .context("cannot start the lambda controllers")?;
+    *RUNNING.write().unwrap_or_else(|p| p.into_inner()) = Some(registry.controllers.clone());
     Ok(Lambda {
         controllers: registry.controllers.clone(),
         cluster,

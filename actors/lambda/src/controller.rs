@@ -383,6 +383,9 @@ async fn record(
     let controller = r.name().to_string();
     match result {
         Ok(report) => {
+            tracing::debug!(%controller, key, hook = ?report.hook, created = ?report.applied.created,
+                updated = ?report.applied.updated, deleted = ?report.applied.deleted,
+                status_written = report.status_written, finalized = report.finalized, "synced");
             q.forget(&key.to_string());
             if let Some(after) = report.resync_after {
                 q.add_after(key.to_string(), after);
