@@ -23,9 +23,11 @@
 //!
 //! Where metacontroller's behaviour is an accident of Go typing, bosun does the sane thing
 //! instead (each has a test below):
-//! - **`null` removes the key** (as in a JSON merge patch). metacontroller writes a literal
-//!   `null` into scalars (which the API server drops, so the child is rewritten on every
-//!   sync) and keeps objects it meant to replace.
+//! - **`null` removes the key**, at any depth and also inside a value taken whole (as
+//!   `kubectl apply` and a JSON merge patch treat it). metacontroller writes a literal
+//!   `null` (which the API server drops, so a child whose hook sends e.g. Go's
+//!   `creationTimestamp: null` in a pod template is rewritten on every sync), except
+//!   where an object was observed, which it keeps minus the last-applied keys.
 //! - **A type change replaces.** A desired scalar or list where an object was observed
 //!   (or a non-list where a list was) takes the desired value; metacontroller kept the
 //!   object minus the last-applied keys, or wrote `null` for a list.
