@@ -629,3 +629,74 @@ fn sha1_matches_the_standard_test_vectors() {
         "c2db330f6083854c99d4b5bfb6e8f29f201be699"
     );
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the pods' readiness and wherever a sync stops between persisting the
+        /// revisions and writing the children, each sync moves at most one pod to the
+        /// latest revision, a pod is only ever desired at the version of the revision
+        /// claiming it, and once the pods stay ready the rollout ends on the latest.
+        #[test]
+        fn a_rollout_survives_flaky_pods_and_interrupted_syncs(
+            method in prop_oneof![Just(UpdateMethod::RollingInPlace), Just(UpdateMethod::RollingRecreate)],
+            steps in prop::collection::vec((any::<bool>(), any::<bool>(), any::<bool>()), 0..12),
+        ) {
+            let mut world = World::new();
+            world.execute(&world.plan(&parent("v1"), method), &all_ready);
+            let v2 = parent("v2");
+            let on_latest = |world: &World| -> usize {
+                world.revisions.iter()
+                    .filter(|r| r["parentPatch"]["spec"]["version"] == "v2")
+                    .map(|r| r["children"][0]["names"].as_array().map_or(0, Vec::len))
+                    .sum()
+            };
+            // Flaky phase: readiness of p1/p2 and interruptions chosen by the test case.
+            for (p1_ready, p2_ready, interrupted) in steps {
+                let before = on_latest(&world);
+                let plan = world.plan(&v2, method);
+                for child in plan.children.iter().filter(|c| c["kind"] == "Pod") {
+                    let key = object_key(child);
+                    let claimed_by_v2 = plan.create.iter().chain(&plan.update)
+                        .chain(world.revisions.iter())
+                        .filter(|r| r["parentPatch"]["spec"]["version"] == "v2")
+                        .any(|r| r["children"][0]["names"].as_array()
+                            .is_some_and(|n| n.contains(&json!(key))));
+                    let want = if claimed_by_v2 { "v2" } else { "v1" };
+                    prop_assert_eq!(&child["spec"]["version"], want, "{}", key);
+                }
+                let mut plan = plan;
+                if interrupted {
+                    plan.children.clear();
+                }
+                world.execute(&plan, &|name: &str| match name {
+                    "ns/p1" => p1_ready,
+                    "ns/p2" => p2_ready,
+                    _ => true,
+                });
+                prop_assert!(on_latest(&world) <= before + 1, "more than one pod moved");
+            }
+            // Then everything is ready and nothing is interrupted.
+            let mut done = false;
+            for _ in 0..10 {
+                let plan = world.plan(&v2, method);
+                // As upstream, the rollout is on the latest revision once every pod is
+                // claimed by it; the last one is written in that same sync.
+                world.execute(&plan, &all_ready);
+                if plan.updated.reason == "OnLatestRevision" {
+                    done = true;
+                    break;
+                }
+            }
+            prop_assert!(done, "the rollout did not finish");
+            prop_assert_eq!(world.revisions.len(), 1);
+            for name in ["p1", "p2", "p3"] {
+                prop_assert_eq!(world.pod_version(name), json!("v2"));
+            }
+        }
+    }
+}
