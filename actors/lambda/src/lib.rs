@@ -13,6 +13,7 @@
 //!   selector.rs  metav1.LabelSelector and annotation selectors
 //!   apply.rs     the 3-way merge and ApplyUpdate (pure)
 //!   claim.rs     ControllerRef claim rules (pure)
+//!   rollout.rs   rolling updates through ControllerRevisions (pure planning)
 //! ```
 //!
 //! The crate does no IO: the cluster and the webhooks are ports (`ports.rs`) implemented
@@ -30,5 +31,6 @@ pub mod ports;
 pub mod protocol;
 pub mod registry;
 pub mod related;
+pub mod rollout;
 pub mod selector;
 pub mod types;
