@@ -286,7 +286,7 @@ fn finalize_hook_runs_before_the_parent_goes() {
         &crd("Job2", "job2s", true, "Namespaced"),
     );
     wait_crd_served(&sb, "/apis/example.com/v1/job2s");
-    let _op = bosun(&sb, work.path(), &[]);
+    let op = bosun(&sb, work.path(), &[]);
     wait_crd_served(
         &sb,
         "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
@@ -314,7 +314,7 @@ fn finalize_hook_runs_before_the_parent_goes() {
         &json!({"apiVersion": "example.com/v1", "kind": "Job2", "metadata": {"name": "j"}}),
     );
     let parent_path = "/apis/example.com/v1/namespaces/default/job2s/j";
-    wait_for("the finalizer and the child", WAIT, || {
+    op.wait("the finalizer and the child", WAIT, || {
         let p = get(&sb, parent_path).unwrap_or_default();
         p["metadata"]["finalizers"].as_array().is_some_and(|f| {
             f.iter()

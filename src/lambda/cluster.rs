@@ -479,9 +479,11 @@ impl Cluster for KubeCluster {
             match self.api(&resource, &namespace).delete(&name, &params).await {
                 Ok(either) => {
                     // Gone now, or terminating (finalizers): then the object says so.
-                    match either.left() {
-                        Some(o) => self.remember(&resource, &to_value(&o)),
-                        None => self.forget(&resource, &namespace, &name, &uid),
+                    match either.left().map(|o| to_value(&o)) {
+                        Some(o) if !o["metadata"]["deletionTimestamp"].is_null() => {
+                            self.remember(&resource, &o);
+                        }
+                        _ => self.forget(&resource, &namespace, &name, &uid),
                     }
                     Ok(())
                 }
