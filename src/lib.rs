@@ -16,6 +16,7 @@ pub mod hooks;
 pub mod journal_cli;
 pub mod jq;
 pub mod kubernetes;
+pub mod lambda;
 pub mod logging;
 pub mod prometheus;
 pub mod runtime_config;

@@ -18,7 +18,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 /// The default of `ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX`.
 pub const DEFAULT_PREFIX: &str = "addon_operator_";
 
-/// A recorder that puts `prefix` before every metric name except bosun's own (`bosun_…`).
+/// A recorder that puts `prefix` before every metric name except bosun's own (`bosun_…`)
+/// and the lambda controllers' (`metacontroller_…`, named as metacontroller names them).
 #[derive(Debug)]
 pub struct Prefixed<R> {
     inner: R,
@@ -35,8 +36,10 @@ impl<R> Prefixed<R> {
     }
 
     fn renamed(&self, name: &str) -> Option<String> {
-        (!self.prefix.is_empty() && !name.starts_with("bosun_"))
-            .then(|| format!("{}{name}", self.prefix))
+        (!self.prefix.is_empty()
+            && !name.starts_with("bosun_")
+            && !name.starts_with("metacontroller_"))
+        .then(|| format!("{}{name}", self.prefix))
     }
 
     fn key_name(&self, name: KeyName) -> KeyName {
@@ -332,6 +335,7 @@ fn describe() {
     ] {
         describe_gauge!(name, what);
     }
+    crate::lambda::webhook::describe_metrics();
 }
 
 #[cfg(test)]
@@ -346,6 +350,7 @@ mod tests {
             metrics::gauge!("tasks_queue_length", "queue" => "main").set(3.0);
             metrics::counter!("bosun_journal_appends_total").increment(1);
             metrics::histogram!("global_hook_run_seconds", "hook" => "a.sh").record(0.3);
+            metrics::counter!("metacontroller_sync_requests_total").increment(1);
         });
         let text = handle.render();
         assert!(text.contains("addon_operator_live_ticks 2"), "{text}");
@@ -354,6 +359,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("\nbosun_journal_appends_total 1"), "{text}");
+        assert!(
+            text.contains("\nmetacontroller_sync_requests_total 1"),
+            "metacontroller's names are kept: {text}"
+        );
         assert!(
             text.contains(
                 "addon_operator_global_hook_run_seconds_bucket{hook=\"a.sh\",le=\"0.5\"} 1"
