@@ -368,6 +368,32 @@ fn a_parent_without_the_status_subresource_is_refused_with_the_upstream_message(
                     .is_some_and(|m| m.contains("does not have subresource 'Status' enabled"))
         })
     });
+    // A controller without hooks is refused too, naming the field; bosun keeps running.
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "hookless"},
+            "spec": {"parentResource": {"apiVersion": "example.com/v1", "resource": "plains"}}
+        }),
+    );
+    op.wait("a SyncError event naming the missing hooks", WAIT, || {
+        events_for(&sb, "default", "hookless").iter().any(|e| {
+            e["message"].as_str()
+                == Some("CompositeController hookless: spec: hooks: no hooks defined")
+        })
+    });
+    let journal = common::run_ok(
+        std::process::Command::new(common::bosun_bin())
+            .args(["journal", "--journal-dir"])
+            .arg(work.path().join("journal"))
+            .arg("lambda"),
+    );
+    assert!(
+        journal.contains("CompositeController hookless refused"),
+        "{journal}"
+    );
 }
 
 #[test]

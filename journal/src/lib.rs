@@ -323,6 +323,10 @@ mod tempfile_dir {
         for entry in std::fs::read_dir(from)? {
             let entry = entry?;
             let target = to.join(entry.file_name());
+            // Other subsystems' journals are not part of this one.
+            if crate::SUBSYSTEM_DIRS.contains(&entry.file_name().to_string_lossy().as_ref()) {
+                continue;
+            }
             if entry.file_type()?.is_dir() {
                 copy_dir(&entry.path(), &target)?;
             } else {
@@ -332,6 +336,10 @@ mod tempfile_dir {
         Ok(())
     }
 }
+
+/// Folders inside a journal directory that hold other subsystems' journals (the lambda
+/// controllers' next to the modules', on the same volume).
+pub const SUBSYSTEM_DIRS: &[&str] = &["lambda"];
 
 fn check_directory(dir: &Path, create: bool) -> Result<(), JournalError> {
     if !dir.exists() {
@@ -358,9 +366,15 @@ fn check_directory(dir: &Path, create: bool) -> Result<(), JournalError> {
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().to_string())
         .collect();
-    // sled's own files; anything else means this is somebody else's directory.
-    let sled_files =
-        |n: &String| n == "db" || n == "conf" || n == "blobs" || n.starts_with("snap.");
+    // sled's own files, and the journals of other subsystems in their own folders
+    // (`lambda/`); anything else means this is somebody else's directory.
+    let sled_files = |n: &String| {
+        n == "db"
+            || n == "conf"
+            || n == "blobs"
+            || n.starts_with("snap.")
+            || SUBSYSTEM_DIRS.contains(&n.as_str())
+    };
     if !names.is_empty() && !names.iter().all(sled_files) {
         return Err(JournalError::NotAJournal {
             path: dir.to_path_buf(),

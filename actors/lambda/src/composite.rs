@@ -145,6 +145,14 @@ pub async fn write_status(
     status: Value,
 ) -> Result<bool, ClusterError> {
     let (ns, name, uid) = (namespace_of(object), name_of(object), uid_of(object));
+    // The informer's copy first: an unchanged status costs no request at all. (If the
+    // cache is behind, the watch event that brings it up to date syncs the parent again.)
+    if let Ok(Some(cached)) = cluster.cached(resource, ns, name).await
+        && uid_of(&cached) == uid
+        && cached["status"] == status
+    {
+        return Ok(false);
+    }
     for _ in 0..4 {
         let mut live = match cluster.get(resource, ns, name).await {
             Ok(live) => live,
