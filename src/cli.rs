@@ -151,9 +151,18 @@ async fn start_lambda(
     let hooks = std::sync::Arc::new(crate::lambda::webhook::Webhooks::new(
         operator.watches.client().clone(),
     ));
-    let lambda = crate::lambda::start(operator.watches.clone(), hooks, &cfg).await?;
-    tracing::info!(workers = cfg.workers, "lambda controllers running");
-    Ok(Some(lambda))
+    // Bad flags stop the start (above); a failure to start (the journal's disk, the API
+    // server refusing the CRDs) is logged and the modules keep running.
+    match crate::lambda::start(operator.watches.clone(), hooks, &cfg).await {
+        Ok(lambda) => {
+            tracing::info!(workers = cfg.workers, "lambda controllers running");
+            Ok(Some(lambda))
+        }
+        Err(e) => {
+            tracing::error!("the lambda controllers did not start: {e:#}");
+            Ok(None)
+        }
+    }
 }
 
 /// Arguments of `bosun sandbox`.
@@ -229,6 +238,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             let cfg = crate::addon::OperatorConfig::from_env(
                 &crate::addon::OperatorConfig::in_cluster(),
             )?;
+            // Bad lambda flags stop the start before anything runs.
+            args.lambda.config(&cfg.journal_dir)?;
             let operator = crate::addon::start(&cfg).await?;
             let _lambda = start_lambda(&args.lambda, &operator, &cfg.journal_dir).await?;
             crate::sandbox::shutdown_signal().await;

@@ -14,6 +14,7 @@ pub mod debug;
 pub mod helm;
 pub mod hooks;
 pub mod journal_cli;
+pub mod journal_sink;
 pub mod jq;
 pub mod kubernetes;
 pub mod lambda;

@@ -112,12 +112,11 @@ fn get(sb: &Sandbox, path: &str) -> Option<Value> {
     (code == 200).then_some(v)
 }
 
-/// Starts bosun with no modules and no global hooks: only the lambda controllers work.
+/// Starts bosun with the modules switched off: only the lambda controllers work.
 fn bosun(sb: &Sandbox, work: &std::path::Path, extra: &[(&str, &str)]) -> Operator {
-    let hooks = work.join("global-hooks");
-    std::fs::create_dir_all(&hooks).expect("hooks dir");
-    std::fs::create_dir_all(work.join("modules")).expect("modules dir");
-    Operator::start_with(sb, &hooks, work, extra)
+    let mut env = vec![("BOSUN_MODULES", "false")];
+    env.extend_from_slice(extra);
+    Operator::start_with(sb, &work.join("global-hooks"), work, &env)
 }
 
 fn events_for(sb: &Sandbox, ns: &str, name: &str) -> Vec<Value> {

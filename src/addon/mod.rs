@@ -70,6 +70,9 @@ pub struct OperatorConfig {
     /// `DEBUG_HTTP_SERVER_ADDR`: the debug endpoints on TCP too (loopback unless
     /// `BOSUN_DEBUG_ALLOW_REMOTE=true`).
     pub debug_http: Option<std::net::SocketAddr>,
+    /// `BOSUN_MODULES=false` switches the modules off (no global hooks, no modules; the
+    /// HTTP and debug endpoints and the other subsystems keep running).
+    pub modules: bool,
     /// `ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX`: put before every operator metric name
     /// (bosun's own `bosun_…` metrics and the hooks' metrics keep theirs).
     pub metrics_prefix: String,
@@ -181,6 +184,10 @@ impl OperatorConfig {
             None => defaults.debug_http,
         };
         Ok(OperatorConfig {
+            modules: match env(&["BOSUN_MODULES"]) {
+                Some(v) => go_bool_true(&v),
+                None => defaults.modules,
+            },
             // Set but empty means no prefix.
             metrics_prefix: std::env::var("ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX")
                 .unwrap_or_else(|_| defaults.metrics_prefix.clone()),
@@ -276,6 +283,7 @@ impl OperatorConfig {
             monitor_interval: Duration::from_secs(270),
             debug_socket: PathBuf::from(crate::debug::DEFAULT_SOCKET),
             debug_http: None,
+            modules: true,
             metrics_prefix: crate::prometheus::DEFAULT_PREFIX.into(),
             queue_action_metrics: true,
         }
@@ -591,9 +599,17 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     } = journal::open_shared(&cfg.journal_dir)?;
     let compact_from = restored.clone();
     tracing::info!(journal = %cfg.journal_dir.display(), events = restored.events, "journal replayed");
-    let global_hooks = load_global_hooks(&cfg.global_hooks_dir, &runner).await?;
+    if !cfg.modules {
+        tracing::info!("modules switched off (BOSUN_MODULES=false): no global hooks, no modules");
+    }
+    let global_hooks = if cfg.modules {
+        load_global_hooks(&cfg.global_hooks_dir, &runner).await?
+    } else {
+        Vec::new()
+    };
+    let modules_dirs: &[PathBuf] = if cfg.modules { &cfg.modules_dirs } else { &[] };
     let (modules, warnings) = crate::addon::discovery::discover_modules(
-        &cfg.modules_dirs,
+        modules_dirs,
         &crate::addon::discovery::DiscoveryOptions {
             unnumbered_order: cfg.unnumbered_order,
             crd_filter_prefixes: cfg.crd_filter_prefixes.clone(),
@@ -620,7 +636,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     let watches = crate::watches::WatchManager::new(client.clone());
     let engine = Engine::start(EngineArgs {
         global_hooks,
-        static_global: static_values(&cfg.modules_dirs, "global")?,
+        static_global: static_values(modules_dirs, "global")?,
         global_schemas: Arc::new(
             crate::addon::discovery::load_schemas(&cfg.global_hooks_dir, "global")
                 .context("invalid global values schema")?,

@@ -24,6 +24,7 @@ pub mod commands;
 pub mod diff;
 pub mod graph;
 pub mod journal_views;
+pub mod lambda_views;
 pub mod views;
 
 use std::collections::HashMap;
@@ -704,14 +705,14 @@ async fn answer(
         }),
         Endpoint::Actors => {
             let mut view = views::actors(&engine.mailboxes.snapshot());
-            let lambda = crate::lambda::views();
+            let lambda = lambda_views::lambda_controllers();
             view.data["controllers"] = lambda.data["controllers"].clone();
             if let (Some(text), Some(more)) = (view.text.as_mut(), lambda.text) {
                 text.push_str(&more);
             }
             Ok(view)
         }
-        Endpoint::LambdaControllers => Ok(crate::lambda::views()),
+        Endpoint::LambdaControllers => Ok(lambda_views::lambda_controllers()),
         Endpoint::Actor => {
             let snapshot = engine.mailboxes.snapshot();
             match snapshot.get(name) {

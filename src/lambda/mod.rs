@@ -54,63 +54,9 @@ pub struct Lambda {
 /// The controllers of the lambda subsystem running in this process (for the debug views).
 static RUNNING: std::sync::RwLock<Option<Controllers>> = std::sync::RwLock::new(None);
 
-/// Each running lambda controller: its work queue (waiting, delayed with backoff, in
-/// flight) and the last sync of each parent.
-pub fn views() -> crate::debug::views::View {
-    let controllers = RUNNING
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .map(Controllers::views)
-        .unwrap_or_default();
-    let mut text = String::new();
-    if !controllers.is_empty() {
-        text.push_str("\nLambda controllers:\n");
-    }
-    for c in &controllers {
-        let q = &c.queue;
-        let count = |k: &str| q[k].as_array().map_or(0, Vec::len);
-        text.push_str(&format!(
-            "  {} {}: {} waiting, {} delayed, {} in flight\n",
-            c.kind,
-            c.name,
-            count("waiting"),
-            count("delayed"),
-            count("inFlight")
-        ));
-        for f in q["inFlight"].as_array().into_iter().flatten() {
-            text.push_str(&format!(
-                "    syncing {} for {} ms\n",
-                f["key"].as_str().unwrap_or_default(),
-                f["runningForMs"]
-            ));
-        }
-        for d in q["delayed"].as_array().into_iter().flatten() {
-            text.push_str(&format!(
-                "    {} due in {} ms (failures: {})\n",
-                d["key"].as_str().unwrap_or_default(),
-                d["dueInMs"],
-                d["failures"]
-            ));
-        }
-        for (key, last) in &c.last_syncs {
-            match &last.error {
-                Some(e) => text.push_str(&format!("    {key}: failed: {e}\n")),
-                None => text.push_str(&format!(
-                    "    {key}: {} hook answered {} ({} created, {} updated, {} deleted)\n",
-                    last.hook.as_deref().unwrap_or("no"),
-                    last.answer.as_deref().unwrap_or("-"),
-                    last.created.len(),
-                    last.updated.len(),
-                    last.deleted.len()
-                )),
-            }
-        }
-    }
-    crate::debug::views::View {
-        data: serde_json::json!({"controllers": controllers}),
-        text: Some(text),
-    }
+/// The lambda controllers running in this process, if they started.
+pub fn running() -> Option<Controllers> {
+    RUNNING.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// Creates the CRDs in `yaml` that the cluster does not have yet.
@@ -184,7 +130,7 @@ pub async fn start(
     let ctx = Context {
         cluster: cluster.clone(),
         watches: cluster.clone(),
-        journal: Arc::new(crate::addon::journal::JournalSink::new(journal.clone())),
+        journal: Arc::new(crate::journal_sink::JournalSink::new(journal.clone())),
         workers: cfg.workers,
     };
     let registry = registry::run(
