@@ -829,12 +829,23 @@ fn metrics_are_named_and_labelled_as_metacontrollers() {
         .enable_all()
         .build()
         .expect("runtime");
+    // localhost: a DNS lookup; https when openssl can make the certificates.
+    let pki = pki();
     runtime.block_on(async {
         let hooks = Hooks::default();
-        let addr = serve(&hooks, None).await;
+        let acceptor = pki.as_ref().map(|p| acceptor(p, false));
+        let addr = serve(&hooks, acceptor).await;
         let factory = Webhooks::new(no_cluster());
-        let url = format!("http://{addr}/ok");
-        let c = client(&factory, spec(url_hook(url.clone()), vec![])).await;
+        let scheme = if pki.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://localhost:{}/ok", addr.port());
+        let mut webhook = url_hook(url.clone());
+        if let Some(p) = &pki {
+            webhook.security.ca_bundle = Some(CaBundle {
+                inline: Some(String::from_utf8(p.read("ca.crt")).expect("PEM is text")),
+                ..CaBundle::default()
+            });
+        }
+        let c = client(&factory, spec(webhook, vec![])).await;
         call(&c).await.expect("call");
         call(&c).await.expect("call");
         let text = handle.render();
@@ -871,5 +882,38 @@ fn metrics_are_named_and_labelled_as_metacontrollers() {
             "{in_flight}"
         );
         assert!(!text.contains("addon_operator_metacontroller"), "{text}");
+        // Prometheus' Go default buckets, as metacontroller's.
+        assert!(
+            text.contains("metacontroller_sync_request_duration_histogram_seconds_bucket{")
+                && text.contains("le=\"2.5\""),
+            "{text}"
+        );
+        // One new connection: one lookup and, over https, one handshake.
+        let events: &[&str] = if pki.is_some() {
+            &[
+                "dns_start",
+                "dns_done",
+                "tls_handshake_start",
+                "tls_handshake_done",
+            ]
+        } else {
+            &["dns_start", "dns_done"]
+        };
+        for event in events {
+            let kind = if event.starts_with("dns") {
+                "dns"
+            } else {
+                "tls"
+            };
+            let count = text
+                .lines()
+                .find(|l| {
+                    l.starts_with(&format!(
+                        "metacontroller_sync_{kind}_duration_histogram_seconds_count{{"
+                    )) && l.contains(&format!("event=\"{event}\""))
+                })
+                .unwrap_or_else(|| panic!("no {event} in {text}"));
+            assert!(labelled(count, &[]) && count.ends_with(" 1"), "{count}");
+        }
     });
 }
