@@ -22,7 +22,7 @@ use bosun_lambda::types::{
 use common::Sandbox;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ObjectMeta, PostParams};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -792,7 +792,7 @@ async fn client_tls_from_a_secret_passes_mutual_tls() {
     create_secret(&kube, "hook-ca", &[("ca.crt", &pki.read("ca.crt"))]).await;
     let hooks = Hooks::default();
     let addr = serve(&hooks, Some(acceptor(&pki, true))).await;
-    let factory = Webhooks::new(kube);
+    let factory = Webhooks::new(kube.clone());
     let mut webhook = url_hook(format!("https://127.0.0.1:{}/ok", addr.port()));
     webhook.security.ca_bundle = Some(CaBundle {
         secret_ref: Some(secret_ref("hook-ca", None)),
@@ -812,9 +812,51 @@ async fn client_tls_from_a_secret_passes_mutual_tls() {
         cert_key: None,
         private_key_key: None,
     });
-    let c = client(&factory, spec(webhook, vec![])).await;
+    let c = client(&factory, spec(webhook.clone(), vec![])).await;
     assert_eq!(call(&c).await.expect("call"), r#"{"status":{"ok":true}}"#);
     assert_eq!(hooks.seen().len(), 1);
+
+    // The CA from a ConfigMap, under another key.
+    let config_maps: kube::Api<ConfigMap> = kube::Api::namespaced(kube.clone(), "default");
+    let ca = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("hook-ca".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            [(
+                "bundle.pem".to_string(),
+                String::from_utf8(pki.read("ca.crt")).expect("PEM is text"),
+            )]
+            .into(),
+        ),
+        ..ConfigMap::default()
+    };
+    config_maps
+        .create(&PostParams::default(), &ca)
+        .await
+        .expect("create the ConfigMap");
+    webhook.security.ca_bundle = Some(CaBundle {
+        config_map_ref: Some(secret_ref("hook-ca", Some("bundle.pem"))),
+        ..CaBundle::default()
+    });
+    let c = client(&factory, spec(webhook.clone(), vec![])).await;
+    assert_eq!(call(&c).await.expect("call"), r#"{"status":{"ok":true}}"#);
+
+    // A missing key is named with its ConfigMap.
+    webhook.security.ca_bundle = Some(CaBundle {
+        config_map_ref: Some(secret_ref("hook-ca", None)),
+        ..CaBundle::default()
+    });
+    match factory.client(spec(webhook, vec![])).await {
+        Err(HookError::Config { message, .. }) => assert!(
+            message.contains("webhook.caBundle.configMapRef")
+                && message.contains("ConfigMap default/hook-ca has no key \"ca.crt\""),
+            "{message}"
+        ),
+        Err(e) => panic!("expected a config error, got {e:?}"),
+        Ok(_) => panic!("a missing CA key was accepted"),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
