@@ -493,8 +493,9 @@ pub fn resolve_url(webhook: &Webhook) -> Result<String, String> {
 }
 
 /// The security settings of a webhook at `uri`: its own when it sets any, else the first
-/// `endpointConfigs` entry whose host matches. Hosts compare case-insensitively, a missing port being the scheme's default; a
-/// service-form webhook is matched on `name.namespace[:port]`.
+/// `endpointConfigs` entry whose host matches. Hosts compare case-insensitively, a missing
+/// port being the scheme's default; a service-form webhook is matched on
+/// `name.namespace[:port]`.
 pub fn select_security<'a>(
     webhook: &'a Webhook,
     uri: &Uri,
@@ -504,18 +505,16 @@ pub fn select_security<'a>(
         return Some((SecuritySource::Webhook, &webhook.security));
     }
     let https = uri.scheme_str() == Some("https");
-    let target = match (&webhook.url, &webhook.service) {
-        (Some(url), _) if !url.is_empty() => {
-            uri.authority().and_then(|a| host_port(a.as_str(), https))?
-        }
-        (_, Some(service)) => {
+    let has_url = webhook.url.as_deref().is_some_and(|u| !u.is_empty());
+    let target = match &webhook.service {
+        Some(service) if !has_url => {
             let host = format!("{}.{}", service.name, service.namespace);
             match service.port {
                 Some(port) => (host.to_ascii_lowercase(), u16::try_from(port).ok()?),
                 None => host_port(&host, https)?,
             }
         }
-        _ => uri.authority().and_then(|a| host_port(a.as_str(), https))?,
+        _ => host_port(uri.authority()?.as_str(), https)?,
     };
     endpoint_configs
         .iter()
