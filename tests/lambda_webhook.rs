@@ -866,6 +866,7 @@ async fn client_tls_from_a_secret_passes_mutual_tls() {
 fn metrics_are_named_and_labelled_as_metacontrollers() {
     let (recorder, handle) = bosun::prometheus::recorder("addon_operator_");
     let _local = metrics::set_default_local_recorder(&recorder);
+    bosun::lambda::webhook::describe_metrics();
     // One thread: the local recorder sees every request.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -924,6 +925,21 @@ fn metrics_are_named_and_labelled_as_metacontrollers() {
             "{in_flight}"
         );
         assert!(!text.contains("addon_operator_metacontroller"), "{text}");
+        for name in [
+            "requests_total",
+            "request_duration_histogram_seconds",
+            "in_flight_requests",
+            "dns_duration_histogram_seconds",
+            "tls_duration_histogram_seconds",
+        ] {
+            if name.starts_with("tls") && pki.is_none() {
+                continue;
+            }
+            assert!(
+                text.contains(&format!("# HELP metacontroller_sync_{name} ")),
+                "{name} is described: {text}"
+            );
+        }
         // Prometheus' Go default buckets, as metacontroller's.
         assert!(
             text.contains("metacontroller_sync_request_duration_histogram_seconds_bucket{")

@@ -77,24 +77,20 @@ impl Webhooks {
         }
     }
 
-    fn system_roots(&self) -> Arc<RootCertStore> {
-        self.system_roots
-            .get_or_init(|| {
-                let found = rustls_native_certs::load_native_certs();
-                for e in &found.errors {
-                    tracing::warn!(error = %e, "cannot read a system CA certificate");
-                }
-                let mut roots = RootCertStore::empty();
-                let (added, ignored) = roots.add_parsable_certificates(found.certs);
-                if added == 0 {
-                    tracing::warn!(
-                        "no system CA certificates: https webhooks without a caBundle will fail"
-                    );
-                }
-                tracing::debug!(added, ignored, "system CA certificates loaded");
-                Arc::new(roots)
-            })
-            .clone()
+    /// The system roots, read (off the async threads) by the first https webhook without a
+    /// caBundle.
+    async fn system_roots(&self) -> Arc<RootCertStore> {
+        if let Some(roots) = self.system_roots.get() {
+            return roots.clone();
+        }
+        let roots = match tokio::task::spawn_blocking(load_system_roots).await {
+            Ok(roots) => Arc::new(roots),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the system CA certificates");
+                Arc::new(RootCertStore::empty())
+            }
+        };
+        self.system_roots.get_or_init(|| roots).clone()
     }
 
     async fn build(&self, spec: HookSpec) -> Result<WebhookClient, HookError> {
@@ -256,7 +252,7 @@ impl Webhooks {
             Some(ca) => Arc::new(self.ca_bundle(&format!("{field}.caBundle"), ca).await?),
             // Plain HTTP needs no roots: do not read the system's for nothing.
             None if !https => Arc::new(RootCertStore::empty()),
-            None => self.system_roots(),
+            None => self.system_roots().await,
         };
         let builder =
             ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
@@ -394,6 +390,20 @@ impl Webhooks {
         );
         Ok(data)
     }
+}
+
+fn load_system_roots() -> RootCertStore {
+    let found = rustls_native_certs::load_native_certs();
+    for e in &found.errors {
+        tracing::warn!(error = %e, "cannot read a system CA certificate");
+    }
+    let mut roots = RootCertStore::empty();
+    let (added, ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        tracing::warn!("no system CA certificates: https webhooks without a caBundle will fail");
+    }
+    tracing::debug!(added, ignored, "system CA certificates loaded");
+    roots
 }
 
 impl HookFactory for Webhooks {
