@@ -122,6 +122,11 @@ pub fn recorder(
             .set_buckets_for_metric(Matcher::Suffix(name.to_string()), &FAST_BUCKETS)
             .expect("bucket lists are not empty");
     }
+    for (suffix, buckets) in crate::lambda::webhook::METRIC_BUCKETS {
+        builder = builder
+            .set_buckets_for_metric(Matcher::Suffix(suffix.to_string()), buckets)
+            .expect("bucket lists are not empty");
+    }
     let recorder = builder.build_recorder();
     let handle = recorder.handle();
     (Prefixed::new(recorder, prefix), handle)

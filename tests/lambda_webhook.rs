@@ -22,7 +22,7 @@ use bosun_lambda::types::{
 use common::Sandbox;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ObjectMeta, PostParams};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -792,7 +792,7 @@ async fn client_tls_from_a_secret_passes_mutual_tls() {
     create_secret(&kube, "hook-ca", &[("ca.crt", &pki.read("ca.crt"))]).await;
     let hooks = Hooks::default();
     let addr = serve(&hooks, Some(acceptor(&pki, true))).await;
-    let factory = Webhooks::new(kube);
+    let factory = Webhooks::new(kube.clone());
     let mut webhook = url_hook(format!("https://127.0.0.1:{}/ok", addr.port()));
     webhook.security.ca_bundle = Some(CaBundle {
         secret_ref: Some(secret_ref("hook-ca", None)),
@@ -812,9 +812,51 @@ async fn client_tls_from_a_secret_passes_mutual_tls() {
         cert_key: None,
         private_key_key: None,
     });
-    let c = client(&factory, spec(webhook, vec![])).await;
+    let c = client(&factory, spec(webhook.clone(), vec![])).await;
     assert_eq!(call(&c).await.expect("call"), r#"{"status":{"ok":true}}"#);
     assert_eq!(hooks.seen().len(), 1);
+
+    // The CA from a ConfigMap, under another key.
+    let config_maps: kube::Api<ConfigMap> = kube::Api::namespaced(kube.clone(), "default");
+    let ca = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("hook-ca".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            [(
+                "bundle.pem".to_string(),
+                String::from_utf8(pki.read("ca.crt")).expect("PEM is text"),
+            )]
+            .into(),
+        ),
+        ..ConfigMap::default()
+    };
+    config_maps
+        .create(&PostParams::default(), &ca)
+        .await
+        .expect("create the ConfigMap");
+    webhook.security.ca_bundle = Some(CaBundle {
+        config_map_ref: Some(secret_ref("hook-ca", Some("bundle.pem"))),
+        ..CaBundle::default()
+    });
+    let c = client(&factory, spec(webhook.clone(), vec![])).await;
+    assert_eq!(call(&c).await.expect("call"), r#"{"status":{"ok":true}}"#);
+
+    // A missing key is named with its ConfigMap.
+    webhook.security.ca_bundle = Some(CaBundle {
+        config_map_ref: Some(secret_ref("hook-ca", None)),
+        ..CaBundle::default()
+    });
+    match factory.client(spec(webhook, vec![])).await {
+        Err(HookError::Config { message, .. }) => assert!(
+            message.contains("webhook.caBundle.configMapRef")
+                && message.contains("ConfigMap default/hook-ca has no key \"ca.crt\""),
+            "{message}"
+        ),
+        Err(e) => panic!("expected a config error, got {e:?}"),
+        Ok(_) => panic!("a missing CA key was accepted"),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -824,17 +866,29 @@ async fn client_tls_from_a_secret_passes_mutual_tls() {
 fn metrics_are_named_and_labelled_as_metacontrollers() {
     let (recorder, handle) = bosun::prometheus::recorder("addon_operator_");
     let _local = metrics::set_default_local_recorder(&recorder);
+    bosun::lambda::webhook::describe_metrics();
     // One thread: the local recorder sees every request.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
+    // localhost: a DNS lookup; https when openssl can make the certificates.
+    let pki = pki();
     runtime.block_on(async {
         let hooks = Hooks::default();
-        let addr = serve(&hooks, None).await;
+        let acceptor = pki.as_ref().map(|p| acceptor(p, false));
+        let addr = serve(&hooks, acceptor).await;
         let factory = Webhooks::new(no_cluster());
-        let url = format!("http://{addr}/ok");
-        let c = client(&factory, spec(url_hook(url.clone()), vec![])).await;
+        let scheme = if pki.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://localhost:{}/ok", addr.port());
+        let mut webhook = url_hook(url.clone());
+        if let Some(p) = &pki {
+            webhook.security.ca_bundle = Some(CaBundle {
+                inline: Some(String::from_utf8(p.read("ca.crt")).expect("PEM is text")),
+                ..CaBundle::default()
+            });
+        }
+        let c = client(&factory, spec(webhook, vec![])).await;
         call(&c).await.expect("call");
         call(&c).await.expect("call");
         let text = handle.render();
@@ -871,5 +925,53 @@ fn metrics_are_named_and_labelled_as_metacontrollers() {
             "{in_flight}"
         );
         assert!(!text.contains("addon_operator_metacontroller"), "{text}");
+        for name in [
+            "requests_total",
+            "request_duration_histogram_seconds",
+            "in_flight_requests",
+            "dns_duration_histogram_seconds",
+            "tls_duration_histogram_seconds",
+        ] {
+            if name.starts_with("tls") && pki.is_none() {
+                continue;
+            }
+            assert!(
+                text.contains(&format!("# HELP metacontroller_sync_{name} ")),
+                "{name} is described: {text}"
+            );
+        }
+        // Prometheus' Go default buckets, as metacontroller's.
+        assert!(
+            text.contains("metacontroller_sync_request_duration_histogram_seconds_bucket{")
+                && text.contains("le=\"2.5\""),
+            "{text}"
+        );
+        // One new connection: one lookup and, over https, one handshake.
+        let events: &[&str] = if pki.is_some() {
+            &[
+                "dns_start",
+                "dns_done",
+                "tls_handshake_start",
+                "tls_handshake_done",
+            ]
+        } else {
+            &["dns_start", "dns_done"]
+        };
+        for event in events {
+            let kind = if event.starts_with("dns") {
+                "dns"
+            } else {
+                "tls"
+            };
+            let count = text
+                .lines()
+                .find(|l| {
+                    l.starts_with(&format!(
+                        "metacontroller_sync_{kind}_duration_histogram_seconds_count{{"
+                    )) && l.contains(&format!("event=\"{event}\""))
+                })
+                .unwrap_or_else(|| panic!("no {event} in {text}"));
+            assert!(labelled(count, &[]) && count.ends_with(" 1"), "{count}");
+        }
     });
 }

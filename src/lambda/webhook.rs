@@ -12,7 +12,8 @@
 //!        │                ├─ 429 ──► TooManyRequests(Retry-After)
 //!        │                └─ other ──► Status(code, body)
 //!        └──► metacontroller_<hook>_{requests_total, request_duration_histogram_seconds,
-//!                                     in_flight_requests}
+//!                  in_flight_requests, dns_duration_histogram_seconds (trace.rs),
+//!                  tls_duration_histogram_seconds (trace.rs)}
 //! ```
 //!
 //! Credentials are read once, as upstream: a changed Secret takes effect when the
@@ -43,6 +44,12 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 
+mod trace;
+
+/// The connector of a hook client: TCP (with timed DNS lookups), then TLS for https.
+type Connector =
+    trace::TlsDone<HttpsConnector<trace::TcpThenTls<HttpConnector<trace::TimedResolver>>>>;
+
 /// The timeout when the webhook sets none, or one ≤ 0.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How much of a rejected response's body goes into the error.
@@ -70,24 +77,20 @@ impl Webhooks {
         }
     }
 
-    fn system_roots(&self) -> Arc<RootCertStore> {
-        self.system_roots
-            .get_or_init(|| {
-                let found = rustls_native_certs::load_native_certs();
-                for e in &found.errors {
-                    tracing::warn!(error = %e, "cannot read a system CA certificate");
-                }
-                let mut roots = RootCertStore::empty();
-                let (added, ignored) = roots.add_parsable_certificates(found.certs);
-                if added == 0 {
-                    tracing::warn!(
-                        "no system CA certificates: https webhooks without a caBundle will fail"
-                    );
-                }
-                tracing::debug!(added, ignored, "system CA certificates loaded");
-                Arc::new(roots)
-            })
-            .clone()
+    /// The system roots, read (off the async threads) by the first https webhook without a
+    /// caBundle.
+    async fn system_roots(&self) -> Arc<RootCertStore> {
+        if let Some(roots) = self.system_roots.get() {
+            return roots.clone();
+        }
+        let roots = match tokio::task::spawn_blocking(load_system_roots).await {
+            Ok(roots) => Arc::new(roots),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the system CA certificates");
+                Arc::new(RootCertStore::empty())
+            }
+        };
+        self.system_roots.get_or_init(|| roots).clone()
     }
 
     async fn build(&self, spec: HookSpec) -> Result<WebhookClient, HookError> {
@@ -124,12 +127,15 @@ impl Webhooks {
             .tls_config(&field, security, https)
             .await
             .map_err(config)?;
+        let mut tcp = HttpConnector::new_with_resolver(trace::TimedResolver::new());
+        // https URLs go through the TLS connector, which hands them to this one.
+        tcp.enforce_http(false);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
-            .build();
-        let http = Client::builder(TokioExecutor::new()).build(connector);
+            .wrap_connector(trace::TcpThenTls(tcp));
+        let http = Client::builder(TokioExecutor::new()).build(trace::TlsDone(connector));
         let etag = webhook
             .etag
             .as_ref()
@@ -246,7 +252,7 @@ impl Webhooks {
             Some(ca) => Arc::new(self.ca_bundle(&format!("{field}.caBundle"), ca).await?),
             // Plain HTTP needs no roots: do not read the system's for nothing.
             None if !https => Arc::new(RootCertStore::empty()),
-            None => self.system_roots(),
+            None => self.system_roots().await,
         };
         let builder =
             ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
@@ -386,6 +392,20 @@ impl Webhooks {
     }
 }
 
+fn load_system_roots() -> RootCertStore {
+    let found = rustls_native_certs::load_native_certs();
+    for e in &found.errors {
+        tracing::warn!(error = %e, "cannot read a system CA certificate");
+    }
+    let mut roots = RootCertStore::empty();
+    let (added, ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        tracing::warn!("no system CA certificates: https webhooks without a caBundle will fail");
+    }
+    tracing::debug!(added, ignored, "system CA certificates loaded");
+    roots
+}
+
 impl HookFactory for Webhooks {
     fn client(&self, spec: HookSpec) -> BoxFut<'_, Result<Arc<dyn HookClient>, HookError>> {
         Box::pin(async move {
@@ -483,8 +503,9 @@ pub fn resolve_url(webhook: &Webhook) -> Result<String, String> {
 }
 
 /// The security settings of a webhook at `uri`: its own when it sets any, else the first
-/// `endpointConfigs` entry whose host matches. Hosts compare case-insensitively, a missing port being the scheme's default; a
-/// service-form webhook is matched on `name.namespace[:port]`.
+/// `endpointConfigs` entry whose host matches. Hosts compare case-insensitively, a missing
+/// port being the scheme's default; a service-form webhook is matched on
+/// `name.namespace[:port]`.
 pub fn select_security<'a>(
     webhook: &'a Webhook,
     uri: &Uri,
@@ -494,18 +515,16 @@ pub fn select_security<'a>(
         return Some((SecuritySource::Webhook, &webhook.security));
     }
     let https = uri.scheme_str() == Some("https");
-    let target = match (&webhook.url, &webhook.service) {
-        (Some(url), _) if !url.is_empty() => {
-            uri.authority().and_then(|a| host_port(a.as_str(), https))?
-        }
-        (_, Some(service)) => {
+    let has_url = webhook.url.as_deref().is_some_and(|u| !u.is_empty());
+    let target = match &webhook.service {
+        Some(service) if !has_url => {
             let host = format!("{}.{}", service.name, service.namespace);
             match service.port {
                 Some(port) => (host.to_ascii_lowercase(), u16::try_from(port).ok()?),
                 None => host_port(&host, https)?,
             }
         }
-        _ => uri.authority().and_then(|a| host_port(a.as_str(), https))?,
+        _ => host_port(uri.authority()?.as_str(), https)?,
     };
     endpoint_configs
         .iter()
@@ -691,18 +710,36 @@ impl EtagCache {
 }
 
 /// The metric names of a hook type.
-fn metric_names(hook: HookType) -> [String; 3] {
+fn metric_names(hook: HookType) -> [String; 5] {
     [
         format!("metacontroller_{hook}_requests_total"),
         format!("metacontroller_{hook}_request_duration_histogram_seconds"),
         format!("metacontroller_{hook}_in_flight_requests"),
+        format!("metacontroller_{hook}_dns_duration_histogram_seconds"),
+        format!("metacontroller_{hook}_tls_duration_histogram_seconds"),
     ]
 }
+
+/// The histogram buckets of the webhook metrics, by name suffix, as metacontroller's
+/// (Prometheus' Go defaults for the request duration).
+pub const METRIC_BUCKETS: [(&str, &[f64]); 3] = [
+    (
+        "_request_duration_histogram_seconds",
+        &[
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+        ],
+    ),
+    (
+        "_dns_duration_histogram_seconds",
+        &[0.005, 0.01, 0.025, 0.05],
+    ),
+    ("_tls_duration_histogram_seconds", &[0.05, 0.1, 0.25, 0.5]),
+];
 
 /// `# HELP` lines of the webhook metrics (called where the binary describes the others).
 pub fn describe_metrics() {
     for hook in [HookType::Sync, HookType::Finalize, HookType::Customize] {
-        let [requests, duration, in_flight] = metric_names(hook);
+        let [requests, duration, in_flight, dns, tls] = metric_names(hook);
         metrics::describe_counter!(
             requests,
             "Requests to the webhook by status code and method."
@@ -713,6 +750,16 @@ pub fn describe_metrics() {
             "Time to the webhook's response headers."
         );
         metrics::describe_gauge!(in_flight, "Requests to the webhook waiting for an answer.");
+        metrics::describe_histogram!(
+            dns,
+            metrics::Unit::Seconds,
+            "When a new connection's DNS lookup started and ended (event dns_start, dns_done), since the request started."
+        );
+        metrics::describe_histogram!(
+            tls,
+            metrics::Unit::Seconds,
+            "When a new connection's TLS handshake started and ended (event tls_handshake_start, tls_handshake_done), since the request started."
+        );
     }
 }
 
@@ -722,22 +769,35 @@ struct HookMetrics {
     duration: String,
     labels: Vec<metrics::Label>,
     in_flight: metrics::Gauge,
+    trace: Arc<trace::TraceMetrics>,
 }
 
 impl HookMetrics {
     fn new(hook: HookType, url: &str, controller: &str, kind: ControllerKind) -> HookMetrics {
-        let [requests, duration, in_flight] = metric_names(hook);
+        let [requests, duration, in_flight, dns, tls] = metric_names(hook);
         let labels = vec![
             metrics::Label::new("url", url.to_string()),
             metrics::Label::new("controller_name", controller.to_string()),
             metrics::Label::new("controller_type", kind.as_str()),
         ];
         let in_flight = metrics::gauge!(in_flight, labels.clone());
+        let event = |name: &str, event: &'static str| {
+            let mut labels = labels.clone();
+            labels.push(metrics::Label::new("event", event));
+            metrics::histogram!(name.to_string(), labels)
+        };
+        let trace = Arc::new(trace::TraceMetrics {
+            dns_start: event(&dns, "dns_start"),
+            dns_done: event(&dns, "dns_done"),
+            tls_start: event(&tls, "tls_handshake_start"),
+            tls_done: event(&tls, "tls_handshake_done"),
+        });
         HookMetrics {
             requests,
             duration,
             labels,
             in_flight,
+            trace,
         }
     }
 
@@ -771,7 +831,7 @@ pub struct WebhookClient {
     hook: HookType,
     url: String,
     uri: Uri,
-    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http: Client<Connector, Full<Bytes>>,
     timeout: Duration,
     authorization: Option<HeaderValue>,
     etag: Option<EtagCache>,
@@ -821,7 +881,11 @@ impl WebhookClient {
                 .to_bytes();
             Ok::<_, HookError>((parts, body))
         };
-        let (parts, answer) = tokio::time::timeout(self.timeout, exchange)
+        let trace = trace::Trace {
+            started,
+            metrics: self.metrics.trace.clone(),
+        };
+        let (parts, answer) = tokio::time::timeout(self.timeout, trace::traced(trace, exchange))
             .await
             .map_err(|_| {
                 self.transport(format!(
