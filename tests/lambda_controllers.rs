@@ -585,3 +585,152 @@ fn decorator_controller_sets_labels_and_attachments_and_finalizes_when_unselecte
         get(&sb, "/api/v1/namespaces/default/secrets/target-secret").is_none()
     });
 }
+
+/// Registers a CompositeController `name` over `<plural>.example.com` with ConfigMap
+/// children (`method`) and the given hooks.
+fn composite(sb: &Sandbox, name: &str, plural: &str, method: &str, hooks: Value) {
+    post_ok(
+        sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": name},
+            "spec": {
+                "generateSelector": true,
+                "parentResource": {"apiVersion": "example.com/v1", "resource": plural},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": method}}],
+                "hooks": hooks
+            }
+        }),
+    );
+}
+
+#[test]
+fn server_side_apply_writes_children_with_the_field_manager_and_keeps_others_fields() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = Hooks::serve(|_, req| {
+        let name = req["parent"]["metadata"]["name"].as_str().unwrap_or_default();
+        let v = req["parent"]["spec"]["v"].clone();
+        (200, json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": format!("{name}-ssa")}, "data": {"v": v}}]}))
+    });
+    post_ok(&sb, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd("Ssa", "ssas", true, "Namespaced"));
+    wait_crd_served(&sb, "/apis/example.com/v1/ssas");
+    let op = bosun(
+        &sb,
+        work.path(),
+        &[("BOSUN_APPLY_STRATEGY", "server-side-apply"), ("BOSUN_APPLY_STRATEGY_SSA_FIELD_MANAGER", "lambda-test")],
+    );
+    wait_crd_served(&sb, "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers");
+    composite(&sb, "ssas", "ssas", "InPlace", json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}));
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/ssas",
+        &json!({"apiVersion": "example.com/v1", "kind": "Ssa", "metadata": {"name": "s"}, "spec": {"v": "1"}}),
+    );
+    let cm_path = "/api/v1/namespaces/default/configmaps/s-ssa";
+    op.wait("the child applied", WAIT, || get(&sb, cm_path).is_some_and(|c| c["data"]["v"] == "1"));
+    let cm = get(&sb, cm_path).expect("child");
+    assert!(
+        cm["metadata"]["managedFields"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|f| f["manager"] == "lambda-test" && f["operation"] == "Apply")),
+        "{cm}"
+    );
+    assert!(cm["metadata"]["annotations"]["metacontroller.k8s.io/last-applied-configuration"].is_null());
+    // Another writer's field stays; ours follows the parent.
+    let mut cm = cm;
+    cm["data"]["other"] = json!("kept");
+    let (code, answer) = sb.put(cm_path, &cm);
+    assert_eq!(code, 200, "{answer}");
+    let mut parent = get(&sb, "/apis/example.com/v1/namespaces/default/ssas/s").expect("parent");
+    parent["spec"]["v"] = json!("2");
+    let (code, answer) = sb.put("/apis/example.com/v1/namespaces/default/ssas/s", &parent);
+    assert_eq!(code, 200, "{answer}");
+    op.wait("the child updated by apply", WAIT, || {
+        get(&sb, cm_path).is_some_and(|c| c["data"]["v"] == "2" && c["data"]["other"] == "kept")
+    });
+}
+
+#[test]
+fn a_webhook_answering_429_is_retried_after_retry_after_without_a_sync_error() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    let hooks = Hooks::serve(move |_, req| {
+        // The first answer is 429 with Retry-After: 1; then a child.
+        if counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            return (429, json!({"message": "slow down"}));
+        }
+        let name = req["parent"]["metadata"]["name"].as_str().unwrap_or_default();
+        (200, json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-later")}}]}))
+    });
+    post_ok(&sb, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd("Busy", "busies", true, "Namespaced"));
+    wait_crd_served(&sb, "/apis/example.com/v1/busies");
+    let op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(&sb, "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers");
+    composite(&sb, "busies", "busies", "OnDelete", json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}));
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/busies",
+        &json!({"apiVersion": "example.com/v1", "kind": "Busy", "metadata": {"name": "b"}}),
+    );
+    op.wait("the child after the retry", WAIT, || {
+        get(&sb, "/api/v1/namespaces/default/configmaps/b-later").is_some()
+    });
+    assert!(
+        events_for(&sb, "default", "b").iter().all(|e| e["reason"] != "SyncError"),
+        "a 429 is not an error: {:?}",
+        events_for(&sb, "default", "b")
+    );
+}
+
+#[test]
+fn a_finalize_interrupted_by_kill_9_completes_after_restart() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    // The finalize hook says "not yet" until the test opens the gate.
+    let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let open = gate.clone();
+    let hooks = Hooks::serve(move |path, req| {
+        let name = req["parent"]["metadata"]["name"].as_str().unwrap_or_default();
+        if path == "/finalize" {
+            let done = open.load(std::sync::atomic::Ordering::SeqCst);
+            return (200, json!({"children": [], "finalized": done, "resyncAfterSeconds": 0.2}));
+        }
+        (200, json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-k")}}]}))
+    });
+    post_ok(&sb, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd("Kill", "kills", true, "Namespaced"));
+    wait_crd_served(&sb, "/apis/example.com/v1/kills");
+    let mut op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(&sb, "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers");
+    composite(
+        &sb,
+        "kills",
+        "kills",
+        "InPlace",
+        json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}},
+               "finalize": {"webhook": {"url": format!("{}/finalize", hooks.url)}}}),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/kills",
+        &json!({"apiVersion": "example.com/v1", "kind": "Kill", "metadata": {"name": "k"}}),
+    );
+    let parent_path = "/apis/example.com/v1/namespaces/default/kills/k";
+    op.wait("the child", WAIT, || get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_some());
+    let (code, _) = sb.request("DELETE", parent_path, "", "");
+    assert_eq!(code, 200);
+    op.wait("finalizing under way: the child removed, the parent still held", WAIT, || {
+        get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_none()
+            && hooks.calls("/finalize").len() >= 2
+    });
+    op.kill9();
+    assert!(get(&sb, parent_path).is_some(), "the finalizer holds the parent while bosun is down");
+    gate.store(true, std::sync::atomic::Ordering::SeqCst);
+    op.spawn();
+    op.wait("the parent gone after the restart", WAIT, || get(&sb, parent_path).is_none());
+    assert!(get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_none(), "nothing recreated");
+}
