@@ -1474,8 +1474,13 @@ fn matching_orphans_are_adopted_and_children_that_stop_matching_released() {
                 "data": {"from": "before"}}),
     );
     // A ConfigMap owned by another controller is never adopted.
+    let foreign_owner = post_ok(
+        &sb,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "foreign-owner"}}),
+    );
     let foreign = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "foreign-owner",
-                         "uid": "00000000-0000-0000-0000-000000000001", "controller": true});
+                         "uid": foreign_owner["metadata"]["uid"], "controller": true});
     post_ok(
         &sb,
         "/api/v1/namespaces/default/configmaps",
