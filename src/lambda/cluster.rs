@@ -618,7 +618,9 @@ mod tests {
 
     fn old_rv(change: Change) -> Option<String> {
         match change {
-            Change::Applied { old, .. } => old.map(|o| o["metadata"]["resourceVersion"].to_string()),
+            Change::Applied { old, .. } => {
+                old.map(|o| o["metadata"]["resourceVersion"].to_string())
+            }
             Change::Deleted(_) => panic!("a delete"),
         }
     }

@@ -368,7 +368,14 @@ mod tests {
         let before = namespace("beta", json!({"propagate": "true"}));
         let after = namespace("beta", json!({}));
         let none = |_: &str| None;
-        assert!(!selects_any(&rules, "namespaces", HookVersion::V2, "", &[&after], none));
+        assert!(!selects_any(
+            &rules,
+            "namespaces",
+            HookVersion::V2,
+            "",
+            &[&after],
+            none
+        ));
         assert!(selects_any(
             &rules,
             "namespaces",
@@ -378,6 +385,13 @@ mod tests {
             none
         ));
         // Rules of another resource do not count.
-        assert!(!selects_any(&rules, "secrets", HookVersion::V2, "", &[&before], none));
+        assert!(!selects_any(
+            &rules,
+            "secrets",
+            HookVersion::V2,
+            "",
+            &[&before],
+            none
+        ));
     }
 }
