@@ -1438,6 +1438,16 @@ fn simple_controller(sb: &Sandbox, plural: &str, child: (&str, &str), hooks: &Ho
 /// with nothing changed in between.
 #[test]
 fn resync_after_seconds_calls_the_hook_again_within_a_second() {
+    resync_after_case("CompositeController");
+}
+
+/// resyncAfterSeconds of a DecoratorController's hook.
+#[test]
+fn decorator_resync_after_seconds_calls_the_hook_again_within_a_second() {
+    resync_after_case("DecoratorController");
+}
+
+fn resync_after_case(kind: &str) {
     let sb = Sandbox::start();
     let work = workdir();
     // (when the resync was asked for, the measured delay)
@@ -1445,7 +1455,11 @@ fn resync_after_seconds_calls_the_hook_again_within_a_second() {
     let hook_state = state.clone();
     let hooks = Hooks::serve(move |_, req| {
         let mut st = hook_state.lock().expect("state");
-        let parent = &req["parent"];
+        let parent = if req["parent"].is_null() {
+            &req["object"]
+        } else {
+            &req["parent"]
+        };
         if parent["status"].is_null() {
             // The first sync: status written, then the parent quiesces.
             return (200, json!({"status": {}}));
@@ -1468,17 +1482,32 @@ fn resync_after_seconds_calls_the_hook_again_within_a_second() {
     });
     install_crd(&sb, "Resync", "resyncs", "Namespaced");
     let op = bosun(&sb, work.path(), &[]);
-    composite_controller(
-        &sb,
-        json!({
-            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-            "metadata": {"name": "resyncs"},
-            "spec": {
-                "parentResource": {"apiVersion": "example.com/v1", "resource": "resyncs"},
-                "hooks": {"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}
-            }
-        }),
-    );
+    let hook = json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}});
+    if kind == "CompositeController" {
+        composite_controller(
+            &sb,
+            json!({
+                "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": kind,
+                "metadata": {"name": "resyncs"},
+                "spec": {
+                    "parentResource": {"apiVersion": "example.com/v1", "resource": "resyncs"},
+                    "hooks": hook
+                }
+            }),
+        );
+    } else {
+        decorator_controller(
+            &sb,
+            json!({
+                "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": kind,
+                "metadata": {"name": "resyncs"},
+                "spec": {
+                    "resources": [{"apiVersion": "example.com/v1", "resource": "resyncs"}],
+                    "hooks": hook
+                }
+            }),
+        );
+    }
     post_ok(
         &sb,
         "/apis/example.com/v1/namespaces/default/resyncs",
@@ -1693,6 +1722,81 @@ fn customize_related_objects_reach_the_hook_and_their_changes_resync() {
     delete(&sb, &cm_path("default", "related-config-map"));
     op.wait("the child removed with the related object", WAIT, || {
         get(&sb, secret).is_none()
+    });
+}
+
+/// customize for a DecoratorController: the related objects are in the request, and a
+/// change of one syncs the decorated object again.
+#[test]
+fn decorator_customize_related_objects_reach_the_hook_and_their_changes_resync() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = Hooks::serve(|path, req| {
+        if path == "/customize" {
+            assert_eq!(req["controller"]["kind"], "DecoratorController");
+            return (
+                200,
+                json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                              "namespace": req["parent"]["metadata"]["namespace"],
+                                              "names": ["related-config-map"]}]}),
+            );
+        }
+        let object = &req["object"];
+        let attachments: Vec<Value> = req["related"]["ConfigMap.v1"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values())
+            .map(|r| {
+                json!({"apiVersion": "v1", "kind": "Secret",
+                       "metadata": {"name": format!("{}-{}", str_of(&object["metadata"]["name"]), str_of(&r["metadata"]["name"]))},
+                       "stringData": {"copied": r["data"]["value"]}})
+            })
+            .collect();
+        (200, json!({"attachments": attachments}))
+    });
+    install_crd(&sb, "Decorated", "decorateds", "Namespaced");
+    configmap(
+        &sb,
+        "default",
+        "related-config-map",
+        json!({}),
+        json!({"value": "one"}),
+    );
+    let op = bosun(&sb, work.path(), &[]);
+    decorator_controller(
+        &sb,
+        json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+            "metadata": {"name": "dc"},
+            "spec": {
+                "resources": [{"apiVersion": "example.com/v1", "resource": "decorateds"}],
+                "attachments": [{"apiVersion": "v1", "resource": "secrets", "updateStrategy": {"method": "InPlace"}}],
+                "hooks": {
+                    "sync": {"webhook": {"url": format!("{}/sync", hooks.url)}},
+                    "customize": {"webhook": {"url": format!("{}/customize", hooks.url)}}
+                }
+            }
+        }),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/decorateds",
+        &json!({"apiVersion": "example.com/v1", "kind": "Decorated", "metadata": {"name": "test-customize-webhook"}}),
+    );
+    let secret = "/api/v1/namespaces/default/secrets/test-customize-webhook-related-config-map";
+    let copied = |sb: &Sandbox| {
+        get(sb, secret).map(|s| s["data"]["copied"].as_str().unwrap_or_default().to_string())
+    };
+    op.wait(
+        "the attachment named after the related object",
+        WAIT,
+        || copied(&sb).as_deref() == Some("b25l"),
+    );
+    update(&sb, &cm_path("default", "related-config-map"), |c| {
+        c["data"]["value"] = json!("two")
+    });
+    op.wait("the attachment follows the related object", WAIT, || {
+        copied(&sb).as_deref() == Some("dHdv")
     });
 }
 
