@@ -378,6 +378,28 @@ fn configmappropagation_copies_a_configmap_into_listed_namespaces() {
             get(&sb, &cm_path(ns, "settings")).is_some_and(|c| c["data"]["some"] == "changed")
         })
     });
+    // Someone edits a copy: the propagated key is put back, their own key stays (the
+    // 3-way apply leaves fields it never set alone).
+    update(&sb, &cm_path("one", "settings"), |c| {
+        c["data"]["some"] = json!("edited");
+        c["data"]["mine"] = json!("kept");
+    });
+    op.wait("the edited copy put back, the extra key kept", WAIT, || {
+        get(&sb, &cm_path("one", "settings"))
+            .is_some_and(|c| c["data"]["some"] == "changed" && c["data"]["mine"] == "kept")
+    });
+    // A namespace taken off the list loses its copy.
+    update(&sb, &parent_path, |p| {
+        p["spec"]["targetNamespaces"] = json!(["one", "two"])
+    });
+    op.wait("the copy in three removed", WAIT, || {
+        get(&sb, &cm_path("three", "settings")).is_none()
+    });
+    op.wait("status.expected_copies = 2", WAIT, || {
+        get(&sb, &parent_path).is_some_and(|p| {
+            p["status"]["actual_copies"] == 2 && p["status"]["expected_copies"] == 2
+        })
+    });
     // The source deleted: the copies are cleaned up.
     delete(&sb, &cm_path("original", "settings"));
     op.wait("the copies removed", WAIT, || {
@@ -1312,6 +1334,15 @@ fn target_label_selector_runs_only_matching_controllers() {
     let sb = Sandbox::start();
     let work = workdir();
     let hooks = Hooks::serve(|path, req| {
+        if path.starts_with("/dec-") {
+            // DecoratorControllers: a Secret attached to the object.
+            let name = str_of(&req["object"]["metadata"]["name"]);
+            return (
+                200,
+                json!({"attachments": [{"apiVersion": "v1", "kind": "Secret",
+                                        "metadata": {"name": format!("{name}{}", path.replace('/', "-"))}}]}),
+            );
+        }
         let name = str_of(&req["parent"]["metadata"]["name"]);
         (
             200,
@@ -1346,6 +1377,20 @@ fn target_label_selector_runs_only_matching_controllers() {
         &sb,
         controller("selecteds", json!({"controller-group": "cicd"})),
     );
+    for (name, group) in [("dec-ignored", "other"), ("dec-selected", "cicd")] {
+        decorator_controller(
+            &sb,
+            json!({
+                "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+                "metadata": {"name": name, "labels": {"controller-group": group}},
+                "spec": {
+                    "resources": [{"apiVersion": "example.com/v1", "resource": "selecteds"}],
+                    "attachments": [{"apiVersion": "v1", "resource": "secrets"}],
+                    "hooks": {"sync": {"webhook": {"url": format!("{}/{name}", hooks.url)}}}
+                }
+            }),
+        );
+    }
     post_ok(
         &sb,
         "/apis/example.com/v1/namespaces/default/ignoreds",
@@ -1361,8 +1406,13 @@ fn target_label_selector_runs_only_matching_controllers() {
     });
     // Both controllers were created before both parents; the selected one has synced its
     // parent, the other has never called its hook.
+    op.wait("the selected decorator's attachment", WAIT, || {
+        get(&sb, "/api/v1/namespaces/default/secrets/s-dec-selected").is_some()
+    });
     assert!(hooks.calls("/ignoreds").is_empty());
     assert!(get(&sb, &cm_path("default", "i-ignoreds")).is_none());
+    assert!(hooks.calls("/dec-ignored").is_empty());
+    assert!(get(&sb, "/api/v1/namespaces/default/secrets/s-dec-ignored").is_none());
 
     // Relabelled to match: it starts. Relabelled away: it stops.
     let cc = "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers";
