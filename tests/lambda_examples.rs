@@ -368,6 +368,15 @@ fn configmappropagation_copies_a_configmap_into_listed_namespaces() {
         "the unselected parent was synced"
     );
     assert!(get(&sb, &cm_path("four", "settings")).is_none());
+    // Labelled into the selector later: now it is managed.
+    update(
+        &sb,
+        &format!("{parents}/settings-propagation-unmanaged"),
+        |p| p["metadata"]["labels"]["version"] = json!("v1"),
+    );
+    op.wait("the copy in four once the parent is selected", WAIT, || {
+        get(&sb, &cm_path("four", "settings")).is_some()
+    });
 
     // A change of the source (a related object) reaches every copy.
     update(&sb, &cm_path("original", "settings"), |c| {
@@ -403,11 +412,10 @@ fn configmappropagation_copies_a_configmap_into_listed_namespaces() {
     // The source deleted: the copies are cleaned up.
     delete(&sb, &cm_path("original", "settings"));
     op.wait("the copies removed", WAIT, || {
-        ["one", "two", "three"]
+        ["one", "two", "three", "four"]
             .iter()
             .all(|ns| get(&sb, &cm_path(ns, "settings")).is_none())
     });
-    assert!(get(&sb, &cm_path("four", "settings")).is_none());
 }
 
 /// globalconfigmap: a cluster-scoped parent copies a ConfigMap into every namespace (all

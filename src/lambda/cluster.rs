@@ -93,6 +93,7 @@ impl Listener for Informer {
             .iter()
             .map(|(k, o)| (k.clone(), Arc::new(o.parse())))
             .collect();
+        st.unseen.clear();
     }
 
     fn on(&self, change: WatchChange, key: &ObjectKey, object: &Value, _stored: &Stored) {
