@@ -643,6 +643,112 @@ fn secretpropagation_shares_selected_secrets_into_selected_namespaces() {
     assert!(get(&sb, &secret_path("alpha", "shareable")).is_some());
 }
 
+/// secretpropagation as upstream runs it (v1 hooks): one Secret named in the parent is
+/// copied into the namespaces its label selector picks; v1 keys of a cluster-scoped
+/// parent are `namespace/name`.
+#[test]
+fn secretpropagation_v1_copies_a_secret_into_labelled_namespaces() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = Hooks::serve(|path, req| {
+        let spec = &req["parent"]["spec"];
+        if path == "/customize" {
+            return (
+                200,
+                json!({"relatedResources": [
+                    {"apiVersion": "v1", "resource": "secrets",
+                     "namespace": spec["sourceNamespace"], "names": [spec["sourceName"]]},
+                    {"apiVersion": "v1", "resource": "namespaces",
+                     "labelSelector": spec["targetNamespaceLabelSelector"]}
+                ]}),
+            );
+        }
+        let source_ns = str_of(&spec["sourceNamespace"]);
+        let source =
+            &req["related"]["Secret.v1"][format!("{source_ns}/{}", str_of(&spec["sourceName"]))];
+        let mut children = Vec::new();
+        if !source.is_null() {
+            for ns in req["related"]["Namespace.v1"]
+                .as_object()
+                .into_iter()
+                .flat_map(|m| m.values())
+                .map(|n| str_of(&n["metadata"]["name"]))
+                .filter(|n| *n != source_ns)
+            {
+                children.push(json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": spec["sourceName"], "namespace": ns},
+                    "data": source["data"]}));
+            }
+        }
+        (
+            200,
+            json!({"status": {"working": "fine"}, "children": children}),
+        )
+    });
+    namespace(&sb, "omega", json!({}));
+    namespace(&sb, "alpha", json!({"propagate": "true"}));
+    namespace(&sb, "beta", json!({"propagate": "true"}));
+    namespace(&sb, "gamma", json!({}));
+    post_ok(
+        &sb,
+        "/api/v1/namespaces/omega/secrets",
+        &json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "shareable", "namespace": "omega"},
+                "data": {"some": "dmFsdWUK", "other": "dmFsdWUK"}}),
+    );
+    install_crd(&sb, "SecretPropagation", "secretpropagations", "Cluster");
+    let op = bosun(&sb, work.path(), &[]);
+    composite_controller(
+        &sb,
+        json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "secret-propagation-controller"},
+            "spec": {
+                "generateSelector": true,
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "secretpropagations"},
+                "childResources": [{"apiVersion": "v1", "resource": "secrets", "updateStrategy": {"method": "InPlace"}}],
+                "hooks": {
+                    "sync": {"webhook": {"url": format!("{}/sync", hooks.url)}},
+                    "customize": {"webhook": {"url": format!("{}/customize", hooks.url)}}
+                }
+            }
+        }),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/secretpropagations",
+        &json!({"apiVersion": "example.com/v1", "kind": "SecretPropagation",
+                "metadata": {"name": "secret-propagation"},
+                "spec": {"sourceName": "shareable", "sourceNamespace": "omega",
+                         "targetNamespaceLabelSelector": {"matchLabels": {"propagate": "true"}}}}),
+    );
+    let secret_path = |ns: &str| format!("/api/v1/namespaces/{ns}/secrets/shareable");
+    op.wait("the secret in alpha and beta", WAIT, || {
+        ["alpha", "beta"]
+            .iter()
+            .all(|ns| get(&sb, &secret_path(ns)).is_some_and(|s| s["data"]["some"] == "dmFsdWUK"))
+    });
+    op.wait("status working: fine", WAIT, || {
+        get(
+            &sb,
+            "/apis/example.com/v1/secretpropagations/secret-propagation",
+        )
+        .is_some_and(|p| p["status"]["working"] == "fine")
+    });
+    assert!(get(&sb, &secret_path("gamma")).is_none());
+    // Deleting the parent takes the copies with it; the source stays.
+    delete(
+        &sb,
+        "/apis/example.com/v1/secretpropagations/secret-propagation",
+    );
+    op.wait("the copies gone with the parent", WAIT, || {
+        ["alpha", "beta"]
+            .iter()
+            .all(|ns| get(&sb, &secret_path(ns)).is_none())
+    });
+    assert!(get(&sb, &secret_path("omega")).is_some());
+}
+
 /// configmap-list-v2: a namespaced parent lists ConfigMaps of another namespace (or of all
 /// namespaces) by label; v2 keys them `namespace/name`.
 #[test]
