@@ -29,12 +29,60 @@ struct Informer {
 #[derive(Default)]
 struct InformerState {
     objects: BTreeMap<ObjectKey, Arc<Value>>,
+    /// Objects we wrote into the cache before their watch event came, with the state
+    /// before our write (`None`: we created it).
+    unseen: HashMap<ObjectKey, Option<Arc<Value>>>,
     subscribers: Vec<UnboundedSender<Change>>,
+}
+
+fn resource_version(o: &Value) -> Option<u64> {
+    o["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse::<u64>().ok())
 }
 
 impl InformerState {
     fn send(&mut self, change: Change) {
         self.subscribers.retain(|s| s.send(change.clone()).is_ok());
+    }
+
+    /// Our own write, into the cache unless the watch brought something newer already.
+    fn remember(&mut self, key: ObjectKey, object: &Value) {
+        let newer = match self.objects.get(&key) {
+            Some(cached) => match (resource_version(cached), resource_version(object)) {
+                (Some(old), Some(new)) => new > old,
+                _ => true,
+            },
+            None => true,
+        };
+        if newer {
+            let before = self.objects.insert(key.clone(), Arc::new(object.clone()));
+            self.unseen.entry(key).or_insert(before);
+        }
+    }
+
+    /// An added or modified object from the watch. When our write put it into the cache
+    /// first, the change subscribers see is from the state before that write: an object
+    /// we created is news (the parent of a child just created syncs again and sees it),
+    /// not an update without a new resourceVersion.
+    fn applied(&mut self, key: &ObjectKey, object: &Value) {
+        let new = Arc::new(object.clone());
+        let cached = self.objects.insert(key.clone(), Arc::clone(&new));
+        let old = match self.unseen.remove(key) {
+            Some(before) => before,
+            None => cached,
+        };
+        self.send(Change::Applied { old, new });
+    }
+
+    /// A deleted object from the watch.
+    fn deleted(&mut self, key: &ObjectKey, object: &Value) {
+        self.unseen.remove(key);
+        let old = self
+            .objects
+            .remove(key)
+            .unwrap_or_else(|| Arc::new(object.clone()));
+        self.send(Change::Deleted(old));
     }
 }
 
@@ -45,23 +93,14 @@ impl Listener for Informer {
             .iter()
             .map(|(k, o)| (k.clone(), Arc::new(o.parse())))
             .collect();
+        st.unseen.clear();
     }
 
     fn on(&self, change: WatchChange, key: &ObjectKey, object: &Value, _stored: &Stored) {
         let mut st = lock(&self.state);
         match change {
-            WatchChange::Added | WatchChange::Modified => {
-                let new = Arc::new(object.clone());
-                let old = st.objects.insert(key.clone(), Arc::clone(&new));
-                st.send(Change::Applied { old, new });
-            }
-            WatchChange::Deleted => {
-                let old = st
-                    .objects
-                    .remove(key)
-                    .unwrap_or_else(|| Arc::new(object.clone()));
-                st.send(Change::Deleted(old));
-            }
+            WatchChange::Added | WatchChange::Modified => st.applied(key, object),
+            WatchChange::Deleted => st.deleted(key, object),
         }
     }
 
@@ -205,22 +244,7 @@ impl KubeCluster {
             bosun_lambda::keys::namespace_of(object).to_string(),
             bosun_lambda::keys::name_of(object).to_string(),
         );
-        let rv = |o: &Value| {
-            o["metadata"]["resourceVersion"]
-                .as_str()
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        let mut st = lock(&informer.state);
-        let newer = match st.objects.get(&key) {
-            Some(cached) => match (rv(cached), rv(object)) {
-                (Some(old), Some(new)) => new > old,
-                _ => true,
-            },
-            None => true,
-        };
-        if newer {
-            st.objects.insert(key, Arc::new(object.clone()));
-        }
+        lock(&informer.state).remember(key, object);
     }
 
     /// Our own delete, taken out of the informer cache at once.
@@ -237,6 +261,7 @@ impl KubeCluster {
             .is_some_and(|o| bosun_lambda::keys::uid_of(o) == uid)
         {
             st.objects.remove(&key);
+            st.unseen.remove(&key);
         }
     }
 
@@ -568,5 +593,81 @@ impl Watches for KubeCluster {
             lock(&informer.state).subscribers.push(tx);
             Ok(rx)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(name: &str, rv: &str) -> Value {
+        json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv}})
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ("ns".to_string(), name.to_string())
+    }
+
+    fn state() -> (InformerState, UnboundedReceiver<Change>) {
+        let (tx, rx) = unbounded_channel();
+        let st = InformerState {
+            subscribers: vec![tx],
+            ..InformerState::default()
+        };
+        (st, rx)
+    }
+
+    fn old_rv(change: Change) -> Option<String> {
+        match change {
+            Change::Applied { old, .. } => {
+                old.map(|o| o["metadata"]["resourceVersion"].to_string())
+            }
+            Change::Deleted(_) => panic!("a delete"),
+        }
+    }
+
+    #[test]
+    fn an_object_we_created_is_still_news_when_its_watch_event_comes() {
+        let (mut st, mut rx) = state();
+        st.remember(key("a"), &object("a", "5"));
+        assert!(st.objects.contains_key(&key("a")), "readable at once");
+        st.applied(&key("a"), &object("a", "5"));
+        assert_eq!(old_rv(rx.try_recv().expect("a change")), None, "an add");
+        // Later events compare with the cache as usual.
+        st.applied(&key("a"), &object("a", "6"));
+        assert_eq!(
+            old_rv(rx.try_recv().expect("a change")).as_deref(),
+            Some("\"5\"")
+        );
+    }
+
+    #[test]
+    fn an_update_we_wrote_is_seen_as_from_the_state_before_it() {
+        let (mut st, mut rx) = state();
+        st.applied(&key("a"), &object("a", "1"));
+        let _ = rx.try_recv();
+        st.remember(key("a"), &object("a", "2"));
+        st.remember(key("a"), &object("a", "3"));
+        st.applied(&key("a"), &object("a", "2"));
+        assert_eq!(
+            old_rv(rx.try_recv().expect("a change")).as_deref(),
+            Some("\"1\"")
+        );
+        st.applied(&key("a"), &object("a", "3"));
+        assert_eq!(
+            old_rv(rx.try_recv().expect("a change")).as_deref(),
+            Some("\"2\"")
+        );
+    }
+
+    #[test]
+    fn a_watch_event_before_our_write_is_not_doubled() {
+        let (mut st, mut rx) = state();
+        st.applied(&key("a"), &object("a", "4"));
+        let _ = rx.try_recv();
+        st.remember(key("a"), &object("a", "4"));
+        assert!(st.unseen.is_empty());
+        st.deleted(&key("a"), &object("a", "4"));
+        assert!(matches!(rx.try_recv(), Ok(Change::Deleted(_))));
     }
 }

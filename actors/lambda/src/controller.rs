@@ -23,7 +23,7 @@ use crate::decorator::{Decorator, queue_key};
 use crate::events::LambdaEvent;
 use crate::keys::{key_of, namespace_of};
 use crate::ports::{Change, Cluster, EventNote, Resource, Watches};
-use crate::related::rule_matches;
+use crate::related::selects_any;
 use crate::types::ControllerKind;
 
 /// What a controller reconciles.
@@ -558,32 +558,37 @@ async fn watch_related(
         let (r, q, cluster) = (Arc::clone(r), q.clone(), Arc::clone(&ctx.cluster));
         lock(related_tasks).push(tokio::spawn(async move {
             while let Some(change) = rx.recv().await {
-                let object = match &change {
+                // The old state too: parents that selected it hear that it left them.
+                let states: Vec<Arc<Value>> = match &change {
                     Change::Applied { old, new } => {
                         if old.as_ref().is_some_and(|o| {
                             o["metadata"]["resourceVersion"] == new["metadata"]["resourceVersion"]
                         }) {
                             continue;
                         }
-                        Arc::clone(new)
+                        old.iter().cloned().chain([Arc::clone(new)]).collect()
                     }
-                    Change::Deleted(old) => Arc::clone(old),
+                    Change::Deleted(old) => vec![Arc::clone(old)],
                 };
-                enqueue_related(&r, cluster.as_ref(), &q, &resource, &object).await;
+                enqueue_related(&r, cluster.as_ref(), &q, &resource, &states).await;
             }
         }));
     }
 }
 
-/// Enqueues every parent whose cached customize rules select `object`.
+/// Enqueues every parent whose cached customize rules select one of `states` (the old
+/// and new state of one related object).
 async fn enqueue_related(
     r: &Reconciler,
     cluster: &dyn Cluster,
     q: &WorkQueue<String>,
     watched: &Resource,
-    object: &Value,
+    states: &[Arc<Value>],
 ) {
     let Some(customizer) = r.customizer() else {
+        return;
+    };
+    let Some(object) = states.last() else {
         return;
     };
     let ns_labels = match cluster.resolve("v1", "namespaces").await {
@@ -595,6 +600,7 @@ async fn enqueue_related(
             .map(|n| (*n).clone()),
         _ => None,
     };
+    let states: Vec<&Value> = states.iter().map(|s| s.as_ref()).collect();
     for resource in r.parent_resources() {
         for parent in cluster.list(&resource, None).await.unwrap_or_default() {
             if !r.wants(&parent) {
@@ -603,19 +609,14 @@ async fn enqueue_related(
             let Some(rules) = customizer.cached_rules(&parent) else {
                 continue;
             };
-            let hit = rules
-                .iter()
-                .filter(|rule| rule.resource == watched.plural)
-                .any(|rule| {
-                    rule_matches(
-                        rule,
-                        customizer.version(),
-                        namespace_of(&parent),
-                        object,
-                        |_| ns_labels.clone(),
-                    )
-                });
-            if hit {
+            if selects_any(
+                &rules,
+                &watched.plural,
+                customizer.version(),
+                namespace_of(&parent),
+                &states,
+                |_| ns_labels.clone(),
+            ) {
                 q.add(r.parent_key(&parent));
             }
         }

@@ -197,6 +197,28 @@ pub fn rule_matches(
     }
 }
 
+/// Whether some rule for `plural` selects one of `states`: the states of one changed
+/// related object (before and after an update), so a parent whose rules selected the old
+/// state hears of the change too — a Namespace that loses the label a parent selects by
+/// is news to that parent as much as one that gains it.
+pub fn selects_any(
+    rules: &[RelatedRule],
+    plural: &str,
+    version: HookVersion,
+    parent_namespace: &str,
+    states: &[&Value],
+    namespace_labels: impl Fn(&str) -> Option<Value>,
+) -> bool {
+    rules
+        .iter()
+        .filter(|rule| rule.resource == plural)
+        .any(|rule| {
+            states.iter().any(|object| {
+                rule_matches(rule, version, parent_namespace, object, &namespace_labels)
+            })
+        })
+}
+
 /// The related objects `rules` select for `parent`, keyed like children.
 pub async fn related_objects(
     cluster: &dyn Cluster,
@@ -324,4 +346,52 @@ pub async fn related_objects(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn namespace(name: &str, labels: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+    }
+
+    #[test]
+    fn a_related_object_that_stops_matching_still_concerns_the_parent() {
+        let rules = vec![RelatedRule {
+            api_version: "v1".into(),
+            resource: "namespaces".into(),
+            label_selector: Some(json!({"matchLabels": {"propagate": "true"}})),
+            ..RelatedRule::default()
+        }];
+        let before = namespace("beta", json!({"propagate": "true"}));
+        let after = namespace("beta", json!({}));
+        let none = |_: &str| None;
+        assert!(!selects_any(
+            &rules,
+            "namespaces",
+            HookVersion::V2,
+            "",
+            &[&after],
+            none
+        ));
+        assert!(selects_any(
+            &rules,
+            "namespaces",
+            HookVersion::V2,
+            "",
+            &[&before, &after],
+            none
+        ));
+        // Rules of another resource do not count.
+        assert!(!selects_any(
+            &rules,
+            "secrets",
+            HookVersion::V2,
+            "",
+            &[&before],
+            none
+        ));
+    }
 }
