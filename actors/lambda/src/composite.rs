@@ -3,6 +3,7 @@
 //! ```text
 //!  parent from cache ─► finalizer added/removed ─► claim children (adopt / release)
 //!    ─► related objects (customize) ─► sync or finalize hook ─► finalized? drop finalizer
+//!       (with a rolling child type: `rolling.rs`, one hook call per parent revision)
 //!    ─► desired children checked against the selector ─► ManageChildren ─► status
 //! ```
 
@@ -41,6 +42,9 @@ pub struct Composite {
     pub finalize: Option<BoundHook>,
     pub customizer: Option<Customizer>,
     pub strategy: ApplyStrategy,
+    /// The ControllerRevision resource, resolved when some child type rolls
+    /// (`rolling.rs`); watched beside the children so that revision changes wake parents.
+    pub revisions: Option<Resource>,
 }
 
 /// Why a sync did not complete.
@@ -84,13 +88,13 @@ pub struct SyncReport {
     pub warnings: Vec<String>,
 }
 
-fn has_finalizer(object: &Value, finalizer: &str) -> bool {
+pub(crate) fn has_finalizer(object: &Value, finalizer: &str) -> bool {
     object["metadata"]["finalizers"]
         .as_array()
         .is_some_and(|l| l.iter().any(|f| f.as_str() == Some(finalizer)))
 }
 
-fn is_deleting(object: &Value) -> bool {
+pub(crate) fn is_deleting(object: &Value) -> bool {
     !object["metadata"]["deletionTimestamp"].is_null()
 }
 
@@ -298,18 +302,6 @@ impl Composite {
         }
         let selector = self.child_selector(&parent).map_err(SyncError::Failed)?;
         let observed = self.claim_children(cluster, &parent, &selector).await?;
-        let related = match &self.customizer {
-            Some(c) => {
-                let rules = c.rules(&self.object, &parent).await.map_err(|e| match e {
-                    crate::related::RelatedError::Hook(h) => SyncError::from(h),
-                    other => SyncError::Failed(other.to_string()),
-                })?;
-                related_objects(cluster, &rules, c.version(), &parent)
-                    .await
-                    .map_err(|e| SyncError::Failed(e.to_string()))?
-            }
-            None => GroupMap::new(),
-        };
         let finalizing = self.finalize.is_some()
             && (is_deleting(&parent) || !self.parent_selector.matches_labels(&parent));
         let (hook_type, bound) = match (finalizing, &self.finalize, &self.sync) {
@@ -317,32 +309,53 @@ impl Composite {
             (_, _, Some(s)) => (HookType::Sync, s),
             _ => return Err(SyncError::Failed("sync hook nil//not defined".into())),
         };
-        let body = composite_request(
-            &self.object,
-            &parent,
-            &observed,
-            &related,
-            bound.hook.version,
-            finalizing,
-        );
-        let answer = bound
-            .client
-            .call(body.to_string().into_bytes(), cache_key(&parent))
+        let (response, answer_digest, warnings) = if crate::rolling::uses_rollout(self, &parent) {
+            // Rolling updates: one hook call per parent revision, revisions persisted.
+            let rolled = crate::rolling::sync_revisions(
+                self, cluster, &parent, &selector, &observed, hook_type, bound, finalizing,
+            )
             .await?;
-        let decoded = decode_composite(
-            hook_type,
-            bound.hook.version,
-            bound.hook.unmarshal_mode(),
-            &answer,
-        )
-        .map_err(|e| SyncError::Failed(e.to_string()))?;
+            (rolled.response, rolled.answer_digest, rolled.warnings)
+        } else {
+            let related = match &self.customizer {
+                Some(c) => {
+                    let rules = c.rules(&self.object, &parent).await.map_err(|e| match e {
+                        crate::related::RelatedError::Hook(h) => SyncError::from(h),
+                        other => SyncError::Failed(other.to_string()),
+                    })?;
+                    related_objects(cluster, &rules, c.version(), &parent)
+                        .await
+                        .map_err(|e| SyncError::Failed(e.to_string()))?
+                }
+                None => GroupMap::new(),
+            };
+            let body = composite_request(
+                &self.object,
+                &parent,
+                &observed,
+                &related,
+                bound.hook.version,
+                finalizing,
+            );
+            let answer = bound
+                .client
+                .call(body.to_string().into_bytes(), cache_key(&parent))
+                .await?;
+            let decoded = decode_composite(
+                hook_type,
+                bound.hook.version,
+                bound.hook.unmarshal_mode(),
+                &answer,
+            )
+            .map_err(|e| SyncError::Failed(e.to_string()))?;
+            (decoded.response, digest(&answer), decoded.warnings)
+        };
         let mut report = SyncReport {
             hook: Some(hook_type),
-            answer_digest: Some(digest(&answer)),
-            warnings: decoded.warnings,
+            answer_digest: Some(answer_digest),
+            warnings,
             ..SyncReport::default()
         };
-        let response = decoded.response;
         if response.resync_after_seconds > 0.0 {
             report.resync_after = Some(Duration::from_secs_f64(response.resync_after_seconds));
         }

@@ -64,7 +64,12 @@ impl Reconciler {
 
     fn child_resources(&self) -> Vec<Resource> {
         match self {
-            Reconciler::Composite(c) => c.children.iter().map(|t| t.resource.clone()).collect(),
+            Reconciler::Composite(c) => c
+                .children
+                .iter()
+                .map(|t| t.resource.clone())
+                .chain(c.revisions.clone())
+                .collect(),
             Reconciler::Decorator(d) => d.attachments.iter().map(|t| t.resource.clone()).collect(),
         }
     }

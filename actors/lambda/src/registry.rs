@@ -405,7 +405,19 @@ impl Worker {
                     None => Selector::default(),
                 };
                 let children = self.child_types(&spec.child_resources).await?;
-                Ok(Some(Reconciler::Composite(Box::new(Composite {
+                // Rolling updates keep ControllerRevisions (watched with the children).
+                let revisions = if children.iter().any(|t| t.method.is_rolling()) {
+                    let resource = self
+                        .ctx
+                        .cluster
+                        .resolve(&format!("{GROUP}/v1alpha1"), "controllerrevisions")
+                        .await
+                        .map_err(|e| Build::Retry(e.to_string()))?;
+                    Some(resource)
+                } else {
+                    None
+                };
+                let composite = Composite {
                     name,
                     object: object.clone(),
                     spec,
@@ -416,7 +428,15 @@ impl Worker {
                     finalize,
                     customizer: customize.map(|b| Customizer::new(b.hook, b.client)),
                     strategy: self.settings.strategy,
-                }))))
+                    revisions,
+                };
+                if let Some(refusal) = crate::rolling::cluster_scoped_refusal(&composite) {
+                    return Err(Build::Refused(format!(
+                        "CompositeController {}: {refusal}",
+                        composite.name
+                    )));
+                }
+                Ok(Some(Reconciler::Composite(Box::new(composite))))
             }
             ControllerKind::DecoratorController => {
                 let (name, spec) =
