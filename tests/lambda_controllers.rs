@@ -610,35 +610,60 @@ fn server_side_apply_writes_children_with_the_field_manager_and_keeps_others_fie
     let sb = Sandbox::start();
     let work = workdir();
     let hooks = Hooks::serve(|_, req| {
-        let name = req["parent"]["metadata"]["name"].as_str().unwrap_or_default();
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
         let v = req["parent"]["spec"]["v"].clone();
-        (200, json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                                   "metadata": {"name": format!("{name}-ssa")}, "data": {"v": v}}]}))
+        (
+            200,
+            json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": format!("{name}-ssa")}, "data": {"v": v}}]}),
+        )
     });
-    post_ok(&sb, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd("Ssa", "ssas", true, "Namespaced"));
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Ssa", "ssas", true, "Namespaced"),
+    );
     wait_crd_served(&sb, "/apis/example.com/v1/ssas");
     let op = bosun(
         &sb,
         work.path(),
-        &[("BOSUN_APPLY_STRATEGY", "server-side-apply"), ("BOSUN_APPLY_STRATEGY_SSA_FIELD_MANAGER", "lambda-test")],
+        &[
+            ("BOSUN_APPLY_STRATEGY", "server-side-apply"),
+            ("BOSUN_APPLY_STRATEGY_SSA_FIELD_MANAGER", "lambda-test"),
+        ],
     );
-    wait_crd_served(&sb, "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers");
-    composite(&sb, "ssas", "ssas", "InPlace", json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}));
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    composite(
+        &sb,
+        "ssas",
+        "ssas",
+        "InPlace",
+        json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}),
+    );
     post_ok(
         &sb,
         "/apis/example.com/v1/namespaces/default/ssas",
         &json!({"apiVersion": "example.com/v1", "kind": "Ssa", "metadata": {"name": "s"}, "spec": {"v": "1"}}),
     );
     let cm_path = "/api/v1/namespaces/default/configmaps/s-ssa";
-    op.wait("the child applied", WAIT, || get(&sb, cm_path).is_some_and(|c| c["data"]["v"] == "1"));
+    op.wait("the child applied", WAIT, || {
+        get(&sb, cm_path).is_some_and(|c| c["data"]["v"] == "1")
+    });
     let cm = get(&sb, cm_path).expect("child");
     assert!(
-        cm["metadata"]["managedFields"]
-            .as_array()
-            .is_some_and(|m| m.iter().any(|f| f["manager"] == "lambda-test" && f["operation"] == "Apply")),
+        cm["metadata"]["managedFields"].as_array().is_some_and(|m| m
+            .iter()
+            .any(|f| f["manager"] == "lambda-test" && f["operation"] == "Apply")),
         "{cm}"
     );
-    assert!(cm["metadata"]["annotations"]["metacontroller.k8s.io/last-applied-configuration"].is_null());
+    assert!(
+        cm["metadata"]["annotations"]["metacontroller.k8s.io/last-applied-configuration"].is_null()
+    );
     // Another writer's field stays; ours follows the parent.
     let mut cm = cm;
     cm["data"]["other"] = json!("kept");
@@ -664,14 +689,32 @@ fn a_webhook_answering_429_is_retried_after_retry_after_without_a_sync_error() {
         if counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
             return (429, json!({"message": "slow down"}));
         }
-        let name = req["parent"]["metadata"]["name"].as_str().unwrap_or_default();
-        (200, json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-later")}}]}))
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        (
+            200,
+            json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-later")}}]}),
+        )
     });
-    post_ok(&sb, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd("Busy", "busies", true, "Namespaced"));
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Busy", "busies", true, "Namespaced"),
+    );
     wait_crd_served(&sb, "/apis/example.com/v1/busies");
     let op = bosun(&sb, work.path(), &[]);
-    wait_crd_served(&sb, "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers");
-    composite(&sb, "busies", "busies", "OnDelete", json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}));
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    composite(
+        &sb,
+        "busies",
+        "busies",
+        "OnDelete",
+        json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}),
+    );
     post_ok(
         &sb,
         "/apis/example.com/v1/namespaces/default/busies",
@@ -681,7 +724,9 @@ fn a_webhook_answering_429_is_retried_after_retry_after_without_a_sync_error() {
         get(&sb, "/api/v1/namespaces/default/configmaps/b-later").is_some()
     });
     assert!(
-        events_for(&sb, "default", "b").iter().all(|e| e["reason"] != "SyncError"),
+        events_for(&sb, "default", "b")
+            .iter()
+            .all(|e| e["reason"] != "SyncError"),
         "a 429 is not an error: {:?}",
         events_for(&sb, "default", "b")
     );
@@ -695,17 +740,32 @@ fn a_finalize_interrupted_by_kill_9_completes_after_restart() {
     let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let open = gate.clone();
     let hooks = Hooks::serve(move |path, req| {
-        let name = req["parent"]["metadata"]["name"].as_str().unwrap_or_default();
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
         if path == "/finalize" {
             let done = open.load(std::sync::atomic::Ordering::SeqCst);
-            return (200, json!({"children": [], "finalized": done, "resyncAfterSeconds": 0.2}));
+            return (
+                200,
+                json!({"children": [], "finalized": done, "resyncAfterSeconds": 0.2}),
+            );
         }
-        (200, json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-k")}}]}))
+        (
+            200,
+            json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-k")}}]}),
+        )
     });
-    post_ok(&sb, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd("Kill", "kills", true, "Namespaced"));
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Kill", "kills", true, "Namespaced"),
+    );
     wait_crd_served(&sb, "/apis/example.com/v1/kills");
     let mut op = bosun(&sb, work.path(), &[]);
-    wait_crd_served(&sb, "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers");
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
     composite(
         &sb,
         "kills",
@@ -720,17 +780,31 @@ fn a_finalize_interrupted_by_kill_9_completes_after_restart() {
         &json!({"apiVersion": "example.com/v1", "kind": "Kill", "metadata": {"name": "k"}}),
     );
     let parent_path = "/apis/example.com/v1/namespaces/default/kills/k";
-    op.wait("the child", WAIT, || get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_some());
+    op.wait("the child", WAIT, || {
+        get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_some()
+    });
     let (code, _) = sb.request("DELETE", parent_path, "", "");
     assert_eq!(code, 200);
-    op.wait("finalizing under way: the child removed, the parent still held", WAIT, || {
-        get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_none()
-            && hooks.calls("/finalize").len() >= 2
-    });
+    op.wait(
+        "finalizing under way: the child removed, the parent still held",
+        WAIT,
+        || {
+            get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_none()
+                && hooks.calls("/finalize").len() >= 2
+        },
+    );
     op.kill9();
-    assert!(get(&sb, parent_path).is_some(), "the finalizer holds the parent while bosun is down");
+    assert!(
+        get(&sb, parent_path).is_some(),
+        "the finalizer holds the parent while bosun is down"
+    );
     gate.store(true, std::sync::atomic::Ordering::SeqCst);
     op.spawn();
-    op.wait("the parent gone after the restart", WAIT, || get(&sb, parent_path).is_none());
-    assert!(get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_none(), "nothing recreated");
+    op.wait("the parent gone after the restart", WAIT, || {
+        get(&sb, parent_path).is_none()
+    });
+    assert!(
+        get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_none(),
+        "nothing recreated"
+    );
 }

@@ -2,7 +2,8 @@
 //! `bosun run`, and a sync hook served by this test on 127.0.0.1.
 //!
 //! The parent `Rollout` wants three `Replica` children (a custom resource with a status
-//! subresource) carrying its `spec.version`, updated `RollingInPlace` and gated by
+//! subresource) carrying its `spec.version`, updated `RollingInPlace` (or
+//! `RollingRecreate`) and gated by
 //! `statusChecks` on a `Ready` condition. No kubelet runs here: the test writes each
 //! child's status itself, and the rollout may only move the next child once it has.
 
@@ -224,8 +225,8 @@ fn set_version(sb: &Sandbox, version: &str) {
     }
 }
 
-/// A sandbox, bosun and the hook, with the controller and a parent at `v1` rolled out and
-/// every replica Ready.
+/// A sandbox, bosun and the hook, with the controller (children updated by `method`) and
+/// a parent at `v1` rolled out and every replica Ready.
 struct Setup {
     // Field order is drop order: bosun stops before its sandbox and work folder go.
     op: Operator,
@@ -234,7 +235,7 @@ struct Setup {
     _work: tempfile::TempDir,
 }
 
-fn setup() -> Setup {
+fn setup(method: &str) -> Setup {
     let sb = Sandbox::start();
     let work = workdir();
     // Three replicas carrying the parent's version; the status echoes the version.
@@ -281,7 +282,7 @@ fn setup() -> Setup {
                 "childResources": [{
                     "apiVersion": "example.com/v1", "resource": "replicas",
                     "updateStrategy": {
-                        "method": "RollingInPlace",
+                        "method": method,
                         "statusChecks": {"conditions": [{"type": "Ready", "status": "True"}]}
                     }
                 }],
@@ -339,9 +340,18 @@ fn uids(sb: &Sandbox) -> Vec<Value> {
         .collect()
 }
 
-/// The end state: every replica at v2 (the same objects, no extras, each controlled by the
-/// parent alone), on the latest revision, the old revision pruned.
-fn assert_rolled_out(s: &Setup, original_uids: &[Value]) {
+/// How the replicas' objects relate to those before the rollout.
+#[derive(Clone, Copy, PartialEq)]
+enum Objects {
+    /// Updated in place: the same objects.
+    Same,
+    /// Recreated: every one a new object.
+    Replaced,
+}
+
+/// The end state: every replica at v2 (no extras, each controlled by the parent alone),
+/// on the latest revision, the old revision pruned.
+fn assert_rolled_out(s: &Setup, original_uids: &[Value], objects: Objects) {
     let sb = &s.sb;
     s.op.wait("OnLatestRevision with every replica at v2", WAIT, || {
         updated(sb)["reason"] == "OnLatestRevision" && versions(sb) == ["v2", "v2", "v2"]
@@ -384,7 +394,15 @@ fn assert_rolled_out(s: &Setup, original_uids: &[Value]) {
         .collect();
     names.sort_unstable();
     assert_eq!(names, ["web-0", "web-1", "web-2"]);
-    assert_eq!(uids(sb), original_uids, "replicas were recreated");
+    let now = uids(sb);
+    match objects {
+        Objects::Same => assert_eq!(now, original_uids, "replicas were recreated"),
+        Objects::Replaced => {
+            for (i, (new, old)) in now.iter().zip(original_uids).enumerate() {
+                assert_ne!(new, old, "web-{i} was not recreated");
+            }
+        }
+    }
     for r in &all {
         let refs = r["metadata"]["ownerReferences"].as_array().expect("owners");
         assert_eq!(refs.len(), 1, "{r}");
@@ -395,7 +413,7 @@ fn assert_rolled_out(s: &Setup, original_uids: &[Value]) {
 
 #[test]
 fn rolling_in_place_moves_one_ready_child_per_sync_and_prunes_the_old_revision() {
-    let s = setup();
+    let s = setup("RollingInPlace");
     let sb = &s.sb;
     let before = uids(sb);
     set_version(sb, "v2");
@@ -434,7 +452,24 @@ fn rolling_in_place_moves_one_ready_child_per_sync_and_prunes_the_old_revision()
     // the children are, not that the last one is Ready) and the old revision, claiming
     // nothing any more, is pruned.
     report(sb, 1, "v2", true);
-    assert_rolled_out(&s, &before);
+    assert_rolled_out(&s, &before, Objects::Same);
+
+    // A revision orphaned by someone else is adopted again.
+    let parent_uid = get(sb, PARENT).expect("parent")["metadata"]["uid"].clone();
+    let mut latest = revisions(sb).remove(0);
+    let name = latest["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    latest["metadata"]["ownerReferences"] = json!([]);
+    let (code, answer) = sb.put(&format!("{REVISIONS}/{name}"), &latest);
+    assert_eq!(code, 200, "{answer}");
+    s.op.wait("the orphaned revision adopted again", WAIT, || {
+        get(sb, &format!("{REVISIONS}/{name}")).is_some_and(|r| {
+            r["metadata"]["ownerReferences"][0]["uid"] == parent_uid
+                && r["metadata"]["ownerReferences"][0]["controller"] == true
+        })
+    });
 
     // What the hook saw: a virtual parent at v1 (one call per revision) during the
     // rollout, and the parent's status passing through RolloutProgressing for each
@@ -472,7 +507,7 @@ fn rolling_in_place_moves_one_ready_child_per_sync_and_prunes_the_old_revision()
 
 #[test]
 fn a_rollout_survives_kill_9_and_ends_on_the_latest_revision_without_duplicates() {
-    let mut s = setup();
+    let mut s = setup("RollingInPlace");
     let before = uids(&s.sb);
     set_version(&s.sb, "v2");
 
@@ -492,7 +527,7 @@ fn a_rollout_survives_kill_9_and_ends_on_the_latest_revision_without_duplicates(
     s.op.kill9();
     report(&s.sb, 1, "v2", true);
     s.op.spawn();
-    assert_rolled_out(&s, &before);
+    assert_rolled_out(&s, &before, Objects::Same);
 }
 
 #[test]
@@ -540,4 +575,24 @@ fn rolling_methods_are_refused_for_a_cluster_scoped_parent_naming_the_field() {
                 })
         })
     });
+}
+
+#[test]
+fn rolling_recreate_replaces_one_ready_child_per_sync() {
+    let s = setup("RollingRecreate");
+    let sb = &s.sb;
+    let before = uids(sb);
+    set_version(sb, "v2");
+    // web-0 is deleted and created again at v2; the rollout waits for it to be Ready.
+    wait_waiting_on(&s, 0);
+    assert_eq!(versions(sb), ["v2", "v1", "v1"]);
+    let now = uids(sb);
+    assert_ne!(now[0], before[0], "web-0 was updated, not recreated");
+    assert_eq!(now[1..], before[1..]);
+    report(sb, 0, "v2", true);
+    wait_waiting_on(&s, 1);
+    assert_eq!(versions(sb), ["v2", "v2", "v1"]);
+    assert_eq!(uids(sb)[2], before[2]);
+    report(sb, 1, "v2", true);
+    assert_rolled_out(&s, &before, Objects::Replaced);
 }
