@@ -364,3 +364,121 @@ pub async fn sync_revisions(
         warnings,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::children::{ApplyStrategy, ChildType};
+    use crate::ports::{BoxFut, HookClient, HookError};
+    use crate::types::{Hook, parse_composite};
+
+    struct NoHook;
+
+    impl HookClient for NoHook {
+        fn url(&self) -> &str {
+            "http://127.0.0.1:9/finalize"
+        }
+        fn call(&self, _: Vec<u8>, _: String) -> BoxFut<'_, Result<Vec<u8>, HookError>> {
+            Box::pin(async { Ok(b"{}".to_vec()) })
+        }
+    }
+
+    fn resource(group: &str, plural: &str, kind: &str, namespaced: bool) -> Resource {
+        Resource {
+            api_version: format!("{group}/v1"),
+            group: group.into(),
+            version: "v1".into(),
+            plural: plural.into(),
+            kind: kind.into(),
+            namespaced,
+            status_subresource: true,
+        }
+    }
+
+    /// A composite with a ConfigMap child updated by `method` and a finalize hook.
+    fn composite(method: &str, namespaced_parent: bool) -> Composite {
+        let object = json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "things"},
+            "spec": {
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "things"},
+                "childResources": [
+                    {"apiVersion": "v1", "resource": "secrets"},
+                    {"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": method}}
+                ],
+                "hooks": {"sync": {"webhook": {"url": "http://127.0.0.1:9/sync"}}}
+            }
+        });
+        let (name, spec) = parse_composite(&object).expect("spec");
+        let children = spec
+            .child_resources
+            .iter()
+            .map(|c| ChildType {
+                resource: resource("", &c.resource.resource, "Thing", true),
+                method: c.update_strategy.method,
+            })
+            .collect();
+        Composite {
+            name,
+            object,
+            spec,
+            parent: resource("example.com", "things", "Thing", namespaced_parent),
+            children,
+            parent_selector: Selector::default(),
+            sync: None,
+            finalize: Some(BoundHook {
+                hook: Hook::default(),
+                client: Arc::new(NoHook),
+            }),
+            customizer: None,
+            strategy: ApplyStrategy::DynamicApply,
+            revisions: None,
+        }
+    }
+
+    fn parent(finalizers: &[&str], deleting: bool) -> Value {
+        let mut p = json!({"metadata": {"name": "p", "namespace": "ns", "finalizers": finalizers}});
+        if deleting {
+            p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        p
+    }
+
+    #[test]
+    fn the_rollout_is_used_for_rolling_kinds_unless_deleting_without_our_finalizer() {
+        let ours = "metacontroller.io/compositecontroller-things";
+        let rolling = composite("RollingInPlace", true);
+        assert!(uses_rollout(&rolling, &parent(&[], false)));
+        assert!(uses_rollout(&rolling, &parent(&[ours], true)));
+        assert!(!uses_rollout(&rolling, &parent(&[], true)));
+        assert!(!uses_rollout(
+            &rolling,
+            &parent(&[ours, "foregroundDeletion"], true)
+        ));
+        assert!(!uses_rollout(&rolling, &parent(&[ours, "orphan"], true)));
+        let in_place = composite("InPlace", true);
+        assert!(!uses_rollout(&in_place, &parent(&[], false)));
+    }
+
+    #[test]
+    fn rolling_methods_need_a_namespaced_parent() {
+        assert_eq!(
+            cluster_scoped_refusal(&composite("RollingInPlace", true)),
+            None
+        );
+        assert_eq!(cluster_scoped_refusal(&composite("Recreate", false)), None);
+        let refusal = cluster_scoped_refusal(&composite("RollingRecreate", false));
+        assert_eq!(
+            refusal.as_deref(),
+            Some(
+                "spec.childResources[1].updateStrategy.method: RollingRecreate needs a \
+                 namespaced parent resource (ControllerRevisions are namespaced), and \
+                 things.example.com is cluster-scoped"
+            )
+        );
+    }
+}
