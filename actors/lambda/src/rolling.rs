@@ -15,9 +15,9 @@
 //! parent is being deleted without our finalizer to honour ([`uses_rollout`]).
 //!
 //! **Cluster-scoped parents.** A ControllerRevision is namespaced and records one parent,
-//! in the parent's namespace; a cluster-scoped parent has none. metacontroller writes such
-//! revisions with an empty namespace, which the API server rejects, so its rollouts of
-//! cluster-scoped parents fail on every sync. bosun refuses the combination up front: the
+//! in the parent's namespace; a cluster-scoped parent has none. metacontroller tries to
+//! write such revisions without a namespace, which a namespaced resource does not accept,
+//! so its rollouts of cluster-scoped parents fail on every sync. bosun refuses the combination up front: the
 //! registry does not start such a controller and raises a `SyncError` event on the
 //! CompositeController naming `spec.childResources[i].updateStrategy.method`; this module
 //! refuses it again, per parent, should it ever be asked.
