@@ -236,10 +236,25 @@ struct Setup {
 }
 
 fn setup(method: &str) -> Setup {
+    setup_with(method, false)
+}
+
+/// [`setup`], with a finalize hook when `finalize` (no children; finalized once none is
+/// left).
+fn setup_with(method: &str, finalize: bool) -> Setup {
     let sb = Sandbox::start();
     let work = workdir();
     // Three replicas carrying the parent's version; the status echoes the version.
-    let hooks = Hooks::serve(|_, req| {
+    let hooks = Hooks::serve(|path, req| {
+        if path == "/finalize" {
+            let left = req["children"]["Replica.example.com/v1"]
+                .as_object()
+                .map_or(0, |m| m.len());
+            return (
+                200,
+                json!({"status": {"finalizing": true}, "children": [], "finalized": left == 0}),
+            );
+        }
         let parent = &req["parent"];
         let name = parent["metadata"]["name"].as_str().unwrap_or_default();
         let version = parent["spec"]["version"].clone();
@@ -265,6 +280,10 @@ fn setup(method: &str) -> Setup {
         );
         wait_served(&sb, &format!("/apis/example.com/v1/{plural}"));
     }
+    let mut hook_urls = json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}});
+    if finalize {
+        hook_urls["finalize"] = json!({"webhook": {"url": format!("{}/finalize", hooks.url)}});
+    }
     let op = bosun(&sb, work.path());
     wait_served(
         &sb,
@@ -286,7 +305,7 @@ fn setup(method: &str) -> Setup {
                         "statusChecks": {"conditions": [{"type": "Ready", "status": "True"}]}
                     }
                 }],
-                "hooks": {"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}
+                "hooks": hook_urls
             }
         }),
     );
@@ -595,4 +614,40 @@ fn rolling_recreate_replaces_one_ready_child_per_sync() {
     assert_eq!(uids(sb)[2], before[2]);
     report(sb, 1, "v2", true);
     assert_rolled_out(&s, &before, Objects::Replaced);
+}
+
+#[test]
+fn a_rolling_parent_is_finalized_through_every_revision_and_leaves_nothing_behind() {
+    let s = setup_with("RollingInPlace", true);
+    let sb = &s.sb;
+    let finalizer = "metacontroller.io/compositecontroller-rollouts";
+    assert!(
+        get(sb, PARENT).expect("parent")["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == finalizer)),
+        "no finalizer on the parent"
+    );
+    // Deleted mid-rollout: an old revision still claims web-1 and web-2.
+    set_version(sb, "v2");
+    wait_waiting_on(&s, 0);
+    assert_eq!(revisions(sb).len(), 2);
+    let (code, answer) = sb.request("DELETE", PARENT, "", "");
+    assert_eq!(code, 200, "{answer}");
+    s.op.wait("the parent finalized and gone", WAIT, || {
+        get(sb, PARENT).is_none()
+    });
+    s.op.wait("no replica and no revision left", WAIT, || {
+        items(sb, REPLICAS).is_empty() && revisions(sb).is_empty()
+    });
+    let finalize = s.hooks.calls("/finalize");
+    assert!(
+        finalize.iter().all(|c| c["finalizing"] == true),
+        "a finalize call without finalizing: true"
+    );
+    assert!(
+        finalize
+            .iter()
+            .any(|c| c["parent"]["spec"]["version"] == "v1"),
+        "the old revision's virtual parent was not finalized"
+    );
 }
