@@ -236,7 +236,8 @@ async fn call_hook(
 /// The rolling sync of `parent` up to (not including) ManageChildren: claims revisions,
 /// calls the hook once per parent revision concurrently, plans one rollout step and
 /// persists the revisions (delete, update, create) before any child is touched. A failure
-/// anywhere aborts the sync with nothing of the step written.
+/// aborts the sync before any child is written; revision writes already done stand on
+/// their own (the next sync plans again from the stored revisions).
 #[allow(clippy::too_many_arguments)]
 pub async fn sync_revisions(
     c: &Composite,
