@@ -2,7 +2,7 @@
 //! resolver, informers that listen on the shared watches (one per resource, shared with
 //! the modules' bindings), writes through the API server, and rate-limited Events.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -33,6 +33,10 @@ struct InformerState {
     /// before our write (`None`: we created it).
     unseen: HashMap<ObjectKey, Option<Arc<Value>>>,
     subscribers: Vec<UnboundedSender<Change>>,
+    /// Objects by the uid of their controller (the index a claim pass reads).
+    owned: HashMap<String, BTreeSet<ObjectKey>>,
+    /// Objects without a controller.
+    orphans: BTreeSet<ObjectKey>,
 }
 
 fn resource_version(o: &Value) -> Option<u64> {
@@ -42,6 +46,66 @@ fn resource_version(o: &Value) -> Option<u64> {
 }
 
 impl InformerState {
+    /// Puts an object into the cache and the owner index.
+    fn put(&mut self, key: ObjectKey, object: Arc<Value>) -> Option<Arc<Value>> {
+        let before = self.objects.insert(key.clone(), Arc::clone(&object));
+        if let Some(b) = &before {
+            self.unindex(&key, b);
+        }
+        match bosun_lambda::claim::controller_uid(&object) {
+            Some(uid) => {
+                self.owned.entry(uid.to_string()).or_default().insert(key);
+            }
+            None => {
+                self.orphans.insert(key);
+            }
+        }
+        before
+    }
+
+    /// Takes an object out of the cache and the owner index.
+    fn take(&mut self, key: &ObjectKey) -> Option<Arc<Value>> {
+        let before = self.objects.remove(key);
+        if let Some(b) = &before {
+            self.unindex(key, b);
+        }
+        before
+    }
+
+    fn unindex(&mut self, key: &ObjectKey, object: &Value) {
+        match bosun_lambda::claim::controller_uid(object) {
+            Some(uid) => {
+                if let Some(set) = self.owned.get_mut(uid) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.owned.remove(uid);
+                    }
+                }
+            }
+            None => {
+                self.orphans.remove(key);
+            }
+        }
+    }
+
+    /// Objects controlled by `uid` or by nobody, in `namespace` (or all).
+    fn candidates(&self, namespace: Option<&str>, uid: &str) -> Vec<Arc<Value>> {
+        let in_ns = |k: &&ObjectKey| namespace.is_none_or(|ns| k.0 == ns);
+        let owned = self.owned.get(uid).into_iter().flatten().filter(in_ns);
+        let orphans: Box<dyn Iterator<Item = &ObjectKey>> = match namespace {
+            Some(ns) => Box::new(
+                self.orphans
+                    .range((ns.to_string(), String::new())..)
+                    .take_while(move |k| k.0 == ns),
+            ),
+            None => Box::new(self.orphans.iter()),
+        };
+        owned
+            .chain(orphans)
+            .filter_map(|k| self.objects.get(k).cloned())
+            .collect()
+    }
+
     fn send(&mut self, change: Change) {
         self.subscribers.retain(|s| s.send(change.clone()).is_ok());
     }
@@ -56,7 +120,7 @@ impl InformerState {
             None => true,
         };
         if newer {
-            let before = self.objects.insert(key.clone(), Arc::new(object.clone()));
+            let before = self.put(key.clone(), Arc::new(object.clone()));
             self.unseen.entry(key).or_insert(before);
         }
     }
@@ -67,7 +131,7 @@ impl InformerState {
     /// not an update without a new resourceVersion.
     fn applied(&mut self, key: &ObjectKey, object: &Value) {
         let new = Arc::new(object.clone());
-        let cached = self.objects.insert(key.clone(), Arc::clone(&new));
+        let cached = self.put(key.clone(), Arc::clone(&new));
         let old = match self.unseen.remove(key) {
             Some(before) => before,
             None => cached,
@@ -78,10 +142,7 @@ impl InformerState {
     /// A deleted object from the watch.
     fn deleted(&mut self, key: &ObjectKey, object: &Value) {
         self.unseen.remove(key);
-        let old = self
-            .objects
-            .remove(key)
-            .unwrap_or_else(|| Arc::new(object.clone()));
+        let old = self.take(key).unwrap_or_else(|| Arc::new(object.clone()));
         self.send(Change::Deleted(old));
     }
 }
@@ -89,10 +150,12 @@ impl InformerState {
 impl Listener for Informer {
     fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>) {
         let mut st = lock(&self.state);
-        st.objects = objects
-            .iter()
-            .map(|(k, o)| (k.clone(), Arc::new(o.parse())))
-            .collect();
+        st.objects.clear();
+        st.owned.clear();
+        st.orphans.clear();
+        for (k, o) in objects {
+            st.put(k.clone(), Arc::new(o.parse()));
+        }
         st.unseen.clear();
     }
 
@@ -260,7 +323,7 @@ impl KubeCluster {
             .get(&key)
             .is_some_and(|o| bosun_lambda::keys::uid_of(o) == uid)
         {
-            st.objects.remove(&key);
+            st.take(&key);
             st.unseen.remove(&key);
         }
     }
@@ -348,6 +411,24 @@ impl Cluster for KubeCluster {
                     .collect(),
                 None => st.objects.values().cloned().collect(),
             })
+        })
+    }
+
+    fn candidates(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        owner_uid: &str,
+    ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
+        let (resource, namespace, uid) = (
+            resource.clone(),
+            namespace.map(str::to_string),
+            owner_uid.to_string(),
+        );
+        Box::pin(async move {
+            let informer = self.informer(&resource).await?;
+            let st = lock(&informer.state);
+            Ok(st.candidates(namespace.as_deref(), &uid))
         })
     }
 

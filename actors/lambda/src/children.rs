@@ -329,14 +329,16 @@ pub async fn candidates(
     cluster: &dyn Cluster,
     types: &[ChildType],
     namespace: Option<&str>,
+    owner_uid: &str,
 ) -> Result<Vec<(ChildType, Vec<Arc<Value>>)>, ClusterError> {
     let mut out = Vec::new();
     for t in types {
-        let objects = if t.resource.namespaced {
-            cluster.list(&t.resource, namespace).await?
+        let ns = if t.resource.namespaced {
+            namespace
         } else {
-            cluster.list(&t.resource, None).await?
+            None
         };
+        let objects = cluster.candidates(&t.resource, ns, owner_uid).await?;
         out.push((t.clone(), objects));
     }
     Ok(out)

@@ -151,14 +151,23 @@ pub async fn write_status(
     let (ns, name, uid) = (namespace_of(object), name_of(object), uid_of(object));
     // The informer's copy first: an unchanged status costs no request at all. (If the
     // cache is behind, the watch event that brings it up to date syncs the parent again.)
-    if let Ok(Some(cached)) = cluster.cached(resource, ns, name).await
-        && uid_of(&cached) == uid
-        && cached["status"] == status
-    {
-        return Ok(false);
-    }
+    // A changed status is written on the cached copy first (its resourceVersion guards the
+    // write); only a conflict costs a read of the live object.
+    let mut first = match cluster.cached(resource, ns, name).await {
+        Ok(Some(cached)) if uid_of(&cached) == uid => {
+            if cached["status"] == status {
+                return Ok(false);
+            }
+            Some((*cached).clone())
+        }
+        _ => None,
+    };
     for _ in 0..4 {
-        let mut live = match cluster.get(resource, ns, name).await {
+        let read = match first.take() {
+            Some(cached) => Ok(cached),
+            None => cluster.get(resource, ns, name).await,
+        };
+        let mut live = match read {
             Ok(live) => live,
             Err(ClusterError::NotFound(_)) => return Ok(false),
             Err(e) => return Err(e),
@@ -233,7 +242,7 @@ impl Composite {
         let mut observed = GroupMap::new();
         let mut can_adopt: Option<bool> = None;
         let mut errors = Vec::new();
-        for (t, objects) in children::candidates(cluster, &self.children, ns).await? {
+        for (t, objects) in children::candidates(cluster, &self.children, ns, parent_uid).await? {
             let group = observed.entry(t.group_key()).or_default();
             for child in objects {
                 let matches = selector.matches_labels(&child);

@@ -149,7 +149,9 @@ impl Decorator {
     ) -> Result<GroupMap, ClusterError> {
         let ns = (!namespace_of(object).is_empty()).then(|| namespace_of(object));
         let mut out = GroupMap::new();
-        for (t, objects) in children::candidates(cluster, &self.attachments, ns).await? {
+        for (t, objects) in
+            children::candidates(cluster, &self.attachments, ns, uid_of(object)).await?
+        {
             let group = out.entry(t.group_key()).or_default();
             for a in objects {
                 if claim::controller_uid(&a) == Some(uid_of(object))

@@ -77,6 +77,15 @@ pub trait Cluster: Send + Sync + 'static {
         resource: &Resource,
         namespace: Option<&str>,
     ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>>;
+    /// Objects of `resource` controlled by `owner_uid` or by nobody (in `namespace`, or
+    /// all), from the informer cache's owner index: the candidates of a claim pass, found
+    /// without scanning every object of the resource.
+    fn candidates(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        owner_uid: &str,
+    ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>>;
     /// One object from the informer cache.
     fn cached(
         &self,
