@@ -121,11 +121,24 @@ async fn main() -> anyhow::Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
     let dir = tempfile::tempdir()?;
-    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig::loopback(
-        dir.path().join("data"),
-    ))
-    .await?;
-    let client = kube::Client::try_from(kube::Config::new(sandbox.url.parse()?))?;
+    // The API server in its own process, as in a cluster: the heap measured below is the
+    // lambda controllers' alone.
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut sandbox = std::process::Command::new(env!("CARGO_BIN_EXE_bosun"))
+        .args(["sandbox", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path().join("sandbox"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .env("LOG_LEVEL", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !kubeconfig.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    let client = kube::Client::try_from(config)?;
     let calls = Arc::new(AtomicUsize::new(0));
     let url = serve_hook(calls.clone()).await?;
 
@@ -236,7 +249,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let heap_after = LIVE.load(Ordering::SeqCst);
     println!(
-        "memory: {:.0} B of heap per parent (parent + 3 children in the informer caches, queue, last sync)",
+        "memory: {:.0} B of heap per parent (parent + 3 children in the shared watch and the informer cache, queue, last sync; the API server runs in its own process)",
         (heap_after - heap_before) as f64 / parents as f64
     );
 
@@ -258,16 +271,27 @@ async fn main() -> anyhow::Result<()> {
     let ours_rate = parents as f64 / ours;
 
     // The limit: the same requests straight to the webhook, WORKERS at a time.
+    // The same request bodies bosun sends: the controller, the parent, its observed children.
     let list = parents_api.list(&Default::default()).await?;
+    let all_children = cms.list(&Default::default()).await?;
+    let controller = serde_json::to_value(ccs.get("bench").await?)?;
     let bodies: Vec<Vec<u8>> = list
         .items
         .iter()
         .map(|p| {
             let name = p.metadata.name.clone().unwrap_or_default();
-            let children: serde_json::Map<String, Value> = (0..3)
-                .map(|i| (format!("{name}-{i}"), json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-{i}")}})))
+            let children: serde_json::Map<String, Value> = all_children
+                .items
+                .iter()
+                .filter(|c| c.metadata.name.as_deref().is_some_and(|n| n.starts_with(&format!("{name}-"))))
+                .map(|c| {
+                    let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
+                    v["apiVersion"] = json!("v1");
+                    v["kind"] = json!("ConfigMap");
+                    (c.metadata.name.clone().unwrap_or_default(), v)
+                })
                 .collect();
-            json!({"controller": cc(1), "parent": p, "children": {"ConfigMap.v1": children}, "related": {}, "finalizing": false})
+            json!({"controller": controller, "parent": p, "children": {"ConfigMap.v1": children}, "related": {}, "finalizing": false})
                 .to_string()
                 .into_bytes()
         })
@@ -312,5 +336,7 @@ async fn main() -> anyhow::Result<()> {
         "ratio (syncs/s ÷ raw round trips/s; goal ≥ 0.8): {:.2}",
         ours_rate / raw_rate
     );
+    let _ = sandbox.kill();
+    let _ = sandbox.wait();
     Ok(())
 }
