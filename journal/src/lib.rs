@@ -594,6 +594,9 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
             return Err(damage.to_error());
         }
         let last = Self::check_tail(storage.as_ref(), writable)?;
+        // Compaction may have dropped every event: numbering goes on after the newest
+        // snapshot, which covers them.
+        let last = last.max(storage.snapshots()?.last().map_or(0, |(s, _)| *s));
         let (durable_tx, durable) = watch::channel(last);
         let health = Health::default();
         let (tx, committer) = if writable {
