@@ -780,6 +780,7 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
             journal: self,
             next: after + 1,
             durable: self.durable.clone(),
+            ahead: std::collections::VecDeque::new(),
         }
     }
 
@@ -1243,18 +1244,34 @@ pub struct Subscription<'a, E> {
     journal: &'a Journal<E>,
     next: u64,
     durable: watch::Receiver<u64>,
+    /// Records read ahead (up to the durable end), so a follower does not start a read of
+    /// the storage per record.
+    ahead: std::collections::VecDeque<Record<E>>,
 }
+
+/// Records a [`Subscription`] reads at a time.
+const FOLLOW_CHUNK: usize = 256;
 
 impl<E: Serialize + DeserializeOwned + Versioned> Subscription<'_, E> {
     /// The next record; waits for one to become durable.
     pub async fn next(&mut self) -> Result<Record<E>, JournalError> {
         loop {
-            if *self.durable.borrow_and_update() >= self.next
-                && let Some(r) = self.journal.read_from(self.next).next()
-            {
-                let r = r?;
-                self.next = r.seq + 1;
+            if let Some(r) = self.ahead.pop_front() {
                 return Ok(r);
+            }
+            let durable = *self.durable.borrow_and_update();
+            if durable >= self.next {
+                for r in self.journal.read_from(self.next).take(FOLLOW_CHUNK) {
+                    let r = r?;
+                    if r.seq > durable {
+                        break;
+                    }
+                    self.next = r.seq + 1;
+                    self.ahead.push_back(r);
+                }
+                if !self.ahead.is_empty() {
+                    continue;
+                }
             }
             self.durable
                 .changed()

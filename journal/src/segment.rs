@@ -35,7 +35,7 @@ const FRAME_HEADER: usize = 16;
 /// A larger length field is damage, not a record.
 const MAX_RECORD: u32 = 1 << 30;
 /// One index mark per this many frames of a segment.
-pub const MARK_EVERY: usize = 128;
+pub const MARK_EVERY: usize = 64;
 /// Bytes read at a time while scanning.
 const WINDOW: usize = 1 << 20;
 /// After compaction moved the low-water mark into the newest segment, the next append starts
@@ -163,6 +163,17 @@ fn frame_at(w: &mut Window, off: u64) -> std::io::Result<Frame<'_>> {
 fn resync(w: &mut Window, from: u64, after: Option<u64>) -> std::io::Result<Option<(u64, u64)>> {
     let mut off = from;
     while off + FRAME_HEADER as u64 <= w.len {
+        // Cheap test first: a plausible sequence number (damage rarely swallows a million
+        // records), so garbage lengths do not make every offset read megabytes.
+        if let (Some(a), Some(h)) = (after, w.get(off, FRAME_HEADER)?) {
+            let mut s = [0u8; 8];
+            s.copy_from_slice(&h[4..12]);
+            let seq = u64::from_le_bytes(s);
+            if seq <= a || seq - a > 1 << 20 {
+                off += 1;
+                continue;
+            }
+        }
         if let Frame::Good { seq, .. } = frame_at(w, off)?
             && after.is_none_or(|a| seq > a)
         {
@@ -1093,6 +1104,10 @@ impl Storage for SegmentStorage {
         // Back to what was durable, on a fresh handle: whatever a failed write or fsync left
         // behind is not trusted.
         let (path, durable) = (st.segments[i].path.clone(), st.segments[i].durable);
+        let on_disk = st.segments[i].file.metadata().map(|m| m.len()).ok();
+        if st.segments[i].len == durable && on_disk == Some(durable) {
+            return Ok(());
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
