@@ -1104,18 +1104,23 @@ impl Storage for SegmentStorage {
         // Back to what was durable, on a fresh handle: whatever a failed write or fsync left
         // behind is not trusted.
         let (path, durable) = (st.segments[i].path.clone(), st.segments[i].durable);
-        let on_disk = st.segments[i].file.metadata().map(|m| m.len()).ok();
-        if st.segments[i].len == durable && on_disk == Some(durable) {
-            return Ok(());
-        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
             .map_err(io_err(&path))?;
-        file.set_len(durable).map_err(io_err(&path))?;
-        self.rescan(&mut st, i, Arc::new(file))?;
-        tracing::info!(file = %path.display(), offset = durable, "journal segment reopened after a write error");
+        let on_disk = file.metadata().map(|m| m.len()).map_err(io_err(&path))?;
+        if st.segments[i].len == durable && on_disk == durable {
+            st.segments[i].file = Arc::new(file);
+        } else {
+            file.set_len(durable).map_err(io_err(&path))?;
+            self.rescan(&mut st, i, Arc::new(file))?;
+        }
+        tracing::info!(
+            file = %path.display(),
+            offset = durable,
+            "journal storage reopened after a write error (the newest segment ends at its last durable byte)"
+        );
         Ok(())
     }
 
