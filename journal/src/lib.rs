@@ -81,10 +81,10 @@ pub enum JournalError {
         /// What is wrong.
         reason: String,
     },
-    /// Bytes in one of the journal's files are not a valid record and valid records follow
-    /// them (damage, not a torn tail).
+    /// Bytes in one of the journal's files are not valid: in a segment, with valid records
+    /// after them (damage, not a torn tail), or a damaged snapshot or metadata file.
     #[error(
-        "{file}: damaged bytes at offset {offset} ({}: {reason}); valid records follow them, so this is not a torn tail; run `bosun journal repair` to drop the damaged bytes and keep the rest",
+        "{file}: damaged bytes at offset {offset} ({}: {reason}); not a torn tail, so nothing after them is dropped silently: `bosun journal repair` (with bosun stopped) drops them and keeps every valid record",
         describe_records(.records)
     )]
     Damaged {
