@@ -1,16 +1,19 @@
-//! Journal benchmark: durable append throughput and p99 latency with 1, 8 and 64
-//! concurrent appenders against raw sled inserts with the same flush policy, replay speed
-//! for a million events with and without a snapshot, and bytes on disk per event.
+//! Journal benchmark, for both storage backends (segment files, the default, and sled):
+//! durable append throughput and p99 latency with 1, 8 and 64 concurrent appenders against
+//! the raw limit of the same backend measured in the same run (segments: `write` +
+//! `fdatasync` of the same bytes per group; sled: inserts + one flush per group), replay
+//! speed for a million events with and without a snapshot, and bytes on disk per event.
 //!
 //! `cargo bench --bench journal`; `BENCH_EVENTS` (default 1,000,000) and `BENCH_APPENDS`
-//! (default 20,000) scale it down.
+//! (default 20,000) scale it down; `BENCH_BACKENDS` (default `segments,sled`) picks.
 
+use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bosun_addon::task::{AddonTask, HookRunParams};
 use bosun_addon::{Event, Position, Scope, State, TaskEvent, TaskId, TaskSpec, ValuesLayer};
-use bosun_journal::Journal;
+use bosun_journal::{Backend, Journal};
 use serde_json::json;
 
 fn env(name: &str, default: usize) -> usize {
@@ -60,20 +63,74 @@ fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
         .unwrap_or_default()
 }
 
-fn main() {
-    let appends = env("BENCH_APPENDS", 20_000);
-    let events = env("BENCH_EVENTS", 1_000_000) as u64;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+/// What one backend measured.
+#[derive(Default)]
+struct Figures {
+    appends: Vec<(usize, f64, f64)>,
+    open: Duration,
+    replay: Duration,
+    bytes_per_event: f64,
+}
+
+/// Raw limit for `per` groups of the payloads: the same bytes (with the framing the segment
+/// backend adds) written and fdatasync'd per group.
+fn raw_segments(payloads: &[Vec<u8>], rounds: usize) -> f64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut file = std::fs::File::create(dir.path().join("raw.log")).expect("file");
+    let mut group = Vec::new();
+    for p in payloads {
+        // frame header (16) + record header (16) + payload
+        group.extend_from_slice(&[0u8; 32]);
+        group.extend_from_slice(p);
+    }
+    let started = Instant::now();
+    for _ in 0..rounds {
+        file.write_all(&group).expect("write");
+        file.sync_data().expect("fdatasync");
+    }
+    (rounds * payloads.len()) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Raw sled: inserts and one flush per group.
+fn raw_sled(payloads: &[Vec<u8>], rounds: usize) -> f64 {
+    let raw_dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::Config::new()
+        .path(raw_dir.path())
+        .mode(sled::Mode::HighThroughput)
+        .open()
+        .expect("sled");
+    let tree = db.open_tree("events").expect("tree");
+    let started = Instant::now();
+    let mut seq = 0u64;
+    for _ in 0..rounds {
+        for p in payloads {
+            seq += 1;
+            tree.insert(seq.to_be_bytes(), p.as_slice())
+                .expect("insert");
+        }
+        db.flush().expect("flush");
+    }
+    (rounds * payloads.len()) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn bench_backend(
+    backend: Backend,
+    rt: &tokio::runtime::Runtime,
+    appends: usize,
+    events: u64,
+) -> Figures {
+    let mut figures = Figures::default();
+    let raw_name = match backend {
+        Backend::Segments => "raw write+fdatasync",
+        Backend::Sled => "raw sled insert+flush",
+    };
     println!(
-        "== durable appends ({appends} events) vs raw sled (insert + one flush per group of the same size)"
+        "== {backend:?}: durable appends ({appends} events) vs {raw_name} per group of the same size"
     );
     for concurrency in [1usize, 8, 64] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let journal: Arc<Journal<Event>> = Arc::new(Journal::open(dir.path()).expect("journal"));
+        let journal: Arc<Journal<Event>> =
+            Arc::new(Journal::open_with(dir.path(), backend).expect("journal"));
         let per = appends / concurrency;
         let started = Instant::now();
         let latencies: Vec<Duration> = rt.block_on(async {
@@ -100,56 +157,50 @@ fn main() {
         });
         let elapsed = started.elapsed();
         let journal_rate = (per * concurrency) as f64 / elapsed.as_secs_f64();
-
-        let raw_dir = tempfile::tempdir().expect("tempdir");
-        let db = sled::Config::new()
-            .path(raw_dir.path())
-            .mode(sled::Mode::HighThroughput)
-            .open()
-            .expect("sled");
-        let tree = db.open_tree("events").expect("tree");
         let payloads: Vec<Vec<u8>> = (0..concurrency as u64)
             .map(|i| serde_json::to_vec(&event(i)).unwrap_or_default())
             .collect();
-        let rounds = per;
-        let started = Instant::now();
-        let mut seq = 0u64;
-        for _ in 0..rounds {
-            for p in &payloads {
-                seq += 1;
-                tree.insert(seq.to_be_bytes(), p.as_slice())
-                    .expect("insert");
-            }
-            db.flush().expect("flush");
-        }
-        let raw_rate = (rounds * concurrency) as f64 / started.elapsed().as_secs_f64();
+        let raw_rate = match backend {
+            Backend::Segments => raw_segments(&payloads, per),
+            Backend::Sled => raw_sled(&payloads, per),
+        };
         println!(
-            "appenders {concurrency:>3}: journal {journal_rate:>9.0} events/s, raw sled {raw_rate:>9.0} events/s, ratio {:.2} (goal >= 0.80); append p50 {:?} p99 {:?}",
+            "appenders {concurrency:>3}: journal {journal_rate:>9.0} events/s, {raw_name} {raw_rate:>9.0} events/s, ratio {:.2} (goal >= 0.80); append p50 {:?} p99 {:?}",
             journal_rate / raw_rate,
             percentile(latencies.clone(), 0.5),
             percentile(latencies, 0.99)
         );
+        figures
+            .appends
+            .push((concurrency, journal_rate, journal_rate / raw_rate));
     }
 
-    println!("== replay of {events} events");
+    println!("== {backend:?}: replay of {events} events");
     let dir = tempfile::tempdir().expect("tempdir");
-    let journal: Journal<Event> = Journal::open(dir.path()).expect("journal");
     let mut serialized = 0usize;
-    rt.block_on(async {
-        let mut batch = Vec::with_capacity(10_000);
-        for i in 0..events {
-            let e = event(i);
-            serialized += serde_json::to_vec(&e).map(|v| v.len()).unwrap_or(0);
-            batch.push(e);
-            if batch.len() == 10_000 {
-                journal.append_batch(&batch).await.expect("append");
-                batch.clear();
+    {
+        let journal: Journal<Event> = Journal::open_with(dir.path(), backend).expect("journal");
+        rt.block_on(async {
+            let mut batch = Vec::with_capacity(10_000);
+            for i in 0..events {
+                let e = event(i);
+                serialized += serde_json::to_vec(&e).map(|v| v.len()).unwrap_or(0);
+                batch.push(e);
+                if batch.len() == 10_000 {
+                    journal.append_batch(&batch).await.expect("append");
+                    batch.clear();
+                }
             }
-        }
-        if !batch.is_empty() {
-            journal.append_batch(&batch).await.expect("append");
-        }
-    });
+            if !batch.is_empty() {
+                journal.append_batch(&batch).await.expect("append");
+            }
+        });
+    }
+    // What a start does: open (the segment backend scans and checks every frame) and replay.
+    let started = Instant::now();
+    let journal: Journal<Event> = Journal::open_with(dir.path(), backend).expect("journal");
+    figures.open = started.elapsed();
+    println!("open (index + tail check): {:?}", figures.open);
     let started = Instant::now();
     let scanned = journal.stats().map(|s| s.events).unwrap_or(0);
     println!(
@@ -164,6 +215,7 @@ fn main() {
         .replay::<State, _>(None, false, |s, r| s.apply(&r.event))
         .expect("replay");
     let full = started.elapsed();
+    figures.replay = full;
     println!(
         "full replay: {last} events in {full:?} = {:.0} events/s (goal: 1,000,000 in < 2 s); state folded {} events",
         last as f64 / full.as_secs_f64(),
@@ -187,11 +239,55 @@ fn main() {
         full.as_secs_f64() / snap_time.as_secs_f64()
     );
     let stats = journal.stats().expect("stats");
+    figures.bytes_per_event = stats.disk_bytes as f64 / events as f64;
     println!(
         "bytes per event: {:.0} on disk, {:.0} in records, {:.0} serialized (on-disk/serialized {:.2})",
-        stats.disk_bytes as f64 / events as f64,
+        figures.bytes_per_event,
         stats.record_bytes as f64 / events as f64,
         serialized as f64 / events as f64,
         stats.disk_bytes as f64 / serialized as f64
     );
+    figures
+}
+
+fn main() {
+    let appends = env("BENCH_APPENDS", 20_000);
+    let events = env("BENCH_EVENTS", 1_000_000) as u64;
+    let backends: Vec<Backend> = std::env::var("BENCH_BACKENDS")
+        .unwrap_or_else(|_| "segments,sled".into())
+        .split(',')
+        .filter_map(|b| b.parse().ok())
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let results: Vec<(Backend, Figures)> = backends
+        .iter()
+        .map(|b| (*b, bench_backend(*b, &rt, appends, events)))
+        .collect();
+    if let [(_, seg), (_, sled)] = results.as_slice() {
+        println!("== segments vs sled");
+        for ((c, s, sr), (_, l, lr)) in seg.appends.iter().zip(&sled.appends) {
+            println!(
+                "appenders {c:>3}: segments {s:>9.0} events/s ({sr:.2} of raw), sled {l:>9.0} events/s ({lr:.2} of raw): segments/sled {:.2}",
+                s / l
+            );
+        }
+        println!(
+            "open: segments {:?}, sled {:?}; full replay: segments {:?}, sled {:?} (sled/segments {:.2})",
+            seg.open,
+            sled.open,
+            seg.replay,
+            sled.replay,
+            sled.replay.as_secs_f64() / seg.replay.as_secs_f64()
+        );
+        println!(
+            "bytes on disk per event: segments {:.0}, sled {:.0} (sled/segments {:.2})",
+            seg.bytes_per_event,
+            sled.bytes_per_event,
+            sled.bytes_per_event / seg.bytes_per_event
+        );
+    }
 }

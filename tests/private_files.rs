@@ -137,7 +137,7 @@ fn run_with_the_sandbox_keeps_its_data_folder_private() {
     assert_private(&data.join("sandbox"));
     assert_eq!(mode(&data.join("kubeconfig")), 0o600);
     wait_for("the journal", Duration::from_secs(60), || {
-        data.join("journal").join("db").exists()
+        data.join("journal").join("segments").exists()
     });
     assert_eq!(mode(&data.join("journal")), 0o700);
 }

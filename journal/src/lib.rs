@@ -6,13 +6,20 @@
 //!   replay(fold)   ──► latest snapshot ≤ target  +  events after it, checksums verified
 //! ```
 //!
-//! Record layout (value of key = big-endian seq): `crc32 | time_ms u64 | version u32 |
-//! payload (JSON)`, all little-endian; the checksum covers the key and everything after
+//! Record layout (stored under its big-endian seq): `crc32 | time_ms u64 | version u32 |
+//! payload (JSON)`, all little-endian; the checksum covers the seq and everything after
 //! the checksum. A torn or corrupt record at the tail is truncated on open (with a
 //! warning); a corrupt record followed by good ones is refused, naming its sequence, until
 //! [`repair`] drops it.
+//!
+//! Storage ([`Storage`]): append-only segment files ([`SegmentStorage`], the default for new
+//! journals; frames with their own checksums, so damage to the files themselves is found
+//! and named by file and offset) or sled ([`SledStorage`], journals written before).
+//! [`Backend::found_in`] tells them apart by their files; `BOSUN_JOURNAL_BACKEND` picks the
+//! backend of a new journal.
 
 mod private;
+mod segment;
 mod storage;
 
 use std::marker::PhantomData;
@@ -25,7 +32,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
-pub use storage::{SledStorage, Storage};
+pub use segment::{SegmentOptions, SegmentStorage};
+pub use storage::{Damage, SledStorage, Storage};
 
 const FORMAT: &[u8] = b"bosun-journal/1";
 const HEADER: usize = 4 + 8 + 4;
@@ -73,6 +81,28 @@ pub enum JournalError {
         /// What is wrong.
         reason: String,
     },
+    /// Bytes in one of the journal's files are not valid: in a segment, with valid records
+    /// after them (damage, not a torn tail), or a damaged snapshot or metadata file.
+    #[error(
+        "{file}: damaged bytes at offset {offset} ({}: {reason}); not a torn tail, so nothing after them is dropped silently: `bosun journal repair` (with bosun stopped) drops them and keeps every valid record",
+        describe_records(.records)
+    )]
+    Damaged {
+        /// The file.
+        file: PathBuf,
+        /// Where the damaged bytes start.
+        offset: u64,
+        /// Sequence numbers of the records lost there `(first, last)`, where known.
+        records: Option<(u64, u64)>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `BOSUN_JOURNAL_BACKEND` names no backend.
+    #[error("BOSUN_JOURNAL_BACKEND={value:?}: unknown journal backend (use `segments` or `sled`)")]
+    UnknownBackend {
+        /// The value given.
+        value: String,
+    },
     /// A record's event version is newer than this program understands.
     #[error(
         "journal record {seq} has event version {version}; this bosun reads versions up to {supported}"
@@ -112,6 +142,60 @@ pub enum JournalError {
         /// Cause.
         source: std::io::Error,
     },
+}
+
+/// "record 5", "records 5 to 9", or that they are unknown.
+fn describe_records(records: &Option<(u64, u64)>) -> String {
+    match records {
+        Some((a, b)) if a == b => format!("record {a}"),
+        Some((a, b)) => format!("records {a} to {b}"),
+        None => "records unknown".into(),
+    }
+}
+
+/// A journal's storage backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Append-only segment files ([`SegmentStorage`]); the default for new journals.
+    Segments,
+    /// sled 0.34 ([`SledStorage`]); journals written before the segment files.
+    Sled,
+}
+
+impl Backend {
+    /// The backend for a new journal: `BOSUN_JOURNAL_BACKEND` (`segments` or `sled`), or
+    /// segments.
+    pub fn for_new_journals() -> Result<Backend, JournalError> {
+        match std::env::var("BOSUN_JOURNAL_BACKEND") {
+            Err(_) => Ok(Backend::Segments),
+            Ok(v) => v.parse(),
+        }
+    }
+
+    /// The backend whose files `dir` holds (`segments/` or sled's `db`), if any.
+    pub fn found_in(dir: &Path) -> Option<Backend> {
+        if SegmentStorage::is_in(dir) {
+            Some(Backend::Segments)
+        } else if dir.join("db").exists() || dir.join("conf").exists() {
+            Some(Backend::Sled)
+        } else {
+            None
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = JournalError;
+
+    fn from_str(s: &str) -> Result<Backend, JournalError> {
+        match s.trim() {
+            "segments" | "" => Ok(Backend::Segments),
+            "sled" => Ok(Backend::Sled),
+            other => Err(JournalError::UnknownBackend {
+                value: other.to_string(),
+            }),
+        }
+    }
 }
 
 /// An event type the journal stores, with its encoding version and upgrades from older
@@ -366,16 +450,17 @@ fn check_directory(dir: &Path, create: bool) -> Result<(), JournalError> {
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().to_string())
         .collect();
-    // sled's own files, and the journals of other subsystems in their own folders
+    // The backends' own files, and the journals of other subsystems in their own folders
     // (`lambda/`); anything else means this is somebody else's directory.
-    let sled_files = |n: &String| {
-        n == "db"
-            || n == "conf"
-            || n == "blobs"
-            || n.starts_with("snap.")
-            || SUBSYSTEM_DIRS.contains(&n.as_str())
+    let journal_files = |n: &String| {
+        let sled = n == "db" || n == "conf" || n == "blobs" || n.starts_with("snap.");
+        let segments = matches!(
+            n.as_str(),
+            "segments" | "snapshots" | "meta" | "lock" | "low-water" | "low-water.tmp"
+        );
+        sled || segments || SUBSYSTEM_DIRS.contains(&n.as_str())
     };
-    if !names.is_empty() && !names.iter().all(sled_files) {
+    if !names.is_empty() && !names.iter().all(journal_files) {
         return Err(JournalError::NotAJournal {
             path: dir.to_path_buf(),
         });
@@ -387,8 +472,51 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
     /// Opens a journal for writing, creating the directory if needed. The tail is checked:
     /// a torn or corrupt tail is truncated with a warning; corruption followed by valid
     /// records is refused with [`JournalError::Corrupt`].
+    ///
+    /// An existing journal opens with the backend it holds; a new one gets
+    /// [`Backend::for_new_journals`].
     pub fn open(dir: &Path) -> Result<Journal<E>, JournalError> {
+        let wanted = Backend::for_new_journals()?;
+        let backend = match Backend::found_in(dir) {
+            Some(found) => {
+                if found != wanted && std::env::var_os("BOSUN_JOURNAL_BACKEND").is_some() {
+                    tracing::warn!(
+                        journal = %dir.display(),
+                        "BOSUN_JOURNAL_BACKEND asks for {wanted:?} but this journal holds {found:?}; opening it as {found:?} (the setting applies to new journals)"
+                    );
+                }
+                found
+            }
+            None => wanted,
+        };
+        Self::open_storage(dir, backend, SegmentOptions::default())
+    }
+
+    /// Opens (creating if needed) a journal with a given backend; refuses a journal that
+    /// holds the other one.
+    pub fn open_with(dir: &Path, backend: Backend) -> Result<Journal<E>, JournalError> {
+        Self::open_storage(dir, backend, SegmentOptions::default())
+    }
+
+    /// Opens (creating if needed) a segment journal with other segment settings.
+    pub fn open_segments(dir: &Path, options: SegmentOptions) -> Result<Journal<E>, JournalError> {
+        Self::open_storage(dir, Backend::Segments, options)
+    }
+
+    fn open_storage(
+        dir: &Path,
+        backend: Backend,
+        options: SegmentOptions,
+    ) -> Result<Journal<E>, JournalError> {
         check_directory(dir, true)?;
+        if let Some(found) = Backend::found_in(dir)
+            && found != backend
+        {
+            return Err(JournalError::Storage {
+                path: dir.to_path_buf(),
+                message: format!("this journal is stored with {found:?}, not {backend:?}"),
+            });
+        }
         let tighten = || {
             let mut changed = Vec::new();
             private::tighten(dir, &mut changed).map_err(|source| JournalError::Io {
@@ -399,7 +527,10 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         };
         // A journal written by an older bosun was readable by other users.
         private::log_tightened(dir, &tighten()?);
-        let storage: Arc<dyn Storage> = Arc::new(SledStorage::open_for_writing(dir)?);
+        let storage: Arc<dyn Storage> = match backend {
+            Backend::Segments => Arc::new(SegmentStorage::open_for_writing(dir, options)?),
+            Backend::Sled => Arc::new(SledStorage::open_for_writing(dir)?),
+        };
         // The files sled has just created follow the umask.
         tighten()?;
         Self::with_storage(storage, dir, true, None)
@@ -409,6 +540,12 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
     /// a private copy.
     pub fn open_read_only(dir: &Path) -> Result<Journal<E>, JournalError> {
         check_directory(dir, false)?;
+        if Backend::found_in(dir) == Some(Backend::Segments) {
+            // Read in place: the files are only appended to, and the segments this reader
+            // holds open stay readable even if compaction deletes them.
+            let storage = Arc::new(SegmentStorage::open_read_only(dir)?);
+            return Self::with_storage(storage, dir, false, None);
+        }
         match SledStorage::open(dir) {
             Ok(s) => Self::with_storage(Arc::new(s), dir, false, None),
             Err(JournalError::Locked { .. }) => {
@@ -461,7 +598,14 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
                 }
             }
         }
+        // Damage in the files themselves: a writer must not append after lost records.
+        if writable && let Some(damage) = storage.damage().first() {
+            return Err(damage.to_error());
+        }
         let last = Self::check_tail(storage.as_ref(), writable)?;
+        // Compaction may have dropped every event: numbering goes on after the newest
+        // snapshot, which covers them.
+        let last = last.max(storage.snapshots()?.last().map_or(0, |(s, _)| *s));
         let (durable_tx, durable) = watch::channel(last);
         let health = Health::default();
         let (tx, committer) = if writable {
@@ -505,8 +649,11 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
                 Err(_) => bad.push(*seq),
             }
         }
-        if let Some(good) = last_good {
-            // Anything bad before the last good record in the checked window is mid-log.
+        if let Some(good) = last_good
+            && writable
+        {
+            // Anything bad before the last good record in the checked window is mid-log
+            // (a reader meets it as an error when it gets there; `verify` lists it).
             for (seq, bytes) in tail.iter().filter(|(s, _)| *s < good) {
                 if let Err(JournalError::Corrupt { reason, .. }) = raw_record(*seq, bytes) {
                     return Err(JournalError::Corrupt { seq: *seq, reason });
@@ -642,6 +789,7 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
             journal: self,
             next: after + 1,
             durable: self.durable.clone(),
+            ahead: std::collections::VecDeque::new(),
         }
     }
 
@@ -852,7 +1000,30 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         let mut report = VerifyReport::default();
         let mut prev: Option<u64> = None;
         for r in self.storage.events_from(0) {
-            let (seq, bytes) = r?;
+            let (seq, bytes) = match r {
+                Err(JournalError::Damaged {
+                    file,
+                    offset,
+                    records,
+                    reason,
+                }) => {
+                    let seq = records.map(|(a, _)| a).or(prev.map(|p| p + 1)).unwrap_or(0);
+                    report.corrupt.push((
+                        seq,
+                        format!(
+                            "damaged bytes at offset {offset} of {} ({}: {reason})",
+                            file.display(),
+                            describe_records(&records)
+                        ),
+                    ));
+                    // The records lost there are reported here, not again as a gap.
+                    if let Some((_, last)) = records {
+                        prev = Some(last);
+                    }
+                    continue;
+                }
+                other => other?,
+            };
             report.checked += 1;
             if let Err(JournalError::Corrupt { reason, .. }) = raw_record(seq, &bytes) {
                 report.corrupt.push((seq, reason));
@@ -863,6 +1034,22 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
                 report.gaps.push((p, seq));
             }
             prev = Some(seq);
+        }
+        for (seq, problem) in self.storage.snapshot_problems()? {
+            report.corrupt.push((
+                seq,
+                format!("{problem}; replay uses an older snapshot or the events"),
+            ));
+        }
+        for (seq, bytes) in self.storage.snapshots()? {
+            if let Err(reason) = decode(seq, &bytes) {
+                report.corrupt.push((
+                    seq,
+                    format!(
+                        "snapshot {seq}: {reason}; replay uses an older snapshot or the events"
+                    ),
+                ));
+            }
         }
         Ok(report)
     }
@@ -1066,18 +1253,34 @@ pub struct Subscription<'a, E> {
     journal: &'a Journal<E>,
     next: u64,
     durable: watch::Receiver<u64>,
+    /// Records read ahead (up to the durable end), so a follower does not start a read of
+    /// the storage per record.
+    ahead: std::collections::VecDeque<Record<E>>,
 }
+
+/// Records a [`Subscription`] reads at a time.
+const FOLLOW_CHUNK: usize = 256;
 
 impl<E: Serialize + DeserializeOwned + Versioned> Subscription<'_, E> {
     /// The next record; waits for one to become durable.
     pub async fn next(&mut self) -> Result<Record<E>, JournalError> {
         loop {
-            if *self.durable.borrow_and_update() >= self.next
-                && let Some(r) = self.journal.read_from(self.next).next()
-            {
-                let r = r?;
-                self.next = r.seq + 1;
+            if let Some(r) = self.ahead.pop_front() {
                 return Ok(r);
+            }
+            let durable = *self.durable.borrow_and_update();
+            if durable >= self.next {
+                for r in self.journal.read_from(self.next).take(FOLLOW_CHUNK) {
+                    let r = r?;
+                    if r.seq > durable {
+                        break;
+                    }
+                    self.next = r.seq + 1;
+                    self.ahead.push_back(r);
+                }
+                if !self.ahead.is_empty() {
+                    continue;
+                }
             }
             self.durable
                 .changed()
@@ -1088,8 +1291,15 @@ impl<E: Serialize + DeserializeOwned + Versioned> Subscription<'_, E> {
 }
 
 /// Drops corrupt records so the journal opens again; returns the sequences dropped.
+///
+/// On segment files this also drops damaged bytes in the files themselves (keeping every
+/// valid record after them, each drop logged with its file and offset) and unreadable
+/// snapshot files, and rewrites a damaged format marker. Stop bosun first.
 pub fn repair(dir: &Path) -> Result<Vec<u64>, JournalError> {
     check_directory(dir, false)?;
+    if Backend::found_in(dir) == Some(Backend::Segments) {
+        return repair_segments(dir);
+    }
     let storage = SledStorage::open(dir)?;
     let mut dropped = Vec::new();
     for r in storage.events_from(0) {
@@ -1102,6 +1312,48 @@ pub fn repair(dir: &Path) -> Result<Vec<u64>, JournalError> {
         storage.remove_events(*seq, *seq)?;
     }
     storage.flush()?;
+    Ok(dropped)
+}
+
+fn repair_segments(dir: &Path) -> Result<Vec<u64>, JournalError> {
+    let storage = SegmentStorage::open_for_writing(dir, SegmentOptions::default())?;
+    let mut dropped = Vec::new();
+    for d in storage.repair_damage()? {
+        tracing::warn!(
+            file = %d.file.display(),
+            offset = d.offset,
+            "dropped damaged bytes {}..{} ({}: {})",
+            d.offset,
+            d.end,
+            describe_records(&d.records),
+            d.reason
+        );
+        if let Some((a, b)) = d.records {
+            dropped.extend(a..=b);
+        }
+    }
+    let mut bad = Vec::new();
+    for r in storage.events_from(0) {
+        let (seq, bytes) = r?;
+        if raw_record(seq, &bytes).is_err() {
+            bad.push(seq);
+        }
+    }
+    for seq in &bad {
+        storage.remove_events(*seq, *seq)?;
+    }
+    dropped.extend(bad);
+    for (seq, problem) in storage.snapshot_problems()? {
+        tracing::warn!("dropped snapshot {seq}: {problem}");
+        storage.remove_snapshot(seq)?;
+    }
+    if let Err(e @ JournalError::Damaged { .. }) = storage.meta("format") {
+        tracing::warn!("rewrote the journal's format marker: {e}");
+        storage.set_meta("format", FORMAT)?;
+    }
+    storage.flush()?;
+    dropped.sort_unstable();
+    dropped.dedup();
     Ok(dropped)
 }
 

@@ -1,6 +1,8 @@
 //! Where records live. The journal talks to storage through [`Storage`] only, so the
-//! backend can change; [`SledStorage`] is the default (sled 0.34: durable only after an
-//! explicit flush, which the journal's group commit does before acknowledging).
+//! backend can change: [`crate::SegmentStorage`] (append-only files bosun owns, the
+//! default for new journals) or [`SledStorage`] (sled 0.34: durable only after an explicit
+//! flush, which the journal's group commit does before acknowledging; journals written
+//! before the segment files keep it).
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +10,35 @@ use crate::JournalError;
 
 /// Stored records in sequence order.
 pub type RecordIter<'a> = Box<dyn Iterator<Item = Result<(u64, Vec<u8>), JournalError>> + 'a>;
+
+/// Bytes in a backend's file that are not a valid record, with valid records after them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The file.
+    pub file: PathBuf,
+    /// Where the damaged bytes start.
+    pub offset: u64,
+    /// Where the next valid record starts (or the file ends).
+    pub end: u64,
+    /// Sequence numbers of the records lost in it `(first, last)`, where known.
+    pub records: Option<(u64, u64)>,
+    /// What is wrong with the first damaged byte range.
+    pub reason: String,
+    /// The sequence of the first valid record after it.
+    pub(crate) next_seq: Option<u64>,
+}
+
+impl Damage {
+    /// The error a reader gets when it reaches this damage.
+    pub fn to_error(&self) -> JournalError {
+        JournalError::Damaged {
+            file: self.file.clone(),
+            offset: self.offset,
+            records: self.records,
+            reason: self.reason.clone(),
+        }
+    }
+}
 
 /// A key/value backend for events, snapshots and metadata, ordered by sequence number.
 pub trait Storage: Send + Sync + 'static {
@@ -40,6 +71,21 @@ pub trait Storage: Send + Sync + 'static {
     /// unflushed survives; the journal acknowledged none of it.
     fn recover(&self) -> Result<(), JournalError> {
         Ok(())
+    }
+    /// Damage found in the backend's own files when it was opened (readers get it as an
+    /// error when they reach it).
+    fn damage(&self) -> Vec<Damage> {
+        Vec::new()
+    }
+    /// Snapshots stored but unreadable, `(seq, what is wrong)`; [`Storage::snapshots`]
+    /// leaves them out.
+    fn snapshot_problems(&self) -> Result<Vec<(u64, String)>, JournalError> {
+        Ok(Vec::new())
+    }
+    /// Drops every damaged byte range, keeping the valid records around it; returns what
+    /// was dropped.
+    fn repair_damage(&self) -> Result<Vec<Damage>, JournalError> {
+        Ok(Vec::new())
     }
 }
 

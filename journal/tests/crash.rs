@@ -1,5 +1,5 @@
-//! Crash safety with real processes and real files: `kill -9` during appends, torn tails,
-//! mid-log corruption and bit flips in sled's files.
+//! Crash safety with real processes and real files: `kill -9` during appends (both
+//! backends), torn tails, mid-log corruption and bit flips in sled's files.
 //!
 //! Child roles run in a re-executed copy of this test binary, selected by environment
 //! variables, so the crash is a real process death.
@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bosun_journal::{Journal, JournalError, Versioned};
+use bosun_journal::{Backend, Journal, JournalError, Versioned};
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -85,6 +85,15 @@ fn appender(dir: &str, round: &str) {
 
 #[test]
 fn acknowledged_events_survive_kill_9() {
+    kill_9_rounds("acknowledged_events_survive_kill_9", "segments");
+}
+
+#[test]
+fn acknowledged_events_survive_kill_9_on_sled() {
+    kill_9_rounds("acknowledged_events_survive_kill_9_on_sled", "sled");
+}
+
+fn kill_9_rounds(test: &str, backend: &str) {
     if let (Ok(dir), Ok(round)) = (
         std::env::var("CRASH_CHILD_DIR"),
         std::env::var("CRASH_CHILD_ROUND"),
@@ -102,10 +111,11 @@ fn acknowledged_events_survive_kill_9() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for round in 0..rounds {
         let mut proc = child(
-            "acknowledged_events_survive_kill_9",
+            test,
             &[
                 ("CRASH_CHILD_DIR", dir.path().display().to_string()),
                 ("CRASH_CHILD_ROUND", round.to_string()),
+                ("BOSUN_JOURNAL_BACKEND", backend.to_string()),
             ],
         )
         .spawn()
@@ -185,6 +195,11 @@ fn acknowledged_events_survive_kill_9() {
         }
         journal.close();
     }
+    assert_eq!(
+        Backend::found_in(dir.path()),
+        backend.parse().ok(),
+        "the journal was written with the backend asked for"
+    );
     assert!(
         acked.len() as u64 >= rounds,
         "every round acknowledged something"
@@ -192,12 +207,16 @@ fn acknowledged_events_survive_kill_9() {
 }
 
 fn fill(dir: &Path, n: u64) {
+    fill_with(dir, n, Backend::Segments);
+}
+
+fn fill_with(dir: &Path, n: u64, backend: Backend) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let j: Journal<Ev> = Journal::open(dir).expect("open");
+        let j: Journal<Ev> = Journal::open_with(dir, backend).expect("open");
         for i in 1..=n {
             j.append(&Ev(format!("e{i}"))).await.expect("append");
         }
@@ -292,7 +311,7 @@ fn bit_flips_in_sled_files_never_yield_wrong_data() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     for round in 0..12 {
         let dir = tempfile::tempdir().expect("tempdir");
-        fill(dir.path(), 200);
+        fill_with(dir.path(), 200, Backend::Sled);
         let db = dir.path().join("db");
         let mut bytes = std::fs::read(&db).expect("read db");
         for _ in 0..4 {
