@@ -14,7 +14,7 @@
 //!   apply.rs     the 3-way merge and ApplyUpdate (pure)
 //!   claim.rs     ControllerRef claim rules (pure)
 //!   rollout.rs   rolling updates through ControllerRevisions (pure planning)
-//!   rolling.rs   the rolling-update sync: revisions claimed, one hook call each, persisted
+//!   composite/rolling.rs  the rolling-update sync: revisions claimed, one hook call each, persisted
 //! ```
 //!
 //! The crate does no IO: the cluster and the webhooks are ports (`ports.rs`) implemented
@@ -32,7 +32,6 @@ pub mod ports;
 pub mod protocol;
 pub mod registry;
 pub mod related;
-pub mod rolling;
 pub mod rollout;
 pub mod selector;
 pub mod types;

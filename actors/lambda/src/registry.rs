@@ -430,7 +430,8 @@ impl Worker {
                     strategy: self.settings.strategy,
                     revisions,
                 };
-                if let Some(refusal) = crate::rolling::cluster_scoped_refusal(&composite) {
+                if let Some(refusal) = crate::composite::rolling::cluster_scoped_refusal(&composite)
+                {
                     return Err(Build::Refused(format!(
                         "CompositeController {}: {refusal}",
                         composite.name

@@ -27,9 +27,9 @@ use std::collections::BTreeMap;
 use futures::future::try_join_all;
 use serde_json::Value;
 
+use super::{BoundHook, Composite, SyncError, digest, has_finalizer, is_deleting};
 use crate::children;
 use crate::claim::{self, Claim, Owner};
-use crate::composite::{BoundHook, Composite, SyncError, digest, has_finalizer, is_deleting};
 use crate::keys::{GroupMap, key_of, name_of, namespace_of, uid_of};
 use crate::ports::{Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{CompositeResponse, composite_request, decode_composite};

@@ -7,6 +7,8 @@
 //!    ─► desired children checked against the selector ─► ManageChildren ─► status
 //! ```
 
+pub mod rolling;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -318,9 +320,9 @@ impl Composite {
             (_, _, Some(s)) => (HookType::Sync, s),
             _ => return Err(SyncError::Failed("sync hook nil//not defined".into())),
         };
-        let (response, answer_digest, warnings) = if crate::rolling::uses_rollout(self, &parent) {
+        let (response, answer_digest, warnings) = if rolling::uses_rollout(self, &parent) {
             // Rolling updates: one hook call per parent revision, revisions persisted.
-            let rolled = crate::rolling::sync_revisions(
+            let rolled = rolling::sync_revisions(
                 self, cluster, &parent, &selector, &observed, hook_type, bound, finalizing,
             )
             .await?;
