@@ -301,6 +301,10 @@ async fn write_status(
     new: &Status,
     retry: Option<Duration>,
 ) -> Result<DeployItem, ReconcileError> {
+    if old == new {
+        // Nothing new: no write, so no watch event that would wake this item again.
+        return Ok(item.clone());
+    }
     let mut events = Vec::new();
     if let Some(to) = new.phase
         && (old.phase != new.phase || new.last_reconcile_time != old.last_reconcile_time)
@@ -547,7 +551,7 @@ async fn run_reconcile(
         status.provider_status = Some(ps);
     }
     if !outcome.conditions.is_empty() {
-        status.conditions = outcome.conditions;
+        status.conditions = crate::status::merge_conditions(&status.conditions, outcome.conditions);
     }
     if let Some(export) = &outcome.export {
         match s
@@ -566,6 +570,16 @@ async fn run_reconcile(
                 return finish_step(s, &item, status, false, Some(e), remaining, now).await;
             }
         }
+    }
+    if outcome.phase == Phase::Failed {
+        // A type that gives up without an error still leaves a reason on the item.
+        let e = DeployError::new(
+            "Reconcile",
+            "Failed",
+            format!("the {} deployer reported phase Failed", ty.name()),
+            &[],
+        );
+        crate::status::record_error(&mut status, &e, now);
     }
     set_phase(&mut status, outcome.phase, now);
     finish_step(s, &item, status, false, None, remaining, now).await

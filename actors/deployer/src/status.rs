@@ -168,6 +168,32 @@ pub fn handle_error(
     }
 }
 
+/// The new conditions, each keeping the times of the old one of its type when its
+/// status, reason and message did not change (so an unchanged condition is no write).
+pub fn merge_conditions(
+    old: &[serde_json::Value],
+    new: Vec<serde_json::Value>,
+) -> Vec<serde_json::Value> {
+    new.into_iter()
+        .map(|mut c| {
+            let same = old.iter().find(|o| {
+                o["type"] == c["type"]
+                    && o["status"] == c["status"]
+                    && o["reason"] == c["reason"]
+                    && o["message"] == c["message"]
+            });
+            if let (Some(o), Some(map)) = (same, c.as_object_mut()) {
+                for k in ["lastTransitionTime", "lastUpdateTime"] {
+                    if let Some(t) = o.get(k) {
+                        map.insert(k.to_string(), t.clone());
+                    }
+                }
+            }
+            c
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -266,6 +292,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn unchanged_conditions_keep_their_times() {
+        use serde_json::json;
+        let old = vec![
+            json!({"type": "V", "status": "True", "reason": "R", "message": "m", "lastTransitionTime": "t0", "lastUpdateTime": "t0"}),
+        ];
+        let same = merge_conditions(
+            &old,
+            vec![
+                json!({"type": "V", "status": "True", "reason": "R", "message": "m", "lastTransitionTime": "t1", "lastUpdateTime": "t1"}),
+            ],
+        );
+        assert_eq!(same, old);
+        let changed = merge_conditions(
+            &old,
+            vec![
+                json!({"type": "V", "status": "False", "reason": "R", "message": "m", "lastTransitionTime": "t1", "lastUpdateTime": "t1"}),
+            ],
+        );
+        assert_eq!(changed[0]["lastTransitionTime"], "t1");
     }
 
     #[test]

@@ -1,0 +1,421 @@
+//! The DeployItem deployer end to end: a real sandbox API server, `bosun run` with the
+//! modules off, and mock DeployItems (`landscaper.gardener.cloud/mock`) walked through
+//! the deployer contract of seed 002.
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use bosun_deployer::events::DeployerEvent;
+use bosun_deployer::item::Phase;
+use common::{Operator, Sandbox, wait_for, workdir};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+const ITEMS: &str = "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/deployitems";
+const TARGETS: &str = "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/targets";
+const MOCK: &str = "landscaper.gardener.cloud/mock";
+
+/// Starts bosun with the modules switched off.
+fn bosun(sb: &Sandbox, work: &std::path::Path, extra: &[(&str, &str)]) -> Operator {
+    let mut env = vec![("BOSUN_MODULES", "false"), ("BOSUN_LAMBDA", "false")];
+    env.extend_from_slice(extra);
+    let op = Operator::start_with(sb, &work.join("global-hooks"), work, &env);
+    op.wait("the DeployItem CRD served", WAIT, || sb.get(ITEMS).0 == 200);
+    op
+}
+
+fn mock_config(extra: Value) -> Value {
+    let mut c = json!({"apiVersion": "mock.deployer.landscaper.gardener.cloud/v1alpha1", "kind": "ProviderConfiguration"});
+    if let (Some(c), Value::Object(extra)) = (c.as_object_mut(), extra) {
+        c.extend(extra);
+    }
+    c
+}
+
+fn create_item(sb: &Sandbox, name: &str, spec: Value) -> Value {
+    let body = json!({
+        "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    });
+    let (code, answer) = sb.post(ITEMS, &body);
+    assert!(
+        code == 201 || code == 200,
+        "POST DeployItem {name}: {code} {answer}"
+    );
+    answer
+}
+
+fn item(sb: &Sandbox, name: &str) -> Option<Value> {
+    let (code, v) = sb.get(&format!("{ITEMS}/{name}"));
+    (code == 200).then_some(v)
+}
+
+fn phase(sb: &Sandbox, name: &str) -> Option<String> {
+    item(sb, name).and_then(|i| i["status"]["phase"].as_str().map(String::from))
+}
+
+fn wait_phase(op: &Operator, sb: &Sandbox, name: &str, want: &str) -> Value {
+    op.wait(&format!("DeployItem {name} in phase {want}"), WAIT, || {
+        phase(sb, name).as_deref() == Some(want)
+    });
+    item(sb, name).expect("item")
+}
+
+/// Edits the item's metadata with a read-modify-write, retried on conflicts.
+fn edit_item(sb: &Sandbox, name: &str, edit: impl Fn(&mut Value)) {
+    wait_for(&format!("an update of DeployItem {name}"), WAIT, || {
+        let Some(mut o) = item(sb, name) else {
+            return false;
+        };
+        edit(&mut o);
+        let (code, answer) = sb.put(&format!("{ITEMS}/{name}"), &o);
+        assert!(
+            code == 200 || code == 409,
+            "PUT DeployItem {name}: {code} {answer}"
+        );
+        code == 200
+    });
+}
+
+/// The deployer's journal: each item's phase changes, errors and finalizations.
+fn journal(work: &std::path::Path) -> Vec<DeployerEvent> {
+    let Ok(j) = bosun_journal::Journal::<DeployerEvent>::open_read_only(
+        &work.join("journal").join("deployer"),
+    ) else {
+        return Vec::new();
+    };
+    j.read_from(1)
+        .filter_map(Result::ok)
+        .map(|r| r.event)
+        .collect()
+}
+
+fn phases_of(events: &[DeployerEvent], name: &str) -> Vec<Phase> {
+    let id = format!("deployitem/default/{name}");
+    events
+        .iter()
+        .filter_map(|e| match e {
+            DeployerEvent::DeployItemPhase { item, to, .. } if *item == id => Some(*to),
+            _ => None,
+        })
+        .collect()
+}
+
+fn secret_config(sb: &Sandbox, name: &str) -> Option<Value> {
+    let (code, s) = sb.get(&format!("/api/v1/namespaces/default/secrets/{name}"));
+    if code != 200 {
+        return None;
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(s["data"]["config"].as_str().unwrap_or_default())
+        .expect("base64");
+    serde_json::from_slice(&raw).ok()
+}
+
+#[test]
+fn a_mock_item_succeeds_with_its_exports_and_runs_again_on_reconcile() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = bosun(
+        &sb,
+        work.path(),
+        &[("BOSUN_DEPLOYER_IDENTITY", "bosun-test")],
+    );
+    // An item of another type, created first: it must never be touched.
+    let helm = create_item(
+        &sb,
+        "helm-item",
+        json!({"type": "landscaper.gardener.cloud/helm", "config": {"apiVersion": "helm.deployer.landscaper.gardener.cloud/v1alpha1", "kind": "ProviderConfiguration"}}),
+    );
+    create_item(
+        &sb,
+        "mock-item",
+        json!({"type": MOCK, "config": mock_config(json!({
+            "providerStatus": {"apiVersion": "mock.deployer.landscaper.gardener.cloud/v1alpha1", "kind": "ProviderStatus", "key1": "val1"},
+            "export": {"key2": "val2"},
+        }))}),
+    );
+    let done = wait_phase(&op, &sb, "mock-item", "Succeeded");
+    let status = &done["status"];
+    assert_eq!(status["observedGeneration"], done["metadata"]["generation"]);
+    assert_eq!(status["providerStatus"]["key1"], "val1", "{status}");
+    assert_eq!(status["deployer"]["identity"], "bosun-test");
+    assert_eq!(status["deployer"]["name"], "bosun");
+    assert!(status["lastReconcileTime"].is_string(), "{status}");
+    assert!(status["lastError"].is_null(), "{status}");
+    assert_eq!(
+        done["metadata"]["finalizers"],
+        json!(["finalizer.landscaper.gardener.cloud"])
+    );
+    let export = status["exportRef"]["name"]
+        .as_str()
+        .expect("exportRef")
+        .to_string();
+    assert!(export.starts_with("mock-export-"), "{export}");
+    assert_eq!(secret_config(&sb, &export), Some(json!({"key2": "val2"})));
+    op.wait("the journal's phase history", WAIT, || {
+        phases_of(&journal(work.path()), "mock-item")
+            == vec![Phase::Init, Phase::Progressing, Phase::Succeeded]
+    });
+
+    // operation: reconcile runs it again and is removed.
+    edit_item(&sb, "mock-item", |o| {
+        o["metadata"]["annotations"] = json!({"landscaper.gardener.cloud/operation": "reconcile"});
+    });
+    op.wait("a second run after operation: reconcile", WAIT, || {
+        let phases = phases_of(&journal(work.path()), "mock-item");
+        phases.len() == 6 && phases[3..] == [Phase::Init, Phase::Progressing, Phase::Succeeded]
+    });
+    let again = item(&sb, "mock-item").expect("item");
+    assert!(
+        again["metadata"]["annotations"]["landscaper.gardener.cloud/operation"].is_null(),
+        "{}",
+        again["metadata"]
+    );
+    assert_eq!(again["status"]["phase"], "Succeeded");
+    assert_eq!(
+        again["status"]["exportRef"]["name"],
+        export.as_str(),
+        "the export Secret is reused"
+    );
+
+    // The other type's item: no status, no finalizer, never written.
+    let other = item(&sb, "helm-item").expect("helm item");
+    assert!(other["status"].is_null(), "{other}");
+    assert!(other["metadata"]["finalizers"].is_null(), "{other}");
+    assert_eq!(
+        other["metadata"]["resourceVersion"],
+        helm["metadata"]["resourceVersion"]
+    );
+
+    // /actors shows the deployer's queue and the last run of each item.
+    let socket = work.path().join("debug.socket");
+    let text = common::run_ok(&mut common::debug_cli(&socket, &["raw", "/actors.json"]));
+    let actors: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(actors["deployer"]["types"], json!([MOCK]), "{actors}");
+    assert_eq!(
+        actors["deployer"]["items"]["default/mock-item"]["phase"], "Succeeded",
+        "{actors}"
+    );
+}
+
+#[test]
+fn failed_timed_out_and_misconfigured_items_fail_with_their_codes() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    create_item(
+        &sb,
+        "fails",
+        json!({"type": MOCK, "config": mock_config(json!({"phase": "Failed"}))}),
+    );
+    create_item(
+        &sb,
+        "stuck",
+        json!({"type": MOCK, "timeout": "2s", "config": mock_config(json!({"phase": "Progressing"}))}),
+    );
+    create_item(
+        &sb,
+        "bad-timeout",
+        json!({"type": MOCK, "timeout": "ten minutes", "config": mock_config(json!({}))}),
+    );
+    create_item(
+        &sb,
+        "bad-config",
+        json!({"type": MOCK, "config": mock_config(json!({"phase": "Sleeping"}))}),
+    );
+    create_item(
+        &sb,
+        "fine",
+        json!({"type": MOCK, "config": mock_config(json!({}))}),
+    );
+
+    let failed = wait_phase(&op, &sb, "fails", "Failed");
+    let e = &failed["status"]["lastError"];
+    assert_eq!(e["reason"], "Failed", "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("reported phase Failed"),
+        "{e}"
+    );
+
+    let stuck = wait_phase(&op, &sb, "stuck", "Failed");
+    let e = &stuck["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_TIMEOUT"]), "{e}");
+    assert_eq!(e["reason"], "ProgressingTimeout", "{e}");
+
+    let bad = wait_phase(&op, &sb, "bad-timeout", "Failed");
+    let e = &bad["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("spec.timeout"),
+        "{e}"
+    );
+
+    let bad = wait_phase(&op, &sb, "bad-config", "Failed");
+    let e = &bad["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("spec.config"),
+        "{e}"
+    );
+
+    // The others did not stop bosun serving the good one.
+    wait_phase(&op, &sb, "fine", "Succeeded");
+    let events = common::http(
+        sb.addr(),
+        "GET",
+        "/api/v1/namespaces/default/events",
+        "",
+        "",
+    )
+    .1;
+    let warned = events["items"].as_array().into_iter().flatten().any(|e| {
+        e["involvedObject"]["name"] == "stuck"
+            && e["type"] == "Warning"
+            && e["reason"] == "ProgressingTimeout"
+    });
+    assert!(warned, "a Warning Event for the timeout: {events}");
+}
+
+#[test]
+fn items_whose_target_is_not_ours_are_not_touched() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let selector = r#"[{"labels": [{"key": "deployer", "operator": "=", "values": ["bosun"]}]}]"#;
+    let op = bosun(
+        &sb,
+        work.path(),
+        &[("BOSUN_DEPLOYER_TARGET_SELECTOR", selector)],
+    );
+    for (name, who) in [("ours", "bosun"), ("theirs", "fenced")] {
+        let (code, answer) = sb.post(
+            TARGETS,
+            &json!({
+                "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+                "metadata": {"name": name, "namespace": "default", "labels": {"deployer": who}},
+                "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": "apiVersion: v1\nkind: Config\n"}},
+            }),
+        );
+        assert_eq!(code, 201, "{answer}");
+    }
+    let theirs = create_item(
+        &sb,
+        "for-them",
+        json!({"type": MOCK, "target": {"name": "theirs", "namespace": "default"}, "config": mock_config(json!({}))}),
+    );
+    create_item(
+        &sb,
+        "for-us",
+        json!({"type": MOCK, "target": {"name": "ours", "namespace": "default"}, "config": mock_config(json!({}))}),
+    );
+    create_item(
+        &sb,
+        "no-target",
+        json!({"type": MOCK, "target": {"name": "gone", "namespace": "default"}, "config": mock_config(json!({}))}),
+    );
+    wait_phase(&op, &sb, "for-us", "Succeeded");
+    let missing = wait_phase(&op, &sb, "no-target", "Failed");
+    assert_eq!(
+        missing["status"]["lastError"]["reason"], "NoTargetFound",
+        "{}",
+        missing["status"]
+    );
+    // The annotation names the target before spec does: an item whose annotation points
+    // at their target is theirs.
+    let (code, annotated) = sb.post(
+        ITEMS,
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+            "metadata": {"name": "annotated", "namespace": "default",
+                         "annotations": {"landscaper.gardener.cloud/deployer-target-name": "theirs"}},
+            "spec": {"type": MOCK, "target": {"name": "ours", "namespace": "default"}, "config": mock_config(json!({}))},
+        }),
+    );
+    assert_eq!(code, 201, "{annotated}");
+    // A later item of ours proves the deployer has seen both by then.
+    create_item(
+        &sb,
+        "for-us-2",
+        json!({"type": MOCK, "target": {"name": "ours", "namespace": "default"}, "config": mock_config(json!({}))}),
+    );
+    wait_phase(&op, &sb, "for-us-2", "Succeeded");
+    for (name, created) in [("for-them", &theirs), ("annotated", &annotated)] {
+        let other = item(&sb, name).expect("item");
+        assert!(other["status"].is_null(), "{other}");
+        assert!(other["metadata"]["finalizers"].is_null(), "{other}");
+        assert_eq!(
+            other["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"],
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn deletion_goes_through_init_delete_and_removes_the_finalizer() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    create_item(
+        &sb,
+        "doomed",
+        json!({"type": MOCK, "config": mock_config(json!({"export": {"a": 1}}))}),
+    );
+    let done = wait_phase(&op, &sb, "doomed", "Succeeded");
+    let export = done["status"]["exportRef"]["name"]
+        .as_str()
+        .expect("exportRef")
+        .to_string();
+    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/doomed"), "", "");
+    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
+    op.wait("the item gone", WAIT, || item(&sb, "doomed").is_none());
+    assert!(
+        secret_config(&sb, &export).is_none(),
+        "the export Secret is removed"
+    );
+    let events = journal(work.path());
+    assert_eq!(
+        phases_of(&events, "doomed"),
+        vec![
+            Phase::Init,
+            Phase::Progressing,
+            Phase::Succeeded,
+            Phase::InitDelete,
+            Phase::Deleting
+        ]
+    );
+    assert!(events.iter().any(|e| matches!(e, DeployerEvent::DeployItemFinalized { item } if item == "deployitem/default/doomed")));
+
+    // The jobID contract: a new jobID is processed and finished in the same write.
+    create_item(
+        &sb,
+        "job",
+        json!({"type": MOCK, "config": mock_config(json!({}))}),
+    );
+    let first = wait_phase(&op, &sb, "job", "Succeeded");
+    let mut with_job = first.clone();
+    with_job["status"]["jobID"] = json!("job-1");
+    let (code, answer) = sb.put(&format!("{ITEMS}/job/status"), &with_job);
+    assert_eq!(code, 200, "{answer}");
+    op.wait("jobIDFinished = jobID", WAIT, || {
+        item(&sb, "job").is_some_and(|i| i["status"]["jobIDFinished"] == "job-1")
+    });
+    let finished = item(&sb, "job").expect("item");
+    assert_eq!(finished["status"]["phase"], "Succeeded");
+    assert!(
+        finished["status"]["transitionTimes"]["finishedTime"].is_string(),
+        "{}",
+        finished["status"]
+    );
+}
