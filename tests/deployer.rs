@@ -271,6 +271,22 @@ fn failed_timed_out_and_misconfigured_items_fail_with_their_codes() {
         "{e}"
     );
 
+    // `bosun journal deployer --item` tells why an item is not Succeeded.
+    let why = common::run_ok(
+        std::process::Command::new(common::bosun_bin())
+            .arg("journal")
+            .arg("--journal-dir")
+            .arg(work.path().join("journal"))
+            .args(["deployer", "--item", "default/stuck"])
+            .env("LOG_LEVEL", "error"),
+    );
+    assert!(
+        why.starts_with("deployitem/default/stuck: NOT Succeeded: phase Failed")
+            && why.contains("ProgressingTimeout")
+            && why.contains("[ERR_TIMEOUT]"),
+        "{why}"
+    );
+
     // The others did not stop bosun serving the good one.
     wait_phase(&op, &sb, "fine", "Succeeded");
     let events = common::http(

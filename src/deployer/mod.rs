@@ -3,6 +3,7 @@
 //! Events), the clients of target clusters (`targets.rs`), its journal, and the CRDs.
 
 pub mod cluster;
+pub mod journal_log;
 pub mod targets;
 
 use std::path::PathBuf;

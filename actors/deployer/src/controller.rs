@@ -51,6 +51,35 @@ impl ReconcileError {
     }
 }
 
+/// Reconciles by result (`ok`, `error`).
+pub const RECONCILES_TOTAL: &str = "bosun_deployer_reconciles_total";
+/// Reconcile durations in seconds.
+pub const RECONCILE_SECONDS: &str = "bosun_deployer_reconcile_duration_seconds";
+/// Errors recorded on items, by type and code (`none` without a code).
+pub const ERRORS_TOTAL: &str = "bosun_deployer_item_errors_total";
+/// Items by phase, as of their last reconcile.
+pub const ITEMS: &str = "bosun_deployer_items";
+
+/// Every phase, for the gauge.
+const PHASES: [Phase; 8] = [
+    Phase::Init,
+    Phase::Progressing,
+    Phase::Completing,
+    Phase::Succeeded,
+    Phase::Failed,
+    Phase::InitDelete,
+    Phase::Deleting,
+    Phase::DeleteFailed,
+];
+
+/// Sets the phase gauge from the last runs.
+fn phase_gauge(last: &BTreeMap<ItemKey, LastRun>) {
+    for p in PHASES {
+        let n = last.values().filter(|r| r.phase == Some(p)).count();
+        metrics::gauge!(ITEMS, "phase" => p.as_str()).set(n as f64);
+    }
+}
+
 /// How the deployer runs.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -174,7 +203,11 @@ impl Deployer {
             let s = Arc::clone(&shared);
             tasks.push(tokio::spawn(async move {
                 while let Some(key) = s.queue.get().await {
+                    let started = std::time::Instant::now();
                     let result = reconcile(&s, &key).await;
+                    metrics::histogram!(RECONCILE_SECONDS).record(started.elapsed().as_secs_f64());
+                    let outcome = if result.is_ok() { "ok" } else { "error" };
+                    metrics::counter!(RECONCILES_TOTAL, "result" => outcome).increment(1);
                     match result {
                         Ok(Some(after)) => {
                             s.queue.forget(&key);
@@ -338,6 +371,8 @@ async fn write_status(
     if let Some(e) = &new.last_error
         && old.last_error.as_ref() != Some(e)
     {
+        let code = e.codes.first().map_or("none", |c| c.as_str());
+        metrics::counter!(ERRORS_TOTAL, "type" => item.type_.clone(), "code" => code).increment(1);
         s.cluster
             .event(
                 &item.object,
@@ -350,17 +385,21 @@ async fn write_status(
             .await;
     }
     let written = s.cluster.update_status(item.with_status(new)).await?;
-    lock(&s.last).insert(
-        item.key.clone(),
-        LastRun {
-            phase: new.phase,
-            error: new
-                .last_error
-                .as_ref()
-                .map(|e| format!("{}: {}", e.reason, e.message)),
-            retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        },
-    );
+    {
+        let mut last = lock(&s.last);
+        last.insert(
+            item.key.clone(),
+            LastRun {
+                phase: new.phase,
+                error: new
+                    .last_error
+                    .as_ref()
+                    .map(|e| format!("{}: {}", e.reason, e.message)),
+                retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            },
+        );
+        phase_gauge(&last);
+    }
     DeployItem::parse(&written).map_err(|e| {
         ReconcileError::Cluster(ClusterError::Other {
             what: item_name(&item.key),
@@ -646,6 +685,10 @@ async fn run_delete(
         Ok(_) | Err(ReconcileError::Cluster(ClusterError::NotFound(_))) => {}
         Err(e) => return Err(e),
     }
-    lock(&s.last).remove(&item.key);
+    {
+        let mut last = lock(&s.last);
+        last.remove(&item.key);
+        phase_gauge(&last);
+    }
     Ok(None)
 }

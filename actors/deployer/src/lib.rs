@@ -13,6 +13,7 @@
 //!   controller.rs  WorkQueue<ItemKey>, workers: decide, write, run the type, journal
 //!   mock.rs        the mock type (landscaper.gardener.cloud/mock)
 //!   events.rs      the deployer's journal event
+//!   fakes.rs       an in-memory cluster for tests
 //! ```
 //!
 //! The crate does no IO: the cluster is a port (`ports.rs`) implemented in the binary.
@@ -20,6 +21,7 @@
 pub mod controller;
 pub mod decide;
 pub mod events;
+pub mod fakes;
 pub mod item;
 pub mod mock;
 pub mod ports;
