@@ -200,6 +200,16 @@ fn a_mock_item_succeeds_with_its_exports_and_runs_again_on_reconcile() {
         actors["deployer"]["items"]["default/mock-item"]["phase"], "Succeeded",
         "{actors}"
     );
+
+    // Metrics of the reconciles and the items by phase, unprefixed as bosun's own.
+    let addr = op.http_address().expect("the HTTP address");
+    op.wait("the deployer's metrics", WAIT, || {
+        let (code, body) = common::http_raw(&addr, "GET", "/metrics", "", b"");
+        let text = String::from_utf8_lossy(&body);
+        code == 200
+            && text.contains("bosun_deployer_reconciles_total{result=\"ok\"}")
+            && text.contains("bosun_deployer_items{phase=\"Succeeded\"} 1")
+    });
 }
 
 #[test]
@@ -433,5 +443,62 @@ fn deletion_goes_through_init_delete_and_removes_the_finalizer() {
         finished["status"]["transitionTimes"]["finishedTime"].is_string(),
         "{}",
         finished["status"]
+    );
+}
+
+#[test]
+fn a_progressing_item_continues_after_kill_9_without_duplicates() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let mut op = bosun(&sb, work.path(), &[]);
+    create_item(
+        &sb,
+        "survivor",
+        json!({"type": MOCK, "timeout": "1h", "config": mock_config(json!({"phase": "Progressing", "export": {"n": 1}}))}),
+    );
+    let progressing = wait_phase(&op, &sb, "survivor", "Progressing");
+    op.wait("the export written", WAIT, || {
+        item(&sb, "survivor").is_some_and(|i| i["status"]["exportRef"]["name"].is_string())
+    });
+    let export = item(&sb, "survivor").expect("item")["status"]["exportRef"]["name"]
+        .as_str()
+        .expect("exportRef")
+        .to_string();
+    op.kill9();
+    // While bosun is down the item is told to finish: a spec change.
+    edit_item(&sb, "survivor", |o| {
+        o["spec"]["config"]["phase"] = json!("Succeeded");
+    });
+    op.spawn();
+    let done = wait_phase(&op, &sb, "survivor", "Succeeded");
+    assert_ne!(
+        done["metadata"]["generation"],
+        progressing["metadata"]["generation"]
+    );
+    assert_eq!(
+        done["status"]["observedGeneration"],
+        done["metadata"]["generation"]
+    );
+    assert_eq!(
+        done["status"]["exportRef"]["name"],
+        export.as_str(),
+        "the export Secret is reused"
+    );
+    let (_, secrets) = sb.get("/api/v1/namespaces/default/secrets");
+    let exports = secrets["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| {
+            s["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("mock-export-"))
+        })
+        .count();
+    assert_eq!(exports, 1, "no duplicate export Secrets: {secrets}");
+    assert_eq!(
+        done["metadata"]["finalizers"],
+        json!(["finalizer.landscaper.gardener.cloud"]),
+        "one finalizer, not two"
     );
 }

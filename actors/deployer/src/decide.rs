@@ -764,6 +764,21 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_phase_is_no_phase_and_an_unknown_one_names_the_field() {
+        let it = item(json!({"status": {"phase": "", "observedGeneration": 2}}));
+        assert_eq!(it.status.phase, None);
+        assert!(matches!(
+            plan(&it, TargetCheck::Ours).next,
+            Next::Run { .. }
+        ));
+        let mut o = it.object.clone();
+        o["status"]["phase"] = json!("Processing");
+        let e = DeployItem::parse(&o).unwrap_err();
+        assert_eq!(e.field, "status");
+        assert!(e.message.contains("unknown phase \"Processing\""), "{e}");
+    }
+
+    #[test]
     fn the_target_is_found_from_the_annotation_first() {
         let it = item(
             json!({"metadata": {"annotations": {DEPLOYER_TARGET_NAME_ANNOTATION: "a"}}, "spec": {"target": {"name": "b"}}}),

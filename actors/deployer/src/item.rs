@@ -186,7 +186,11 @@ pub struct ObjectRef {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_phase_is_none"
+    )]
     pub phase: Option<Phase>,
     #[serde(default)]
     pub observed_generation: i64,
@@ -224,6 +228,19 @@ pub struct Status {
     pub transition_times: Option<TransitionTimes>,
     #[serde(flatten)]
     pub other: Map<String, Value>,
+}
+
+/// `phase: ""` (written by some landscaper versions) is no phase.
+fn empty_phase_is_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Phase>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(s) if s.is_empty() => Ok(None),
+        Some(s) => Phase::parse(&s).map(Some).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "phase: unknown phase {s:?} (expected Init, Progressing, Succeeded, Failed, InitDelete, Deleting or DeleteFailed)"
+            ))
+        }),
+    }
 }
 
 impl Status {
