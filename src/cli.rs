@@ -136,7 +136,8 @@ pub struct LambdaArgs {
     /// Run the lambda controllers (CompositeController and DecoratorController objects).
     #[arg(long, env = "BOSUN_LAMBDA", default_value_t = true, action = clap::ArgAction::Set)]
     pub lambda_controllers: bool,
-    /// Create the `metacontroller.k8s.io` CRDs when the cluster lacks them.
+    /// Create the `metacontroller.k8s.io` and `landscaper.gardener.cloud` CRDs when the
+    /// cluster lacks them.
     #[arg(long, env = "BOSUN_INSTALL_CRDS", default_value_t = true, action = clap::ArgAction::Set)]
     pub install_crds: bool,
     /// Workers per controller: parents synced at once.

@@ -699,6 +699,59 @@ mod tests {
         }
     }
 
+    /// The item after the plan's writes.
+    fn after(item: &DeployItem, p: &Plan) -> DeployItem {
+        let mut o = item.object.clone();
+        if let Some(a) = o["metadata"]["annotations"].as_object_mut() {
+            for k in &p.remove_annotations {
+                a.remove(k);
+            }
+        }
+        if let Some(s) = &p.status {
+            o = DeployItem {
+                object: o,
+                ..item.clone()
+            }
+            .with_status(s);
+        }
+        DeployItem::parse(&o).expect("item")
+    }
+
+    #[test]
+    fn a_started_run_is_not_started_again_and_a_final_decision_is_stable() {
+        // Deciding again after the writes of a plan must not restart the run (no hot
+        // loop of Init writes), and a final status must be left alone.
+        let cases = [
+            json!({}),
+            json!({"metadata": {"annotations": {OPERATION_ANNOTATION: "reconcile", RECONCILE_TIME_ANNOTATION: ago(1)}}, "status": {"phase": "Succeeded", "observedGeneration": 2}}),
+            json!({"metadata": {"annotations": {OPERATION_ANNOTATION: "force-reconcile"}}, "status": {"phase": "Failed", "observedGeneration": 2}}),
+            json!({"status": {"phase": "Progressing", "observedGeneration": 1}}),
+            json!({"metadata": {"deletionTimestamp": ago(1), "finalizers": [FINALIZER]}, "status": {"phase": "Succeeded", "observedGeneration": 2}}),
+            json!({"status": {"jobID": "j2", "jobIDFinished": "j1", "phase": "Succeeded", "observedGeneration": 2}}),
+            json!({"metadata": {"annotations": {OPERATION_ANNOTATION: "test-reconcile"}}}),
+            json!({"spec": {"timeout": "bad"}}),
+            json!({"spec": {"target": {"name": "gone"}}}),
+        ];
+        for patch in cases {
+            let it = item(patch.clone());
+            let target = if it.target.is_some() {
+                TargetCheck::Missing
+            } else {
+                TargetCheck::Ours
+            };
+            let first = plan(&it, target);
+            let second = plan(&after(&it, &first), target);
+            match (&first.next, &second.next) {
+                (Next::Run { .. }, Next::Run { .. }) => {
+                    assert!(second.status.is_none(), "{patch}: restarted: {second:?}");
+                    assert!(second.remove_annotations.is_empty(), "{patch}: {second:?}");
+                }
+                (Next::Done, Next::Skip(Skip::Idle(_))) => {}
+                other => panic!("{patch}: {other:?}"),
+            }
+        }
+    }
+
     fn merge_all(mut a: Value, b: Value) -> Value {
         merge(&mut a, b);
         a
