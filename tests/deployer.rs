@@ -336,6 +336,58 @@ fn items_whose_target_is_not_ours_are_not_touched() {
         );
         assert_eq!(code, 201, "{answer}");
     }
+    // Targets from Secrets (with and without `key`), and kubeconfigs refused as upstream.
+    let good = "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: abc\n";
+    let exec =
+        "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    exec:\n      command: aws\n";
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let (code, answer) = sb.post(
+        "/api/v1/namespaces/default/secrets",
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "kubeconfigs"},
+                "data": {"kubeconfig": b64(good), "target": b64(&format!("kubeconfig: {}", serde_json::to_string(exec).expect("json")))}}),
+    );
+    assert_eq!(code, 201, "{answer}");
+    for (name, spec) in [
+        ("from-secret", json!({"secretRef": {"name": "kubeconfigs"}})),
+        (
+            "from-secret-key",
+            json!({"secretRef": {"name": "kubeconfigs", "key": "target"}}),
+        ),
+        ("inline-exec", json!({"config": {"kubeconfig": exec}})),
+    ] {
+        let mut spec = spec;
+        spec["type"] = json!("landscaper.gardener.cloud/kubernetes-cluster");
+        let (code, answer) = sb.post(
+            TARGETS,
+            &json!({
+                "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+                "metadata": {"name": name, "namespace": "default", "labels": {"deployer": "bosun"}},
+                "spec": spec,
+            }),
+        );
+        assert_eq!(code, 201, "{answer}");
+        create_item(
+            &sb,
+            &format!("via-{name}"),
+            json!({"type": MOCK, "target": {"name": name}, "config": mock_config(json!({}))}),
+        );
+    }
+    wait_phase(&op, &sb, "via-from-secret", "Succeeded");
+    for name in ["via-from-secret-key", "via-inline-exec"] {
+        let failed = wait_phase(&op, &sb, name, "Failed");
+        let e = &failed["status"]["lastError"];
+        assert_eq!(
+            e["codes"],
+            json!(["ERR_CONFIGURATION_PROBLEM"]),
+            "{name}: {e}"
+        );
+        let message = e["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("spec.config.kubeconfig") && message.contains("exec is not allowed"),
+            "{name}: {message}"
+        );
+    }
+
     let theirs = create_item(
         &sb,
         "for-them",

@@ -314,7 +314,17 @@ async fn check_target(
         _ => None,
     };
     let resolved = target::resolve(&t, secret.as_ref())
-        .map_err(|e| DeployError::config("ResolveTarget", "InvalidTarget", e.to_string()));
+        .map_err(|e| DeployError::config("ResolveTarget", "InvalidTarget", e.to_string()))
+        .and_then(|r| {
+            // ValidateTarget, as upstream's library does for every type: a cluster
+            // target's kubeconfig may not run commands or read files.
+            if r.target.type_ == target::KUBERNETES_CLUSTER {
+                target::kubeconfig_of(&r).map_err(|e| {
+                    DeployError::config("ValidateTarget", "InvalidTarget", e.to_string())
+                })?;
+            }
+            Ok(r)
+        });
     Ok((TargetCheck::Ours, Some(resolved)))
 }
 
