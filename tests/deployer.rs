@@ -554,3 +554,86 @@ fn a_progressing_item_continues_after_kill_9_without_duplicates() {
         "one finalizer, not two"
     );
 }
+
+fn annotation(o: &Value, key: &str) -> Option<String> {
+    o["metadata"]["annotations"][key].as_str().map(String::from)
+}
+
+const OPERATION: &str = "landscaper.gardener.cloud/operation";
+
+#[test]
+fn abort_force_reconcile_test_reconcile_and_a_generation_bump_during_progressing() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    let progressing = || mock_config(json!({"phase": "Progressing"}));
+
+    // A generation bump during Progressing starts a new run with the new spec.
+    let (code, answer) = sb.post(
+        ITEMS,
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+            "metadata": {"name": "bumped", "namespace": "default",
+                         "annotations": {"landscaper.gardener.cloud/reconcile-time": "2026-01-01T00:00:00Z"}},
+            "spec": {"type": MOCK, "timeout": "1h", "config": progressing()},
+        }),
+    );
+    assert_eq!(code, 201, "{answer}");
+    let stuck = wait_phase(&op, &sb, "bumped", "Progressing");
+    assert_eq!(
+        annotation(&stuck, "landscaper.gardener.cloud/reconcile-time"),
+        None,
+        "removed on pickup"
+    );
+    edit_item(&sb, "bumped", |o| {
+        o["spec"]["config"] = mock_config(json!({}))
+    });
+    let done = wait_phase(&op, &sb, "bumped", "Succeeded");
+    assert_eq!(done["status"]["observedGeneration"], 2);
+
+    // abort fails a progressing item; the annotation stays for whoever set it.
+    create_item(
+        &sb,
+        "aborted",
+        json!({"type": MOCK, "timeout": "1h", "config": progressing()}),
+    );
+    wait_phase(&op, &sb, "aborted", "Progressing");
+    edit_item(&sb, "aborted", |o| {
+        o["metadata"]["annotations"] = json!({OPERATION: "abort"});
+    });
+    let failed = wait_phase(&op, &sb, "aborted", "Failed");
+    assert_eq!(
+        failed["status"]["lastError"]["reason"], "Aborted",
+        "{}",
+        failed["status"]
+    );
+    assert_eq!(annotation(&failed, OPERATION).as_deref(), Some("abort"));
+
+    // force-reconcile restarts the failed item: Progressing again, the error of the last
+    // run gone, the annotation removed.
+    edit_item(&sb, "aborted", |o| {
+        o["metadata"]["annotations"] = json!({OPERATION: "force-reconcile"});
+    });
+    op.wait("the forced run", WAIT, || {
+        item(&sb, "aborted").is_some_and(|o| {
+            o["status"]["phase"] == "Progressing"
+                && o["status"]["lastError"].is_null()
+                && annotation(&o, OPERATION).is_none()
+        })
+    });
+
+    // test-reconcile: bosun makes a jobID itself and finishes it in the same write.
+    edit_item(&sb, "bumped", |o| {
+        o["metadata"]["annotations"] = json!({OPERATION: "test-reconcile"});
+    });
+    op.wait("the test job finished", WAIT, || {
+        item(&sb, "bumped").is_some_and(|o| {
+            let s = &o["status"];
+            s["jobID"].is_string() && s["jobID"] == s["jobIDFinished"] && s["phase"] == "Succeeded"
+        })
+    });
+    assert_eq!(
+        annotation(&item(&sb, "bumped").expect("item"), OPERATION),
+        None
+    );
+}
