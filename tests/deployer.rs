@@ -16,13 +16,16 @@ const WAIT: Duration = Duration::from_secs(60);
 const ITEMS: &str = "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/deployitems";
 const TARGETS: &str = "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/targets";
 const MOCK: &str = "landscaper.gardener.cloud/mock";
+const MANIFEST: &str = "landscaper.gardener.cloud/kubernetes-manifest";
 
 /// Starts bosun with the modules switched off.
 fn bosun(sb: &Sandbox, work: &std::path::Path, extra: &[(&str, &str)]) -> Operator {
     let mut env = vec![("BOSUN_MODULES", "false"), ("BOSUN_LAMBDA", "false")];
     env.extend_from_slice(extra);
     let op = Operator::start_with(sb, &work.join("global-hooks"), work, &env);
-    op.wait("the DeployItem CRD served", WAIT, || sb.get(ITEMS).0 == 200);
+    op.wait("the DeployItem and Target CRDs served", WAIT, || {
+        sb.get(ITEMS).0 == 200 && sb.get(TARGETS).0 == 200
+    });
     op
 }
 
@@ -195,7 +198,11 @@ fn a_mock_item_succeeds_with_its_exports_and_runs_again_on_reconcile() {
     let socket = work.path().join("debug.socket");
     let text = common::run_ok(&mut common::debug_cli(&socket, &["raw", "/actors.json"]));
     let actors: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-    assert_eq!(actors["deployer"]["types"], json!([MOCK]), "{actors}");
+    assert_eq!(
+        actors["deployer"]["types"],
+        json!([MOCK, MANIFEST]),
+        "{actors}"
+    );
     assert_eq!(
         actors["deployer"]["items"]["default/mock-item"]["phase"], "Succeeded",
         "{actors}"
@@ -636,4 +643,125 @@ fn abort_force_reconcile_test_reconcile_and_a_generation_bump_during_progressing
         annotation(&item(&sb, "bumped").expect("item"), OPERATION),
         None
     );
+}
+
+fn cm(namespace: &str, name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data})
+}
+
+fn manifest_config(manifests: Value) -> Value {
+    json!({"apiVersion": "manifest.deployer.landscaper.gardener.cloud/v1alpha2", "kind": "ProviderConfiguration", "manifests": manifests})
+}
+
+#[test]
+fn manifests_are_applied_in_the_target_cluster_updated_pruned_and_removed() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    let kubeconfig = std::fs::read_to_string(&target_cluster.kubeconfig).expect("kubeconfig");
+    let (code, answer) = sb.post(
+        TARGETS,
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+            "metadata": {"name": "cluster-2", "namespace": "default"},
+            "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": kubeconfig}},
+        }),
+    );
+    assert_eq!(code, 201, "{answer}");
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}});
+    create_item(
+        &sb,
+        "manifests",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": manifest_config(json!([
+            {"policy": "manage", "manifest": cm("app", "one", json!({"v": "1"}))},
+            {"policy": "manage", "manifest": cm("app", "two", json!({"v": "1"}))},
+            {"policy": "keep", "manifest": cm("default", "kept", json!({"v": "1"}))},
+            {"policy": "manage", "manifest": namespace},
+        ]))}),
+    );
+    let done = wait_phase(&op, &sb, "manifests", "Succeeded");
+    let managed = done["status"]["providerStatus"]["managedResources"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let kinds: Vec<&str> = managed
+        .iter()
+        .filter_map(|m| m["resource"]["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Namespace", "ConfigMap", "ConfigMap", "ConfigMap"],
+        "cluster-scoped first: {managed:?}"
+    );
+    let in_target = |path: &str| {
+        let (code, v) = target_cluster.get(path);
+        (code == 200).then_some(v)
+    };
+    let one =
+        in_target("/api/v1/namespaces/app/configmaps/one").expect("one in the target cluster");
+    assert_eq!(
+        one["metadata"]["labels"]["manifest.deployer.landscaper.gardener.cloud/deployitem"],
+        "manifests"
+    );
+    assert!(
+        sb.get("/api/v1/namespaces/app/configmaps/one").0 == 404,
+        "not in the items' cluster"
+    );
+
+    // Update: `one` and `kept` leave the list, `two` changes.
+    edit_item(&sb, "manifests", |o| {
+        o["spec"]["config"] = manifest_config(json!([
+            {"manifest": cm("app", "two", json!({"v": "2"}))},
+            {"manifest": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}},
+        ]));
+    });
+    op.wait("the second run", WAIT, || {
+        item(&sb, "manifests").is_some_and(|o| {
+            o["status"]["observedGeneration"] == 2 && o["status"]["phase"] == "Succeeded"
+        })
+    });
+    assert!(
+        in_target("/api/v1/namespaces/app/configmaps/one").is_none(),
+        "an orphan is deleted"
+    );
+    assert_eq!(
+        in_target("/api/v1/namespaces/app/configmaps/two").expect("two")["data"]["v"],
+        "2"
+    );
+    assert!(
+        in_target("/api/v1/namespaces/default/configmaps/kept").is_some(),
+        "keep is never deleted"
+    );
+
+    // A manifest with an unknown policy fails at once, naming the field.
+    create_item(
+        &sb,
+        "bad-policy",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": manifest_config(json!([
+            {"policy": "sometimes", "manifest": cm("app", "x", json!({}))},
+        ]))}),
+    );
+    let bad = wait_phase(&op, &sb, "bad-policy", "Failed");
+    let e = &bad["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("spec.config.manifests[0].policy"),
+        "{e}"
+    );
+
+    // Deletion removes what the item manages (namespaced first), then the finalizer.
+    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/manifests"), "", "");
+    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
+    op.wait("the item gone", WAIT, || item(&sb, "manifests").is_none());
+    assert!(in_target("/api/v1/namespaces/app/configmaps/two").is_none());
+    assert!(
+        in_target("/api/v1/namespaces/app")
+            .is_none_or(|n| n["metadata"]["deletionTimestamp"].is_string()),
+        "the namespace is deleted"
+    );
+    assert!(in_target("/api/v1/namespaces/default/configmaps/kept").is_some());
 }

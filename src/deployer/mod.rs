@@ -59,8 +59,13 @@ pub fn running() -> Option<DeployerView> {
 }
 
 /// The types this bosun serves.
-pub fn types() -> Vec<Arc<dyn DeployerType>> {
-    vec![Arc::new(bosun_deployer::mock::Mock)]
+pub fn types(clients: Arc<targets::TargetClients>) -> Vec<Arc<dyn DeployerType>> {
+    vec![
+        Arc::new(bosun_deployer::mock::Mock),
+        Arc::new(bosun_deployer::manifest::ManifestType {
+            targets: Arc::new(targets::KubeTargets { clients }),
+        }),
+    ]
 }
 
 /// A default identity: `bosun-<host>-<unix seconds>`, as landscaper's `<name>-<seconds>`.
@@ -93,7 +98,7 @@ pub async fn start(watches: WatchManager, cfg: &DeployerConfig) -> anyhow::Resul
     let deployer = Deployer::start(
         cluster.clone(),
         Arc::new(crate::journal_sink::JournalSink::new(journal.clone())),
-        types(),
+        types(Arc::new(targets::TargetClients::default())),
         Settings {
             workers: cfg.workers,
             deployer: DeployerInfo {

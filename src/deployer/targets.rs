@@ -1,10 +1,12 @@
 //! One Kubernetes client per target cluster, built from the target's kubeconfig (checked
 //! as landscaper checks it: no exec, no files) and reused until the target's content
-//! changes. The kubernetes-manifest and Helm types take their clients from here.
+//! changes; and the manifest type's port on them (`KubeTargets`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use bosun_deployer::manifest::{ResourceRef, TargetClusters};
+use bosun_deployer::ports::BoxFut;
 use bosun_deployer::status::DeployError;
 use bosun_deployer::target::{ResolvedTarget, kubeconfig_of};
 
@@ -80,6 +82,155 @@ impl TargetClients {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TargetId, Built>> {
         self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The manifest type's view of target clusters: discovery, reads and writes through the
+/// target's client.
+pub struct KubeTargets {
+    pub clients: std::sync::Arc<TargetClients>,
+}
+
+fn gvk(api_version: &str, kind: &str) -> kube::api::GroupVersionKind {
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    kube::api::GroupVersionKind::gvk(group, version, kind)
+}
+
+fn target_error(target: &ResolvedTarget, what: &str, e: kube::Error) -> DeployError {
+    use bosun_deployer::item::ErrorCode;
+    let message = format!("{}: {what}: {e}", target.target.describe());
+    let codes: &[ErrorCode] = match &e {
+        kube::Error::Api(s) if s.code == 401 || s.code == 403 => &[ErrorCode::Unauthorized],
+        kube::Error::Api(s) if s.code == 422 || s.code == 400 => &[ErrorCode::ConfigurationProblem],
+        _ => &[],
+    };
+    DeployError::new("Reconcile", "TargetCluster", message, codes)
+}
+
+impl KubeTargets {
+    async fn api(
+        &self,
+        target: &ResolvedTarget,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<(kube::Api<kube::api::DynamicObject>, bool), DeployError> {
+        let client = self.clients.client(target).await?;
+        let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk(api_version, kind))
+            .await
+            .map_err(|e| target_error(target, &format!("discovery of {api_version} {kind}"), e))?;
+        let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+        let api = if namespaced {
+            kube::Api::namespaced_with(client, namespace, &ar)
+        } else {
+            kube::Api::all_with(client, &ar)
+        };
+        Ok((api, namespaced))
+    }
+}
+
+fn to_value(o: &kube::api::DynamicObject) -> serde_json::Value {
+    serde_json::to_value(o).unwrap_or(serde_json::Value::Null)
+}
+
+fn dynamic(
+    object: serde_json::Value,
+    r: &ResourceRef,
+) -> Result<kube::api::DynamicObject, DeployError> {
+    serde_json::from_value(object).map_err(|e| {
+        DeployError::config(
+            "Reconcile",
+            "InvalidManifest",
+            format!("{r}: not a Kubernetes object: {e}"),
+        )
+    })
+}
+
+impl TargetClusters for KubeTargets {
+    fn namespaced<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        api_version: &'a str,
+        kind: &'a str,
+    ) -> BoxFut<'a, Result<bool, DeployError>> {
+        Box::pin(async move { Ok(self.api(target, api_version, kind, "default").await?.1) })
+    }
+
+    fn get<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        r: &'a ResourceRef,
+    ) -> BoxFut<'a, Result<Option<serde_json::Value>, DeployError>> {
+        Box::pin(async move {
+            let (api, _) = self
+                .api(target, &r.api_version, &r.kind, &r.namespace)
+                .await?;
+            api.get_opt(&r.name)
+                .await
+                .map(|o| o.as_ref().map(to_value))
+                .map_err(|e| target_error(target, &format!("reading {r}"), e))
+        })
+    }
+
+    fn create<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        object: serde_json::Value,
+    ) -> BoxFut<'a, Result<serde_json::Value, DeployError>> {
+        Box::pin(async move {
+            let r = ResourceRef::of(&object);
+            let (api, _) = self
+                .api(target, &r.api_version, &r.kind, &r.namespace)
+                .await?;
+            api.create(&kube::api::PostParams::default(), &dynamic(object, &r)?)
+                .await
+                .map(|o| to_value(&o))
+                .map_err(|e| target_error(target, &format!("creating {r}"), e))
+        })
+    }
+
+    fn replace<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        object: serde_json::Value,
+    ) -> BoxFut<'a, Result<serde_json::Value, DeployError>> {
+        Box::pin(async move {
+            let r = ResourceRef::of(&object);
+            let (api, _) = self
+                .api(target, &r.api_version, &r.kind, &r.namespace)
+                .await?;
+            api.replace(
+                &r.name,
+                &kube::api::PostParams::default(),
+                &dynamic(object, &r)?,
+            )
+            .await
+            .map(|o| to_value(&o))
+            .map_err(|e| target_error(target, &format!("updating {r}"), e))
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        r: &'a ResourceRef,
+    ) -> BoxFut<'a, Result<(), DeployError>> {
+        Box::pin(async move {
+            let (api, _) = self
+                .api(target, &r.api_version, &r.kind, &r.namespace)
+                .await?;
+            match api
+                .delete(&r.name, &kube::api::DeleteParams::background())
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(target_error(target, &format!("deleting {r}"), e)),
+            }
+        })
     }
 }
 

@@ -12,6 +12,7 @@
 //!   target.rs      Targets: responsibility (selectors), resolution, kubeconfig checks
 //!   controller.rs  WorkQueue<ItemKey>, workers: decide, write, run the type, journal
 //!   mock.rs        the mock type (landscaper.gardener.cloud/mock)
+//!   manifest.rs    the kubernetes-manifest type (first slice) and its target port
 //!   events.rs      the deployer's journal event
 //!   fakes.rs       an in-memory cluster for tests
 //! ```
@@ -23,6 +24,7 @@ pub mod decide;
 pub mod events;
 pub mod fakes;
 pub mod item;
+pub mod manifest;
 pub mod mock;
 pub mod ports;
 pub mod status;
