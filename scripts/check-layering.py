@@ -13,12 +13,13 @@ import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CRATES = {  # crate dir -> bosun crates it may depend on
-    ".": {"bosun-journal", "bosun-runtime", "bosun-addon", "bosun-lambda", "bosun-sandbox"},
+    ".": {"bosun-journal", "bosun-runtime", "bosun-addon", "bosun-lambda", "bosun-deployer", "bosun-sandbox"},
     "journal": set(),
     "sandbox": set(),
     "actors/runtime": set(),
     "actors/addon": {"bosun-journal", "bosun-runtime"},
     "actors/lambda": {"bosun-journal", "bosun-runtime"},
+    "actors/deployer": {"bosun-journal", "bosun-runtime"},
 }
 
 

@@ -59,6 +59,75 @@ pub struct RunArgs {
     pub allow_unauthenticated: bool,
     #[command(flatten)]
     pub lambda: LambdaArgs,
+    #[command(flatten)]
+    pub deployer: DeployerArgs,
+}
+
+/// The DeployItem deployer's flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DeployerArgs {
+    /// Run the DeployItem deployer (`landscaper.gardener.cloud` DeployItems of bosun's types).
+    #[arg(long = "deployer", env = "BOSUN_DEPLOYER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub deployer: bool,
+    /// Deploy items reconciled at once.
+    #[arg(long, env = "BOSUN_DEPLOYER_WORKERS", default_value_t = 5)]
+    pub deployer_workers: usize,
+    /// `status.deployer.identity` (default `bosun-<hostname>-<unix seconds>`).
+    #[arg(long, env = "BOSUN_DEPLOYER_IDENTITY")]
+    pub deployer_identity: Option<String>,
+    /// Serve only items whose Target matches one of these selectors: a JSON list of
+    /// `{targets: [{name, namespace}], annotations: [{key, operator, values}], labels: […]}`
+    /// (landscaper's `targetSelector`). Empty: every target.
+    #[arg(long, env = "BOSUN_DEPLOYER_TARGET_SELECTOR", default_value = "")]
+    pub deployer_target_selector: String,
+}
+
+impl DeployerArgs {
+    /// The deployer configuration, with the journal under `journal_dir`.
+    pub fn config(
+        &self,
+        journal_dir: &std::path::Path,
+        install_crds: bool,
+    ) -> anyhow::Result<crate::deployer::DeployerConfig> {
+        let target_selectors =
+            bosun_deployer::target::parse_selectors(&self.deployer_target_selector)
+                .map_err(|e| anyhow::anyhow!("--deployer-target-selector: {e}"))?;
+        Ok(crate::deployer::DeployerConfig {
+            workers: self.deployer_workers.max(1),
+            identity: self
+                .deployer_identity
+                .clone()
+                .unwrap_or_else(crate::deployer::default_identity),
+            target_selectors,
+            install_crds,
+            journal_dir: journal_dir.join("deployer"),
+        })
+    }
+}
+
+/// Starts the deployer next to the modules, sharing their watches.
+async fn start_deployer(
+    args: &RunArgs,
+    operator: &crate::addon::Operator,
+    journal_dir: &std::path::Path,
+) -> anyhow::Result<Option<crate::deployer::DeployerHandle>> {
+    if !args.deployer.deployer {
+        return Ok(None);
+    }
+    let cfg = args
+        .deployer
+        .config(journal_dir, args.lambda.install_crds)?;
+    // Bad flags stop the start (above); a failure to start is logged and the rest runs on.
+    match crate::deployer::start(operator.watches.clone(), &cfg).await {
+        Ok(d) => {
+            tracing::info!(identity = %cfg.identity, workers = cfg.workers, "deployer running");
+            Ok(Some(d))
+        }
+        Err(e) => {
+            tracing::error!("the deployer did not start: {e:#}");
+            Ok(None)
+        }
+    }
 }
 
 /// The lambda controllers' flags (metacontroller's names).
@@ -67,7 +136,8 @@ pub struct LambdaArgs {
     /// Run the lambda controllers (CompositeController and DecoratorController objects).
     #[arg(long, env = "BOSUN_LAMBDA", default_value_t = true, action = clap::ArgAction::Set)]
     pub lambda_controllers: bool,
-    /// Create the `metacontroller.k8s.io` CRDs when the cluster lacks them.
+    /// Create the `metacontroller.k8s.io` and `landscaper.gardener.cloud` CRDs when the
+    /// cluster lacks them.
     #[arg(long, env = "BOSUN_INSTALL_CRDS", default_value_t = true, action = clap::ArgAction::Set)]
     pub install_crds: bool,
     /// Workers per controller: parents synced at once.
@@ -238,10 +308,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             let cfg = crate::addon::OperatorConfig::from_env(
                 &crate::addon::OperatorConfig::in_cluster(),
             )?;
-            // Bad lambda flags stop the start before anything runs.
+            // Bad lambda or deployer flags stop the start before anything runs.
             args.lambda.config(&cfg.journal_dir)?;
+            args.deployer.config(&cfg.journal_dir, false)?;
             let operator = crate::addon::start(&cfg).await?;
             let _lambda = start_lambda(&args.lambda, &operator, &cfg.journal_dir).await?;
+            let _deployer = start_deployer(&args, &operator, &cfg.journal_dir).await?;
             crate::sandbox::shutdown_signal().await;
             tracing::info!("shutting down");
             return Ok(());
@@ -279,12 +351,17 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let cfg = crate::addon::OperatorConfig::from_env(&defaults)?;
         let operator = crate::addon::start(&cfg).await;
         let mut lambda = None;
+        let mut deployer = None;
         if let Err(e) = &operator {
             tracing::error!("operator did not start: {e:#}");
         } else if let Ok(op) = &operator {
             match start_lambda(&args.lambda, op, &cfg.journal_dir).await {
                 Ok(l) => lambda = l,
                 Err(e) => tracing::error!("lambda controllers did not start: {e:#}"),
+            }
+            match start_deployer(&args, op, &cfg.journal_dir).await {
+                Ok(d) => deployer = d,
+                Err(e) => tracing::error!("the deployer did not start: {e:#}"),
             }
             println!("bosun is running; journal in {}", cfg.journal_dir.display());
             println!(
@@ -305,6 +382,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         crate::sandbox::shutdown_signal().await;
         tracing::info!("shutting down");
+        drop(deployer);
         drop(lambda);
         drop(operator);
         sandbox.shutdown().await?;

@@ -155,6 +155,16 @@ pub enum JournalCommand {
         #[arg(short, long, value_enum, default_value = "text")]
         output: Format,
     },
+    /// The deployer's journal: each DeployItem's phases and errors. With `--item`, why
+    /// that item is (not) `Succeeded`.
+    Deployer {
+        /// Only this item (`deployitem/<ns>/<name>`, `<ns>/<name>` or `<name>`).
+        #[arg(long)]
+        item: Option<String>,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Format,
+    },
     /// Checks every record's checksum and the numbering.
     Verify,
     /// Drops corrupt records so the journal opens again (stop bosun first).
@@ -175,6 +185,12 @@ pub fn run(args: JournalArgs) -> anyhow::Result<()> {
             controller.as_deref(),
             parent.as_deref(),
             output,
+            &mut out,
+        ),
+        JournalCommand::Deployer { item, output } => crate::deployer::journal_log::print(
+            &dir.join("deployer"),
+            item.as_deref(),
+            output != Format::Text,
             &mut out,
         ),
         JournalCommand::Repair => {

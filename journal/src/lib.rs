@@ -423,7 +423,7 @@ mod tempfile_dir {
 
 /// Folders inside a journal directory that hold other subsystems' journals (the lambda
 /// controllers' next to the modules', on the same volume).
-pub const SUBSYSTEM_DIRS: &[&str] = &["lambda"];
+pub const SUBSYSTEM_DIRS: &[&str] = &["lambda", "deployer"];
 
 fn check_directory(dir: &Path, create: bool) -> Result<(), JournalError> {
     if !dir.exists() {

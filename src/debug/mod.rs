@@ -21,6 +21,7 @@
 pub mod client;
 
 pub mod commands;
+pub mod deployer_views;
 pub mod diff;
 pub mod graph;
 pub mod journal_views;
@@ -84,6 +85,7 @@ enum Endpoint {
     Actors,
     Actor,
     LambdaControllers,
+    DeployerItems,
     JournalLog,
     JournalState,
     JournalWhy,
@@ -150,6 +152,7 @@ pub const ROUTES: &[Route] = &[
         "/lambda/controllers.{json|yaml|text}",
         Endpoint::LambdaControllers,
     ),
+    route("/deployer/items.{json|yaml|text}", Endpoint::DeployerItems),
     route(
         "/journal/log.{json|text}?since=&until=&module=&queue=&limit=",
         Endpoint::JournalLog,
@@ -710,9 +713,15 @@ async fn answer(
             if let (Some(text), Some(more)) = (view.text.as_mut(), lambda.text) {
                 text.push_str(&more);
             }
+            let deployer = deployer_views::deployer_items();
+            view.data["deployer"] = deployer.data["deployer"].clone();
+            if let (Some(text), Some(more)) = (view.text.as_mut(), deployer.text) {
+                text.push_str(&more);
+            }
             Ok(view)
         }
         Endpoint::LambdaControllers => Ok(lambda_views::lambda_controllers()),
+        Endpoint::DeployerItems => Ok(deployer_views::deployer_items()),
         Endpoint::Actor => {
             let snapshot = engine.mailboxes.snapshot();
             match snapshot.get(name) {

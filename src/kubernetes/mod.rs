@@ -2,6 +2,7 @@
 //! hooks write (`po`, `deploy`, `Deployment`) through discovery, executing the object
 //! patcher operations hooks write to `KUBERNETES_PATCH_PATH`, and the client's metrics.
 
+pub mod crds;
 pub mod metrics;
 pub mod patcher;
 pub mod resolve;

@@ -1,0 +1,704 @@
+//! The deployer's controller: watch changes become keys of one keyed `WorkQueue` (one
+//! reconcile per item in flight), workers reconcile items through [`decide`] and the
+//! item's type, and every phase change and error is journaled before it is written.
+//!
+//! ```text
+//!  Cluster::watch ─► Change::Item (type filter) ─┐
+//!                    Change::Target ─► its items ─┴► WorkQueue<ItemKey> ─► workers
+//!  worker: GET item ─► target check ─► decide ─► remove annotations ─► status (Init)
+//!          ─► Run: finalizer, Progressing, type.reconcile ─► status (final or retry in 5 s)
+//!          ─► Run delete: Deleting, type.delete, export removed, finalizer removed
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bosun_runtime::ports::EventSink;
+use bosun_runtime::work_queue::{QueueSnapshot, WorkQueue};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use crate::decide::{self, Inputs, Next, Plan, RETRY_INTERVAL, Skip, TargetCheck};
+use crate::events::DeployerEvent;
+use crate::item::{
+    DELETE_WITHOUT_UNINSTALL_ANNOTATION, DeployItem, DeployerInfo, FINALIZER, ItemKey, Phase,
+    Status,
+};
+use crate::ports::{Change, Cluster, ClusterError, DeployerType, EventNote, Job};
+use crate::status::{DeployError, handle_error, set_phase};
+use crate::target::{self, ResolvedTarget, TargetSelector};
+
+/// Why a reconcile could not finish its writes (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("{0}")]
+    Cluster(#[from] ClusterError),
+    #[error("journal: {0}")]
+    Journal(String),
+}
+
+impl ReconcileError {
+    /// A short label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ReconcileError::Cluster(ClusterError::Conflict(_)) => "conflict",
+            ReconcileError::Cluster(ClusterError::NotFound(_)) => "not_found",
+            ReconcileError::Cluster(ClusterError::Other { .. }) => "cluster",
+            ReconcileError::Journal(_) => "journal",
+        }
+    }
+}
+
+/// Reconciles by result (`ok`, `error`).
+pub const RECONCILES_TOTAL: &str = "bosun_deployer_reconciles_total";
+/// Reconcile durations in seconds.
+pub const RECONCILE_SECONDS: &str = "bosun_deployer_reconcile_duration_seconds";
+/// Errors recorded on items, by type and code (`none` without a code).
+pub const ERRORS_TOTAL: &str = "bosun_deployer_item_errors_total";
+/// Items by phase, as of their last reconcile.
+pub const ITEMS: &str = "bosun_deployer_items";
+
+/// Every phase, for the gauge.
+const PHASES: [Phase; 8] = [
+    Phase::Init,
+    Phase::Progressing,
+    Phase::Completing,
+    Phase::Succeeded,
+    Phase::Failed,
+    Phase::InitDelete,
+    Phase::Deleting,
+    Phase::DeleteFailed,
+];
+
+/// Sets the phase gauge from the last runs.
+fn phase_gauge(last: &BTreeMap<ItemKey, LastRun>) {
+    for p in PHASES {
+        let n = last.values().filter(|r| r.phase == Some(p)).count();
+        metrics::gauge!(ITEMS, "phase" => p.as_str()).set(n as f64);
+    }
+}
+
+/// How the deployer runs.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Items reconciled at once.
+    pub workers: usize,
+    /// `status.deployer`.
+    pub deployer: DeployerInfo,
+    /// Target selectors (none: every target).
+    pub target_selectors: Vec<TargetSelector>,
+}
+
+/// The last reconcile of an item, for the debug view.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LastRun {
+    pub phase: Option<Phase>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<u64>,
+}
+
+/// What the workers share.
+struct Shared {
+    cluster: Arc<dyn Cluster>,
+    journal: Arc<dyn EventSink<DeployerEvent>>,
+    types: BTreeMap<String, Arc<dyn DeployerType>>,
+    type_names: Vec<String>,
+    settings: Settings,
+    queue: WorkQueue<ItemKey>,
+    last: Mutex<BTreeMap<ItemKey, LastRun>>,
+}
+
+/// The running deployer; dropping it stops the watch and the workers.
+pub struct Deployer {
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Deployer {
+    fn drop(&mut self) {
+        self.shared.queue.shut_down();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A handle on the running deployer for the debug views.
+#[derive(Clone)]
+pub struct DeployerView {
+    shared: Arc<Shared>,
+}
+
+impl DeployerView {
+    /// The work queue now.
+    pub fn queue(&self) -> QueueSnapshot<ItemKey> {
+        self.shared.queue.snapshot()
+    }
+    /// The last reconcile of each item.
+    pub fn last_runs(&self) -> BTreeMap<ItemKey, LastRun> {
+        lock(&self.shared.last).clone()
+    }
+    /// The types served.
+    pub fn types(&self) -> Vec<String> {
+        self.shared.type_names.clone()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Deployer {
+    /// Starts watching and the workers.
+    pub async fn start(
+        cluster: Arc<dyn Cluster>,
+        journal: Arc<dyn EventSink<DeployerEvent>>,
+        types: Vec<Arc<dyn DeployerType>>,
+        settings: Settings,
+    ) -> Result<Deployer, ClusterError> {
+        let type_names: Vec<String> = types.iter().map(|t| t.name().to_string()).collect();
+        let shared = Arc::new(Shared {
+            types: types
+                .into_iter()
+                .map(|t| (t.name().to_string(), t))
+                .collect(),
+            type_names,
+            cluster,
+            journal,
+            queue: WorkQueue::new(),
+            last: Mutex::new(BTreeMap::new()),
+            settings,
+        });
+        let mut rx = shared.cluster.watch().await?;
+        let mut tasks = Vec::new();
+        let s = Arc::clone(&shared);
+        tasks.push(tokio::spawn(async move {
+            while let Some(change) = rx.recv().await {
+                match change {
+                    Change::Item { key, type_ } => {
+                        // Step 1 on metadata alone: other types are never even read.
+                        if s.type_names.contains(&type_) {
+                            s.queue.add(key);
+                        }
+                    }
+                    Change::Target { namespace, name } => {
+                        for o in s.cluster.cached_items(&namespace) {
+                            if let Ok(item) = DeployItem::parse(&o)
+                                && item.target_name() == Some(name.as_str())
+                                && s.type_names.iter().any(|t| t == item.deployer_type())
+                            {
+                                s.queue.add(item.key);
+                            }
+                        }
+                    }
+                }
+            }
+        }));
+        for _ in 0..shared.settings.workers.max(1) {
+            let s = Arc::clone(&shared);
+            tasks.push(tokio::spawn(async move {
+                while let Some(key) = s.queue.get().await {
+                    let started = std::time::Instant::now();
+                    let result = reconcile(&s, &key).await;
+                    metrics::histogram!(RECONCILE_SECONDS).record(started.elapsed().as_secs_f64());
+                    let outcome = if result.is_ok() { "ok" } else { "error" };
+                    metrics::counter!(RECONCILES_TOTAL, "result" => outcome).increment(1);
+                    match result {
+                        Ok(Some(after)) => {
+                            s.queue.forget(&key);
+                            s.queue.add_after(key.clone(), after);
+                        }
+                        Ok(None) => s.queue.forget(&key),
+                        Err(e) => {
+                            let delay = s.queue.add_rate_limited(key.clone());
+                            tracing::warn!(item = %key, retry_in = ?delay, kind = e.metric_label(), "deploy item reconcile failed: {e}");
+                            let mut last = lock(&s.last);
+                            let entry = last.entry(key.clone()).or_default();
+                            entry.error = Some(e.to_string());
+                            entry.retry_in_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+                        }
+                    }
+                    s.queue.done(&key);
+                }
+            }));
+        }
+        Ok(Deployer { shared, tasks })
+    }
+
+    /// A handle for the debug views.
+    pub fn view(&self) -> DeployerView {
+        DeployerView {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+fn item_name(key: &ItemKey) -> String {
+    format!("deployitem/{key}")
+}
+
+/// One reconcile of one item. `Ok(Some(d))`: look again in `d`.
+async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, ReconcileError> {
+    let Some(object) = s.cluster.get_item(key).await? else {
+        lock(&s.last).remove(key);
+        return Ok(None);
+    };
+    let item = match DeployItem::parse(&object) {
+        Ok(i) => i,
+        Err(e) => {
+            // Not readable: its type may not even be ours. Said once, not written.
+            tracing::warn!(item = %key, "cannot read the deploy item: {e}");
+            lock(&s.last).insert(
+                key.clone(),
+                LastRun {
+                    phase: None,
+                    error: Some(e.to_string()),
+                    retry_in_ms: None,
+                },
+            );
+            return Ok(None);
+        }
+    };
+    if !decide::is_our_type(&item, &s.type_names) {
+        return Ok(None);
+    }
+    let (check, target) = check_target(s, &item).await?;
+    let now = SystemTime::now();
+    let job_id = new_job_id();
+    let plan = decide::decide(
+        &item,
+        &Inputs {
+            types: &s.type_names,
+            target: check,
+            now,
+            deployer: &s.settings.deployer,
+            new_job_id: &job_id,
+        },
+    );
+    tracing::debug!(item = %key, next = ?plan.next, "deploy item decision");
+    apply_plan(s, item, target, plan, now).await
+}
+
+/// Step 2: the target, and whether it is ours. A Target that cannot be read is ours and
+/// fails the run later with the reason.
+async fn check_target(
+    s: &Shared,
+    item: &DeployItem,
+) -> Result<(TargetCheck, Option<Result<ResolvedTarget, DeployError>>), ReconcileError> {
+    let Some(name) = item.target_name() else {
+        return Ok((TargetCheck::Ours, None));
+    };
+    let ns = &item.key.namespace;
+    let Some(raw) = s.cluster.get_target(ns, name).await? else {
+        return Ok((TargetCheck::Missing, None));
+    };
+    let t = match target::Target::parse(&raw) {
+        Ok(t) => t,
+        Err(e) => {
+            let err = DeployError::config("ValidateTarget", "InvalidTarget", e.to_string());
+            return Ok((TargetCheck::Ours, Some(Err(err))));
+        }
+    };
+    if !target::serves(&s.settings.target_selectors, &t) {
+        return Ok((TargetCheck::NotOurs, None));
+    }
+    let secret = match &t.source {
+        target::TargetSource::Secret { name, .. } => {
+            s.cluster.get_secret(&t.namespace, name).await?
+        }
+        _ => None,
+    };
+    let resolved = target::resolve(&t, secret.as_ref())
+        .map_err(|e| DeployError::config("ResolveTarget", "InvalidTarget", e.to_string()))
+        .and_then(|r| {
+            // ValidateTarget, as upstream's library does for every type: a cluster
+            // target's kubeconfig may not run commands or read files.
+            if r.target.type_ == target::KUBERNETES_CLUSTER {
+                target::kubeconfig_of(&r).map_err(|e| {
+                    DeployError::config("ValidateTarget", "InvalidTarget", e.to_string())
+                })?;
+            }
+            Ok(r)
+        });
+    Ok((TargetCheck::Ours, Some(resolved)))
+}
+
+fn new_job_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("bosun-{nanos:x}")
+}
+
+/// Journals the phase change and the new error of `new` against `old`, then writes it.
+async fn write_status(
+    s: &Shared,
+    item: &DeployItem,
+    old: &Status,
+    new: &Status,
+    retry: Option<Duration>,
+) -> Result<DeployItem, ReconcileError> {
+    if old == new {
+        // Nothing new: no write, so no watch event that would wake this item again.
+        return Ok(item.clone());
+    }
+    let mut events = Vec::new();
+    if let Some(to) = new.phase
+        && (old.phase != new.phase || new.last_reconcile_time != old.last_reconcile_time)
+    {
+        events.push(DeployerEvent::DeployItemPhase {
+            item: item_name(&item.key),
+            from: old.phase,
+            to,
+            generation: item.generation,
+            job_id: new.job_id.clone(),
+        });
+    }
+    if let Some(e) = &new.last_error
+        && old.last_error.as_ref() != Some(e)
+    {
+        events.push(DeployerEvent::DeployItemError {
+            item: item_name(&item.key),
+            operation: e.operation.clone(),
+            reason: e.reason.clone(),
+            message: e.message.clone(),
+            codes: e.codes.clone(),
+            retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        });
+    }
+    if !events.is_empty() {
+        s.journal
+            .append(events)
+            .await
+            .map_err(|e| ReconcileError::Journal(e.to_string()))?;
+    }
+    if let Some(e) = &new.last_error
+        && old.last_error.as_ref() != Some(e)
+    {
+        let code = e.codes.first().map_or("none", |c| c.as_str());
+        metrics::counter!(ERRORS_TOTAL, "type" => item.type_.clone(), "code" => code).increment(1);
+        s.cluster
+            .event(
+                &item.object,
+                EventNote {
+                    type_: "Warning",
+                    reason: e.reason.clone(),
+                    message: e.message.clone(),
+                },
+            )
+            .await;
+    }
+    let written = s.cluster.update_status(item.with_status(new)).await?;
+    {
+        let mut last = lock(&s.last);
+        last.insert(
+            item.key.clone(),
+            LastRun {
+                phase: new.phase,
+                error: new
+                    .last_error
+                    .as_ref()
+                    .map(|e| format!("{}: {}", e.reason, e.message)),
+                retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            },
+        );
+        phase_gauge(&last);
+    }
+    DeployItem::parse(&written).map_err(|e| {
+        ReconcileError::Cluster(ClusterError::Other {
+            what: item_name(&item.key),
+            message: e.to_string(),
+        })
+    })
+}
+
+async fn update_metadata(
+    s: &Shared,
+    item: &DeployItem,
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> Result<DeployItem, ReconcileError> {
+    let mut object = item.object.clone();
+    if let Some(meta) = object["metadata"].as_object_mut() {
+        edit(meta);
+    }
+    let written = s.cluster.update_item(object).await?;
+    DeployItem::parse(&written).map_err(|e| {
+        ReconcileError::Cluster(ClusterError::Other {
+            what: item_name(&item.key),
+            message: e.to_string(),
+        })
+    })
+}
+
+async fn apply_plan(
+    s: &Shared,
+    mut item: DeployItem,
+    target: Option<Result<ResolvedTarget, DeployError>>,
+    plan: Plan,
+    now: SystemTime,
+) -> Result<Option<Duration>, ReconcileError> {
+    if let Next::Skip(Skip::OtherType(_) | Skip::OtherTarget(_)) = &plan.next {
+        // Never touched.
+        return Ok(None);
+    }
+    if !plan.remove_annotations.is_empty() {
+        let remove = plan.remove_annotations.clone();
+        item = update_metadata(s, &item, |meta| {
+            if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+                for k in &remove {
+                    a.remove(k);
+                }
+            }
+        })
+        .await?;
+    }
+    if let Some(status) = &plan.status {
+        let old = item.status.clone();
+        item = write_status(s, &item, &old, status, None).await?;
+    }
+    match plan.next {
+        Next::Skip(_) | Next::Done => Ok(None),
+        Next::Abort { status } => {
+            if let Some(ty) = s.types.get(item.deployer_type()) {
+                let resolved = target.as_ref().and_then(|t| t.as_ref().ok());
+                ty.abort(Job {
+                    item: &item,
+                    target: resolved,
+                    force: false,
+                    remaining: None,
+                })
+                .await;
+            }
+            let old = item.status.clone();
+            write_status(s, &item, &old, &status, None).await?;
+            Ok(None)
+        }
+        Next::Run {
+            delete,
+            force,
+            remaining,
+        } => {
+            let Some(ty) = s.types.get(item.deployer_type()).cloned() else {
+                return Ok(None);
+            };
+            if delete {
+                run_delete(s, item, ty.as_ref(), target, remaining, now).await
+            } else {
+                run_reconcile(s, item, ty.as_ref(), target, force, remaining, now).await
+            }
+        }
+    }
+}
+
+/// When a run that is not final is looked at again: in 5 s, or at its timeout if sooner.
+fn retry_after(remaining: Option<Duration>) -> Duration {
+    remaining
+        .map_or(RETRY_INTERVAL, |r| r.min(RETRY_INTERVAL))
+        .max(Duration::from_millis(50))
+}
+
+/// Ends a run's step: a failed step records its error (an unrecoverable one fails the run).
+async fn finish_step(
+    s: &Shared,
+    item: &DeployItem,
+    mut status: Status,
+    deleting: bool,
+    error: Option<DeployError>,
+    remaining: Option<Duration>,
+    now: SystemTime,
+) -> Result<Option<Duration>, ReconcileError> {
+    let old = item.status.clone();
+    if let Some(e) = &error {
+        handle_error(&mut status, deleting, e, now);
+    }
+    let final_ = status.phase.is_some_and(Phase::is_final);
+    let retry = (!final_).then(|| retry_after(remaining));
+    if let Some(e) = &error {
+        tracing::warn!(item = %item.key, code = e.code_label(), retry_in = ?retry, "deploy item: {e}");
+    }
+    write_status(s, item, &old, &status, retry).await?;
+    Ok(retry)
+}
+
+async fn run_reconcile(
+    s: &Shared,
+    mut item: DeployItem,
+    ty: &dyn DeployerType,
+    target: Option<Result<ResolvedTarget, DeployError>>,
+    force: bool,
+    remaining: Option<Duration>,
+    now: SystemTime,
+) -> Result<Option<Duration>, ReconcileError> {
+    if !item.finalizers.iter().any(|f| f == FINALIZER) {
+        item = update_metadata(s, &item, |meta| {
+            let list = meta
+                .entry("finalizers")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Some(a) = list.as_array_mut() {
+                a.push(Value::String(FINALIZER.to_string()));
+            }
+        })
+        .await?;
+    }
+    if item.status.phase != Some(Phase::Progressing) {
+        let old = item.status.clone();
+        let mut status = old.clone();
+        set_phase(&mut status, Phase::Progressing, now);
+        item = write_status(s, &item, &old, &status, None).await?;
+    }
+    let mut status = item.status.clone();
+    let resolved = match target.transpose() {
+        Ok(t) => t,
+        Err(e) => return finish_step(s, &item, status, false, Some(e), remaining, now).await,
+    };
+    if let Some(ctx) = &item.context
+        && s.cluster
+            .get_context(&item.key.namespace, ctx)
+            .await?
+            .is_none()
+    {
+        let e = DeployError::new(
+            "GetLandscaperContext",
+            "ContextNotFound",
+            format!(
+                "spec.context: Context {}/{ctx} not found",
+                item.key.namespace
+            ),
+            &[],
+        );
+        return finish_step(s, &item, status, false, Some(e), remaining, now).await;
+    }
+    if item
+        .config
+        .as_ref()
+        .is_none_or(|c| c.as_object().is_none_or(serde_json::Map::is_empty))
+    {
+        let e = DeployError::config(
+            "Reconcile",
+            "ProviderConfigurationMissing",
+            "spec.config: the provider configuration is missing",
+        );
+        return finish_step(s, &item, status, false, Some(e), remaining, now).await;
+    }
+    let job = Job {
+        item: &item,
+        target: resolved.as_ref(),
+        force,
+        remaining,
+    };
+    let outcome = match ty.reconcile(job).await {
+        Ok(o) => o,
+        Err(e) => return finish_step(s, &item, status, false, Some(e), remaining, now).await,
+    };
+    if let Some(ps) = outcome.provider_status {
+        status.provider_status = Some(ps);
+    }
+    if !outcome.conditions.is_empty() {
+        status.conditions = crate::status::merge_conditions(&status.conditions, outcome.conditions);
+    }
+    if let Some(export) = &outcome.export {
+        match s
+            .cluster
+            .write_export(
+                &item.object,
+                status.export_ref.clone(),
+                ty.export_prefix(),
+                export,
+            )
+            .await
+        {
+            Ok(r) => status.export_ref = Some(r),
+            Err(e) => {
+                let e = DeployError::new("WriteExport", "ExportFailed", e.to_string(), &[]);
+                return finish_step(s, &item, status, false, Some(e), remaining, now).await;
+            }
+        }
+    }
+    if outcome.phase == Phase::Failed {
+        // A type that gives up without an error still leaves a reason on the item.
+        let e = DeployError::new(
+            "Reconcile",
+            "Failed",
+            format!("the {} deployer reported phase Failed", ty.name()),
+            &[],
+        );
+        crate::status::record_error(&mut status, &e, now);
+    }
+    set_phase(&mut status, outcome.phase, now);
+    finish_step(s, &item, status, false, None, remaining, now).await
+}
+
+async fn run_delete(
+    s: &Shared,
+    mut item: DeployItem,
+    ty: &dyn DeployerType,
+    target: Option<Result<ResolvedTarget, DeployError>>,
+    remaining: Option<Duration>,
+    now: SystemTime,
+) -> Result<Option<Duration>, ReconcileError> {
+    if item.status.phase != Some(Phase::Deleting) {
+        let old = item.status.clone();
+        let mut status = old.clone();
+        set_phase(&mut status, Phase::Deleting, now);
+        item = write_status(s, &item, &old, &status, None).await?;
+    }
+    let status = item.status.clone();
+    let skip_uninstall = item
+        .annotations
+        .get(DELETE_WITHOUT_UNINSTALL_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    if !skip_uninstall {
+        let resolved = match target.transpose() {
+            Ok(t) => t,
+            Err(e) => return finish_step(s, &item, status, true, Some(e), remaining, now).await,
+        };
+        let job = Job {
+            item: &item,
+            target: resolved.as_ref(),
+            force: false,
+            remaining,
+        };
+        if let Err(e) = ty.delete(job).await {
+            return finish_step(s, &item, status, true, Some(e), remaining, now).await;
+        }
+        if let Some(r) = &status.export_ref {
+            let ns = if r.namespace.is_empty() {
+                &item.key.namespace
+            } else {
+                &r.namespace
+            };
+            if let Err(e) = s.cluster.delete_secret(ns, &r.name).await {
+                let e = DeployError::new("Delete", "DeleteExportFailed", e.to_string(), &[]);
+                return finish_step(s, &item, status, true, Some(e), remaining, now).await;
+            }
+        }
+    }
+    s.journal
+        .append(vec![DeployerEvent::DeployItemFinalized {
+            item: item_name(&item.key),
+        }])
+        .await
+        .map_err(|e| ReconcileError::Journal(e.to_string()))?;
+    match update_metadata(s, &item, |meta| {
+        if let Some(a) = meta.get_mut("finalizers").and_then(Value::as_array_mut) {
+            a.retain(|f| f != FINALIZER);
+        }
+    })
+    .await
+    {
+        Ok(_) | Err(ReconcileError::Cluster(ClusterError::NotFound(_))) => {}
+        Err(e) => return Err(e),
+    }
+    {
+        let mut last = lock(&s.last);
+        last.remove(&item.key);
+        phase_gauge(&last);
+    }
+    Ok(None)
+}

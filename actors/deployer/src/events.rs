@@ -1,0 +1,56 @@
+//! The deployer's journal: every phase an item goes through and every error recorded on
+//! it, so `bosun journal` can tell why an item is not `Succeeded`. The cluster stays the
+//! source of truth; nothing is replayed into the deployer at start.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::item::{ErrorCode, Phase};
+
+/// The encoding version this build writes.
+pub const EVENT_VERSION: u32 = 1;
+
+/// One journaled deployer event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum DeployerEvent {
+    /// An item's phase changed.
+    #[serde(rename_all = "camelCase")]
+    DeployItemPhase {
+        item: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<Phase>,
+        to: Phase,
+        generation: i64,
+        #[serde(default, rename = "jobID", skip_serializing_if = "Option::is_none")]
+        job_id: Option<String>,
+    },
+    /// An error was recorded on an item (`lastError`).
+    #[serde(rename_all = "camelCase")]
+    DeployItemError {
+        item: String,
+        operation: String,
+        reason: String,
+        message: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        codes: Vec<ErrorCode>,
+        /// When it is tried again (ms); `None`: the run failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_in_ms: Option<u64>,
+    },
+    /// The finalizer was removed after cleanup: the item can go.
+    #[serde(rename_all = "camelCase")]
+    DeployItemFinalized { item: String },
+}
+
+impl bosun_journal::Versioned for DeployerEvent {
+    const VERSION: u32 = EVENT_VERSION;
+    fn decode(version: u32, raw: Value) -> Result<Self, String> {
+        if version > EVENT_VERSION {
+            return Err(format!(
+                "deployer event version {version} is newer than this bosun ({EVENT_VERSION})"
+            ));
+        }
+        serde_json::from_value(raw).map_err(|e| e.to_string())
+    }
+}

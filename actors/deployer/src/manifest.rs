@@ -1,0 +1,486 @@
+//! The kubernetes-manifest type (`landscaper.gardener.cloud/kubernetes-manifest`), first
+//! slice: ProviderConfiguration v1alpha2 (and v1alpha1), the policies, the `update`
+//! strategy, CRDs → cluster-scoped → namespaced apply order, `managedResources` in the
+//! ProviderStatus, orphans removed, and removal in reverse order on deletion. The
+//! planning is pure ([`ManifestConfig::parse`], [`order`], [`orphans`]); the target
+//! cluster is the [`TargetClusters`] port.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::ports::{BoxFut, DeployerType, Job, Outcome};
+use crate::status::DeployError;
+use crate::target::ResolvedTarget;
+
+/// The type name.
+pub const MANIFEST_TYPE: &str = "landscaper.gardener.cloud/kubernetes-manifest";
+/// The label put on every object the type creates.
+pub const DEPLOYITEM_LABEL: &str = "manifest.deployer.landscaper.gardener.cloud/deployitem";
+const API_V1ALPHA1: &str = "manifest.deployer.landscaper.gardener.cloud/v1alpha1";
+const API_V1ALPHA2: &str = "manifest.deployer.landscaper.gardener.cloud/v1alpha2";
+
+/// What the type does with one manifest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Create, update, delete (and take over existing objects).
+    #[default]
+    Manage,
+    /// As manage, unless another item's label is on the live object.
+    Fallback,
+    /// Create and update, never delete.
+    Keep,
+    /// Skipped entirely.
+    Ignore,
+    /// Create and delete, never update.
+    Immutable,
+}
+
+impl Policy {
+    /// Whether objects of this policy are deleted (as orphans or with the item).
+    pub fn deletes(self) -> bool {
+        matches!(self, Policy::Manage | Policy::Fallback | Policy::Immutable)
+    }
+}
+
+/// One manifest of the configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Manifest {
+    pub policy: Policy,
+    pub object: Value,
+}
+
+/// The ProviderConfiguration, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManifestConfig {
+    pub manifests: Vec<Manifest>,
+}
+
+fn config_error(message: String) -> DeployError {
+    DeployError::config("Reconcile", "InvalidProviderConfiguration", message)
+}
+
+impl ManifestConfig {
+    /// Reads `spec.config`; every error names the field.
+    pub fn parse(config: &Value) -> Result<ManifestConfig, DeployError> {
+        let api = config["apiVersion"].as_str().unwrap_or_default();
+        if api != API_V1ALPHA1 && api != API_V1ALPHA2 {
+            return Err(config_error(format!(
+                "spec.config.apiVersion: expected {API_V1ALPHA2:?} or {API_V1ALPHA1:?}, got {api:?}"
+            )));
+        }
+        if config["kind"] != "ProviderConfiguration" {
+            return Err(config_error(format!(
+                "spec.config.kind: expected ProviderConfiguration, got {}",
+                config["kind"]
+            )));
+        }
+        match config["updateStrategy"].as_str() {
+            None | Some("update") => {}
+            Some(other) => {
+                return Err(config_error(format!(
+                    "spec.config.updateStrategy: {other:?} is not supported yet (only \"update\")"
+                )));
+            }
+        }
+        let list = match &config["manifests"] {
+            Value::Null => Vec::new(),
+            Value::Array(a) => a.clone(),
+            other => {
+                return Err(config_error(format!(
+                    "spec.config.manifests: expected a list, got {other}"
+                )));
+            }
+        };
+        let mut manifests = Vec::new();
+        for (i, m) in list.into_iter().enumerate() {
+            let field = format!("spec.config.manifests[{i}]");
+            let (policy, object) = if api == API_V1ALPHA1 {
+                (Policy::Manage, m)
+            } else {
+                let policy = match &m["policy"] {
+                    Value::Null => Policy::Manage,
+                    p => serde_json::from_value(p.clone()).map_err(|_| {
+                        config_error(format!(
+                            "{field}.policy: unknown policy {p} (expected manage, fallback, keep, ignore or immutable)"
+                        ))
+                    })?,
+                };
+                (policy, m["manifest"].clone())
+            };
+            for (key, path) in [("apiVersion", "apiVersion"), ("kind", "kind")] {
+                if object[key].as_str().is_none_or(str::is_empty) {
+                    return Err(config_error(format!("{field}.manifest.{path}: missing")));
+                }
+            }
+            if object["metadata"]["name"]
+                .as_str()
+                .is_none_or(str::is_empty)
+            {
+                return Err(config_error(format!(
+                    "{field}.manifest.metadata.name: missing"
+                )));
+            }
+            manifests.push(Manifest { policy, object });
+        }
+        Ok(ManifestConfig { manifests })
+    }
+}
+
+/// An object the type manages, as listed in `providerStatus.managedResources`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ResourceRef {
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+}
+
+impl ResourceRef {
+    /// The reference of an object.
+    pub fn of(o: &Value) -> ResourceRef {
+        let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        ResourceRef {
+            api_version: s(&o["apiVersion"]),
+            kind: s(&o["kind"]),
+            name: s(&o["metadata"]["name"]),
+            namespace: s(&o["metadata"]["namespace"]),
+            uid: s(&o["metadata"]["uid"]),
+        }
+    }
+
+    /// Identity without the uid.
+    fn id(&self) -> (&str, &str, &str, &str) {
+        (&self.api_version, &self.kind, &self.namespace, &self.name)
+    }
+}
+
+impl std::fmt::Display for ResourceRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// One entry of `managedResources`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Managed {
+    pub policy: Policy,
+    pub resource: ResourceRef,
+}
+
+/// The apply group of an object: CRDs first, then cluster-scoped, then namespaced.
+pub fn group(kind: &str, namespaced: bool) -> u8 {
+    if kind == "CustomResourceDefinition" {
+        0
+    } else if !namespaced {
+        1
+    } else {
+        2
+    }
+}
+
+/// Indices of `manifests` in apply order (stable within a group).
+pub fn order(manifests: &[(Manifest, bool)]) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..manifests.len()).collect();
+    idx.sort_by_key(|&i| {
+        group(
+            manifests[i].0.object["kind"].as_str().unwrap_or_default(),
+            manifests[i].1,
+        )
+    });
+    idx
+}
+
+/// What was managed before and is no longer: to delete (policies that delete only).
+pub fn orphans(before: &[Managed], now: &[Managed]) -> Vec<Managed> {
+    before
+        .iter()
+        .filter(|b| b.policy.deletes())
+        .filter(|b| !now.iter().any(|n| n.resource.id() == b.resource.id()))
+        .cloned()
+        .collect()
+}
+
+/// The managed resources of a providerStatus.
+pub fn managed_of(provider_status: Option<&Value>) -> Vec<Managed> {
+    provider_status
+        .and_then(|p| serde_json::from_value(p["managedResources"].clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The target cluster as the manifest type sees it.
+pub trait TargetClusters: Send + Sync + 'static {
+    /// Whether `apiVersion`/`kind` is namespaced (discovery of the target).
+    fn namespaced<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        api_version: &'a str,
+        kind: &'a str,
+    ) -> BoxFut<'a, Result<bool, DeployError>>;
+    /// One object (`None`: not found).
+    fn get<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        r: &'a ResourceRef,
+    ) -> BoxFut<'a, Result<Option<Value>, DeployError>>;
+    /// POST.
+    fn create<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        object: Value,
+    ) -> BoxFut<'a, Result<Value, DeployError>>;
+    /// PUT of the whole object.
+    fn replace<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        object: Value,
+    ) -> BoxFut<'a, Result<Value, DeployError>>;
+    /// DELETE; not found is success.
+    fn delete<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        r: &'a ResourceRef,
+    ) -> BoxFut<'a, Result<(), DeployError>>;
+}
+
+/// The kubernetes-manifest type.
+pub struct ManifestType {
+    pub targets: Arc<dyn TargetClusters>,
+}
+
+fn need_target<'a>(job: &Job<'a>) -> Result<&'a ResolvedTarget, DeployError> {
+    job.target.ok_or_else(|| {
+        DeployError::config(
+            "Reconcile",
+            "TargetMissing",
+            "spec.target: the kubernetes-manifest type needs a target",
+        )
+    })
+}
+
+impl ManifestType {
+    async fn apply(&self, job: &Job<'_>) -> Result<Outcome, DeployError> {
+        let target = need_target(job)?;
+        let config = ManifestConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))?;
+        let before = managed_of(job.item.status.provider_status.as_ref());
+        let mut scoped = Vec::new();
+        for m in config.manifests {
+            if m.policy == Policy::Ignore {
+                continue;
+            }
+            let api = m.object["apiVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let kind = m.object["kind"].as_str().unwrap_or_default().to_string();
+            let namespaced = self.targets.namespaced(target, &api, &kind).await?;
+            scoped.push((m, namespaced));
+        }
+        let mut managed = Vec::new();
+        for i in order(&scoped) {
+            let (m, namespaced) = &scoped[i];
+            let mut object = m.object.clone();
+            if *namespaced
+                && object["metadata"]["namespace"]
+                    .as_str()
+                    .is_none_or(str::is_empty)
+            {
+                object["metadata"]["namespace"] = json!("default");
+            }
+            if !*namespaced && let Some(meta) = object["metadata"].as_object_mut() {
+                meta.remove("namespace");
+            }
+            object["metadata"]["labels"][DEPLOYITEM_LABEL] = json!(job.item.key.name);
+            let r = ResourceRef::of(&object);
+            let live = self.targets.get(target, &r).await?;
+            let written = match live {
+                None => self.targets.create(target, object).await?,
+                Some(live) => {
+                    let owner = live["metadata"]["labels"][DEPLOYITEM_LABEL].as_str();
+                    if m.policy == Policy::Fallback && owner.is_some_and(|o| o != job.item.key.name)
+                    {
+                        continue;
+                    }
+                    if m.policy == Policy::Immutable {
+                        live
+                    } else {
+                        object["metadata"]["resourceVersion"] =
+                            live["metadata"]["resourceVersion"].clone();
+                        self.targets.replace(target, object).await?
+                    }
+                }
+            };
+            managed.push(Managed {
+                policy: m.policy,
+                resource: ResourceRef::of(&written),
+            });
+        }
+        let gone = orphans(&before, &managed);
+        for o in gone.iter().rev() {
+            self.targets.delete(target, &o.resource).await?;
+        }
+        Ok(Outcome {
+            phase: crate::item::Phase::Succeeded,
+            provider_status: Some(json!({
+                "apiVersion": API_V1ALPHA2,
+                "kind": "ProviderStatus",
+                "managedResources": managed,
+            })),
+            export: None,
+            conditions: Vec::new(),
+        })
+    }
+
+    async fn remove(&self, job: &Job<'_>) -> Result<(), DeployError> {
+        let managed = managed_of(job.item.status.provider_status.as_ref());
+        if managed.is_empty() {
+            return Ok(());
+        }
+        let target = need_target(job)?;
+        // Namespaced first, then cluster-scoped, CRDs last: the reverse of the apply order.
+        let mut by_group: BTreeMap<u8, Vec<&Managed>> = BTreeMap::new();
+        for m in managed.iter().filter(|m| m.policy.deletes()) {
+            let namespaced = !m.resource.namespace.is_empty();
+            by_group
+                .entry(group(&m.resource.kind, namespaced))
+                .or_default()
+                .push(m);
+        }
+        for (_, list) in by_group.iter().rev() {
+            for m in list {
+                if m.policy == Policy::Fallback
+                    && let Some(live) = self.targets.get(target, &m.resource).await?
+                    && live["metadata"]["labels"][DEPLOYITEM_LABEL].as_str()
+                        != Some(job.item.key.name.as_str())
+                {
+                    continue;
+                }
+                self.targets.delete(target, &m.resource).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DeployerType for ManifestType {
+    fn name(&self) -> &str {
+        MANIFEST_TYPE
+    }
+
+    fn export_prefix(&self) -> &str {
+        "manifest-export-"
+    }
+
+    fn reconcile<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<Outcome, DeployError>> {
+        Box::pin(async move { self.apply(&job).await })
+    }
+
+    fn delete<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<(), DeployError>> {
+        Box::pin(async move { self.remove(&job).await })
+    }
+
+    fn abort<'a>(&'a self, _job: Job<'a>) -> BoxFut<'a, ()> {
+        Box::pin(async {})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})
+    }
+
+    #[test]
+    fn configs_of_both_versions_parse_and_errors_name_the_field() {
+        let c = ManifestConfig::parse(
+            &json!({"apiVersion": API_V1ALPHA2, "kind": "ProviderConfiguration",
+            "manifests": [{"policy": "keep", "manifest": cm("a")}, {"manifest": cm("b")}]}),
+        )
+        .expect("v1alpha2");
+        assert_eq!(
+            c.manifests.iter().map(|m| m.policy).collect::<Vec<_>>(),
+            [Policy::Keep, Policy::Manage]
+        );
+        let c = ManifestConfig::parse(&json!({"apiVersion": API_V1ALPHA1, "kind": "ProviderConfiguration", "manifests": [cm("a")]}))
+            .expect("v1alpha1");
+        assert_eq!(c.manifests[0].object["metadata"]["name"], "a");
+        let bad = |c: Value| ManifestConfig::parse(&c).unwrap_err().message;
+        assert!(bad(json!({"apiVersion": API_V1ALPHA2, "kind": "ProviderConfiguration", "manifests": [{"policy": "sometimes", "manifest": cm("a")}]}))
+            .starts_with("spec.config.manifests[0].policy: unknown policy \"sometimes\""));
+        assert!(bad(json!({"apiVersion": API_V1ALPHA2, "kind": "ProviderConfiguration", "manifests": [{"manifest": {"kind": "ConfigMap"}}]}))
+            .starts_with("spec.config.manifests[0].manifest.apiVersion: missing"));
+        assert!(
+            bad(json!({"apiVersion": "v1", "kind": "ProviderConfiguration"}))
+                .starts_with("spec.config.apiVersion")
+        );
+        assert!(
+            bad(json!({"apiVersion": API_V1ALPHA2, "kind": "Configuration"}))
+                .starts_with("spec.config.kind")
+        );
+        assert!(bad(json!({"apiVersion": API_V1ALPHA2, "kind": "ProviderConfiguration", "updateStrategy": "merge"})).contains("not supported yet"));
+    }
+
+    #[test]
+    fn crds_then_cluster_scoped_then_namespaced() {
+        let m = |kind: &str| Manifest {
+            policy: Policy::Manage,
+            object: json!({"kind": kind}),
+        };
+        let list = vec![
+            (m("ConfigMap"), true),
+            (m("Namespace"), false),
+            (m("CustomResourceDefinition"), false),
+            (m("Secret"), true),
+        ];
+        assert_eq!(order(&list), [2, 1, 0, 3]);
+    }
+
+    #[test]
+    fn orphans_are_what_was_managed_and_is_gone_and_kept_ones_stay() {
+        let r = |name: &str| ResourceRef {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: name.into(),
+            namespace: "ns".into(),
+            uid: format!("u-{name}"),
+        };
+        let before = vec![
+            Managed {
+                policy: Policy::Manage,
+                resource: r("a"),
+            },
+            Managed {
+                policy: Policy::Manage,
+                resource: r("b"),
+            },
+            Managed {
+                policy: Policy::Keep,
+                resource: r("c"),
+            },
+        ];
+        let mut a = r("a");
+        a.uid = "other-uid".into();
+        let now = vec![Managed {
+            policy: Policy::Manage,
+            resource: a,
+        }];
+        let gone: Vec<String> = orphans(&before, &now)
+            .iter()
+            .map(|m| m.resource.name.clone())
+            .collect();
+        assert_eq!(gone, ["b"]);
+    }
+}

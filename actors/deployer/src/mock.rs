@@ -1,0 +1,173 @@
+//! The mock type (`landscaper.gardener.cloud/mock`): its ProviderConfiguration says what
+//! to report (`phase`, `initialPhase`, `providerStatus`, `export`), which makes it the
+//! reference for the contract's tests. Delete and abort do nothing of their own (the
+//! controller removes the export Secret).
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::item::{Phase, format_time};
+use crate::ports::{BoxFut, DeployerType, Job, Outcome};
+use crate::status::DeployError;
+
+/// The type name.
+pub const MOCK_TYPE: &str = "landscaper.gardener.cloud/mock";
+/// The ProviderConfiguration's apiVersion.
+pub const MOCK_API_VERSION: &str = "mock.deployer.landscaper.gardener.cloud/v1alpha1";
+
+/// The mock's ProviderConfiguration.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MockConfig {
+    #[serde(default)]
+    pub phase: Option<Phase>,
+    #[serde(default)]
+    pub initial_phase: Option<Phase>,
+    #[serde(default)]
+    pub provider_status: Option<Value>,
+    #[serde(default)]
+    pub export: Option<Value>,
+    #[serde(default)]
+    pub continuous_reconcile: Option<Value>,
+}
+
+impl MockConfig {
+    /// Reads `spec.config`; the error names the field.
+    pub fn parse(config: &Value) -> Result<MockConfig, DeployError> {
+        if let Some(kind) = config.get("kind").and_then(Value::as_str)
+            && kind != "ProviderConfiguration"
+        {
+            return Err(DeployError::config(
+                "Reconcile",
+                "FailedUnmarshal",
+                format!("spec.config.kind: expected ProviderConfiguration, got {kind:?}"),
+            ));
+        }
+        if let Some(api) = config.get("apiVersion").and_then(Value::as_str)
+            && api != MOCK_API_VERSION
+        {
+            return Err(DeployError::config(
+                "Reconcile",
+                "FailedUnmarshal",
+                format!("spec.config.apiVersion: expected {MOCK_API_VERSION:?}, got {api:?}"),
+            ));
+        }
+        serde_json::from_value(config.clone()).map_err(|e| {
+            DeployError::config("Reconcile", "FailedUnmarshal", format!("spec.config: {e}"))
+        })
+    }
+
+    /// The phase a reconcile ends in, given the phase the item has.
+    pub fn phase_after(&self, current: Option<Phase>) -> Phase {
+        if let Some(p) = self.phase {
+            return p;
+        }
+        match self.initial_phase {
+            Some(p) if current.is_none_or(|c| matches!(c, Phase::Init | Phase::Progressing)) => p,
+            _ => Phase::Succeeded,
+        }
+    }
+}
+
+/// The mock deployer type.
+#[derive(Clone, Debug, Default)]
+pub struct Mock;
+
+fn validation(ok: bool, message: &str) -> Value {
+    let now = format_time(std::time::SystemTime::now());
+    json!({
+        "type": "DeployItemValidation",
+        "status": if ok { "True" } else { "False" },
+        "reason": if ok { "SuccessfullValidation" } else { "FailedUnmarshal" },
+        "message": message,
+        "lastTransitionTime": now,
+        "lastUpdateTime": now,
+    })
+}
+
+impl DeployerType for Mock {
+    fn name(&self) -> &str {
+        MOCK_TYPE
+    }
+
+    fn export_prefix(&self) -> &str {
+        "mock-export-"
+    }
+
+    fn reconcile<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<Outcome, DeployError>> {
+        Box::pin(async move {
+            let config = job.item.config.clone().unwrap_or(Value::Null);
+            let config = MockConfig::parse(&config)?;
+            Ok(Outcome {
+                phase: config.phase_after(job.item.status.phase),
+                provider_status: config.provider_status,
+                export: config.export,
+                conditions: vec![validation(true, "the provider configuration is valid")],
+            })
+        })
+    }
+
+    fn delete<'a>(&'a self, _job: Job<'a>) -> BoxFut<'a, Result<(), DeployError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn abort<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, ()> {
+        Box::pin(async move {
+            tracing::info!(item = %job.item.key, "mock: abort has nothing to stop");
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_decides_the_phase() {
+        let cases: &[(Value, Option<Phase>, Phase)] = &[
+            (json!({}), None, Phase::Succeeded),
+            (json!({"phase": "Failed"}), Some(Phase::Init), Phase::Failed),
+            (
+                json!({"phase": "Progressing"}),
+                Some(Phase::Progressing),
+                Phase::Progressing,
+            ),
+            (
+                json!({"initialPhase": "Progressing"}),
+                Some(Phase::Init),
+                Phase::Progressing,
+            ),
+            (
+                json!({"initialPhase": "Progressing"}),
+                Some(Phase::Succeeded),
+                Phase::Succeeded,
+            ),
+            (
+                json!({"initialPhase": "Init", "phase": "Succeeded"}),
+                None,
+                Phase::Succeeded,
+            ),
+        ];
+        for (config, current, want) in cases {
+            let c = MockConfig::parse(config).expect("config");
+            assert_eq!(c.phase_after(*current), *want, "{config} from {current:?}");
+        }
+    }
+
+    #[test]
+    fn bad_configs_name_the_field() {
+        let e = MockConfig::parse(&json!({"phase": "Sleeping"})).unwrap_err();
+        assert!(
+            e.message.starts_with("spec.config:") && e.message.contains("Sleeping"),
+            "{e}"
+        );
+        assert!(e.is_unrecoverable());
+        let e =
+            MockConfig::parse(&json!({"apiVersion": MOCK_API_VERSION, "kind": "Configuration"}))
+                .unwrap_err();
+        assert!(e.message.starts_with("spec.config.kind:"), "{e}");
+        let e = MockConfig::parse(&json!({"apiVersion": "v1", "kind": "ProviderConfiguration"}))
+            .unwrap_err();
+        assert!(e.message.starts_with("spec.config.apiVersion:"), "{e}");
+    }
+}

@@ -1,0 +1,132 @@
+//! What the deployer needs from the world: the cluster its DeployItems, Targets, Secrets
+//! and Contexts live in, and the deployer types that do the work. Implemented in the
+//! binary (`src/deployer/`); [`crate::fakes`] holds in-memory versions for tests.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use bosun_runtime::ports::BoxFut;
+use serde_json::Value;
+
+use crate::item::{DeployItem, ItemKey, ObjectRef, Phase};
+use crate::status::DeployError;
+use crate::target::ResolvedTarget;
+
+/// A Secret's `data`, decoded.
+pub type SecretData = BTreeMap<String, Vec<u8>>;
+
+/// A failed cluster call, sorted the way the controller reacts to it.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum ClusterError {
+    #[error("{0}: not found")]
+    NotFound(String),
+    #[error("{0}: conflict")]
+    Conflict(String),
+    #[error("{what}: {message}")]
+    Other { what: String, message: String },
+}
+
+/// An Event to record on an item.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventNote {
+    /// `Normal` or `Warning`.
+    pub type_: &'static str,
+    pub reason: String,
+    pub message: String,
+}
+
+/// A change the deployer reacts to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// A DeployItem was added, changed or deleted; `type_` is its deployer type as the
+    /// metadata tells (annotation, else spec.type), for the cheap filter.
+    Item { key: ItemKey, type_: String },
+    /// A Target (or the Secret it points to) changed: its items are looked at again.
+    Target { namespace: String, name: String },
+}
+
+/// The cluster as the deployer sees it.
+pub trait Cluster: Send + Sync + 'static {
+    /// Changes of DeployItems and Targets from now on, after every existing item once.
+    fn watch(
+        &self,
+    ) -> BoxFut<'_, Result<tokio::sync::mpsc::UnboundedReceiver<Change>, ClusterError>>;
+    /// The DeployItems of `namespace` in the informer cache.
+    fn cached_items(&self, namespace: &str) -> Vec<Arc<Value>>;
+    /// A DeployItem read from the API server (not the cache), as the contract asks.
+    fn get_item(&self, key: &ItemKey) -> BoxFut<'_, Result<Option<Value>, ClusterError>>;
+    /// PUT of the whole item (annotations, finalizers).
+    fn update_item(&self, object: Value) -> BoxFut<'_, Result<Value, ClusterError>>;
+    /// PUT of the item's `/status`.
+    fn update_status(&self, object: Value) -> BoxFut<'_, Result<Value, ClusterError>>;
+    /// A Target.
+    fn get_target(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> BoxFut<'_, Result<Option<Value>, ClusterError>>;
+    /// A Secret's data, decoded.
+    fn get_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> BoxFut<'_, Result<Option<SecretData>, ClusterError>>;
+    /// A Context.
+    fn get_context(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> BoxFut<'_, Result<Option<Value>, ClusterError>>;
+    /// Writes the export Secret of `item` (key `config`, owned by the item): the one of
+    /// `existing`, else a new one named `<prefix><random>`.
+    fn write_export(
+        &self,
+        item: &Value,
+        existing: Option<ObjectRef>,
+        prefix: &str,
+        exports: &Value,
+    ) -> BoxFut<'_, Result<ObjectRef, ClusterError>>;
+    /// Deletes a Secret; NotFound is success.
+    fn delete_secret(&self, namespace: &str, name: &str) -> BoxFut<'_, Result<(), ClusterError>>;
+    /// Records an Event on `item`.
+    fn event(&self, item: &Value, note: EventNote) -> BoxFut<'_, ()>;
+}
+
+/// One run of a type on one item.
+#[derive(Clone, Debug)]
+pub struct Job<'a> {
+    pub item: &'a DeployItem,
+    pub target: Option<&'a ResolvedTarget>,
+    /// `force-reconcile`.
+    pub force: bool,
+    /// Time left before the item's timeout (`None`: no timeout).
+    pub remaining: Option<Duration>,
+}
+
+/// What a reconcile of a type ended with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// `Succeeded`, or a phase that is not final to be looked at again in 5 s.
+    pub phase: Phase,
+    /// Written to `status.providerStatus`.
+    pub provider_status: Option<Value>,
+    /// Written to the export Secret (`status.exportRef`).
+    pub export: Option<Value>,
+    /// Written to `status.conditions` (by type).
+    pub conditions: Vec<Value>,
+}
+
+/// A deployer type (`spec.type`): mock, kubernetes-manifest, helm, …
+pub trait DeployerType: Send + Sync + 'static {
+    /// The `spec.type` it serves.
+    fn name(&self) -> &str;
+    /// `generateName` of its export Secrets.
+    fn export_prefix(&self) -> &str;
+    /// Applies the item.
+    fn reconcile<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<Outcome, DeployError>>;
+    /// Removes what the item applied.
+    fn delete<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<(), DeployError>>;
+    /// Stops a run gracefully (`operation: abort`).
+    fn abort<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, ()>;
+}

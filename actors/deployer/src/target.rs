@@ -1,0 +1,512 @@
+//! Targets: which deployer serves one (target selectors), what it holds once resolved
+//! (inline `spec.config` or a Secret through `spec.secretRef`), and the kubeconfig of a
+//! `landscaper.gardener.cloud/kubernetes-cluster` target checked as landscaper does: no
+//! exec plugins, no files, no auth providers, no impersonation.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::item::FieldError;
+
+/// The type of a target that is a Kubernetes cluster.
+pub const KUBERNETES_CLUSTER: &str = "landscaper.gardener.cloud/kubernetes-cluster";
+
+/// A Target read from its JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub type_: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub source: TargetSource,
+}
+
+/// Where a target's content is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TargetSource {
+    /// `spec.config`.
+    Inline(Value),
+    /// `spec.secretRef` (in the Target's namespace).
+    Secret { name: String, key: Option<String> },
+    /// Neither.
+    Empty,
+}
+
+fn string_map(v: &Value, what: &str, field: &str) -> Result<BTreeMap<String, String>, FieldError> {
+    match v {
+        Value::Null => Ok(BTreeMap::new()),
+        v => serde_json::from_value(v.clone())
+            .map_err(|e| FieldError::new(what, field, format!("expected strings: {e}"))),
+    }
+}
+
+impl Target {
+    /// Reads a Target; a field of the wrong shape is an error naming it.
+    pub fn parse(o: &Value) -> Result<Target, FieldError> {
+        let meta = &o["metadata"];
+        let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
+        let name = meta["name"].as_str().unwrap_or_default().to_string();
+        let what = format!("Target {namespace}/{name}");
+        let spec = &o["spec"];
+        let source = match (&spec["config"], &spec["secretRef"]) {
+            (Value::Null, Value::Null) => TargetSource::Empty,
+            (c, Value::Null) => TargetSource::Inline(c.clone()),
+            (Value::Null, r) => {
+                let name = match r["name"].as_str() {
+                    Some(n) if !n.is_empty() => n.to_string(),
+                    _ => return Err(FieldError::new(&what, "spec.secretRef.name", "missing")),
+                };
+                let key = match &r["key"] {
+                    Value::Null => None,
+                    Value::String(k) if k.is_empty() => None,
+                    Value::String(k) => Some(k.clone()),
+                    other => {
+                        return Err(FieldError::new(
+                            &what,
+                            "spec.secretRef.key",
+                            format!("expected a string, got {other}"),
+                        ));
+                    }
+                };
+                TargetSource::Secret { name, key }
+            }
+            _ => {
+                return Err(FieldError::new(
+                    &what,
+                    "spec",
+                    "config and secretRef are mutually exclusive",
+                ));
+            }
+        };
+        Ok(Target {
+            uid: meta["uid"].as_str().unwrap_or_default().to_string(),
+            resource_version: meta["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            type_: spec["type"].as_str().unwrap_or_default().to_string(),
+            labels: string_map(&meta["labels"], &what, "metadata.labels")?,
+            annotations: string_map(&meta["annotations"], &what, "metadata.annotations")?,
+            namespace,
+            name,
+            source,
+        })
+    }
+
+    /// `namespace/name`.
+    pub fn describe(&self) -> String {
+        format!("Target {}/{}", self.namespace, self.name)
+    }
+}
+
+/// A target with its content: the JSON text of the configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedTarget {
+    pub target: Target,
+    pub content: String,
+}
+
+/// Resolves a target's content. `secret` is the Secret named by `spec.secretRef` (its
+/// `data`, base64-decoded), when the target has one. With a `key`, the content is that
+/// value; without, a JSON object of every key, each value read as YAML (so a kubeconfig
+/// becomes a nested object), as landscaper does.
+pub fn resolve(
+    target: &Target,
+    secret: Option<&BTreeMap<String, Vec<u8>>>,
+) -> Result<ResolvedTarget, FieldError> {
+    let what = target.describe();
+    let content = match &target.source {
+        TargetSource::Inline(v) => v.to_string(),
+        TargetSource::Empty => String::new(),
+        TargetSource::Secret { name, key } => {
+            let data = secret.ok_or_else(|| {
+                FieldError::new(
+                    &what,
+                    "spec.secretRef",
+                    format!("Secret {}/{name} not found", target.namespace),
+                )
+            })?;
+            match key {
+                Some(k) => {
+                    let bytes = data.get(k).ok_or_else(|| {
+                        FieldError::new(
+                            &what,
+                            "spec.secretRef.key",
+                            format!("Secret {}/{name} has no key {k:?}", target.namespace),
+                        )
+                    })?;
+                    String::from_utf8(bytes.clone()).map_err(|_| {
+                        FieldError::new(
+                            &what,
+                            "spec.secretRef.key",
+                            format!("Secret {}/{name} key {k:?} is not UTF-8", target.namespace),
+                        )
+                    })?
+                }
+                None => {
+                    let mut obj = serde_json::Map::new();
+                    for (k, bytes) in data {
+                        let text = String::from_utf8_lossy(bytes);
+                        let v: Value = serde_saphyr::from_str(&text)
+                            .unwrap_or_else(|_| Value::String(text.to_string()));
+                        obj.insert(k.clone(), v);
+                    }
+                    Value::Object(obj).to_string()
+                }
+            }
+        }
+    };
+    Ok(ResolvedTarget {
+        target: target.clone(),
+        content,
+    })
+}
+
+/// The kubeconfig of a kubernetes-cluster target, as YAML or JSON text.
+pub fn kubeconfig_of(resolved: &ResolvedTarget) -> Result<String, FieldError> {
+    let what = resolved.target.describe();
+    if resolved.target.type_ != KUBERNETES_CLUSTER {
+        return Err(FieldError::new(
+            &what,
+            "spec.type",
+            format!(
+                "expected {KUBERNETES_CLUSTER:?}, got {:?}",
+                resolved.target.type_
+            ),
+        ));
+    }
+    let config: Value = serde_json::from_str(&resolved.content)
+        .or_else(|_| serde_saphyr::from_str(&resolved.content))
+        .map_err(|e| FieldError::new(&what, "spec.config", format!("not JSON or YAML: {e}")))?;
+    let kubeconfig = match &config {
+        // A bare string is the kubeconfig itself.
+        Value::String(s) => s.clone(),
+        Value::Object(m) => match m.get("kubeconfig") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v @ Value::Object(_)) => v.to_string(),
+            Some(other) => {
+                return Err(FieldError::new(
+                    &what,
+                    "spec.config.kubeconfig",
+                    format!("expected a string or an object, got {other}"),
+                ));
+            }
+            None if m.contains_key("oidcConfig") || m.contains_key("selfConfig") => {
+                return Err(FieldError::new(
+                    &what,
+                    "spec.config",
+                    "oidcConfig and selfConfig are not supported yet",
+                ));
+            }
+            None => return Err(FieldError::new(&what, "spec.config.kubeconfig", "missing")),
+        },
+        _ => {
+            return Err(FieldError::new(
+                &what,
+                "spec.config",
+                "expected an object with kubeconfig",
+            ));
+        }
+    };
+    validate_kubeconfig(&kubeconfig)
+        .map_err(|m| FieldError::new(&what, "spec.config.kubeconfig", m))?;
+    Ok(kubeconfig)
+}
+
+/// Refuses what landscaper refuses in a target kubeconfig: credentials read from files or
+/// commands, auth providers, impersonation. Only inline data, tokens and basic auth pass.
+pub fn validate_kubeconfig(text: &str) -> Result<(), String> {
+    let kc: Value = serde_saphyr::from_str(text).map_err(|e| format!("not a kubeconfig: {e}"))?;
+    if !kc.is_object() {
+        return Err("not a kubeconfig: expected a mapping".into());
+    }
+    const REFUSED: &[&str] = &[
+        "exec",
+        "auth-provider",
+        "client-certificate",
+        "client-key",
+        "tokenFile",
+        "as",
+        "as-uid",
+        "as-groups",
+        "as-user-extra",
+    ];
+    for (i, u) in kc["users"].as_array().into_iter().flatten().enumerate() {
+        let name = u["name"].as_str().unwrap_or_default();
+        let Some(user) = u["user"].as_object() else {
+            continue;
+        };
+        for key in REFUSED {
+            if user.get(*key).is_some_and(|v| !v.is_null() && v != "") {
+                return Err(format!(
+                    "users[{i}] ({name}): {key} is not allowed in a target kubeconfig (only inline client-certificate-data, client-key-data, token, username and password)"
+                ));
+            }
+        }
+    }
+    for (i, c) in kc["clusters"].as_array().into_iter().flatten().enumerate() {
+        let name = c["name"].as_str().unwrap_or_default();
+        if c["cluster"]["certificate-authority"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+        {
+            return Err(format!(
+                "clusters[{i}] ({name}): certificate-authority (a file) is not allowed; use certificate-authority-data"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One requirement of a target selector (`operator` as Kubernetes label selectors).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Requirement {
+    pub key: String,
+    pub operator: String,
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// A target by name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TargetName {
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// One target selector: every part given must match.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TargetSelector {
+    #[serde(default)]
+    pub targets: Vec<TargetName>,
+    #[serde(default)]
+    pub annotations: Vec<Requirement>,
+    #[serde(default)]
+    pub labels: Vec<Requirement>,
+}
+
+impl Requirement {
+    fn matches(&self, m: &BTreeMap<String, String>) -> Result<bool, String> {
+        let v = m.get(&self.key);
+        Ok(match self.operator.as_str() {
+            "=" | "==" | "in" => v.is_some_and(|v| self.values.contains(v)),
+            "!=" | "notin" => v.is_none_or(|v| !self.values.contains(v)),
+            "exists" => v.is_some(),
+            "!" | "doesnotexist" => v.is_none(),
+            op @ ("gt" | "lt") => {
+                let (Some(have), Some(want)) = (
+                    v.and_then(|v| v.parse::<i64>().ok()),
+                    self.values.first().and_then(|w| w.parse::<i64>().ok()),
+                ) else {
+                    return Ok(false);
+                };
+                if op == "gt" { have > want } else { have < want }
+            }
+            other => return Err(format!("unknown operator {other:?} of key {:?}", self.key)),
+        })
+    }
+}
+
+impl TargetSelector {
+    /// Whether `t` matches every part of this selector.
+    pub fn matches(&self, t: &Target) -> Result<bool, String> {
+        if !self.targets.is_empty()
+            && !self.targets.iter().any(|n| {
+                n.name == t.name && n.namespace.as_deref().is_none_or(|ns| ns == t.namespace)
+            })
+        {
+            return Ok(false);
+        }
+        for r in &self.annotations {
+            if !r.matches(&t.annotations)? {
+                return Ok(false);
+            }
+        }
+        for r in &self.labels {
+            if !r.matches(&t.labels)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Whether a deployer with `selectors` serves `t`: no selectors serve every target; else any one must match.
+pub fn serves(selectors: &[TargetSelector], t: &Target) -> bool {
+    selectors.is_empty() || selectors.iter().any(|s| s.matches(t).unwrap_or(false))
+}
+
+/// Parses `--deployer-target-selector` (a JSON list of selectors), checking the operators.
+pub fn parse_selectors(text: &str) -> Result<Vec<TargetSelector>, String> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let sels: Vec<TargetSelector> = serde_json::from_str(text)
+        .map_err(|e| format!("expected a JSON list of {{targets, annotations, labels}}: {e}"))?;
+    let probe = Target {
+        namespace: String::new(),
+        name: String::new(),
+        uid: String::new(),
+        resource_version: String::new(),
+        type_: String::new(),
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        source: TargetSource::Empty,
+    };
+    for (i, s) in sels.iter().enumerate() {
+        for r in s.annotations.iter().chain(&s.labels) {
+            r.matches(&probe.labels)
+                .map_err(|e| format!("selector [{i}]: {e}"))?;
+        }
+    }
+    Ok(sels)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: abc\n";
+
+    fn target(spec: Value) -> Target {
+        Target::parse(&json!({
+            "metadata": {"name": "t", "namespace": "ns", "labels": {"env": "prod", "size": "3"}, "annotations": {"landscaper.gardener.cloud/environment": "fenced"}},
+            "spec": spec,
+        }))
+        .expect("target")
+    }
+
+    #[test]
+    fn inline_and_secret_targets_resolve_as_upstream() {
+        let t = target(json!({"type": KUBERNETES_CLUSTER, "config": {"kubeconfig": KUBECONFIG}}));
+        let r = resolve(&t, None).expect("inline");
+        assert_eq!(kubeconfig_of(&r).expect("kubeconfig"), KUBECONFIG);
+
+        let t = target(
+            json!({"type": KUBERNETES_CLUSTER, "secretRef": {"name": "s", "key": "target"}}),
+        );
+        let mut data = BTreeMap::new();
+        data.insert(
+            "target".to_string(),
+            format!(
+                "kubeconfig: |\n{}",
+                KUBECONFIG
+                    .lines()
+                    .map(|l| format!("  {l}\n"))
+                    .collect::<String>()
+            )
+            .into_bytes(),
+        );
+        let r = resolve(&t, Some(&data)).expect("with key");
+        assert_eq!(kubeconfig_of(&r).expect("kubeconfig"), KUBECONFIG);
+
+        let t = target(json!({"type": KUBERNETES_CLUSTER, "secretRef": {"name": "s"}}));
+        let mut data = BTreeMap::new();
+        data.insert("kubeconfig".to_string(), KUBECONFIG.as_bytes().to_vec());
+        let r = resolve(&t, Some(&data)).expect("without key");
+        // Without a key each value is read as YAML: the kubeconfig is an object now.
+        let kc = kubeconfig_of(&r).expect("kubeconfig");
+        let v: Value = serde_json::from_str(&kc).expect("json");
+        assert_eq!(v["users"][0]["user"]["token"], "abc");
+
+        let e = resolve(
+            &target(json!({"type": KUBERNETES_CLUSTER, "secretRef": {"name": "s", "key": "nope"}})),
+            Some(&data),
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "spec.secretRef.key");
+        let e = resolve(
+            &target(json!({"type": KUBERNETES_CLUSTER, "secretRef": {"name": "s"}})),
+            None,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("Secret ns/s not found"), "{e}");
+    }
+
+    #[test]
+    fn kubeconfigs_with_exec_files_or_impersonation_are_refused() {
+        let cases = [
+            ("exec", "    exec:\n      command: aws\n"),
+            ("client-certificate", "    client-certificate: /etc/cert\n"),
+            ("client-key", "    client-key: /etc/key\n"),
+            ("tokenFile", "    tokenFile: /var/token\n"),
+            ("auth-provider", "    auth-provider:\n      name: gcp\n"),
+            ("as", "    as: admin\n"),
+        ];
+        for (key, user) in cases {
+            let kc = KUBECONFIG.replace("    token: abc\n", user);
+            let e = validate_kubeconfig(&kc).unwrap_err();
+            assert!(e.contains(&format!("{key} is not allowed")), "{key}: {e}");
+        }
+        let kc = KUBECONFIG.replace("    server:", "    certificate-authority: /ca\n    server:");
+        assert!(
+            validate_kubeconfig(&kc)
+                .unwrap_err()
+                .contains("certificate-authority")
+        );
+        assert!(validate_kubeconfig(KUBECONFIG).is_ok());
+        let t = target(
+            json!({"type": "landscaper.gardener.cloud/other", "config": {"kubeconfig": KUBECONFIG}}),
+        );
+        assert_eq!(
+            kubeconfig_of(&resolve(&t, None).expect("r"))
+                .unwrap_err()
+                .field,
+            "spec.type"
+        );
+    }
+
+    #[test]
+    fn config_and_secret_ref_are_exclusive_and_errors_name_the_field() {
+        let e = Target::parse(&json!({"metadata": {"name": "t", "namespace": "ns"}, "spec": {"config": {}, "secretRef": {"name": "s"}}})).unwrap_err();
+        assert_eq!(e.field, "spec");
+        let e = Target::parse(
+            &json!({"metadata": {"name": "t", "namespace": "ns"}, "spec": {"secretRef": {}}}),
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "Target ns/t: spec.secretRef.name: missing");
+    }
+
+    #[test]
+    fn selectors_match_any_of_the_list_and_all_of_one() {
+        let t = target(json!({"type": KUBERNETES_CLUSTER}));
+        let sel = |s: &str| parse_selectors(s).expect("selector");
+        assert!(serves(&[], &t));
+        assert!(serves(&sel(r#"[{"targets": [{"name": "t"}]}]"#), &t));
+        assert!(!serves(
+            &sel(r#"[{"targets": [{"name": "t", "namespace": "other"}]}]"#),
+            &t
+        ));
+        assert!(serves(
+            &sel(r#"[{"labels": [{"key": "env", "operator": "in", "values": ["prod", "dev"]}]}]"#),
+            &t
+        ));
+        assert!(!serves(
+            &sel(
+                r#"[{"labels": [{"key": "env", "operator": "=", "values": ["prod"]}], "annotations": [{"key": "landscaper.gardener.cloud/environment", "operator": "!="  , "values": ["fenced"]}]}]"#
+            ),
+            &t
+        ));
+        assert!(serves(
+            &sel(
+                r#"[{"labels": [{"key": "env", "operator": "!", "values": []}]}, {"labels": [{"key": "size", "operator": "gt", "values": ["2"]}]}]"#
+            ),
+            &t
+        ));
+        assert!(serves(
+            &sel(r#"[{"labels": [{"key": "zone", "operator": "notin", "values": ["a"]}]}]"#),
+            &t
+        ));
+        let e =
+            parse_selectors(r#"[{"labels": [{"key": "env", "operator": "like"}]}]"#).unwrap_err();
+        assert!(e.contains("selector [0]") && e.contains("\"like\""), "{e}");
+    }
+}

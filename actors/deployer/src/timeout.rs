@@ -1,0 +1,137 @@
+//! `spec.timeout`: a Go duration (`10m`, `1h30m`, `90s`, `1.5h`) or `none`.
+
+use std::time::Duration;
+
+/// How long an item may progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timeout {
+    /// `none` (or a zero duration): never times out.
+    None,
+    After(Duration),
+}
+
+/// The default of `spec.timeout`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl Default for Timeout {
+    fn default() -> Self {
+        Timeout::After(DEFAULT_TIMEOUT)
+    }
+}
+
+impl Timeout {
+    /// Parses `none` or a Go duration.
+    pub fn parse(s: &str) -> Result<Timeout, String> {
+        let s = s.trim();
+        if s == "none" {
+            return Ok(Timeout::None);
+        }
+        let d = parse_go_duration(s)?;
+        Ok(if d.is_zero() {
+            Timeout::None
+        } else {
+            Timeout::After(d)
+        })
+    }
+
+    /// The time left after `elapsed` (`None`: no timeout).
+    pub fn remaining(self, elapsed: Duration) -> Option<Duration> {
+        match self {
+            Timeout::None => None,
+            Timeout::After(d) => Some(d.saturating_sub(elapsed)),
+        }
+    }
+}
+
+/// Go's `time.ParseDuration` grammar: `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+`, units ns, us, µs,
+/// ms, s, m, h. Negative durations are refused.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let bad = |why: &str| {
+        format!("{s:?} is not a duration ({why}); expected e.g. \"10m\", \"1h30m\" or \"none\"")
+    };
+    let mut rest = s.strip_prefix('+').unwrap_or(s);
+    if rest.starts_with('-') {
+        return Err(bad("negative"));
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(bad("empty"));
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| bad("missing unit"))?;
+        let (num, tail) = rest.split_at(num_len);
+        if num.is_empty() || num == "." {
+            return Err(bad("missing number"));
+        }
+        let value: f64 = num.parse().map_err(|_| bad("bad number"))?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let nanos = match unit {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return Err(bad(&format!("unknown unit {unit:?}"))),
+        };
+        total += value * nanos;
+        rest = next;
+    }
+    if !total.is_finite() || total > u64::MAX as f64 {
+        return Err(bad("too large"));
+    }
+    Ok(Duration::from_nanos(total as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_go_durations_and_none() {
+        let cases: &[(&str, Result<Timeout, ()>)] = &[
+            ("10m", Ok(Timeout::After(Duration::from_secs(600)))),
+            ("1h30m", Ok(Timeout::After(Duration::from_secs(5400)))),
+            ("1.5h", Ok(Timeout::After(Duration::from_secs(5400)))),
+            ("90s", Ok(Timeout::After(Duration::from_secs(90)))),
+            ("250ms", Ok(Timeout::After(Duration::from_millis(250)))),
+            ("none", Ok(Timeout::None)),
+            ("0s", Ok(Timeout::None)),
+            ("0", Ok(Timeout::None)),
+            ("ten minutes", Err(())),
+            ("10", Err(())),
+            ("-5m", Err(())),
+            ("5d", Err(())),
+            ("", Err(())),
+        ];
+        for (input, want) in cases {
+            let got = Timeout::parse(input).map_err(|_| ());
+            assert_eq!(&got, want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn the_error_names_the_value() {
+        let e = Timeout::parse("5d").unwrap_err();
+        assert!(e.contains("\"5d\"") && e.contains("unknown unit"), "{e}");
+    }
+
+    #[test]
+    fn remaining_saturates() {
+        let t = Timeout::After(Duration::from_secs(10));
+        assert_eq!(
+            t.remaining(Duration::from_secs(4)),
+            Some(Duration::from_secs(6))
+        );
+        assert_eq!(t.remaining(Duration::from_secs(40)), Some(Duration::ZERO));
+        assert_eq!(Timeout::None.remaining(Duration::from_secs(40)), None);
+    }
+}

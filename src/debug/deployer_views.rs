@@ -1,0 +1,61 @@
+//! `/deployer/items` and the deployer part of `/actors`: the deployer's work queue
+//! (waiting, delayed until a retry or a timeout, in flight) and the last run of each item.
+
+use serde_json::json;
+
+use crate::debug::views::View;
+
+/// The running deployer: its types, its work queue and the last run of each item.
+pub fn deployer_items() -> View {
+    let Some(d) = crate::deployer::running() else {
+        return View {
+            data: json!({"deployer": null}),
+            text: Some(String::new()),
+        };
+    };
+    let q = d.queue();
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let queue = json!({
+        "waiting": q.waiting.iter().map(|w| json!({"key": w.key.to_string(), "failures": w.failures})).collect::<Vec<_>>(),
+        "delayed": q.delayed.iter().map(|k| json!({"key": k.key.to_string(), "dueInMs": ms(k.due_in), "failures": k.failures})).collect::<Vec<_>>(),
+        "inFlight": q.in_flight.iter().map(|f| json!({"key": f.key.to_string(), "runningForMs": ms(f.running_for), "dirty": f.dirty})).collect::<Vec<_>>(),
+    });
+    let last = d.last_runs();
+    let mut text = format!(
+        "\nDeployer ({}): {} waiting, {} delayed, {} in flight\n",
+        d.types().join(", "),
+        q.waiting.len(),
+        q.delayed.len(),
+        q.in_flight.len()
+    );
+    for f in &q.in_flight {
+        text.push_str(&format!(
+            "  reconciling {} for {} ms\n",
+            f.key,
+            ms(f.running_for)
+        ));
+    }
+    for k in &q.delayed {
+        text.push_str(&format!(
+            "  {} due in {} ms (failures: {})\n",
+            k.key,
+            ms(k.due_in),
+            k.failures
+        ));
+    }
+    for (key, run) in &last {
+        let phase = run.phase.map_or("-", |p| p.as_str());
+        match &run.error {
+            Some(e) => text.push_str(&format!("  {key}: {phase}: {e}\n")),
+            None => text.push_str(&format!("  {key}: {phase}\n")),
+        }
+    }
+    let items: serde_json::Map<String, serde_json::Value> = last
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::to_value(v).unwrap_or_default()))
+        .collect();
+    View {
+        data: json!({"deployer": {"types": d.types(), "queue": queue, "items": items}}),
+        text: Some(text),
+    }
+}

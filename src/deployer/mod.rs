@@ -1,0 +1,120 @@
+//! The DeployItem deployer's wiring: landscaper's deployer contract (`bosun_deployer`) on
+//! the cluster (`cluster.rs`: informers on the shared watches, writes, export Secrets,
+//! Events), the clients of target clusters (`targets.rs`), its journal, and the CRDs.
+
+pub mod cluster;
+pub mod journal_log;
+pub mod targets;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use bosun_deployer::controller::{Deployer, DeployerView, Settings};
+use bosun_deployer::events::DeployerEvent;
+use bosun_deployer::item::DeployerInfo;
+use bosun_deployer::ports::DeployerType;
+use bosun_deployer::target::TargetSelector;
+
+use crate::kubernetes::crds::install_crds;
+use crate::watches::WatchManager;
+
+/// The CRDs of `landscaper.gardener.cloud` a deployer uses.
+pub const CRDS: &str = include_str!("../../deploy/crds/landscaper.yaml");
+
+/// How the deployer runs.
+#[derive(Clone, Debug)]
+pub struct DeployerConfig {
+    /// Items reconciled at once.
+    pub workers: usize,
+    /// `status.deployer.identity`.
+    pub identity: String,
+    /// Target selectors (none: every target).
+    pub target_selectors: Vec<TargetSelector>,
+    /// Install missing CRDs at start.
+    pub install_crds: bool,
+    /// Where the deployer's journal lives.
+    pub journal_dir: PathBuf,
+}
+
+/// The running deployer.
+pub struct DeployerHandle {
+    pub deployer: Deployer,
+    pub cluster: Arc<cluster::KubeCluster>,
+    pub journal: Arc<bosun_journal::Journal<DeployerEvent>>,
+}
+
+impl Drop for DeployerHandle {
+    fn drop(&mut self) {
+        *RUNNING.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// The deployer running in this process (for the debug views).
+static RUNNING: std::sync::RwLock<Option<DeployerView>> = std::sync::RwLock::new(None);
+
+/// The deployer running in this process, if it started.
+pub fn running() -> Option<DeployerView> {
+    RUNNING.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The types this bosun serves.
+pub fn types(clients: Arc<targets::TargetClients>) -> Vec<Arc<dyn DeployerType>> {
+    vec![
+        Arc::new(bosun_deployer::mock::Mock),
+        Arc::new(bosun_deployer::manifest::ManifestType {
+            targets: Arc::new(targets::KubeTargets { clients }),
+        }),
+    ]
+}
+
+/// A default identity: `bosun-<host>-<unix seconds>`, as landscaper's `<name>-<seconds>`.
+pub fn default_identity() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "bosun".into());
+    format!("bosun-{host}-{secs}")
+}
+
+/// Starts the deployer on the shared watches.
+pub async fn start(watches: WatchManager, cfg: &DeployerConfig) -> anyhow::Result<DeployerHandle> {
+    if cfg.install_crds {
+        let created = install_crds(watches.client(), CRDS).await?;
+        if !created.is_empty() {
+            tracing::info!(crds = ?created, "installed the deployer's CRDs");
+        }
+    }
+    let journal = Arc::new(
+        bosun_journal::Journal::<DeployerEvent>::open(&cfg.journal_dir).with_context(|| {
+            format!(
+                "cannot open the deployer journal {}",
+                cfg.journal_dir.display()
+            )
+        })?,
+    );
+    let cluster = Arc::new(cluster::KubeCluster::new(watches));
+    let deployer = Deployer::start(
+        cluster.clone(),
+        Arc::new(crate::journal_sink::JournalSink::new(journal.clone())),
+        types(Arc::new(targets::TargetClients::default())),
+        Settings {
+            workers: cfg.workers,
+            deployer: DeployerInfo {
+                identity: cfg.identity.clone(),
+                name: "bosun".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
+            target_selectors: cfg.target_selectors.clone(),
+        },
+    )
+    .await
+    .context("cannot start the deployer")?;
+    *RUNNING.write().unwrap_or_else(|p| p.into_inner()) = Some(deployer.view());
+    Ok(DeployerHandle {
+        deployer,
+        cluster,
+        journal,
+    })
+}

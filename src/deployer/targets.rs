@@ -1,0 +1,292 @@
+//! One Kubernetes client per target cluster, built from the target's kubeconfig (checked
+//! as landscaper checks it: no exec, no files) and reused until the target's content
+//! changes; and the manifest type's port on them (`KubeTargets`).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bosun_deployer::manifest::{ResourceRef, TargetClusters};
+use bosun_deployer::ports::BoxFut;
+use bosun_deployer::status::DeployError;
+use bosun_deployer::target::{ResolvedTarget, kubeconfig_of};
+
+/// A target's namespace and name.
+type TargetId = (String, String);
+/// A client and the digest of the content it was built from.
+type Built = ([u8; 16], kube::Client);
+
+/// Clients by target, each with the digest of the content it was built from.
+#[derive(Default)]
+pub struct TargetClients {
+    clients: Mutex<HashMap<TargetId, Built>>,
+    built: std::sync::atomic::AtomicUsize,
+}
+
+impl TargetClients {
+    /// The client of `target`, built on first use and again when its content changed.
+    pub async fn client(&self, target: &ResolvedTarget) -> Result<kube::Client, DeployError> {
+        let id = (target.target.namespace.clone(), target.target.name.clone());
+        let digest: [u8; 16] = {
+            use md5::Digest as _;
+            md5::Md5::digest(target.content.as_bytes()).into()
+        };
+        if let Some((d, c)) = self.lock().get(&id)
+            && *d == digest
+        {
+            return Ok(c.clone());
+        }
+        let what = target.target.describe();
+        let text = kubeconfig_of(target)
+            .map_err(|e| DeployError::config("ValidateTarget", "InvalidTarget", e.to_string()))?;
+        let kc = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| {
+            DeployError::config(
+                "ValidateTarget",
+                "InvalidTarget",
+                format!("{what}: spec.config.kubeconfig: {e}"),
+            )
+        })?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| {
+                    DeployError::config(
+                        "ValidateTarget",
+                        "InvalidTarget",
+                        format!("{what}: spec.config.kubeconfig: {e}"),
+                    )
+                })?;
+        let client = kube::Client::try_from(config).map_err(|e| {
+            DeployError::new(
+                "ValidateTarget",
+                "TargetClient",
+                format!("{what}: cannot build a client: {e}"),
+                &[],
+            )
+        })?;
+        self.built
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.lock().insert(id, (digest, client.clone()));
+        Ok(client)
+    }
+
+    /// Clients built so far (a rebuild counts again).
+    pub fn built(&self) -> usize {
+        self.built.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Forgets the client of a target that is gone.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.lock()
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TargetId, Built>> {
+        self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The manifest type's view of target clusters: discovery, reads and writes through the
+/// target's client.
+pub struct KubeTargets {
+    pub clients: std::sync::Arc<TargetClients>,
+}
+
+fn gvk(api_version: &str, kind: &str) -> kube::api::GroupVersionKind {
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    kube::api::GroupVersionKind::gvk(group, version, kind)
+}
+
+fn target_error(target: &ResolvedTarget, what: &str, e: kube::Error) -> DeployError {
+    use bosun_deployer::item::ErrorCode;
+    let message = format!("{}: {what}: {e}", target.target.describe());
+    let codes: &[ErrorCode] = match &e {
+        kube::Error::Api(s) if s.code == 401 || s.code == 403 => &[ErrorCode::Unauthorized],
+        kube::Error::Api(s) if s.code == 422 || s.code == 400 => &[ErrorCode::ConfigurationProblem],
+        _ => &[],
+    };
+    DeployError::new("Reconcile", "TargetCluster", message, codes)
+}
+
+impl KubeTargets {
+    async fn api(
+        &self,
+        target: &ResolvedTarget,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<(kube::Api<kube::api::DynamicObject>, bool), DeployError> {
+        let client = self.clients.client(target).await?;
+        let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk(api_version, kind))
+            .await
+            .map_err(|e| target_error(target, &format!("discovery of {api_version} {kind}"), e))?;
+        let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+        let api = if namespaced {
+            kube::Api::namespaced_with(client, namespace, &ar)
+        } else {
+            kube::Api::all_with(client, &ar)
+        };
+        Ok((api, namespaced))
+    }
+}
+
+fn to_value(o: &kube::api::DynamicObject) -> serde_json::Value {
+    serde_json::to_value(o).unwrap_or(serde_json::Value::Null)
+}
+
+fn dynamic(
+    object: serde_json::Value,
+    r: &ResourceRef,
+) -> Result<kube::api::DynamicObject, DeployError> {
+    serde_json::from_value(object).map_err(|e| {
+        DeployError::config(
+            "Reconcile",
+            "InvalidManifest",
+            format!("{r}: not a Kubernetes object: {e}"),
+        )
+    })
+}
+
+impl TargetClusters for KubeTargets {
+    fn namespaced<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        api_version: &'a str,
+        kind: &'a str,
+    ) -> BoxFut<'a, Result<bool, DeployError>> {
+        Box::pin(async move { Ok(self.api(target, api_version, kind, "default").await?.1) })
+    }
+
+    fn get<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        r: &'a ResourceRef,
+    ) -> BoxFut<'a, Result<Option<serde_json::Value>, DeployError>> {
+        Box::pin(async move {
+            let (api, _) = self
+                .api(target, &r.api_version, &r.kind, &r.namespace)
+                .await?;
+            api.get_opt(&r.name)
+                .await
+                .map(|o| o.as_ref().map(to_value))
+                .map_err(|e| target_error(target, &format!("reading {r}"), e))
+        })
+    }
+
+    fn create<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        object: serde_json::Value,
+    ) -> BoxFut<'a, Result<serde_json::Value, DeployError>> {
+        Box::pin(async move {
+            let r = ResourceRef::of(&object);
+            let (api, _) = self
+                .api(target, &r.api_version, &r.kind, &r.namespace)
+                .await?;
+            api.create(&kube::api::PostParams::default(), &dynamic(object, &r)?)
+                .await
+                .map(|o| to_value(&o))
+                .map_err(|e| target_error(target, &format!("creating {r}"), e))
+        })
+    }
+
+    fn replace<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        object: serde_json::Value,
+    ) -> BoxFut<'a, Result<serde_json::Value, DeployError>> {
+        Box::pin(async move {
+            let r = ResourceRef::of(&object);
+            let (api, _) = self
+                .api(target, &r.api_version, &r.kind, &r.namespace)
+                .await?;
+            api.replace(
+                &r.name,
+                &kube::api::PostParams::default(),
+                &dynamic(object, &r)?,
+            )
+            .await
+            .map(|o| to_value(&o))
+            .map_err(|e| target_error(target, &format!("updating {r}"), e))
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        r: &'a ResourceRef,
+    ) -> BoxFut<'a, Result<(), DeployError>> {
+        Box::pin(async move {
+            let (api, _) = self
+                .api(target, &r.api_version, &r.kind, &r.namespace)
+                .await?;
+            match api
+                .delete(&r.name, &kube::api::DeleteParams::background())
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(target_error(target, &format!("deleting {r}"), e)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bosun_deployer::target::{Target, resolve};
+    use serde_json::json;
+
+    use super::*;
+
+    fn kubeconfig(server: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: abc\n"
+        )
+    }
+
+    fn target(server: &str, user: &str) -> ResolvedTarget {
+        let kc = kubeconfig(server).replace("    token: abc\n", user);
+        let t = Target::parse(&json!({
+            "metadata": {"name": "t", "namespace": "ns"},
+            "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": kc}},
+        }))
+        .expect("target");
+        resolve(&t, None).expect("resolved")
+    }
+
+    #[tokio::test]
+    async fn one_client_per_target_rebuilt_when_the_target_changes() {
+        let clients = TargetClients::default();
+        clients
+            .client(&target("https://127.0.0.1:1", "    token: abc\n"))
+            .await
+            .expect("first");
+        clients
+            .client(&target("https://127.0.0.1:1", "    token: abc\n"))
+            .await
+            .expect("again");
+        assert_eq!(clients.built(), 1, "an unchanged target reuses its client");
+        clients
+            .client(&target("https://127.0.0.1:2", "    token: abc\n"))
+            .await
+            .expect("changed");
+        assert_eq!(clients.built(), 2, "a changed target gets a new client");
+        let Err(e) = clients
+            .client(&target(
+                "https://127.0.0.1:2",
+                "    exec:\n      command: aws\n",
+            ))
+            .await
+        else {
+            panic!("an exec kubeconfig is refused");
+        };
+        assert!(
+            e.is_unrecoverable() && e.message.contains("exec is not allowed"),
+            "{e}"
+        );
+        assert_eq!(clients.built(), 2);
+    }
+}

@@ -1,0 +1,767 @@
+//! The DeployItem deployer end to end: a real sandbox API server, `bosun run` with the
+//! modules off, and mock DeployItems (`landscaper.gardener.cloud/mock`) walked through
+//! the deployer contract of seed 002.
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use bosun_deployer::events::DeployerEvent;
+use bosun_deployer::item::Phase;
+use common::{Operator, Sandbox, wait_for, workdir};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+const ITEMS: &str = "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/deployitems";
+const TARGETS: &str = "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/targets";
+const MOCK: &str = "landscaper.gardener.cloud/mock";
+const MANIFEST: &str = "landscaper.gardener.cloud/kubernetes-manifest";
+
+/// Starts bosun with the modules switched off.
+fn bosun(sb: &Sandbox, work: &std::path::Path, extra: &[(&str, &str)]) -> Operator {
+    let mut env = vec![("BOSUN_MODULES", "false"), ("BOSUN_LAMBDA", "false")];
+    env.extend_from_slice(extra);
+    let op = Operator::start_with(sb, &work.join("global-hooks"), work, &env);
+    op.wait("the DeployItem and Target CRDs served", WAIT, || {
+        sb.get(ITEMS).0 == 200 && sb.get(TARGETS).0 == 200
+    });
+    op
+}
+
+fn mock_config(extra: Value) -> Value {
+    let mut c = json!({"apiVersion": "mock.deployer.landscaper.gardener.cloud/v1alpha1", "kind": "ProviderConfiguration"});
+    if let (Some(c), Value::Object(extra)) = (c.as_object_mut(), extra) {
+        c.extend(extra);
+    }
+    c
+}
+
+fn create_item(sb: &Sandbox, name: &str, spec: Value) -> Value {
+    let body = json!({
+        "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    });
+    let (code, answer) = sb.post(ITEMS, &body);
+    assert!(
+        code == 201 || code == 200,
+        "POST DeployItem {name}: {code} {answer}"
+    );
+    answer
+}
+
+fn item(sb: &Sandbox, name: &str) -> Option<Value> {
+    let (code, v) = sb.get(&format!("{ITEMS}/{name}"));
+    (code == 200).then_some(v)
+}
+
+fn phase(sb: &Sandbox, name: &str) -> Option<String> {
+    item(sb, name).and_then(|i| i["status"]["phase"].as_str().map(String::from))
+}
+
+fn wait_phase(op: &Operator, sb: &Sandbox, name: &str, want: &str) -> Value {
+    op.wait(&format!("DeployItem {name} in phase {want}"), WAIT, || {
+        phase(sb, name).as_deref() == Some(want)
+    });
+    item(sb, name).expect("item")
+}
+
+/// Edits the item's metadata with a read-modify-write, retried on conflicts.
+fn edit_item(sb: &Sandbox, name: &str, edit: impl Fn(&mut Value)) {
+    wait_for(&format!("an update of DeployItem {name}"), WAIT, || {
+        let Some(mut o) = item(sb, name) else {
+            return false;
+        };
+        edit(&mut o);
+        let (code, answer) = sb.put(&format!("{ITEMS}/{name}"), &o);
+        assert!(
+            code == 200 || code == 409,
+            "PUT DeployItem {name}: {code} {answer}"
+        );
+        code == 200
+    });
+}
+
+/// The deployer's journal: each item's phase changes, errors and finalizations.
+fn journal(work: &std::path::Path) -> Vec<DeployerEvent> {
+    let Ok(j) = bosun_journal::Journal::<DeployerEvent>::open_read_only(
+        &work.join("journal").join("deployer"),
+    ) else {
+        return Vec::new();
+    };
+    j.read_from(1)
+        .filter_map(Result::ok)
+        .map(|r| r.event)
+        .collect()
+}
+
+fn phases_of(events: &[DeployerEvent], name: &str) -> Vec<Phase> {
+    let id = format!("deployitem/default/{name}");
+    events
+        .iter()
+        .filter_map(|e| match e {
+            DeployerEvent::DeployItemPhase { item, to, .. } if *item == id => Some(*to),
+            _ => None,
+        })
+        .collect()
+}
+
+fn secret_config(sb: &Sandbox, name: &str) -> Option<Value> {
+    let (code, s) = sb.get(&format!("/api/v1/namespaces/default/secrets/{name}"));
+    if code != 200 {
+        return None;
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(s["data"]["config"].as_str().unwrap_or_default())
+        .expect("base64");
+    serde_json::from_slice(&raw).ok()
+}
+
+#[test]
+fn a_mock_item_succeeds_with_its_exports_and_runs_again_on_reconcile() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = bosun(
+        &sb,
+        work.path(),
+        &[("BOSUN_DEPLOYER_IDENTITY", "bosun-test")],
+    );
+    // An item of another type, created first: it must never be touched.
+    let helm = create_item(
+        &sb,
+        "helm-item",
+        json!({"type": "landscaper.gardener.cloud/helm", "config": {"apiVersion": "helm.deployer.landscaper.gardener.cloud/v1alpha1", "kind": "ProviderConfiguration"}}),
+    );
+    create_item(
+        &sb,
+        "mock-item",
+        json!({"type": MOCK, "config": mock_config(json!({
+            "providerStatus": {"apiVersion": "mock.deployer.landscaper.gardener.cloud/v1alpha1", "kind": "ProviderStatus", "key1": "val1"},
+            "export": {"key2": "val2"},
+        }))}),
+    );
+    let done = wait_phase(&op, &sb, "mock-item", "Succeeded");
+    let status = &done["status"];
+    assert_eq!(status["observedGeneration"], done["metadata"]["generation"]);
+    assert_eq!(status["providerStatus"]["key1"], "val1", "{status}");
+    assert_eq!(status["deployer"]["identity"], "bosun-test");
+    assert_eq!(status["deployer"]["name"], "bosun");
+    assert!(status["lastReconcileTime"].is_string(), "{status}");
+    assert!(status["lastError"].is_null(), "{status}");
+    assert_eq!(
+        done["metadata"]["finalizers"],
+        json!(["finalizer.landscaper.gardener.cloud"])
+    );
+    let export = status["exportRef"]["name"]
+        .as_str()
+        .expect("exportRef")
+        .to_string();
+    assert!(export.starts_with("mock-export-"), "{export}");
+    assert_eq!(secret_config(&sb, &export), Some(json!({"key2": "val2"})));
+    op.wait("the journal's phase history", WAIT, || {
+        phases_of(&journal(work.path()), "mock-item")
+            == vec![Phase::Init, Phase::Progressing, Phase::Succeeded]
+    });
+
+    // operation: reconcile runs it again and is removed.
+    edit_item(&sb, "mock-item", |o| {
+        o["metadata"]["annotations"] = json!({"landscaper.gardener.cloud/operation": "reconcile"});
+    });
+    op.wait("a second run after operation: reconcile", WAIT, || {
+        let phases = phases_of(&journal(work.path()), "mock-item");
+        phases.len() == 6 && phases[3..] == [Phase::Init, Phase::Progressing, Phase::Succeeded]
+    });
+    let again = item(&sb, "mock-item").expect("item");
+    assert!(
+        again["metadata"]["annotations"]["landscaper.gardener.cloud/operation"].is_null(),
+        "{}",
+        again["metadata"]
+    );
+    assert_eq!(again["status"]["phase"], "Succeeded");
+    assert_eq!(
+        again["status"]["exportRef"]["name"],
+        export.as_str(),
+        "the export Secret is reused"
+    );
+
+    // The other type's item: no status, no finalizer, never written.
+    let other = item(&sb, "helm-item").expect("helm item");
+    assert!(other["status"].is_null(), "{other}");
+    assert!(other["metadata"]["finalizers"].is_null(), "{other}");
+    assert_eq!(
+        other["metadata"]["resourceVersion"],
+        helm["metadata"]["resourceVersion"]
+    );
+
+    // /actors shows the deployer's queue and the last run of each item.
+    let socket = work.path().join("debug.socket");
+    let text = common::run_ok(&mut common::debug_cli(&socket, &["raw", "/actors.json"]));
+    let actors: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(
+        actors["deployer"]["types"],
+        json!([MOCK, MANIFEST]),
+        "{actors}"
+    );
+    assert_eq!(
+        actors["deployer"]["items"]["default/mock-item"]["phase"], "Succeeded",
+        "{actors}"
+    );
+
+    // Metrics of the reconciles and the items by phase, unprefixed as bosun's own.
+    let addr = op.http_address().expect("the HTTP address");
+    op.wait("the deployer's metrics", WAIT, || {
+        let (code, body) = common::http_raw(&addr, "GET", "/metrics", "", b"");
+        let text = String::from_utf8_lossy(&body);
+        code == 200
+            && text.contains("bosun_deployer_reconciles_total{result=\"ok\"}")
+            && text.contains("bosun_deployer_items{phase=\"Succeeded\"} 1")
+    });
+}
+
+#[test]
+fn failed_timed_out_and_misconfigured_items_fail_with_their_codes() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    create_item(
+        &sb,
+        "fails",
+        json!({"type": MOCK, "config": mock_config(json!({"phase": "Failed"}))}),
+    );
+    create_item(
+        &sb,
+        "stuck",
+        json!({"type": MOCK, "timeout": "2s", "config": mock_config(json!({"phase": "Progressing"}))}),
+    );
+    create_item(
+        &sb,
+        "bad-timeout",
+        json!({"type": MOCK, "timeout": "ten minutes", "config": mock_config(json!({}))}),
+    );
+    create_item(
+        &sb,
+        "bad-config",
+        json!({"type": MOCK, "config": mock_config(json!({"phase": "Sleeping"}))}),
+    );
+    create_item(
+        &sb,
+        "fine",
+        json!({"type": MOCK, "config": mock_config(json!({}))}),
+    );
+
+    let failed = wait_phase(&op, &sb, "fails", "Failed");
+    let e = &failed["status"]["lastError"];
+    assert_eq!(e["reason"], "Failed", "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("reported phase Failed"),
+        "{e}"
+    );
+
+    let stuck = wait_phase(&op, &sb, "stuck", "Failed");
+    let e = &stuck["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_TIMEOUT"]), "{e}");
+    assert_eq!(e["reason"], "ProgressingTimeout", "{e}");
+
+    let bad = wait_phase(&op, &sb, "bad-timeout", "Failed");
+    let e = &bad["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("spec.timeout"),
+        "{e}"
+    );
+
+    let bad = wait_phase(&op, &sb, "bad-config", "Failed");
+    let e = &bad["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("spec.config"),
+        "{e}"
+    );
+
+    // `bosun journal deployer --item` tells why an item is not Succeeded.
+    let why = common::run_ok(
+        std::process::Command::new(common::bosun_bin())
+            .arg("journal")
+            .arg("--journal-dir")
+            .arg(work.path().join("journal"))
+            .args(["deployer", "--item", "default/stuck"])
+            .env("LOG_LEVEL", "error"),
+    );
+    assert!(
+        why.starts_with("deployitem/default/stuck: NOT Succeeded: phase Failed")
+            && why.contains("ProgressingTimeout")
+            && why.contains("[ERR_TIMEOUT]"),
+        "{why}"
+    );
+
+    // The others did not stop bosun serving the good one.
+    wait_phase(&op, &sb, "fine", "Succeeded");
+    let events = common::http(
+        sb.addr(),
+        "GET",
+        "/api/v1/namespaces/default/events",
+        "",
+        "",
+    )
+    .1;
+    let warned = events["items"].as_array().into_iter().flatten().any(|e| {
+        e["involvedObject"]["name"] == "stuck"
+            && e["type"] == "Warning"
+            && e["reason"] == "ProgressingTimeout"
+    });
+    assert!(warned, "a Warning Event for the timeout: {events}");
+}
+
+#[test]
+fn items_whose_target_is_not_ours_are_not_touched() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let selector = r#"[{"labels": [{"key": "deployer", "operator": "=", "values": ["bosun"]}]}]"#;
+    let op = bosun(
+        &sb,
+        work.path(),
+        &[("BOSUN_DEPLOYER_TARGET_SELECTOR", selector)],
+    );
+    for (name, who) in [("ours", "bosun"), ("theirs", "fenced")] {
+        let (code, answer) = sb.post(
+            TARGETS,
+            &json!({
+                "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+                "metadata": {"name": name, "namespace": "default", "labels": {"deployer": who}},
+                "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": "apiVersion: v1\nkind: Config\n"}},
+            }),
+        );
+        assert_eq!(code, 201, "{answer}");
+    }
+    // Targets from Secrets (with and without `key`), and kubeconfigs refused as upstream.
+    let good = "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: abc\n";
+    let exec =
+        "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    exec:\n      command: aws\n";
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let (code, answer) = sb.post(
+        "/api/v1/namespaces/default/secrets",
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "kubeconfigs"},
+                "data": {"kubeconfig": b64(good), "target": b64(&format!("kubeconfig: {}", serde_json::to_string(exec).expect("json")))}}),
+    );
+    assert_eq!(code, 201, "{answer}");
+    for (name, spec) in [
+        ("from-secret", json!({"secretRef": {"name": "kubeconfigs"}})),
+        (
+            "from-secret-key",
+            json!({"secretRef": {"name": "kubeconfigs", "key": "target"}}),
+        ),
+        ("inline-exec", json!({"config": {"kubeconfig": exec}})),
+    ] {
+        let mut spec = spec;
+        spec["type"] = json!("landscaper.gardener.cloud/kubernetes-cluster");
+        let (code, answer) = sb.post(
+            TARGETS,
+            &json!({
+                "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+                "metadata": {"name": name, "namespace": "default", "labels": {"deployer": "bosun"}},
+                "spec": spec,
+            }),
+        );
+        assert_eq!(code, 201, "{answer}");
+        create_item(
+            &sb,
+            &format!("via-{name}"),
+            json!({"type": MOCK, "target": {"name": name}, "config": mock_config(json!({}))}),
+        );
+    }
+    wait_phase(&op, &sb, "via-from-secret", "Succeeded");
+    for name in ["via-from-secret-key", "via-inline-exec"] {
+        let failed = wait_phase(&op, &sb, name, "Failed");
+        let e = &failed["status"]["lastError"];
+        assert_eq!(
+            e["codes"],
+            json!(["ERR_CONFIGURATION_PROBLEM"]),
+            "{name}: {e}"
+        );
+        let message = e["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("spec.config.kubeconfig") && message.contains("exec is not allowed"),
+            "{name}: {message}"
+        );
+    }
+
+    let theirs = create_item(
+        &sb,
+        "for-them",
+        json!({"type": MOCK, "target": {"name": "theirs", "namespace": "default"}, "config": mock_config(json!({}))}),
+    );
+    create_item(
+        &sb,
+        "for-us",
+        json!({"type": MOCK, "target": {"name": "ours", "namespace": "default"}, "config": mock_config(json!({}))}),
+    );
+    create_item(
+        &sb,
+        "no-target",
+        json!({"type": MOCK, "target": {"name": "gone", "namespace": "default"}, "config": mock_config(json!({}))}),
+    );
+    wait_phase(&op, &sb, "for-us", "Succeeded");
+    let missing = wait_phase(&op, &sb, "no-target", "Failed");
+    assert_eq!(
+        missing["status"]["lastError"]["reason"], "NoTargetFound",
+        "{}",
+        missing["status"]
+    );
+    // The annotation names the target before spec does: an item whose annotation points
+    // at their target is theirs.
+    let (code, annotated) = sb.post(
+        ITEMS,
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+            "metadata": {"name": "annotated", "namespace": "default",
+                         "annotations": {"landscaper.gardener.cloud/deployer-target-name": "theirs"}},
+            "spec": {"type": MOCK, "target": {"name": "ours", "namespace": "default"}, "config": mock_config(json!({}))},
+        }),
+    );
+    assert_eq!(code, 201, "{annotated}");
+    // A later item of ours proves the deployer has seen both by then.
+    create_item(
+        &sb,
+        "for-us-2",
+        json!({"type": MOCK, "target": {"name": "ours", "namespace": "default"}, "config": mock_config(json!({}))}),
+    );
+    wait_phase(&op, &sb, "for-us-2", "Succeeded");
+    for (name, created) in [("for-them", &theirs), ("annotated", &annotated)] {
+        let other = item(&sb, name).expect("item");
+        assert!(other["status"].is_null(), "{other}");
+        assert!(other["metadata"]["finalizers"].is_null(), "{other}");
+        assert_eq!(
+            other["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"],
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn deletion_goes_through_init_delete_and_removes_the_finalizer() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    create_item(
+        &sb,
+        "doomed",
+        json!({"type": MOCK, "config": mock_config(json!({"export": {"a": 1}}))}),
+    );
+    let done = wait_phase(&op, &sb, "doomed", "Succeeded");
+    let export = done["status"]["exportRef"]["name"]
+        .as_str()
+        .expect("exportRef")
+        .to_string();
+    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/doomed"), "", "");
+    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
+    op.wait("the item gone", WAIT, || item(&sb, "doomed").is_none());
+    assert!(
+        secret_config(&sb, &export).is_none(),
+        "the export Secret is removed"
+    );
+    let events = journal(work.path());
+    assert_eq!(
+        phases_of(&events, "doomed"),
+        vec![
+            Phase::Init,
+            Phase::Progressing,
+            Phase::Succeeded,
+            Phase::InitDelete,
+            Phase::Deleting
+        ]
+    );
+    assert!(events.iter().any(|e| matches!(e, DeployerEvent::DeployItemFinalized { item } if item == "deployitem/default/doomed")));
+
+    // The jobID contract: a new jobID is processed and finished in the same write.
+    create_item(
+        &sb,
+        "job",
+        json!({"type": MOCK, "config": mock_config(json!({}))}),
+    );
+    let first = wait_phase(&op, &sb, "job", "Succeeded");
+    let mut with_job = first.clone();
+    with_job["status"]["jobID"] = json!("job-1");
+    let (code, answer) = sb.put(&format!("{ITEMS}/job/status"), &with_job);
+    assert_eq!(code, 200, "{answer}");
+    op.wait("jobIDFinished = jobID", WAIT, || {
+        item(&sb, "job").is_some_and(|i| i["status"]["jobIDFinished"] == "job-1")
+    });
+    let finished = item(&sb, "job").expect("item");
+    assert_eq!(finished["status"]["phase"], "Succeeded");
+    assert!(
+        finished["status"]["transitionTimes"]["finishedTime"].is_string(),
+        "{}",
+        finished["status"]
+    );
+}
+
+#[test]
+fn a_progressing_item_continues_after_kill_9_without_duplicates() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let mut op = bosun(&sb, work.path(), &[]);
+    create_item(
+        &sb,
+        "survivor",
+        json!({"type": MOCK, "timeout": "1h", "config": mock_config(json!({"phase": "Progressing", "export": {"n": 1}}))}),
+    );
+    let progressing = wait_phase(&op, &sb, "survivor", "Progressing");
+    op.wait("the export written", WAIT, || {
+        item(&sb, "survivor").is_some_and(|i| i["status"]["exportRef"]["name"].is_string())
+    });
+    let export = item(&sb, "survivor").expect("item")["status"]["exportRef"]["name"]
+        .as_str()
+        .expect("exportRef")
+        .to_string();
+    op.kill9();
+    // While bosun is down the item is told to finish: a spec change.
+    edit_item(&sb, "survivor", |o| {
+        o["spec"]["config"]["phase"] = json!("Succeeded");
+    });
+    op.spawn();
+    let done = wait_phase(&op, &sb, "survivor", "Succeeded");
+    assert_ne!(
+        done["metadata"]["generation"],
+        progressing["metadata"]["generation"]
+    );
+    assert_eq!(
+        done["status"]["observedGeneration"],
+        done["metadata"]["generation"]
+    );
+    assert_eq!(
+        done["status"]["exportRef"]["name"],
+        export.as_str(),
+        "the export Secret is reused"
+    );
+    let (_, secrets) = sb.get("/api/v1/namespaces/default/secrets");
+    let exports = secrets["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| {
+            s["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("mock-export-"))
+        })
+        .count();
+    assert_eq!(exports, 1, "no duplicate export Secrets: {secrets}");
+    assert_eq!(
+        done["metadata"]["finalizers"],
+        json!(["finalizer.landscaper.gardener.cloud"]),
+        "one finalizer, not two"
+    );
+}
+
+fn annotation(o: &Value, key: &str) -> Option<String> {
+    o["metadata"]["annotations"][key].as_str().map(String::from)
+}
+
+const OPERATION: &str = "landscaper.gardener.cloud/operation";
+
+#[test]
+fn abort_force_reconcile_test_reconcile_and_a_generation_bump_during_progressing() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    let progressing = || mock_config(json!({"phase": "Progressing"}));
+
+    // A generation bump during Progressing starts a new run with the new spec.
+    let (code, answer) = sb.post(
+        ITEMS,
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+            "metadata": {"name": "bumped", "namespace": "default",
+                         "annotations": {"landscaper.gardener.cloud/reconcile-time": "2026-01-01T00:00:00Z"}},
+            "spec": {"type": MOCK, "timeout": "1h", "config": progressing()},
+        }),
+    );
+    assert_eq!(code, 201, "{answer}");
+    let stuck = wait_phase(&op, &sb, "bumped", "Progressing");
+    assert_eq!(
+        annotation(&stuck, "landscaper.gardener.cloud/reconcile-time"),
+        None,
+        "removed on pickup"
+    );
+    edit_item(&sb, "bumped", |o| {
+        o["spec"]["config"] = mock_config(json!({}))
+    });
+    let done = wait_phase(&op, &sb, "bumped", "Succeeded");
+    assert_eq!(done["status"]["observedGeneration"], 2);
+
+    // abort fails a progressing item; the annotation stays for whoever set it.
+    create_item(
+        &sb,
+        "aborted",
+        json!({"type": MOCK, "timeout": "1h", "config": progressing()}),
+    );
+    wait_phase(&op, &sb, "aborted", "Progressing");
+    edit_item(&sb, "aborted", |o| {
+        o["metadata"]["annotations"] = json!({OPERATION: "abort"});
+    });
+    let failed = wait_phase(&op, &sb, "aborted", "Failed");
+    assert_eq!(
+        failed["status"]["lastError"]["reason"], "Aborted",
+        "{}",
+        failed["status"]
+    );
+    assert_eq!(annotation(&failed, OPERATION).as_deref(), Some("abort"));
+
+    // force-reconcile restarts the failed item: Progressing again, the error of the last
+    // run gone, the annotation removed.
+    edit_item(&sb, "aborted", |o| {
+        o["metadata"]["annotations"] = json!({OPERATION: "force-reconcile"});
+    });
+    op.wait("the forced run", WAIT, || {
+        item(&sb, "aborted").is_some_and(|o| {
+            o["status"]["phase"] == "Progressing"
+                && o["status"]["lastError"].is_null()
+                && annotation(&o, OPERATION).is_none()
+        })
+    });
+
+    // test-reconcile: bosun makes a jobID itself and finishes it in the same write.
+    edit_item(&sb, "bumped", |o| {
+        o["metadata"]["annotations"] = json!({OPERATION: "test-reconcile"});
+    });
+    op.wait("the test job finished", WAIT, || {
+        item(&sb, "bumped").is_some_and(|o| {
+            let s = &o["status"];
+            s["jobID"].is_string() && s["jobID"] == s["jobIDFinished"] && s["phase"] == "Succeeded"
+        })
+    });
+    assert_eq!(
+        annotation(&item(&sb, "bumped").expect("item"), OPERATION),
+        None
+    );
+}
+
+fn cm(namespace: &str, name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data})
+}
+
+fn manifest_config(manifests: Value) -> Value {
+    json!({"apiVersion": "manifest.deployer.landscaper.gardener.cloud/v1alpha2", "kind": "ProviderConfiguration", "manifests": manifests})
+}
+
+#[test]
+fn manifests_are_applied_in_the_target_cluster_updated_pruned_and_removed() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    let kubeconfig = std::fs::read_to_string(&target_cluster.kubeconfig).expect("kubeconfig");
+    let (code, answer) = sb.post(
+        TARGETS,
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+            "metadata": {"name": "cluster-2", "namespace": "default"},
+            "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": kubeconfig}},
+        }),
+    );
+    assert_eq!(code, 201, "{answer}");
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}});
+    create_item(
+        &sb,
+        "manifests",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": manifest_config(json!([
+            {"policy": "manage", "manifest": cm("app", "one", json!({"v": "1"}))},
+            {"policy": "manage", "manifest": cm("app", "two", json!({"v": "1"}))},
+            {"policy": "keep", "manifest": cm("default", "kept", json!({"v": "1"}))},
+            {"policy": "manage", "manifest": namespace},
+        ]))}),
+    );
+    let done = wait_phase(&op, &sb, "manifests", "Succeeded");
+    let managed = done["status"]["providerStatus"]["managedResources"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let kinds: Vec<&str> = managed
+        .iter()
+        .filter_map(|m| m["resource"]["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Namespace", "ConfigMap", "ConfigMap", "ConfigMap"],
+        "cluster-scoped first: {managed:?}"
+    );
+    let in_target = |path: &str| {
+        let (code, v) = target_cluster.get(path);
+        (code == 200).then_some(v)
+    };
+    let one =
+        in_target("/api/v1/namespaces/app/configmaps/one").expect("one in the target cluster");
+    assert_eq!(
+        one["metadata"]["labels"]["manifest.deployer.landscaper.gardener.cloud/deployitem"],
+        "manifests"
+    );
+    assert!(
+        sb.get("/api/v1/namespaces/app/configmaps/one").0 == 404,
+        "not in the items' cluster"
+    );
+
+    // Update: `one` and `kept` leave the list, `two` changes.
+    edit_item(&sb, "manifests", |o| {
+        o["spec"]["config"] = manifest_config(json!([
+            {"manifest": cm("app", "two", json!({"v": "2"}))},
+            {"manifest": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}},
+        ]));
+    });
+    op.wait("the second run", WAIT, || {
+        item(&sb, "manifests").is_some_and(|o| {
+            o["status"]["observedGeneration"] == 2 && o["status"]["phase"] == "Succeeded"
+        })
+    });
+    assert!(
+        in_target("/api/v1/namespaces/app/configmaps/one").is_none(),
+        "an orphan is deleted"
+    );
+    assert_eq!(
+        in_target("/api/v1/namespaces/app/configmaps/two").expect("two")["data"]["v"],
+        "2"
+    );
+    assert!(
+        in_target("/api/v1/namespaces/default/configmaps/kept").is_some(),
+        "keep is never deleted"
+    );
+
+    // A manifest with an unknown policy fails at once, naming the field.
+    create_item(
+        &sb,
+        "bad-policy",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": manifest_config(json!([
+            {"policy": "sometimes", "manifest": cm("app", "x", json!({}))},
+        ]))}),
+    );
+    let bad = wait_phase(&op, &sb, "bad-policy", "Failed");
+    let e = &bad["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("spec.config.manifests[0].policy"),
+        "{e}"
+    );
+
+    // Deletion removes what the item manages (namespaced first), then the finalizer.
+    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/manifests"), "", "");
+    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
+    op.wait("the item gone", WAIT, || item(&sb, "manifests").is_none());
+    assert!(in_target("/api/v1/namespaces/app/configmaps/two").is_none());
+    assert!(
+        in_target("/api/v1/namespaces/app")
+            .is_none_or(|n| n["metadata"]["deletionTimestamp"].is_string()),
+        "the namespace is deleted"
+    );
+    assert!(in_target("/api/v1/namespaces/default/configmaps/kept").is_some());
+}
