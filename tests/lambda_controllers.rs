@@ -4,80 +4,14 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use common::webhooks::{Hooks, get, post_ok};
 use common::{Operator, Sandbox, wait_for, workdir};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-type Handler = dyn Fn(&str, &Value) -> (u16, Value) + Send + Sync;
-
-/// A webhook server: every POST goes to `handler(path, body)`; requests are recorded.
-struct Hooks {
-    url: String,
-    requests: Arc<Mutex<Vec<(String, Value)>>>,
-    _runtime: tokio::runtime::Runtime,
-}
-
-impl Hooks {
-    fn serve(handler: impl Fn(&str, &Value) -> (u16, Value) + Send + Sync + 'static) -> Hooks {
-        let handler: Arc<Handler> = Arc::new(handler);
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let recorded = requests.clone();
-        let app =
-            axum::Router::new().fallback(move |uri: axum::http::Uri, body: axum::body::Bytes| {
-                let (handler, recorded) = (handler.clone(), recorded.clone());
-                async move {
-                    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                    let path = uri.path().to_string();
-                    recorded
-                        .lock()
-                        .expect("requests")
-                        .push((path.clone(), value.clone()));
-                    let (code, answer) = handler(&path, &value);
-                    let body = match answer {
-                        Value::String(s) => s,
-                        other => other.to_string(),
-                    };
-                    (
-                        axum::http::StatusCode::from_u16(code)
-                            .unwrap_or(axum::http::StatusCode::OK),
-                        [("content-type", "application/json")],
-                        body,
-                    )
-                }
-            });
-        runtime.spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Hooks {
-            url,
-            requests,
-            _runtime: runtime,
-        }
-    }
-
-    fn calls(&self, path: &str) -> Vec<Value> {
-        self.requests
-            .lock()
-            .expect("requests")
-            .iter()
-            .filter(|(p, _)| p == path)
-            .map(|(_, v)| v.clone())
-            .collect()
-    }
-}
 
 /// A namespaced CRD `<plural>.example.com` with (or without) the status subresource.
 fn crd(kind: &str, plural: &str, status: bool, scope: &str) -> Value {
@@ -99,17 +33,6 @@ fn crd(kind: &str, plural: &str, status: bool, scope: &str) -> Value {
             "versions": [version]
         }
     })
-}
-
-fn post_ok(sb: &Sandbox, path: &str, body: &Value) -> Value {
-    let (code, answer) = sb.post(path, body);
-    assert!(code == 201 || code == 200, "POST {path}: {code} {answer}");
-    answer
-}
-
-fn get(sb: &Sandbox, path: &str) -> Option<Value> {
-    let (code, v) = sb.get(path);
-    (code == 200).then_some(v)
 }
 
 /// Starts bosun with the modules switched off: only the lambda controllers work.

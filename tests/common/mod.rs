@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod webhooks;
+
 /// The bosun binary under test.
 pub fn bosun_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_bosun"))
