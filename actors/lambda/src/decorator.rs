@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::children::{self, ApplyStrategy, ChildType};
 use crate::claim::{self, Owner};
 use crate::composite::{BoundHook, SyncError, SyncReport, digest, set_finalizer};
-use crate::keys::{GroupMap, key_of, name_of, namespace_of, uid_of};
+use crate::keys::{GroupMap, has_finalizer, is_deleting, key_of, name_of, namespace_of, uid_of};
 use crate::ports::{Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{decode_decorator, decorator_request};
 use crate::related::{Customizer, cache_key, related_objects};
@@ -34,16 +34,6 @@ pub struct Decorator {
     pub finalize: Option<BoundHook>,
     pub customizer: Option<Customizer>,
     pub strategy: ApplyStrategy,
-}
-
-fn has_finalizer(object: &Value, finalizer: &str) -> bool {
-    object["metadata"]["finalizers"]
-        .as_array()
-        .is_some_and(|l| l.iter().any(|f| f.as_str() == Some(finalizer)))
-}
-
-fn is_deleting(object: &Value) -> bool {
-    !object["metadata"]["deletionTimestamp"].is_null()
 }
 
 /// The queue key of an object: `apiVersion:kind:namespace:name`.
@@ -320,11 +310,7 @@ impl Decorator {
         }
         let desired =
             children::group_desired(desired, &self.attachments).map_err(SyncError::Failed)?;
-        let should_finalize = has_finalizer(&object, &finalizer)
-            && self.finalize.is_some()
-            && !has_finalizer(&object, "foregroundDeletion")
-            && !has_finalizer(&object, "orphan");
-        if !is_deleting(&object) || should_finalize {
+        if crate::keys::manages_children(&object, &finalizer, self.finalize.is_some()) {
             report.applied = children::manage(
                 cluster,
                 &Owner::of(&object),

@@ -47,6 +47,29 @@ pub fn uid_of(object: &Value) -> &str {
     object["metadata"]["uid"].as_str().unwrap_or_default()
 }
 
+/// Whether an object carries `finalizer`.
+pub fn has_finalizer(object: &Value, finalizer: &str) -> bool {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|l| l.iter().any(|f| f.as_str() == Some(finalizer)))
+}
+
+/// Whether an object is being deleted.
+pub fn is_deleting(object: &Value) -> bool {
+    !object["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// Whether a controller's children of `object` are managed: always while it lives, and
+/// while it is being deleted only if our finalize hook still holds it (and no garbage
+/// collector's foreground or orphan finalizer is at work).
+pub fn manages_children(object: &Value, finalizer: &str, finalize_hook: bool) -> bool {
+    !is_deleting(object)
+        || (has_finalizer(object, finalizer)
+            && finalize_hook
+            && !has_finalizer(object, "foregroundDeletion")
+            && !has_finalizer(object, "orphan"))
+}
+
 /// The uniform key of a namespace and name.
 pub fn uniform_key(namespace: &str, name: &str) -> String {
     if namespace.is_empty() {

@@ -90,15 +90,7 @@ pub struct SyncReport {
     pub warnings: Vec<String>,
 }
 
-pub(crate) fn has_finalizer(object: &Value, finalizer: &str) -> bool {
-    object["metadata"]["finalizers"]
-        .as_array()
-        .is_some_and(|l| l.iter().any(|f| f.as_str() == Some(finalizer)))
-}
-
-pub(crate) fn is_deleting(object: &Value) -> bool {
-    !object["metadata"]["deletionTimestamp"].is_null()
-}
+pub(crate) use crate::keys::{has_finalizer, is_deleting};
 
 /// Adds or removes `finalizer` with GET + PUT, retried on conflict; the uid must stay.
 /// Returns the updated object (or the unchanged one when nothing was to do).
@@ -396,11 +388,7 @@ impl Composite {
         }
         let desired =
             children::group_desired(desired, &self.children).map_err(SyncError::Failed)?;
-        let should_finalize = has_finalizer(&parent, &finalizer)
-            && self.finalize.is_some()
-            && !has_finalizer(&parent, "foregroundDeletion")
-            && !has_finalizer(&parent, "orphan");
-        if !is_deleting(&parent) || should_finalize {
+        if crate::keys::manages_children(&parent, &finalizer, self.finalize.is_some()) {
             report.applied = children::manage(
                 cluster,
                 &Owner::of(&parent),

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use futures::future::try_join_all;
 use serde_json::Value;
 
-use super::{BoundHook, Composite, SyncError, digest, has_finalizer, is_deleting};
+use super::{BoundHook, Composite, SyncError, digest, is_deleting};
 use crate::children;
 use crate::claim::{self, Claim, Owner};
 use crate::keys::{GroupMap, key_of, name_of, namespace_of, uid_of};
@@ -61,11 +61,7 @@ pub fn uses_rollout(c: &Composite, parent: &Value) -> bool {
     if !c.children.iter().any(|t| t.method.is_rolling()) {
         return false;
     }
-    let should_finalize = c.finalize.is_some()
-        && has_finalizer(parent, &c.finalizer())
-        && !has_finalizer(parent, "foregroundDeletion")
-        && !has_finalizer(parent, "orphan");
-    !is_deleting(parent) || should_finalize
+    crate::keys::manages_children(parent, &c.finalizer(), c.finalize.is_some())
 }
 
 /// The error refusing rolling methods for a cluster-scoped parent, naming the field.
