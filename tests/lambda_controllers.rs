@@ -145,6 +145,19 @@ fn composite_controller_creates_children_writes_status_and_follows_changes() {
         },
     );
 
+    // The debug view shows the last sync: request and answer digests, what was planned.
+    wait_for("the last sync in /lambda/controllers", WAIT, || {
+        let view = common::run_ok(&mut common::debug_cli(
+            &work.path().join("debug.socket"),
+            &["raw", "/lambda/controllers.json"],
+        ));
+        let view: Value = serde_json::from_str(&view).unwrap_or(Value::Null);
+        let last = &view["controllers"][0]["lastSyncs"]["default/hello"];
+        last["planned"] == json!(["ConfigMap.v1 default/hello-cm"])
+            && last["request"].is_string()
+            && last["answer"].is_string()
+    });
+
     // A changed spec reaches the child in place.
     let mut parent = get(
         &sb,

@@ -43,9 +43,11 @@ pub fn lambda_controllers() -> View {
             match &last.error {
                 Some(e) => text.push_str(&format!("    {key}: failed: {e}\n")),
                 None => text.push_str(&format!(
-                    "    {key}: {} hook answered {} ({} created, {} updated, {} deleted)\n",
+                    "    {key}: {} hook asked {} answered {}: {} planned ({} created, {} updated, {} deleted)\n",
                     last.hook.as_deref().unwrap_or("no"),
+                    last.request.as_deref().unwrap_or("-"),
                     last.answer.as_deref().unwrap_or("-"),
+                    last.planned.len(),
                     last.created.len(),
                     last.updated.len(),
                     last.deleted.len()

@@ -99,6 +99,14 @@ pub fn group_desired(desired: Vec<Value>, types: &[ChildType]) -> Result<GroupMa
     Ok(out)
 }
 
+/// The desired objects as `Kind.version key` lines (the debug view's "planned").
+pub fn planned(desired: &GroupMap) -> Vec<String> {
+    desired
+        .iter()
+        .flat_map(|(group, objects)| objects.keys().map(move |k| format!("{group} {k}")))
+        .collect()
+}
+
 /// Runs ManageChildren for one parent.
 pub async fn manage(
     cluster: &dyn Cluster,

@@ -163,8 +163,13 @@ pub struct LastSync {
     pub ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hook: Option<String>,
+    /// Digests of the hook's request and answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// The children the answer asked for.
+    pub planned: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub created: Vec<String>,
@@ -429,7 +434,9 @@ async fn record(
                     at_ms: now_ms(),
                     ok: true,
                     hook: report.hook.map(|h| h.to_string()),
+                    request: report.request_digest,
                     answer: report.answer_digest,
+                    planned: report.planned,
                     error: None,
                     created: report.applied.created,
                     updated: report.applied.updated,
@@ -485,7 +492,9 @@ async fn record(
                     at_ms: now_ms(),
                     ok: false,
                     hook: None,
+                    request: None,
                     answer: None,
+                    planned: Vec::new(),
                     error: Some(message),
                     created: Vec::new(),
                     updated: Vec::new(),

@@ -217,10 +217,9 @@ impl Decorator {
             bound.hook.version,
             finalizing,
         );
-        let answer = bound
-            .client
-            .call(body.to_string().into_bytes(), cache_key(&object))
-            .await?;
+        let body = body.to_string().into_bytes();
+        let request_digest = digest(&body);
+        let answer = bound.client.call(body, cache_key(&object)).await?;
         let decoded = decode_decorator(
             hook_type,
             bound.hook.version,
@@ -230,6 +229,7 @@ impl Decorator {
         .map_err(|e| SyncError::Failed(e.to_string()))?;
         let mut report = SyncReport {
             hook: Some(hook_type),
+            request_digest: Some(request_digest),
             answer_digest: Some(digest(&answer)),
             warnings: decoded.warnings,
             ..SyncReport::default()
@@ -310,6 +310,7 @@ impl Decorator {
         }
         let desired =
             children::group_desired(desired, &self.attachments).map_err(SyncError::Failed)?;
+        report.planned = children::planned(&desired);
         if crate::keys::manages_children(&object, &finalizer, self.finalize.is_some()) {
             report.applied = children::manage(
                 cluster,

@@ -84,8 +84,12 @@ pub struct SyncReport {
     pub applied: Applied,
     pub status_written: bool,
     pub finalized: bool,
+    /// A digest of the hook's request (the single-call path; rollouts make several).
+    pub request_digest: Option<String>,
     /// A digest of the hook's answer.
     pub answer_digest: Option<String>,
+    /// The children (or attachments) the answer asked for: `Kind.version key`.
+    pub planned: Vec<String>,
     /// Strict-mode complaints tolerated in loose mode.
     pub warnings: Vec<String>,
 }
@@ -312,49 +316,55 @@ impl Composite {
             (_, _, Some(s)) => (HookType::Sync, s),
             _ => return Err(SyncError::Failed("sync hook nil//not defined".into())),
         };
-        let (response, answer_digest, warnings) = if rolling::uses_rollout(self, &parent) {
-            // Rolling updates: one hook call per parent revision, revisions persisted.
-            let rolled = rolling::sync_revisions(
-                self, cluster, &parent, &selector, &observed, hook_type, bound, finalizing,
-            )
-            .await?;
-            (rolled.response, rolled.answer_digest, rolled.warnings)
-        } else {
-            let related = match &self.customizer {
-                Some(c) => {
-                    let rules = c.rules(&self.object, &parent).await.map_err(|e| match e {
-                        crate::related::RelatedError::Hook(h) => SyncError::from(h),
-                        other => SyncError::Failed(other.to_string()),
-                    })?;
-                    related_objects(cluster, &rules, c.version(), &parent)
-                        .await
-                        .map_err(|e| SyncError::Failed(e.to_string()))?
-                }
-                None => GroupMap::new(),
-            };
-            let body = composite_request(
-                &self.object,
-                &parent,
-                &observed,
-                &related,
-                bound.hook.version,
-                finalizing,
-            );
-            let answer = bound
-                .client
-                .call(body.to_string().into_bytes(), cache_key(&parent))
+        let (response, request_digest, answer_digest, warnings) =
+            if rolling::uses_rollout(self, &parent) {
+                // Rolling updates: one hook call per parent revision, revisions persisted.
+                let rolled = rolling::sync_revisions(
+                    self, cluster, &parent, &selector, &observed, hook_type, bound, finalizing,
+                )
                 .await?;
-            let decoded = decode_composite(
-                hook_type,
-                bound.hook.version,
-                bound.hook.unmarshal_mode(),
-                &answer,
-            )
-            .map_err(|e| SyncError::Failed(e.to_string()))?;
-            (decoded.response, digest(&answer), decoded.warnings)
-        };
+                (rolled.response, None, rolled.answer_digest, rolled.warnings)
+            } else {
+                let related = match &self.customizer {
+                    Some(c) => {
+                        let rules = c.rules(&self.object, &parent).await.map_err(|e| match e {
+                            crate::related::RelatedError::Hook(h) => SyncError::from(h),
+                            other => SyncError::Failed(other.to_string()),
+                        })?;
+                        related_objects(cluster, &rules, c.version(), &parent)
+                            .await
+                            .map_err(|e| SyncError::Failed(e.to_string()))?
+                    }
+                    None => GroupMap::new(),
+                };
+                let body = composite_request(
+                    &self.object,
+                    &parent,
+                    &observed,
+                    &related,
+                    bound.hook.version,
+                    finalizing,
+                );
+                let body = body.to_string().into_bytes();
+                let request_digest = digest(&body);
+                let answer = bound.client.call(body, cache_key(&parent)).await?;
+                let decoded = decode_composite(
+                    hook_type,
+                    bound.hook.version,
+                    bound.hook.unmarshal_mode(),
+                    &answer,
+                )
+                .map_err(|e| SyncError::Failed(e.to_string()))?;
+                (
+                    decoded.response,
+                    Some(request_digest),
+                    digest(&answer),
+                    decoded.warnings,
+                )
+            };
         let mut report = SyncReport {
             hook: Some(hook_type),
+            request_digest,
             answer_digest: Some(answer_digest),
             warnings,
             ..SyncReport::default()
@@ -388,6 +398,7 @@ impl Composite {
         }
         let desired =
             children::group_desired(desired, &self.children).map_err(SyncError::Failed)?;
+        report.planned = children::planned(&desired);
         if crate::keys::manages_children(&parent, &finalizer, self.finalize.is_some()) {
             report.applied = children::manage(
                 cluster,
