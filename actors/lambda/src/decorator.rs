@@ -7,11 +7,13 @@ use serde_json::{Value, json};
 
 use crate::children::{self, ApplyStrategy, ChildType};
 use crate::claim::{self, Owner};
-use crate::composite::{BoundHook, SyncError, SyncReport, digest, set_finalizer};
+use crate::composite::{
+    BoundHook, SyncError, SyncReport, call_hook, digest, related_of, set_finalizer,
+};
 use crate::keys::{GroupMap, has_finalizer, is_deleting, key_of, name_of, namespace_of, uid_of};
 use crate::ports::{Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{decode_decorator, decorator_request};
-use crate::related::{Customizer, cache_key, related_objects};
+use crate::related::Customizer;
 use crate::selector::Selector;
 use crate::types::{DECORATOR_ANNOTATION, DecoratorSpec};
 
@@ -191,18 +193,7 @@ impl Decorator {
             return Ok(SyncReport::default());
         }
         let observed = self.observed_attachments(cluster, &object).await?;
-        let related = match &self.customizer {
-            Some(c) => {
-                let rules = c.rules(&self.object, &object).await.map_err(|e| match e {
-                    crate::related::RelatedError::Hook(h) => SyncError::from(h),
-                    other => SyncError::Failed(other.to_string()),
-                })?;
-                related_objects(cluster, &rules, c.version(), &object)
-                    .await
-                    .map_err(|e| SyncError::Failed(e.to_string()))?
-            }
-            None => GroupMap::new(),
-        };
+        let related = related_of(cluster, self.customizer.as_ref(), &self.object, &object).await?;
         let finalizing = self.finalize.is_some() && (is_deleting(&object) || !matches);
         let (hook_type, bound) = match (finalizing, &self.finalize, &self.sync) {
             (true, Some(f), _) => (HookType::Finalize, f),
@@ -217,9 +208,7 @@ impl Decorator {
             bound.hook.version,
             finalizing,
         );
-        let body = body.to_string().into_bytes();
-        let request_digest = digest(&body);
-        let answer = bound.client.call(body, cache_key(&object)).await?;
+        let (answer, request_digest) = call_hook(bound, &body, &object).await?;
         let decoded = decode_decorator(
             hook_type,
             bound.hook.version,

@@ -96,6 +96,38 @@ pub struct SyncReport {
 
 pub(crate) use crate::keys::{has_finalizer, is_deleting};
 
+/// The related objects the controller's customize hook selects for `parent` (none without
+/// a customize hook). A 429 from the hook is retried after its delay, as for any hook.
+pub(crate) async fn related_of(
+    cluster: &dyn Cluster,
+    customizer: Option<&Customizer>,
+    controller: &Value,
+    parent: &Value,
+) -> Result<GroupMap, SyncError> {
+    let Some(c) = customizer else {
+        return Ok(GroupMap::new());
+    };
+    let rules = c.rules(controller, parent).await.map_err(|e| match e {
+        crate::related::RelatedError::Hook(h) => SyncError::from(h),
+        other => SyncError::Failed(other.to_string()),
+    })?;
+    related_objects(cluster, &rules, c.version(), parent)
+        .await
+        .map_err(|e| SyncError::Failed(e.to_string()))
+}
+
+/// POSTs a hook request about `root`; returns the answer and the request's digest.
+pub(crate) async fn call_hook(
+    bound: &BoundHook,
+    request: &Value,
+    root: &Value,
+) -> Result<(Vec<u8>, String), SyncError> {
+    let body = request.to_string().into_bytes();
+    let request_digest = digest(&body);
+    let answer = bound.client.call(body, cache_key(root)).await?;
+    Ok((answer, request_digest))
+}
+
 /// Adds or removes `finalizer` with GET + PUT, retried on conflict; the uid must stay.
 /// Returns the updated object (or the unchanged one when nothing was to do).
 pub async fn set_finalizer(
@@ -325,18 +357,8 @@ impl Composite {
                 .await?;
                 (rolled.response, None, rolled.answer_digest, rolled.warnings)
             } else {
-                let related = match &self.customizer {
-                    Some(c) => {
-                        let rules = c.rules(&self.object, &parent).await.map_err(|e| match e {
-                            crate::related::RelatedError::Hook(h) => SyncError::from(h),
-                            other => SyncError::Failed(other.to_string()),
-                        })?;
-                        related_objects(cluster, &rules, c.version(), &parent)
-                            .await
-                            .map_err(|e| SyncError::Failed(e.to_string()))?
-                    }
-                    None => GroupMap::new(),
-                };
+                let related =
+                    related_of(cluster, self.customizer.as_ref(), &self.object, &parent).await?;
                 let body = composite_request(
                     &self.object,
                     &parent,
@@ -345,9 +367,7 @@ impl Composite {
                     bound.hook.version,
                     finalizing,
                 );
-                let body = body.to_string().into_bytes();
-                let request_digest = digest(&body);
-                let answer = bound.client.call(body, cache_key(&parent)).await?;
+                let (answer, request_digest) = call_hook(bound, &body, &parent).await?;
                 let decoded = decode_composite(
                     hook_type,
                     bound.hook.version,

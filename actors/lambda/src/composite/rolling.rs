@@ -33,7 +33,6 @@ use crate::claim::{self, Claim, Owner};
 use crate::keys::{GroupMap, key_of, name_of, namespace_of, uid_of};
 use crate::ports::{Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{CompositeResponse, composite_request, decode_composite};
-use crate::related::{RelatedError, cache_key, related_objects};
 use crate::rollout::{
     GroupKind, LABEL_API_GROUP, LABEL_RESOURCE, ObservedChildren, RevisionAnswer, RolloutInput,
     parent_revisions, plan,
@@ -182,21 +181,7 @@ async fn call_hook(
     bound: &BoundHook,
     finalizing: bool,
 ) -> Result<(RevisionAnswer, String, Vec<String>), SyncError> {
-    let related = match &c.customizer {
-        Some(customizer) => {
-            let rules = customizer
-                .rules(&c.object, parent)
-                .await
-                .map_err(|e| match e {
-                    RelatedError::Hook(h) => SyncError::from(h),
-                    other => SyncError::Failed(other.to_string()),
-                })?;
-            related_objects(cluster, &rules, customizer.version(), parent)
-                .await
-                .map_err(|e| SyncError::Failed(e.to_string()))?
-        }
-        None => GroupMap::new(),
-    };
+    let related = super::related_of(cluster, c.customizer.as_ref(), &c.object, parent).await?;
     let body = composite_request(
         &c.object,
         parent,
@@ -205,10 +190,7 @@ async fn call_hook(
         bound.hook.version,
         finalizing,
     );
-    let answer = bound
-        .client
-        .call(body.to_string().into_bytes(), cache_key(parent))
-        .await?;
+    let (answer, _) = super::call_hook(bound, &body, parent).await?;
     let decoded = decode_composite(
         hook_type,
         bound.hook.version,
