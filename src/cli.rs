@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the operator (with `--sandbox`, against an embedded API server).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Run the sandbox Kubernetes API server alone.
     Sandbox(SandboxArgs),
     /// Inspect a journal: log, state, diff, why, stats, verify, repair.
@@ -61,6 +61,8 @@ pub struct RunArgs {
     pub lambda: LambdaArgs,
     #[command(flatten)]
     pub deployer: DeployerArgs,
+    #[command(flatten)]
+    pub ha: crate::ha::HaArgs,
 }
 
 /// The DeployItem deployer's flags.
@@ -263,7 +265,7 @@ pub struct SandboxArgs {
 pub fn main(cli: Cli) -> ExitCode {
     crate::logging::init();
     let result = match cli.command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Sandbox(args) => sandbox(args),
         Command::Journal(args) => crate::journal_cli::run(args),
         Command::Queue(args) => crate::debug::commands::queue(args),
@@ -302,21 +304,98 @@ fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
     ))
 }
 
+/// Starts every subsystem (modules, lambda controllers, the deployer) against the cluster.
+async fn start_all(
+    args: &RunArgs,
+    cfg: &crate::addon::OperatorConfig,
+) -> anyhow::Result<crate::ha::Started> {
+    let operator = crate::addon::start(cfg).await?;
+    let lambda = start_lambda(&args.lambda, &operator, &cfg.journal_dir).await?;
+    let deployer = start_deployer(args, &operator, &cfg.journal_dir).await?;
+    Ok(crate::ha::Started {
+        journals: journals_of(&operator, lambda.as_ref(), deployer.as_ref()),
+        keep: Box::new((deployer, lambda, operator)),
+    })
+}
+
+/// The journals of the running subsystems, by their names on the HA stream.
+fn journals_of(
+    operator: &crate::addon::Operator,
+    lambda: Option<&crate::lambda::Lambda>,
+    deployer: Option<&crate::deployer::DeployerHandle>,
+) -> Vec<(
+    &'static str,
+    std::sync::Arc<dyn crate::ha::replication::Source>,
+)> {
+    let mut journals: Vec<(
+        &'static str,
+        std::sync::Arc<dyn crate::ha::replication::Source>,
+    )> = vec![("modules", operator.journal.clone())];
+    if let Some(l) = lambda {
+        journals.push(("lambda", l.journal.clone()));
+    }
+    if let Some(d) = deployer {
+        journals.push(("deployer", d.journal.clone()));
+    }
+    journals
+}
+
+/// In-cluster (or kubeconfig) run: one replica, or with leader election one of several.
+async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
+    let cfg = crate::addon::OperatorConfig::from_env(&crate::addon::OperatorConfig::in_cluster())?;
+    // Bad lambda, deployer or HA settings stop the start before anything runs.
+    args.lambda.config(&cfg.journal_dir)?;
+    args.deployer.config(&cfg.journal_dir, false)?;
+    let namespace = if cfg.namespace.is_empty() {
+        "default"
+    } else {
+        cfg.namespace.as_str()
+    };
+    let grace = args.ha.shutdown_grace;
+    let Some(ha) = args.ha.config(namespace, cfg.listen)? else {
+        let started = start_all(&args, &cfg).await?;
+        crate::sandbox::shutdown_signal().await;
+        tracing::info!("shutting down");
+        crate::ha::graceful_stop(grace, &started.journals).await;
+        return Ok(());
+    };
+    let client = crate::kubernetes::measured_client(crate::addon::kube_config(&cfg).await?)
+        .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
+    let mut journals = vec![crate::ha::JournalSpec::of::<bosun_addon::Event>(
+        "modules",
+        cfg.journal_dir.clone(),
+    )];
+    if args.lambda.lambda_controllers {
+        journals.push(crate::ha::JournalSpec::of::<
+            bosun_lambda::events::LambdaEvent,
+        >("lambda", cfg.journal_dir.join("lambda")));
+    }
+    if args.deployer.deployer {
+        journals.push(crate::ha::JournalSpec::of::<
+            bosun_deployer::events::DeployerEvent,
+        >("deployer", cfg.journal_dir.join("deployer")));
+    }
+    let ending = crate::ha::run(ha, client, cfg.listen, journals, grace, || {
+        start_all(&args, &cfg)
+    })
+    .await?;
+    tracing::info!(?ending, "shutting down");
+    Ok(())
+}
+
 fn run(args: RunArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(async move {
+    let rt = runtime()?;
+    let result = rt.block_on(run_inner(args));
+    // Whatever still runs (a hook past the grace period, a fenced leader's work) is dropped
+    // now: hook processes are killed with their process groups.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
+}
+
+async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
+    {
         if !args.sandbox {
-            let cfg = crate::addon::OperatorConfig::from_env(
-                &crate::addon::OperatorConfig::in_cluster(),
-            )?;
-            // Bad lambda or deployer flags stop the start before anything runs.
-            args.lambda.config(&cfg.journal_dir)?;
-            args.deployer.config(&cfg.journal_dir, false)?;
-            let operator = crate::addon::start(&cfg).await?;
-            let _lambda = start_lambda(&args.lambda, &operator, &cfg.journal_dir).await?;
-            let _deployer = start_deployer(&args, &operator, &cfg.journal_dir).await?;
-            crate::sandbox::shutdown_signal().await;
-            tracing::info!("shutting down");
-            return Ok(());
+            return run_cluster(args).await;
         }
         // The embedded default: the sandbox API server in-process, the sample hooks and
         // modules from `examples/`, state under the data folder.
@@ -382,12 +461,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         crate::sandbox::shutdown_signal().await;
         tracing::info!("shutting down");
+        if let Ok(op) = &operator {
+            let journals = journals_of(op, lambda.as_ref(), deployer.as_ref());
+            crate::ha::graceful_stop(args.ha.shutdown_grace, &journals).await;
+        }
         drop(deployer);
         drop(lambda);
         drop(operator);
         sandbox.shutdown().await?;
         Ok(())
-    })
+    }
 }
 
 /// What `bosun run --sandbox` keeps in its data folder.

@@ -9,12 +9,26 @@ use bosun_runtime::ports::{BoxFut, EventSink, PortError};
 /// Appends a subsystem's events to its journal.
 pub struct JournalSink<E> {
     journal: Arc<Journal<E>>,
+    /// In the HA ack mode: what a standby has made durable; an append is acknowledged
+    /// only once a standby holds it too.
+    acks: Option<crate::ha::AckGate>,
 }
 
-impl<E> JournalSink<E> {
-    /// The sink of `journal`.
+impl<E> JournalSink<E>
+where
+    E: serde::Serialize
+        + serde::de::DeserializeOwned
+        + bosun_journal::Versioned
+        + Send
+        + Sync
+        + 'static,
+{
+    /// The sink of `journal` (in HA mode served to standbys; waiting for a standby's ack
+    /// when the ack mode is on).
     pub fn new(journal: Arc<Journal<E>>) -> JournalSink<E> {
-        JournalSink { journal }
+        crate::ha::journal_opened(&journal);
+        let acks = crate::ha::ack_gate(journal.dir());
+        JournalSink { journal, acks }
     }
 }
 
@@ -29,10 +43,15 @@ where
 {
     fn append(&self, events: Vec<E>) -> BoxFut<'_, Result<u64, PortError>> {
         Box::pin(async move {
-            self.journal
+            let seq = self
+                .journal
                 .append_batch(&events)
                 .await
-                .map_err(|e| PortError(e.to_string()))
+                .map_err(|e| PortError(e.to_string()))?;
+            if let Some(acks) = &self.acks {
+                acks.wait(seq).await;
+            }
+            Ok(seq)
         })
     }
 
@@ -47,8 +66,13 @@ where
             .journal
             .submit(&events)
             .map_err(|e| PortError(e.to_string()))?;
+        let acks = self.acks.clone();
         Ok(Box::pin(async move {
-            durable.await.map_err(|e| PortError(e.to_string()))
+            let seq = durable.await.map_err(|e| PortError(e.to_string()))?;
+            if let Some(acks) = &acks {
+                acks.wait(seq).await;
+            }
+            Ok(seq)
         }))
     }
 }

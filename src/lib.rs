@@ -12,6 +12,7 @@ pub mod addon;
 pub mod cli;
 pub mod debug;
 pub mod deployer;
+pub mod ha;
 pub mod helm;
 pub mod hooks;
 pub mod journal_cli;

@@ -19,6 +19,7 @@
 //! backend of a new journal.
 
 mod private;
+mod replica;
 mod segment;
 mod storage;
 
@@ -32,6 +33,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
+pub use replica::{FollowFrom, stored_checksum};
 pub use segment::{SegmentOptions, SegmentStorage};
 pub use storage::{Damage, SledStorage, Storage};
 
@@ -300,8 +302,17 @@ fn raw_record(seq: u64, bytes: &[u8]) -> Result<RawRecord, JournalError> {
 }
 
 struct AppendRequest {
-    payloads: Vec<(u32, Vec<u8>)>,
+    body: Body,
     reply: oneshot::Sender<Result<u64, String>>,
+}
+
+/// What an append writes.
+enum Body {
+    /// New events `(version, payload)`: the committer numbers and stamps them.
+    Events(Vec<(u32, Vec<u8>)>),
+    /// Records as another journal stored them (a standby following its leader): written
+    /// byte for byte, each numbered right after the last.
+    Stored(Vec<(u64, Vec<u8>)>),
 }
 
 /// A snapshot stored in the journal.
@@ -741,8 +752,11 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
             message: "opened read-only".into(),
         })?;
         let bytes: usize = payloads.iter().map(|(_, p)| p.len()).sum();
-        tx.send(AppendRequest { payloads, reply })
-            .map_err(|_| JournalError::Closed)?;
+        tx.send(AppendRequest {
+            body: Body::Events(payloads),
+            reply,
+        })
+        .map_err(|_| JournalError::Closed)?;
         // The `metrics` facade: a no-op unless the process installed a recorder.
         metrics::counter!("bosun_journal_appends_total").increment(1);
         metrics::counter!("bosun_journal_append_bytes_total").increment(bytes as u64);
@@ -1103,6 +1117,13 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
     }
 }
 
+impl<E> Journal<E> {
+    /// The journal's folder.
+    pub fn dir(&self) -> &Path {
+        &self.path
+    }
+}
+
 impl<E> Drop for Journal<E> {
     fn drop(&mut self) {
         self.tx.take();
@@ -1173,9 +1194,21 @@ fn commit_loop(
         let mut acks = Vec::with_capacity(requests.len());
         let mut seq = last;
         for req in requests {
-            for (version, payload) in &req.payloads {
-                seq += 1;
-                records.push((seq, encode(seq, time, *version, payload)));
+            match req.body {
+                Body::Events(payloads) => {
+                    for (version, payload) in &payloads {
+                        seq += 1;
+                        records.push((seq, encode(seq, time, *version, payload)));
+                    }
+                }
+                Body::Stored(stored) => {
+                    if let Err(e) = replica::check_stored(seq, &stored) {
+                        let _ = req.reply.send(Err(e));
+                        continue;
+                    }
+                    seq += stored.len() as u64;
+                    records.extend(stored);
+                }
             }
             acks.push((req.reply, seq));
         }

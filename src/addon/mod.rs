@@ -111,26 +111,9 @@ fn go_bool_true(value: &str) -> bool {
     matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
-/// `ADDON_OPERATOR_HA=true` asks for leader election, which bosun does not have yet. It is
-/// not refused (one replica with the variable set works as before), but every start says at
-/// ERROR level that only one replica may run: two would both run hooks and Helm.
-fn warn_high_availability(value: Option<&str>) {
-    if let Some(v) = value
-        && go_bool_true(v)
-    {
-        tracing::error!(
-            variable = "ADDON_OPERATOR_HA",
-            value = %v,
-            "ADDON_OPERATOR_HA is set, but bosun has no high availability (no leader election): \
-             run only one replica; more replicas would all run hooks and Helm at once"
-        );
-    }
-}
-
 impl OperatorConfig {
     /// Reads the environment; `defaults` supplies what the embedded default sets.
     pub fn from_env(defaults: &OperatorConfig) -> anyhow::Result<OperatorConfig> {
-        warn_high_availability(env(&["ADDON_OPERATOR_HA"]).as_deref());
         let hook_timeout = match env(&["BOSUN_HOOK_TIMEOUT"]) {
             Some(v) => bosun_addon::schedule::parse_go_duration(&v)
                 .map_err(|e| anyhow::anyhow!("BOSUN_HOOK_TIMEOUT: {e}"))?,
@@ -369,6 +352,8 @@ pub struct Operator {
     pub debug: crate::debug::DebugServer,
     /// The shared watches (the lambda controllers' informers listen on them too).
     pub watches: crate::watches::WatchManager,
+    /// The modules' journal (served to standbys in HA mode).
+    pub journal: Arc<bosun_journal::Journal<bosun_addon::Event>>,
 }
 
 impl Drop for Operator {
@@ -560,11 +545,9 @@ fn releases(
     )))
 }
 
-/// Starts the operator.
-pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
-    // First, so that everything started below records into it.
-    let metrics = crate::prometheus::install(&cfg.metrics_prefix);
-    let config = match &cfg.kubeconfig {
+/// The Kubernetes client configuration: `KUBE_CONFIG`, else in-cluster or `KUBECONFIG`.
+pub async fn kube_config(cfg: &OperatorConfig) -> anyhow::Result<kube::Config> {
+    Ok(match &cfg.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
@@ -575,7 +558,14 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         None => kube::Config::infer()
             .await
             .context("cannot configure a Kubernetes client (in-cluster or KUBECONFIG)")?,
-    };
+    })
+}
+
+/// Starts the operator.
+pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
+    // First, so that everything started below records into it.
+    let metrics = crate::prometheus::install(&cfg.metrics_prefix);
+    let config = kube_config(cfg).await?;
     // One client for everything bosun asks the API server, so that all of it shows in the
     // kubernetes_client_request_* metrics (Helm's requests go through its own).
     let client =
@@ -707,5 +697,6 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         listen,
         debug,
         watches,
+        journal,
     })
 }

@@ -367,6 +367,11 @@ impl Operator {
         self.child = Some(child);
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// `kill -9`.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -11,6 +11,7 @@
 //! ```
 
 pub mod clock;
+pub mod lifecycle;
 pub mod mailbox;
 pub mod ports;
 pub mod queue;

@@ -345,6 +345,8 @@ pub struct QueueState<K: TaskKind, E> {
     queued_at: HashMap<TaskId, Instant>,
     /// When the running task started (for its finish log line).
     running_since: Option<Instant>,
+    /// The running task in the process's count (`lifecycle::wait_idle`).
+    in_flight: Option<crate::lifecycle::InFlight>,
     length: metrics::Gauge,
     parked: metrics::Gauge,
     actions: ActionTimes,
@@ -500,7 +502,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
     }
 
     async fn start_head(&mut self) -> Result<(), ActorProcessingErr> {
-        if self.running.is_some() {
+        if self.running.is_some() || crate::lifecycle::is_stopping() {
             return Ok(());
         }
         if let Some(task) = self.restart.take() {
@@ -585,6 +587,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
             return Ok(());
         };
         self.running = Some(task.spec.id);
+        self.in_flight = Some(crate::lifecycle::task_started());
         self.running_since = Some(Instant::now());
         self.activity = Activity::Running;
         self.record_wait(&task);
@@ -626,6 +629,8 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
         if self.running != Some(id) {
             return Ok(());
         }
+        // Counted as running until its end is journaled (when this returns).
+        let _in_flight = self.in_flight.take();
         self.running = None;
         self.activity = Activity::Idle;
         let took = self
@@ -780,6 +785,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + Sync + 'static> Actor
             activity: Activity::Idle,
             queued_at,
             running_since: None,
+            in_flight: None,
             length,
             parked,
             actions,

@@ -519,11 +519,15 @@ impl<K: QueueKey> WorkQueue<K> {
         self.lock().num_requeues(key)
     }
 
-    /// Waits for the next due key and marks it in flight; `None` once shut down.
+    /// Waits for the next due key and marks it in flight; `None` once shut down, or once
+    /// the process stops starting work (`lifecycle::stop_starting`).
     ///
     /// Cancel-safe: a key is taken only in the same poll that returns it.
     pub async fn get(&self) -> Option<K> {
         loop {
+            if crate::lifecycle::is_stopping() {
+                return None;
+            }
             // Register for wake-ups before looking at the state, so a change made between
             // the look and the wait is not missed (`notify_waiters` stores no permit).
             let mut changed = pin!(self.shared.changed.notified());
