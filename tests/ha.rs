@@ -102,8 +102,18 @@ impl Cluster {
         let hooks = shared.join("global-hooks");
         std::fs::create_dir_all(&hooks).expect("hooks");
         std::fs::create_dir_all(shared.join("modules")).expect("modules");
-        std::fs::write(shared.join("modules/values.yaml"), "global:\n  seen: {}\n")
-            .expect("values.yaml");
+        std::fs::write(
+            shared.join("modules/values.yaml"),
+            "global:\n  seen: {}\nappEnabled: true\n",
+        )
+        .expect("values.yaml");
+        // A module with a chart: a failover must not add a Helm revision to it.
+        std::fs::create_dir_all(shared.join("modules/010-app/templates")).expect("module");
+        std::fs::write(
+            shared.join("modules/010-app/templates/cm.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ha-app\n",
+        )
+        .expect("template");
         // Every run: a line when it starts and when it ends in a log both replicas share,
         // and a memory values patch per ConfigMap it was told about.
         common::config_hook(
@@ -180,6 +190,32 @@ echo "end $ADDON_OPERATOR_POD" >> "$HOOK_LOG""#,
         assert_eq!(code, 201, "{body}");
     }
 
+    /// Helm revisions of the `app` module's release.
+    fn app_revisions(&self) -> usize {
+        let (code, list) = self.sb.get("/api/v1/namespaces/default/secrets");
+        assert_eq!(code, 200, "{list}");
+        list["items"].as_array().map_or(0, |items| {
+            items
+                .iter()
+                .filter(|s| {
+                    s["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("sh.helm.release.v1.app."))
+                })
+                .count()
+        })
+    }
+
+    /// Notes in the hook log that `who` died with its hooks (a pod killed).
+    fn note_killed(&self, who: &str) {
+        let mut log = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.shared.join("hooks.log"))
+            .expect("hook log");
+        writeln!(log, "killed {who}").expect("hook log");
+    }
+
     fn hook_log(&self) -> String {
         std::fs::read_to_string(self.shared.join("hooks.log")).unwrap_or_default()
     }
@@ -198,11 +234,38 @@ echo "end $ADDON_OPERATOR_POD" >> "$HOOK_LOG""#,
                     );
                     inside = Some(who);
                 }
-                Some(("end", _)) => inside = None,
+                Some(("end", _)) | Some(("killed", _)) => inside = None,
                 _ => panic!("unexpected hook log line {line:?}"),
             }
         }
     }
+}
+
+/// Kills a replica as a node failure kills a pod: the process and its hooks, with no
+/// chance to clean up (stopped first, so it starts no hook in between).
+fn kill_pod(r: &mut Replica) {
+    let Some(pid) = r.op.pid() else { return };
+    let signal = |sig: &str, target: &str| {
+        let _ = std::process::Command::new("kill")
+            .args([sig, "--", target])
+            .status();
+    };
+    signal("-STOP", &pid.to_string());
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp …
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+        if fields.get(1) == Some(&pid.to_string().as_str())
+            && let Some(pgrp) = fields.get(2)
+        {
+            signal("-KILL", &format!("-{pgrp}"));
+        }
+    }
+    r.op.kill9();
 }
 
 fn wait_leader<'a>(replicas: &[&'a Replica], timeout: Duration) -> &'a Replica {
@@ -260,6 +323,7 @@ fn a_standby_takes_over_with_every_acknowledged_values_patch() {
     );
     a.op.wait("alpha converged", Duration::from_secs(60), || a.ready());
     assert!(b.ready(), "a following standby is ready");
+    assert_eq!(cluster.app_revisions(), 1);
 
     for i in 0..8 {
         cluster.mark(&format!("mark-{i}"));
@@ -275,7 +339,8 @@ fn a_standby_takes_over_with_every_acknowledged_values_patch() {
         log.lines().last().is_some_and(|l| l.starts_with("end"))
     });
     let mut a = a;
-    a.op.kill9();
+    kill_pod(&mut a);
+    cluster.note_killed("alpha");
     let killed = Instant::now();
     let leader = wait_leader(&[&b], Duration::from_secs(60));
     assert_eq!(leader.name, "bravo");
@@ -295,6 +360,11 @@ fn a_standby_takes_over_with_every_acknowledged_values_patch() {
     b.op.wait("bravo saw the new mark", Duration::from_secs(60), || {
         seen(&b.values()) == 9
     });
+    assert_eq!(
+        cluster.app_revisions(),
+        1,
+        "no Helm revision for an unchanged module"
+    );
     a.op.spawn();
     a.op.wait(
         "alpha, restarted, follows bravo",
@@ -375,4 +445,91 @@ fn a_leader_cut_off_from_the_api_stops_working_before_its_lease_expires() {
         "it says why:\n{}",
         tail(&a.op.logs())
     );
+}
+
+#[test]
+fn twenty_failovers_never_run_hooks_on_two_replicas_at_once() {
+    let cluster = Cluster::new(&[
+        ("BOSUN_HA_SYNC_ACK", "true"),
+        ("BOSUN_HA_LEASE_DURATION", "3s"),
+        ("BOSUN_HA_RENEW_DEADLINE", "2s"),
+    ]);
+    let mut replicas = [
+        cluster.replica("alpha", "127.0.0.2"),
+        cluster.replica("bravo", "127.0.0.3"),
+    ];
+    let started = Instant::now();
+    let mut marks = 0;
+    for round in 0..20 {
+        let leader = {
+            let [a, b] = &replicas;
+            wait_leader(&[a, b], Duration::from_secs(60)).name
+        };
+        let (l, s) = if replicas[0].name == leader {
+            (0, 1)
+        } else {
+            (1, 0)
+        };
+        replicas[s]
+            .op
+            .wait("the standby follows", Duration::from_secs(60), || {
+                replicas[s].following()
+            });
+        let runs = cluster.hook_log().lines().count();
+        cluster.mark(&format!("round-{round}"));
+        marks += 1;
+        // The mark's values patch is acknowledged (in the leader's values) and no hook
+        // runs: what a failover must keep.
+        replicas[l].op.wait(
+            "the leader's hook ran for the mark",
+            Duration::from_secs(60),
+            || {
+                let log = cluster.hook_log();
+                log.lines().count() >= runs + 2
+                    && log.lines().last().is_some_and(|l| l.starts_with("end"))
+                    && seen(&replicas[l].values()) == marks
+            },
+        );
+        if round % 4 == 3 {
+            kill_pod(&mut replicas[l]);
+            cluster.note_killed(leader);
+            // The standby takes over when the lease expires (restarted at once, the
+            // killed replica would take its own lease back).
+            wait_leader(&[&replicas[s]], Duration::from_secs(60));
+        } else {
+            let pid = replicas[l].op.pid().expect("the leader runs");
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+            let exited = replicas[l].op.wait_exit(Duration::from_secs(30));
+            assert_eq!(exited, Some(true), "{leader} stops cleanly on SIGTERM");
+        }
+        replicas[l].op.spawn();
+    }
+    let [a, b] = &replicas;
+    let last = wait_leader(&[a, b], Duration::from_secs(60));
+    last.op
+        .wait("the last leader converged", Duration::from_secs(60), || {
+            last.ready()
+        });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen(&last.values()) != marks {
+        assert!(
+            Instant::now() < deadline,
+            "not every mark in {}'s values: {}\nhook log:\n{}\n{}",
+            last.name,
+            last.values(),
+            cluster.hook_log(),
+            tail(&last.op.logs())
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("20 failovers in {:?}", started.elapsed());
+    cluster.assert_one_at_a_time();
+    assert_eq!(
+        cluster.app_revisions(),
+        1,
+        "no Helm revision for an unchanged module"
+    );
+    journal_ok(&last.journal);
 }
