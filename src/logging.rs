@@ -27,7 +27,16 @@ static LEVEL: AtomicU8 = AtomicU8::new(2);
 struct Settings {
     no_time: bool,
     proxy_hook_json: bool,
+    /// `BOSUN_HOOK_LOG_LIMIT`: bytes one output stream of one hook run may log (0: no limit).
+    hook_log_limit: usize,
 }
+
+/// What one output stream of one hook run may log by default: a hook printing megabytes
+/// (a dump, a loop gone wrong) would otherwise flood the log and its shipping.
+pub const DEFAULT_HOOK_LOG_LIMIT: usize = 1024 * 1024;
+
+/// The longest single hook line logged; the rest of a longer one is cut.
+const MAX_HOOK_LINE: usize = 64 * 1024;
 
 static SETTINGS: OnceLock<Settings> = OnceLock::new();
 
@@ -35,6 +44,10 @@ fn settings() -> &'static Settings {
     SETTINGS.get_or_init(|| Settings {
         no_time: env_true("LOG_NO_TIME"),
         proxy_hook_json: env_true("LOG_PROXY_HOOK_JSON"),
+        hook_log_limit: std::env::var("BOSUN_HOOK_LOG_LIMIT")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_HOOK_LOG_LIMIT),
     })
 }
 
@@ -183,6 +196,11 @@ pub struct HookLog {
     queue: Option<String>,
     output: &'static str,
     pending: Vec<String>,
+    /// Bytes logged so far, and what the limit made us drop.
+    logged: usize,
+    dropped_lines: u64,
+    dropped_bytes: u64,
+    limit: usize,
 }
 
 impl HookLog {
@@ -201,7 +219,31 @@ impl HookLog {
             queue: queue.map(str::to_string),
             output,
             pending: Vec::new(),
+            logged: 0,
+            dropped_lines: 0,
+            dropped_bytes: 0,
+            limit: settings().hook_log_limit,
         }
+    }
+
+    /// Counts a line against the limit; `false` when it is dropped.
+    fn within_limit(&mut self, line: &mut String) -> bool {
+        if line.len() > MAX_HOOK_LINE {
+            let mut cut = MAX_HOOK_LINE;
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let rest = line.len() - cut;
+            line.truncate(cut);
+            line.push_str(&format!(" … ({rest} more bytes of this line not logged)"));
+        }
+        if self.limit > 0 && self.logged + line.len() > self.limit {
+            self.dropped_lines += 1;
+            self.dropped_bytes += line.len() as u64;
+            return false;
+        }
+        self.logged += line.len();
+        true
     }
 
     fn from(&self) -> HookLine<'_> {
@@ -215,7 +257,10 @@ impl HookLog {
     }
 
     /// Logs a line (or keeps it while a multi-line JSON object is incomplete).
-    pub fn line(&mut self, line: String) {
+    pub fn line(&mut self, mut line: String) {
+        if !self.within_limit(&mut line) {
+            return;
+        }
         if !settings().proxy_hook_json {
             hook_line(self.from(), &line);
             return;
@@ -237,10 +282,27 @@ impl HookLog {
         }
     }
 
-    /// Logs what is left as text lines (output ended inside something that is not JSON).
+    /// Logs what is left as text lines (output ended inside something that is not JSON),
+    /// and how much the limit dropped.
     pub fn finish(&mut self) {
         for line in std::mem::take(&mut self.pending) {
             text_line(self.from(), &line);
+        }
+        if self.dropped_lines > 0 {
+            let from = self.from();
+            tracing::warn!(
+                hook = from.hook,
+                module = from.module,
+                output = from.output,
+                dropped_lines = self.dropped_lines,
+                dropped_bytes = self.dropped_bytes,
+                limit = self.limit,
+                "hook output over the log limit (BOSUN_HOOK_LOG_LIMIT): {} lines ({} bytes) not logged",
+                self.dropped_lines,
+                self.dropped_bytes
+            );
+            self.dropped_lines = 0;
+            self.dropped_bytes = 0;
         }
     }
 }

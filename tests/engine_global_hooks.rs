@@ -565,3 +565,57 @@ fn addon_operator_ha_is_not_refused_but_warned_about_at_error_level() {
     let warning = warning.unwrap_or_else(|| panic!("no warning about ADDON_OPERATOR_HA: {logs}"));
     assert!(warning.contains("ERROR"), "{warning}");
 }
+
+#[test]
+fn a_flooding_hook_is_capped_in_the_log_and_a_background_child_does_not_hold_the_queue() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = common::global_hooks_dir(work.path());
+    // 10 MB of output in 100-byte lines.
+    common::config_hook(
+        &hooks.join("001-flood.sh"),
+        r#"{"configVersion":"v1","onStartup":1}"#,
+        "head -c 10000000 /dev/zero | tr '\\0' 'x' | fold -w 100",
+    );
+    // A daemon started in the background keeps the hook's stdout open after it exits.
+    let pid_file = work.path().join("daemon.pid");
+    common::config_hook(
+        &hooks.join("002-daemon.sh"),
+        r#"{"configVersion":"v1","onStartup":2}"#,
+        &format!(
+            "sleep 300 &\necho $! > {}\necho started",
+            pid_file.display()
+        ),
+    );
+    let marker = work.path().join("after.done");
+    common::config_hook(
+        &hooks.join("003-after.sh"),
+        r#"{"configVersion":"v1","onStartup":3}"#,
+        &format!("touch {}", marker.display()),
+    );
+    let op = Operator::start(&sb, &hooks, work.path());
+    // The queue goes on once the daemon's hook exits (after a short drain), long before
+    // the daemon does.
+    op.wait(
+        "the hook after the daemon's ran",
+        Duration::from_secs(90),
+        || marker.exists(),
+    );
+    if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+        let alive = Path::new("/proc").join(pid.trim()).exists();
+        let _ = Command::new("kill").arg(pid.trim()).status();
+        assert!(alive, "the daemon still ran while the queue went on");
+    }
+    let logs = op.logs();
+    assert!(
+        logs.len() < 4_000_000,
+        "10 MB of hook output made {} bytes of log",
+        logs.len()
+    );
+    assert!(
+        logs.contains("001-flood.sh")
+            && logs.contains("not logged")
+            && logs.contains("BOSUN_HOOK_LOG_LIMIT"),
+        "the log says how much was dropped"
+    );
+}
