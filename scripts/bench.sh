@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every benchmark and prints one table of the ratios they measured (each against a
+# limit measured in the same run), so that a regression shows at a glance. Not part of the
+# test command: it takes a while and wants a quiet machine.
+#
+#   ./scripts/bench.sh                 # every benchmark
+#   BENCHES="engine journal" ./scripts/bench.sh
+#
+# Each benchmark's whole output is kept in $BENCH_OUT (default: a temporary folder).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+"$root/scripts/setup.sh" >/dev/null
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bosun-target}"
+export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
+read -r -a benches <<< "${BENCHES:-sandbox journal engine modules jq bindings metrics lambda}"
+out="${BENCH_OUT:-$(mktemp -d)}"
+mkdir -p "$out"
+failed=0
+for bench in "${benches[@]}"; do
+  echo "bench: $bench (output in $out/$bench.log)" >&2
+  if ! cargo bench --quiet --bench "$bench" >"$out/$bench.log" 2>&1; then
+    echo "bench: $bench FAILED (see $out/$bench.log)" >&2
+    failed=1
+  fi
+done
+echo
+printf '%-10s %s\n' "bench" "figure (ratios: measured against a limit from the same run)"
+printf '%-10s %s\n' "----------" "-----------------------------------------------------------"
+for bench in "${benches[@]}"; do
+  if ! grep -E '×|ratio|goal' "$out/$bench.log" >/dev/null 2>&1; then
+    printf '%-10s %s\n' "$bench" "(no ratio printed; see $out/$bench.log)"
+    continue
+  fi
+  grep -E '×|ratio|goal' "$out/$bench.log" | sed -e 's/^[[:space:]]*//' | while IFS= read -r line; do
+    printf '%-10s %s\n' "$bench" "$line"
+  done
+done
+exit "$failed"
