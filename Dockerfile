@@ -55,6 +55,9 @@ COPY --from=build /src/.tools/helm/helm /usr/local/bin/helm
 ENV HELM_BIN_PATH=/usr/local/bin/helm
 
 FROM helm-${HELM}
+# As with addon-operator's image, modules and global hooks are read relative to here:
+# /modules and /global-hooks (MODULES_DIR and GLOBAL_HOOKS_DIR say otherwise).
+WORKDIR /
 VOLUME /var/lib/bosun
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/bosun"]
