@@ -446,6 +446,31 @@ mod tests {
     }
 
     #[test]
+    fn the_token_is_a_file_the_client_re_reads_not_a_copy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tls = crate::sandbox::tls::generate_server_tls(std::net::IpAddr::from([127, 0, 0, 1]))
+            .expect("a CA");
+        std::fs::write(dir.path().join("ca.crt"), &tls.ca_pem).expect("ca.crt");
+        std::fs::write(dir.path().join("token"), "t0k3n").expect("token");
+        std::fs::write(dir.path().join("namespace"), "bosun\n").expect("namespace");
+        let sa = ServiceAccount {
+            dir: dir.path().to_path_buf(),
+        };
+        let config = sa.config("https://127.0.0.1:6443").expect("config");
+        assert_eq!(config.cluster_url.to_string(), "https://127.0.0.1:6443/");
+        assert_eq!(config.default_namespace, "bosun");
+        // kube re-reads a token file shortly before its one-minute cache expires, and the
+        // CA file likewise: rotated tokens and CAs are picked up without a restart.
+        assert_eq!(
+            config.auth_info.token_file.as_deref(),
+            Some(dir.path().join("token").to_string_lossy().as_ref())
+        );
+        assert!(config.auth_info.token.is_none());
+        assert_eq!(config.root_cert_file, Some(dir.path().join("ca.crt")));
+        assert_eq!(config.root_cert.map(|c| c.len()), Some(1));
+    }
+
+    #[test]
     fn the_helm_kubeconfig_names_files_not_secrets() {
         let sa = ServiceAccount {
             dir: PathBuf::from("/sa"),
