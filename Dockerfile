@@ -1,23 +1,63 @@
 # syntax=docker/dockerfile:1
-# Build stage: compile the bosun binary.
+# bosun's image. `docker build -t bosun .` (the Helm library), or
+# `docker build --build-arg HELM=cli -t bosun .` (the helm binary, HELM_BIN_PATH, once
+# scripts/setup-helm.sh extracts it). docs/deploy.md.
+ARG HELM=library
+
+# Build stage. The dependencies are fetched in a layer of their own, from the manifests
+# alone (stub sources), so a change of bosun's code builds offline from the cache.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY journal/Cargo.toml journal/
+COPY actors/runtime/Cargo.toml actors/runtime/
+COPY actors/addon/Cargo.toml actors/addon/
+COPY actors/lambda/Cargo.toml actors/lambda/
+COPY actors/deployer/Cargo.toml actors/deployer/
+COPY sandbox/Cargo.toml sandbox/
+# Patched third-party crates ([patch.crates-io]): whole, they are sources cargo resolves.
+COPY vendor vendor
+RUN set -eu; \
+    for member in . journal actors/runtime actors/addon actors/lambda actors/deployer sandbox; do \
+      mkdir -p "$member/src" && touch "$member/src/lib.rs"; \
+    done; \
+    echo 'fn main() {}' > src/main.rs; \
+    mkdir -p benches; \
+    for bench in $(sed -n '/^\[\[bench\]\]/{n;s/^name = "\(.*\)"/\1/p}' Cargo.toml); do \
+      echo 'fn main() {}' > "benches/$bench.rs"; \
+    done; \
+    cargo fetch --locked
 COPY . .
-RUN cargo build --release --locked --bin bosun
-# The Helm library (libhelm_c.so) for modules with charts.
+RUN cargo build --release --locked --offline --bin bosun
+# Helm: the library (libhelm_c.so) and, where the set-up script provides it, the binary.
 RUN apt-get update && apt-get install -y --no-install-recommends python3-pip \
  && BOSUN_TOOLS_DIR=/src/.tools ./scripts/setup-helm.sh
 
-# Runtime stage: Debian slim with the tools hooks usually need, and graphviz for the PNG
-# of the debug endpoint /graph.
-FROM debian:bookworm-slim
+# Runtime: Debian slim with what hooks usually need, and graphviz for the PNG of the
+# debug endpoint /graph. No HEALTHCHECK: Kubernetes probes /healthz and /readyz.
+FROM debian:bookworm-slim AS base
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates bash jq python3 graphviz \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/bosun /usr/local/bin/bosun
+# The journal lives on the StatefulSet's volume.
+RUN mkdir -p /var/lib/bosun /var/run/addon-operator \
+ && chown 65532:65532 /var/lib/bosun /var/run/addon-operator
+
+# Modules' charts through the Helm library (the default).
+FROM base AS helm-library
 COPY --from=build /src/.tools/helm/libhelm_c.so /usr/local/lib/bosun/libhelm_c.so
 ENV HELM_LIB_PATH=/usr/local/lib/bosun/libhelm_c.so
-# The journal lives on the StatefulSet's volume.
+
+# Modules' charts through the helm binary.
+FROM base AS helm-cli
+COPY --from=build /src/.tools/helm/helm /usr/local/bin/helm
+ENV HELM_BIN_PATH=/usr/local/bin/helm
+
+FROM helm-${HELM}
+# As with addon-operator's image, modules and global hooks are read relative to here:
+# /modules and /global-hooks (MODULES_DIR and GLOBAL_HOOKS_DIR say otherwise).
+WORKDIR /
 VOLUME /var/lib/bosun
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/bosun"]

@@ -259,6 +259,13 @@ pub struct SandboxArgs {
     /// anyone who can reach it reads and changes every object, Secrets included).
     #[arg(long)]
     pub allow_unauthenticated: bool,
+    /// Serve HTTPS with a certificate authority made at start: its certificate is written
+    /// to `<data>/ca.crt` and into the kubeconfig.
+    #[arg(long)]
+    pub tls: bool,
+    /// How long to wait for the storage lock a sandbox that is still stopping holds.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub lock_wait: std::time::Duration,
 }
 
 /// Runs the parsed command line and maps the outcome to an exit code.
@@ -292,7 +299,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(crate::sandbox::serve_forever(
+    runtime()?.block_on(crate::sandbox::serve_forever_with(
         crate::sandbox::SandboxConfig {
             listen: args.listen,
             data: args.data,
@@ -300,6 +307,10 @@ fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
             token: args.token,
             watch_history: args.watch_history,
             allow_unauthenticated: args.allow_unauthenticated,
+        },
+        crate::sandbox::ServeOptions {
+            tls: args.tls,
+            lock_wait: args.lock_wait,
         },
     ))
 }
@@ -359,7 +370,7 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
         crate::ha::graceful_stop(grace, &started.journals).await;
         return Ok(());
     };
-    let client = crate::kubernetes::measured_client(crate::addon::kube_config(&cfg).await?)
+    let client = crate::kubernetes::measured_client(crate::addon::kube_config(&cfg).await?.0)
         .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
     let mut journals = vec![crate::ha::JournalSpec::of::<bosun_addon::Event>(
         "modules",

@@ -536,7 +536,11 @@ fn bearer_token_is_required_when_configured() {
     let sb = Sandbox::start_with(&["--token", "s3cret"]);
     let (code, body) = common::http_full(sb.addr(), "GET", "/api/v1/namespaces", &[], b"");
     assert_eq!(code, 401, "{}", String::from_utf8_lossy(&body));
-    let (code, _) = common::http_full(
+    let status: serde_json::Value = serde_json::from_slice(&body).expect("a Status");
+    assert_eq!(status["reason"], "Unauthorized", "{status}");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(message.contains("carries no bearer token"), "{status}");
+    let (code, body) = common::http_full(
         sb.addr(),
         "GET",
         "/api/v1/namespaces",
@@ -544,6 +548,11 @@ fn bearer_token_is_required_when_configured() {
         b"",
     );
     assert_eq!(code, 401);
+    let status: serde_json::Value = serde_json::from_slice(&body).expect("a Status");
+    assert_eq!(status["kind"], "Status", "{status}");
+    assert_eq!(status["code"], 401, "{status}");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(message.contains("the bearer token was refused"), "{status}");
     let (code, body) = common::http_full(
         sb.addr(),
         "GET",

@@ -72,6 +72,9 @@ pub struct App {
     /// loopback): a web page whose own name was made to resolve to 127.0.0.1 (DNS
     /// rebinding) would otherwise read every object through the browser.
     pub loopback_hosts_only: bool,
+    /// Turns true when the server stops: open watches end their streams, so that the
+    /// connections carrying them can close at once.
+    pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Content types a browser sends cross-origin without asking first (a CORS "simple
@@ -304,7 +307,14 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
         if presented != format!("Bearer {token}") && req.uri().path() != "/healthz" {
-            return Err(ApiError::unauthorized());
+            let why = if presented.is_empty() {
+                "Unauthorized: the request carries no bearer token, and this API server \
+                 requires one (Authorization: Bearer <token>)"
+            } else {
+                "Unauthorized: the bearer token was refused (it is not the token this API \
+                 server was started with)"
+            };
+            return Err(ApiError::unauthorized(why));
         }
     }
     let query: HashMap<String, String> = Query::<HashMap<String, String>>::try_from_uri(req.uri())
@@ -793,6 +803,7 @@ fn watch(
     let kind_name = info.kind.clone();
     let api_version = info.api_version();
     let info = info.clone();
+    let mut stopping = app.stopping.subscribe();
     let render = move |kind: &str, obj: &Arc<Value>| -> Bytes {
         let obj = objects::present(obj, &info);
         if as_table && kind != "BOOKMARK" && kind != "ERROR" {
@@ -825,6 +836,8 @@ fn watch(
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => break,
+                // The server stops: end the stream as a timeout would.
+                _ = crate::serve::stopped(&mut stopping) => break,
                 _ = tick.tick(), if bookmarks => {
                     let bookmark = json!({"kind": kind_name, "apiVersion": api_version,
                         "metadata": {"resourceVersion": last_rv.to_string()}});

@@ -1,7 +1,7 @@
 //! The sandbox: bosun's own single-process Kubernetes API server, persisted in sled.
 //!
 //! ```text
-//!  HTTP (axum) ─► api (routing, verbs, watch) ─► objects (semantics) ─► store (memory + sled)
+//!  serve (HTTP or TLS) ─► api (routing, verbs, watch) ─► objects (semantics) ─► store (memory + sled)
 //!                                                      gc (owner references, namespaces) ◄─┘
 //! ```
 //! It serves discovery, OpenAPI, built-in resources stored schemaless, CRDs, and the
@@ -13,16 +13,19 @@ pub mod apply;
 pub mod defaults;
 pub mod discovery;
 pub mod gc;
+pub mod lock;
 pub mod objects;
 pub mod openapi;
 pub mod private;
 pub mod protobuf;
 pub mod resources;
 pub mod selector;
+pub mod serve;
 pub mod status;
 pub mod store;
 pub mod strategic;
 pub mod table;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,7 +33,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use serde_json::json;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, watch};
 
 use store::{ResKey, Store};
 
@@ -67,6 +70,28 @@ pub enum StartError {
     },
 }
 
+/// How the sandbox serves, beyond [`SandboxConfig`].
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Serve HTTPS with a CA made at start, written to `<data>/ca.crt` and into the
+    /// kubeconfig.
+    pub tls: bool,
+    /// How long to wait for the storage lock a previous sandbox still holds.
+    pub lock_wait: std::time::Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            tls: false,
+            lock_wait: lock::DEFAULT_LOCK_WAIT,
+        }
+    }
+}
+
+/// The file the CA certificate of a TLS sandbox is written to, in its data folder.
+pub const CA_FILE: &str = "ca.crt";
+
 impl SandboxConfig {
     /// A sandbox storing in `data`, on a free loopback port, without a token or kubeconfig.
     pub fn loopback(data: PathBuf) -> SandboxConfig {
@@ -85,10 +110,14 @@ impl SandboxConfig {
 pub struct RunningSandbox {
     /// The address it listens on.
     pub addr: SocketAddr,
-    /// `http://addr`.
+    /// `http://addr`, or `https://addr` with TLS.
     pub url: String,
+    /// The CA certificate (PEM) clients trust, with TLS.
+    pub ca_pem: Option<String>,
+    /// Where it was written (`<data>/ca.crt`), with TLS.
+    pub ca_file: Option<PathBuf>,
     store: Arc<Store>,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Arc<watch::Sender<bool>>,
     server: tokio::task::JoinHandle<()>,
     gc: tokio::task::JoinHandle<()>,
     flusher: tokio::task::JoinHandle<()>,
@@ -96,8 +125,16 @@ pub struct RunningSandbox {
 
 const BOOT_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
-/// Starts the sandbox and returns once it accepts connections.
+/// Starts the sandbox (plain HTTP) and returns once it accepts connections.
 pub async fn start(config: SandboxConfig) -> anyhow::Result<RunningSandbox> {
+    start_with(config, ServeOptions::default()).await
+}
+
+/// Starts the sandbox as `options` say and returns once it accepts connections.
+pub async fn start_with(
+    config: SandboxConfig,
+    options: ServeOptions,
+) -> anyhow::Result<RunningSandbox> {
     let loopback = config.listen.ip().is_loopback();
     if !loopback && config.token.is_none() {
         if !config.allow_unauthenticated {
@@ -110,6 +147,7 @@ pub async fn start(config: SandboxConfig) -> anyhow::Result<RunningSandbox> {
     } else if !loopback {
         tracing::warn!(listen = %config.listen, "the sandbox listens on a non-loopback address");
     }
+    lock::wait_for_store(&config.data, options.lock_wait).await?;
     let store = Store::open(&config.data, config.watch_history)
         .map_err(|e| anyhow::anyhow!("{}", e.message))
         .with_context(|| format!("opening sandbox storage in {}", config.data.display()))?;
@@ -118,11 +156,27 @@ pub async fn start(config: SandboxConfig) -> anyhow::Result<RunningSandbox> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let url = format!("http://{addr}");
+    let tls = if options.tls {
+        Some(tls::generate_server_tls(addr.ip())?)
+    } else {
+        None
+    };
+    let url = format!("{}://{addr}", if tls.is_some() { "https" } else { "http" });
+    let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone());
+    let ca_file = match &ca_pem {
+        Some(pem) => {
+            let path = config.data.join(CA_FILE);
+            private::write_file(&path, pem.as_bytes())
+                .with_context(|| format!("writing the CA certificate {}", path.display()))?;
+            Some(path)
+        }
+        None => None,
+    };
     if let Some(path) = &config.kubeconfig {
-        write_kubeconfig(path, &url, config.token.as_deref())
+        write_kubeconfig_with_ca(path, &url, config.token.as_deref(), ca_pem.as_deref())
             .with_context(|| format!("writing kubeconfig {}", path.display()))?;
     }
+    let stop = Arc::new(watch::Sender::new(false));
     let wake = Arc::new(Notify::new());
     let app = Arc::new(api::App {
         store: store.clone(),
@@ -130,30 +184,27 @@ pub async fn start(config: SandboxConfig) -> anyhow::Result<RunningSandbox> {
         token: config.token.clone(),
         server_address: addr.to_string(),
         loopback_hosts_only: loopback,
+        stopping: stop.clone(),
     });
     let gc = tokio::spawn(gc::run(store.clone(), wake.clone()));
     let flusher = tokio::spawn(store.clone().run_flusher());
     // Objects may be left half-deleted by an earlier run: collect once at start.
     wake.notify_one();
-    let (stop, stopped) = oneshot::channel::<()>();
     let router = api::router(app);
-    let server = tokio::spawn(async move {
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        if let Err(err) = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %err, "sandbox server failed");
-        }
-    });
-    tracing::info!(%url, data = %config.data.display(), "sandbox API server listening");
+    let server = tokio::spawn(serve::serve(
+        listener,
+        router,
+        tls.map(|t| t.config),
+        stop.subscribe(),
+    ));
+    tracing::info!(%url, data = %config.data.display(), tls = ca_pem.is_some(), "sandbox API server listening");
     Ok(RunningSandbox {
         addr,
         url,
+        ca_pem,
+        ca_file,
         store,
-        stop: Some(stop),
+        stop,
         server,
         gc,
         flusher,
@@ -163,11 +214,16 @@ pub async fn start(config: SandboxConfig) -> anyhow::Result<RunningSandbox> {
 impl RunningSandbox {
     /// Stops serving and flushes storage.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+        // Open watches end on this signal and their connections close after the response,
+        // so the server stops at once; the timeout only guards against a client that
+        // stops reading in the middle of a response.
+        self.stop.send_replace(true);
+        if tokio::time::timeout(std::time::Duration::from_secs(5), &mut self.server)
+            .await
+            .is_err()
+        {
+            tracing::warn!("a sandbox connection did not finish its response in 5s; cut");
         }
-        // Open watches would hold a graceful shutdown forever: give them a moment, then cut.
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), &mut self.server).await;
         self.server.abort();
         self.gc.abort();
         self.store.wait_durable().await;
@@ -214,6 +270,17 @@ fn bootstrap(store: &Store) -> Result<(), status::ApiError> {
 /// Writes a kubeconfig with one cluster, user and context named `bosun-sandbox`, `0600`
 /// (it may carry the token), creating missing folders `0700`.
 pub fn write_kubeconfig(path: &Path, url: &str, token: Option<&str>) -> std::io::Result<()> {
+    write_kubeconfig_with_ca(path, url, token, None)
+}
+
+/// Like [`write_kubeconfig`], trusting the CA certificate `ca_pem` (PEM) when given.
+pub fn write_kubeconfig_with_ca(
+    path: &Path,
+    url: &str,
+    token: Option<&str>,
+    ca_pem: Option<&str>,
+) -> std::io::Result<()> {
+    use base64::Engine as _;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         private::create_dir(dir)?;
     }
@@ -221,18 +288,36 @@ pub fn write_kubeconfig(path: &Path, url: &str, token: Option<&str>) -> std::io:
         Some(t) => format!("    token: {t}\n"),
         None => "    {}\n".to_string(),
     };
+    let ca = match ca_pem {
+        Some(pem) => format!(
+            "    certificate-authority-data: {}\n",
+            base64::engine::general_purpose::STANDARD.encode(pem)
+        ),
+        None => String::new(),
+    };
     let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: bosun-sandbox\n  cluster:\n    server: {url}\ncontexts:\n- name: bosun-sandbox\n  context:\n    cluster: bosun-sandbox\n    user: bosun-sandbox\n    namespace: default\ncurrent-context: bosun-sandbox\nusers:\n- name: bosun-sandbox\n  user:\n{user}"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: bosun-sandbox\n  cluster:\n    server: {url}\n{ca}contexts:\n- name: bosun-sandbox\n  context:\n    cluster: bosun-sandbox\n    user: bosun-sandbox\n    namespace: default\ncurrent-context: bosun-sandbox\nusers:\n- name: bosun-sandbox\n  user:\n{user}"
     );
     private::write_file(path, text.as_bytes())
 }
 
 /// Serves until SIGINT/SIGTERM, then shuts down cleanly.
 pub async fn serve_forever(config: SandboxConfig) -> anyhow::Result<()> {
+    serve_forever_with(config, ServeOptions::default()).await
+}
+
+/// Like [`serve_forever`], serving as `options` say.
+pub async fn serve_forever_with(
+    config: SandboxConfig,
+    options: ServeOptions,
+) -> anyhow::Result<()> {
     let kubeconfig = config.kubeconfig.clone();
-    let running = start(config).await?;
+    let running = start_with(config, options).await?;
     // The first stdout line tells scripts and tests where to connect.
     println!("listening on {}", running.url);
+    if let Some(path) = &running.ca_file {
+        println!("CA certificate written to {}", path.display());
+    }
     if let Some(path) = kubeconfig {
         println!("kubeconfig written to {}", path.display());
         println!(

@@ -45,7 +45,10 @@ pub fn tighten_store(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut only_sled = true;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        if sled_file(&entry.file_name().to_string_lossy()) {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        // sled's files, and the CA certificate a TLS sandbox writes beside them.
+        if sled_file(&name) || name == "ca.crt" || name == "ca.tmp" {
             tighten_tree(&entry.path(), &mut changed)?;
         } else {
             only_sled = false;

@@ -33,9 +33,9 @@ impl ApiError {
         Self::new(400, "BadRequest", message)
     }
 
-    /// 401 Unauthorized.
-    pub fn unauthorized() -> Self {
-        Self::new(401, "Unauthorized", "Unauthorized")
+    /// 401 Unauthorized, saying what was wrong with the credentials.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(401, "Unauthorized", message)
     }
 
     /// 403 Forbidden.

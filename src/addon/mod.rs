@@ -545,27 +545,24 @@ fn releases(
     )))
 }
 
-/// The Kubernetes client configuration: `KUBE_CONFIG`, else in-cluster or `KUBECONFIG`.
-pub async fn kube_config(cfg: &OperatorConfig) -> anyhow::Result<kube::Config> {
-    Ok(match &cfg.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .context("invalid kubeconfig")?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("cannot configure a Kubernetes client (in-cluster or KUBECONFIG)")?,
-    })
+/// The Kubernetes client configuration and where it came from: `KUBE_CONFIG`, else the
+/// pod's service account, else `KUBECONFIG` or `~/.kube/config`. Refused credentials stop
+/// the start with a message that says so.
+pub async fn kube_config(
+    cfg: &OperatorConfig,
+) -> anyhow::Result<(kube::Config, crate::kubernetes::in_cluster::ClientSource)> {
+    let (config, source) =
+        crate::kubernetes::in_cluster::client_config(cfg.kubeconfig.as_deref()).await?;
+    crate::kubernetes::in_cluster::check_credentials(&config, &source).await?;
+    Ok((config, source))
 }
 
 /// Starts the operator.
 pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     // First, so that everything started below records into it.
     let metrics = crate::prometheus::install(&cfg.metrics_prefix);
-    let config = kube_config(cfg).await?;
+    let (config, source) = kube_config(cfg).await?;
+    let api_server = config.cluster_url.to_string();
     // One client for everything bosun asks the API server, so that all of it shows in the
     // kubernetes_client_request_* metrics (Helm's requests go through its own).
     let client =
@@ -622,7 +619,20 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     for w in warnings {
         tracing::warn!("{w}");
     }
-    let releases = releases(cfg, &modules, client.clone(), &namespace)?;
+    // In-cluster, Helm reads the same service account through a kubeconfig of its own.
+    let helm_cfg = match &source {
+        crate::kubernetes::in_cluster::ClientSource::ServiceAccount(sa) => OperatorConfig {
+            kubeconfig: Some(crate::kubernetes::in_cluster::write_helm_kubeconfig(
+                sa,
+                api_server.trim_end_matches('/'),
+                &namespace,
+                &cfg.tmp_dir,
+            )?),
+            ..cfg.clone()
+        },
+        _ => cfg.clone(),
+    };
+    let releases = releases(&helm_cfg, &modules, client.clone(), &namespace)?;
     let watches = crate::watches::WatchManager::new(client.clone());
     let engine = Engine::start(EngineArgs {
         global_hooks,

@@ -149,6 +149,11 @@ impl HaArgs {
             .clone()
             .unwrap_or_else(|| namespace.to_string());
         let token = self.ha_token.clone().filter(|t| !t.is_empty());
+        if token.as_deref().is_some_and(|t| t.starts_with("REPLACE-ME")) {
+            anyhow::bail!(
+                "BOSUN_HA_TOKEN is the placeholder of deploy/secret.yaml: put a random token into the Secret bosun-journal-token (docs/deploy.md)"
+            );
+        }
         if token.is_none() {
             tracing::warn!(
                 "BOSUN_HA_TOKEN is not set: standbys will not follow the leader's journal, so a failover loses memory values and queued tasks as addon-operator's does"

@@ -1,8 +1,11 @@
 //! Kubernetes access shared by hooks and the object patcher: resolving the loose kind names
 //! hooks write (`po`, `deploy`, `Deployment`) through discovery, executing the object
-//! patcher operations hooks write to `KUBERNETES_PATCH_PATH`, and the client's metrics.
+//! patcher operations hooks write to `KUBERNETES_PATCH_PATH`, the client's metrics, and
+//! where the client's configuration comes from (`in_cluster.rs`: a kubeconfig or the pod's
+//! service account, and a clear error when the API server refuses the credentials).
 
 pub mod crds;
+pub mod in_cluster;
 pub mod metrics;
 pub mod patcher;
 pub mod resolve;

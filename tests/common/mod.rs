@@ -83,7 +83,10 @@ impl Sandbox {
             .to_string();
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        self.listen = url.trim_start_matches("http://").to_string();
+        self.listen = url
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .to_string();
         self.url = url;
         self.child = Some(child);
     }
@@ -300,10 +303,27 @@ pub struct Operator {
     child: Option<Child>,
     /// Its environment.
     pub env: Vec<(String, String)>,
+    /// Start with `env` alone (and `PATH`), not the test's environment.
+    clear_env: bool,
     log: PathBuf,
 }
 
 impl Operator {
+    /// Starts bosun with exactly `env` (plus `PATH`), logging to `work/operator.log`.
+    pub fn start_with_only(env: &[(&str, &str)], work: &Path) -> Operator {
+        let mut op = Operator {
+            child: None,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            clear_env: true,
+            log: work.join("operator.log"),
+        };
+        op.spawn();
+        op
+    }
+
     /// Starts bosun with the global hooks in `hooks` and `work/modules` as MODULES_DIR.
     pub fn start(sb: &Sandbox, hooks: &Path, work: &Path) -> Operator {
         Operator::start_with(sb, hooks, work, &[])
@@ -343,6 +363,7 @@ impl Operator {
         let mut op = Operator {
             child: None,
             env,
+            clear_env: false,
             log: work.join("operator.log"),
         };
         op.spawn();
@@ -357,7 +378,14 @@ impl Operator {
             .open(&self.log)
             .expect("log file");
         let err = log.try_clone().expect("log file");
-        let child = Command::new(bosun_bin())
+        let mut cmd = Command::new(bosun_bin());
+        if self.clear_env {
+            cmd.env_clear();
+            if let Ok(path) = std::env::var("PATH") {
+                cmd.env("PATH", path);
+            }
+        }
+        let child = cmd
             .arg("run")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(log))
