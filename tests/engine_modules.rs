@@ -1,7 +1,8 @@
-//! Modules end to end: real hooks, real Helm (the library) and the sandbox. The startup
-//! order, enabled state (the seed's examples), ConfigMap-driven enable/disable and values
-//! changes, skipped upgrades, auto-healing of deleted or edited objects, purging of
-//! releases nobody owns, and failing modules that do not stop the others.
+//! Modules end to end: real hooks, real Helm and the sandbox. The startup order, enabled
+//! state (the seed's examples), ConfigMap-driven enable/disable and values changes, skipped
+//! upgrades, auto-healing of deleted or edited objects, purging of releases nobody owns,
+//! and failing modules that do not stop the others. The cases that involve Helm run under
+//! both engines (`library::…` with libhelm_c.so, `cli::…` with the helm binary).
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bosun_addon::{Event, TaskEvent};
-use common::{Operator, Sandbox, journal_state, read_json, workdir};
+use common::{HelmEngine, Operator, Sandbox, journal_state, read_json, workdir};
 use serde_json::json;
 
 const CM: &str = "/api/v1/namespaces/default/configmaps";
@@ -106,26 +107,31 @@ fn started_tasks(journal: &Path) -> Vec<String> {
     out
 }
 
-fn module_env(work: &Path) -> Vec<(String, String)> {
-    vec![
+fn module_env(work: &Path, engine: HelmEngine) -> Vec<(String, String)> {
+    let mut env = vec![
         ("BOSUN_RESOURCE_MONITOR_INTERVAL".into(), "1s".into()),
         (
             "BOSUN_TOOLS_DIR".into(),
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join(".tools")
-                .display()
-                .to_string(),
+            common::tools_dir().display().to_string(),
         ),
         ("WORK".into(), work.display().to_string()),
-    ]
+    ];
+    env.extend(engine.env());
+    env
 }
 
-fn start(sb: &Sandbox, work: &Path, extra: &[(&str, &str)]) -> Operator {
-    start_with_hooks(sb, work, &fixture("global-hooks/basic"), extra)
+fn start(sb: &Sandbox, work: &Path, engine: HelmEngine, extra: &[(&str, &str)]) -> Operator {
+    start_with_hooks(sb, work, &fixture("global-hooks/basic"), engine, extra)
 }
 
-fn start_with_hooks(sb: &Sandbox, work: &Path, hooks: &Path, extra: &[(&str, &str)]) -> Operator {
-    let mut env: Vec<(String, String)> = module_env(work);
+fn start_with_hooks(
+    sb: &Sandbox,
+    work: &Path,
+    hooks: &Path,
+    engine: HelmEngine,
+    extra: &[(&str, &str)],
+) -> Operator {
+    let mut env: Vec<(String, String)> = module_env(work, engine);
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     Operator::start_with(sb, hooks, work, &env)
@@ -135,8 +141,38 @@ fn journal_converges(work: &Path) -> u64 {
     common::converges(&work.join("journal"))
 }
 
-#[test]
-fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
+/// Runs each case under both Helm engines.
+macro_rules! for_each_engine {
+    ($($case:ident),* $(,)?) => {
+        mod library {
+            $(
+                #[test]
+                fn $case() {
+                    super::$case(super::HelmEngine::Library)
+                }
+            )*
+        }
+        mod cli {
+            $(
+                #[test]
+                fn $case() {
+                    super::$case(super::HelmEngine::Cli)
+                }
+            )*
+        }
+    };
+}
+
+for_each_engine!(
+    modules_converge_in_the_reference_order_and_follow_the_config_map,
+    failing_modules_name_their_cause_and_the_others_still_converge,
+    kill_9_at_random_points_of_the_first_converge_changes_no_outcome,
+    a_missing_namespace_fails_the_module_run_with_the_cause_and_retries,
+    a_config_map_change_during_a_converge_restarts_it,
+    a_rejected_manifest_is_not_installed_again_at_once,
+);
+
+fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -153,14 +189,14 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: orphan\n",
     )
     .expect("template");
-    install_release(&sb, &w.join("orphan"), "orphan");
+    install_release(&sb, &w.join("orphan"), "orphan", engine);
     assert_eq!(releases(&sb).get("orphan"), Some(&1));
 
     set_config(
         &sb,
         &[("global", "param1: 200\n"), ("someModuleEnabled", "true")],
     );
-    let op = start(&sb, w, &[]);
+    let op = start(&sb, w, engine, &[]);
     let journal = w.join("journal");
     op.wait("the first converge", Duration::from_secs(90), || {
         journal_converges(w) >= 1
@@ -388,18 +424,17 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
     drop(op);
 }
 
-fn install_release(sb: &Sandbox, chart: &Path, name: &str) {
+/// Installs a release with the engine under test, as another tool would.
+fn install_release(sb: &Sandbox, chart: &Path, name: &str, engine: HelmEngine) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let lib = bosun::helm::HelmLibrary::load(Some(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/helm/libhelm_c.so"),
-        ))
-        .expect("Helm library (scripts/setup-helm.sh)");
-        let client = lib
+        let client = engine
+            .open()
+            .await
             .client(&bosun::helm::ClusterOptions {
                 kubeconfig: Some(sb.kubeconfig.clone()),
                 context: None,
@@ -414,8 +449,7 @@ fn install_release(sb: &Sandbox, chart: &Path, name: &str) {
     });
 }
 
-#[test]
-fn failing_modules_name_their_cause_and_the_others_still_converge() {
+fn failing_modules_name_their_cause_and_the_others_still_converge(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -448,7 +482,7 @@ fn failing_modules_name_their_cause_and_the_others_still_converge() {
         .expect("chmod");
     assert!(status.success());
 
-    let op = start(&sb, w, &[("BOSUN_TASK_MAX_ATTEMPTS", "2")]);
+    let op = start(&sb, w, engine, &[("BOSUN_TASK_MAX_ATTEMPTS", "2")]);
     let journal = w.join("journal");
     op.wait("the good module installed", Duration::from_secs(60), || {
         releases(&sb).contains_key("good")
@@ -486,8 +520,7 @@ fn failing_modules_name_their_cause_and_the_others_still_converge() {
     drop(op);
 }
 
-#[test]
-fn kill_9_at_random_points_of_the_first_converge_changes_no_outcome() {
+fn kill_9_at_random_points_of_the_first_converge_changes_no_outcome(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -503,7 +536,7 @@ fn kill_9_at_random_points_of_the_first_converge_changes_no_outcome() {
         rng ^= rng << 17;
         rng
     };
-    let mut op = start(&sb, w, &[]);
+    let mut op = start(&sb, w, engine, &[]);
     let mut delays = Vec::new();
     for _ in 0..20 {
         let delay = Duration::from_millis(100 + next() % 2500);
@@ -651,6 +684,7 @@ echo '[{"op":"add", "path":"/badPatch/replicas", "value":"many"}]' > "$CONFIG_VA
         &sb,
         w,
         &w.join("no-global-hooks"),
+        HelmEngine::Library,
         &[("BOSUN_TASK_MAX_ATTEMPTS", "2")],
     );
     let out = w.join("out");
@@ -716,8 +750,7 @@ echo '[{"op":"add", "path":"/badPatch/replicas", "value":"many"}]' > "$CONFIG_VA
     assert_eq!(sb.get(&format!("{CM}/strict")).0, 404);
 }
 
-#[test]
-fn a_missing_namespace_fails_the_module_run_with_the_cause_and_retries() {
+fn a_missing_namespace_fails_the_module_run_with_the_cause_and_retries(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -731,6 +764,7 @@ fn a_missing_namespace_fails_the_module_run_with_the_cause_and_retries() {
         &sb,
         w,
         &w.join("no-global-hooks"),
+        engine,
         &[("ADDON_OPERATOR_NAMESPACE", "absent")],
     );
     let journal = w.join("journal");
@@ -755,8 +789,7 @@ fn a_missing_namespace_fails_the_module_run_with_the_cause_and_retries() {
     });
 }
 
-#[test]
-fn a_config_map_change_during_a_converge_restarts_it() {
+fn a_config_map_change_during_a_converge_restarts_it(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -773,7 +806,7 @@ fn a_config_map_change_during_a_converge_restarts_it() {
         &m.join("020-fast/templates/cm.yaml"),
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fast\ndata:\n  param: {{ .Values.global.param | default \"none\" | quote }}\n",
     );
-    let op = start_with_hooks(&sb, w, &w.join("no-global-hooks"), &[]);
+    let op = start_with_hooks(&sb, w, &w.join("no-global-hooks"), engine, &[]);
     let out = w.join("out");
     op.wait("the slow module running", Duration::from_secs(60), || {
         out.join("slow.started").exists()
@@ -840,8 +873,7 @@ fn release_records(sb: &Sandbox, release: &str) -> usize {
     list["items"].as_array().map(Vec::len).unwrap_or(0)
 }
 
-#[test]
-fn a_rejected_manifest_is_not_installed_again_at_once() {
+fn a_rejected_manifest_is_not_installed_again_at_once(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -854,7 +886,7 @@ fn a_rejected_manifest_is_not_installed_again_at_once() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Bad_Name\n",
     )
     .expect("template");
-    let op = start(&sb, w, &[("BOSUN_TASK_MAX_ATTEMPTS", "1")]);
+    let op = start(&sb, w, engine, &[("BOSUN_TASK_MAX_ATTEMPTS", "1")]);
     let journal = w.join("journal");
     op.wait("the module run failed", Duration::from_secs(60), || {
         module_failure(&journal, "rejected", 1).is_some()

@@ -1,6 +1,7 @@
-//! Helm releases of modules through `libhelm_c.so`, plus the Kubernetes reads Helm does not
-//! do for us: drift of rendered objects, recovery of releases stuck in `pending-*`, and
-//! server-side apply of module CRDs.
+//! Helm releases of modules through either Helm engine (the library or the binary, see
+//! `crate::helm::HelmEngine`), plus the Kubernetes reads Helm does not do for us: drift of
+//! rendered objects, recovery of releases stuck in `pending-*`, and server-side apply of
+//! module CRDs. Checksums, drift and recovery are the same whichever engine runs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{ApiResource, Scope};
 use serde_json::Value;
 
-use crate::helm::{HelmClient, HelmError, HelmLibrary, InstallOptions, Release};
+use crate::helm::{HelmEngine, HelmError, InstallOptions, Release, ReleaseClient};
 
 /// Label holding the checksum of the rendered chart on each release revision.
 pub const CHECKSUM_LABEL: &str = "moduleChecksum";
@@ -19,10 +20,10 @@ pub const CHECKSUM_LABEL: &str = "moduleChecksum";
 /// The field manager of bosun's own server-side applies (module CRDs, diff previews).
 pub const FIELD_MANAGER: &str = "bosun";
 
-/// [`Releases`] with the Helm library.
+/// [`Releases`] with a Helm engine.
 pub struct HelmReleases {
-    lib: HelmLibrary,
-    client: HelmClient,
+    engine: HelmEngine,
+    client: ReleaseClient,
     kube: kube::Client,
     namespace: String,
     options: InstallOptions,
@@ -32,14 +33,14 @@ pub struct HelmReleases {
 impl HelmReleases {
     /// Releases in `namespace`; `options` carries `HELM_HISTORY_MAX` and `HELM_TIMEOUT`.
     pub fn new(
-        lib: HelmLibrary,
-        client: HelmClient,
+        engine: HelmEngine,
+        client: ReleaseClient,
         kube: kube::Client,
         namespace: &str,
         options: InstallOptions,
     ) -> HelmReleases {
         HelmReleases {
-            lib,
+            engine,
             client,
             kube,
             namespace: namespace.to_string(),
@@ -171,20 +172,6 @@ pub fn rendered_checksum(files: &BTreeMap<String, String>) -> String {
     format!("{:x}", ctx.finalize())
 }
 
-/// The field manager Helm's server-side applies use: the base name of the program it runs
-/// in (Helm's default), which for the Helm library inside bosun is bosun's own.
-pub fn helm_field_manager() -> String {
-    std::env::args_os()
-        .next()
-        .and_then(|a| {
-            std::path::Path::new(&a)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-        })
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| FIELD_MANAGER.to_string())
-}
-
 /// Adds what Helm sets on every object it installs (the release's ownership label and
 /// annotations), so a rendered object compares with what Helm applies.
 pub fn helm_owned(obj: &mut Value, release: &str, namespace: &str) {
@@ -288,7 +275,7 @@ impl Releases for HelmReleases {
         Box::pin(async move {
             tracing::debug!(release = %release, "helm render");
             let files = self
-                .lib
+                .engine
                 .render(&chart, &values, &release, &self.namespace, true)
                 .await
                 .map_err(|e| PortError(e.to_string()))?;
@@ -369,7 +356,11 @@ impl Releases for HelmReleases {
     fn uninstall(&self, release: String) -> BoxFut<'_, Result<bool, PortError>> {
         Box::pin(async move {
             let started = std::time::Instant::now();
-            match self.client.uninstall(&release).await {
+            match self
+                .client
+                .uninstall(&release, self.options.timeout_seconds)
+                .await
+            {
                 Ok(()) => {
                     tracing::info!(release = %release, duration = ?started.elapsed(), "release uninstalled");
                     Ok(true)
@@ -431,7 +422,9 @@ impl Releases for HelmReleases {
         objects: Vec<Value>,
     ) -> BoxFut<'_, Result<Vec<ObjectPreview>, PortError>> {
         Box::pin(async move {
-            let manager = helm_field_manager();
+            // Helm's server-side applies use the name of the program Helm runs in: bosun
+            // for the library, `helm` for the binary.
+            let manager = self.engine.field_manager();
             let mut out = Vec::with_capacity(objects.len());
             for mut obj in objects {
                 helm_owned(&mut obj, &release, &self.namespace);
@@ -474,7 +467,7 @@ impl Releases for HelmReleases {
     }
 }
 
-/// [`Releases`] when no module has a chart and the Helm library is not installed: there is
+/// [`Releases`] when no module has a chart and no Helm engine is installed: there is
 /// nothing to install, and nothing to purge.
 pub struct NoHelm(pub String);
 
