@@ -137,6 +137,29 @@ fn start_with_hooks(
     Operator::start_with(sb, hooks, work, &env)
 }
 
+/// Checks from the start-up log that bosun runs the engine under test.
+fn assert_engine(op: &Operator, engine: HelmEngine) {
+    // The library reports its own version (helm-python-sdk's), the binary Helm's.
+    let (kind, version) = match engine {
+        HelmEngine::Library => ("library", "version="),
+        HelmEngine::Cli => ("cli", "version=v4."),
+    };
+    let chosen = || {
+        op.logs()
+            .lines()
+            .find(|l| l.contains("Helm engine chosen"))
+            .map(str::to_string)
+    };
+    op.wait("the Helm engine chosen", Duration::from_secs(60), || {
+        chosen().is_some()
+    });
+    let line = chosen().unwrap_or_default();
+    assert!(
+        line.contains(&format!("engine=\"{kind}\"")) && line.contains(version),
+        "{line}"
+    );
+}
+
 fn journal_converges(work: &Path) -> u64 {
     common::converges(&work.join("journal"))
 }
@@ -197,6 +220,7 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: Hel
         &[("global", "param1: 200\n"), ("someModuleEnabled", "true")],
     );
     let op = start(&sb, w, engine, &[]);
+    assert_engine(&op, engine);
     let journal = w.join("journal");
     op.wait("the first converge", Duration::from_secs(90), || {
         journal_converges(w) >= 1
@@ -887,6 +911,7 @@ fn a_rejected_manifest_is_not_installed_again_at_once(engine: HelmEngine) {
     )
     .expect("template");
     let op = start(&sb, w, engine, &[("BOSUN_TASK_MAX_ATTEMPTS", "1")]);
+    assert_engine(&op, engine);
     let journal = w.join("journal");
     op.wait("the module run failed", Duration::from_secs(60), || {
         module_failure(&journal, "rejected", 1).is_some()
