@@ -284,6 +284,31 @@ async fn errors_name_the_release_and_say_whether_to_retry(which: Engine) {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_engines_render_a_plain_chart_alike() {
+    // Templates that render YAML documents only (no NOTES.txt, none rendering empty): the
+    // same files, so the same checksum, and switching engines upgrades nothing.
+    let (library, cli) = (Engine::Library.open().await, Engine::Cli.open().await);
+    let echo =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/modules/lifecycle/010-echo");
+    let values = json!({"echo": {"replicas": 2, "message": "hi"}, "global": {"param1": 7}});
+    for (chart, values) in [(chart("demo"), json!({"color": "red"})), (echo, values)] {
+        let a = library
+            .render(&chart, &values, "r", "ns", true)
+            .await
+            .expect("library render");
+        let b = cli
+            .render(&chart, &values, "r", "ns", true)
+            .await
+            .expect("cli render");
+        assert_eq!(a, b, "{}", chart.display());
+        assert_eq!(
+            bosun::addon::releases::rendered_checksum(&a),
+            bosun::addon::releases::rendered_checksum(&b)
+        );
+    }
+}
+
 /// `helm` processes whose command line mentions `needle`.
 fn helm_processes(needle: &str) -> Vec<String> {
     let mut found = Vec::new();
