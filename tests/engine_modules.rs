@@ -137,23 +137,25 @@ fn start_with_hooks(
     Operator::start_with(sb, hooks, work, &env)
 }
 
-/// Checks from the start-up log that bosun runs the engine under test.
-fn assert_engine(op: &Operator, engine: HelmEngine) {
+/// Checks from the start-up log that the `nth` start of bosun (from 1; the log of every
+/// start is appended) runs the engine under test.
+fn assert_engine(op: &Operator, engine: HelmEngine, nth: usize) {
     // The library reports its own version (helm-python-sdk's), the binary Helm's.
     let (kind, version) = match engine {
         HelmEngine::Library => ("library", "version="),
         HelmEngine::Cli => ("cli", "version=v4."),
     };
-    let chosen = || {
+    let lines = || {
         op.logs()
             .lines()
-            .find(|l| l.contains("Helm engine chosen"))
+            .filter(|l| l.contains("Helm engine chosen"))
             .map(str::to_string)
+            .collect::<Vec<_>>()
     };
     op.wait("the Helm engine chosen", Duration::from_secs(60), || {
-        chosen().is_some()
+        lines().len() >= nth
     });
-    let line = chosen().unwrap_or_default();
+    let line = lines().get(nth - 1).cloned().unwrap_or_default();
     assert!(
         line.contains(&format!("engine=\"{kind}\"")) && line.contains(version),
         "{line}"
@@ -220,7 +222,7 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: Hel
         &[("global", "param1: 200\n"), ("someModuleEnabled", "true")],
     );
     let op = start(&sb, w, engine, &[]);
-    assert_engine(&op, engine);
+    assert_engine(&op, engine, 1);
     let journal = w.join("journal");
     op.wait("the first converge", Duration::from_secs(90), || {
         journal_converges(w) >= 1
@@ -446,6 +448,38 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: Hel
         sb.get(&format!("{CM}/echo-message")).1["data"]["message"] == "bye"
     });
     drop(op);
+}
+
+#[test]
+fn switching_the_helm_engine_redoes_no_release() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    copy_modules("lifecycle", w);
+    let installed = BTreeMap::from([("echo".into(), 1), ("toggled".into(), 1)]);
+    let mut op = start(&sb, w, HelmEngine::Library, &[]);
+    assert_engine(&op, HelmEngine::Library, 1);
+    op.wait("the first converge", Duration::from_secs(90), || {
+        journal_converges(w) >= 1 && releases(&sb) == installed
+    });
+    op.kill9();
+    drop(op);
+    // The binary renders these charts as the library did: same checksums, nothing redone.
+    let op = start(&sb, w, HelmEngine::Cli, &[]);
+    assert_engine(&op, HelmEngine::Cli, 2);
+    op.wait(
+        "the converge after the restart",
+        Duration::from_secs(90),
+        || journal_converges(w) >= 2,
+    );
+    assert_eq!(releases(&sb), installed, "{}", op.logs());
+    let skipped = op
+        .logs()
+        .lines()
+        .skip_while(|l| !l.contains("engine=\"cli\""))
+        .filter(|l| l.contains("release is up to date, upgrade skipped"))
+        .count();
+    assert!(skipped >= 2, "{}", op.logs());
 }
 
 /// Installs a release with the engine under test, as another tool would.
@@ -911,7 +945,7 @@ fn a_rejected_manifest_is_not_installed_again_at_once(engine: HelmEngine) {
     )
     .expect("template");
     let op = start(&sb, w, engine, &[("BOSUN_TASK_MAX_ATTEMPTS", "1")]);
-    assert_engine(&op, engine);
+    assert_engine(&op, engine, 1);
     let journal = w.join("journal");
     op.wait("the module run failed", Duration::from_secs(60), || {
         module_failure(&journal, "rejected", 1).is_some()
