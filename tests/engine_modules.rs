@@ -482,6 +482,45 @@ fn switching_the_helm_engine_redoes_no_release() {
     assert!(skipped >= 2, "{}", op.logs());
 }
 
+#[test]
+fn a_helm_process_does_not_outlive_a_killed_bosun() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    write(&m.join("values.yaml"), "waitsEnabled: true\n");
+    // A pre-install hook Job: nothing runs Jobs in the sandbox, so Helm waits for it.
+    write(
+        &m.join("010-waits/templates/job.yaml"),
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: waits\n  annotations:\n    helm.sh/hook: pre-install\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: c\n          image: busybox\n",
+    );
+    let mut op = start_with_hooks(&sb, w, &w.join("no-global-hooks"), HelmEngine::Cli, &[]);
+    op.wait(
+        "helm waiting for the hook Job",
+        Duration::from_secs(60),
+        || sb.get("/apis/batch/v1/namespaces/default/jobs/waits").0 == 200,
+    );
+    // The values file of the call lives in the work folder: it names this test's helm.
+    let needle = w.display().to_string();
+    let helm = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains("helm install waits") && c.contains(&needle))
+            .count()
+    };
+    assert_eq!(helm(), 1, "{}", op.logs());
+    op.kill9();
+    common::wait_for(
+        "the helm process gone with bosun",
+        Duration::from_secs(30),
+        || helm() == 0,
+    );
+}
+
 /// Installs a release with the engine under test, as another tool would.
 fn install_release(sb: &Sandbox, chart: &Path, name: &str, engine: HelmEngine) {
     let rt = tokio::runtime::Builder::new_multi_thread()
