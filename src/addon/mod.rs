@@ -562,7 +562,7 @@ async fn releases(
             return Ok(Arc::new(releases::NoHelm(e.to_string())));
         }
     };
-    if engine.kind() == "library" && cfg.helm_binary.is_some() {
+    if matches!(engine, crate::helm::HelmEngine::Library(_)) && cfg.helm_binary.is_some() {
         tracing::info!(
             "HELM_BIN_PATH is set but BOSUN_HELM_ENGINE=library: the binary is not used"
         );

@@ -105,15 +105,25 @@ fn command_line(bin: &Path, args: &[OsString]) -> String {
         .join(" ")
 }
 
-/// Helm's message without the `Error: ` it puts first, on one line.
+/// Helm's message on one line, without the `Error: ` it puts first and without its
+/// warnings (a group-readable kubeconfig, …) when there is more to say.
 fn helm_message(stderr: &str) -> String {
     let lines: Vec<&str> = stderr
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    let text = lines.join("; ");
-    text.strip_prefix("Error: ").unwrap_or(&text).to_string()
+    let errors: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| !l.starts_with("WARNING: "))
+        .collect();
+    let chosen = if errors.is_empty() { lines } else { errors };
+    chosen
+        .iter()
+        .map(|l| l.strip_prefix("Error: ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Whether Helm said that the release (not some object) does not exist.
@@ -301,10 +311,13 @@ impl HelmCli {
         // Reaped: nothing of the group is left to kill (a daemon it started is not ours).
         guard.0 = None;
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr);
         if output.status.success() {
+            if !stderr.trim().is_empty() {
+                tracing::debug!(release, command = %command, "helm said: {}", helm_message(&stderr));
+            }
             return Ok(stdout);
         }
-        let stderr = String::from_utf8_lossy(&output.stderr);
         let message = helm_message(&stderr);
         if release_not_found(&message) {
             return Err(HelmError::NotFound(format!("release {release}: {message}")));
@@ -623,6 +636,13 @@ mod tests {
         assert!(release_not_found(&helm_message(
             "Error: release: not found\n"
         )));
+        assert_eq!(
+            helm_message(
+                "WARNING: Kubernetes configuration file is group-readable. This is insecure.\nError: UPGRADE FAILED: boom\n"
+            ),
+            "UPGRADE FAILED: boom"
+        );
+        assert_eq!(helm_message("WARNING: only this\n"), "WARNING: only this");
         assert!(!release_not_found(
             "INSTALLATION FAILED: create: failed to create: namespaces \"absent\" not found"
         ));

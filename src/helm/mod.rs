@@ -81,7 +81,7 @@ pub enum HelmError {
         message: String,
     },
     /// The `helm` binary failed.
-    #[error("release {release}: `{command}` failed ({status}): {stderr}")]
+    #[error("{}`{command}` failed ({status}): {stderr}", of_release(release))]
     Command {
         /// The release.
         release: String,
@@ -93,7 +93,10 @@ pub enum HelmError {
         stderr: String,
     },
     /// The `helm` binary ran past its deadline and was killed (with its process group).
-    #[error("release {release}: `{command}` did not finish within {after:?} and was killed")]
+    #[error(
+        "{}`{command}` did not finish within {after:?} and was killed",
+        of_release(release)
+    )]
     TimedOut {
         /// The release.
         release: String,
@@ -107,6 +110,15 @@ pub enum HelmError {
         "no Helm engine: {0} (run scripts/setup-helm.sh, or set HELM_BIN_PATH or HELM_LIB_PATH)"
     )]
     NoEngine(String),
+}
+
+/// `release NAME: `, the start of a binary's error about one release.
+fn of_release(release: &str) -> String {
+    if release.is_empty() {
+        String::new()
+    } else {
+        format!("release {release}: ")
+    }
 }
 
 impl HelmError {
@@ -594,5 +606,45 @@ mod transient_tests {
             assert!(!helm(m).is_transient(), "{m}");
         }
         assert!(!HelmError::InvalidInput("x".into()).is_transient());
+    }
+
+    #[test]
+    fn binary_errors_name_the_release_the_command_and_helm_s_message() {
+        let failed = |release: &str, command: &str, stderr: &str| HelmError::Command {
+            release: release.into(),
+            command: command.into(),
+            status: "exit 1".into(),
+            stderr: stderr.into(),
+        };
+        let e = failed("echo", "helm upgrade echo /c", "UPGRADE FAILED: boom");
+        assert_eq!(
+            e.to_string(),
+            "release echo: `helm upgrade echo /c` failed (exit 1): UPGRADE FAILED: boom"
+        );
+        assert!(!e.is_transient());
+        assert_eq!(
+            failed("", "helm list", "boom").to_string(),
+            "`helm list` failed (exit 1): boom"
+        );
+        assert!(
+            failed(
+                "echo",
+                "helm status echo",
+                "Kubernetes cluster unreachable: dial tcp: connection refused"
+            )
+            .is_transient()
+        );
+        let timed_out = HelmError::TimedOut {
+            release: "echo".into(),
+            command: "helm upgrade echo /c".into(),
+            after: std::time::Duration::from_secs(61),
+        };
+        assert!(timed_out.is_transient());
+        assert_eq!(timed_out.metric_label(), "timeout");
+        assert!(
+            timed_out
+                .to_string()
+                .starts_with("release echo: `helm upgrade echo /c` did not finish within 61s")
+        );
     }
 }
