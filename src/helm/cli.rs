@@ -280,6 +280,9 @@ impl HelmCli {
         tracing::debug!(release, command = %command, "running helm");
         let mut cmd = tokio::process::Command::new(&self.inner.path);
         cmd.args(&args)
+            // Release records in Secrets, as the library keeps them: bosun reads their
+            // labels and deletes a pending one itself.
+            .env("HELM_DRIVER", "secret")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
