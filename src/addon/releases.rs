@@ -28,7 +28,13 @@ pub struct HelmReleases {
     namespace: String,
     options: InstallOptions,
     resources: Mutex<HashMap<(String, String), (ApiResource, bool)>>,
+    /// The last status read of each release, which the upgrade that follows it reuses
+    /// instead of asking Helm again (a whole process with the binary).
+    recent: Mutex<HashMap<String, (std::time::Instant, Option<Release>)>>,
 }
+
+/// How long a status read stands in for a new one before an upgrade.
+const RECENT_STATUS: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl HelmReleases {
     /// Releases in `namespace`; `options` carries `HELM_HISTORY_MAX` and `HELM_TIMEOUT`.
@@ -46,6 +52,7 @@ impl HelmReleases {
             namespace: namespace.to_string(),
             options,
             resources: Mutex::new(HashMap::new()),
+            recent: Mutex::new(HashMap::new()),
         }
     }
 
@@ -129,6 +136,16 @@ impl HelmReleases {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(PortError(format!("cannot delete {secret}: {e}"))),
         }
+    }
+
+    /// The status `status` read for `release` moments ago, taken (used once).
+    fn take_recent(&self, release: &str) -> Option<Option<Release>> {
+        let (at, r) = self
+            .recent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(release)?;
+        (at.elapsed() < RECENT_STATUS).then_some(r)
     }
 
     async fn latest(&self, release: &str) -> Result<Option<Release>, PortError> {
@@ -289,7 +306,12 @@ impl Releases for HelmReleases {
     fn status(&self, release: String) -> BoxFut<'_, Result<Option<ReleaseInfo>, PortError>> {
         Box::pin(async move {
             tracing::debug!(release = %release, "helm status");
-            let Some(r) = self.latest(&release).await? else {
+            let latest = self.latest(&release).await?;
+            self.recent
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(release.clone(), (std::time::Instant::now(), latest.clone()));
+            let Some(r) = latest else {
                 return Ok(None);
             };
             Ok(Some(ReleaseInfo {
@@ -308,7 +330,12 @@ impl Releases for HelmReleases {
         checksum: String,
     ) -> BoxFut<'_, Result<u32, PortError>> {
         Box::pin(async move {
-            let mut latest = self.latest(&release).await?;
+            // The module's check before the upgrade has just read the status (one module
+            // actor per release, so nothing of ours changed the release since).
+            let mut latest = match self.take_recent(&release) {
+                Some(latest) => latest,
+                None => self.latest(&release).await?,
+            };
             if let Some(r) = &latest
                 && r.status().starts_with("pending")
             {
