@@ -521,6 +521,41 @@ fn a_helm_process_does_not_outlive_a_killed_bosun() {
     );
 }
 
+#[test]
+fn without_the_library_a_helm_binary_found_is_used() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    copy_modules("lifecycle", w);
+    // A tools folder with the binary only, and a working directory without `.tools`.
+    let tools = w.join("tools");
+    std::fs::create_dir_all(tools.join("helm")).expect("tools dir");
+    std::os::unix::fs::symlink(common::helm_bin(), tools.join("helm/helm")).expect("symlink");
+    let tools = tools.display().to_string();
+    let op = Operator::start_in(
+        &sb,
+        &fixture("global-hooks/basic"),
+        w,
+        &[
+            ("BOSUN_TOOLS_DIR", tools.as_str()),
+            ("WORK", &w.display().to_string()),
+            ("BOSUN_HELM_ENGINE", ""),
+            ("HELM_BIN_PATH", ""),
+            ("HELM_LIB_PATH", ""),
+            ("BOSUN_HELM_LIBRARY", ""),
+        ],
+        Some(w),
+    );
+    assert_engine(&op, HelmEngine::Cli, 1);
+    op.wait("the first converge", Duration::from_secs(90), || {
+        journal_converges(w) >= 1
+    });
+    assert_eq!(
+        releases(&sb),
+        BTreeMap::from([("echo".into(), 1), ("toggled".into(), 1)])
+    );
+}
+
 /// Installs a release with the engine under test, as another tool would.
 fn install_release(sb: &Sandbox, chart: &Path, name: &str, engine: HelmEngine) {
     let rt = tokio::runtime::Builder::new_multi_thread()

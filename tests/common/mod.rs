@@ -371,6 +371,8 @@ pub struct Operator {
     /// Its environment.
     pub env: Vec<(String, String)>,
     log: PathBuf,
+    /// The working directory of the process (the test's when `None`).
+    cwd: Option<PathBuf>,
 }
 
 impl Operator {
@@ -381,6 +383,18 @@ impl Operator {
 
     /// Like [`Operator::start`], with extra environment.
     pub fn start_with(sb: &Sandbox, hooks: &Path, work: &Path, extra: &[(&str, &str)]) -> Operator {
+        Operator::start_in(sb, hooks, work, extra, None)
+    }
+
+    /// Like [`Operator::start_with`], in working directory `dir` when given (the test's
+    /// otherwise).
+    pub fn start_in(
+        sb: &Sandbox,
+        hooks: &Path,
+        work: &Path,
+        extra: &[(&str, &str)],
+        dir: Option<&Path>,
+    ) -> Operator {
         let mut env = vec![
             (
                 "KUBE_CONFIG".to_string(),
@@ -414,6 +428,7 @@ impl Operator {
             child: None,
             env,
             log: work.join("operator.log"),
+            cwd: dir.map(Path::to_path_buf),
         };
         op.spawn();
         op
@@ -427,7 +442,11 @@ impl Operator {
             .open(&self.log)
             .expect("log file");
         let err = log.try_clone().expect("log file");
-        let child = Command::new(bosun_bin())
+        let mut cmd = Command::new(bosun_bin());
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
+        }
+        let child = cmd
             .arg("run")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(log))
