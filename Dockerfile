@@ -29,7 +29,7 @@ RUN set -eu; \
     cargo fetch --locked
 COPY . .
 RUN cargo build --release --locked --offline --bin bosun
-# Helm: the library (libhelm_c.so) and, where the set-up script provides it, the binary.
+# Real Helm for modules with charts: the library (libhelm_c.so) and the helm binary.
 RUN apt-get update && apt-get install -y --no-install-recommends python3-pip \
  && BOSUN_TOOLS_DIR=/src/.tools ./scripts/setup-helm.sh
 
@@ -47,6 +47,9 @@ RUN mkdir -p /var/lib/bosun /var/run/addon-operator \
 # Modules' charts through the Helm library (the default).
 FROM base AS helm-library
 COPY --from=build /src/.tools/helm/libhelm_c.so /usr/local/lib/bosun/libhelm_c.so
+# The library by default; HELM_BIN_PATH=helm (as with addon-operator) or
+# BOSUN_HELM_ENGINE=cli runs the binary instead.
+COPY --from=build /src/.tools/helm/helm /usr/local/bin/helm
 ENV HELM_LIB_PATH=/usr/local/lib/bosun/libhelm_c.so
 
 # Modules' charts through the helm binary.

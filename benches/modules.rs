@@ -4,14 +4,16 @@
 //! files), a Helm render and a Helm install per module. The difference is bosun's orchestration (queues, journal,
 //! values, checksums, status and drift reads).
 //!
-//! `cargo bench --bench modules`; `BENCH_MODULES` (default 100) scales it. Needs the Helm
-//! library (`scripts/setup-helm.sh`).
+//! `cargo bench --bench modules`; `BENCH_MODULES` (default 100) scales it;
+//! `BENCH_HELM_ENGINE=cli` runs Helm as the `helm` binary (direct work and bosun alike)
+//! instead of the library. Needs both (`scripts/setup-helm.sh`): the render of the other
+//! engine is measured too.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bosun::helm::{ClusterOptions, HelmLibrary};
+use bosun::helm::{ClusterOptions, EngineChoice, EngineSettings, HelmEngine};
 use bosun::hooks::{HookInput, HookProcess};
 use serde_json::json;
 
@@ -50,8 +52,19 @@ fn generate(dir: &Path, modules: usize) {
     std::fs::write(dir.join("values.yaml"), flags).expect("values.yaml");
 }
 
-fn library() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/helm/libhelm_c.so")
+fn tools() -> PathBuf {
+    std::env::var_os("BOSUN_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools"))
+}
+
+fn settings(choice: EngineChoice, tmp: &Path) -> EngineSettings {
+    EngineSettings {
+        choice,
+        binary: Some(tools().join("helm/helm")),
+        library: Some(tools().join("helm/libhelm_c.so")),
+        tmp_dir: tmp.to_path_buf(),
+    }
 }
 
 fn main() {
@@ -86,7 +99,13 @@ fn main() {
 
         // Intrinsic work, done directly: both hooks, a render and an install per module,
         // into another namespace so the converge below starts cold.
-        let lib = HelmLibrary::load(Some(&library())).expect("Helm library (scripts/setup-helm.sh)");
+        let (choice, other) = match std::env::var("BENCH_HELM_ENGINE").as_deref() {
+            Ok("cli") => (EngineChoice::Cli, EngineChoice::Library),
+            _ => (EngineChoice::Library, EngineChoice::Cli),
+        };
+        let lib = HelmEngine::select(&settings(choice, &dir.path().join("tmp-helm")))
+            .await
+            .expect("Helm (scripts/setup-helm.sh)");
         let client = lib
             .client(&ClusterOptions {
                 kubeconfig: Some(kubeconfig.clone()),
@@ -150,7 +169,9 @@ fn main() {
             debug_socket: dir.path().join("debug.socket"),
             kubeconfig: Some(kubeconfig.clone()),
             listen: "127.0.0.1:0".parse().expect("addr"),
-            helm_library: Some(library()),
+            helm_library: Some(tools().join("helm/libhelm_c.so")),
+            helm_binary: Some(tools().join("helm/helm")),
+            helm_engine: choice,
             ..bosun::addon::OperatorConfig::in_cluster()
         };
         let started = Instant::now();
@@ -176,12 +197,29 @@ fn main() {
             (ratio - 1.0) * 100.0
         );
         println!(
-            "helm render per module through the library: {:.1} ms",
+            "helm render per module through the {}: {:.1} ms",
+            lib.kind(),
             render.as_secs_f64() * 1000.0 / modules as f64
         );
-        match std::process::Command::new("helm").arg("version").output() {
-            Ok(_) => println!("helm CLI found; CLI render comparison not implemented"),
-            Err(_) => println!("helm CLI not installed: no CLI render figure"),
+        match HelmEngine::select(&settings(other, &dir.path().join("tmp-helm"))).await {
+            Ok(engine) => {
+                let t = Instant::now();
+                for i in 0..modules {
+                    let name = format!("bench{i}");
+                    let m = modules_dir.join(format!("{:03}-{name}", i + 1));
+                    let values = json!({"global": {}, name.clone(): {}});
+                    engine
+                        .render(&m, &values, &name, "kube-public", false)
+                        .await
+                        .expect("render");
+                }
+                println!(
+                    "helm render per module through the {}: {:.1} ms",
+                    engine.kind(),
+                    t.elapsed().as_secs_f64() * 1000.0 / modules as f64
+                );
+            }
+            Err(e) => println!("no render figure of the other Helm engine: {e}"),
         }
         drop(operator);
         let _ = sandbox.kill();

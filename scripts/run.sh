@@ -6,4 +6,7 @@ cd "$root"
 "$root/scripts/setup.sh"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bosun-target}"
 export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
+# Hooks written in Python find the packages of the project's virtual environment (the
+# kubernetes client) with `#!/usr/bin/env python3`.
+export PATH="$BOSUN_TOOLS_DIR/venv/bin:$PATH"
 exec cargo run --quiet --bin bosun -- run --sandbox "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up of everything bosun's run and test commands need on a fresh Debian
-# machine with a Rust toolchain: kubectl, the Python kubernetes client, the Helm library
-# (libhelm_c.so) extracted from the helm-python-sdk wheel, and, with --with-browser (the
+# machine with a Rust toolchain: kubectl, the Python kubernetes client (in the virtual
+# environment $BOSUN_TOOLS_DIR/venv), real Helm (the library libhelm_c.so and the helm
+# binary, scripts/setup-helm.sh), and, with --with-browser (the
 # test command), Chromium for the debug web view's headless-browser test and graphviz for
 # the PNG of /graph.
 set -euo pipefail
@@ -33,9 +34,20 @@ if [ "${1:-}" = "--with-browser" ] && ! command -v dot >/dev/null 2>&1; then
   apt_install graphviz
 fi
 
-if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
-  echo "setup: installing the Python kubernetes client"
-  python3 -m pip install -q --disable-pip-version-check 'kubernetes>=29' >/dev/null
+# Python packages go into a project-local virtual environment, never into the system
+# Python; the tests run Python clients with its interpreter.
+venv="$BOSUN_TOOLS_DIR/venv"
+if ! "$venv/bin/python3" -m pip --version >/dev/null 2>&1; then
+  if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    echo "setup: installing python3-venv (Debian), for the project's virtual environment"
+    apt_install python3-venv
+  fi
+  echo "setup: creating the Python virtual environment $venv"
+  python3 -m venv --clear "$venv"
+fi
+if ! "$venv/bin/python3" -c 'import kubernetes' >/dev/null 2>&1; then
+  echo "setup: installing the Python kubernetes client into $venv"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check 'kubernetes>=29' >/dev/null
 fi
 
 if [ -x "$root/scripts/setup-helm.sh" ]; then

@@ -436,6 +436,8 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
             debug_socket: args.data.join("debug.socket"),
             kubeconfig: Some(kubeconfig),
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9650)),
+            // The debug endpoints and the web view on loopback too (DEBUG_HTTP_SERVER_ADDR).
+            debug_http: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9652))),
             ..crate::addon::OperatorConfig::in_cluster()
         };
         let cfg = crate::addon::OperatorConfig::from_env(&defaults)?;
@@ -454,6 +456,9 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
                 Err(e) => tracing::error!("the deployer did not start: {e:#}"),
             }
             println!("bosun is running; journal in {}", cfg.journal_dir.display());
+            if let Some(addr) = op.debug.http {
+                println!("web view: http://{addr}/ui");
+            }
             println!(
                 "look around: kubectl --kubeconfig {} get cm,deploy,secrets -A",
                 cfg.kubeconfig

@@ -592,7 +592,11 @@ fn parse_dot(text: &str) -> (Vec<String>, Vec<(String, String)>) {
 /// bosun with three chart modules: `drifty` (order 10) and `steady` (20) enabled and
 /// installed, `off` (30) disabled. Returns the operator and its debug socket once both
 /// releases are installed.
-fn start_three_modules(sb: &Sandbox, work: &tempfile::TempDir) -> (Operator, std::path::PathBuf) {
+fn start_three_modules(
+    sb: &Sandbox,
+    work: &tempfile::TempDir,
+    engine: common::HelmEngine,
+) -> (Operator, std::path::PathBuf) {
     let hooks = common::global_hooks_dir(work.path());
     let modules = work.path().join("modules");
     chart_module(
@@ -615,18 +619,15 @@ fn start_three_modules(sb: &Sandbox, work: &tempfile::TempDir) -> (Operator, std
         "driftyEnabled: true\ndrifty:\n  color: blue\nsteadyEnabled: true\noffEnabled: false\n",
     )
     .expect("values.yaml");
-    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools");
-    let tools = tools.display().to_string();
+    let mut env = engine.env();
+    env.push((
+        "BOSUN_TOOLS_DIR".into(),
+        common::tools_dir().display().to_string(),
+    ));
     // The resource monitor would heal the hand edit: it does not look again within the test.
-    let op = Operator::start_with(
-        sb,
-        &hooks,
-        work.path(),
-        &[
-            ("BOSUN_TOOLS_DIR", tools.as_str()),
-            ("BOSUN_RESOURCE_MONITOR_INTERVAL", "1h"),
-        ],
-    );
+    env.push(("BOSUN_RESOURCE_MONITOR_INTERVAL".into(), "1h".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let op = Operator::start_with(sb, &hooks, work.path(), &env);
     let socket = work.path().join("debug.socket");
     op.wait(
         "both releases installed and monitored",
@@ -641,11 +642,25 @@ fn start_three_modules(sb: &Sandbox, work: &tempfile::TempDir) -> (Operator, std
     (op, socket)
 }
 
-#[test]
-fn render_diff_shows_hand_edits_of_a_module_s_objects() {
+/// The diff applies (dry run) as the field manager of the engine that installed the
+/// objects: bosun for the library, `helm` for the binary.
+mod render_diff {
+    #[test]
+    fn library() {
+        super::render_diff_shows_hand_edits_of_a_module_s_objects(
+            super::common::HelmEngine::Library,
+        )
+    }
+    #[test]
+    fn cli() {
+        super::render_diff_shows_hand_edits_of_a_module_s_objects(super::common::HelmEngine::Cli)
+    }
+}
+
+fn render_diff_shows_hand_edits_of_a_module_s_objects(engine: common::HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
-    let (_op, socket) = start_three_modules(&sb, &work);
+    let (_op, socket) = start_three_modules(&sb, &work, engine);
 
     // Untouched: no drift.
     for module in ["drifty", "steady"] {
@@ -712,7 +727,7 @@ fn render_diff_shows_hand_edits_of_a_module_s_objects() {
 fn graph_shows_the_modules_in_run_order() {
     let sb = Sandbox::start();
     let work = workdir();
-    let (_op, socket) = start_three_modules(&sb, &work);
+    let (_op, socket) = start_three_modules(&sb, &work, common::HelmEngine::Library);
 
     // The graph: orders chained upwards, each module under its order, disabled ones marked.
     let dot = run_ok(&mut cli(&socket, &["graph"]));

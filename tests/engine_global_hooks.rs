@@ -387,6 +387,8 @@ fn the_embedded_default_runs_the_sample_hooks_and_modules_against_its_own_sandbo
         .env_remove("MODULES_DIR")
         .env_remove("KUBE_CONFIG")
         .env("ADDON_OPERATOR_LISTEN_PORT", "0")
+        // The default is 127.0.0.1:9652; a free port keeps parallel runs apart.
+        .env("DEBUG_HTTP_SERVER_ADDR", "127.0.0.1:0")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -407,6 +409,16 @@ fn the_embedded_default_runs_the_sample_hooks_and_modules_against_its_own_sandbo
         }
     };
     let addr = url.trim_start_matches("http://").to_string();
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = printed.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if let Ok(mut s) = sink.lock() {
+                s.push_str(&line);
+                s.push('\n');
+            }
+        }
+    });
     let mut greeting = String::new();
     wait_for(
         "the sample hook's config value in the ConfigMap",
@@ -446,6 +458,25 @@ fn the_embedded_default_runs_the_sample_hooks_and_modules_against_its_own_sandbo
     wait_for("the optional module", Duration::from_secs(60), || {
         get("/api/v1/namespaces/default/configmaps/optional").0 == 200
     });
+    // The start-up output says where the web view is, and it is there.
+    let web_view = || {
+        printed.lock().ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("web view: http://"))
+                .map(str::to_string)
+        })
+    };
+    wait_for(
+        "the web view's URL printed",
+        Duration::from_secs(60),
+        || web_view().is_some(),
+    );
+    let ui = web_view().unwrap_or_default();
+    let (host, path) = ui.split_once('/').unwrap_or((&ui, ""));
+    assert!(host.starts_with("127.0.0.1:") && path == "ui", "{ui}");
+    let (code, page) = common::http_raw(host, "GET", "/ui", "", b"");
+    assert_eq!(code, 200);
+    assert!(String::from_utf8_lossy(&page).contains("<html"), "{ui}");
     let _ = child.kill();
     let _ = child.wait();
     assert!(data.path().join("kubeconfig").exists());

@@ -1,7 +1,8 @@
-//! Modules end to end: real hooks, real Helm (the library) and the sandbox. The startup
-//! order, enabled state (the seed's examples), ConfigMap-driven enable/disable and values
-//! changes, skipped upgrades, auto-healing of deleted or edited objects, purging of
-//! releases nobody owns, and failing modules that do not stop the others.
+//! Modules end to end: real hooks, real Helm and the sandbox. The startup order, enabled
+//! state (the seed's examples), ConfigMap-driven enable/disable and values changes, skipped
+//! upgrades, auto-healing of deleted or edited objects, purging of releases nobody owns,
+//! and failing modules that do not stop the others. The cases that involve Helm run under
+//! both engines (`library::…` with libhelm_c.so, `cli::…` with the helm binary).
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bosun_addon::{Event, TaskEvent};
-use common::{Operator, Sandbox, journal_state, read_json, workdir};
+use common::{HelmEngine, Operator, Sandbox, journal_state, read_json, workdir};
 use serde_json::json;
 
 const CM: &str = "/api/v1/namespaces/default/configmaps";
@@ -106,37 +107,97 @@ fn started_tasks(journal: &Path) -> Vec<String> {
     out
 }
 
-fn module_env(work: &Path) -> Vec<(String, String)> {
-    vec![
+fn module_env(work: &Path, engine: HelmEngine) -> Vec<(String, String)> {
+    let mut env = vec![
         ("BOSUN_RESOURCE_MONITOR_INTERVAL".into(), "1s".into()),
         (
             "BOSUN_TOOLS_DIR".into(),
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join(".tools")
-                .display()
-                .to_string(),
+            common::tools_dir().display().to_string(),
         ),
         ("WORK".into(), work.display().to_string()),
-    ]
+    ];
+    env.extend(engine.env());
+    env
 }
 
-fn start(sb: &Sandbox, work: &Path, extra: &[(&str, &str)]) -> Operator {
-    start_with_hooks(sb, work, &fixture("global-hooks/basic"), extra)
+fn start(sb: &Sandbox, work: &Path, engine: HelmEngine, extra: &[(&str, &str)]) -> Operator {
+    start_with_hooks(sb, work, &fixture("global-hooks/basic"), engine, extra)
 }
 
-fn start_with_hooks(sb: &Sandbox, work: &Path, hooks: &Path, extra: &[(&str, &str)]) -> Operator {
-    let mut env: Vec<(String, String)> = module_env(work);
+fn start_with_hooks(
+    sb: &Sandbox,
+    work: &Path,
+    hooks: &Path,
+    engine: HelmEngine,
+    extra: &[(&str, &str)],
+) -> Operator {
+    let mut env: Vec<(String, String)> = module_env(work, engine);
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     Operator::start_with(sb, hooks, work, &env)
+}
+
+/// Checks from the start-up log that the `nth` start of bosun (from 1; the log of every
+/// start is appended) runs the engine under test.
+fn assert_engine(op: &Operator, engine: HelmEngine, nth: usize) {
+    // The library reports its own version (helm-python-sdk's), the binary Helm's.
+    let (kind, version) = match engine {
+        HelmEngine::Library => ("library", "version="),
+        HelmEngine::Cli => ("cli", "version=v4."),
+    };
+    let lines = || {
+        op.logs()
+            .lines()
+            .filter(|l| l.contains("Helm engine chosen"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    op.wait("the Helm engine chosen", Duration::from_secs(60), || {
+        lines().len() >= nth
+    });
+    let line = lines().get(nth - 1).cloned().unwrap_or_default();
+    assert!(
+        line.contains(&format!("engine=\"{kind}\"")) && line.contains(version),
+        "{line}"
+    );
 }
 
 fn journal_converges(work: &Path) -> u64 {
     common::converges(&work.join("journal"))
 }
 
-#[test]
-fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
+/// Runs each case under both Helm engines.
+macro_rules! for_each_engine {
+    ($($case:ident),* $(,)?) => {
+        mod library {
+            $(
+                #[test]
+                fn $case() {
+                    super::$case(super::HelmEngine::Library)
+                }
+            )*
+        }
+        mod cli {
+            $(
+                #[test]
+                fn $case() {
+                    super::$case(super::HelmEngine::Cli)
+                }
+            )*
+        }
+    };
+}
+
+for_each_engine!(
+    modules_converge_in_the_reference_order_and_follow_the_config_map,
+    failing_modules_name_their_cause_and_the_others_still_converge,
+    kill_9_at_random_points_of_the_first_converge_changes_no_outcome,
+    a_missing_namespace_fails_the_module_run_with_the_cause_and_retries,
+    a_config_map_change_during_a_converge_restarts_it,
+    a_rejected_manifest_is_not_installed_again_at_once,
+);
+
+fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -153,14 +214,15 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: orphan\n",
     )
     .expect("template");
-    install_release(&sb, &w.join("orphan"), "orphan");
+    install_release(&sb, &w.join("orphan"), "orphan", engine);
     assert_eq!(releases(&sb).get("orphan"), Some(&1));
 
     set_config(
         &sb,
         &[("global", "param1: 200\n"), ("someModuleEnabled", "true")],
     );
-    let op = start(&sb, w, &[]);
+    let op = start(&sb, w, engine, &[]);
+    assert_engine(&op, engine, 1);
     let journal = w.join("journal");
     op.wait("the first converge", Duration::from_secs(90), || {
         journal_converges(w) >= 1
@@ -388,18 +450,123 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map() {
     drop(op);
 }
 
-fn install_release(sb: &Sandbox, chart: &Path, name: &str) {
+#[test]
+fn switching_the_helm_engine_redoes_no_release() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    copy_modules("lifecycle", w);
+    let installed = BTreeMap::from([("echo".into(), 1), ("toggled".into(), 1)]);
+    let mut op = start(&sb, w, HelmEngine::Library, &[]);
+    assert_engine(&op, HelmEngine::Library, 1);
+    op.wait("the first converge", Duration::from_secs(90), || {
+        journal_converges(w) >= 1 && releases(&sb) == installed
+    });
+    op.kill9();
+    drop(op);
+    // The binary renders these charts as the library did: same checksums, nothing redone.
+    let op = start(&sb, w, HelmEngine::Cli, &[]);
+    assert_engine(&op, HelmEngine::Cli, 2);
+    op.wait(
+        "the converge after the restart",
+        Duration::from_secs(90),
+        || journal_converges(w) >= 2,
+    );
+    assert_eq!(releases(&sb), installed, "{}", op.logs());
+    let skipped = op
+        .logs()
+        .lines()
+        .skip_while(|l| !l.contains("engine=\"cli\""))
+        .filter(|l| l.contains("release is up to date, upgrade skipped"))
+        .count();
+    assert!(skipped >= 2, "{}", op.logs());
+}
+
+#[test]
+fn a_helm_process_does_not_outlive_a_killed_bosun() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    write(&m.join("values.yaml"), "waitsEnabled: true\n");
+    // A pre-install hook Job: nothing runs Jobs in the sandbox, so Helm waits for it.
+    write(
+        &m.join("010-waits/templates/job.yaml"),
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: waits\n  annotations:\n    helm.sh/hook: pre-install\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: c\n          image: busybox\n",
+    );
+    let mut op = start_with_hooks(&sb, w, &w.join("no-global-hooks"), HelmEngine::Cli, &[]);
+    op.wait(
+        "helm waiting for the hook Job",
+        Duration::from_secs(60),
+        || sb.get("/apis/batch/v1/namespaces/default/jobs/waits").0 == 200,
+    );
+    // The values file of the call lives in the work folder: it names this test's helm.
+    let needle = w.display().to_string();
+    let helm = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains("helm install waits") && c.contains(&needle))
+            .count()
+    };
+    assert_eq!(helm(), 1, "{}", op.logs());
+    op.kill9();
+    common::wait_for(
+        "the helm process gone with bosun",
+        Duration::from_secs(30),
+        || helm() == 0,
+    );
+}
+
+#[test]
+fn without_the_library_a_helm_binary_found_is_used() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    copy_modules("lifecycle", w);
+    // A tools folder with the binary only, and a working directory without `.tools`.
+    let tools = w.join("tools");
+    std::fs::create_dir_all(tools.join("helm")).expect("tools dir");
+    std::os::unix::fs::symlink(common::helm_bin(), tools.join("helm/helm")).expect("symlink");
+    let tools = tools.display().to_string();
+    let op = Operator::start_in(
+        &sb,
+        &fixture("global-hooks/basic"),
+        w,
+        &[
+            ("BOSUN_TOOLS_DIR", tools.as_str()),
+            ("WORK", &w.display().to_string()),
+            ("BOSUN_HELM_ENGINE", ""),
+            ("HELM_BIN_PATH", ""),
+            ("HELM_LIB_PATH", ""),
+            ("BOSUN_HELM_LIBRARY", ""),
+        ],
+        Some(w),
+    );
+    assert_engine(&op, HelmEngine::Cli, 1);
+    op.wait("the first converge", Duration::from_secs(90), || {
+        journal_converges(w) >= 1
+    });
+    assert_eq!(
+        releases(&sb),
+        BTreeMap::from([("echo".into(), 1), ("toggled".into(), 1)])
+    );
+}
+
+/// Installs a release with the engine under test, as another tool would.
+fn install_release(sb: &Sandbox, chart: &Path, name: &str, engine: HelmEngine) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let lib = bosun::helm::HelmLibrary::load(Some(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/helm/libhelm_c.so"),
-        ))
-        .expect("Helm library (scripts/setup-helm.sh)");
-        let client = lib
+        let client = engine
+            .open()
+            .await
             .client(&bosun::helm::ClusterOptions {
                 kubeconfig: Some(sb.kubeconfig.clone()),
                 context: None,
@@ -414,8 +581,7 @@ fn install_release(sb: &Sandbox, chart: &Path, name: &str) {
     });
 }
 
-#[test]
-fn failing_modules_name_their_cause_and_the_others_still_converge() {
+fn failing_modules_name_their_cause_and_the_others_still_converge(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -448,7 +614,7 @@ fn failing_modules_name_their_cause_and_the_others_still_converge() {
         .expect("chmod");
     assert!(status.success());
 
-    let op = start(&sb, w, &[("BOSUN_TASK_MAX_ATTEMPTS", "2")]);
+    let op = start(&sb, w, engine, &[("BOSUN_TASK_MAX_ATTEMPTS", "2")]);
     let journal = w.join("journal");
     op.wait("the good module installed", Duration::from_secs(60), || {
         releases(&sb).contains_key("good")
@@ -486,8 +652,7 @@ fn failing_modules_name_their_cause_and_the_others_still_converge() {
     drop(op);
 }
 
-#[test]
-fn kill_9_at_random_points_of_the_first_converge_changes_no_outcome() {
+fn kill_9_at_random_points_of_the_first_converge_changes_no_outcome(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -503,7 +668,7 @@ fn kill_9_at_random_points_of_the_first_converge_changes_no_outcome() {
         rng ^= rng << 17;
         rng
     };
-    let mut op = start(&sb, w, &[]);
+    let mut op = start(&sb, w, engine, &[]);
     let mut delays = Vec::new();
     for _ in 0..20 {
         let delay = Duration::from_millis(100 + next() % 2500);
@@ -651,6 +816,7 @@ echo '[{"op":"add", "path":"/badPatch/replicas", "value":"many"}]' > "$CONFIG_VA
         &sb,
         w,
         &w.join("no-global-hooks"),
+        HelmEngine::Library,
         &[("BOSUN_TASK_MAX_ATTEMPTS", "2")],
     );
     let out = w.join("out");
@@ -716,8 +882,7 @@ echo '[{"op":"add", "path":"/badPatch/replicas", "value":"many"}]' > "$CONFIG_VA
     assert_eq!(sb.get(&format!("{CM}/strict")).0, 404);
 }
 
-#[test]
-fn a_missing_namespace_fails_the_module_run_with_the_cause_and_retries() {
+fn a_missing_namespace_fails_the_module_run_with_the_cause_and_retries(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -731,6 +896,7 @@ fn a_missing_namespace_fails_the_module_run_with_the_cause_and_retries() {
         &sb,
         w,
         &w.join("no-global-hooks"),
+        engine,
         &[("ADDON_OPERATOR_NAMESPACE", "absent")],
     );
     let journal = w.join("journal");
@@ -755,8 +921,7 @@ fn a_missing_namespace_fails_the_module_run_with_the_cause_and_retries() {
     });
 }
 
-#[test]
-fn a_config_map_change_during_a_converge_restarts_it() {
+fn a_config_map_change_during_a_converge_restarts_it(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -773,7 +938,7 @@ fn a_config_map_change_during_a_converge_restarts_it() {
         &m.join("020-fast/templates/cm.yaml"),
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fast\ndata:\n  param: {{ .Values.global.param | default \"none\" | quote }}\n",
     );
-    let op = start_with_hooks(&sb, w, &w.join("no-global-hooks"), &[]);
+    let op = start_with_hooks(&sb, w, &w.join("no-global-hooks"), engine, &[]);
     let out = w.join("out");
     op.wait("the slow module running", Duration::from_secs(60), || {
         out.join("slow.started").exists()
@@ -840,8 +1005,7 @@ fn release_records(sb: &Sandbox, release: &str) -> usize {
     list["items"].as_array().map(Vec::len).unwrap_or(0)
 }
 
-#[test]
-fn a_rejected_manifest_is_not_installed_again_at_once() {
+fn a_rejected_manifest_is_not_installed_again_at_once(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
@@ -854,7 +1018,8 @@ fn a_rejected_manifest_is_not_installed_again_at_once() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Bad_Name\n",
     )
     .expect("template");
-    let op = start(&sb, w, &[("BOSUN_TASK_MAX_ATTEMPTS", "1")]);
+    let op = start(&sb, w, engine, &[("BOSUN_TASK_MAX_ATTEMPTS", "1")]);
+    assert_engine(&op, engine, 1);
     let journal = w.join("journal");
     op.wait("the module run failed", Duration::from_secs(60), || {
         module_failure(&journal, "rejected", 1).is_some()

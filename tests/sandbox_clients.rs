@@ -18,14 +18,14 @@ fn python_client_resumes_watch_across_restart() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/python_watch_resume.py"
     );
-    let mut child = Command::new("python3")
+    let mut child = Command::new(common::python())
         .arg(script)
         .arg(&sb.kubeconfig)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("python3 (run scripts/setup.sh for the kubernetes package)");
+        .expect("python3 (run scripts/setup.sh: the kubernetes package in .tools/venv)");
     let mut stdin = child.stdin.take().expect("stdin");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut last = String::new();

@@ -58,6 +58,11 @@ pub struct OperatorConfig {
     pub ignore_releases: Vec<String>,
     /// `HELM_LIB_PATH`: `libhelm_c.so` (default: the set-up location).
     pub helm_library: Option<PathBuf>,
+    /// `HELM_BIN_PATH`: the `helm` binary; setting it chooses the binary over the library
+    /// (unless `BOSUN_HELM_ENGINE=library`).
+    pub helm_binary: Option<PathBuf>,
+    /// `BOSUN_HELM_ENGINE`: `auto` (default), `library` or `cli`.
+    pub helm_engine: crate::helm::EngineChoice,
     /// `ADDON_OPERATOR_CRD_FILTER_PREFIXES`.
     pub crd_filter_prefixes: Vec<String>,
     /// `ADDON_OPERATOR_CRD_EXTRA_LABELS` (`k=v,k2=v2`).
@@ -187,6 +192,15 @@ impl OperatorConfig {
             helm_library: env(&["HELM_LIB_PATH"])
                 .map(PathBuf::from)
                 .or_else(|| defaults.helm_library.clone()),
+            helm_binary: env(&["HELM_BIN_PATH"])
+                .map(PathBuf::from)
+                .or_else(|| defaults.helm_binary.clone()),
+            helm_engine: match env(&["BOSUN_HELM_ENGINE"]) {
+                Some(v) => v
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("BOSUN_HELM_ENGINE: {e}"))?,
+                None => defaults.helm_engine,
+            },
             crd_filter_prefixes: list_env(
                 &["ADDON_OPERATOR_CRD_FILTER_PREFIXES"],
                 &defaults.crd_filter_prefixes,
@@ -261,6 +275,8 @@ impl OperatorConfig {
             helm_timeout: Duration::from_secs(20 * 60),
             ignore_releases: Vec::new(),
             helm_library: None,
+            helm_binary: None,
+            helm_engine: crate::helm::EngineChoice::Auto,
             crd_filter_prefixes: vec!["doc-".into(), "_".into()],
             crd_extra_labels: [("heritage".to_string(), "addon-operator".to_string())].into(),
             monitor_interval: Duration::from_secs(270),
@@ -504,15 +520,22 @@ fn log_config_map_event(
     tracing::info!(configmap = %name, event = kind, resource_version = %version, keys = %keys, "ConfigMap event");
 }
 
-/// Loads the Helm library when some module has a chart.
-fn releases(
+/// Chooses the Helm engine (`BOSUN_HELM_ENGINE`, `HELM_BIN_PATH`, `HELM_LIB_PATH`); none is
+/// needed when no module has a chart.
+async fn releases(
     cfg: &OperatorConfig,
     modules: &[ModuleDef],
     kube: kube::Client,
     namespace: &str,
 ) -> anyhow::Result<Arc<dyn bosun_addon::ports::Releases>> {
-    let lib = match crate::helm::HelmLibrary::load(cfg.helm_library.as_deref()) {
-        Ok(lib) => lib,
+    let settings = crate::helm::EngineSettings {
+        choice: cfg.helm_engine,
+        binary: cfg.helm_binary.clone(),
+        library: cfg.helm_library.clone(),
+        tmp_dir: cfg.tmp_dir.join("helm"),
+    };
+    let engine = match crate::helm::HelmEngine::select(&settings).await {
+        Ok(engine) => engine,
         Err(e) => {
             if let Some(m) = modules.iter().find(|m| m.chart.is_some()) {
                 anyhow::bail!(
@@ -524,7 +547,13 @@ fn releases(
             return Ok(Arc::new(releases::NoHelm(e.to_string())));
         }
     };
-    let client = lib
+    if matches!(engine, crate::helm::HelmEngine::Library(_)) && cfg.helm_binary.is_some() {
+        tracing::info!(
+            "HELM_BIN_PATH is set but BOSUN_HELM_ENGINE=library: the binary is not used"
+        );
+    }
+    tracing::info!(engine = engine.kind(), version = %engine.version(), path = %engine.path().display(), "Helm engine chosen");
+    let client = engine
         .client(&crate::helm::ClusterOptions {
             kubeconfig: cfg.kubeconfig.clone(),
             context: None,
@@ -541,7 +570,7 @@ fn releases(
         skip_crds: true,
     };
     Ok(Arc::new(releases::HelmReleases::new(
-        lib, client, kube, namespace, options,
+        engine, client, kube, namespace, options,
     )))
 }
 
@@ -632,7 +661,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         },
         _ => cfg.clone(),
     };
-    let releases = releases(&helm_cfg, &modules, client.clone(), &namespace)?;
+    let releases = releases(&helm_cfg, &modules, client.clone(), &namespace).await?;
     let watches = crate::watches::WatchManager::new(client.clone());
     let engine = Engine::start(EngineArgs {
         global_hooks,

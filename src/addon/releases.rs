@@ -1,6 +1,7 @@
-//! Helm releases of modules through `libhelm_c.so`, plus the Kubernetes reads Helm does not
-//! do for us: drift of rendered objects, recovery of releases stuck in `pending-*`, and
-//! server-side apply of module CRDs.
+//! Helm releases of modules through either Helm engine (the library or the binary, see
+//! `crate::helm::HelmEngine`), plus the Kubernetes reads Helm does not do for us: drift of
+//! rendered objects, recovery of releases stuck in `pending-*`, and server-side apply of
+//! module CRDs. Checksums, drift and recovery are the same whichever engine runs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{ApiResource, Scope};
 use serde_json::Value;
 
-use crate::helm::{HelmClient, HelmError, HelmLibrary, InstallOptions, Release};
+use crate::helm::{HelmEngine, HelmError, InstallOptions, Release, ReleaseClient};
 
 /// Label holding the checksum of the rendered chart on each release revision.
 pub const CHECKSUM_LABEL: &str = "moduleChecksum";
@@ -19,32 +20,39 @@ pub const CHECKSUM_LABEL: &str = "moduleChecksum";
 /// The field manager of bosun's own server-side applies (module CRDs, diff previews).
 pub const FIELD_MANAGER: &str = "bosun";
 
-/// [`Releases`] with the Helm library.
+/// [`Releases`] with a Helm engine.
 pub struct HelmReleases {
-    lib: HelmLibrary,
-    client: HelmClient,
+    engine: HelmEngine,
+    client: ReleaseClient,
     kube: kube::Client,
     namespace: String,
     options: InstallOptions,
     resources: Mutex<HashMap<(String, String), (ApiResource, bool)>>,
+    /// The last status read of each release, which the upgrade that follows it reuses
+    /// instead of asking Helm again (a whole process with the binary).
+    recent: Mutex<HashMap<String, (std::time::Instant, Option<Release>)>>,
 }
+
+/// How long a status read stands in for a new one before an upgrade.
+const RECENT_STATUS: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl HelmReleases {
     /// Releases in `namespace`; `options` carries `HELM_HISTORY_MAX` and `HELM_TIMEOUT`.
     pub fn new(
-        lib: HelmLibrary,
-        client: HelmClient,
+        engine: HelmEngine,
+        client: ReleaseClient,
         kube: kube::Client,
         namespace: &str,
         options: InstallOptions,
     ) -> HelmReleases {
         HelmReleases {
-            lib,
+            engine,
             client,
             kube,
             namespace: namespace.to_string(),
             options,
             resources: Mutex::new(HashMap::new()),
+            recent: Mutex::new(HashMap::new()),
         }
     }
 
@@ -130,6 +138,16 @@ impl HelmReleases {
         }
     }
 
+    /// The status `status` read for `release` moments ago, taken (used once).
+    fn take_recent(&self, release: &str) -> Option<Option<Release>> {
+        let (at, r) = self
+            .recent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(release)?;
+        (at.elapsed() < RECENT_STATUS).then_some(r)
+    }
+
     async fn latest(&self, release: &str) -> Result<Option<Release>, PortError> {
         match self.client.status(release).await {
             Ok(r) => Ok(Some(r)),
@@ -169,20 +187,6 @@ pub fn rendered_checksum(files: &BTreeMap<String, String>) -> String {
         ctx.update([0u8]);
     }
     format!("{:x}", ctx.finalize())
-}
-
-/// The field manager Helm's server-side applies use: the base name of the program it runs
-/// in (Helm's default), which for the Helm library inside bosun is bosun's own.
-pub fn helm_field_manager() -> String {
-    std::env::args_os()
-        .next()
-        .and_then(|a| {
-            std::path::Path::new(&a)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-        })
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| FIELD_MANAGER.to_string())
 }
 
 /// Adds what Helm sets on every object it installs (the release's ownership label and
@@ -288,7 +292,7 @@ impl Releases for HelmReleases {
         Box::pin(async move {
             tracing::debug!(release = %release, "helm render");
             let files = self
-                .lib
+                .engine
                 .render(&chart, &values, &release, &self.namespace, true)
                 .await
                 .map_err(|e| PortError(e.to_string()))?;
@@ -302,7 +306,12 @@ impl Releases for HelmReleases {
     fn status(&self, release: String) -> BoxFut<'_, Result<Option<ReleaseInfo>, PortError>> {
         Box::pin(async move {
             tracing::debug!(release = %release, "helm status");
-            let Some(r) = self.latest(&release).await? else {
+            let latest = self.latest(&release).await?;
+            self.recent
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(release.clone(), (std::time::Instant::now(), latest.clone()));
+            let Some(r) = latest else {
                 return Ok(None);
             };
             Ok(Some(ReleaseInfo {
@@ -321,7 +330,12 @@ impl Releases for HelmReleases {
         checksum: String,
     ) -> BoxFut<'_, Result<u32, PortError>> {
         Box::pin(async move {
-            let mut latest = self.latest(&release).await?;
+            // The module's check before the upgrade has just read the status (one module
+            // actor per release, so nothing of ours changed the release since).
+            let mut latest = match self.take_recent(&release) {
+                Some(latest) => latest,
+                None => self.latest(&release).await?,
+            };
             if let Some(r) = &latest
                 && r.status().starts_with("pending")
             {
@@ -369,7 +383,11 @@ impl Releases for HelmReleases {
     fn uninstall(&self, release: String) -> BoxFut<'_, Result<bool, PortError>> {
         Box::pin(async move {
             let started = std::time::Instant::now();
-            match self.client.uninstall(&release).await {
+            match self
+                .client
+                .uninstall(&release, self.options.timeout_seconds)
+                .await
+            {
                 Ok(()) => {
                     tracing::info!(release = %release, duration = ?started.elapsed(), "release uninstalled");
                     Ok(true)
@@ -431,7 +449,9 @@ impl Releases for HelmReleases {
         objects: Vec<Value>,
     ) -> BoxFut<'_, Result<Vec<ObjectPreview>, PortError>> {
         Box::pin(async move {
-            let manager = helm_field_manager();
+            // Helm's server-side applies use the name of the program Helm runs in: bosun
+            // for the library, `helm` for the binary.
+            let manager = self.engine.field_manager();
             let mut out = Vec::with_capacity(objects.len());
             for mut obj in objects {
                 helm_owned(&mut obj, &release, &self.namespace);
@@ -474,7 +494,7 @@ impl Releases for HelmReleases {
     }
 }
 
-/// [`Releases`] when no module has a chart and the Helm library is not installed: there is
+/// [`Releases`] when no module has a chart and no Helm engine is installed: there is
 /// nothing to install, and nothing to purge.
 pub struct NoHelm(pub String);
 

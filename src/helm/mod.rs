@@ -1,11 +1,22 @@
-//! Real Helm (v4) through the Helm library built as a C shared library (`libhelm_c.so`,
-//! from the `helm-python-sdk` wheel; `scripts/setup-helm.sh` puts it in `.tools/helm/`).
+//! Real Helm (v4), through one of two engines behind one interface ([`HelmEngine`]):
 //!
-//! Every call runs on a blocking thread (`spawn_blocking`); the library is thread safe
-//! for different releases, and callers serialize writes per release (one module actor
-//! per release).
+//! ```text
+//!   HelmEngine ─┬─ Library: libhelm_c.so (Helm built as a C shared library, from the
+//!               │           helm-python-sdk wheel) loaded in-process (ffi.rs)
+//!               └─ Cli:     the `helm` binary (HELM_BIN_PATH), one process per call (cli.rs)
+//! ```
+//!
+//! `scripts/setup-helm.sh` puts both in `.tools/helm/`. Which one runs is decided once at
+//! start (engine.rs). Library calls run on a blocking thread (`spawn_blocking`); the
+//! library is thread safe for different releases, and callers serialize writes per
+//! release (one module actor per release).
 
+pub mod cli;
+mod engine;
 mod ffi;
+
+pub use cli::{CliClient, HelmCli};
+pub use engine::{EngineChoice, EngineSettings, HelmEngine, ReleaseClient};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,6 +72,53 @@ pub enum HelmError {
     /// The blocking task was cancelled.
     #[error("helm call interrupted")]
     Interrupted,
+    /// The `helm` binary could not be found or started.
+    #[error("helm binary {path}: {message} (set HELM_BIN_PATH, or run scripts/setup-helm.sh)")]
+    Binary {
+        /// The path tried.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The `helm` binary failed.
+    #[error("{}`{command}` failed ({status}): {stderr}", of_release(release))]
+    Command {
+        /// The release.
+        release: String,
+        /// The command line.
+        command: String,
+        /// `exit N`, or killed by a signal.
+        status: String,
+        /// Helm's message (its stderr, on one line).
+        stderr: String,
+    },
+    /// The `helm` binary ran past its deadline and was killed (with its process group).
+    #[error(
+        "{}`{command}` did not finish within {after:?} and was killed",
+        of_release(release)
+    )]
+    TimedOut {
+        /// The release.
+        release: String,
+        /// The command line.
+        command: String,
+        /// The deadline.
+        after: std::time::Duration,
+    },
+    /// No engine could be found.
+    #[error(
+        "no Helm engine: {0} (run scripts/setup-helm.sh, or set HELM_BIN_PATH or HELM_LIB_PATH)"
+    )]
+    NoEngine(String),
+}
+
+/// `release NAME: `, the start of a binary's error about one release.
+fn of_release(release: &str) -> String {
+    if release.is_empty() {
+        String::new()
+    } else {
+        format!("release {release}: ")
+    }
 }
 
 impl HelmError {
@@ -68,8 +126,11 @@ impl HelmError {
     pub fn metric_label(&self) -> &'static str {
         match self {
             HelmError::Library { .. } | HelmError::NotInstalled { .. } => "library",
+            HelmError::Binary { .. } => "binary",
+            HelmError::NoEngine(_) => "no_engine",
             HelmError::NotFound(_) => "not_found",
-            HelmError::Helm { .. } => "helm",
+            HelmError::Helm { .. } | HelmError::Command { .. } => "helm",
+            HelmError::TimedOut { .. } => "timeout",
             HelmError::InvalidInput(_) => "input",
             HelmError::Output { .. } => "output",
             HelmError::Interrupted => "interrupted",
@@ -83,7 +144,12 @@ impl HelmError {
     pub fn is_transient(&self) -> bool {
         match self {
             HelmError::Helm { message, .. } => transient_message(message),
+            HelmError::Command { stderr, .. } => transient_message(stderr),
+            // As a Helm "timed out" message: the API server was too slow this time.
+            HelmError::TimedOut { .. } => true,
             HelmError::Library { .. }
+            | HelmError::Binary { .. }
+            | HelmError::NoEngine(_)
             | HelmError::NotInstalled { .. }
             | HelmError::NotFound(_)
             | HelmError::InvalidInput(_)
@@ -189,11 +255,15 @@ pub const HELM_BURST: u32 = 200;
 pub struct Release(pub Value);
 
 impl Release {
-    /// Revision number.
+    /// Revision number (`helm list -o json` prints it as a string).
     pub fn revision(&self) -> u64 {
-        self.0["version"]
-            .as_u64()
-            .or_else(|| self.0["revision"].as_u64())
+        ["version", "revision"]
+            .iter()
+            .find_map(|k| match &self.0[*k] {
+                Value::Number(n) => n.as_u64(),
+                Value::String(s) => s.parse().ok(),
+                _ => None,
+            })
             .unwrap_or(0)
     }
     /// Status (`deployed`, `failed`, `pending-upgrade`, …).
@@ -536,5 +606,45 @@ mod transient_tests {
             assert!(!helm(m).is_transient(), "{m}");
         }
         assert!(!HelmError::InvalidInput("x".into()).is_transient());
+    }
+
+    #[test]
+    fn binary_errors_name_the_release_the_command_and_helm_s_message() {
+        let failed = |release: &str, command: &str, stderr: &str| HelmError::Command {
+            release: release.into(),
+            command: command.into(),
+            status: "exit 1".into(),
+            stderr: stderr.into(),
+        };
+        let e = failed("echo", "helm upgrade echo /c", "UPGRADE FAILED: boom");
+        assert_eq!(
+            e.to_string(),
+            "release echo: `helm upgrade echo /c` failed (exit 1): UPGRADE FAILED: boom"
+        );
+        assert!(!e.is_transient());
+        assert_eq!(
+            failed("", "helm list", "boom").to_string(),
+            "`helm list` failed (exit 1): boom"
+        );
+        assert!(
+            failed(
+                "echo",
+                "helm status echo",
+                "Kubernetes cluster unreachable: dial tcp: connection refused"
+            )
+            .is_transient()
+        );
+        let timed_out = HelmError::TimedOut {
+            release: "echo".into(),
+            command: "helm upgrade echo /c".into(),
+            after: std::time::Duration::from_secs(61),
+        };
+        assert!(timed_out.is_transient());
+        assert_eq!(timed_out.metric_label(), "timeout");
+        assert!(
+            timed_out
+                .to_string()
+                .starts_with("release echo: `helm upgrade echo /c` did not finish within 61s")
+        );
     }
 }

@@ -17,6 +17,76 @@ pub fn bosun_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_bosun"))
 }
 
+/// The set-up's tools folder: `BOSUN_TOOLS_DIR`, else `.tools` in the repository.
+pub fn tools_dir() -> PathBuf {
+    std::env::var_os("BOSUN_TOOLS_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools"))
+}
+
+/// The Python of the project's virtual environment (`scripts/setup.sh`), which has the
+/// `kubernetes` package; the system `python3` when there is none.
+pub fn python() -> PathBuf {
+    let venv = tools_dir().join("venv/bin/python3");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+/// The two Helm engines bosun can run, for tests that run under both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HelmEngine {
+    /// `libhelm_c.so`, in-process.
+    Library,
+    /// The `helm` binary.
+    Cli,
+}
+
+impl HelmEngine {
+    /// The environment of a `bosun run` that uses this engine.
+    pub fn env(self) -> Vec<(String, String)> {
+        let tools = tools_dir();
+        match self {
+            HelmEngine::Library => vec![
+                ("BOSUN_HELM_ENGINE".into(), "library".into()),
+                (
+                    "HELM_LIB_PATH".into(),
+                    tools.join("helm/libhelm_c.so").display().to_string(),
+                ),
+            ],
+            HelmEngine::Cli => vec![
+                ("BOSUN_HELM_ENGINE".into(), "cli".into()),
+                ("HELM_BIN_PATH".into(), helm_bin().display().to_string()),
+            ],
+        }
+    }
+
+    /// The engine itself, for tests that drive Helm directly.
+    pub async fn open(self) -> bosun::helm::HelmEngine {
+        let tools = tools_dir();
+        let settings = bosun::helm::EngineSettings {
+            choice: match self {
+                HelmEngine::Library => bosun::helm::EngineChoice::Library,
+                HelmEngine::Cli => bosun::helm::EngineChoice::Cli,
+            },
+            binary: Some(helm_bin()),
+            library: Some(tools.join("helm/libhelm_c.so")),
+            tmp_dir: std::env::temp_dir(),
+        };
+        bosun::helm::HelmEngine::select(&settings)
+            .await
+            .unwrap_or_else(|e| panic!("{self:?} engine (scripts/setup-helm.sh): {e}"))
+    }
+}
+
+/// The `helm` binary of the set-up.
+pub fn helm_bin() -> PathBuf {
+    tools_dir().join("helm/helm")
+}
+
 /// A sandbox API server child process.
 pub struct Sandbox {
     /// `http://127.0.0.1:PORT`.
@@ -306,6 +376,8 @@ pub struct Operator {
     /// Start with `env` alone (and `PATH`), not the test's environment.
     clear_env: bool,
     log: PathBuf,
+    /// The working directory of the process (the test's when `None`).
+    cwd: Option<PathBuf>,
 }
 
 impl Operator {
@@ -319,6 +391,7 @@ impl Operator {
                 .collect(),
             clear_env: true,
             log: work.join("operator.log"),
+            cwd: None,
         };
         op.spawn();
         op
@@ -331,6 +404,18 @@ impl Operator {
 
     /// Like [`Operator::start`], with extra environment.
     pub fn start_with(sb: &Sandbox, hooks: &Path, work: &Path, extra: &[(&str, &str)]) -> Operator {
+        Operator::start_in(sb, hooks, work, extra, None)
+    }
+
+    /// Like [`Operator::start_with`], in working directory `dir` when given (the test's
+    /// otherwise).
+    pub fn start_in(
+        sb: &Sandbox,
+        hooks: &Path,
+        work: &Path,
+        extra: &[(&str, &str)],
+        dir: Option<&Path>,
+    ) -> Operator {
         let mut env = vec![
             (
                 "KUBE_CONFIG".to_string(),
@@ -365,6 +450,7 @@ impl Operator {
             env,
             clear_env: false,
             log: work.join("operator.log"),
+            cwd: dir.map(Path::to_path_buf),
         };
         op.spawn();
         op
@@ -384,6 +470,9 @@ impl Operator {
             if let Ok(path) = std::env::var("PATH") {
                 cmd.env("PATH", path);
             }
+        }
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
         }
         let child = cmd
             .arg("run")
