@@ -765,3 +765,136 @@ fn manifests_are_applied_in_the_target_cluster_updated_pruned_and_removed() {
     );
     assert!(in_target("/api/v1/namespaces/default/configmaps/kept").is_some());
 }
+
+/// A Target object in the items' cluster pointing at `target_cluster`.
+fn target_for(sb: &Sandbox, target_cluster: &Sandbox, name: &str) {
+    let kubeconfig = std::fs::read_to_string(&target_cluster.kubeconfig).expect("kubeconfig");
+    let (code, answer) = sb.post(
+        TARGETS,
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": kubeconfig}},
+        }),
+    );
+    assert_eq!(code, 201, "{answer}");
+}
+
+#[test]
+fn manifests_wait_for_readiness_then_export_and_merge_with_live_objects() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}});
+    let mut config = manifest_config(json!([
+        {"manifest": deployment},
+        {"manifest": cm("default", "state", json!({"phase": "starting"})),
+         "annotateBeforeCreate": {"example.com/note": "created-by-bosun"},
+         "patchAfterDeployment": {"data": {"deployed": "yes"}}},
+    ]));
+    // `merge`: what others write into the live objects stays.
+    config["updateStrategy"] = json!("merge");
+    config["readinessChecks"] = json!({"custom": [{"name": "state-done",
+        "resourceSelector": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "state", "namespace": "default"}],
+        "requirements": [{"jsonPath": ".data.phase", "operator": "==", "values": [{"value": "done"}]}]}]});
+    config["exports"] = json!({"exports": [
+        {"key": "web.replicas", "jsonPath": ".spec.replicas",
+         "fromResource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "default"}},
+        {"key": "state.phase", "jsonPath": ".data.phase",
+         "fromResource": {"apiVersion": "v1", "kind": "ConfigMap", "name": "state", "namespace": "default"}},
+    ]});
+    create_item(
+        &sb,
+        "ready",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": config}),
+    );
+    let sbr = &sb;
+    let waiting = |what: &'static str| {
+        move || {
+            item(sbr, "ready").is_some_and(|o| {
+                o["status"]["phase"] == "Progressing"
+                    && o["status"]["conditions"].as_array().is_some_and(|c| {
+                        c.iter().any(|c| {
+                            c["type"] == "ManifestsReady"
+                                && c["status"] == "False"
+                                && c["message"].as_str().is_some_and(|m| m.contains(what))
+                        })
+                    })
+            })
+        }
+    };
+    op.wait(
+        "the item waits for the Deployment",
+        WAIT,
+        waiting("Deployment default/web"),
+    );
+    let in_target = |path: &str| {
+        let (code, v) = target_cluster.get(path);
+        (code == 200).then_some(v)
+    };
+    let state = in_target("/api/v1/namespaces/default/configmaps/state").expect("state");
+    assert_eq!(
+        state["metadata"]["annotations"]["example.com/note"], "created-by-bosun",
+        "annotateBeforeCreate"
+    );
+
+    // The Deployment's controller reports it rolled out.
+    let mut web = in_target("/apis/apps/v1/namespaces/default/deployments/web").expect("web");
+    let generation = web["metadata"]["generation"].clone();
+    web["status"] = json!({"observedGeneration": generation, "replicas": 1,
+                           "updatedReplicas": 1, "availableReplicas": 1, "readyReplicas": 1});
+    let (code, answer) = target_cluster.put(
+        "/apis/apps/v1/namespaces/default/deployments/web/status",
+        &web,
+    );
+    assert_eq!(code, 200, "{answer}");
+    op.wait(
+        "the item waits for the custom check",
+        WAIT,
+        waiting("state-done"),
+    );
+    // Someone else finishes the state: `merge` keeps their value, the check passes.
+    let mut state = in_target("/api/v1/namespaces/default/configmaps/state").expect("state");
+    state["data"]["phase"] = json!("done");
+    let (code, answer) = target_cluster.put("/api/v1/namespaces/default/configmaps/state", &state);
+    assert_eq!(code, 200, "{answer}");
+    let done = wait_phase(&op, &sb, "ready", "Succeeded");
+    let secret = done["status"]["exportRef"]["name"]
+        .as_str()
+        .expect("an export Secret")
+        .to_string();
+    assert_eq!(
+        secret_config(&sb, &secret),
+        Some(json!({"web": {"replicas": 1}, "state": {"phase": "done"}}))
+    );
+    let state = in_target("/api/v1/namespaces/default/configmaps/state").expect("state");
+    assert_eq!(state["data"]["phase"], "done", "merge kept the live value");
+    assert_eq!(state["data"]["deployed"], "yes", "patchAfterDeployment");
+
+    // A bad check fails at once, naming the field.
+    let mut bad = manifest_config(json!([{"manifest": cm("default", "x", json!({}))}]));
+    bad["readinessChecks"] = json!({"custom": [{"name": "c",
+        "resourceSelector": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x"}],
+        "requirements": [{"jsonPath": ".data.y", "operator": "about"}]}]});
+    create_item(
+        &sb,
+        "bad-check",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": bad}),
+    );
+    let failed = wait_phase(&op, &sb, "bad-check", "Failed");
+    let e = &failed["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("readinessChecks.custom[0].requirements[0].operator"),
+        "{e}"
+    );
+}

@@ -27,6 +27,7 @@ pub mod item;
 pub mod manifest;
 pub mod mock;
 pub mod ports;
+pub mod readiness;
 pub mod status;
 pub mod target;
 pub mod timeout;

@@ -1,17 +1,21 @@
-//! The kubernetes-manifest type (`landscaper.gardener.cloud/kubernetes-manifest`), first
-//! slice: ProviderConfiguration v1alpha2 (and v1alpha1), the policies, the `update`
-//! strategy, CRDs → cluster-scoped → namespaced apply order, `managedResources` in the
-//! ProviderStatus, orphans removed, and removal in reverse order on deletion. The
-//! planning is pure ([`ManifestConfig::parse`], [`order`], [`orphans`]); the target
+//! The kubernetes-manifest type (`landscaper.gardener.cloud/kubernetes-manifest`):
+//! ProviderConfiguration v1alpha2 (and v1alpha1), the policies, the update strategies
+//! (`update`, `patch`, `merge`, `mergeOverwrite`), CRDs → cluster-scoped → namespaced apply
+//! order, `annotateBeforeCreate`, `annotateBeforeDelete`/`patchBeforeDelete`,
+//! `managedResources` in the ProviderStatus, orphans removed, default and custom readiness
+//! checks, exports from resources (and the objects they reference), `patchAfterDeployment`,
+//! and removal in reverse order on deletion. The planning is pure
+//! ([`ManifestConfig::parse`], [`order`], [`orphans`], [`crate::readiness`]); the target
 //! cluster is the [`TargetClusters`] port.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::ports::{BoxFut, DeployerType, Job, Outcome};
+use crate::readiness::{Export, ObjectName, ReadinessChecks, UpdateStrategy};
 use crate::status::DeployError;
 use crate::target::ResolvedTarget;
 
@@ -47,16 +51,49 @@ impl Policy {
 }
 
 /// One manifest of the configuration.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Manifest {
     pub policy: Policy,
     pub object: Value,
+    /// Annotations put on the object when it is created.
+    pub annotate_before_create: Map<String, Value>,
+    /// Annotations put on the object before it is deleted.
+    pub annotate_before_delete: Map<String, Value>,
+    /// Deep-merged into the object before it is deleted.
+    pub patch_before_delete: Option<Value>,
+    /// Deep-merged into the object once the item is ready and exported.
+    pub patch_after_deployment: Option<Value>,
 }
 
 /// The ProviderConfiguration, checked.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ManifestConfig {
     pub manifests: Vec<Manifest>,
+    pub update_strategy: UpdateStrategy,
+    pub readiness: ReadinessChecks,
+    pub exports: Vec<Export>,
+}
+
+/// An annotations map of a manifest field.
+fn annotations(v: &Value, field: &str) -> Result<Map<String, Value>, DeployError> {
+    match v {
+        Value::Null => Ok(Map::new()),
+        Value::Object(m) if m.values().all(Value::is_string) => Ok(m.clone()),
+        other => Err(config_error(format!(
+            "{field}: expected a map of strings, got {other}"
+        ))),
+    }
+}
+
+/// A patch object of a manifest field.
+fn patch_object(v: &Value, field: &str) -> Result<Option<Value>, DeployError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Object(_) => Ok(Some(v.clone())),
+        other => Err(config_error(format!(
+            "{field}: expected an object, got {other}"
+        ))),
+    }
 }
 
 fn config_error(message: String) -> DeployError {
@@ -78,14 +115,9 @@ impl ManifestConfig {
                 config["kind"]
             )));
         }
-        match config["updateStrategy"].as_str() {
-            None | Some("update") => {}
-            Some(other) => {
-                return Err(config_error(format!(
-                    "spec.config.updateStrategy: {other:?} is not supported yet (only \"update\")"
-                )));
-            }
-        }
+        let update_strategy = UpdateStrategy::parse(&config["updateStrategy"])?;
+        let readiness = ReadinessChecks::parse(&config["readinessChecks"])?;
+        let exports = crate::readiness::parse_exports(&config["exports"])?;
         let list = match &config["manifests"] {
             Value::Null => Vec::new(),
             Value::Array(a) => a.clone(),
@@ -98,9 +130,26 @@ impl ManifestConfig {
         let mut manifests = Vec::new();
         for (i, m) in list.into_iter().enumerate() {
             let field = format!("spec.config.manifests[{i}]");
+            let mut manifest = Manifest::default();
             let (policy, object) = if api == API_V1ALPHA1 {
                 (Policy::Manage, m)
             } else {
+                manifest.annotate_before_create = annotations(
+                    &m["annotateBeforeCreate"],
+                    &format!("{field}.annotateBeforeCreate"),
+                )?;
+                manifest.annotate_before_delete = annotations(
+                    &m["annotateBeforeDelete"],
+                    &format!("{field}.annotateBeforeDelete"),
+                )?;
+                manifest.patch_before_delete = patch_object(
+                    &m["patchBeforeDelete"],
+                    &format!("{field}.patchBeforeDelete"),
+                )?;
+                manifest.patch_after_deployment = patch_object(
+                    &m["patchAfterDeployment"],
+                    &format!("{field}.patchAfterDeployment"),
+                )?;
                 let policy = match &m["policy"] {
                     Value::Null => Policy::Manage,
                     p => serde_json::from_value(p.clone()).map_err(|_| {
@@ -124,9 +173,16 @@ impl ManifestConfig {
                     "{field}.manifest.metadata.name: missing"
                 )));
             }
-            manifests.push(Manifest { policy, object });
+            manifest.policy = policy;
+            manifest.object = object;
+            manifests.push(manifest);
         }
-        Ok(ManifestConfig { manifests })
+        Ok(ManifestConfig {
+            manifests,
+            update_strategy,
+            readiness,
+            exports,
+        })
     }
 }
 
@@ -177,6 +233,18 @@ impl std::fmt::Display for ResourceRef {
 pub struct Managed {
     pub policy: Policy,
     pub resource: ResourceRef,
+    #[serde(
+        rename = "annotateBeforeDelete",
+        default,
+        skip_serializing_if = "Map::is_empty"
+    )]
+    pub annotate_before_delete: Map<String, Value>,
+    #[serde(
+        rename = "patchBeforeDelete",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub patch_before_delete: Option<Value>,
 }
 
 /// The apply group of an object: CRDs first, then cluster-scoped, then namespaced.
@@ -269,13 +337,194 @@ fn need_target<'a>(job: &Job<'a>) -> Result<&'a ResolvedTarget, DeployError> {
     })
 }
 
+/// The condition the type keeps on the item: whether the readiness checks and exports
+/// are satisfied, and if not, what it waits for.
+const READY_CONDITION: &str = "ManifestsReady";
+
+fn condition(ready: bool, message: &str) -> Value {
+    json!({
+        "type": READY_CONDITION,
+        "status": if ready { "True" } else { "False" },
+        "reason": if ready { "Ready" } else { "Waiting" },
+        "message": message,
+    })
+}
+
 impl ManifestType {
+    async fn get_named(
+        &self,
+        target: &ResolvedTarget,
+        o: &ObjectName,
+    ) -> Result<Option<Value>, DeployError> {
+        let namespaced = self
+            .targets
+            .namespaced(target, &o.api_version, &o.kind)
+            .await?;
+        let r = ResourceRef {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+            namespace: if namespaced {
+                if o.namespace.is_empty() {
+                    "default".into()
+                } else {
+                    o.namespace.clone()
+                }
+            } else {
+                String::new()
+            },
+            uid: String::new(),
+        };
+        self.targets.get(target, &r).await
+    }
+
+    /// What the readiness checks still wait for (empty: ready).
+    async fn not_ready(
+        &self,
+        target: &ResolvedTarget,
+        config: &ManifestConfig,
+        managed: &[Managed],
+    ) -> Result<Vec<String>, DeployError> {
+        let mut waiting = Vec::new();
+        if !config.readiness.disable_default {
+            for m in managed {
+                if let Some(live) = self.targets.get(target, &m.resource).await?
+                    && let Some(why) = crate::readiness::default_not_ready(&live)
+                {
+                    waiting.push(format!("{}: {why}", m.resource));
+                }
+            }
+        }
+        for check in &config.readiness.custom {
+            for o in &check.resources {
+                let label = format!("readiness check {:?}: {} {}", check.name, o.kind, o.name);
+                let Some(live) = self.get_named(target, o).await? else {
+                    waiting.push(format!("{label}: not found"));
+                    continue;
+                };
+                for r in &check.requirements {
+                    if let Some(why) = r.unmet(&live) {
+                        waiting.push(format!("{label}: {why}"));
+                    }
+                }
+            }
+        }
+        Ok(waiting)
+    }
+
+    /// The exports, or what they still wait for.
+    async fn exports(
+        &self,
+        target: &ResolvedTarget,
+        exports: &[Export],
+    ) -> Result<Result<Value, Vec<String>>, DeployError> {
+        let mut out = json!({});
+        let mut waiting = Vec::new();
+        for e in exports {
+            let label = format!("export {:?} from {} {}", e.key, e.from.kind, e.from.name);
+            let Some(from) = self.get_named(target, &e.from).await? else {
+                waiting.push(format!("{label}: object not found"));
+                continue;
+            };
+            let found = crate::readiness::at(&from, &e.json_path)
+                .map_err(|m| config_error(format!("spec.config.exports: {m}")))?
+                .cloned();
+            let Some(found) = found else {
+                waiting.push(format!("{label}: nothing at {}", e.json_path));
+                continue;
+            };
+            let value = match &e.through {
+                None => found,
+                Some((api, kind, path)) => {
+                    let name = found["name"].as_str().unwrap_or_default().to_string();
+                    let namespace = found["namespace"]
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| e.from.namespace.clone());
+                    if name.is_empty() {
+                        waiting.push(format!(
+                            "{label}: {} is not an object reference {{name, namespace}}",
+                            e.json_path
+                        ));
+                        continue;
+                    }
+                    let referred = ObjectName {
+                        api_version: api.clone(),
+                        kind: kind.clone(),
+                        name,
+                        namespace,
+                    };
+                    let Some(obj) = self.get_named(target, &referred).await? else {
+                        waiting.push(format!(
+                            "{label}: referenced {} {} not found",
+                            referred.kind, referred.name
+                        ));
+                        continue;
+                    };
+                    match crate::readiness::at(&obj, path)
+                        .map_err(|m| config_error(format!("spec.config.exports: {m}")))?
+                    {
+                        Some(v) => v.clone(),
+                        None => {
+                            waiting.push(format!(
+                                "{label}: nothing at {path} of {kind} {}",
+                                referred.name
+                            ));
+                            continue;
+                        }
+                    }
+                }
+            };
+            crate::readiness::put_export(&mut out, &e.key, value);
+        }
+        Ok(if waiting.is_empty() {
+            Ok(out)
+        } else {
+            Err(waiting)
+        })
+    }
+
+    /// Writes `object` over `live` unless nothing would change.
+    async fn write_over(
+        &self,
+        target: &ResolvedTarget,
+        live: Value,
+        mut object: Value,
+    ) -> Result<Value, DeployError> {
+        if contained_ignoring_version(&object, &live) {
+            return Ok(live);
+        }
+        object["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
+        self.targets.replace(target, object).await
+    }
+
+    /// Annotates and patches an object as its manifest asks, then deletes it.
+    async fn delete_managed(
+        &self,
+        target: &ResolvedTarget,
+        m: &Managed,
+    ) -> Result<(), DeployError> {
+        if (!m.annotate_before_delete.is_empty() || m.patch_before_delete.is_some())
+            && let Some(live) = self.targets.get(target, &m.resource).await?
+        {
+            let mut object = live.clone();
+            for (k, v) in &m.annotate_before_delete {
+                object["metadata"]["annotations"][k] = v.clone();
+            }
+            if let Some(p) = &m.patch_before_delete {
+                crate::readiness::deep_merge(&mut object, p, true);
+            }
+            self.write_over(target, live, object).await?;
+        }
+        self.targets.delete(target, &m.resource).await
+    }
+
     async fn apply(&self, job: &Job<'_>) -> Result<Outcome, DeployError> {
         let target = need_target(job)?;
         let config = ManifestConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))?;
         let before = managed_of(job.item.status.provider_status.as_ref());
         let mut scoped = Vec::new();
-        for m in config.manifests {
+        for m in &config.manifests {
             if m.policy == Policy::Ignore {
                 continue;
             }
@@ -285,9 +534,10 @@ impl ManifestType {
                 .to_string();
             let kind = m.object["kind"].as_str().unwrap_or_default().to_string();
             let namespaced = self.targets.namespaced(target, &api, &kind).await?;
-            scoped.push((m, namespaced));
+            scoped.push((m.clone(), namespaced));
         }
         let mut managed = Vec::new();
+        let mut after_deployment = Vec::new();
         for i in order(&scoped) {
             let (m, namespaced) = &scoped[i];
             let mut object = m.object.clone();
@@ -305,7 +555,12 @@ impl ManifestType {
             let r = ResourceRef::of(&object);
             let live = self.targets.get(target, &r).await?;
             let written = match live {
-                None => self.targets.create(target, object).await?,
+                None => {
+                    for (k, v) in &m.annotate_before_create {
+                        object["metadata"]["annotations"][k] = v.clone();
+                    }
+                    self.targets.create(target, object).await?
+                }
                 Some(live) => {
                     let owner = live["metadata"]["labels"][DEPLOYITEM_LABEL].as_str();
                     if m.policy == Policy::Fallback && owner.is_some_and(|o| o != job.item.key.name)
@@ -315,30 +570,61 @@ impl ManifestType {
                     if m.policy == Policy::Immutable {
                         live
                     } else {
-                        object["metadata"]["resourceVersion"] =
-                            live["metadata"]["resourceVersion"].clone();
-                        self.targets.replace(target, object).await?
+                        let updated = config.update_strategy.updated(&live, &object);
+                        self.write_over(target, live, updated).await?
                     }
                 }
             };
+            let resource = ResourceRef::of(&written);
+            if let Some(p) = &m.patch_after_deployment {
+                after_deployment.push((resource.clone(), p.clone()));
+            }
             managed.push(Managed {
                 policy: m.policy,
-                resource: ResourceRef::of(&written),
+                resource,
+                annotate_before_delete: m.annotate_before_delete.clone(),
+                patch_before_delete: m.patch_before_delete.clone(),
             });
         }
         let gone = orphans(&before, &managed);
         for o in gone.iter().rev() {
-            self.targets.delete(target, &o.resource).await?;
+            self.delete_managed(target, o).await?;
+        }
+        let provider_status = Some(json!({
+            "apiVersion": API_V1ALPHA2,
+            "kind": "ProviderStatus",
+            "managedResources": managed,
+        }));
+        let progressing = |waiting: Vec<String>| Outcome {
+            phase: crate::item::Phase::Progressing,
+            provider_status: provider_status.clone(),
+            export: None,
+            conditions: vec![condition(false, &waiting.join("; "))],
+        };
+        let waiting = self.not_ready(target, &config, &managed).await?;
+        if !waiting.is_empty() {
+            return Ok(progressing(waiting));
+        }
+        let export = if config.exports.is_empty() {
+            None
+        } else {
+            match self.exports(target, &config.exports).await? {
+                Ok(v) => Some(v),
+                Err(waiting) => return Ok(progressing(waiting)),
+            }
+        };
+        for (r, patch) in after_deployment {
+            if let Some(live) = self.targets.get(target, &r).await? {
+                let mut object = live.clone();
+                crate::readiness::deep_merge(&mut object, &patch, true);
+                self.write_over(target, live, object).await?;
+            }
         }
         Ok(Outcome {
             phase: crate::item::Phase::Succeeded,
-            provider_status: Some(json!({
-                "apiVersion": API_V1ALPHA2,
-                "kind": "ProviderStatus",
-                "managedResources": managed,
-            })),
-            export: None,
-            conditions: Vec::new(),
+            provider_status,
+            export,
+            conditions: vec![condition(true, "every readiness check passed")],
         })
     }
 
@@ -366,11 +652,20 @@ impl ManifestType {
                 {
                     continue;
                 }
-                self.targets.delete(target, &m.resource).await?;
+                self.delete_managed(target, m).await?;
             }
         }
         Ok(())
     }
+}
+
+/// Whether writing `object` over `live` would change nothing (the resourceVersion aside).
+fn contained_ignoring_version(object: &Value, live: &Value) -> bool {
+    let mut o = object.clone();
+    if let Some(meta) = o["metadata"].as_object_mut() {
+        meta.remove("resourceVersion");
+    }
+    crate::readiness::contained(&o, live)
 }
 
 impl DeployerType for ManifestType {
@@ -430,7 +725,7 @@ mod tests {
             bad(json!({"apiVersion": API_V1ALPHA2, "kind": "Configuration"}))
                 .starts_with("spec.config.kind")
         );
-        assert!(bad(json!({"apiVersion": API_V1ALPHA2, "kind": "ProviderConfiguration", "updateStrategy": "merge"})).contains("not supported yet"));
+        assert!(bad(json!({"apiVersion": API_V1ALPHA2, "kind": "ProviderConfiguration", "updateStrategy": "replace"})).contains("spec.config.updateStrategy: unknown strategy"));
     }
 
     #[test]
@@ -438,6 +733,7 @@ mod tests {
         let m = |kind: &str| Manifest {
             policy: Policy::Manage,
             object: json!({"kind": kind}),
+            ..Manifest::default()
         };
         let list = vec![
             (m("ConfigMap"), true),
@@ -459,14 +755,20 @@ mod tests {
         };
         let before = vec![
             Managed {
+                annotate_before_delete: Map::new(),
+                patch_before_delete: None,
                 policy: Policy::Manage,
                 resource: r("a"),
             },
             Managed {
+                annotate_before_delete: Map::new(),
+                patch_before_delete: None,
                 policy: Policy::Manage,
                 resource: r("b"),
             },
             Managed {
+                annotate_before_delete: Map::new(),
+                patch_before_delete: None,
                 policy: Policy::Keep,
                 resource: r("c"),
             },
@@ -474,6 +776,8 @@ mod tests {
         let mut a = r("a");
         a.uid = "other-uid".into();
         let now = vec![Managed {
+            annotate_before_delete: Map::new(),
+            patch_before_delete: None,
             policy: Policy::Manage,
             resource: a,
         }];

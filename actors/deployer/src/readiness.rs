@@ -1,0 +1,648 @@
+//! What the manifest type checks and reads on the objects it applied, all pure: the
+//! update strategies (`update`, `patch`, `merge`, `mergeOverwrite`), simple JSONPaths, the
+//! default readiness checks per kind, custom readiness requirements, and exports.
+
+use serde_json::{Map, Value};
+
+use crate::status::DeployError;
+
+fn config_error(message: String) -> DeployError {
+    DeployError::config("Reconcile", "InvalidProviderConfiguration", message)
+}
+
+/// `updateStrategy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UpdateStrategy {
+    /// The whole object is written as rendered.
+    #[default]
+    Update,
+    /// A JSON merge patch (RFC 7386) of the rendered object onto the live one.
+    Patch,
+    /// The rendered object deep-merged into the live one; fields set live are kept.
+    Merge,
+    /// Deep-merged; rendered values that are not empty overwrite live ones.
+    MergeOverwrite,
+}
+
+impl UpdateStrategy {
+    /// Reads `spec.config.updateStrategy`.
+    pub fn parse(v: &Value) -> Result<UpdateStrategy, DeployError> {
+        match v {
+            Value::Null => Ok(UpdateStrategy::Update),
+            Value::String(s) => match s.as_str() {
+                "update" | "" => Ok(UpdateStrategy::Update),
+                "patch" => Ok(UpdateStrategy::Patch),
+                "merge" => Ok(UpdateStrategy::Merge),
+                "mergeOverwrite" => Ok(UpdateStrategy::MergeOverwrite),
+                other => Err(config_error(format!(
+                    "spec.config.updateStrategy: unknown strategy {other:?} (expected update, patch, merge or mergeOverwrite)"
+                ))),
+            },
+            other => Err(config_error(format!(
+                "spec.config.updateStrategy: expected a string, got {other}"
+            ))),
+        }
+    }
+
+    /// The object to write over `live` for `rendered` (metadata bookkeeping aside).
+    pub fn updated(self, live: &Value, rendered: &Value) -> Value {
+        match self {
+            UpdateStrategy::Update => rendered.clone(),
+            UpdateStrategy::Patch => {
+                let mut out = live.clone();
+                merge_patch(&mut out, rendered);
+                out
+            }
+            UpdateStrategy::Merge => {
+                let mut out = live.clone();
+                deep_merge(&mut out, rendered, false);
+                out
+            }
+            UpdateStrategy::MergeOverwrite => {
+                let mut out = live.clone();
+                deep_merge(&mut out, rendered, true);
+                out
+            }
+        }
+    }
+}
+
+/// RFC 7386: `null` removes, objects merge, anything else replaces.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    if let Value::Object(t) = target {
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+/// Deep merge of `from` into `into`: objects merge key by key; elsewhere `into` keeps its
+/// value unless it has none, or `overwrite` is set and `from`'s value is not empty.
+pub fn deep_merge(into: &mut Value, from: &Value, overwrite: bool) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                match a.get_mut(k) {
+                    Some(existing) => deep_merge(existing, v, overwrite),
+                    None => {
+                        a.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (slot, v) => {
+            if is_empty(slot) || (overwrite && !is_empty(v)) {
+                *slot = v.clone();
+            }
+        }
+    }
+}
+
+/// Whether every field of `want` has the same value in `have` (objects compared key by
+/// key, anything else whole): applying `want` would change nothing.
+pub fn contained(want: &Value, have: &Value) -> bool {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => w
+            .iter()
+            .all(|(k, v)| h.get(k).is_some_and(|hv| contained(v, hv))),
+        _ => want == have,
+    }
+}
+
+/// One step of a path.
+#[derive(Clone, Debug, PartialEq)]
+enum Step {
+    Field(String),
+    Index(usize),
+}
+
+/// Parses the JSONPath subset the deployer configurations use: `.a.b[0].c`, optionally in
+/// `{…}` and after `$`, with `['key.with.dots']` for keys holding dots.
+fn parse_path(path: &str) -> Result<Vec<Step>, String> {
+    let mut p = path.trim();
+    if let Some(inner) = p.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+        p = inner.trim();
+    }
+    p = p.strip_prefix('$').unwrap_or(p);
+    let bytes: Vec<char> = p.chars().collect();
+    let mut steps = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            '.' => {
+                let start = i + 1;
+                let mut end = start;
+                while end < bytes.len() && bytes[end] != '.' && bytes[end] != '[' {
+                    end += 1;
+                }
+                if end == start {
+                    return Err(format!("{path:?}: empty field name at {start}"));
+                }
+                steps.push(Step::Field(bytes[start..end].iter().collect()));
+                i = end;
+            }
+            '[' => {
+                let close = bytes[i..]
+                    .iter()
+                    .position(|c| *c == ']')
+                    .map(|o| i + o)
+                    .ok_or_else(|| format!("{path:?}: unclosed '['"))?;
+                let inner: String = bytes[i + 1..close].iter().collect();
+                let inner = inner.trim();
+                if let Some(key) = inner
+                    .strip_prefix('\'')
+                    .and_then(|s| s.strip_suffix('\''))
+                    .or_else(|| inner.strip_prefix('"').and_then(|s| s.strip_suffix('"')))
+                {
+                    steps.push(Step::Field(key.to_string()));
+                } else {
+                    let n = inner.parse().map_err(|_| {
+                        format!("{path:?}: [{inner}] is not an index or a quoted key")
+                    })?;
+                    steps.push(Step::Index(n));
+                }
+                i = close + 1;
+            }
+            c if i == 0 => {
+                // A path without the leading dot: `status.x`.
+                let mut end = i;
+                while end < bytes.len() && bytes[end] != '.' && bytes[end] != '[' {
+                    end += 1;
+                }
+                let _ = c;
+                steps.push(Step::Field(bytes[i..end].iter().collect()));
+                i = end;
+            }
+            c => return Err(format!("{path:?}: unexpected {c:?} at {i}")),
+        }
+    }
+    Ok(steps)
+}
+
+/// Checks a JSONPath's syntax.
+pub fn check_path(path: &str) -> Result<(), String> {
+    parse_path(path).map(|_| ())
+}
+
+/// The value at `path` in `v` (`None`: not there).
+pub fn at<'a>(v: &'a Value, path: &str) -> Result<Option<&'a Value>, String> {
+    let mut cur = v;
+    for step in parse_path(path)? {
+        let next = match (&step, cur) {
+            (Step::Field(f), Value::Object(o)) => o.get(f),
+            (Step::Index(n), Value::Array(a)) => a.get(*n),
+            _ => None,
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(cur))
+}
+
+fn int(v: &Value, path: &str) -> Option<i64> {
+    at(v, path).ok().flatten().and_then(Value::as_i64)
+}
+
+/// Why an object is not ready by the default checks (`None`: ready, or a kind without a
+/// default check).
+pub fn default_not_ready(o: &Value) -> Option<String> {
+    let kind = o["kind"].as_str().unwrap_or_default();
+    let generation = int(o, ".metadata.generation").unwrap_or(0);
+    let observed = int(o, ".status.observedGeneration").unwrap_or(0);
+    let desired = int(o, ".spec.replicas").unwrap_or(1);
+    let stale = || {
+        (observed < generation)
+            .then(|| format!("observedGeneration {observed} is behind generation {generation}"))
+    };
+    match kind {
+        "Pod" => {
+            if o["status"]["phase"] == "Succeeded" {
+                return None;
+            }
+            let ready = o["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+            (!ready).then(|| "the pod is not Ready".to_string())
+        }
+        "Deployment" => stale().or_else(|| {
+            let updated = int(o, ".status.updatedReplicas").unwrap_or(0);
+            let available = int(o, ".status.availableReplicas").unwrap_or(0);
+            (updated < desired || available < desired)
+                .then(|| format!("{updated} of {desired} replicas updated, {available} available"))
+        }),
+        "ReplicaSet" | "ReplicationController" => stale().or_else(|| {
+            let ready = int(o, ".status.readyReplicas").unwrap_or(0);
+            (ready < desired).then(|| format!("{ready} of {desired} replicas ready"))
+        }),
+        "StatefulSet" => stale().or_else(|| {
+            let current = o["status"]["currentRevision"].as_str().unwrap_or_default();
+            let update = o["status"]["updateRevision"].as_str().unwrap_or_default();
+            if !update.is_empty() && current != update {
+                return Some(format!("revision {update} is still rolling out"));
+            }
+            let ready = int(o, ".status.readyReplicas").unwrap_or(0);
+            (ready < desired).then(|| format!("{ready} of {desired} replicas ready"))
+        }),
+        "DaemonSet" => stale().or_else(|| {
+            let want = int(o, ".status.desiredNumberScheduled").unwrap_or(0);
+            let updated = int(o, ".status.updatedNumberScheduled").unwrap_or(0);
+            let ready = int(o, ".status.numberReady").unwrap_or(0);
+            (updated < want || ready < want)
+                .then(|| format!("{updated} of {want} pods updated, {ready} ready"))
+        }),
+        _ => None,
+    }
+}
+
+/// An object named in a configuration: `{apiVersion, kind, name, namespace}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectName {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+}
+
+impl ObjectName {
+    fn parse(v: &Value, field: &str) -> Result<ObjectName, DeployError> {
+        let s = |k: &str| -> Result<String, DeployError> {
+            match &v[k] {
+                Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                Value::Null if k == "namespace" => Ok(String::new()),
+                Value::Null => Err(config_error(format!("{field}.{k}: missing"))),
+                other => Err(config_error(format!(
+                    "{field}.{k}: expected a string, got {other}"
+                ))),
+            }
+        };
+        Ok(ObjectName {
+            api_version: s("apiVersion")?,
+            kind: s("kind")?,
+            name: s("name")?,
+            namespace: s("namespace")?,
+        })
+    }
+}
+
+/// The operator of a requirement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operator {
+    Exists,
+    NotExists,
+    Equals,
+    NotEquals,
+    In,
+    NotIn,
+}
+
+/// One requirement of a custom check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Requirement {
+    pub json_path: String,
+    pub operator: Operator,
+    pub values: Vec<Value>,
+}
+
+impl Requirement {
+    /// Why `o` does not meet it (`None`: it does).
+    pub fn unmet(&self, o: &Value) -> Option<String> {
+        let found = at(o, &self.json_path).ok().flatten();
+        let matches = |v: &Value| self.values.iter().any(|w| w == v);
+        let ok = match self.operator {
+            Operator::Exists => found.is_some(),
+            Operator::NotExists => found.is_none(),
+            Operator::Equals | Operator::In => found.is_some_and(matches),
+            Operator::NotEquals | Operator::NotIn => !found.is_some_and(matches),
+        };
+        (!ok).then(|| {
+            format!(
+                "{} is {} ({:?} {:?})",
+                self.json_path,
+                found.map_or("missing".to_string(), Value::to_string),
+                self.operator,
+                self.values
+            )
+        })
+    }
+}
+
+/// One custom readiness check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CustomCheck {
+    pub name: String,
+    pub resources: Vec<ObjectName>,
+    pub requirements: Vec<Requirement>,
+}
+
+/// `spec.config.readinessChecks`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReadinessChecks {
+    pub disable_default: bool,
+    pub custom: Vec<CustomCheck>,
+}
+
+impl ReadinessChecks {
+    /// Reads `spec.config.readinessChecks`; every error names the field.
+    pub fn parse(v: &Value) -> Result<ReadinessChecks, DeployError> {
+        const F: &str = "spec.config.readinessChecks";
+        if v.is_null() {
+            return Ok(ReadinessChecks::default());
+        }
+        if !v.is_object() {
+            return Err(config_error(format!("{F}: expected an object, got {v}")));
+        }
+        let disable_default = match &v["disableDefault"] {
+            Value::Null => false,
+            Value::Bool(b) => *b,
+            other => {
+                return Err(config_error(format!(
+                    "{F}.disableDefault: expected true or false, got {other}"
+                )));
+            }
+        };
+        let mut custom = Vec::new();
+        let list = match &v["custom"] {
+            Value::Null => Vec::new(),
+            Value::Array(a) => a.clone(),
+            other => {
+                return Err(config_error(format!(
+                    "{F}.custom: expected a list, got {other}"
+                )));
+            }
+        };
+        for (i, c) in list.iter().enumerate() {
+            let field = format!("{F}.custom[{i}]");
+            if c["disabled"] == Value::Bool(true) {
+                continue;
+            }
+            let name = c["name"].as_str().unwrap_or_default().to_string();
+            if !c["labelSelector"].is_null() {
+                return Err(config_error(format!(
+                    "{field}.labelSelector: not supported by this deployer yet; name the objects in resourceSelector"
+                )));
+            }
+            let resources = match &c["resourceSelector"] {
+                Value::Array(a) if !a.is_empty() => a
+                    .iter()
+                    .enumerate()
+                    .map(|(j, r)| ObjectName::parse(r, &format!("{field}.resourceSelector[{j}]")))
+                    .collect::<Result<Vec<_>, _>>()?,
+                other => {
+                    return Err(config_error(format!(
+                        "{field}.resourceSelector: expected a non-empty list of objects, got {other}"
+                    )));
+                }
+            };
+            let reqs = match &c["requirements"] {
+                Value::Array(a) if !a.is_empty() => a.clone(),
+                other => {
+                    return Err(config_error(format!(
+                        "{field}.requirements: expected a non-empty list, got {other}"
+                    )));
+                }
+            };
+            let mut requirements = Vec::new();
+            for (j, r) in reqs.iter().enumerate() {
+                let rf = format!("{field}.requirements[{j}]");
+                let json_path = r["jsonPath"].as_str().unwrap_or_default().to_string();
+                if json_path.is_empty() {
+                    return Err(config_error(format!("{rf}.jsonPath: missing")));
+                }
+                check_path(&json_path).map_err(|e| config_error(format!("{rf}.jsonPath: {e}")))?;
+                let operator = match r["operator"].as_str() {
+                    Some("exists") => Operator::Exists,
+                    Some("!") => Operator::NotExists,
+                    Some("=") | Some("==") => Operator::Equals,
+                    Some("!=") => Operator::NotEquals,
+                    Some("in") => Operator::In,
+                    Some("notin") => Operator::NotIn,
+                    other => {
+                        return Err(config_error(format!(
+                            "{rf}.operator: expected exists, !, =, ==, !=, in or notin, got {other:?}"
+                        )));
+                    }
+                };
+                let values: Vec<Value> = match &r["values"] {
+                    Value::Null => Vec::new(),
+                    Value::Array(a) => a.iter().map(|v| v["value"].clone()).collect(),
+                    other => {
+                        return Err(config_error(format!(
+                            "{rf}.values: expected a list of {{value: …}}, got {other}"
+                        )));
+                    }
+                };
+                if values.is_empty() && !matches!(operator, Operator::Exists | Operator::NotExists)
+                {
+                    return Err(config_error(format!(
+                        "{rf}.values: the operator {:?} needs at least one value",
+                        r["operator"].as_str().unwrap_or_default()
+                    )));
+                }
+                requirements.push(Requirement {
+                    json_path,
+                    operator,
+                    values,
+                });
+            }
+            custom.push(CustomCheck {
+                name,
+                resources,
+                requirements,
+            });
+        }
+        Ok(ReadinessChecks {
+            disable_default,
+            custom,
+        })
+    }
+}
+
+/// One export: a value read from an object into the export Secret under `key`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Export {
+    pub key: String,
+    pub json_path: String,
+    pub from: ObjectName,
+    /// The value at `json_path` is a reference `{name, namespace}` to an object of this
+    /// `(apiVersion, kind)`, read at the second path.
+    pub through: Option<(String, String, String)>,
+}
+
+/// Reads `spec.config.exports`.
+pub fn parse_exports(v: &Value) -> Result<Vec<Export>, DeployError> {
+    const F: &str = "spec.config.exports.exports";
+    let list = match &v["exports"] {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(a) => a.clone(),
+        other => {
+            return Err(config_error(format!("{F}: expected a list, got {other}")));
+        }
+    };
+    let mut out = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let field = format!("{F}[{i}]");
+        let key = e["key"].as_str().unwrap_or_default().to_string();
+        if key.is_empty() {
+            return Err(config_error(format!("{field}.key: missing")));
+        }
+        let json_path = e["jsonPath"].as_str().unwrap_or_default().to_string();
+        if json_path.is_empty() {
+            return Err(config_error(format!("{field}.jsonPath: missing")));
+        }
+        check_path(&json_path).map_err(|m| config_error(format!("{field}.jsonPath: {m}")))?;
+        if e["fromResource"].is_null() {
+            return Err(config_error(format!(
+                "{field}.fromResource: missing (the object to read {json_path} from)"
+            )));
+        }
+        let from = ObjectName::parse(&e["fromResource"], &format!("{field}.fromResource"))?;
+        let through = match &e["fromObjectRef"] {
+            Value::Null => None,
+            r => {
+                let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+                let (api, kind, path) = (s("apiVersion"), s("kind"), s("jsonPath"));
+                for (k, val) in [("apiVersion", &api), ("kind", &kind), ("jsonPath", &path)] {
+                    if val.is_empty() {
+                        return Err(config_error(format!("{field}.fromObjectRef.{k}: missing")));
+                    }
+                }
+                check_path(&path)
+                    .map_err(|m| config_error(format!("{field}.fromObjectRef.jsonPath: {m}")))?;
+                Some((api, kind, path))
+            }
+        };
+        out.push(Export {
+            key,
+            json_path,
+            from,
+            through,
+        });
+    }
+    Ok(out)
+}
+
+/// Puts `value` at the dotted `key` of `into` (`a.b` → `{a: {b: value}}`), merging.
+pub fn put_export(into: &mut Value, key: &str, value: Value) {
+    let mut nested = value;
+    for part in key.rsplit('.') {
+        let mut m = Map::new();
+        m.insert(part.to_string(), nested);
+        nested = Value::Object(m);
+    }
+    deep_merge(into, &nested, true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn strategies_merge_as_documented() {
+        let live =
+            json!({"data": {"a": "live", "b": "live"}, "metadata": {"resourceVersion": "7"}});
+        let rendered = json!({"data": {"a": "new", "c": "new", "b": ""}});
+        assert_eq!(UpdateStrategy::Update.updated(&live, &rendered), rendered);
+        assert_eq!(
+            UpdateStrategy::Patch.updated(&live, &json!({"data": {"a": "new", "b": null}})),
+            json!({"data": {"a": "new"}, "metadata": {"resourceVersion": "7"}})
+        );
+        assert_eq!(
+            UpdateStrategy::Merge.updated(&live, &rendered)["data"],
+            json!({"a": "live", "b": "live", "c": "new"})
+        );
+        assert_eq!(
+            UpdateStrategy::MergeOverwrite.updated(&live, &rendered)["data"],
+            json!({"a": "new", "b": "live", "c": "new"})
+        );
+        assert!(
+            UpdateStrategy::parse(&json!("replace"))
+                .is_err_and(|e| e.message.contains("spec.config.updateStrategy"))
+        );
+        assert!(contained(&json!({"data": {"a": "live"}}), &live));
+        assert!(!contained(&json!({"data": {"a": "new"}}), &live));
+    }
+
+    #[test]
+    fn paths_read_fields_indices_and_quoted_keys() {
+        let o = json!({"status": {"conditions": [{"type": "Ready"}], "a.b": 1}});
+        assert_eq!(
+            at(&o, ".status.conditions[0].type").ok().flatten(),
+            Some(&json!("Ready"))
+        );
+        assert_eq!(at(&o, "{.status['a.b']}").ok().flatten(), Some(&json!(1)));
+        assert_eq!(at(&o, "status.conditions[3]").ok().flatten(), None);
+        assert!(at(&o, ".status..x").is_err());
+        assert!(at(&o, ".status[x]").is_err());
+    }
+
+    #[test]
+    fn default_checks_per_kind() {
+        let dep = |observed: i64, updated: i64, available: i64| {
+            json!({"kind": "Deployment", "metadata": {"generation": 2}, "spec": {"replicas": 2},
+                   "status": {"observedGeneration": observed, "updatedReplicas": updated, "availableReplicas": available}})
+        };
+        assert!(default_not_ready(&dep(1, 2, 2)).is_some_and(|r| r.contains("observedGeneration")));
+        assert!(default_not_ready(&dep(2, 1, 2)).is_some());
+        assert_eq!(default_not_ready(&dep(2, 2, 2)), None);
+        let pod =
+            json!({"kind": "Pod", "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        assert_eq!(default_not_ready(&pod), None);
+        assert!(default_not_ready(&json!({"kind": "Pod", "status": {}})).is_some());
+        assert_eq!(default_not_ready(&json!({"kind": "ConfigMap"})), None);
+        let ss = json!({"kind": "StatefulSet", "spec": {"replicas": 1},
+                        "status": {"currentRevision": "a", "updateRevision": "b", "readyReplicas": 1}});
+        assert!(default_not_ready(&ss).is_some_and(|r| r.contains("rolling out")));
+    }
+
+    #[test]
+    fn custom_checks_and_exports_parse_with_named_errors() {
+        let checks = ReadinessChecks::parse(&json!({"custom": [{"name": "ready",
+            "resourceSelector": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "namespace": "d"}],
+            "requirements": [{"jsonPath": ".data.state", "operator": "in", "values": [{"value": "ok"}, {"value": "done"}]}]}]}));
+        let Ok(checks) = checks else {
+            panic!("{checks:?}")
+        };
+        let req = &checks.custom[0].requirements[0];
+        assert_eq!(req.unmet(&json!({"data": {"state": "done"}})), None);
+        assert!(req.unmet(&json!({"data": {"state": "no"}})).is_some());
+        let bad = ReadinessChecks::parse(
+            &json!({"custom": [{"resourceSelector": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c"}],
+            "requirements": [{"jsonPath": ".x", "operator": "~"}]}]}),
+        );
+        assert!(bad.is_err_and(|e| e.message.contains("custom[0].requirements[0].operator")));
+        let exports = parse_exports(&json!({"exports": [{"key": "a.b", "jsonPath": ".data.x",
+            "fromResource": {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "namespace": "d"}}]}));
+        assert!(exports.is_ok_and(|e| e.len() == 1));
+        let bad = parse_exports(&json!({"exports": [{"key": "a", "jsonPath": ".x"}]}));
+        assert!(bad.is_err_and(|e| e.message.contains("exports[0].fromResource")));
+        let mut out = json!({});
+        put_export(&mut out, "a.b", json!(1));
+        put_export(&mut out, "a.c", json!(2));
+        assert_eq!(out, json!({"a": {"b": 1, "c": 2}}));
+    }
+}
