@@ -593,7 +593,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
         self.record_wait(&task);
         let line = self.log_line(&task);
         // The previous error was logged when it happened ("task failed", in its own field).
-        tracing::info!(queue = %self.name, task = %line, attempt = task.attempts + 1, failures = task.failures, "task started");
+        tracing::info!(queue = %self.name, task = %line, attempt = task.attempts, failures = task.failures, "task started");
         let handler = self.handler.clone();
         let me = self.me.clone();
         let mailbox = self.mailbox.clone();
