@@ -484,6 +484,18 @@ impl Operator {
         self.child = Some(child);
     }
 
+    /// Whether the process has exited (it is reaped then).
+    pub fn exited(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(Some(_))) => {
+                self.child = None;
+                true
+            }
+            Some(_) => false,
+            None => true,
+        }
+    }
+
     /// The process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
