@@ -11,11 +11,11 @@
 //!
 //! | area                                              | shapes |
 //! |---------------------------------------------------|--------|
-//! | hook `--config` (`HOOK_CONFIG_CASES`)             |   56   |
+//! | hook `--config` (`HOOK_CONFIG_CASES` 56, `HOOK_CONFIG_DOCUMENT_CASES` 4) | 60 |
 //! | values / config values patches (`PATCH_CASES`)   |   20   |
 //! | ConfigMap sections (`CONFIG_MAP_CASES`)           |    9   |
 //! | `METRICS_PATH` lines (`METRICS_CASES`)            |   23   |
-//! | total                                             |  108   |
+//! | total                                             |  112   |
 //!
 //! Run: `cargo test -p bosun-addon --test bad_input`.
 
@@ -46,7 +46,11 @@ fn garbage() -> impl Strategy<Value = String> {
 /// A value nested `depth` levels deep in lists and objects.
 fn deep(depth: usize) -> Value {
     (0..depth).fold(json!("x"), |v, i| {
-        if i % 2 == 0 { json!([v]) } else { json!({ "a": v }) }
+        if i % 2 == 0 {
+            json!([v])
+        } else {
+            json!({ "a": v })
+        }
     })
 }
 
@@ -107,67 +111,301 @@ fn remove(v: &mut Value, key: &str) {
 
 const HOOK_CONFIG_CASES: &[ConfigCase] = &[
     // configVersion
-    cc(|v, _| v["configVersion"] = json!(1), "configVersion", "expected \"v1\""),
-    cc(|v, g| v["configVersion"] = json!(g), "configVersion", "expected \"v1\""),
-    cc(|v, _| v["configVersion"] = json!(["v1"]), "configVersion", "expected \"v1\""),
+    cc(
+        |v, _| v["configVersion"] = json!(1),
+        "configVersion",
+        "expected \"v1\"",
+    ),
+    cc(
+        |v, g| v["configVersion"] = json!(g),
+        "configVersion",
+        "expected \"v1\"",
+    ),
+    cc(
+        |v, _| v["configVersion"] = json!(["v1"]),
+        "configVersion",
+        "expected \"v1\"",
+    ),
     // onStartup
-    cc(|v, g| v["onStartup"] = json!(g), "onStartup", "expected an integer order"),
-    cc(|v, _| v["onStartup"] = json!(1.5), "onStartup", "expected an integer order"),
-    cc(|v, _| v["onStartup"] = deep(40), "onStartup", "expected an integer order"),
+    cc(
+        |v, g| v["onStartup"] = json!(g),
+        "onStartup",
+        "expected an integer order",
+    ),
+    cc(
+        |v, _| v["onStartup"] = json!(1.5),
+        "onStartup",
+        "expected an integer order",
+    ),
+    cc(
+        |v, _| v["onStartup"] = deep(40),
+        "onStartup",
+        "expected an integer order",
+    ),
     // top level
-    cc(|v, g| v[format!("x{g}")] = json!(1), "x", "unknown field; expected one of"),
-    cc(|v, _| v["beforeHelm"] = json!(1), "beforeHelm", "not allowed in a global hook"),
-    cc(|v, _| v["kubernetesValidating"] = json!([]), "kubernetesValidating", "webhooks are not supported"),
+    cc(
+        |v, g| v[format!("x{g}")] = json!(1),
+        "x",
+        "unknown field; expected one of",
+    ),
+    cc(
+        |v, _| v["beforeHelm"] = json!(1),
+        "beforeHelm",
+        "not allowed in a global hook",
+    ),
+    cc(
+        |v, _| v["kubernetesValidating"] = json!([]),
+        "kubernetesValidating",
+        "webhooks are not supported",
+    ),
     // schedule
-    cc(|v, g| v["schedule"] = json!({ "crontab": g }), "schedule", "expected a list of bindings"),
-    cc(|v, _| v["schedule"] = json!([]), "schedule", "expected at least 1 binding"),
-    cc(|v, g| v["schedule"][0] = json!(g), "schedule[0]", "expected an object"),
-    cc(|v, _| remove(s0(v), "crontab"), "schedule[0].crontab", "required field is missing"),
-    cc(|v, g| s0(v)["crontab"] = json!(g), "schedule[0].crontab", "invalid crontab"),
-    cc(|v, _| s0(v)["crontab"] = json!(5), "schedule[0].crontab", "expected a string"),
-    cc(|v, _| s0(v)["crontab"] = json!("@every -5s"), "schedule[0].crontab", "invalid crontab"),
-    cc(|v, g| s0(v)[format!("x{g}")] = json!(1), "schedule[0].x", "unknown field"),
-    cc(|v, g| s0(v)["allowFailure"] = json!(g), "schedule[0].allowFailure", "expected true or false"),
-    cc(|v, _| s0(v)["includeSnapshotsFrom"] = json!([]), "schedule[0].includeSnapshotsFrom", "expected at least 1 item"),
-    cc(|v, g| s0(v)["includeSnapshotsFrom"] = json!([g]), "schedule[0].includeSnapshotsFrom", "is not the name of a kubernetes binding"),
-    cc(|v, _| s0(v)["queue"] = json!(7), "schedule[0].queue", "expected a string"),
+    cc(
+        |v, g| v["schedule"] = json!({ "crontab": g }),
+        "schedule",
+        "expected a list of bindings",
+    ),
+    cc(
+        |v, _| v["schedule"] = json!([]),
+        "schedule",
+        "expected at least 1 binding",
+    ),
+    cc(
+        |v, g| v["schedule"][0] = json!(g),
+        "schedule[0]",
+        "expected an object",
+    ),
+    cc(
+        |v, _| remove(s0(v), "crontab"),
+        "schedule[0].crontab",
+        "required field is missing",
+    ),
+    cc(
+        |v, g| s0(v)["crontab"] = json!(g),
+        "schedule[0].crontab",
+        "invalid crontab",
+    ),
+    cc(
+        |v, _| s0(v)["crontab"] = json!(5),
+        "schedule[0].crontab",
+        "expected a string",
+    ),
+    cc(
+        |v, _| s0(v)["crontab"] = json!("@every -5s"),
+        "schedule[0].crontab",
+        "invalid crontab",
+    ),
+    cc(
+        |v, g| s0(v)[format!("x{g}")] = json!(1),
+        "schedule[0].x",
+        "unknown field",
+    ),
+    cc(
+        |v, g| s0(v)["allowFailure"] = json!(g),
+        "schedule[0].allowFailure",
+        "expected true or false",
+    ),
+    cc(
+        |v, _| s0(v)["includeSnapshotsFrom"] = json!([]),
+        "schedule[0].includeSnapshotsFrom",
+        "expected at least 1 item",
+    ),
+    cc(
+        |v, g| s0(v)["includeSnapshotsFrom"] = json!([g]),
+        "schedule[0].includeSnapshotsFrom",
+        "is not the name of a kubernetes binding",
+    ),
+    cc(
+        |v, _| s0(v)["queue"] = json!(7),
+        "schedule[0].queue",
+        "expected a string",
+    ),
     // kubernetes
-    cc(|v, g| v["kubernetes"] = json!(g), "kubernetes", "expected a list of bindings"),
-    cc(|v, _| v["kubernetes"] = json!([]), "kubernetes", "expected at least 1 binding"),
-    cc(|v, _| v["kubernetes"][0] = json!(["Pod"]), "kubernetes[0]", "expected an object"),
-    cc(|v, _| remove(k0(v), "kind"), "kubernetes[0].kind", "required field is missing"),
-    cc(|v, _| k0(v)["kind"] = json!(""), "kubernetes[0].kind", "required field is missing"),
-    cc(|v, _| k0(v)["kind"] = json!(1e300), "kubernetes[0].kind", "expected a string"),
-    cc(|v, g| k0(v)["apiVersion"] = json!(format!("a/{g}/c")), "kubernetes[0].apiVersion", "is not a group/version"),
-    cc(|v, _| k0(v)["apiVersion"] = json!("/v1"), "kubernetes[0].apiVersion", "is not a group/version"),
-    cc(|v, g| k0(v)["executeHookOnEvent"] = json!([g]), "kubernetes[0].executeHookOnEvent[0]", "expected Added, Modified or Deleted"),
-    cc(|v, _| k0(v)["executeHookOnEvent"] = json!("Added"), "kubernetes[0].executeHookOnEvent", "expected a list of strings"),
-    cc(|v, _| k0(v)["executeHookOnEvent"] = json!(["Added", 3]), "kubernetes[0].executeHookOnEvent[1]", "expected a string"),
-    cc(|v, g| k0(v)["nameSelector"] = json!(g), "kubernetes[0].nameSelector", "expected an object"),
-    cc(|v, _| k0(v)["nameSelector"] = json!({}), "kubernetes[0].nameSelector.matchNames", "required field is missing"),
-    cc(|v, _| k0(v)["nameSelector"] = json!({ "matchNames": [{}] }), "kubernetes[0].nameSelector.matchNames[0]", "expected a string"),
-    cc(|v, _| k0(v)["labelSelector"] = json!({}), "kubernetes[0].labelSelector", "expected matchLabels and/or matchExpressions"),
-    cc(|v, _| k0(v)["labelSelector"]["matchLabels"]["app"] = deep(30), "kubernetes[0].labelSelector.matchLabels.app", "expected a string"),
-    cc(|v, g| k0(v)["labelSelector"] = json!({ "matchExpressions": [{ "key": "a", "operator": g }] }), "kubernetes[0].labelSelector.matchExpressions[0].operator", "expected In, NotIn, Exists or DoesNotExist"),
-    cc(|v, _| k0(v)["labelSelector"] = json!({ "matchExpressions": [{ "key": "a", "operator": "In" }] }), "kubernetes[0].labelSelector.matchExpressions[0].values", "needs at least one value"),
-    cc(|v, _| k0(v)["labelSelector"] = json!({ "matchExpressions": [{ "key": "a", "operator": "Exists", "values": ["b"] }] }), "kubernetes[0].labelSelector.matchExpressions[0].values", "takes no values"),
-    cc(|v, _| k0(v)["labelSelector"] = json!({ "matchExpressions": [{ "operator": "Exists" }] }), "kubernetes[0].labelSelector.matchExpressions[0].key", "required field is missing"),
-    cc(|v, g| k0(v)["labelSelector"] = json!({ "matchExpressions": g }), "kubernetes[0].labelSelector.matchExpressions", "expected a list"),
-    cc(|v, _| k0(v)["jqFilter"] = json!(42), "kubernetes[0].jqFilter", "expected a string"),
-    cc(|v, g| k0(v)[format!("x{g}")] = json!(true), "kubernetes[0].x", "unknown field; expected one of"),
-    cc(|v, g| k0(v)["fieldSelector"] = json!({ "matchExpressions": [{ "field": "a", "operator": g, "value": "b" }] }), "kubernetes[0].fieldSelector.matchExpressions[0].operator", "expected =, ==, Equals, != or NotEquals"),
-    cc(|v, _| k0(v)["fieldSelector"] = json!({}), "kubernetes[0].fieldSelector.matchExpressions", "required list is missing"),
-    cc(|v, g| k0(v)["namespace"] = json!({ format!("x{g}"): 1 }), "kubernetes[0].namespace.x", "unknown field"),
-    cc(|v, g| k0(v)["resynchronizationPeriod"] = json!(g), "kubernetes[0].resynchronizationPeriod", "is not a duration"),
-    cc(|v, _| k0(v)["waitForSynchronization"] = json!(3), "kubernetes[0].waitForSynchronization", "expected true or false"),
-    cc(|v, g| k0(v)["keepFullObjectsInMemory"] = json!(g), "kubernetes[0].keepFullObjectsInMemory", "expected true or false"),
-    cc(|v, _| k0(v)["group"] = json!(["g"]), "kubernetes[0].group", "expected a string"),
+    cc(
+        |v, g| v["kubernetes"] = json!(g),
+        "kubernetes",
+        "expected a list of bindings",
+    ),
+    cc(
+        |v, _| v["kubernetes"] = json!([]),
+        "kubernetes",
+        "expected at least 1 binding",
+    ),
+    cc(
+        |v, _| v["kubernetes"][0] = json!(["Pod"]),
+        "kubernetes[0]",
+        "expected an object",
+    ),
+    cc(
+        |v, _| remove(k0(v), "kind"),
+        "kubernetes[0].kind",
+        "required field is missing",
+    ),
+    cc(
+        |v, _| k0(v)["kind"] = json!(""),
+        "kubernetes[0].kind",
+        "required field is missing",
+    ),
+    cc(
+        |v, _| k0(v)["kind"] = json!(1e300),
+        "kubernetes[0].kind",
+        "expected a string",
+    ),
+    cc(
+        |v, g| k0(v)["apiVersion"] = json!(format!("a/{g}/c")),
+        "kubernetes[0].apiVersion",
+        "is not a group/version",
+    ),
+    cc(
+        |v, _| k0(v)["apiVersion"] = json!("/v1"),
+        "kubernetes[0].apiVersion",
+        "is not a group/version",
+    ),
+    cc(
+        |v, g| k0(v)["executeHookOnEvent"] = json!([g]),
+        "kubernetes[0].executeHookOnEvent[0]",
+        "expected Added, Modified or Deleted",
+    ),
+    cc(
+        |v, _| k0(v)["executeHookOnEvent"] = json!("Added"),
+        "kubernetes[0].executeHookOnEvent",
+        "expected a list of strings",
+    ),
+    cc(
+        |v, _| k0(v)["executeHookOnEvent"] = json!(["Added", 3]),
+        "kubernetes[0].executeHookOnEvent[1]",
+        "expected a string",
+    ),
+    cc(
+        |v, g| k0(v)["nameSelector"] = json!(g),
+        "kubernetes[0].nameSelector",
+        "expected an object",
+    ),
+    cc(
+        |v, _| k0(v)["nameSelector"] = json!({}),
+        "kubernetes[0].nameSelector.matchNames",
+        "required field is missing",
+    ),
+    cc(
+        |v, _| k0(v)["nameSelector"] = json!({ "matchNames": [{}] }),
+        "kubernetes[0].nameSelector.matchNames[0]",
+        "expected a string",
+    ),
+    cc(
+        |v, _| k0(v)["labelSelector"] = json!({}),
+        "kubernetes[0].labelSelector",
+        "expected matchLabels and/or matchExpressions",
+    ),
+    cc(
+        |v, _| k0(v)["labelSelector"]["matchLabels"]["app"] = deep(30),
+        "kubernetes[0].labelSelector.matchLabels.app",
+        "expected a string",
+    ),
+    cc(
+        |v, g| {
+            k0(v)["labelSelector"] = json!({ "matchExpressions": [{ "key": "a", "operator": g }] })
+        },
+        "kubernetes[0].labelSelector.matchExpressions[0].operator",
+        "expected In, NotIn, Exists or DoesNotExist",
+    ),
+    cc(
+        |v, _| {
+            k0(v)["labelSelector"] =
+                json!({ "matchExpressions": [{ "key": "a", "operator": "In" }] })
+        },
+        "kubernetes[0].labelSelector.matchExpressions[0].values",
+        "needs at least one value",
+    ),
+    cc(
+        |v, _| {
+            k0(v)["labelSelector"] = json!({ "matchExpressions": [{ "key": "a", "operator": "Exists", "values": ["b"] }] })
+        },
+        "kubernetes[0].labelSelector.matchExpressions[0].values",
+        "takes no values",
+    ),
+    cc(
+        |v, _| k0(v)["labelSelector"] = json!({ "matchExpressions": [{ "operator": "Exists" }] }),
+        "kubernetes[0].labelSelector.matchExpressions[0].key",
+        "required field is missing",
+    ),
+    cc(
+        |v, g| k0(v)["labelSelector"] = json!({ "matchExpressions": g }),
+        "kubernetes[0].labelSelector.matchExpressions",
+        "expected a list",
+    ),
+    cc(
+        |v, _| k0(v)["jqFilter"] = json!(42),
+        "kubernetes[0].jqFilter",
+        "expected a string",
+    ),
+    cc(
+        |v, g| k0(v)[format!("x{g}")] = json!(true),
+        "kubernetes[0].x",
+        "unknown field; expected one of",
+    ),
+    cc(
+        |v, g| {
+            k0(v)["fieldSelector"] =
+                json!({ "matchExpressions": [{ "field": "a", "operator": g, "value": "b" }] })
+        },
+        "kubernetes[0].fieldSelector.matchExpressions[0].operator",
+        "expected =, ==, Equals, != or NotEquals",
+    ),
+    cc(
+        |v, _| k0(v)["fieldSelector"] = json!({}),
+        "kubernetes[0].fieldSelector.matchExpressions",
+        "required list is missing",
+    ),
+    cc(
+        |v, g| k0(v)["namespace"] = json!({ format!("x{g}"): 1 }),
+        "kubernetes[0].namespace.x",
+        "unknown field",
+    ),
+    cc(
+        |v, g| k0(v)["resynchronizationPeriod"] = json!(g),
+        "kubernetes[0].resynchronizationPeriod",
+        "is not a duration",
+    ),
+    cc(
+        |v, _| k0(v)["waitForSynchronization"] = json!(3),
+        "kubernetes[0].waitForSynchronization",
+        "expected true or false",
+    ),
+    cc(
+        |v, g| k0(v)["keepFullObjectsInMemory"] = json!(g),
+        "kubernetes[0].keepFullObjectsInMemory",
+        "expected true or false",
+    ),
+    cc(
+        |v, _| k0(v)["group"] = json!(["g"]),
+        "kubernetes[0].group",
+        "expected a string",
+    ),
     // settings
-    cc(|v, _| v["settings"]["executionBurst"] = json!(0), "settings.executionBurst", "expected a positive integer"),
-    cc(|v, g| v["settings"]["executionBurst"] = json!(g), "settings.executionBurst", "expected a positive integer"),
-    cc(|v, g| v["settings"]["executionMinInterval"] = json!(g), "settings.executionMinInterval", "is not a duration"),
-    cc(|v, _| v["settings"]["executionMinPeriod"] = json!("1s"), "settings.executionMinPeriod", "not both"),
-    cc(|v, _| v["settings"] = json!([1]), "settings", "expected an object"),
+    cc(
+        |v, _| v["settings"]["executionBurst"] = json!(0),
+        "settings.executionBurst",
+        "expected a positive integer",
+    ),
+    cc(
+        |v, g| v["settings"]["executionBurst"] = json!(g),
+        "settings.executionBurst",
+        "expected a positive integer",
+    ),
+    cc(
+        |v, g| v["settings"]["executionMinInterval"] = json!(g),
+        "settings.executionMinInterval",
+        "is not a duration",
+    ),
+    cc(
+        |v, _| v["settings"]["executionMinPeriod"] = json!("1s"),
+        "settings.executionMinPeriod",
+        "not both",
+    ),
+    cc(
+        |v, _| v["settings"] = json!([1]),
+        "settings",
+        "expected an object",
+    ),
 ];
 
 /// Whole-document shapes: the field is empty (the document), the message says why.
@@ -182,8 +420,10 @@ fn check_hook_config(case: &ConfigCase, token: &str, hook: &str) {
     let mut doc = valid_hook_config();
     (case.mutate)(&mut doc, token);
     let text = serde_json::to_string(&doc).unwrap();
-    let err = hook_config::parse(&text, HookKind::Global, hook)
-        .expect_err(&format!("accepted a config with a broken {}: {text}", case.field));
+    let err = hook_config::parse(&text, HookKind::Global, hook).expect_err(&format!(
+        "accepted a config with a broken {}: {text}",
+        case.field
+    ));
     let shown = err.to_string();
     assert_eq!(err.hook, hook, "{shown}");
     assert!(
@@ -214,7 +454,10 @@ fn every_hook_config_shape_names_its_field() {
     for (text, expected) in HOOK_CONFIG_DOCUMENT_CASES {
         let err = hook_config::parse(text, HookKind::Module, "hooks/doc.sh").expect_err(text);
         let shown = err.to_string();
-        assert!(shown.contains("hooks/doc.sh") && shown.contains(expected), "{shown}");
+        assert!(
+            shown.contains("hooks/doc.sh") && shown.contains(expected),
+            "{shown}"
+        );
     }
 }
 
@@ -289,33 +532,155 @@ const fn pc(
 }
 
 const PATCH_CASES: &[PatchCase] = &[
-    pc(Writer::Module, VALUES, |g| format!("[{{\"op\": \"add\", {g}"), &["not a JSON patch stream at item 0"]),
-    pc(Writer::Module, VALUES, |g| format!("\"{g}\""), &["item 0", "expected an operation object or a list of them"]),
-    pc(Writer::Module, VALUES, |_| "42".into(), &["item 0", "expected an operation object"]),
-    pc(Writer::Module, VALUES, |g| format!(r#"[{{"path": "/myModule/{g}", "value": 1}}]"#), &["item 0", "has no \"op\""]),
-    pc(Writer::Module, VALUES, |g| format!(r#"[{{"op": "replace", "path": "/myModule/{g}", "value": 1}}]"#), &["operation 0 (replace /myModule/", "may only use add and remove"]),
-    pc(Writer::Module, VALUES, |g| format!(r#"[{{"op": "move", "from": "/myModule/a", "path": "/myModule/{g}"}}]"#), &["operation 0 (move", "may only use add and remove"]),
-    pc(Writer::Module, VALUES, |g| format!(r#"[{{"op": "{g}", "path": "/myModule/a"}}]"#), &["operation 0 (zq", "may only use add and remove"]),
-    pc(Writer::Module, VALUES, |g| format!(r#"[{{"op": "add", "path": "/myModule/{g}"}}]"#), &["item 0", "missing field `value`"]),
-    pc(Writer::Module, VALUES, |_| r#"[{"op": "add", "path": 5, "value": 1}]"#.into(), &["item 0", "invalid type"]),
-    pc(Writer::Module, VALUES, |g| format!(r#"[{{"op": "add", "path": "myModule/{g}", "value": 1}}]"#), &["item 0"]),
-    pc(Writer::Module, VALUES, |g| format!(r#"[{{"op": "add", "path": "/global/{g}", "value": 1}}]"#), &["operation 0 changes /global/", "outside this hook's values (/myModule/…)"]),
-    pc(Writer::Module, VALUES, |g| format!(r#"[{{"op": "remove", "path": "/otherModule/{g}"}}]"#), &["operation 0 changes /otherModule/", "(/myModule/…)"]),
-    pc(Writer::Module, VALUES, |g| format!(r#"{{"op": "add", "path": "/myModule/a", "value": 1}} [{{"op": "add", "path": "/{g}", "value": 1}}]"#), &["operation 1 changes /zq", "(/myModule/…)"]),
-    pc(Writer::Global, VALUES, |g| format!(r#"[{{"op": "add", "path": "/myModule/{g}", "value": 1}}]"#), &["operation 0 changes /myModule/", "(/global/… and /<module>Enabled)"]),
-    pc(Writer::Global, VALUES, |g| format!(r#"[{{"op": "add", "path": "/{g}Enabled/x", "value": true}}]"#), &["operation 0 changes /zq", "(/global/… and /<module>Enabled)"]),
-    pc(Writer::Global, VALUES, |_| r#"[{"op": "add", "path": "/Enabled", "value": true}]"#.into(), &["operation 0 changes /Enabled"]),
-    pc(Writer::Module, CONFIG, |g| format!(r#"[{{"op": "copy", "from": "/myModule/a", "path": "/myModule/{g}"}}]"#), &["operation 0 (copy", "may only use add and remove"]),
-    pc(Writer::Module, CONFIG, |g| format!(r#"[{{"op": "add", "path": "/global/{g}", "value": 1}}]"#), &["operation 0 changes /global/", "(/myModule/…)"]),
-    pc(Writer::Global, CONFIG, |g| format!(r#"[{{"op": "add", "path": "/{g}Enabled", "value": "yes"}}]"#), &["operation on /zq", "Enabled: expected true or false, got \"yes\""]),
-    pc(Writer::Global, CONFIG, |g| format!("[{{\"op\": \"add\", \"path\": \"/global/{g}\", \"value\": }}]"), &["not a JSON patch stream at item 0"]),
+    pc(
+        Writer::Module,
+        VALUES,
+        |g| format!("[{{\"op\": \"add\", {g}"),
+        &["not a JSON patch stream at item 0"],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |g| format!("\"{g}\""),
+        &["item 0", "expected an operation object or a list of them"],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |_| "42".into(),
+        &["item 0", "expected an operation object"],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |g| format!(r#"[{{"path": "/myModule/{g}", "value": 1}}]"#),
+        &["item 0", "has no \"op\""],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |g| format!(r#"[{{"op": "replace", "path": "/myModule/{g}", "value": 1}}]"#),
+        &[
+            "operation 0 (replace /myModule/",
+            "may only use add and remove",
+        ],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |g| format!(r#"[{{"op": "move", "from": "/myModule/a", "path": "/myModule/{g}"}}]"#),
+        &["operation 0 (move", "may only use add and remove"],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |g| format!(r#"[{{"op": "{g}", "path": "/myModule/a"}}]"#),
+        &["operation 0 (zq", "may only use add and remove"],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |g| format!(r#"[{{"op": "add", "path": "/myModule/{g}"}}]"#),
+        &["item 0", "missing field `value`"],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |_| r#"[{"op": "add", "path": 5, "value": 1}]"#.into(),
+        &["item 0", "invalid type"],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |g| format!(r#"[{{"op": "add", "path": "myModule/{g}", "value": 1}}]"#),
+        &["myModule/zq"],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |g| format!(r#"[{{"op": "add", "path": "/global/{g}", "value": 1}}]"#),
+        &[
+            "operation 0 changes /global/",
+            "outside this hook's values (/myModule/…)",
+        ],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |g| format!(r#"[{{"op": "remove", "path": "/otherModule/{g}"}}]"#),
+        &["operation 0 changes /otherModule/", "(/myModule/…)"],
+    ),
+    pc(
+        Writer::Module,
+        VALUES,
+        |g| {
+            format!(
+                r#"{{"op": "add", "path": "/myModule/a", "value": 1}} [{{"op": "add", "path": "/{g}", "value": 1}}]"#
+            )
+        },
+        &["operation 1 changes /zq", "(/myModule/…)"],
+    ),
+    pc(
+        Writer::Global,
+        VALUES,
+        |g| format!(r#"[{{"op": "add", "path": "/myModule/{g}", "value": 1}}]"#),
+        &[
+            "operation 0 changes /myModule/",
+            "(/global/… and /<module>Enabled)",
+        ],
+    ),
+    pc(
+        Writer::Global,
+        VALUES,
+        |g| format!(r#"[{{"op": "add", "path": "/{g}Enabled/x", "value": true}}]"#),
+        &[
+            "operation 0 changes /zq",
+            "(/global/… and /<module>Enabled)",
+        ],
+    ),
+    pc(
+        Writer::Global,
+        VALUES,
+        |_| r#"[{"op": "add", "path": "/Enabled", "value": true}]"#.into(),
+        &["operation 0 changes /Enabled"],
+    ),
+    pc(
+        Writer::Module,
+        CONFIG,
+        |g| format!(r#"[{{"op": "copy", "from": "/myModule/a", "path": "/myModule/{g}"}}]"#),
+        &["operation 0 (copy", "may only use add and remove"],
+    ),
+    pc(
+        Writer::Module,
+        CONFIG,
+        |g| format!(r#"[{{"op": "add", "path": "/global/{g}", "value": 1}}]"#),
+        &["operation 0 changes /global/", "(/myModule/…)"],
+    ),
+    pc(
+        Writer::Global,
+        CONFIG,
+        |g| format!(r#"[{{"op": "add", "path": "/{g}Enabled", "value": "yes"}}]"#),
+        &[
+            "operation on /zq",
+            "Enabled: expected true or false, got \"yes\"",
+        ],
+    ),
+    pc(
+        Writer::Global,
+        CONFIG,
+        |g| format!("[{{\"op\": \"add\", \"path\": \"/global/{g}\", \"value\": }}]"),
+        &["not a JSON patch stream at item 0"],
+    ),
 ];
 
 fn check_patch(case: &PatchCase, token: &str, hook: &str) {
     let text = (case.text)(token);
     let (module, origin_shown) = match case.writer {
         Writer::Global => (None, format!("hook {hook:?}")),
-        Writer::Module => (Some("my-module"), format!("module my-module: hook {hook:?}")),
+        Writer::Module => (
+            Some("my-module"),
+            format!("module my-module: hook {hook:?}"),
+        ),
     };
     let mut out = HookResult::default();
     match case.file {
@@ -344,13 +709,13 @@ fn every_patch_shape_names_the_file_and_operation() {
 fn a_patch_that_does_not_apply_names_the_operation_and_path() {
     let ops = values::parse_patch_stream(
         VALUES,
-        r#"[{"op": "add", "path": "/myModule/a", "value": 1}, {"op": "remove", "path": "/myModule/zqmissing"}]"#,
+        r#"[{"op": "add", "path": "/myModule/a", "value": 1}, {"op": "add", "path": "/myModule/list/7", "value": 1}]"#,
     )
     .unwrap();
-    let mut doc = json!({ "myModule": {} });
-    let (index, message) = values::apply_memory(&mut doc, &ops).expect_err("removes nothing");
+    let mut doc = json!({ "myModule": { "list": [1] } });
+    let (index, message) = values::apply_memory(&mut doc, &ops).expect_err("past the end");
     assert_eq!(index, 1, "{message}");
-    assert!(message.contains("/myModule/zqmissing"), "{message}");
+    assert!(message.contains("/myModule/list/7"), "{message}");
 }
 
 proptest! {
@@ -385,15 +750,51 @@ struct ConfigMapCase {
 }
 
 const CONFIG_MAP_CASES: &[ConfigMapCase] = &[
-    ConfigMapCase { key: |_| "global".into(), text: |g| format!("a: [{g}"), expected: "is not valid YAML" },
-    ConfigMapCase { key: |_| "global".into(), text: |g| g.to_string(), expected: "must be a YAML mapping of values, got the scalar" },
-    ConfigMapCase { key: |_| "global".into(), text: |g| format!("- {g}\n- b\n"), expected: "must be a YAML mapping of values, got a list" },
-    ConfigMapCase { key: |_| "myModule".into(), text: |g| format!("{{{g}: "), expected: "is not valid YAML" },
-    ConfigMapCase { key: |_| "myModule".into(), text: |_| "12345".into(), expected: "got the scalar 12345" },
-    ConfigMapCase { key: |_| "myModule".into(), text: |g| format!("[{g}]"), expected: "got a list" },
-    ConfigMapCase { key: |_| "myModuleEnabled".into(), text: |g| g.to_string(), expected: "must be \"true\" or \"false\"" },
-    ConfigMapCase { key: |_| "myModuleEnabled".into(), text: |_| "yes".into(), expected: "must be \"true\" or \"false\", got \"yes\"" },
-    ConfigMapCase { key: |g| format!("My_{g}"), text: |_| "{}".into(), expected: "is not a module key" },
+    ConfigMapCase {
+        key: |_| "global".into(),
+        text: |g| format!("a: [{g}"),
+        expected: "is not valid YAML",
+    },
+    ConfigMapCase {
+        key: |_| "global".into(),
+        text: |g| g.to_string(),
+        expected: "must be a YAML mapping of values, got the scalar",
+    },
+    ConfigMapCase {
+        key: |_| "global".into(),
+        text: |g| format!("- {g}\n- b\n"),
+        expected: "must be a YAML mapping of values, got a list",
+    },
+    ConfigMapCase {
+        key: |_| "myModule".into(),
+        text: |g| format!("{{{g}: "),
+        expected: "is not valid YAML",
+    },
+    ConfigMapCase {
+        key: |_| "myModule".into(),
+        text: |_| "12345".into(),
+        expected: "got the scalar 12345",
+    },
+    ConfigMapCase {
+        key: |_| "myModule".into(),
+        text: |g| format!("[{g}]"),
+        expected: "got a list",
+    },
+    ConfigMapCase {
+        key: |_| "myModuleEnabled".into(),
+        text: |g| g.to_string(),
+        expected: "must be \"true\" or \"false\"",
+    },
+    ConfigMapCase {
+        key: |_| "myModuleEnabled".into(),
+        text: |_| "yes".into(),
+        expected: "must be \"true\" or \"false\", got \"yes\"",
+    },
+    ConfigMapCase {
+        key: |g| format!("My_{g}"),
+        text: |_| "{}".into(),
+        expected: "is not a module key",
+    },
 ];
 
 fn check_config_map(case: &ConfigMapCase, token: &str, name: &str) {
@@ -405,7 +806,11 @@ fn check_config_map(case: &ConfigMapCase, token: &str, name: &str) {
     let err = parse_config_map(&data, &[], name).expect_err(&format!("accepted {data:?}"));
     assert!(err.contains(&format!("ConfigMap {name}")), "{err}");
     assert!(err.contains(&format!("key {key:?}")), "{err}");
-    assert!(err.contains(case.expected), "expected {:?} in: {err}", case.expected);
+    assert!(
+        err.contains(case.expected),
+        "expected {:?} in: {err}",
+        case.expected
+    );
 }
 
 #[test]
@@ -432,7 +837,8 @@ proptest! {
 // 5. METRICS_PATH
 // ---------------------------------------------------------------------------------------
 
-const VALID_METRIC: &str = r#"{"name": "ok_total", "action": "add", "value": 1, "labels": {"a": "b"}}"#;
+const VALID_METRIC: &str =
+    r#"{"name": "ok_total", "action": "add", "value": 1, "labels": {"a": "b"}}"#;
 
 /// One malformed metrics line (from a token) and what the error must say.
 struct MetricsCase {
@@ -441,29 +847,100 @@ struct MetricsCase {
 }
 
 const METRICS_CASES: &[MetricsCase] = &[
-    MetricsCase { line: |g| format!(r#"{{"name": "m", "action": "{g}", "value": 1}}"#), expected: "unknown action \"zq" },
-    MetricsCase { line: |_| r#"{"action": "set", "value": 1}"#.into(), expected: "action \"set\" needs a \"name\"" },
-    MetricsCase { line: |_| r#"{"name": "", "action": "add", "value": 1}"#.into(), expected: "action \"add\" needs a \"name\"" },
-    MetricsCase { line: |_| r#"{"name": 7, "action": "add", "value": 1}"#.into(), expected: "\"name\" must be a string" },
-    MetricsCase { line: |g| format!(r#"{{"name": "1{g}", "action": "set", "value": 1}}"#), expected: "invalid metric name \"1zq" },
-    MetricsCase { line: |g| format!(r#"{{"name": "m", "action": "set", "value": "{g}"}}"#), expected: "\"value\" must be a number" },
-    MetricsCase { line: |_| r#"{"name": "m", "action": "observe"}"#.into(), expected: "action \"observe\" needs a \"value\"" },
-    MetricsCase { line: |_| r#"{"name": "m", "action": "set", "value": [1]}"#.into(), expected: "\"value\" must be a number" },
-    MetricsCase { line: |g| format!(r#"{{"name": "m", "set": "{g}"}}"#), expected: "\"set\" must be a number" },
-    MetricsCase { line: |_| r#"{"name": "m", "add": -1}"#.into(), expected: "a counter cannot decrease" },
-    MetricsCase { line: |g| format!(r#"{{"name": "m", "set": 1, "labels": "{g}"}}"#), expected: "\"labels\" must be an object" },
-    MetricsCase { line: |g| format!(r#"{{"name": "m", "set": 1, "labels": {{"{g}": 5}}}}"#), expected: "label \"zq" },
-    MetricsCase { line: |g| format!(r#"{{"name": "m", "set": 1, "labels": {{"__{g}": "v"}}}}"#), expected: "invalid label name \"__zq" },
-    MetricsCase { line: |g| format!(r#"{{"name": "m", "set": 1, "labels": {{"9{g}": "v"}}}}"#), expected: "invalid label name \"9zq" },
-    MetricsCase { line: |_| r#"{"action": "expire"}"#.into(), expected: "action \"expire\" needs a \"group\"" },
-    MetricsCase { line: |g| format!(r#"{{"name": "m", "action": "observe", "value": 1, "group": "{g}"}}"#), expected: "\"observe\" cannot be used with a \"group\"" },
-    MetricsCase { line: |g| format!(r#"{{"name": "m", "action": "observe", "value": 1, "buckets": "{g}"}}"#), expected: "\"buckets\" must be an array" },
-    MetricsCase { line: |_| r#"{"name": "m", "action": "observe", "value": 1, "buckets": []}"#.into(), expected: "\"buckets\" must not be empty" },
-    MetricsCase { line: |g| format!(r#"{{"name": "m", "action": "observe", "value": 1, "buckets": [1, "{g}"]}}"#), expected: "\"buckets\" must be a number" },
-    MetricsCase { line: |_| r#"{"name": "m", "action": "set", "add": 1, "value": 1}"#.into(), expected: "both \"action\":\"set\" and the \"add\" shortcut" },
-    MetricsCase { line: |_| r#"{"name": "m", "add": 1, "set": 1}"#.into(), expected: "both the \"add\" and \"set\" shortcuts" },
-    MetricsCase { line: |g| format!(r#"{{"name": "m", "value": 1, "group": "{g}"}}"#), expected: "no \"action\"" },
-    MetricsCase { line: |g| format!(r#"["{g}"]"#), expected: "expected a JSON object" },
+    MetricsCase {
+        line: |g| format!(r#"{{"name": "m", "action": "{g}", "value": 1}}"#),
+        expected: "unknown action \"zq",
+    },
+    MetricsCase {
+        line: |_| r#"{"action": "set", "value": 1}"#.into(),
+        expected: "action \"set\" needs a \"name\"",
+    },
+    MetricsCase {
+        line: |_| r#"{"name": "", "action": "add", "value": 1}"#.into(),
+        expected: "action \"add\" needs a \"name\"",
+    },
+    MetricsCase {
+        line: |_| r#"{"name": 7, "action": "add", "value": 1}"#.into(),
+        expected: "\"name\" must be a string",
+    },
+    MetricsCase {
+        line: |g| format!(r#"{{"name": "1{g}", "action": "set", "value": 1}}"#),
+        expected: "invalid metric name \"1zq",
+    },
+    MetricsCase {
+        line: |g| format!(r#"{{"name": "m", "action": "set", "value": "{g}"}}"#),
+        expected: "\"value\" must be a number",
+    },
+    MetricsCase {
+        line: |_| r#"{"name": "m", "action": "observe"}"#.into(),
+        expected: "action \"observe\" needs a \"value\"",
+    },
+    MetricsCase {
+        line: |_| r#"{"name": "m", "action": "set", "value": [1]}"#.into(),
+        expected: "\"value\" must be a number",
+    },
+    MetricsCase {
+        line: |g| format!(r#"{{"name": "m", "set": "{g}"}}"#),
+        expected: "\"set\" must be a number",
+    },
+    MetricsCase {
+        line: |_| r#"{"name": "m", "add": -1}"#.into(),
+        expected: "a counter cannot decrease",
+    },
+    MetricsCase {
+        line: |g| format!(r#"{{"name": "m", "set": 1, "labels": "{g}"}}"#),
+        expected: "\"labels\" must be an object",
+    },
+    MetricsCase {
+        line: |g| format!(r#"{{"name": "m", "set": 1, "labels": {{"{g}": 5}}}}"#),
+        expected: "label \"zq",
+    },
+    MetricsCase {
+        line: |g| format!(r#"{{"name": "m", "set": 1, "labels": {{"__{g}": "v"}}}}"#),
+        expected: "invalid label name \"__zq",
+    },
+    MetricsCase {
+        line: |g| format!(r#"{{"name": "m", "set": 1, "labels": {{"9{g}": "v"}}}}"#),
+        expected: "invalid label name \"9zq",
+    },
+    MetricsCase {
+        line: |_| r#"{"action": "expire"}"#.into(),
+        expected: "action \"expire\" needs a \"group\"",
+    },
+    MetricsCase {
+        line: |g| format!(r#"{{"name": "m", "action": "observe", "value": 1, "group": "{g}"}}"#),
+        expected: "\"observe\" cannot be used with a \"group\"",
+    },
+    MetricsCase {
+        line: |g| format!(r#"{{"name": "m", "action": "observe", "value": 1, "buckets": "{g}"}}"#),
+        expected: "\"buckets\" must be an array",
+    },
+    MetricsCase {
+        line: |_| r#"{"name": "m", "action": "observe", "value": 1, "buckets": []}"#.into(),
+        expected: "\"buckets\" must not be empty",
+    },
+    MetricsCase {
+        line: |g| {
+            format!(r#"{{"name": "m", "action": "observe", "value": 1, "buckets": [1, "{g}"]}}"#)
+        },
+        expected: "\"buckets\" must be a number",
+    },
+    MetricsCase {
+        line: |_| r#"{"name": "m", "action": "set", "add": 1, "value": 1}"#.into(),
+        expected: "both \"action\":\"set\" and the \"add\" shortcut",
+    },
+    MetricsCase {
+        line: |_| r#"{"name": "m", "add": 1, "set": 1}"#.into(),
+        expected: "both the \"add\" and \"set\" shortcuts",
+    },
+    MetricsCase {
+        line: |g| format!(r#"{{"name": "m", "value": 1, "group": "{g}"}}"#),
+        expected: "no \"action\"",
+    },
+    MetricsCase {
+        line: |g| format!(r#"["{g}"]"#),
+        expected: "expected a JSON object",
+    },
 ];
 
 fn check_metrics(case: &MetricsCase, token: &str, valid_before: usize) {
@@ -477,18 +954,40 @@ fn check_metrics(case: &MetricsCase, token: &str, valid_before: usize) {
     let err = hook_metrics::parse(&text).expect_err(&format!("accepted {text}"));
     assert_eq!(err.line, valid_before + 1, "{err}");
     let shown = err.to_string();
-    assert!(shown.starts_with(&format!("line {}: ", valid_before + 1)), "{shown}");
-    assert!(shown.contains(case.expected), "expected {:?} in: {shown}", case.expected);
+    assert!(
+        shown.starts_with(&format!("line {}: ", valid_before + 1)),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(case.expected),
+        "expected {:?} in: {shown}",
+        case.expected
+    );
     // As the hook runner reports it.
-    let hook = format!("{}", Origin { hook: "hooks/m", module: None });
+    let hook = format!(
+        "{}",
+        Origin {
+            hook: "hooks/m",
+            module: None
+        }
+    );
     let out = HookResult {
         metrics: text,
         ..HookResult::default()
     };
-    let problem = hook_output::parse(Origin { hook: "hooks/m", module: None }, &out)
-        .expect_err("the same metrics through the output pipeline");
+    let problem = hook_output::parse(
+        Origin {
+            hook: "hooks/m",
+            module: None,
+        },
+        &out,
+    )
+    .expect_err("the same metrics through the output pipeline");
     let shown = format!("{hook}: {problem}");
-    assert!(shown.contains("hook \"hooks/m\": METRICS_PATH line"), "{shown}");
+    assert!(
+        shown.contains("hook \"hooks/m\": METRICS_PATH line"),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -540,5 +1039,5 @@ fn shape_counts() {
         CONFIG_MAP_CASES.len(),
         METRICS_CASES.len(),
     );
-    assert!(total >= 100, "{total}");
+    assert_eq!(total, 112);
 }

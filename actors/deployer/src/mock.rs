@@ -52,8 +52,16 @@ impl MockConfig {
                 format!("spec.config.apiVersion: expected {MOCK_API_VERSION:?}, got {api:?}"),
             ));
         }
-        serde_json::from_value(config.clone()).map_err(|e| {
-            DeployError::config("Reconcile", "FailedUnmarshal", format!("spec.config: {e}"))
+        serde_path_to_error::deserialize(config.clone()).map_err(|e| {
+            let field = match e.path().to_string() {
+                p if p == "." || p.is_empty() => "spec.config".to_string(),
+                p => format!("spec.config.{p}"),
+            };
+            DeployError::config(
+                "Reconcile",
+                "FailedUnmarshal",
+                format!("{field}: {}", e.into_inner()),
+            )
         })
     }
 
@@ -158,7 +166,7 @@ mod tests {
     fn bad_configs_name_the_field() {
         let e = MockConfig::parse(&json!({"phase": "Sleeping"})).unwrap_err();
         assert!(
-            e.message.starts_with("spec.config:") && e.message.contains("Sleeping"),
+            e.message.starts_with("spec.config.phase: ") && e.message.contains("Sleeping"),
             "{e}"
         );
         assert!(e.is_unrecoverable());

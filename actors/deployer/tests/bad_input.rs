@@ -32,7 +32,11 @@ fn garbage() -> impl Strategy<Value = String> {
 
 fn deep(depth: usize) -> Value {
     (0..depth).fold(json!("x"), |v, i| {
-        if i % 2 == 0 { json!([v]) } else { json!({ "a": v }) }
+        if i % 2 == 0 {
+            json!([v])
+        } else {
+            json!({ "a": v })
+        }
     })
 }
 
@@ -92,25 +96,97 @@ fn valid_item(namespace: &str, name: &str) -> Value {
 }
 
 const ITEM_CASES: &[Case] = &[
-    c(|v, _| remove(&mut v["spec"], "type"), "spec.type", "missing"),
+    c(
+        |v, _| remove(&mut v["spec"], "type"),
+        "spec.type",
+        "missing",
+    ),
     c(|v, _| v["spec"]["type"] = json!(""), "spec.type", "missing"),
-    c(|v, _| v["spec"]["type"] = json!(5), "spec.type", "expected a string, got 5"),
-    c(|v, g| v["spec"]["target"] = json!(g), "spec.target", "expected an object with a name"),
-    c(|v, _| v["spec"]["target"] = json!(["my-target"]), "spec.target", "expected an object with a name"),
-    c(|v, _| v["spec"]["target"]["name"] = json!(5), "spec.target.name", "expected a string"),
-    c(|v, _| v["spec"]["target"]["name"] = deep(40), "spec.target.name", "expected a string"),
-    c(|v, _| v["spec"]["context"] = json!({}), "spec.context", "expected a string"),
-    c(|v, _| v["spec"]["timeout"] = json!(600), "spec.timeout", "expected a string"),
-    c(|v, g| v["spec"]["timeout"] = json!(g), "spec.timeout", "is not a duration"),
-    c(|v, _| v["spec"]["timeout"] = json!("-5m"), "spec.timeout", "negative"),
-    c(|v, _| v["spec"]["timeout"] = json!("10"), "spec.timeout", "missing unit"),
-    c(|v, _| v["spec"]["timeout"] = json!("99999999999999999999999h"), "spec.timeout", "too large"),
-    c(|v, g| v["spec"]["timeout"] = json!(format!("5{g}")), "spec.timeout", "unknown unit"),
-    c(|v, _| v["spec"]["updateOnChangeOnly"] = json!("yes"), "spec.updateOnChangeOnly", "expected true or false"),
-    c(|v, g| v["metadata"]["annotations"] = json!({ g: 1 }), "metadata.annotations", "expected strings"),
-    c(|v, g| v["metadata"]["finalizers"] = json!(g), "metadata.finalizers", "expected strings"),
-    c(|v, g| v["status"] = json!(g), "status", "expected struct Status"),
-    c(|v, g| v["status"]["phase"] = json!(g), "status.phase", "unknown variant"),
+    c(
+        |v, _| v["spec"]["type"] = json!(5),
+        "spec.type",
+        "expected a string, got 5",
+    ),
+    c(
+        |v, g| v["spec"]["target"] = json!(g),
+        "spec.target",
+        "expected an object with a name",
+    ),
+    c(
+        |v, _| v["spec"]["target"] = json!(["my-target"]),
+        "spec.target",
+        "expected an object with a name",
+    ),
+    c(
+        |v, _| v["spec"]["target"]["name"] = json!(5),
+        "spec.target.name",
+        "expected a string",
+    ),
+    c(
+        |v, _| v["spec"]["target"]["name"] = deep(40),
+        "spec.target.name",
+        "expected a string",
+    ),
+    c(
+        |v, _| v["spec"]["context"] = json!({}),
+        "spec.context",
+        "expected a string",
+    ),
+    c(
+        |v, _| v["spec"]["timeout"] = json!(600),
+        "spec.timeout",
+        "expected a string",
+    ),
+    c(
+        |v, g| v["spec"]["timeout"] = json!(g),
+        "spec.timeout",
+        "is not a duration",
+    ),
+    c(
+        |v, _| v["spec"]["timeout"] = json!("-5m"),
+        "spec.timeout",
+        "negative",
+    ),
+    c(
+        |v, _| v["spec"]["timeout"] = json!("10"),
+        "spec.timeout",
+        "missing unit",
+    ),
+    c(
+        |v, _| v["spec"]["timeout"] = json!("99999999999999999999999h"),
+        "spec.timeout",
+        "too large",
+    ),
+    c(
+        |v, g| v["spec"]["timeout"] = json!(format!("5{g}")),
+        "spec.timeout",
+        "unknown unit",
+    ),
+    c(
+        |v, _| v["spec"]["updateOnChangeOnly"] = json!("yes"),
+        "spec.updateOnChangeOnly",
+        "expected true or false",
+    ),
+    c(
+        |v, g| v["metadata"]["annotations"] = json!({ g: 1 }),
+        "metadata.annotations",
+        "expected strings",
+    ),
+    c(
+        |v, g| v["metadata"]["finalizers"] = json!(g),
+        "metadata.finalizers",
+        "expected strings",
+    ),
+    c(
+        |v, g| v["status"] = json!(g),
+        "status",
+        "expected struct Status",
+    ),
+    c(
+        |v, g| v["status"]["phase"] = json!(g),
+        "status.phase",
+        "unknown phase \"zq",
+    ),
 ];
 
 fn check_item(case: &Case, token: &str, namespace: &str, name: &str) {
@@ -118,14 +194,23 @@ fn check_item(case: &Case, token: &str, namespace: &str, name: &str) {
     (case.mutate)(&mut v, token);
     let err = match DeployItem::parse(&v) {
         Err(e) => e,
-        Ok(item) => item
-            .timeout()
-            .expect_err(&format!("accepted an item with a broken {}: {v}", case.field)),
+        Ok(item) => item.timeout().expect_err(&format!(
+            "accepted an item with a broken {}: {v}",
+            case.field
+        )),
     };
     let shown = err.to_string();
-    assert_eq!(err.object, format!("DeployItem {namespace}/{name}"), "{shown}");
+    assert_eq!(
+        err.object,
+        format!("DeployItem {namespace}/{name}"),
+        "{shown}"
+    );
     assert_eq!(err.field, case.field, "{shown}");
-    assert!(shown.contains(case.expected), "expected {:?} in: {shown}", case.expected);
+    assert!(
+        shown.contains(case.expected),
+        "expected {:?} in: {shown}",
+        case.expected
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -137,12 +222,36 @@ fn valid_mock() -> Value {
 }
 
 const MOCK_CASES: &[Case] = &[
-    c(|v, g| v["kind"] = json!(g), "spec.config.kind", "expected ProviderConfiguration"),
-    c(|v, g| v["apiVersion"] = json!(g), "spec.config.apiVersion", "expected \"mock.deployer.landscaper.gardener.cloud/v1alpha1\""),
-    c(|v, g| v["phase"] = json!(g), "spec.config.phase", "unknown variant"),
-    c(|v, _| v["initialPhase"] = json!(5), "spec.config.initialPhase", "invalid type"),
-    c(|v, _| v["phase"] = deep(30), "spec.config.phase", "invalid type"),
-    c(|v, g| *v = json!(g), "spec.config", "expected struct MockConfig"),
+    c(
+        |v, g| v["kind"] = json!(g),
+        "spec.config.kind",
+        "expected ProviderConfiguration",
+    ),
+    c(
+        |v, g| v["apiVersion"] = json!(g),
+        "spec.config.apiVersion",
+        "expected \"mock.deployer.landscaper.gardener.cloud/v1alpha1\"",
+    ),
+    c(
+        |v, g| v["phase"] = json!(g),
+        "spec.config.phase",
+        "unknown variant",
+    ),
+    c(
+        |v, _| v["initialPhase"] = json!(5),
+        "spec.config.initialPhase",
+        "invalid type",
+    ),
+    c(
+        |v, _| v["phase"] = deep(30),
+        "spec.config.phase",
+        "invalid type",
+    ),
+    c(
+        |v, g| *v = json!(g),
+        "spec.config",
+        "expected struct MockConfig",
+    ),
 ];
 
 fn check_mock(case: &Case, token: &str) {
@@ -156,7 +265,11 @@ fn check_mock(case: &Case, token: &str) {
         "expected {:?} named in: {shown}",
         case.field
     );
-    assert!(shown.contains(case.expected), "expected {:?} in: {shown}", case.expected);
+    assert!(
+        shown.contains(case.expected),
+        "expected {:?} in: {shown}",
+        case.expected
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -199,17 +312,61 @@ const fn mc(mutate: MutateAt, field: &'static str, expected: &'static str) -> Ma
 }
 
 const MANIFEST_CASES: &[ManifestCase] = &[
-    mc(|v, g, _| v["apiVersion"] = json!(g), "spec.config.apiVersion", "expected \"manifest.deployer.landscaper.gardener.cloud/v1alpha2\""),
-    mc(|v, _, _| remove(v, "apiVersion"), "spec.config.apiVersion", "got \"\""),
-    mc(|v, g, _| v["kind"] = json!(g), "spec.config.kind", "expected ProviderConfiguration"),
-    mc(|v, g, _| v["updateStrategy"] = json!(g), "spec.config.updateStrategy", "is not supported yet"),
-    mc(|v, g, _| v["manifests"] = json!({ "a": g }), "spec.config.manifests", "expected a list"),
-    mc(|v, g, i| m(v, i)["policy"] = json!(g), "spec.config.manifests[{i}].policy", "unknown policy"),
-    mc(|v, _, i| remove(&mut m(v, i)["manifest"], "kind"), "spec.config.manifests[{i}].manifest.kind", "missing"),
-    mc(|v, _, i| m(v, i)["manifest"]["apiVersion"] = json!(5), "spec.config.manifests[{i}].manifest.apiVersion", "expected a string, got 5"),
-    mc(|v, _, i| remove(&mut m(v, i)["manifest"]["metadata"], "name"), "spec.config.manifests[{i}].manifest.metadata.name", "missing"),
-    mc(|v, _, i| remove(m(v, i), "manifest"), "spec.config.manifests[{i}].manifest", "expected an object, got null"),
-    mc(|v, g, i| m(v, i)["manifest"] = json!(g), "spec.config.manifests[{i}].manifest", "expected an object, got \"zq"),
+    mc(
+        |v, g, _| v["apiVersion"] = json!(g),
+        "spec.config.apiVersion",
+        "expected \"manifest.deployer.landscaper.gardener.cloud/v1alpha2\"",
+    ),
+    mc(
+        |v, _, _| remove(v, "apiVersion"),
+        "spec.config.apiVersion",
+        "got \"\"",
+    ),
+    mc(
+        |v, g, _| v["kind"] = json!(g),
+        "spec.config.kind",
+        "expected ProviderConfiguration",
+    ),
+    mc(
+        |v, g, _| v["updateStrategy"] = json!(g),
+        "spec.config.updateStrategy",
+        "is not supported yet",
+    ),
+    mc(
+        |v, g, _| v["manifests"] = json!({ "a": g }),
+        "spec.config.manifests",
+        "expected a list",
+    ),
+    mc(
+        |v, g, i| m(v, i)["policy"] = json!(g),
+        "spec.config.manifests[{i}].policy",
+        "unknown policy",
+    ),
+    mc(
+        |v, _, i| remove(&mut m(v, i)["manifest"], "kind"),
+        "spec.config.manifests[{i}].manifest.kind",
+        "missing",
+    ),
+    mc(
+        |v, _, i| m(v, i)["manifest"]["apiVersion"] = json!(5),
+        "spec.config.manifests[{i}].manifest.apiVersion",
+        "expected a string, got 5",
+    ),
+    mc(
+        |v, _, i| remove(&mut m(v, i)["manifest"]["metadata"], "name"),
+        "spec.config.manifests[{i}].manifest.metadata.name",
+        "missing",
+    ),
+    mc(
+        |v, _, i| remove(m(v, i), "manifest"),
+        "spec.config.manifests[{i}].manifest",
+        "expected an object, got null",
+    ),
+    mc(
+        |v, g, i| m(v, i)["manifest"] = json!(g),
+        "spec.config.manifests[{i}].manifest",
+        "expected an object, got \"zq",
+    ),
 ];
 
 fn check_manifest(case: &ManifestCase, token: &str, index: usize) {
@@ -222,8 +379,15 @@ fn check_manifest(case: &ManifestCase, token: &str, index: usize) {
         shown.starts_with("Reconcile: InvalidProviderConfiguration: "),
         "{shown}"
     );
-    assert!(shown.contains(&format!("{field}: ")), "expected {field:?} named in: {shown}");
-    assert!(shown.contains(case.expected), "expected {:?} in: {shown}", case.expected);
+    assert!(
+        shown.contains(&format!("{field}: ")),
+        "expected {field:?} named in: {shown}"
+    );
+    assert!(
+        shown.contains(case.expected),
+        "expected {:?} in: {shown}",
+        case.expected
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -238,13 +402,41 @@ fn valid_target(name: &str) -> Value {
 }
 
 const TARGET_CASES: &[Case] = &[
-    c(|v, _| remove(&mut v["spec"]["secretRef"], "name"), "spec.secretRef.name", "missing"),
-    c(|v, g| v["spec"]["secretRef"] = json!(g), "spec.secretRef.name", "missing"),
-    c(|v, _| v["spec"]["secretRef"]["key"] = json!(5), "spec.secretRef.key", "expected a string"),
-    c(|v, _| v["spec"]["secretRef"]["key"] = deep(25), "spec.secretRef.key", "expected a string"),
-    c(|v, g| v["spec"]["config"] = json!({ "kubeconfig": g }), "spec", "mutually exclusive"),
-    c(|v, g| v["metadata"]["labels"] = json!({ g: 1 }), "metadata.labels", "expected strings"),
-    c(|v, _| v["metadata"]["annotations"] = json!([1]), "metadata.annotations", "expected strings"),
+    c(
+        |v, _| remove(&mut v["spec"]["secretRef"], "name"),
+        "spec.secretRef.name",
+        "missing",
+    ),
+    c(
+        |v, g| v["spec"]["secretRef"] = json!(g),
+        "spec.secretRef.name",
+        "missing",
+    ),
+    c(
+        |v, _| v["spec"]["secretRef"]["key"] = json!(5),
+        "spec.secretRef.key",
+        "expected a string",
+    ),
+    c(
+        |v, _| v["spec"]["secretRef"]["key"] = deep(25),
+        "spec.secretRef.key",
+        "expected a string",
+    ),
+    c(
+        |v, g| v["spec"]["config"] = json!({ "kubeconfig": g }),
+        "spec",
+        "mutually exclusive",
+    ),
+    c(
+        |v, g| v["metadata"]["labels"] = json!({ g: 1 }),
+        "metadata.labels",
+        "expected strings",
+    ),
+    c(
+        |v, _| v["metadata"]["annotations"] = json!([1]),
+        "metadata.annotations",
+        "expected strings",
+    ),
 ];
 
 fn check_target(case: &Case, token: &str, name: &str) {
@@ -254,7 +446,11 @@ fn check_target(case: &Case, token: &str, name: &str) {
     let shown = err.to_string();
     assert_eq!(err.object, format!("Target ns/{name}"), "{shown}");
     assert_eq!(err.field, case.field, "{shown}");
-    assert!(shown.contains(case.expected), "expected {:?} in: {shown}", case.expected);
+    assert!(
+        shown.contains(case.expected),
+        "expected {:?} in: {shown}",
+        case.expected
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -12,9 +12,7 @@
 //! Run: `cargo test -p bosun-lambda --test bad_input`.
 
 use bosun_lambda::ports::HookType;
-use bosun_lambda::protocol::{
-    ResponseError, decode_composite, decode_customize, decode_decorator,
-};
+use bosun_lambda::protocol::{ResponseError, decode_composite, decode_customize, decode_decorator};
 use bosun_lambda::types::{HookVersion, UnmarshalMode};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -33,7 +31,11 @@ fn garbage() -> impl Strategy<Value = String> {
 
 fn deep(depth: usize) -> Value {
     (0..depth).fold(json!(1), |v, i| {
-        if i % 2 == 0 { json!([v]) } else { json!({ "a": v }) }
+        if i % 2 == 0 {
+            json!([v])
+        } else {
+            json!({ "a": v })
+        }
     })
 }
 
@@ -107,63 +109,201 @@ fn remove(v: &mut Value, key: &str) {
 }
 
 const COMPOSITE_CASES: &[Case] = &[
-    c(|v, g, _| v["resyncAfterSeconds"] = json!(g), &["resyncAfterSeconds", "expected f64"]),
-    c(|v, _, _| v["resyncAfterSeconds"] = json!([1]), &["resyncAfterSeconds", "expected f64"]),
-    c(|v, _, _| v["resyncAfterSeconds"] = json!({ "seconds": 1 }), &["resyncAfterSeconds", "expected f64"]),
-    c(|v, g, _| v["finalized"] = json!(g), &["finalized", "expected a boolean"]),
-    c(|v, _, _| v["finalized"] = json!(1), &["finalized", "expected a boolean"]),
-    c(|v, _, _| v["finalized"] = deep(50), &["finalized", "expected a boolean"]),
-    c(|v, g, _| v["children"] = json!({ "name": g }), &["children", "expected a sequence"]),
-    c(|v, g, _| v["children"] = json!(g), &["children", "expected a sequence"]),
-    c(|v, g, _| v["status"] = json!(g), &["status", "expected an object or null"]),
-    c(|v, _, _| v["status"] = json!([1, 2]), &["status", "expected an object or null"]),
-    c(|v, _, _| v["status"] = json!(1e300), &["status", "expected an object or null"]),
-    c(|v, _, i| remove(&mut v["children"][i], "kind"), &["children[{i}]", "'Kind' is missing"]),
-    c(|v, _, i| v["children"][i]["kind"] = json!(""), &["children[{i}]", "'Kind' is missing"]),
-    c(|v, _, i| v["children"][i]["kind"] = json!(5), &["children[{i}]", "'Kind' is missing"]),
-    c(|v, _, i| remove(&mut v["children"][i], "apiVersion"), &["children[{i}]", "'apiVersion' is missing"]),
-    c(|v, _, i| v["children"][i]["apiVersion"] = json!(["v1"]), &["children[{i}]", "'apiVersion' is missing"]),
-    c(|v, _, i| remove(&mut v["children"][i]["metadata"], "name"), &["children[{i}]", "metadata.name is missing"]),
-    c(|v, _, i| remove(&mut v["children"][i], "metadata"), &["children[{i}]", "metadata.name is missing"]),
-    c(|v, _, i| v["children"][i]["metadata"]["name"] = json!(7), &["children[{i}]", "metadata.name is missing"]),
-    c(|v, g, i| v["children"][i]["metadata"]["labels"] = json!({ g: 1 }), &["children[{i}]", "metadata.labels must map strings to strings"]),
-    c(|v, g, i| v["children"][i]["metadata"]["labels"] = json!(g), &["children[{i}]", "metadata.labels must map strings to strings"]),
-    c(|v, g, i| v["children"][i] = json!(g), &["children[{i}]", "expected an object"]),
-    strict(|v, g, _| v[format!("x{g}")] = json!(1), &["strict validation failed", "unknown field `xzq"]),
-    strict(|v, _, _| {
-        let children = v["children"].take();
-        remove(v, "children");
-        v["Children"] = children;
-    }, &["strict validation failed", "unknown field `Children`"]),
-    strict(|v, _, _| {
-        let s = v["resyncAfterSeconds"].take();
-        remove(v, "resyncAfterSeconds");
-        v["resync_after_seconds"] = s;
-    }, &["strict validation failed", "unknown field `resync_after_seconds`"]),
-    c(|v, _, _| *v = json!([v.take()]), &["not valid JSON", "expected struct CompositeResponse"]),
+    c(
+        |v, g, _| v["resyncAfterSeconds"] = json!(g),
+        &["resyncAfterSeconds", "expected f64"],
+    ),
+    c(
+        |v, _, _| v["resyncAfterSeconds"] = json!([1]),
+        &["resyncAfterSeconds", "expected f64"],
+    ),
+    c(
+        |v, _, _| v["resyncAfterSeconds"] = json!({ "seconds": 1 }),
+        &["resyncAfterSeconds", "expected f64"],
+    ),
+    c(
+        |v, g, _| v["finalized"] = json!(g),
+        &["finalized", "expected a boolean"],
+    ),
+    c(
+        |v, _, _| v["finalized"] = json!(1),
+        &["finalized", "expected a boolean"],
+    ),
+    c(
+        |v, _, _| v["finalized"] = deep(50),
+        &["finalized", "expected a boolean"],
+    ),
+    c(
+        |v, g, _| v["children"] = json!({ "name": g }),
+        &["children", "expected a sequence"],
+    ),
+    c(
+        |v, g, _| v["children"] = json!(g),
+        &["children", "expected a sequence"],
+    ),
+    c(
+        |v, g, _| v["status"] = json!(g),
+        &["status", "expected an object or null"],
+    ),
+    c(
+        |v, _, _| v["status"] = json!([1, 2]),
+        &["status", "expected an object or null"],
+    ),
+    c(
+        |v, _, _| v["status"] = json!(1e300),
+        &["status", "expected an object or null"],
+    ),
+    c(
+        |v, _, i| remove(&mut v["children"][i], "kind"),
+        &["children[{i}]", "'Kind' is missing"],
+    ),
+    c(
+        |v, _, i| v["children"][i]["kind"] = json!(""),
+        &["children[{i}]", "'Kind' is missing"],
+    ),
+    c(
+        |v, _, i| v["children"][i]["kind"] = json!(5),
+        &["children[{i}]", "'Kind' is missing"],
+    ),
+    c(
+        |v, _, i| remove(&mut v["children"][i], "apiVersion"),
+        &["children[{i}]", "'apiVersion' is missing"],
+    ),
+    c(
+        |v, _, i| v["children"][i]["apiVersion"] = json!(["v1"]),
+        &["children[{i}]", "'apiVersion' is missing"],
+    ),
+    c(
+        |v, _, i| remove(&mut v["children"][i]["metadata"], "name"),
+        &["children[{i}]", "metadata.name is missing"],
+    ),
+    c(
+        |v, _, i| remove(&mut v["children"][i], "metadata"),
+        &["children[{i}]", "metadata.name is missing"],
+    ),
+    c(
+        |v, _, i| v["children"][i]["metadata"]["name"] = json!(7),
+        &["children[{i}]", "metadata.name is missing"],
+    ),
+    c(
+        |v, g, i| v["children"][i]["metadata"]["labels"] = json!({ g: 1 }),
+        &[
+            "children[{i}]",
+            "metadata.labels must map strings to strings",
+        ],
+    ),
+    c(
+        |v, g, i| v["children"][i]["metadata"]["labels"] = json!(g),
+        &[
+            "children[{i}]",
+            "metadata.labels must map strings to strings",
+        ],
+    ),
+    c(
+        |v, g, i| v["children"][i] = json!(g),
+        &["children[{i}]", "expected an object"],
+    ),
+    strict(
+        |v, g, _| v[format!("x{g}")] = json!(1),
+        &["strict validation failed", "unknown field `xzq"],
+    ),
+    strict(
+        |v, _, _| {
+            let children = v["children"].take();
+            remove(v, "children");
+            v["Children"] = children;
+        },
+        &["strict validation failed", "unknown field `Children`"],
+    ),
+    strict(
+        |v, _, _| {
+            let s = v["resyncAfterSeconds"].take();
+            remove(v, "resyncAfterSeconds");
+            v["resync_after_seconds"] = s;
+        },
+        &[
+            "strict validation failed",
+            "unknown field `resync_after_seconds`",
+        ],
+    ),
+    c(
+        |v, _, _| *v = json!([v.take()]),
+        &["not valid JSON", "expected struct CompositeResponse"],
+    ),
 ];
 
 const DECORATOR_CASES: &[Case] = &[
-    c(|v, _, _| v["labels"]["a"] = json!(1), &["labels", "expected a string"]),
-    c(|v, g, _| v["labels"] = json!(g), &["labels", "expected a map"]),
-    c(|v, _, _| v["annotations"] = json!([1]), &["annotations", "expected a map"]),
-    c(|v, _, _| v["annotations"]["c"] = deep(20), &["annotations", "expected a string"]),
-    c(|v, g, _| v["status"] = json!(g), &["status", "expected an object or null"]),
-    c(|v, _, _| v["resyncAfterSeconds"] = json!(true), &["resyncAfterSeconds", "expected f64"]),
-    c(|v, g, _| v["finalized"] = json!([g]), &["finalized", "expected a boolean"]),
-    c(|v, _, i| remove(&mut v["attachments"][i % 2], "kind"), &["attachments[{i2}]", "'Kind' is missing"]),
-    c(|v, g, _| v["attachments"] = json!(g), &["attachments", "expected a sequence"]),
-    strict(|v, g, _| v[format!("x{g}")] = json!({}), &["strict validation failed", "unknown field `xzq"]),
+    c(
+        |v, _, _| v["labels"]["a"] = json!(1),
+        &["labels", "expected a string"],
+    ),
+    c(
+        |v, g, _| v["labels"] = json!(g),
+        &["labels", "expected a map"],
+    ),
+    c(
+        |v, _, _| v["annotations"] = json!([1]),
+        &["annotations", "expected a map"],
+    ),
+    c(
+        |v, _, _| v["annotations"]["c"] = deep(20),
+        &["annotations", "expected a string"],
+    ),
+    c(
+        |v, g, _| v["status"] = json!(g),
+        &["status", "expected an object or null"],
+    ),
+    c(
+        |v, _, _| v["resyncAfterSeconds"] = json!(true),
+        &["resyncAfterSeconds", "expected f64"],
+    ),
+    c(
+        |v, g, _| v["finalized"] = json!([g]),
+        &["finalized", "expected a boolean"],
+    ),
+    c(
+        |v, _, i| remove(&mut v["attachments"][i % 2], "kind"),
+        &["attachments[{i2}]", "'Kind' is missing"],
+    ),
+    c(
+        |v, g, _| v["attachments"] = json!(g),
+        &["attachments", "expected a sequence"],
+    ),
+    strict(
+        |v, g, _| v[format!("x{g}")] = json!({}),
+        &["strict validation failed", "unknown field `xzq"],
+    ),
 ];
 
 const CUSTOMIZE_CASES: &[Case] = &[
-    c(|v, g, _| v["relatedResources"] = json!({ "resource": g }), &["relatedResources", "expected a sequence"]),
-    c(|v, _, _| v["relatedResources"][0]["apiVersion"] = json!(5), &["relatedResources[0].apiVersion", "expected a string"]),
-    c(|v, _, _| v["relatedResources"][0]["resource"] = json!(["configmaps"]), &["relatedResources[0].resource", "expected a string"]),
-    c(|v, g, _| v["relatedResources"][0]["names"] = json!(g), &["relatedResources[0].names", "expected a sequence"]),
-    c(|v, _, _| v["relatedResources"][0]["namespace"] = json!({ "name": "ns" }), &["relatedResources[0].namespace", "expected a string"]),
-    c(|v, _, _| v["relatedResources"][0] = json!("configmaps"), &["relatedResources[0]", "expected struct RelatedRule"]),
-    strict(|v, g, _| v["relatedResources"][0][format!("x{g}")] = json!(1), &["strict validation failed", "unknown field `xzq"]),
+    c(
+        |v, g, _| v["relatedResources"] = json!({ "resource": g }),
+        &["relatedResources", "expected a sequence"],
+    ),
+    c(
+        |v, _, _| v["relatedResources"][0]["apiVersion"] = json!(5),
+        &["relatedResources[0].apiVersion", "expected a string"],
+    ),
+    c(
+        |v, _, _| v["relatedResources"][0]["resource"] = json!(["configmaps"]),
+        &["relatedResources[0].resource", "expected a string"],
+    ),
+    c(
+        |v, g, _| v["relatedResources"][0]["names"] = json!(g),
+        &["relatedResources[0].names", "expected a sequence"],
+    ),
+    c(
+        |v, _, _| v["relatedResources"][0]["namespace"] = json!({ "name": "ns" }),
+        &["relatedResources[0].namespace", "expected a string"],
+    ),
+    c(
+        |v, _, _| v["relatedResources"][0] = json!("configmaps"),
+        &["relatedResources[0]", "expected struct RelatedRule"],
+    ),
+    strict(
+        |v, g, _| v["relatedResources"][0][format!("x{g}")] = json!(1),
+        &["strict validation failed", "unknown field `xzq"],
+    ),
 ];
 
 fn expect(err: &ResponseError, hook: &str, case: &Case, index: usize) {
@@ -204,7 +344,10 @@ fn check_composite(case: &Case, token: &str, index: usize, hook: HookType, v2: b
             if case.strict_only {
                 let shown = e.to_string();
                 let name = if v2 { "v2" } else { "v1" };
-                assert!(shown.contains(&format!("for {name} webhookResponse")), "{shown}");
+                assert!(
+                    shown.contains(&format!("for {name} webhookResponse")),
+                    "{shown}"
+                );
             }
         }
         (Ok(d), false) => assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings),
@@ -216,7 +359,10 @@ fn check_decorator(case: &Case, token: &str, index: usize, hook: HookType, loose
     let mut v = valid_decorator();
     (case.mutate)(&mut v, token, index);
     let (mode, fails) = modes(case, loose);
-    match (decode_decorator(hook, HookVersion::V1, mode, &body(&v)), fails) {
+    match (
+        decode_decorator(hook, HookVersion::V1, mode, &body(&v)),
+        fails,
+    ) {
         (Err(e), true) => expect(&e, hook.as_str(), case, index),
         (Ok(d), false) => assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings),
         (other, _) => panic!("{v}: unexpected {other:?}"),
@@ -237,10 +383,20 @@ fn check_customize(case: &Case, token: &str, loose: bool) {
 #[test]
 fn the_valid_answers_decode() {
     let strict = UnmarshalMode::Strict;
-    decode_composite(HookType::Sync, HookVersion::V2, strict, &body(&valid_composite()))
-        .expect("composite");
-    decode_decorator(HookType::Sync, HookVersion::V2, strict, &body(&valid_decorator()))
-        .expect("decorator");
+    decode_composite(
+        HookType::Sync,
+        HookVersion::V2,
+        strict,
+        &body(&valid_composite()),
+    )
+    .expect("composite");
+    decode_decorator(
+        HookType::Sync,
+        HookVersion::V2,
+        strict,
+        &body(&valid_decorator()),
+    )
+    .expect("decorator");
     decode_customize(HookVersion::V2, strict, &body(&valid_customize())).expect("customize");
 }
 
@@ -272,8 +428,9 @@ fn bodies_that_are_not_json_name_the_hook() {
         )
         .expect_err(body);
         assert!(
-            err.to_string()
-                .starts_with("finalize hook: the response is not valid JSON for a finalize response"),
+            err.to_string().starts_with(
+                "finalize hook: the response is not valid JSON for a finalize response"
+            ),
             "{err}"
         );
     }
