@@ -8,7 +8,7 @@
 //!
 //! Run: `cargo test -p bosun --test bad_input_patcher`.
 
-use bosun::kubernetes::patcher::{PatchError, validate};
+use bosun::kubernetes::patcher::{PatchError, check_operations};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -268,7 +268,7 @@ fn check(case: &Case, token: &str, valid_before: usize, yaml: bool) {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let err = validate(&text).expect_err(&format!("accepted {text}"));
+    let err = check_operations(&text).expect_err(&format!("accepted {text}"));
     let PatchError::Invalid(errors) = &err else {
         panic!("expected an invalid operation: {err}");
     };
@@ -298,7 +298,7 @@ fn the_valid_operations_are_accepted() {
         .map(|op| valid(op).to_string())
         .collect::<Vec<_>>()
         .join("\n");
-    assert_eq!(validate(&text).expect("valid"), OPS.len());
+    assert_eq!(check_operations(&text).expect("valid"), OPS.len());
 }
 
 #[test]
@@ -311,7 +311,7 @@ fn every_shape_names_the_operation_and_field() {
 
 #[test]
 fn text_that_is_neither_json_nor_yaml_says_both() {
-    let err = validate("{\"operation\": \"Delete\"\n  - ]: [").expect_err("garbage");
+    let err = check_operations("{\"operation\": \"Delete\"\n  - ]: [").expect_err("garbage");
     let shown = err.to_string();
     assert!(
         shown.contains("not a JSON stream") && shown.contains("not YAML"),
@@ -334,7 +334,7 @@ proptest! {
 
     #[test]
     fn garbage_operations_never_panic(text in "\\PC{0,160}") {
-        let _ = validate(&text);
+        let _ = check_operations(&text);
     }
 }
 

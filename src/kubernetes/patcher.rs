@@ -527,7 +527,7 @@ fn describe(op: &str, kind: &str, namespace: &str, name: &str) -> String {
 
 /// Parses and validates the operations in `text` without executing any: how many there
 /// are, or the error [`KubePatcher::execute`] gives before it touches the cluster.
-pub fn validate(text: &str) -> Result<usize, PatchError> {
+pub fn check_operations(text: &str) -> Result<usize, PatchError> {
     parse(text).map(|ops| ops.len())
 }
 

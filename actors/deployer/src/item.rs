@@ -415,13 +415,21 @@ impl DeployItem {
         };
         let status = match &object["status"] {
             Value::Null => Status::default(),
-            v => serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+            // serde would read a struct from a list, field by field in order.
+            v @ Value::Object(_) => serde_path_to_error::deserialize(v.clone()).map_err(|e| {
                 let field = match e.path().to_string() {
                     p if p == "." || p.is_empty() => "status".to_string(),
                     p => format!("status.{p}"),
                 };
                 FieldError::new(&what, &field, e.into_inner().to_string())
             })?,
+            other => {
+                return Err(FieldError::new(
+                    &what,
+                    "status",
+                    format!("expected an object, got {other}"),
+                ));
+            }
         };
         Ok(DeployItem {
             uid: str_at(object, &["metadata", "uid"]).to_string(),

@@ -34,6 +34,14 @@ pub struct MockConfig {
 impl MockConfig {
     /// Reads `spec.config`; the error names the field.
     pub fn parse(config: &Value) -> Result<MockConfig, DeployError> {
+        // serde would read a struct from a list, field by field in order.
+        if !config.is_object() {
+            return Err(DeployError::config(
+                "Reconcile",
+                "FailedUnmarshal",
+                format!("spec.config: expected an object, got {config}"),
+            ));
+        }
         if let Some(kind) = config.get("kind").and_then(Value::as_str)
             && kind != "ProviderConfiguration"
         {

@@ -6,8 +6,8 @@
 //! broke and asserts the error names it.
 //!
 //! Distinct malformed-input shapes (mutation × field), checked by `shape_counts`:
-//! DeployItem 19 (`ITEM_CASES`), mock configuration 6 (`MOCK_CASES`), manifest
-//! configuration 11 (`MANIFEST_CASES`), Target 7 (`TARGET_CASES`): 43 in all.
+//! DeployItem 20 (`ITEM_CASES`), mock configuration 7 (`MOCK_CASES`), manifest
+//! configuration 11 (`MANIFEST_CASES`), Target 7 (`TARGET_CASES`): 45 in all.
 //!
 //! Run: `cargo test -p bosun-deployer --test bad_input`.
 
@@ -180,7 +180,12 @@ const ITEM_CASES: &[Case] = &[
     c(
         |v, g| v["status"] = json!(g),
         "status",
-        "expected struct Status",
+        "expected an object, got \"zq",
+    ),
+    c(
+        |v, _| v["status"] = json!(["Succeeded", 1]),
+        "status",
+        "expected an object, got [",
     ),
     c(
         |v, g| v["status"]["phase"] = json!(g),
@@ -243,14 +248,19 @@ const MOCK_CASES: &[Case] = &[
         "invalid type",
     ),
     c(
-        |v, _| v["phase"] = deep(30),
+        |v, _| v["phase"] = deep(31),
         "spec.config.phase",
         "invalid type",
     ),
     c(
         |v, g| *v = json!(g),
         "spec.config",
-        "expected struct MockConfig",
+        "expected an object, got \"zq",
+    ),
+    c(
+        |v, _| *v = json!(["Succeeded", "Failed"]),
+        "spec.config",
+        "expected an object, got [",
     ),
 ];
 
@@ -540,5 +550,5 @@ fn shape_counts() {
         MANIFEST_CASES.len(),
         TARGET_CASES.len()
     );
-    assert_eq!(total, 43);
+    assert_eq!(total, 45);
 }

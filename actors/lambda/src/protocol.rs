@@ -168,6 +168,11 @@ fn version_name(version: HookVersion) -> &'static str {
 /// Decodes `body`; an error names the field it is about (`resyncAfterSeconds: invalid
 /// type: …`), as serde's own message says only what was expected and where in the text.
 fn from_slice_at<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    // serde reads a struct from a list too, field by field in order: `[{…}]` would be an
+    // answer whose status is the intended answer. Upstream refuses it; so do we.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err("expected a JSON object, got a list".into());
+    }
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
         let path = e.path().to_string();

@@ -6,8 +6,8 @@
 //! broke and asserts the error names it.
 //!
 //! Distinct malformed-input shapes (mutation × field), checked by `shape_counts`:
-//! composite sync/finalize answers 26 (`COMPOSITE_CASES`), decorator answers 10
-//! (`DECORATOR_CASES`), customize answers 7 (`CUSTOMIZE_CASES`): 43 in all.
+//! composite sync/finalize answers 26 (`COMPOSITE_CASES`), decorator answers 11
+//! (`DECORATOR_CASES`), customize answers 8 (`CUSTOMIZE_CASES`): 45 in all.
 //!
 //! Run: `cargo test -p bosun-lambda --test bad_input`.
 
@@ -228,11 +228,15 @@ const COMPOSITE_CASES: &[Case] = &[
     ),
     c(
         |v, _, _| *v = json!([v.take()]),
-        &["not valid JSON", "expected struct CompositeResponse"],
+        &["not valid JSON", "expected a JSON object, got a list"],
     ),
 ];
 
 const DECORATOR_CASES: &[Case] = &[
+    c(
+        |v, _, _| *v = json!([v.take()]),
+        &["not valid JSON", "expected a JSON object, got a list"],
+    ),
     c(
         |v, _, _| v["labels"]["a"] = json!(1),
         &["labels", "expected a string"],
@@ -276,6 +280,10 @@ const DECORATOR_CASES: &[Case] = &[
 ];
 
 const CUSTOMIZE_CASES: &[Case] = &[
+    c(
+        |v, _, _| *v = json!([v.take()]),
+        &["not valid JSON", "expected a JSON object, got a list"],
+    ),
     c(
         |v, g, _| v["relatedResources"] = json!({ "resource": g }),
         &["relatedResources", "expected a sequence"],
@@ -488,5 +496,5 @@ fn shape_counts() {
         DECORATOR_CASES.len(),
         CUSTOMIZE_CASES.len()
     );
-    assert_eq!(total, 43);
+    assert_eq!(total, 45);
 }
