@@ -1041,3 +1041,31 @@ fn shape_counts() {
     );
     assert_eq!(total, 112);
 }
+
+#[test]
+fn deeply_nested_input_is_an_error_not_a_stack_overflow() {
+    for depth in [1_000, 100_000] {
+        let lists = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let maps = format!("{}1{}", "{a: ".repeat(depth), "}".repeat(depth));
+        let block = (0..depth.min(5_000))
+            .map(|i| format!("{}- ", "  ".repeat(i)))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for text in [&lists, &maps, &block] {
+            let config = format!("configVersion: v1\nonStartup: {text}\n");
+            let err = hook_config::parse(&config, HookKind::Global, "hooks/deep")
+                .expect_err("too deep or wrong type");
+            assert!(err.to_string().contains("hooks/deep"), "{err}");
+            let data = BTreeMap::from([("global".to_string(), format!("a: {text}\n"))]);
+            // Either refused as too deep, or taken as the mapping it is.
+            if let Err(e) = parse_config_map(&data, &[], "addon-operator") {
+                assert!(e.contains("key \"global\""), "{e}");
+            }
+        }
+        let metrics = format!("{{\"name\": \"m\", \"set\": 1, \"labels\": {lists}}}");
+        let err = hook_metrics::parse(&metrics).expect_err("too deep");
+        assert_eq!(err.line, 1, "{err}");
+        let err = values::parse_patch_stream(VALUES, &lists).expect_err("too deep");
+        assert!(err.to_string().starts_with(VALUES), "{err}");
+    }
+}
