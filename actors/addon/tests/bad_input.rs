@@ -11,11 +11,11 @@
 //!
 //! | area                                              | shapes |
 //! |---------------------------------------------------|--------|
-//! | hook `--config` (`HOOK_CONFIG_CASES` 56, `HOOK_CONFIG_DOCUMENT_CASES` 4) | 60 |
+//! | hook `--config` (`HOOK_CONFIG_CASES` 56, `…_DOCUMENT_CASES` 4, `…_OTHER_CASES` 9: module hooks and v0) | 69 |
 //! | values / config values patches (`PATCH_CASES`)   |   20   |
 //! | ConfigMap sections (`CONFIG_MAP_CASES`)           |    9   |
 //! | `METRICS_PATH` lines (`METRICS_CASES`)            |   23   |
-//! | total                                             |  112   |
+//! | total                                             |  121   |
 //!
 //! Run: `cargo test -p bosun-addon --test bad_input`.
 
@@ -416,6 +416,104 @@ const HOOK_CONFIG_DOCUMENT_CASES: &[(&str, &str)] = &[
     ("{\"configVersion\": \"v1\"}", "needs at least one binding"),
 ];
 
+/// Module hooks and the legacy v0 format: (kind, the document from a token, the field
+/// the error names, what it says).
+type OtherConfigCase = (HookKind, fn(&str) -> Value, &'static str, &'static str);
+
+fn v0() -> Value {
+    json!({
+        "onStartup": 1,
+        "schedule": [{ "crontab": "* * * * *" }],
+        "onKubernetesEvent": [{ "kind": "Pod", "event": ["add"] }]
+    })
+}
+
+fn with(mut v: Value, f: impl FnOnce(&mut Value)) -> Value {
+    f(&mut v);
+    v
+}
+
+const HOOK_CONFIG_OTHER_CASES: &[OtherConfigCase] = &[
+    (
+        HookKind::Module,
+        |_| json!({ "configVersion": "v1", "beforeHelm": 1, "afterAll": 1 }),
+        "afterAll",
+        "not allowed in a module hook",
+    ),
+    (
+        HookKind::Module,
+        |g| json!({ "configVersion": "v1", "beforeHelm": g }),
+        "beforeHelm",
+        "expected an integer order",
+    ),
+    (
+        HookKind::Module,
+        |_| json!({ "configVersion": "v1", "afterDeleteHelm": [] }),
+        "afterDeleteHelm",
+        "expected an integer order",
+    ),
+    (
+        HookKind::Global,
+        |_| with(v0(), |v| v["kubernetes"] = json!([])),
+        "kubernetes",
+        "unknown field; expected one of: onStartup, schedule, onKubernetesEvent",
+    ),
+    (
+        HookKind::Global,
+        |g| with(v0(), |v| v["onKubernetesEvent"][0]["event"] = json!([g])),
+        "onKubernetesEvent[0].event",
+        "expected add, update or delete",
+    ),
+    (
+        HookKind::Global,
+        |_| with(v0(), |v| remove(&mut v["onKubernetesEvent"][0], "kind")),
+        "onKubernetesEvent[0].kind",
+        "required field is missing",
+    ),
+    (
+        HookKind::Module,
+        |g| with(v0(), |v| v["schedule"][0]["queue"] = json!(g)),
+        "schedule[0].queue",
+        "unknown field",
+    ),
+    (
+        HookKind::Module,
+        |g| {
+            with(v0(), |v| {
+                v["onKubernetesEvent"][0]["namespaceSelector"] = json!(g)
+            })
+        },
+        "onKubernetesEvent[0].namespaceSelector",
+        "expected an object",
+    ),
+    (
+        HookKind::Global,
+        |_| json!({}),
+        "",
+        "the configuration has no bindings",
+    ),
+];
+
+fn check_other_hook_config(case: &OtherConfigCase, token: &str, hook: &str) {
+    let (kind, doc, field, expected) = case;
+    let text = serde_json::to_string(&doc(token)).unwrap();
+    let err = hook_config::parse(&text, *kind, hook).expect_err(&text);
+    let shown = err.to_string();
+    assert_eq!(err.hook, hook, "{shown}");
+    assert_eq!(err.field, *field, "{shown}");
+    assert!(
+        shown.contains(expected),
+        "expected {expected:?} in: {shown}"
+    );
+}
+
+#[test]
+fn module_and_v0_hook_config_shapes_name_their_field() {
+    for case in HOOK_CONFIG_OTHER_CASES {
+        check_other_hook_config(case, "zqtoken", "hooks/other");
+    }
+}
+
 fn check_hook_config(case: &ConfigCase, token: &str, hook: &str) {
     let mut doc = valid_hook_config();
     (case.mutate)(&mut doc, token);
@@ -483,6 +581,15 @@ proptest! {
         } else {
             check_hook_config(case, &token, &hook);
         }
+    }
+
+    #[test]
+    fn malformed_module_and_v0_hook_configs_get_precise_errors(
+        i in 0..HOOK_CONFIG_OTHER_CASES.len(),
+        token in garbage(),
+        hook in "[a-z]{1,6}/[a-z]{1,6}",
+    ) {
+        check_other_hook_config(&HOOK_CONFIG_OTHER_CASES[i], &token, &hook);
     }
 
     #[test]
@@ -1029,17 +1136,18 @@ proptest! {
 fn shape_counts() {
     let total = HOOK_CONFIG_CASES.len()
         + HOOK_CONFIG_DOCUMENT_CASES.len()
+        + HOOK_CONFIG_OTHER_CASES.len()
         + PATCH_CASES.len()
         + CONFIG_MAP_CASES.len()
         + METRICS_CASES.len();
     println!(
         "bad input shapes: hook config {}, patches {}, ConfigMap {}, metrics {}, total {total}",
-        HOOK_CONFIG_CASES.len() + HOOK_CONFIG_DOCUMENT_CASES.len(),
+        HOOK_CONFIG_CASES.len() + HOOK_CONFIG_DOCUMENT_CASES.len() + HOOK_CONFIG_OTHER_CASES.len(),
         PATCH_CASES.len(),
         CONFIG_MAP_CASES.len(),
         METRICS_CASES.len(),
     );
-    assert_eq!(total, 112);
+    assert_eq!(total, 121);
 }
 
 #[test]
