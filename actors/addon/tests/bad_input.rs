@@ -1177,3 +1177,37 @@ fn deeply_nested_input_is_an_error_not_a_stack_overflow() {
         assert!(err.to_string().starts_with(VALUES), "{err}");
     }
 }
+
+/// YAML aliases that expand to a document far larger than the text ("billion laughs").
+fn alias_bomb(levels: usize) -> String {
+    let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..levels {
+        let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+        text.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+    }
+    text
+}
+
+#[test]
+fn yaml_alias_bombs_are_refused_or_bounded() {
+    let bomb = alias_bomb(9);
+    let data = BTreeMap::from([("global".to_string(), bomb.clone())]);
+    let started = std::time::Instant::now();
+    let result = parse_config_map(&data, &[], "addon-operator");
+    let e = result.expect_err("the expansion is refused");
+    assert!(
+        e.contains("ConfigMap addon-operator: key \"global\" is not valid YAML"),
+        "{e}"
+    );
+    let config = format!(
+        "configVersion: v1\nonStartup: 1\nsettings:\n  {}",
+        bomb.replace('\n', "\n  ")
+    );
+    let e = hook_config::parse(&config, HookKind::Global, "hooks/bomb").expect_err("refused");
+    assert!(e.to_string().contains("hooks/bomb"), "{e}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
