@@ -525,6 +525,12 @@ fn describe(op: &str, kind: &str, namespace: &str, name: &str) -> String {
     }
 }
 
+/// Parses and validates the operations in `text` without executing any: how many there
+/// are, or the error [`KubePatcher::execute`] gives before it touches the cluster.
+pub fn check_operations(text: &str) -> Result<usize, PatchError> {
+    parse(text).map(|ops| ops.len())
+}
+
 /// Splits the text into documents (JSON stream first, else YAML) and validates each.
 fn parse(text: &str) -> Result<Vec<Operation>, PatchError> {
     let docs = documents(text)?;

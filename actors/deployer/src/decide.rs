@@ -827,7 +827,7 @@ mod tests {
         let mut o = it.object.clone();
         o["status"]["phase"] = json!("Processing");
         let e = DeployItem::parse(&o).unwrap_err();
-        assert_eq!(e.field, "status");
+        assert_eq!(e.field, "status.phase");
         assert!(e.message.contains("unknown phase \"Processing\""), "{e}");
     }
 

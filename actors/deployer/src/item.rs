@@ -237,7 +237,7 @@ fn empty_phase_is_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<
         Some(s) if s.is_empty() => Ok(None),
         Some(s) => Phase::parse(&s).map(Some).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "phase: unknown phase {s:?} (expected Init, Progressing, Succeeded, Failed, InitDelete, Deleting or DeleteFailed)"
+                "unknown phase {s:?} (expected Init, Progressing, Succeeded, Failed, InitDelete, Deleting or DeleteFailed)"
             ))
         }),
     }
@@ -365,7 +365,16 @@ impl DeployItem {
         let spec = &object["spec"];
         let type_ = match &spec["type"] {
             Value::String(s) if !s.is_empty() => s.clone(),
-            _ => return Err(FieldError::new(&what, "spec.type", "missing")),
+            Value::Null | Value::String(_) => {
+                return Err(FieldError::new(&what, "spec.type", "missing"));
+            }
+            other => {
+                return Err(FieldError::new(
+                    &what,
+                    "spec.type",
+                    format!("expected a string, got {other}"),
+                ));
+            }
         };
         let opt_str = |field: &str, v: &Value| -> Result<Option<String>, FieldError> {
             match v {
@@ -379,6 +388,13 @@ impl DeployItem {
                 )),
             }
         };
+        if !matches!(spec["target"], Value::Null | Value::Object(_)) {
+            return Err(FieldError::new(
+                &what,
+                "spec.target",
+                format!("expected an object with a name, got {}", spec["target"]),
+            ));
+        }
         let target = opt_str("spec.target.name", &spec["target"]["name"])?;
         let context = opt_str("spec.context", &spec["context"])?;
         let timeout = opt_str("spec.timeout", &spec["timeout"])?;
@@ -386,11 +402,34 @@ impl DeployItem {
             Value::Null => None,
             v => Some(v.clone()),
         };
-        let update_on_change_only = spec["updateOnChangeOnly"].as_bool().unwrap_or(false);
+        let update_on_change_only = match &spec["updateOnChangeOnly"] {
+            Value::Null => false,
+            Value::Bool(b) => *b,
+            other => {
+                return Err(FieldError::new(
+                    &what,
+                    "spec.updateOnChangeOnly",
+                    format!("expected true or false, got {other}"),
+                ));
+            }
+        };
         let status = match &object["status"] {
             Value::Null => Status::default(),
-            v => serde_json::from_value(v.clone())
-                .map_err(|e| FieldError::new(&what, "status", e.to_string()))?,
+            // serde would read a struct from a list, field by field in order.
+            v @ Value::Object(_) => serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+                let field = match e.path().to_string() {
+                    p if p == "." || p.is_empty() => "status".to_string(),
+                    p => format!("status.{p}"),
+                };
+                FieldError::new(&what, &field, e.into_inner().to_string())
+            })?,
+            other => {
+                return Err(FieldError::new(
+                    &what,
+                    "status",
+                    format!("expected an object, got {other}"),
+                ));
+            }
         };
         Ok(DeployItem {
             uid: str_at(object, &["metadata", "uid"]).to_string(),

@@ -160,9 +160,22 @@ impl ManifestConfig {
                 };
                 (policy, m["manifest"].clone())
             };
-            for (key, path) in [("apiVersion", "apiVersion"), ("kind", "kind")] {
-                if object[key].as_str().is_none_or(str::is_empty) {
-                    return Err(config_error(format!("{field}.manifest.{path}: missing")));
+            if !object.is_object() {
+                return Err(config_error(format!(
+                    "{field}.manifest: expected an object, got {object}"
+                )));
+            }
+            for key in ["apiVersion", "kind"] {
+                match &object[key] {
+                    Value::String(s) if !s.is_empty() => {}
+                    Value::Null | Value::String(_) => {
+                        return Err(config_error(format!("{field}.manifest.{key}: missing")));
+                    }
+                    other => {
+                        return Err(config_error(format!(
+                            "{field}.manifest.{key}: expected a string, got {other}"
+                        )));
+                    }
                 }
             }
             if object["metadata"]["name"]

@@ -34,6 +34,14 @@ pub struct MockConfig {
 impl MockConfig {
     /// Reads `spec.config`; the error names the field.
     pub fn parse(config: &Value) -> Result<MockConfig, DeployError> {
+        // serde would read a struct from a list, field by field in order.
+        if !config.is_object() {
+            return Err(DeployError::config(
+                "Reconcile",
+                "FailedUnmarshal",
+                format!("spec.config: expected an object, got {config}"),
+            ));
+        }
         if let Some(kind) = config.get("kind").and_then(Value::as_str)
             && kind != "ProviderConfiguration"
         {
@@ -52,8 +60,16 @@ impl MockConfig {
                 format!("spec.config.apiVersion: expected {MOCK_API_VERSION:?}, got {api:?}"),
             ));
         }
-        serde_json::from_value(config.clone()).map_err(|e| {
-            DeployError::config("Reconcile", "FailedUnmarshal", format!("spec.config: {e}"))
+        serde_path_to_error::deserialize(config.clone()).map_err(|e| {
+            let field = match e.path().to_string() {
+                p if p == "." || p.is_empty() => "spec.config".to_string(),
+                p => format!("spec.config.{p}"),
+            };
+            DeployError::config(
+                "Reconcile",
+                "FailedUnmarshal",
+                format!("{field}: {}", e.into_inner()),
+            )
         })
     }
 
@@ -158,7 +174,7 @@ mod tests {
     fn bad_configs_name_the_field() {
         let e = MockConfig::parse(&json!({"phase": "Sleeping"})).unwrap_err();
         assert!(
-            e.message.starts_with("spec.config:") && e.message.contains("Sleeping"),
+            e.message.starts_with("spec.config.phase: ") && e.message.contains("Sleeping"),
             "{e}"
         );
         assert!(e.is_unrecoverable());

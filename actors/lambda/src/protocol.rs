@@ -165,27 +165,46 @@ fn version_name(version: HookVersion) -> &'static str {
     }
 }
 
+/// Decodes `body`; an error names the field it is about (`resyncAfterSeconds: invalid
+/// type: …`), as serde's own message says only what was expected and where in the text.
+fn from_slice_at<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    // serde reads a struct from a list too, field by field in order: `[{…}]` would be an
+    // answer whose status is the intended answer. Upstream refuses it; so do we.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err("expected a JSON object, got a list".into());
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." || path.is_empty() {
+            e.into_inner().to_string()
+        } else {
+            format!("{path}: {}", e.into_inner())
+        }
+    })?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
 fn decode<T: DeserializeOwned, S: DeserializeOwned>(
     hook: HookType,
     version: HookVersion,
     mode: UnmarshalMode,
     body: &[u8],
 ) -> Result<Decoded<T>, ResponseError> {
-    let response = serde_json::from_slice::<T>(body).map_err(|e| ResponseError::Decode {
-        hook,
-        message: e.to_string(),
-    })?;
+    let response =
+        from_slice_at::<T>(body).map_err(|message| ResponseError::Decode { hook, message })?;
     let mut warnings = Vec::new();
-    if let Err(e) = serde_json::from_slice::<S>(body) {
+    if let Err(message) = from_slice_at::<S>(body) {
         match mode {
             UnmarshalMode::Strict => {
                 return Err(ResponseError::Strict {
                     hook,
                     version: version_name(version),
-                    message: e.to_string(),
+                    message,
                 });
             }
-            UnmarshalMode::Loose => warnings.push(e.to_string()),
+            UnmarshalMode::Loose => warnings.push(message),
         }
     }
     Ok(Decoded { response, warnings })
