@@ -7,7 +7,7 @@
 //!
 //! Distinct malformed-input shapes (mutation × field), checked by `shape_counts`:
 //! DeployItem 20 (`ITEM_CASES`), mock configuration 7 (`MOCK_CASES`), manifest
-//! configuration 11 (`MANIFEST_CASES`), Target 7 (`TARGET_CASES`): 45 in all.
+//! configuration 16 (`MANIFEST_CASES`), Target 7 (`TARGET_CASES`): 50 in all.
 //!
 //! Run: `cargo test -p bosun-deployer --test bad_input`.
 
@@ -340,7 +340,35 @@ const MANIFEST_CASES: &[ManifestCase] = &[
     mc(
         |v, g, _| v["updateStrategy"] = json!(g),
         "spec.config.updateStrategy",
-        "is not supported yet",
+        "unknown strategy",
+    ),
+    mc(
+        |v, _, _| v["updateStrategy"] = json!(7),
+        "spec.config.updateStrategy",
+        "expected a string",
+    ),
+    mc(
+        |v, _, _| v["readinessChecks"] = json!({"custom": [{"name": "c", "resourceSelector": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x"}], "requirements": [{"jsonPath": ".a", "operator": "about"}]}]}),
+        "spec.config.readinessChecks.custom[0].requirements[0].operator",
+        "expected exists",
+    ),
+    mc(
+        |v, _, _| {
+            v["readinessChecks"] =
+                json!({"custom": [{"name": "c", "resourceSelector": [], "requirements": []}]})
+        },
+        "spec.config.readinessChecks.custom[0].resourceSelector",
+        "expected a non-empty list",
+    ),
+    mc(
+        |v, _, _| v["exports"] = json!({"exports": [{"key": "k", "jsonPath": ".a"}]}),
+        "spec.config.exports.exports[0].fromResource",
+        "missing",
+    ),
+    mc(
+        |v, _, _| v["exports"] = json!({"exports": [{"key": "k", "jsonPath": ".a[", "fromResource": {"apiVersion": "v1", "kind": "ConfigMap", "name": "x"}}]}),
+        "spec.config.exports.exports[0].jsonPath",
+        "unclosed",
     ),
     mc(
         |v, g, _| v["manifests"] = json!({ "a": g }),
@@ -550,5 +578,5 @@ fn shape_counts() {
         MANIFEST_CASES.len(),
         TARGET_CASES.len()
     );
-    assert_eq!(total, 45);
+    assert_eq!(total, 50);
 }
