@@ -1,0 +1,215 @@
+//! Startup of a big installation: `bosun run` with 300 modules (a chart each) and 50
+//! global hooks against the sandbox.
+//! - **cold** (empty journal): time to ready (`/readyz` 200) against the intrinsic work of
+//!   the converge — the time the hooks ran plus the time Helm worked, summed from bosun's
+//!   own metrics (`global_hook_run_seconds`, `helm_operation_seconds`);
+//! - **warm** (a restart with a journal of 1M events appended after the cold run): time to
+//!   ready against the journal replay alone, measured in the same run on a copy.
+//!
+//! Run: `cargo bench --bench startup` (`BENCH_MODULES`, `BENCH_GLOBAL_HOOKS`,
+//! `BENCH_EVENTS` scale it).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bosun_addon::{Event, State};
+use bosun_journal::Journal;
+
+#[path = "support/journal_events.rs"]
+mod journal_events;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn write_exec(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+}
+
+fn installation(dir: &Path, modules: usize, hooks: usize) -> std::io::Result<()> {
+    let m = dir.join("modules");
+    let g = dir.join("global-hooks");
+    std::fs::create_dir_all(&m)?;
+    std::fs::create_dir_all(&g)?;
+    let mut values = String::new();
+    for i in 0..modules {
+        let name = format!("mod{i:03}");
+        let t = m.join(format!("{:03}-{name}", i + 1)).join("templates");
+        std::fs::create_dir_all(&t)?;
+        std::fs::write(
+            t.join("cm.yaml"),
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  index: \"{i}\"\n"
+            ),
+        )?;
+        values.push_str(&format!("{name}Enabled: true\n"));
+    }
+    std::fs::write(m.join("values.yaml"), values)?;
+    for i in 0..hooks {
+        write_exec(
+            &g.join(format!("{i:03}-hook.sh")),
+            &format!(
+                "#!/bin/sh\nif [ \"$1\" = \"--config\" ]; then echo '{{\"configVersion\":\"v1\",\"onStartup\":{i}}}'; exit 0; fi\nexit 0\n"
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+fn start(dir: &Path, kubeconfig: &Path, log: &str) -> std::io::Result<Child> {
+    let log = std::fs::File::create(dir.join(log))?;
+    Command::new(env!("CARGO_BIN_EXE_bosun"))
+        .arg("run")
+        .env("KUBE_CONFIG", kubeconfig)
+        .env("GLOBAL_HOOKS_DIR", dir.join("global-hooks"))
+        .env("MODULES_DIR", dir.join("modules"))
+        .env("ADDON_OPERATOR_NAMESPACE", "default")
+        .env("BOSUN_JOURNAL_DIR", dir.join("journal"))
+        .env("ADDON_OPERATOR_TMP_DIR", dir.join("tmp"))
+        .env("ADDON_OPERATOR_LISTEN_ADDRESS", "127.0.0.1")
+        .env("ADDON_OPERATOR_LISTEN_PORT", "0")
+        .env("DEBUG_UNIX_SOCKET", dir.join("debug.socket"))
+        .env("BOSUN_LAMBDA", "false")
+        .env("BOSUN_DEPLOYER", "false")
+        .env("LOG_LEVEL", "warn")
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .spawn()
+}
+
+async fn get(address: &str, path: &str) -> Option<(bool, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(address).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    Some((buf.starts_with("HTTP/1.1 200"), buf))
+}
+
+/// Waits for `/readyz` 200; returns the HTTP address.
+async fn ready(dir: &Path, log: &str, deadline: Duration) -> anyhow::Result<String> {
+    let until = Instant::now() + deadline;
+    loop {
+        let text = std::fs::read_to_string(dir.join(log)).unwrap_or_default();
+        let address = text.lines().find_map(|l| {
+            l.split("bosun HTTP endpoints listening on http://")
+                .nth(1)
+                .map(|a| a.trim().to_string())
+        });
+        if let Some(a) = address
+            && get(&a, "/readyz").await.is_some_and(|(ok, _)| ok)
+        {
+            return Ok(a);
+        }
+        anyhow::ensure!(Instant::now() < until, "bosun not ready:\n{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Sum of the `_sum` samples of a histogram in Prometheus text.
+fn histogram_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.split(['{', ' '])
+                .next()
+                .is_some_and(|n| n.ends_with(&format!("{name}_sum")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn stop(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let modules = env("BENCH_MODULES", 300);
+    let hooks = env("BENCH_GLOBAL_HOOKS", 50);
+    let events = env("BENCH_EVENTS", 1_000_000) as u64;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig {
+        kubeconfig: Some(kubeconfig.clone()),
+        ..bosun::sandbox::SandboxConfig::loopback(dir.path().join("data"))
+    })
+    .await?;
+    installation(dir.path(), modules, hooks)?;
+
+    // Cold.
+    let started = Instant::now();
+    let mut bosun = start(dir.path(), &kubeconfig, "cold.log")?;
+    let address = ready(dir.path(), "cold.log", Duration::from_secs(900)).await?;
+    let cold = started.elapsed();
+    let metrics = get(&address, "/metrics")
+        .await
+        .map(|(_, t)| t)
+        .unwrap_or_default();
+    let hook_s = histogram_sum(&metrics, "global_hook_run_seconds");
+    let helm_s = histogram_sum(&metrics, "helm_operation_seconds");
+    stop(&mut bosun);
+    let intrinsic = hook_s + helm_s;
+    println!("{modules} modules with charts, {hooks} global hooks");
+    println!(
+        "cold start: ready in {:.2} s; intrinsic work {:.2} s (hooks {hook_s:.2} s, Helm {helm_s:.2} s): ratio {:.2} (intrinsic / time to ready)",
+        cold.as_secs_f64(),
+        intrinsic,
+        intrinsic / cold.as_secs_f64()
+    );
+
+    // Warm: the journal grows to `events` more records.
+    let journal_dir = dir.path().join("journal");
+    {
+        let j = Journal::<Event>::open(&journal_dir)?;
+        let batch = 10_000u64;
+        let mut i = 0;
+        while i < events {
+            let list: Vec<Event> = (i..(i + batch).min(events))
+                .map(|k| journal_events::event(k + 1_000_000_000))
+                .collect();
+            j.append_batch(&list).await?;
+            i += batch;
+        }
+        j.close();
+    }
+    let copy = dir.path().join("journal-copy");
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(&journal_dir)
+        .arg(&copy)
+        .status()?;
+    anyhow::ensure!(status.success(), "cannot copy the journal");
+    let replay = {
+        let t = Instant::now();
+        let j = Journal::<Event>::open(&copy)?;
+        let (_state, last) = j.replay::<State, _>(None, true, |s, r| s.apply(&r.event))?;
+        let took = t.elapsed();
+        j.close();
+        println!("journal: {last} records");
+        took
+    };
+    let started = Instant::now();
+    let mut bosun = start(dir.path(), &kubeconfig, "warm.log")?;
+    ready(dir.path(), "warm.log", Duration::from_secs(900)).await?;
+    let warm = started.elapsed();
+    stop(&mut bosun);
+    println!(
+        "warm start: ready in {:.2} s; the replay alone {:.2} s: ratio {:.2} (replay / time to ready)",
+        warm.as_secs_f64(),
+        replay.as_secs_f64(),
+        replay.as_secs_f64() / warm.as_secs_f64()
+    );
+    sandbox.shutdown().await?;
+    Ok(())
+}
