@@ -898,3 +898,60 @@ fn manifests_wait_for_readiness_then_export_and_merge_with_live_objects() {
         "{e}"
     );
 }
+
+#[test]
+fn deletion_groups_go_in_order_and_force_delete_strips_finalizers() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    let mut held = cm("default", "held", json!({"v": "1"}));
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    let mut config = manifest_config(json!([
+        {"manifest": held},
+        {"manifest": cm("default", "plain", json!({"v": "1"})),
+         "annotateBeforeDelete": {"example.com/going": "yes"}},
+    ]));
+    config["deletionGroups"] = json!([
+        {"customResourceGroup": {"resources": [{"apiVersion": "v1", "kind": "ConfigMap", "names": ["held"]}], "forceDelete": true}},
+        {"predefinedResourceGroup": {"type": "namespaced-resources"}},
+    ]);
+    create_item(
+        &sb,
+        "grouped",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": config}),
+    );
+    wait_phase(&op, &sb, "grouped", "Succeeded");
+    let in_target = |path: &str| {
+        let (code, v) = target_cluster.get(path);
+        (code == 200).then_some(v)
+    };
+    assert!(in_target("/api/v1/namespaces/default/configmaps/held").is_some());
+    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/grouped"), "", "");
+    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
+    op.wait("the item gone", WAIT, || item(&sb, "grouped").is_none());
+    assert!(
+        in_target("/api/v1/namespaces/default/configmaps/held").is_none(),
+        "forceDelete removed the finalizer that held it"
+    );
+    assert!(in_target("/api/v1/namespaces/default/configmaps/plain").is_none());
+
+    // A bad group fails the item at once, naming the field.
+    let mut bad = manifest_config(json!([{"manifest": cm("default", "x", json!({}))}]));
+    bad["deletionGroups"] = json!([{"predefinedResourceGroup": {"type": "pods"}}]);
+    create_item(
+        &sb,
+        "bad-group",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": bad}),
+    );
+    let failed = wait_phase(&op, &sb, "bad-group", "Failed");
+    assert!(
+        failed["status"]["lastError"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("deletionGroups[0].predefinedResourceGroup.type"),
+        "{}",
+        failed["status"]["lastError"]
+    );
+}

@@ -21,6 +21,7 @@
 
 pub mod controller;
 pub mod decide;
+pub mod deletion;
 pub mod events;
 pub mod fakes;
 pub mod item;

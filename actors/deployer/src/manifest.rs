@@ -72,6 +72,10 @@ pub struct ManifestConfig {
     pub update_strategy: UpdateStrategy,
     pub readiness: ReadinessChecks,
     pub exports: Vec<Export>,
+    /// `deletionGroups` (`None`: the default order).
+    pub deletion_groups: Option<Vec<crate::deletion::Group>>,
+    /// `deletionGroupsDuringUpdate`, for orphans.
+    pub deletion_groups_during_update: Option<Vec<crate::deletion::Group>>,
 }
 
 /// An annotations map of a manifest field.
@@ -118,6 +122,11 @@ impl ManifestConfig {
         let update_strategy = UpdateStrategy::parse(&config["updateStrategy"])?;
         let readiness = ReadinessChecks::parse(&config["readinessChecks"])?;
         let exports = crate::readiness::parse_exports(&config["exports"])?;
+        let deletion_groups = crate::deletion::parse(&config["deletionGroups"], "deletionGroups")?;
+        let deletion_groups_during_update = crate::deletion::parse(
+            &config["deletionGroupsDuringUpdate"],
+            "deletionGroupsDuringUpdate",
+        )?;
         let list = match &config["manifests"] {
             Value::Null => Vec::new(),
             Value::Array(a) => a.clone(),
@@ -195,6 +204,8 @@ impl ManifestConfig {
             update_strategy,
             readiness,
             exports,
+            deletion_groups,
+            deletion_groups_during_update,
         })
     }
 }
@@ -532,6 +543,73 @@ impl ManifestType {
         self.targets.delete(target, &m.resource).await
     }
 
+    /// Deletes `list` group by group: configured groups in their order, each waited for
+    /// until its objects are gone (bounded by the item's timeout) and stripped of
+    /// finalizers if it forces; then what no group selected, in the default order
+    /// (namespaced, cluster-scoped, CRDs).
+    async fn delete_in_groups(
+        &self,
+        target: &ResolvedTarget,
+        list: &[&Managed],
+        groups: Option<&[crate::deletion::Group]>,
+        job: &Job<'_>,
+    ) -> Result<(), DeployError> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        let candidates: Vec<crate::deletion::Candidate<'_>> = list
+            .iter()
+            .map(|m| crate::deletion::Candidate {
+                api_version: &m.resource.api_version,
+                kind: &m.resource.kind,
+                name: &m.resource.name,
+                namespace: &m.resource.namespace,
+            })
+            .collect();
+        let configured = groups.is_some();
+        let steps = crate::deletion::plan(groups.unwrap_or(&[]), &candidates);
+        let deadline = job.remaining.map(|r| tokio::time::Instant::now() + r);
+        for step in steps {
+            for &i in &step.indices {
+                self.delete_managed(target, list[i]).await?;
+                if step.force
+                    && let Some(mut live) = self.targets.get(target, &list[i].resource).await?
+                    && live["metadata"]["finalizers"]
+                        .as_array()
+                        .is_some_and(|f| !f.is_empty())
+                {
+                    live["metadata"]["finalizers"] = json!([]);
+                    self.targets.replace(target, live).await?;
+                }
+            }
+            if !configured {
+                continue;
+            }
+            // The next group starts once this one is gone.
+            loop {
+                let mut left = Vec::new();
+                for &i in &step.indices {
+                    if self.targets.get(target, &list[i].resource).await?.is_some() {
+                        left.push(list[i].resource.to_string());
+                    }
+                }
+                if left.is_empty() {
+                    break;
+                }
+                if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                    return Err(DeployError::new(
+                        "DeleteGroup",
+                        "WaitingForDeletion",
+                        format!("still there at the timeout: {}", left.join(", ")),
+                        &[crate::item::ErrorCode::Timeout],
+                    ));
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }
+        Ok(())
+    }
+
     async fn apply(&self, job: &Job<'_>) -> Result<Outcome, DeployError> {
         let target = need_target(job)?;
         let config = ManifestConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))?;
@@ -600,9 +678,13 @@ impl ManifestType {
             });
         }
         let gone = orphans(&before, &managed);
-        for o in gone.iter().rev() {
-            self.delete_managed(target, o).await?;
-        }
+        self.delete_in_groups(
+            target,
+            &gone.iter().collect::<Vec<_>>(),
+            config.deletion_groups_during_update.as_deref(),
+            job,
+        )
+        .await?;
         let provider_status = Some(json!({
             "apiVersion": API_V1ALPHA2,
             "kind": "ProviderStatus",
@@ -647,27 +729,23 @@ impl ManifestType {
             return Ok(());
         }
         let target = need_target(job)?;
-        // Namespaced first, then cluster-scoped, CRDs last: the reverse of the apply order.
-        let mut by_group: BTreeMap<u8, Vec<&Managed>> = BTreeMap::new();
+        // A configuration that no longer parses still lets the item go, in the default order.
+        let groups = ManifestConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))
+            .ok()
+            .and_then(|c| c.deletion_groups);
+        let mut ours = Vec::new();
         for m in managed.iter().filter(|m| m.policy.deletes()) {
-            let namespaced = !m.resource.namespace.is_empty();
-            by_group
-                .entry(group(&m.resource.kind, namespaced))
-                .or_default()
-                .push(m);
-        }
-        for (_, list) in by_group.iter().rev() {
-            for m in list {
-                if m.policy == Policy::Fallback
-                    && let Some(live) = self.targets.get(target, &m.resource).await?
-                    && live["metadata"]["labels"][DEPLOYITEM_LABEL].as_str()
-                        != Some(job.item.key.name.as_str())
-                {
-                    continue;
-                }
-                self.delete_managed(target, m).await?;
+            if m.policy == Policy::Fallback
+                && let Some(live) = self.targets.get(target, &m.resource).await?
+                && live["metadata"]["labels"][DEPLOYITEM_LABEL].as_str()
+                    != Some(job.item.key.name.as_str())
+            {
+                continue;
             }
+            ours.push(m);
         }
+        self.delete_in_groups(target, &ours, groups.as_deref(), job)
+            .await?;
         Ok(())
     }
 }
