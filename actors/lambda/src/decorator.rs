@@ -208,7 +208,7 @@ impl Decorator {
             bound.hook.version,
             finalizing,
         );
-        let (answer, request_digest) = call_hook(bound, &body, &object).await?;
+        let (answer, request_digest) = call_hook(bound, body, &object).await?;
         let decoded = decode_decorator(
             hook_type,
             bound.hook.version,

@@ -116,13 +116,13 @@ pub(crate) async fn related_of(
         .map_err(|e| SyncError::Failed(e.to_string()))
 }
 
-/// POSTs a hook request about `root`; returns the answer and the request's digest.
+/// POSTs a hook request (JSON bytes) about `root`; returns the answer and the request's
+/// digest.
 pub(crate) async fn call_hook(
     bound: &BoundHook,
-    request: &Value,
+    body: Vec<u8>,
     root: &Value,
 ) -> Result<(Vec<u8>, String), SyncError> {
-    let body = request.to_string().into_bytes();
     let request_digest = digest(&body);
     let answer = bound.client.call(body, cache_key(root)).await?;
     Ok((answer, request_digest))
@@ -367,7 +367,7 @@ impl Composite {
                     bound.hook.version,
                     finalizing,
                 );
-                let (answer, request_digest) = call_hook(bound, &body, &parent).await?;
+                let (answer, request_digest) = call_hook(bound, body, &parent).await?;
                 let decoded = decode_composite(
                     hook_type,
                     bound.hook.version,

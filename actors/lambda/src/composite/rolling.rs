@@ -190,7 +190,7 @@ async fn call_hook(
         bound.hook.version,
         finalizing,
     );
-    let (answer, _) = super::call_hook(bound, &body, parent).await?;
+    let (answer, _) = super::call_hook(bound, body, parent).await?;
     let decoded = decode_composite(
         hook_type,
         bound.hook.version,
