@@ -150,7 +150,7 @@ impl Decorator {
                     && a["metadata"]["annotations"][DECORATOR_ANNOTATION].as_str()
                         == Some(self.name.as_str())
                 {
-                    group.insert(key_of(&a), (*a).clone());
+                    group.insert(key_of(&a), std::sync::Arc::clone(&a));
                 }
             }
         }

@@ -9,13 +9,15 @@
 //!   namespaced children).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::types::HookVersion;
 
-/// Objects of one type, by uniform key.
-pub type ObjectMap = BTreeMap<String, Value>;
+/// Objects of one type, by uniform key; shared with the informer caches they were read
+/// from (a sync copies no object it only reads).
+pub type ObjectMap = BTreeMap<String, Arc<Value>>;
 /// Objects by group key, then uniform key.
 pub type GroupMap = BTreeMap<String, ObjectMap>;
 
@@ -123,7 +125,7 @@ impl HookMap<'_> {
                 HookVersion::V1 if ns.is_empty() || ns == self.parent_namespace => name,
                 HookVersion::V1 => continue,
             };
-            out.insert(key, object);
+            out.insert(key, object.as_ref());
         }
         out
     }
@@ -153,9 +155,9 @@ mod tests {
 
     fn map() -> GroupMap {
         let mut objects = ObjectMap::new();
-        objects.insert("ns1/a".into(), json!({"n": 1}));
-        objects.insert("ns2/b".into(), json!({"n": 2}));
-        objects.insert("c".into(), json!({"n": 3}));
+        objects.insert("ns1/a".into(), Arc::new(json!({"n": 1})));
+        objects.insert("ns2/b".into(), Arc::new(json!({"n": 2})));
+        objects.insert("c".into(), Arc::new(json!({"n": 3})));
         let mut m = GroupMap::new();
         m.insert("ConfigMap.v1".into(), objects);
         m.insert("Secret.v1".into(), ObjectMap::new());

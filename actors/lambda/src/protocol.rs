@@ -503,11 +503,11 @@ mod tests {
         children.entry("ConfigMap.v1".into()).or_default().extend([
             (
                 "ns/b".to_string(),
-                json!({"metadata": {"name": "b", "namespace": "ns"}}),
+                std::sync::Arc::new(json!({"metadata": {"name": "b", "namespace": "ns"}})),
             ),
             (
                 "other/a".to_string(),
-                json!({"metadata": {"name": "a", "namespace": "other"}}),
+                std::sync::Arc::new(json!({"metadata": {"name": "a", "namespace": "other"}})),
             ),
         ]);
         let related = GroupMap::new();
