@@ -23,7 +23,7 @@ use super::objects::{self, Part, Propagation, Writer};
 use super::resources::ResourceInfo;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, success_status};
-use super::store::{Change, ChangeType, ResKey, Store};
+use super::store::{Change, ChangeType, Inner, ResKey, Store};
 use super::table::{self, Include};
 use super::{discovery, openapi};
 
@@ -529,15 +529,57 @@ fn part_of(info: &ResourceInfo, sub: Option<&str>) -> Result<Part, ApiError> {
     }
 }
 
+/// Wakes the garbage collector when a write may have given it work: an object being
+/// deleted, or a dependent with an owner that is gone or being deleted. A collection pass
+/// reads every object, so a dependent written under live owners (each child a controller
+/// creates or updates), which gives it nothing to do, does not wake it.
 fn wake_gc(app: &App, obj: &Value) {
     let meta = &obj["metadata"];
-    if !meta["deletionTimestamp"].is_null()
-        || meta["ownerReferences"]
-            .as_array()
-            .is_some_and(|r| !r.is_empty())
-    {
+    if !meta["deletionTimestamp"].is_null() {
+        app.gc.notify_one();
+        return;
+    }
+    let Some(refs) = meta["ownerReferences"].as_array().filter(|r| !r.is_empty()) else {
+        return;
+    };
+    let owners_live = {
+        let inner = app.store.lock();
+        refs.iter().all(|r| owner_live(&inner, obj, r))
+    };
+    if !owners_live {
         app.gc.notify_one();
     }
+}
+
+/// Whether the owner `reference` of `dependent` names an object that exists with that
+/// uid and is not being deleted (anything unclear counts as not live).
+fn owner_live(inner: &Inner, dependent: &Value, reference: &Value) -> bool {
+    let (Some(api_version), Some(kind), Some(name), Some(uid)) = (
+        reference["apiVersion"].as_str(),
+        reference["kind"].as_str(),
+        reference["name"].as_str(),
+        reference["uid"].as_str(),
+    ) else {
+        return false;
+    };
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let Some(info) = inner
+        .resources
+        .iter()
+        .find(|i| i.group == group && i.kind == kind)
+    else {
+        return false;
+    };
+    let ns = if info.namespaced {
+        dependent["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+    } else {
+        ""
+    };
+    inner.get(&ResKey::of(info), ns, name).is_some_and(|o| {
+        o["metadata"]["uid"].as_str() == Some(uid) && o["metadata"]["deletionTimestamp"].is_null()
+    })
 }
 
 fn get(

@@ -113,21 +113,25 @@ impl Listener for Informer {
     fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>) {
         let parsed: BTreeMap<ObjectKey, Arc<Value>> = objects
             .iter()
-            .map(|(k, o)| (k.clone(), Arc::new(o.parse())))
+            .map(|(k, o)| (k.clone(), o.shared()))
             .collect();
         *lock(&self.objects) = parsed;
     }
 
-    fn on(&self, change: WatchChange, key: &ObjectKey, object: &Value, _stored: &Stored) {
+    fn on(&self, change: WatchChange, key: &ObjectKey, object: &Arc<Value>, _stored: &Stored) {
         match change {
             WatchChange::Added | WatchChange::Modified => {
-                lock(&self.objects).insert(key.clone(), Arc::new(object.clone()));
+                lock(&self.objects).insert(key.clone(), Arc::clone(object));
             }
             WatchChange::Deleted => {
                 lock(&self.objects).remove(key);
             }
         }
         self.send(self.change_of(object));
+    }
+
+    fn keeps_parsed(&self) -> bool {
+        true
     }
 
     fn detached(&self, _namespace: Option<&str>) -> Vec<Arc<SharedWatch>> {

@@ -129,8 +129,7 @@ impl InformerState {
     /// first, the change subscribers see is from the state before that write: an object
     /// we created is news (the parent of a child just created syncs again and sees it),
     /// not an update without a new resourceVersion.
-    fn applied(&mut self, key: &ObjectKey, object: &Value) {
-        let new = Arc::new(object.clone());
+    fn applied(&mut self, key: &ObjectKey, new: Arc<Value>) {
         let cached = self.put(key.clone(), Arc::clone(&new));
         let old = match self.unseen.remove(key) {
             Some(before) => before,
@@ -140,9 +139,9 @@ impl InformerState {
     }
 
     /// A deleted object from the watch.
-    fn deleted(&mut self, key: &ObjectKey, object: &Value) {
+    fn deleted(&mut self, key: &ObjectKey, object: &Arc<Value>) {
         self.unseen.remove(key);
-        let old = self.take(key).unwrap_or_else(|| Arc::new(object.clone()));
+        let old = self.take(key).unwrap_or_else(|| Arc::clone(object));
         self.send(Change::Deleted(old));
     }
 }
@@ -154,17 +153,21 @@ impl Listener for Informer {
         st.owned.clear();
         st.orphans.clear();
         for (k, o) in objects {
-            st.put(k.clone(), Arc::new(o.parse()));
+            st.put(k.clone(), o.shared());
         }
         st.unseen.clear();
     }
 
-    fn on(&self, change: WatchChange, key: &ObjectKey, object: &Value, _stored: &Stored) {
+    fn on(&self, change: WatchChange, key: &ObjectKey, object: &Arc<Value>, _stored: &Stored) {
         let mut st = lock(&self.state);
         match change {
-            WatchChange::Added | WatchChange::Modified => st.applied(key, object),
+            WatchChange::Added | WatchChange::Modified => st.applied(key, Arc::clone(object)),
             WatchChange::Deleted => st.deleted(key, object),
         }
+    }
+
+    fn keeps_parsed(&self) -> bool {
+        true
     }
 
     fn detached(&self, _namespace: Option<&str>) -> Vec<Arc<SharedWatch>> {
@@ -712,10 +715,10 @@ mod tests {
         let (mut st, mut rx) = state();
         st.remember(key("a"), &object("a", "5"));
         assert!(st.objects.contains_key(&key("a")), "readable at once");
-        st.applied(&key("a"), &object("a", "5"));
+        st.applied(&key("a"), Arc::new(object("a", "5")));
         assert_eq!(old_rv(rx.try_recv().expect("a change")), None, "an add");
         // Later events compare with the cache as usual.
-        st.applied(&key("a"), &object("a", "6"));
+        st.applied(&key("a"), Arc::new(object("a", "6")));
         assert_eq!(
             old_rv(rx.try_recv().expect("a change")).as_deref(),
             Some("\"5\"")
@@ -725,16 +728,16 @@ mod tests {
     #[test]
     fn an_update_we_wrote_is_seen_as_from_the_state_before_it() {
         let (mut st, mut rx) = state();
-        st.applied(&key("a"), &object("a", "1"));
+        st.applied(&key("a"), Arc::new(object("a", "1")));
         let _ = rx.try_recv();
         st.remember(key("a"), &object("a", "2"));
         st.remember(key("a"), &object("a", "3"));
-        st.applied(&key("a"), &object("a", "2"));
+        st.applied(&key("a"), Arc::new(object("a", "2")));
         assert_eq!(
             old_rv(rx.try_recv().expect("a change")).as_deref(),
             Some("\"1\"")
         );
-        st.applied(&key("a"), &object("a", "3"));
+        st.applied(&key("a"), Arc::new(object("a", "3")));
         assert_eq!(
             old_rv(rx.try_recv().expect("a change")).as_deref(),
             Some("\"2\"")
@@ -744,11 +747,11 @@ mod tests {
     #[test]
     fn a_watch_event_before_our_write_is_not_doubled() {
         let (mut st, mut rx) = state();
-        st.applied(&key("a"), &object("a", "4"));
+        st.applied(&key("a"), Arc::new(object("a", "4")));
         let _ = rx.try_recv();
         st.remember(key("a"), &object("a", "4"));
         assert!(st.unseen.is_empty());
-        st.deleted(&key("a"), &object("a", "4"));
+        st.deleted(&key("a"), &Arc::new(object("a", "4")));
         assert!(matches!(rx.try_recv(), Ok(Change::Deleted(_))));
     }
 }

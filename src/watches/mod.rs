@@ -75,26 +75,91 @@ impl std::fmt::Display for WatchKey {
 /// An object's place: namespace (empty when cluster-scoped) and name.
 pub(crate) type ObjectKey = (String, String);
 
-/// A watched object kept as compact JSON text: about its JSON size in memory (a parsed
-/// `Value` takes several times that), shared by the watch cache and every binding that
-/// keeps full objects. It is parsed when a hook's snapshot is read.
+/// A watched object as the watch keeps it, shared by the watch cache and every listener
+/// that keeps full objects. Kept as compact JSON text (about its JSON size in memory; a
+/// parsed `Value` takes several times that) and parsed when a hook's snapshot is read,
+/// unless some listener keeps parsed objects (the lambda and deployer informers): then the
+/// watch keeps the parsed object itself and every listener shares it, so each object is
+/// held once, not once as text and again parsed.
 #[derive(Clone, Debug)]
 pub(crate) struct Stored {
     resource_version: Box<str>,
-    text: Arc<str>,
+    repr: Repr,
+}
+
+#[derive(Clone, Debug)]
+enum Repr {
+    Text(Arc<str>),
+    Parsed(Arc<Value>),
 }
 
 impl Stored {
-    fn of(object: &Value) -> Stored {
-        Stored {
-            resource_version: resource_version(object).into(),
-            text: object.to_string().into(),
+    /// `object` stored as text, or parsed when `parsed`; also returns the object shared.
+    fn new(object: Value, parsed: bool) -> (Stored, Arc<Value>) {
+        let resource_version = resource_version(&object).into();
+        let object = Arc::new(object);
+        let repr = if parsed {
+            Repr::Parsed(Arc::clone(&object))
+        } else {
+            Repr::Text(object.to_string().into())
+        };
+        (
+            Stored {
+                resource_version,
+                repr,
+            },
+            object,
+        )
+    }
+
+    /// The object (text was serialized from a `Value`, so it parses).
+    pub(crate) fn parse(&self) -> Value {
+        match &self.repr {
+            Repr::Text(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+            Repr::Parsed(object) => Value::clone(object),
         }
     }
 
-    /// The object (the text was serialized from a `Value`, so it parses).
-    pub(crate) fn parse(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    /// The object, shared with the watch cache when it is kept parsed.
+    pub(crate) fn shared(&self) -> Arc<Value> {
+        match &self.repr {
+            Repr::Text(_) => Arc::new(self.parse()),
+            Repr::Parsed(object) => Arc::clone(object),
+        }
+    }
+
+    /// The size of the object's compact JSON.
+    pub(crate) fn json_len(&self) -> usize {
+        match &self.repr {
+            Repr::Text(text) => text.len(),
+            Repr::Parsed(object) => {
+                let mut counter = ByteCounter(0);
+                match serde_json::to_writer(&mut counter, object.as_ref()) {
+                    Ok(()) => counter.0,
+                    Err(_) => 0,
+                }
+            }
+        }
+    }
+
+    /// Kept parsed from now on.
+    fn make_parsed(&mut self) {
+        if let Repr::Text(_) = self.repr {
+            self.repr = Repr::Parsed(self.shared());
+        }
+    }
+}
+
+/// Counts the bytes written to it.
+struct ByteCounter(usize);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -108,6 +173,8 @@ pub(crate) enum Change {
 
 struct WatchState {
     objects: BTreeMap<ObjectKey, Stored>,
+    /// Whether objects are kept parsed (some listener keeps parsed objects).
+    parsed: bool,
     listeners: Vec<Arc<dyn Listener>>,
     ready: bool,
     last_error: Option<String>,
@@ -122,7 +189,7 @@ pub(crate) struct SharedWatch {
 }
 
 impl SharedWatch {
-    fn dispatch(&self, change: Change, key: &ObjectKey, object: &Value, stored: &Stored) {
+    fn dispatch(&self, change: Change, key: &ObjectKey, object: &Arc<Value>, stored: &Stored) {
         let st = lock(&self.state);
         for l in &st.listeners {
             l.on(change, key, object, stored);
@@ -135,16 +202,21 @@ impl SharedWatch {
             watcher::Event::Init => *relist = Some(BTreeMap::new()),
             watcher::Event::InitApply(o) => {
                 if let Some(r) = relist.as_mut() {
-                    r.insert(object_key(&o), Stored::of(&o));
+                    let parsed = lock(&self.state).parsed;
+                    r.insert(object_key(&o), Stored::new(o, parsed).0);
                 }
             }
             watcher::Event::InitDone => {
-                let fresh = relist.take().unwrap_or_default();
+                let mut fresh = relist.take().unwrap_or_default();
                 let mut st = lock(&self.state);
+                if st.parsed {
+                    // A listener that keeps parsed objects came during the relist.
+                    fresh.values_mut().for_each(Stored::make_parsed);
+                }
                 let old = std::mem::take(&mut st.objects);
                 for (k, o) in &old {
                     if !fresh.contains_key(k) {
-                        let v = o.parse();
+                        let v = o.shared();
                         for l in &st.listeners {
                             l.on(Change::Deleted, k, &v, o);
                         }
@@ -161,7 +233,7 @@ impl SharedWatch {
                     if let Some(c) = change
                         && !st.listeners.is_empty()
                     {
-                        let v = o.parse();
+                        let v = o.shared();
                         for l in &st.listeners {
                             l.on(c, k, &v, o);
                         }
@@ -175,21 +247,25 @@ impl SharedWatch {
             }
             watcher::Event::Apply(o) => {
                 let k = object_key(&o);
-                let stored = Stored::of(&o);
-                let change = {
+                let (change, stored, object) = {
                     let mut st = lock(&self.state);
-                    match st.objects.insert(k.clone(), stored.clone()) {
+                    let (stored, object) = Stored::new(o, st.parsed);
+                    let change = match st.objects.insert(k.clone(), stored.clone()) {
                         Some(_) => Change::Modified,
                         None => Change::Added,
-                    }
+                    };
+                    (change, stored, object)
                 };
-                self.dispatch(change, &k, &o, &stored);
+                self.dispatch(change, &k, &object, &stored);
             }
             watcher::Event::Delete(o) => {
                 let k = object_key(&o);
-                lock(&self.state).objects.remove(&k);
-                let stored = Stored::of(&o);
-                self.dispatch(Change::Deleted, &k, &o, &stored);
+                let (stored, object) = {
+                    let mut st = lock(&self.state);
+                    st.objects.remove(&k);
+                    Stored::new(o, st.parsed)
+                };
+                self.dispatch(Change::Deleted, &k, &object, &stored);
             }
         }
     }
@@ -291,6 +367,7 @@ impl WatchManager {
             key: key.clone(),
             state: Mutex::new(WatchState {
                 objects: BTreeMap::new(),
+                parsed: false,
                 listeners: Vec::new(),
                 ready: false,
                 last_error: None,
@@ -359,6 +436,10 @@ impl WatchManager {
             ));
         }
         let mut st = lock(&w.state);
+        if l.keeps_parsed() && !st.parsed {
+            st.parsed = true;
+            st.objects.values_mut().for_each(Stored::make_parsed);
+        }
         l.init(&w.key.namespace, &st.objects);
         st.listeners.push(l);
         Ok(())
@@ -667,7 +748,7 @@ mod tests {
 
     impl Listener for Recorder {
         fn init(&self, _namespace: &Option<String>, _objects: &BTreeMap<ObjectKey, Stored>) {}
-        fn on(&self, change: Change, key: &ObjectKey, object: &Value, _stored: &Stored) {
+        fn on(&self, change: Change, key: &ObjectKey, object: &Arc<Value>, _stored: &Stored) {
             lock(&self.0).push(format!(
                 "{change:?} {}/{} {}",
                 key.0,
@@ -699,6 +780,7 @@ mod tests {
             },
             state: Mutex::new(WatchState {
                 objects: BTreeMap::new(),
+                parsed: false,
                 listeners: Vec::new(),
                 ready: false,
                 last_error: None,

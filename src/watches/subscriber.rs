@@ -21,7 +21,12 @@ pub(crate) trait Listener: Send + Sync {
     /// limited to one).
     fn init(&self, namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>);
     /// One change: the object, and its stored form to keep.
-    fn on(&self, change: Change, key: &ObjectKey, object: &Value, stored: &Stored);
+    fn on(&self, change: Change, key: &ObjectKey, object: &Arc<Value>, stored: &Stored);
+    /// Whether it keeps parsed objects: then the watch keeps them parsed too and shares
+    /// them ([`Stored::shared`]) instead of keeping a text copy besides.
+    fn keeps_parsed(&self) -> bool {
+        false
+    }
     /// Forgets the watches it is attached to (all, or those of one namespace) and returns
     /// them, so the manager can detach it.
     fn detached(&self, namespace: Option<&str>) -> Vec<Arc<SharedWatch>>;
@@ -272,7 +277,7 @@ impl Subscriber {
         let unchanged = st.cache.get(key).is_some_and(|e| e.checksum == sum);
         let object = self.keep_objects.then(|| stored.clone());
         let entry = Entry {
-            size: result_size + object.as_ref().map_or(0, |o| o.text.len()),
+            size: result_size + object.as_ref().map_or(0, Stored::json_len),
             object,
             filter_result: result.clone(),
             checksum: sum,
@@ -297,7 +302,7 @@ impl Listener for Subscriber {
         self.metrics.snapshot(&st);
     }
 
-    fn on(&self, change: Change, key: &ObjectKey, object: &Value, stored: &Stored) {
+    fn on(&self, change: Change, key: &ObjectKey, object: &Arc<Value>, stored: &Stored) {
         let started = std::time::Instant::now();
         let mut st = lock(&self.st);
         match change {
@@ -401,7 +406,7 @@ impl Listener for NamespaceFollower {
         lock(&self.namespaces).extend(objects.keys().map(|k| k.1.clone()));
     }
 
-    fn on(&self, change: Change, key: &ObjectKey, _object: &Value, _stored: &Stored) {
+    fn on(&self, change: Change, key: &ObjectKey, _object: &Arc<Value>, _stored: &Stored) {
         let ns = key.1.clone();
         match change {
             Change::Added | Change::Modified => {

@@ -8,7 +8,6 @@
 //! ([`ManifestConfig::parse`], [`order`], [`orphans`], [`crate::readiness`]); the target
 //! cluster is the [`TargetClusters`] port.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};

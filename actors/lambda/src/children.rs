@@ -94,7 +94,9 @@ pub fn group_desired(desired: Vec<Value>, types: &[ChildType]) -> Result<GroupMa
             ));
         };
         let key = crate::keys::key_of(&object);
-        out.entry(t.group_key()).or_default().insert(key, object);
+        out.entry(t.group_key())
+            .or_default()
+            .insert(key, Arc::new(object));
     }
     Ok(out)
 }

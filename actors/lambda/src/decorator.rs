@@ -150,7 +150,7 @@ impl Decorator {
                     && a["metadata"]["annotations"][DECORATOR_ANNOTATION].as_str()
                         == Some(self.name.as_str())
                 {
-                    group.insert(key_of(&a), (*a).clone());
+                    group.insert(key_of(&a), std::sync::Arc::clone(&a));
                 }
             }
         }
@@ -208,7 +208,7 @@ impl Decorator {
             bound.hook.version,
             finalizing,
         );
-        let (answer, request_digest) = call_hook(bound, &body, &object).await?;
+        let (answer, request_digest) = call_hook(bound, body, &object).await?;
         let decoded = decode_decorator(
             hook_type,
             bound.hook.version,

@@ -9,13 +9,15 @@
 //!   namespaced children).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::types::HookVersion;
 
-/// Objects of one type, by uniform key.
-pub type ObjectMap = BTreeMap<String, Value>;
+/// Objects of one type, by uniform key; shared with the informer caches they were read
+/// from (a sync copies no object it only reads).
+pub type ObjectMap = BTreeMap<String, Arc<Value>>;
 /// Objects by group key, then uniform key.
 pub type GroupMap = BTreeMap<String, ObjectMap>;
 
@@ -94,22 +96,50 @@ pub fn split_key(key: &str) -> (&str, &str) {
 /// cluster-scoped parent) and leaves out objects of other namespaces than a namespaced
 /// parent's, as upstream does.
 pub fn for_hook(map: &GroupMap, version: HookVersion, parent_namespace: &str) -> Value {
-    let mut out = serde_json::Map::new();
-    for (group, objects) in map {
-        let mut entries = serde_json::Map::new();
+    serde_json::to_value(HookMap {
+        map,
+        version,
+        parent_namespace,
+    })
+    .unwrap_or(Value::Null)
+}
+
+/// A group map in the hook's form ([`for_hook`]), serialized straight from the borrowed
+/// objects: a request body is written without copying the objects into a `Value` first.
+pub struct HookMap<'a> {
+    pub map: &'a GroupMap,
+    pub version: HookVersion,
+    pub parent_namespace: &'a str,
+}
+
+impl HookMap<'_> {
+    /// One type's objects under their hook keys, in key order (the order, and for a
+    /// repeated key the winner, that a JSON object built from them has).
+    fn entries<'b>(&self, objects: &'b ObjectMap) -> BTreeMap<&'b str, &'b Value> {
+        let mut out = BTreeMap::new();
         for (key, object) in objects {
             let (ns, name) = split_key(key);
-            let key = match version {
-                HookVersion::V2 => key.clone(),
-                HookVersion::V1 if parent_namespace.is_empty() => key.clone(),
-                HookVersion::V1 if ns.is_empty() || ns == parent_namespace => name.to_string(),
+            let key = match self.version {
+                HookVersion::V2 => key.as_str(),
+                HookVersion::V1 if self.parent_namespace.is_empty() => key.as_str(),
+                HookVersion::V1 if ns.is_empty() || ns == self.parent_namespace => name,
                 HookVersion::V1 => continue,
             };
-            entries.insert(key, object.clone());
+            out.insert(key, object.as_ref());
         }
-        out.insert(group.clone(), Value::Object(entries));
+        out
     }
-    Value::Object(out)
+}
+
+impl serde::Serialize for HookMap<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut groups = serializer.serialize_map(Some(self.map.len()))?;
+        for (group, objects) in self.map {
+            groups.serialize_entry(group, &self.entries(objects))?;
+        }
+        groups.end()
+    }
 }
 
 #[cfg(test)]
@@ -125,9 +155,9 @@ mod tests {
 
     fn map() -> GroupMap {
         let mut objects = ObjectMap::new();
-        objects.insert("ns1/a".into(), json!({"n": 1}));
-        objects.insert("ns2/b".into(), json!({"n": 2}));
-        objects.insert("c".into(), json!({"n": 3}));
+        objects.insert("ns1/a".into(), Arc::new(json!({"n": 1})));
+        objects.insert("ns2/b".into(), Arc::new(json!({"n": 2})));
+        objects.insert("c".into(), Arc::new(json!({"n": 3})));
         let mut m = GroupMap::new();
         m.insert("ConfigMap.v1".into(), objects);
         m.insert("Secret.v1".into(), ObjectMap::new());

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::keys::GroupMap;
+use crate::keys::{GroupMap, HookMap};
 use crate::ports::HookType;
 use crate::types::{HookVersion, UnmarshalMode};
 
@@ -51,7 +51,6 @@ pub struct CompositeResponse {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[allow(dead_code)] // decoded only to find unknown and duplicate fields
 struct StrictComposite {
     #[serde(default)]
     status: Option<Value>,
@@ -83,7 +82,6 @@ pub struct DecoratorResponse {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[allow(dead_code)] // decoded only to find unknown and duplicate fields
 struct StrictDecorator {
     #[serde(default)]
     labels: Option<BTreeMap<String, Option<String>>>,
@@ -97,6 +95,30 @@ struct StrictDecorator {
     resync_after_seconds: f64,
     #[serde(default)]
     finalized: bool,
+}
+
+impl From<StrictComposite> for CompositeResponse {
+    fn from(s: StrictComposite) -> Self {
+        CompositeResponse {
+            status: s.status,
+            children: s.children,
+            resync_after_seconds: s.resync_after_seconds,
+            finalized: s.finalized,
+        }
+    }
+}
+
+impl From<StrictDecorator> for DecoratorResponse {
+    fn from(s: StrictDecorator) -> Self {
+        DecoratorResponse {
+            labels: s.labels,
+            annotations: s.annotations,
+            status: s.status,
+            attachments: s.attachments,
+            resync_after_seconds: s.resync_after_seconds,
+            finalized: s.finalized,
+        }
+    }
 }
 
 /// One rule of a customize answer: which related objects a parent sees.
@@ -127,7 +149,6 @@ pub struct CustomizeResponse {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[allow(dead_code)] // decoded only to find unknown and duplicate fields
 struct StrictCustomize {
     #[serde(default)]
     related_resources: Vec<StrictRule>,
@@ -135,7 +156,6 @@ struct StrictCustomize {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[allow(dead_code)] // decoded only to find unknown and duplicate fields
 struct StrictRule {
     #[serde(default)]
     api_version: String,
@@ -149,6 +169,25 @@ struct StrictRule {
     namespace: Option<String>,
     #[serde(default)]
     names: Vec<String>,
+}
+
+impl From<StrictCustomize> for CustomizeResponse {
+    fn from(s: StrictCustomize) -> Self {
+        CustomizeResponse {
+            related_resources: s
+                .related_resources
+                .into_iter()
+                .map(|r| RelatedRule {
+                    api_version: r.api_version,
+                    resource: r.resource,
+                    label_selector: r.label_selector,
+                    namespace_selector: r.namespace_selector,
+                    namespace: r.namespace,
+                    names: r.names,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A decoded answer and the strict-mode complaints that loose mode let through.
@@ -165,12 +204,17 @@ fn version_name(version: HookVersion) -> &'static str {
     }
 }
 
+/// Whether `body` is a JSON list (serde reads a struct from one, field by field).
+fn is_list(body: &[u8]) -> bool {
+    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
+}
+
 /// Decodes `body`; an error names the field it is about (`resyncAfterSeconds: invalid
 /// type: …`), as serde's own message says only what was expected and where in the text.
 fn from_slice_at<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     // serde reads a struct from a list too, field by field in order: `[{…}]` would be an
     // answer whose status is the intended answer. Upstream refuses it; so do we.
-    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+    if is_list(body) {
         return Err("expected a JSON object, got a list".into());
     }
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -186,12 +230,22 @@ fn from_slice_at<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     Ok(value)
 }
 
-fn decode<T: DeserializeOwned, S: DeserializeOwned>(
+fn decode<T: DeserializeOwned + From<S>, S: DeserializeOwned>(
     hook: HookType,
     version: HookVersion,
     mode: UnmarshalMode,
     body: &[u8],
 ) -> Result<Decoded<T>, ResponseError> {
+    // The strict form first: an answer it accepts has only known fields, each once, so it
+    // is also the loose answer, and one parse is enough (the common case).
+    if !is_list(body)
+        && let Ok(strict) = serde_json::from_slice::<S>(body)
+    {
+        return Ok(Decoded {
+            response: strict.into(),
+            warnings: Vec::new(),
+        });
+    }
     let response =
         from_slice_at::<T>(body).map_err(|message| ResponseError::Decode { hook, message })?;
     let mut warnings = Vec::new();
@@ -304,7 +358,33 @@ pub fn decode_customize(
     decode::<CustomizeResponse, StrictCustomize>(HookType::Customize, version, mode, body)
 }
 
-/// The body of a CompositeController sync or finalize request.
+/// The body of a CompositeController sync or finalize request. Fields in the order a
+/// JSON object (sorted keys) has them; written straight from the borrowed objects.
+#[derive(serde::Serialize)]
+struct CompositeRequest<'a> {
+    children: HookMap<'a>,
+    controller: &'a Value,
+    finalizing: bool,
+    parent: &'a Value,
+    related: HookMap<'a>,
+}
+
+/// The body of a DecoratorController sync or finalize request (as [`CompositeRequest`]).
+#[derive(serde::Serialize)]
+struct DecoratorRequest<'a> {
+    attachments: HookMap<'a>,
+    controller: &'a Value,
+    finalizing: bool,
+    object: &'a Value,
+    related: HookMap<'a>,
+}
+
+fn to_body<T: serde::Serialize>(request: &T) -> Vec<u8> {
+    // Serializing `Value`s and string-keyed maps into memory cannot fail.
+    serde_json::to_vec(request).unwrap_or_default()
+}
+
+/// The body of a CompositeController sync or finalize request, as JSON bytes.
 pub fn composite_request(
     controller: &Value,
     parent: &Value,
@@ -312,18 +392,26 @@ pub fn composite_request(
     related: &GroupMap,
     version: HookVersion,
     finalizing: bool,
-) -> Value {
-    let ns = crate::keys::namespace_of(parent);
-    json!({
-        "controller": controller,
-        "parent": parent,
-        "children": crate::keys::for_hook(children, version, ns),
-        "related": crate::keys::for_hook(related, version, ns),
-        "finalizing": finalizing,
+) -> Vec<u8> {
+    let parent_namespace = crate::keys::namespace_of(parent);
+    to_body(&CompositeRequest {
+        children: HookMap {
+            map: children,
+            version,
+            parent_namespace,
+        },
+        controller,
+        finalizing,
+        parent,
+        related: HookMap {
+            map: related,
+            version,
+            parent_namespace,
+        },
     })
 }
 
-/// The body of a DecoratorController sync or finalize request.
+/// The body of a DecoratorController sync or finalize request, as JSON bytes.
 pub fn decorator_request(
     controller: &Value,
     object: &Value,
@@ -331,14 +419,22 @@ pub fn decorator_request(
     related: &GroupMap,
     version: HookVersion,
     finalizing: bool,
-) -> Value {
-    let ns = crate::keys::namespace_of(object);
-    json!({
-        "controller": controller,
-        "object": object,
-        "attachments": crate::keys::for_hook(attachments, version, ns),
-        "related": crate::keys::for_hook(related, version, ns),
-        "finalizing": finalizing,
+) -> Vec<u8> {
+    let parent_namespace = crate::keys::namespace_of(object);
+    to_body(&DecoratorRequest {
+        attachments: HookMap {
+            map: attachments,
+            version,
+            parent_namespace,
+        },
+        controller,
+        finalizing,
+        object,
+        related: HookMap {
+            map: related,
+            version,
+            parent_namespace,
+        },
     })
 }
 
@@ -425,5 +521,49 @@ mod tests {
         let labels = d.response.labels.expect("labels");
         assert_eq!(labels.get("a"), Some(&Some("1".to_string())));
         assert_eq!(labels.get("b"), Some(&None));
+    }
+
+    #[test]
+    fn request_bodies_are_the_json_of_their_parts() {
+        let mut children = GroupMap::new();
+        children.entry("ConfigMap.v1".into()).or_default().extend([
+            (
+                "ns/b".to_string(),
+                std::sync::Arc::new(json!({"metadata": {"name": "b", "namespace": "ns"}})),
+            ),
+            (
+                "other/a".to_string(),
+                std::sync::Arc::new(json!({"metadata": {"name": "a", "namespace": "other"}})),
+            ),
+        ]);
+        let related = GroupMap::new();
+        let controller = json!({"kind": "CompositeController", "spec": {"z": 1, "a": [1, 2]}});
+        let parent = json!({"metadata": {"name": "p", "namespace": "ns"}});
+        for version in [HookVersion::V1, HookVersion::V2] {
+            let body = composite_request(&controller, &parent, &children, &related, version, true);
+            let expected = json!({
+                "controller": controller,
+                "parent": parent,
+                "children": crate::keys::for_hook(&children, version, "ns"),
+                "related": {},
+                "finalizing": true,
+            });
+            assert_eq!(
+                String::from_utf8(body).expect("utf-8"),
+                expected.to_string()
+            );
+            let body = decorator_request(&controller, &parent, &children, &related, version, false);
+            let expected = json!({
+                "controller": controller,
+                "object": parent,
+                "attachments": crate::keys::for_hook(&children, version, "ns"),
+                "related": {},
+                "finalizing": false,
+            });
+            assert_eq!(
+                String::from_utf8(body).expect("utf-8"),
+                expected.to_string()
+            );
+        }
     }
 }

@@ -342,7 +342,7 @@ pub async fn related_objects(
             }
         };
         for o in objects {
-            group.insert(key_of(&o), (*o).clone());
+            group.insert(key_of(&o), o);
         }
     }
     Ok(out)

@@ -116,13 +116,13 @@ pub(crate) async fn related_of(
         .map_err(|e| SyncError::Failed(e.to_string()))
 }
 
-/// POSTs a hook request about `root`; returns the answer and the request's digest.
+/// POSTs a hook request (JSON bytes) about `root`; returns the answer and the request's
+/// digest.
 pub(crate) async fn call_hook(
     bound: &BoundHook,
-    request: &Value,
+    body: Vec<u8>,
     root: &Value,
 ) -> Result<(Vec<u8>, String), SyncError> {
-    let body = request.to_string().into_bytes();
     let request_digest = digest(&body);
     let answer = bound.client.call(body, cache_key(root)).await?;
     Ok((answer, request_digest))
@@ -279,7 +279,7 @@ impl Composite {
                 match claim::decide(parent_uid, deleting, &child, matches) {
                     Claim::Ignore => {}
                     Claim::Keep => {
-                        group.insert(key_of(&child), (*child).clone());
+                        group.insert(key_of(&child), Arc::clone(&child));
                     }
                     Claim::Release => {
                         let released = claim::release(&child, parent_uid);
@@ -304,7 +304,7 @@ impl Composite {
                         let adopted = claim::adopt(&child, &owner);
                         match cluster.replace(&t.resource, adopted).await {
                             Ok(updated) => {
-                                group.insert(key_of(&updated), updated);
+                                group.insert(key_of(&updated), Arc::new(updated));
                             }
                             Err(ClusterError::NotFound(_)) => {}
                             Err(e) => errors.push(format!("adopting {}: {e}", key_of(&child))),
@@ -322,19 +322,21 @@ impl Composite {
     /// One sync of the parent `key` (`namespace/name` or `name`).
     pub async fn sync(&self, cluster: &dyn Cluster, key: &str) -> Result<SyncReport, SyncError> {
         let (ns, name) = split_key(key);
-        let Some(parent) = cluster.cached(&self.parent, ns, name).await? else {
+        // The cached parent, shared: copied only when a finalizer write replaces it.
+        let Some(mut parent) = cluster.cached(&self.parent, ns, name).await? else {
             return Ok(SyncReport::default());
         };
-        let mut parent = (*parent).clone();
         if !self.wants(&parent) {
             return Ok(SyncReport::default());
         }
         let finalizer = self.finalizer();
         let deleting = is_deleting(&parent);
         if self.finalize.is_some() && !has_finalizer(&parent, &finalizer) && !deleting {
-            parent = set_finalizer(cluster, &self.parent, &parent, &finalizer, true).await?;
+            parent =
+                Arc::new(set_finalizer(cluster, &self.parent, &parent, &finalizer, true).await?);
         } else if self.finalize.is_none() && has_finalizer(&parent, &finalizer) {
-            parent = set_finalizer(cluster, &self.parent, &parent, &finalizer, false).await?;
+            parent =
+                Arc::new(set_finalizer(cluster, &self.parent, &parent, &finalizer, false).await?);
         }
         if !self.wants(&parent) {
             return Ok(SyncReport::default());
@@ -367,7 +369,7 @@ impl Composite {
                     bound.hook.version,
                     finalizing,
                 );
-                let (answer, request_digest) = call_hook(bound, &body, &parent).await?;
+                let (answer, request_digest) = call_hook(bound, body, &parent).await?;
                 let decoded = decode_composite(
                     hook_type,
                     bound.hook.version,
@@ -393,7 +395,8 @@ impl Composite {
             report.resync_after = Some(Duration::from_secs_f64(response.resync_after_seconds));
         }
         if response.finalized && has_finalizer(&parent, &finalizer) {
-            parent = set_finalizer(cluster, &self.parent, &parent, &finalizer, false).await?;
+            parent =
+                Arc::new(set_finalizer(cluster, &self.parent, &parent, &finalizer, false).await?);
             report.finalized = true;
         }
         // The desired children: the parent's namespace by default, the selector's labels.

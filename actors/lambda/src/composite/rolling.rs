@@ -190,7 +190,7 @@ async fn call_hook(
         bound.hook.version,
         finalizing,
     );
-    let (answer, _) = super::call_hook(bound, &body, parent).await?;
+    let (answer, _) = super::call_hook(bound, body, parent).await?;
     let decoded = decode_composite(
         hook_type,
         bound.hook.version,
@@ -266,8 +266,11 @@ pub async fn sync_revisions(
         digests.push(d);
         warnings.extend(w);
     }
-    let observed_children =
-        ObservedChildren::from_objects(observed.values().flat_map(|m| m.values()));
+    let observed_children = ObservedChildren::from_objects(
+        observed
+            .values()
+            .flat_map(|m| m.values().map(std::sync::Arc::as_ref)),
+    );
     let strategies = strategies(c);
     let step = plan(&RolloutInput {
         parent,
