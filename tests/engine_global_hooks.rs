@@ -577,12 +577,21 @@ fn an_invalid_global_hook_config_stops_the_start_with_a_named_error() {
 }
 
 #[test]
-fn addon_operator_ha_is_not_refused_but_warned_about_at_error_level() {
+fn a_single_replica_with_addon_operator_ha_leads_and_says_standbys_would_not_follow() {
     let sb = Sandbox::start();
     let work = workdir();
     let hooks = work.path().join("no-hooks");
     std::fs::create_dir_all(&hooks).expect("hooks dir");
-    let op = Operator::start_with(&sb, &hooks, work.path(), &[("ADDON_OPERATOR_HA", "true")]);
+    let op = Operator::start_with(
+        &sb,
+        &hooks,
+        work.path(),
+        &[
+            ("ADDON_OPERATOR_HA", "true"),
+            ("ADDON_OPERATOR_POD", "solo"),
+            ("BOSUN_HA_LISTEN", "127.0.0.1:0"),
+        ],
+    );
     let journal = work.path().join("journal");
     op.wait(
         "a converge with ADDON_OPERATOR_HA=true",
@@ -590,11 +599,15 @@ fn addon_operator_ha_is_not_refused_but_warned_about_at_error_level() {
         || converges(&journal) >= 1,
     );
     let logs = op.logs();
+    assert!(
+        logs.contains("this replica is the leader") && logs.contains("solo.127-0-0-1.default.pod"),
+        "{logs}"
+    );
     let warning = logs
         .lines()
-        .find(|l| l.contains("ADDON_OPERATOR_HA") && l.contains("only one replica"));
-    let warning = warning.unwrap_or_else(|| panic!("no warning about ADDON_OPERATOR_HA: {logs}"));
-    assert!(warning.contains("ERROR"), "{warning}");
+        .find(|l| l.contains("BOSUN_HA_TOKEN is not set"))
+        .unwrap_or_else(|| panic!("no warning about the missing journal token: {logs}"));
+    assert!(warning.contains("WARN"), "{warning}");
 }
 
 #[test]
