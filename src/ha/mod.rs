@@ -149,7 +149,10 @@ impl HaArgs {
             .clone()
             .unwrap_or_else(|| namespace.to_string());
         let token = self.ha_token.clone().filter(|t| !t.is_empty());
-        if token.as_deref().is_some_and(|t| t.starts_with("REPLACE-ME")) {
+        if token
+            .as_deref()
+            .is_some_and(|t| t.starts_with("REPLACE-ME"))
+        {
             anyhow::bail!(
                 "BOSUN_HA_TOKEN is the placeholder of deploy/secret.yaml: put a random token into the Secret bosun-journal-token (docs/deploy.md)"
             );
