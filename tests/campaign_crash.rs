@@ -473,10 +473,29 @@ fn crash_campaign(n: usize) {
         applied(&op.logs(), "alpha") <= 1,
         "the unchanged module was applied again after a restart (seed {seed})"
     );
-    assert_eq!(
-        outcome, expected,
-        "the campaign's end differs from a run without crashes (seed {seed})"
-    );
+    if outcome != expected {
+        let log = std::process::Command::new(common::bosun_bin())
+            .args(["journal", "log", "--journal-dir"])
+            .arg(&journal)
+            .env("LOG_LEVEL", "error")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let modules: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("moduleEnabled") || l.contains("moduleDisabled"))
+            .collect();
+        let logs = op.logs();
+        let decisions: Vec<&str> = logs
+            .lines()
+            .filter(|l| l.contains("module enabled") || l.contains("module disabled"))
+            .collect();
+        panic!(
+            "the campaign's end differs from a run without crashes (seed {seed}):\n  got {outcome:?}\n want {expected:?}\njournal:\n{}\nbosun:\n{}",
+            modules.join("\n"),
+            decisions.join("\n")
+        );
+    }
 }
 
 #[test]
