@@ -291,18 +291,34 @@ fn verify(journal: &Path, context: &str) {
     );
 }
 
-/// The highest `global.runs` a journaled memory patch set.
+/// The highest `global.runs` a journaled memory patch set: in the events the journal
+/// still holds, or in the memory patches of the state it replays (a snapshot keeps them
+/// after compaction dropped the events).
 fn journaled_runs(journal: &Path) -> u64 {
-    let (_, events) = common::journal_state(journal);
+    fn walk(v: &Value, max: &mut u64) {
+        match v {
+            Value::Object(o) => {
+                if o.get("path")
+                    .and_then(Value::as_str)
+                    .is_some_and(|p| p.ends_with("/runs"))
+                {
+                    *max = (*max).max(o.get("value").and_then(Value::as_u64).unwrap_or(0));
+                }
+                o.values().for_each(|v| walk(v, max));
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, max)),
+            _ => {}
+        }
+    }
+    let (state, events) = common::journal_state(journal);
     let mut max = 0;
+    walk(
+        &serde_json::to_value(&state.values).unwrap_or_default(),
+        &mut max,
+    );
     for e in &events {
         if let bosun_addon::Event::ValuesPatched { patch, .. } = e {
-            let ops = serde_json::to_value(patch).unwrap_or_default();
-            for op in ops.as_array().into_iter().flatten() {
-                if op["path"].as_str().is_some_and(|p| p.ends_with("/runs")) {
-                    max = max.max(op["value"].as_u64().unwrap_or(0));
-                }
-            }
+            walk(&serde_json::to_value(patch).unwrap_or_default(), &mut max);
         }
     }
     max
@@ -386,8 +402,9 @@ fn reference(final_marks: &BTreeMap<String, String>, beta: bool) -> Outcome {
     settle(&sb, &op, work.path(), beta, "the reference run settled")
 }
 
-/// One crash campaign of `n` points; returns its figures.
-fn crash_campaign(n: usize) {
+/// One crash campaign of `n` points, bosun saving a journal snapshot (and compacting)
+/// every `snapshot_every` events.
+fn crash_campaign(n: usize, snapshot_every: &str) {
     let (mut rng, seed) = Rng::from_env();
     println!("crash campaign: {n} points, seed {seed} (CAMPAIGN_SEED={seed} replays it)");
     let started = Instant::now();
@@ -421,7 +438,15 @@ fn crash_campaign(n: usize) {
                 live.push(name);
             }
         };
-    let mut op = Operator::start_with(&sb, &hooks, w, &[("LOG_LEVEL", "info")]);
+    let mut op = Operator::start_with(
+        &sb,
+        &hooks,
+        w,
+        &[
+            ("LOG_LEVEL", "info"),
+            ("BOSUN_JOURNAL_SNAPSHOT_EVERY", snapshot_every),
+        ],
+    );
     let mut acknowledged_checks = 0;
     for point in 0..n {
         // The first converge, then everything later: delays from 50 ms to 3 s after start.
@@ -501,12 +526,12 @@ fn crash_campaign(n: usize) {
 #[test]
 #[ignore = "a campaign of minutes: cargo test --test campaign_crash -- --ignored --nocapture"]
 fn crash_campaign_kill_9_at_random_points() {
-    crash_campaign(sized("CAMPAIGN_POINTS", 200));
+    crash_campaign(sized("CAMPAIGN_POINTS", 200), "500");
 }
 
 #[test]
 fn crash_campaign_smoke() {
-    crash_campaign(3);
+    crash_campaign(3, "40");
 }
 
 /// The API-faults campaign: a sandbox that delays every request and refuses a share of
