@@ -484,7 +484,8 @@ fn crash_campaign(n: usize, snapshot_every: &str) {
     let crashed_for = started.elapsed();
     let expected = reference(&final_marks, beta);
     println!(
-        "crash campaign: {n} points, {n} restarts, {acknowledged_checks} acknowledged-values checks, {} marks left, beta {beta}, {:.0?} (seed {seed})",
+        "crash campaign: {n} points, {n} restarts, {acknowledged_checks} acknowledged-values checks, {} journal snapshots saved, {} marks left, beta {beta}, {:.0?} (seed {seed})",
+        op.logs().matches("journal snapshot saved").count(),
         final_marks.len(),
         crashed_for
     );
