@@ -626,7 +626,9 @@ fn fault_campaign(changes: usize, delay: &str, rate: &str) {
 #[test]
 #[ignore = "a campaign of minutes: cargo test --test campaign_crash -- --ignored --nocapture"]
 fn fault_campaign_1000_changes() {
-    fault_campaign(sized("CAMPAIGN_CHANGES", 1000), "50ms", "0.1");
+    let delay = std::env::var("CAMPAIGN_FAULT_DELAY").unwrap_or_else(|_| "50ms".into());
+    let rate = std::env::var("CAMPAIGN_FAULT_RATE").unwrap_or_else(|_| "0.1".into());
+    fault_campaign(sized("CAMPAIGN_CHANGES", 1000), &delay, &rate);
 }
 
 #[test]
