@@ -266,6 +266,16 @@ pub struct SandboxArgs {
     /// How long to wait for the storage lock a sandbox that is still stopping holds.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub lock_wait: std::time::Duration,
+    /// Fault injection for reliability tests: wait this long before every request.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub fault_delay: std::time::Duration,
+    /// Fault injection for reliability tests: refuse this share of requests (0 to 1) with
+    /// 429 or 500, before doing anything.
+    #[arg(long, default_value_t = 0.0)]
+    pub fault_rate: f64,
+    /// The seed of the refusals drawn (default: the clock).
+    #[arg(long)]
+    pub fault_seed: Option<u64>,
 }
 
 /// Runs the parsed command line and maps the outcome to an exit code.
@@ -299,6 +309,15 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
+    let seed = args.fault_seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let faults = crate::sandbox::faults::Faults::new(args.fault_delay, args.fault_rate, seed)?;
+    if faults.active() {
+        tracing::warn!(delay = ?args.fault_delay, rate = args.fault_rate, seed, "the sandbox injects faults");
+    }
     runtime()?.block_on(crate::sandbox::serve_forever_with(
         crate::sandbox::SandboxConfig {
             listen: args.listen,
@@ -311,6 +330,7 @@ fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
         crate::sandbox::ServeOptions {
             tls: args.tls,
             lock_wait: args.lock_wait,
+            faults: std::sync::Arc::new(faults),
         },
     ))
 }

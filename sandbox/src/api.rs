@@ -75,6 +75,8 @@ pub struct App {
     /// Turns true when the server stops: open watches end their streams, so that the
     /// connections carrying them can close at once.
     pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Injected delays and refusals (off by default).
+    pub faults: Arc<crate::faults::Faults>,
 }
 
 /// Content types a browser sends cross-origin without asking first (a CORS "simple
@@ -164,6 +166,12 @@ pub fn router(app: Arc<App>) -> axum::Router {
 async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    if app.faults.active()
+        && let Some(err) = app.faults.before(&path).await
+    {
+        tracing::debug!(%method, %path, code = err.code, "sandbox injected a fault");
+        return err.into_response();
+    }
     let response = match dispatch(&app, req).await {
         Ok(response) => response,
         Err(err) => {

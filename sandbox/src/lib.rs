@@ -12,6 +12,7 @@ pub mod api;
 pub mod apply;
 pub mod defaults;
 pub mod discovery;
+pub mod faults;
 pub mod gc;
 pub mod lock;
 pub mod objects;
@@ -78,6 +79,8 @@ pub struct ServeOptions {
     pub tls: bool,
     /// How long to wait for the storage lock a previous sandbox still holds.
     pub lock_wait: std::time::Duration,
+    /// Injected delays and refusals (reliability tests; off by default).
+    pub faults: Arc<faults::Faults>,
 }
 
 impl Default for ServeOptions {
@@ -85,6 +88,7 @@ impl Default for ServeOptions {
         ServeOptions {
             tls: false,
             lock_wait: lock::DEFAULT_LOCK_WAIT,
+            faults: Arc::default(),
         }
     }
 }
@@ -185,6 +189,7 @@ pub async fn start_with(
         server_address: addr.to_string(),
         loopback_hosts_only: loopback,
         stopping: stop.clone(),
+        faults: options.faults.clone(),
     });
     let gc = tokio::spawn(gc::run(store.clone(), wake.clone()));
     let flusher = tokio::spawn(store.clone().run_flusher());

@@ -139,6 +139,11 @@ impl ApiError {
         .with_details(json!({"name": name, "kind": kind, "causes": causes}))
     }
 
+    /// 429 TooManyRequests.
+    pub fn too_many_requests(message: impl Into<String>) -> Self {
+        Self::new(429, "TooManyRequests", message)
+    }
+
     /// 500 InternalError.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)

@@ -577,33 +577,30 @@ pub fn workdir() -> tempfile::TempDir {
 
 /// The converges completed so far, or 0 while the journal is not there yet.
 pub fn converges(dir: &Path) -> u64 {
-    let Ok(j) = bosun_journal::Journal::<bosun_addon::Event>::open_read_only(dir) else {
-        return 0;
-    };
-    let mut state = bosun_addon::State::default();
-    for r in j.read_from(0) {
-        match r {
-            Ok(r) => state.apply(&r.event),
-            Err(_) => return 0,
-        }
-    }
-    state.converge.completed
+    try_journal_state(dir).map_or(0, |(state, _)| state.converge.completed)
 }
 
-/// The state folded from a journal (read-only, works while bosun runs) and its events.
+/// The state a journal replays to, as bosun rebuilds it at start (the latest snapshot,
+/// then the events after it: after a compaction the events before the snapshot are gone,
+/// and folding the events alone would lose what they said), and the events it still
+/// holds. Read-only, works while bosun runs.
 pub fn journal_state(dir: &Path) -> (bosun_addon::State, Vec<bosun_addon::Event>) {
     let j: bosun_journal::Journal<bosun_addon::Event> =
         bosun_journal::Journal::open_read_only(dir).expect("journal");
+    let (state, _) = j
+        .replay::<bosun_addon::State, _>(None, true, |s, r| s.apply(&r.event))
+        .expect("journal replay");
     let events: Vec<bosun_addon::Event> =
         j.read_from(0).map(|r| r.expect("record").event).collect();
-    let mut state = bosun_addon::State::default();
-    state.apply_all(&events);
     (state, events)
 }
 
 /// Like [`journal_state`], or `None` while the journal is not there or not readable yet.
 pub fn try_journal_state(dir: &Path) -> Option<(bosun_addon::State, Vec<bosun_addon::Event>)> {
     let j = bosun_journal::Journal::<bosun_addon::Event>::open_read_only(dir).ok()?;
+    let (state, _) = j
+        .replay::<bosun_addon::State, _>(None, true, |s, r| s.apply(&r.event))
+        .ok()?;
     let events: Vec<bosun_addon::Event> = j
         .read_from(0)
         .collect::<Result<Vec<_>, _>>()
@@ -611,8 +608,6 @@ pub fn try_journal_state(dir: &Path) -> Option<(bosun_addon::State, Vec<bosun_ad
         .into_iter()
         .map(|r| r.event)
         .collect();
-    let mut state = bosun_addon::State::default();
-    state.apply_all(&events);
     Some((state, events))
 }
 
