@@ -868,7 +868,7 @@ kubernetes:
   kind: ConfigMap
   labelSelector: {matchLabels: {rate: limited}}
 settings:
-  executionMinInterval: 6s
+  executionMinInterval: 20s
   executionBurst: 1";
 
 /// The names of the objects in one run's binding contexts.
@@ -911,7 +911,7 @@ fn a_rate_limited_hook_run_carries_every_event_up_to_the_moment_it_starts() {
         "limited.jsonl",
     );
     let op = Operator::start(&sb, &hooks, work.path());
-    // The Synchronization run takes the only token: the next run waits 6s.
+    // The Synchronization run takes the only token: the next run waits 20s (wide, so that a loaded machine still queues both events inside it).
     op.wait("the Synchronization run", Duration::from_secs(60), || {
         !runs(&out, "limited.jsonl").is_empty()
     });
@@ -928,7 +928,7 @@ fn a_rate_limited_hook_run_carries_every_event_up_to_the_moment_it_starts() {
     create(&sb, "/api/v1/namespaces/default/configmaps", &cm("second"));
     op.wait(
         "a run with the second event",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || {
             runs(&out, "limited.jsonl")
                 .iter()
@@ -983,7 +983,7 @@ kubernetes:
   labelSelector: {matchLabels: {rate: limited}}
   executeHookOnSynchronization: false
 settings:
-  executionMinInterval: 6s
+  executionMinInterval: 20s
   executionBurst: 1",
         "limited.jsonl",
     );
@@ -1000,7 +1000,7 @@ settings:
             .iter()
             .any(|r| object_names(r).contains(&name.to_string()))
     };
-    // The first event's run takes the only token: the next run waits 6s.
+    // The first event's run takes the only token: the next run waits 20s (wide, so that a loaded machine still queues both events inside it).
     create(&sb, "/api/v1/namespaces/default/configmaps", &cm("one"));
     op.wait(
         "the run of the first event",
@@ -1015,7 +1015,7 @@ settings:
     create(&sb, "/api/v1/namespaces/default/configmaps", &cm("three"));
     op.wait(
         "a run with the third event",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || ran("three"),
     );
     let all = runs(&out, "limited.jsonl");
