@@ -659,16 +659,7 @@ fn manifests_are_applied_in_the_target_cluster_updated_pruned_and_removed() {
     let target_cluster = Sandbox::start();
     let work = workdir();
     let op = bosun(&sb, work.path(), &[]);
-    let kubeconfig = std::fs::read_to_string(&target_cluster.kubeconfig).expect("kubeconfig");
-    let (code, answer) = sb.post(
-        TARGETS,
-        &json!({
-            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
-            "metadata": {"name": "cluster-2", "namespace": "default"},
-            "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": kubeconfig}},
-        }),
-    );
-    assert_eq!(code, 201, "{answer}");
+    target_for(&sb, &target_cluster, "cluster-2");
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}});
     create_item(
         &sb,
