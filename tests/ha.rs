@@ -496,6 +496,13 @@ fn twenty_failovers_never_run_hooks_on_two_replicas_at_once() {
             .wait("the standby follows", Duration::from_secs(60), || {
                 replicas[s].following()
             });
+        // The leader's bindings watch before the mark is made: a ConfigMap already there at
+        // its Synchronization is no Event (`executeHookOnSynchronization: false`).
+        replicas[l]
+            .op
+            .wait("the leader converged", Duration::from_secs(60), || {
+                replicas[l].ready()
+            });
         let runs = cluster.hook_log().lines().count();
         cluster.mark(&format!("round-{round}"));
         marks += 1;
