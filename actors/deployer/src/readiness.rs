@@ -145,7 +145,12 @@ fn parse_path(path: &str) -> Result<Vec<Step>, String> {
         p = inner.trim();
     }
     p = p.strip_prefix('$').unwrap_or(p);
-    let bytes: Vec<char> = p.chars().collect();
+    // A path without the leading dot (`status.x`) is the same path.
+    let bytes: Vec<char> = if p.starts_with(['.', '[']) || p.is_empty() {
+        p.chars().collect()
+    } else {
+        std::iter::once('.').chain(p.chars()).collect()
+    };
     let mut steps = Vec::new();
     let mut i = 0;
     while i < bytes.len() {
@@ -183,16 +188,6 @@ fn parse_path(path: &str) -> Result<Vec<Step>, String> {
                     steps.push(Step::Index(n));
                 }
                 i = close + 1;
-            }
-            c if i == 0 => {
-                // A path without the leading dot: `status.x`.
-                let mut end = i;
-                while end < bytes.len() && bytes[end] != '.' && bytes[end] != '[' {
-                    end += 1;
-                }
-                let _ = c;
-                steps.push(Step::Field(bytes[i..end].iter().collect()));
-                i = end;
             }
             c => return Err(format!("{path:?}: unexpected {c:?} at {i}")),
         }
