@@ -88,9 +88,10 @@ impl DeployerArgs {
     /// The deployer configuration, with the journal under `journal_dir`.
     pub fn config(
         &self,
-        journal_dir: &std::path::Path,
+        operator: &crate::addon::OperatorConfig,
         install_crds: bool,
     ) -> anyhow::Result<crate::deployer::DeployerConfig> {
+        let journal_dir = &operator.journal_dir;
         let target_selectors =
             bosun_deployer::target::parse_selectors(&self.deployer_target_selector)
                 .map_err(|e| anyhow::anyhow!("--deployer-target-selector: {e}"))?;
@@ -103,6 +104,8 @@ impl DeployerArgs {
             target_selectors,
             install_crds,
             journal_dir: journal_dir.join("deployer"),
+            helm: operator.helm_settings(),
+            work_dir: operator.tmp_dir.join("deployer"),
         })
     }
 }
@@ -111,14 +114,12 @@ impl DeployerArgs {
 async fn start_deployer(
     args: &RunArgs,
     operator: &crate::addon::Operator,
-    journal_dir: &std::path::Path,
+    config: &crate::addon::OperatorConfig,
 ) -> anyhow::Result<Option<crate::deployer::DeployerHandle>> {
     if !args.deployer.deployer {
         return Ok(None);
     }
-    let cfg = args
-        .deployer
-        .config(journal_dir, args.lambda.install_crds)?;
+    let cfg = args.deployer.config(config, args.lambda.install_crds)?;
     // Bad flags stop the start (above); a failure to start is logged and the rest runs on.
     match crate::deployer::start(operator.watches.clone(), &cfg).await {
         Ok(d) => {
@@ -342,7 +343,7 @@ async fn start_all(
 ) -> anyhow::Result<crate::ha::Started> {
     let operator = crate::addon::start(cfg).await?;
     let lambda = start_lambda(&args.lambda, &operator, &cfg.journal_dir).await?;
-    let deployer = start_deployer(args, &operator, &cfg.journal_dir).await?;
+    let deployer = start_deployer(args, &operator, cfg).await?;
     Ok(crate::ha::Started {
         journals: journals_of(&operator, lambda.as_ref(), deployer.as_ref()),
         keep: Box::new((deployer, lambda, operator)),
@@ -376,7 +377,7 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
     let cfg = crate::addon::OperatorConfig::from_env(&crate::addon::OperatorConfig::in_cluster())?;
     // Bad lambda, deployer or HA settings stop the start before anything runs.
     args.lambda.config(&cfg.journal_dir)?;
-    args.deployer.config(&cfg.journal_dir, false)?;
+    args.deployer.config(&cfg, false)?;
     let namespace = if cfg.namespace.is_empty() {
         "default"
     } else {
@@ -471,7 +472,7 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
                 Ok(l) => lambda = l,
                 Err(e) => tracing::error!("lambda controllers did not start: {e:#}"),
             }
-            match start_deployer(&args, op, &cfg.journal_dir).await {
+            match start_deployer(&args, op, &cfg).await {
                 Ok(d) => deployer = d,
                 Err(e) => tracing::error!("the deployer did not start: {e:#}"),
             }

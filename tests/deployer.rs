@@ -128,10 +128,10 @@ fn a_mock_item_succeeds_with_its_exports_and_runs_again_on_reconcile() {
         &[("BOSUN_DEPLOYER_IDENTITY", "bosun-test")],
     );
     // An item of another type, created first: it must never be touched.
-    let helm = create_item(
+    let other_type = create_item(
         &sb,
-        "helm-item",
-        json!({"type": "landscaper.gardener.cloud/helm", "config": {"apiVersion": "helm.deployer.landscaper.gardener.cloud/v1alpha1", "kind": "ProviderConfiguration"}}),
+        "container-item",
+        json!({"type": "landscaper.gardener.cloud/container", "config": {"apiVersion": "container.deployer.landscaper.gardener.cloud/v1alpha1", "kind": "ProviderConfiguration"}}),
     );
     create_item(
         &sb,
@@ -186,12 +186,12 @@ fn a_mock_item_succeeds_with_its_exports_and_runs_again_on_reconcile() {
     );
 
     // The other type's item: no status, no finalizer, never written.
-    let other = item(&sb, "helm-item").expect("helm item");
+    let other = item(&sb, "container-item").expect("container item");
     assert!(other["status"].is_null(), "{other}");
     assert!(other["metadata"]["finalizers"].is_null(), "{other}");
     assert_eq!(
         other["metadata"]["resourceVersion"],
-        helm["metadata"]["resourceVersion"]
+        other_type["metadata"]["resourceVersion"]
     );
 
     // /actors shows the deployer's queue and the last run of each item.
@@ -200,7 +200,7 @@ fn a_mock_item_succeeds_with_its_exports_and_runs_again_on_reconcile() {
     let actors: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     assert_eq!(
         actors["deployer"]["types"],
-        json!([MOCK, MANIFEST]),
+        json!([MOCK, MANIFEST, HELM]),
         "{actors}"
     );
     assert_eq!(
@@ -944,5 +944,282 @@ fn deletion_groups_go_in_order_and_force_delete_strips_finalizers() {
             .contains("deletionGroups[0].predefinedResourceGroup.type"),
         "{}",
         failed["status"]["lastError"]
+    );
+}
+
+const HELM: &str = "landscaper.gardener.cloud/helm";
+
+/// A chart `web` as a gzipped tar: a ConfigMap `<release>-cm` whose `color` is the value
+/// `color`, with defaults `color: blue`, `port: 80`.
+fn web_chart(version: &str) -> Vec<u8> {
+    let files = [
+        (
+            "web/Chart.yaml",
+            format!("apiVersion: v2\nname: web\nversion: {version}\nappVersion: \"{version}\"\n"),
+        ),
+        ("web/values.yaml", "color: blue\nport: 80\n".to_string()),
+        (
+            "web/templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-cm\ndata:\n  color: {{ .Values.color | quote }}\n  chart: {{ .Chart.Version | quote }}\n".to_string(),
+        ),
+    ];
+    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    for (path, text) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(text.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, path, text.as_bytes())
+            .expect("tar entry");
+    }
+    b.into_inner().expect("tar").finish().expect("gzip")
+}
+
+fn helm_config(chart: Value, extra: Value) -> Value {
+    let mut c = json!({
+        "apiVersion": "helm.deployer.landscaper.gardener.cloud/v1alpha1",
+        "kind": "ProviderConfiguration",
+        "name": "web", "namespace": "apps", "chart": chart,
+    });
+    if let (Some(c), Value::Object(extra)) = (c.as_object_mut(), extra) {
+        c.extend(extra);
+    }
+    c
+}
+
+/// The Helm release Secrets (`sh.helm.release.v1.<name>.v<n>`) of `namespace`.
+fn release_secrets(cluster: &Sandbox, namespace: &str) -> Vec<String> {
+    let (_, list) = cluster.get(&format!(
+        "/api/v1/namespaces/{namespace}/secrets?labelSelector=owner%3Dhelm"
+    ));
+    let mut names: Vec<String> = list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|s| s["metadata"]["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_helm_item_installs_upgrades_exports_and_uninstalls_a_release_through_the_library() {
+    helm_release_lifecycle(common::HelmEngine::Library);
+}
+
+#[test]
+fn a_helm_item_installs_upgrades_exports_and_uninstalls_a_release_through_the_binary() {
+    helm_release_lifecycle(common::HelmEngine::Cli);
+}
+
+/// A helm item with a real release in the target cluster, through one Helm engine.
+fn helm_release_lifecycle(engine: common::HelmEngine) {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let env = engine.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let op = bosun(&sb, work.path(), &env);
+    target_for(&sb, &target_cluster, "cluster-2");
+    let raw = base64::engine::general_purpose::STANDARD.encode(web_chart("1.0.0"));
+    let config = |color: &str| {
+        helm_config(
+            json!({"archive": {"raw": raw}}),
+            json!({
+                "createNamespace": true,
+                "values": {"color": color},
+                "exports": {"exports": [
+                    {"key": "port", "jsonPath": ".Values.port"},
+                    {"key": "live.color", "jsonPath": ".data.color",
+                     "fromResource": {"apiVersion": "v1", "kind": "ConfigMap", "name": "web-cm", "namespace": "apps"}},
+                ]},
+            }),
+        )
+    };
+    create_item(
+        &sb,
+        "web",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "config": config("green")}),
+    );
+    let done = wait_phase(&op, &sb, "web", "Succeeded");
+    let in_target = |path: &str| {
+        let (code, v) = target_cluster.get(path);
+        (code == 200).then_some(v)
+    };
+    let cm = in_target("/api/v1/namespaces/apps/configmaps/web-cm")
+        .expect("the chart's object in the target");
+    assert_eq!(
+        cm["data"]["color"], "green",
+        "the item's values over the defaults"
+    );
+    assert_eq!(
+        release_secrets(&target_cluster, "apps"),
+        ["sh.helm.release.v1.web.v1"],
+        "a real release, in the target cluster"
+    );
+    assert!(
+        release_secrets(&sb, "apps").is_empty(),
+        "nothing in the items' cluster"
+    );
+    assert_eq!(done["status"]["providerStatus"]["release"]["revision"], 1);
+    let export = done["status"]["exportRef"]["name"]
+        .as_str()
+        .expect("exportRef")
+        .to_string();
+    assert_eq!(
+        secret_config(&sb, &export),
+        Some(json!({"port": 80, "live": {"color": "green"}})),
+        "exports from the values root and from the release's object"
+    );
+
+    // New values: one upgrade, one new revision.
+    edit_item(&sb, "web", |o| o["spec"]["config"] = config("red"));
+    op.wait("the upgrade", WAIT, || {
+        item(&sb, "web").is_some_and(|o| {
+            o["status"]["observedGeneration"] == 2 && o["status"]["phase"] == "Succeeded"
+        })
+    });
+    assert_eq!(
+        in_target("/api/v1/namespaces/apps/configmaps/web-cm").expect("cm")["data"]["color"],
+        "red"
+    );
+    assert_eq!(
+        release_secrets(&target_cluster, "apps"),
+        ["sh.helm.release.v1.web.v1", "sh.helm.release.v1.web.v2"]
+    );
+
+    // A bad chart fails at once, naming the field; the deployer goes on.
+    create_item(
+        &sb,
+        "not-a-chart",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "config": helm_config(
+            json!({"archive": {"raw": base64::engine::general_purpose::STANDARD.encode(b"plain text")}}),
+            json!({}),
+        )}),
+    );
+    let bad = wait_phase(&op, &sb, "not-a-chart", "Failed");
+    let e = &bad["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("spec.config.chart.archive.raw"),
+        "{e}"
+    );
+
+    // Deletion uninstalls the release.
+    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/web"), "", "");
+    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
+    op.wait("the item gone", WAIT, || item(&sb, "web").is_none());
+    assert!(in_target("/api/v1/namespaces/apps/configmaps/web-cm").is_none());
+    assert!(
+        release_secrets(&target_cluster, "apps").is_empty(),
+        "the release is uninstalled"
+    );
+}
+
+/// Serves `files` (path → body) over HTTP on 127.0.0.1 until the test ends; its URL.
+fn serve_files(files: Vec<(String, Vec<u8>)>) -> String {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let mut reader = BufReader::new(stream);
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            // The rest of the head.
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                header.clear();
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or_default();
+            let mut stream = reader.into_inner();
+            let found = files.iter().find(|(p, _)| p == path);
+            let (status, body): (&str, &[u8]) = match found {
+                Some((_, b)) => ("200 OK", b),
+                None => ("404 Not Found", b"not found"),
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(body);
+        }
+    });
+    url
+}
+
+#[test]
+fn a_helm_item_from_a_chart_repository_without_helm_deployment_applies_the_rendered_objects() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let index = "apiVersion: v1\nentries:\n  web:\n  - name: web\n    version: 1.0.0\n    urls: [charts/web-1.0.0.tgz]\n  - name: web\n    version: 2.0.0\n    urls: [charts/web-2.0.0.tgz]\n";
+    let repo = serve_files(vec![
+        ("/index.yaml".into(), index.as_bytes().to_vec()),
+        ("/charts/web-1.0.0.tgz".into(), web_chart("1.0.0")),
+        ("/charts/web-2.0.0.tgz".into(), web_chart("2.0.0")),
+    ]);
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    create_item(
+        &sb,
+        "rendered",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "config": helm_config(
+            json!({"helmChartRepo": {"helmChartRepoUrl": repo, "helmChartName": "web", "helmChartVersion": "1.0.0"}}),
+            json!({
+                "namespace": "default",
+                "helmDeployment": false,
+                "values": {"color": "amber"},
+                "exports": {"exports": [{"key": "chart", "jsonPath": ".Chart.Version"}, {"key": "color", "jsonPath": ".Values.color"}]},
+            }),
+        )}),
+    );
+    let done = wait_phase(&op, &sb, "rendered", "Succeeded");
+    let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/web-cm");
+    assert_eq!(
+        code, 200,
+        "the rendered object is applied in the target: {cm}"
+    );
+    assert_eq!(cm["data"], json!({"color": "amber", "chart": "1.0.0"}));
+    assert_eq!(
+        cm["metadata"]["labels"]["helm.deployer.landscaper.gardener.cloud/deployitem"],
+        "rendered"
+    );
+    assert!(
+        release_secrets(&target_cluster, "default").is_empty(),
+        "no release without helmDeployment"
+    );
+    let managed = &done["status"]["providerStatus"]["managedResources"];
+    assert_eq!(managed[0]["resource"]["name"], "web-cm", "{managed}");
+    let export = done["status"]["exportRef"]["name"]
+        .as_str()
+        .expect("exportRef")
+        .to_string();
+    assert_eq!(
+        secret_config(&sb, &export),
+        Some(json!({"chart": "1.0.0", "color": "amber"}))
+    );
+
+    // Deletion removes the rendered objects.
+    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/rendered"), "", "");
+    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
+    op.wait("the item gone", WAIT, || item(&sb, "rendered").is_none());
+    assert_eq!(
+        target_cluster
+            .get("/api/v1/namespaces/default/configmaps/web-cm")
+            .0,
+        404
     );
 }

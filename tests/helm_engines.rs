@@ -126,6 +126,7 @@ async fn install_upgrade_uninstall(which: Engine) {
         force_conflicts: true,
         take_ownership: true,
         skip_crds: true,
+        ..Default::default()
     };
     let started = Instant::now();
     let rel = client

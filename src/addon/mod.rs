@@ -520,6 +520,18 @@ fn log_config_map_event(
     tracing::info!(configmap = %name, event = kind, resource_version = %version, keys = %keys, "ConfigMap event");
 }
 
+impl OperatorConfig {
+    /// Which Helm engine (`BOSUN_HELM_ENGINE`, `HELM_BIN_PATH`, `HELM_LIB_PATH`).
+    pub fn helm_settings(&self) -> crate::helm::EngineSettings {
+        crate::helm::EngineSettings {
+            choice: self.helm_engine,
+            binary: self.helm_binary.clone(),
+            library: self.helm_library.clone(),
+            tmp_dir: self.tmp_dir.join("helm"),
+        }
+    }
+}
+
 /// Chooses the Helm engine (`BOSUN_HELM_ENGINE`, `HELM_BIN_PATH`, `HELM_LIB_PATH`); none is
 /// needed when no module has a chart.
 async fn releases(
@@ -528,12 +540,7 @@ async fn releases(
     kube: kube::Client,
     namespace: &str,
 ) -> anyhow::Result<Arc<dyn bosun_addon::ports::Releases>> {
-    let settings = crate::helm::EngineSettings {
-        choice: cfg.helm_engine,
-        binary: cfg.helm_binary.clone(),
-        library: cfg.helm_library.clone(),
-        tmp_dir: cfg.tmp_dir.join("helm"),
-    };
+    let settings = cfg.helm_settings();
     let engine = match crate::helm::HelmEngine::select(&settings).await {
         Ok(engine) => engine,
         Err(e) => {
@@ -568,6 +575,7 @@ async fn releases(
         force_conflicts: true,
         take_ownership: true,
         skip_crds: true,
+        ..Default::default()
     };
     Ok(Arc::new(releases::HelmReleases::new(
         engine, client, kube, namespace, options,

@@ -3,6 +3,7 @@
 //! Events), the clients of target clusters (`targets.rs`), its journal, and the CRDs.
 
 pub mod cluster;
+pub mod helm;
 pub mod journal_log;
 pub mod targets;
 
@@ -35,6 +36,10 @@ pub struct DeployerConfig {
     pub install_crds: bool,
     /// Where the deployer's journal lives.
     pub journal_dir: PathBuf,
+    /// The Helm engine of the helm type (the modules' settings).
+    pub helm: crate::helm::EngineSettings,
+    /// Where the helm type keeps charts and the targets' kubeconfigs.
+    pub work_dir: PathBuf,
 }
 
 /// The running deployer.
@@ -59,11 +64,21 @@ pub fn running() -> Option<DeployerView> {
 }
 
 /// The types this bosun serves.
-pub fn types(clients: Arc<targets::TargetClients>) -> Vec<Arc<dyn DeployerType>> {
+pub fn types(
+    clients: Arc<targets::TargetClients>,
+    helm: Arc<helm::HelmCharts>,
+) -> Vec<Arc<dyn DeployerType>> {
+    let manifests = || bosun_deployer::manifest::ManifestType {
+        targets: Arc::new(targets::KubeTargets {
+            clients: clients.clone(),
+        }),
+    };
     vec![
         Arc::new(bosun_deployer::mock::Mock),
-        Arc::new(bosun_deployer::manifest::ManifestType {
-            targets: Arc::new(targets::KubeTargets { clients }),
+        Arc::new(manifests()),
+        Arc::new(bosun_deployer::helm::HelmType {
+            helm,
+            manifests: manifests(),
         }),
     ]
 }
@@ -98,7 +113,15 @@ pub async fn start(watches: WatchManager, cfg: &DeployerConfig) -> anyhow::Resul
     let deployer = Deployer::start(
         cluster.clone(),
         Arc::new(crate::journal_sink::JournalSink::new(journal.clone())),
-        types(Arc::new(targets::TargetClients::default())),
+        {
+            let clients = Arc::new(targets::TargetClients::default());
+            let helm = Arc::new(helm::HelmCharts::new(
+                cfg.helm.clone(),
+                cfg.work_dir.clone(),
+                clients.clone(),
+            ));
+            types(clients, helm)
+        },
         Settings {
             workers: cfg.workers,
             deployer: DeployerInfo {

@@ -475,6 +475,28 @@ impl CliClient {
         if o.skip_crds {
             args.push("--skip-crds".into());
         }
+        if o.create_namespace && !upgrade {
+            args.push("--create-namespace".into());
+        }
+        if o.wait {
+            args.push(if v4 { "--wait=watcher" } else { "--wait" }.into());
+        }
+        if o.rollback_on_failure {
+            args.push(
+                if v4 {
+                    "--rollback-on-failure"
+                } else {
+                    "--atomic"
+                }
+                .into(),
+            );
+        }
+        if o.force_replace {
+            args.push(if v4 { "--force-replace" } else { "--force" }.into());
+        }
+        if o.skip_schema_validation {
+            args.push("--skip-schema-validation".into());
+        }
         Ok(args)
     }
 

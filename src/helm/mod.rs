@@ -410,6 +410,16 @@ pub struct InstallOptions {
     pub take_ownership: bool,
     /// Leave the chart's `crds/` alone (bosun applies module CRDs itself).
     pub skip_crds: bool,
+    /// Create the release namespace when it is missing (install).
+    pub create_namespace: bool,
+    /// Wait until the release's resources are ready (Helm's `watcher` strategy).
+    pub wait: bool,
+    /// Undo a failed operation (an install is uninstalled, an upgrade rolled back).
+    pub rollback_on_failure: bool,
+    /// Replace objects that cannot be updated in place.
+    pub force_replace: bool,
+    /// Do not check the values against the chart's `values.schema.json`.
+    pub skip_schema_validation: bool,
 }
 
 /// Releases in one namespace.
@@ -440,6 +450,21 @@ impl HelmClient {
         }
         if o.skip_crds {
             opts["skip_crds"] = json!(true);
+        }
+        if o.create_namespace && !upgrade {
+            opts["create_namespace"] = json!(true);
+        }
+        if o.wait {
+            opts["wait"] = json!("watcher");
+        }
+        if o.rollback_on_failure {
+            opts["rollback_on_failure"] = json!(true);
+        }
+        if o.force_replace {
+            opts["force_replace"] = json!(true);
+        }
+        if o.skip_schema_validation {
+            opts["skip_schema_validation"] = json!(true);
         }
         opts.to_string()
     }

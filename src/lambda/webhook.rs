@@ -392,7 +392,8 @@ impl Webhooks {
     }
 }
 
-fn load_system_roots() -> RootCertStore {
+/// The system's CA certificates (warnings logged for unreadable ones).
+pub(crate) fn load_system_roots() -> RootCertStore {
     let found = rustls_native_certs::load_native_certs();
     for e in &found.errors {
         tracing::warn!(error = %e, "cannot read a system CA certificate");

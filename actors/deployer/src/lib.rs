@@ -12,7 +12,8 @@
 //!   target.rs      Targets: responsibility (selectors), resolution, kubeconfig checks
 //!   controller.rs  WorkQueue<ItemKey>, workers: decide, write, run the type, journal
 //!   mock.rs        the mock type (landscaper.gardener.cloud/mock)
-//!   manifest.rs    the kubernetes-manifest type (first slice) and its target port
+//!   manifest.rs    the kubernetes-manifest type and its target port
+//!   helm.rs        the helm type: real releases or rendered objects; its chart port
 //!   events.rs      the deployer's journal event
 //!   fakes.rs       an in-memory cluster for tests
 //! ```
@@ -24,6 +25,7 @@ pub mod decide;
 pub mod deletion;
 pub mod events;
 pub mod fakes;
+pub mod helm;
 pub mod item;
 pub mod manifest;
 pub mod mock;

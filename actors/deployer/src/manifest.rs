@@ -350,7 +350,7 @@ pub struct ManifestType {
     pub targets: Arc<dyn TargetClusters>,
 }
 
-fn need_target<'a>(job: &Job<'a>) -> Result<&'a ResolvedTarget, DeployError> {
+pub(crate) fn need_target<'a>(job: &Job<'a>) -> Result<&'a ResolvedTarget, DeployError> {
     job.target.ok_or_else(|| {
         DeployError::config(
             "Reconcile",
@@ -402,7 +402,7 @@ impl ManifestType {
     }
 
     /// What the readiness checks still wait for (empty: ready).
-    async fn not_ready(
+    pub(crate) async fn not_ready(
         &self,
         target: &ResolvedTarget,
         config: &ManifestConfig,
@@ -435,17 +435,35 @@ impl ManifestType {
         Ok(waiting)
     }
 
-    /// The exports, or what they still wait for.
-    async fn exports(
+    /// The exports, or what they still wait for. An export without an object reads
+    /// `values_root` (the helm type's `.Values`, `.Release`, `.Chart`).
+    pub(crate) async fn exports(
         &self,
         target: &ResolvedTarget,
         exports: &[Export],
+        values_root: Option<&Value>,
     ) -> Result<Result<Value, Vec<String>>, DeployError> {
         let mut out = json!({});
         let mut waiting = Vec::new();
         for e in exports {
-            let label = format!("export {:?} from {} {}", e.key, e.from.kind, e.from.name);
-            let Some(from) = self.get_named(target, &e.from).await? else {
+            let Some(from_name) = &e.from else {
+                let root = values_root.unwrap_or(&Value::Null);
+                match crate::readiness::at(root, &e.json_path)
+                    .map_err(|m| config_error(format!("spec.config.exports: {m}")))?
+                {
+                    Some(v) => crate::readiness::put_export(&mut out, &e.key, v.clone()),
+                    None => waiting.push(format!(
+                        "export {:?}: nothing at {} of the values",
+                        e.key, e.json_path
+                    )),
+                }
+                continue;
+            };
+            let label = format!(
+                "export {:?} from {} {}",
+                e.key, from_name.kind, from_name.name
+            );
+            let Some(from) = self.get_named(target, from_name).await? else {
                 waiting.push(format!("{label}: object not found"));
                 continue;
             };
@@ -463,7 +481,7 @@ impl ManifestType {
                     let namespace = found["namespace"]
                         .as_str()
                         .map(str::to_string)
-                        .unwrap_or_else(|| e.from.namespace.clone());
+                        .unwrap_or_else(|| from_name.namespace.clone());
                     if name.is_empty() {
                         waiting.push(format!(
                             "{label}: {} is not an object reference {{name, namespace}}",
@@ -612,6 +630,21 @@ impl ManifestType {
     async fn apply(&self, job: &Job<'_>) -> Result<Outcome, DeployError> {
         let target = need_target(job)?;
         let config = ManifestConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))?;
+        self.apply_config(job, target, &config, &MANIFEST_FLAVOR, None)
+            .await
+    }
+
+    /// Applies `config`'s manifests, removes the orphans, then waits for readiness and
+    /// exports (`values_root`: what an export without an object reads): the whole of a
+    /// reconcile once the configuration is read.
+    pub(crate) async fn apply_config(
+        &self,
+        job: &Job<'_>,
+        target: &ResolvedTarget,
+        config: &ManifestConfig,
+        flavor: &Flavor,
+        values_root: Option<&Value>,
+    ) -> Result<Outcome, DeployError> {
         let before = managed_of(job.item.status.provider_status.as_ref());
         let mut scoped = Vec::new();
         for m in &config.manifests {
@@ -636,12 +669,12 @@ impl ManifestType {
                     .as_str()
                     .is_none_or(str::is_empty)
             {
-                object["metadata"]["namespace"] = json!("default");
+                object["metadata"]["namespace"] = json!(flavor.default_namespace);
             }
             if !*namespaced && let Some(meta) = object["metadata"].as_object_mut() {
                 meta.remove("namespace");
             }
-            object["metadata"]["labels"][DEPLOYITEM_LABEL] = json!(job.item.key.name);
+            object["metadata"]["labels"][flavor.label] = json!(job.item.key.name);
             let r = ResourceRef::of(&object);
             let live = self.targets.get(target, &r).await?;
             let written = match live {
@@ -652,7 +685,7 @@ impl ManifestType {
                     self.targets.create(target, object).await?
                 }
                 Some(live) => {
-                    let owner = live["metadata"]["labels"][DEPLOYITEM_LABEL].as_str();
+                    let owner = live["metadata"]["labels"][flavor.label].as_str();
                     if m.policy == Policy::Fallback && owner.is_some_and(|o| o != job.item.key.name)
                     {
                         continue;
@@ -684,70 +717,117 @@ impl ManifestType {
             job,
         )
         .await?;
-        let provider_status = Some(json!({
-            "apiVersion": API_V1ALPHA2,
+        let provider_status = json!({
+            "apiVersion": flavor.provider_api,
             "kind": "ProviderStatus",
             "managedResources": managed,
-        }));
+        });
+        self.conclude(
+            target,
+            config,
+            &managed,
+            provider_status,
+            &after_deployment,
+            values_root,
+        )
+        .await
+    }
+
+    /// After the objects are written: `Progressing` while a readiness check or an export
+    /// waits, else the exports, `patchAfterDeployment`, and `Succeeded`.
+    pub(crate) async fn conclude(
+        &self,
+        target: &ResolvedTarget,
+        config: &ManifestConfig,
+        managed: &[Managed],
+        provider_status: Value,
+        after_deployment: &[(ResourceRef, Value)],
+        values_root: Option<&Value>,
+    ) -> Result<Outcome, DeployError> {
         let progressing = |waiting: Vec<String>| Outcome {
             phase: crate::item::Phase::Progressing,
-            provider_status: provider_status.clone(),
+            provider_status: Some(provider_status.clone()),
             export: None,
             conditions: vec![condition(false, &waiting.join("; "))],
         };
-        let waiting = self.not_ready(target, &config, &managed).await?;
+        let waiting = self.not_ready(target, config, managed).await?;
         if !waiting.is_empty() {
             return Ok(progressing(waiting));
         }
         let export = if config.exports.is_empty() {
             None
         } else {
-            match self.exports(target, &config.exports).await? {
+            match self.exports(target, &config.exports, values_root).await? {
                 Ok(v) => Some(v),
                 Err(waiting) => return Ok(progressing(waiting)),
             }
         };
         for (r, patch) in after_deployment {
-            if let Some(live) = self.targets.get(target, &r).await? {
+            if let Some(live) = self.targets.get(target, r).await? {
                 let mut object = live.clone();
-                crate::readiness::deep_merge(&mut object, &patch, true);
+                crate::readiness::deep_merge(&mut object, patch, true);
                 self.write_over(target, live, object).await?;
             }
         }
         Ok(Outcome {
             phase: crate::item::Phase::Succeeded,
-            provider_status,
+            provider_status: Some(provider_status),
             export,
             conditions: vec![condition(true, "every readiness check passed")],
         })
     }
 
     async fn remove(&self, job: &Job<'_>) -> Result<(), DeployError> {
+        // A configuration that no longer parses still lets the item go, in the default order.
+        let groups = ManifestConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))
+            .ok()
+            .and_then(|c| c.deletion_groups);
+        self.remove_managed(job, groups.as_deref(), &MANIFEST_FLAVOR)
+            .await
+    }
+
+    /// Deletes what the item's ProviderStatus says it manages, in `groups`.
+    pub(crate) async fn remove_managed(
+        &self,
+        job: &Job<'_>,
+        groups: Option<&[crate::deletion::Group]>,
+        flavor: &Flavor,
+    ) -> Result<(), DeployError> {
         let managed = managed_of(job.item.status.provider_status.as_ref());
         if managed.is_empty() {
             return Ok(());
         }
         let target = need_target(job)?;
-        // A configuration that no longer parses still lets the item go, in the default order.
-        let groups = ManifestConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))
-            .ok()
-            .and_then(|c| c.deletion_groups);
         let mut ours = Vec::new();
         for m in managed.iter().filter(|m| m.policy.deletes()) {
             if m.policy == Policy::Fallback
                 && let Some(live) = self.targets.get(target, &m.resource).await?
-                && live["metadata"]["labels"][DEPLOYITEM_LABEL].as_str()
+                && live["metadata"]["labels"][flavor.label].as_str()
                     != Some(job.item.key.name.as_str())
             {
                 continue;
             }
             ours.push(m);
         }
-        self.delete_in_groups(target, &ours, groups.as_deref(), job)
-            .await?;
+        self.delete_in_groups(target, &ours, groups, job).await?;
         Ok(())
     }
 }
+
+/// What differs between the types that apply objects themselves: the label on the
+/// objects, the ProviderStatus's apiVersion, and the namespace of an object that names
+/// none.
+pub struct Flavor {
+    pub label: &'static str,
+    pub provider_api: &'static str,
+    pub default_namespace: String,
+}
+
+static MANIFEST_FLAVOR: std::sync::LazyLock<Flavor> = std::sync::LazyLock::new(|| Flavor {
+    label: DEPLOYITEM_LABEL,
+    provider_api: API_V1ALPHA2,
+    default_namespace: "default".into(),
+});
 
 /// Whether writing `object` over `live` would change nothing (the resourceVersion aside).
 fn contained_ignoring_version(object: &Value, live: &Value) -> bool {

@@ -481,25 +481,38 @@ impl ReadinessChecks {
 pub struct Export {
     pub key: String,
     pub json_path: String,
-    pub from: ObjectName,
+    /// The object read; `None` (the helm type only): the chart's values root
+    /// (`.Values`, `.Release`, `.Chart`).
+    pub from: Option<ObjectName>,
     /// The value at `json_path` is a reference `{name, namespace}` to an object of this
     /// `(apiVersion, kind)`, read at the second path.
     pub through: Option<(String, String, String)>,
 }
 
-/// Reads `spec.config.exports`.
+/// Reads `spec.config.exports` (each export reads an object: `fromResource` is required).
 pub fn parse_exports(v: &Value) -> Result<Vec<Export>, DeployError> {
-    const F: &str = "spec.config.exports.exports";
-    let list = match &v["exports"] {
+    parse_export_list(&v["exports"], "spec.config.exports.exports", false)
+}
+
+/// Reads a list of exports at `field`; with `values_allowed`, an export without
+/// `fromResource` reads the chart's values root.
+pub fn parse_export_list(
+    list: &Value,
+    field_base: &str,
+    values_allowed: bool,
+) -> Result<Vec<Export>, DeployError> {
+    let list = match list {
         Value::Null => return Ok(Vec::new()),
-        Value::Array(a) => a.clone(),
+        Value::Array(a) => a,
         other => {
-            return Err(config_error(format!("{F}: expected a list, got {other}")));
+            return Err(config_error(format!(
+                "{field_base}: expected a list, got {other}"
+            )));
         }
     };
     let mut out = Vec::new();
     for (i, e) in list.iter().enumerate() {
-        let field = format!("{F}[{i}]");
+        let field = format!("{field_base}[{i}]");
         let key = e["key"].as_str().unwrap_or_default().to_string();
         if key.is_empty() {
             return Err(config_error(format!("{field}.key: missing")));
@@ -509,14 +522,22 @@ pub fn parse_exports(v: &Value) -> Result<Vec<Export>, DeployError> {
             return Err(config_error(format!("{field}.jsonPath: missing")));
         }
         check_path(&json_path).map_err(|m| config_error(format!("{field}.jsonPath: {m}")))?;
-        if e["fromResource"].is_null() {
-            return Err(config_error(format!(
-                "{field}.fromResource: missing (the object to read {json_path} from)"
-            )));
-        }
-        let from = ObjectName::parse(&e["fromResource"], &format!("{field}.fromResource"))?;
+        let from = match &e["fromResource"] {
+            Value::Null if values_allowed => None,
+            Value::Null => {
+                return Err(config_error(format!(
+                    "{field}.fromResource: missing (the object to read {json_path} from)"
+                )));
+            }
+            r => Some(ObjectName::parse(r, &format!("{field}.fromResource"))?),
+        };
         let through = match &e["fromObjectRef"] {
             Value::Null => None,
+            _ if from.is_none() => {
+                return Err(config_error(format!(
+                    "{field}.fromObjectRef: needs fromResource (the object holding the reference)"
+                )));
+            }
             r => {
                 let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
                 let (api, kind, path) = (s("apiVersion"), s("kind"), s("jsonPath"));

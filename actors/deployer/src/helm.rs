@@ -1,0 +1,873 @@
+//! The helm type (`landscaper.gardener.cloud/helm`): ProviderConfiguration
+//! `helm.deployer.landscaper.gardener.cloud/v1alpha1`. A chart (from `chart.archive.raw`,
+//! `chart.archive.remote.url` or a chart repository) with `values` becomes either a real
+//! Helm release in the target cluster (`helmDeployment: true`, the default: install when
+//! there is none, else upgrade with at most 10 revisions; on a failure the pending revision
+//! is removed so that the next try is not blocked) or, with `helmDeployment: false`, a set
+//! of rendered objects applied as the kubernetes-manifest type applies its manifests.
+//! Both then wait for the readiness checks and write the exports, which may also read the
+//! chart's values root (`.Values`, `.Release`, `.Chart`).
+//!
+//! The planning is pure ([`HelmConfig::parse`], [`coalesce`], [`release_objects`]); the
+//! charts and releases are the [`HelmPort`], the target's objects the manifest type's
+//! [`TargetClusters`](crate::manifest::TargetClusters).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+
+use crate::manifest::{
+    Flavor, Managed, Manifest, ManifestConfig, ManifestType, Policy, ResourceRef,
+};
+use crate::ports::{BoxFut, DeployerType, Job, Outcome};
+use crate::readiness::{ReadinessChecks, UpdateStrategy};
+use crate::status::DeployError;
+use crate::target::ResolvedTarget;
+
+/// The type name.
+pub const HELM_TYPE: &str = "landscaper.gardener.cloud/helm";
+/// The label put on the objects of `helmDeployment: false`.
+pub const HELM_DEPLOYITEM_LABEL: &str = "helm.deployer.landscaper.gardener.cloud/deployitem";
+const API: &str = "helm.deployer.landscaper.gardener.cloud/v1alpha1";
+/// Revisions a release keeps (landscaper's `MaxHistory`).
+pub const MAX_HISTORY: u32 = 10;
+
+/// Where the chart comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChartSource {
+    /// `chart.archive.raw`: a gzipped tar, decoded from base64.
+    Archive(Arc<Vec<u8>>),
+    /// `chart.archive.remote.url`: a gzipped tar to download.
+    Remote(String),
+    /// `chart.helmChartRepo`: a chart of a Helm chart repository (`index.yaml`).
+    Repo {
+        url: String,
+        name: String,
+        /// Empty: the repository's newest.
+        version: String,
+    },
+}
+
+/// `helmDeploymentConfig.install` / `.upgrade`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OperationOptions {
+    pub atomic: bool,
+    pub force: bool,
+    pub skip_schema_validation: bool,
+    pub take_ownership: bool,
+    pub wait: bool,
+    /// Accepted as landscaper accepts it; the item's remaining time is what Helm gets.
+    pub timeout: Option<String>,
+}
+
+/// `helmDeploymentConfig.uninstall`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UninstallOptions {
+    pub wait: bool,
+    pub timeout: Option<String>,
+}
+
+/// The ProviderConfiguration, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HelmConfig {
+    pub chart: ChartSource,
+    /// Release name.
+    pub name: String,
+    /// Release namespace.
+    pub namespace: String,
+    pub create_namespace: bool,
+    pub values: Value,
+    /// `true`: a real Helm release; `false`: render and apply.
+    pub helm_deployment: bool,
+    pub install: OperationOptions,
+    pub upgrade: OperationOptions,
+    pub uninstall: UninstallOptions,
+    pub update_strategy: UpdateStrategy,
+    pub readiness: ReadinessChecks,
+    pub exports: Vec<crate::readiness::Export>,
+    pub deletion_groups: Option<Vec<crate::deletion::Group>>,
+    pub deletion_groups_during_update: Option<Vec<crate::deletion::Group>>,
+}
+
+fn config_error(message: String) -> DeployError {
+    DeployError::config("Reconcile", "InvalidProviderConfiguration", message)
+}
+
+fn string_field(v: &Value, field: &str) -> Result<String, DeployError> {
+    match v {
+        Value::String(s) if !s.is_empty() => Ok(s.clone()),
+        Value::Null => Err(config_error(format!("{field}: missing"))),
+        other => Err(config_error(format!(
+            "{field}: expected a non-empty string, got {other}"
+        ))),
+    }
+}
+
+fn flag(v: &Value, field: &str) -> Result<bool, DeployError> {
+    match v {
+        Value::Null => Ok(false),
+        Value::Bool(b) => Ok(*b),
+        other => Err(config_error(format!(
+            "{field}: expected true or false, got {other}"
+        ))),
+    }
+}
+
+/// Reads an options object whose keys must be among `known` (landscaper: NotSupported).
+fn options_object<'a>(
+    v: &'a Value,
+    field: &str,
+    known: &[&str],
+) -> Result<Option<&'a Map<String, Value>>, DeployError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Object(m) => {
+            if let Some(k) = m.keys().find(|k| !known.contains(&k.as_str())) {
+                return Err(config_error(format!(
+                    "{field}.{k}: not supported (expected one of {})",
+                    known.join(", ")
+                )));
+            }
+            Ok(Some(m))
+        }
+        other => Err(config_error(format!(
+            "{field}: expected an object, got {other}"
+        ))),
+    }
+}
+
+fn timeout_field(m: &Map<String, Value>, field: &str) -> Result<Option<String>, DeployError> {
+    match m.get("timeout") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => {
+            crate::timeout::parse_go_duration(s)
+                .map_err(|e| config_error(format!("{field}.timeout: {e}")))?;
+            Ok(Some(s.clone()))
+        }
+        Some(other) => Err(config_error(format!(
+            "{field}.timeout: expected a duration such as \"5m\", got {other}"
+        ))),
+    }
+}
+
+fn operation_options(v: &Value, field: &str) -> Result<OperationOptions, DeployError> {
+    const KNOWN: &[&str] = &[
+        "atomic",
+        "force",
+        "skipSchemaValidation",
+        "takeOwnership",
+        "wait",
+        "timeout",
+    ];
+    let Some(m) = options_object(v, field, KNOWN)? else {
+        return Ok(OperationOptions::default());
+    };
+    let get = |k: &str| flag(m.get(k).unwrap_or(&Value::Null), &format!("{field}.{k}"));
+    Ok(OperationOptions {
+        atomic: get("atomic")?,
+        force: get("force")?,
+        skip_schema_validation: get("skipSchemaValidation")?,
+        take_ownership: get("takeOwnership")?,
+        wait: get("wait")?,
+        timeout: timeout_field(m, field)?,
+    })
+}
+
+fn chart_source(v: &Value) -> Result<ChartSource, DeployError> {
+    const F: &str = "spec.config.chart";
+    let chart = match v {
+        Value::Object(m) => m,
+        Value::Null => return Err(config_error(format!("{F}: missing"))),
+        other => {
+            return Err(config_error(format!(
+                "{F}: expected an object, got {other}"
+            )));
+        }
+    };
+    let set: Vec<&str> = [
+        "ref",
+        "archive",
+        "fromResource",
+        "helmChartRepo",
+        "resourceRef",
+    ]
+    .into_iter()
+    .filter(|k| {
+        chart
+            .get(*k)
+            .is_some_and(|v| !v.is_null() && *v != json!(""))
+    })
+    .collect();
+    match set.as_slice() {
+        [] => Err(config_error(format!(
+            "{F}: give one of archive, helmChartRepo (or ref, fromResource, resourceRef)"
+        ))),
+        [_, _, ..] => Err(config_error(format!(
+            "{F}: give only one chart source, got {}",
+            set.join(" and ")
+        ))),
+        ["archive"] => {
+            let a = &chart["archive"];
+            match (&a["raw"], &a["remote"]) {
+                (Value::String(raw), Value::Null) => {
+                    let compact: String = raw.split_whitespace().collect();
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(compact.as_bytes())
+                        .map_err(|e| config_error(format!("{F}.archive.raw: not base64: {e}")))?;
+                    Ok(ChartSource::Archive(Arc::new(bytes)))
+                }
+                (Value::Null, remote) if !remote.is_null() => Ok(ChartSource::Remote(
+                    string_field(&remote["url"], &format!("{F}.archive.remote.url"))?,
+                )),
+                (Value::Null, Value::Null) => Err(config_error(format!(
+                    "{F}.archive: give raw (a base64 gzipped tar) or remote.url"
+                ))),
+                _ => Err(config_error(format!(
+                    "{F}.archive: give either raw (a base64 string) or remote.url, not both"
+                ))),
+            }
+        }
+        ["helmChartRepo"] => {
+            let r = &chart["helmChartRepo"];
+            let f = format!("{F}.helmChartRepo");
+            let version = match &r["helmChartVersion"] {
+                Value::Null => String::new(),
+                Value::String(s) => s.clone(),
+                other => {
+                    return Err(config_error(format!(
+                        "{f}.helmChartVersion: expected a string, got {other}"
+                    )));
+                }
+            };
+            Ok(ChartSource::Repo {
+                url: string_field(&r["helmChartRepoUrl"], &format!("{f}.helmChartRepoUrl"))?,
+                name: string_field(&r["helmChartName"], &format!("{f}.helmChartName"))?,
+                version,
+            })
+        }
+        [other] => Err(config_error(format!(
+            "{F}.{other}: charts from OCI registries and component descriptors are not supported by this deployer; give chart.archive (raw or remote.url) or chart.helmChartRepo"
+        ))),
+    }
+}
+
+impl HelmConfig {
+    /// Reads `spec.config`; every error names the field.
+    pub fn parse(config: &Value) -> Result<HelmConfig, DeployError> {
+        if config["apiVersion"] != API {
+            return Err(config_error(format!(
+                "spec.config.apiVersion: expected {API:?}, got {}",
+                config["apiVersion"]
+            )));
+        }
+        if config["kind"] != "ProviderConfiguration" {
+            return Err(config_error(format!(
+                "spec.config.kind: expected ProviderConfiguration, got {}",
+                config["kind"]
+            )));
+        }
+        let chart = chart_source(&config["chart"])?;
+        let name = string_field(&config["name"], "spec.config.name")?;
+        let namespace = string_field(&config["namespace"], "spec.config.namespace")?;
+        let values = match &config["values"] {
+            Value::Null => json!({}),
+            v @ Value::Object(_) => v.clone(),
+            other => {
+                return Err(config_error(format!(
+                    "spec.config.values: expected an object, got {other}"
+                )));
+            }
+        };
+        let helm_deployment = match &config["helmDeployment"] {
+            Value::Null => true,
+            v => flag(v, "spec.config.helmDeployment")?,
+        };
+        const DC: &str = "spec.config.helmDeploymentConfig";
+        let dc = options_object(
+            &config["helmDeploymentConfig"],
+            DC,
+            &["install", "upgrade", "uninstall"],
+        )?;
+        let part = |k: &str| dc.and_then(|m| m.get(k)).unwrap_or(&Value::Null);
+        let uninstall = match options_object(
+            part("uninstall"),
+            &format!("{DC}.uninstall"),
+            &["wait", "timeout"],
+        )? {
+            None => UninstallOptions::default(),
+            Some(m) => UninstallOptions {
+                wait: flag(
+                    m.get("wait").unwrap_or(&Value::Null),
+                    &format!("{DC}.uninstall.wait"),
+                )?,
+                timeout: timeout_field(m, &format!("{DC}.uninstall"))?,
+            },
+        };
+        let mut exports = crate::readiness::parse_export_list(
+            &config["exports"]["exports"],
+            "spec.config.exports.exports",
+            true,
+        )?;
+        exports.extend(crate::readiness::parse_export_list(
+            &config["exportsFromManifests"],
+            "spec.config.exportsFromManifests",
+            true,
+        )?);
+        Ok(HelmConfig {
+            chart,
+            name,
+            namespace,
+            create_namespace: flag(&config["createNamespace"], "spec.config.createNamespace")?,
+            values,
+            helm_deployment,
+            install: operation_options(part("install"), &format!("{DC}.install"))?,
+            upgrade: operation_options(part("upgrade"), &format!("{DC}.upgrade"))?,
+            uninstall,
+            update_strategy: UpdateStrategy::parse(&config["updateStrategy"])?,
+            readiness: ReadinessChecks::parse(&config["readinessChecks"])?,
+            exports,
+            deletion_groups: crate::deletion::parse(&config["deletionGroups"], "deletionGroups")?,
+            deletion_groups_during_update: crate::deletion::parse(
+                &config["deletionGroupsDuringUpdate"],
+                "deletionGroupsDuringUpdate",
+            )?,
+        })
+    }
+
+    /// The manifest type's view of the rendered objects (and the checks and exports).
+    fn manifests(&self, objects: Vec<Value>) -> ManifestConfig {
+        ManifestConfig {
+            manifests: objects
+                .into_iter()
+                .map(|object| Manifest {
+                    policy: Policy::Manage,
+                    object,
+                    ..Manifest::default()
+                })
+                .collect(),
+            update_strategy: self.update_strategy,
+            readiness: self.readiness.clone(),
+            exports: self.exports.clone(),
+            deletion_groups: self.deletion_groups.clone(),
+            deletion_groups_during_update: self.deletion_groups_during_update.clone(),
+        }
+    }
+}
+
+/// Helm's coalescing of the user's values over the chart's defaults: maps merge key by
+/// key, anything else is replaced, and a `null` removes the default.
+pub fn coalesce(defaults: &Value, user: &Value) -> Value {
+    match (defaults, user) {
+        (Value::Object(d), Value::Object(u)) => {
+            let mut out = d.clone();
+            for (k, v) in u {
+                if v.is_null() {
+                    out.remove(k);
+                    continue;
+                }
+                let merged = match out.get(k) {
+                    Some(existing) => coalesce(existing, v),
+                    None => v.clone(),
+                };
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        (_, u) => u.clone(),
+    }
+}
+
+/// A chart, fetched and read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chart {
+    /// The gzipped tar.
+    pub archive: Arc<Vec<u8>>,
+    /// A digest of the archive (hex).
+    pub digest: String,
+    /// `Chart.yaml`: name, version, appVersion.
+    pub metadata: Value,
+    /// `values.yaml`.
+    pub default_values: Value,
+}
+
+/// A release as the type needs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReleaseState {
+    pub namespace: String,
+    pub revision: u64,
+    /// `deployed`, `failed`, `pending-install`, …
+    pub status: String,
+    /// The rendered manifest of the revision.
+    pub manifest: String,
+}
+
+/// One install, upgrade or render.
+#[derive(Clone, Copy, Debug)]
+pub struct HelmRun<'a> {
+    pub chart: &'a Chart,
+    pub release: &'a str,
+    pub namespace: &'a str,
+    pub values: &'a Value,
+    pub create_namespace: bool,
+    pub options: &'a OperationOptions,
+    /// What Helm may take (the item's remaining time).
+    pub timeout: Option<Duration>,
+}
+
+/// Charts and releases, as the helm type needs them.
+pub trait HelmPort: Send + Sync + 'static {
+    /// Fetches (or finds in the cache) and reads a chart.
+    fn chart<'a>(&'a self, source: &'a ChartSource) -> BoxFut<'a, Result<Arc<Chart>, DeployError>>;
+    /// Renders the chart offline: the objects of its templates.
+    fn render<'a>(&'a self, run: HelmRun<'a>) -> BoxFut<'a, Result<Vec<Value>, DeployError>>;
+    /// The release's last revision (`None`: no release of that name).
+    fn release<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFut<'a, Result<Option<ReleaseState>, DeployError>>;
+    /// Installs (`upgrade = false`) or upgrades the release.
+    fn deploy<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        run: HelmRun<'a>,
+        upgrade: bool,
+    ) -> BoxFut<'a, Result<ReleaseState, DeployError>>;
+    /// Uninstalls the release; a missing release is success.
+    fn uninstall<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        namespace: &'a str,
+        name: &'a str,
+        wait: bool,
+        timeout: Option<Duration>,
+    ) -> BoxFut<'a, Result<(), DeployError>>;
+    /// Removes the release's pending revisions (`pending-install`, `pending-upgrade`,
+    /// `pending-rollback`) so that the next operation is not blocked; how many.
+    fn unblock<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFut<'a, Result<usize, DeployError>>;
+}
+
+/// Kinds the default readiness check looks at (the ProviderStatus of a real release
+/// lists only these, as landscaper's does).
+const READINESS_KINDS: &[&str] = &[
+    "Pod",
+    "Deployment",
+    "ReplicaSet",
+    "StatefulSet",
+    "DaemonSet",
+    "Job",
+];
+
+/// The objects of a release manifest the default readiness check looks at, in `namespace`
+/// when they name none.
+pub fn release_objects(manifest: &str, namespace: &str) -> Vec<ResourceRef> {
+    let mut out = Vec::new();
+    for doc in split_documents(manifest) {
+        let Ok(v) = serde_saphyr::from_str::<Value>(doc) else {
+            continue;
+        };
+        let kind = v["kind"].as_str().unwrap_or_default();
+        if !READINESS_KINDS.contains(&kind) {
+            continue;
+        }
+        let mut r = ResourceRef::of(&v);
+        if r.namespace.is_empty() {
+            r.namespace = namespace.to_string();
+        }
+        out.push(r);
+    }
+    out
+}
+
+/// The YAML documents of a multi-document text.
+pub fn split_documents(text: &str) -> impl Iterator<Item = &str> {
+    text.split("\n---")
+        .map(|d| d.trim_start_matches("---"))
+        .filter(|d| {
+            d.lines()
+                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        })
+}
+
+/// The digest of what a release is asked to be: when it equals the one of the last
+/// revision bosun made, and that revision is still the deployed one, an unforced
+/// reconcile leaves the release alone (no new revision every 5 s while it waits for
+/// readiness).
+pub fn desired_digest(config: &HelmConfig, chart: &Chart) -> String {
+    use md5::Digest as _;
+    let text = json!({
+        "chart": chart.digest,
+        "values": config.values,
+        "name": config.name,
+        "namespace": config.namespace,
+        "createNamespace": config.create_namespace,
+        "install": format!("{:?}", config.install),
+        "upgrade": format!("{:?}", config.upgrade),
+    })
+    .to_string();
+    md5::Md5::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The chart's values root for exports: `.Values`, `.Release`, `.Chart`.
+pub fn values_root(config: &HelmConfig, chart: &Chart, revision: Option<u64>) -> Value {
+    json!({
+        "Values": coalesce(&chart.default_values, &config.values),
+        "Release": {
+            "Name": config.name,
+            "Namespace": config.namespace,
+            "Revision": revision.unwrap_or(0),
+            "Service": "Helm",
+        },
+        "Chart": {
+            "Name": chart.metadata["name"],
+            "Version": chart.metadata["version"],
+            "AppVersion": chart.metadata["appVersion"],
+        },
+    })
+}
+
+/// The helm type.
+pub struct HelmType {
+    pub helm: Arc<dyn HelmPort>,
+    /// The manifest type on the same target clusters (`helmDeployment: false`,
+    /// readiness checks and exports).
+    pub manifests: ManifestType,
+}
+
+fn need_target<'a>(job: &Job<'a>) -> Result<&'a ResolvedTarget, DeployError> {
+    job.target.ok_or_else(|| {
+        DeployError::config(
+            "Reconcile",
+            "TargetMissing",
+            "spec.target: the helm type needs a target",
+        )
+    })
+}
+
+fn flavor(namespace: &str) -> Flavor {
+    Flavor {
+        label: HELM_DEPLOYITEM_LABEL,
+        provider_api: API,
+        default_namespace: namespace.to_string(),
+    }
+}
+
+/// The release bosun last made, as its ProviderStatus remembers it.
+fn last_release(provider_status: Option<&Value>) -> (Option<u64>, Option<&str>) {
+    let r = provider_status.map(|p| &p["release"]);
+    (
+        r.and_then(|r| r["revision"].as_u64()),
+        r.and_then(|r| r["digest"].as_str()),
+    )
+}
+
+impl HelmType {
+    async fn apply(&self, job: &Job<'_>) -> Result<Outcome, DeployError> {
+        let target = need_target(job)?;
+        let config = HelmConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))?;
+        let chart = self.helm.chart(&config.chart).await?;
+        let run = HelmRun {
+            chart: &chart,
+            release: &config.name,
+            namespace: &config.namespace,
+            values: &config.values,
+            create_namespace: config.create_namespace,
+            options: &config.install,
+            timeout: job.remaining,
+        };
+        if !config.helm_deployment {
+            let objects = self.helm.render(run).await?;
+            let manifests = config.manifests(objects);
+            let root = values_root(&config, &chart, None);
+            return self
+                .manifests
+                .apply_config(
+                    job,
+                    target,
+                    &manifests,
+                    &flavor(&config.namespace),
+                    Some(&root),
+                )
+                .await;
+        }
+        let digest = desired_digest(&config, &chart);
+        let live = self
+            .helm
+            .release(target, &config.namespace, &config.name)
+            .await?;
+        if let Some(r) = &live
+            && r.namespace != config.namespace
+        {
+            return Err(DeployError::new(
+                "Reconcile",
+                "ReleaseNamespace",
+                format!(
+                    "release {} not found in namespace {} (it is in {})",
+                    config.name, config.namespace, r.namespace
+                ),
+                &[],
+            ));
+        }
+        let (last_revision, last_digest) = last_release(job.item.status.provider_status.as_ref());
+        let unchanged = !job.force
+            && live.as_ref().is_some_and(|r| {
+                r.status == "deployed"
+                    && Some(r.revision) == last_revision
+                    && Some(digest.as_str()) == last_digest
+            });
+        let release = match live {
+            Some(r) if unchanged => r,
+            live => {
+                let upgrade = live.is_some();
+                let run = HelmRun {
+                    options: if upgrade {
+                        &config.upgrade
+                    } else {
+                        &config.install
+                    },
+                    ..run
+                };
+                match self.helm.deploy(target, run, upgrade).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        // Landscaper removes pending revisions after a failure, so that
+                        // the next try is not refused as "another operation in progress".
+                        if let Err(u) = self
+                            .helm
+                            .unblock(target, &config.namespace, &config.name)
+                            .await
+                        {
+                            tracing::warn!(release = %config.name, error = %u, "cannot remove the pending revisions");
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        let managed: Vec<Managed> = release_objects(&release.manifest, &config.namespace)
+            .into_iter()
+            .map(|resource| Managed {
+                policy: Policy::Manage,
+                resource,
+                annotate_before_delete: Map::new(),
+                patch_before_delete: None,
+            })
+            .collect();
+        let provider_status = json!({
+            "apiVersion": API,
+            "kind": "ProviderStatus",
+            "managedResources": managed,
+            "release": {
+                "name": config.name,
+                "namespace": config.namespace,
+                "revision": release.revision,
+                "digest": digest,
+            },
+        });
+        let checks = config.manifests(Vec::new());
+        let root = values_root(&config, &chart, Some(release.revision));
+        self.manifests
+            .conclude(target, &checks, &managed, provider_status, &[], Some(&root))
+            .await
+    }
+
+    async fn remove(&self, job: &Job<'_>) -> Result<(), DeployError> {
+        let config = HelmConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null));
+        let real = match &config {
+            Ok(c) => c.helm_deployment,
+            // A configuration that no longer parses: what the ProviderStatus says.
+            Err(_) => job
+                .item
+                .status
+                .provider_status
+                .as_ref()
+                .is_some_and(|p| p["release"].is_object()),
+        };
+        if !real {
+            let groups = config.ok().and_then(|c| c.deletion_groups);
+            let namespace = job.item.key.namespace.clone();
+            return self
+                .manifests
+                .remove_managed(job, groups.as_deref(), &flavor(&namespace))
+                .await;
+        }
+        let (name, namespace, uninstall) = match config {
+            Ok(c) => (c.name, c.namespace, c.uninstall),
+            Err(e) => {
+                let p = job.item.status.provider_status.as_ref();
+                let r = p.map(|p| &p["release"]);
+                match (
+                    r.and_then(|r| r["name"].as_str()),
+                    r.and_then(|r| r["namespace"].as_str()),
+                ) {
+                    (Some(n), Some(ns)) => {
+                        (n.to_string(), ns.to_string(), UninstallOptions::default())
+                    }
+                    _ => return Err(e),
+                }
+            }
+        };
+        let target = need_target(job)?;
+        self.helm
+            .uninstall(target, &namespace, &name, uninstall.wait, job.remaining)
+            .await
+    }
+}
+
+impl DeployerType for HelmType {
+    fn name(&self) -> &str {
+        HELM_TYPE
+    }
+
+    fn export_prefix(&self) -> &str {
+        "helm-export-"
+    }
+
+    fn reconcile<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<Outcome, DeployError>> {
+        Box::pin(async move { self.apply(&job).await })
+    }
+
+    fn delete<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<(), DeployError>> {
+        Box::pin(async move { self.remove(&job).await })
+    }
+
+    fn abort<'a>(&'a self, _job: Job<'a>) -> BoxFut<'a, ()> {
+        Box::pin(async {})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: Value) -> Value {
+        let mut c = json!({
+            "apiVersion": API, "kind": "ProviderConfiguration",
+            "name": "web", "namespace": "apps",
+            "chart": {"archive": {"raw": "H4sI"}},
+        });
+        if let (Some(c), Value::Object(e)) = (c.as_object_mut(), extra) {
+            c.extend(e);
+        }
+        c
+    }
+
+    fn err(v: Value) -> String {
+        match HelmConfig::parse(&v) {
+            Ok(c) => panic!("accepted: {c:?}"),
+            Err(e) => {
+                assert!(e.is_unrecoverable(), "a configuration problem: {e}");
+                e.message
+            }
+        }
+    }
+
+    #[test]
+    fn a_config_reads_every_field_with_landscaper_defaults() {
+        let c = HelmConfig::parse(&config(json!({
+            "values": {"a": 1},
+            "createNamespace": true,
+            "helmDeploymentConfig": {"install": {"atomic": true, "timeout": "5m"}, "uninstall": {"wait": true}},
+            "exports": {"exports": [{"key": "port", "jsonPath": ".Values.port"}]},
+        })))
+        .expect("parses");
+        assert_eq!(
+            c.chart,
+            ChartSource::Archive(Arc::new(vec![0x1f, 0x8b, 0x08]))
+        );
+        assert!(c.helm_deployment, "helmDeployment defaults to true");
+        assert!(c.create_namespace && c.install.atomic && c.uninstall.wait);
+        assert_eq!(c.install.timeout.as_deref(), Some("5m"));
+        assert!(c.exports[0].from.is_none(), "an export of the values");
+        let repo = HelmConfig::parse(&config(json!({"chart": {"helmChartRepo": {
+            "helmChartRepoUrl": "http://127.0.0.1/charts", "helmChartName": "web"}}})))
+        .expect("repo");
+        assert_eq!(
+            repo.chart,
+            ChartSource::Repo {
+                url: "http://127.0.0.1/charts".into(),
+                name: "web".into(),
+                version: String::new()
+            }
+        );
+    }
+
+    #[test]
+    fn bad_configs_name_the_field() {
+        for (v, field) in [
+            (json!({"apiVersion": "v1"}), "spec.config.apiVersion"),
+            (config(json!({"name": null})), "spec.config.name: missing"),
+            (config(json!({"namespace": 3})), "spec.config.namespace"),
+            (
+                config(json!({"chart": {}})),
+                "spec.config.chart: give one of",
+            ),
+            (
+                config(json!({"chart": {"ref": "eu.gcr.io/x/chart:1"}})),
+                "spec.config.chart.ref: charts from OCI",
+            ),
+            (
+                config(json!({"chart": {"archive": {"raw": "%%%"}}})),
+                "spec.config.chart.archive.raw: not base64",
+            ),
+            (
+                config(json!({"chart": {"helmChartRepo": {"helmChartName": "x"}}})),
+                "helmChartRepo.helmChartRepoUrl: missing",
+            ),
+            (
+                config(json!({"helmDeploymentConfig": {"install": {"recreate": true}}})),
+                "spec.config.helmDeploymentConfig.install.recreate: not supported",
+            ),
+            (
+                config(json!({"helmDeploymentConfig": {"upgrade": {"timeout": "soon"}}})),
+                "spec.config.helmDeploymentConfig.upgrade.timeout",
+            ),
+            (
+                config(json!({"values": [1]})),
+                "spec.config.values: expected an object",
+            ),
+            (
+                config(json!({"helmDeployment": "yes"})),
+                "spec.config.helmDeployment: expected true or false",
+            ),
+        ] {
+            let m = err(v);
+            assert!(m.contains(field), "{m:?} names {field:?}");
+        }
+    }
+
+    #[test]
+    fn user_values_coalesce_over_the_chart_defaults() {
+        let defaults =
+            json!({"image": {"repo": "nginx", "tag": "1"}, "port": 80, "extra": {"a": 1}});
+        let user = json!({"image": {"tag": "2"}, "extra": null, "new": true});
+        assert_eq!(
+            coalesce(&defaults, &user),
+            json!({"image": {"repo": "nginx", "tag": "2"}, "port": 80, "new": true})
+        );
+    }
+
+    #[test]
+    fn the_release_objects_are_the_ones_the_readiness_check_reads() {
+        let manifest = "---\n# Source: web/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: db\n  namespace: data\n";
+        let objects = release_objects(manifest, "apps");
+        let names: Vec<String> = objects.iter().map(|r| r.to_string()).collect();
+        assert_eq!(objects.len(), 2, "{names:?}");
+        assert_eq!(
+            (objects[0].kind.as_str(), objects[0].namespace.as_str()),
+            ("Deployment", "apps")
+        );
+        assert_eq!(objects[1].namespace, "data");
+    }
+}

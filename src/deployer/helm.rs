@@ -1,0 +1,697 @@
+//! The helm type's port (`bosun_deployer::helm::HelmPort`) on the Helm engine the modules
+//! use (library or binary): charts fetched over HTTP(S) or decoded from the item and
+//! read (`Chart.yaml`, `values.yaml`) from their gzipped tar, kept by digest under the
+//! deployer's directory; releases in the target cluster through a kubeconfig file per
+//! target (mode 0600, rewritten when the target changes); pending revisions removed
+//! through the target's client.
+
+use std::collections::HashMap;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bosun_deployer::helm::{Chart, ChartSource, HelmPort, HelmRun, ReleaseState};
+use bosun_deployer::item::ErrorCode;
+use bosun_deployer::ports::BoxFut;
+use bosun_deployer::status::DeployError;
+use bosun_deployer::target::{ResolvedTarget, kubeconfig_of};
+use http_body_util::BodyExt as _;
+use serde_json::Value;
+
+use super::targets::TargetClients;
+use crate::helm::{ClusterOptions, EngineSettings, HelmEngine, HelmError, InstallOptions};
+
+/// How long a downloaded chart or repository index is used before it is fetched again.
+const FETCH_TTL: Duration = Duration::from_secs(60);
+/// The largest chart archive or index accepted.
+const MAX_DOWNLOAD: usize = 20 * 1024 * 1024;
+/// Redirects followed by a download.
+const MAX_REDIRECTS: usize = 5;
+/// Charts kept read in memory.
+const MAX_CHARTS: usize = 64;
+
+type HttpClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Empty<bytes::Bytes>,
+>;
+
+/// Downloaded bytes and when they were fetched.
+type Download = (Instant, Arc<Vec<u8>>);
+
+/// A release client and the digest of the target content its kubeconfig came from.
+type BuiltClient = ([u8; 16], crate::helm::ReleaseClient);
+
+/// Charts and releases for the helm type.
+pub struct HelmCharts {
+    settings: EngineSettings,
+    engine: tokio::sync::OnceCell<Result<HelmEngine, String>>,
+    dir: PathBuf,
+    targets: Arc<TargetClients>,
+    http: tokio::sync::OnceCell<HttpClient>,
+    /// Read charts by archive digest.
+    charts: Mutex<HashMap<String, Arc<Chart>>>,
+    /// Downloads by URL: the bytes and when they were fetched.
+    downloads: Mutex<HashMap<String, Download>>,
+    /// Release clients by (target namespace, target name, release namespace).
+    clients: Mutex<HashMap<(String, String, String), BuiltClient>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn chart_error(message: String) -> DeployError {
+    DeployError::config("Reconcile", "InvalidChart", message)
+}
+
+fn fetch_error(message: String) -> DeployError {
+    DeployError::new("Reconcile", "FetchChart", message, &[])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn digest(bytes: &[u8]) -> [u8; 16] {
+    use md5::Digest as _;
+    md5::Md5::digest(bytes).into()
+}
+
+/// Reads `Chart.yaml` and `values.yaml` at the top of a chart archive (`<chart>/…`).
+pub fn read_chart(archive: Arc<Vec<u8>>, what: &str) -> Result<Chart, DeployError> {
+    let gz = flate2::read::GzDecoder::new(archive.as_slice());
+    let mut tar = tar::Archive::new(gz);
+    let entries = tar
+        .entries()
+        .map_err(|e| chart_error(format!("{what}: not a gzipped tar: {e}")))?;
+    let (mut metadata, mut values) = (None, None);
+    for entry in entries {
+        let entry = entry.map_err(|e| chart_error(format!("{what}: not a gzipped tar: {e}")))?;
+        let path = entry
+            .path()
+            .map(|p| p.to_path_buf())
+            .map_err(|e| chart_error(format!("{what}: {e}")))?;
+        let parts: Vec<_> = path.components().collect();
+        let file = match parts.as_slice() {
+            [_, f] => f.as_os_str().to_string_lossy().into_owned(),
+            _ => continue,
+        };
+        if file != "Chart.yaml" && file != "values.yaml" {
+            continue;
+        }
+        let mut text = String::new();
+        entry
+            .take(MAX_DOWNLOAD as u64)
+            .read_to_string(&mut text)
+            .map_err(|e| chart_error(format!("{what}: {}: {e}", path.display())))?;
+        let v: Value = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_saphyr::from_str(&text)
+                .map_err(|e| chart_error(format!("{what}: {}: {e}", path.display())))?
+        };
+        if file == "Chart.yaml" {
+            metadata = Some(v);
+        } else {
+            values = Some(v);
+        }
+    }
+    let Some(metadata) = metadata else {
+        return Err(chart_error(format!(
+            "{what}: the archive holds no <chart>/Chart.yaml"
+        )));
+    };
+    Ok(Chart {
+        digest: hex(&digest(&archive)),
+        archive,
+        metadata,
+        default_values: match values {
+            Some(v @ Value::Object(_)) => v,
+            _ => Value::Object(Default::default()),
+        },
+    })
+}
+
+/// The archive URL of `name` at `version` (empty: the newest) in a repository index.
+pub fn chart_url(index: &Value, repo: &str, name: &str, version: &str) -> Result<String, String> {
+    let entries = index["entries"][name]
+        .as_array()
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| format!("{repo}: the index has no chart {name:?}"))?;
+    let stable = |e: &&Value| !e["version"].as_str().unwrap_or_default().contains('-');
+    let entry = if version.is_empty() {
+        // The newest stable version, as `helm install` without `--devel`.
+        let any_stable = entries.iter().any(|e| stable(&e));
+        entries
+            .iter()
+            .filter(|e| !any_stable || stable(e))
+            .max_by(|a, b| {
+                compare_versions(
+                    a["version"].as_str().unwrap_or_default(),
+                    b["version"].as_str().unwrap_or_default(),
+                )
+            })
+    } else {
+        entries.iter().find(|e| {
+            e["version"].as_str().map(|v| v.trim_start_matches('v'))
+                == Some(version.trim_start_matches('v'))
+        })
+    }
+    .ok_or_else(|| format!("{repo}: chart {name:?} has no version {version:?}"))?;
+    let url = entry["urls"][0]
+        .as_str()
+        .ok_or_else(|| format!("{repo}: chart {name:?} {version}: no urls in the index"))?;
+    Ok(if url.contains("://") {
+        url.to_string()
+    } else {
+        format!(
+            "{}/{}",
+            repo.trim_end_matches('/'),
+            url.trim_start_matches('/')
+        )
+    })
+}
+
+/// Orders `1.2.10` after `1.2.9` (numeric parts), a pre-release before its release.
+fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
+    let key = |v: &str| {
+        let v = v.trim_start_matches('v');
+        let (core, pre) = v.split_once('-').unwrap_or((v, ""));
+        let nums: Vec<u64> = core.split('.').map(|p| p.parse().unwrap_or(0)).collect();
+        (nums, pre.is_empty(), pre.to_string())
+    };
+    key(a).cmp(&key(b))
+}
+
+fn helm_error(target: &ResolvedTarget, what: &str, e: &HelmError) -> DeployError {
+    let codes: &[ErrorCode] = match e {
+        HelmError::InvalidInput(_) => &[ErrorCode::ConfigurationProblem],
+        _ => &[],
+    };
+    DeployError::new(
+        "Reconcile",
+        "Helm",
+        format!("{}: {what}: {e}", target.target.describe()),
+        codes,
+    )
+}
+
+fn state(r: &crate::helm::Release, namespace: &str) -> ReleaseState {
+    ReleaseState {
+        namespace: r.0["namespace"].as_str().unwrap_or(namespace).to_string(),
+        revision: r.revision(),
+        status: r.status(),
+        manifest: r.manifest().to_string(),
+    }
+}
+
+impl HelmCharts {
+    /// Charts under `dir`; the engine is chosen at the first helm item.
+    pub fn new(settings: EngineSettings, dir: PathBuf, targets: Arc<TargetClients>) -> HelmCharts {
+        HelmCharts {
+            settings,
+            engine: tokio::sync::OnceCell::new(),
+            dir,
+            targets,
+            http: tokio::sync::OnceCell::new(),
+            charts: Mutex::default(),
+            downloads: Mutex::default(),
+            clients: Mutex::default(),
+        }
+    }
+
+    async fn engine(&self) -> Result<&HelmEngine, DeployError> {
+        let chosen = self
+            .engine
+            .get_or_init(|| async {
+                let r = HelmEngine::select(&self.settings)
+                    .await
+                    .map_err(|e| e.to_string());
+                match &r {
+                    Ok(e) => tracing::info!(engine = e.kind(), version = %e.version(), "the deployer's Helm engine"),
+                    Err(e) => tracing::error!(error = %e, "helm DeployItems cannot run: no Helm engine"),
+                }
+                r
+            })
+            .await;
+        chosen.as_ref().map_err(|e| {
+            DeployError::new(
+                "Reconcile",
+                "HelmEngine",
+                format!("Helm is not available to this bosun: {e}"),
+                &[],
+            )
+        })
+    }
+
+    async fn http(&self) -> Result<&HttpClient, DeployError> {
+        self.http
+            .get_or_try_init(|| async {
+                let roots = tokio::task::spawn_blocking(crate::lambda::webhook::load_system_roots)
+                    .await
+                    .unwrap_or_else(|_| rustls::RootCertStore::empty());
+                let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| fetch_error(format!("TLS settings for chart downloads: {e}")))?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+                let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+                tcp.set_connect_timeout(Some(Duration::from_secs(10)));
+                tcp.enforce_http(false);
+                let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_or_http()
+                    .enable_http1()
+                    .wrap_connector(tcp);
+                Ok(
+                    hyper_util::client::legacy::Client::builder(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .build(connector),
+                )
+            })
+            .await
+    }
+
+    /// GET `url` (redirects followed), cached for [`FETCH_TTL`].
+    async fn download(&self, url: &str, field: &str) -> Result<Arc<Vec<u8>>, DeployError> {
+        if let Some((at, bytes)) = lock(&self.downloads).get(url)
+            && at.elapsed() < FETCH_TTL
+        {
+            return Ok(bytes.clone());
+        }
+        let mut current = url.to_string();
+        for _ in 0..=MAX_REDIRECTS {
+            let uri: http::Uri = current
+                .parse()
+                .map_err(|e| chart_error(format!("{field}: {current:?} is not a URL: {e}")))?;
+            let request = http::Request::get(uri)
+                .body(http_body_util::Empty::new())
+                .map_err(|e| chart_error(format!("{field}: {e}")))?;
+            let response =
+                tokio::time::timeout(Duration::from_secs(60), self.http().await?.request(request))
+                    .await
+                    .map_err(|_| fetch_error(format!("{field}: GET {current}: no answer in 60s")))?
+                    .map_err(|e| fetch_error(format!("{field}: GET {current}: {e}")))?;
+            let status = response.status();
+            if status.is_redirection()
+                && let Some(next) = response
+                    .headers()
+                    .get(http::header::LOCATION)
+                    .and_then(|l| l.to_str().ok())
+            {
+                current = if next.contains("://") {
+                    next.to_string()
+                } else {
+                    let base: http::Uri = current
+                        .parse()
+                        .map_err(|e| chart_error(format!("{field}: {e}")))?;
+                    format!(
+                        "{}://{}{}",
+                        base.scheme_str().unwrap_or("http"),
+                        base.authority().map(|a| a.as_str()).unwrap_or_default(),
+                        next
+                    )
+                };
+                continue;
+            }
+            if !status.is_success() {
+                return Err(fetch_error(format!("{field}: GET {current}: {status}")));
+            }
+            let body = http_body_util::Limited::new(response.into_body(), MAX_DOWNLOAD)
+                .collect()
+                .await
+                .map_err(|e| fetch_error(format!("{field}: GET {current}: {e}")))?
+                .to_bytes();
+            let bytes = Arc::new(body.to_vec());
+            lock(&self.downloads).insert(url.to_string(), (Instant::now(), bytes.clone()));
+            return Ok(bytes);
+        }
+        Err(fetch_error(format!(
+            "{field}: GET {url}: more than {MAX_REDIRECTS} redirects"
+        )))
+    }
+
+    /// Reads an archive (once per digest) and keeps it on disk for the engine.
+    async fn read(&self, archive: Arc<Vec<u8>>, what: &str) -> Result<Arc<Chart>, DeployError> {
+        let key = hex(&digest(&archive));
+        if let Some(c) = lock(&self.charts).get(&key) {
+            return Ok(c.clone());
+        }
+        let what = what.to_string();
+        let chart = tokio::task::spawn_blocking(move || read_chart(archive, &what))
+            .await
+            .map_err(|e| fetch_error(format!("reading the chart: {e}")))??;
+        let path = self.chart_path(&chart);
+        if !path.exists() {
+            write_private(&path, &chart.archive).map_err(|e| {
+                fetch_error(format!("cannot keep the chart at {}: {e}", path.display()))
+            })?;
+        }
+        let chart = Arc::new(chart);
+        let mut charts = lock(&self.charts);
+        if charts.len() >= MAX_CHARTS {
+            charts.clear();
+        }
+        charts.insert(key, chart.clone());
+        Ok(chart)
+    }
+
+    fn chart_path(&self, chart: &Chart) -> PathBuf {
+        self.dir
+            .join("charts")
+            .join(format!("{}.tgz", chart.digest))
+    }
+
+    /// The release client of `target` for releases in `namespace`.
+    async fn client(
+        &self,
+        target: &ResolvedTarget,
+        namespace: &str,
+    ) -> Result<crate::helm::ReleaseClient, DeployError> {
+        let engine = self.engine().await?;
+        let id = (
+            target.target.namespace.clone(),
+            target.target.name.clone(),
+            namespace.to_string(),
+        );
+        let d = digest(target.content.as_bytes());
+        if let Some((built, c)) = lock(&self.clients).get(&id)
+            && *built == d
+        {
+            return Ok(c.clone());
+        }
+        let text = kubeconfig_of(target)
+            .map_err(|e| DeployError::config("ValidateTarget", "InvalidTarget", e.to_string()))?;
+        // Checked as the manifest type's client is (no exec, no files).
+        self.targets.client(target).await?;
+        let path = self.dir.join("kubeconfigs").join(format!(
+            "{}_{}_{}.yaml",
+            target.target.namespace,
+            target.target.name,
+            hex(&d)
+        ));
+        write_private(&path, text.as_bytes()).map_err(|e| {
+            fetch_error(format!(
+                "cannot write the kubeconfig of {} to {}: {e}",
+                target.target.describe(),
+                path.display()
+            ))
+        })?;
+        let client = engine
+            .client(&ClusterOptions {
+                kubeconfig: Some(path),
+                namespace: namespace.to_string(),
+                ..Default::default()
+            })
+            .map_err(|e| helm_error(target, "configuring Helm for the target", &e))?;
+        lock(&self.clients).insert(id, (d, client.clone()));
+        Ok(client)
+    }
+}
+
+/// Writes `bytes` to `path` readable by this user only, through a temporary file.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("part");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+fn install_options(run: &HelmRun<'_>, upgrade: bool) -> InstallOptions {
+    InstallOptions {
+        timeout_seconds: run.timeout.map(|t| t.as_secs().max(1)),
+        max_history: upgrade.then_some(bosun_deployer::helm::MAX_HISTORY),
+        take_ownership: run.options.take_ownership,
+        create_namespace: run.create_namespace,
+        wait: run.options.wait,
+        rollback_on_failure: run.options.atomic,
+        force_replace: run.options.force,
+        skip_schema_validation: run.options.skip_schema_validation,
+        ..Default::default()
+    }
+}
+
+impl HelmPort for HelmCharts {
+    fn chart<'a>(&'a self, source: &'a ChartSource) -> BoxFut<'a, Result<Arc<Chart>, DeployError>> {
+        Box::pin(async move {
+            match source {
+                ChartSource::Archive(bytes) => {
+                    self.read(bytes.clone(), "spec.config.chart.archive.raw")
+                        .await
+                }
+                ChartSource::Remote(url) => {
+                    const F: &str = "spec.config.chart.archive.remote.url";
+                    let bytes = self.download(url, F).await?;
+                    self.read(bytes, &format!("{F} {url}")).await
+                }
+                ChartSource::Repo { url, name, version } => {
+                    const F: &str = "spec.config.chart.helmChartRepo";
+                    let index_url = format!("{}/index.yaml", url.trim_end_matches('/'));
+                    let text = self.download(&index_url, F).await?;
+                    let index: Value = serde_saphyr::from_slice(&text).map_err(|e| {
+                        fetch_error(format!(
+                            "{F}: {index_url}: not a chart repository index: {e}"
+                        ))
+                    })?;
+                    let archive = chart_url(&index, url, name, version)
+                        .map_err(|m| chart_error(format!("{F}: {m}")))?;
+                    let bytes = self.download(&archive, F).await?;
+                    self.read(bytes, &format!("{F} {archive}")).await
+                }
+            }
+        })
+    }
+
+    fn render<'a>(&'a self, run: HelmRun<'a>) -> BoxFut<'a, Result<Vec<Value>, DeployError>> {
+        Box::pin(async move {
+            let engine = self.engine().await?;
+            let files = engine
+                .render(
+                    &self.chart_path(run.chart),
+                    run.values,
+                    run.release,
+                    run.namespace,
+                    false,
+                )
+                .await
+                .map_err(|e| {
+                    chart_error(format!(
+                        "spec.config.chart: rendering release {}: {e}",
+                        run.release
+                    ))
+                })?;
+            let mut objects = Vec::new();
+            for (file, text) in files.iter().filter(|(f, _)| !f.ends_with("NOTES.txt")) {
+                for doc in bosun_deployer::helm::split_documents(text) {
+                    let v: Value = serde_saphyr::from_str(doc).map_err(|e| {
+                        chart_error(format!("spec.config.chart: {file}: not YAML: {e}"))
+                    })?;
+                    if v.is_object() {
+                        objects.push(v);
+                    }
+                }
+            }
+            Ok(objects)
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFut<'a, Result<Option<ReleaseState>, DeployError>> {
+        Box::pin(async move {
+            let client = self.client(target, namespace).await?;
+            match client.status(name).await {
+                Ok(r) => Ok(Some(state(&r, namespace))),
+                Err(HelmError::NotFound(_)) => Ok(None),
+                Err(e) => Err(helm_error(target, &format!("status of release {name}"), &e)),
+            }
+        })
+    }
+
+    fn deploy<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        run: HelmRun<'a>,
+        upgrade: bool,
+    ) -> BoxFut<'a, Result<ReleaseState, DeployError>> {
+        Box::pin(async move {
+            let client = self.client(target, run.namespace).await?;
+            let chart = self.chart_path(run.chart);
+            let o = install_options(&run, upgrade);
+            let r = if upgrade {
+                client.upgrade(&chart, run.release, run.values, &o).await
+            } else {
+                client.install(&chart, run.release, run.values, &o).await
+            };
+            let action = if upgrade { "upgrade" } else { "install" };
+            r.map(|r| state(&r, run.namespace)).map_err(|e| {
+                helm_error(target, &format!("{action} of release {}", run.release), &e)
+            })
+        })
+    }
+
+    fn uninstall<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        namespace: &'a str,
+        name: &'a str,
+        _wait: bool,
+        timeout: Option<Duration>,
+    ) -> BoxFut<'a, Result<(), DeployError>> {
+        Box::pin(async move {
+            let client = self.client(target, namespace).await?;
+            match client
+                .uninstall(name, timeout.map(|t| t.as_secs().max(1)))
+                .await
+            {
+                Ok(()) | Err(HelmError::NotFound(_)) => Ok(()),
+                Err(e) => Err(helm_error(
+                    target,
+                    &format!("uninstall of release {name}"),
+                    &e,
+                )),
+            }
+        })
+    }
+
+    fn unblock<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFut<'a, Result<usize, DeployError>> {
+        Box::pin(async move {
+            let kube = self.targets.client(target).await?;
+            let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+                kube::Api::namespaced(kube, namespace);
+            let what = |e: kube::Error| {
+                DeployError::new(
+                    "Reconcile",
+                    "Helm",
+                    format!(
+                        "{}: removing the pending revisions of release {name}: {e}",
+                        target.target.describe()
+                    ),
+                    &[],
+                )
+            };
+            let list = secrets
+                .list(&kube::api::ListParams::default().labels(&format!("owner=helm,name={name}")))
+                .await
+                .map_err(what)?;
+            let mut removed = 0;
+            for s in list.items {
+                let pending = s
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("status"))
+                    .is_some_and(|st| st.starts_with("pending-"));
+                let Some(secret) = s.metadata.name.filter(|_| pending) else {
+                    continue;
+                };
+                match secrets
+                    .delete(&secret, &kube::api::DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => removed += 1,
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(what(e)),
+                }
+                tracing::warn!(release = %name, namespace = %namespace, secret = %secret, "removed a pending revision so that the next operation is not blocked");
+            }
+            Ok(removed)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn tgz(files: &[(&str, &str)]) -> Vec<u8> {
+        let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::fast(),
+        ));
+        for (path, text) in files {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(text.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, path, text.as_bytes())
+                .expect("append");
+        }
+        b.into_inner().expect("tar").finish().expect("gzip")
+    }
+
+    #[test]
+    fn a_chart_archive_gives_its_metadata_and_default_values() {
+        let archive = tgz(&[
+            (
+                "web/Chart.yaml",
+                "apiVersion: v2\nname: web\nversion: 1.2.0\n",
+            ),
+            ("web/values.yaml", "port: 80\nimage: {tag: '1'}\n"),
+            ("web/charts/sub/values.yaml", "ignored: true\n"),
+        ]);
+        let c = read_chart(Arc::new(archive), "chart").expect("reads");
+        assert_eq!(c.metadata["version"], "1.2.0");
+        assert_eq!(c.default_values, json!({"port": 80, "image": {"tag": "1"}}));
+        let Err(e) = read_chart(
+            Arc::new(b"not a tar".to_vec()),
+            "spec.config.chart.archive.raw",
+        ) else {
+            panic!("garbage is refused");
+        };
+        assert!(
+            e.is_unrecoverable() && e.message.starts_with("spec.config.chart.archive.raw"),
+            "{e}"
+        );
+        let Err(e) = read_chart(Arc::new(tgz(&[("web/values.yaml", "a: 1\n")])), "chart") else {
+            panic!("a chart needs Chart.yaml");
+        };
+        assert!(e.message.contains("Chart.yaml"), "{e}");
+    }
+
+    #[test]
+    fn the_index_gives_the_asked_or_newest_version_with_relative_urls_resolved() {
+        let index = json!({"entries": {"web": [
+            {"version": "1.9.0", "urls": ["web-1.9.0.tgz"]},
+            {"version": "1.10.0", "urls": ["https://cdn.example/web-1.10.0.tgz"]},
+            {"version": "1.11.0-rc.1", "urls": ["web-1.11.0-rc.1.tgz"]},
+        ]}});
+        let repo = "http://127.0.0.1:1/charts/";
+        assert_eq!(
+            chart_url(&index, repo, "web", "1.9.0").as_deref(),
+            Ok("http://127.0.0.1:1/charts/web-1.9.0.tgz")
+        );
+        assert_eq!(
+            chart_url(&index, repo, "web", "").as_deref(),
+            Ok("https://cdn.example/web-1.10.0.tgz"),
+            "the highest stable version"
+        );
+        assert!(chart_url(&index, repo, "web", "2.0.0").is_err_and(|m| m.contains("2.0.0")));
+        assert!(chart_url(&index, repo, "db", "").is_err_and(|m| m.contains("\"db\"")));
+    }
+}
