@@ -82,6 +82,24 @@ pub struct DeployerArgs {
     /// (landscaper's `targetSelector`). Empty: every target.
     #[arg(long, env = "BOSUN_DEPLOYER_TARGET_SELECTOR", default_value = "")]
     pub deployer_target_selector: String,
+    /// landscaper's `deployItemTimeouts.pickup`: an item whose job (or `reconcile-time`
+    /// marker) was not picked up within it fails with `PickupTimeout` (`none`: never).
+    #[arg(long, env = "BOSUN_DEPLOYER_PICKUP_TIMEOUT", default_value = "5m")]
+    pub deployer_pickup_timeout: String,
+    /// landscaper's `deployItemTimeouts.abort`: an `abort` whose `abort-time` is older
+    /// fails with `AbortingTimeout` (`none`: never).
+    #[arg(long, env = "BOSUN_DEPLOYER_ABORT_TIMEOUT", default_value = "5m")]
+    pub deployer_abort_timeout: String,
+}
+
+/// A landscaper timeout flag: a Go duration, or `none`/`0` for none.
+fn landscaper_timeout(flag: &str, value: &str) -> anyhow::Result<Option<std::time::Duration>> {
+    match value.trim() {
+        "none" | "0" | "" => Ok(None),
+        v => bosun_deployer::timeout::parse_go_duration(v)
+            .map(|d| (!d.is_zero()).then_some(d))
+            .map_err(|e| anyhow::anyhow!("{flag}: {e} (expected a duration such as 5m, or none)")),
+    }
 }
 
 impl DeployerArgs {
@@ -103,6 +121,16 @@ impl DeployerArgs {
                 .unwrap_or_else(crate::deployer::default_identity),
             target_selectors,
             install_crds,
+            timeouts: bosun_deployer::decide::LandscaperTimeouts {
+                pickup: landscaper_timeout(
+                    "--deployer-pickup-timeout",
+                    &self.deployer_pickup_timeout,
+                )?,
+                abort: landscaper_timeout(
+                    "--deployer-abort-timeout",
+                    &self.deployer_abort_timeout,
+                )?,
+            },
             journal_dir: journal_dir.join("deployer"),
             helm: operator.helm_settings(),
             work_dir: operator.tmp_dir.join("deployer"),

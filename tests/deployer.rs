@@ -581,7 +581,7 @@ fn abort_force_reconcile_test_reconcile_and_a_generation_bump_during_progressing
         &json!({
             "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
             "metadata": {"name": "bumped", "namespace": "default",
-                         "annotations": {"landscaper.gardener.cloud/reconcile-time": "2026-01-01T00:00:00Z"}},
+                         "annotations": {"landscaper.gardener.cloud/reconcile-time": rfc3339_ago(10)}},
             "spec": {"type": MOCK, "timeout": "1h", "config": progressing()},
         }),
     );
@@ -616,6 +616,54 @@ fn abort_force_reconcile_test_reconcile_and_a_generation_bump_during_progressing
     );
     assert_eq!(annotation(&failed, OPERATION).as_deref(), Some("abort"));
 
+    // An abort asked for longer ago than the abort timeout (5m) ends as landscaper's
+    // timeout controller would have ended it.
+    create_item(
+        &sb,
+        "abort-timed-out",
+        json!({"type": MOCK, "timeout": "1h", "config": progressing()}),
+    );
+    wait_phase(&op, &sb, "abort-timed-out", "Progressing");
+    edit_item(&sb, "abort-timed-out", |o| {
+        o["metadata"]["annotations"] =
+            json!({OPERATION: "abort", "landscaper.gardener.cloud/abort-time": rfc3339_ago(600)});
+    });
+    let failed = wait_phase(&op, &sb, "abort-timed-out", "Failed");
+    let e = &failed["status"]["lastError"];
+    assert_eq!(
+        (&e["operation"], &e["reason"], &e["codes"]),
+        (
+            &json!("WaitingForAbort"),
+            &json!("AbortingTimeout"),
+            &json!(["ERR_TIMEOUT"])
+        ),
+        "{e}"
+    );
+
+    // A reconcile-time marker older than the pickup timeout (5m): the item was not
+    // picked up in time (bosun was down, say) and fails as landscaper fails it.
+    let (code, answer) = sb.post(
+        ITEMS,
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+            "metadata": {"name": "late", "namespace": "default",
+                         "annotations": {"landscaper.gardener.cloud/reconcile-time": rfc3339_ago(600)}},
+            "spec": {"type": MOCK, "config": mock_config(json!({}))},
+        }),
+    );
+    assert_eq!(code, 201, "{answer}");
+    let late = wait_phase(&op, &sb, "late", "Failed");
+    let e = &late["status"]["lastError"];
+    assert_eq!(
+        (&e["reason"], &e["codes"]),
+        (&json!("PickupTimeout"), &json!(["ERR_TIMEOUT"])),
+        "{e}"
+    );
+    assert_eq!(
+        annotation(&late, "landscaper.gardener.cloud/reconcile-time"),
+        None
+    );
+
     // force-reconcile restarts the failed item: Progressing again, the error of the last
     // run gone, the annotation removed.
     edit_item(&sb, "aborted", |o| {
@@ -643,6 +691,12 @@ fn abort_force_reconcile_test_reconcile_and_a_generation_bump_during_progressing
         annotation(&item(&sb, "bumped").expect("item"), OPERATION),
         None
     );
+}
+
+/// The RFC 3339 time `secs` seconds ago.
+fn rfc3339_ago(secs: u64) -> String {
+    let t = std::time::SystemTime::now() - Duration::from_secs(secs);
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 fn cm(namespace: &str, name: &str, data: Value) -> Value {

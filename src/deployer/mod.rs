@@ -34,6 +34,8 @@ pub struct DeployerConfig {
     pub target_selectors: Vec<TargetSelector>,
     /// Install missing CRDs at start.
     pub install_crds: bool,
+    /// Landscaper's pickup and abort timeouts.
+    pub timeouts: bosun_deployer::decide::LandscaperTimeouts,
     /// Where the deployer's journal lives.
     pub journal_dir: PathBuf,
     /// The Helm engine of the helm type (the modules' settings).
@@ -130,6 +132,7 @@ pub async fn start(watches: WatchManager, cfg: &DeployerConfig) -> anyhow::Resul
                 version: env!("CARGO_PKG_VERSION").into(),
             },
             target_selectors: cfg.target_selectors.clone(),
+            timeouts: cfg.timeouts,
         },
     )
     .await

@@ -89,6 +89,8 @@ pub struct Settings {
     pub deployer: DeployerInfo,
     /// Target selectors (none: every target).
     pub target_selectors: Vec<TargetSelector>,
+    /// Landscaper's pickup and abort timeouts.
+    pub timeouts: crate::decide::LandscaperTimeouts,
 }
 
 /// The last reconcile of an item, for the debug view.
@@ -278,6 +280,7 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
             now,
             deployer: &s.settings.deployer,
             new_job_id: &job_id,
+            timeouts: s.settings.timeouts,
         },
     );
     tracing::debug!(item = %key, next = ?plan.next, "deploy item decision");

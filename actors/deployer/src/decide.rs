@@ -6,9 +6,13 @@
 //!  2 target   not ours ───────────────────────────────► Ignore
 //!  ── jobID contract (status.jobID set, or operation: test-reconcile) ──
 //!  3 job      jobID == jobIDFinished ─────────────────► Idle
+//!             not picked up within the pickup timeout ► Failed, PickupTimeout
 //!             phase final or empty ───────────────────► start the run (Init / InitDelete)
 //!  ── annotation contract ──
-//!  3 annotations  operation: abort ───────────────────► Abort (→ Failed / DeleteFailed)
+//!  3 annotations  operation: abort ───────────────────► Abort (→ Failed / DeleteFailed;
+//!                                                       AbortingTimeout after abort-time
+//!                                                       + the abort timeout)
+//!                 reconcile-time older than pickup ───► Failed, PickupTimeout
 //!                 operation: reconcile / force-reconcile ► remove it, start the run
 //!                 reconcile-time ─────────────────────► remove it
 //!  4 generation   observedGeneration ≠ generation ────► start the run
@@ -23,8 +27,8 @@
 use std::time::{Duration, SystemTime};
 
 use crate::item::{
-    DeployItem, DeployerInfo, ErrorCode, FINALIZER, OPERATION_ANNOTATION, Phase,
-    RECONCILE_TIME_ANNOTATION, Status, TransitionTimes, format_time, since,
+    ABORT_TIME_ANNOTATION, DeployItem, DeployerInfo, ErrorCode, FINALIZER, OPERATION_ANNOTATION,
+    Phase, RECONCILE_TIME_ANNOTATION, Status, TransitionTimes, format_time, parse_time, since,
 };
 use crate::status::{DeployError, fail, start_run};
 use crate::timeout::Timeout;
@@ -102,6 +106,28 @@ impl Plan {
     }
 }
 
+/// The checks landscaper itself makes on items (`deployItemTimeouts`), made by bosun for
+/// the items it serves so that an item does not wait forever when no landscaper runs, and
+/// ends as landscaper would have ended it when bosun comes back after an outage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LandscaperTimeouts {
+    /// `deployItemTimeouts.pickup` (`None`: off): a job or a `reconcile-time` marker not
+    /// picked up within it fails with `PickupTimeout`.
+    pub pickup: Option<Duration>,
+    /// `deployItemTimeouts.abort` (`None`: off): an `abort` whose `abort-time` is older
+    /// fails with `AbortingTimeout`.
+    pub abort: Option<Duration>,
+}
+
+impl Default for LandscaperTimeouts {
+    fn default() -> Self {
+        LandscaperTimeouts {
+            pickup: Some(Duration::from_secs(300)),
+            abort: Some(Duration::from_secs(300)),
+        }
+    }
+}
+
 /// What the decision needs beside the item.
 #[derive(Clone, Debug)]
 pub struct Inputs<'a> {
@@ -113,6 +139,32 @@ pub struct Inputs<'a> {
     pub deployer: &'a DeployerInfo,
     /// A fresh jobID, used for `operation: test-reconcile`.
     pub new_job_id: &'a str,
+    pub timeouts: LandscaperTimeouts,
+}
+
+/// The error of a pickup timeout (landscaper's wording).
+fn pickup_error(limit: Duration, target_missing: bool) -> DeployError {
+    DeployError::new(
+        "WaitingForPickup",
+        "PickupTimeout",
+        format!(
+            "no deployer has reconciled this deployitem within {} seconds{}",
+            limit.as_secs(),
+            if target_missing {
+                ", probably because the referenced Target does not exist"
+            } else {
+                ""
+            }
+        ),
+        &[ErrorCode::Timeout],
+    )
+}
+
+/// Whether `marker` (an RFC 3339 time) is older than `limit` at `now`.
+fn older_than(marker: Option<&str>, limit: Option<Duration>, now: SystemTime) -> Option<Duration> {
+    let limit = limit?;
+    let at = parse_time(marker?)?;
+    (since(at, now) > limit).then_some(limit)
 }
 
 /// Step 1 on metadata alone: whether the item is of one of `types`. Items of other types
@@ -166,6 +218,37 @@ fn decide_job(item: &DeployItem, inp: &Inputs<'_>) -> Plan {
             next: Next::Skip(Skip::Idle("the job is finished")),
         };
     }
+    let picked_up = match (
+        status.last_reconcile_time.as_deref().and_then(parse_time),
+        status
+            .job_id_generation_time
+            .as_deref()
+            .and_then(parse_time),
+    ) {
+        (Some(last), Some(generated)) => last >= generated,
+        (_, None) => true,
+        (None, Some(_)) => false,
+    };
+    if !picked_up
+        && let Some(limit) = older_than(
+            status.job_id_generation_time.as_deref(),
+            inp.timeouts.pickup,
+            inp.now,
+        )
+    {
+        status.observed_generation = item.generation;
+        fail(
+            &mut status,
+            item.deleting,
+            &pickup_error(limit, inp.target == TargetCheck::Missing),
+            inp.now,
+        );
+        return Plan {
+            remove_annotations: remove,
+            status: Some(status),
+            next: Next::Done,
+        };
+    }
     let phase = status.phase;
     if phase.is_none_or(Phase::is_final) {
         if !item.deleting
@@ -205,12 +288,29 @@ fn decide_annotations(item: &DeployItem, inp: &Inputs<'_>) -> Plan {
             return Plan::skip(Skip::Idle("aborted"));
         }
         let deleting = item.deleting || phase.is_some_and(Phase::is_deletion);
-        let error = DeployError::new(
-            "Abort",
-            "Aborted",
-            format!("{OPERATION_ANNOTATION}: {OP_ABORT}: the deployer stopped processing"),
-            &[],
-        );
+        let error = match older_than(
+            item.annotations
+                .get(ABORT_TIME_ANNOTATION)
+                .map(String::as_str),
+            inp.timeouts.abort,
+            inp.now,
+        ) {
+            Some(limit) => DeployError::new(
+                "WaitingForAbort",
+                "AbortingTimeout",
+                format!(
+                    "deployer has not aborted progressing this deploy item within {} seconds",
+                    limit.as_secs()
+                ),
+                &[ErrorCode::Timeout],
+            ),
+            None => DeployError::new(
+                "Abort",
+                "Aborted",
+                format!("{OPERATION_ANNOTATION}: {OP_ABORT}: the deployer stopped processing"),
+                &[],
+            ),
+        };
         fail(&mut status, deleting, &error, inp.now);
         return Plan {
             remove_annotations: remove,
@@ -227,8 +327,23 @@ fn decide_annotations(item: &DeployItem, inp: &Inputs<'_>) -> Plan {
         force = op == OP_FORCE_RECONCILE;
         start = true;
     }
-    if item.annotations.contains_key(RECONCILE_TIME_ANNOTATION) {
+    if let Some(marker) = item.annotations.get(RECONCILE_TIME_ANNOTATION) {
         remove.push(RECONCILE_TIME_ANNOTATION.to_string());
+        if let Some(limit) = older_than(Some(marker), inp.timeouts.pickup, inp.now) {
+            let deleting = item.deleting || phase.is_some_and(Phase::is_deletion);
+            status.observed_generation = item.generation;
+            fail(
+                &mut status,
+                deleting,
+                &pickup_error(limit, inp.target == TargetCheck::Missing),
+                inp.now,
+            );
+            return Plan {
+                remove_annotations: remove,
+                status: Some(status),
+                next: Next::Done,
+            };
+        }
     }
     if status.observed_generation != item.generation || phase.is_none() {
         start = true;
@@ -377,8 +492,114 @@ mod tests {
                 now: now(),
                 deployer: &deployer,
                 new_job_id: "job-new",
+                timeouts: LandscaperTimeouts::default(),
             },
         )
+    }
+
+    #[test]
+    fn a_marker_or_a_job_not_picked_up_in_time_fails_with_pickup_timeout() {
+        // The annotation contract: reconcile-time older than 5 minutes.
+        let stale = item(
+            json!({"metadata": {"annotations": {RECONCILE_TIME_ANNOTATION: ago(301)}},
+            "status": {"phase": "Succeeded", "observedGeneration": 1}}),
+        );
+        let p = plan(&stale, TargetCheck::Ours);
+        assert_eq!(p.remove_annotations, [RECONCILE_TIME_ANNOTATION]);
+        let status = p.status.expect("a status");
+        assert_eq!(status.phase, Some(Phase::Failed));
+        assert_eq!(status.observed_generation, 2);
+        let e = status.last_error.expect("lastError");
+        assert_eq!(
+            (e.operation.as_str(), e.reason.as_str(), e.codes.as_slice()),
+            (
+                "WaitingForPickup",
+                "PickupTimeout",
+                &[ErrorCode::Timeout][..]
+            )
+        );
+        assert_eq!(
+            e.message,
+            "no deployer has reconciled this deployitem within 300 seconds"
+        );
+        // A fresh marker is just removed and the run starts.
+        let fresh = item(
+            json!({"metadata": {"annotations": {RECONCILE_TIME_ANNOTATION: ago(10)}},
+            "status": {"phase": "Succeeded", "observedGeneration": 1}}),
+        );
+        assert_eq!(
+            plan(&fresh, TargetCheck::Ours).status.and_then(|s| s.phase),
+            Some(Phase::Init)
+        );
+
+        // The jobID contract: a job generated 6 minutes ago and never picked up.
+        let job = |last_reconcile: String| {
+            item(
+                json!({"status": {"jobID": "j2", "jobIDFinished": "j1", "jobIDGenerationTime": ago(360),
+                "lastReconcileTime": last_reconcile, "phase": "Succeeded", "observedGeneration": 1}}),
+            )
+        };
+        let p = plan(&job(ago(3600)), TargetCheck::Missing);
+        let status = p.status.expect("a status");
+        assert_eq!(
+            (status.phase, status.job_id_finished.as_deref()),
+            (Some(Phase::Failed), Some("j2")),
+            "failed and finished in one write"
+        );
+        assert!(status.last_error.is_some_and(|e| {
+            e.message
+                .ends_with("probably because the referenced Target does not exist")
+        }),);
+        // Picked up (lastReconcileTime after the job was generated): the run goes on.
+        let p = plan(&job(ago(300)), TargetCheck::Ours);
+        assert!(matches!(p.next, Next::Run { .. }), "{p:?}");
+
+        // Switched off.
+        let off = decide(
+            &stale,
+            &Inputs {
+                types: &[MOCK.to_string()],
+                target: TargetCheck::Ours,
+                now: now(),
+                deployer: &DeployerInfo::default(),
+                new_job_id: "job-new",
+                timeouts: LandscaperTimeouts {
+                    pickup: None,
+                    abort: None,
+                },
+            },
+        );
+        assert_eq!(off.status.and_then(|s| s.phase), Some(Phase::Init));
+    }
+
+    #[test]
+    fn an_abort_older_than_the_abort_timeout_fails_with_aborting_timeout() {
+        let aborted = |at: String| {
+            item(
+                json!({"metadata": {"annotations": {OPERATION_ANNOTATION: "abort", ABORT_TIME_ANNOTATION: at}},
+                "status": {"phase": "Progressing", "observedGeneration": 2}}),
+            )
+        };
+        let Next::Abort { status } = plan(&aborted(ago(301)), TargetCheck::Ours).next else {
+            panic!("an abort");
+        };
+        let e = status.last_error.expect("lastError");
+        assert_eq!(
+            (e.operation.as_str(), e.reason.as_str(), e.codes.as_slice()),
+            (
+                "WaitingForAbort",
+                "AbortingTimeout",
+                &[ErrorCode::Timeout][..]
+            )
+        );
+        assert_eq!(
+            e.message,
+            "deployer has not aborted progressing this deploy item within 300 seconds"
+        );
+        let Next::Abort { status } = plan(&aborted(ago(10)), TargetCheck::Ours).next else {
+            panic!("an abort");
+        };
+        assert_eq!(status.last_error.map(|e| e.reason), Some("Aborted".into()));
     }
 
     /// What a test expects, in few words.

@@ -51,6 +51,7 @@ async fn start(cluster: &MemoryCluster, journal: &MemoryJournal<DeployerEvent>) 
                 version: "0".into(),
             },
             target_selectors: Vec::new(),
+            timeouts: Default::default(),
         },
     )
     .await
