@@ -13,7 +13,7 @@ cd "$root"
 "$root/scripts/setup.sh" >/dev/null
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bosun-target}"
 export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
-read -r -a benches <<< "${BENCHES:-sandbox journal engine event_to_hook startup modules jq bindings metrics lambda}"
+read -r -a benches <<< "${BENCHES:-sandbox journal engine event_to_hook startup modules jq bindings metrics lambda deployer}"
 out="${BENCH_OUT:-$(mktemp -d)}"
 mkdir -p "$out"
 failed=0

@@ -71,9 +71,7 @@ pub fn types(
     helm: Arc<helm::HelmCharts>,
 ) -> Vec<Arc<dyn DeployerType>> {
     let manifests = || bosun_deployer::manifest::ManifestType {
-        targets: Arc::new(targets::KubeTargets {
-            clients: clients.clone(),
-        }),
+        targets: Arc::new(targets::KubeTargets::new(clients.clone())),
     };
     vec![
         Arc::new(bosun_deployer::mock::Mock),

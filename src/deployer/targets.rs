@@ -88,7 +88,29 @@ impl TargetClients {
 /// The manifest type's view of target clusters: discovery, reads and writes through the
 /// target's client.
 pub struct KubeTargets {
-    pub clients: std::sync::Arc<TargetClients>,
+    clients: std::sync::Arc<TargetClients>,
+    /// What discovery found, by target (and the digest of its content) and type, for
+    /// [`DISCOVERY_TTL`]: an apply of N objects costs N discoveries otherwise.
+    discovered: Mutex<HashMap<DiscoveryKey, Discovered>>,
+}
+
+/// A target (namespace, name, content digest) and a type (apiVersion, kind).
+type DiscoveryKey = (String, String, [u8; 16], String, String);
+/// When the type was discovered, its resource, whether it is namespaced.
+type Discovered = (std::time::Instant, kube::discovery::ApiResource, bool);
+
+/// How long a discovered type is used before the target is asked again (a CRD removed or
+/// changed in the target is seen after at most this long).
+const DISCOVERY_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl KubeTargets {
+    /// The port on `clients`.
+    pub fn new(clients: std::sync::Arc<TargetClients>) -> KubeTargets {
+        KubeTargets {
+            clients,
+            discovered: Mutex::default(),
+        }
+    }
 }
 
 fn gvk(api_version: &str, kind: &str) -> kube::api::GroupVersionKind {
@@ -111,6 +133,44 @@ fn target_error(target: &ResolvedTarget, what: &str, e: kube::Error) -> DeployEr
 }
 
 impl KubeTargets {
+    /// The type's resource and scope in `target`, from the cache or discovery.
+    async fn discover(
+        &self,
+        target: &ResolvedTarget,
+        client: &kube::Client,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(kube::discovery::ApiResource, bool), DeployError> {
+        let key: DiscoveryKey = (
+            target.target.namespace.clone(),
+            target.target.name.clone(),
+            {
+                use md5::Digest as _;
+                md5::Md5::digest(target.content.as_bytes()).into()
+            },
+            api_version.to_string(),
+            kind.to_string(),
+        );
+        if let Some((at, ar, namespaced)) = self
+            .discovered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            && at.elapsed() < DISCOVERY_TTL
+        {
+            return Ok((ar.clone(), *namespaced));
+        }
+        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk(api_version, kind))
+            .await
+            .map_err(|e| target_error(target, &format!("discovery of {api_version} {kind}"), e))?;
+        let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+        self.discovered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, (std::time::Instant::now(), ar.clone(), namespaced));
+        Ok((ar, namespaced))
+    }
+
     async fn api(
         &self,
         target: &ResolvedTarget,
@@ -119,10 +179,7 @@ impl KubeTargets {
         namespace: &str,
     ) -> Result<(kube::Api<kube::api::DynamicObject>, bool), DeployError> {
         let client = self.clients.client(target).await?;
-        let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk(api_version, kind))
-            .await
-            .map_err(|e| target_error(target, &format!("discovery of {api_version} {kind}"), e))?;
-        let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+        let (ar, namespaced) = self.discover(target, &client, api_version, kind).await?;
         let api = if namespaced {
             kube::Api::namespaced_with(client, namespace, &ar)
         } else {
@@ -189,6 +246,27 @@ impl TargetClusters for KubeTargets {
                 .await
                 .map(|o| to_value(&o))
                 .map_err(|e| target_error(target, &format!("creating {r}"), e))
+        })
+    }
+
+    fn create_if_absent<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        object: serde_json::Value,
+    ) -> BoxFut<'a, Result<Option<serde_json::Value>, DeployError>> {
+        Box::pin(async move {
+            let r = ResourceRef::of(&object);
+            let (api, _) = self
+                .api(target, &r.api_version, &r.kind, &r.namespace)
+                .await?;
+            match api
+                .create(&kube::api::PostParams::default(), &dynamic(object, &r)?)
+                .await
+            {
+                Ok(o) => Ok(Some(to_value(&o))),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+                Err(e) => Err(target_error(target, &format!("creating {r}"), e)),
+            }
         })
     }
 

@@ -455,19 +455,9 @@ pub trait HelmPort: Send + Sync + 'static {
     ) -> BoxFut<'a, Result<usize, DeployError>>;
 }
 
-/// Kinds the default readiness check looks at (the ProviderStatus of a real release
-/// lists only these, as landscaper's does).
-const READINESS_KINDS: &[&str] = &[
-    "Pod",
-    "Deployment",
-    "ReplicaSet",
-    "StatefulSet",
-    "DaemonSet",
-    "Job",
-];
-
-/// The objects of a release manifest the default readiness check looks at, in `namespace`
-/// when they name none.
+/// The objects of a release manifest the default readiness check looks at (the ProviderStatus
+/// of a real release lists only these, as landscaper's does), in `namespace` when they name
+/// none.
 pub fn release_objects(manifest: &str, namespace: &str) -> Vec<ResourceRef> {
     let mut out = Vec::new();
     for doc in split_documents(manifest) {
@@ -475,7 +465,7 @@ pub fn release_objects(manifest: &str, namespace: &str) -> Vec<ResourceRef> {
             continue;
         };
         let kind = v["kind"].as_str().unwrap_or_default();
-        if !READINESS_KINDS.contains(&kind) {
+        if !crate::readiness::CHECKED_KINDS.contains(&kind) {
             continue;
         }
         let mut r = ResourceRef::of(&v);

@@ -331,6 +331,12 @@ pub trait TargetClusters: Send + Sync + 'static {
         target: &'a ResolvedTarget,
         object: Value,
     ) -> BoxFut<'a, Result<Value, DeployError>>;
+    /// POST, `None` when the object already exists (409).
+    fn create_if_absent<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        object: Value,
+    ) -> BoxFut<'a, Result<Option<Value>, DeployError>>;
     /// PUT of the whole object.
     fn replace<'a>(
         &'a self,
@@ -410,7 +416,11 @@ impl ManifestType {
     ) -> Result<Vec<String>, DeployError> {
         let mut waiting = Vec::new();
         if !config.readiness.disable_default {
-            for m in managed {
+            // Objects of other kinds are ready as they are: not even read.
+            let checked = managed
+                .iter()
+                .filter(|m| crate::readiness::CHECKED_KINDS.contains(&m.resource.kind.as_str()));
+            for m in checked {
                 if let Some(live) = self.targets.get(target, &m.resource).await?
                     && let Some(why) = crate::readiness::default_not_ready(&live)
                 {
@@ -676,15 +686,32 @@ impl ManifestType {
             }
             object["metadata"]["labels"][flavor.label] = json!(job.item.key.name);
             let r = ResourceRef::of(&object);
-            let live = self.targets.get(target, &r).await?;
-            let written = match live {
-                None => {
+            // An object this item never applied is most likely new: POST first and read it
+            // only if it exists (one request instead of two); one it applied before is
+            // read first.
+            let known = before.iter().any(|b| b.resource.id() == r.id());
+            let created = if known {
+                None
+            } else {
+                let mut new = object.clone();
+                for (k, v) in &m.annotate_before_create {
+                    new["metadata"]["annotations"][k] = v.clone();
+                }
+                self.targets.create_if_absent(target, new).await?
+            };
+            let live = match created {
+                Some(_) => None,
+                None => self.targets.get(target, &r).await?,
+            };
+            let written = match (created, live) {
+                (Some(written), _) => written,
+                (None, None) => {
                     for (k, v) in &m.annotate_before_create {
                         object["metadata"]["annotations"][k] = v.clone();
                     }
                     self.targets.create(target, object).await?
                 }
-                Some(live) => {
+                (None, Some(live)) => {
                     let owner = live["metadata"]["labels"][flavor.label].as_str();
                     if m.policy == Policy::Fallback && owner.is_some_and(|o| o != job.item.key.name)
                     {

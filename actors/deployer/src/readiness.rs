@@ -223,6 +223,17 @@ fn int(v: &Value, path: &str) -> Option<i64> {
 
 /// Why an object is not ready by the default checks (`None`: ready, or a kind without a
 /// default check).
+/// The kinds the default readiness check looks at; any other object is ready as it is.
+pub const CHECKED_KINDS: &[&str] = &[
+    "Pod",
+    "Deployment",
+    "ReplicaSet",
+    "ReplicationController",
+    "StatefulSet",
+    "DaemonSet",
+];
+
+/// What the default readiness check still waits for in `o` (`None`: ready).
 pub fn default_not_ready(o: &Value) -> Option<String> {
     let kind = o["kind"].as_str().unwrap_or_default();
     let generation = int(o, ".metadata.generation").unwrap_or(0);

@@ -1,0 +1,193 @@
+//! DeployItem deployer benchmark. Prints, measured in one run on this machine:
+//! - the limit: 200 items' worth (`BENCH_ITEMS`) of 5 ConfigMaps each created straight in
+//!   the target cluster with a kube-rs client, 5 items at a time (the deployer's workers);
+//! - bosun: 200 kubernetes-manifest DeployItems of the same 5 ConfigMaps each, created in
+//!   the items' cluster (with a Target pointing at the target cluster) before the deployer
+//!   starts; from its start until every item is `Succeeded`: items/s and objects/s, and
+//!   the ratio against the limit;
+//! - memory: the heap the deployer holds per item once they are done (informer caches,
+//!   queue, last runs, target clients), from a counting allocator.
+//!
+//! Both API servers are sandboxes in their own processes. Run: `cargo bench --bench deployer`.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use cluster::{LIVE, create, resource};
+use kube::api::{Api, DynamicObject};
+use serde_json::{Value, json};
+
+#[global_allocator]
+static GLOBAL: cluster::Counting = cluster::Counting;
+
+const WORKERS: usize = 5;
+const OBJECTS: usize = 5;
+
+fn config_map(namespace: &str, item: usize, k: usize) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": format!("i{item}-{k}"), "namespace": namespace},
+           "data": {"item": item.to_string(), "k": k.to_string()}})
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let items: usize = std::env::var("BENCH_ITEMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir_all(dir.path().join("items"))?;
+    std::fs::create_dir_all(dir.path().join("target"))?;
+    let items_cluster = cluster::sandbox(&dir.path().join("items")).await?;
+    let target_cluster = cluster::sandbox(&dir.path().join("target")).await?;
+    let namespaces: Api<DynamicObject> = Api::all_with(
+        target_cluster.client.clone(),
+        &resource("", "v1", "Namespace", "namespaces"),
+    );
+    for ns in ["raw", "bench"] {
+        create(
+            &namespaces,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await?;
+    }
+
+    // 1. The limit: the objects created straight in the target, WORKERS items at a time.
+    let raw_api: Api<DynamicObject> = Api::namespaced_with(
+        target_cluster.client.clone(),
+        "raw",
+        &resource("", "v1", "ConfigMap", "configmaps"),
+    );
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..WORKERS {
+        let (api, next) = (raw_api.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= items {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                for k in 0..OBJECTS {
+                    create(&api, config_map("raw", n, k)).await?;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let raw = started.elapsed().as_secs_f64();
+    println!(
+        "limit: {items} items × {OBJECTS} ConfigMaps created straight in the target, {WORKERS} at a time: {raw:.2} s ({:.0} items/s, {:.0} objects/s)",
+        items as f64 / raw,
+        (items * OBJECTS) as f64 / raw
+    );
+
+    // 2. bosun: the same objects as DeployItems, all there when the deployer starts.
+    bosun::kubernetes::crds::install_crds(&items_cluster.client, bosun::deployer::CRDS).await?;
+    let targets: Api<DynamicObject> = Api::namespaced_with(
+        items_cluster.client.clone(),
+        "default",
+        &resource("landscaper.gardener.cloud", "v1alpha1", "Target", "targets"),
+    );
+    let kubeconfig = std::fs::read_to_string(&target_cluster.kubeconfig)?;
+    let item_api: Api<DynamicObject> = Api::namespaced_with(
+        items_cluster.client.clone(),
+        "default",
+        &resource(
+            "landscaper.gardener.cloud",
+            "v1alpha1",
+            "DeployItem",
+            "deployitems",
+        ),
+    );
+    cluster::wait("the CRDs served", Duration::from_secs(60), async || {
+        targets.list(&Default::default()).await.is_ok()
+            && item_api.list(&Default::default()).await.is_ok()
+    })
+    .await?;
+    create(
+        &targets,
+        json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+               "metadata": {"name": "target", "namespace": "default"},
+               "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": kubeconfig}}}),
+    )
+    .await?;
+    for n in 0..items {
+        let manifests: Vec<Value> = (0..OBJECTS)
+            .map(|k| json!({"policy": "manage", "manifest": config_map("bench", n, k)}))
+            .collect();
+        create(
+            &item_api,
+            json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+                   "metadata": {"name": format!("item-{n}"), "namespace": "default"},
+                   "spec": {"type": "landscaper.gardener.cloud/kubernetes-manifest",
+                            "target": {"name": "target"},
+                            "config": {"apiVersion": "manifest.deployer.landscaper.gardener.cloud/v1alpha2",
+                                       "kind": "ProviderConfiguration", "manifests": manifests}}}),
+        )
+        .await?;
+    }
+    let heap_before = LIVE.load(Ordering::SeqCst);
+    let started = Instant::now();
+    let watches = bosun::watches::WatchManager::new(items_cluster.client.clone());
+    let cfg = bosun::deployer::DeployerConfig {
+        workers: WORKERS,
+        identity: "bench".into(),
+        target_selectors: Vec::new(),
+        install_crds: false,
+        journal_dir: dir.path().join("journal"),
+        helm: Default::default(),
+        work_dir: dir.path().join("work"),
+        timeouts: Default::default(),
+    };
+    let deployer = bosun::deployer::start(watches, &cfg).await?;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let list = item_api.list(&Default::default()).await?;
+        let done = list
+            .items
+            .iter()
+            .filter(|i| i.data["status"]["phase"] == "Succeeded")
+            .count();
+        if done == items {
+            break;
+        }
+        if let Some(failed) = list
+            .items
+            .iter()
+            .find(|i| i.data["status"]["phase"] == "Failed")
+        {
+            anyhow::bail!("an item failed: {}", failed.data["status"]["lastError"]);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {done} of {items} items Succeeded after 900 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ours = started.elapsed().as_secs_f64();
+    println!(
+        "bosun: {items} manifest DeployItems × {OBJECTS} ConfigMaps: all Succeeded {ours:.2} s after the deployer started ({:.0} items/s, {:.0} objects/s)",
+        items as f64 / ours,
+        (items * OBJECTS) as f64 / ours
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let heap_after = LIVE.load(Ordering::SeqCst);
+    println!(
+        "memory: {:.0} B of heap per item (the item in the informer cache, queue, last run; the API servers run in their own processes)",
+        (heap_after - heap_before) as f64 / items as f64
+    );
+    drop(deployer);
+    println!(
+        "ratio {:.2} (bosun items/s ÷ the limit's; goal ≥ 0.8)",
+        raw / ours
+    );
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! What the benches against a sandbox share: a counting allocator (the heap a subsystem
+//! holds), a sandbox API server in its own process, dynamic objects, waiting with a
+//! deadline.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::Path;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::discovery::ApiResource;
+use serde_json::Value;
+
+/// The system allocator, counting the bytes live.
+pub struct Counting;
+
+/// Bytes allocated and not freed.
+pub static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: delegates to the system allocator and only counts sizes.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: same layout contract as the caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: p was allocated by System with l.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+/// A sandbox API server in its own process (as in a cluster: the heap the bench measures
+/// is bosun's alone), and a client of it. The process is killed when the guard drops.
+pub struct SandboxProcess {
+    child: std::process::Child,
+    pub kubeconfig: std::path::PathBuf,
+    pub client: kube::Client,
+}
+
+impl Drop for SandboxProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `bosun sandbox` with its data and kubeconfig under `dir`.
+pub async fn sandbox(dir: &Path) -> anyhow::Result<SandboxProcess> {
+    let kubeconfig = dir.join("kubeconfig");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_bosun"))
+        .args(["sandbox", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.join("sandbox"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .env("LOG_LEVEL", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    let mut sb = SandboxProcess {
+        child,
+        kubeconfig: kubeconfig.clone(),
+        client: kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse()?))?,
+    };
+    wait(
+        "the sandbox's kubeconfig",
+        Duration::from_secs(60),
+        async || kubeconfig.exists(),
+    )
+    .await?;
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    sb.client = kube::Client::try_from(config)?;
+    Ok(sb)
+}
+
+/// An API resource by its parts.
+pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// POSTs `v`.
+pub async fn create(api: &Api<DynamicObject>, v: Value) -> anyhow::Result<()> {
+    let o: DynamicObject = serde_json::from_value(v)?;
+    api.create(&PostParams::default(), &o).await?;
+    Ok(())
+}
+
+/// Polls `cond` every 20 ms until it holds, or fails after `limit`.
+pub async fn wait(
+    what: &str,
+    limit: Duration,
+    mut cond: impl AsyncFnMut() -> bool,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if cond().await {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    anyhow::bail!("timed out waiting for {what}")
+}
