@@ -845,9 +845,13 @@ fn manifests_wait_for_readiness_then_export_and_merge_with_live_objects() {
     ]));
     // `merge`: what others write into the live objects stays.
     config["updateStrategy"] = json!("merge");
+    config["manifests"][1]["manifest"]["metadata"]["labels"] = json!({"tier": "state"});
     config["readinessChecks"] = json!({"custom": [{"name": "state-done",
         "resourceSelector": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "state", "namespace": "default"}],
-        "requirements": [{"jsonPath": ".data.phase", "operator": "==", "values": [{"value": "done"}]}]}]});
+        "requirements": [{"jsonPath": ".data.phase", "operator": "==", "values": [{"value": "done"}]}]},
+        {"name": "labelled-done",
+        "labelSelector": {"apiVersion": "v1", "kind": "ConfigMap", "matchLabels": {"tier": "state"}},
+        "requirements": [{"jsonPath": ".data.phase", "operator": "in", "values": [{"value": "done"}, {"value": "finished"}]}]}]});
     config["exports"] = json!({"exports": [
         {"key": "web.replicas", "jsonPath": ".spec.replicas",
          "fromResource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "default"}},
@@ -903,6 +907,11 @@ fn manifests_wait_for_readiness_then_export_and_merge_with_live_objects() {
         "the item waits for the custom check",
         WAIT,
         waiting("state-done"),
+    );
+    op.wait(
+        "the item waits for the objects the label selector finds",
+        WAIT,
+        waiting("\"labelled-done\": ConfigMap with labels tier=state: state: "),
     );
     // Someone else finishes the state: `merge` keeps their value, the check passes.
     let mut state = in_target("/api/v1/namespaces/default/configmaps/state").expect("state");

@@ -291,6 +291,26 @@ impl TargetClusters for KubeTargets {
         })
     }
 
+    fn list<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        api_version: &'a str,
+        kind: &'a str,
+        labels: &'a str,
+    ) -> BoxFut<'a, Result<Vec<serde_json::Value>, DeployError>> {
+        Box::pin(async move {
+            let client = self.clients.client(target).await?;
+            let (ar, _) = self.discover(target, &client, api_version, kind).await?;
+            let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client, &ar);
+            api.list(&kube::api::ListParams::default().labels(labels))
+                .await
+                .map(|l| l.items.iter().map(to_value).collect())
+                .map_err(|e| {
+                    target_error(target, &format!("listing {api_version} {kind} {labels}"), e)
+                })
+        })
+    }
+
     fn delete<'a>(
         &'a self,
         target: &'a ResolvedTarget,

@@ -343,6 +343,14 @@ pub trait TargetClusters: Send + Sync + 'static {
         target: &'a ResolvedTarget,
         object: Value,
     ) -> BoxFut<'a, Result<Value, DeployError>>;
+    /// The objects of a type with `labels` (`k=v,…`), in every namespace.
+    fn list<'a>(
+        &'a self,
+        target: &'a ResolvedTarget,
+        api_version: &'a str,
+        kind: &'a str,
+        labels: &'a str,
+    ) -> BoxFut<'a, Result<Vec<Value>, DeployError>>;
     /// DELETE; not found is success.
     fn delete<'a>(
         &'a self,
@@ -429,6 +437,29 @@ impl ManifestType {
             }
         }
         for check in &config.readiness.custom {
+            if let Some(sel) = &check.label_selector {
+                let label = format!(
+                    "readiness check {:?}: {} with labels {}",
+                    check.name,
+                    sel.kind,
+                    sel.selector()
+                );
+                let found = self
+                    .targets
+                    .list(target, &sel.api_version, &sel.kind, &sel.selector())
+                    .await?;
+                if found.is_empty() {
+                    waiting.push(format!("{label}: none found"));
+                }
+                for live in &found {
+                    let name = live["metadata"]["name"].as_str().unwrap_or_default();
+                    for r in &check.requirements {
+                        if let Some(why) = r.unmet(live) {
+                            waiting.push(format!("{label}: {name}: {why}"));
+                        }
+                    }
+                }
+            }
             for o in &check.resources {
                 let label = format!("readiness check {:?}: {} {}", check.name, o.kind, o.name);
                 let Some(live) = self.get_named(target, o).await? else {

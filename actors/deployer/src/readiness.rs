@@ -361,7 +361,61 @@ impl Requirement {
 pub struct CustomCheck {
     pub name: String,
     pub resources: Vec<ObjectName>,
+    /// `labelSelector`: every object of a type with these labels, in any namespace.
+    pub label_selector: Option<LabelSelection>,
     pub requirements: Vec<Requirement>,
+}
+
+/// `labelSelector: {apiVersion, kind, matchLabels}` of a custom readiness check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelSelection {
+    pub api_version: String,
+    pub kind: String,
+    pub match_labels: std::collections::BTreeMap<String, String>,
+}
+
+impl LabelSelection {
+    fn parse(v: &Value, field: &str) -> Result<LabelSelection, DeployError> {
+        let s = |k: &str| -> Result<String, DeployError> {
+            match &v[k] {
+                Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                other => Err(config_error(format!(
+                    "{field}.{k}: expected a non-empty string, got {other}"
+                ))),
+            }
+        };
+        let (api_version, kind) = (s("apiVersion")?, s("kind")?);
+        let match_labels = match &v["matchLabels"] {
+            Value::Object(m) if !m.is_empty() => m
+                .iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) => Ok((k.clone(), s.clone())),
+                    other => Err(config_error(format!(
+                        "{field}.matchLabels.{k}: expected a string, got {other}"
+                    ))),
+                })
+                .collect::<Result<_, _>>()?,
+            other => {
+                return Err(config_error(format!(
+                    "{field}.matchLabels: expected a non-empty map of labels, got {other}"
+                )));
+            }
+        };
+        Ok(LabelSelection {
+            api_version,
+            kind,
+            match_labels,
+        })
+    }
+
+    /// `k=v,…` for a list call.
+    pub fn selector(&self) -> String {
+        self.match_labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
 }
 
 /// `spec.config.readinessChecks`.
@@ -406,23 +460,28 @@ impl ReadinessChecks {
                 continue;
             }
             let name = c["name"].as_str().unwrap_or_default().to_string();
-            if !c["labelSelector"].is_null() {
-                return Err(config_error(format!(
-                    "{field}.labelSelector: not supported by this deployer yet; name the objects in resourceSelector"
-                )));
-            }
+            let label_selector = match &c["labelSelector"] {
+                Value::Null => None,
+                v => Some(LabelSelection::parse(v, &format!("{field}.labelSelector"))?),
+            };
             let resources = match &c["resourceSelector"] {
-                Value::Array(a) if !a.is_empty() => a
+                Value::Array(a) => a
                     .iter()
                     .enumerate()
                     .map(|(j, r)| ObjectName::parse(r, &format!("{field}.resourceSelector[{j}]")))
                     .collect::<Result<Vec<_>, _>>()?,
+                Value::Null => Vec::new(),
                 other => {
                     return Err(config_error(format!(
-                        "{field}.resourceSelector: expected a non-empty list of objects, got {other}"
+                        "{field}.resourceSelector: expected a list of objects, got {other}"
                     )));
                 }
             };
+            if resources.is_empty() && label_selector.is_none() {
+                return Err(config_error(format!(
+                    "{field}: give the objects to check in resourceSelector or labelSelector"
+                )));
+            }
             let reqs = match &c["requirements"] {
                 Value::Array(a) if !a.is_empty() => a.clone(),
                 other => {
@@ -477,6 +536,7 @@ impl ReadinessChecks {
             custom.push(CustomCheck {
                 name,
                 resources,
+                label_selector,
                 requirements,
             });
         }
@@ -625,6 +685,43 @@ mod tests {
         assert_eq!(at(&o, "status.conditions[3]").ok().flatten(), None);
         assert!(at(&o, ".status..x").is_err());
         assert!(at(&o, ".status[x]").is_err());
+    }
+
+    #[test]
+    fn a_label_selector_check_reads_its_type_and_labels_and_bad_ones_name_the_field() {
+        let checks = ReadinessChecks::parse(&json!({"custom": [{"name": "pods",
+            "labelSelector": {"apiVersion": "v1", "kind": "Pod", "matchLabels": {"app": "web", "tier": "front"}},
+            "requirements": [{"jsonPath": ".status.phase", "operator": "==", "values": [{"value": "Running"}]}]}]}))
+        .expect("parses");
+        let sel = checks.custom[0]
+            .label_selector
+            .as_ref()
+            .expect("a selector");
+        assert_eq!(
+            (sel.kind.as_str(), sel.selector().as_str()),
+            ("Pod", "app=web,tier=front")
+        );
+        assert!(checks.custom[0].resources.is_empty());
+        for (check, field) in [
+            (
+                json!({"labelSelector": {"apiVersion": "v1", "kind": "Pod"}}),
+                "custom[0].labelSelector.matchLabels",
+            ),
+            (
+                json!({"labelSelector": {"kind": "Pod", "matchLabels": {"a": "b"}}}),
+                "custom[0].labelSelector.apiVersion",
+            ),
+            (
+                json!({"labelSelector": {"apiVersion": "v1", "kind": "Pod", "matchLabels": {"a": 1}}}),
+                "custom[0].labelSelector.matchLabels.a",
+            ),
+            (json!({}), "give the objects to check"),
+        ] {
+            let mut c = check;
+            c["requirements"] = json!([{"jsonPath": ".a", "operator": "exists"}]);
+            let e = ReadinessChecks::parse(&json!({"custom": [c]})).expect_err("refused");
+            assert!(e.message.contains(field), "{} names {field}", e.message);
+        }
     }
 
     #[test]
