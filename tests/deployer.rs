@@ -970,6 +970,9 @@ fn deletion_groups_go_in_order_and_force_delete_strips_finalizers() {
     config["deletionGroups"] = json!([
         {"customResourceGroup": {"resources": [{"apiVersion": "v1", "kind": "ConfigMap", "names": ["held"]}], "forceDelete": true}},
         {"predefinedResourceGroup": {"type": "namespaced-resources"}},
+        // Every Secret of `default` in the target, whoever made it.
+        {"customResourceGroup": {"deleteAllResources": true,
+            "resources": [{"apiVersion": "v1", "kind": "Secret", "namespaces": ["default"]}]}},
     ]);
     create_item(
         &sb,
@@ -982,6 +985,18 @@ fn deletion_groups_go_in_order_and_force_delete_strips_finalizers() {
         (code == 200).then_some(v)
     };
     assert!(in_target("/api/v1/namespaces/default/configmaps/held").is_some());
+    let (code, answer) = target_cluster.post(
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}),
+    );
+    assert_eq!(code, 201, "{answer}");
+    for (ns, name) in [("default", "stray"), ("other", "elsewhere")] {
+        let (code, answer) = target_cluster.post(
+            &format!("/api/v1/namespaces/{ns}/secrets"),
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}}),
+        );
+        assert_eq!(code, 201, "{answer}");
+    }
     let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/grouped"), "", "");
     assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
     op.wait("the item gone", WAIT, || item(&sb, "grouped").is_none());
@@ -990,6 +1005,14 @@ fn deletion_groups_go_in_order_and_force_delete_strips_finalizers() {
         "forceDelete removed the finalizer that held it"
     );
     assert!(in_target("/api/v1/namespaces/default/configmaps/plain").is_none());
+    assert!(
+        in_target("/api/v1/namespaces/default/secrets/stray").is_none(),
+        "deleteAllResources takes objects the item never made"
+    );
+    assert!(
+        in_target("/api/v1/namespaces/other/secrets/elsewhere").is_some(),
+        "only in the namespaces the group names"
+    );
 
     // A bad group fails the item at once, naming the field.
     let mut bad = manifest_config(json!([{"manifest": cm("default", "x", json!({}))}]));

@@ -40,6 +40,9 @@ pub struct Group {
     pub select: Select,
     /// Remove the finalizers of the group's objects after deleting them.
     pub force: bool,
+    /// `deleteAllResources` (custom groups): every object of the listed types in the
+    /// target, not only those the item manages.
+    pub delete_all: bool,
 }
 
 /// An object as a group sees it.
@@ -78,6 +81,7 @@ pub fn default_groups() -> Vec<Group> {
         .map(|select| Group {
             select,
             force: false,
+            delete_all: false,
         })
         .collect()
 }
@@ -142,6 +146,7 @@ pub fn parse(v: &Value, name: &str) -> Result<Option<Vec<Group>>, DeployError> {
                 };
                 groups.push(Group {
                     select,
+                    delete_all: false,
                     force: force_of(
                         &pre["forceDelete"],
                         &format!("{field}.predefinedResourceGroup.forceDelete"),
@@ -150,15 +155,18 @@ pub fn parse(v: &Value, name: &str) -> Result<Option<Vec<Group>>, DeployError> {
             }
             (true, false) => {
                 let cf = format!("{field}.customResourceGroup");
-                if custom["deleteAllResources"] == Value::Bool(true) {
-                    return Err(config_error(format!(
-                        "{cf}.deleteAllResources: not supported by this deployer yet (it deletes the objects the item manages)"
-                    )));
-                }
+                let delete_all = force_of(
+                    &custom["deleteAllResources"],
+                    &format!("{cf}.deleteAllResources"),
+                )?;
                 if !custom["targetName"].is_null() {
-                    return Err(config_error(format!(
-                        "{cf}.targetName: only allowed with deleteAllResources"
-                    )));
+                    return Err(config_error(if delete_all {
+                        format!(
+                            "{cf}.targetName: deleting in another target is not supported by this deployer; the item's target is used"
+                        )
+                    } else {
+                        format!("{cf}.targetName: only allowed with deleteAllResources")
+                    }));
                 }
                 let resources = match &custom["resources"] {
                     Value::Array(a) if !a.is_empty() => a,
@@ -187,6 +195,7 @@ pub fn parse(v: &Value, name: &str) -> Result<Option<Vec<Group>>, DeployError> {
                 groups.push(Group {
                     select: Select::Custom(list),
                     force: force_of(&custom["forceDelete"], &format!("{cf}.forceDelete"))?,
+                    delete_all,
                 });
             }
         }
@@ -319,9 +328,26 @@ mod tests {
                 .contains("customResourceGroup.resources[0].apiVersion: missing")
         );
         assert!(
-            msg(json!([{"customResourceGroup": {"deleteAllResources": true, "resources": []}}]))
-                .contains("deleteAllResources")
+            msg(
+                json!([{"customResourceGroup": {"deleteAllResources": true, "targetName": "other",
+                "resources": [{"apiVersion": "v1", "kind": "Secret"}]}}])
+            )
+            .contains("customResourceGroup.targetName: deleting in another target")
         );
+        assert!(
+            msg(json!([{"customResourceGroup": {"deleteAllResources": "yes",
+                "resources": [{"apiVersion": "v1", "kind": "Secret"}]}}]))
+            .contains("customResourceGroup.deleteAllResources: expected true or false")
+        );
+        let groups = parse(
+            &json!([{"customResourceGroup": {"deleteAllResources": true,
+                "resources": [{"apiVersion": "v1", "kind": "Secret", "namespaces": ["app"]}]}}]),
+            "deletionGroups",
+        )
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+        assert!(groups.first().is_some_and(|g| g.delete_all));
         assert_eq!(parse(&Value::Null, "deletionGroups").ok(), Some(None));
     }
 }

@@ -612,6 +612,47 @@ impl ManifestType {
         groups: Option<&[crate::deletion::Group]>,
         job: &Job<'_>,
     ) -> Result<(), DeployError> {
+        // deleteAllResources: every object of the group's types in the target joins in.
+        let mut extra: Vec<Managed> = Vec::new();
+        for g in groups.unwrap_or(&[]).iter().filter(|g| g.delete_all) {
+            let crate::deletion::Select::Custom(types) = &g.select else {
+                continue;
+            };
+            for t in types {
+                for live in self
+                    .targets
+                    .list(target, &t.api_version, &t.kind, "")
+                    .await?
+                {
+                    let mut resource = ResourceRef::of(&live);
+                    resource.api_version = t.api_version.clone();
+                    resource.kind = t.kind.clone();
+                    let known = list
+                        .iter()
+                        .map(|m| &m.resource)
+                        .chain(extra.iter().map(|m| &m.resource))
+                        .any(|r| r.id() == resource.id());
+                    // Only what the group selects (its names and namespaces): anything
+                    // else would fall to the default order and be deleted too.
+                    let selected = g.selects(&crate::deletion::Candidate {
+                        api_version: &resource.api_version,
+                        kind: &resource.kind,
+                        name: &resource.name,
+                        namespace: &resource.namespace,
+                    });
+                    if selected && !known && live["metadata"]["deletionTimestamp"].is_null() {
+                        extra.push(Managed {
+                            policy: Policy::Manage,
+                            resource,
+                            annotate_before_delete: Map::new(),
+                            patch_before_delete: None,
+                        });
+                    }
+                }
+            }
+        }
+        let list: Vec<&Managed> = list.iter().copied().chain(extra.iter()).collect();
+        let list = list.as_slice();
         if list.is_empty() {
             return Ok(());
         }
