@@ -604,7 +604,7 @@ impl ManifestType {
     /// Deletes `list` group by group: configured groups in their order, each waited for
     /// until its objects are gone (bounded by the item's timeout) and stripped of
     /// finalizers if it forces; then what no group selected, in the default order
-    /// (namespaced, cluster-scoped, CRDs).
+    /// (namespaced, cluster-scoped, CRDs), each waited for before the next.
     async fn delete_in_groups(
         &self,
         target: &ResolvedTarget,
@@ -668,7 +668,8 @@ impl ManifestType {
         let configured = groups.is_some();
         let steps = crate::deletion::plan(groups.unwrap_or(&[]), &candidates);
         let deadline = job.remaining.map(|r| tokio::time::Instant::now() + r);
-        for step in steps {
+        let last = steps.len().saturating_sub(1);
+        for (n, step) in steps.into_iter().enumerate() {
             for &i in &step.indices {
                 self.delete_managed(target, list[i]).await?;
                 if step.force
@@ -681,10 +682,12 @@ impl ManifestType {
                     self.targets.replace(target, live).await?;
                 }
             }
-            if !configured {
+            // The next group starts once this one is gone (landscaper's 1 s polls). In the
+            // default order the last group is not waited for: a Namespace can stay
+            // `Terminating` long after the item let it go.
+            if !configured && n == last {
                 continue;
             }
-            // The next group starts once this one is gone.
             loop {
                 let mut left = Vec::new();
                 for &i in &step.indices {
