@@ -146,6 +146,8 @@ async fn main() -> anyhow::Result<()> {
         helm: Default::default(),
         work_dir: dir.path().join("work"),
         timeouts: Default::default(),
+        lock_holder: None,
+        pod_namespace: "default".into(),
     };
     let deployer = bosun::deployer::start(watches, &cfg).await?;
     let deadline = Instant::now() + Duration::from_secs(900);

@@ -90,6 +90,12 @@ pub struct DeployerArgs {
     /// fails with `AbortingTimeout` (`none`: never).
     #[arg(long, env = "BOSUN_DEPLOYER_ABORT_TIMEOUT", default_value = "5m")]
     pub deployer_abort_timeout: String,
+    /// Lock each item with a SyncObject while it is in flight, as landscaper's deployers
+    /// do when several replicas serve the same targets. The holder is this pod
+    /// (`ADDON_OPERATOR_POD`, else the host name); a lock whose pod is gone from
+    /// `ADDON_OPERATOR_NAMESPACE` is taken over.
+    #[arg(long, env = "BOSUN_DEPLOYER_SYNC_OBJECTS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub deployer_sync_objects: bool,
 }
 
 /// A landscaper timeout flag: a Go duration, or `none`/`0` for none.
@@ -121,6 +127,12 @@ impl DeployerArgs {
                 .unwrap_or_else(crate::deployer::default_identity),
             target_selectors,
             install_crds,
+            lock_holder: self.deployer_sync_objects.then(|| {
+                std::env::var("ADDON_OPERATOR_POD")
+                    .or_else(|_| std::env::var("HOSTNAME"))
+                    .unwrap_or_else(|_| "bosun".into())
+            }),
+            pod_namespace: operator.namespace.clone(),
             timeouts: bosun_deployer::decide::LandscaperTimeouts {
                 pickup: landscaper_timeout(
                     "--deployer-pickup-timeout",

@@ -1309,3 +1309,88 @@ fn a_helm_item_from_a_chart_repository_without_helm_deployment_applies_the_rende
         404
     );
 }
+
+#[test]
+fn replicas_serving_the_same_targets_split_the_items_through_sync_objects() {
+    let sb = Sandbox::start();
+    let (work_a, work_b) = (workdir(), workdir());
+    // The replicas' pods: a lock's holder is alive while its pod exists.
+    for pod in ["bosun-a", "bosun-b"] {
+        let (code, answer) = sb.post(
+            "/api/v1/namespaces/default/pods",
+            &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": "default"},
+                    "spec": {"containers": [{"name": "bosun", "image": "bosun"}]}}),
+        );
+        assert_eq!(code, 201, "{answer}");
+    }
+    let replica = |work: &std::path::Path, pod: &'static str| {
+        bosun(
+            &sb,
+            work,
+            &[
+                ("BOSUN_DEPLOYER_SYNC_OBJECTS", "true"),
+                ("ADDON_OPERATOR_POD", pod),
+                ("BOSUN_DEPLOYER_IDENTITY", pod),
+            ],
+        )
+    };
+    let a = replica(work_a.path(), "bosun-a");
+    let _b = replica(work_b.path(), "bosun-b");
+    let names: Vec<String> = (0..6).map(|i| format!("shared-{i}")).collect();
+    for name in &names {
+        create_item(
+            &sb,
+            name,
+            json!({"type": MOCK, "timeout": "1h", "config": mock_config(json!({"phase": "Progressing"}))}),
+        );
+    }
+    let lock_of = |name: &str| {
+        let uid = item(&sb, name).expect("item")["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_string();
+        let (code, lock) = sb.get(&format!(
+            "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/syncobjects/bosun-{uid}"
+        ));
+        assert_eq!(code, 200, "{name}'s SyncObject: {lock}");
+        assert_eq!(lock["spec"]["name"], name, "{lock}");
+        assert_eq!(lock["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
+        lock["spec"]["podName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    // In flight: each item is held by the replica that works on it, and only by it.
+    let mut holders = Vec::new();
+    for name in &names {
+        let progressing = wait_phase(&a, &sb, name, "Progressing");
+        let holder = lock_of(name);
+        assert!(
+            holder == "bosun-a" || holder == "bosun-b",
+            "{name} is held while in flight: {holder:?}"
+        );
+        assert_eq!(
+            progressing["status"]["deployer"]["identity"], holder,
+            "{name} is worked on by the holder of its lock"
+        );
+        holders.push(holder);
+    }
+    // Done: the holder finishes the item and frees the lock; the other never ran it.
+    for name in &names {
+        edit_item(&sb, name, |o| o["spec"]["config"] = mock_config(json!({})));
+    }
+    for (name, holder) in names.iter().zip(&holders) {
+        a.wait(&format!("{name} done and its lock freed"), WAIT, || {
+            phase(&sb, name).as_deref() == Some("Succeeded") && lock_of(name).is_empty()
+        });
+        let other = if holder == "bosun-a" {
+            &work_b
+        } else {
+            &work_a
+        };
+        assert!(
+            phases_of(&journal(other.path()), name).is_empty(),
+            "{name}: only its holder {holder} ran it"
+        );
+    }
+}

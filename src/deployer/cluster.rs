@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use base64::Engine as _;
 use bosun_deployer::item::{DeployItem, ItemKey, ObjectRef};
+use bosun_deployer::lock::Found;
 use bosun_deployer::ports::{BoxFut, Change, Cluster, ClusterError, EventNote, SecretData};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
@@ -40,6 +41,11 @@ pub fn deploy_items() -> ApiResource {
 /// `targets.landscaper.gardener.cloud`.
 pub fn targets() -> ApiResource {
     landscaper("Target", "targets")
+}
+
+/// `syncobjects.landscaper.gardener.cloud`.
+pub fn sync_objects() -> ApiResource {
+    landscaper("SyncObject", "syncobjects")
 }
 
 /// `contexts.landscaper.gardener.cloud`.
@@ -142,6 +148,8 @@ impl Listener for Informer {
 /// The cluster as the deployer sees it.
 pub struct KubeCluster {
     watches: WatchManager,
+    /// Where this bosun's pod and its peers run (whether a lock's holder is alive).
+    pod_namespace: String,
     items: Arc<Informer>,
     targets: Arc<Informer>,
     started: tokio::sync::Mutex<bool>,
@@ -170,9 +178,10 @@ fn to_dynamic(object: Value, what: &str) -> Result<DynamicObject, ClusterError> 
 }
 
 impl KubeCluster {
-    pub fn new(watches: WatchManager) -> KubeCluster {
+    pub fn new(watches: WatchManager, pod_namespace: &str) -> KubeCluster {
         KubeCluster {
             watches,
+            pod_namespace: pod_namespace.to_string(),
             items: Arc::new(Informer::new(Watched::Items)),
             targets: Arc::new(Informer::new(Watched::Targets)),
             started: tokio::sync::Mutex::new(false),
@@ -431,6 +440,116 @@ impl Cluster for KubeCluster {
             };
             if let Err(e) = result {
                 tracing::warn!(reason = %note.reason, "cannot record an Event: {e}");
+            }
+        })
+    }
+
+    fn lock_item<'a>(
+        &'a self,
+        item: &'a Value,
+        prefix: &'a str,
+        holder: &'a str,
+    ) -> BoxFut<'a, Result<Found, ClusterError>> {
+        Box::pin(async move {
+            let key = ItemKey::of(item);
+            let uid = item["metadata"]["uid"].as_str().unwrap_or_default();
+            let name = bosun_deployer::lock::name(prefix, uid);
+            let what = format!("SyncObject {}/{name}", key.namespace);
+            let api = self.api(&sync_objects(), &key.namespace);
+            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+            let mut new = bosun_deployer::lock::sync_object(
+                &key.namespace,
+                &key.name,
+                uid,
+                prefix,
+                holder,
+                &now,
+            );
+            // Gone with the item.
+            new["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+                "name": key.name, "uid": uid,
+            }]);
+            match api
+                .create(&PostParams::default(), &to_dynamic(new, &what)?)
+                .await
+            {
+                Ok(_) => return Ok(Found::Ours),
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(error(what, e)),
+            }
+            let existing = api.get(&name).await.map_err(|e| error(what.clone(), e))?;
+            let existing = to_value(&existing);
+            let pod = existing["spec"]["podName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let alive = if pod.is_empty() || pod == holder {
+                true
+            } else {
+                let pods: Api<DynamicObject> =
+                    Api::namespaced_with(self.client(), &self.pod_namespace, &core("Pod", "pods"));
+                pods.get_opt(&pod)
+                    .await
+                    .map_err(|e| error(format!("Pod {}/{pod}", self.pod_namespace), e))?
+                    .is_some()
+            };
+            match bosun_deployer::lock::found(&existing, holder, |_| alive) {
+                Found::Take => {
+                    let taken = bosun_deployer::lock::held_by(&existing, holder, &now);
+                    match api
+                        .replace(&name, &PostParams::default(), &to_dynamic(taken, &what)?)
+                        .await
+                    {
+                        Ok(_) => {
+                            if !pod.is_empty() {
+                                tracing::info!(item = %key, from = %pod, "took over the lock of a pod that is gone");
+                            }
+                            Ok(Found::Ours)
+                        }
+                        Err(kube::Error::Api(s)) if s.code == 409 => {
+                            Ok(Found::Held("another replica".into()))
+                        }
+                        Err(e) => Err(error(what, e)),
+                    }
+                }
+                other => Ok(other),
+            }
+        })
+    }
+
+    fn unlock_item<'a>(
+        &'a self,
+        item: &'a Value,
+        prefix: &'a str,
+        holder: &'a str,
+    ) -> BoxFut<'a, Result<(), ClusterError>> {
+        Box::pin(async move {
+            let key = ItemKey::of(item);
+            let uid = item["metadata"]["uid"].as_str().unwrap_or_default();
+            let name = bosun_deployer::lock::name(prefix, uid);
+            let what = format!("SyncObject {}/{name}", key.namespace);
+            let api = self.api(&sync_objects(), &key.namespace);
+            let Some(existing) = api
+                .get_opt(&name)
+                .await
+                .map_err(|e| error(what.clone(), e))?
+            else {
+                return Ok(());
+            };
+            let existing = to_value(&existing);
+            if existing["spec"]["podName"].as_str() != Some(holder) {
+                return Ok(());
+            }
+            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+            let freed = bosun_deployer::lock::held_by(&existing, "", &now);
+            match api
+                .replace(&name, &PostParams::default(), &to_dynamic(freed, &what)?)
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(error(what, e)),
             }
         })
     }

@@ -36,6 +36,12 @@ pub struct DeployerConfig {
     pub install_crds: bool,
     /// Landscaper's pickup and abort timeouts.
     pub timeouts: bosun_deployer::decide::LandscaperTimeouts,
+    /// Lock items with SyncObjects held by this pod name (several replicas serving the
+    /// same targets); `None`: no locks.
+    pub lock_holder: Option<String>,
+    /// The namespace of this bosun's pod and its peers (a lock's holder is alive while
+    /// its pod exists there).
+    pub pod_namespace: String,
     /// Where the deployer's journal lives.
     pub journal_dir: PathBuf,
     /// The Helm engine of the helm type (the modules' settings).
@@ -109,7 +115,7 @@ pub async fn start(watches: WatchManager, cfg: &DeployerConfig) -> anyhow::Resul
             )
         })?,
     );
-    let cluster = Arc::new(cluster::KubeCluster::new(watches));
+    let cluster = Arc::new(cluster::KubeCluster::new(watches, &cfg.pod_namespace));
     let deployer = Deployer::start(
         cluster.clone(),
         Arc::new(crate::journal_sink::JournalSink::new(journal.clone())),
@@ -131,6 +137,7 @@ pub async fn start(watches: WatchManager, cfg: &DeployerConfig) -> anyhow::Resul
             },
             target_selectors: cfg.target_selectors.clone(),
             timeouts: cfg.timeouts,
+            lock_holder: cfg.lock_holder.clone(),
         },
     )
     .await

@@ -91,7 +91,15 @@ pub struct Settings {
     pub target_selectors: Vec<TargetSelector>,
     /// Landscaper's pickup and abort timeouts.
     pub timeouts: crate::decide::LandscaperTimeouts,
+    /// Lock each item with a SyncObject while it is in flight, held by this pod name
+    /// (several replicas serving the same targets); `None`: no locks.
+    pub lock_holder: Option<String>,
 }
+
+/// The prefix of this deployer's SyncObjects (landscaper uses the deployer's name).
+pub const LOCK_PREFIX: &str = "bosun";
+/// How long an item locked by another replica waits before it is looked at again.
+pub const LOCKED_RETRY: Duration = Duration::from_secs(60);
 
 /// The last reconcile of an item, for the debug view.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -270,21 +278,69 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
         return Ok(None);
     }
     let (check, target) = check_target(s, &item).await?;
-    let now = SystemTime::now();
     let job_id = new_job_id();
+    let (plan, now) = plan_now(s, &item, check, &job_id);
+    tracing::debug!(item = %key, next = ?plan.next, "deploy item decision");
+    let Some(holder) = s.settings.lock_holder.as_deref() else {
+        return apply_plan(s, item, target, plan, now).await;
+    };
+    if matches!(plan.next, decide::Next::Skip(_)) {
+        return apply_plan(s, item, target, plan, now).await;
+    }
+    // Several replicas serve these targets: only the holder of the item's SyncObject
+    // works on it; the others look again in a minute, as landscaper's deployers do.
+    match s.cluster.lock_item(&object, LOCK_PREFIX, holder).await? {
+        crate::lock::Found::Ours => {}
+        crate::lock::Found::Take => return Ok(Some(LOCKED_RETRY)),
+        crate::lock::Found::Held(pod) => {
+            tracing::debug!(item = %key, holder = %pod, "the item is locked by another replica");
+            lock(&s.last).insert(
+                key.clone(),
+                LastRun {
+                    phase: item.status.phase,
+                    error: Some(format!("locked by {pod} (SyncObject {LOCK_PREFIX}-…)")),
+                    retry_in_ms: Some(LOCKED_RETRY.as_millis() as u64),
+                },
+            );
+            return Ok(Some(LOCKED_RETRY));
+        }
+    }
+    // What the item is now that the lock is ours: the replica that held it may have
+    // finished it meanwhile.
+    let result = match s.cluster.get_item(key).await? {
+        None => Ok(None),
+        Some(object) => match DeployItem::parse(&object) {
+            Err(_) => Ok(None),
+            Ok(item) => {
+                let (check, target) = check_target(s, &item).await?;
+                let (plan, now) = plan_now(s, &item, check, &job_id);
+                apply_plan(s, item, target, plan, now).await
+            }
+        },
+    };
+    if matches!(result, Ok(None))
+        && let Err(e) = s.cluster.unlock_item(&object, LOCK_PREFIX, holder).await
+    {
+        tracing::warn!(item = %key, "cannot free the item's lock: {e}");
+    }
+    result
+}
+
+/// The decision for `item` now.
+fn plan_now(s: &Shared, item: &DeployItem, check: TargetCheck, job_id: &str) -> (Plan, SystemTime) {
+    let now = SystemTime::now();
     let plan = decide::decide(
-        &item,
+        item,
         &Inputs {
             types: &s.type_names,
             target: check,
             now,
             deployer: &s.settings.deployer,
-            new_job_id: &job_id,
+            new_job_id: job_id,
             timeouts: s.settings.timeouts,
         },
     );
-    tracing::debug!(item = %key, next = ?plan.next, "deploy item decision");
-    apply_plan(s, item, target, plan, now).await
+    (plan, now)
 }
 
 /// Step 2: the target, and whether it is ours. A Target that cannot be read is ours and

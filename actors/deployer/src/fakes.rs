@@ -22,6 +22,8 @@ struct Inner {
     /// Every item write: (key, what was written: `metadata` or `status`).
     writes: Vec<(ItemKey, &'static str)>,
     watchers: Vec<UnboundedSender<Change>>,
+    /// SyncObject holders by name (every holder counts as alive).
+    locks: BTreeMap<String, String>,
 }
 
 /// The in-memory cluster; clones share it.
@@ -308,5 +310,41 @@ impl Cluster for MemoryCluster {
     fn event(&self, item: &Value, note: EventNote) -> BoxFut<'_, ()> {
         self.lock().events.push((ItemKey::of(item), note));
         Box::pin(async {})
+    }
+
+    fn lock_item<'a>(
+        &'a self,
+        item: &'a Value,
+        prefix: &'a str,
+        holder: &'a str,
+    ) -> BoxFut<'a, Result<crate::lock::Found, ClusterError>> {
+        let name = crate::lock::name(prefix, item["metadata"]["uid"].as_str().unwrap_or_default());
+        let mut inner = self.lock();
+        let held = inner
+            .locks
+            .entry(name)
+            .or_insert_with(|| holder.to_string());
+        let found = if held.is_empty() || held == holder {
+            *held = holder.to_string();
+            crate::lock::Found::Ours
+        } else {
+            crate::lock::Found::Held(held.clone())
+        };
+        Box::pin(async move { Ok(found) })
+    }
+
+    fn unlock_item<'a>(
+        &'a self,
+        item: &'a Value,
+        prefix: &'a str,
+        holder: &'a str,
+    ) -> BoxFut<'a, Result<(), ClusterError>> {
+        let name = crate::lock::name(prefix, item["metadata"]["uid"].as_str().unwrap_or_default());
+        if let Some(held) = self.lock().locks.get_mut(&name)
+            && held == holder
+        {
+            held.clear();
+        }
+        Box::pin(async { Ok(()) })
     }
 }

@@ -14,6 +14,7 @@
 //!   mock.rs        the mock type (landscaper.gardener.cloud/mock)
 //!   manifest.rs    the kubernetes-manifest type and its target port
 //!   helm.rs        the helm type: real releases or rendered objects; its chart port
+//!   lock.rs        SyncObjects: the per-item lock between replicas (pure)
 //!   events.rs      the deployer's journal event
 //!   fakes.rs       an in-memory cluster for tests
 //! ```
@@ -27,6 +28,7 @@ pub mod events;
 pub mod fakes;
 pub mod helm;
 pub mod item;
+pub mod lock;
 pub mod manifest;
 pub mod mock;
 pub mod ports;

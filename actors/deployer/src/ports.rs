@@ -91,6 +91,21 @@ pub trait Cluster: Send + Sync + 'static {
     fn delete_secret(&self, namespace: &str, name: &str) -> BoxFut<'_, Result<(), ClusterError>>;
     /// Records an Event on `item`.
     fn event(&self, item: &Value, note: EventNote) -> BoxFut<'_, ()>;
+    /// Takes `item`'s SyncObject for `holder` ([`crate::lock`]): created when missing,
+    /// kept when ours, taken over when free or its holder pod is gone.
+    fn lock_item<'a>(
+        &'a self,
+        item: &'a Value,
+        prefix: &'a str,
+        holder: &'a str,
+    ) -> BoxFut<'a, Result<crate::lock::Found, ClusterError>>;
+    /// Frees `item`'s SyncObject if `holder` holds it.
+    fn unlock_item<'a>(
+        &'a self,
+        item: &'a Value,
+        prefix: &'a str,
+        holder: &'a str,
+    ) -> BoxFut<'a, Result<(), ClusterError>>;
 }
 
 /// One run of a type on one item.

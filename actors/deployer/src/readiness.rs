@@ -479,7 +479,7 @@ impl ReadinessChecks {
             };
             if resources.is_empty() && label_selector.is_none() {
                 return Err(config_error(format!(
-                    "{field}: give the objects to check in resourceSelector or labelSelector"
+                    "{field}.resourceSelector: expected a non-empty list of objects to check, or a labelSelector"
                 )));
             }
             let reqs = match &c["requirements"] {
@@ -715,7 +715,7 @@ mod tests {
                 json!({"labelSelector": {"apiVersion": "v1", "kind": "Pod", "matchLabels": {"a": 1}}}),
                 "custom[0].labelSelector.matchLabels.a",
             ),
-            (json!({}), "give the objects to check"),
+            (json!({}), "custom[0].resourceSelector: expected a non-empty list"),
         ] {
             let mut c = check;
             c["requirements"] = json!([{"jsonPath": ".a", "operator": "exists"}]);

@@ -52,6 +52,7 @@ async fn start(cluster: &MemoryCluster, journal: &MemoryJournal<DeployerEvent>) 
             },
             target_selectors: Vec::new(),
             timeouts: Default::default(),
+            lock_holder: None,
         },
     )
     .await
