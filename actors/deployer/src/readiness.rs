@@ -715,7 +715,10 @@ mod tests {
                 json!({"labelSelector": {"apiVersion": "v1", "kind": "Pod", "matchLabels": {"a": 1}}}),
                 "custom[0].labelSelector.matchLabels.a",
             ),
-            (json!({}), "custom[0].resourceSelector: expected a non-empty list"),
+            (
+                json!({}),
+                "custom[0].resourceSelector: expected a non-empty list",
+            ),
         ] {
             let mut c = check;
             c["requirements"] = json!([{"jsonPath": ".a", "operator": "exists"}]);
