@@ -419,6 +419,7 @@ mod tests {
             customizer: None,
             strategy: ApplyStrategy::DynamicApply,
             revisions: None,
+            settled: Default::default(),
         }
     }
 
