@@ -430,6 +430,7 @@ impl Worker {
                     strategy: self.settings.strategy,
                     revisions,
                     settled: Default::default(),
+                    requests: Default::default(),
                 };
                 if let Some(refusal) = crate::composite::rolling::cluster_scoped_refusal(&composite)
                 {

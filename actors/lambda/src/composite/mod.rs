@@ -25,7 +25,7 @@ use crate::children::{self, Applied, ApplyStrategy, ChildType};
 use crate::claim::{self, Claim, Owner};
 use crate::keys::{GroupMap, key_of, name_of, namespace_of, split_key, uid_of};
 use crate::ports::{Cluster, ClusterError, HookClient, HookError, HookType, Resource};
-use crate::protocol::{composite_request, decode_composite};
+use crate::protocol::{composite_request_with, decode_composite};
 use crate::related::{Customizer, cache_key, related_objects};
 use crate::selector::Selector;
 use crate::types::{CompositeSpec, Hook};
@@ -56,6 +56,16 @@ pub struct Composite {
     pub revisions: Option<Resource>,
     /// The parents whose last sync left nothing to do.
     pub settled: SettledParents,
+    /// What every request body of this controller shares.
+    pub requests: RequestParts,
+}
+
+/// What every request body of a controller shares: the controller object as JSON
+/// (written once) and the size of the last body (the next one's buffer).
+#[derive(Default)]
+pub struct RequestParts {
+    controller: std::sync::OnceLock<Vec<u8>>,
+    size: std::sync::atomic::AtomicUsize,
 }
 
 /// The largest answer remembered by [`Settled`]; a parent with a larger answer always
@@ -66,7 +76,10 @@ const SETTLED_ANSWER_MAX: usize = 64 * 1024;
 /// are shared with the informer cache (an `Arc` each, no copy).
 struct Settled {
     parent: Arc<Value>,
-    observed: GroupMap,
+    /// The observed children in group and key order (the groups are the controller's
+    /// child types, the same for every sync), and how many each group held.
+    observed: Vec<Arc<Value>>,
+    observed_groups: Vec<usize>,
     related: GroupMap,
     finalizing: bool,
     answer: Vec<u8>,
@@ -80,18 +93,18 @@ struct Settled {
 /// The settled parents of one controller, by parent key: one entry per parent at most,
 /// dropped when its parent is gone (or no longer ours) and with the controller.
 #[derive(Default)]
-pub struct SettledParents(Mutex<HashMap<String, Settled>>);
+pub struct SettledParents(Mutex<HashMap<String, Box<Settled>>>);
 
 impl SettledParents {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Settled>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Box<Settled>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn take(&self, key: &str) -> Option<Settled> {
+    fn take(&self, key: &str) -> Option<Box<Settled>> {
         self.lock().remove(key)
     }
 
-    fn put(&self, key: &str, settled: Settled) {
+    fn put(&self, key: &str, settled: Box<Settled>) {
         self.lock().insert(key.to_string(), settled);
     }
 
@@ -149,7 +162,16 @@ impl Settled {
     ) -> bool {
         self.finalizing == finalizing
             && same_object(&self.parent, parent)
-            && same_objects(&self.observed, observed)
+            && self.observed_groups.len() == observed.len()
+            && observed
+                .values()
+                .zip(&self.observed_groups)
+                .all(|(group, n)| group.len() == *n)
+            && observed
+                .values()
+                .flat_map(|group| group.values())
+                .zip(&self.observed)
+                .all(|(a, b)| same_object(a, b))
             && same_objects(&self.related, related)
     }
 }
@@ -345,6 +367,33 @@ pub async fn write_status(
 }
 
 impl Composite {
+    /// The body of a sync or finalize request about `parent`.
+    pub(crate) fn request(
+        &self,
+        parent: &Value,
+        observed: &GroupMap,
+        related: &GroupMap,
+        version: crate::types::HookVersion,
+        finalizing: bool,
+    ) -> Vec<u8> {
+        use std::sync::atomic::Ordering;
+        let controller = self.requests.controller.get_or_init(|| {
+            // Serializing a `Value` into memory cannot fail.
+            serde_json::to_vec(&self.object).unwrap_or_default()
+        });
+        let body = composite_request_with(
+            controller,
+            parent,
+            observed,
+            related,
+            version,
+            finalizing,
+            self.requests.size.load(Ordering::Relaxed),
+        );
+        self.requests.size.store(body.len(), Ordering::Relaxed);
+        body
+    }
+
     /// The finalizer of this controller.
     pub fn finalizer(&self) -> String {
         crate::types::ControllerKind::CompositeController.finalizer(&self.name)
@@ -474,7 +523,7 @@ impl Composite {
             _ => return Err(SyncError::Failed("sync hook nil//not defined".into())),
         };
         // Set on the single-call path: what to remember if this sync leaves nothing to do.
-        let mut remember: Option<Settled> = None;
+        let mut remember: Option<Box<Settled>> = None;
         let (response, request_digest, answer_digest, warnings) =
             if rolling::uses_rollout(self, &parent) {
                 // Rolling updates: one hook call per parent revision, revisions persisted.
@@ -486,14 +535,8 @@ impl Composite {
             } else {
                 let related =
                     related_of(cluster, self.customizer.as_ref(), &self.object, &parent).await?;
-                let body = composite_request(
-                    &self.object,
-                    &parent,
-                    &observed,
-                    &related,
-                    bound.hook.version,
-                    finalizing,
-                );
+                let body =
+                    self.request(&parent, &observed, &related, bound.hook.version, finalizing);
                 // The same objects make the same request, whose digest is the settled one.
                 let settled = settled.filter(|s| s.sees(&parent, &observed, &related, finalizing));
                 let request_digest = match &settled {
@@ -527,9 +570,13 @@ impl Composite {
                 .map_err(|e| SyncError::Failed(e.to_string()))?;
                 let answer_digest = digest(&answer);
                 if answer.len() <= SETTLED_ANSWER_MAX {
-                    remember = Some(Settled {
+                    remember = Some(Box::new(Settled {
                         parent: Arc::clone(&parent),
-                        observed: observed.clone(),
+                        observed: observed
+                            .values()
+                            .flat_map(|group| group.values().cloned())
+                            .collect(),
+                        observed_groups: observed.values().map(|group| group.len()).collect(),
                         related,
                         finalizing,
                         answer,
@@ -538,7 +585,7 @@ impl Composite {
                         resync_after: None,
                         planned: Vec::new(),
                         warnings: decoded.warnings.clone(),
-                    });
+                    }));
                 }
                 (
                     decoded.response,

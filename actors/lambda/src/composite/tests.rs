@@ -250,6 +250,7 @@ fn composite(hook: Arc<Answer>) -> Composite {
         strategy: ApplyStrategy::DynamicApply,
         revisions: None,
         settled: SettledParents::default(),
+        requests: RequestParts::default(),
     }
 }
 
