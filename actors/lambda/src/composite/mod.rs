@@ -8,10 +8,10 @@
 //! ```
 //!
 //! A sync that left nothing to do (every child as desired, nothing written, the status
-//! as answered) is remembered per parent ([`Settled`]). The next sync of that parent still
-//! calls the hook; when it sees the same objects (parent, children and related objects
-//! by uid and resourceVersion) and gets the same answer bytes, ManageChildren and the
-//! status write would do the same nothing, so they are skipped.
+//! as answered) is remembered per parent ([`Settled`]): which objects it saw (by uid and
+//! resourceVersion, no copy of them) and the answer's bytes. The next sync of that parent
+//! still calls the hook; when it sees the same objects and gets the same answer,
+//! ManageChildren and the status write would do the same nothing, so they are skipped.
 
 pub mod rolling;
 
@@ -72,16 +72,10 @@ pub struct RequestParts {
 /// takes the full path.
 const SETTLED_ANSWER_MAX: usize = 64 * 1024;
 
-/// What the last sync of one parent saw and got, when it left nothing to do. The objects
-/// are shared with the informer cache (an `Arc` each, no copy).
+/// What the last sync of one parent saw and got, when it left nothing to do.
 struct Settled {
-    parent: Arc<Value>,
-    /// The observed children in group and key order (the groups are the controller's
-    /// child types, the same for every sync), and how many each group held.
-    observed: Vec<Arc<Value>>,
-    observed_groups: Vec<usize>,
-    related: GroupMap,
-    finalizing: bool,
+    /// The objects the request was made of ([`seen`]).
+    seen: String,
     answer: Vec<u8>,
     request_digest: String,
     answer_digest: String,
@@ -119,61 +113,43 @@ impl SettledParents {
     }
 }
 
-/// Whether two reads of an object are the same object in the same state: the same read,
-/// or the same uid at the same resourceVersion (objects without one compare whole).
-fn same_object(a: &Arc<Value>, b: &Arc<Value>) -> bool {
-    if Arc::ptr_eq(a, b) {
-        return true;
+/// What a request is made of, as text: `finalizing`, then the parent, each observed child
+/// and each related object by group, key, uid and resourceVersion (each part prefixed by
+/// its length). The same text means the same request body: an object is the same at the
+/// same uid and resourceVersion. `None` when some object has no uid or resourceVersion.
+fn seen(
+    parent: &Value,
+    observed: &GroupMap,
+    related: &GroupMap,
+    finalizing: bool,
+) -> Option<String> {
+    fn part(out: &mut String, s: &str) {
+        use std::fmt::Write;
+        let _ = write!(out, "{}:{s}", s.len());
     }
-    match (
-        a["metadata"]["resourceVersion"]
+    fn object(out: &mut String, key: &str, o: &Value) -> Option<()> {
+        let version = o["metadata"]["resourceVersion"]
             .as_str()
-            .filter(|v| !v.is_empty()),
-        b["metadata"]["resourceVersion"]
-            .as_str()
-            .filter(|v| !v.is_empty()),
-    ) {
-        (Some(x), Some(y)) => x == y && uid_of(a) == uid_of(b) && key_of(a) == key_of(b),
-        _ => a == b,
+            .filter(|v| !v.is_empty())?;
+        let uid = Some(uid_of(o)).filter(|u| !u.is_empty())?;
+        part(out, key);
+        part(out, uid);
+        part(out, version);
+        Some(())
     }
-}
-
-/// Whether two group maps hold the same objects under the same keys.
-fn same_objects(a: &GroupMap, b: &GroupMap) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|((ga, oa), (gb, ob))| {
-            ga == gb
-                && oa.len() == ob.len()
-                && oa
-                    .iter()
-                    .zip(ob)
-                    .all(|((ka, va), (kb, vb))| ka == kb && same_object(va, vb))
-        })
-}
-
-impl Settled {
-    /// Whether a sync seeing these objects sends the same request as the settled one.
-    fn sees(
-        &self,
-        parent: &Arc<Value>,
-        observed: &GroupMap,
-        related: &GroupMap,
-        finalizing: bool,
-    ) -> bool {
-        self.finalizing == finalizing
-            && same_object(&self.parent, parent)
-            && self.observed_groups.len() == observed.len()
-            && observed
-                .values()
-                .zip(&self.observed_groups)
-                .all(|(group, n)| group.len() == *n)
-            && observed
-                .values()
-                .flat_map(|group| group.values())
-                .zip(&self.observed)
-                .all(|(a, b)| same_object(a, b))
-            && same_objects(&self.related, related)
+    let mut out = String::with_capacity(256);
+    object(&mut out, if finalizing { "finalizing" } else { "" }, parent)?;
+    for map in [observed, related] {
+        for (group, objects) in map {
+            part(&mut out, group);
+            part(&mut out, &objects.len().to_string());
+            for (key, o) in objects {
+                object(&mut out, key, o)?;
+            }
+        }
+        out.push('|');
     }
+    Some(out)
 }
 
 /// Whether ManageChildren had nothing to do for `desired`: each desired child observed
@@ -538,7 +514,8 @@ impl Composite {
                 let body =
                     self.request(&parent, &observed, &related, bound.hook.version, finalizing);
                 // The same objects make the same request, whose digest is the settled one.
-                let settled = settled.filter(|s| s.sees(&parent, &observed, &related, finalizing));
+                let seen = seen(&parent, &observed, &related, finalizing);
+                let settled = settled.filter(|s| seen.as_deref() == Some(s.seen.as_str()));
                 let request_digest = match &settled {
                     Some(s) => s.request_digest.clone(),
                     None => digest(&body),
@@ -569,16 +546,11 @@ impl Composite {
                 )
                 .map_err(|e| SyncError::Failed(e.to_string()))?;
                 let answer_digest = digest(&answer);
-                if answer.len() <= SETTLED_ANSWER_MAX {
+                if let Some(seen) = seen
+                    && answer.len() <= SETTLED_ANSWER_MAX
+                {
                     remember = Some(Box::new(Settled {
-                        parent: Arc::clone(&parent),
-                        observed: observed
-                            .values()
-                            .flat_map(|group| group.values().cloned())
-                            .collect(),
-                        observed_groups: observed.values().map(|group| group.len()).collect(),
-                        related,
-                        finalizing,
+                        seen,
                         answer,
                         request_digest: request_digest.clone(),
                         answer_digest: answer_digest.clone(),
