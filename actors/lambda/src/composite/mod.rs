@@ -467,10 +467,10 @@ impl Composite {
     /// One sync of the parent `key` (`namespace/name` or `name`).
     pub async fn sync(&self, cluster: &dyn Cluster, key: &str) -> Result<SyncReport, SyncError> {
         let (ns, name) = split_key(key);
-        // The cached parent, shared: copied only when a finalizer write replaces it.
         // Taken out for this sync (one sync per parent runs at a time); put back only
         // by a sync that leaves nothing to do.
         let settled = self.settled.take(key);
+        // The cached parent, shared: copied only when a finalizer write replaces it.
         let Some(mut parent) = cluster.cached(&self.parent, ns, name).await? else {
             return Ok(SyncReport::default());
         };
