@@ -402,6 +402,15 @@ fn write_canonical(v: &Value, out: &mut String) {
 }
 
 fn write_string(s: &str, out: &mut String) {
+    // Most strings need no escape at all: written as they are.
+    let plain = |b: &u8| !matches!(b, b'"' | b'\\' | 0..=0x1f | b'<' | b'>' | b'&' | 0xe2);
+    if s.as_bytes().iter().all(plain) {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     // serde_json's escaping of quotes, backslashes and control characters is Go's.
     let quoted = Value::String(s.to_owned()).to_string();
     for c in quoted.chars() {

@@ -49,6 +49,10 @@ pub struct Applied {
     pub deleted: Vec<String>,
     /// `Kind name: error` for each child that could not be written.
     pub errors: Vec<String>,
+    /// Children that were to change but were not written: an `OnDelete` child that
+    /// differs, an update that met a conflict or a deleted child, a create that found
+    /// the name taken.
+    pub not_written: usize,
 }
 
 impl Applied {
@@ -166,6 +170,7 @@ pub async fn manage(
                 Ok(Outcome::Updated) => applied.updated.push(what),
                 Ok(Outcome::Deleted) => applied.deleted.push(what),
                 Ok(Outcome::Unchanged) => {}
+                Ok(Outcome::NotWritten) => applied.not_written += 1,
                 Err(e) => applied.errors.push(format!("{what}: {e}")),
             }
         }
@@ -177,7 +182,10 @@ enum Outcome {
     Created,
     Updated,
     Deleted,
+    /// The child already is what the hook asked for.
     Unchanged,
+    /// The child differs but was left as it is (see [`Applied::not_written`]).
+    NotWritten,
 }
 
 fn with_owner(object: &Value, owner: &Owner) -> Value {
@@ -238,7 +246,7 @@ async fn create(
     };
     match result {
         Ok(_) => Ok(Outcome::Created),
-        Err(ClusterError::AlreadyExists(_)) => Ok(Outcome::Unchanged),
+        Err(ClusterError::AlreadyExists(_)) => Ok(Outcome::NotWritten),
         Err(e) => Err(e),
     }
 }
@@ -252,7 +260,7 @@ async fn update(
     strategy: ApplyStrategy,
 ) -> Result<Outcome, ClusterError> {
     if !observed["metadata"]["deletionTimestamp"].is_null() {
-        return Ok(Outcome::Unchanged);
+        return Ok(Outcome::NotWritten);
     }
     if strategy == ApplyStrategy::ServerSideApply {
         return update_ssa(cluster, t, owner, observed, desired).await;
@@ -265,7 +273,7 @@ async fn update(
         return Ok(Outcome::Unchanged);
     }
     match t.method {
-        UpdateMethod::OnDelete => Ok(Outcome::Unchanged),
+        UpdateMethod::OnDelete => Ok(Outcome::NotWritten),
         UpdateMethod::Recreate | UpdateMethod::RollingRecreate => {
             delete(cluster, &t.resource, observed).await
         }
@@ -273,7 +281,7 @@ async fn update(
             match cluster.replace(&t.resource, merged).await {
                 Ok(_) => Ok(Outcome::Updated),
                 Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {
-                    Ok(Outcome::Unchanged)
+                    Ok(Outcome::NotWritten)
                 }
                 Err(e) => Err(e),
             }
@@ -319,14 +327,14 @@ async fn update_ssa(
         return Ok(Outcome::Unchanged);
     }
     match t.method {
-        UpdateMethod::OnDelete => Ok(Outcome::Unchanged),
+        UpdateMethod::OnDelete => Ok(Outcome::NotWritten),
         UpdateMethod::Recreate | UpdateMethod::RollingRecreate => {
             delete(cluster, &t.resource, observed).await
         }
         UpdateMethod::InPlace | UpdateMethod::RollingInPlace => {
             match cluster.apply(&t.resource, object, false).await {
                 Ok(_) => Ok(Outcome::Updated),
-                Err(ClusterError::Conflict(_)) => Ok(Outcome::Unchanged),
+                Err(ClusterError::Conflict(_)) => Ok(Outcome::NotWritten),
                 Err(e) => Err(e),
             }
         }

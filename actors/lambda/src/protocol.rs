@@ -358,18 +358,8 @@ pub fn decode_customize(
     decode::<CustomizeResponse, StrictCustomize>(HookType::Customize, version, mode, body)
 }
 
-/// The body of a CompositeController sync or finalize request. Fields in the order a
+/// The body of a DecoratorController sync or finalize request. Fields in the order a
 /// JSON object (sorted keys) has them; written straight from the borrowed objects.
-#[derive(serde::Serialize)]
-struct CompositeRequest<'a> {
-    children: HookMap<'a>,
-    controller: &'a Value,
-    finalizing: bool,
-    parent: &'a Value,
-    related: HookMap<'a>,
-}
-
-/// The body of a DecoratorController sync or finalize request (as [`CompositeRequest`]).
 #[derive(serde::Serialize)]
 struct DecoratorRequest<'a> {
     attachments: HookMap<'a>,
@@ -393,22 +383,53 @@ pub fn composite_request(
     version: HookVersion,
     finalizing: bool,
 ) -> Vec<u8> {
-    let parent_namespace = crate::keys::namespace_of(parent);
-    to_body(&CompositeRequest {
-        children: HookMap {
-            map: children,
-            version,
-            parent_namespace,
-        },
-        controller,
-        finalizing,
+    composite_request_with(
+        &to_body(controller),
         parent,
-        related: HookMap {
-            map: related,
-            version,
-            parent_namespace,
-        },
-    })
+        children,
+        related,
+        version,
+        finalizing,
+        0,
+    )
+}
+
+/// [`composite_request`] with the controller already serialized (it is the same for
+/// every request of a controller), written into a buffer of `capacity` bytes (the size
+/// of an earlier request spares the buffer's regrowth). The fields in the order a JSON
+/// object (sorted keys) has them, compact; the objects written straight from the
+/// borrowed values.
+pub fn composite_request_with(
+    controller_json: &[u8],
+    parent: &Value,
+    children: &GroupMap,
+    related: &GroupMap,
+    version: HookVersion,
+    finalizing: bool,
+    capacity: usize,
+) -> Vec<u8> {
+    let parent_namespace = crate::keys::namespace_of(parent);
+    let mut out = Vec::with_capacity(capacity.max(controller_json.len() + 256));
+    let map = |map| HookMap {
+        map,
+        version,
+        parent_namespace,
+    };
+    // Writing into memory cannot fail (nor can serializing `Value`s and string maps).
+    out.extend_from_slice(b"{\"children\":");
+    let _ = serde_json::to_writer(&mut out, &map(children));
+    out.extend_from_slice(b",\"controller\":");
+    out.extend_from_slice(controller_json);
+    out.extend_from_slice(if finalizing {
+        b",\"finalizing\":true,\"parent\":"
+    } else {
+        b",\"finalizing\":false,\"parent\":"
+    });
+    let _ = serde_json::to_writer(&mut out, parent);
+    out.extend_from_slice(b",\"related\":");
+    let _ = serde_json::to_writer(&mut out, &map(related));
+    out.push(b'}');
+    out
 }
 
 /// The body of a DecoratorController sync or finalize request, as JSON bytes.

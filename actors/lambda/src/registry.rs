@@ -429,6 +429,8 @@ impl Worker {
                     customizer: customize.map(|b| Customizer::new(b.hook, b.client)),
                     strategy: self.settings.strategy,
                     revisions,
+                    settled: Default::default(),
+                    requests: Default::default(),
                 };
                 if let Some(refusal) = crate::composite::rolling::cluster_scoped_refusal(&composite)
                 {

@@ -589,3 +589,29 @@ proptest! {
         check(&got, &desired)?;
     }
 }
+
+#[test]
+fn canonical_strings_are_go_json_whatever_they_hold() {
+    // Go's escaping: serde_json's, then `<`, `>`, `&`, U+2028 and U+2029 as \u escapes.
+    let go = |s: &str| {
+        Value::String(s.to_owned())
+            .to_string()
+            .replace('<', "\\u003c")
+            .replace('>', "\\u003e")
+            .replace('&', "\\u0026")
+            .replace('\u{2028}', "\\u2028")
+            .replace('\u{2029}', "\\u2029")
+    };
+    for s in [
+        "",
+        "plain",
+        "é ü 日本 \u{2027} \u{202a} ✓",
+        "tab\there",
+        "quote\" back\\slash",
+        "\u{7f}\u{1f}\u{0}",
+        "a<b>&c",
+        "line\u{2028}para\u{2029}",
+    ] {
+        assert_eq!(canonical_json(&json!(s)), go(s), "{s:?}");
+    }
+}

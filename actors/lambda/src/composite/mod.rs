@@ -6,10 +6,17 @@
 //!       (with a rolling child type: `rolling.rs`, one hook call per parent revision)
 //!    ─► desired children checked against the selector ─► ManageChildren ─► status
 //! ```
+//!
+//! A sync that left nothing to do (every child as desired, nothing written, the status
+//! as answered) is remembered per parent ([`Settled`]): which objects it saw (by uid and
+//! resourceVersion, no copy of them) and the answer's bytes. The next sync of that parent
+//! still calls the hook; when it sees the same objects and gets the same answer,
+//! ManageChildren and the status write would do the same nothing, so they are skipped.
 
 pub mod rolling;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -18,7 +25,7 @@ use crate::children::{self, Applied, ApplyStrategy, ChildType};
 use crate::claim::{self, Claim, Owner};
 use crate::keys::{GroupMap, key_of, name_of, namespace_of, split_key, uid_of};
 use crate::ports::{Cluster, ClusterError, HookClient, HookError, HookType, Resource};
-use crate::protocol::{composite_request, decode_composite};
+use crate::protocol::{composite_request_with, decode_composite};
 use crate::related::{Customizer, cache_key, related_objects};
 use crate::selector::Selector;
 use crate::types::{CompositeSpec, Hook};
@@ -47,6 +54,117 @@ pub struct Composite {
     /// The ControllerRevision resource, resolved when some child type rolls
     /// (`rolling.rs`); watched beside the children so that revision changes wake parents.
     pub revisions: Option<Resource>,
+    /// The parents whose last sync left nothing to do.
+    pub settled: SettledParents,
+    /// What every request body of this controller shares.
+    pub requests: RequestParts,
+}
+
+/// What every request body of a controller shares: the controller object as JSON
+/// (written once) and the size of the last body (the next one's buffer).
+#[derive(Default)]
+pub struct RequestParts {
+    controller: std::sync::OnceLock<Vec<u8>>,
+    size: std::sync::atomic::AtomicUsize,
+}
+
+/// The largest answer remembered by [`Settled`]; a parent with a larger answer always
+/// takes the full path.
+const SETTLED_ANSWER_MAX: usize = 64 * 1024;
+
+/// What the last sync of one parent saw and got, when it left nothing to do.
+struct Settled {
+    /// The objects the request was made of ([`seen`]).
+    seen: String,
+    answer: Vec<u8>,
+    request_digest: String,
+    answer_digest: String,
+    resync_after: Option<Duration>,
+    planned: Vec<String>,
+    warnings: Vec<String>,
+}
+
+/// The settled parents of one controller, by parent key: one entry per parent at most,
+/// dropped when its parent is gone (or no longer ours) and with the controller.
+#[derive(Default)]
+pub struct SettledParents(Mutex<HashMap<String, Box<Settled>>>);
+
+impl SettledParents {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Box<Settled>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self, key: &str) -> Option<Box<Settled>> {
+        self.lock().remove(key)
+    }
+
+    fn put(&self, key: &str, settled: Box<Settled>) {
+        self.lock().insert(key.to_string(), settled);
+    }
+
+    /// How many parents are remembered.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no parent is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What a request is made of, as text: `finalizing`, then the parent, each observed child
+/// and each related object by group, key, uid and resourceVersion (each part prefixed by
+/// its length). The same text means the same request body: an object is the same at the
+/// same uid and resourceVersion. `None` when some object has no uid or resourceVersion.
+fn seen(
+    parent: &Value,
+    observed: &GroupMap,
+    related: &GroupMap,
+    finalizing: bool,
+) -> Option<String> {
+    fn part(out: &mut String, s: &str) {
+        use std::fmt::Write;
+        let _ = write!(out, "{}:{s}", s.len());
+    }
+    fn object(out: &mut String, key: &str, o: &Value) -> Option<()> {
+        let version = o["metadata"]["resourceVersion"]
+            .as_str()
+            .filter(|v| !v.is_empty())?;
+        let uid = Some(uid_of(o)).filter(|u| !u.is_empty())?;
+        part(out, key);
+        part(out, uid);
+        part(out, version);
+        Some(())
+    }
+    let mut out = String::with_capacity(256);
+    object(&mut out, if finalizing { "finalizing" } else { "" }, parent)?;
+    for map in [observed, related] {
+        for (group, objects) in map {
+            part(&mut out, group);
+            part(&mut out, &objects.len().to_string());
+            for (key, o) in objects {
+                object(&mut out, key, o)?;
+            }
+        }
+        out.push('|');
+    }
+    Some(out)
+}
+
+/// Whether ManageChildren had nothing to do for `desired`: each desired child observed
+/// and each observed child desired (or already being deleted), so that it neither
+/// created nor deleted; the caller checks that it updated nothing.
+fn children_match(observed: &GroupMap, desired: &GroupMap) -> bool {
+    let empty = crate::keys::ObjectMap::new();
+    desired.iter().all(|(group, want)| {
+        let have = observed.get(group).unwrap_or(&empty);
+        want.keys().all(|k| have.contains_key(k))
+    }) && observed.iter().all(|(group, have)| {
+        let want = desired.get(group).unwrap_or(&empty);
+        have.iter()
+            .all(|(k, o)| want.contains_key(k) || is_deleting(o))
+    })
 }
 
 /// Why a sync did not complete.
@@ -225,6 +343,33 @@ pub async fn write_status(
 }
 
 impl Composite {
+    /// The body of a sync or finalize request about `parent`.
+    pub(crate) fn request(
+        &self,
+        parent: &Value,
+        observed: &GroupMap,
+        related: &GroupMap,
+        version: crate::types::HookVersion,
+        finalizing: bool,
+    ) -> Vec<u8> {
+        use std::sync::atomic::Ordering;
+        let controller = self.requests.controller.get_or_init(|| {
+            // Serializing a `Value` into memory cannot fail.
+            serde_json::to_vec(&self.object).unwrap_or_default()
+        });
+        let body = composite_request_with(
+            controller,
+            parent,
+            observed,
+            related,
+            version,
+            finalizing,
+            self.requests.size.load(Ordering::Relaxed),
+        );
+        self.requests.size.store(body.len(), Ordering::Relaxed);
+        body
+    }
+
     /// The finalizer of this controller.
     pub fn finalizer(&self) -> String {
         crate::types::ControllerKind::CompositeController.finalizer(&self.name)
@@ -322,6 +467,9 @@ impl Composite {
     /// One sync of the parent `key` (`namespace/name` or `name`).
     pub async fn sync(&self, cluster: &dyn Cluster, key: &str) -> Result<SyncReport, SyncError> {
         let (ns, name) = split_key(key);
+        // Taken out for this sync (one sync per parent runs at a time); put back only
+        // by a sync that leaves nothing to do.
+        let settled = self.settled.take(key);
         // The cached parent, shared: copied only when a finalizer write replaces it.
         let Some(mut parent) = cluster.cached(&self.parent, ns, name).await? else {
             return Ok(SyncReport::default());
@@ -350,6 +498,8 @@ impl Composite {
             (_, _, Some(s)) => (HookType::Sync, s),
             _ => return Err(SyncError::Failed("sync hook nil//not defined".into())),
         };
+        // Set on the single-call path: what to remember if this sync leaves nothing to do.
+        let mut remember: Option<Box<Settled>> = None;
         let (response, request_digest, answer_digest, warnings) =
             if rolling::uses_rollout(self, &parent) {
                 // Rolling updates: one hook call per parent revision, revisions persisted.
@@ -361,15 +511,33 @@ impl Composite {
             } else {
                 let related =
                     related_of(cluster, self.customizer.as_ref(), &self.object, &parent).await?;
-                let body = composite_request(
-                    &self.object,
-                    &parent,
-                    &observed,
-                    &related,
-                    bound.hook.version,
-                    finalizing,
-                );
-                let (answer, request_digest) = call_hook(bound, body, &parent).await?;
+                let body =
+                    self.request(&parent, &observed, &related, bound.hook.version, finalizing);
+                // The same objects make the same request, whose digest is the settled one.
+                let seen = seen(&parent, &observed, &related, finalizing);
+                let settled = settled.filter(|s| seen.as_deref() == Some(s.seen.as_str()));
+                let request_digest = match &settled {
+                    Some(s) => s.request_digest.clone(),
+                    None => digest(&body),
+                };
+                let answer = bound.client.call(body, cache_key(&parent)).await?;
+                if let Some(s) = settled
+                    && s.answer == answer
+                {
+                    // The same request answered the same: ManageChildren and the status
+                    // write would find nothing to do, as they did last time.
+                    let report = SyncReport {
+                        hook: Some(hook_type),
+                        resync_after: s.resync_after,
+                        request_digest: Some(request_digest),
+                        answer_digest: Some(s.answer_digest.clone()),
+                        planned: s.planned.clone(),
+                        warnings: s.warnings.clone(),
+                        ..SyncReport::default()
+                    };
+                    self.settled.put(key, s);
+                    return Ok(report);
+                }
                 let decoded = decode_composite(
                     hook_type,
                     bound.hook.version,
@@ -377,10 +545,24 @@ impl Composite {
                     &answer,
                 )
                 .map_err(|e| SyncError::Failed(e.to_string()))?;
+                let answer_digest = digest(&answer);
+                if let Some(seen) = seen
+                    && answer.len() <= SETTLED_ANSWER_MAX
+                {
+                    remember = Some(Box::new(Settled {
+                        seen,
+                        answer,
+                        request_digest: request_digest.clone(),
+                        answer_digest: answer_digest.clone(),
+                        resync_after: None,
+                        planned: Vec::new(),
+                        warnings: decoded.warnings.clone(),
+                    }));
+                }
                 (
                     decoded.response,
                     Some(request_digest),
-                    digest(&answer),
+                    answer_digest,
                     decoded.warnings,
                 )
             };
@@ -393,6 +575,9 @@ impl Composite {
         };
         if response.resync_after_seconds > 0.0 {
             report.resync_after = Some(Duration::from_secs_f64(response.resync_after_seconds));
+        }
+        if response.finalized {
+            remember = None;
         }
         if response.finalized && has_finalizer(&parent, &finalizer) {
             parent =
@@ -422,7 +607,8 @@ impl Composite {
         let desired =
             children::group_desired(desired, &self.children).map_err(SyncError::Failed)?;
         report.planned = children::planned(&desired);
-        if crate::keys::manages_children(&parent, &finalizer, self.finalize.is_some()) {
+        let manages = crate::keys::manages_children(&parent, &finalizer, self.finalize.is_some());
+        if manages {
             report.applied = children::manage(
                 cluster,
                 &Owner::of(&parent),
@@ -438,9 +624,23 @@ impl Composite {
         if status["observedGeneration"].is_null() {
             status["observedGeneration"] = json!(0);
         }
+        // Nothing left to do: the children as desired and the status the parent holds.
+        let settles = parent["status"] == status
+            && !report.applied.changed()
+            && report.applied.errors.is_empty()
+            && report.applied.not_written == 0
+            && (!manages || children_match(&observed, &desired));
         report.status_written = write_status(cluster, &self.parent, &parent, status).await?;
         if !report.applied.errors.is_empty() {
             return Err(SyncError::Failed(report.applied.errors.join("; ")));
+        }
+        if let Some(mut s) = remember
+            && settles
+            && !report.status_written
+        {
+            s.resync_after = report.resync_after;
+            s.planned = report.planned.clone();
+            self.settled.put(key, s);
         }
         Ok(report)
     }
@@ -498,3 +698,6 @@ pub fn digest(bytes: &[u8]) -> String {
     }
     format!("{h:016x}")
 }
+
+#[cfg(test)]
+mod tests;

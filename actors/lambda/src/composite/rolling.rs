@@ -32,7 +32,7 @@ use crate::children;
 use crate::claim::{self, Claim, Owner};
 use crate::keys::{GroupMap, key_of, name_of, namespace_of, uid_of};
 use crate::ports::{Cluster, ClusterError, HookType, Resource};
-use crate::protocol::{CompositeResponse, composite_request, decode_composite};
+use crate::protocol::{CompositeResponse, decode_composite};
 use crate::rollout::{
     GroupKind, LABEL_API_GROUP, LABEL_RESOURCE, ObservedChildren, RevisionAnswer, RolloutInput,
     parent_revisions, plan,
@@ -182,14 +182,7 @@ async fn call_hook(
     finalizing: bool,
 ) -> Result<(RevisionAnswer, String, Vec<String>), SyncError> {
     let related = super::related_of(cluster, c.customizer.as_ref(), &c.object, parent).await?;
-    let body = composite_request(
-        &c.object,
-        parent,
-        observed,
-        &related,
-        bound.hook.version,
-        finalizing,
-    );
+    let body = c.request(parent, observed, &related, bound.hook.version, finalizing);
     let (answer, _) = super::call_hook(bound, body, parent).await?;
     let decoded = decode_composite(
         hook_type,
@@ -419,6 +412,8 @@ mod tests {
             customizer: None,
             strategy: ApplyStrategy::DynamicApply,
             revisions: None,
+            settled: Default::default(),
+            requests: Default::default(),
         }
     }
 
