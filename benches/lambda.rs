@@ -13,37 +13,20 @@
 //!
 //! Run: `cargo bench --bench lambda`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+#[path = "support/cluster.rs"]
+mod cluster;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bosun_lambda::children::ApplyStrategy;
+use cluster::{LIVE, create, resource, wait};
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: delegates to the system allocator and only counts sizes.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same layout contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: p was allocated by System with l.
-        unsafe { System.dealloc(p, l) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: cluster::Counting = cluster::Counting;
 
 const WORKERS: usize = 5;
 
@@ -101,40 +84,8 @@ async fn serve_hook(calls: Arc<AtomicUsize>, arrivals: Arrivals) -> anyhow::Resu
     Ok(url)
 }
 
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: if group.is_empty() {
-            version.into()
-        } else {
-            format!("{group}/{version}")
-        },
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
 
-async fn create(api: &Api<DynamicObject>, v: Value) -> anyhow::Result<()> {
-    let o: DynamicObject = serde_json::from_value(v)?;
-    api.create(&PostParams::default(), &o).await?;
-    Ok(())
-}
 
-async fn wait(
-    what: &str,
-    limit: Duration,
-    mut cond: impl AsyncFnMut() -> bool,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if cond().await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    anyhow::bail!("timed out waiting for {what}")
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -145,22 +96,8 @@ async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     // The API server in its own process, as in a cluster: the heap measured below is the
     // lambda controllers' alone.
-    let kubeconfig = dir.path().join("kubeconfig");
-    let mut sandbox = std::process::Command::new(env!("CARGO_BIN_EXE_bosun"))
-        .args(["sandbox", "--listen", "127.0.0.1:0", "--data"])
-        .arg(dir.path().join("sandbox"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .env("LOG_LEVEL", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !kubeconfig.exists() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let kc = kube::config::Kubeconfig::read_from(&kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    let client = kube::Client::try_from(config)?;
+    let sandbox = cluster::sandbox(dir.path()).await?;
+    let client = sandbox.client.clone();
     let calls = Arc::new(AtomicUsize::new(0));
     let arrivals: Arrivals = Arc::default();
     let url = serve_hook(calls.clone(), arrivals.clone()).await?;
@@ -383,7 +320,6 @@ async fn main() -> anyhow::Result<()> {
         ours_rate / raw_rate,
         restart_rate / raw_rate
     );
-    let _ = sandbox.kill();
-    let _ = sandbox.wait();
+    drop(sandbox);
     Ok(())
 }

@@ -1,3 +1,4 @@
+#![allow(dead_code)] // shared by several benches, each using a part
 //! What the benches against a sandbox share: a counting allocator (the heap a subsystem
 //! holds), a sandbox API server in its own process, dynamic objects, waiting with a
 //! deadline.
