@@ -84,9 +84,6 @@ async fn serve_hook(calls: Arc<AtomicUsize>, arrivals: Arrivals) -> anyhow::Resu
     Ok(url)
 }
 
-
-
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let parents: usize = std::env::var("BENCH_PARENTS")
