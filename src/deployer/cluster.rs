@@ -86,7 +86,8 @@ impl Informer {
         }
     }
 
-    fn change_of(&self, object: &Value) -> Change {
+    /// The change to report for `object`; `deleted` ones carry no resourceVersion.
+    fn change_of(&self, object: &Value, deleted: bool) -> Change {
         match self.watched {
             Watched::Items => {
                 let type_ = object["metadata"]["annotations"]
@@ -98,6 +99,14 @@ impl Informer {
                 Change::Item {
                     key: ItemKey::of(object),
                     type_,
+                    resource_version: if deleted {
+                        String::new()
+                    } else {
+                        object["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string()
+                    },
                 }
             }
             Watched::Targets => {
@@ -133,7 +142,7 @@ impl Listener for Informer {
                 lock(&self.objects).remove(key);
             }
         }
-        self.send(self.change_of(object));
+        self.send(self.change_of(object, change == WatchChange::Deleted));
     }
 
     fn keeps_parsed(&self) -> bool {
@@ -246,7 +255,7 @@ impl Cluster for KubeCluster {
             }
             // Every item the first list found, once.
             for o in lock(&self.items.objects).values() {
-                let _ = tx.send(self.items.change_of(o));
+                let _ = tx.send(self.items.change_of(o, true));
             }
             Ok(rx)
         })

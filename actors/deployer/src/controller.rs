@@ -121,6 +121,9 @@ struct Shared {
     settings: Settings,
     queue: WorkQueue<ItemKey>,
     last: Mutex<BTreeMap<ItemKey, LastRun>>,
+    /// The resourceVersion of each item as this deployer last wrote it: the watch event of
+    /// its own write changes nothing it does not know, and does not queue the item again.
+    own_writes: Mutex<BTreeMap<ItemKey, String>>,
 }
 
 /// The running deployer; dropping it stops the watch and the workers.
@@ -182,6 +185,7 @@ impl Deployer {
             journal,
             queue: WorkQueue::new(),
             last: Mutex::new(BTreeMap::new()),
+            own_writes: Mutex::new(BTreeMap::new()),
             settings,
         });
         let mut rx = shared.cluster.watch().await?;
@@ -190,9 +194,23 @@ impl Deployer {
         tasks.push(tokio::spawn(async move {
             while let Some(change) = rx.recv().await {
                 match change {
-                    Change::Item { key, type_ } => {
+                    Change::Item {
+                        key,
+                        type_,
+                        resource_version,
+                    } => {
                         // Step 1 on metadata alone: other types are never even read.
-                        if s.type_names.contains(&type_) {
+                        if !s.type_names.contains(&type_) {
+                            continue;
+                        }
+                        let own = {
+                            let mut own = lock(&s.own_writes);
+                            if resource_version.is_empty() {
+                                own.remove(&key);
+                            }
+                            own.get(&key) == Some(&resource_version)
+                        };
+                        if !own {
                             s.queue.add(key);
                         }
                     }
@@ -454,6 +472,7 @@ async fn write_status(
             .await;
     }
     let written = s.cluster.update_status(item.with_status(new)).await?;
+    own_write(s, &item.key, &written);
     {
         let mut last = lock(&s.last);
         last.insert(
@@ -477,6 +496,13 @@ async fn write_status(
     })
 }
 
+/// Remembers the resourceVersion this deployer's write gave the item.
+fn own_write(s: &Shared, key: &ItemKey, written: &Value) {
+    if let Some(rv) = written["metadata"]["resourceVersion"].as_str() {
+        lock(&s.own_writes).insert(key.clone(), rv.to_string());
+    }
+}
+
 async fn update_metadata(
     s: &Shared,
     item: &DeployItem,
@@ -487,6 +513,7 @@ async fn update_metadata(
         edit(meta);
     }
     let written = s.cluster.update_item(object).await?;
+    own_write(s, &item.key, &written);
     DeployItem::parse(&written).map_err(|e| {
         ReconcileError::Cluster(ClusterError::Other {
             what: item_name(&item.key),

@@ -54,6 +54,10 @@ impl Inner {
         let change = Change::Item {
             key: ItemKey::of(o),
             type_: type_of(o),
+            resource_version: o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
         };
         self.notify(change);
     }
@@ -165,6 +169,7 @@ impl Cluster for MemoryCluster {
                 let _ = tx.send(Change::Item {
                     key: ItemKey::of(o),
                     type_: type_of(o),
+                    resource_version: String::new(),
                 });
             }
             st.watchers.push(tx);

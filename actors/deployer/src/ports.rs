@@ -41,7 +41,13 @@ pub struct EventNote {
 pub enum Change {
     /// A DeployItem was added, changed or deleted; `type_` is its deployer type as the
     /// metadata tells (annotation, else spec.type), for the cheap filter.
-    Item { key: ItemKey, type_: String },
+    /// `resource_version`: the object's, empty for a deletion (so that it never passes
+    /// for the deployer's own write).
+    Item {
+        key: ItemKey,
+        type_: String,
+        resource_version: String,
+    },
     /// A Target (or the Secret it points to) changed: its items are looked at again.
     Target { namespace: String, name: String },
 }
