@@ -1211,8 +1211,9 @@ fn helm_release_lifecycle(engine: common::HelmEngine) {
     );
 }
 
-/// Serves `files` (path → body) over HTTP on 127.0.0.1 until the test ends; its URL.
-fn serve_files(files: Vec<(String, Vec<u8>)>) -> String {
+/// Serves `files` (path → body) over HTTP on 127.0.0.1 until the test ends, to requests
+/// that carry `authorization` (401 to the others); its URL.
+fn serve_files(files: Vec<(String, Vec<u8>)>, authorization: &'static str) -> String {
     use std::io::{BufRead as _, BufReader, Write as _};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
@@ -1224,14 +1225,18 @@ fn serve_files(files: Vec<(String, Vec<u8>)>) -> String {
                 continue;
             }
             // The rest of the head.
-            let mut header = String::new();
+            let (mut header, mut authorized) = (String::new(), false);
             while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                let (name, value) = header.split_once(':').unwrap_or_default();
+                authorized |=
+                    name.eq_ignore_ascii_case("authorization") && value.trim() == authorization;
                 header.clear();
             }
             let path = line.split_whitespace().nth(1).unwrap_or_default();
             let mut stream = reader.into_inner();
             let found = files.iter().find(|(p, _)| p == path);
             let (status, body): (&str, &[u8]) = match found {
+                _ if !authorized => ("401 Unauthorized", b"who are you"),
                 Some((_, b)) => ("200 OK", b),
                 None => ("404 Not Found", b"not found"),
             };
@@ -1252,13 +1257,17 @@ fn a_helm_item_from_a_chart_repository_without_helm_deployment_applies_the_rende
     let target_cluster = Sandbox::start();
     let work = workdir();
     let index = "apiVersion: v1\nentries:\n  web:\n  - name: web\n    version: 1.0.0\n    urls: [charts/web-1.0.0.tgz]\n  - name: web\n    version: 2.0.0\n    urls: [charts/web-2.0.0.tgz]\n";
-    let repo = serve_files(vec![
-        ("/index.yaml".into(), index.as_bytes().to_vec()),
-        ("/charts/web-1.0.0.tgz".into(), web_chart("1.0.0")),
-        ("/charts/web-2.0.0.tgz".into(), web_chart("2.0.0")),
-    ]);
+    let repo = serve_files(
+        vec![
+            ("/index.yaml".into(), index.as_bytes().to_vec()),
+            ("/charts/web-1.0.0.tgz".into(), web_chart("1.0.0")),
+            ("/charts/web-2.0.0.tgz".into(), web_chart("2.0.0")),
+        ],
+        "Bearer s3cret",
+    );
     let op = bosun(&sb, work.path(), &[]);
     target_for(&sb, &target_cluster, "cluster-2");
+
     create_item(
         &sb,
         "rendered",
@@ -1272,6 +1281,30 @@ fn a_helm_item_from_a_chart_repository_without_helm_deployment_applies_the_rende
             }),
         )}),
     );
+    // Without the repository's credentials the download is refused and retried.
+    op.wait("the refused download reported", WAIT, || {
+        item(&sb, "rendered").is_some_and(|o| {
+            o["status"]["lastError"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("helmChartRepo") && m.contains("401"))
+        })
+    });
+    // The repository's credentials, as landscaper reads them: the Context's
+    // helmChartRepoCredentials, the header in a Secret.
+    let (code, answer) = sb.post(
+        "/api/v1/namespaces/default/secrets",
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "repo-auth", "namespace": "default"},
+                "stringData": {"authHeader": "Bearer s3cret"}}),
+    );
+    assert_eq!(code, 201, "{answer}");
+    let (code, answer) = sb.post(
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
+        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
+                "metadata": {"name": "default", "namespace": "default"},
+                "configurations": {"helmChartRepoCredentials": {"auths": [
+                    {"url": repo, "secretRef": {"name": "repo-auth"}}]}}}),
+    );
+    assert_eq!(code, 201, "{answer}");
     let done = wait_phase(&op, &sb, "rendered", "Succeeded");
     let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/web-cm");
     assert_eq!(

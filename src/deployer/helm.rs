@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bosun_deployer::helm::{Chart, ChartSource, HelmPort, HelmRun, ReleaseState};
+use bosun_deployer::helm::{Chart, ChartSource, HelmPort, HelmRun, ReleaseState, RepoCredential};
 use bosun_deployer::item::ErrorCode;
 use bosun_deployer::ports::BoxFut;
 use bosun_deployer::status::DeployError;
@@ -276,8 +276,14 @@ impl HelmCharts {
             .await
     }
 
-    /// GET `url` (redirects followed), cached for [`FETCH_TTL`].
-    async fn download(&self, url: &str, field: &str) -> Result<Arc<Vec<u8>>, DeployError> {
+    /// GET `url` (redirects followed), cached for [`FETCH_TTL`]; with the `Authorization`
+    /// header of the credential whose URL it starts with.
+    async fn download(
+        &self,
+        url: &str,
+        field: &str,
+        credentials: &[RepoCredential],
+    ) -> Result<Arc<Vec<u8>>, DeployError> {
         if let Some((at, bytes)) = lock(&self.downloads).get(url)
             && at.elapsed() < FETCH_TTL
         {
@@ -288,7 +294,11 @@ impl HelmCharts {
             let uri: http::Uri = current
                 .parse()
                 .map_err(|e| chart_error(format!("{field}: {current:?} is not a URL: {e}")))?;
-            let request = http::Request::get(uri)
+            let mut request = http::Request::get(uri);
+            if let Some(h) = RepoCredential::header_for(credentials, &current) {
+                request = request.header(http::header::AUTHORIZATION, h);
+            }
+            let request = request
                 .body(http_body_util::Empty::new())
                 .map_err(|e| chart_error(format!("{field}: {e}")))?;
             let response =
@@ -447,7 +457,11 @@ fn install_options(run: &HelmRun<'_>, upgrade: bool) -> InstallOptions {
 }
 
 impl HelmPort for HelmCharts {
-    fn chart<'a>(&'a self, source: &'a ChartSource) -> BoxFut<'a, Result<Arc<Chart>, DeployError>> {
+    fn chart<'a>(
+        &'a self,
+        source: &'a ChartSource,
+        credentials: &'a [RepoCredential],
+    ) -> BoxFut<'a, Result<Arc<Chart>, DeployError>> {
         Box::pin(async move {
             match source {
                 ChartSource::Archive(bytes) => {
@@ -456,13 +470,13 @@ impl HelmPort for HelmCharts {
                 }
                 ChartSource::Remote(url) => {
                     const F: &str = "spec.config.chart.archive.remote.url";
-                    let bytes = self.download(url, F).await?;
+                    let bytes = self.download(url, F, credentials).await?;
                     self.read(bytes, &format!("{F} {url}")).await
                 }
                 ChartSource::Repo { url, name, version } => {
                     const F: &str = "spec.config.chart.helmChartRepo";
                     let index_url = format!("{}/index.yaml", url.trim_end_matches('/'));
-                    let text = self.download(&index_url, F).await?;
+                    let text = self.download(&index_url, F, credentials).await?;
                     let index: Value = serde_saphyr::from_slice(&text).map_err(|e| {
                         fetch_error(format!(
                             "{F}: {index_url}: not a chart repository index: {e}"
@@ -470,7 +484,7 @@ impl HelmPort for HelmCharts {
                     })?;
                     let archive = chart_url(&index, url, name, version)
                         .map_err(|m| chart_error(format!("{F}: {m}")))?;
-                    let bytes = self.download(&archive, F).await?;
+                    let bytes = self.download(&archive, F, credentials).await?;
                     self.read(bytes, &format!("{F} {archive}")).await
                 }
             }

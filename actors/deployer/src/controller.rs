@@ -558,6 +558,7 @@ async fn apply_plan(
                     target: resolved,
                     force: false,
                     remaining: None,
+                    cluster: s.cluster.as_ref(),
                 })
                 .await;
             }
@@ -677,6 +678,7 @@ async fn run_reconcile(
         target: resolved.as_ref(),
         force,
         remaining,
+        cluster: s.cluster.as_ref(),
     };
     let outcome = match ty.reconcile(job).await {
         Ok(o) => o,
@@ -749,6 +751,7 @@ async fn run_delete(
             target: resolved.as_ref(),
             force: false,
             remaining,
+            cluster: s.cluster.as_ref(),
         };
         if let Err(e) = ty.delete(job).await {
             return finish_step(s, &item, status, true, Some(e), remaining, now).await;

@@ -379,6 +379,94 @@ pub fn coalesce(defaults: &Value, user: &Value) -> Value {
     }
 }
 
+/// `configurations.helmChartRepoCredentials.auths[]` of the item's Context: the
+/// `Authorization` header for the URLs that start with `url`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepoCredential {
+    pub url: String,
+    pub auth_header: String,
+}
+
+impl RepoCredential {
+    /// The header of the first credential whose URL starts `url`.
+    pub fn header_for<'a>(all: &'a [RepoCredential], url: &str) -> Option<&'a str> {
+        all.iter()
+            .find(|c| url.starts_with(&c.url))
+            .map(|c| c.auth_header.as_str())
+    }
+}
+
+/// The chart repository credentials of the item's Context (`spec.context`, else
+/// `default`; none when there is no such Context): `authHeader` inline, or from
+/// `secretRef {name, key (default authHeader)}` in the item's namespace.
+pub async fn repo_credentials(job: &Job<'_>) -> Result<Vec<RepoCredential>, DeployError> {
+    const F: &str = "configurations.helmChartRepoCredentials.auths";
+    let ns = &job.item.key.namespace;
+    let name = job.item.context.as_deref().unwrap_or("default");
+    let unreadable = |what: String, e: String| {
+        DeployError::new(
+            "Reconcile",
+            "HelmChartRepoCredentials",
+            format!("{what}: {e}"),
+            &[],
+        )
+    };
+    let Some(context) = job
+        .cluster
+        .get_context(ns, name)
+        .await
+        .map_err(|e| unreadable(format!("Context {ns}/{name}"), e.to_string()))?
+    else {
+        return Ok(Vec::new());
+    };
+    let auths = match &context["configurations"]["helmChartRepoCredentials"]["auths"] {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(a) => a.clone(),
+        other => {
+            return Err(config_error(format!(
+                "Context {ns}/{name}: {F}: expected a list, got {other}"
+            )));
+        }
+    };
+    let mut out = Vec::new();
+    for (i, a) in auths.iter().enumerate() {
+        let field = format!("Context {ns}/{name}: {F}[{i}]");
+        let url = string_field(&a["url"], &format!("{field}.url"))?;
+        let auth_header = match (&a["authHeader"], &a["secretRef"]) {
+            (Value::String(h), _) if !h.is_empty() => h.clone(),
+            (_, r) if r.is_object() => {
+                let secret = string_field(&r["name"], &format!("{field}.secretRef.name"))?;
+                let key = r["key"].as_str().unwrap_or("authHeader");
+                let data = job
+                    .cluster
+                    .get_secret(ns, &secret)
+                    .await
+                    .map_err(|e| unreadable(format!("Secret {ns}/{secret}"), e.to_string()))?
+                    .ok_or_else(|| {
+                        config_error(format!("{field}.secretRef: Secret {ns}/{secret} not found"))
+                    })?;
+                let bytes = data.get(key).ok_or_else(|| {
+                    config_error(format!(
+                        "{field}.secretRef: Secret {ns}/{secret} has no key {key:?}"
+                    ))
+                })?;
+                String::from_utf8(bytes.clone()).map_err(|_| {
+                    config_error(format!(
+                        "{field}.secretRef: the value of {key:?} is not text"
+                    ))
+                })?
+            }
+            _ => {
+                return Err(config_error(format!(
+                    "{field}: give authHeader or secretRef"
+                )));
+            }
+        };
+        out.push(RepoCredential { url, auth_header });
+    }
+    Ok(out)
+}
+
 /// A chart, fetched and read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Chart {
@@ -418,8 +506,13 @@ pub struct HelmRun<'a> {
 
 /// Charts and releases, as the helm type needs them.
 pub trait HelmPort: Send + Sync + 'static {
-    /// Fetches (or finds in the cache) and reads a chart.
-    fn chart<'a>(&'a self, source: &'a ChartSource) -> BoxFut<'a, Result<Arc<Chart>, DeployError>>;
+    /// Fetches (or finds in the cache) and reads a chart; a download whose URL starts with
+    /// a credential's URL carries its `Authorization` header.
+    fn chart<'a>(
+        &'a self,
+        source: &'a ChartSource,
+        credentials: &'a [RepoCredential],
+    ) -> BoxFut<'a, Result<Arc<Chart>, DeployError>>;
     /// Renders the chart offline: the objects of its templates.
     fn render<'a>(&'a self, run: HelmRun<'a>) -> BoxFut<'a, Result<Vec<Value>, DeployError>>;
     /// The release's last revision (`None`: no release of that name).
@@ -566,7 +659,11 @@ impl HelmType {
     async fn apply(&self, job: &Job<'_>) -> Result<Outcome, DeployError> {
         let target = need_target(job)?;
         let config = HelmConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))?;
-        let chart = self.helm.chart(&config.chart).await?;
+        let credentials = match &config.chart {
+            ChartSource::Archive(_) => Vec::new(),
+            ChartSource::Remote(_) | ChartSource::Repo { .. } => repo_credentials(job).await?,
+        };
+        let chart = self.helm.chart(&config.chart, &credentials).await?;
         let run = HelmRun {
             chart: &chart,
             release: &config.name,

@@ -115,7 +115,7 @@ pub trait Cluster: Send + Sync + 'static {
 }
 
 /// One run of a type on one item.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Job<'a> {
     pub item: &'a DeployItem,
     pub target: Option<&'a ResolvedTarget>,
@@ -123,6 +123,8 @@ pub struct Job<'a> {
     pub force: bool,
     /// Time left before the item's timeout (`None`: no timeout).
     pub remaining: Option<Duration>,
+    /// The items' cluster, for what a type reads beside the item (its Context, Secrets).
+    pub cluster: &'a dyn Cluster,
 }
 
 /// What a reconcile of a type ended with.
