@@ -83,6 +83,32 @@ fn edit_item(sb: &Sandbox, name: &str, edit: impl Fn(&mut Value)) {
     });
 }
 
+/// How an error message names its field.
+enum Naming {
+    Starts,
+    Contains,
+}
+
+/// Waits for `name` to fail with `ERR_CONFIGURATION_PROBLEM` and a message naming `field`.
+fn fails_naming(op: &Operator, sb: &Sandbox, name: &str, field: &str, how: Naming) {
+    let failed = wait_phase(op, sb, name, "Failed");
+    let e = &failed["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
+    let message = e["message"].as_str().unwrap_or_default();
+    let named = match how {
+        Naming::Starts => message.starts_with(field),
+        Naming::Contains => message.contains(field),
+    };
+    assert!(named, "{name}'s error names {field}: {e}");
+}
+
+/// Deletes the item `name` and waits until it is gone (its finalizer removed).
+fn delete_and_wait(op: &Operator, sb: &Sandbox, name: &str) {
+    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/{name}"), "", "");
+    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
+    op.wait("the item gone", WAIT, || item(sb, name).is_none());
+}
+
 /// The deployer's journal: each item's phase changes, errors and finalizations.
 fn journal(work: &std::path::Path) -> Vec<DeployerEvent> {
     let Ok(j) = bosun_journal::Journal::<DeployerEvent>::open_read_only(
@@ -266,27 +292,9 @@ fn failed_timed_out_and_misconfigured_items_fail_with_their_codes() {
     assert_eq!(e["codes"], json!(["ERR_TIMEOUT"]), "{e}");
     assert_eq!(e["reason"], "ProgressingTimeout", "{e}");
 
-    let bad = wait_phase(&op, &sb, "bad-timeout", "Failed");
-    let e = &bad["status"]["lastError"];
-    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
-    assert!(
-        e["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("spec.timeout"),
-        "{e}"
-    );
+    fails_naming(&op, &sb, "bad-timeout", "spec.timeout", Naming::Contains);
 
-    let bad = wait_phase(&op, &sb, "bad-config", "Failed");
-    let e = &bad["status"]["lastError"];
-    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
-    assert!(
-        e["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("spec.config"),
-        "{e}"
-    );
+    fails_naming(&op, &sb, "bad-config", "spec.config", Naming::Contains);
 
     // `bosun journal deployer --item` tells why an item is not Succeeded.
     let why = common::run_ok(
@@ -462,9 +470,7 @@ fn deletion_goes_through_init_delete_and_removes_the_finalizer() {
         .as_str()
         .expect("exportRef")
         .to_string();
-    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/doomed"), "", "");
-    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
-    op.wait("the item gone", WAIT, || item(&sb, "doomed").is_none());
+    delete_and_wait(&op, &sb, "doomed");
     assert!(
         secret_config(&sb, &export).is_none(),
         "the export Secret is removed"
@@ -787,21 +793,16 @@ fn manifests_are_applied_in_the_target_cluster_updated_pruned_and_removed() {
             {"policy": "sometimes", "manifest": cm("app", "x", json!({}))},
         ]))}),
     );
-    let bad = wait_phase(&op, &sb, "bad-policy", "Failed");
-    let e = &bad["status"]["lastError"];
-    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
-    assert!(
-        e["message"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("spec.config.manifests[0].policy"),
-        "{e}"
+    fails_naming(
+        &op,
+        &sb,
+        "bad-policy",
+        "spec.config.manifests[0].policy",
+        Naming::Starts,
     );
 
     // Deletion removes what the item manages (namespaced first), then the finalizer.
-    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/manifests"), "", "");
-    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
-    op.wait("the item gone", WAIT, || item(&sb, "manifests").is_none());
+    delete_and_wait(&op, &sb, "manifests");
     assert!(in_target("/api/v1/namespaces/app/configmaps/two").is_none());
     assert!(
         in_target("/api/v1/namespaces/app")
@@ -941,15 +942,12 @@ fn manifests_wait_for_readiness_then_export_and_merge_with_live_objects() {
         "bad-check",
         json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": bad}),
     );
-    let failed = wait_phase(&op, &sb, "bad-check", "Failed");
-    let e = &failed["status"]["lastError"];
-    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
-    assert!(
-        e["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("readinessChecks.custom[0].requirements[0].operator"),
-        "{e}"
+    fails_naming(
+        &op,
+        &sb,
+        "bad-check",
+        "readinessChecks.custom[0].requirements[0].operator",
+        Naming::Contains,
     );
 }
 
@@ -997,9 +995,7 @@ fn deletion_groups_go_in_order_and_force_delete_strips_finalizers() {
         );
         assert_eq!(code, 201, "{answer}");
     }
-    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/grouped"), "", "");
-    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
-    op.wait("the item gone", WAIT, || item(&sb, "grouped").is_none());
+    delete_and_wait(&op, &sb, "grouped");
     assert!(
         in_target("/api/v1/namespaces/default/configmaps/held").is_none(),
         "forceDelete removed the finalizer that held it"
@@ -1189,21 +1185,16 @@ fn helm_release_lifecycle(engine: common::HelmEngine) {
             json!({}),
         )}),
     );
-    let bad = wait_phase(&op, &sb, "not-a-chart", "Failed");
-    let e = &bad["status"]["lastError"];
-    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
-    assert!(
-        e["message"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("spec.config.chart.archive.raw"),
-        "{e}"
+    fails_naming(
+        &op,
+        &sb,
+        "not-a-chart",
+        "spec.config.chart.archive.raw",
+        Naming::Starts,
     );
 
     // Deletion uninstalls the release.
-    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/web"), "", "");
-    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
-    op.wait("the item gone", WAIT, || item(&sb, "web").is_none());
+    delete_and_wait(&op, &sb, "web");
     assert!(in_target("/api/v1/namespaces/apps/configmaps/web-cm").is_none());
     assert!(
         release_secrets(&target_cluster, "apps").is_empty(),
@@ -1332,9 +1323,7 @@ fn a_helm_item_from_a_chart_repository_without_helm_deployment_applies_the_rende
     );
 
     // Deletion removes the rendered objects.
-    let (code, answer) = sb.request("DELETE", &format!("{ITEMS}/rendered"), "", "");
-    assert!(code == 200 || code == 202, "DELETE: {code} {answer}");
-    op.wait("the item gone", WAIT, || item(&sb, "rendered").is_none());
+    delete_and_wait(&op, &sb, "rendered");
     assert_eq!(
         target_cluster
             .get("/api/v1/namespaces/default/configmaps/web-cm")
