@@ -152,7 +152,7 @@ fn main() {
             render += t.elapsed();
             let t = Instant::now();
             client
-                .install(&m, &name, &values, &Default::default())
+                .deploy(bosun::helm::Action::Install, &m, &name, &values, &Default::default())
                 .await
                 .expect("install");
             install += t.elapsed();

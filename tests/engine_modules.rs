@@ -575,7 +575,13 @@ fn install_release(sb: &Sandbox, chart: &Path, name: &str, engine: HelmEngine) {
             })
             .expect("helm client");
         client
-            .install(chart, name, &json!({}), &Default::default())
+            .deploy(
+                bosun::helm::Action::Install,
+                chart,
+                name,
+                &json!({}),
+                &Default::default(),
+            )
             .await
             .expect("install");
     });

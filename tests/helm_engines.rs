@@ -80,7 +80,8 @@ async fn install_upgrade_uninstall(which: Engine) {
 
     let started = Instant::now();
     let rel = client
-        .install(
+        .deploy(
+            bosun::helm::Action::Install,
             &chart("demo"),
             "demo",
             &json!({}),
@@ -130,7 +131,13 @@ async fn install_upgrade_uninstall(which: Engine) {
     };
     let started = Instant::now();
     let rel = client
-        .upgrade_install(&chart("demo"), "demo", &json!({"color": "green"}), &options)
+        .deploy(
+            bosun::helm::Action::UpgradeInstall,
+            &chart("demo"),
+            "demo",
+            &json!({"color": "green"}),
+            &options,
+        )
         .await
         .expect("upgrade");
     eprintln!("{which:?}: upgrade took {:?}", started.elapsed());
@@ -171,7 +178,13 @@ async fn install_upgrade_uninstall(which: Engine) {
     );
     // A third revision: with a history of two, the first is gone.
     client
-        .upgrade(&chart("demo"), "demo", &json!({"color": "red"}), &options)
+        .deploy(
+            bosun::helm::Action::Upgrade,
+            &chart("demo"),
+            "demo",
+            &json!({"color": "red"}),
+            &options,
+        )
         .await
         .expect("upgrade again");
     let history = client.history("demo").await.expect("history");
@@ -251,7 +264,8 @@ async fn errors_name_the_release_and_say_whether_to_retry(which: Engine) {
     )
     .expect("template");
     let err = client
-        .install(
+        .deploy(
+            bosun::helm::Action::Install,
             &rejected,
             "rejected",
             &json!({}),
@@ -350,7 +364,8 @@ async fn a_cancelled_cli_call_kills_helm() {
         let (client, waiting, release) = (client.clone(), waiting.clone(), release.clone());
         tokio::spawn(async move {
             client
-                .install(
+                .deploy(
+                    bosun::helm::Action::Install,
                     &waiting,
                     &release,
                     &json!({}),

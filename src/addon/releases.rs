@@ -347,11 +347,10 @@ impl Releases for HelmReleases {
             let attempt = |exists: bool| {
                 let (chart, release, values, options) = (&chart, &release, &values, &options);
                 async move {
-                    if exists {
-                        self.client.upgrade(chart, release, values, options).await
-                    } else {
-                        self.client.install(chart, release, values, options).await
-                    }
+                    let action = crate::helm::Action::of(exists);
+                    self.client
+                        .deploy(action, chart, release, values, options)
+                        .await
                 }
             };
             let started = std::time::Instant::now();

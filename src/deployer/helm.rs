@@ -550,15 +550,15 @@ impl HelmPort for HelmCharts {
             let client = self.client(target, run.namespace).await?;
             let chart = self.chart_path(run.chart);
             let o = install_options(&run, upgrade);
-            let r = if upgrade {
-                client.upgrade(&chart, run.release, run.values, &o).await
-            } else {
-                client.install(&chart, run.release, run.values, &o).await
-            };
-            let action = if upgrade { "upgrade" } else { "install" };
-            r.map(|r| state(&r, run.namespace)).map_err(|e| {
-                helm_error(target, &format!("{action} of release {}", run.release), &e)
-            })
+            let action = crate::helm::Action::of(upgrade);
+            client
+                .deploy(action, &chart, run.release, run.values, &o)
+                .await
+                .map(|r| state(&r, run.namespace))
+                .map_err(|e| {
+                    let what = format!("{} of release {}", action.command(), run.release);
+                    helm_error(target, &what, &e)
+                })
         })
     }
 

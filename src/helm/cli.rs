@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{ClusterOptions, HELM_BURST, HELM_QPS, HelmError, InstallOptions, Release};
+use super::{Action, ClusterOptions, HELM_BURST, HELM_QPS, HelmError, InstallOptions, Release};
 
 /// How long a call that changes nothing in the cluster (render, status, list) may run.
 const READ_DEADLINE: Duration = Duration::from_secs(120);
@@ -506,61 +506,26 @@ impl CliClient {
             + GRACE
     }
 
-    async fn install_or_upgrade(
+    /// Installs or upgrades `release` as `action` says.
+    pub async fn deploy(
         &self,
-        action: &str,
+        action: Action,
         chart: &Path,
         release: &str,
         values: &Value,
         o: &InstallOptions,
     ) -> Result<Release, HelmError> {
-        let upgrade = action != "install";
+        let command = action.command();
         let file = self.cli.values_file(values)?;
-        let mut args: Vec<OsString> = action.split(' ').map(OsString::from).collect();
+        let mut args: Vec<OsString> = command.split(' ').map(OsString::from).collect();
         args.extend([release.into(), chart.into(), "--values".into()]);
         args.push(file.path().into());
-        args.extend(self.install_args(o, upgrade)?);
+        args.extend(self.install_args(o, action != Action::Install)?);
         args.extend(self.cluster_args());
         args.extend(["--output".into(), "json".into()]);
         let text = self.cli.run(release, args, Self::deadline(o)).await?;
         drop(file);
-        parse(release, action, &text).map(Release)
-    }
-
-    /// `helm install`.
-    pub async fn install(
-        &self,
-        chart: &Path,
-        release: &str,
-        values: &Value,
-        o: &InstallOptions,
-    ) -> Result<Release, HelmError> {
-        self.install_or_upgrade("install", chart, release, values, o)
-            .await
-    }
-
-    /// `helm upgrade`.
-    pub async fn upgrade(
-        &self,
-        chart: &Path,
-        release: &str,
-        values: &Value,
-        o: &InstallOptions,
-    ) -> Result<Release, HelmError> {
-        self.install_or_upgrade("upgrade", chart, release, values, o)
-            .await
-    }
-
-    /// `helm upgrade --install`: installs when there is no release yet.
-    pub async fn upgrade_install(
-        &self,
-        chart: &Path,
-        release: &str,
-        values: &Value,
-        o: &InstallOptions,
-    ) -> Result<Release, HelmError> {
-        self.install_or_upgrade("upgrade --install", chart, release, values, o)
-            .await
+        parse(release, command, &text).map(Release)
     }
 
     /// `helm uninstall`.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::cli::{self, CliClient, HelmCli};
-use super::{ClusterOptions, HelmClient, HelmError, HelmLibrary, InstallOptions, Release};
+use super::{Action, ClusterOptions, HelmClient, HelmError, HelmLibrary, InstallOptions, Release};
 
 /// `BOSUN_HELM_ENGINE`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -212,45 +212,18 @@ pub enum ReleaseClient {
 }
 
 impl ReleaseClient {
-    /// `helm install`.
-    pub async fn install(
+    /// Installs or upgrades `release` as `action` says.
+    pub async fn deploy(
         &self,
+        action: Action,
         chart: &Path,
         release: &str,
         values: &Value,
         o: &InstallOptions,
     ) -> Result<Release, HelmError> {
         match self {
-            ReleaseClient::Library(c) => c.install(chart, release, values, o).await,
-            ReleaseClient::Cli(c) => c.install(chart, release, values, o).await,
-        }
-    }
-
-    /// `helm upgrade`.
-    pub async fn upgrade(
-        &self,
-        chart: &Path,
-        release: &str,
-        values: &Value,
-        o: &InstallOptions,
-    ) -> Result<Release, HelmError> {
-        match self {
-            ReleaseClient::Library(c) => c.upgrade(chart, release, values, o).await,
-            ReleaseClient::Cli(c) => c.upgrade(chart, release, values, o).await,
-        }
-    }
-
-    /// `helm upgrade --install`.
-    pub async fn upgrade_install(
-        &self,
-        chart: &Path,
-        release: &str,
-        values: &Value,
-        o: &InstallOptions,
-    ) -> Result<Release, HelmError> {
-        match self {
-            ReleaseClient::Library(c) => c.upgrade_install(chart, release, values, o).await,
-            ReleaseClient::Cli(c) => c.upgrade_install(chart, release, values, o).await,
+            ReleaseClient::Library(c) => c.deploy(action, chart, release, values, o).await,
+            ReleaseClient::Cli(c) => c.deploy(action, chart, release, values, o).await,
         }
     }
 

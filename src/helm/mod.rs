@@ -422,6 +422,37 @@ pub struct InstallOptions {
     pub skip_schema_validation: bool,
 }
 
+/// What an install-or-upgrade call does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// `helm install`.
+    Install,
+    /// `helm upgrade`.
+    Upgrade,
+    /// `helm upgrade --install`: installs when there is no release yet.
+    UpgradeInstall,
+}
+
+impl Action {
+    /// Upgrade when the release exists, else install.
+    pub fn of(exists: bool) -> Action {
+        if exists {
+            Action::Upgrade
+        } else {
+            Action::Install
+        }
+    }
+
+    /// The helm subcommand.
+    pub fn command(self) -> &'static str {
+        match self {
+            Action::Install => "install",
+            Action::Upgrade => "upgrade",
+            Action::UpgradeInstall => "upgrade --install",
+        }
+    }
+}
+
 /// Releases in one namespace.
 #[derive(Clone)]
 pub struct HelmClient {
@@ -494,43 +525,26 @@ impl HelmClient {
         parse(action, &text).map(Release)
     }
 
-    /// `helm install`.
-    pub async fn install(
+    /// Installs or upgrades `release` as `action` says.
+    pub async fn deploy(
         &self,
+        action: Action,
         chart: &Path,
         release: &str,
         values: &Value,
         o: &InstallOptions,
     ) -> Result<Release, HelmError> {
-        self.install_or_upgrade(false, chart, release, values, o)
+        let upgrade = match action {
+            Action::Install => false,
+            Action::Upgrade => true,
+            Action::UpgradeInstall => match self.status(release).await {
+                Ok(_) => true,
+                Err(HelmError::NotFound(_)) => false,
+                Err(e) => return Err(e),
+            },
+        };
+        self.install_or_upgrade(upgrade, chart, release, values, o)
             .await
-    }
-
-    /// `helm upgrade`.
-    pub async fn upgrade(
-        &self,
-        chart: &Path,
-        release: &str,
-        values: &Value,
-        o: &InstallOptions,
-    ) -> Result<Release, HelmError> {
-        self.install_or_upgrade(true, chart, release, values, o)
-            .await
-    }
-
-    /// `helm upgrade --install`: installs when there is no release yet.
-    pub async fn upgrade_install(
-        &self,
-        chart: &Path,
-        release: &str,
-        values: &Value,
-        o: &InstallOptions,
-    ) -> Result<Release, HelmError> {
-        match self.status(release).await {
-            Ok(_) => self.upgrade(chart, release, values, o).await,
-            Err(HelmError::NotFound(_)) => self.install(chart, release, values, o).await,
-            Err(e) => Err(e),
-        }
     }
 
     async fn call(
