@@ -10,11 +10,12 @@ use base64::Engine as _;
 use bosun_deployer::item::{DeployItem, ItemKey, ObjectRef};
 use bosun_deployer::lock::Found;
 use bosun_deployer::ports::{BoxFut, Change, Cluster, ClusterError, EventNote, SecretData};
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::DeleteParams;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
+use crate::kubernetes::raw::RawApi;
 use crate::watches::{
     Change as WatchChange, Listener, ObjectKey, SharedWatch, Stored, WatchManager,
 };
@@ -74,7 +75,30 @@ enum Watched {
 struct Informer {
     watched: Watched,
     objects: Mutex<BTreeMap<ObjectKey, Arc<Value>>>,
+    /// What this deployer's own writes returned, until the watch brings that version or a
+    /// later one: a read right after a write sees the write, without asking the API server.
+    written: Mutex<BTreeMap<ObjectKey, Arc<Value>>>,
     subscribers: Mutex<Vec<UnboundedSender<Change>>>,
+}
+
+fn object_key(key: &ItemKey) -> ObjectKey {
+    (key.namespace.clone(), key.name.clone())
+}
+
+fn resource_version(o: &Value) -> &str {
+    o["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// Whether a watch event of version `seen` makes this process's write of version
+/// `written` old news: the same version or, where both read as numbers (every API server
+/// in practice; Kubernetes calls them opaque), a later one. Unreadable: assumed later.
+fn supersedes(seen: &str, written: &str) -> bool {
+    match (seen.parse::<u64>(), written.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a >= b,
+        _ => true,
+    }
 }
 
 impl Informer {
@@ -82,6 +106,7 @@ impl Informer {
         Informer {
             watched,
             objects: Mutex::new(BTreeMap::new()),
+            written: Mutex::new(BTreeMap::new()),
             subscribers: Mutex::new(Vec::new()),
         }
     }
@@ -119,6 +144,35 @@ impl Informer {
         }
     }
 
+    /// The newest copy of `key` this process knows: its own last write, else the cache.
+    fn latest(&self, key: &ItemKey) -> Option<Value> {
+        let k = object_key(key);
+        if let Some(o) = lock(&self.written).get(&k) {
+            return Some(Value::clone(o));
+        }
+        lock(&self.objects).get(&k).map(|o| Value::clone(o))
+    }
+
+    /// Remembers what a write of `key` returned, unless the watch has already brought that
+    /// version (the cache lock is held across, so the watch cannot slip in between).
+    fn wrote(&self, key: &ItemKey, written: &Value) {
+        let k = object_key(key);
+        let objects = lock(&self.objects);
+        if objects
+            .get(&k)
+            .is_some_and(|o| supersedes(resource_version(o), resource_version(written)))
+        {
+            return;
+        }
+        lock(&self.written).insert(k, Arc::new(written.clone()));
+        drop(objects);
+    }
+
+    /// Forgets this process's copy of `key` (a write was refused: it is stale).
+    fn forget_written(&self, key: &ItemKey) {
+        lock(&self.written).remove(&object_key(key));
+    }
+
     fn send(&self, change: Change) {
         lock(&self.subscribers).retain(|s| s.send(change.clone()).is_ok());
     }
@@ -137,9 +191,17 @@ impl Listener for Informer {
         match change {
             WatchChange::Added | WatchChange::Modified => {
                 lock(&self.objects).insert(key.clone(), Arc::clone(object));
+                let mut written = lock(&self.written);
+                if written
+                    .get(key)
+                    .is_some_and(|w| supersedes(resource_version(object), resource_version(w)))
+                {
+                    written.remove(key);
+                }
             }
             WatchChange::Deleted => {
                 lock(&self.objects).remove(key);
+                lock(&self.written).remove(key);
             }
         }
         self.send(self.change_of(object, change == WatchChange::Deleted));
@@ -175,17 +237,6 @@ fn error(what: String, e: kube::Error) -> ClusterError {
     }
 }
 
-fn to_value(o: &DynamicObject) -> Value {
-    serde_json::to_value(o).unwrap_or(Value::Null)
-}
-
-fn to_dynamic(object: Value, what: &str) -> Result<DynamicObject, ClusterError> {
-    serde_json::from_value(object).map_err(|e| ClusterError::Other {
-        what: what.to_string(),
-        message: format!("not a Kubernetes object: {e}"),
-    })
-}
-
 impl KubeCluster {
     pub fn new(watches: WatchManager, pod_namespace: &str) -> KubeCluster {
         KubeCluster {
@@ -201,8 +252,8 @@ impl KubeCluster {
         self.watches.client().clone()
     }
 
-    fn api(&self, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client(), namespace, ar)
+    fn api(&self, ar: &ApiResource, namespace: &str) -> RawApi {
+        RawApi::new(self.client(), ar, Some(namespace))
     }
 
     async fn get_opt(
@@ -214,8 +265,17 @@ impl KubeCluster {
         self.api(ar, namespace)
             .get_opt(name)
             .await
-            .map(|o| o.as_ref().map(to_value))
             .map_err(|e| error(format!("{} {namespace}/{name}", ar.kind), e))
+    }
+
+    /// The error of a refused write of item `key`; a conflict also drops the copy of the
+    /// item this process wrote last (someone else wrote after it).
+    fn write_failed(&self, key: &ItemKey, what: String, e: kube::Error) -> ClusterError {
+        let e = error(what, e);
+        if matches!(e, ClusterError::Conflict(_) | ClusterError::NotFound(_)) {
+            self.items.forget_written(key);
+        }
+        e
     }
 
     /// Objects the informers hold (DeployItems, Targets), for the debug view.
@@ -272,6 +332,17 @@ impl Cluster for KubeCluster {
     fn get_item(&self, key: &ItemKey) -> BoxFut<'_, Result<Option<Value>, ClusterError>> {
         let key = key.clone();
         Box::pin(async move {
+            match self.items.latest(&key) {
+                Some(o) => Ok(Some(o)),
+                // Not seen by the watch (yet): the API server knows.
+                None => self.read_item(&key).await,
+            }
+        })
+    }
+
+    fn read_item(&self, key: &ItemKey) -> BoxFut<'_, Result<Option<Value>, ClusterError>> {
+        let key = key.clone();
+        Box::pin(async move {
             self.get_opt(&deploy_items(), &key.namespace, &key.name)
                 .await
         })
@@ -281,12 +352,13 @@ impl Cluster for KubeCluster {
         Box::pin(async move {
             let key = ItemKey::of(&object);
             let what = format!("DeployItem {key}");
-            let o = to_dynamic(object, &what)?;
-            self.api(&deploy_items(), &key.namespace)
-                .replace(&key.name, &PostParams::default(), &o)
+            let written = self
+                .api(&deploy_items(), &key.namespace)
+                .replace(&key.name, &object)
                 .await
-                .map(|o| to_value(&o))
-                .map_err(|e| error(what, e))
+                .map_err(|e| self.write_failed(&key, what, e))?;
+            self.items.wrote(&key, &written);
+            Ok(written)
         })
     }
 
@@ -294,12 +366,13 @@ impl Cluster for KubeCluster {
         Box::pin(async move {
             let key = ItemKey::of(&object);
             let what = format!("DeployItem {key} status");
-            let o = to_dynamic(object, &what)?;
-            self.api(&deploy_items(), &key.namespace)
-                .replace_status(&key.name, &PostParams::default(), &o)
+            let written = self
+                .api(&deploy_items(), &key.namespace)
+                .replace_status(&key.name, &object)
                 .await
-                .map(|o| to_value(&o))
-                .map_err(|e| error(what, e))
+                .map_err(|e| self.write_failed(&key, what, e))?;
+            self.items.wrote(&key, &written);
+            Ok(written)
         })
     }
 
@@ -308,8 +381,17 @@ impl Cluster for KubeCluster {
         namespace: &str,
         name: &str,
     ) -> BoxFut<'_, Result<Option<Value>, ClusterError>> {
-        let (namespace, name) = (namespace.to_string(), name.to_string());
-        Box::pin(async move { self.get_opt(&targets(), &namespace, &name).await })
+        let key = ItemKey {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        Box::pin(async move {
+            match self.targets.latest(&key) {
+                Some(t) => Ok(Some(t)),
+                // A Target created just before its item may not have reached the watch.
+                None => self.get_opt(&targets(), &key.namespace, &key.name).await,
+            }
+        })
     }
 
     fn get_secret(
@@ -370,8 +452,7 @@ impl Cluster for KubeCluster {
                 }
                 secret["data"] = json!({"config": config});
                 let what = format!("Secret {}/{}", key.namespace, r.name);
-                let o = to_dynamic(secret, &what)?;
-                api.replace(&r.name, &PostParams::default(), &o)
+                api.replace(&r.name, &secret)
                     .await
                     .map_err(|e| error(what, e))?;
                 return Ok(r);
@@ -394,13 +475,12 @@ impl Cluster for KubeCluster {
                 "data": {"config": config},
             });
             let what = format!("export Secret of DeployItem {key}");
-            let o = to_dynamic(secret, &what)?;
-            let created = api
-                .create(&PostParams::default(), &o)
-                .await
-                .map_err(|e| error(what, e))?;
+            let created = api.create(&secret).await.map_err(|e| error(what, e))?;
             Ok(ObjectRef {
-                name: created.metadata.name.unwrap_or_default(),
+                name: created["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
                 namespace: key.namespace,
             })
         })
@@ -440,14 +520,7 @@ impl Cluster for KubeCluster {
                 "firstTimestamp": now, "lastTimestamp": now, "count": 1,
             });
             let api = self.api(&core("Event", "events"), &key.namespace);
-            let result = match serde_json::from_value::<DynamicObject>(event) {
-                Ok(e) => api.create(&PostParams::default(), &e).await.map(|_| ()),
-                Err(e) => {
-                    tracing::warn!("cannot build an Event: {e}");
-                    return;
-                }
-            };
-            if let Err(e) = result {
+            if let Err(e) = api.create(&event).await {
                 tracing::warn!(reason = %note.reason, "cannot record an Event: {e}");
             }
         })
@@ -479,16 +552,16 @@ impl Cluster for KubeCluster {
                 "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
                 "name": key.name, "uid": uid,
             }]);
-            match api
-                .create(&PostParams::default(), &to_dynamic(new, &what)?)
-                .await
-            {
+            match api.create(&new).await {
                 Ok(_) => return Ok(Found::Ours),
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => return Err(error(what, e)),
             }
-            let existing = api.get(&name).await.map_err(|e| error(what.clone(), e))?;
-            let existing = to_value(&existing);
+            let existing = api
+                .get_opt(&name)
+                .await
+                .map_err(|e| error(what.clone(), e))?
+                .ok_or_else(|| ClusterError::NotFound(what.clone()))?;
             let pod = existing["spec"]["podName"]
                 .as_str()
                 .unwrap_or_default()
@@ -496,9 +569,8 @@ impl Cluster for KubeCluster {
             let alive = if pod.is_empty() || pod == holder {
                 true
             } else {
-                let pods: Api<DynamicObject> =
-                    Api::namespaced_with(self.client(), &self.pod_namespace, &core("Pod", "pods"));
-                pods.get_opt(&pod)
+                self.api(&core("Pod", "pods"), &self.pod_namespace)
+                    .get_opt(&pod)
                     .await
                     .map_err(|e| error(format!("Pod {}/{pod}", self.pod_namespace), e))?
                     .is_some()
@@ -506,10 +578,7 @@ impl Cluster for KubeCluster {
             match bosun_deployer::lock::found(&existing, holder, |_| alive) {
                 Found::Take => {
                     let taken = bosun_deployer::lock::held_by(&existing, holder, &now);
-                    match api
-                        .replace(&name, &PostParams::default(), &to_dynamic(taken, &what)?)
-                        .await
-                    {
+                    match api.replace(&name, &taken).await {
                         Ok(_) => {
                             if !pod.is_empty() {
                                 tracing::info!(item = %key, from = %pod, "took over the lock of a pod that is gone");
@@ -546,16 +615,12 @@ impl Cluster for KubeCluster {
             else {
                 return Ok(());
             };
-            let existing = to_value(&existing);
             if existing["spec"]["podName"].as_str() != Some(holder) {
                 return Ok(());
             }
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
             let freed = bosun_deployer::lock::held_by(&existing, "", &now);
-            match api
-                .replace(&name, &PostParams::default(), &to_dynamic(freed, &what)?)
-                .await
-            {
+            match api.replace(&name, &freed).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
                 Err(e) => Err(error(what, e)),

@@ -10,6 +10,8 @@ use bosun_deployer::ports::BoxFut;
 use bosun_deployer::status::DeployError;
 use bosun_deployer::target::{ResolvedTarget, kubeconfig_of};
 
+use crate::kubernetes::raw::RawApi;
+
 /// A target's namespace and name.
 type TargetId = (String, String);
 /// A client and the digest of the content it was built from.
@@ -177,33 +179,27 @@ impl KubeTargets {
         api_version: &str,
         kind: &str,
         namespace: &str,
-    ) -> Result<(kube::Api<kube::api::DynamicObject>, bool), DeployError> {
+    ) -> Result<(RawApi, bool), DeployError> {
         let client = self.clients.client(target).await?;
         let (ar, namespaced) = self.discover(target, &client, api_version, kind).await?;
-        let api = if namespaced {
-            kube::Api::namespaced_with(client, namespace, &ar)
-        } else {
-            kube::Api::all_with(client, &ar)
-        };
+        let api = RawApi::new(client, &ar, namespaced.then_some(namespace));
         Ok((api, namespaced))
     }
 }
 
-fn to_value(o: &kube::api::DynamicObject) -> serde_json::Value {
-    serde_json::to_value(o).unwrap_or(serde_json::Value::Null)
-}
-
-fn dynamic(
-    object: serde_json::Value,
-    r: &ResourceRef,
-) -> Result<kube::api::DynamicObject, DeployError> {
-    serde_json::from_value(object).map_err(|e| {
-        DeployError::config(
-            "Reconcile",
-            "InvalidManifest",
-            format!("{r}: not a Kubernetes object: {e}"),
-        )
-    })
+/// Refuses an object whose `metadata` is not Kubernetes object metadata (labels that are
+/// not strings, …) before the target sees it, naming the object.
+fn check_metadata(object: &serde_json::Value, r: &ResourceRef) -> Result<(), DeployError> {
+    use serde::Deserialize as _;
+    kube::api::ObjectMeta::deserialize(&object["metadata"])
+        .map(|_| ())
+        .map_err(|e| {
+            DeployError::config(
+                "Reconcile",
+                "InvalidManifest",
+                format!("{r}: metadata: not Kubernetes object metadata: {e}"),
+            )
+        })
 }
 
 impl TargetClusters for KubeTargets {
@@ -227,7 +223,6 @@ impl TargetClusters for KubeTargets {
                 .await?;
             api.get_opt(&r.name)
                 .await
-                .map(|o| o.as_ref().map(to_value))
                 .map_err(|e| target_error(target, &format!("reading {r}"), e))
         })
     }
@@ -242,9 +237,9 @@ impl TargetClusters for KubeTargets {
             let (api, _) = self
                 .api(target, &r.api_version, &r.kind, &r.namespace)
                 .await?;
-            api.create(&kube::api::PostParams::default(), &dynamic(object, &r)?)
+            check_metadata(&object, &r)?;
+            api.create(&object)
                 .await
-                .map(|o| to_value(&o))
                 .map_err(|e| target_error(target, &format!("creating {r}"), e))
         })
     }
@@ -259,11 +254,9 @@ impl TargetClusters for KubeTargets {
             let (api, _) = self
                 .api(target, &r.api_version, &r.kind, &r.namespace)
                 .await?;
-            match api
-                .create(&kube::api::PostParams::default(), &dynamic(object, &r)?)
-                .await
-            {
-                Ok(o) => Ok(Some(to_value(&o))),
+            check_metadata(&object, &r)?;
+            match api.create(&object).await {
+                Ok(o) => Ok(Some(o)),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
                 Err(e) => Err(target_error(target, &format!("creating {r}"), e)),
             }
@@ -280,14 +273,10 @@ impl TargetClusters for KubeTargets {
             let (api, _) = self
                 .api(target, &r.api_version, &r.kind, &r.namespace)
                 .await?;
-            api.replace(
-                &r.name,
-                &kube::api::PostParams::default(),
-                &dynamic(object, &r)?,
-            )
-            .await
-            .map(|o| to_value(&o))
-            .map_err(|e| target_error(target, &format!("updating {r}"), e))
+            check_metadata(&object, &r)?;
+            api.replace(&r.name, &object)
+                .await
+                .map_err(|e| target_error(target, &format!("updating {r}"), e))
         })
     }
 
@@ -301,10 +290,9 @@ impl TargetClusters for KubeTargets {
         Box::pin(async move {
             let client = self.clients.client(target).await?;
             let (ar, _) = self.discover(target, &client, api_version, kind).await?;
-            let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client, &ar);
-            api.list(&kube::api::ListParams::default().labels(labels))
+            RawApi::new(client, &ar, None)
+                .list(&kube::api::ListParams::default().labels(labels))
                 .await
-                .map(|l| l.items.iter().map(to_value).collect())
                 .map_err(|e| {
                     target_error(target, &format!("listing {api_version} {kind} {labels}"), e)
                 })

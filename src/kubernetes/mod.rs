@@ -2,12 +2,14 @@
 //! hooks write (`po`, `deploy`, `Deployment`) through discovery, executing the object
 //! patcher operations hooks write to `KUBERNETES_PATCH_PATH`, the client's metrics, and
 //! where the client's configuration comes from (`in_cluster.rs`: a kubeconfig or the pod's
-//! service account, and a clear error when the API server refuses the credentials).
+//! service account, and a clear error when the API server refuses the credentials), and
+//! requests with plain JSON bodies (`raw.rs`).
 
 pub mod crds;
 pub mod in_cluster;
 pub mod metrics;
 pub mod patcher;
+pub mod raw;
 pub mod resolve;
 
 pub use metrics::{KubeMetricsLayer, measured_client, url_template};

@@ -60,23 +60,42 @@ pub const ERRORS_TOTAL: &str = "bosun_deployer_item_errors_total";
 /// Items by phase, as of their last reconcile.
 pub const ITEMS: &str = "bosun_deployer_items";
 
-/// Every phase, for the gauge.
-const PHASES: [Phase; 8] = [
-    Phase::Init,
-    Phase::Progressing,
-    Phase::Completing,
-    Phase::Succeeded,
-    Phase::Failed,
-    Phase::InitDelete,
-    Phase::Deleting,
-    Phase::DeleteFailed,
-];
+/// The last run of every item, with the number of items in each phase kept as runs
+/// change (the phase gauge is set for the phases a change touches, not by a scan).
+#[derive(Default)]
+struct LastRuns {
+    runs: BTreeMap<ItemKey, LastRun>,
+    phases: BTreeMap<Phase, usize>,
+}
 
-/// Sets the phase gauge from the last runs.
-fn phase_gauge(last: &BTreeMap<ItemKey, LastRun>) {
-    for p in PHASES {
-        let n = last.values().filter(|r| r.phase == Some(p)).count();
-        metrics::gauge!(ITEMS, "phase" => p.as_str()).set(n as f64);
+impl LastRuns {
+    fn count(&mut self, phase: Option<Phase>, up: bool) {
+        let Some(p) = phase else { return };
+        let n = self.phases.entry(p).or_default();
+        *n = if up { *n + 1 } else { n.saturating_sub(1) };
+        metrics::gauge!(ITEMS, "phase" => p.as_str()).set(*n as f64);
+    }
+
+    fn insert(&mut self, key: ItemKey, run: LastRun) {
+        let phase = run.phase;
+        let old = self.runs.insert(key, run).and_then(|r| r.phase);
+        if old != phase {
+            self.count(old, false);
+            self.count(phase, true);
+        }
+    }
+
+    fn remove(&mut self, key: &ItemKey) {
+        if let Some(old) = self.runs.remove(key) {
+            self.count(old.phase, false);
+        }
+    }
+
+    /// Records a failed reconcile on the item's last run (its phase unchanged).
+    fn failed(&mut self, key: &ItemKey, error: String, retry: Duration) {
+        let entry = self.runs.entry(key.clone()).or_default();
+        entry.error = Some(error);
+        entry.retry_in_ms = Some(u64::try_from(retry.as_millis()).unwrap_or(u64::MAX));
     }
 }
 
@@ -120,7 +139,7 @@ struct Shared {
     type_names: Vec<String>,
     settings: Settings,
     queue: WorkQueue<ItemKey>,
-    last: Mutex<BTreeMap<ItemKey, LastRun>>,
+    last: Mutex<LastRuns>,
     /// The resourceVersion of each item as this deployer last wrote it: the watch event of
     /// its own write changes nothing it does not know, and does not queue the item again.
     own_writes: Mutex<BTreeMap<ItemKey, String>>,
@@ -154,7 +173,15 @@ impl DeployerView {
     }
     /// The last reconcile of each item.
     pub fn last_runs(&self) -> BTreeMap<ItemKey, LastRun> {
-        lock(&self.shared.last).clone()
+        lock(&self.shared.last).runs.clone()
+    }
+    /// How many items are in `phase` as of their last reconcile.
+    pub fn in_phase(&self, phase: Phase) -> usize {
+        lock(&self.shared.last)
+            .phases
+            .get(&phase)
+            .copied()
+            .unwrap_or(0)
     }
     /// The types served.
     pub fn types(&self) -> Vec<String> {
@@ -184,7 +211,7 @@ impl Deployer {
             cluster,
             journal,
             queue: WorkQueue::new(),
-            last: Mutex::new(BTreeMap::new()),
+            last: Mutex::new(LastRuns::default()),
             own_writes: Mutex::new(BTreeMap::new()),
             settings,
         });
@@ -245,10 +272,7 @@ impl Deployer {
                         Err(e) => {
                             let delay = s.queue.add_rate_limited(key.clone());
                             tracing::warn!(item = %key, retry_in = ?delay, kind = e.metric_label(), "deploy item reconcile failed: {e}");
-                            let mut last = lock(&s.last);
-                            let entry = last.entry(key.clone()).or_default();
-                            entry.error = Some(e.to_string());
-                            entry.retry_in_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+                            lock(&s.last).failed(&key, e.to_string(), delay);
                         }
                     }
                     s.queue.done(&key);
@@ -325,7 +349,7 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
     }
     // What the item is now that the lock is ours: the replica that held it may have
     // finished it meanwhile.
-    let result = match s.cluster.get_item(key).await? {
+    let result = match s.cluster.read_item(key).await? {
         None => Ok(None),
         Some(object) => match DeployItem::parse(&object) {
             Err(_) => Ok(None),
@@ -473,21 +497,17 @@ async fn write_status(
     }
     let written = s.cluster.update_status(item.with_status(new)).await?;
     own_write(s, &item.key, &written);
-    {
-        let mut last = lock(&s.last);
-        last.insert(
-            item.key.clone(),
-            LastRun {
-                phase: new.phase,
-                error: new
-                    .last_error
-                    .as_ref()
-                    .map(|e| format!("{}: {}", e.reason, e.message)),
-                retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            },
-        );
-        phase_gauge(&last);
-    }
+    lock(&s.last).insert(
+        item.key.clone(),
+        LastRun {
+            phase: new.phase,
+            error: new
+                .last_error
+                .as_ref()
+                .map(|e| format!("{}: {}", e.reason, e.message)),
+            retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        },
+    );
     DeployItem::parse(&written).map_err(|e| {
         ReconcileError::Cluster(ClusterError::Other {
             what: item_name(&item.key),
@@ -784,10 +804,6 @@ async fn run_delete(
         Ok(_) | Err(ReconcileError::Cluster(ClusterError::NotFound(_))) => {}
         Err(e) => return Err(e),
     }
-    {
-        let mut last = lock(&s.last);
-        last.remove(&item.key);
-        phase_gauge(&last);
-    }
+    lock(&s.last).remove(&item.key);
     Ok(None)
 }

@@ -191,6 +191,10 @@ impl Cluster for MemoryCluster {
         Box::pin(async move { Ok(o) })
     }
 
+    fn read_item(&self, key: &ItemKey) -> BoxFut<'_, Result<Option<Value>, ClusterError>> {
+        self.get_item(key)
+    }
+
     fn update_item(&self, mut object: Value) -> BoxFut<'_, Result<Value, ClusterError>> {
         Box::pin(async move {
             let mut st = self.lock();

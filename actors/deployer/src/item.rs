@@ -30,7 +30,7 @@ pub const DELETE_WITHOUT_UNINSTALL_ANNOTATION: &str =
 pub const NO_TARGET_NAME: &str = ".noTargetName";
 
 /// A DeployItem's phase (`status.phase`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Phase {
     Init,
     Progressing,

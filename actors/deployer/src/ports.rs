@@ -60,13 +60,18 @@ pub trait Cluster: Send + Sync + 'static {
     ) -> BoxFut<'_, Result<tokio::sync::mpsc::UnboundedReceiver<Change>, ClusterError>>;
     /// The DeployItems of `namespace` in the informer cache.
     fn cached_items(&self, namespace: &str) -> Vec<Arc<Value>>;
-    /// A DeployItem read from the API server (not the cache), as the contract asks.
+    /// A DeployItem as last known: the informer's copy, or this deployer's own later write
+    /// of it; the API server when the watch has not brought it yet. A copy older than the
+    /// API server's ends in a conflict on the next write, and that item's run is retried.
     fn get_item(&self, key: &ItemKey) -> BoxFut<'_, Result<Option<Value>, ClusterError>>;
+    /// A DeployItem read from the API server, not the cache (after taking its lock,
+    /// another replica may just have written it).
+    fn read_item(&self, key: &ItemKey) -> BoxFut<'_, Result<Option<Value>, ClusterError>>;
     /// PUT of the whole item (annotations, finalizers).
     fn update_item(&self, object: Value) -> BoxFut<'_, Result<Value, ClusterError>>;
     /// PUT of the item's `/status`.
     fn update_status(&self, object: Value) -> BoxFut<'_, Result<Value, ClusterError>>;
-    /// A Target.
+    /// A Target: the informer's copy, else the API server's.
     fn get_target(
         &self,
         namespace: &str,
