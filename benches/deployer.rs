@@ -1,6 +1,7 @@
 //! DeployItem deployer benchmark. Prints, measured in one run on this machine:
 //! - the limit: 200 items' worth (`BENCH_ITEMS`) of 5 ConfigMaps each created straight in
-//!   the target cluster with a kube-rs client, 5 items at a time (the deployer's workers);
+//!   the target cluster with a kube-rs client, 5 items at a time (`BENCH_WORKERS`: the
+//!   deployer's workers in part 2);
 //! - bosun: 200 kubernetes-manifest DeployItems of the same 5 ConfigMaps each, created in
 //!   the items' cluster (with a Target pointing at the target cluster) before the deployer
 //!   starts; from its start until every item is `Succeeded`: items/s and objects/s, and
@@ -25,7 +26,6 @@ use serde_json::{Value, json};
 #[global_allocator]
 static GLOBAL: cluster::Counting = cluster::Counting;
 
-const WORKERS: usize = 5;
 const OBJECTS: usize = 5;
 
 fn config_map(namespace: &str, item: usize, k: usize) -> Value {
@@ -40,6 +40,11 @@ async fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
+    // Items reconciled at once by the deployer, and objects created at once by the limit.
+    let workers: usize = std::env::var("BENCH_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
     let dir = tempfile::tempdir()?;
     std::fs::create_dir_all(dir.path().join("items"))?;
     std::fs::create_dir_all(dir.path().join("target"))?;
@@ -66,7 +71,7 @@ async fn main() -> anyhow::Result<()> {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..WORKERS {
+    for _ in 0..workers {
         let (api, next) = (raw_api.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             loop {
@@ -85,7 +90,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let raw = started.elapsed().as_secs_f64();
     println!(
-        "limit: {items} items × {OBJECTS} ConfigMaps created straight in the target, {WORKERS} at a time: {raw:.2} s ({:.0} items/s, {:.0} objects/s)",
+        "limit: {items} items × {OBJECTS} ConfigMaps created straight in the target, {workers} at a time: {raw:.2} s ({:.0} items/s, {:.0} objects/s)",
         items as f64 / raw,
         (items * OBJECTS) as f64 / raw
     );
@@ -139,7 +144,7 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let watches = bosun::watches::WatchManager::new(items_cluster.client.clone());
     let cfg = bosun::deployer::DeployerConfig {
-        workers: WORKERS,
+        workers,
         identity: "bench".into(),
         target_selectors: Vec::new(),
         install_crds: false,

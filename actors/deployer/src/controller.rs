@@ -473,12 +473,17 @@ async fn write_status(
             retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         });
     }
-    if !events.is_empty() {
-        s.journal
-            .append(events)
-            .await
-            .map_err(|e| ReconcileError::Journal(e.to_string()))?;
-    }
+    // Handed to the journal before the write and made durable while the API server works:
+    // the journal keeps the order of decisions, and a run waits for one round trip, not two.
+    let durable = if events.is_empty() {
+        None
+    } else {
+        Some(
+            s.journal
+                .submit(events)
+                .map_err(|e| ReconcileError::Journal(e.to_string()))?,
+        )
+    };
     if let Some(e) = &new.last_error
         && old.last_error.as_ref() != Some(e)
     {
@@ -495,7 +500,15 @@ async fn write_status(
             )
             .await;
     }
-    let written = s.cluster.update_status(item.with_status(new)).await?;
+    let (written, journaled) =
+        tokio::join!(s.cluster.update_status(item.with_status(new)), async {
+            match durable {
+                Some(d) => d.await.map(|_| ()),
+                None => Ok(()),
+            }
+        });
+    journaled.map_err(|e| ReconcileError::Journal(e.to_string()))?;
+    let written = written?;
     own_write(s, &item.key, &written);
     lock(&s.last).insert(
         item.key.clone(),
