@@ -628,3 +628,41 @@ impl Cluster for KubeCluster {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_event_replaces_this_process_copy_only_when_as_new_or_newer() {
+        assert!(supersedes("12", "12"));
+        assert!(supersedes("13", "12"));
+        // An event of a write before ours (delivered after our write returned) does not.
+        assert!(!supersedes("11", "12"));
+        // Versions that do not read as numbers: the watch wins.
+        assert!(supersedes("b", "a"));
+        assert!(supersedes("", "12"));
+    }
+
+    #[test]
+    fn a_write_older_than_the_cache_is_not_remembered() {
+        let informer = Informer::new(Watched::Items);
+        let key = ItemKey {
+            namespace: "ns".into(),
+            name: "item".into(),
+        };
+        let at = |rv: &str| json!({"metadata": {"namespace": "ns", "name": "item", "resourceVersion": rv}});
+        // The watch brought version 5 before the write of version 5 returned.
+        lock(&informer.objects).insert(object_key(&key), Arc::new(at("5")));
+        informer.wrote(&key, &at("5"));
+        assert!(lock(&informer.written).is_empty());
+        // A write the watch has not brought yet is what a read sees.
+        informer.wrote(&key, &at("6"));
+        assert_eq!(informer.latest(&key), Some(at("6")));
+        // Its echo makes the cache current again.
+        let (stored, echo) = Stored::new(at("6"), true);
+        informer.on(WatchChange::Modified, &object_key(&key), &echo, &stored);
+        assert!(lock(&informer.written).is_empty());
+        assert_eq!(informer.latest(&key), Some(at("6")));
+    }
+}

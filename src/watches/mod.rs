@@ -95,7 +95,7 @@ enum Repr {
 
 impl Stored {
     /// `object` stored as text, or parsed when `parsed`; also returns the object shared.
-    fn new(object: Value, parsed: bool) -> (Stored, Arc<Value>) {
+    pub(crate) fn new(object: Value, parsed: bool) -> (Stored, Arc<Value>) {
         let resource_version = resource_version(&object).into();
         let object = Arc::new(object);
         let repr = if parsed {

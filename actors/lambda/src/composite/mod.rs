@@ -76,6 +76,8 @@ const SETTLED_ANSWER_MAX: usize = 64 * 1024;
 struct Settled {
     /// The objects the request was made of ([`seen`]).
     seen: String,
+    /// The request body those objects made: sent again as it is while they stay the same.
+    request: Vec<u8>,
     answer: Vec<u8>,
     request_digest: String,
     answer_digest: String,
@@ -511,15 +513,25 @@ impl Composite {
             } else {
                 let related =
                     related_of(cluster, self.customizer.as_ref(), &self.object, &parent).await?;
-                let body =
-                    self.request(&parent, &observed, &related, bound.hook.version, finalizing);
-                // The same objects make the same request, whose digest is the settled one.
+                // The same objects make the same request: the settled one, sent as it is.
                 let seen = seen(&parent, &observed, &related, finalizing);
                 let settled = settled.filter(|s| seen.as_deref() == Some(s.seen.as_str()));
-                let request_digest = match &settled {
-                    Some(s) => s.request_digest.clone(),
-                    None => digest(&body),
+                let (body, request_digest) = match &settled {
+                    Some(s) => (s.request.clone(), s.request_digest.clone()),
+                    None => {
+                        let body = self.request(
+                            &parent,
+                            &observed,
+                            &related,
+                            bound.hook.version,
+                            finalizing,
+                        );
+                        let d = digest(&body);
+                        (body, d)
+                    }
                 };
+                // Kept to be remembered if this sync settles the parent.
+                let request = seen.as_ref().map(|_| body.clone());
                 let answer = bound.client.call(body, cache_key(&parent)).await?;
                 if let Some(s) = settled
                     && s.answer == answer
@@ -546,11 +558,12 @@ impl Composite {
                 )
                 .map_err(|e| SyncError::Failed(e.to_string()))?;
                 let answer_digest = digest(&answer);
-                if let Some(seen) = seen
+                if let (Some(seen), Some(request)) = (seen, request)
                     && answer.len() <= SETTLED_ANSWER_MAX
                 {
                     remember = Some(Box::new(Settled {
                         seen,
+                        request,
                         answer,
                         request_digest: request_digest.clone(),
                         answer_digest: answer_digest.clone(),

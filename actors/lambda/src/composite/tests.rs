@@ -183,9 +183,16 @@ impl Cluster for Memory {
 struct Answer {
     body: Mutex<Vec<u8>>,
     calls: AtomicUsize,
+    /// The body of the last request.
+    request: Mutex<Vec<u8>>,
 }
 
 impl Answer {
+    fn last_request(&self) -> Value {
+        let body = self.request.lock().unwrap_or_else(|p| p.into_inner());
+        serde_json::from_slice(&body).expect("a JSON request")
+    }
+
     fn set(&self, answer: Value) {
         *self.body.lock().unwrap_or_else(|p| p.into_inner()) = answer.to_string().into_bytes();
     }
@@ -195,8 +202,9 @@ impl HookClient for Answer {
     fn url(&self) -> &str {
         "http://127.0.0.1:9/sync"
     }
-    fn call(&self, _: Vec<u8>, _: String) -> BoxFut<'_, Result<Vec<u8>, HookError>> {
+    fn call(&self, request: Vec<u8>, _: String) -> BoxFut<'_, Result<Vec<u8>, HookError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        *self.request.lock().unwrap_or_else(|p| p.into_inner()) = request;
         let body = self.body.lock().unwrap_or_else(|p| p.into_inner()).clone();
         Box::pin(async move { Ok(body) })
     }
@@ -299,6 +307,13 @@ async fn a_settled_parent_is_resynced_without_writes_and_changes_still_apply() {
     assert_eq!(hook.calls.load(Ordering::SeqCst), calls + 1);
     assert_eq!(cluster.writes(), writes);
     assert_eq!(resync, second);
+    // The request a settled parent sends again is the one a full sync builds.
+    let resent = hook.last_request();
+    assert_eq!(resent["parent"]["metadata"]["name"], json!("p"));
+    assert_eq!(
+        resent["children"]["ConfigMap.v1"]["p-cm"]["data"],
+        json!({"a": "1"})
+    );
 
     // A child changed by someone else is reverted.
     let mut edited = (*cluster.object("configmaps", "p-cm").expect("child")).clone();
@@ -307,6 +322,11 @@ async fn a_settled_parent_is_resynced_without_writes_and_changes_still_apply() {
         .store(&c.children[0].resource, edited, false)
         .expect("edit");
     let reverted = c.sync(&cluster, "ns/p").await.expect("revert");
+    // The hook saw the edited child, not the request remembered from before.
+    assert_eq!(
+        hook.last_request()["children"]["ConfigMap.v1"]["p-cm"]["data"],
+        json!({"a": "edited"})
+    );
     assert_eq!(reverted.applied.updated, vec!["ConfigMap ns/p-cm"]);
     assert_eq!(data_of(&cluster), json!({"a": "1"}));
     c.sync(&cluster, "ns/p").await.expect("settle again");
