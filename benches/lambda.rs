@@ -358,6 +358,7 @@ async fn main() -> anyhow::Result<()> {
         ours_rate / raw_rate,
         restart_rate / raw_rate
     );
+    drop(lambda);
     drop(sandbox);
     Ok(())
 }
