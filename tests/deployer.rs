@@ -1090,6 +1090,41 @@ fn release_secrets(cluster: &Sandbox, namespace: &str) -> Vec<String> {
     names
 }
 
+/// Leaves a revision `version + 1` of release `name` pending, as an upgrade that died with
+/// its process does: a copy of revision `version` marked `pending-upgrade` (in its labels and
+/// in the release record, base64 of gzip of JSON, as Helm's Secret driver stores it).
+fn leave_pending(cluster: &Sandbox, namespace: &str, name: &str, version: u64) {
+    use base64::engine::general_purpose::STANDARD;
+    use std::io::{Read as _, Write as _};
+    let (code, mut secret) = cluster.get(&format!(
+        "/api/v1/namespaces/{namespace}/secrets/sh.helm.release.v1.{name}.v{version}"
+    ));
+    assert_eq!(code, 200, "revision {version}: {secret}");
+    let stored = STANDARD
+        .decode(secret["data"]["release"].as_str().expect("data.release"))
+        .expect("base64");
+    let gz = STANDARD.decode(stored).expect("Helm's base64");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .expect("gzip");
+    let mut release: Value = serde_json::from_str(&text).expect("the release record");
+    let next = version + 1;
+    release["version"] = json!(next);
+    release["info"]["status"] = json!("pending-upgrade");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(release.to_string().as_bytes()).expect("gzip");
+    let record = STANDARD.encode(gz.finish().expect("gzip"));
+    secret["data"]["release"] = json!(STANDARD.encode(record));
+    secret["metadata"] = json!({
+        "name": format!("sh.helm.release.v1.{name}.v{next}"),
+        "namespace": namespace,
+        "labels": {"name": name, "owner": "helm", "status": "pending-upgrade", "version": next.to_string()},
+    });
+    let (code, body) = cluster.post(&format!("/api/v1/namespaces/{namespace}/secrets"), &secret);
+    assert_eq!(code, 201, "{body}");
+}
+
 #[test]
 fn a_helm_item_installs_upgrades_exports_and_uninstalls_a_release_through_the_library() {
     helm_release_lifecycle(common::HelmEngine::Library);
@@ -1175,6 +1210,33 @@ fn helm_release_lifecycle(engine: common::HelmEngine) {
         release_secrets(&target_cluster, "apps"),
         ["sh.helm.release.v1.web.v1", "sh.helm.release.v1.web.v2"]
     );
+
+    // An upgrade that died with its process left revision 3 pending, which would refuse
+    // every later operation: the next run removes it first and upgrades without an error.
+    leave_pending(&target_cluster, "apps", "web", 2);
+    edit_item(&sb, "web", |o| o["spec"]["config"] = config("yellow"));
+    op.wait("the upgrade past the pending revision", WAIT, || {
+        item(&sb, "web").is_some_and(|o| {
+            o["status"]["observedGeneration"] == 3 && o["status"]["phase"] == "Succeeded"
+        })
+    });
+    let upgraded = item(&sb, "web").expect("the item");
+    assert!(
+        upgraded["status"]["lastError"].is_null(),
+        "no failed try first: {}",
+        upgraded["status"]["lastError"]
+    );
+    assert_eq!(
+        upgraded["status"]["providerStatus"]["release"]["revision"],
+        3
+    );
+    assert_eq!(
+        in_target("/api/v1/namespaces/apps/configmaps/web-cm").expect("cm")["data"]["color"],
+        "yellow"
+    );
+    let v3 =
+        in_target("/api/v1/namespaces/apps/secrets/sh.helm.release.v1.web.v3").expect("revision 3");
+    assert_eq!(v3["metadata"]["labels"]["status"], "deployed");
 
     // A bad chart fails at once, naming the field; the deployer goes on.
     create_item(

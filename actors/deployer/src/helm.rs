@@ -706,6 +706,23 @@ impl HelmType {
                 &[],
             ));
         }
+        // One run of an item at a time (and one replica per item): a pending revision here
+        // is an operation that died with its process (a crash, a killed Helm) and would
+        // refuse every later one as "another operation is in progress". Removed first,
+        // as landscaper does after a failed operation, and the release read again.
+        let live = match live {
+            Some(r) if r.status.starts_with("pending-") => {
+                let removed = self
+                    .helm
+                    .unblock(target, &config.namespace, &config.name)
+                    .await?;
+                tracing::warn!(release = %config.name, namespace = %config.namespace, status = %r.status, removed, "the release was left pending by an operation that is gone; its pending revisions were removed");
+                self.helm
+                    .release(target, &config.namespace, &config.name)
+                    .await?
+            }
+            live => live,
+        };
         let (last_revision, last_digest) = last_release(job.item.status.provider_status.as_ref());
         let unchanged = !job.force
             && live.as_ref().is_some_and(|r| {
