@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -1267,38 +1268,75 @@ fn helm_release_lifecycle(engine: common::HelmEngine) {
 /// Serves `files` (path → body) over HTTP on 127.0.0.1 until the test ends, to requests
 /// that carry `authorization` (401 to the others); its URL.
 fn serve_files(files: Vec<(String, Vec<u8>)>, authorization: &'static str) -> String {
-    use std::io::{BufRead as _, BufReader, Write as _};
+    serve_files_over(files, Some(authorization), None)
+}
+
+/// Serves `files` (path → body) on 127.0.0.1 until the test ends, over HTTPS with `tls`,
+/// else HTTP; with `authorization`, only to requests that carry it (401 to the others).
+/// Its URL.
+fn serve_files_over(
+    files: Vec<(String, Vec<u8>)>,
+    authorization: Option<&'static str>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> String {
+    use std::io::{BufRead as _, BufReader, Read, Write};
+    fn answer<S: Read + Write>(
+        stream: S,
+        files: &[(String, Vec<u8>)],
+        authorization: Option<&str>,
+    ) -> Option<S> {
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        // A client that gives up in the TLS handshake fails here.
+        reader.read_line(&mut line).ok()?;
+        // The rest of the head.
+        let (mut header, mut authorized) = (String::new(), authorization.is_none());
+        while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+            let (name, value) = header.split_once(':').unwrap_or_default();
+            authorized |=
+                name.eq_ignore_ascii_case("authorization") && Some(value.trim()) == authorization;
+            header.clear();
+        }
+        let path = line.split_whitespace().nth(1).unwrap_or_default();
+        let mut stream = reader.into_inner();
+        let found = files.iter().find(|(p, _)| p == path);
+        let (status, body): (&str, &[u8]) = match found {
+            _ if !authorized => ("401 Unauthorized", b"who are you"),
+            Some((_, b)) => ("200 OK", b),
+            None => ("404 Not Found", b"not found"),
+        };
+        let _ = write!(
+            stream,
+            "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = stream.write_all(body);
+        let _ = stream.flush();
+        Some(stream)
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", listener.local_addr().expect("addr"));
     std::thread::spawn(move || {
         for stream in listener.incoming().map_while(Result::ok) {
-            let mut reader = BufReader::new(stream);
-            let mut line = String::new();
-            if reader.read_line(&mut line).is_err() {
-                continue;
+            match &tls {
+                None => {
+                    answer(stream, &files, authorization);
+                }
+                Some(config) => {
+                    let Ok(conn) = rustls::ServerConnection::new(Arc::clone(config)) else {
+                        continue;
+                    };
+                    if let Some(mut s) = answer(
+                        rustls::StreamOwned::new(conn, stream),
+                        &files,
+                        authorization,
+                    ) {
+                        s.conn.send_close_notify();
+                        let _ = s.flush();
+                    }
+                }
             }
-            // The rest of the head.
-            let (mut header, mut authorized) = (String::new(), false);
-            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
-                let (name, value) = header.split_once(':').unwrap_or_default();
-                authorized |=
-                    name.eq_ignore_ascii_case("authorization") && value.trim() == authorization;
-                header.clear();
-            }
-            let path = line.split_whitespace().nth(1).unwrap_or_default();
-            let mut stream = reader.into_inner();
-            let found = files.iter().find(|(p, _)| p == path);
-            let (status, body): (&str, &[u8]) = match found {
-                _ if !authorized => ("401 Unauthorized", b"who are you"),
-                Some((_, b)) => ("200 OK", b),
-                None => ("404 Not Found", b"not found"),
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = stream.write_all(body);
         }
     });
     url
@@ -1391,6 +1429,76 @@ fn a_helm_item_from_a_chart_repository_without_helm_deployment_applies_the_rende
             .get("/api/v1/namespaces/default/configmaps/web-cm")
             .0,
         404
+    );
+}
+
+#[test]
+fn a_chart_repository_over_https_is_trusted_through_the_custom_ca_of_its_credentials() {
+    let Some(pki) = common::tls::pki() else {
+        return;
+    };
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let repo = serve_files_over(
+        vec![("/web-1.0.0.tgz".into(), web_chart("1.0.0"))],
+        None,
+        Some(common::tls::server_config(&pki, false)),
+    );
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    let ca = String::from_utf8(pki.read("ca.crt")).expect("PEM is text");
+    // Three Contexts: the repository's CA as customCAData (no header: a credential may
+    // bring only its CA), none at all, and text that is no certificate.
+    for (name, auths) in [
+        ("with-ca", json!([{"url": repo, "customCAData": ca}])),
+        ("without-ca", json!([])),
+        (
+            "bad-ca",
+            json!([{"url": repo, "customCAData": "a certificate, trust me"}]),
+        ),
+    ] {
+        let (code, answer) = sb.post(
+            "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
+            &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "configurations": {"helmChartRepoCredentials": {"auths": auths}}}),
+        );
+        assert_eq!(code, 201, "{answer}");
+    }
+    let helm_item = |name: &str, context: &str| {
+        create_item(
+            &sb,
+            name,
+            json!({"type": HELM, "target": {"name": "cluster-2"}, "context": context,
+            "config": helm_config(
+                json!({"archive": {"remote": {"url": format!("{repo}/web-1.0.0.tgz")}}}),
+                json!({"name": name, "namespace": "default", "helmDeployment": false}),
+            )}),
+        );
+    };
+    helm_item("trusted", "with-ca");
+    helm_item("untrusted", "without-ca");
+    helm_item("bad-ca", "bad-ca");
+
+    wait_phase(&op, &sb, "trusted", "Succeeded");
+    let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/trusted-cm");
+    assert_eq!(code, 200, "the chart from the HTTPS repository: {cm}");
+    // Without the CA the server's certificate is refused, reported and retried.
+    op.wait("the untrusted certificate reported", WAIT, || {
+        item(&sb, "untrusted").is_some_and(|o| {
+            o["status"]["phase"] == "Progressing"
+                && o["status"]["lastError"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(&repo))
+        })
+    });
+    fails_naming(
+        &op,
+        &sb,
+        "bad-ca",
+        "Context default/bad-ca: configurations.helmChartRepoCredentials.auths[0].customCAData",
+        Naming::Contains,
     );
 }
 

@@ -4,8 +4,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -20,12 +18,11 @@ use bosun_lambda::types::{
     KeyRef, Security, ServiceRef, Webhook,
 };
 use common::Sandbox;
+use common::tls::{Pki, pki};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ObjectMeta, PostParams};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
 // ---------------------------------------------------------------------------------------
@@ -598,141 +595,12 @@ async fn endpoint_configs_apply_by_host() {
 }
 
 // ---------------------------------------------------------------------------------------
-// TLS, with a CA and certificates made by openssl for the test.
+// TLS, with a CA and certificates made by openssl for the test (`common::tls`).
 
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn read(&self, name: &str) -> Vec<u8> {
-        std::fs::read(self.path(name)).expect("read a PEM file")
-    }
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate; `None` (the TLS
-/// tests are skipped) when openssl is not installed.
-fn pki() -> Option<Pki> {
-    if Command::new("openssl").arg("version").output().is_err() {
-        eprintln!("openssl is not installed: skipping the TLS test");
-        return None;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let d = dir.path();
-    let write = |name: &str, text: &str| std::fs::write(d.join(name), text).expect("write");
-    write(
-        "ca.cnf",
-        "[req]\ndistinguished_name=dn\nx509_extensions=ext\nprompt=no\n[dn]\nCN=bosun test CA\n\
-         [ext]\nbasicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n\
-         subjectKeyIdentifier=hash\n",
-    );
-    write(
-        "leaf.cnf",
-        "[req]\ndistinguished_name=dn\nprompt=no\n[dn]\nCN=webhook\n",
-    );
-    write(
-        "server.ext",
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n\
-         extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    );
-    write(
-        "client.ext",
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n\
-         extendedKeyUsage=clientAuth\n",
-    );
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
-    let mut ca = vec!["req", "-x509", "-config", "ca.cnf", "-nodes", "-days", "2"];
-    ca.extend(ec);
-    ca.extend(["-keyout", "ca.key", "-out", "ca.crt"]);
-    openssl(d, &ca);
-    for leaf in ["server", "client"] {
-        let (key, csr, crt, ext) = (
-            format!("{leaf}.key"),
-            format!("{leaf}.csr"),
-            format!("{leaf}.crt"),
-            format!("{leaf}.ext"),
-        );
-        let mut req = vec!["req", "-new", "-config", "leaf.cnf", "-nodes"];
-        req.extend(ec);
-        req.extend(["-keyout", &key, "-out", &csr]);
-        openssl(d, &req);
-        openssl(
-            d,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-extfile",
-                &ext,
-                "-out",
-                &crt,
-            ],
-        );
-    }
-    Some(Pki { dir })
-}
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// The server's TLS acceptor; with `client_ca`, a client certificate signed by it is
-/// required.
+/// The server's TLS acceptor; with `require_client_cert`, a client certificate signed by
+/// the test CA is required.
 fn acceptor(pki: &Pki, require_client_cert: bool) -> TlsAcceptor {
-    let certs = CertificateDer::pem_file_iter(pki.path("server.crt"))
-        .expect("server.crt")
-        .collect::<Result<Vec<_>, _>>()
-        .expect("server certificate");
-    let key = PrivateKeyDer::from_pem_file(pki.path("server.key")).expect("server key");
-    let builder = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .expect("versions");
-    let builder = if require_client_cert {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_file_iter(pki.path("ca.crt")).expect("ca.crt") {
-            roots
-                .add(cert.expect("CA certificate"))
-                .expect("add the CA");
-        }
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots),
-            provider(),
-        )
-        .build()
-        .expect("client verifier");
-        builder.with_client_cert_verifier(verifier)
-    } else {
-        builder.with_no_client_auth()
-    };
-    let config = builder
-        .with_single_cert(certs, key)
-        .expect("server certificate and key");
-    TlsAcceptor::from(Arc::new(config))
+    TlsAcceptor::from(common::tls::server_config(pki, require_client_cert))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

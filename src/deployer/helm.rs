@@ -17,6 +17,8 @@ use bosun_deployer::ports::BoxFut;
 use bosun_deployer::status::DeployError;
 use bosun_deployer::target::{ResolvedTarget, kubeconfig_of};
 use http_body_util::BodyExt as _;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
 
 use super::targets::TargetClients;
@@ -36,6 +38,32 @@ type HttpClient = hyper_util::client::legacy::Client<
     http_body_util::Empty<bytes::Bytes>,
 >;
 
+/// Download clients with a credential's own CA kept at once.
+const MAX_CA_CLIENTS: usize = 16;
+
+/// A download client trusting `roots`.
+fn client_with(roots: rustls::RootCertStore) -> Result<HttpClient, DeployError> {
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| fetch_error(format!("TLS settings for chart downloads: {e}")))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+    tcp.set_connect_timeout(Some(Duration::from_secs(10)));
+    tcp.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
+    Ok(
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(connector),
+    )
+}
+
 /// Downloaded bytes and when they were fetched.
 type Download = (Instant, Arc<Vec<u8>>);
 
@@ -48,10 +76,16 @@ pub struct HelmCharts {
     engine: tokio::sync::OnceCell<Result<HelmEngine, String>>,
     dir: PathBuf,
     targets: Arc<TargetClients>,
+    /// The system's CA certificates, loaded on the first download.
+    system_roots: tokio::sync::OnceCell<Arc<rustls::RootCertStore>>,
+    /// The download client trusting the system's CAs.
     http: tokio::sync::OnceCell<HttpClient>,
+    /// Download clients that also trust a credential's `customCAData`, by its PEM.
+    ca_clients: Mutex<HashMap<String, HttpClient>>,
     /// Read charts by archive digest.
     charts: Mutex<HashMap<String, Arc<Chart>>>,
-    /// Downloads by URL: the bytes and when they were fetched.
+    /// Downloads by URL and the credentials they were made with: the bytes and when they
+    /// were fetched.
     downloads: Mutex<HashMap<String, Download>>,
     /// Release clients by (target namespace, target name, release namespace).
     clients: Mutex<HashMap<(String, String, String), BuiltClient>>,
@@ -214,7 +248,9 @@ impl HelmCharts {
             engine: tokio::sync::OnceCell::new(),
             dir,
             targets,
+            system_roots: tokio::sync::OnceCell::new(),
             http: tokio::sync::OnceCell::new(),
+            ca_clients: Mutex::default(),
             charts: Mutex::default(),
             downloads: Mutex::default(),
             clients: Mutex::default(),
@@ -245,35 +281,64 @@ impl HelmCharts {
         })
     }
 
-    async fn http(&self) -> Result<&HttpClient, DeployError> {
-        self.http
-            .get_or_try_init(|| async {
-                let roots = tokio::task::spawn_blocking(crate::lambda::webhook::load_system_roots)
-                    .await
-                    .unwrap_or_else(|_| rustls::RootCertStore::empty());
-                let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-                    rustls::crypto::ring::default_provider(),
-                ))
-                .with_safe_default_protocol_versions()
-                .map_err(|e| fetch_error(format!("TLS settings for chart downloads: {e}")))?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-                let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
-                tcp.set_connect_timeout(Some(Duration::from_secs(10)));
-                tcp.enforce_http(false);
-                let connector = hyper_rustls::HttpsConnectorBuilder::new()
-                    .with_tls_config(tls)
-                    .https_or_http()
-                    .enable_http1()
-                    .wrap_connector(tcp);
-                Ok(
-                    hyper_util::client::legacy::Client::builder(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .build(connector),
+    async fn system_roots(&self) -> Arc<rustls::RootCertStore> {
+        self.system_roots
+            .get_or_init(|| async {
+                Arc::new(
+                    tokio::task::spawn_blocking(crate::lambda::webhook::load_system_roots)
+                        .await
+                        .unwrap_or_else(|_| rustls::RootCertStore::empty()),
                 )
             })
             .await
+            .clone()
+    }
+
+    /// The download client for `url`: one that also trusts the `customCAData` of the
+    /// credential for `url`, else the one trusting the system's CAs.
+    async fn http(
+        &self,
+        credentials: &[RepoCredential],
+        url: &str,
+    ) -> Result<HttpClient, DeployError> {
+        let Some((credential, pem)) = RepoCredential::for_url(credentials, url)
+            .and_then(|c| c.custom_ca.as_ref().map(|pem| (c, pem)))
+        else {
+            let roots = self.system_roots().await;
+            return self
+                .http
+                .get_or_try_init(|| async { client_with((*roots).clone()) })
+                .await
+                .cloned();
+        };
+        if let Some(c) = lock(&self.ca_clients).get(pem) {
+            return Ok(c.clone());
+        }
+        let field = format!("{}.customCAData", credential.field);
+        let bad = |e: String| {
+            DeployError::config(
+                "Reconcile",
+                "HelmChartRepoCredentials",
+                format!("{field}: {e}"),
+            )
+        };
+        let mut roots = (*self.system_roots().await).clone();
+        let mut added = 0;
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let cert = cert.map_err(|e| bad(format!("not PEM: {e}")))?;
+            roots.add(cert).map_err(|e| bad(e.to_string()))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(bad("no PEM certificate".into()));
+        }
+        let client = client_with(roots)?;
+        let mut clients = lock(&self.ca_clients);
+        if clients.len() >= MAX_CA_CLIENTS {
+            clients.clear();
+        }
+        clients.insert(pem.clone(), client.clone());
+        Ok(client)
     }
 
     /// GET `url` (redirects followed), cached for [`FETCH_TTL`]; with the `Authorization`
@@ -284,7 +349,24 @@ impl HelmCharts {
         field: &str,
         credentials: &[RepoCredential],
     ) -> Result<Arc<Vec<u8>>, DeployError> {
-        if let Some((at, bytes)) = lock(&self.downloads).get(url)
+        // Reused only by a download with the same credentials (they decide every request,
+        // redirects included): an item whose Context has no (or other) credentials never
+        // gets what one with them fetched.
+        let key = if credentials.is_empty() {
+            url.to_string()
+        } else {
+            let mut all = String::new();
+            for c in credentials {
+                all.push_str(&format!(
+                    "{}\n{}\n{}\n",
+                    c.url,
+                    c.auth_header,
+                    c.custom_ca.as_deref().unwrap_or_default()
+                ));
+            }
+            format!("{url} {}", hex(&digest(all.as_bytes())))
+        };
+        if let Some((at, bytes)) = lock(&self.downloads).get(&key)
             && at.elapsed() < FETCH_TTL
         {
             return Ok(bytes.clone());
@@ -301,11 +383,11 @@ impl HelmCharts {
             let request = request
                 .body(http_body_util::Empty::new())
                 .map_err(|e| chart_error(format!("{field}: {e}")))?;
-            let response =
-                tokio::time::timeout(Duration::from_secs(60), self.http().await?.request(request))
-                    .await
-                    .map_err(|_| fetch_error(format!("{field}: GET {current}: no answer in 60s")))?
-                    .map_err(|e| fetch_error(format!("{field}: GET {current}: {e}")))?;
+            let client = self.http(credentials, &current).await?;
+            let response = tokio::time::timeout(Duration::from_secs(60), client.request(request))
+                .await
+                .map_err(|_| fetch_error(format!("{field}: GET {current}: no answer in 60s")))?
+                .map_err(|e| fetch_error(format!("{field}: GET {current}: {e}")))?;
             let status = response.status();
             if status.is_redirection()
                 && let Some(next) = response
@@ -337,7 +419,7 @@ impl HelmCharts {
                 .map_err(|e| fetch_error(format!("{field}: GET {current}: {e}")))?
                 .to_bytes();
             let bytes = Arc::new(body.to_vec());
-            lock(&self.downloads).insert(url.to_string(), (Instant::now(), bytes.clone()));
+            lock(&self.downloads).insert(key, (Instant::now(), bytes.clone()));
             return Ok(bytes);
         }
         Err(fetch_error(format!(

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod tls;
 pub mod webhooks;
 
 /// The bosun binary under test.

@@ -379,26 +379,38 @@ pub fn coalesce(defaults: &Value, user: &Value) -> Value {
     }
 }
 
-/// `configurations.helmChartRepoCredentials.auths[]` of the item's Context: the
-/// `Authorization` header for the URLs that start with `url`.
+/// `configurations.helmChartRepoCredentials.auths[]` of the item's Context: for the URLs
+/// that start with `url`, the `Authorization` header and the CA that signs the server's
+/// certificate (beside the system's).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RepoCredential {
     pub url: String,
+    /// Empty: no header.
     pub auth_header: String,
+    /// `customCAData`: PEM certificates.
+    pub custom_ca: Option<String>,
+    /// Where it was found, for errors (`Context ns/name: …auths[i]`).
+    pub field: String,
 }
 
 impl RepoCredential {
+    /// The first credential whose URL starts `url`.
+    pub fn for_url<'a>(all: &'a [RepoCredential], url: &str) -> Option<&'a RepoCredential> {
+        all.iter().find(|c| url.starts_with(&c.url))
+    }
+
     /// The header of the first credential whose URL starts `url`.
     pub fn header_for<'a>(all: &'a [RepoCredential], url: &str) -> Option<&'a str> {
-        all.iter()
-            .find(|c| url.starts_with(&c.url))
+        Self::for_url(all, url)
             .map(|c| c.auth_header.as_str())
+            .filter(|h| !h.is_empty())
     }
 }
 
 /// The chart repository credentials of the item's Context (`spec.context`, else
 /// `default`; none when there is no such Context): `authHeader` inline, or from
-/// `secretRef {name, key (default authHeader)}` in the item's namespace.
+/// `secretRef {name, key (default authHeader)}` in the item's namespace, and
+/// `customCAData`.
 pub async fn repo_credentials(job: &Job<'_>) -> Result<Vec<RepoCredential>, DeployError> {
     const F: &str = "configurations.helmChartRepoCredentials.auths";
     let ns = &job.item.key.namespace;
@@ -456,13 +468,33 @@ pub async fn repo_credentials(job: &Job<'_>) -> Result<Vec<RepoCredential>, Depl
                     ))
                 })?
             }
+            // A credential may only bring its CA.
+            _ if a["customCAData"].is_string() => String::new(),
             _ => {
                 return Err(config_error(format!(
-                    "{field}: give authHeader or secretRef"
+                    "{field}: give authHeader, secretRef or customCAData"
                 )));
             }
         };
-        out.push(RepoCredential { url, auth_header });
+        let custom_ca = match &a["customCAData"] {
+            Value::Null => None,
+            Value::String(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => Some(pem.clone()),
+            other => {
+                return Err(config_error(format!(
+                    "{field}.customCAData: expected PEM certificates (-----BEGIN CERTIFICATE-----), got {}",
+                    match other {
+                        Value::String(_) => "text without a certificate".to_string(),
+                        other => other.to_string(),
+                    }
+                )));
+            }
+        };
+        out.push(RepoCredential {
+            url,
+            auth_header,
+            custom_ca,
+            field,
+        });
     }
     Ok(out)
 }
