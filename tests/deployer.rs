@@ -1279,38 +1279,52 @@ fn serve_files_over(
     authorization: Option<&'static str>,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> String {
+    serve(tls, move |path, header| {
+        let found = files.iter().find(|(p, _)| p == path);
+        match found {
+            _ if authorization.is_some() && header != authorization => {
+                ("401 Unauthorized", String::new(), b"who are you".to_vec())
+            }
+            Some((_, b)) => ("200 OK", String::new(), b.clone()),
+            None => ("404 Not Found", String::new(), b"not found".to_vec()),
+        }
+    })
+}
+
+/// An answer of [`serve`]: a status, extra header lines, a body.
+type Reply = (&'static str, String, Vec<u8>);
+
+/// Serves HTTP (HTTPS with `tls`) on 127.0.0.1 until the test ends: `answer` maps a
+/// request's path and `Authorization` header to a status, extra header lines and a body.
+/// Its URL.
+fn serve(
+    tls: Option<Arc<rustls::ServerConfig>>,
+    answer: impl Fn(&str, Option<&str>) -> Reply + Send + 'static,
+) -> String {
     use std::io::{BufRead as _, BufReader, Read, Write};
-    fn answer<S: Read + Write>(
-        stream: S,
-        files: &[(String, Vec<u8>)],
-        authorization: Option<&str>,
-    ) -> Option<S> {
+    fn one<S: Read + Write>(stream: S, answer: &dyn Fn(&str, Option<&str>) -> Reply) -> Option<S> {
         let mut reader = BufReader::new(stream);
         let mut line = String::new();
         // A client that gives up in the TLS handshake fails here.
         reader.read_line(&mut line).ok()?;
         // The rest of the head.
-        let (mut header, mut authorized) = (String::new(), authorization.is_none());
+        let (mut header, mut authorization) = (String::new(), None);
         while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
             let (name, value) = header.split_once(':').unwrap_or_default();
-            authorized |=
-                name.eq_ignore_ascii_case("authorization") && Some(value.trim()) == authorization;
+            if name.eq_ignore_ascii_case("authorization") {
+                authorization = Some(value.trim().to_string());
+            }
             header.clear();
         }
         let path = line.split_whitespace().nth(1).unwrap_or_default();
         let mut stream = reader.into_inner();
-        let found = files.iter().find(|(p, _)| p == path);
-        let (status, body): (&str, &[u8]) = match found {
-            _ if !authorized => ("401 Unauthorized", b"who are you"),
-            Some((_, b)) => ("200 OK", b),
-            None => ("404 Not Found", b"not found"),
-        };
+        let (status, headers, body) = answer(path, authorization.as_deref());
         let _ = write!(
             stream,
-            "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            "HTTP/1.1 {status}\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n",
             body.len()
         );
-        let _ = stream.write_all(body);
+        let _ = stream.write_all(&body);
         let _ = stream.flush();
         Some(stream)
     }
@@ -1321,17 +1335,13 @@ fn serve_files_over(
         for stream in listener.incoming().map_while(Result::ok) {
             match &tls {
                 None => {
-                    answer(stream, &files, authorization);
+                    one(stream, &answer);
                 }
                 Some(config) => {
                     let Ok(conn) = rustls::ServerConnection::new(Arc::clone(config)) else {
                         continue;
                     };
-                    if let Some(mut s) = answer(
-                        rustls::StreamOwned::new(conn, stream),
-                        &files,
-                        authorization,
-                    ) {
+                    if let Some(mut s) = one(rustls::StreamOwned::new(conn, stream), &answer) {
                         s.conn.send_close_notify();
                         let _ = s.flush();
                     }
@@ -1340,6 +1350,112 @@ fn serve_files_over(
         }
     });
     url
+}
+
+/// An OCI registry on 127.0.0.1 holding `chart` as `charts/web:1.0.0`, as `helm push`
+/// stores it, that wants a token from its token service (anonymous) for every read. Its
+/// `host:port`.
+fn serve_registry(chart: Vec<u8>) -> String {
+    let layer = format!(
+        "sha256:{}",
+        ring::digest::digest(&ring::digest::SHA256, &chart)
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.cncf.helm.config.v1+json", "digest": "sha256:00", "size": 2},
+        "layers": [{"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip", "digest": layer, "size": chart.len()}],
+    })
+    .to_string()
+    .into_bytes();
+    let port = std::sync::Arc::new(std::sync::OnceLock::<String>::new());
+    let realm = std::sync::Arc::clone(&port);
+    let url = serve(None, move |path, authorization| {
+        let base = realm.get().cloned().unwrap_or_default();
+        if path.starts_with("/token?") {
+            return (
+                "200 OK",
+                String::new(),
+                br#"{"token": "pull-token"}"#.to_vec(),
+            );
+        }
+        if authorization != Some("Bearer pull-token") {
+            let challenge = format!(
+                "www-authenticate: Bearer realm=\"{base}/token\",service=\"registry\",scope=\"repository:charts/web:pull\"\r\n"
+            );
+            return ("401 Unauthorized", challenge, b"token please".to_vec());
+        }
+        if path == "/v2/charts/web/manifests/1.0.0" {
+            ("200 OK", String::new(), manifest.clone())
+        } else if path == format!("/v2/charts/web/blobs/{layer}") {
+            ("200 OK", String::new(), chart.clone())
+        } else {
+            ("404 Not Found", String::new(), b"not found".to_vec())
+        }
+    });
+    let _ = port.set(url.clone());
+    url.trim_start_matches("http://").to_string()
+}
+
+#[test]
+fn a_helm_item_installs_a_chart_from_an_oci_registry() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let registry = serve_registry(web_chart("1.0.0"));
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    create_item(
+        &sb,
+        "from-oci",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "config": helm_config(
+            json!({"ref": format!("{registry}/charts/web:1.0.0")}),
+            json!({"name": "oci", "namespace": "default", "values": {"color": "teal"}}),
+        )}),
+    );
+    let done = wait_phase(&op, &sb, "from-oci", "Succeeded");
+    let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/oci-cm");
+    assert_eq!(code, 200, "the chart from the registry, released: {cm}");
+    assert_eq!(cm["data"], json!({"color": "teal", "chart": "1.0.0"}));
+    assert_eq!(done["status"]["providerStatus"]["release"]["revision"], 1);
+    assert_eq!(
+        release_secrets(&target_cluster, "default"),
+        ["sh.helm.release.v1.oci.v1"]
+    );
+
+    // A tag the registry does not have: reported with the reference and retried.
+    create_item(
+        &sb,
+        "missing-tag",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "config": helm_config(
+            json!({"ref": format!("{registry}/charts/web:9.9.9")}),
+            json!({"name": "missing", "namespace": "default"}),
+        )}),
+    );
+    op.wait("the missing tag reported", WAIT, || {
+        item(&sb, "missing-tag").is_some_and(|o| {
+            o["status"]["phase"] == "Progressing"
+                && o["status"]["lastError"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("spec.config.chart.ref") && m.contains("404"))
+        })
+    });
+    // A reference that is a URL fails at once, naming the field.
+    create_item(
+        &sb,
+        "url-ref",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "config": helm_config(
+            json!({"ref": format!("http://{registry}/charts/web:1.0.0")}),
+            json!({"name": "url", "namespace": "default"}),
+        )}),
+    );
+    fails_naming(&op, &sb, "url-ref", "spec.config.chart.ref", Naming::Starts);
+    delete_and_wait(&op, &sb, "from-oci");
+    assert!(release_secrets(&target_cluster, "default").is_empty());
 }
 
 #[test]

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use bosun_deployer::helm::{Chart, ChartSource, HelmPort, HelmRun, ReleaseState, RepoCredential};
 use bosun_deployer::item::ErrorCode;
+use bosun_deployer::oci::OciRef;
 use bosun_deployer::ports::BoxFut;
 use bosun_deployer::status::DeployError;
 use bosun_deployer::target::{ResolvedTarget, kubeconfig_of};
@@ -341,6 +342,33 @@ impl HelmCharts {
         Ok(client)
     }
 
+    /// The key of a download of `url` made with `credentials`: reused only by a download
+    /// with the same credentials (they decide every request, redirects included), so an
+    /// item whose Context has no (or other) credentials never gets what one with them
+    /// fetched.
+    fn download_key(url: &str, credentials: &[RepoCredential]) -> String {
+        if credentials.is_empty() {
+            return url.to_string();
+        }
+        let mut all = String::new();
+        for c in credentials {
+            all.push_str(&format!(
+                "{}\n{}\n{}\n",
+                c.url,
+                c.auth_header,
+                c.custom_ca.as_deref().unwrap_or_default()
+            ));
+        }
+        format!("{url} {}", hex(&digest(all.as_bytes())))
+    }
+
+    fn cached_download(&self, key: &str) -> Option<Arc<Vec<u8>>> {
+        lock(&self.downloads)
+            .get(key)
+            .filter(|(at, _)| at.elapsed() < FETCH_TTL)
+            .map(|(_, bytes)| bytes.clone())
+    }
+
     /// GET `url` (redirects followed), cached for [`FETCH_TTL`]; with the `Authorization`
     /// header of the credential whose URL it starts with.
     async fn download(
@@ -349,28 +377,36 @@ impl HelmCharts {
         field: &str,
         credentials: &[RepoCredential],
     ) -> Result<Arc<Vec<u8>>, DeployError> {
-        // Reused only by a download with the same credentials (they decide every request,
-        // redirects included): an item whose Context has no (or other) credentials never
-        // gets what one with them fetched.
-        let key = if credentials.is_empty() {
-            url.to_string()
-        } else {
-            let mut all = String::new();
-            for c in credentials {
-                all.push_str(&format!(
-                    "{}\n{}\n{}\n",
-                    c.url,
-                    c.auth_header,
-                    c.custom_ca.as_deref().unwrap_or_default()
-                ));
-            }
-            format!("{url} {}", hex(&digest(all.as_bytes())))
-        };
-        if let Some((at, bytes)) = lock(&self.downloads).get(&key)
-            && at.elapsed() < FETCH_TTL
-        {
-            return Ok(bytes.clone());
+        let key = Self::download_key(url, credentials);
+        if let Some(bytes) = self.cached_download(&key) {
+            return Ok(bytes);
         }
+        let (status, _, body, at) = self.get(url, field, credentials, None, None).await?;
+        if !status.is_success() {
+            return Err(fetch_error(format!("{field}: GET {at}: {status}")));
+        }
+        let bytes = Arc::new(body);
+        lock(&self.downloads).insert(key, (Instant::now(), bytes.clone()));
+        Ok(bytes)
+    }
+
+    /// One GET of `url`, redirects followed: the final status, its `WWW-Authenticate`, body
+    /// and URL. `Authorization`: the header of the credential whose URL the request's
+    /// starts with, else `bearer` while the request stays on `url`'s host.
+    async fn get(
+        &self,
+        url: &str,
+        field: &str,
+        credentials: &[RepoCredential],
+        accept: Option<&str>,
+        bearer: Option<&str>,
+    ) -> Result<(http::StatusCode, Option<String>, Vec<u8>, String), DeployError> {
+        let authority = |u: &str| {
+            u.parse::<http::Uri>()
+                .ok()
+                .and_then(|u| u.authority().map(|a| a.as_str().to_string()))
+        };
+        let host = authority(url);
         let mut current = url.to_string();
         for _ in 0..=MAX_REDIRECTS {
             let uri: http::Uri = current
@@ -379,6 +415,13 @@ impl HelmCharts {
             let mut request = http::Request::get(uri);
             if let Some(h) = RepoCredential::header_for(credentials, &current) {
                 request = request.header(http::header::AUTHORIZATION, h);
+            } else if let Some(token) = bearer
+                && authority(&current) == host
+            {
+                request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+            }
+            if let Some(a) = accept {
+                request = request.header(http::header::ACCEPT, a);
             }
             let request = request
                 .body(http_body_util::Empty::new())
@@ -410,21 +453,114 @@ impl HelmCharts {
                 };
                 continue;
             }
-            if !status.is_success() {
-                return Err(fetch_error(format!("{field}: GET {current}: {status}")));
-            }
+            let challenge = response
+                .headers()
+                .get(http::header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from);
             let body = http_body_util::Limited::new(response.into_body(), MAX_DOWNLOAD)
                 .collect()
                 .await
                 .map_err(|e| fetch_error(format!("{field}: GET {current}: {e}")))?
                 .to_bytes();
-            let bytes = Arc::new(body.to_vec());
-            lock(&self.downloads).insert(key, (Instant::now(), bytes.clone()));
-            return Ok(bytes);
+            return Ok((status, challenge, body.to_vec(), current));
         }
         Err(fetch_error(format!(
             "{field}: GET {url}: more than {MAX_REDIRECTS} redirects"
         )))
+    }
+
+    /// A chart in an OCI registry: its manifest, then the chart layer, checked against its
+    /// digest; cached like downloads.
+    async fn oci_chart(
+        &self,
+        r: &OciRef,
+        credentials: &[RepoCredential],
+    ) -> Result<Arc<Vec<u8>>, DeployError> {
+        const F: &str = "spec.config.chart.ref";
+        let key = Self::download_key(&format!("oci://{r}"), credentials);
+        if let Some(bytes) = self.cached_download(&key) {
+            return Ok(bytes);
+        }
+        let base = r.base_url();
+        let mut token = None;
+        let manifest = self
+            .registry_get(
+                &format!("{base}/manifests/{}", r.reference),
+                Some(bosun_deployer::oci::MANIFEST_TYPES),
+                credentials,
+                &mut token,
+            )
+            .await?;
+        let manifest: Value = serde_json::from_slice(&manifest)
+            .map_err(|e| fetch_error(format!("{F}: {r}: the manifest is not JSON: {e}")))?;
+        let layer = bosun_deployer::oci::chart_layer(&manifest)
+            .map_err(|e| chart_error(format!("{F}: {r}: {e}")))?;
+        let blob = self
+            .registry_get(
+                &format!("{base}/blobs/{layer}"),
+                None,
+                credentials,
+                &mut token,
+            )
+            .await?;
+        let got = format!(
+            "sha256:{}",
+            hex(ring::digest::digest(&ring::digest::SHA256, &blob).as_ref())
+        );
+        if got != layer {
+            return Err(fetch_error(format!(
+                "{F}: {r}: the chart layer's content is {got}, not the manifest's {layer}"
+            )));
+        }
+        let bytes = Arc::new(blob);
+        lock(&self.downloads).insert(key, (Instant::now(), bytes.clone()));
+        Ok(bytes)
+    }
+
+    /// GET from a registry: on a first 401 with a Bearer challenge, a token from the
+    /// registry's token service (anonymous, or with the credential for its URL), kept in
+    /// `token` for the next requests.
+    async fn registry_get(
+        &self,
+        url: &str,
+        accept: Option<&str>,
+        credentials: &[RepoCredential],
+        token: &mut Option<String>,
+    ) -> Result<Vec<u8>, DeployError> {
+        const F: &str = "spec.config.chart.ref";
+        loop {
+            let (status, challenge, body, at) = self
+                .get(url, F, credentials, accept, token.as_deref())
+                .await?;
+            if status == http::StatusCode::UNAUTHORIZED
+                && token.is_none()
+                && let Some(token_url) = challenge
+                    .as_deref()
+                    .and_then(bosun_deployer::oci::token_url)
+            {
+                let (st, _, answer, _) = self
+                    .get(&token_url, F, credentials, Some("application/json"), None)
+                    .await?;
+                if !st.is_success() {
+                    return Err(fetch_error(format!(
+                        "{F}: the registry's token service {token_url}: {st}"
+                    )));
+                }
+                let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
+                let t = bosun_deployer::oci::token_of(&answer).ok_or_else(|| {
+                    fetch_error(format!(
+                        "{F}: the registry's token service {token_url} answered no token"
+                    ))
+                })?;
+                *token = Some(t.to_string());
+                continue;
+            }
+            if !status.is_success() {
+                return Err(fetch_error(format!("{F}: GET {at}: {status}")));
+            }
+            return Ok(body);
+        }
     }
 
     /// Reads an archive (once per digest) and keeps it on disk for the engine.
@@ -554,6 +690,11 @@ impl HelmPort for HelmCharts {
                     const F: &str = "spec.config.chart.archive.remote.url";
                     let bytes = self.download(url, F, credentials).await?;
                     self.read(bytes, &format!("{F} {url}")).await
+                }
+                ChartSource::Oci(r) => {
+                    let bytes = self.oci_chart(r, credentials).await?;
+                    self.read(bytes, &format!("spec.config.chart.ref {r}"))
+                        .await
                 }
                 ChartSource::Repo { url, name, version } => {
                     const F: &str = "spec.config.chart.helmChartRepo";

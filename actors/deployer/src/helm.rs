@@ -48,6 +48,8 @@ pub enum ChartSource {
         /// Empty: the repository's newest.
         version: String,
     },
+    /// `chart.ref`: a chart in an OCI registry.
+    Oci(crate::oci::OciRef),
 }
 
 /// `helmDeploymentConfig.install` / `.upgrade`.
@@ -202,7 +204,7 @@ fn chart_source(v: &Value) -> Result<ChartSource, DeployError> {
     .collect();
     match set.as_slice() {
         [] => Err(config_error(format!(
-            "{F}: give one of archive, helmChartRepo (or ref, fromResource, resourceRef)"
+            "{F}: give one of ref, archive, helmChartRepo (or fromResource, resourceRef)"
         ))),
         [_, _, ..] => Err(config_error(format!(
             "{F}: give only one chart source, got {}",
@@ -247,8 +249,16 @@ fn chart_source(v: &Value) -> Result<ChartSource, DeployError> {
                 version,
             })
         }
+        ["ref"] => match &chart["ref"] {
+            Value::String(r) => crate::oci::OciRef::parse(r)
+                .map(ChartSource::Oci)
+                .map_err(|e| config_error(format!("{F}.ref: {e}"))),
+            other => Err(config_error(format!(
+                "{F}.ref: expected an OCI reference (host/repository:tag), got {other}"
+            ))),
+        },
         [other] => Err(config_error(format!(
-            "{F}.{other}: charts from OCI registries and component descriptors are not supported by this deployer; give chart.archive (raw or remote.url) or chart.helmChartRepo"
+            "{F}.{other}: charts from component descriptors are not supported by this deployer; give chart.ref, chart.archive (raw or remote.url) or chart.helmChartRepo"
         ))),
     }
 }
@@ -693,7 +703,9 @@ impl HelmType {
         let config = HelmConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))?;
         let credentials = match &config.chart {
             ChartSource::Archive(_) => Vec::new(),
-            ChartSource::Remote(_) | ChartSource::Repo { .. } => repo_credentials(job).await?,
+            ChartSource::Remote(_) | ChartSource::Repo { .. } | ChartSource::Oci(_) => {
+                repo_credentials(job).await?
+            }
         };
         let chart = self.helm.chart(&config.chart, &credentials).await?;
         let run = HelmRun {
@@ -950,8 +962,12 @@ mod tests {
                 "spec.config.chart: give one of",
             ),
             (
-                config(json!({"chart": {"ref": "eu.gcr.io/x/chart:1"}})),
-                "spec.config.chart.ref: charts from OCI",
+                config(json!({"chart": {"ref": "https://eu.gcr.io/x/chart:1"}})),
+                "spec.config.chart.ref: \"https://eu.gcr.io/x/chart:1\": a reference is host/repository:tag, not a URL",
+            ),
+            (
+                config(json!({"chart": {"resourceRef": "cd://x"}})),
+                "spec.config.chart.resourceRef: charts from component descriptors",
             ),
             (
                 config(json!({"chart": {"archive": {"raw": "%%%"}}})),

@@ -31,6 +31,7 @@ pub mod item;
 pub mod lock;
 pub mod manifest;
 pub mod mock;
+pub mod oci;
 pub mod ports;
 pub mod readiness;
 pub mod status;

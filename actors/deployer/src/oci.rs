@@ -1,0 +1,325 @@
+//! Helm charts in OCI registries (`chart.ref`): the reference, the registry's token
+//! challenge and the chart layer of a manifest. The requests are the adapter's.
+//!
+//! A chart pushed with `helm push` is an OCI artifact: a manifest whose layer of media type
+//! `application/vnd.cncf.helm.chart.content.v1.tar+gzip` is the chart's gzipped tar.
+
+use serde_json::Value;
+
+/// The media type of a Helm chart's layer.
+pub const CHART_LAYER: &str = "application/vnd.cncf.helm.chart.content.v1.tar+gzip";
+/// What a manifest request accepts.
+pub const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
+
+/// Docker Hub, for references without a registry host.
+const DOCKER_HUB: &str = "registry-1.docker.io";
+
+/// `[oci://]host[:port]/repository[:tag][@sha256:…]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OciRef {
+    /// `host[:port]`.
+    pub registry: String,
+    pub repository: String,
+    /// A tag or a digest (`sha256:…`).
+    pub reference: String,
+}
+
+impl OciRef {
+    /// Reads a reference as container tools do: a first part with a `.` or a `:`, or
+    /// `localhost`, is the registry (else Docker Hub, `library/` for a single name); the
+    /// tag defaults to `latest`; a digest wins over a tag.
+    pub fn parse(text: &str) -> Result<OciRef, String> {
+        let text = text.trim();
+        let rest = text.strip_prefix("oci://").unwrap_or(text);
+        if rest.is_empty() {
+            return Err("an empty reference".into());
+        }
+        if rest.contains("://") {
+            return Err(format!(
+                "{text:?}: a reference is host/repository:tag, not a URL"
+            ));
+        }
+        let (name, digest) = match rest.split_once('@') {
+            Some((n, d)) => (n, Some(d)),
+            None => (rest, None),
+        };
+        // A tag is after the last ':' that comes after the last '/'.
+        let last_slash = name.rfind('/').map_or(0, |i| i + 1);
+        let (name, tag) = match name[last_slash..].rfind(':') {
+            Some(i) => (&name[..last_slash + i], Some(&name[last_slash + i + 1..])),
+            None => (name, None),
+        };
+        let (registry, repository) = match name.split_once('/') {
+            Some((first, path))
+                if first.contains('.') || first.contains(':') || first == "localhost" =>
+            {
+                (first.to_string(), path.to_string())
+            }
+            _ if name.contains('/') => (DOCKER_HUB.to_string(), name.to_string()),
+            _ => (DOCKER_HUB.to_string(), format!("library/{name}")),
+        };
+        let valid_part = |p: &str| {
+            !p.is_empty()
+                && p.chars().all(|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-')
+                })
+        };
+        if repository.is_empty() || !repository.split('/').all(valid_part) {
+            return Err(format!(
+                "{text:?}: the repository {repository:?} is not lowercase letters, digits, '.', '_', '-' separated by '/'"
+            ));
+        }
+        let reference = match (digest, tag) {
+            (Some(d), _) => {
+                let hex = d.strip_prefix("sha256:").ok_or_else(|| {
+                    format!("{text:?}: only sha256 digests are supported, got {d:?}")
+                })?;
+                if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(format!("{text:?}: {d:?} is not a sha256 digest"));
+                }
+                d.to_string()
+            }
+            (None, Some(t)) if !t.is_empty() => t.to_string(),
+            (None, Some(_)) => return Err(format!("{text:?}: an empty tag")),
+            (None, None) => "latest".to_string(),
+        };
+        Ok(OciRef {
+            registry,
+            repository,
+            reference,
+        })
+    }
+
+    /// The registry's base URL: HTTPS, plain HTTP for a loopback registry (as container
+    /// tools allow for `localhost`).
+    pub fn base_url(&self) -> String {
+        let host = self
+            .registry
+            .rsplit_once(':')
+            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+            .map_or(self.registry.as_str(), |(h, _)| h);
+        let scheme = if matches!(host, "localhost" | "127.0.0.1" | "[::1]") {
+            "http"
+        } else {
+            "https"
+        };
+        format!("{scheme}://{}/v2/{}", self.registry, self.repository)
+    }
+
+    /// The reference's digest, when it names one.
+    pub fn digest(&self) -> Option<&str> {
+        self.reference
+            .starts_with("sha256:")
+            .then_some(self.reference.as_str())
+    }
+}
+
+impl std::fmt::Display for OciRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sep = if self.digest().is_some() { '@' } else { ':' };
+        write!(
+            f,
+            "{}/{}{sep}{}",
+            self.registry, self.repository, self.reference
+        )
+    }
+}
+
+/// A `WWW-Authenticate: Bearer realm="…",service="…",scope="…"` challenge: the URL to ask
+/// for a token. `None` for other schemes.
+pub fn token_url(challenge: &str) -> Option<String> {
+    let rest = challenge.trim();
+    let (scheme, params) = rest.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let mut realm = None;
+    let mut query = Vec::new();
+    let mut chars = params.trim();
+    while !chars.is_empty() {
+        let (key, after) = chars.split_once('=')?;
+        let key = key.trim().trim_start_matches(',').trim();
+        let after = after.trim_start();
+        let (value, rest) = match after.strip_prefix('"') {
+            Some(quoted) => {
+                let end = quoted.find('"')?;
+                (&quoted[..end], &quoted[end + 1..])
+            }
+            None => match after.find(',') {
+                Some(i) => (&after[..i], &after[i..]),
+                None => (after, ""),
+            },
+        };
+        if key.eq_ignore_ascii_case("realm") {
+            realm = Some(value.to_string());
+        } else if !key.is_empty() {
+            query.push(format!("{key}={}", encode(value)));
+        }
+        chars = rest.trim_start().trim_start_matches(',').trim_start();
+    }
+    let realm = realm?;
+    Some(if query.is_empty() {
+        realm
+    } else {
+        let sep = if realm.contains('?') { '&' } else { '?' };
+        format!("{realm}{sep}{}", query.join("&"))
+    })
+}
+
+/// Percent-encoding of a query value.
+fn encode(value: &str) -> String {
+    let mut out = String::new();
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The token of a token endpoint's answer (`token`, else `access_token`).
+pub fn token_of(answer: &Value) -> Option<&str> {
+    answer["token"]
+        .as_str()
+        .or_else(|| answer["access_token"].as_str())
+        .filter(|t| !t.is_empty())
+}
+
+/// The digest of the chart layer of `manifest`: the layer of the Helm chart media type,
+/// else the only layer.
+pub fn chart_layer(manifest: &Value) -> Result<String, String> {
+    if manifest["manifests"].is_array() {
+        return Err("an image index, not a Helm chart (a chart's manifest has layers)".into());
+    }
+    let layers = manifest["layers"]
+        .as_array()
+        .ok_or("not an OCI manifest: no layers")?;
+    let layer = layers
+        .iter()
+        .find(|l| l["mediaType"] == CHART_LAYER)
+        .or(match layers.as_slice() {
+            [only] => Some(only),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            let types: Vec<&str> = layers
+                .iter()
+                .filter_map(|l| l["mediaType"].as_str())
+                .collect();
+            format!("no Helm chart layer ({CHART_LAYER}) among {types:?}")
+        })?;
+    let digest = layer["digest"]
+        .as_str()
+        .ok_or("the chart layer has no digest")?;
+    if !digest.starts_with("sha256:") {
+        return Err(format!("the chart layer's digest {digest:?} is not sha256"));
+    }
+    Ok(digest.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn r(registry: &str, repository: &str, reference: &str) -> OciRef {
+        OciRef {
+            registry: registry.into(),
+            repository: repository.into(),
+            reference: reference.into(),
+        }
+    }
+
+    #[test]
+    fn references_read_as_container_tools_read_them() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        for (text, want) in [
+            (
+                "eu.gcr.io/gardener-project/charts/web:1.0.0",
+                r("eu.gcr.io", "gardener-project/charts/web", "1.0.0"),
+            ),
+            (
+                "oci://127.0.0.1:5000/charts/web:0.1.0",
+                r("127.0.0.1:5000", "charts/web", "0.1.0"),
+            ),
+            ("localhost/web", r("localhost", "web", "latest")),
+            ("bitnami/nginx:15", r(DOCKER_HUB, "bitnami/nginx", "15")),
+            ("nginx", r(DOCKER_HUB, "library/nginx", "latest")),
+            (
+                &format!("ghcr.io/org/web:1.0@{d}"),
+                r("ghcr.io", "org/web", &d),
+            ),
+        ] {
+            assert_eq!(OciRef::parse(text), Ok(want), "{text}");
+        }
+        assert_eq!(
+            r("127.0.0.1:5000", "charts/web", "1").base_url(),
+            "http://127.0.0.1:5000/v2/charts/web"
+        );
+        assert_eq!(
+            r("eu.gcr.io", "x/web", "1").base_url(),
+            "https://eu.gcr.io/v2/x/web"
+        );
+        assert_eq!(
+            r("eu.gcr.io", "x/web", "1").to_string(),
+            "eu.gcr.io/x/web:1"
+        );
+    }
+
+    #[test]
+    fn bad_references_say_what_is_wrong() {
+        for (text, says) in [
+            ("", "empty"),
+            ("https://eu.gcr.io/x/web:1", "not a URL"),
+            ("eu.gcr.io/X/Web:1", "lowercase"),
+            ("eu.gcr.io/x/web:", "empty tag"),
+            ("eu.gcr.io/x/web@md5:abc", "only sha256"),
+            ("eu.gcr.io/x/web@sha256:abc", "not a sha256 digest"),
+        ] {
+            let e = OciRef::parse(text).expect_err(text);
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_bearer_challenge_gives_the_token_url() {
+        assert_eq!(
+            token_url(
+                r#"Bearer realm="https://auth.example/token",service="registry.example",scope="repository:charts/web:pull""#
+            )
+            .as_deref(),
+            Some(
+                "https://auth.example/token?service=registry.example&scope=repository:charts/web:pull"
+            )
+        );
+        assert_eq!(
+            token_url(r#"Bearer realm="http://127.0.0.1:1/t?a=b""#).as_deref(),
+            Some("http://127.0.0.1:1/t?a=b")
+        );
+        assert_eq!(token_url(r#"Basic realm="x""#), None);
+        assert_eq!(token_of(&json!({"token": "t"})), Some("t"));
+        assert_eq!(token_of(&json!({"access_token": "a"})), Some("a"));
+        assert_eq!(token_of(&json!({"token": ""})), None);
+    }
+
+    #[test]
+    fn the_chart_layer_of_a_manifest() {
+        let d = format!("sha256:{}", "b".repeat(64));
+        let manifest = json!({"schemaVersion": 2, "layers": [
+            {"mediaType": "application/vnd.cncf.helm.chart.provenance.v1.prov", "digest": "sha256:00"},
+            {"mediaType": CHART_LAYER, "digest": d},
+        ]});
+        assert_eq!(chart_layer(&manifest), Ok(d.clone()));
+        let only = json!({"layers": [{"mediaType": "application/tar+gzip", "digest": d}]});
+        assert_eq!(chart_layer(&only), Ok(d));
+        assert!(chart_layer(&json!({"manifests": []})).is_err_and(|e| e.contains("image index")));
+        assert!(
+            chart_layer(&json!({"layers": [
+                {"mediaType": "a", "digest": "sha256:1"}, {"mediaType": "b", "digest": "sha256:2"}]}))
+            .is_err_and(|e| e.contains("no Helm chart layer"))
+        );
+    }
+}
