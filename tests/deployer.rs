@@ -1353,9 +1353,9 @@ fn serve(
 }
 
 /// An OCI registry on 127.0.0.1 holding `chart` as `charts/web:1.0.0`, as `helm push`
-/// stores it, that wants a token from its token service (anonymous) for every read. Its
-/// `host:port`.
-fn serve_registry(chart: Vec<u8>) -> String {
+/// stores it, that wants a token from its token service for every read; the token
+/// service wants `login`. Its `host:port`.
+fn serve_registry(chart: Vec<u8>, login: &'static str) -> String {
     let layer = format!(
         "sha256:{}",
         ring::digest::digest(&ring::digest::SHA256, &chart)
@@ -1377,6 +1377,9 @@ fn serve_registry(chart: Vec<u8>) -> String {
     let url = serve(None, move |path, authorization| {
         let base = realm.get().cloned().unwrap_or_default();
         if path.starts_with("/token?") {
+            if authorization != Some(login) {
+                return ("401 Unauthorized", String::new(), b"log in".to_vec());
+            }
             return (
                 "200 OK",
                 String::new(),
@@ -1406,7 +1409,8 @@ fn a_helm_item_installs_a_chart_from_an_oci_registry() {
     let sb = Sandbox::start();
     let target_cluster = Sandbox::start();
     let work = workdir();
-    let registry = serve_registry(web_chart("1.0.0"));
+    // user "u", password "p"
+    let registry = serve_registry(web_chart("1.0.0"), "Basic dTpw");
     let op = bosun(&sb, work.path(), &[]);
     target_for(&sb, &target_cluster, "cluster-2");
     create_item(
@@ -1417,6 +1421,32 @@ fn a_helm_item_installs_a_chart_from_an_oci_registry() {
             json!({"name": "oci", "namespace": "default", "values": {"color": "teal"}}),
         )}),
     );
+    // Without a login the registry's token service refuses: reported and retried.
+    op.wait("the refused token reported", WAIT, || {
+        item(&sb, "from-oci").is_some_and(|o| {
+            o["status"]["lastError"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("token service") && m.contains("401"))
+        })
+    });
+    // The login, as landscaper reads it: a docker config Secret named in the Context's
+    // registryPullSecrets.
+    let docker_config =
+        json!({"auths": {registry.clone(): {"username": "u", "password": "p"}}}).to_string();
+    let (code, answer) = sb.post(
+        "/api/v1/namespaces/default/secrets",
+        &json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                "metadata": {"name": "pull", "namespace": "default"},
+                "stringData": {".dockerconfigjson": docker_config}}),
+    );
+    assert_eq!(code, 201, "{answer}");
+    let (code, answer) = sb.post(
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
+        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
+                "metadata": {"name": "default", "namespace": "default"},
+                "registryPullSecrets": [{"name": "pull"}]}),
+    );
+    assert_eq!(code, 201, "{answer}");
     let done = wait_phase(&op, &sb, "from-oci", "Succeeded");
     let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/oci-cm");
     assert_eq!(code, 200, "the chart from the registry, released: {cm}");

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bosun_deployer::helm::{Chart, ChartSource, HelmPort, HelmRun, ReleaseState, RepoCredential};
+use bosun_deployer::helm::{
+    Chart, ChartAccess, ChartSource, HelmPort, HelmRun, ReleaseState, RepoCredential,
+};
 use bosun_deployer::item::ErrorCode;
 use bosun_deployer::oci::OciRef;
 use bosun_deployer::ports::BoxFut;
@@ -392,14 +394,14 @@ impl HelmCharts {
 
     /// One GET of `url`, redirects followed: the final status, its `WWW-Authenticate`, body
     /// and URL. `Authorization`: the header of the credential whose URL the request's
-    /// starts with, else `bearer` while the request stays on `url`'s host.
+    /// starts with, else `authorization` while the request stays on `url`'s host.
     async fn get(
         &self,
         url: &str,
         field: &str,
         credentials: &[RepoCredential],
         accept: Option<&str>,
-        bearer: Option<&str>,
+        authorization: Option<&str>,
     ) -> Result<(http::StatusCode, Option<String>, Vec<u8>, String), DeployError> {
         let authority = |u: &str| {
             u.parse::<http::Uri>()
@@ -415,10 +417,10 @@ impl HelmCharts {
             let mut request = http::Request::get(uri);
             if let Some(h) = RepoCredential::header_for(credentials, &current) {
                 request = request.header(http::header::AUTHORIZATION, h);
-            } else if let Some(token) = bearer
+            } else if let Some(value) = authorization
                 && authority(&current) == host
             {
-                request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+                request = request.header(http::header::AUTHORIZATION, value);
             }
             if let Some(a) = accept {
                 request = request.header(http::header::ACCEPT, a);
@@ -471,14 +473,18 @@ impl HelmCharts {
     }
 
     /// A chart in an OCI registry: its manifest, then the chart layer, checked against its
-    /// digest; cached like downloads.
+    /// digest; cached like downloads (and by the registry login).
     async fn oci_chart(
         &self,
         r: &OciRef,
         credentials: &[RepoCredential],
+        login: Option<&str>,
     ) -> Result<Arc<Vec<u8>>, DeployError> {
         const F: &str = "spec.config.chart.ref";
-        let key = Self::download_key(&format!("oci://{r}"), credentials);
+        let login_digest = login
+            .map(|l| hex(&digest(l.as_bytes())))
+            .unwrap_or_default();
+        let key = Self::download_key(&format!("oci://{r} {login_digest}"), credentials);
         if let Some(bytes) = self.cached_download(&key) {
             return Ok(bytes);
         }
@@ -489,6 +495,7 @@ impl HelmCharts {
                 &format!("{base}/manifests/{}", r.reference),
                 Some(bosun_deployer::oci::MANIFEST_TYPES),
                 credentials,
+                login,
                 &mut token,
             )
             .await?;
@@ -501,6 +508,7 @@ impl HelmCharts {
                 &format!("{base}/blobs/{layer}"),
                 None,
                 credentials,
+                login,
                 &mut token,
             )
             .await?;
@@ -518,20 +526,29 @@ impl HelmCharts {
         Ok(bytes)
     }
 
-    /// GET from a registry: on a first 401 with a Bearer challenge, a token from the
-    /// registry's token service (anonymous, or with the credential for its URL), kept in
-    /// `token` for the next requests.
+    /// GET from a registry, with its `login` (`Basic …`) until a token is known: on a
+    /// first 401 with a Bearer challenge, a token from the registry's token service (with
+    /// the login, else anonymous, or with the credential for its URL), kept in `token` for
+    /// the next requests.
     async fn registry_get(
         &self,
         url: &str,
         accept: Option<&str>,
         credentials: &[RepoCredential],
+        login: Option<&str>,
         token: &mut Option<String>,
     ) -> Result<Vec<u8>, DeployError> {
         const F: &str = "spec.config.chart.ref";
         loop {
+            let authorization = token.as_ref().map(|t| format!("Bearer {t}"));
             let (status, challenge, body, at) = self
-                .get(url, F, credentials, accept, token.as_deref())
+                .get(
+                    url,
+                    F,
+                    credentials,
+                    accept,
+                    authorization.as_deref().or(login),
+                )
                 .await?;
             if status == http::StatusCode::UNAUTHORIZED
                 && token.is_none()
@@ -540,7 +557,7 @@ impl HelmCharts {
                     .and_then(bosun_deployer::oci::token_url)
             {
                 let (st, _, answer, _) = self
-                    .get(&token_url, F, credentials, Some("application/json"), None)
+                    .get(&token_url, F, credentials, Some("application/json"), login)
                     .await?;
                 if !st.is_success() {
                     return Err(fetch_error(format!(
@@ -678,8 +695,9 @@ impl HelmPort for HelmCharts {
     fn chart<'a>(
         &'a self,
         source: &'a ChartSource,
-        credentials: &'a [RepoCredential],
+        access: &'a ChartAccess,
     ) -> BoxFut<'a, Result<Arc<Chart>, DeployError>> {
+        let credentials = access.repos.as_slice();
         Box::pin(async move {
             match source {
                 ChartSource::Archive(bytes) => {
@@ -692,7 +710,9 @@ impl HelmPort for HelmCharts {
                     self.read(bytes, &format!("{F} {url}")).await
                 }
                 ChartSource::Oci(r) => {
-                    let bytes = self.oci_chart(r, credentials).await?;
+                    let bytes = self
+                        .oci_chart(r, credentials, access.registry_login.as_deref())
+                        .await?;
                     self.read(bytes, &format!("spec.config.chart.ref {r}"))
                         .await
                 }

@@ -417,30 +417,111 @@ impl RepoCredential {
     }
 }
 
-/// The chart repository credentials of the item's Context (`spec.context`, else
-/// `default`; none when there is no such Context): `authHeader` inline, or from
-/// `secretRef {name, key (default authHeader)}` in the item's namespace, and
-/// `customCAData`.
-pub async fn repo_credentials(job: &Job<'_>) -> Result<Vec<RepoCredential>, DeployError> {
-    const F: &str = "configurations.helmChartRepoCredentials.auths";
+/// What fetching a chart may use, from the item's Context.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChartAccess {
+    /// `configurations.helmChartRepoCredentials.auths`.
+    pub repos: Vec<RepoCredential>,
+    /// For a chart in an OCI registry: the registry's login (`Basic …`) from the Context's
+    /// `registryPullSecrets`.
+    pub registry_login: Option<String>,
+}
+
+/// What fetching `source` may use: the item's Context's chart repository credentials
+/// and, for an OCI registry, its login ([`ChartAccess`]); nothing for a chart in the item.
+pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAccess, DeployError> {
+    let registry = match source {
+        ChartSource::Archive(_) => return Ok(ChartAccess::default()),
+        ChartSource::Oci(r) => Some(r.registry.as_str()),
+        ChartSource::Remote(_) | ChartSource::Repo { .. } => None,
+    };
     let ns = &job.item.key.namespace;
     let name = job.item.context.as_deref().unwrap_or("default");
-    let unreadable = |what: String, e: String| {
-        DeployError::new(
-            "Reconcile",
-            "HelmChartRepoCredentials",
-            format!("{what}: {e}"),
-            &[],
-        )
-    };
     let Some(context) = job
         .cluster
         .get_context(ns, name)
         .await
         .map_err(|e| unreadable(format!("Context {ns}/{name}"), e.to_string()))?
     else {
-        return Ok(Vec::new());
+        return Ok(ChartAccess::default());
     };
+    let repos = repo_credentials(job, &context).await?;
+    let registry_login = match registry {
+        Some(r) => registry_login(job, &context, r).await?,
+        None => None,
+    };
+    Ok(ChartAccess {
+        repos,
+        registry_login,
+    })
+}
+
+fn unreadable(what: String, e: String) -> DeployError {
+    DeployError::new(
+        "Reconcile",
+        "HelmChartRepoCredentials",
+        format!("{what}: {e}"),
+        &[],
+    )
+}
+
+/// The login for `registry` in the docker config Secrets of the Context's
+/// `registryPullSecrets[] {name}` (in the item's namespace), the first that has one.
+async fn registry_login(
+    job: &Job<'_>,
+    context: &Value,
+    registry: &str,
+) -> Result<Option<String>, DeployError> {
+    let ns = &job.item.key.namespace;
+    let name = job.item.context.as_deref().unwrap_or("default");
+    let secrets = match &context["registryPullSecrets"] {
+        Value::Null => return Ok(None),
+        Value::Array(a) => a.clone(),
+        other => {
+            return Err(config_error(format!(
+                "Context {ns}/{name}: registryPullSecrets: expected a list, got {other}"
+            )));
+        }
+    };
+    for (i, r) in secrets.iter().enumerate() {
+        let field = format!("Context {ns}/{name}: registryPullSecrets[{i}]");
+        let secret = string_field(&r["name"], &format!("{field}.name"))?;
+        let data = job
+            .cluster
+            .get_secret(ns, &secret)
+            .await
+            .map_err(|e| unreadable(format!("Secret {ns}/{secret}"), e.to_string()))?
+            .ok_or_else(|| config_error(format!("{field}: Secret {ns}/{secret} not found")))?;
+        let Some((key, bytes)) = [".dockerconfigjson", ".dockercfg"]
+            .iter()
+            .find_map(|k| data.get(*k).map(|b| (*k, b)))
+        else {
+            return Err(config_error(format!(
+                "{field}: Secret {ns}/{secret} has neither .dockerconfigjson nor .dockercfg"
+            )));
+        };
+        let config: Value = serde_json::from_slice(bytes).map_err(|e| {
+            config_error(format!(
+                "{field}: Secret {ns}/{secret} {key}: not a docker config: {e}"
+            ))
+        })?;
+        if let Some(login) = crate::oci::login_for(&config, registry) {
+            return Ok(Some(login));
+        }
+    }
+    Ok(None)
+}
+
+/// The chart repository credentials of the item's Context: `authHeader` inline, or from
+/// `secretRef {name, key (default authHeader)}` in the item's namespace, and
+/// `customCAData`.
+async fn repo_credentials(
+    job: &Job<'_>,
+    context: &Value,
+) -> Result<Vec<RepoCredential>, DeployError> {
+    const F: &str = "configurations.helmChartRepoCredentials.auths";
+    let ns = &job.item.key.namespace;
+    let name = job.item.context.as_deref().unwrap_or("default");
     let auths = match &context["configurations"]["helmChartRepoCredentials"]["auths"] {
         Value::Null => return Ok(Vec::new()),
         Value::Array(a) => a.clone(),
@@ -549,11 +630,12 @@ pub struct HelmRun<'a> {
 /// Charts and releases, as the helm type needs them.
 pub trait HelmPort: Send + Sync + 'static {
     /// Fetches (or finds in the cache) and reads a chart; a download whose URL starts with
-    /// a credential's URL carries its `Authorization` header.
+    /// a credential's URL carries its `Authorization` header (an OCI registry's requests,
+    /// the registry login).
     fn chart<'a>(
         &'a self,
         source: &'a ChartSource,
-        credentials: &'a [RepoCredential],
+        access: &'a ChartAccess,
     ) -> BoxFut<'a, Result<Arc<Chart>, DeployError>>;
     /// Renders the chart offline: the objects of its templates.
     fn render<'a>(&'a self, run: HelmRun<'a>) -> BoxFut<'a, Result<Vec<Value>, DeployError>>;
@@ -701,13 +783,8 @@ impl HelmType {
     async fn apply(&self, job: &Job<'_>) -> Result<Outcome, DeployError> {
         let target = need_target(job)?;
         let config = HelmConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))?;
-        let credentials = match &config.chart {
-            ChartSource::Archive(_) => Vec::new(),
-            ChartSource::Remote(_) | ChartSource::Repo { .. } | ChartSource::Oci(_) => {
-                repo_credentials(job).await?
-            }
-        };
-        let chart = self.helm.chart(&config.chart, &credentials).await?;
+        let access = chart_access(job, &config.chart).await?;
+        let chart = self.helm.chart(&config.chart, &access).await?;
         let run = HelmRun {
             chart: &chart,
             release: &config.name,

@@ -187,6 +187,42 @@ pub fn token_of(answer: &Value) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// The name a registry goes by in docker config files (Docker Hub has several).
+fn registry_key(host: &str) -> &str {
+    match host {
+        "docker.io" | "index.docker.io" | "registry.hub.docker.com" => DOCKER_HUB,
+        other => other,
+    }
+}
+
+/// The `Authorization` value (`Basic …`) for `registry` in a docker config
+/// (`.dockerconfigjson`: `{"auths": {host: …}}`, or the older `.dockercfg`: `{host: …}`);
+/// each entry gives `auth` (base64 of `user:password`) or `username` and `password`. Keys
+/// may carry a scheme and a path (`https://index.docker.io/v1/`).
+pub fn login_for(config: &Value, registry: &str) -> Option<String> {
+    use base64::Engine as _;
+    let auths = config
+        .get("auths")
+        .and_then(Value::as_object)
+        .or_else(|| config.as_object())?;
+    let want = registry_key(registry);
+    auths.iter().find_map(|(key, entry)| {
+        let host = key.split_once("://").map_or(key.as_str(), |(_, h)| h);
+        let host = host.split('/').next().unwrap_or_default();
+        if registry_key(host) != want {
+            return None;
+        }
+        match (&entry["auth"], &entry["username"], &entry["password"]) {
+            (Value::String(a), _, _) if !a.is_empty() => Some(format!("Basic {a}")),
+            (_, Value::String(u), Value::String(p)) => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+            )),
+            _ => None,
+        }
+    })
+}
+
 /// The digest of the chart layer of `manifest`: the layer of the Helm chart media type,
 /// else the only layer.
 pub fn chart_layer(manifest: &Value) -> Result<String, String> {
@@ -303,6 +339,30 @@ mod tests {
         assert_eq!(token_of(&json!({"token": "t"})), Some("t"));
         assert_eq!(token_of(&json!({"access_token": "a"})), Some("a"));
         assert_eq!(token_of(&json!({"token": ""})), None);
+    }
+
+    #[test]
+    fn a_registry_login_from_docker_config() {
+        let config = json!({"auths": {
+            "https://index.docker.io/v1/": {"auth": "aHViOnNlY3JldA=="},
+            "127.0.0.1:5000": {"username": "u", "password": "p"},
+            "ghcr.io": {"identitytoken": "x"},
+        }});
+        assert_eq!(
+            login_for(&config, DOCKER_HUB).as_deref(),
+            Some("Basic aHViOnNlY3JldA==")
+        );
+        assert_eq!(
+            login_for(&config, "127.0.0.1:5000").as_deref(),
+            Some("Basic dTpw")
+        );
+        assert_eq!(login_for(&config, "ghcr.io"), None);
+        assert_eq!(login_for(&config, "eu.gcr.io"), None);
+        let legacy = json!({"eu.gcr.io": {"auth": "YTpi"}});
+        assert_eq!(
+            login_for(&legacy, "eu.gcr.io").as_deref(),
+            Some("Basic YTpi")
+        );
     }
 
     #[test]
