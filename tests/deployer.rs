@@ -1484,6 +1484,30 @@ fn a_helm_item_installs_a_chart_from_an_oci_registry() {
         )}),
     );
     fails_naming(&op, &sb, "url-ref", "spec.config.chart.ref", Naming::Starts);
+    // A pull Secret that does not exist fails at once, naming it.
+    let (code, answer) = sb.post(
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
+        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
+                "metadata": {"name": "no-pull-secret", "namespace": "default"},
+                "registryPullSecrets": [{"name": "nope"}]}),
+    );
+    assert_eq!(code, 201, "{answer}");
+    create_item(
+        &sb,
+        "no-pull-secret",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "context": "no-pull-secret",
+        "config": helm_config(
+            json!({"ref": format!("{registry}/charts/web:1.0.0")}),
+            json!({"name": "nope", "namespace": "default"}),
+        )}),
+    );
+    fails_naming(
+        &op,
+        &sb,
+        "no-pull-secret",
+        "Context default/no-pull-secret: registryPullSecrets[0]: Secret default/nope not found",
+        Naming::Starts,
+    );
     delete_and_wait(&op, &sb, "from-oci");
     assert!(release_secrets(&target_cluster, "default").is_empty());
 }
