@@ -10,6 +10,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use bosun_deployer::events::DeployerEvent;
 use bosun_deployer::item::Phase;
+use common::webhooks::post_ok;
 use common::{Operator, Sandbox, wait_for, workdir};
 use serde_json::{Value, json};
 
@@ -342,7 +343,8 @@ fn items_whose_target_is_not_ours_are_not_touched() {
         &[("BOSUN_DEPLOYER_TARGET_SELECTOR", selector)],
     );
     for (name, who) in [("ours", "bosun"), ("theirs", "fenced")] {
-        let (code, answer) = sb.post(
+        post_ok(
+            &sb,
             TARGETS,
             &json!({
                 "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
@@ -350,19 +352,18 @@ fn items_whose_target_is_not_ours_are_not_touched() {
                 "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": "apiVersion: v1\nkind: Config\n"}},
             }),
         );
-        assert_eq!(code, 201, "{answer}");
     }
     // Targets from Secrets (with and without `key`), and kubeconfigs refused as upstream.
     let good = "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: abc\n";
     let exec =
         "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    exec:\n      command: aws\n";
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let (code, answer) = sb.post(
+    post_ok(
+        &sb,
         "/api/v1/namespaces/default/secrets",
         &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "kubeconfigs"},
                 "data": {"kubeconfig": b64(good), "target": b64(&format!("kubeconfig: {}", serde_json::to_string(exec).expect("json")))}}),
     );
-    assert_eq!(code, 201, "{answer}");
     for (name, spec) in [
         ("from-secret", json!({"secretRef": {"name": "kubeconfigs"}})),
         (
@@ -373,7 +374,8 @@ fn items_whose_target_is_not_ours_are_not_touched() {
     ] {
         let mut spec = spec;
         spec["type"] = json!("landscaper.gardener.cloud/kubernetes-cluster");
-        let (code, answer) = sb.post(
+        post_ok(
+            &sb,
             TARGETS,
             &json!({
                 "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
@@ -381,7 +383,6 @@ fn items_whose_target_is_not_ours_are_not_touched() {
                 "spec": spec,
             }),
         );
-        assert_eq!(code, 201, "{answer}");
         create_item(
             &sb,
             &format!("via-{name}"),
@@ -583,7 +584,8 @@ fn abort_force_reconcile_test_reconcile_and_a_generation_bump_during_progressing
     let progressing = || mock_config(json!({"phase": "Progressing"}));
 
     // A generation bump during Progressing starts a new run with the new spec.
-    let (code, answer) = sb.post(
+    post_ok(
+        &sb,
         ITEMS,
         &json!({
             "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
@@ -592,7 +594,6 @@ fn abort_force_reconcile_test_reconcile_and_a_generation_bump_during_progressing
             "spec": {"type": MOCK, "timeout": "1h", "config": progressing()},
         }),
     );
-    assert_eq!(code, 201, "{answer}");
     let stuck = wait_phase(&op, &sb, "bumped", "Progressing");
     assert_eq!(
         annotation(&stuck, "landscaper.gardener.cloud/reconcile-time"),
@@ -649,7 +650,8 @@ fn abort_force_reconcile_test_reconcile_and_a_generation_bump_during_progressing
 
     // A reconcile-time marker older than the pickup timeout (5m): the item was not
     // picked up in time (bosun was down, say) and fails as landscaper fails it.
-    let (code, answer) = sb.post(
+    post_ok(
+        &sb,
         ITEMS,
         &json!({
             "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
@@ -658,7 +660,6 @@ fn abort_force_reconcile_test_reconcile_and_a_generation_bump_during_progressing
             "spec": {"type": MOCK, "config": mock_config(json!({}))},
         }),
     );
-    assert_eq!(code, 201, "{answer}");
     let late = wait_phase(&op, &sb, "late", "Failed");
     let e = &late["status"]["lastError"];
     assert_eq!(
@@ -816,7 +817,8 @@ fn manifests_are_applied_in_the_target_cluster_updated_pruned_and_removed() {
 /// A Target object in the items' cluster pointing at `target_cluster`.
 fn target_for(sb: &Sandbox, target_cluster: &Sandbox, name: &str) {
     let kubeconfig = std::fs::read_to_string(&target_cluster.kubeconfig).expect("kubeconfig");
-    let (code, answer) = sb.post(
+    post_ok(
+        sb,
         TARGETS,
         &json!({
             "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
@@ -824,7 +826,6 @@ fn target_for(sb: &Sandbox, target_cluster: &Sandbox, name: &str) {
             "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": kubeconfig}},
         }),
     );
-    assert_eq!(code, 201, "{answer}");
 }
 
 #[test]
@@ -984,17 +985,17 @@ fn deletion_groups_go_in_order_and_force_delete_strips_finalizers() {
         (code == 200).then_some(v)
     };
     assert!(in_target("/api/v1/namespaces/default/configmaps/held").is_some());
-    let (code, answer) = target_cluster.post(
+    post_ok(
+        &target_cluster,
         "/api/v1/namespaces",
         &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}),
     );
-    assert_eq!(code, 201, "{answer}");
     for (ns, name) in [("default", "stray"), ("other", "elsewhere")] {
-        let (code, answer) = target_cluster.post(
+        post_ok(
+            &target_cluster,
             &format!("/api/v1/namespaces/{ns}/secrets"),
             &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}}),
         );
-        assert_eq!(code, 201, "{answer}");
     }
     delete_and_wait(&op, &sb, "grouped");
     assert!(
@@ -1122,8 +1123,11 @@ fn leave_pending(cluster: &Sandbox, namespace: &str, name: &str, version: u64) {
         "namespace": namespace,
         "labels": {"name": name, "owner": "helm", "status": "pending-upgrade", "version": next.to_string()},
     });
-    let (code, body) = cluster.post(&format!("/api/v1/namespaces/{namespace}/secrets"), &secret);
-    assert_eq!(code, 201, "{body}");
+    post_ok(
+        cluster,
+        &format!("/api/v1/namespaces/{namespace}/secrets"),
+        &secret,
+    );
 }
 
 #[test]
@@ -1433,20 +1437,20 @@ fn a_helm_item_installs_a_chart_from_an_oci_registry() {
     // registryPullSecrets.
     let docker_config =
         json!({"auths": {registry.clone(): {"username": "u", "password": "p"}}}).to_string();
-    let (code, answer) = sb.post(
+    post_ok(
+        &sb,
         "/api/v1/namespaces/default/secrets",
         &json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
                 "metadata": {"name": "pull", "namespace": "default"},
                 "stringData": {".dockerconfigjson": docker_config}}),
     );
-    assert_eq!(code, 201, "{answer}");
-    let (code, answer) = sb.post(
+    post_ok(
+        &sb,
         "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
         &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
                 "metadata": {"name": "default", "namespace": "default"},
                 "registryPullSecrets": [{"name": "pull"}]}),
     );
-    assert_eq!(code, 201, "{answer}");
     let done = wait_phase(&op, &sb, "from-oci", "Succeeded");
     let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/oci-cm");
     assert_eq!(code, 200, "the chart from the registry, released: {cm}");
@@ -1485,13 +1489,13 @@ fn a_helm_item_installs_a_chart_from_an_oci_registry() {
     );
     fails_naming(&op, &sb, "url-ref", "spec.config.chart.ref", Naming::Starts);
     // A pull Secret that does not exist fails at once, naming it.
-    let (code, answer) = sb.post(
+    post_ok(
+        &sb,
         "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
         &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
                 "metadata": {"name": "no-pull-secret", "namespace": "default"},
                 "registryPullSecrets": [{"name": "nope"}]}),
     );
-    assert_eq!(code, 201, "{answer}");
     create_item(
         &sb,
         "no-pull-secret",
@@ -1552,20 +1556,20 @@ fn a_helm_item_from_a_chart_repository_without_helm_deployment_applies_the_rende
     });
     // The repository's credentials, as landscaper reads them: the Context's
     // helmChartRepoCredentials, the header in a Secret.
-    let (code, answer) = sb.post(
+    post_ok(
+        &sb,
         "/api/v1/namespaces/default/secrets",
         &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "repo-auth", "namespace": "default"},
                 "stringData": {"authHeader": "Bearer s3cret"}}),
     );
-    assert_eq!(code, 201, "{answer}");
-    let (code, answer) = sb.post(
+    post_ok(
+        &sb,
         "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
         &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
                 "metadata": {"name": "default", "namespace": "default"},
                 "configurations": {"helmChartRepoCredentials": {"auths": [
                     {"url": repo, "secretRef": {"name": "repo-auth"}}]}}}),
     );
-    assert_eq!(code, 201, "{answer}");
     let done = wait_phase(&op, &sb, "rendered", "Succeeded");
     let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/web-cm");
     assert_eq!(
@@ -1628,13 +1632,13 @@ fn a_chart_repository_over_https_is_trusted_through_the_custom_ca_of_its_credent
             json!([{"url": repo, "customCAData": "a certificate, trust me"}]),
         ),
     ] {
-        let (code, answer) = sb.post(
+        post_ok(
+            &sb,
             "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
             &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
                     "metadata": {"name": name, "namespace": "default"},
                     "configurations": {"helmChartRepoCredentials": {"auths": auths}}}),
         );
-        assert_eq!(code, 201, "{answer}");
     }
     let helm_item = |name: &str, context: &str| {
         create_item(
@@ -1678,12 +1682,12 @@ fn replicas_serving_the_same_targets_split_the_items_through_sync_objects() {
     let (work_a, work_b) = (workdir(), workdir());
     // The replicas' pods: a lock's holder is alive while its pod exists.
     for pod in ["bosun-a", "bosun-b"] {
-        let (code, answer) = sb.post(
+        post_ok(
+            &sb,
             "/api/v1/namespaces/default/pods",
             &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": "default"},
                     "spec": {"containers": [{"name": "bosun", "image": "bosun"}]}}),
         );
-        assert_eq!(code, 201, "{answer}");
     }
     let replica = |work: &std::path::Path, pod: &'static str| {
         bosun(
