@@ -17,7 +17,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::kubernetes::raw::RawApi;
 use crate::watches::{
-    Change as WatchChange, Listener, ObjectKey, SharedWatch, Stored, WatchManager,
+    Change as WatchChange, Listener, ObjectKey, SharedWatch, Stored, WatchManager, resource_version,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -83,12 +83,6 @@ struct Informer {
 
 fn object_key(key: &ItemKey) -> ObjectKey {
     (key.namespace.clone(), key.name.clone())
-}
-
-fn resource_version(o: &Value) -> &str {
-    o["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or_default()
 }
 
 /// Whether a watch event of version `seen` makes this process's write of version

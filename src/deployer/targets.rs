@@ -187,6 +187,23 @@ impl KubeTargets {
     }
 }
 
+impl KubeTargets {
+    /// The API of `object`'s type in `target`, and the object's reference, once its
+    /// metadata is checked: what every write starts with.
+    async fn writable(
+        &self,
+        target: &ResolvedTarget,
+        object: &serde_json::Value,
+    ) -> Result<(RawApi, ResourceRef), DeployError> {
+        let r = ResourceRef::of(object);
+        check_metadata(object, &r)?;
+        let (api, _) = self
+            .api(target, &r.api_version, &r.kind, &r.namespace)
+            .await?;
+        Ok((api, r))
+    }
+}
+
 /// Refuses an object whose `metadata` is not Kubernetes object metadata (labels that are
 /// not strings, …) before the target sees it, naming the object.
 fn check_metadata(object: &serde_json::Value, r: &ResourceRef) -> Result<(), DeployError> {
@@ -233,11 +250,7 @@ impl TargetClusters for KubeTargets {
         object: serde_json::Value,
     ) -> BoxFut<'a, Result<serde_json::Value, DeployError>> {
         Box::pin(async move {
-            let r = ResourceRef::of(&object);
-            let (api, _) = self
-                .api(target, &r.api_version, &r.kind, &r.namespace)
-                .await?;
-            check_metadata(&object, &r)?;
+            let (api, r) = self.writable(target, &object).await?;
             api.create(&object)
                 .await
                 .map_err(|e| target_error(target, &format!("creating {r}"), e))
@@ -250,11 +263,7 @@ impl TargetClusters for KubeTargets {
         object: serde_json::Value,
     ) -> BoxFut<'a, Result<Option<serde_json::Value>, DeployError>> {
         Box::pin(async move {
-            let r = ResourceRef::of(&object);
-            let (api, _) = self
-                .api(target, &r.api_version, &r.kind, &r.namespace)
-                .await?;
-            check_metadata(&object, &r)?;
+            let (api, r) = self.writable(target, &object).await?;
             match api.create(&object).await {
                 Ok(o) => Ok(Some(o)),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
@@ -269,11 +278,7 @@ impl TargetClusters for KubeTargets {
         object: serde_json::Value,
     ) -> BoxFut<'a, Result<serde_json::Value, DeployError>> {
         Box::pin(async move {
-            let r = ResourceRef::of(&object);
-            let (api, _) = self
-                .api(target, &r.api_version, &r.kind, &r.namespace)
-                .await?;
-            check_metadata(&object, &r)?;
+            let (api, r) = self.writable(target, &object).await?;
             api.replace(&r.name, &object)
                 .await
                 .map_err(|e| target_error(target, &format!("updating {r}"), e))

@@ -285,7 +285,7 @@ fn object_key(o: &Value) -> ObjectKey {
     )
 }
 
-fn resource_version(o: &Value) -> &str {
+pub(crate) fn resource_version(o: &Value) -> &str {
     o["metadata"]["resourceVersion"]
         .as_str()
         .unwrap_or_default()
