@@ -690,14 +690,17 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         })
     }
 
-    /// Durably appends events; returns the sequence number of the last one.
+    /// Durably appends events; returns the sequence number of the last one. While the
+    /// journal cannot write, each call is one more attempt (the one that finds the disk
+    /// writable again recovers the journal).
     pub async fn append_batch(&self, events: &[E]) -> Result<u64, JournalError> {
-        self.submit(events)?.await
+        self.acknowledged(self.send(events)?).await
     }
 
     /// Hands events to the committer now, in order with every other append, and returns a
     /// future that resolves (with the last sequence number) once they are durable. For a
-    /// caller that starts work while its events are being flushed.
+    /// caller that starts work while its events are being flushed; so while the journal
+    /// cannot write it refuses at once, and no such work starts until a write succeeds.
     pub fn submit(
         &self,
         events: &[E],
@@ -705,13 +708,25 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         impl std::future::Future<Output = Result<u64, JournalError>> + Send + 'static,
         JournalError,
     > {
-        let rx = self.send(events)?;
+        if let Some((_, error)) = self.health.failing() {
+            return Err(JournalError::Storage {
+                path: self.path.clone(),
+                message: format!("the journal cannot write: {error}"),
+            });
+        }
+        Ok(self.acknowledged(self.send(events)?))
+    }
+
+    fn acknowledged(
+        &self,
+        rx: oneshot::Receiver<Result<u64, String>>,
+    ) -> impl std::future::Future<Output = Result<u64, JournalError>> + Send + 'static {
         let path = self.path.clone();
-        Ok(async move {
+        async move {
             rx.await
                 .map_err(|_| JournalError::Closed)?
                 .map_err(|message| JournalError::Storage { path, message })
-        })
+        }
     }
 
     /// Durably appends one event; returns its sequence number.
@@ -1226,6 +1241,7 @@ fn commit_loop(
                 // Nothing was acknowledged; remove what may have reached the tree so the
                 // sequence stays gapless for the next batch.
                 let _ = storage.remove_events(last + 1, seq);
+                metrics::counter!("bosun_journal_write_errors_total").increment(1);
                 health.failed(e.to_string());
                 for (reply, _) in acks {
                     let _ = reply.send(Err(e.to_string()));
@@ -1261,12 +1277,22 @@ impl Health {
     }
 
     fn failed(&self, error: String) {
-        let _ = self.failing_since_ms.compare_exchange(
-            0,
-            now_ms().max(1),
-            std::sync::atomic::Ordering::SeqCst,
-            std::sync::atomic::Ordering::SeqCst,
-        );
+        let first = self
+            .failing_since_ms
+            .compare_exchange(
+                0,
+                now_ms().max(1),
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+            )
+            .is_ok();
+        if first {
+            tracing::error!(
+                error = %error,
+                "the journal cannot write: nothing more is acknowledged and no task starts until it can"
+            );
+            metrics::gauge!("bosun_journal_failing").set(1.0);
+        }
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
     }
 
@@ -1277,6 +1303,7 @@ impl Health {
             != 0
         {
             tracing::info!("the journal writes again");
+            metrics::gauge!("bosun_journal_failing").set(0.0);
         }
     }
 }
