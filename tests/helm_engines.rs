@@ -200,7 +200,11 @@ async fn install_upgrade_uninstall(which: Engine) {
         [("demo".to_string(), 3)]
     );
 
-    client.uninstall("demo", Some(60)).await.expect("uninstall");
+    // With Helm's wait (the watcher): the release's objects are gone when it returns.
+    client
+        .uninstall("demo", true, Some(60))
+        .await
+        .expect("uninstall");
     let (code, _) = sb.get("/api/v1/namespaces/default/configmaps/demo-settings");
     assert_eq!(code, 404);
     assert!(release_secrets(&sb, "demo").is_empty());
@@ -209,7 +213,7 @@ async fn install_upgrade_uninstall(which: Engine) {
         Err(HelmError::NotFound(_))
     ));
     assert!(matches!(
-        client.uninstall("demo", Some(60)).await,
+        client.uninstall("demo", false, Some(60)).await,
         Err(HelmError::NotFound(_))
     ));
 }

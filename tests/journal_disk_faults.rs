@@ -59,8 +59,23 @@ impl LoopFs {
             .is_ok_and(|s| s.success())
     }
 
+    /// Unmounts, once nothing holds the filesystem any more (a hook bosun started may
+    /// still be ending).
     fn unmount(&self) {
-        let _ = Command::new("umount").arg(&self.dir).status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !Command::new("umount")
+            .arg(&self.dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "umount {}",
+                self.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// What the kernel does to ext4 after an I/O error with `errors=remount-ro`: every
@@ -167,6 +182,29 @@ fn successes(journal: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// bosun with its journal in `journal`, and its HTTP address once it has one.
+fn start_on(sb: &Sandbox, hooks: &Path, work: &Path, journal: &Path) -> (Operator, String) {
+    let journal_dir = journal.display().to_string();
+    let op = Operator::start_with(
+        sb,
+        hooks,
+        work,
+        &[("BOSUN_JOURNAL_DIR", journal_dir.as_str())],
+    );
+    let mut addr = String::new();
+    op.wait("the HTTP address", Duration::from_secs(60), || {
+        addr = op.http_address().unwrap_or_default();
+        !addr.is_empty()
+    });
+    (op, addr)
+}
+
+/// GET on bosun's HTTP address: status and body.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let (code, body) = common::http_raw(addr, "GET", path, "", b"");
+    (code, String::from_utf8_lossy(&body).into_owned())
+}
+
 #[test]
 fn a_full_journal_disk_fails_readiness_and_room_again_resumes_without_a_restart() {
     let work = workdir();
@@ -184,22 +222,8 @@ fn a_full_journal_disk_fails_readiness_and_room_again_resumes_without_a_restart(
         "true",
     );
     let journal = fs.0.join("journal");
-    let journal_dir = journal.display().to_string();
-    let op = Operator::start_with(
-        &sb,
-        &hooks,
-        work.path(),
-        &[("BOSUN_JOURNAL_DIR", journal_dir.as_str())],
-    );
-    let mut addr = String::new();
-    op.wait("the HTTP address", Duration::from_secs(60), || {
-        addr = op.http_address().unwrap_or_default();
-        !addr.is_empty()
-    });
-    let get = |path: &str| {
-        let (code, body) = common::http_raw(&addr, "GET", path, "", b"");
-        (code, String::from_utf8_lossy(&body).into_owned())
-    };
+    let (op, addr) = start_on(&sb, &hooks, work.path(), &journal);
+    let get = |path: &str| get(&addr, path);
     op.wait("ready", Duration::from_secs(60), || get("/readyz").0 == 200);
 
     fill(&fs.0.join("filler"));
@@ -254,22 +278,7 @@ fn a_journal_disk_gone_read_only_stops_hooks_says_why_and_loses_nothing_acknowle
             .unwrap_or(0)
     };
     let journal = fs.dir.join("journal");
-    let journal_dir = journal.display().to_string();
-    let mut op = Operator::start_with(
-        &sb,
-        &hooks,
-        work.path(),
-        &[("BOSUN_JOURNAL_DIR", journal_dir.as_str())],
-    );
-    let mut addr = String::new();
-    op.wait("the HTTP address", Duration::from_secs(60), || {
-        addr = op.http_address().unwrap_or_default();
-        !addr.is_empty()
-    });
-    let get = |addr: &str, path: &str| {
-        let (code, body) = common::http_raw(addr, "GET", path, "", b"");
-        (code, String::from_utf8_lossy(&body).into_owned())
-    };
+    let (mut op, addr) = start_on(&sb, &hooks, work.path(), &journal);
     op.wait("ready", Duration::from_secs(60), || {
         get(&addr, "/readyz").0 == 200
     });

@@ -384,7 +384,7 @@ impl Releases for HelmReleases {
             let started = std::time::Instant::now();
             match self
                 .client
-                .uninstall(&release, self.options.timeout_seconds)
+                .uninstall(&release, false, self.options.timeout_seconds)
                 .await
             {
                 Ok(()) => {

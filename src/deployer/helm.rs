@@ -810,13 +810,13 @@ impl HelmPort for HelmCharts {
         target: &'a ResolvedTarget,
         namespace: &'a str,
         name: &'a str,
-        _wait: bool,
+        wait: bool,
         timeout: Option<Duration>,
     ) -> BoxFut<'a, Result<(), DeployError>> {
         Box::pin(async move {
             let client = self.client(target, namespace).await?;
             match client
-                .uninstall(name, timeout.map(|t| t.as_secs().max(1)))
+                .uninstall(name, wait, timeout.map(|t| t.as_secs().max(1)))
                 .await
             {
                 Ok(()) | Err(HelmError::NotFound(_)) => Ok(()),

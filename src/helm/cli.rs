@@ -528,8 +528,13 @@ impl CliClient {
         parse(release, command, &text).map(Release)
     }
 
-    /// `helm uninstall`.
-    pub async fn uninstall(&self, release: &str, timeout: Option<u64>) -> Result<(), HelmError> {
+    /// `helm uninstall` (`--wait` when `wait`).
+    pub async fn uninstall(
+        &self,
+        release: &str,
+        wait: bool,
+        timeout: Option<u64>,
+    ) -> Result<(), HelmError> {
         let timeout = timeout.map_or(DEFAULT_TIMEOUT, Duration::from_secs);
         let mut args: Vec<OsString> = vec![
             "uninstall".into(),
@@ -537,6 +542,10 @@ impl CliClient {
             "--timeout".into(),
             format!("{}s", timeout.as_secs()).into(),
         ];
+        if wait {
+            let v4 = self.cli.inner.major >= 4;
+            args.push(if v4 { "--wait=watcher" } else { "--wait" }.into());
+        }
         args.extend(self.cluster_args());
         self.cli
             .run(release, args, timeout + GRACE)

@@ -227,15 +227,17 @@ impl ReleaseClient {
         }
     }
 
-    /// `helm uninstall` (the binary waits at most `timeout_seconds`).
+    /// `helm uninstall`: when `wait`, until the release's objects are gone; at most
+    /// `timeout_seconds` in all.
     pub async fn uninstall(
         &self,
         release: &str,
+        wait: bool,
         timeout_seconds: Option<u64>,
     ) -> Result<(), HelmError> {
         match self {
-            ReleaseClient::Library(c) => c.uninstall(release).await,
-            ReleaseClient::Cli(c) => c.uninstall(release, timeout_seconds).await,
+            ReleaseClient::Library(c) => c.uninstall(release, wait, timeout_seconds).await,
+            ReleaseClient::Cli(c) => c.uninstall(release, wait, timeout_seconds).await,
         }
     }
 

@@ -566,9 +566,27 @@ impl HelmClient {
         parse(action, &text)
     }
 
-    /// `helm uninstall`.
-    pub async fn uninstall(&self, release: &str) -> Result<(), HelmError> {
-        self.call(ffi::ReleaseCall::Uninstall, release, String::new())
+    /// `helm uninstall`, waiting (Helm's watcher) until the release's objects are gone
+    /// when `wait`; at most `timeout_seconds` for that and the hooks.
+    pub async fn uninstall(
+        &self,
+        release: &str,
+        wait: bool,
+        timeout_seconds: Option<u64>,
+    ) -> Result<(), HelmError> {
+        let mut opts = serde_json::Map::new();
+        if wait {
+            opts.insert("wait".into(), json!("watcher"));
+        }
+        if let Some(t) = timeout_seconds {
+            opts.insert("timeout_seconds".into(), json!(t));
+        }
+        let options = if opts.is_empty() {
+            String::new()
+        } else {
+            Value::Object(opts).to_string()
+        };
+        self.call(ffi::ReleaseCall::Uninstall, release, options)
             .await
             .map(|_| ())
     }
