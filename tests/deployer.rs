@@ -25,9 +25,19 @@ fn bosun(sb: &Sandbox, work: &std::path::Path, extra: &[(&str, &str)]) -> Operat
     let mut env = vec![("BOSUN_MODULES", "false"), ("BOSUN_LAMBDA", "false")];
     env.extend_from_slice(extra);
     let op = Operator::start_with(sb, &work.join("global-hooks"), work, &env);
-    op.wait("the DeployItem and Target CRDs served", WAIT, || {
-        sb.get(ITEMS).0 == 200 && sb.get(TARGETS).0 == 200
-    });
+    // Every landscaper CRD bosun installs (tests create Contexts too), not only the first.
+    op.wait(
+        "the DeployItem, Target and Context CRDs served",
+        WAIT,
+        || {
+            sb.get(ITEMS).0 == 200
+                && sb.get(TARGETS).0 == 200
+                && sb
+                    .get("/apis/landscaper.gardener.cloud/v1alpha1/contexts")
+                    .0
+                    == 200
+        },
+    );
     op
 }
 
