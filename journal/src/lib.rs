@@ -53,6 +53,12 @@ pub enum JournalError {
         /// Directory.
         path: PathBuf,
     },
+    /// The directory exists and holds no journal yet (bosun may be creating it).
+    #[error("{path}: no journal here yet (the directory holds no journal files)")]
+    Empty {
+        /// Directory.
+        path: PathBuf,
+    },
     /// The directory has files but is not a journal.
     #[error("{path}: not a bosun journal (found other files and no journal marker)")]
     NotAJournal {
@@ -551,7 +557,14 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
     /// a private copy.
     pub fn open_read_only(dir: &Path) -> Result<Journal<E>, JournalError> {
         check_directory(dir, false)?;
-        if Backend::found_in(dir) == Some(Backend::Segments) {
+        // Reading never creates a journal: a read racing bosun's first start would leave
+        // sled files where bosun is about to create segment files.
+        let Some(found) = Backend::found_in(dir) else {
+            return Err(JournalError::Empty {
+                path: dir.to_path_buf(),
+            });
+        };
+        if found == Backend::Segments {
             // Read in place: the files are only appended to, and the segments this reader
             // holds open stay readable even if compaction deletes them.
             let storage = Arc::new(SegmentStorage::open_read_only(dir)?);
@@ -1436,6 +1449,26 @@ mod tests {
                 _ => serde_json::from_value(raw).map_err(|e| e.to_string()),
             }
         }
+    }
+
+    #[test]
+    fn reading_a_folder_without_a_journal_creates_none() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A folder bosun has just made, with its lock file and nothing else yet.
+        std::fs::write(dir.path().join("lock"), b"").expect("lock");
+        let err = Journal::<Ev>::open_read_only(dir.path())
+            .err()
+            .expect("no journal to read");
+        assert!(matches!(err, JournalError::Empty { .. }), "{err}");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).expect("read_dir").count(),
+            1,
+            "nothing written"
+        );
+        // bosun then creates its journal there, with segment files.
+        let j: Journal<Ev> = Journal::open(dir.path()).expect("open for writing");
+        drop(j);
+        assert!(Journal::<Ev>::open_read_only(dir.path()).is_ok());
     }
 
     /// The modes of `dir` and everything under it, as `(path, mode & 0o777)`.
