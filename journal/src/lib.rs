@@ -34,7 +34,7 @@ use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
 pub use replica::{FollowFrom, stored_checksum};
-pub use segment::{SegmentOptions, SegmentStorage};
+pub use segment::{EXTEND_BY, SegmentOptions, SegmentStorage};
 pub use storage::{Damage, SledStorage, Storage};
 
 const FORMAT: &[u8] = b"bosun-journal/1";
@@ -310,6 +310,9 @@ fn raw_record(seq: u64, bytes: &[u8]) -> Result<RawRecord, JournalError> {
 struct AppendRequest {
     body: Body,
     reply: oneshot::Sender<Result<u64, String>>,
+    /// When it was handed to the committer: tells the appenders a batch's acknowledgement
+    /// woke (they come back) from the ones that were already waiting.
+    sent: std::time::Instant,
 }
 
 /// What an append writes.
@@ -783,6 +786,7 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         tx.send(AppendRequest {
             body: Body::Events(payloads),
             reply,
+            sent: std::time::Instant::now(),
         })
         .map_err(|_| JournalError::Closed)?;
         // The `metrics` facade: a no-op unless the process installed a recorder.
@@ -1196,8 +1200,18 @@ fn decode_event<E: Versioned + DeserializeOwned>(
     })
 }
 
+/// The longest a batch waits for the appenders the last acknowledgement woke.
+const MAX_COHORT_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// The committer: drains every queued request, writes them as one batch, flushes once,
 /// then acknowledges them all (group commit).
+///
+/// Appenders that append again as soon as they are acknowledged would otherwise settle into
+/// two cohorts taking turns (one flushing while the other queues), each flush carrying half
+/// of them. So a batch formed right after an acknowledgement waits briefly for the
+/// appenders that acknowledgement woke: until as many requests as it acknowledged have come
+/// back, or for at most half the last flush's duration. Requests arriving after that
+/// window never wait.
 fn commit_loop(
     storage: Arc<dyn Storage>,
     rx: std::sync::mpsc::Receiver<AppendRequest>,
@@ -1205,6 +1219,9 @@ fn commit_loop(
     durable: watch::Sender<u64>,
     health: Health,
 ) {
+    // (when the last batch was acknowledged, how many requests it held, until when to
+    // wait for them)
+    let mut woken: Option<(std::time::Instant, usize, std::time::Instant)> = None;
     while let Ok(first) = rx.recv() {
         // After a failed write the backend may refuse everything until it is reopened
         // (sled does, even once the disk has room again).
@@ -1216,6 +1233,22 @@ fn commit_loop(
         let mut requests = vec![first];
         while let Ok(more) = rx.try_recv() {
             requests.push(more);
+        }
+        if let Some((acked_at, acked, until)) = woken.take() {
+            let mut back = requests.iter().filter(|r| r.sent >= acked_at).count();
+            // Polled, not parked: a parked committer would have every returning appender
+            // wake it (a system call and a context switch each), which costs more than the
+            // wait itself.
+            while back < acked && std::time::Instant::now() < until {
+                match rx.try_recv() {
+                    Ok(more) => {
+                        back += usize::from(more.sent >= acked_at);
+                        requests.push(more);
+                    }
+                    Err(std::sync::mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+                }
+            }
         }
         let time = now_ms();
         let mut records = Vec::new();
@@ -1240,15 +1273,20 @@ fn commit_loop(
             }
             acks.push((req.reply, seq));
         }
+        let flushing = std::time::Instant::now();
         let result = storage.put_events(&records).and_then(|_| storage.flush());
         match result {
             Ok(()) => {
                 last = seq;
                 health.wrote();
                 let _ = durable.send(last);
+                let acked = acks.len();
+                let window = flushing.elapsed().min(MAX_COHORT_WAIT) / 2;
                 for (reply, s) in acks {
                     let _ = reply.send(Ok(s));
                 }
+                let now = std::time::Instant::now();
+                woken = (acked > 1).then(|| (now, acked, now + window));
             }
             Err(e) => {
                 // Nothing was acknowledged; remove what may have reached the tree so the

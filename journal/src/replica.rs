@@ -142,6 +142,7 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         tx.send(crate::AppendRequest {
             body: Body::Stored(records),
             reply,
+            sent: std::time::Instant::now(),
         })
         .map_err(|_| JournalError::Closed)?;
         let path = self.path.clone();

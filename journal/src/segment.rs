@@ -19,6 +19,12 @@
 //! [`Storage::repair_damage`] rewrites the file without them (found again by scanning for the
 //! next frame with a good checksum). Reads follow a sparse in-memory index (every
 //! [`MARK_EVERY`]th frame of each segment) and check every checksum again.
+//!
+//! The newest segment's file is extended ahead of its last frame, [`EXTEND_BY`] at a time
+//! (sparse: nothing is written or allocated): an `fdatasync` after an append that leaves
+//! the file's size alone has no size to record and is a fifth to a third faster. Zeros
+//! after the last frame, to the end of the file, are that room, not a torn tail; a segment
+//! is cut back to its frames when a newer one starts.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -36,6 +42,8 @@ const FRAME_HEADER: usize = 16;
 const MAX_RECORD: u32 = 1 << 30;
 /// One index mark per this many frames of a segment.
 pub const MARK_EVERY: usize = 64;
+/// How far ahead of its frames the newest segment's file is extended.
+pub const EXTEND_BY: u64 = 1 << 20;
 /// Bytes read at a time while scanning.
 const WINDOW: usize = 1 << 20;
 /// After compaction moved the low-water mark into the newest segment, the next append starts
@@ -184,6 +192,19 @@ fn resync(w: &mut Window, from: u64, after: Option<u64>) -> std::io::Result<Opti
     Ok(None)
 }
 
+/// Whether every byte from `off` to the end of the file is zero.
+fn zeros_to_end(w: &mut Window, off: u64) -> std::io::Result<bool> {
+    let mut at = off;
+    while at < w.len {
+        let n = (w.len - at).min(WINDOW as u64) as usize;
+        match w.get(at, n)? {
+            Some(bytes) if bytes.iter().all(|b| *b == 0) => at += n as u64,
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
 /// One segment file as scanned.
 struct Segment {
     /// The sequence of the first record written to it (its name).
@@ -194,6 +215,8 @@ struct Segment {
     len: u64,
     /// Bytes known to be on disk (the newest segment; older ones are all durable).
     durable: u64,
+    /// The file's size: `len` plus room made ahead of the frames (zeros).
+    size: u64,
     /// Good frames.
     count: usize,
     last_seq: Option<u64>,
@@ -224,6 +247,7 @@ fn scan(
         file,
         len,
         durable: len,
+        size: len,
         count: 0,
         last_seq: None,
         marks: Vec::new(),
@@ -249,6 +273,12 @@ fn scan(
             ),
             Frame::Bad(reason) => reason,
         };
+        if zeros_to_end(&mut w, off)? {
+            // The room made ahead of the frames: the clean end.
+            seg.len = off;
+            seg.durable = off;
+            return Ok((seg, None));
+        }
         let lost_from = seg
             .last_seq
             .map_or(first, |s| s + 1)
@@ -662,11 +692,17 @@ impl SegmentStorage {
     /// Starts a new, empty segment for records from `first` on.
     fn new_segment(&self, st: &mut State, first: u64) -> Result<(), JournalError> {
         // The segment being closed must be durable before anything lands after it.
-        if let Some(last) = st.segments.last_mut()
-            && last.durable < last.len
-        {
-            last.file.sync_data().map_err(io_err(&last.path))?;
-            last.durable = last.len;
+        if let Some(last) = st.segments.last_mut() {
+            if last.size > last.len {
+                // Its room ahead is not needed any more (zeros left by a crash before this
+                // are read as room too).
+                last.file.set_len(last.len).map_err(io_err(&last.path))?;
+                last.size = last.len;
+            }
+            if last.durable < last.len {
+                last.file.sync_data().map_err(io_err(&last.path))?;
+                last.durable = last.len;
+            }
         }
         let path = self.segments_dir.join(segment_name(first));
         let file = OpenOptions::new()
@@ -682,6 +718,7 @@ impl SegmentStorage {
             file: Arc::new(file),
             len: 0,
             durable: 0,
+            size: 0,
             count: 0,
             last_seq: None,
             marks: Vec::new(),
@@ -758,10 +795,11 @@ impl SegmentStorage {
 
     /// Undoes a failed write: cuts the newest segment back to what is indexed.
     fn cut_unindexed(st: &mut State) {
-        if let Some(last) = st.segments.last()
+        if let Some(last) = st.segments.last_mut()
             && last.file.metadata().is_ok_and(|m| m.len() > last.len)
+            && last.file.set_len(last.len).is_ok()
         {
-            let _ = last.file.set_len(last.len);
+            last.size = last.len;
         }
     }
 }
@@ -798,9 +836,17 @@ impl Storage for SegmentStorage {
         let Some(seg) = st.segments.last_mut() else {
             return Err(self.read_only_error());
         };
+        let end = seg.len + bytes.len() as u64;
+        if end > seg.size {
+            let size = end.div_ceil(EXTEND_BY) * EXTEND_BY;
+            seg.file.set_len(size).map_err(io_err(&seg.path))?;
+            seg.size = size;
+        }
         if let Err(source) = seg.file.write_all_at(&bytes, seg.len) {
             // A partly written batch must not stay behind the indexed end.
-            let _ = seg.file.set_len(seg.len);
+            if seg.file.set_len(seg.len).is_ok() {
+                seg.size = seg.len;
+            }
             return Err(JournalError::Io {
                 path: seg.path.clone(),
                 source,
@@ -1082,8 +1128,9 @@ impl Storage for SegmentStorage {
     }
 
     fn size_on_disk(&self) -> Result<u64, JournalError> {
-        let mut total = 0;
-        for sub in ["segments", "snapshots", "meta"] {
+        // Segments by their frames: the room ahead of the newest one is sparse.
+        let mut total: u64 = self.state().segments.iter().map(|s| s.len).sum();
+        for sub in ["snapshots", "meta"] {
             let d = self.dir.join(sub);
             for entry in std::fs::read_dir(&d).map_err(io_err(&d))?.flatten() {
                 total += entry.metadata().map(|m| m.len()).unwrap_or(0);

@@ -42,12 +42,13 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     all
 }
 
-/// `(offset, size)` of every frame of a segment (a frame starts with its record's length).
+/// `(offset, size)` of every frame of a segment (a frame starts with its record's length;
+/// zeros after the last one are room made ahead of it).
 fn frames(path: &Path) -> Vec<(u64, u64)> {
     let bytes = std::fs::read(path).expect("segment");
     let mut all = Vec::new();
     let mut off = 0usize;
-    while off + 16 <= bytes.len() {
+    while off + 16 <= bytes.len() && bytes[off..off + 16].iter().any(|b| *b != 0) {
         let len = u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes")) as usize;
         all.push((off as u64, (16 + len) as u64));
         off += 16 + len;
@@ -250,6 +251,54 @@ fn a_truncation_anywhere_in_the_last_record_is_a_torn_tail() {
         drop(j);
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+#[test]
+fn room_made_ahead_of_the_frames_is_neither_damage_nor_a_torn_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fill(dir.path(), 10, SegmentOptions::default());
+    let segment = segments(dir.path()).remove(0);
+    let size = |p: &Path| std::fs::metadata(p).expect("segment").len();
+    let end = |p: &Path| frames(p).last().map_or(0, |(o, s)| o + s);
+    let (end10, size10) = (end(&segment), size(&segment));
+    assert!(
+        size10 >= bosun_journal::EXTEND_BY && size10 > end10,
+        "the newest segment is extended ahead of its frames ({end10} bytes of frames, {size10} in the file)"
+    );
+
+    // Read-only (`bosun journal verify`): every record, no damage, nothing written.
+    let reader: Journal<Ev> = Journal::open_read_only(dir.path()).expect("read-only");
+    let report = reader.verify().expect("verify");
+    assert!(report.ok() && report.checked == 10, "{report:?}");
+    let (all, error) = records(&reader);
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(all, expected(1..=10));
+    drop(reader);
+    assert_eq!(size(&segment), size10, "a reader changed the file");
+
+    // A writer opening it cuts nothing and appends right after the last frame.
+    let j: Journal<Ev> = Journal::open(dir.path()).expect("open");
+    assert_eq!(j.append_blocking(&[ev(11)]).expect("append"), 11);
+    drop(j);
+    assert_eq!(frames(&segment).len(), 11);
+    assert_eq!(frames(&segment)[10].0, end10);
+    assert_eq!(size(&segment), size10);
+
+    // A write cut short inside the room (half a frame header, zeros after it) is a torn
+    // tail: cut off, everything before it kept.
+    let end11 = end(&segment);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[7u8; 9], end11))
+        .expect("torn write");
+    let j: Journal<Ev> = Journal::open(dir.path()).expect("a torn tail opens");
+    assert_eq!(records(&j).0, expected(1..=11));
+    assert_eq!(size(&segment), end11, "the torn bytes are cut off");
+    assert_eq!(j.append_blocking(&[ev(12)]).expect("append"), 12);
+    drop(j);
+    let j: Journal<Ev> = Journal::open(dir.path()).expect("reopen");
+    assert_eq!(records(&j).0, expected(1..=12));
 }
 
 #[test]
