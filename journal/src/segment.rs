@@ -637,6 +637,7 @@ impl SegmentStorage {
                         );
                         seg.file.set_len(tail.offset).map_err(io_err(path))?;
                         seg.file.sync_all().map_err(io_err(path))?;
+                        seg.size = tail.offset;
                     }
                 } else {
                     // The end of an older segment: records up to the next segment's are lost.

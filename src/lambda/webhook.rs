@@ -848,7 +848,7 @@ impl WebhookClient {
         }
     }
 
-    async fn post(&self, body: Vec<u8>, cache_key: String) -> Result<Vec<u8>, HookError> {
+    async fn post(&self, body: Bytes, cache_key: String) -> Result<Bytes, HookError> {
         let cached = self
             .etag
             .as_ref()
@@ -861,7 +861,7 @@ impl WebhookClient {
             request = request.header(IF_NONE_MATCH, entry.etag.clone());
         }
         let request = request
-            .body(Full::new(Bytes::from(body)))
+            .body(Full::new(body))
             .map_err(|e| self.transport(format!("cannot build the request: {e}")))?;
 
         let _in_flight = InFlight::start(&self.metrics.in_flight);
@@ -903,12 +903,12 @@ impl WebhookClient {
                 {
                     cache.put(cache_key, etag.clone(), answer.clone(), Instant::now());
                 }
-                Ok(answer.to_vec())
+                Ok(answer)
             }
             // Only after If-None-Match: the cached answer is still current.
             (304 | 412, Some(entry)) => {
                 tracing::debug!(hook = %self.hook, url = %self.url, key = %cache_key, code, "webhook answer unchanged, reusing the cached one");
-                Ok(entry.body.to_vec())
+                Ok(entry.body.clone())
             }
             (429, _) => {
                 let header = parts.headers.get(RETRY_AFTER).and_then(|v| v.to_str().ok());
@@ -935,7 +935,7 @@ impl HookClient for WebhookClient {
         &self.url
     }
 
-    fn call(&self, body: Vec<u8>, cache_key: String) -> BoxFut<'_, Result<Vec<u8>, HookError>> {
+    fn call(&self, body: Bytes, cache_key: String) -> BoxFut<'_, Result<Bytes, HookError>> {
         Box::pin(self.post(body, cache_key))
     }
 }

@@ -1,6 +1,7 @@
 //! What the lambda controllers need from the world: the cluster (an informer cache and
 //! writes) and the webhooks. Implemented in the binary (`src/lambda/`).
 
+use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -194,8 +195,9 @@ pub trait HookClient: Send + Sync + 'static {
     /// The URL (for metrics and messages).
     fn url(&self) -> &str;
     /// POSTs `body`; returns the response body. `cache_key` (kind/namespace/name of the
-    /// root object) keys the ETag cache when the webhook enables it.
-    fn call(&self, body: Vec<u8>, cache_key: String) -> BoxFut<'_, Result<Vec<u8>, HookError>>;
+    /// root object) keys the ETag cache when the webhook enables it. Both bodies are
+    /// shared buffers: a settled parent's request is sent again without a copy.
+    fn call(&self, body: Bytes, cache_key: String) -> BoxFut<'_, Result<Bytes, HookError>>;
 }
 
 /// What a controller needs to build its hook clients.

@@ -73,7 +73,10 @@ impl Customizer {
         let body = customize_request(controller, parent)
             .to_string()
             .into_bytes();
-        let answer = self.client.call(body, cache_key(parent)).await?;
+        let answer = self
+            .client
+            .call(bytes::Bytes::from(body), cache_key(parent))
+            .await?;
         let decoded = decode_customize(self.hook.version, self.hook.unmarshal_mode(), &answer)?;
         for w in &decoded.warnings {
             tracing::warn!(parent = %key_of(parent), "customize hook answer: {w}");

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::children::{self, Applied, ApplyStrategy, ChildType};
@@ -77,8 +78,8 @@ struct Settled {
     /// The objects the request was made of ([`seen`]).
     seen: String,
     /// The request body those objects made: sent again as it is while they stay the same.
-    request: Vec<u8>,
-    answer: Vec<u8>,
+    request: Bytes,
+    answer: Bytes,
     request_digest: String,
     answer_digest: String,
     resync_after: Option<Duration>,
@@ -242,9 +243,12 @@ pub(crate) async fn call_hook(
     bound: &BoundHook,
     body: Vec<u8>,
     root: &Value,
-) -> Result<(Vec<u8>, String), SyncError> {
+) -> Result<(Bytes, String), SyncError> {
     let request_digest = digest(&body);
-    let answer = bound.client.call(body, cache_key(root)).await?;
+    let answer = bound
+        .client
+        .call(Bytes::from(body), cache_key(root))
+        .await?;
     Ok((answer, request_digest))
 }
 
@@ -527,7 +531,7 @@ impl Composite {
                             finalizing,
                         );
                         let d = digest(&body);
-                        (body, d)
+                        (Bytes::from(body), d)
                     }
                 };
                 // Kept to be remembered if this sync settles the parent.
@@ -564,7 +568,8 @@ impl Composite {
                     remember = Some(Box::new(Settled {
                         seen,
                         request,
-                        answer,
+                        // A copy of its own: the answer may share a larger read buffer.
+                        answer: Bytes::copy_from_slice(&answer),
                         request_digest: request_digest.clone(),
                         answer_digest: answer_digest.clone(),
                         resync_after: None,

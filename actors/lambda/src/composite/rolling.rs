@@ -357,8 +357,8 @@ mod tests {
         fn url(&self) -> &str {
             "http://127.0.0.1:9/finalize"
         }
-        fn call(&self, _: Vec<u8>, _: String) -> BoxFut<'_, Result<Vec<u8>, HookError>> {
-            Box::pin(async { Ok(b"{}".to_vec()) })
+        fn call(&self, _: bytes::Bytes, _: String) -> BoxFut<'_, Result<bytes::Bytes, HookError>> {
+            Box::pin(async { Ok(bytes::Bytes::from_static(b"{}")) })
         }
     }
 

@@ -202,11 +202,11 @@ impl HookClient for Answer {
     fn url(&self) -> &str {
         "http://127.0.0.1:9/sync"
     }
-    fn call(&self, request: Vec<u8>, _: String) -> BoxFut<'_, Result<Vec<u8>, HookError>> {
+    fn call(&self, request: Bytes, _: String) -> BoxFut<'_, Result<Bytes, HookError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        *self.request.lock().unwrap_or_else(|p| p.into_inner()) = request;
+        *self.request.lock().unwrap_or_else(|p| p.into_inner()) = request.to_vec();
         let body = self.body.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        Box::pin(async move { Ok(body) })
+        Box::pin(async move { Ok(Bytes::from(body)) })
     }
 }
 
