@@ -1203,6 +1203,10 @@ fn decode_event<E: Versioned + DeserializeOwned>(
 /// The longest a batch waits for the appenders the last acknowledgement woke.
 const MAX_COHORT_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
 
+/// The longest the committer polls for a next request after an acknowledgement before it
+/// parks (never longer than the flush took).
+const MAX_LINGER: std::time::Duration = std::time::Duration::from_micros(200);
+
 /// The committer: drains every queued request, writes them as one batch, flushes once,
 /// then acknowledges them all (group commit).
 ///
@@ -1222,7 +1226,18 @@ fn commit_loop(
     // (when the last batch was acknowledged, how many requests it held, until when to
     // wait for them)
     let mut woken: Option<(std::time::Instant, usize, std::time::Instant)> = None;
-    while let Ok(first) = rx.recv() {
+    // Until when to poll for the next request before parking: an appender that was just
+    // acknowledged usually sends its next event within microseconds, and catching it
+    // without a wake-up saves a context switch per append.
+    let mut linger: Option<std::time::Instant> = None;
+    loop {
+        let first = match linger.take().and_then(|until| poll_until(&rx, until)) {
+            Some(first) => first,
+            None => match rx.recv() {
+                Ok(first) => first,
+                Err(_) => break,
+            },
+        };
         // After a failed write the backend may refuse everything until it is reopened
         // (sled does, even once the disk has room again).
         if health.failing().is_some()
@@ -1287,6 +1302,7 @@ fn commit_loop(
                 }
                 let now = std::time::Instant::now();
                 woken = (acked > 1).then(|| (now, acked, now + window));
+                linger = Some(now + flushing.elapsed().min(MAX_LINGER));
             }
             Err(e) => {
                 // Nothing was acknowledged; remove what may have reached the tree so the
@@ -1298,6 +1314,24 @@ fn commit_loop(
                     let _ = reply.send(Err(e.to_string()));
                 }
             }
+        }
+    }
+}
+
+/// The first request to arrive before `until`, polled without parking; `None` when none
+/// came (or the journal was dropped).
+fn poll_until(
+    rx: &std::sync::mpsc::Receiver<AppendRequest>,
+    until: std::time::Instant,
+) -> Option<AppendRequest> {
+    loop {
+        match rx.try_recv() {
+            Ok(request) => return Some(request),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
+            Err(std::sync::mpsc::TryRecvError::Empty) if std::time::Instant::now() >= until => {
+                return None;
+            }
+            Err(std::sync::mpsc::TryRecvError::Empty) => std::thread::yield_now(),
         }
     }
 }
