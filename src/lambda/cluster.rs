@@ -24,6 +24,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Default)]
 struct Informer {
     state: Mutex<InformerState>,
+    /// Bumped (under the state's lock) by every change to the cache: a sync that finds
+    /// the same count as when it last settled knows it would read the same objects.
+    changes: std::sync::atomic::AtomicU64,
+}
+
+impl Informer {
+    /// The state, locked for a change: the change count moves with it.
+    fn change(&self) -> MutexGuard<'_, InformerState> {
+        let st = lock(&self.state);
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        st
+    }
 }
 
 #[derive(Default)]
@@ -148,7 +161,7 @@ impl InformerState {
 
 impl Listener for Informer {
     fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>) {
-        let mut st = lock(&self.state);
+        let mut st = self.change();
         st.objects.clear();
         st.owned.clear();
         st.orphans.clear();
@@ -159,7 +172,7 @@ impl Listener for Informer {
     }
 
     fn on(&self, change: WatchChange, key: &ObjectKey, object: &Arc<Value>, _stored: &Stored) {
-        let mut st = lock(&self.state);
+        let mut st = self.change();
         match change {
             WatchChange::Added | WatchChange::Modified => st.applied(key, Arc::clone(object)),
             WatchChange::Deleted => st.deleted(key, object),
@@ -276,11 +289,19 @@ impl KubeCluster {
     }
 
     /// The informer of `r`, started (and its first list awaited) on first use.
+    /// The running informer of `r`, found without allocating (there are few).
+    fn running(&self, r: &Resource) -> Option<Arc<Informer>> {
+        lock(&self.informers)
+            .iter()
+            .find(|((g, v, p), _)| *g == r.group && *v == r.version && *p == r.plural)
+            .map(|(_, i)| Arc::clone(i))
+    }
+
     async fn informer(&self, r: &Resource) -> Result<Arc<Informer>, ClusterError> {
-        let id = (r.group.clone(), r.version.clone(), r.plural.clone());
-        if let Some(i) = lock(&self.informers).get(&id) {
-            return Ok(Arc::clone(i));
+        if let Some(i) = self.running(r) {
+            return Ok(i);
         }
+        let id = (r.group.clone(), r.version.clone(), r.plural.clone());
         let _guard = self.starting.lock().await;
         if let Some(i) = lock(&self.informers).get(&id) {
             return Ok(Arc::clone(i));
@@ -302,25 +323,23 @@ impl KubeCluster {
     /// the next sync sees it even when the watch lags: a child created a moment ago is
     /// not created again, an attachment is not missed by a finalize that follows.
     fn remember(&self, r: &Resource, object: &Value) {
-        let id = (r.group.clone(), r.version.clone(), r.plural.clone());
-        let Some(informer) = lock(&self.informers).get(&id).cloned() else {
+        let Some(informer) = self.running(r) else {
             return;
         };
         let key = (
             bosun_lambda::keys::namespace_of(object).to_string(),
             bosun_lambda::keys::name_of(object).to_string(),
         );
-        lock(&informer.state).remember(key, object);
+        informer.change().remember(key, object);
     }
 
     /// Our own delete, taken out of the informer cache at once.
     fn forget(&self, r: &Resource, namespace: &str, name: &str, uid: &str) {
-        let id = (r.group.clone(), r.version.clone(), r.plural.clone());
-        let Some(informer) = lock(&self.informers).get(&id).cloned() else {
+        let Some(informer) = self.running(r) else {
             return;
         };
         let key = (namespace.to_string(), name.to_string());
-        let mut st = lock(&informer.state);
+        let mut st = informer.change();
         if st
             .objects
             .get(&key)
@@ -433,6 +452,11 @@ impl Cluster for KubeCluster {
             let st = lock(&informer.state);
             Ok(st.candidates(namespace.as_deref(), &uid))
         })
+    }
+
+    fn changes(&self, resource: &Resource) -> Option<u64> {
+        self.running(resource)
+            .map(|i| i.changes.load(std::sync::atomic::Ordering::Acquire))
     }
 
     fn cached(

@@ -87,6 +87,11 @@ pub trait Cluster: Send + Sync + 'static {
         namespace: Option<&str>,
         owner_uid: &str,
     ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>>;
+    /// How many changes the informer cache of `resource` has seen: the same count means
+    /// the same objects. `None` when the resource has no informer (nothing to compare).
+    fn changes(&self, _resource: &Resource) -> Option<u64> {
+        None
+    }
     /// One object from the informer cache.
     fn cached(
         &self,

@@ -77,6 +77,12 @@ const SETTLED_ANSWER_MAX: usize = 64 * 1024;
 struct Settled {
     /// The objects the request was made of ([`seen`]).
     seen: String,
+    /// The change counts of the caches the sync read ([`Composite::stamp`]), taken before
+    /// it read them.
+    stamp: Option<Vec<u64>>,
+    /// The hook that answered, and the key of its answer cache.
+    hook: HookType,
+    cache_key: String,
     /// The request body those objects made: sent again as it is while they stay the same.
     request: Bytes,
     answer: Bytes,
@@ -91,6 +97,21 @@ struct Settled {
 /// dropped when its parent is gone (or no longer ours) and with the controller.
 #[derive(Default)]
 pub struct SettledParents(Mutex<HashMap<String, Box<Settled>>>);
+
+impl Settled {
+    /// The report of a sync that found this parent as it left it.
+    fn report(&self) -> SyncReport {
+        SyncReport {
+            hook: Some(self.hook),
+            resync_after: self.resync_after,
+            request_digest: Some(self.request_digest.clone()),
+            answer_digest: Some(self.answer_digest.clone()),
+            planned: self.planned.clone(),
+            warnings: self.warnings.clone(),
+            ..SyncReport::default()
+        }
+    }
+}
 
 impl SettledParents {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Box<Settled>>> {
@@ -376,6 +397,29 @@ impl Composite {
         body
     }
 
+    /// The change counts of the caches a sync reads (the parent's and each child type's),
+    /// to be taken before it reads them: the same counts later mean the same objects.
+    /// `None` when some cache has no count, or with a customize hook (whose answer may
+    /// name other objects).
+    fn stamp(&self, cluster: &dyn Cluster) -> Option<Vec<u64>> {
+        if self.customizer.is_some() {
+            return None;
+        }
+        std::iter::once(&self.parent)
+            .chain(self.children.iter().map(|t| &t.resource))
+            .map(|r| cluster.changes(r))
+            .collect()
+    }
+
+    /// The bound hook of a hook type.
+    fn hook(&self, hook: HookType) -> Option<&BoundHook> {
+        match hook {
+            HookType::Sync => self.sync.as_ref(),
+            HookType::Finalize => self.finalize.as_ref(),
+            HookType::Customize => None,
+        }
+    }
+
     /// The finalizer of this controller.
     pub fn finalizer(&self) -> String {
         crate::types::ControllerKind::CompositeController.finalizer(&self.name)
@@ -475,7 +519,25 @@ impl Composite {
         let (ns, name) = split_key(key);
         // Taken out for this sync (one sync per parent runs at a time); put back only
         // by a sync that leaves nothing to do.
-        let settled = self.settled.take(key);
+        let mut settled = self.settled.take(key);
+        let stamp = self.stamp(cluster);
+        // Nothing this sync reads has changed since the parent settled: its request, sent
+        // again as it is, without reading the caches again.
+        let mut answered: Option<(Bytes, Bytes)> = None;
+        let unchanged = settled
+            .as_ref()
+            .filter(|s| stamp.is_some() && s.stamp == stamp)
+            .and_then(|s| Some((self.hook(s.hook)?, s.request.clone(), s.cache_key.clone())));
+        if let Some((bound, request, cache_key)) = unchanged {
+            let answer = bound.client.call(request.clone(), cache_key).await?;
+            if let Some(s) = settled.take_if(|s| s.answer == answer) {
+                let report = s.report();
+                self.settled.put(key, s);
+                return Ok(report);
+            }
+            // A new answer to the same request: the full path takes it from here.
+            answered = Some((request, answer));
+        }
         // The cached parent, shared: copied only when a finalizer write replaces it.
         let Some(mut parent) = cluster.cached(&self.parent, ns, name).await? else {
             return Ok(SyncReport::default());
@@ -536,21 +598,18 @@ impl Composite {
                 };
                 // Kept to be remembered if this sync settles the parent.
                 let request = seen.as_ref().map(|_| body.clone());
-                let answer = bound.client.call(body, cache_key(&parent)).await?;
+                let answer_key = cache_key(&parent);
+                let answer = match answered.take().filter(|(r, _)| *r == body) {
+                    Some((_, answer)) => answer,
+                    None => bound.client.call(body, answer_key.clone()).await?,
+                };
                 if let Some(s) = settled
                     && s.answer == answer
+                    && s.hook == hook_type
                 {
                     // The same request answered the same: ManageChildren and the status
                     // write would find nothing to do, as they did last time.
-                    let report = SyncReport {
-                        hook: Some(hook_type),
-                        resync_after: s.resync_after,
-                        request_digest: Some(request_digest),
-                        answer_digest: Some(s.answer_digest.clone()),
-                        planned: s.planned.clone(),
-                        warnings: s.warnings.clone(),
-                        ..SyncReport::default()
-                    };
+                    let report = s.report();
                     self.settled.put(key, s);
                     return Ok(report);
                 }
@@ -567,6 +626,9 @@ impl Composite {
                 {
                     remember = Some(Box::new(Settled {
                         seen,
+                        stamp,
+                        hook: hook_type,
+                        cache_key: answer_key,
                         request,
                         // A copy of its own: the answer may share a larger read buffer.
                         answer: Bytes::copy_from_slice(&answer),

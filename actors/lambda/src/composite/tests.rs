@@ -17,6 +17,11 @@ struct Memory {
     objects: Mutex<BTreeMap<(String, String, String), Arc<Value>>>,
     version: AtomicUsize,
     writes: AtomicUsize,
+    /// Whether it counts changes as informer caches do (every write is one, whatever
+    /// the resource): a sync can then tell that nothing it reads has changed.
+    counts: bool,
+    /// Cache reads (parents and candidates).
+    reads: AtomicUsize,
 }
 
 fn place(resource: &Resource, object: &Value) -> (String, String, String) {
@@ -74,6 +79,9 @@ impl Memory {
 }
 
 impl Cluster for Memory {
+    fn changes(&self, _: &Resource) -> Option<u64> {
+        self.counts.then(|| self.writes() as u64)
+    }
     fn resolve(&self, api_version: &str, _: &str) -> BoxFut<'_, Result<Resource, ClusterError>> {
         let e = ClusterError::NotFound(api_version.to_string());
         Box::pin(async move { Err(e) })
@@ -97,6 +105,7 @@ impl Cluster for Memory {
         namespace: Option<&str>,
         owner_uid: &str,
     ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
         let out = self
             .lock()
             .iter()
@@ -115,6 +124,7 @@ impl Cluster for Memory {
         namespace: &str,
         name: &str,
     ) -> BoxFut<'_, Result<Option<Arc<Value>>, ClusterError>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
         let out = self
             .lock()
             .get(&(resource.plural.clone(), namespace.into(), name.into()))
@@ -275,10 +285,24 @@ fn data_of(cluster: &Memory) -> Value {
 
 #[tokio::test]
 async fn a_settled_parent_is_resynced_without_writes_and_changes_still_apply() {
+    settled_parent(false).await;
+}
+
+/// With change counts, an unchanged parent is resynced without reading the caches again;
+/// what it sends, gets and reports is the same.
+#[tokio::test]
+async fn an_unchanged_settled_parent_is_resynced_from_its_change_counts() {
+    settled_parent(true).await;
+}
+
+async fn settled_parent(counts: bool) {
     let hook = Arc::new(Answer::default());
     hook.set(answer("1"));
     let c = composite(Arc::clone(&hook));
-    let cluster = Memory::default();
+    let cluster = Memory {
+        counts,
+        ..Memory::default()
+    };
     cluster
         .store(
             &c.parent,
@@ -303,9 +327,12 @@ async fn a_settled_parent_is_resynced_without_writes_and_changes_still_apply() {
     // An unchanged resync calls the hook, writes nothing and reports what a full sync
     // reports.
     let (writes, calls) = (cluster.writes(), hook.calls.load(Ordering::SeqCst));
+    let reads = cluster.reads.load(Ordering::SeqCst);
     let resync = c.sync(&cluster, "ns/p").await.expect("resync");
     assert_eq!(hook.calls.load(Ordering::SeqCst), calls + 1);
     assert_eq!(cluster.writes(), writes);
+    // With change counts it read nothing: nothing had changed.
+    assert_eq!(cluster.reads.load(Ordering::SeqCst) == reads, counts);
     assert_eq!(resync, second);
     // The request a settled parent sends again is the one a full sync builds.
     let resent = hook.last_request();
@@ -336,7 +363,10 @@ async fn a_settled_parent_is_resynced_without_writes_and_changes_still_apply() {
     let mut changed = answer("2");
     changed["status"]["ready"] = json!(false);
     hook.set(changed);
+    let calls = hook.calls.load(Ordering::SeqCst);
     let applied = c.sync(&cluster, "ns/p").await.expect("changed answer");
+    // One call: the new answer to the unchanged request is the one applied.
+    assert_eq!(hook.calls.load(Ordering::SeqCst), calls + 1);
     assert_eq!(applied.applied.updated, vec!["ConfigMap ns/p-cm"]);
     assert!(applied.status_written);
     assert_eq!(data_of(&cluster), json!({"a": "2"}));
@@ -357,6 +387,7 @@ async fn a_settled_parent_is_resynced_without_writes_and_changes_still_apply() {
     cluster
         .lock()
         .remove(&("things".to_string(), "ns".to_string(), "p".to_string()));
+    cluster.writes.fetch_add(1, Ordering::SeqCst);
     c.sync(&cluster, "ns/p").await.expect("gone");
     assert!(c.settled.is_empty());
 }
