@@ -1207,6 +1207,10 @@ const MAX_COHORT_WAIT: std::time::Duration = std::time::Duration::from_millis(2)
 /// parks (never longer than the flush took).
 const MAX_LINGER: std::time::Duration = std::time::Duration::from_micros(200);
 
+/// After a poll that caught nothing, every how many acknowledgements the committer polls
+/// again.
+const LINGER_PROBE: u32 = 32;
+
 /// The committer: drains every queued request, writes them as one batch, flushes once,
 /// then acknowledges them all (group commit).
 ///
@@ -1227,11 +1231,19 @@ fn commit_loop(
     // wait for them)
     let mut woken: Option<(std::time::Instant, usize, std::time::Instant)> = None;
     // Until when to poll for the next request before parking: an appender that was just
-    // acknowledged usually sends its next event within microseconds, and catching it
-    // without a wake-up saves a context switch per append.
+    // acknowledged often sends its next event within microseconds, and catching it
+    // without a wake-up saves a context switch per append. Only while that pays off: where
+    // appends come far apart (a task's start, then its end a hook run later), polling
+    // would take a core from the hooks; then it is tried again every `LINGER_PROBE` acks.
     let mut linger: Option<std::time::Instant> = None;
+    let mut lingering = true;
+    let mut acks_since_probe = 0u32;
     loop {
-        let first = match linger.take().and_then(|until| poll_until(&rx, until)) {
+        let caught = linger.take().map(|until| poll_until(&rx, until));
+        if let Some(caught) = &caught {
+            lingering = caught.is_some();
+        }
+        let first = match caught.flatten() {
             Some(first) => first,
             None => match rx.recv() {
                 Ok(first) => first,
@@ -1302,7 +1314,10 @@ fn commit_loop(
                 }
                 let now = std::time::Instant::now();
                 woken = (acked > 1).then(|| (now, acked, now + window));
-                linger = Some(now + flushing.elapsed().min(MAX_LINGER));
+                acks_since_probe = (acks_since_probe + 1) % LINGER_PROBE;
+                if lingering || acks_since_probe == 0 {
+                    linger = Some(now + flushing.elapsed().min(MAX_LINGER));
+                }
             }
             Err(e) => {
                 // Nothing was acknowledged; remove what may have reached the tree so the
