@@ -4,9 +4,11 @@
 //! `fdatasync` of the same bytes per group; sled: inserts + one flush per group) and
 //! against sled used directly by as many writers (each inserting and flushing), replay
 //! speed for a million events with and without a snapshot, and bytes on disk per event.
+//! The appends run in five paired rounds (the journal, then both limits), and each ratio
+//! printed is the median of the rounds' ratios.
 //!
 //! `cargo bench --bench journal`; `BENCH_EVENTS` (default 1,000,000) and `BENCH_APPENDS`
-//! (default 20,000) scale it down; `BENCH_BACKENDS` (default `segments,sled`) picks.
+//! (default 40,000, over all rounds) scale it down; `BENCH_BACKENDS` (default `segments,sled`) picks.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -25,6 +27,22 @@ fn env(name: &str, default: usize) -> usize {
 #[path = "support/journal_events.rs"]
 mod journal_events;
 use journal_events::event;
+
+/// Paired rounds per concurrency; the ratios printed are the medians of the rounds'.
+const ROUNDS: usize = 5;
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn rounds(v: &[f64]) -> String {
+    v.iter()
+        .map(|r| format!("{r:.2}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
     v.sort();
@@ -130,55 +148,66 @@ fn bench_backend(
         let dir = tempfile::tempdir().expect("tempdir");
         let journal: Arc<Journal<Event>> =
             Arc::new(Journal::open_with(dir.path(), backend).expect("journal"));
-        let per = appends / concurrency;
-        let started = Instant::now();
-        let latencies: Vec<Duration> = rt.block_on(async {
-            let mut tasks = Vec::new();
-            for c in 0..concurrency {
-                let j = journal.clone();
-                tasks.push(tokio::spawn(async move {
-                    let mut lat = Vec::with_capacity(per);
-                    for i in 0..per {
-                        let t = Instant::now();
-                        j.append(&event((c * per + i) as u64))
-                            .await
-                            .expect("append");
-                        lat.push(t.elapsed());
-                    }
-                    lat
-                }));
-            }
-            let mut all = Vec::new();
-            for t in tasks {
-                all.extend(t.await.expect("task"));
-            }
-            all
-        });
-        let elapsed = started.elapsed();
-        let journal_rate = (per * concurrency) as f64 / elapsed.as_secs_f64();
+        let per = (appends / concurrency / ROUNDS).max(1);
         let payloads: Vec<Vec<u8>> = (0..concurrency as u64)
             .map(|i| serde_json::to_vec(&event(i)).unwrap_or_default())
             .collect();
-        let raw_rate = match backend {
-            Backend::Segments => raw_segments(&payloads, per),
-            Backend::Sled => raw_sled(&payloads, per),
-        };
-        // The limit the goal was first set against: sled used directly by as many writers.
-        let writers_rate = raw_sled_writers(
-            payloads.first().map(Vec::as_slice).unwrap_or_default(),
-            concurrency,
-            per.min(2_000),
-        );
+        // Paired rounds: the journal, then both limits, again and again, so that each
+        // ratio compares measurements a moment apart (a VM's fdatasync drifts by tens of
+        // percent from minute to minute).
+        let (mut journal_rates, mut raw_ratios, mut writers_ratios) =
+            (Vec::new(), Vec::new(), Vec::new());
+        let mut latencies = Vec::new();
+        for round in 0..ROUNDS {
+            let started = Instant::now();
+            latencies.extend(rt.block_on(async {
+                let mut tasks = Vec::new();
+                for c in 0..concurrency {
+                    let j = journal.clone();
+                    tasks.push(tokio::spawn(async move {
+                        let mut lat = Vec::with_capacity(per);
+                        for i in 0..per {
+                            let t = Instant::now();
+                            j.append(&event(((round * concurrency + c) * per + i) as u64))
+                                .await
+                                .expect("append");
+                            lat.push(t.elapsed());
+                        }
+                        lat
+                    }));
+                }
+                let mut all = Vec::new();
+                for t in tasks {
+                    all.extend(t.await.expect("task"));
+                }
+                all
+            }));
+            let journal_rate = (per * concurrency) as f64 / started.elapsed().as_secs_f64();
+            let raw_rate = match backend {
+                Backend::Segments => raw_segments(&payloads, per),
+                Backend::Sled => raw_sled(&payloads, per),
+            };
+            // The limit the goal was first set against: sled used directly by as many
+            // writers.
+            let writers_rate = raw_sled_writers(
+                payloads.first().map(Vec::as_slice).unwrap_or_default(),
+                concurrency,
+                per.min(2_000),
+            );
+            journal_rates.push(journal_rate);
+            raw_ratios.push(journal_rate / raw_rate);
+            writers_ratios.push(journal_rate / writers_rate);
+        }
+        let journal_rate = median(&journal_rates);
+        let (raw_ratio, writers_ratio) = (median(&raw_ratios), median(&writers_ratios));
         println!(
-            "appenders {concurrency:>3}: journal {journal_rate:>9.0} events/s, {raw_name} {raw_rate:>9.0} events/s, ratio {:.2} (goal >= 0.80); raw sled insert+flush by {concurrency} writers {writers_rate:>9.0} events/s, ratio {:.2} (goal >= 0.80); append p50 {:?} p99 {:?}",
-            journal_rate / raw_rate,
-            journal_rate / writers_rate,
+            "appenders {concurrency:>3}: journal {journal_rate:>9.0} events/s (median of {ROUNDS} rounds); ratio to {raw_name} {raw_ratio:.2} [{}] (goal >= 0.80); ratio to raw sled insert+flush by {concurrency} writers {writers_ratio:.2} [{}] (goal >= 0.80); append p50 {:?} p99 {:?}",
+            rounds(&raw_ratios),
+            rounds(&writers_ratios),
             percentile(latencies.clone(), 0.5),
             percentile(latencies, 0.99)
         );
-        figures
-            .appends
-            .push((concurrency, journal_rate, journal_rate / raw_rate));
+        figures.appends.push((concurrency, journal_rate, raw_ratio));
     }
 
     println!("== {backend:?}: replay of {events} events");
@@ -257,7 +286,7 @@ fn bench_backend(
 }
 
 fn main() {
-    let appends = env("BENCH_APPENDS", 20_000);
+    let appends = env("BENCH_APPENDS", 40_000);
     let events = env("BENCH_EVENTS", 1_000_000) as u64;
     let backends: Vec<Backend> = std::env::var("BENCH_BACKENDS")
         .unwrap_or_else(|_| "segments,sled".into())
