@@ -1597,6 +1597,65 @@ fn resync_after_case(kind: &str) {
     );
 }
 
+/// A settled parent on a periodic resync (resent without reading the caches while
+/// nothing changed): a child edited by someone else is reverted, and a new answer of the
+/// hook to the unchanged request is applied.
+#[test]
+fn a_settled_parent_reverts_an_edited_child_and_applies_a_new_answer_on_resync() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let value = Arc::new(Mutex::new("1".to_string()));
+    let hook_value = value.clone();
+    let hooks = Hooks::serve(move |_, req| {
+        let v = hook_value.lock().expect("value").clone();
+        let name = str_of(&req["parent"]["metadata"]["name"]).to_string();
+        (
+            200,
+            json!({"status": {"value": v},
+                   "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                 "metadata": {"name": format!("{name}-cm")},
+                                 "data": {"value": v}}]}),
+        )
+    });
+    install_crd(&sb, "Settle", "settles", "Namespaced");
+    let op = bosun(&sb, work.path(), &[]);
+    simple_controller(
+        &sb,
+        "settles",
+        ("v1", "configmaps"),
+        &hooks,
+        json!({"generateSelector": true, "resyncPeriodSeconds": 1}),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/settles",
+        &json!({"apiVersion": "example.com/v1", "kind": "Settle", "metadata": {"name": "s"}}),
+    );
+    let child = cm_path("default", "s-cm");
+    op.wait("the child and the status", WAIT, || {
+        get(&sb, &child).is_some_and(|c| c["data"]["value"] == "1")
+            && get(&sb, "/apis/example.com/v1/namespaces/default/settles/s")
+                .is_some_and(|p| p["status"]["value"] == "1")
+    });
+    // Settled: two more periodic resyncs with nothing to do.
+    let settled = hooks.calls("/sync").len();
+    op.wait("two periodic resyncs", WAIT, || {
+        hooks.calls("/sync").len() >= settled + 2
+    });
+
+    update(&sb, &child, |c| c["data"]["value"] = json!("edited"));
+    op.wait("the edited child reverted", WAIT, || {
+        get(&sb, &child).is_some_and(|c| c["data"]["value"] == "1")
+    });
+
+    *value.lock().expect("value") = "2".to_string();
+    op.wait("the new answer applied by a resync", WAIT, || {
+        get(&sb, &child).is_some_and(|c| c["data"]["value"] == "2")
+            && get(&sb, "/apis/example.com/v1/namespaces/default/settles/s")
+                .is_some_and(|p| p["status"]["value"] == "2")
+    });
+}
+
 /// claim and orphan: a ConfigMap that exists before its parent and matches the parent's
 /// selector is adopted; once its labels stop matching it is released (our
 /// ownerReference removed, the object kept).
