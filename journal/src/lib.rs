@@ -1266,15 +1266,11 @@ fn commit_loop(
             // Polled, not parked: a parked committer would have every returning appender
             // wake it (a system call and a context switch each), which costs more than the
             // wait itself.
-            while back < acked && std::time::Instant::now() < until {
-                match rx.try_recv() {
-                    Ok(more) => {
-                        back += usize::from(more.sent >= acked_at);
-                        requests.push(more);
-                    }
-                    Err(std::sync::mpsc::TryRecvError::Empty) => std::thread::yield_now(),
-                    Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
-                }
+            while back < acked
+                && let Some(more) = poll_until(&rx, until)
+            {
+                back += usize::from(more.sent >= acked_at);
+                requests.push(more);
             }
         }
         let time = now_ms();

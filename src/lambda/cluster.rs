@@ -288,7 +288,6 @@ impl KubeCluster {
         }
     }
 
-    /// The informer of `r`, started (and its first list awaited) on first use.
     /// The running informer of `r`, found without allocating (there are few).
     fn running(&self, r: &Resource) -> Option<Arc<Informer>> {
         lock(&self.informers)
@@ -297,15 +296,16 @@ impl KubeCluster {
             .map(|(_, i)| Arc::clone(i))
     }
 
+    /// The informer of `r`, started (and its first list awaited) on first use.
     async fn informer(&self, r: &Resource) -> Result<Arc<Informer>, ClusterError> {
         if let Some(i) = self.running(r) {
             return Ok(i);
         }
-        let id = (r.group.clone(), r.version.clone(), r.plural.clone());
         let _guard = self.starting.lock().await;
-        if let Some(i) = lock(&self.informers).get(&id) {
-            return Ok(Arc::clone(i));
+        if let Some(i) = self.running(r) {
+            return Ok(i);
         }
+        let id = (r.group.clone(), r.version.clone(), r.plural.clone());
         let informer = Arc::new(Informer::default());
         let listener: Arc<dyn Listener> = informer.clone();
         self.watches
