@@ -3,11 +3,20 @@
 //! files from a tight loop, measured in the same run; and bosun's overhead per task.
 //!
 //! The machine's speed drifts (a VM's spawns vary by ±20% from minute to minute), so the
-//! three are measured in paired rounds — raw, runner, engine, again and again — and the
-//! medians of the per-round ratios are reported.
+//! three are measured in paired rounds, again and again, each round in another order (the
+//! one measured last would otherwise always run on the filesystem the others just churned),
+//! and the medians of the per-round ratios are reported. A round ends when its temp files
+//! are gone, so removals left to a background thread count.
+//!
+//! The three write their temp files on one filesystem: a fresh folder in `BENCH_TMP`, by
+//! default `/dev/shm` (tmpfs). On an ext4 without a journal, as this VM's disk is, every
+//! create scans the inodes deleted in the last minute (`recently_deleted`), thousands here,
+//! and that kernel cost, paid by all three, swamps what is being measured;
+//! `BENCH_TMP=/var/tmp cargo bench --bench engine` shows it. The journal is always on disk.
 //!
 //! `cargo bench --bench engine`; `BENCH_TASKS` (default 2,000) and `BENCH_ROUNDS` (default
-//! 5) scale it.
+//! 6) scale it, `BENCH_WORKERS` (default 2) sizes the runtime (one worker measured no
+//! different on this machine).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -32,9 +41,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let rounds = env("BENCH_ROUNDS", 5);
+    let rounds = env("BENCH_ROUNDS", 6);
     let tasks = env("BENCH_TASKS", 2_000) / rounds;
     let dir = tempfile::tempdir().expect("tempdir");
+    let tmp_base = std::env::var_os("BENCH_TMP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
+    let tmp = tempfile::tempdir_in(&tmp_base)
+        .or_else(|_| tempfile::tempdir())
+        .expect("temp folder");
     let hook = dir.path().join("noop.sh");
     std::fs::write(&hook, "#!/bin/sh\nexit 0\n").expect("hook");
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -48,22 +63,37 @@ fn main() {
         "KUBERNETES_PATCH_PATH",
     ]
     .into_iter()
-    .map(|v| (v, dir.path().join(v.to_lowercase())))
+    .map(|v| (v, tmp.path().join("raw").join(v.to_lowercase())))
     .collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(env("BENCH_WORKERS", 2))
         .enable_all()
         .build()
         .expect("runtime");
     let (mut raws, mut runners, mut engines) = (Vec::new(), Vec::new(), Vec::new());
+    std::fs::create_dir_all(tmp.path().join("raw")).expect("raw folder");
     for r in 0..rounds {
-        let raw = raw_spawns(&hook, &files, tasks);
-        let runner = rt.block_on(runner_alone(
-            &dir.path().join(format!("runner{r}")),
-            &hook,
-            tasks,
-        ));
-        let engine = rt.block_on(round(&dir.path().join(format!("engine{r}")), &hook, tasks));
+        let (mut raw, mut runner, mut engine) = (0.0, 0.0, 0.0);
+        for step in 0..3 {
+            match (r + step) % 3 {
+                0 => raw = raw_spawns(&hook, &files, tasks),
+                1 => {
+                    runner = rt.block_on(runner_alone(
+                        &tmp.path().join(format!("runner{r}")),
+                        &hook,
+                        tasks,
+                    ))
+                }
+                _ => {
+                    engine = rt.block_on(round(
+                        &dir.path().join(format!("engine{r}")),
+                        &tmp.path().join(format!("engine{r}")),
+                        &hook,
+                        tasks,
+                    ))
+                }
+            }
+        }
         raws.push(raw);
         runners.push((raw, runner));
         engines.push((raw, engine));
@@ -78,7 +108,8 @@ fn main() {
     };
     let ratio = |pairs: &[(f64, f64)]| median(pairs.iter().map(|(raw, x)| x / raw).collect());
     println!(
-        "{rounds} paired rounds of {tasks} tasks, medians; raw spawn {:.0}/s",
+        "{rounds} paired rounds of {tasks} tasks, temp files in {}, medians; raw spawn {:.0}/s",
+        tmp_base.display(),
         median(raws)
     );
     println!(
@@ -124,9 +155,9 @@ fn raw_spawns(hook: &Path, files: &[(&str, PathBuf)], tasks: usize) -> f64 {
 
 /// Runs per second of `HookProcess::run` on its own, one after another: the process side of
 /// a task without the queue, the actors and the journal.
-async fn runner_alone(dir: &Path, hook: &Path, tasks: usize) -> f64 {
+async fn runner_alone(tmp: &Path, hook: &Path, tasks: usize) -> f64 {
     let runner = bosun::hooks::HookProcess {
-        tmp_dir: dir.join("tmp"),
+        tmp_dir: tmp.to_path_buf(),
         keep_tmp_files: false,
         timeout: std::time::Duration::from_secs(60),
         working_dir: None,
@@ -146,5 +177,6 @@ async fn runner_alone(dir: &Path, hook: &Path, tasks: usize) -> f64 {
         };
         runner.run(&input).await.expect("hook run");
     }
-    tasks as f64 / started.elapsed().as_secs_f64()
+    let took = noop_engine::temp_files_gone(tmp, started).await;
+    tasks as f64 / took.as_secs_f64()
 }

@@ -107,7 +107,7 @@ fn main() {
         for setting in order {
             on.store(setting, Ordering::SeqCst);
             let round_dir = dir.path().join(format!("round-{r}-{setting}"));
-            let rate = rt.block_on(round(&round_dir, &hook, tasks));
+            let rate = rt.block_on(round(&round_dir, &round_dir.join("tmp"), &hook, tasks));
             if setting {
                 on_rates.push(rate);
             } else {
