@@ -839,6 +839,92 @@ fn target_for(sb: &Sandbox, target_cluster: &Sandbox, name: &str) {
 }
 
 #[test]
+fn an_unreachable_target_is_retried_naming_it_until_the_target_is_fixed() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    // A port nothing listens on: the target's API server is down.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let kubeconfig = std::fs::read_to_string(&target_cluster.kubeconfig).expect("kubeconfig");
+    let down: String = kubeconfig
+        .lines()
+        .map(|l| match l.split_once("server:") {
+            Some((indent, _)) => format!("{indent}server: http://127.0.0.1:{closed}\n"),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    let target = |config: &str| {
+        json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+            "metadata": {"name": "flaky", "namespace": "default"},
+            "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": config}},
+        })
+    };
+    post_ok(&sb, TARGETS, &target(&down));
+    create_item(
+        &sb,
+        "waits-for-target",
+        json!({"type": MANIFEST, "target": {"name": "flaky"}, "config": manifest_config(json!([
+            {"policy": "manage", "manifest": cm("default", "arrives", json!({"v": "1"}))},
+        ]))}),
+    );
+    // Retried (every 5 s), not failed: attempts (the first two a status write apart, the
+    // third after the 5 s) log the error naming the target and when it is tried again, the
+    // journal holds it, and the item is still in progress.
+    op.wait(
+        "three attempts against the unreachable target",
+        WAIT,
+        || {
+            op.logs()
+                .lines()
+                .filter(|l| {
+                    l.contains("item=default/waits-for-target")
+                        && l.contains("Target default/flaky")
+                        && l.contains("retry_in=Some(5s)")
+                })
+                .count()
+                >= 3
+        },
+    );
+    let id = "deployitem/default/waits-for-target";
+    assert!(
+        journal(work.path()).iter().any(|e| matches!(e,
+            DeployerEvent::DeployItemError { item, message, codes, retry_in_ms, .. }
+                if item == id && message.contains("Target default/flaky")
+                    && codes.is_empty() && retry_in_ms.is_some())),
+        "the journal says why the item waits and when it is tried again"
+    );
+    let waiting = item(&sb, "waits-for-target").expect("item");
+    assert_eq!(waiting["status"]["phase"], "Progressing", "{waiting}");
+    let e = &waiting["status"]["lastError"];
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Target default/flaky")),
+        "the error names the target: {e}"
+    );
+    // The target comes back (its kubeconfig fixed): the next attempt deploys.
+    wait_for("the Target fixed", WAIT, || {
+        let path = format!("{TARGETS}/flaky");
+        let (_, mut current) = sb.get(&path);
+        current["spec"]["config"]["kubeconfig"] = json!(kubeconfig);
+        sb.put(&path, &current).0 == 200
+    });
+    wait_phase(&op, &sb, "waits-for-target", "Succeeded");
+    assert_eq!(
+        target_cluster
+            .get("/api/v1/namespaces/default/configmaps/arrives")
+            .0,
+        200,
+        "deployed once the target is reachable"
+    );
+}
+
+#[test]
 fn manifests_wait_for_readiness_then_export_and_merge_with_live_objects() {
     let sb = Sandbox::start();
     let target_cluster = Sandbox::start();
