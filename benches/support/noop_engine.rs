@@ -98,58 +98,71 @@ pub async fn round(
             )
         })
         .collect();
-    // The queue's mailbox counts the tasks it finished: a cheap counter to poll every
-    // millisecond, so the end of the round is seen within a millisecond (a queue dump every
-    // 25 ms used to add up to 30 µs per task to a round of 400 tasks).
+    // The queue's mailbox counts the tasks it finished and stamps each end (unix ms): the
+    // round ends at the last task's end, found by a look every 20 ms (a look every
+    // millisecond was itself a wake-up per millisecond on the cores the hooks need; a queue
+    // dump every 25 ms used to add up to 30 µs per task to a round of 400 tasks).
     let queue = mailboxes.handle("queue/bench");
     let before = queue.stats().jobs_finished;
-    let started = Instant::now();
-    engine.enqueue(batch);
+    let unix_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    };
     let idle = || async {
         let queues = engine.queues().await;
         queues
             .iter()
             .any(|q| q.name == "bench" && q.tasks.is_empty() && q.running.is_none())
     };
+    let started = Instant::now();
+    let started_ms = unix_ms();
+    engine.enqueue(batch);
     let mut polls = 0u64;
-    loop {
-        if queue.stats().jobs_finished >= before + tasks as u64 {
-            break;
+    let last_end_ms = loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let stats = queue.stats();
+        let last = stats.recent.back().map(|h| h.finished_at_ms);
+        if stats.jobs_finished >= before + tasks as u64 {
+            break last;
         }
         polls += 1;
         // Merged tasks would never be counted: a dump now and then ends the round anyway.
-        if polls % 100 == 0 && idle().await {
-            break;
+        if polls % 10 == 0 && idle().await {
+            break last;
         }
         assert!(
             started.elapsed() < Duration::from_secs(600),
             "the queue did not finish {tasks} tasks in 10 minutes"
         );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    };
+    let tasks_done = Duration::from_millis(last_end_ms.unwrap_or(started_ms) - started_ms)
+        .max(Duration::from_millis(1));
     // Temp files are removed off the queue's path; the round is over when they are gone, so
     // a backlog of removals is neither hidden nor left to slow the next round down.
-    let took = temp_files_gone(tmp, started).await;
+    let took = temp_files_gone(tmp, started).await.unwrap_or(tasks_done);
     // Then the last task's end is journaled and the queue is idle.
     while !idle().await {
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     tasks as f64 / took.as_secs_f64()
 }
 
-/// Waits until `tmp` holds no file (the hook runner's removals have caught up) and returns
-/// the time since `started`.
-pub async fn temp_files_gone(tmp: &std::path::Path, started: Instant) -> Duration {
+/// Waits until `tmp` holds no file (the hook runner's removals have caught up): `None` when
+/// it held none at the first look, else the time from `started` until it was empty.
+pub async fn temp_files_gone(tmp: &std::path::Path, started: Instant) -> Option<Duration> {
+    let mut first = true;
     loop {
         let empty = std::fs::read_dir(tmp).map_or(true, |mut d| d.next().is_none());
         if empty {
-            return started.elapsed();
+            return (!first).then(|| started.elapsed());
         }
+        first = false;
         assert!(
             started.elapsed() < Duration::from_secs(600),
             "temp files still in {} after 10 minutes",
             tmp.display()
         );
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
