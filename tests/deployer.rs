@@ -1856,3 +1856,60 @@ fn replicas_serving_the_same_targets_split_the_items_through_sync_objects() {
         );
     }
 }
+
+#[test]
+fn a_lock_whose_holder_pod_is_gone_is_taken_over_and_freed_when_done() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    post_ok(
+        &sb,
+        "/api/v1/namespaces/default/pods",
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bosun-a", "namespace": "default"},
+                "spec": {"containers": [{"name": "bosun", "image": "bosun"}]}}),
+    );
+    // The CRDs first (bosun installs them), then bosun stops: the item and its lock are
+    // written while no replica runs, the lock by a replica whose pod is gone.
+    drop(bosun(&sb, work.path(), &[]));
+    create_item(
+        &sb,
+        "orphaned-lock",
+        json!({"type": MOCK, "config": mock_config(json!({}))}),
+    );
+    let uid = item(&sb, "orphaned-lock").expect("item")["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
+    let lock_path = format!(
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/syncobjects/bosun-{uid}"
+    );
+    post_ok(
+        &sb,
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/syncobjects",
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "SyncObject",
+            "metadata": {"name": format!("bosun-{uid}"), "namespace": "default"},
+            "spec": {"podName": "bosun-gone", "kind": "DeployItem", "name": "orphaned-lock",
+                     "lastUpdateTime": "2026-01-01T00:00:00Z", "prefix": "bosun"},
+        }),
+    );
+    let op = bosun(
+        &sb,
+        work.path(),
+        &[
+            ("BOSUN_DEPLOYER_SYNC_OBJECTS", "true"),
+            ("ADDON_OPERATOR_POD", "bosun-a"),
+            ("BOSUN_DEPLOYER_IDENTITY", "bosun-a"),
+        ],
+    );
+    let done = wait_phase(&op, &sb, "orphaned-lock", "Succeeded");
+    assert_eq!(
+        done["status"]["deployer"]["identity"], "bosun-a",
+        "worked on by the replica that took the lock over: {done}"
+    );
+    op.wait("the lock freed after the run", WAIT, || {
+        let (code, lock) = sb.get(&lock_path);
+        code == 200
+            && lock["spec"]["podName"] == ""
+            && lock["spec"]["lastUpdateTime"] != "2026-01-01T00:00:00Z"
+    });
+}
