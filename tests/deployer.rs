@@ -1913,3 +1913,88 @@ fn a_lock_whose_holder_pod_is_gone_is_taken_over_and_freed_when_done() {
             && lock["spec"]["lastUpdateTime"] != "2026-01-01T00:00:00Z"
     });
 }
+
+#[test]
+fn checks_and_exports_with_a_target_name_read_another_target() {
+    let sb = Sandbox::start();
+    let (deployed_to, watched) = (Sandbox::start(), Sandbox::start());
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &deployed_to, "cluster-2");
+    target_for(&sb, &watched, "cluster-3");
+    let gate =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "gate", "namespace": "default"});
+    let mut config = manifest_config(json!([
+        {"manifest": cm("default", "app", json!({"v": "1"}))},
+    ]));
+    config["readinessChecks"] = json!({"custom": [{"name": "gate-open", "targetName": "cluster-3",
+        "resourceSelector": [gate],
+        "requirements": [{"jsonPath": ".data.open", "operator": "==", "values": [{"value": "yes"}]}]}]});
+    config["exports"] = json!({"exports": [
+        {"key": "gate.owner", "jsonPath": ".data.owner", "fromResource": gate, "targetName": "cluster-3"},
+        {"key": "app.v", "jsonPath": ".data.v",
+         "fromResource": {"apiVersion": "v1", "kind": "ConfigMap", "name": "app", "namespace": "default"}},
+    ]});
+    create_item(
+        &sb,
+        "gated",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": config}),
+    );
+    // The objects go to cluster-2; the item waits for the gate in cluster-3, saying where.
+    op.wait("the item waiting for the gate in cluster-3", WAIT, || {
+        item(&sb, "gated").is_some_and(|o| {
+            o["status"]["phase"] == "Progressing"
+                && o["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c["message"].as_str().is_some_and(|m| {
+                            m.contains("ConfigMap gate in Target default/cluster-3: not found")
+                        })
+                    })
+                })
+        })
+    });
+    assert_eq!(
+        deployed_to
+            .get("/api/v1/namespaces/default/configmaps/app")
+            .0,
+        200
+    );
+    assert_eq!(
+        watched.get("/api/v1/namespaces/default/configmaps/app").0,
+        404,
+        "only read in the other target, nothing written there"
+    );
+    post_ok(
+        &watched,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gate", "namespace": "default"},
+                "data": {"open": "yes", "owner": "team-b"}}),
+    );
+    let done = wait_phase(&op, &sb, "gated", "Succeeded");
+    let secret = done["status"]["exportRef"]["name"]
+        .as_str()
+        .expect("an export Secret")
+        .to_string();
+    assert_eq!(
+        secret_config(&sb, &secret),
+        Some(json!({"gate": {"owner": "team-b"}, "app": {"v": "1"}})),
+        "one export from each target"
+    );
+
+    // A targetName naming no Target fails the item at once, naming the field.
+    create_item(
+        &sb,
+        "no-such-target",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": {
+            "apiVersion": "manifest.deployer.landscaper.gardener.cloud/v1alpha2", "kind": "ProviderConfiguration",
+            "manifests": [{"manifest": cm("default", "other", json!({}))}],
+            "exports": {"exports": [{"key": "x", "jsonPath": ".data", "fromResource": gate, "targetName": "cluster-9"}]}}}),
+    );
+    fails_naming(
+        &op,
+        &sb,
+        "no-such-target",
+        "spec.config.exports.exports[0].targetName: Target default/cluster-9 not found",
+        Naming::Contains,
+    );
+}

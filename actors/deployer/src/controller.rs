@@ -408,25 +408,71 @@ async fn check_target(
     if !target::serves(&s.settings.target_selectors, &t) {
         return Ok((TargetCheck::NotOurs, None));
     }
+    let resolved = resolve_target(&*s.cluster, &t).await?;
+    Ok((TargetCheck::Ours, Some(resolved)))
+}
+
+/// `t` with its content (a `secretRef`'s Secret read), validated as upstream's library
+/// validates every target: a cluster target's kubeconfig may not run commands or read
+/// files.
+async fn resolve_target(
+    cluster: &dyn Cluster,
+    t: &target::Target,
+) -> Result<Result<ResolvedTarget, DeployError>, ClusterError> {
     let secret = match &t.source {
-        target::TargetSource::Secret { name, .. } => {
-            s.cluster.get_secret(&t.namespace, name).await?
-        }
+        target::TargetSource::Secret { name, .. } => cluster.get_secret(&t.namespace, name).await?,
         _ => None,
     };
-    let resolved = target::resolve(&t, secret.as_ref())
+    Ok(target::resolve(t, secret.as_ref())
         .map_err(|e| DeployError::config("ResolveTarget", "InvalidTarget", e.to_string()))
         .and_then(|r| {
-            // ValidateTarget, as upstream's library does for every type: a cluster
-            // target's kubeconfig may not run commands or read files.
             if r.target.type_ == target::KUBERNETES_CLUSTER {
                 target::kubeconfig_of(&r).map_err(|e| {
                     DeployError::config("ValidateTarget", "InvalidTarget", e.to_string())
                 })?;
             }
             Ok(r)
-        });
-    Ok((TargetCheck::Ours, Some(resolved)))
+        }))
+}
+
+/// The Target `name` of `namespace` that `field` (a check's or an export's `targetName`)
+/// names, resolved. Missing or invalid: a configuration problem naming the field; not
+/// readable now: retried.
+pub(crate) async fn named_target(
+    cluster: &dyn Cluster,
+    namespace: &str,
+    name: &str,
+    field: &str,
+) -> Result<ResolvedTarget, DeployError> {
+    let unreadable = |e: ClusterError| {
+        DeployError::new(
+            "Reconcile",
+            "TargetCluster",
+            format!("{field}: Target {namespace}/{name}: {e}"),
+            &[],
+        )
+    };
+    let Some(raw) = cluster
+        .get_target(namespace, name)
+        .await
+        .map_err(unreadable)?
+    else {
+        return Err(DeployError::config(
+            "ValidateTarget",
+            "TargetNotFound",
+            format!("{field}: Target {namespace}/{name} not found"),
+        ));
+    };
+    let t = target::Target::parse(&raw).map_err(|e| {
+        DeployError::config("ValidateTarget", "InvalidTarget", format!("{field}: {e}"))
+    })?;
+    resolve_target(cluster, &t)
+        .await
+        .map_err(unreadable)?
+        .map_err(|mut e| {
+            e.message = format!("{field}: {}", e.message);
+            e
+        })
 }
 
 fn new_job_id() -> String {

@@ -903,7 +903,15 @@ impl HelmType {
         let checks = config.manifests(Vec::new());
         let root = values_root(&config, &chart, Some(release.revision));
         self.manifests
-            .conclude(target, &checks, &managed, provider_status, &[], Some(&root))
+            .conclude(
+                job,
+                target,
+                &checks,
+                &managed,
+                provider_status,
+                &[],
+                Some(&root),
+            )
             .await
     }
 

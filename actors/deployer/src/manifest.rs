@@ -310,6 +310,56 @@ pub fn managed_of(provider_status: Option<&Value>) -> Vec<Managed> {
         .unwrap_or_default()
 }
 
+/// The Targets that readiness checks and exports name (`targetName`), resolved once per
+/// run: they read objects there instead of in the item's target.
+#[derive(Default)]
+pub(crate) struct OtherTargets(std::collections::BTreeMap<String, ResolvedTarget>);
+
+impl OtherTargets {
+    pub(crate) async fn resolve(
+        job: &Job<'_>,
+        config: &ManifestConfig,
+    ) -> Result<OtherTargets, DeployError> {
+        let checks = config.readiness.custom.iter().enumerate().map(|(i, c)| {
+            (
+                c.target_name.as_deref(),
+                format!("spec.config.readinessChecks.custom[{i}].targetName"),
+            )
+        });
+        let exports = config.exports.iter().enumerate().map(|(i, e)| {
+            (
+                e.target_name.as_deref(),
+                format!("spec.config.exports.exports[{i}].targetName"),
+            )
+        });
+        let mut found = std::collections::BTreeMap::new();
+        for (name, field) in checks.chain(exports) {
+            let Some(name) = name else { continue };
+            if found.contains_key(name) {
+                continue;
+            }
+            let t =
+                crate::controller::named_target(job.cluster, &job.item.key.namespace, name, &field)
+                    .await?;
+            found.insert(name.to_string(), t);
+        }
+        Ok(OtherTargets(found))
+    }
+
+    /// The target a check or an export with `name` reads, and words naming it when it is
+    /// not the item's (for what the item waits for).
+    fn pick<'t>(
+        &'t self,
+        own: &'t ResolvedTarget,
+        name: Option<&str>,
+    ) -> (&'t ResolvedTarget, String) {
+        match name.and_then(|n| self.0.get(n)) {
+            Some(t) => (t, format!(" in {}", t.target.describe())),
+            None => (own, String::new()),
+        }
+    }
+}
+
 /// The target cluster as the manifest type sees it.
 pub trait TargetClusters: Send + Sync + 'static {
     /// Whether `apiVersion`/`kind` is namespaced (discovery of the target).
@@ -419,6 +469,7 @@ impl ManifestType {
     pub(crate) async fn not_ready(
         &self,
         target: &ResolvedTarget,
+        others: &OtherTargets,
         config: &ManifestConfig,
         managed: &[Managed],
     ) -> Result<Vec<String>, DeployError> {
@@ -437,9 +488,10 @@ impl ManifestType {
             }
         }
         for check in &config.readiness.custom {
+            let (target, within) = others.pick(target, check.target_name.as_deref());
             if let Some(sel) = &check.label_selector {
                 let label = format!(
-                    "readiness check {:?}: {} with labels {}",
+                    "readiness check {:?}: {} with labels {}{within}",
                     check.name,
                     sel.kind,
                     sel.selector()
@@ -461,7 +513,10 @@ impl ManifestType {
                 }
             }
             for o in &check.resources {
-                let label = format!("readiness check {:?}: {} {}", check.name, o.kind, o.name);
+                let label = format!(
+                    "readiness check {:?}: {} {}{within}",
+                    check.name, o.kind, o.name
+                );
                 let Some(live) = self.get_named(target, o).await? else {
                     waiting.push(format!("{label}: not found"));
                     continue;
@@ -481,6 +536,7 @@ impl ManifestType {
     pub(crate) async fn exports(
         &self,
         target: &ResolvedTarget,
+        others: &OtherTargets,
         exports: &[Export],
         values_root: Option<&Value>,
     ) -> Result<Result<Value, Vec<String>>, DeployError> {
@@ -500,8 +556,9 @@ impl ManifestType {
                 }
                 continue;
             };
+            let (target, within) = others.pick(target, e.target_name.as_deref());
             let label = format!(
-                "export {:?} from {} {}",
+                "export {:?} from {} {}{within}",
                 e.key, from_name.kind, from_name.name
             );
             let Some(from) = self.get_named(target, from_name).await? else {
@@ -825,6 +882,7 @@ impl ManifestType {
             "managedResources": managed,
         });
         self.conclude(
+            job,
             target,
             config,
             &managed,
@@ -839,6 +897,7 @@ impl ManifestType {
     /// waits, else the exports, `patchAfterDeployment`, and `Succeeded`.
     pub(crate) async fn conclude(
         &self,
+        job: &Job<'_>,
         target: &ResolvedTarget,
         config: &ManifestConfig,
         managed: &[Managed],
@@ -852,14 +911,18 @@ impl ManifestType {
             export: None,
             conditions: vec![condition(false, &waiting.join("; "))],
         };
-        let waiting = self.not_ready(target, config, managed).await?;
+        let others = OtherTargets::resolve(job, config).await?;
+        let waiting = self.not_ready(target, &others, config, managed).await?;
         if !waiting.is_empty() {
             return Ok(progressing(waiting));
         }
         let export = if config.exports.is_empty() {
             None
         } else {
-            match self.exports(target, &config.exports, values_root).await? {
+            match self
+                .exports(target, &others, &config.exports, values_root)
+                .await?
+            {
                 Ok(v) => Some(v),
                 Err(waiting) => return Ok(progressing(waiting)),
             }

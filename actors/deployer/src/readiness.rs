@@ -364,6 +364,9 @@ pub struct CustomCheck {
     /// `labelSelector`: every object of a type with these labels, in any namespace.
     pub label_selector: Option<LabelSelection>,
     pub requirements: Vec<Requirement>,
+    /// `targetName`: the objects are read in this Target (of the item's namespace), not in
+    /// the item's.
+    pub target_name: Option<String>,
 }
 
 /// `labelSelector: {apiVersion, kind, matchLabels}` of a custom readiness check.
@@ -538,6 +541,7 @@ impl ReadinessChecks {
                 resources,
                 label_selector,
                 requirements,
+                target_name: target_name(&c["targetName"], &field)?,
             });
         }
         Ok(ReadinessChecks {
@@ -558,6 +562,9 @@ pub struct Export {
     /// The value at `json_path` is a reference `{name, namespace}` to an object of this
     /// `(apiVersion, kind)`, read at the second path.
     pub through: Option<(String, String, String)>,
+    /// `targetName`: the object is read in this Target (of the item's namespace), not in
+    /// the item's.
+    pub target_name: Option<String>,
 }
 
 /// Reads `spec.config.exports` (each export reads an object: `fromResource` is required).
@@ -622,14 +629,32 @@ pub fn parse_export_list(
                 Some((api, kind, path))
             }
         };
+        let target_name = target_name(&e["targetName"], &field)?;
+        if target_name.is_some() && from.is_none() {
+            return Err(config_error(format!(
+                "{field}.targetName: needs fromResource (the chart's values are not in a target)"
+            )));
+        }
         out.push(Export {
             key,
             json_path,
             from,
             through,
+            target_name,
         });
     }
     Ok(out)
+}
+
+/// `targetName` of a check or an export at `field`: the name of another Target.
+fn target_name(v: &Value, field: &str) -> Result<Option<String>, DeployError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) if !s.is_empty() => Ok(Some(s.clone())),
+        other => Err(config_error(format!(
+            "{field}.targetName: expected the name of a Target in the item's namespace, got {other}"
+        ))),
+    }
 }
 
 /// Puts `value` at the dotted `key` of `into` (`a.b` → `{a: {b: value}}`), merging.
@@ -767,6 +792,26 @@ mod tests {
         assert!(exports.is_ok_and(|e| e.len() == 1));
         let bad = parse_exports(&json!({"exports": [{"key": "a", "jsonPath": ".x"}]}));
         assert!(bad.is_err_and(|e| e.message.contains("exports[0].fromResource")));
+        // targetName: another Target's name, read as given; anything else names the field.
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "namespace": "d"});
+        let other = parse_exports(&json!({"exports": [{"key": "a", "jsonPath": ".x",
+            "fromResource": cm, "targetName": "cluster-3"}]}));
+        assert!(other.is_ok_and(|e| e[0].target_name.as_deref() == Some("cluster-3")));
+        let bad = parse_exports(&json!({"exports": [{"key": "a", "jsonPath": ".x",
+            "fromResource": cm, "targetName": 3}]}));
+        assert!(bad.is_err_and(|e| {
+            e.message
+                .starts_with("spec.config.exports.exports[0].targetName")
+        }));
+        let values = parse_export_list(
+            &json!([{"key": "a", "jsonPath": ".Values.x", "targetName": "cluster-3"}]),
+            "spec.config.exports",
+            true,
+        );
+        assert!(values.is_err_and(|e| e.message.contains("needs fromResource")));
+        let checks = ReadinessChecks::parse(&json!({"custom": [{"name": "gate", "targetName": "",
+            "resourceSelector": [cm], "requirements": [{"jsonPath": ".data", "operator": "exists"}]}]}));
+        assert!(checks.is_err_and(|e| e.message.contains("custom[0].targetName")));
         let mut out = json!({});
         put_export(&mut out, "a.b", json!(1));
         put_export(&mut out, "a.c", json!(2));
