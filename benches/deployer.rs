@@ -149,6 +149,7 @@ async fn main() -> anyhow::Result<()> {
         target_selectors: Vec::new(),
         install_crds: false,
         journal_dir: dir.path().join("journal"),
+        resource_cluster: None,
         helm: Default::default(),
         work_dir: dir.path().join("work"),
         timeouts: Default::default(),

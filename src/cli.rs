@@ -144,6 +144,8 @@ impl DeployerArgs {
                 )?,
             },
             journal_dir: journal_dir.join("deployer"),
+            // Known once the operator has connected (`start_deployer`).
+            resource_cluster: None,
             helm: operator.helm_settings(),
             work_dir: operator.tmp_dir.join("deployer"),
         })
@@ -159,7 +161,8 @@ async fn start_deployer(
     if !args.deployer.deployer {
         return Ok(None);
     }
-    let cfg = args.deployer.config(config, args.lambda.install_crds)?;
+    let mut cfg = args.deployer.config(config, args.lambda.install_crds)?;
+    cfg.resource_cluster = Some(operator.resource_cluster.clone());
     // Bad flags stop the start (above); a failure to start is logged and the rest runs on.
     match crate::deployer::start(operator.watches.clone(), &cfg).await {
         Ok(d) => {

@@ -1998,3 +1998,84 @@ fn checks_and_exports_with_a_target_name_read_another_target() {
         Naming::Contains,
     );
 }
+
+#[test]
+fn self_and_oidc_targets_deploy_with_a_service_account_token() {
+    // The items' cluster asks every request for a token: a selfConfig target gets through
+    // only with the token bosun requested for its service account.
+    let sb = Sandbox::start_with(&["--token", "items-admin"]);
+    let other = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    post_ok(
+        &sb,
+        "/api/v1/namespaces/default/serviceaccounts",
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": "default"}}),
+    );
+    let other_server = std::fs::read_to_string(&other.kubeconfig)
+        .expect("kubeconfig")
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("server:")
+                .map(|s| s.trim().to_string())
+        })
+        .expect("the other sandbox's server");
+    let target = |name: &str, config: Value| {
+        post_ok(
+            &sb,
+            TARGETS,
+            &json!({
+                "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": config},
+            }),
+        )
+    };
+    target(
+        "self",
+        json!({"selfConfig": {"serviceAccount": {"name": "deployer"}, "expirationSeconds": 3600}}),
+    );
+    target(
+        "oidc",
+        json!({"oidcConfig": {"server": other_server, "serviceAccount": {"name": "deployer"}, "audience": ["other-cluster"]}}),
+    );
+    target(
+        "nobody",
+        json!({"selfConfig": {"serviceAccount": {"name": "nobody"}}}),
+    );
+    for (item_name, target_name) in [
+        ("to-self", "self"),
+        ("to-oidc", "oidc"),
+        ("as-nobody", "nobody"),
+    ] {
+        create_item(
+            &sb,
+            item_name,
+            json!({"type": MANIFEST, "target": {"name": target_name}, "config": manifest_config(json!([
+                {"manifest": cm("default", item_name, json!({"via": target_name}))},
+            ]))}),
+        );
+    }
+    wait_phase(&op, &sb, "to-self", "Succeeded");
+    assert_eq!(
+        sb.get("/api/v1/namespaces/default/configmaps/to-self").0,
+        200,
+        "selfConfig deploys into the items' cluster"
+    );
+    wait_phase(&op, &sb, "to-oidc", "Succeeded");
+    assert_eq!(
+        other.get("/api/v1/namespaces/default/configmaps/to-oidc").0,
+        200,
+        "oidcConfig deploys into its server"
+    );
+    // No such service account: retried (it may be created), the error naming it.
+    op.wait("the missing service account named", WAIT, || {
+        item(&sb, "as-nobody").is_some_and(|o| {
+            o["status"]["phase"] == "Progressing"
+                && o["status"]["lastError"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("a token of ServiceAccount default/nobody"))
+        })
+    });
+}

@@ -66,6 +66,9 @@ pub struct App {
     pub gc: Arc<Notify>,
     /// Required bearer token, if any.
     pub token: Option<String>,
+    /// Service account tokens issued by TokenRequests (`serviceaccounts/<name>/token`),
+    /// accepted as well as `token` until they expire (unix seconds).
+    pub issued: std::sync::Mutex<HashMap<String, u64>>,
     /// `host:port` clients reach the server at.
     pub server_address: String,
     /// Answer only requests whose `Host` is a loopback name (the server listens on
@@ -314,7 +317,10 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
-        if presented != format!("Bearer {token}") && req.uri().path() != "/healthz" {
+        let issued = presented
+            .strip_prefix("Bearer ")
+            .is_some_and(|t| app.issued_token_valid(t));
+        if presented != format!("Bearer {token}") && !issued && req.uri().path() != "/healthz" {
             let why = if presented.is_empty() {
                 "Unauthorized: the request carries no bearer token, and this API server \
                  requires one (Authorization: Bearer <token>)"
@@ -481,6 +487,10 @@ async fn resource(
             watch(app, &info, ns, &q, accept)
         }
         (&Method::GET, Some(name), sub) => get(app, &info, ns, name, sub, query, accept),
+        (&Method::POST, Some(name), Some("token")) if info.plural == "serviceaccounts" => {
+            let request = decode(content_type, &body)?;
+            token_request(app, &info, ns, name, &request)
+        }
         (&Method::POST, None, None) => {
             let obj = decode(content_type, &body)?;
             let w = writer(query, headers);
@@ -525,6 +535,75 @@ async fn resource(
         (&Method::DELETE, None, None) => delete_collection(app, &info, ns, query, &body),
         _ => Err(ApiError::method_not_allowed(method.as_str(), &info.plural)),
     }
+}
+
+impl App {
+    /// Whether `token` was issued by a TokenRequest and has not expired.
+    fn issued_token_valid(&self, token: &str) -> bool {
+        let now = unix_now();
+        let issued = self.issued.lock().unwrap_or_else(|p| p.into_inner());
+        issued.get(token).is_some_and(|until| *until > now)
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `POST serviceaccounts/<name>/token` (authentication.k8s.io/v1 TokenRequest): a token
+/// of the service account, valid for `spec.expirationSeconds` (default 1h, at least 10
+/// minutes) on this server.
+fn token_request(
+    app: &App,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    request: &Value,
+) -> Result<Response, ApiError> {
+    let namespace = ns.unwrap_or_default();
+    if app
+        .store
+        .lock()
+        .get(&ResKey::of(info), namespace, name)
+        .is_none()
+    {
+        return Err(ApiError::not_found(&info.plural, &info.group, name));
+    }
+    let seconds = match &request["spec"]["expirationSeconds"] {
+        Value::Null => 3600,
+        v => match v.as_u64() {
+            Some(s) if s >= 600 => s,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "spec.expirationSeconds: may not specify a duration less than 10 minutes, got {v}"
+                )));
+            }
+        },
+    };
+    let token = format!(
+        "sandbox.{namespace}.{name}.{}",
+        uuid::Uuid::new_v4().simple()
+    );
+    let until = unix_now() + seconds;
+    app.issued
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(token.clone(), until);
+    let expires =
+        humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(until))
+            .to_string();
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": objects::now_rfc3339()},
+            "spec": {"audiences": request["spec"]["audiences"].clone(), "expirationSeconds": seconds},
+            "status": {"token": token, "expirationTimestamp": expires},
+        }),
+    ))
 }
 
 fn part_of(info: &ResourceInfo, sub: Option<&str>) -> Result<Part, ApiError> {

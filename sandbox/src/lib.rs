@@ -186,6 +186,7 @@ pub async fn start_with(
         store: store.clone(),
         gc: wake.clone(),
         token: config.token.clone(),
+        issued: Default::default(),
         server_address: addr.to_string(),
         loopback_hosts_only: loopback,
         stopping: stop.clone(),

@@ -370,6 +370,10 @@ pub struct Operator {
     pub watches: crate::watches::WatchManager,
     /// The modules' journal (served to standbys in HA mode).
     pub journal: Arc<bosun_journal::Journal<bosun_addon::Event>>,
+    /// The API server bosun talks to, as a kubeconfig names it: its URL and its CA (base64
+    /// of PEM; `None`: the system's CAs or plain HTTP). The deployer's `selfConfig` targets
+    /// reach it with a service account's token.
+    pub resource_cluster: (String, Option<String>),
 }
 
 impl Drop for Operator {
@@ -600,6 +604,10 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     let metrics = crate::prometheus::install(&cfg.metrics_prefix);
     let (config, source) = kube_config(cfg).await?;
     let api_server = config.cluster_url.to_string();
+    let resource_cluster = (
+        api_server.trim_end_matches('/').to_string(),
+        config.root_cert.as_deref().map(pem_base64),
+    );
     // One client for everything bosun asks the API server, so that all of it shows in the
     // kubernetes_client_request_* metrics (Helm's requests go through its own).
     let client =
@@ -745,5 +753,23 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         debug,
         watches,
         journal,
+        resource_cluster,
     })
+}
+
+/// DER certificates as a kubeconfig's `certificate-authority-data`: base64 of their PEM.
+fn pem_base64(certs: &[Vec<u8>]) -> String {
+    use base64::Engine as _;
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let mut pem = String::new();
+    for der in certs {
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        let body = b64.encode(der);
+        for line in body.as_bytes().chunks(64) {
+            pem.push_str(&String::from_utf8_lossy(line));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    b64.encode(pem)
 }

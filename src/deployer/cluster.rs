@@ -218,7 +218,14 @@ pub struct KubeCluster {
     items: Arc<Informer>,
     targets: Arc<Informer>,
     started: tokio::sync::Mutex<bool>,
+    /// The items' cluster as `selfConfig` targets reach it (URL, CA as base64 of PEM).
+    resource_cluster: Option<(String, Option<String>)>,
+    /// Service account tokens by what was asked, with when to ask again.
+    tokens: Mutex<std::collections::HashMap<TokenKey, (String, std::time::Instant)>>,
 }
+
+/// A token asked for: namespace, service account, audiences, lifetime.
+type TokenKey = (String, String, Vec<String>, u64);
 
 fn error(what: String, e: kube::Error) -> ClusterError {
     match &e {
@@ -239,7 +246,15 @@ impl KubeCluster {
             items: Arc::new(Informer::new(Watched::Items)),
             targets: Arc::new(Informer::new(Watched::Targets)),
             started: tokio::sync::Mutex::new(false),
+            resource_cluster: None,
+            tokens: Mutex::default(),
         }
+    }
+
+    /// Sets how `selfConfig` targets reach the items' cluster.
+    pub fn with_resource_cluster(mut self, cluster: Option<(String, Option<String>)>) -> Self {
+        self.resource_cluster = cluster;
+        self
     }
 
     fn client(&self) -> kube::Client {
@@ -620,6 +635,69 @@ impl Cluster for KubeCluster {
                 Err(e) => Err(error(what, e)),
             }
         })
+    }
+
+    fn service_account_token<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        audiences: &'a [String],
+        expiration_seconds: u64,
+    ) -> BoxFut<'a, Result<String, ClusterError>> {
+        Box::pin(async move {
+            let key: TokenKey = (
+                namespace.to_string(),
+                name.to_string(),
+                audiences.to_vec(),
+                expiration_seconds,
+            );
+            let now = std::time::Instant::now();
+            {
+                let tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some((token, renew_at)) = tokens.get(&key)
+                    && *renew_at > now
+                {
+                    return Ok(token.clone());
+                }
+            }
+            let what = format!("ServiceAccount {namespace}/{name}");
+            let body = json!({
+                "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"audiences": audiences, "expirationSeconds": expiration_seconds},
+            });
+            let request = http::Request::post(format!(
+                "/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
+            ))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string().into_bytes())
+            .map_err(|e| ClusterError::Other {
+                what: what.clone(),
+                message: e.to_string(),
+            })?;
+            let answer: Value = self
+                .client()
+                .request(request)
+                .await
+                .map_err(|e| error(what.clone(), e))?;
+            let Some(token) = answer["status"]["token"].as_str().filter(|t| !t.is_empty()) else {
+                return Err(ClusterError::Other {
+                    what,
+                    message: "the TokenRequest's answer holds no status.token".into(),
+                });
+            };
+            // Asked again when four fifths of its life are over, as kubelet renews
+            // projected tokens.
+            let renew_at = now + std::time::Duration::from_secs(expiration_seconds * 4 / 5);
+            self.tokens
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key, (token.to_string(), renew_at));
+            Ok(token.to_string())
+        })
+    }
+
+    fn resource_cluster(&self) -> Option<(String, Option<String>)> {
+        self.resource_cluster.clone()
     }
 }
 

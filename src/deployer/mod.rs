@@ -44,6 +44,8 @@ pub struct DeployerConfig {
     pub pod_namespace: String,
     /// Where the deployer's journal lives.
     pub journal_dir: PathBuf,
+    /// The items' cluster as `selfConfig` targets reach it (URL, CA as base64 of PEM).
+    pub resource_cluster: Option<(String, Option<String>)>,
     /// The Helm engine of the helm type (the modules' settings).
     pub helm: crate::helm::EngineSettings,
     /// Where the helm type keeps charts and the targets' kubeconfigs.
@@ -115,7 +117,10 @@ pub async fn start(watches: WatchManager, cfg: &DeployerConfig) -> anyhow::Resul
             )
         })?,
     );
-    let cluster = Arc::new(cluster::KubeCluster::new(watches, &cfg.pod_namespace));
+    let cluster = Arc::new(
+        cluster::KubeCluster::new(watches, &cfg.pod_namespace)
+            .with_resource_cluster(cfg.resource_cluster.clone()),
+    );
     let deployer = Deployer::start(
         cluster.clone(),
         Arc::new(crate::journal_sink::JournalSink::new(journal.clone())),

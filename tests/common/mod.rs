@@ -227,7 +227,23 @@ impl Sandbox {
         content_type: &str,
         body: &str,
     ) -> (u16, Value) {
-        http(&self.listen, method, path, content_type, body)
+        // A sandbox started with `--token` is asked with it.
+        let token = self
+            .args
+            .iter()
+            .position(|a| a == "--token")
+            .and_then(|i| self.args.get(i + 1))
+            .map(|t| format!("Bearer {t}"))
+            .unwrap_or_default();
+        let headers = [
+            ("Content-Type", content_type),
+            ("Authorization", token.as_str()),
+        ];
+        let (status, bytes) = http_full(&self.listen, method, path, &headers, body.as_bytes());
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 
     /// GET returning JSON.

@@ -423,16 +423,83 @@ async fn resolve_target(
         target::TargetSource::Secret { name, .. } => cluster.get_secret(&t.namespace, name).await?,
         _ => None,
     };
-    Ok(target::resolve(t, secret.as_ref())
-        .map_err(|e| DeployError::config("ResolveTarget", "InvalidTarget", e.to_string()))
-        .and_then(|r| {
-            if r.target.type_ == target::KUBERNETES_CLUSTER {
-                target::kubeconfig_of(&r).map_err(|e| {
-                    DeployError::config("ValidateTarget", "InvalidTarget", e.to_string())
-                })?;
-            }
-            Ok(r)
-        }))
+    let resolved = match target::resolve(t, secret.as_ref()) {
+        Ok(r) => r,
+        Err(e) => {
+            return Ok(Err(DeployError::config(
+                "ResolveTarget",
+                "InvalidTarget",
+                e.to_string(),
+            )));
+        }
+    };
+    let resolved = match target::token_access(&resolved) {
+        Ok(None) => resolved,
+        Ok(Some(access)) => match with_service_account_token(cluster, &resolved, &access).await {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(e)),
+        },
+        Err(e) => {
+            return Ok(Err(DeployError::config(
+                "ValidateTarget",
+                "InvalidTarget",
+                e.to_string(),
+            )));
+        }
+    };
+    if resolved.target.type_ == target::KUBERNETES_CLUSTER
+        && let Err(e) = target::kubeconfig_of(&resolved)
+    {
+        return Ok(Err(DeployError::config(
+            "ValidateTarget",
+            "InvalidTarget",
+            e.to_string(),
+        )));
+    }
+    Ok(Ok(resolved))
+}
+
+/// `resolved` (a `selfConfig` or `oidcConfig` target) as a kubeconfig with a token of its
+/// service account, requested in the items' cluster. A token that cannot be had now (the
+/// service account missing, the API server refusing) is retried, naming both.
+async fn with_service_account_token(
+    cluster: &dyn Cluster,
+    resolved: &ResolvedTarget,
+    access: &target::TokenAccess,
+) -> Result<ResolvedTarget, DeployError> {
+    let what = resolved.target.describe();
+    let (server, ca) = match &access.server {
+        Some((server, ca)) => (server.clone(), ca.clone()),
+        None => cluster.resource_cluster().ok_or_else(|| {
+            DeployError::config(
+                "ResolveTarget",
+                "InvalidTarget",
+                format!(
+                    "{what}: spec.config.selfConfig: the address of the items' cluster is not known to this deployer"
+                ),
+            )
+        })?,
+    };
+    let token = cluster
+        .service_account_token(
+            &resolved.target.namespace,
+            &access.service_account,
+            &access.audiences,
+            access.expiration_seconds,
+        )
+        .await
+        .map_err(|e| {
+            DeployError::new(
+                "ResolveTarget",
+                "ServiceAccountToken",
+                format!(
+                    "{what}: a token of ServiceAccount {}/{}: {e}",
+                    resolved.target.namespace, access.service_account
+                ),
+                &[],
+            )
+        })?;
+    Ok(target::with_token(resolved, &server, ca.as_deref(), &token))
 }
 
 /// The Target `name` of `namespace` that `field` (a check's or an export's `targetName`)

@@ -117,6 +117,29 @@ pub trait Cluster: Send + Sync + 'static {
         prefix: &'a str,
         holder: &'a str,
     ) -> BoxFut<'a, Result<(), ClusterError>>;
+    /// A token of service account `name` in `namespace` of the items' cluster (a
+    /// TokenRequest), for targets with `selfConfig` or `oidcConfig`; reused while most of
+    /// its lifetime is left.
+    fn service_account_token<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        audiences: &'a [String],
+        expiration_seconds: u64,
+    ) -> BoxFut<'a, Result<String, ClusterError>> {
+        let _ = (audiences, expiration_seconds);
+        Box::pin(async move {
+            Err(ClusterError::Other {
+                what: format!("ServiceAccount {namespace}/{name}"),
+                message: "this cluster port issues no tokens".into(),
+            })
+        })
+    }
+    /// The items' cluster as bosun reaches it: its server URL and CA (base64 of PEM), for
+    /// `selfConfig` targets.
+    fn resource_cluster(&self) -> Option<(String, Option<String>)> {
+        None
+    }
 }
 
 /// One run of a type on one item.

@@ -167,6 +167,165 @@ pub fn resolve(
     })
 }
 
+/// A kubernetes-cluster target reached with a service account's token of the resource
+/// cluster (the items' cluster) instead of a kubeconfig: `selfConfig` (the resource
+/// cluster itself) or `oidcConfig` (another cluster that trusts the resource cluster's
+/// tokens).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenAccess {
+    /// `oidcConfig`: the server and its CA (`caData`, base64 of PEM); `None`: `selfConfig`.
+    pub server: Option<(String, Option<String>)>,
+    /// The service account (in the Target's namespace) whose token is used.
+    pub service_account: String,
+    /// `oidcConfig.audience`.
+    pub audiences: Vec<String>,
+    /// The token's lifetime.
+    pub expiration_seconds: u64,
+}
+
+/// The default token lifetime of `selfConfig` and `oidcConfig` (landscaper's).
+pub const TOKEN_EXPIRATION_SECONDS: u64 = 86_400;
+
+/// The `selfConfig` or `oidcConfig` of a resolved kubernetes-cluster target (`None`: it has
+/// a kubeconfig, or is another type).
+pub fn token_access(resolved: &ResolvedTarget) -> Result<Option<TokenAccess>, FieldError> {
+    if resolved.target.type_ != KUBERNETES_CLUSTER {
+        return Ok(None);
+    }
+    let what = resolved.target.describe();
+    let Ok(Value::Object(config)) = serde_json::from_str::<Value>(&resolved.content) else {
+        return Ok(None);
+    };
+    if config.get("kubeconfig").is_some_and(|k| !k.is_null()) {
+        return Ok(None);
+    }
+    let (field, c) = match (config.get("selfConfig"), config.get("oidcConfig")) {
+        (Some(_), Some(_)) => {
+            return Err(FieldError::new(
+                &what,
+                "spec.config",
+                "selfConfig and oidcConfig exclude each other",
+            ));
+        }
+        (Some(c), None) => ("spec.config.selfConfig", c),
+        (None, Some(c)) => ("spec.config.oidcConfig", c),
+        (None, None) => return Ok(None),
+    };
+    let service_account = match &c["serviceAccount"]["name"] {
+        Value::String(n) if !n.is_empty() => n.clone(),
+        other => {
+            return Err(FieldError::new(
+                &what,
+                &format!("{field}.serviceAccount.name"),
+                format!("expected the name of a service account, got {other}"),
+            ));
+        }
+    };
+    let expiration_seconds = match &c["expirationSeconds"] {
+        Value::Null => TOKEN_EXPIRATION_SECONDS,
+        v => match v.as_u64() {
+            Some(n) if n >= 600 => n,
+            _ => {
+                return Err(FieldError::new(
+                    &what,
+                    &format!("{field}.expirationSeconds"),
+                    format!("expected a number of seconds, at least 600, got {v}"),
+                ));
+            }
+        },
+    };
+    let server = if field == "spec.config.oidcConfig" {
+        let url = match &c["server"] {
+            Value::String(u) if u.starts_with("https://") || u.starts_with("http://") => u.clone(),
+            other => {
+                return Err(FieldError::new(
+                    &what,
+                    &format!("{field}.server"),
+                    format!("expected the URL of the target's API server, got {other}"),
+                ));
+            }
+        };
+        let ca = match &c["caData"] {
+            Value::Null => None,
+            Value::String(b64) if !b64.is_empty() => {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .map_err(|e| {
+                        FieldError::new(
+                            &what,
+                            &format!("{field}.caData"),
+                            format!("not base64: {e}"),
+                        )
+                    })?;
+                Some(b64.clone())
+            }
+            other => {
+                return Err(FieldError::new(
+                    &what,
+                    &format!("{field}.caData"),
+                    format!("expected base64 of the PEM certificates, got {other}"),
+                ));
+            }
+        };
+        Some((url, ca))
+    } else {
+        None
+    };
+    let audiences = match &c["audience"] {
+        Value::Null => Vec::new(),
+        Value::Array(a) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                FieldError::new(
+                    &what,
+                    &format!("{field}.audience"),
+                    "expected a list of strings",
+                )
+            })?,
+        _ => {
+            return Err(FieldError::new(
+                &what,
+                &format!("{field}.audience"),
+                "expected a list of strings",
+            ));
+        }
+    };
+    Ok(Some(TokenAccess {
+        server,
+        service_account,
+        audiences,
+        expiration_seconds,
+    }))
+}
+
+/// `resolved` with its content replaced by a kubeconfig that reaches `server` (its CA
+/// `ca_data`, base64 of PEM) with `token`.
+pub fn with_token(
+    resolved: &ResolvedTarget,
+    server: &str,
+    ca_data: Option<&str>,
+    token: &str,
+) -> ResolvedTarget {
+    let mut cluster = serde_json::json!({"server": server});
+    if let Some(ca) = ca_data {
+        cluster["certificate-authority-data"] = Value::String(ca.to_string());
+    }
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "target", "cluster": cluster}],
+        "users": [{"name": "target", "user": {"token": token}}],
+        "contexts": [{"name": "target", "context": {"cluster": "target", "user": "target"}}],
+        "current-context": "target",
+    });
+    ResolvedTarget {
+        target: resolved.target.clone(),
+        content: serde_json::json!({ "kubeconfig": kubeconfig }).to_string(),
+    }
+}
+
 /// The kubeconfig of a kubernetes-cluster target, as YAML or JSON text.
 pub fn kubeconfig_of(resolved: &ResolvedTarget) -> Result<String, FieldError> {
     let what = resolved.target.describe();
@@ -200,7 +359,7 @@ pub fn kubeconfig_of(resolved: &ResolvedTarget) -> Result<String, FieldError> {
                 return Err(FieldError::new(
                     &what,
                     "spec.config",
-                    "oidcConfig and selfConfig are not supported yet",
+                    "oidcConfig and selfConfig need a service account token, which was not requested",
                 ));
             }
             None => return Err(FieldError::new(&what, "spec.config.kubeconfig", "missing")),
