@@ -773,3 +773,21 @@ fn pem_base64(certs: &[Vec<u8>]) -> String {
     }
     b64.encode(pem)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn certificates_become_a_kubeconfig_ca_of_pem_blocks() {
+        use base64::Engine as _;
+        let der = vec![7u8; 100];
+        let text = base64::engine::general_purpose::STANDARD
+            .decode(super::pem_base64(&[der.clone(), der]))
+            .map(String::from_utf8);
+        let Ok(Ok(pem)) = text else {
+            panic!("not base64 of text: {text:?}")
+        };
+        assert_eq!(pem.matches("-----BEGIN CERTIFICATE-----\n").count(), 2);
+        assert_eq!(pem.matches("-----END CERTIFICATE-----\n").count(), 2);
+        assert!(pem.lines().all(|l| l.len() <= 64), "{pem}");
+    }
+}

@@ -544,6 +544,87 @@ mod tests {
     }
 
     #[test]
+    fn self_and_oidc_configs_read_with_defaults_and_named_errors() {
+        let access = |config: Value| {
+            let t = target(json!({"type": KUBERNETES_CLUSTER, "config": config}));
+            token_access(&resolve(&t, None).expect("resolved"))
+        };
+        let own = access(json!({"selfConfig": {"serviceAccount": {"name": "sa"}}}));
+        assert_eq!(
+            own.ok().flatten(),
+            Some(TokenAccess {
+                server: None,
+                service_account: "sa".into(),
+                audiences: Vec::new(),
+                expiration_seconds: TOKEN_EXPIRATION_SECONDS,
+            })
+        );
+        let oidc = access(
+            json!({"oidcConfig": {"server": "https://other:6443", "caData": "Y2E=",
+            "serviceAccount": {"name": "sa"}, "audience": ["other"], "expirationSeconds": 3600}}),
+        );
+        let Ok(Some(oidc)) = oidc else {
+            panic!("{oidc:?}")
+        };
+        assert_eq!(
+            oidc.server,
+            Some(("https://other:6443".into(), Some("Y2E=".into())))
+        );
+        assert_eq!(
+            (oidc.audiences, oidc.expiration_seconds),
+            (vec!["other".to_string()], 3600)
+        );
+        // A kubeconfig wins; no config is no token access.
+        assert!(access(json!({"kubeconfig": KUBECONFIG})).is_ok_and(|a| a.is_none()));
+        for (config, field) in [
+            (
+                json!({"selfConfig": {}}),
+                "spec.config.selfConfig.serviceAccount.name",
+            ),
+            (
+                json!({"selfConfig": {"serviceAccount": {"name": "sa"}, "expirationSeconds": 60}}),
+                "spec.config.selfConfig.expirationSeconds",
+            ),
+            (
+                json!({"oidcConfig": {"serviceAccount": {"name": "sa"}}}),
+                "spec.config.oidcConfig.server",
+            ),
+            (
+                json!({"oidcConfig": {"server": "https://x", "caData": "%%", "serviceAccount": {"name": "sa"}}}),
+                "spec.config.oidcConfig.caData",
+            ),
+            (
+                json!({"oidcConfig": {"server": "https://x", "audience": "one", "serviceAccount": {"name": "sa"}}}),
+                "spec.config.oidcConfig.audience",
+            ),
+            (json!({"selfConfig": {}, "oidcConfig": {}}), "spec.config"),
+        ] {
+            let err = access(config.clone())
+                .expect_err(&config.to_string())
+                .to_string();
+            assert!(err.contains(field), "{config}: {err}");
+        }
+        // The token becomes a kubeconfig that passes upstream's checks.
+        let t = target(
+            json!({"type": KUBERNETES_CLUSTER, "config": {"selfConfig": {"serviceAccount": {"name": "sa"}}}}),
+        );
+        let r = with_token(
+            &resolve(&t, None).expect("resolved"),
+            "https://api:6443",
+            Some("Y2E="),
+            "tok",
+        );
+        let kc: Value =
+            serde_json::from_str(&kubeconfig_of(&r).expect("a kubeconfig")).expect("json");
+        assert_eq!(kc["users"][0]["user"]["token"], "tok");
+        assert_eq!(kc["clusters"][0]["cluster"]["server"], "https://api:6443");
+        assert_eq!(
+            kc["clusters"][0]["cluster"]["certificate-authority-data"],
+            "Y2E="
+        );
+    }
+
+    #[test]
     fn inline_and_secret_targets_resolve_as_upstream() {
         let t = target(json!({"type": KUBERNETES_CLUSTER, "config": {"kubeconfig": KUBECONFIG}}));
         let r = resolve(&t, None).expect("inline");
