@@ -2079,3 +2079,64 @@ fn self_and_oidc_targets_deploy_with_a_service_account_token() {
         })
     });
 }
+
+#[test]
+fn a_delete_all_group_with_a_target_name_deletes_in_that_target_only() {
+    let sb = Sandbox::start();
+    let (deployed_to, other) = (Sandbox::start(), Sandbox::start());
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &deployed_to, "cluster-2");
+    target_for(&sb, &other, "cluster-3");
+    post_ok(
+        &other,
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "leftovers"}}),
+    );
+    for (namespace, name) in [("leftovers", "a"), ("leftovers", "b"), ("default", "kept")] {
+        post_ok(
+            &other,
+            &format!("/api/v1/namespaces/{namespace}/configmaps"),
+            &cm(namespace, name, json!({})),
+        );
+    }
+    let mut config = manifest_config(json!([{"manifest": cm("default", "app", json!({}))}]));
+    config["deletionGroups"] = json!([
+        {"customResourceGroup": {"deleteAllResources": true, "targetName": "cluster-3",
+         "resources": [{"apiVersion": "v1", "kind": "ConfigMap", "namespaces": ["leftovers"]}]}},
+        {"predefinedResourceGroup": {"type": "namespaced-resources"}},
+    ]);
+    create_item(
+        &sb,
+        "cleans-elsewhere",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": config}),
+    );
+    wait_phase(&op, &sb, "cleans-elsewhere", "Succeeded");
+    assert_eq!(
+        other.get("/api/v1/namespaces/leftovers/configmaps/a").0,
+        200,
+        "nothing is deleted before the item is"
+    );
+    delete_and_wait(&op, &sb, "cleans-elsewhere");
+    for name in ["a", "b"] {
+        assert_eq!(
+            other
+                .get(&format!("/api/v1/namespaces/leftovers/configmaps/{name}"))
+                .0,
+            404,
+            "{name}: the group deleted it in cluster-3"
+        );
+    }
+    assert_eq!(
+        other.get("/api/v1/namespaces/default/configmaps/kept").0,
+        200,
+        "outside the group's namespaces"
+    );
+    assert_eq!(
+        deployed_to
+            .get("/api/v1/namespaces/default/configmaps/app")
+            .0,
+        404,
+        "the item's own object deleted in its target"
+    );
+}

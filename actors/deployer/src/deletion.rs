@@ -43,11 +43,16 @@ pub struct Group {
     /// `deleteAllResources` (custom groups): every object of the listed types in the
     /// target, not only those the item manages.
     pub delete_all: bool,
+    /// `targetName` (with `deleteAllResources`): the group deletes in this Target, not in
+    /// the item's; it selects only objects found there.
+    pub target_name: Option<String>,
 }
 
 /// An object as a group sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct Candidate<'a> {
+    /// The Target the object is in (`None`: the item's).
+    pub target: Option<&'a str>,
     pub api_version: &'a str,
     pub kind: &'a str,
     pub name: &'a str,
@@ -58,6 +63,9 @@ pub struct Candidate<'a> {
 impl Group {
     /// Whether the group selects `c`.
     pub fn selects(&self, c: &Candidate<'_>) -> bool {
+        if c.target != self.target_name.as_deref() {
+            return false;
+        }
         let crd = c.kind == "CustomResourceDefinition";
         match &self.select {
             Select::Namespaced => !c.namespace.is_empty(),
@@ -82,6 +90,7 @@ pub fn default_groups() -> Vec<Group> {
             select,
             force: false,
             delete_all: false,
+            target_name: None,
         })
         .collect()
 }
@@ -147,6 +156,7 @@ pub fn parse(v: &Value, name: &str) -> Result<Option<Vec<Group>>, DeployError> {
                 groups.push(Group {
                     select,
                     delete_all: false,
+                    target_name: None,
                     force: force_of(
                         &pre["forceDelete"],
                         &format!("{field}.predefinedResourceGroup.forceDelete"),
@@ -159,15 +169,20 @@ pub fn parse(v: &Value, name: &str) -> Result<Option<Vec<Group>>, DeployError> {
                     &custom["deleteAllResources"],
                     &format!("{cf}.deleteAllResources"),
                 )?;
-                if !custom["targetName"].is_null() {
-                    return Err(config_error(if delete_all {
-                        format!(
-                            "{cf}.targetName: deleting in another target is not supported by this deployer; the item's target is used"
-                        )
-                    } else {
-                        format!("{cf}.targetName: only allowed with deleteAllResources")
-                    }));
-                }
+                let target_name = match &custom["targetName"] {
+                    Value::Null => None,
+                    Value::String(t) if !t.is_empty() && delete_all => Some(t.clone()),
+                    Value::String(t) if !t.is_empty() => {
+                        return Err(config_error(format!(
+                            "{cf}.targetName: only allowed with deleteAllResources"
+                        )));
+                    }
+                    other => {
+                        return Err(config_error(format!(
+                            "{cf}.targetName: expected the name of a Target in the item's namespace, got {other}"
+                        )));
+                    }
+                };
                 let resources = match &custom["resources"] {
                     Value::Array(a) if !a.is_empty() => a,
                     other => {
@@ -196,6 +211,7 @@ pub fn parse(v: &Value, name: &str) -> Result<Option<Vec<Group>>, DeployError> {
                     select: Select::Custom(list),
                     force: force_of(&custom["forceDelete"], &format!("{cf}.forceDelete"))?,
                     delete_all,
+                    target_name,
                 });
             }
         }
@@ -245,6 +261,7 @@ mod tests {
 
     fn c<'a>(kind: &'a str, name: &'a str, namespace: &'a str) -> Candidate<'a> {
         Candidate {
+            target: None,
             api_version: "v1",
             kind,
             name,
@@ -328,11 +345,34 @@ mod tests {
                 .contains("customResourceGroup.resources[0].apiVersion: missing")
         );
         assert!(
-            msg(
-                json!([{"customResourceGroup": {"deleteAllResources": true, "targetName": "other",
-                "resources": [{"apiVersion": "v1", "kind": "Secret"}]}}])
-            )
-            .contains("customResourceGroup.targetName: deleting in another target")
+            msg(json!([{"customResourceGroup": {"targetName": "other",
+                "resources": [{"apiVersion": "v1", "kind": "Secret"}]}}]))
+            .contains("customResourceGroup.targetName: only allowed with deleteAllResources")
+        );
+        let other = parse(
+            &json!([{"customResourceGroup": {"deleteAllResources": true, "targetName": "other",
+                "resources": [{"apiVersion": "v1", "kind": "Secret"}]}}]),
+            "deletionGroups",
+        );
+        let Ok(Some(other)) = other else {
+            panic!("{other:?}")
+        };
+        assert_eq!(other[0].target_name.as_deref(), Some("other"));
+        let secret = |target| Candidate {
+            target,
+            api_version: "v1",
+            kind: "Secret",
+            name: "s",
+            namespace: "app",
+        };
+        assert!(other[0].selects(&secret(Some("other"))));
+        assert!(
+            !other[0].selects(&secret(None)),
+            "a group of another target leaves the item's target alone"
+        );
+        assert!(
+            !default_groups()[0].selects(&secret(Some("other"))),
+            "the default order deletes in the item's target only"
         );
         assert!(
             msg(json!([{"customResourceGroup": {"deleteAllResources": "yes",

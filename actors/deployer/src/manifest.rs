@@ -332,8 +332,30 @@ impl OtherTargets {
                 format!("spec.config.exports.exports[{i}].targetName"),
             )
         });
+        OtherTargets::named(job, checks.chain(exports)).await
+    }
+
+    /// The Targets the deletion groups name (`customResourceGroup.targetName`).
+    async fn of_groups(
+        job: &Job<'_>,
+        groups: Option<&[crate::deletion::Group]>,
+    ) -> Result<OtherTargets, DeployError> {
+        let names = groups.unwrap_or(&[]).iter().enumerate().map(|(i, g)| {
+            (
+                g.target_name.as_deref(),
+                format!("spec.config.deletionGroups[{i}].customResourceGroup.targetName"),
+            )
+        });
+        OtherTargets::named(job, names).await
+    }
+
+    /// Resolves each named Target once; `field` names where a name came from.
+    async fn named<'n>(
+        job: &Job<'_>,
+        names: impl Iterator<Item = (Option<&'n str>, String)>,
+    ) -> Result<OtherTargets, DeployError> {
         let mut found = std::collections::BTreeMap::new();
-        for (name, field) in checks.chain(exports) {
+        for (name, field) in names {
             let Some(name) = name else { continue };
             if found.contains_key(name) {
                 continue;
@@ -669,53 +691,69 @@ impl ManifestType {
         groups: Option<&[crate::deletion::Group]>,
         job: &Job<'_>,
     ) -> Result<(), DeployError> {
-        // deleteAllResources: every object of the group's types in the target joins in.
-        let mut extra: Vec<Managed> = Vec::new();
+        // deleteAllResources: every object of the group's types in the target (the group's
+        // `targetName`, else the item's) joins in.
+        let others = OtherTargets::of_groups(job, groups).await?;
+        let mut extra: Vec<(Managed, Option<&str>)> = Vec::new();
         for g in groups.unwrap_or(&[]).iter().filter(|g| g.delete_all) {
             let crate::deletion::Select::Custom(types) = &g.select else {
                 continue;
             };
+            let in_target = g.target_name.as_deref();
+            let (group_target, _) = others.pick(target, in_target);
             for t in types {
                 for live in self
                     .targets
-                    .list(target, &t.api_version, &t.kind, "")
+                    .list(group_target, &t.api_version, &t.kind, "")
                     .await?
                 {
                     let mut resource = ResourceRef::of(&live);
                     resource.api_version = t.api_version.clone();
                     resource.kind = t.kind.clone();
-                    let known = list
-                        .iter()
-                        .map(|m| &m.resource)
-                        .chain(extra.iter().map(|m| &m.resource))
-                        .any(|r| r.id() == resource.id());
+                    let managed = in_target.is_none()
+                        && list.iter().any(|m| m.resource.id() == resource.id());
+                    let known = managed
+                        || extra
+                            .iter()
+                            .any(|(m, at)| *at == in_target && m.resource.id() == resource.id());
                     // Only what the group selects (its names and namespaces): anything
                     // else would fall to the default order and be deleted too.
                     let selected = g.selects(&crate::deletion::Candidate {
+                        target: in_target,
                         api_version: &resource.api_version,
                         kind: &resource.kind,
                         name: &resource.name,
                         namespace: &resource.namespace,
                     });
                     if selected && !known && live["metadata"]["deletionTimestamp"].is_null() {
-                        extra.push(Managed {
-                            policy: Policy::Manage,
-                            resource,
-                            annotate_before_delete: Map::new(),
-                            patch_before_delete: None,
-                        });
+                        extra.push((
+                            Managed {
+                                policy: Policy::Manage,
+                                resource,
+                                annotate_before_delete: Map::new(),
+                                patch_before_delete: None,
+                            },
+                            in_target,
+                        ));
                     }
                 }
             }
         }
-        let list: Vec<&Managed> = list.iter().copied().chain(extra.iter()).collect();
+        // Each object with the Target it is in (`None`: the item's).
+        let list: Vec<(&Managed, Option<&str>)> = list
+            .iter()
+            .map(|m| (*m, None))
+            .chain(extra.iter().map(|(m, at)| (m, *at)))
+            .collect();
         let list = list.as_slice();
         if list.is_empty() {
             return Ok(());
         }
+        let in_target = |i: usize| others.pick(target, list[i].1).0;
         let candidates: Vec<crate::deletion::Candidate<'_>> = list
             .iter()
-            .map(|m| crate::deletion::Candidate {
+            .map(|(m, at)| crate::deletion::Candidate {
+                target: *at,
                 api_version: &m.resource.api_version,
                 kind: &m.resource.kind,
                 name: &m.resource.name,
@@ -728,15 +766,16 @@ impl ManifestType {
         let last = steps.len().saturating_sub(1);
         for (n, step) in steps.into_iter().enumerate() {
             for &i in &step.indices {
-                self.delete_managed(target, list[i]).await?;
+                let (m, at) = (list[i].0, in_target(i));
+                self.delete_managed(at, m).await?;
                 if step.force
-                    && let Some(mut live) = self.targets.get(target, &list[i].resource).await?
+                    && let Some(mut live) = self.targets.get(at, &m.resource).await?
                     && live["metadata"]["finalizers"]
                         .as_array()
                         .is_some_and(|f| !f.is_empty())
                 {
                     live["metadata"]["finalizers"] = json!([]);
-                    self.targets.replace(target, live).await?;
+                    self.targets.replace(at, live).await?;
                 }
             }
             // The next group starts once this one is gone (landscaper's 1 s polls). In the
@@ -748,8 +787,13 @@ impl ManifestType {
             loop {
                 let mut left = Vec::new();
                 for &i in &step.indices {
-                    if self.targets.get(target, &list[i].resource).await?.is_some() {
-                        left.push(list[i].resource.to_string());
+                    if self
+                        .targets
+                        .get(in_target(i), &list[i].0.resource)
+                        .await?
+                        .is_some()
+                    {
+                        left.push(list[i].0.resource.to_string());
                     }
                 }
                 if left.is_empty() {
