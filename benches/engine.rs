@@ -65,11 +65,18 @@ fn main() {
     .into_iter()
     .map(|v| (v, tmp.path().join("raw").join(v.to_lowercase())))
     .collect();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(env("BENCH_WORKERS", 2))
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = if std::env::var("BENCH_WORKERS").as_deref() == Ok("0") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(env("BENCH_WORKERS", 2))
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
     let (mut raws, mut runners, mut engines) = (Vec::new(), Vec::new(), Vec::new());
     std::fs::create_dir_all(tmp.path().join("raw")).expect("raw folder");
     for r in 0..rounds {
