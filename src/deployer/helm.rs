@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bosun_deployer::helm::{
-    Chart, ChartAccess, ChartSource, HelmPort, HelmRun, ReleaseState, RepoCredential,
+    CACHED_CHART_TTL, Chart, ChartAccess, ChartSource, HelmPort, HelmRun, ReleaseState,
+    RepoCredential,
 };
 use bosun_deployer::item::ErrorCode;
 use bosun_deployer::oci::OciRef;
@@ -27,8 +28,12 @@ use serde_json::Value;
 use super::targets::TargetClients;
 use crate::helm::{ClusterOptions, EngineSettings, HelmEngine, HelmError, InstallOptions};
 
-/// How long a downloaded chart or repository index is used before it is fetched again.
+/// How long a downloaded chart or repository index is used before it is fetched again
+/// (a chart of an item with `cache-helm-charts: "true"`: [`CACHED_CHART_TTL`]).
 const FETCH_TTL: Duration = Duration::from_secs(60);
+/// The most bytes of downloads kept in memory (landscaper's chart cache holds 100 MB);
+/// the oldest go first.
+const MAX_CACHED_BYTES: usize = 100 * 1024 * 1024;
 /// The largest chart archive or index accepted.
 const MAX_DOWNLOAD: usize = 20 * 1024 * 1024;
 /// Redirects followed by a download.
@@ -364,23 +369,50 @@ impl HelmCharts {
         format!("{url} {}", hex(&digest(all.as_bytes())))
     }
 
-    fn cached_download(&self, key: &str) -> Option<Arc<Vec<u8>>> {
+    /// A download of `key` younger than `ttl`.
+    fn cached_download(&self, key: &str, ttl: Duration) -> Option<Arc<Vec<u8>>> {
         lock(&self.downloads)
             .get(key)
-            .filter(|(at, _)| at.elapsed() < FETCH_TTL)
+            .filter(|(at, _)| at.elapsed() < ttl)
             .map(|(_, bytes)| bytes.clone())
     }
 
-    /// GET `url` (redirects followed), cached for [`FETCH_TTL`]; with the `Authorization`
-    /// header of the credential whose URL it starts with.
+    /// Keeps a download: kept up to [`CACHED_CHART_TTL`] (an item that asks for cached
+    /// charts reuses it that long), at most [`MAX_CACHED_BYTES`] in all, oldest out first.
+    fn remember(&self, key: String, bytes: Arc<Vec<u8>>) {
+        self.remember_within(key, bytes, MAX_CACHED_BYTES);
+    }
+
+    fn remember_within(&self, key: String, bytes: Arc<Vec<u8>>, limit: usize) {
+        let mut downloads = lock(&self.downloads);
+        downloads.retain(|_, (at, _)| at.elapsed() < CACHED_CHART_TTL);
+        downloads.insert(key, (Instant::now(), bytes));
+        let mut total: usize = downloads.values().map(|(_, b)| b.len()).sum();
+        while total > limit && downloads.len() > 1 {
+            let Some(oldest) = downloads
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some((_, b)) = downloads.remove(&oldest) {
+                total -= b.len();
+            }
+        }
+    }
+
+    /// GET `url` (redirects followed), reused for `ttl`; with the `Authorization` header of
+    /// the credential whose URL it starts with.
     async fn download(
         &self,
         url: &str,
         field: &str,
         credentials: &[RepoCredential],
+        ttl: Duration,
     ) -> Result<Arc<Vec<u8>>, DeployError> {
         let key = Self::download_key(url, credentials);
-        if let Some(bytes) = self.cached_download(&key) {
+        if let Some(bytes) = self.cached_download(&key, ttl) {
             return Ok(bytes);
         }
         let (status, _, body, at) = self.get(url, field, credentials, None, None).await?;
@@ -388,7 +420,7 @@ impl HelmCharts {
             return Err(fetch_error(format!("{field}: GET {at}: {status}")));
         }
         let bytes = Arc::new(body);
-        lock(&self.downloads).insert(key, (Instant::now(), bytes.clone()));
+        self.remember(key, bytes.clone());
         Ok(bytes)
     }
 
@@ -479,13 +511,14 @@ impl HelmCharts {
         r: &OciRef,
         credentials: &[RepoCredential],
         login: Option<&str>,
+        ttl: Duration,
     ) -> Result<Arc<Vec<u8>>, DeployError> {
         const F: &str = "spec.config.chart.ref";
         let login_digest = login
             .map(|l| hex(&digest(l.as_bytes())))
             .unwrap_or_default();
         let key = Self::download_key(&format!("oci://{r} {login_digest}"), credentials);
-        if let Some(bytes) = self.cached_download(&key) {
+        if let Some(bytes) = self.cached_download(&key, ttl) {
             return Ok(bytes);
         }
         let base = r.base_url();
@@ -522,7 +555,7 @@ impl HelmCharts {
             )));
         }
         let bytes = Arc::new(blob);
-        lock(&self.downloads).insert(key, (Instant::now(), bytes.clone()));
+        self.remember(key, bytes.clone());
         Ok(bytes)
     }
 
@@ -698,6 +731,11 @@ impl HelmPort for HelmCharts {
         access: &'a ChartAccess,
     ) -> BoxFut<'a, Result<Arc<Chart>, DeployError>> {
         let credentials = access.repos.as_slice();
+        let chart_ttl = if access.cache_charts {
+            CACHED_CHART_TTL
+        } else {
+            FETCH_TTL
+        };
         Box::pin(async move {
             match source {
                 ChartSource::Archive(bytes) => {
@@ -706,12 +744,12 @@ impl HelmPort for HelmCharts {
                 }
                 ChartSource::Remote(url) => {
                     const F: &str = "spec.config.chart.archive.remote.url";
-                    let bytes = self.download(url, F, credentials).await?;
+                    let bytes = self.download(url, F, credentials, chart_ttl).await?;
                     self.read(bytes, &format!("{F} {url}")).await
                 }
                 ChartSource::Oci(r) => {
                     let bytes = self
-                        .oci_chart(r, credentials, access.registry_login.as_deref())
+                        .oci_chart(r, credentials, access.registry_login.as_deref(), chart_ttl)
                         .await?;
                     self.read(bytes, &format!("spec.config.chart.ref {r}"))
                         .await
@@ -719,7 +757,8 @@ impl HelmPort for HelmCharts {
                 ChartSource::Repo { url, name, version } => {
                     const F: &str = "spec.config.chart.helmChartRepo";
                     let index_url = format!("{}/index.yaml", url.trim_end_matches('/'));
-                    let text = self.download(&index_url, F, credentials).await?;
+                    // The index is what names new versions: never kept longer.
+                    let text = self.download(&index_url, F, credentials, FETCH_TTL).await?;
                     let index: Value = serde_saphyr::from_slice(&text).map_err(|e| {
                         fetch_error(format!(
                             "{F}: {index_url}: not a chart repository index: {e}"
@@ -727,7 +766,7 @@ impl HelmPort for HelmCharts {
                     })?;
                     let archive = chart_url(&index, url, name, version)
                         .map_err(|m| chart_error(format!("{F}: {m}")))?;
-                    let bytes = self.download(&archive, F, credentials).await?;
+                    let bytes = self.download(&archive, F, credentials, chart_ttl).await?;
                     self.read(bytes, &format!("{F} {archive}")).await
                 }
             }
@@ -885,6 +924,37 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn downloads_are_reused_a_minute_or_a_day_and_the_oldest_go_over_the_limit() {
+        let charts = HelmCharts::new(
+            EngineSettings::default(),
+            PathBuf::from("/nonexistent"),
+            Arc::default(),
+        );
+        let two_minutes_ago = Instant::now().checked_sub(Duration::from_secs(120));
+        let Some(at) = two_minutes_ago else {
+            return; // a machine up for less than two minutes cannot date a download back
+        };
+        lock(&charts.downloads).insert("chart".into(), (at, Arc::new(vec![1])));
+        assert!(
+            charts.cached_download("chart", FETCH_TTL).is_none(),
+            "without the annotation a chart is fetched again after a minute"
+        );
+        assert!(
+            charts.cached_download("chart", CACHED_CHART_TTL).is_some(),
+            "with cache-helm-charts it is reused for a day"
+        );
+        for key in ["a", "b", "c"] {
+            charts.remember_within(key.into(), Arc::new(vec![0; 40]), 100);
+        }
+        let downloads = lock(&charts.downloads);
+        assert!(
+            !downloads.contains_key("chart") && !downloads.contains_key("a"),
+            "the oldest went first"
+        );
+        assert!(downloads.contains_key("b") && downloads.contains_key("c"));
+    }
 
     fn tgz(files: &[(&str, &str)]) -> Vec<u8> {
         let mut b = tar::Builder::new(flate2::write::GzEncoder::new(

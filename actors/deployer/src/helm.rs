@@ -425,11 +425,26 @@ pub struct ChartAccess {
     /// For a chart in an OCI registry: the registry's login (`Basic …`) from the Context's
     /// `registryPullSecrets`.
     pub registry_login: Option<String>,
+    /// `landscaper.gardener.cloud/cache-helm-charts: "true"` on the item: a downloaded
+    /// chart is reused for a day ([`CACHED_CHART_TTL`]), not only for a minute.
+    pub cache_charts: bool,
 }
+
+/// The annotation that keeps an item's downloaded charts for a day.
+pub const CACHE_HELM_CHARTS: &str = "landscaper.gardener.cloud/cache-helm-charts";
+
+/// How long a chart archive downloaded for an item with [`CACHE_HELM_CHARTS`] is reused
+/// (landscaper's chart cache keeps them a day).
+pub const CACHED_CHART_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// What fetching `source` may use: the item's Context's chart repository credentials
 /// and, for an OCI registry, its login ([`ChartAccess`]); nothing for a chart in the item.
 pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAccess, DeployError> {
+    let cache_charts = job
+        .item
+        .annotations
+        .get(CACHE_HELM_CHARTS)
+        .is_some_and(|v| v == "true");
     let registry = match source {
         ChartSource::Archive(_) => return Ok(ChartAccess::default()),
         ChartSource::Oci(r) => Some(r.registry.as_str()),
@@ -443,7 +458,10 @@ pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAc
         .await
         .map_err(|e| unreadable(format!("Context {ns}/{name}"), e.to_string()))?
     else {
-        return Ok(ChartAccess::default());
+        return Ok(ChartAccess {
+            cache_charts,
+            ..ChartAccess::default()
+        });
     };
     let repos = repo_credentials(job, &context).await?;
     let registry_login = match registry {
@@ -453,6 +471,7 @@ pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAc
     Ok(ChartAccess {
         repos,
         registry_login,
+        cache_charts,
     })
 }
 
