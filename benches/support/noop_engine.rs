@@ -128,7 +128,7 @@ pub async fn round(
         }
         polls += 1;
         // Merged tasks would never be counted: a dump now and then ends the round anyway.
-        if polls % 10 == 0 && idle().await {
+        if polls.is_multiple_of(10) && idle().await {
             break last;
         }
         assert!(

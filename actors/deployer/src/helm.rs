@@ -922,15 +922,7 @@ impl HelmType {
         let checks = config.manifests(Vec::new());
         let root = values_root(&config, &chart, Some(release.revision));
         self.manifests
-            .conclude(
-                job,
-                target,
-                &checks,
-                &managed,
-                provider_status,
-                &[],
-                Some(&root),
-            )
+            .conclude(job, &checks, &managed, provider_status, &[], Some(&root))
             .await
     }
 

@@ -927,7 +927,6 @@ impl ManifestType {
         });
         self.conclude(
             job,
-            target,
             config,
             &managed,
             provider_status,
@@ -942,7 +941,6 @@ impl ManifestType {
     pub(crate) async fn conclude(
         &self,
         job: &Job<'_>,
-        target: &ResolvedTarget,
         config: &ManifestConfig,
         managed: &[Managed],
         provider_status: Value,
@@ -955,6 +953,7 @@ impl ManifestType {
             export: None,
             conditions: vec![condition(false, &waiting.join("; "))],
         };
+        let target = need_target(job)?;
         let others = OtherTargets::resolve(job, config).await?;
         let waiting = self.not_ready(target, &others, config, managed).await?;
         if !waiting.is_empty() {
