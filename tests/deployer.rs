@@ -1401,30 +1401,47 @@ fn serve(
     tls: Option<Arc<rustls::ServerConfig>>,
     answer: impl Fn(&str, Option<&str>) -> Reply + Send + 'static,
 ) -> String {
+    serve_requests(tls, move |_, path, authorization, _| {
+        answer(path, authorization)
+    })
+}
+
+/// [`serve`] with each request's method and body too.
+fn serve_requests(
+    tls: Option<Arc<rustls::ServerConfig>>,
+    answer: impl Fn(&str, &str, Option<&str>, &[u8]) -> Reply + Send + 'static,
+) -> String {
     use std::io::{BufRead as _, BufReader, Read, Write};
-    fn one<S: Read + Write>(stream: S, answer: &dyn Fn(&str, Option<&str>) -> Reply) -> Option<S> {
+    type Answer<'a> = &'a dyn Fn(&str, &str, Option<&str>, &[u8]) -> Reply;
+    fn one<S: Read + Write>(stream: S, answer: Answer<'_>) -> Option<S> {
         let mut reader = BufReader::new(stream);
         let mut line = String::new();
         // A client that gives up in the TLS handshake fails here.
         reader.read_line(&mut line).ok()?;
         // The rest of the head.
-        let (mut header, mut authorization) = (String::new(), None);
+        let (mut header, mut authorization, mut length) = (String::new(), None, 0usize);
         while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
             let (name, value) = header.split_once(':').unwrap_or_default();
             if name.eq_ignore_ascii_case("authorization") {
                 authorization = Some(value.trim().to_string());
+            } else if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap_or(0);
             }
             header.clear();
         }
-        let path = line.split_whitespace().nth(1).unwrap_or_default();
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).ok()?;
+        let mut words = line.split_whitespace();
+        let method = words.next().unwrap_or_default();
+        let path = words.next().unwrap_or_default();
         let mut stream = reader.into_inner();
-        let (status, headers, body) = answer(path, authorization.as_deref());
+        let (status, headers, reply) = answer(method, path, authorization.as_deref(), &body);
         let _ = write!(
             stream,
             "HTTP/1.1 {status}\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n",
-            body.len()
+            reply.len()
         );
-        let _ = stream.write_all(&body);
+        let _ = stream.write_all(&reply);
         let _ = stream.flush();
         Some(stream)
     }
@@ -1452,9 +1469,12 @@ fn serve(
     url
 }
 
+/// The identity token [`serve_registry`]'s token service exchanges for an access token.
+const REFRESH_TOKEN: &str = "refresh-123";
+
 /// An OCI registry on 127.0.0.1 holding `chart` as `charts/web:1.0.0`, as `helm push`
 /// stores it, that wants a token from its token service for every read; the token
-/// service wants `login`. Its `host:port`.
+/// service wants `login`, or exchanges [`REFRESH_TOKEN`] (a `POST`). Its `host:port`.
 fn serve_registry(chart: Vec<u8>, login: &'static str) -> String {
     let layer = format!(
         "sha256:{}",
@@ -1474,8 +1494,24 @@ fn serve_registry(chart: Vec<u8>, login: &'static str) -> String {
     .into_bytes();
     let port = std::sync::Arc::new(std::sync::OnceLock::<String>::new());
     let realm = std::sync::Arc::clone(&port);
-    let url = serve(None, move |path, authorization| {
+    let url = serve_requests(None, move |method, path, authorization, body| {
         let base = realm.get().cloned().unwrap_or_default();
+        // An identity token (docker config `identitytoken`) is exchanged by a POST.
+        if method == "POST" && path == "/token" {
+            let form = String::from_utf8_lossy(body);
+            let fields: Vec<&str> = form.split('&').collect();
+            if !fields.contains(&"grant_type=refresh_token")
+                || !fields.contains(&format!("refresh_token={REFRESH_TOKEN}").as_str())
+                || !fields.contains(&"scope=repository:charts/web:pull")
+            {
+                return ("401 Unauthorized", String::new(), b"bad refresh".to_vec());
+            }
+            return (
+                "200 OK",
+                String::new(),
+                br#"{"access_token": "pull-token"}"#.to_vec(),
+            );
+        }
         if path.starts_with("/token?") {
             if authorization != Some(login) {
                 return ("401 Unauthorized", String::new(), b"log in".to_vec());
@@ -1557,6 +1593,36 @@ fn a_helm_item_installs_a_chart_from_an_oci_registry() {
         ["sh.helm.release.v1.oci.v1"]
     );
 
+    // A docker config with an identity token (as `az acr login --expose-token` gives):
+    // exchanged at the token service for an access token.
+    post_ok(
+        &sb,
+        "/api/v1/namespaces/default/secrets",
+        &json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                "metadata": {"name": "pull-identity", "namespace": "default"},
+                "stringData": {".dockerconfigjson":
+                    json!({"auths": {registry.clone(): {"identitytoken": REFRESH_TOKEN}}}).to_string()}}),
+    );
+    post_ok(
+        &sb,
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
+        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
+                "metadata": {"name": "identity", "namespace": "default"},
+                "registryPullSecrets": [{"name": "pull-identity"}]}),
+    );
+    create_item(
+        &sb,
+        "from-oci-identity",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "context": "identity", "config": helm_config(
+            json!({"ref": format!("{registry}/charts/web:1.0.0")}),
+            json!({"name": "oci-id", "namespace": "default", "values": {"color": "plum"}}),
+        )}),
+    );
+    wait_phase(&op, &sb, "from-oci-identity", "Succeeded");
+    let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/oci-id-cm");
+    assert_eq!(code, 200, "pulled with the exchanged token: {cm}");
+    assert_eq!(cm["data"]["color"], "plum");
+
     // A tag the registry does not have: reported with the reference and retried.
     create_item(
         &sb,
@@ -1609,6 +1675,7 @@ fn a_helm_item_installs_a_chart_from_an_oci_registry() {
         Naming::Starts,
     );
     delete_and_wait(&op, &sb, "from-oci");
+    delete_and_wait(&op, &sb, "from-oci-identity");
     assert!(release_secrets(&target_cluster, "default").is_empty());
 }
 

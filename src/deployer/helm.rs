@@ -16,7 +16,7 @@ use bosun_deployer::helm::{
     RepoCredential,
 };
 use bosun_deployer::item::ErrorCode;
-use bosun_deployer::oci::OciRef;
+use bosun_deployer::oci::{Login, OciRef};
 use bosun_deployer::ports::BoxFut;
 use bosun_deployer::status::DeployError;
 use bosun_deployer::target::{ResolvedTarget, kubeconfig_of};
@@ -43,7 +43,7 @@ const MAX_CHARTS: usize = 64;
 
 type HttpClient = hyper_util::client::legacy::Client<
     hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    http_body_util::Empty<bytes::Bytes>,
+    http_body_util::Full<bytes::Bytes>,
 >;
 
 /// Download clients with a credential's own CA kept at once.
@@ -458,7 +458,7 @@ impl HelmCharts {
                 request = request.header(http::header::ACCEPT, a);
             }
             let request = request
-                .body(http_body_util::Empty::new())
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
                 .map_err(|e| chart_error(format!("{field}: {e}")))?;
             let client = self.http(credentials, &current).await?;
             let response = tokio::time::timeout(Duration::from_secs(60), client.request(request))
@@ -510,12 +510,15 @@ impl HelmCharts {
         &self,
         r: &OciRef,
         credentials: &[RepoCredential],
-        login: Option<&str>,
+        login: Option<&Login>,
         ttl: Duration,
     ) -> Result<Arc<Vec<u8>>, DeployError> {
         const F: &str = "spec.config.chart.ref";
         let login_digest = login
-            .map(|l| hex(&digest(l.as_bytes())))
+            .map(|l| match l {
+                Login::Basic(b) => hex(&digest(format!("basic {b}").as_bytes())),
+                Login::IdentityToken(t) => hex(&digest(format!("identity {t}").as_bytes())),
+            })
             .unwrap_or_default();
         let key = Self::download_key(&format!("oci://{r} {login_digest}"), credentials);
         if let Some(bytes) = self.cached_download(&key, ttl) {
@@ -559,19 +562,57 @@ impl HelmCharts {
         Ok(bytes)
     }
 
+    /// One `POST` of a form to `url` (a token service): the status and the body.
+    async fn post_form(
+        &self,
+        url: &str,
+        field: &str,
+        credentials: &[RepoCredential],
+        form: String,
+    ) -> Result<(http::StatusCode, Vec<u8>), DeployError> {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| chart_error(format!("{field}: {url:?} is not a URL: {e}")))?;
+        let request = http::Request::post(uri)
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .header(http::header::ACCEPT, "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(form)))
+            .map_err(|e| chart_error(format!("{field}: {e}")))?;
+        let client = self.http(credentials, url).await?;
+        let response = tokio::time::timeout(Duration::from_secs(60), client.request(request))
+            .await
+            .map_err(|_| fetch_error(format!("{field}: POST {url}: no answer in 60s")))?
+            .map_err(|e| fetch_error(format!("{field}: POST {url}: {e}")))?;
+        let status = response.status();
+        let body = http_body_util::Limited::new(response.into_body(), MAX_DOWNLOAD)
+            .collect()
+            .await
+            .map_err(|e| fetch_error(format!("{field}: POST {url}: {e}")))?
+            .to_bytes()
+            .to_vec();
+        Ok((status, body))
+    }
+
     /// GET from a registry, with its `login` (`Basic …`) until a token is known: on a
     /// first 401 with a Bearer challenge, a token from the registry's token service (with
-    /// the login, else anonymous, or with the credential for its URL), kept in `token` for
-    /// the next requests.
+    /// the login, else anonymous, or with the credential for its URL; an identity token is
+    /// exchanged with a `POST` instead), kept in `token` for the next requests.
     async fn registry_get(
         &self,
         url: &str,
         accept: Option<&str>,
         credentials: &[RepoCredential],
-        login: Option<&str>,
+        login: Option<&Login>,
         token: &mut Option<String>,
     ) -> Result<Vec<u8>, DeployError> {
         const F: &str = "spec.config.chart.ref";
+        let basic = match login {
+            Some(Login::Basic(b)) => Some(b.as_str()),
+            _ => None,
+        };
         loop {
             let authorization = token.as_ref().map(|t| format!("Bearer {t}"));
             let (status, challenge, body, at) = self
@@ -580,9 +621,31 @@ impl HelmCharts {
                     F,
                     credentials,
                     accept,
-                    authorization.as_deref().or(login),
+                    authorization.as_deref().or(basic),
                 )
                 .await?;
+            if status == http::StatusCode::UNAUTHORIZED
+                && token.is_none()
+                && let Some(Login::IdentityToken(refresh)) = login
+                && let Some((realm, form)) = challenge
+                    .as_deref()
+                    .and_then(|c| bosun_deployer::oci::refresh_form(c, refresh))
+            {
+                let (st, answer) = self.post_form(&realm, F, credentials, form).await?;
+                if !st.is_success() {
+                    return Err(fetch_error(format!(
+                        "{F}: the registry's token service {realm} refused the identity token: {st}"
+                    )));
+                }
+                let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
+                let t = bosun_deployer::oci::token_of(&answer).ok_or_else(|| {
+                    fetch_error(format!(
+                        "{F}: the registry's token service {realm} answered no access token"
+                    ))
+                })?;
+                *token = Some(t.to_string());
+                continue;
+            }
             if status == http::StatusCode::UNAUTHORIZED
                 && token.is_none()
                 && let Some(token_url) = challenge
@@ -590,7 +653,7 @@ impl HelmCharts {
                     .and_then(bosun_deployer::oci::token_url)
             {
                 let (st, _, answer, _) = self
-                    .get(&token_url, F, credentials, Some("application/json"), login)
+                    .get(&token_url, F, credentials, Some("application/json"), basic)
                     .await?;
                 if !st.is_success() {
                     return Err(fetch_error(format!(
@@ -749,7 +812,7 @@ impl HelmPort for HelmCharts {
                 }
                 ChartSource::Oci(r) => {
                     let bytes = self
-                        .oci_chart(r, credentials, access.registry_login.as_deref(), chart_ttl)
+                        .oci_chart(r, credentials, access.registry_login.as_ref(), chart_ttl)
                         .await?;
                     self.read(bytes, &format!("spec.config.chart.ref {r}"))
                         .await

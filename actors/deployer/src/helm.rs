@@ -422,9 +422,9 @@ impl RepoCredential {
 pub struct ChartAccess {
     /// `configurations.helmChartRepoCredentials.auths`.
     pub repos: Vec<RepoCredential>,
-    /// For a chart in an OCI registry: the registry's login (`Basic …`) from the Context's
-    /// `registryPullSecrets`.
-    pub registry_login: Option<String>,
+    /// For a chart in an OCI registry: the registry's login (`Basic …`, or an identity
+    /// token) from the Context's `registryPullSecrets`.
+    pub registry_login: Option<crate::oci::Login>,
     /// `landscaper.gardener.cloud/cache-helm-charts: "true"` on the item: a downloaded
     /// chart is reused for a day ([`CACHED_CHART_TTL`]), not only for a minute.
     pub cache_charts: bool,
@@ -490,7 +490,7 @@ async fn registry_login(
     job: &Job<'_>,
     context: &Value,
     registry: &str,
-) -> Result<Option<String>, DeployError> {
+) -> Result<Option<crate::oci::Login>, DeployError> {
     let ns = &job.item.key.namespace;
     let name = job.item.context.as_deref().unwrap_or("default");
     let secrets = match &context["registryPullSecrets"] {
@@ -524,7 +524,7 @@ async fn registry_login(
                 "{field}: Secret {ns}/{secret} {key}: not a docker config: {e}"
             ))
         })?;
-        if let Some(login) = crate::oci::login_for(&config, registry) {
+        if let Some(login) = crate::oci::registry_login_for(&config, registry) {
             return Ok(Some(login));
         }
     }

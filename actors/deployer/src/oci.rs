@@ -128,13 +128,29 @@ impl std::fmt::Display for OciRef {
 /// A `WWW-Authenticate: Bearer realm="…",service="…",scope="…"` challenge: the URL to ask
 /// for a token. `None` for other schemes.
 pub fn token_url(challenge: &str) -> Option<String> {
+    let (realm, params) = challenge_params(challenge)?;
+    let query: Vec<String> = params
+        .iter()
+        .map(|(k, v)| format!("{k}={}", encode(v)))
+        .collect();
+    Some(if query.is_empty() {
+        realm
+    } else {
+        let sep = if realm.contains('?') { '&' } else { '?' };
+        format!("{realm}{sep}{}", query.join("&"))
+    })
+}
+
+/// The realm and the other parameters of a `Bearer` challenge (`None`: another scheme,
+/// or no realm).
+fn challenge_params(challenge: &str) -> Option<(String, Vec<(String, String)>)> {
     let rest = challenge.trim();
     let (scheme, params) = rest.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("bearer") {
         return None;
     }
     let mut realm = None;
-    let mut query = Vec::new();
+    let mut out = Vec::new();
     let mut chars = params.trim();
     while !chars.is_empty() {
         let (key, after) = chars.split_once('=')?;
@@ -153,17 +169,11 @@ pub fn token_url(challenge: &str) -> Option<String> {
         if key.eq_ignore_ascii_case("realm") {
             realm = Some(value.to_string());
         } else if !key.is_empty() {
-            query.push(format!("{key}={}", encode(value)));
+            out.push((key.to_string(), value.to_string()));
         }
         chars = rest.trim_start().trim_start_matches(',').trim_start();
     }
-    let realm = realm?;
-    Some(if query.is_empty() {
-        realm
-    } else {
-        let sep = if realm.contains('?') { '&' } else { '?' };
-        format!("{realm}{sep}{}", query.join("&"))
-    })
+    Some((realm?, out))
 }
 
 /// Percent-encoding of a query value.
@@ -195,12 +205,67 @@ fn registry_key(host: &str) -> &str {
     }
 }
 
+/// How bosun logs in to a registry, from a docker config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Login {
+    /// An `Authorization` value (`Basic …`), sent to the registry and its token service.
+    Basic(String),
+    /// An `identitytoken`: an OAuth2 refresh token, exchanged at the registry's token
+    /// service for an access token (`POST`, `grant_type=refresh_token`).
+    IdentityToken(String),
+}
+
+/// The login for `registry` in a docker config ([`login_for`]): an `identitytoken` first,
+/// else `auth` or `username` and `password`.
+pub fn registry_login_for(config: &Value, registry: &str) -> Option<Login> {
+    let entry = entry_for(config, registry)?;
+    match &entry["identitytoken"] {
+        Value::String(t) if !t.is_empty() => Some(Login::IdentityToken(t.clone())),
+        _ => login_of(entry).map(Login::Basic),
+    }
+}
+
+/// The form a token service gets to exchange `refresh_token` (an `identitytoken`) for an
+/// access token, from the registry's `Bearer` challenge: the realm and the
+/// `application/x-www-form-urlencoded` body.
+pub fn refresh_form(challenge: &str, refresh_token: &str) -> Option<(String, String)> {
+    let (realm, params) = challenge_params(challenge)?;
+    let mut form = vec![
+        "grant_type=refresh_token".to_string(),
+        format!("refresh_token={}", encode(refresh_token)),
+        "client_id=bosun".to_string(),
+    ];
+    form.extend(
+        params
+            .into_iter()
+            .filter(|(k, _)| k == "service" || k == "scope")
+            .map(|(k, v)| format!("{k}={}", encode(&v))),
+    );
+    Some((realm, form.join("&")))
+}
+
 /// The `Authorization` value (`Basic …`) for `registry` in a docker config
 /// (`.dockerconfigjson`: `{"auths": {host: …}}`, or the older `.dockercfg`: `{host: …}`);
 /// each entry gives `auth` (base64 of `user:password`) or `username` and `password`. Keys
 /// may carry a scheme and a path (`https://index.docker.io/v1/`).
 pub fn login_for(config: &Value, registry: &str) -> Option<String> {
+    entry_for(config, registry).and_then(login_of)
+}
+
+fn login_of(entry: &Value) -> Option<String> {
     use base64::Engine as _;
+    match (&entry["auth"], &entry["username"], &entry["password"]) {
+        (Value::String(a), _, _) if !a.is_empty() => Some(format!("Basic {a}")),
+        (_, Value::String(u), Value::String(p)) => Some(format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+        )),
+        _ => None,
+    }
+}
+
+/// The docker config entry of `registry`.
+fn entry_for<'c>(config: &'c Value, registry: &str) -> Option<&'c Value> {
     let auths = config
         .get("auths")
         .and_then(Value::as_object)
@@ -209,17 +274,7 @@ pub fn login_for(config: &Value, registry: &str) -> Option<String> {
     auths.iter().find_map(|(key, entry)| {
         let host = key.split_once("://").map_or(key.as_str(), |(_, h)| h);
         let host = host.split('/').next().unwrap_or_default();
-        if registry_key(host) != want {
-            return None;
-        }
-        match (&entry["auth"], &entry["username"], &entry["password"]) {
-            (Value::String(a), _, _) if !a.is_empty() => Some(format!("Basic {a}")),
-            (_, Value::String(u), Value::String(p)) => Some(format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
-            )),
-            _ => None,
-        }
+        (registry_key(host) == want).then_some(entry)
     })
 }
 
@@ -357,6 +412,26 @@ mod tests {
             Some("Basic dTpw")
         );
         assert_eq!(login_for(&config, "ghcr.io"), None);
+        assert_eq!(
+            registry_login_for(&config, "ghcr.io"),
+            Some(Login::IdentityToken("x".into())),
+            "an identity token is exchanged, not sent"
+        );
+        assert_eq!(
+            registry_login_for(&config, "127.0.0.1:5000"),
+            Some(Login::Basic("Basic dTpw".into()))
+        );
+        let form = refresh_form(
+            r#"Bearer realm="https://auth.example/token",service="registry.example",scope="repository:charts/web:pull""#,
+            "refresh me",
+        );
+        assert_eq!(
+            form,
+            Some((
+                "https://auth.example/token".into(),
+                "grant_type=refresh_token&refresh_token=refresh%20me&client_id=bosun&service=registry.example&scope=repository:charts/web:pull".into()
+            ))
+        );
         assert_eq!(login_for(&config, "eu.gcr.io"), None);
         let legacy = json!({"eu.gcr.io": {"auth": "YTpi"}});
         assert_eq!(
