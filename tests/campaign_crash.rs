@@ -605,11 +605,16 @@ fn fault_campaign(changes: usize, delay: &str, rate: &str) {
     // upgrade makes revision 2 of it, as `helm upgrade --install` does: that is one apply).
     let logs = op.logs();
     for release in ["alpha", "beta"] {
+        let releases: Vec<&str> = logs
+            .lines()
+            .filter(|l| l.contains(&format!("release={release}")))
+            .collect();
         assert_eq!(
             applied(&logs, release),
             1,
-            "{release} applied more than once (seed {seed}), revisions {:?}",
-            outcome.revisions
+            "{release} applied more than once (seed {seed}), revisions {:?}; its log lines:\n{}",
+            outcome.revisions,
+            releases.join("\n")
         );
     }
     verify(&w.join("journal"), "after the fault campaign");

@@ -414,14 +414,38 @@ async fn config_map_at_start(
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut stream: ConfigMapEvents = Box::pin(watcher::watcher(api, config));
     let mut data = None;
+    let mut backoff = std::time::Duration::from_millis(100);
     loop {
         match stream.next().await {
             Some(Ok(watcher::Event::InitApply(cm))) => data = Some(cm.data.unwrap_or_default()),
             Some(Ok(watcher::Event::InitDone)) => return Ok((data, stream)),
             Some(Ok(_)) => {}
+            // A busy or restarting API server: the watch lists again after a pause, as
+            // every other read of bosun's retries.
+            Some(Err(e)) if transient_watch_error(&e) => {
+                tracing::warn!(retry_in = ?backoff, "cannot read ConfigMap {namespace}/{name} yet: {e}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+            }
             Some(Err(e)) => anyhow::bail!("cannot read ConfigMap {namespace}/{name}: {e}"),
             None => anyhow::bail!("cannot read ConfigMap {namespace}/{name}: the watch ended"),
         }
+    }
+}
+
+/// Whether a watch error may go away by itself: the API server unreachable, busy (429) or
+/// failing (5xx). A refusal (401, 403) or a bad request stays.
+fn transient_watch_error(e: &kube::runtime::watcher::Error) -> bool {
+    use kube::runtime::watcher::Error as W;
+    let api = match e {
+        W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => e,
+        W::WatchError(s) => return s.code == 429 || s.code >= 500 || s.code == 410,
+        _ => return false,
+    };
+    match api {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
     }
 }
 

@@ -31,6 +31,9 @@ pub struct HelmReleases {
     /// The last status read of each release, which the upgrade that follows it reuses
     /// instead of asking Helm again (a whole process with the binary).
     recent: Mutex<HashMap<String, (std::time::Instant, Option<Release>)>>,
+    /// Revisions Helm reported installed or upgraded whose record could not be marked
+    /// `deployed` yet ([`HelmReleases::settle_record`]), by release.
+    unsettled: Mutex<HashMap<String, u64>>,
 }
 
 /// How long a status read stands in for a new one before an upgrade.
@@ -53,6 +56,7 @@ impl HelmReleases {
             options,
             resources: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
+            unsettled: Mutex::new(HashMap::new()),
         }
     }
 
@@ -138,6 +142,71 @@ impl HelmReleases {
         }
     }
 
+    /// Marks revision `revision` of `release` `deployed` in its storage Secret when it still
+    /// says `pending-*` although Helm reported the install or upgrade done: Helm logs a
+    /// failed last write of the release record and returns success, and the record left
+    /// pending would look like an interrupted operation, which the next check recovers by
+    /// installing again (chart hooks and all). `Ok(true)` when the record was fixed.
+    async fn settle_record(&self, release: &str, revision: u64) -> Result<bool, String> {
+        let name = format!("sh.helm.release.v1.{release}.v{revision}");
+        let api: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.kube.clone(), &self.namespace);
+        let Some(mut secret) = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| format!("cannot read {name}: {e}"))?
+        else {
+            return Ok(false);
+        };
+        let labels = secret.metadata.labels.get_or_insert_with(Default::default);
+        if !labels
+            .get("status")
+            .is_some_and(|s| s.starts_with("pending"))
+        {
+            return Ok(false);
+        }
+        labels.insert("status".into(), "deployed".into());
+        let data = secret.data.get_or_insert_with(Default::default);
+        let Some(encoded) = data.get("release") else {
+            return Err(format!("{name} holds no release record"));
+        };
+        let settled = deployed_record(&encoded.0).map_err(|e| format!("{name}: {e}"))?;
+        data.insert("release".into(), k8s_openapi::ByteString(settled));
+        // The resourceVersion read above: a concurrent writer makes this fail, not vanish.
+        api.replace(&name, &Default::default(), &secret)
+            .await
+            .map_err(|e| format!("cannot update {name}: {e}"))?;
+        tracing::warn!(release = %release, revision, "Helm reported the release done but left its record pending; marked it deployed");
+        Ok(true)
+    }
+
+    /// Settles `r` if it is the pending record of a revision Helm reported done
+    /// ([`HelmReleases::settle_record`]); `true` when `r` is now to be read as deployed.
+    async fn settle_if_ours(&self, r: &Release) -> bool {
+        let ours = self
+            .unsettled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(r.name())
+            .is_some_and(|rev| *rev == r.revision());
+        if !ours || !r.status().starts_with("pending") {
+            return false;
+        }
+        match self.settle_record(r.name(), r.revision()).await {
+            Ok(_) => {
+                self.unsettled
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(r.name());
+                true
+            }
+            Err(e) => {
+                tracing::warn!(release = %r.name(), "cannot mark the release deployed yet: {e}");
+                false
+            }
+        }
+    }
+
     /// The status `status` read for `release` moments ago, taken (used once).
     fn take_recent(&self, release: &str) -> Option<Option<Release>> {
         let (at, r) = self
@@ -174,6 +243,30 @@ impl HelmReleases {
             .flatten()
             .and_then(|s| s.metadata.labels?.get(CHECKSUM_LABEL).cloned())
     }
+}
+
+/// A Helm release record as its Secret stores it (base64 of gzipped JSON) with
+/// `info.status` set to `deployed`.
+fn deployed_record(encoded: &[u8]) -> Result<Vec<u8>, String> {
+    use base64::Engine as _;
+    use std::io::{Read as _, Write as _};
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let gzipped = b64
+        .decode(encoded)
+        .map_err(|e| format!("the release record is not base64: {e}"))?;
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(gzipped.as_slice())
+        .read_to_end(&mut text)
+        .map_err(|e| format!("the release record is not gzip: {e}"))?;
+    let mut record: Value = serde_json::from_slice(&text)
+        .map_err(|e| format!("the release record is not JSON: {e}"))?;
+    record["info"]["status"] = Value::String("deployed".into());
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(record.to_string().as_bytes())
+        .map_err(|e| e.to_string())?;
+    Ok(b64
+        .encode(gz.finish().map_err(|e| e.to_string())?)
+        .into_bytes())
 }
 
 /// md5 over every rendered file (name and content, sorted by name), chart hooks included.
@@ -306,7 +399,12 @@ impl Releases for HelmReleases {
     fn status(&self, release: String) -> BoxFut<'_, Result<Option<ReleaseInfo>, PortError>> {
         Box::pin(async move {
             tracing::debug!(release = %release, "helm status");
-            let latest = self.latest(&release).await?;
+            let mut latest = self.latest(&release).await?;
+            if let Some(r) = &latest
+                && self.settle_if_ours(r).await
+            {
+                latest = self.latest(&release).await?;
+            }
             self.recent
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -339,7 +437,9 @@ impl Releases for HelmReleases {
             if let Some(r) = &latest
                 && r.status().starts_with("pending")
             {
-                self.recover_pending(r).await?;
+                if !self.settle_if_ours(r).await {
+                    self.recover_pending(r).await?;
+                }
                 latest = self.latest(&release).await?;
             }
             let mut options = self.options.clone();
@@ -368,6 +468,23 @@ impl Releases for HelmReleases {
                 Err(first) => Err(first),
             };
             let r = result.map_err(|e| PortError(e.to_string()))?;
+            // Helm may have failed to record the revision deployed (it only logs that):
+            // checked now, and again at the next status read if the check fails.
+            self.unsettled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(release.clone(), r.revision());
+            match self.settle_record(&release, r.revision()).await {
+                Ok(_) => {
+                    self.unsettled
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&release);
+                }
+                Err(e) => {
+                    tracing::warn!(release = %release, "cannot check the release record yet: {e}")
+                }
+            }
             let revision = u32::try_from(r.revision()).unwrap_or(u32::MAX);
             let took = started.elapsed();
             if exists {
@@ -543,6 +660,27 @@ impl Releases for NoHelm {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_pending_release_record_is_rewritten_deployed_and_nothing_else_changes() {
+        use base64::Engine as _;
+        use std::io::{Read as _, Write as _};
+        let record = json!({"name": "alpha", "version": 1, "info": {"status": "pending-install",
+            "description": "Initial install underway"}, "manifest": "---\nkind: ConfigMap"});
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(record.to_string().as_bytes()).expect("gzip");
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let stored = b64.encode(gz.finish().expect("gzip"));
+        let settled = deployed_record(stored.as_bytes()).expect("settled");
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(b64.decode(settled).expect("base64").as_slice())
+            .read_to_string(&mut text)
+            .expect("gunzip");
+        let mut want = record;
+        want["info"]["status"] = json!("deployed");
+        assert_eq!(serde_json::from_str::<Value>(&text).ok(), Some(want));
+        assert!(deployed_record(b"not base64!").is_err_and(|e| e.contains("not base64")));
+    }
 
     #[test]
     fn rendered_objects_get_the_metadata_helm_sets() {
