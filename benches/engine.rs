@@ -16,7 +16,7 @@
 //!
 //! `cargo bench --bench engine`; `BENCH_TASKS` (default 2,000) and `BENCH_ROUNDS` (default
 //! 6) scale it, `BENCH_WORKERS` (default 2) sizes the runtime (one worker measured no
-//! different on this machine).
+//! different on this machine; `0`: a current-thread runtime, see docs/actors.md).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
