@@ -626,48 +626,44 @@ impl HelmCharts {
                 .await?;
             if status == http::StatusCode::UNAUTHORIZED
                 && token.is_none()
-                && let Some(Login::IdentityToken(refresh)) = login
-                && let Some((realm, form)) = challenge
-                    .as_deref()
-                    .and_then(|c| bosun_deployer::oci::refresh_form(c, refresh))
+                && let Some(challenge) = challenge.as_deref()
             {
-                let (st, answer) = self.post_form(&realm, F, credentials, form).await?;
-                if !st.is_success() {
-                    return Err(fetch_error(format!(
-                        "{F}: the registry's token service {realm} refused the identity token: {st}"
-                    )));
+                // An identity token is exchanged with a POST; a login (or none) goes with a
+                // GET of the token URL.
+                let asked = match login {
+                    Some(Login::IdentityToken(refresh)) => {
+                        match bosun_deployer::oci::refresh_form(challenge, refresh) {
+                            Some((realm, form)) => {
+                                Some((self.post_form(&realm, F, credentials, form).await?, realm))
+                            }
+                            None => None,
+                        }
+                    }
+                    _ => match bosun_deployer::oci::token_url(challenge) {
+                        Some(token_url) => {
+                            let (st, _, answer, _) = self
+                                .get(&token_url, F, credentials, Some("application/json"), basic)
+                                .await?;
+                            Some(((st, answer), token_url))
+                        }
+                        None => None,
+                    },
+                };
+                if let Some(((st, answer), service)) = asked {
+                    if !st.is_success() {
+                        return Err(fetch_error(format!(
+                            "{F}: the registry's token service {service}: {st}"
+                        )));
+                    }
+                    let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
+                    let t = bosun_deployer::oci::token_of(&answer).ok_or_else(|| {
+                        fetch_error(format!(
+                            "{F}: the registry's token service {service} answered no token"
+                        ))
+                    })?;
+                    *token = Some(t.to_string());
+                    continue;
                 }
-                let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
-                let t = bosun_deployer::oci::token_of(&answer).ok_or_else(|| {
-                    fetch_error(format!(
-                        "{F}: the registry's token service {realm} answered no access token"
-                    ))
-                })?;
-                *token = Some(t.to_string());
-                continue;
-            }
-            if status == http::StatusCode::UNAUTHORIZED
-                && token.is_none()
-                && let Some(token_url) = challenge
-                    .as_deref()
-                    .and_then(bosun_deployer::oci::token_url)
-            {
-                let (st, _, answer, _) = self
-                    .get(&token_url, F, credentials, Some("application/json"), basic)
-                    .await?;
-                if !st.is_success() {
-                    return Err(fetch_error(format!(
-                        "{F}: the registry's token service {token_url}: {st}"
-                    )));
-                }
-                let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
-                let t = bosun_deployer::oci::token_of(&answer).ok_or_else(|| {
-                    fetch_error(format!(
-                        "{F}: the registry's token service {token_url} answered no token"
-                    ))
-                })?;
-                *token = Some(t.to_string());
-                continue;
             }
             if !status.is_success() {
                 return Err(fetch_error(format!("{F}: GET {at}: {status}")));

@@ -189,7 +189,10 @@ pub const TOKEN_EXPIRATION_SECONDS: u64 = 86_400;
 /// The `selfConfig` or `oidcConfig` of a resolved kubernetes-cluster target (`None`: it has
 /// a kubeconfig, or is another type).
 pub fn token_access(resolved: &ResolvedTarget) -> Result<Option<TokenAccess>, FieldError> {
-    if resolved.target.type_ != KUBERNETES_CLUSTER {
+    // Every reconcile resolves its target: most hold a kubeconfig, not worth parsing here.
+    if resolved.target.type_ != KUBERNETES_CLUSTER
+        || !(resolved.content.contains("selfConfig") || resolved.content.contains("oidcConfig"))
+    {
         return Ok(None);
     }
     let what = resolved.target.describe();
