@@ -1540,6 +1540,28 @@ fn serve_registry(chart: Vec<u8>, login: &'static str) -> String {
     url.trim_start_matches("http://").to_string()
 }
 
+/// A docker config Secret `name` in `default` holding `docker_config`.
+fn pull_secret(sb: &Sandbox, name: &str, docker_config: Value) {
+    post_ok(
+        sb,
+        "/api/v1/namespaces/default/secrets",
+        &json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                "metadata": {"name": name, "namespace": "default"},
+                "stringData": {".dockerconfigjson": docker_config.to_string()}}),
+    );
+}
+
+/// A Context `name` in `default` whose `registryPullSecrets` names `secret`.
+fn pull_context(sb: &Sandbox, name: &str, secret: &str) {
+    post_ok(
+        sb,
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
+        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
+                "metadata": {"name": name, "namespace": "default"},
+                "registryPullSecrets": [{"name": secret}]}),
+    );
+}
+
 #[test]
 fn a_helm_item_installs_a_chart_from_an_oci_registry() {
     let sb = Sandbox::start();
@@ -1567,22 +1589,12 @@ fn a_helm_item_installs_a_chart_from_an_oci_registry() {
     });
     // The login, as landscaper reads it: a docker config Secret named in the Context's
     // registryPullSecrets.
-    let docker_config =
-        json!({"auths": {registry.clone(): {"username": "u", "password": "p"}}}).to_string();
-    post_ok(
+    pull_secret(
         &sb,
-        "/api/v1/namespaces/default/secrets",
-        &json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
-                "metadata": {"name": "pull", "namespace": "default"},
-                "stringData": {".dockerconfigjson": docker_config}}),
+        "pull",
+        json!({"auths": {registry.clone(): {"username": "u", "password": "p"}}}),
     );
-    post_ok(
-        &sb,
-        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
-        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
-                "metadata": {"name": "default", "namespace": "default"},
-                "registryPullSecrets": [{"name": "pull"}]}),
-    );
+    pull_context(&sb, "default", "pull");
     let done = wait_phase(&op, &sb, "from-oci", "Succeeded");
     let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/oci-cm");
     assert_eq!(code, 200, "the chart from the registry, released: {cm}");
@@ -1595,21 +1607,12 @@ fn a_helm_item_installs_a_chart_from_an_oci_registry() {
 
     // A docker config with an identity token (as `az acr login --expose-token` gives):
     // exchanged at the token service for an access token.
-    post_ok(
+    pull_secret(
         &sb,
-        "/api/v1/namespaces/default/secrets",
-        &json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
-                "metadata": {"name": "pull-identity", "namespace": "default"},
-                "stringData": {".dockerconfigjson":
-                    json!({"auths": {registry.clone(): {"identitytoken": REFRESH_TOKEN}}}).to_string()}}),
+        "pull-identity",
+        json!({"auths": {registry.clone(): {"identitytoken": REFRESH_TOKEN}}}),
     );
-    post_ok(
-        &sb,
-        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
-        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
-                "metadata": {"name": "identity", "namespace": "default"},
-                "registryPullSecrets": [{"name": "pull-identity"}]}),
-    );
+    pull_context(&sb, "identity", "pull-identity");
     create_item(
         &sb,
         "from-oci-identity",
@@ -1651,13 +1654,7 @@ fn a_helm_item_installs_a_chart_from_an_oci_registry() {
     );
     fails_naming(&op, &sb, "url-ref", "spec.config.chart.ref", Naming::Starts);
     // A pull Secret that does not exist fails at once, naming it.
-    post_ok(
-        &sb,
-        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
-        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
-                "metadata": {"name": "no-pull-secret", "namespace": "default"},
-                "registryPullSecrets": [{"name": "nope"}]}),
-    );
+    pull_context(&sb, "no-pull-secret", "nope");
     create_item(
         &sb,
         "no-pull-secret",
