@@ -12,7 +12,11 @@
 //! default `/dev/shm` (tmpfs). On an ext4 without a journal, as this VM's disk is, every
 //! create scans the inodes deleted in the last minute (`recently_deleted`), thousands here,
 //! and that kernel cost, paid by all three, swamps what is being measured;
-//! `BENCH_TMP=/var/tmp cargo bench --bench engine` shows it. The journal is always on disk.
+//! `BENCH_TMP=/var/tmp cargo bench --bench engine` shows it.
+//!
+//! The journal is on disk, in a temporary folder, as in production; `BENCH_JOURNAL_DIR`
+//! puts it elsewhere: `BENCH_JOURNAL_DIR=/dev/shm` (fsync is free on tmpfs) shows what the
+//! one `fdatasync` per task costs on this machine's disk (docs/actors.md).
 //!
 //! `cargo bench --bench engine`; `BENCH_TASKS` (default 2,000) and `BENCH_ROUNDS` (default
 //! 6) scale it, `BENCH_WORKERS` (default 2) sizes the runtime (one worker measured no
@@ -44,6 +48,10 @@ fn main() {
     let rounds = env("BENCH_ROUNDS", 6);
     let tasks = env("BENCH_TASKS", 2_000) / rounds;
     let dir = tempfile::tempdir().expect("tempdir");
+    let journals = match std::env::var_os("BENCH_JOURNAL_DIR") {
+        Some(base) => tempfile::tempdir_in(base).expect("BENCH_JOURNAL_DIR: a writable folder"),
+        None => tempfile::tempdir().expect("tempdir"),
+    };
     let tmp_base = std::env::var_os("BENCH_TMP")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/dev/shm"));
@@ -93,7 +101,7 @@ fn main() {
                 }
                 _ => {
                     engine = rt.block_on(round(
-                        &dir.path().join(format!("engine{r}")),
+                        &journals.path().join(format!("engine{r}")),
                         &tmp.path().join(format!("engine{r}")),
                         &hook,
                         tasks,
