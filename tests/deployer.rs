@@ -1676,6 +1676,223 @@ fn a_helm_item_installs_a_chart_from_an_oci_registry() {
     assert!(release_secrets(&target_cluster, "default").is_empty());
 }
 
+/// `sha256:<hex>` of `bytes`.
+fn sha256(bytes: &[u8]) -> String {
+    let hex: String = ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
+/// A tar (gzipped when `gz`) of `files`.
+fn tar_of(files: &[(&str, Vec<u8>)], gz: bool) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, bytes) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(bytes.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, path, bytes.as_slice())
+            .expect("tar entry");
+    }
+    let tar = b.into_inner().expect("tar");
+    if !gz {
+        return tar;
+    }
+    use std::io::Write as _;
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    z.write_all(&tar).expect("gzip");
+    z.finish().expect("gzip")
+}
+
+/// The key landscaper's `getResourceKey` gives a resource of `example.com/app:1.0.0+1`.
+fn resource_key(identity: Value) -> String {
+    base64::engine::general_purpose::STANDARD.encode(
+        json!({"component": {"name": "example.com/app", "version": "1.0.0+1"}, "resource": identity})
+            .to_string(),
+    )
+}
+
+/// An OCI registry on 127.0.0.1 that wants `Basic dTpw` (u:p) for every read, holding the
+/// OCM component version `example.com/app:1.0.0+1` under `ocm/` (as `ocm transfer` stores
+/// one: a manifest, its config, the descriptor in a tar layer and local blobs) and the chart
+/// `charts/web:1.0.0`. The component's resources: `chart` (ociArtifact → charts/web:1.0.0),
+/// `chart` with extra identity `flavour: local` (a local blob: the chart 2.0.0's tgz) and
+/// `packed` (a local blob in artifact-set format holding the chart 3.0.0). Its host:port.
+fn serve_component_registry() -> String {
+    const LOGIN: &str = "Basic dTpw";
+    let port = Arc::new(std::sync::OnceLock::<String>::new());
+    let host = Arc::clone(&port);
+    let chart_manifest = |chart: &[u8]| {
+        json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+               "config": {"mediaType": "application/vnd.cncf.helm.config.v1+json", "digest": "sha256:00", "size": 2},
+               "layers": [{"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip", "digest": sha256(chart), "size": chart.len()}]})
+        .to_string()
+        .into_bytes()
+    };
+    let (v1, v2, v3) = (web_chart("1.0.0"), web_chart("2.0.0"), web_chart("3.0.0"));
+    let v1_manifest = chart_manifest(&v1);
+    let set_manifest = chart_manifest(&v3);
+    let artifact_set = tar_of(
+        &[
+            (
+                "index.json",
+                json!({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": sha256(&set_manifest)}]})
+                    .to_string()
+                    .into_bytes(),
+            ),
+            (
+                &format!("blobs/{}", sha256(&set_manifest).replace(':', ".")),
+                set_manifest.clone(),
+            ),
+            (&format!("blobs/{}", sha256(&v3).replace(':', ".")), v3.clone()),
+        ],
+        true,
+    );
+    let (local_digest, set_digest) = (sha256(&v2), sha256(&artifact_set));
+    let files = move || {
+        let registry = host.get().cloned().unwrap_or_default();
+        let descriptor = format!(
+            "meta:\n  schemaVersion: v2\ncomponent:\n  name: example.com/app\n  version: 1.0.0+1\n  provider: acme\n  repositoryContexts: []\n  sources: []\n  componentReferences: []\n  resources:\n  - name: chart\n    version: 1.0.0\n    type: helmChart\n    relation: external\n    access:\n      type: ociArtifact\n      imageReference: {registry}/charts/web:1.0.0\n  - name: chart\n    version: 2.0.0\n    type: helmChart\n    relation: local\n    extraIdentity:\n      flavour: local\n    access:\n      type: localBlob\n      localReference: {local_digest}\n      mediaType: application/vnd.cncf.helm.chart.content.v1.tar+gzip\n  - name: packed\n    version: 3.0.0\n    type: helmChart\n    relation: local\n    access:\n      type: localBlob\n      localReference: {set_digest}\n      mediaType: application/vnd.oci.image.manifest.v1+tar+gzip\n"
+        );
+        let layer = tar_of(
+            &[("component-descriptor.yaml", descriptor.into_bytes())],
+            false,
+        );
+        let config = json!({"componentDescriptorLayer": {"mediaType": "application/vnd.ocm.software.component-descriptor.v2+yaml+tar", "digest": sha256(&layer), "size": layer.len()}})
+            .to_string()
+            .into_bytes();
+        let manifest = json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.ocm.software.component.config.v1+json", "digest": sha256(&config), "size": config.len()},
+            "layers": [
+                {"mediaType": "application/vnd.ocm.software.component-descriptor.v2+yaml+tar", "digest": sha256(&layer), "size": layer.len()},
+                {"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip", "digest": local_digest, "size": v2.len()},
+                {"mediaType": "application/vnd.oci.image.manifest.v1+tar+gzip", "digest": set_digest, "size": artifact_set.len()},
+            ]})
+        .to_string()
+        .into_bytes();
+        let cv = "/v2/ocm/component-descriptors/example.com/app";
+        vec![
+            (format!("{cv}/manifests/1.0.0.build-1"), manifest),
+            (format!("{cv}/blobs/{}", sha256(&config)), config),
+            (format!("{cv}/blobs/{}", sha256(&layer)), layer),
+            (format!("{cv}/blobs/{local_digest}"), v2.clone()),
+            (format!("{cv}/blobs/{set_digest}"), artifact_set.clone()),
+            ("/v2/charts/web/manifests/1.0.0".into(), v1_manifest.clone()),
+            (format!("/v2/charts/web/blobs/{}", sha256(&v1)), v1.clone()),
+        ]
+    };
+    let url = serve(None, move |path, authorization| {
+        if authorization != Some(LOGIN) {
+            return ("401 Unauthorized", String::new(), b"log in".to_vec());
+        }
+        match files().into_iter().find(|(p, _)| p == path) {
+            Some((_, body)) => ("200 OK", String::new(), body),
+            None => ("404 Not Found", String::new(), b"not found".to_vec()),
+        }
+    });
+    let host = url.trim_start_matches("http://").to_string();
+    let _ = port.set(host.clone());
+    host
+}
+
+#[test]
+fn a_helm_item_takes_its_chart_from_a_component_version_by_resource_key() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let registry = serve_component_registry();
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    pull_secret(
+        &sb,
+        "ocm-pull",
+        json!({"auths": {registry.clone(): {"username": "u", "password": "p"}}}),
+    );
+    // The Context landscaper gives an installation's items: the component repository.
+    post_ok(
+        &sb,
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
+        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
+                "metadata": {"name": "ocm", "namespace": "default"},
+                "repositoryContext": {"type": "OCIRegistry", "baseUrl": format!("{registry}/ocm")},
+                "registryPullSecrets": [{"name": "ocm-pull"}]}),
+    );
+    let chart_item = |name: &str, key: String| {
+        create_item(
+            &sb,
+            name,
+            json!({"type": HELM, "target": {"name": "cluster-2"}, "context": "ocm", "config": helm_config(
+                json!({"resourceRef": key}),
+                json!({"name": name, "namespace": "default", "helmDeployment": false}),
+            )}),
+        );
+    };
+    // By access: an OCI artifact the descriptor points at, a local blob of the component
+    // version, and a local blob in artifact-set format.
+    for (name, identity, version) in [
+        ("by-oci", json!({"name": "chart"}), "1.0.0"),
+        (
+            "by-local-blob",
+            json!({"name": "chart", "flavour": "local"}),
+            "2.0.0",
+        ),
+        ("by-artifact-set", json!({"name": "packed"}), "3.0.0"),
+    ] {
+        chart_item(name, resource_key(identity));
+        wait_phase(&op, &sb, name, "Succeeded");
+        let (code, cm) =
+            target_cluster.get(&format!("/api/v1/namespaces/default/configmaps/{name}-cm"));
+        assert_eq!(code, 200, "{name}: the component's chart rendered: {cm}");
+        assert_eq!(cm["data"]["chart"], version, "{name}: {cm}");
+    }
+    // A resource the component does not have: the error names the field and what it has.
+    chart_item("no-such-resource", resource_key(json!({"name": "nope"})));
+    fails_naming(
+        &op,
+        &sb,
+        "no-such-resource",
+        "spec.config.chart.resourceRef (resource \"nope\" of example.com/app:1.0.0+1)",
+        Naming::Starts,
+    );
+    let failed = item(&sb, "no-such-resource").unwrap_or_default();
+    assert!(
+        failed["status"]["lastError"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no such resource") && m.contains("packed")),
+        "{failed}"
+    );
+    // A key that is not one, and a Context without a repository: failed, naming the field.
+    chart_item("bad-key", "cd://resources/chart".into());
+    fails_naming(
+        &op,
+        &sb,
+        "bad-key",
+        "spec.config.chart.resourceRef: not a resource key",
+        Naming::Starts,
+    );
+    create_item(
+        &sb,
+        "no-repository",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "config": helm_config(
+            json!({"resourceRef": resource_key(json!({"name": "chart"}))}),
+            json!({"name": "no-repository", "namespace": "default", "helmDeployment": false}),
+        )}),
+    );
+    fails_naming(
+        &op,
+        &sb,
+        "no-repository",
+        "spec.context: Context default/default not found",
+        Naming::Starts,
+    );
+    delete_and_wait(&op, &sb, "by-oci");
+    let (code, _) = target_cluster.get("/api/v1/namespaces/default/configmaps/by-oci-cm");
+    assert_eq!(code, 404, "deleting the item removes what it applied");
+}
+
 #[test]
 fn a_helm_item_from_a_chart_repository_without_helm_deployment_applies_the_rendered_objects() {
     let sb = Sandbox::start();

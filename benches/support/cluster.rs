@@ -48,7 +48,8 @@ impl Drop for SandboxProcess {
     }
 }
 
-/// Starts `bosun sandbox` with its data and kubeconfig under `dir`.
+/// Starts `bosun sandbox` with its data and kubeconfig under `dir`; it logs at
+/// `BENCH_SANDBOX_LOG_LEVEL` (default `warn`; `trace` logs every request it answers).
 pub async fn sandbox(dir: &Path) -> anyhow::Result<SandboxProcess> {
     let kubeconfig = dir.join("kubeconfig");
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_bosun"))
@@ -56,7 +57,10 @@ pub async fn sandbox(dir: &Path) -> anyhow::Result<SandboxProcess> {
         .arg(dir.join("sandbox"))
         .arg("--kubeconfig")
         .arg(&kubeconfig)
-        .env("LOG_LEVEL", "warn")
+        .env(
+            "LOG_LEVEL",
+            std::env::var("BENCH_SANDBOX_LOG_LEVEL").unwrap_or("warn".into()),
+        )
         .stdout(std::process::Stdio::null())
         .spawn()?;
     let mut sb = SandboxProcess {

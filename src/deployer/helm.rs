@@ -6,7 +6,7 @@
 //! through the target's client.
 
 use std::collections::HashMap;
-use std::io::Read as _;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use bosun_deployer::helm::{
 };
 use bosun_deployer::item::ErrorCode;
 use bosun_deployer::oci::{Login, OciRef};
+use bosun_deployer::ocm::{self, ResourceKey};
 use bosun_deployer::ports::BoxFut;
 use bosun_deployer::status::DeployError;
 use bosun_deployer::target::{ResolvedTarget, kubeconfig_of};
@@ -173,6 +174,47 @@ pub fn read_chart(archive: Arc<Vec<u8>>, what: &str) -> Result<Chart, DeployErro
             _ => Value::Object(Default::default()),
         },
     })
+}
+
+/// Checks that `bytes` are the blob `digest` (`sha256:…`) names.
+fn check_digest(bytes: &[u8], digest: &str, field: &str) -> Result<(), DeployError> {
+    let got = format!(
+        "sha256:{}",
+        hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
+    );
+    if got != digest {
+        return Err(fetch_error(format!(
+            "{field}: its content is {got}, not {digest}"
+        )));
+    }
+    Ok(())
+}
+
+/// The file `name` of a tar (gzipped when `gz`), at its top or under `./`.
+fn tar_file(bytes: &[u8], gz: bool, name: &str) -> Result<Vec<u8>, String> {
+    let reader: Box<dyn Read + '_> = if gz {
+        Box::new(flate2::read::GzDecoder::new(bytes))
+    } else {
+        Box::new(bytes)
+    };
+    let mut tar = tar::Archive::new(reader);
+    let entries = tar.entries().map_err(|e| format!("not a tar: {e}"))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("not a tar: {e}"))?;
+        let path = entry
+            .path()
+            .map(|p| p.to_string_lossy().trim_start_matches("./").to_string())
+            .map_err(|e| e.to_string())?;
+        if path == name {
+            let mut out = Vec::new();
+            entry
+                .take(MAX_DOWNLOAD as u64)
+                .read_to_end(&mut out)
+                .map_err(|e| format!("{name}: {e}"))?;
+            return Ok(out);
+        }
+    }
+    Err(format!("no {name} in it"))
 }
 
 /// The archive URL of `name` at `version` (empty: the newest) in a repository index.
@@ -509,11 +551,11 @@ impl HelmCharts {
     async fn oci_chart(
         &self,
         r: &OciRef,
+        field: &str,
         credentials: &[RepoCredential],
         login: Option<&Login>,
         ttl: Duration,
     ) -> Result<Arc<Vec<u8>>, DeployError> {
-        const F: &str = "spec.config.chart.ref";
         let login_digest = login
             .map(|l| match l {
                 Login::Basic(b) => hex(&digest(format!("basic {b}").as_bytes())),
@@ -529,6 +571,7 @@ impl HelmCharts {
         let manifest = self
             .registry_get(
                 &format!("{base}/manifests/{}", r.reference),
+                field,
                 Some(bosun_deployer::oci::MANIFEST_TYPES),
                 credentials,
                 login,
@@ -536,30 +579,198 @@ impl HelmCharts {
             )
             .await?;
         let manifest: Value = serde_json::from_slice(&manifest)
-            .map_err(|e| fetch_error(format!("{F}: {r}: the manifest is not JSON: {e}")))?;
+            .map_err(|e| fetch_error(format!("{field}: {r}: the manifest is not JSON: {e}")))?;
         let layer = bosun_deployer::oci::chart_layer(&manifest)
-            .map_err(|e| chart_error(format!("{F}: {r}: {e}")))?;
+            .map_err(|e| chart_error(format!("{field}: {r}: {e}")))?;
         let blob = self
             .registry_get(
                 &format!("{base}/blobs/{layer}"),
+                field,
                 None,
                 credentials,
                 login,
                 &mut token,
             )
             .await?;
-        let got = format!(
-            "sha256:{}",
-            hex(ring::digest::digest(&ring::digest::SHA256, &blob).as_ref())
-        );
-        if got != layer {
-            return Err(fetch_error(format!(
-                "{F}: {r}: the chart layer's content is {got}, not the manifest's {layer}"
-            )));
-        }
+        check_digest(&blob, &layer, &format!("{field}: {r}: the chart layer"))?;
         let bytes = Arc::new(blob);
         self.remember(key, bytes.clone());
         Ok(bytes)
+    }
+
+    /// A chart of a Helm chart repository: its archive and the archive's URL.
+    async fn repo_chart(
+        &self,
+        url: &str,
+        name: &str,
+        version: &str,
+        field: &str,
+        credentials: &[RepoCredential],
+        ttl: Duration,
+    ) -> Result<(Arc<Vec<u8>>, String), DeployError> {
+        let index_url = format!("{}/index.yaml", url.trim_end_matches('/'));
+        // The index is what names new versions: never kept longer.
+        let text = self
+            .download(&index_url, field, credentials, FETCH_TTL)
+            .await?;
+        let index: Value = serde_saphyr::from_slice(&text).map_err(|e| {
+            fetch_error(format!(
+                "{field}: {index_url}: not a chart repository index: {e}"
+            ))
+        })?;
+        let archive = chart_url(&index, url, name, version)
+            .map_err(|m| chart_error(format!("{field}: {m}")))?;
+        let bytes = self.download(&archive, field, credentials, ttl).await?;
+        Ok((bytes, archive))
+    }
+
+    /// The chart a resource of an OCM component version holds (`chart.resourceRef`): the
+    /// component version's manifest in the Context's repository, its descriptor, then the
+    /// resource by its access (docs/deployer.md). Cached like downloads.
+    async fn component_chart(
+        &self,
+        key: &ResourceKey,
+        access: &ChartAccess,
+        ttl: Duration,
+    ) -> Result<Arc<Vec<u8>>, DeployError> {
+        // By the component's repository, the resource and the pull Secrets.
+        let cache_key = Self::download_key(
+            &format!(
+                "ocm://{:?} {} {}",
+                access.repository,
+                key.encode(),
+                hex(&digest(format!("{:?}", access.pull_configs).as_bytes()))
+            ),
+            &access.repos,
+        );
+        if let Some(bytes) = self.cached_download(&cache_key, ttl) {
+            return Ok(bytes);
+        }
+        let bytes = self.fetch_component_chart(key, access, ttl).await?;
+        self.remember(cache_key, bytes.clone());
+        Ok(bytes)
+    }
+
+    async fn fetch_component_chart(
+        &self,
+        key: &ResourceKey,
+        access: &ChartAccess,
+        ttl: Duration,
+    ) -> Result<Arc<Vec<u8>>, DeployError> {
+        const F: &str = "spec.config.chart.resourceRef";
+        let credentials = access.repos.as_slice();
+        let Some(repository) = &access.repository else {
+            return Err(chart_error(format!(
+                "{F}: the Context names no repositoryContext"
+            )));
+        };
+        let cv = repository.component(&key.component, &key.version);
+        let login = access.login(&cv.registry);
+        let base = cv.base_url();
+        let mut token = None;
+        let field = format!("{F} ({key}) in {cv}");
+        let manifest = self
+            .registry_get(
+                &format!("{base}/manifests/{}", cv.reference),
+                &field,
+                Some(bosun_deployer::oci::MANIFEST_TYPES),
+                credentials,
+                login.as_ref(),
+                &mut token,
+            )
+            .await?;
+        let manifest: Value = serde_json::from_slice(&manifest)
+            .map_err(|e| fetch_error(format!("{field}: the manifest is not JSON: {e}")))?;
+        let config = match manifest["config"]["digest"].as_str() {
+            Some(d) => {
+                let bytes = self
+                    .registry_get(
+                        &format!("{base}/blobs/{d}"),
+                        &field,
+                        None,
+                        credentials,
+                        login.as_ref(),
+                        &mut token,
+                    )
+                    .await?;
+                serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+            }
+            None => Value::Null,
+        };
+        let (layer, media_type) = ocm::descriptor_layer(&manifest, &config)
+            .map_err(|e| chart_error(format!("{field}: {e}")))?;
+        let blob = self
+            .registry_get(
+                &format!("{base}/blobs/{layer}"),
+                &field,
+                None,
+                credentials,
+                login.as_ref(),
+                &mut token,
+            )
+            .await?;
+        check_digest(&blob, &layer, &format!("{field}: the descriptor layer"))?;
+        let text = if ocm::descriptor_in_tar(&media_type) {
+            tar_file(&blob, false, "component-descriptor.yaml")
+                .map_err(|e| chart_error(format!("{field}: the descriptor layer: {e}")))?
+        } else {
+            blob
+        };
+        let cd = ocm::descriptor(&text, key).map_err(|e| chart_error(format!("{field}: {e}")))?;
+        match ocm::resource_access(&cd, key).map_err(|e| chart_error(format!("{field}: {e}")))? {
+            ocm::Access::Oci(r) => {
+                let login = access.login(&r.registry);
+                self.oci_chart(&r, &field, credentials, login.as_ref(), ttl)
+                    .await
+            }
+            ocm::Access::HelmRepo { url, name, version } => self
+                .repo_chart(&url, &name, &version, &field, credentials, ttl)
+                .await
+                .map(|(bytes, _)| bytes),
+            ocm::Access::LocalBlob { digest, media_type } => {
+                let blob = self
+                    .registry_get(
+                        &format!("{base}/blobs/{digest}"),
+                        &field,
+                        None,
+                        credentials,
+                        login.as_ref(),
+                        &mut token,
+                    )
+                    .await?;
+                check_digest(&blob, &digest, &format!("{field}: the local blob"))?;
+                if !ocm::is_artifact_set(&media_type) {
+                    return Ok(Arc::new(blob));
+                }
+                // An OCI artifact in artifact-set format: index.json names the manifest,
+                // whose chart layer is a blob of the set.
+                let gz = media_type.ends_with("+gzip");
+                let from_set = |name: &str| {
+                    tar_file(&blob, gz, name).map_err(|e| {
+                        chart_error(format!("{field}: the artifact set {digest}: {e}"))
+                    })
+                };
+                let json = |bytes: Vec<u8>, what: &str| {
+                    serde_json::from_slice::<Value>(&bytes).map_err(|e| {
+                        chart_error(format!(
+                            "{field}: the artifact set {digest}: {what} is not JSON: {e}"
+                        ))
+                    })
+                };
+                let index = json(from_set("index.json")?, "index.json")?;
+                let manifest_digest = ocm::artifact_set_manifest(&index)
+                    .map_err(|e| chart_error(format!("{field}: {e}")))?;
+                let manifest = json(
+                    from_set(&ocm::artifact_set_blob(&manifest_digest))?,
+                    "its manifest",
+                )?;
+                let chart_layer = bosun_deployer::oci::chart_layer(&manifest)
+                    .map_err(|e| chart_error(format!("{field}: the artifact set: {e}")))?;
+                let chart = from_set(&ocm::artifact_set_blob(&chart_layer))?;
+                check_digest(&chart, &chart_layer, &format!("{field}: the chart layer"))?;
+                Ok(Arc::new(chart))
+            }
+        }
     }
 
     /// One `POST` of a form to `url` (a token service): the status and the body.
@@ -603,12 +814,12 @@ impl HelmCharts {
     async fn registry_get(
         &self,
         url: &str,
+        field: &str,
         accept: Option<&str>,
         credentials: &[RepoCredential],
         login: Option<&Login>,
         token: &mut Option<String>,
     ) -> Result<Vec<u8>, DeployError> {
-        const F: &str = "spec.config.chart.ref";
         let basic = match login {
             Some(Login::Basic(b)) => Some(b.as_str()),
             _ => None,
@@ -618,7 +829,7 @@ impl HelmCharts {
             let (status, challenge, body, at) = self
                 .get(
                     url,
-                    F,
+                    field,
                     credentials,
                     accept,
                     authorization.as_deref().or(basic),
@@ -633,16 +844,23 @@ impl HelmCharts {
                 let asked = match login {
                     Some(Login::IdentityToken(refresh)) => {
                         match bosun_deployer::oci::refresh_form(challenge, refresh) {
-                            Some((realm, form)) => {
-                                Some((self.post_form(&realm, F, credentials, form).await?, realm))
-                            }
+                            Some((realm, form)) => Some((
+                                self.post_form(&realm, field, credentials, form).await?,
+                                realm,
+                            )),
                             None => None,
                         }
                     }
                     _ => match bosun_deployer::oci::token_url(challenge) {
                         Some(token_url) => {
                             let (st, _, answer, _) = self
-                                .get(&token_url, F, credentials, Some("application/json"), basic)
+                                .get(
+                                    &token_url,
+                                    field,
+                                    credentials,
+                                    Some("application/json"),
+                                    basic,
+                                )
                                 .await?;
                             Some(((st, answer), token_url))
                         }
@@ -652,13 +870,13 @@ impl HelmCharts {
                 if let Some(((st, answer), service)) = asked {
                     if !st.is_success() {
                         return Err(fetch_error(format!(
-                            "{F}: the registry's token service {service}: {st}"
+                            "{field}: the registry's token service {service}: {st}"
                         )));
                     }
                     let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
                     let t = bosun_deployer::oci::token_of(&answer).ok_or_else(|| {
                         fetch_error(format!(
-                            "{F}: the registry's token service {service} answered no token"
+                            "{field}: the registry's token service {service} answered no token"
                         ))
                     })?;
                     *token = Some(t.to_string());
@@ -666,7 +884,7 @@ impl HelmCharts {
                 }
             }
             if !status.is_success() {
-                return Err(fetch_error(format!("{F}: GET {at}: {status}")));
+                return Err(fetch_error(format!("{field}: GET {at}: {status}")));
             }
             return Ok(body);
         }
@@ -807,26 +1025,24 @@ impl HelmPort for HelmCharts {
                     self.read(bytes, &format!("{F} {url}")).await
                 }
                 ChartSource::Oci(r) => {
+                    const F: &str = "spec.config.chart.ref";
+                    let login = access.login(&r.registry);
                     let bytes = self
-                        .oci_chart(r, credentials, access.registry_login.as_ref(), chart_ttl)
+                        .oci_chart(r, F, credentials, login.as_ref(), chart_ttl)
                         .await?;
-                    self.read(bytes, &format!("spec.config.chart.ref {r}"))
-                        .await
+                    self.read(bytes, &format!("{F} {r}")).await
                 }
                 ChartSource::Repo { url, name, version } => {
                     const F: &str = "spec.config.chart.helmChartRepo";
-                    let index_url = format!("{}/index.yaml", url.trim_end_matches('/'));
-                    // The index is what names new versions: never kept longer.
-                    let text = self.download(&index_url, F, credentials, FETCH_TTL).await?;
-                    let index: Value = serde_saphyr::from_slice(&text).map_err(|e| {
-                        fetch_error(format!(
-                            "{F}: {index_url}: not a chart repository index: {e}"
-                        ))
-                    })?;
-                    let archive = chart_url(&index, url, name, version)
-                        .map_err(|m| chart_error(format!("{F}: {m}")))?;
-                    let bytes = self.download(&archive, F, credentials, chart_ttl).await?;
+                    let (bytes, archive) = self
+                        .repo_chart(url, name, version, F, credentials, chart_ttl)
+                        .await?;
                     self.read(bytes, &format!("{F} {archive}")).await
+                }
+                ChartSource::Component(key) => {
+                    let bytes = self.component_chart(key, access, chart_ttl).await?;
+                    self.read(bytes, &format!("spec.config.chart.resourceRef ({key})"))
+                        .await
                 }
             }
         })

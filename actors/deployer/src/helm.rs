@@ -50,6 +50,9 @@ pub enum ChartSource {
     },
     /// `chart.ref`: a chart in an OCI registry.
     Oci(crate::oci::OciRef),
+    /// `chart.resourceRef`: a resource of an OCM component version, read from the item's
+    /// Context's `repositoryContext` (docs/deployer.md).
+    Component(crate::ocm::ResourceKey),
 }
 
 /// `helmDeploymentConfig.install` / `.upgrade`.
@@ -204,7 +207,7 @@ fn chart_source(v: &Value) -> Result<ChartSource, DeployError> {
     .collect();
     match set.as_slice() {
         [] => Err(config_error(format!(
-            "{F}: give one of ref, archive, helmChartRepo (or fromResource, resourceRef)"
+            "{F}: give one of ref, archive, helmChartRepo, resourceRef"
         ))),
         [_, _, ..] => Err(config_error(format!(
             "{F}: give only one chart source, got {}",
@@ -257,8 +260,17 @@ fn chart_source(v: &Value) -> Result<ChartSource, DeployError> {
                 "{F}.ref: expected an OCI reference (host/repository:tag), got {other}"
             ))),
         },
+        ["resourceRef"] => match &chart["resourceRef"] {
+            Value::String(k) => crate::ocm::ResourceKey::decode(k)
+                .map(ChartSource::Component)
+                .map_err(|e| config_error(format!("{F}.resourceRef: {e}"))),
+            other => Err(config_error(format!(
+                "{F}.resourceRef: expected a resource key (a string from getResourceKey), got {other}"
+            ))),
+        },
+        // Landscaper dropped it too ("chart.fromResource is no longer supported").
         [other] => Err(config_error(format!(
-            "{F}.{other}: charts from component descriptors are not supported by this deployer; give chart.ref, chart.archive (raw or remote.url) or chart.helmChartRepo"
+            "{F}.{other}: no longer supported (as in landscaper); give chart.resourceRef, chart.ref, chart.archive (raw or remote.url) or chart.helmChartRepo"
         ))),
     }
 }
@@ -422,12 +434,24 @@ impl RepoCredential {
 pub struct ChartAccess {
     /// `configurations.helmChartRepoCredentials.auths`.
     pub repos: Vec<RepoCredential>,
-    /// For a chart in an OCI registry: the registry's login (`Basic …`, or an identity
-    /// token) from the Context's `registryPullSecrets`.
-    pub registry_login: Option<crate::oci::Login>,
+    /// For charts in OCI registries: the docker configs of the Context's
+    /// `registryPullSecrets`, in order ([`ChartAccess::login`]).
+    pub pull_configs: Vec<Value>,
+    /// For `chart.resourceRef`: where the Context's component versions are.
+    pub repository: Option<crate::ocm::Repository>,
     /// `landscaper.gardener.cloud/cache-helm-charts: "true"` on the item: a downloaded
     /// chart is reused for a day ([`CACHED_CHART_TTL`]), not only for a minute.
     pub cache_charts: bool,
+}
+
+impl ChartAccess {
+    /// The login for `registry` (`Basic …`, or an identity token): from the first pull
+    /// Secret that has one.
+    pub fn login(&self, registry: &str) -> Option<crate::oci::Login> {
+        self.pull_configs
+            .iter()
+            .find_map(|c| crate::oci::registry_login_for(c, registry))
+    }
 }
 
 /// The annotation that keeps an item's downloaded charts for a day.
@@ -445,10 +469,12 @@ pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAc
         .annotations
         .get(CACHE_HELM_CHARTS)
         .is_some_and(|v| v == "true");
-    let registry = match source {
+    // (whether pull Secrets are read, whether the chart is a component's resource)
+    let (registries, component) = match source {
         ChartSource::Archive(_) => return Ok(ChartAccess::default()),
-        ChartSource::Oci(r) => Some(r.registry.as_str()),
-        ChartSource::Remote(_) | ChartSource::Repo { .. } => None,
+        ChartSource::Oci(_) => (true, false),
+        ChartSource::Remote(_) | ChartSource::Repo { .. } => (false, false),
+        ChartSource::Component(_) => (true, true),
     };
     let ns = &job.item.key.namespace;
     let name = job.item.context.as_deref().unwrap_or("default");
@@ -458,19 +484,35 @@ pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAc
         .await
         .map_err(|e| unreadable(format!("Context {ns}/{name}"), e.to_string()))?
     else {
+        if component {
+            return Err(config_error(format!(
+                "spec.context: Context {ns}/{name} not found; chart.resourceRef reads component versions from its repositoryContext"
+            )));
+        }
         return Ok(ChartAccess {
             cache_charts,
             ..ChartAccess::default()
         });
     };
     let repos = repo_credentials(job, &context).await?;
-    let registry_login = match registry {
-        Some(r) => registry_login(job, &context, r).await?,
-        None => None,
+    let pull_configs = if registries {
+        pull_configs(job, &context).await?
+    } else {
+        Vec::new()
+    };
+    let repository = if component {
+        let field = format!("Context {ns}/{name}: repositoryContext");
+        Some(
+            crate::ocm::Repository::of(&context["repositoryContext"], &field)
+                .map_err(config_error)?,
+        )
+    } else {
+        None
     };
     Ok(ChartAccess {
         repos,
-        registry_login,
+        pull_configs,
+        repository,
         cache_charts,
     })
 }
@@ -484,17 +526,13 @@ fn unreadable(what: String, e: String) -> DeployError {
     )
 }
 
-/// The login for `registry` in the docker config Secrets of the Context's
-/// `registryPullSecrets[] {name}` (in the item's namespace), the first that has one.
-async fn registry_login(
-    job: &Job<'_>,
-    context: &Value,
-    registry: &str,
-) -> Result<Option<crate::oci::Login>, DeployError> {
+/// The docker configs of the Context's `registryPullSecrets[] {name}` (Secrets in the
+/// item's namespace), in order; every one must exist and hold a docker config.
+async fn pull_configs(job: &Job<'_>, context: &Value) -> Result<Vec<Value>, DeployError> {
     let ns = &job.item.key.namespace;
     let name = job.item.context.as_deref().unwrap_or("default");
     let secrets = match &context["registryPullSecrets"] {
-        Value::Null => return Ok(None),
+        Value::Null => return Ok(Vec::new()),
         Value::Array(a) => a.clone(),
         other => {
             return Err(config_error(format!(
@@ -502,6 +540,7 @@ async fn registry_login(
             )));
         }
     };
+    let mut configs = Vec::new();
     for (i, r) in secrets.iter().enumerate() {
         let field = format!("Context {ns}/{name}: registryPullSecrets[{i}]");
         let secret = string_field(&r["name"], &format!("{field}.name"))?;
@@ -524,11 +563,9 @@ async fn registry_login(
                 "{field}: Secret {ns}/{secret} {key}: not a docker config: {e}"
             ))
         })?;
-        if let Some(login) = crate::oci::registry_login_for(&config, registry) {
-            return Ok(Some(login));
-        }
+        configs.push(config);
     }
-    Ok(None)
+    Ok(configs)
 }
 
 /// The chart repository credentials of the item's Context: `authHeader` inline, or from
@@ -1063,7 +1100,11 @@ mod tests {
             ),
             (
                 config(json!({"chart": {"resourceRef": "cd://x"}})),
-                "spec.config.chart.resourceRef: charts from component descriptors",
+                "spec.config.chart.resourceRef: not a resource key",
+            ),
+            (
+                config(json!({"chart": {"fromResource": {"resourceName": "chart"}}})),
+                "spec.config.chart.fromResource: no longer supported",
             ),
             (
                 config(json!({"chart": {"archive": {"raw": "%%%"}}})),

@@ -32,6 +32,7 @@ pub mod lock;
 pub mod manifest;
 pub mod mock;
 pub mod oci;
+pub mod ocm;
 pub mod ports;
 pub mod readiness;
 pub mod status;

@@ -1,0 +1,560 @@
+//! Charts from OCM component versions (`chart.resourceRef`): the resource key landscaper's
+//! `getResourceKey` template function writes, the Context's repository, where a component
+//! version lives in an OCI registry, its component descriptor and how a resource of it is
+//! accessed. The requests are the adapter's.
+//!
+//! ```text
+//!   resourceRef = base64(YAML {component: {name, version}, resource: {name, …extra identity}})
+//!   Context.repositoryContext = {type: OCIRegistry, baseUrl: host[/path], subPath?}
+//!   component version  = <host>/<path>[/<subPath>]/component-descriptors/<name>:<version>
+//!                        (an OCI manifest; `+` in a version is `.build-` in its tag)
+//!     config           = {componentDescriptorLayer: {mediaType, digest}}
+//!     that layer       = the descriptor (YAML or JSON), or a tar holding
+//!                        component-descriptor.yaml
+//!   resource access    = ociArtifact {imageReference}    → a chart in an OCI registry
+//!                        localBlob {localReference, mediaType, globalAccess?}
+//!                                                        → a blob of the component's repository
+//!                        helm {helmRepository, helmChart: name:version}
+//!                                                        → a chart repository
+//! ```
+//!
+//! Landscaper resolves these with the OCM library, which also knows repositories bosun does
+//! not (an `.ocmconfig` of resolvers, the `local` file-system repository of its tests):
+//! those are refused with an error that names the field.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use crate::oci::OciRef;
+
+/// The media type of an OCM component version's config.
+pub const COMPONENT_CONFIG: &str = "application/vnd.ocm.software.component.config.v1+json";
+/// An OCI artifact in OCM's artifact-set format (a tar, gzipped or not, with `index.json`
+/// and `blobs/sha256.<hex>`), as `ocm add resource --type helmChart --input helm` stores a
+/// chart.
+pub const ARTIFACT_SET: &str = "application/vnd.oci.image.manifest.v1+tar";
+
+/// A resource of a component version, as `chart.resourceRef` names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceKey {
+    pub component: String,
+    pub version: String,
+    /// `name` and the resource's extra identity (and `version`, when the descriptor needs
+    /// it to tell two resources apart).
+    pub identity: BTreeMap<String, String>,
+}
+
+impl ResourceKey {
+    /// Decodes a key (base64 of YAML or JSON).
+    pub fn decode(key: &str) -> Result<ResourceKey, String> {
+        let compact: String = key.split_whitespace().collect();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(compact.as_bytes())
+            .map_err(|e| {
+                format!("not a resource key (base64 of a global resource identity, as landscaper's getResourceKey writes): {e}")
+            })?;
+        let v: Value = serde_saphyr::from_slice(&bytes)
+            .map_err(|e| format!("the decoded key is not YAML: {e}"))?;
+        let text = |v: &Value, field: &str| match v {
+            Value::String(s) if !s.is_empty() => Ok(s.clone()),
+            Value::Null => Err(format!("the decoded key has no {field}")),
+            other => Err(format!(
+                "the decoded key's {field}: expected a string, got {other}"
+            )),
+        };
+        let component = text(&v["component"]["name"], "component.name")?;
+        let version = text(&v["component"]["version"], "component.version")?;
+        let resource = v["resource"]
+            .as_object()
+            .ok_or("the decoded key has no resource identity (resource: {name: …})")?;
+        let mut identity = BTreeMap::new();
+        for (k, val) in resource {
+            identity.insert(k.clone(), text(val, &format!("resource.{k}"))?);
+        }
+        if !identity.contains_key("name") {
+            return Err("the decoded key has no resource.name".into());
+        }
+        Ok(ResourceKey {
+            component,
+            version,
+            identity,
+        })
+    }
+
+    /// The key as landscaper's `getResourceKey` writes it (for tests and tools).
+    pub fn encode(&self) -> String {
+        let v = serde_json::json!({
+            "component": {"name": self.component, "version": self.version},
+            "resource": self.identity,
+        });
+        base64::engine::general_purpose::STANDARD.encode(v.to_string())
+    }
+}
+
+impl std::fmt::Display for ResourceKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self.identity.get("name").map_or("", String::as_str);
+        write!(
+            f,
+            "resource {name:?} of {}:{}",
+            self.component, self.version
+        )
+    }
+}
+
+/// Where component versions are read: an OCI registry and a path in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Repository {
+    /// `host[:port]`.
+    pub registry: String,
+    /// The path under the registry (`baseUrl`'s path, then `subPath`), maybe empty.
+    pub path: String,
+}
+
+impl Repository {
+    /// Reads a Context's `repositoryContext`; `field` names it in errors.
+    pub fn of(repository_context: &Value, field: &str) -> Result<Repository, String> {
+        let m = match repository_context {
+            Value::Object(m) => m,
+            Value::Null => {
+                return Err(format!(
+                    "{field}: missing; chart.resourceRef reads component versions from the Context's repository (an .ocmconfig of resolvers is not supported)"
+                ));
+            }
+            other => return Err(format!("{field}: expected an object, got {other}")),
+        };
+        let ty = m.get("type").and_then(Value::as_str).unwrap_or_default();
+        if !matches!(
+            ty,
+            "OCIRegistry" | "ociRegistry" | "OCIRegistry/v1" | "ociRegistry/v1"
+        ) {
+            return Err(format!(
+                "{field}.type: {ty:?} is not supported; expected OCIRegistry (component versions in an OCI registry)"
+            ));
+        }
+        if let Some(mapping) = m.get("componentNameMapping").and_then(Value::as_str)
+            && mapping != "urlPath"
+        {
+            return Err(format!(
+                "{field}.componentNameMapping: {mapping:?} is not supported; expected urlPath"
+            ));
+        }
+        let base = m
+            .get("baseUrl")
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| format!("{field}.baseUrl: missing (host[:port][/path])"))?
+            .trim();
+        let base = base.split_once("://").map_or(base, |(_, rest)| rest);
+        let (registry, path) = base.split_once('/').unwrap_or((base, ""));
+        if registry.is_empty() {
+            return Err(format!("{field}.baseUrl: {base:?} names no registry host"));
+        }
+        let sub = m.get("subPath").and_then(Value::as_str).unwrap_or_default();
+        let path: Vec<&str> = path
+            .split('/')
+            .chain(sub.split('/'))
+            .filter(|p| !p.is_empty())
+            .collect();
+        Ok(Repository {
+            registry: registry.to_string(),
+            path: path.join("/"),
+        })
+    }
+
+    /// Where the component version `name:version` is: its OCI reference.
+    pub fn component(&self, name: &str, version: &str) -> OciRef {
+        let prefix = if self.path.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.path)
+        };
+        OciRef {
+            registry: self.registry.clone(),
+            repository: format!("{prefix}component-descriptors/{name}"),
+            reference: version.replace('+', ".build-"),
+        }
+    }
+}
+
+/// The layer of a component version's manifest that holds its descriptor: the one its
+/// config names, else the only layer. Its digest and media type.
+pub fn descriptor_layer(manifest: &Value, config: &Value) -> Result<(String, String), String> {
+    let layers = manifest["layers"]
+        .as_array()
+        .ok_or("not an OCI manifest: no layers")?;
+    let named = &config["componentDescriptorLayer"];
+    let layer = match named["digest"].as_str() {
+        Some(d) => layers.iter().find(|l| l["digest"] == d).unwrap_or(named),
+        None => match layers.as_slice() {
+            [only] => only,
+            _ => {
+                return Err(
+                    "the config names no componentDescriptorLayer: not an OCM component version"
+                        .into(),
+                );
+            }
+        },
+    };
+    let digest = layer["digest"]
+        .as_str()
+        .filter(|d| d.starts_with("sha256:"))
+        .ok_or("the component descriptor layer has no sha256 digest")?;
+    let media_type = layer["mediaType"].as_str().unwrap_or_default();
+    Ok((digest.to_string(), media_type.to_string()))
+}
+
+/// Whether a descriptor layer of `media_type` is a tar (holding
+/// `component-descriptor.yaml`).
+pub fn descriptor_in_tar(media_type: &str) -> bool {
+    media_type.ends_with("+tar") || media_type.ends_with(".tar")
+}
+
+/// Reads a component descriptor (v2 or `ocm.software/v3alpha1`) and checks that it is the
+/// version asked for.
+pub fn descriptor(text: &[u8], key: &ResourceKey) -> Result<Value, String> {
+    let cd: Value = serde_saphyr::from_slice(text)
+        .map_err(|e| format!("the component descriptor is not YAML: {e}"))?;
+    let (name, version) = if cd["component"].is_object() {
+        (&cd["component"]["name"], &cd["component"]["version"])
+    } else {
+        (&cd["metadata"]["name"], &cd["metadata"]["version"])
+    };
+    if name != key.component.as_str() || version != key.version.as_str() {
+        return Err(format!(
+            "the component descriptor is of {}:{}, not {}:{}",
+            name.as_str().unwrap_or("?"),
+            version.as_str().unwrap_or("?"),
+            key.component,
+            key.version
+        ));
+    }
+    Ok(cd)
+}
+
+/// How a resource's content is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// An artifact in an OCI registry (`ociArtifact`, `ociRegistry`).
+    Oci(OciRef),
+    /// A blob stored with the component version (`localBlob`).
+    LocalBlob { digest: String, media_type: String },
+    /// A chart of a Helm chart repository (`helm`).
+    HelmRepo {
+        url: String,
+        name: String,
+        version: String,
+    },
+}
+
+/// The resource of `cd` that `key` names, and how to reach it.
+pub fn resource_access(cd: &Value, key: &ResourceKey) -> Result<Access, String> {
+    let resources = cd["component"]["resources"]
+        .as_array()
+        .or(cd["spec"]["resources"].as_array())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let identity_of = |r: &Value| {
+        let mut id: BTreeMap<String, String> = r["extraIdentity"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for k in ["name", "version"] {
+            if let Some(v) = r[k].as_str() {
+                id.insert(k.to_string(), v.to_string());
+            }
+        }
+        id
+    };
+    let matching: Vec<&Value> = resources
+        .iter()
+        .filter(|r| {
+            let id = identity_of(r);
+            key.identity.iter().all(|(k, v)| id.get(k) == Some(v))
+                // Extra identity the key does not give tells resources apart.
+                && r["extraIdentity"]
+                    .as_object()
+                    .is_none_or(|m| m.keys().all(|k| key.identity.contains_key(k)))
+        })
+        .collect();
+    let r = match matching.as_slice() {
+        [one] => *one,
+        [] => {
+            let names: Vec<&str> = resources
+                .iter()
+                .filter_map(|r| r["name"].as_str())
+                .collect();
+            return Err(format!(
+                "{key}: no such resource (the component has {names:?})"
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "{key}: {} resources match; the key must give their extra identity",
+                matching.len()
+            ));
+        }
+    };
+    access(&r["access"], key, true)
+}
+
+fn access(a: &Value, key: &ResourceKey, allow_global: bool) -> Result<Access, String> {
+    let ty = a["type"].as_str().unwrap_or_default();
+    let ty = ty.split_once('/').map_or(ty, |(t, _)| t);
+    match ty {
+        "ociArtifact" | "ociRegistry" | "OCIImage" => {
+            let image = a["imageReference"]
+                .as_str()
+                .ok_or_else(|| format!("{key}: access.imageReference missing"))?;
+            OciRef::parse(image)
+                .map(Access::Oci)
+                .map_err(|e| format!("{key}: access.imageReference: {e}"))
+        }
+        "localBlob" => {
+            if allow_global && a["globalAccess"].is_object() {
+                // Where the blob was also copied to (an OCI artifact) is as good.
+                if let Ok(global) = access(&a["globalAccess"], key, false) {
+                    return Ok(global);
+                }
+            }
+            let digest = a["localReference"]
+                .as_str()
+                .filter(|d| d.starts_with("sha256:"))
+                .ok_or_else(|| format!("{key}: access.localReference: expected a sha256 digest"))?;
+            Ok(Access::LocalBlob {
+                digest: digest.to_string(),
+                media_type: a["mediaType"].as_str().unwrap_or_default().to_string(),
+            })
+        }
+        "helm" => {
+            let url = a["helmRepository"]
+                .as_str()
+                .ok_or_else(|| format!("{key}: access.helmRepository missing"))?;
+            let chart = a["helmChart"]
+                .as_str()
+                .ok_or_else(|| format!("{key}: access.helmChart missing (name:version)"))?;
+            let (name, version) = chart.split_once(':').unwrap_or((chart, ""));
+            Ok(Access::HelmRepo {
+                url: url.to_string(),
+                name: name.to_string(),
+                version: version.to_string(),
+            })
+        }
+        other => Err(format!(
+            "{key}: access type {other:?} is not supported (ociArtifact, localBlob, helm)"
+        )),
+    }
+}
+
+/// Whether a local blob of `media_type` is an OCI artifact in artifact-set format (else it
+/// is taken for the chart's gzipped tar itself).
+pub fn is_artifact_set(media_type: &str) -> bool {
+    media_type.starts_with(ARTIFACT_SET)
+        || media_type.starts_with("application/vnd.oci.image.index.v1+tar")
+}
+
+/// The manifest digest an artifact set's `index.json` names (its only or first manifest).
+pub fn artifact_set_manifest(index: &Value) -> Result<String, String> {
+    index["manifests"]
+        .as_array()
+        .and_then(|m| m.first())
+        .and_then(|m| m["digest"].as_str())
+        .filter(|d| d.starts_with("sha256:"))
+        .map(str::to_string)
+        .ok_or_else(|| "the artifact set's index.json names no sha256 manifest".into())
+}
+
+/// The file of blob `digest` in an artifact set.
+pub fn artifact_set_blob(digest: &str) -> String {
+    format!("blobs/{}", digest.replacen(':', ".", 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn key(name: &str, extra: &[(&str, &str)]) -> ResourceKey {
+        let mut identity: BTreeMap<String, String> = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        identity.insert("name".into(), name.into());
+        ResourceKey {
+            component: "example.com/app".into(),
+            version: "1.0.0+1".into(),
+            identity,
+        }
+    }
+
+    #[test]
+    fn keys_decode_as_get_resource_key_writes_them_and_errors_say_what_is_missing() {
+        let yaml = "component:\n  name: example.com/app\n  version: 1.0.0+1\nresource:\n  name: chart\n  flavour: small\n";
+        let k = ResourceKey::decode(&base64::engine::general_purpose::STANDARD.encode(yaml))
+            .expect("key");
+        assert_eq!(k, key("chart", &[("flavour", "small")]));
+        assert_eq!(ResourceKey::decode(&k.encode()), Ok(k));
+        for (text, want) in [
+            ("%%%", "not a resource key"),
+            ("e30=", "no component.name"), // {}
+            (
+                &base64::engine::general_purpose::STANDARD
+                    .encode("component: {name: a, version: '1'}"),
+                "no resource identity",
+            ),
+            (
+                &base64::engine::general_purpose::STANDARD
+                    .encode("component: {name: a, version: '1'}\nresource: {flavour: x}"),
+                "no resource.name",
+            ),
+        ] {
+            let e = ResourceKey::decode(text).expect_err(text);
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn repositories_and_component_versions_map_to_oci_references() {
+        let repo = Repository::of(
+            &json!({"type": "OCIRegistry", "baseUrl": "https://ghcr.io/acme/ocm", "subPath": "prod"}),
+            "repositoryContext",
+        )
+        .expect("repository");
+        assert_eq!(repo.registry, "ghcr.io");
+        assert_eq!(repo.path, "acme/ocm/prod");
+        let r = repo.component("example.com/app", "1.0.0+1");
+        assert_eq!(
+            r.to_string(),
+            "ghcr.io/acme/ocm/prod/component-descriptors/example.com/app:1.0.0.build-1"
+        );
+        let bare = Repository::of(
+            &json!({"type": "ociRegistry", "baseUrl": "localhost:5000"}),
+            "f",
+        )
+        .expect("bare");
+        assert_eq!(
+            bare.component("a", "1").to_string(),
+            "localhost:5000/component-descriptors/a:1"
+        );
+        for (ctx, want) in [
+            (Value::Null, "f: missing"),
+            (
+                json!({"type": "local", "filePath": "x"}),
+                "f.type: \"local\"",
+            ),
+            (json!({"type": "OCIRegistry"}), "f.baseUrl: missing"),
+            (
+                json!({"type": "OCIRegistry", "baseUrl": "r.io", "componentNameMapping": "sha256-digest"}),
+                "f.componentNameMapping",
+            ),
+        ] {
+            let e = Repository::of(&ctx, "f").expect_err("refused");
+            assert!(e.starts_with(want), "{ctx}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_descriptor_layer_is_the_one_the_config_names() {
+        let manifest = json!({"layers": [
+            {"mediaType": "application/vnd.ocm.software.component-descriptor.v2+yaml+tar", "digest": "sha256:cd"},
+            {"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip", "digest": "sha256:chart"},
+        ]});
+        let config = json!({"componentDescriptorLayer": {"digest": "sha256:cd"}});
+        let (d, m) = descriptor_layer(&manifest, &config).expect("layer");
+        assert_eq!(d, "sha256:cd");
+        assert!(descriptor_in_tar(&m));
+        assert!(descriptor_layer(&manifest, &json!({})).is_err());
+    }
+
+    #[test]
+    fn resources_are_found_by_identity_and_their_access_read() {
+        let cd = json!({"meta": {"schemaVersion": "v2"}, "component": {
+        "name": "example.com/app", "version": "1.0.0+1",
+        "resources": [
+            {"name": "chart", "version": "1.0.0", "type": "helmChart",
+             "access": {"type": "ociArtifact", "imageReference": "ghcr.io/acme/web:1.0.0"}},
+            {"name": "local", "type": "helmChart", "extraIdentity": {"flavour": "small"},
+             "access": {"type": "localBlob/v1", "localReference": "sha256:aa", "mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip"}},
+            {"name": "local", "type": "helmChart", "extraIdentity": {"flavour": "big"},
+             "access": {"type": "localBlob", "localReference": "sha256:bb",
+                        "globalAccess": {"type": "ociArtifact", "imageReference": "ghcr.io/acme/big:2"}}},
+            {"name": "repo", "access": {"type": "helm", "helmRepository": "https://charts.example.com", "helmChart": "web:2.0.0"}},
+            {"name": "odd", "access": {"type": "s3", "bucket": "b"}},
+        ]}});
+        assert_eq!(
+            resource_access(&cd, &key("chart", &[])),
+            Ok(Access::Oci(
+                OciRef::parse("ghcr.io/acme/web:1.0.0").expect("ref")
+            ))
+        );
+        assert_eq!(
+            resource_access(&cd, &key("local", &[("flavour", "small")])),
+            Ok(Access::LocalBlob {
+                digest: "sha256:aa".into(),
+                media_type: "application/vnd.cncf.helm.chart.content.v1.tar+gzip".into()
+            })
+        );
+        assert_eq!(
+            resource_access(&cd, &key("local", &[("flavour", "big")])),
+            Ok(Access::Oci(
+                OciRef::parse("ghcr.io/acme/big:2").expect("ref")
+            )),
+            "a global access is used"
+        );
+        assert_eq!(
+            resource_access(&cd, &key("repo", &[])),
+            Ok(Access::HelmRepo {
+                url: "https://charts.example.com".into(),
+                name: "web".into(),
+                version: "2.0.0".into()
+            })
+        );
+        for (k, want) in [
+            (key("nope", &[]), "no such resource"),
+            (key("local", &[]), "no such resource"),
+            (key("odd", &[]), "access type \"s3\""),
+        ] {
+            let e = resource_access(&cd, &k).expect_err("refused");
+            assert!(e.contains(want), "{k}: {e}");
+        }
+        let v3 = json!({"apiVersion": "ocm.software/v3alpha1", "kind": "ComponentVersion",
+            "metadata": {"name": "example.com/app", "version": "1.0.0+1"},
+            "spec": {"resources": [{"name": "chart", "access": {"type": "ociArtifact", "imageReference": "r.io/c:1"}}]}});
+        let text = serde_json::to_vec(&v3).expect("json");
+        let read = descriptor(&text, &key("chart", &[])).expect("v3 descriptor");
+        assert!(matches!(
+            resource_access(&read, &key("chart", &[])),
+            Ok(Access::Oci(_))
+        ));
+        let other = descriptor(
+            &text,
+            &ResourceKey {
+                version: "2".into(),
+                ..key("chart", &[])
+            },
+        );
+        assert!(other.is_err_and(|e| e.contains("not example.com/app:2")));
+    }
+
+    #[test]
+    fn artifact_sets_name_their_manifest_and_blobs() {
+        assert!(is_artifact_set(
+            "application/vnd.oci.image.manifest.v1+tar+gzip"
+        ));
+        assert!(!is_artifact_set(
+            "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+        ));
+        assert_eq!(
+            artifact_set_manifest(&json!({"manifests": [{"digest": "sha256:ab"}]})),
+            Ok("sha256:ab".into())
+        );
+        assert_eq!(artifact_set_blob("sha256:ab"), "blobs/sha256.ab");
+    }
+}
