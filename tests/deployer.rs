@@ -2173,6 +2173,32 @@ fn a_lock_whose_holder_pod_is_gone_is_taken_over_and_freed_when_done() {
                      "lastUpdateTime": "2026-01-01T00:00:00Z", "prefix": "bosun"},
         }),
     );
+    // And an item whose lock is held by a replica whose pod exists.
+    post_ok(
+        &sb,
+        "/api/v1/namespaces/default/pods",
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bosun-b", "namespace": "default"},
+                "spec": {"containers": [{"name": "bosun", "image": "bosun"}]}}),
+    );
+    create_item(
+        &sb,
+        "held-lock",
+        json!({"type": MOCK, "config": mock_config(json!({}))}),
+    );
+    let held_uid = item(&sb, "held-lock").expect("item")["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
+    post_ok(
+        &sb,
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/syncobjects",
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "SyncObject",
+            "metadata": {"name": format!("bosun-{held_uid}"), "namespace": "default"},
+            "spec": {"podName": "bosun-b", "kind": "DeployItem", "name": "held-lock",
+                     "lastUpdateTime": "2026-01-01T00:00:00Z", "prefix": "bosun"},
+        }),
+    );
     let op = bosun(
         &sb,
         work.path(),
@@ -2193,6 +2219,30 @@ fn a_lock_whose_holder_pod_is_gone_is_taken_over_and_freed_when_done() {
             && lock["spec"]["podName"] == ""
             && lock["spec"]["lastUpdateTime"] != "2026-01-01T00:00:00Z"
     });
+
+    // The item whose lock a replica with a pod holds waits, and is taken over as soon as
+    // that pod is deleted (not at the next look, a minute later).
+    let socket = work.path().join("debug.socket");
+    op.wait("the item seen locked by bosun-b", WAIT, || {
+        let text = common::run_ok(&mut common::debug_cli(&socket, &["raw", "/actors.json"]));
+        let actors: Value = serde_json::from_str(&text).unwrap_or_default();
+        actors["deployer"]["items"]["default/held-lock"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("locked by bosun-b"))
+    });
+    assert_eq!(
+        item(&sb, "held-lock").expect("item")["status"]["phase"],
+        Value::Null,
+        "not worked on while another replica holds its lock"
+    );
+    let (code, _) = sb.request("DELETE", "/api/v1/namespaces/default/pods/bosun-b", "", "");
+    assert_eq!(code, 200);
+    // Well within the minute after which the lock would be looked at again anyway.
+    op.wait(
+        "the item taken over after its holder's pod was deleted",
+        Duration::from_secs(20),
+        || item(&sb, "held-lock").is_some_and(|o| o["status"]["phase"] == "Succeeded"),
+    );
 }
 
 #[test]

@@ -222,6 +222,49 @@ pub struct KubeCluster {
     resource_cluster: Option<(String, Option<String>)>,
     /// Service account tokens by what was asked, with when to ask again.
     tokens: Mutex<std::collections::HashMap<TokenKey, (String, std::time::Instant)>>,
+    /// Whether the pods of `pod_namespace` are watched (per-item locks: a deleted holder's
+    /// items are taken over at once), and the watch.
+    watch_pods: bool,
+    pod_watch: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for KubeCluster {
+    fn drop(&mut self) {
+        if let Some(w) = lock(&self.pod_watch).take() {
+            w.abort();
+        }
+    }
+}
+
+/// Sends [`Change::PodGone`] for every pod of `namespace` deleted from now on.
+fn watch_pod_deletions(
+    client: kube::Client,
+    namespace: &str,
+    tx: UnboundedSender<Change>,
+) -> tokio::task::AbortHandle {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, namespace);
+    let namespace = namespace.to_string();
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::Delete(pod)) => {
+                    if let Some(name) = pod.metadata.name
+                        && tx.send(Change::PodGone { name }).is_err()
+                    {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                // Retried with backoff; meanwhile a lock is looked at again every minute.
+                Err(e) => tracing::debug!(namespace = %namespace, "watch of pods: {e}"),
+            }
+        }
+    })
+    .abort_handle()
 }
 
 /// A token asked for: namespace, service account, audiences, lifetime.
@@ -248,7 +291,15 @@ impl KubeCluster {
             started: tokio::sync::Mutex::new(false),
             resource_cluster: None,
             tokens: Mutex::default(),
+            watch_pods: false,
+            pod_watch: Mutex::new(None),
         }
+    }
+
+    /// Watches the pods of its namespace (for per-item locks).
+    pub fn with_pod_watch(mut self, on: bool) -> Self {
+        self.watch_pods = on;
+        self
     }
 
     /// Sets how `selfConfig` targets reach the items' cluster.
@@ -319,6 +370,13 @@ impl Cluster for KubeCluster {
                             what: format!("watch of {}", ar.plural),
                             message,
                         })?;
+                }
+                if self.watch_pods {
+                    *lock(&self.pod_watch) = Some(watch_pod_deletions(
+                        self.client(),
+                        &self.pod_namespace,
+                        tx.clone(),
+                    ));
                 }
                 *started = true;
             }

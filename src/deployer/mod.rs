@@ -119,6 +119,7 @@ pub async fn start(watches: WatchManager, cfg: &DeployerConfig) -> anyhow::Resul
     );
     let cluster = Arc::new(
         cluster::KubeCluster::new(watches, &cfg.pod_namespace)
+            .with_pod_watch(cfg.lock_holder.is_some())
             .with_resource_cluster(cfg.resource_cluster.clone()),
     );
     let deployer = Deployer::start(

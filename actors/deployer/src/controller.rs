@@ -143,6 +143,9 @@ struct Shared {
     /// The resourceVersion of each item as this deployer last wrote it: the watch event of
     /// its own write changes nothing it does not know, and does not queue the item again.
     own_writes: Mutex<BTreeMap<ItemKey, String>>,
+    /// Items found locked by another replica, by the holder's pod: taken over as soon as
+    /// that pod is deleted ([`Change::PodGone`]).
+    held_by: Mutex<BTreeMap<String, std::collections::BTreeSet<ItemKey>>>,
 }
 
 /// The running deployer; dropping it stops the watch and the workers.
@@ -213,6 +216,7 @@ impl Deployer {
             queue: WorkQueue::new(),
             last: Mutex::new(LastRuns::default()),
             own_writes: Mutex::new(BTreeMap::new()),
+            held_by: Mutex::new(BTreeMap::new()),
             settings,
         });
         let mut rx = shared.cluster.watch().await?;
@@ -238,6 +242,15 @@ impl Deployer {
                             own.get(&key) == Some(&resource_version)
                         };
                         if !own {
+                            s.queue.add(key);
+                        }
+                    }
+                    Change::PodGone { name } => {
+                        let waiting = lock(&s.held_by).remove(&name).unwrap_or_default();
+                        if !waiting.is_empty() {
+                            tracing::info!(pod = %name, items = waiting.len(), "the pod holding these items' locks is gone: taking them over");
+                        }
+                        for key in waiting {
                             s.queue.add(key);
                         }
                     }
@@ -330,12 +343,22 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
         return apply_plan(s, item, target, plan, now).await;
     }
     // Several replicas serve these targets: only the holder of the item's SyncObject
-    // works on it; the others look again in a minute, as landscaper's deployers do.
-    match s.cluster.lock_item(&object, LOCK_PREFIX, holder).await? {
+    // works on it; the others look again in a minute, as landscaper's deployers do, or as
+    // soon as the holder's pod is deleted.
+    let found = s.cluster.lock_item(&object, LOCK_PREFIX, holder).await?;
+    lock(&s.held_by).retain(|_, keys| {
+        keys.remove(key);
+        !keys.is_empty()
+    });
+    match found {
         crate::lock::Found::Ours => {}
         crate::lock::Found::Take => return Ok(Some(LOCKED_RETRY)),
         crate::lock::Found::Held(pod) => {
             tracing::debug!(item = %key, holder = %pod, "the item is locked by another replica");
+            lock(&s.held_by)
+                .entry(pod.clone())
+                .or_default()
+                .insert(key.clone());
             lock(&s.last).insert(
                 key.clone(),
                 LastRun {

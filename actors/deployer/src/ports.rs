@@ -50,6 +50,9 @@ pub enum Change {
     },
     /// A Target (or the Secret it points to) changed: its items are looked at again.
     Target { namespace: String, name: String },
+    /// A pod of this deployer's namespace was deleted (watched only with per-item locks):
+    /// the items whose lock it held are looked at again at once, not a minute later.
+    PodGone { name: String },
 }
 
 /// The cluster as the deployer sees it.
