@@ -1848,6 +1848,35 @@ fn a_helm_item_takes_its_chart_from_a_component_version_by_resource_key() {
         assert_eq!(code, 200, "{name}: the component's chart rendered: {cm}");
         assert_eq!(cm["data"]["chart"], version, "{name}: {cm}");
     }
+    // The repositories an .ocmconfig's resolvers name, in a ConfigMap the Context's
+    // ocmConfig names: the one of higher priority lacks the component, the next has it.
+    post_ok(
+        &sb,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ocm-config", "namespace": "default"},
+                "data": {".ocmconfig": format!("type: generic.config.ocm.software/v1\nconfigurations:\n- type: ocm.config.ocm.software\n  resolvers:\n  - repository: {{type: OCIRegistry, baseUrl: {registry}, subPath: ocm}}\n    prefix: example.com\n    priority: 10\n  - repository: {{type: OCIRegistry, baseUrl: {registry}/elsewhere}}\n    prefix: example.com/app\n    priority: 20\n")}}),
+    );
+    post_ok(
+        &sb,
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
+        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
+                "metadata": {"name": "ocm-resolvers", "namespace": "default"},
+                "ocmConfig": {"name": "ocm-config"},
+                "registryPullSecrets": [{"name": "ocm-pull"}]}),
+    );
+    create_item(
+        &sb,
+        "by-resolver",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "context": "ocm-resolvers", "config": helm_config(
+            json!({"resourceRef": resource_key(json!({"name": "chart"}))}),
+            json!({"name": "by-resolver", "namespace": "default", "helmDeployment": false}),
+        )}),
+    );
+    wait_phase(&op, &sb, "by-resolver", "Succeeded");
+    let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/by-resolver-cm");
+    assert_eq!(code, 200, "found through the second resolver: {cm}");
+    assert_eq!(cm["data"]["chart"], "1.0.0");
+
     // A resource the component does not have: the error names the field and what it has.
     chart_item("no-such-resource", resource_key(json!({"name": "nope"})));
     fails_naming(

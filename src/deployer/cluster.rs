@@ -497,6 +497,17 @@ impl Cluster for KubeCluster {
         Box::pin(async move { self.get_opt(&contexts(), &namespace, &name).await })
     }
 
+    fn get_config_map<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFut<'a, Result<Option<Value>, ClusterError>> {
+        Box::pin(async move {
+            self.get_opt(&core("ConfigMap", "configmaps"), namespace, name)
+                .await
+        })
+    }
+
     fn write_export(
         &self,
         item: &Value,

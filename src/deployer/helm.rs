@@ -637,7 +637,7 @@ impl HelmCharts {
         let cache_key = Self::download_key(
             &format!(
                 "ocm://{:?} {} {}",
-                access.repository,
+                access.resolvers,
                 key.encode(),
                 hex(&digest(format!("{:?}", access.pull_configs).as_bytes()))
             ),
@@ -659,26 +659,45 @@ impl HelmCharts {
     ) -> Result<Arc<Vec<u8>>, DeployError> {
         const F: &str = "spec.config.chart.resourceRef";
         let credentials = access.repos.as_slice();
-        let Some(repository) = &access.repository else {
-            return Err(chart_error(format!(
-                "{F}: the Context names no repositoryContext"
+        // The first repository that has the component version (a 404 moves on).
+        let mut found = None;
+        let mut looked = Vec::new();
+        for repository in ocm::lookup_order(&access.resolvers, &key.component) {
+            let cv = repository.component(&key.component, &key.version);
+            let login = access.login(&cv.registry);
+            let base = cv.base_url();
+            let mut token = None;
+            let field = format!("{F} ({key}) in {cv}");
+            let (status, body, at) = self
+                .registry_request(
+                    &format!("{base}/manifests/{}", cv.reference),
+                    &field,
+                    Some(bosun_deployer::oci::MANIFEST_TYPES),
+                    credentials,
+                    login.as_ref(),
+                    &mut token,
+                )
+                .await?;
+            if status == http::StatusCode::NOT_FOUND {
+                looked.push(cv.to_string());
+                continue;
+            }
+            if !status.is_success() {
+                return Err(fetch_error(format!("{field}: GET {at}: {status}")));
+            }
+            found = Some((body, field, base, login, token));
+            break;
+        }
+        let Some((manifest, field, base, login, mut token)) = found else {
+            return Err(fetch_error(format!(
+                "{F} ({key}): the component version is not in the Context's repositories (looked in {})",
+                if looked.is_empty() {
+                    "none: no resolver's prefix matches".to_string()
+                } else {
+                    looked.join(", ")
+                }
             )));
         };
-        let cv = repository.component(&key.component, &key.version);
-        let login = access.login(&cv.registry);
-        let base = cv.base_url();
-        let mut token = None;
-        let field = format!("{F} ({key}) in {cv}");
-        let manifest = self
-            .registry_get(
-                &format!("{base}/manifests/{}", cv.reference),
-                &field,
-                Some(bosun_deployer::oci::MANIFEST_TYPES),
-                credentials,
-                login.as_ref(),
-                &mut token,
-            )
-            .await?;
         let manifest: Value = serde_json::from_slice(&manifest)
             .map_err(|e| fetch_error(format!("{field}: the manifest is not JSON: {e}")))?;
         let config = match manifest["config"]["digest"].as_str() {
@@ -820,6 +839,26 @@ impl HelmCharts {
         login: Option<&Login>,
         token: &mut Option<String>,
     ) -> Result<Vec<u8>, DeployError> {
+        let (status, body, at) = self
+            .registry_request(url, field, accept, credentials, login, token)
+            .await?;
+        if !status.is_success() {
+            return Err(fetch_error(format!("{field}: GET {at}: {status}")));
+        }
+        Ok(body)
+    }
+
+    /// [`HelmCharts::registry_get`] with the final status, body and URL, whatever the
+    /// status.
+    async fn registry_request(
+        &self,
+        url: &str,
+        field: &str,
+        accept: Option<&str>,
+        credentials: &[RepoCredential],
+        login: Option<&Login>,
+        token: &mut Option<String>,
+    ) -> Result<(http::StatusCode, Vec<u8>, String), DeployError> {
         let basic = match login {
             Some(Login::Basic(b)) => Some(b.as_str()),
             _ => None,
@@ -883,10 +922,7 @@ impl HelmCharts {
                     continue;
                 }
             }
-            if !status.is_success() {
-                return Err(fetch_error(format!("{field}: GET {at}: {status}")));
-            }
-            return Ok(body);
+            return Ok((status, body, at));
         }
     }
 

@@ -437,8 +437,9 @@ pub struct ChartAccess {
     /// For charts in OCI registries: the docker configs of the Context's
     /// `registryPullSecrets`, in order ([`ChartAccess::login`]).
     pub pull_configs: Vec<Value>,
-    /// For `chart.resourceRef`: where the Context's component versions are.
-    pub repository: Option<crate::ocm::Repository>,
+    /// For `chart.resourceRef`: where the Context's component versions are looked for (its
+    /// `repositoryContext` first, then the resolvers of its `ocmConfig`).
+    pub resolvers: Vec<crate::ocm::Resolver>,
     /// `landscaper.gardener.cloud/cache-helm-charts: "true"` on the item: a downloaded
     /// chart is reused for a day ([`CACHED_CHART_TTL`]), not only for a minute.
     pub cache_charts: bool,
@@ -500,21 +501,61 @@ pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAc
     } else {
         Vec::new()
     };
-    let repository = if component {
-        let field = format!("Context {ns}/{name}: repositoryContext");
-        Some(
-            crate::ocm::Repository::of(&context["repositoryContext"], &field)
-                .map_err(config_error)?,
-        )
+    let resolvers = if component {
+        component_resolvers(job, &context).await?
     } else {
-        None
+        Vec::new()
     };
     Ok(ChartAccess {
         repos,
         pull_configs,
-        repository,
+        resolvers,
         cache_charts,
     })
+}
+
+/// Where the Context's component versions are: its `repositoryContext` (tried first, as
+/// landscaper adds it with the highest priority), then the resolvers of the `.ocmconfig` in
+/// the ConfigMap its `ocmConfig` names.
+async fn component_resolvers(
+    job: &Job<'_>,
+    context: &Value,
+) -> Result<Vec<crate::ocm::Resolver>, DeployError> {
+    let ns = &job.item.key.namespace;
+    let name = job.item.context.as_deref().unwrap_or("default");
+    let mut out = Vec::new();
+    if !context["repositoryContext"].is_null() {
+        let field = format!("Context {ns}/{name}: repositoryContext");
+        out.push(crate::ocm::Resolver {
+            prefix: String::new(),
+            priority: i64::MAX,
+            repository: crate::ocm::Repository::of(&context["repositoryContext"], &field)
+                .map_err(config_error)?,
+        });
+    }
+    if !context["ocmConfig"].is_null() {
+        let field = format!("Context {ns}/{name}: ocmConfig");
+        let cm = string_field(&context["ocmConfig"]["name"], &format!("{field}.name"))?;
+        let object = job
+            .cluster
+            .get_config_map(ns, &cm)
+            .await
+            .map_err(|e| unreadable(format!("ConfigMap {ns}/{cm}"), e.to_string()))?
+            .ok_or_else(|| config_error(format!("{field}: ConfigMap {ns}/{cm} not found")))?;
+        let text = object["data"][".ocmconfig"].as_str().ok_or_else(|| {
+            config_error(format!("{field}: ConfigMap {ns}/{cm} has no .ocmconfig"))
+        })?;
+        out.extend(
+            crate::ocm::resolvers(text, &format!("ConfigMap {ns}/{cm} .ocmconfig"))
+                .map_err(config_error)?,
+        );
+    }
+    if out.is_empty() {
+        return Err(config_error(format!(
+            "Context {ns}/{name}: repositoryContext: missing, and no ocmConfig resolvers; chart.resourceRef reads component versions from them"
+        )));
+    }
+    Ok(out)
 }
 
 fn unreadable(what: String, e: String) -> DeployError {

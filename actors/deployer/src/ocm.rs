@@ -18,9 +18,11 @@
 //!                                                        → a chart repository
 //! ```
 //!
-//! Landscaper resolves these with the OCM library, which also knows repositories bosun does
-//! not (an `.ocmconfig` of resolvers, the `local` file-system repository of its tests):
-//! those are refused with an error that names the field.
+//! Component versions are looked for in the Context's `repositoryContext`, then through the
+//! resolvers of its `.ocmconfig` ([`resolvers`], [`lookup_order`]). Landscaper resolves all
+//! this with the OCM library, which also knows repositories bosun does not (the `local`
+//! file-system repository of its tests, CTF archives): those are refused with an error
+//! that names the field.
 
 use std::collections::BTreeMap;
 
@@ -118,11 +120,7 @@ impl Repository {
     pub fn of(repository_context: &Value, field: &str) -> Result<Repository, String> {
         let m = match repository_context {
             Value::Object(m) => m,
-            Value::Null => {
-                return Err(format!(
-                    "{field}: missing; chart.resourceRef reads component versions from the Context's repository (an .ocmconfig of resolvers is not supported)"
-                ));
-            }
+            Value::Null => return Err(format!("{field}: missing")),
             other => return Err(format!("{field}: expected an object, got {other}")),
         };
         let ty = m.get("type").and_then(Value::as_str).unwrap_or_default();
@@ -177,6 +175,81 @@ impl Repository {
             reference: version.replace('+', ".build-"),
         }
     }
+}
+
+/// One place component versions are looked for: the repository for component names under
+/// `prefix` (empty: every name), tried in the order of `priority` (highest first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolver {
+    pub prefix: String,
+    pub priority: i64,
+    pub repository: Repository,
+}
+
+/// The resolvers of an `.ocmconfig` (`type: generic.config.ocm.software/v1`, its
+/// `configurations` of `type: ocm.config.ocm.software` with `resolvers: [{repository,
+/// prefix, priority}]`); other configurations (credentials, …) are not read.
+pub fn resolvers(ocmconfig: &str, field: &str) -> Result<Vec<Resolver>, String> {
+    let config: Value =
+        serde_saphyr::from_str(ocmconfig).map_err(|e| format!("{field}: not YAML: {e}"))?;
+    let configurations = match &config["configurations"] {
+        Value::Array(a) => a.as_slice(),
+        Value::Null => &[],
+        other => {
+            return Err(format!(
+                "{field}.configurations: expected a list, got {other}"
+            ));
+        }
+    };
+    let mut out = Vec::new();
+    for (i, c) in configurations.iter().enumerate() {
+        let ty = c["type"].as_str().unwrap_or_default();
+        if ty.split('/').next() != Some("ocm.config.ocm.software") {
+            continue;
+        }
+        let resolvers = match &c["resolvers"] {
+            Value::Array(a) => a.as_slice(),
+            Value::Null => &[],
+            other => {
+                return Err(format!(
+                    "{field}.configurations[{i}].resolvers: expected a list, got {other}"
+                ));
+            }
+        };
+        for (j, r) in resolvers.iter().enumerate() {
+            let f = format!("{field}.configurations[{i}].resolvers[{j}]");
+            let priority = match &r["priority"] {
+                Value::Null => 10,
+                v => v
+                    .as_i64()
+                    .ok_or_else(|| format!("{f}.priority: expected a whole number, got {v}"))?,
+            };
+            out.push(Resolver {
+                prefix: r["prefix"].as_str().unwrap_or_default().to_string(),
+                priority,
+                repository: Repository::of(&r["repository"], &format!("{f}.repository"))?,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The repositories to look for `component` in, in order: the resolvers whose prefix is
+/// the name or a path above it, by priority (highest first; ties in the given order).
+pub fn lookup_order<'a>(resolvers: &'a [Resolver], component: &str) -> Vec<&'a Repository> {
+    let mut matching: Vec<&Resolver> = resolvers
+        .iter()
+        .filter(|r| {
+            let p = r.prefix.trim_end_matches('/');
+            p.is_empty()
+                || component == p
+                || component
+                    .strip_prefix(p)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
+        .collect();
+    matching.sort_by_key(|r| std::cmp::Reverse(r.priority));
+    matching.into_iter().map(|r| &r.repository).collect()
 }
 
 /// The layer of a component version's manifest that holds its descriptor: the one its
@@ -457,6 +530,46 @@ mod tests {
         ] {
             let e = Repository::of(&ctx, "f").expect_err("refused");
             assert!(e.starts_with(want), "{ctx}: {e}");
+        }
+    }
+
+    #[test]
+    fn resolvers_of_an_ocmconfig_are_tried_by_prefix_and_priority() {
+        let text = "type: generic.config.ocm.software/v1\nconfigurations:\n- type: credentials.config.ocm.software\n  consumers: []\n- type: ocm.config.ocm.software\n  resolvers:\n  - repository: {type: OCIRegistry, baseUrl: ghcr.io, subPath: one}\n    prefix: github.com/acme.org/component\n    priority: 10\n  - repository: {type: OCIRegistry, baseUrl: docker.io, subPath: two}\n    prefix: github.com/acme.org\n    priority: 20\n  - repository: {type: OCIRegistry, baseUrl: r.io}\n";
+        let rs = resolvers(text, ".ocmconfig").expect("resolvers");
+        assert_eq!(rs.len(), 3);
+        let order = |name: &str| -> Vec<String> {
+            lookup_order(&rs, name)
+                .into_iter()
+                .map(|r| format!("{}/{}", r.registry, r.path))
+                .collect()
+        };
+        assert_eq!(
+            order("github.com/acme.org/component"),
+            ["docker.io/two", "ghcr.io/one", "r.io/"]
+        );
+        assert_eq!(
+            order("github.com/acme.org/componentx"),
+            ["docker.io/two", "r.io/"],
+            "a prefix ends at a path segment"
+        );
+        assert_eq!(order("example.com/other"), ["r.io/"]);
+        for (bad, want) in [
+            (
+                "configurations: 3",
+                ".ocmconfig.configurations: expected a list",
+            ),
+            (
+                "configurations: [{type: ocm.config.ocm.software, resolvers: [{repository: {type: local}}]}]",
+                ".ocmconfig.configurations[0].resolvers[0].repository.type",
+            ),
+            (
+                "configurations: [{type: ocm.config.ocm.software, resolvers: [{priority: x, repository: {type: OCIRegistry, baseUrl: r.io}}]}]",
+                ".ocmconfig.configurations[0].resolvers[0].priority",
+            ),
+        ] {
+            let e = resolvers(bad, ".ocmconfig").expect_err(bad);
+            assert!(e.starts_with(want), "{bad}: {e}");
         }
     }
 

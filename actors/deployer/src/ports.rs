@@ -92,6 +92,15 @@ pub trait Cluster: Send + Sync + 'static {
         namespace: &str,
         name: &str,
     ) -> BoxFut<'_, Result<Option<Value>, ClusterError>>;
+    /// A ConfigMap (a Context's `ocmConfig`); the fakes have none.
+    fn get_config_map<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFut<'a, Result<Option<Value>, ClusterError>> {
+        let _ = (namespace, name);
+        Box::pin(async { Ok(None) })
+    }
     /// Writes the export Secret of `item` (key `config`, owned by the item): the one of
     /// `existing`, else a new one named `<prefix><random>`.
     fn write_export(
