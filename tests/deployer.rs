@@ -2167,16 +2167,41 @@ fn replicas_serving_the_same_targets_split_the_items_through_sync_objects() {
     }
 }
 
+/// A pod `name` in `default`, as a bosun replica's.
+fn replica_pod(sb: &Sandbox, name: &str) {
+    post_ok(
+        sb,
+        "/api/v1/namespaces/default/pods",
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                "spec": {"containers": [{"name": "bosun", "image": "bosun"}]}}),
+    );
+}
+
+/// The SyncObject of item `name` (prefix `bosun`), held by the replica of pod `holder`
+/// since long ago. Its path.
+fn held_lock(sb: &Sandbox, name: &str, holder: &str) -> String {
+    let uid = item(sb, name).expect("item")["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
+    post_ok(
+        sb,
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/syncobjects",
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "SyncObject",
+            "metadata": {"name": format!("bosun-{uid}"), "namespace": "default"},
+            "spec": {"podName": holder, "kind": "DeployItem", "name": name,
+                     "lastUpdateTime": "2026-01-01T00:00:00Z", "prefix": "bosun"},
+        }),
+    );
+    format!("/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/syncobjects/bosun-{uid}")
+}
+
 #[test]
 fn a_lock_whose_holder_pod_is_gone_is_taken_over_and_freed_when_done() {
     let sb = Sandbox::start();
     let work = workdir();
-    post_ok(
-        &sb,
-        "/api/v1/namespaces/default/pods",
-        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bosun-a", "namespace": "default"},
-                "spec": {"containers": [{"name": "bosun", "image": "bosun"}]}}),
-    );
+    replica_pod(&sb, "bosun-a");
     // The CRDs first (bosun installs them), then bosun stops: the item and its lock are
     // written while no replica runs, the lock by a replica whose pod is gone.
     drop(bosun(&sb, work.path(), &[]));
@@ -2185,49 +2210,15 @@ fn a_lock_whose_holder_pod_is_gone_is_taken_over_and_freed_when_done() {
         "orphaned-lock",
         json!({"type": MOCK, "config": mock_config(json!({}))}),
     );
-    let uid = item(&sb, "orphaned-lock").expect("item")["metadata"]["uid"]
-        .as_str()
-        .expect("uid")
-        .to_string();
-    let lock_path = format!(
-        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/syncobjects/bosun-{uid}"
-    );
-    post_ok(
-        &sb,
-        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/syncobjects",
-        &json!({
-            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "SyncObject",
-            "metadata": {"name": format!("bosun-{uid}"), "namespace": "default"},
-            "spec": {"podName": "bosun-gone", "kind": "DeployItem", "name": "orphaned-lock",
-                     "lastUpdateTime": "2026-01-01T00:00:00Z", "prefix": "bosun"},
-        }),
-    );
+    let lock_path = held_lock(&sb, "orphaned-lock", "bosun-gone");
     // And an item whose lock is held by a replica whose pod exists.
-    post_ok(
-        &sb,
-        "/api/v1/namespaces/default/pods",
-        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bosun-b", "namespace": "default"},
-                "spec": {"containers": [{"name": "bosun", "image": "bosun"}]}}),
-    );
+    replica_pod(&sb, "bosun-b");
     create_item(
         &sb,
         "held-lock",
         json!({"type": MOCK, "config": mock_config(json!({}))}),
     );
-    let held_uid = item(&sb, "held-lock").expect("item")["metadata"]["uid"]
-        .as_str()
-        .expect("uid")
-        .to_string();
-    post_ok(
-        &sb,
-        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/syncobjects",
-        &json!({
-            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "SyncObject",
-            "metadata": {"name": format!("bosun-{held_uid}"), "namespace": "default"},
-            "spec": {"podName": "bosun-b", "kind": "DeployItem", "name": "held-lock",
-                     "lastUpdateTime": "2026-01-01T00:00:00Z", "prefix": "bosun"},
-        }),
-    );
+    held_lock(&sb, "held-lock", "bosun-b");
     let op = bosun(
         &sb,
         work.path(),

@@ -419,6 +419,22 @@ impl HelmCharts {
             .map(|(_, bytes)| bytes.clone())
     }
 
+    /// The download kept under `key` when younger than `ttl`, else what `fetch` gives, then
+    /// kept.
+    async fn cached(
+        &self,
+        key: String,
+        ttl: Duration,
+        fetch: impl std::future::Future<Output = Result<Arc<Vec<u8>>, DeployError>>,
+    ) -> Result<Arc<Vec<u8>>, DeployError> {
+        if let Some(bytes) = self.cached_download(&key, ttl) {
+            return Ok(bytes);
+        }
+        let bytes = fetch.await?;
+        self.remember(key, bytes.clone());
+        Ok(bytes)
+    }
+
     /// Keeps a download: kept up to [`CACHED_CHART_TTL`] (an item that asks for cached
     /// charts reuses it that long), at most [`MAX_CACHED_BYTES`] in all, oldest out first.
     fn remember(&self, key: String, bytes: Arc<Vec<u8>>) {
@@ -454,16 +470,14 @@ impl HelmCharts {
         ttl: Duration,
     ) -> Result<Arc<Vec<u8>>, DeployError> {
         let key = Self::download_key(url, credentials);
-        if let Some(bytes) = self.cached_download(&key, ttl) {
-            return Ok(bytes);
-        }
-        let (status, _, body, at) = self.get(url, field, credentials, None, None).await?;
-        if !status.is_success() {
-            return Err(fetch_error(format!("{field}: GET {at}: {status}")));
-        }
-        let bytes = Arc::new(body);
-        self.remember(key, bytes.clone());
-        Ok(bytes)
+        self.cached(key, ttl, async {
+            let (status, _, body, at) = self.get(url, field, credentials, None, None).await?;
+            if !status.is_success() {
+                return Err(fetch_error(format!("{field}: GET {at}: {status}")));
+            }
+            Ok(Arc::new(body))
+        })
+        .await
     }
 
     /// One GET of `url`, redirects followed: the final status, its `WWW-Authenticate`, body
@@ -563,39 +577,37 @@ impl HelmCharts {
             })
             .unwrap_or_default();
         let key = Self::download_key(&format!("oci://{r} {login_digest}"), credentials);
-        if let Some(bytes) = self.cached_download(&key, ttl) {
-            return Ok(bytes);
-        }
-        let base = r.base_url();
-        let mut token = None;
-        let manifest = self
-            .registry_get(
-                &format!("{base}/manifests/{}", r.reference),
-                field,
-                Some(bosun_deployer::oci::MANIFEST_TYPES),
-                credentials,
-                login,
-                &mut token,
-            )
-            .await?;
-        let manifest: Value = serde_json::from_slice(&manifest)
-            .map_err(|e| fetch_error(format!("{field}: {r}: the manifest is not JSON: {e}")))?;
-        let layer = bosun_deployer::oci::chart_layer(&manifest)
-            .map_err(|e| chart_error(format!("{field}: {r}: {e}")))?;
-        let blob = self
-            .registry_get(
-                &format!("{base}/blobs/{layer}"),
-                field,
-                None,
-                credentials,
-                login,
-                &mut token,
-            )
-            .await?;
-        check_digest(&blob, &layer, &format!("{field}: {r}: the chart layer"))?;
-        let bytes = Arc::new(blob);
-        self.remember(key, bytes.clone());
-        Ok(bytes)
+        self.cached(key, ttl, async {
+            let base = r.base_url();
+            let mut token = None;
+            let manifest = self
+                .registry_get(
+                    &format!("{base}/manifests/{}", r.reference),
+                    field,
+                    Some(bosun_deployer::oci::MANIFEST_TYPES),
+                    credentials,
+                    login,
+                    &mut token,
+                )
+                .await?;
+            let manifest: Value = serde_json::from_slice(&manifest)
+                .map_err(|e| fetch_error(format!("{field}: {r}: the manifest is not JSON: {e}")))?;
+            let layer = bosun_deployer::oci::chart_layer(&manifest)
+                .map_err(|e| chart_error(format!("{field}: {r}: {e}")))?;
+            let blob = self
+                .registry_get(
+                    &format!("{base}/blobs/{layer}"),
+                    field,
+                    None,
+                    credentials,
+                    login,
+                    &mut token,
+                )
+                .await?;
+            check_digest(&blob, &layer, &format!("{field}: {r}: the chart layer"))?;
+            Ok(Arc::new(blob))
+        })
+        .await
     }
 
     /// A chart of a Helm chart repository: its archive and the archive's URL.
@@ -643,12 +655,8 @@ impl HelmCharts {
             ),
             &access.repos,
         );
-        if let Some(bytes) = self.cached_download(&cache_key, ttl) {
-            return Ok(bytes);
-        }
-        let bytes = self.fetch_component_chart(key, access, ttl).await?;
-        self.remember(cache_key, bytes.clone());
-        Ok(bytes)
+        self.cached(cache_key, ttl, self.fetch_component_chart(key, access, ttl))
+            .await
     }
 
     async fn fetch_component_chart(
