@@ -649,17 +649,34 @@ impl WatchManager {
 }
 
 /// A watched object as JSON, with the `apiVersion` and `kind` that list items may lack.
+/// The object's fields are moved, not copied: only its metadata is serialized again (this
+/// runs for every event of every watch).
 fn to_value(o: DynamicObject, api_version: &str, kind: &str) -> Value {
-    let mut v = serde_json::to_value(&o).unwrap_or(Value::Null);
-    if v.is_object() {
-        if v.get("apiVersion").is_none_or(Value::is_null) {
-            v["apiVersion"] = Value::String(api_version.to_string());
-        }
-        if v.get("kind").is_none_or(Value::is_null) {
-            v["kind"] = Value::String(kind.to_string());
-        }
+    let DynamicObject {
+        types,
+        metadata,
+        data,
+    } = o;
+    let mut map = match data {
+        Value::Object(m) => m,
+        // What serde's flattening gives for anything else: no fields.
+        _ => serde_json::Map::new(),
+    };
+    map.insert(
+        "metadata".into(),
+        serde_json::to_value(&metadata).unwrap_or(Value::Null),
+    );
+    let (version, kind_of) = types.map_or((None, None), |t| (Some(t.api_version), Some(t.kind)));
+    for (key, given, default) in [
+        ("apiVersion", version, api_version),
+        ("kind", kind_of, kind),
+    ] {
+        let value = given
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| default.to_string());
+        map.insert(key.into(), Value::String(value));
     }
-    v
+    Value::Object(map)
 }
 
 impl KubeBindings for WatchManager {
@@ -741,6 +758,23 @@ impl KubeBindings for WatchManager {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn watched_objects_become_the_json_the_api_server_sent_with_their_kind() {
+        let sent = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "7",
+                         "labels": {"x": "y"}, "uid": "u-1"},
+            "data": {"k": "v"}, "immutable": false});
+        let o: DynamicObject = serde_json::from_value(sent.clone()).expect("object");
+        assert_eq!(to_value(o, "v1", "ConfigMap"), sent);
+        // A list's items name neither: the watch's resource gives them.
+        let mut bare = sent.clone();
+        let m = bare.as_object_mut().expect("object");
+        m.remove("apiVersion");
+        m.remove("kind");
+        let o: DynamicObject = serde_json::from_value(bare).expect("object");
+        assert_eq!(to_value(o, "v1", "ConfigMap"), sent);
+    }
 
     /// Records every change a watch tells its listeners, as `Added ns/name rv`.
     #[derive(Default)]
