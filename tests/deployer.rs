@@ -1849,20 +1849,21 @@ fn a_helm_item_takes_its_chart_from_a_component_version_by_resource_key() {
         assert_eq!(cm["data"]["chart"], version, "{name}: {cm}");
     }
     // The repositories an .ocmconfig's resolvers name, in a ConfigMap the Context's
-    // ocmConfig names: the one of higher priority lacks the component, the next has it.
+    // ocmConfig names: the one of higher priority lacks the component, the next has it;
+    // the registry's login is the .ocmconfig's too (the Context has no pull Secrets).
+    let port = registry.rsplit_once(':').map_or("", |(_, p)| p);
     post_ok(
         &sb,
         "/api/v1/namespaces/default/configmaps",
         &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ocm-config", "namespace": "default"},
-                "data": {".ocmconfig": format!("type: generic.config.ocm.software/v1\nconfigurations:\n- type: ocm.config.ocm.software\n  resolvers:\n  - repository: {{type: OCIRegistry, baseUrl: {registry}, subPath: ocm}}\n    prefix: example.com\n    priority: 10\n  - repository: {{type: OCIRegistry, baseUrl: {registry}/elsewhere}}\n    prefix: example.com/app\n    priority: 20\n")}}),
+                "data": {".ocmconfig": format!("type: generic.config.ocm.software/v1\nconfigurations:\n- type: credentials.config.ocm.software\n  consumers:\n  - identity: {{type: OCIRegistry, hostname: 127.0.0.1, port: '{port}'}}\n    credentials:\n    - type: Credentials\n      properties: {{username: u, password: p}}\n- type: ocm.config.ocm.software\n  resolvers:\n  - repository: {{type: OCIRegistry, baseUrl: {registry}, subPath: ocm}}\n    prefix: example.com\n    priority: 10\n  - repository: {{type: OCIRegistry, baseUrl: {registry}/elsewhere}}\n    prefix: example.com/app\n    priority: 20\n")}}),
     );
     post_ok(
         &sb,
         "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
         &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
                 "metadata": {"name": "ocm-resolvers", "namespace": "default"},
-                "ocmConfig": {"name": "ocm-config"},
-                "registryPullSecrets": [{"name": "ocm-pull"}]}),
+                "ocmConfig": {"name": "ocm-config"}}),
     );
     create_item(
         &sb,

@@ -501,8 +501,11 @@ pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAc
     } else {
         Vec::new()
     };
+    let mut pull_configs = pull_configs;
     let resolvers = if component {
-        component_resolvers(job, &context).await?
+        let (resolvers, logins) = component_resolvers(job, &context).await?;
+        pull_configs.extend(logins);
+        resolvers
     } else {
         Vec::new()
     };
@@ -516,14 +519,16 @@ pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAc
 
 /// Where the Context's component versions are: its `repositoryContext` (tried first, as
 /// landscaper adds it with the highest priority), then the resolvers of the `.ocmconfig` in
-/// the ConfigMap its `ocmConfig` names.
+/// the ConfigMap its `ocmConfig` names; and that `.ocmconfig`'s registry logins (as docker
+/// configs, after the pull Secrets').
 async fn component_resolvers(
     job: &Job<'_>,
     context: &Value,
-) -> Result<Vec<crate::ocm::Resolver>, DeployError> {
+) -> Result<(Vec<crate::ocm::Resolver>, Vec<Value>), DeployError> {
     let ns = &job.item.key.namespace;
     let name = job.item.context.as_deref().unwrap_or("default");
     let mut out = Vec::new();
+    let mut logins = Vec::new();
     if !context["repositoryContext"].is_null() {
         let field = format!("Context {ns}/{name}: repositoryContext");
         out.push(crate::ocm::Resolver {
@@ -545,17 +550,16 @@ async fn component_resolvers(
         let text = object["data"][".ocmconfig"].as_str().ok_or_else(|| {
             config_error(format!("{field}: ConfigMap {ns}/{cm} has no .ocmconfig"))
         })?;
-        out.extend(
-            crate::ocm::resolvers(text, &format!("ConfigMap {ns}/{cm} .ocmconfig"))
-                .map_err(config_error)?,
-        );
+        let what = format!("ConfigMap {ns}/{cm} .ocmconfig");
+        out.extend(crate::ocm::resolvers(text, &what).map_err(config_error)?);
+        logins = crate::ocm::credentials(text, &what).map_err(config_error)?;
     }
     if out.is_empty() {
         return Err(config_error(format!(
             "Context {ns}/{name}: repositoryContext: missing, and no ocmConfig resolvers; chart.resourceRef reads component versions from them"
         )));
     }
-    Ok(out)
+    Ok((out, logins))
 }
 
 fn unreadable(what: String, e: String) -> DeployError {

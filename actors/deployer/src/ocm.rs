@@ -234,6 +234,66 @@ pub fn resolvers(ocmconfig: &str, field: &str) -> Result<Vec<Resolver>, String> 
     Ok(out)
 }
 
+/// The OCI registry logins of an `.ocmconfig`'s credentials configurations (`type:
+/// credentials.config.ocm.software`, `consumers: [{identity: {type: OCIRegistry, hostname,
+/// port?}, credentials: [{type: Credentials, properties: {username, password} or
+/// {identityToken}}]}]`), each as a docker config (`{"auths": {host: …}}`) so that they are
+/// looked up as the Context's pull Secrets are. A `pathprefix` is not told apart: the login
+/// is the registry's.
+pub fn credentials(ocmconfig: &str, field: &str) -> Result<Vec<Value>, String> {
+    let config: Value =
+        serde_saphyr::from_str(ocmconfig).map_err(|e| format!("{field}: not YAML: {e}"))?;
+    let mut out = Vec::new();
+    let configurations = config["configurations"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    for (i, c) in configurations.iter().enumerate() {
+        let ty = c["type"].as_str().unwrap_or_default();
+        if ty.split('/').next() != Some("credentials.config.ocm.software") {
+            continue;
+        }
+        let consumers = c["consumers"].as_array().map_or(&[][..], Vec::as_slice);
+        for (j, consumer) in consumers.iter().enumerate() {
+            let f = format!("{field}.configurations[{i}].consumers[{j}]");
+            let id = &consumer["identity"];
+            let id_type = id["type"].as_str().unwrap_or_default();
+            if id_type.split('/').next() != Some("OCIRegistry") {
+                continue;
+            }
+            let host = id["hostname"]
+                .as_str()
+                .filter(|h| !h.is_empty())
+                .ok_or_else(|| format!("{f}.identity.hostname: missing"))?;
+            let registry = match &id["port"] {
+                Value::String(p) if !p.is_empty() => format!("{host}:{p}"),
+                Value::Number(p) => format!("{host}:{p}"),
+                _ => host.to_string(),
+            };
+            let creds = consumer["credentials"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice);
+            for (k, cred) in creds.iter().enumerate() {
+                let props = &cred["properties"];
+                let entry = match (
+                    props["username"].as_str(),
+                    props["password"].as_str(),
+                    props["identityToken"].as_str(),
+                ) {
+                    (_, _, Some(t)) if !t.is_empty() => serde_json::json!({"identitytoken": t}),
+                    (Some(u), Some(p), _) => serde_json::json!({"username": u, "password": p}),
+                    _ => {
+                        return Err(format!(
+                            "{f}.credentials[{k}].properties: expected username and password, or identityToken"
+                        ));
+                    }
+                };
+                out.push(serde_json::json!({ "auths": { registry.clone(): entry } }));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The repositories to look for `component` in, in order: the resolvers whose prefix is
 /// the name or a path above it, by priority (highest first; ties in the given order).
 pub fn lookup_order<'a>(resolvers: &'a [Resolver], component: &str) -> Vec<&'a Repository> {
@@ -571,6 +631,27 @@ mod tests {
             let e = resolvers(bad, ".ocmconfig").expect_err(bad);
             assert!(e.starts_with(want), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn credentials_of_an_ocmconfig_become_registry_logins() {
+        let text = "configurations:\n- type: credentials.config.ocm.software\n  consumers:\n  - identity: {type: OCIRegistry, hostname: ghcr.io}\n    credentials:\n    - type: Credentials\n      properties: {username: u, password: p}\n  - identity: {type: OCIRegistry, hostname: localhost, port: '5000'}\n    credentials:\n    - type: Credentials\n      properties: {identityToken: refresh}\n  - identity: {type: Github, hostname: github.com}\n    credentials: [{type: Credentials, properties: {token: t}}]\n- type: ocm.config.ocm.software\n  resolvers: []\n";
+        let configs = credentials(text, ".ocmconfig").expect("credentials");
+        assert_eq!(configs.len(), 2, "{configs:?}");
+        assert_eq!(
+            crate::oci::registry_login_for(&configs[0], "ghcr.io"),
+            Some(crate::oci::Login::Basic("Basic dTpw".into()))
+        );
+        assert_eq!(
+            crate::oci::registry_login_for(&configs[1], "localhost:5000"),
+            Some(crate::oci::Login::IdentityToken("refresh".into()))
+        );
+        let bad = "configurations: [{type: credentials.config.ocm.software, consumers: [{identity: {type: OCIRegistry, hostname: r.io}, credentials: [{properties: {username: u}}]}]}]";
+        let e = credentials(bad, ".ocmconfig").expect_err("refused");
+        assert!(
+            e.starts_with(".ocmconfig.configurations[0].consumers[0].credentials[0].properties"),
+            "{e}"
+        );
     }
 
     #[test]
