@@ -313,7 +313,7 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
         lock(&s.last).remove(key);
         return Ok(None);
     };
-    let item = match DeployItem::parse(&object) {
+    let item = match DeployItem::from_value(object) {
         Ok(i) => i,
         Err(e) => {
             // Not readable: its type may not even be ours. Said once, not written.
@@ -345,7 +345,10 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
     // Several replicas serve these targets: only the holder of the item's SyncObject
     // works on it; the others look again in a minute, as landscaper's deployers do, or as
     // soon as the holder's pod is deleted.
-    let found = s.cluster.lock_item(&object, LOCK_PREFIX, holder).await?;
+    let found = s
+        .cluster
+        .lock_item(&item.object, LOCK_PREFIX, holder)
+        .await?;
     lock(&s.held_by).retain(|_, keys| {
         keys.remove(key);
         !keys.is_empty()
@@ -374,7 +377,7 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
     // finished it meanwhile.
     let result = match s.cluster.read_item(key).await? {
         None => Ok(None),
-        Some(object) => match DeployItem::parse(&object) {
+        Some(object) => match DeployItem::from_value(object) {
             Err(_) => Ok(None),
             Ok(item) => {
                 let (check, target) = check_target(s, &item).await?;
@@ -384,7 +387,10 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
         },
     };
     if matches!(result, Ok(None))
-        && let Err(e) = s.cluster.unlock_item(&object, LOCK_PREFIX, holder).await
+        && let Err(e) = s
+            .cluster
+            .unlock_item(&item.object, LOCK_PREFIX, holder)
+            .await
     {
         tracing::warn!(item = %key, "cannot free the item's lock: {e}");
     }
@@ -657,7 +663,7 @@ async fn write_status(
             retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         },
     );
-    DeployItem::parse(&written).map_err(|e| {
+    DeployItem::from_value(written).map_err(|e| {
         ReconcileError::Cluster(ClusterError::Other {
             what: item_name(&item.key),
             message: e.to_string(),
@@ -683,7 +689,7 @@ async fn update_metadata(
     }
     let written = s.cluster.update_item(object).await?;
     own_write(s, &item.key, &written);
-    DeployItem::parse(&written).map_err(|e| {
+    DeployItem::from_value(written).map_err(|e| {
         ReconcileError::Cluster(ClusterError::Other {
             what: item_name(&item.key),
             message: e.to_string(),
@@ -831,8 +837,7 @@ async fn run_reconcile(
         return finish_step(s, &item, status, false, Some(e), remaining, now).await;
     }
     if item
-        .config
-        .as_ref()
+        .config()
         .is_none_or(|c| c.as_object().is_none_or(serde_json::Map::is_empty))
     {
         let e = DeployError::config(

@@ -883,7 +883,7 @@ fn last_release(provider_status: Option<&Value>) -> (Option<u64>, Option<&str>) 
 impl HelmType {
     async fn apply(&self, job: &Job<'_>) -> Result<Outcome, DeployError> {
         let target = need_target(job)?;
-        let config = HelmConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))?;
+        let config = HelmConfig::parse(job.item.config().unwrap_or(&Value::Null))?;
         let access = chart_access(job, &config.chart).await?;
         let chart = self.helm.chart(&config.chart, &access).await?;
         let run = HelmRun {
@@ -1009,7 +1009,7 @@ impl HelmType {
     }
 
     async fn remove(&self, job: &Job<'_>) -> Result<(), DeployError> {
-        let config = HelmConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null));
+        let config = HelmConfig::parse(job.item.config().unwrap_or(&Value::Null));
         let real = match &config {
             Ok(c) => c.helm_deployment,
             // A configuration that no longer parses: what the ProviderStatus says.

@@ -321,7 +321,6 @@ pub struct DeployItem {
     pub target: Option<String>,
     /// `spec.context` (`None`: the default Context).
     pub context: Option<String>,
-    pub config: Option<Value>,
     /// `spec.timeout` as written (parsed by [`DeployItem::timeout`]).
     pub timeout: Option<String>,
     pub update_on_change_only: bool,
@@ -337,9 +336,19 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
 }
 
 impl DeployItem {
+    /// `spec.config`, the provider configuration (read from the object, not copied).
+    pub fn config(&self) -> Option<&Value> {
+        Some(&self.object["spec"]["config"]).filter(|v| !v.is_null())
+    }
+
     /// Reads a DeployItem; a field of the wrong shape is an error naming it.
     pub fn parse(object: &Value) -> Result<DeployItem, FieldError> {
-        let key = ItemKey::of(object);
+        DeployItem::from_value(object.clone())
+    }
+
+    /// [`DeployItem::parse`] of an object the caller gives away (not copied).
+    pub fn from_value(object: Value) -> Result<DeployItem, FieldError> {
+        let key = ItemKey::of(&object);
         let what = format!("DeployItem {key}");
         let meta = &object["metadata"];
         let annotations = match &meta["annotations"] {
@@ -398,10 +407,6 @@ impl DeployItem {
         let target = opt_str("spec.target.name", &spec["target"]["name"])?;
         let context = opt_str("spec.context", &spec["context"])?;
         let timeout = opt_str("spec.timeout", &spec["timeout"])?;
-        let config = match &spec["config"] {
-            Value::Null => None,
-            v => Some(v.clone()),
-        };
         let update_on_change_only = match &spec["updateOnChangeOnly"] {
             Value::Null => false,
             Value::Bool(b) => *b,
@@ -416,7 +421,7 @@ impl DeployItem {
         let status = match &object["status"] {
             Value::Null => Status::default(),
             // serde would read a struct from a list, field by field in order.
-            v @ Value::Object(_) => serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+            v @ Value::Object(_) => serde_path_to_error::deserialize(v).map_err(|e| {
                 let field = match e.path().to_string() {
                     p if p == "." || p.is_empty() => "status".to_string(),
                     p => format!("status.{p}"),
@@ -432,7 +437,7 @@ impl DeployItem {
             }
         };
         Ok(DeployItem {
-            uid: str_at(object, &["metadata", "uid"]).to_string(),
+            uid: str_at(&object, &["metadata", "uid"]).to_string(),
             generation: meta["generation"].as_i64().unwrap_or(0),
             deleting: !meta["deletionTimestamp"].is_null(),
             annotations,
@@ -440,12 +445,11 @@ impl DeployItem {
             type_,
             target,
             context,
-            config,
             timeout,
             update_on_change_only,
             status,
             key,
-            object: object.clone(),
+            object,
         })
     }
 

@@ -815,7 +815,7 @@ impl ManifestType {
 
     async fn apply(&self, job: &Job<'_>) -> Result<Outcome, DeployError> {
         let target = need_target(job)?;
-        let config = ManifestConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))?;
+        let config = ManifestConfig::parse(job.item.config().unwrap_or(&Value::Null))?;
         self.apply_config(job, target, &config, &MANIFEST_FLAVOR, None)
             .await
     }
@@ -987,7 +987,7 @@ impl ManifestType {
 
     async fn remove(&self, job: &Job<'_>) -> Result<(), DeployError> {
         // A configuration that no longer parses still lets the item go, in the default order.
-        let groups = ManifestConfig::parse(job.item.config.as_ref().unwrap_or(&Value::Null))
+        let groups = ManifestConfig::parse(job.item.config().unwrap_or(&Value::Null))
             .ok()
             .and_then(|c| c.deletion_groups);
         self.remove_managed(job, groups.as_deref(), &MANIFEST_FLAVOR)

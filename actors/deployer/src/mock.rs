@@ -112,7 +112,7 @@ impl DeployerType for Mock {
 
     fn reconcile<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<Outcome, DeployError>> {
         Box::pin(async move {
-            let config = job.item.config.clone().unwrap_or(Value::Null);
+            let config = job.item.config().cloned().unwrap_or(Value::Null);
             let config = MockConfig::parse(&config)?;
             Ok(Outcome {
                 phase: config.phase_after(job.item.status.phase),
