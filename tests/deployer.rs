@@ -2205,7 +2205,13 @@ fn a_lock_whose_holder_pod_is_gone_is_taken_over_and_freed_when_done() {
     replica_pod(&sb, "bosun-a");
     // The CRDs first (bosun installs them), then bosun stops: the item and its lock are
     // written while no replica runs, the lock by a replica whose pod is gone.
-    drop(bosun(&sb, work.path(), &[]));
+    let installing = bosun(&sb, work.path(), &[]);
+    installing.wait("the SyncObject CRD served", WAIT, || {
+        sb.get("/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/syncobjects")
+            .0
+            == 200
+    });
+    drop(installing);
     create_item(
         &sb,
         "orphaned-lock",
