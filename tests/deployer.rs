@@ -1143,19 +1143,11 @@ fn web_chart(version: &str) -> Vec<u8> {
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-cm\ndata:\n  color: {{ .Values.color | quote }}\n  chart: {{ .Chart.Version | quote }}\n".to_string(),
         ),
     ];
-    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
-        Vec::new(),
-        flate2::Compression::fast(),
-    ));
-    for (path, text) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(text.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, path, text.as_bytes())
-            .expect("tar entry");
-    }
-    b.into_inner().expect("tar").finish().expect("gzip")
+    let files: Vec<(&str, Vec<u8>)> = files
+        .into_iter()
+        .map(|(path, text)| (path, text.into_bytes()))
+        .collect();
+    tar_of(&files, true)
 }
 
 fn helm_config(chart: Value, extra: Value) -> Value {
@@ -1476,14 +1468,7 @@ const REFRESH_TOKEN: &str = "refresh-123";
 /// stores it, that wants a token from its token service for every read; the token
 /// service wants `login`, or exchanges [`REFRESH_TOKEN`] (a `POST`). Its `host:port`.
 fn serve_registry(chart: Vec<u8>, login: &'static str) -> String {
-    let layer = format!(
-        "sha256:{}",
-        ring::digest::digest(&ring::digest::SHA256, &chart)
-            .as_ref()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    );
+    let layer = sha256(&chart);
     let manifest = json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
