@@ -550,9 +550,10 @@ async fn component_resolvers(
         let text = object["data"][".ocmconfig"].as_str().ok_or_else(|| {
             config_error(format!("{field}: ConfigMap {ns}/{cm} has no .ocmconfig"))
         })?;
-        let what = format!("ConfigMap {ns}/{cm} .ocmconfig");
-        out.extend(crate::ocm::resolvers(text, &what).map_err(config_error)?);
-        logins = crate::ocm::credentials(text, &what).map_err(config_error)?;
+        let ocm = crate::ocm::OcmConfig::parse(text, &format!("ConfigMap {ns}/{cm} .ocmconfig"))
+            .map_err(config_error)?;
+        out.extend(ocm.resolvers);
+        logins = ocm.logins;
     }
     if out.is_empty() {
         return Err(config_error(format!(

@@ -19,7 +19,7 @@
 //! ```
 //!
 //! Component versions are looked for in the Context's `repositoryContext`, then through the
-//! resolvers of its `.ocmconfig` ([`resolvers`], [`lookup_order`]). Landscaper resolves all
+//! resolvers of its `.ocmconfig` ([`OcmConfig`], [`lookup_order`]). Landscaper resolves all
 //! this with the OCM library, which also knows repositories bosun does not (the `local`
 //! file-system repository of its tests, CTF archives): those are refused with an error
 //! that names the field.
@@ -186,110 +186,114 @@ pub struct Resolver {
     pub repository: Repository,
 }
 
-/// The resolvers of an `.ocmconfig` (`type: generic.config.ocm.software/v1`, its
-/// `configurations` of `type: ocm.config.ocm.software` with `resolvers: [{repository,
-/// prefix, priority}]`); other configurations (credentials, …) are not read.
-pub fn resolvers(ocmconfig: &str, field: &str) -> Result<Vec<Resolver>, String> {
-    let config: Value =
-        serde_saphyr::from_str(ocmconfig).map_err(|e| format!("{field}: not YAML: {e}"))?;
-    let configurations = match &config["configurations"] {
-        Value::Array(a) => a.as_slice(),
-        Value::Null => &[],
-        other => {
-            return Err(format!(
-                "{field}.configurations: expected a list, got {other}"
-            ));
+/// What bosun reads of an `.ocmconfig` (`type: generic.config.ocm.software/v1`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OcmConfig {
+    /// Of its `configurations` of `type: ocm.config.ocm.software`: `resolvers:
+    /// [{repository, prefix, priority}]`.
+    pub resolvers: Vec<Resolver>,
+    /// Of its `type: credentials.config.ocm.software`: `consumers: [{identity: {type:
+    /// OCIRegistry, hostname, port?}, credentials: [{type: Credentials, properties:
+    /// {username, password} or {identityToken}}]}]`, each as a docker config (`{"auths":
+    /// {host: …}}`) so that they are looked up as the Context's pull Secrets are. A
+    /// `pathprefix` is not told apart: the login is the registry's.
+    pub logins: Vec<Value>,
+}
+
+/// `v` as a list (null: empty); `field` names it in the error.
+fn list<'a>(v: &'a Value, field: &str) -> Result<&'a [Value], String> {
+    match v {
+        Value::Array(a) => Ok(a.as_slice()),
+        Value::Null => Ok(&[]),
+        other => Err(format!("{field}: expected a list, got {other}")),
+    }
+}
+
+/// Whether `v`'s `type` is `ty` (any version of it).
+fn of_type(v: &Value, ty: &str) -> bool {
+    v["type"].as_str().unwrap_or_default().split('/').next() == Some(ty)
+}
+
+impl OcmConfig {
+    /// Reads an `.ocmconfig`; other configurations are not read.
+    pub fn parse(text: &str, field: &str) -> Result<OcmConfig, String> {
+        let config: Value =
+            serde_saphyr::from_str(text).map_err(|e| format!("{field}: not YAML: {e}"))?;
+        let mut out = OcmConfig::default();
+        let f = format!("{field}.configurations");
+        for (i, c) in list(&config["configurations"], &f)?.iter().enumerate() {
+            let f = format!("{f}[{i}]");
+            if of_type(c, "ocm.config.ocm.software") {
+                for (j, r) in list(&c["resolvers"], &format!("{f}.resolvers"))?
+                    .iter()
+                    .enumerate()
+                {
+                    out.resolvers
+                        .push(resolver(r, &format!("{f}.resolvers[{j}]"))?);
+                }
+            } else if of_type(c, "credentials.config.ocm.software") {
+                for (j, consumer) in list(&c["consumers"], &format!("{f}.consumers"))?
+                    .iter()
+                    .enumerate()
+                {
+                    out.logins
+                        .extend(logins(consumer, &format!("{f}.consumers[{j}]"))?);
+                }
+            }
         }
+        Ok(out)
+    }
+}
+
+fn resolver(r: &Value, f: &str) -> Result<Resolver, String> {
+    let priority = match &r["priority"] {
+        Value::Null => 10,
+        v => v
+            .as_i64()
+            .ok_or_else(|| format!("{f}.priority: expected a whole number, got {v}"))?,
+    };
+    Ok(Resolver {
+        prefix: r["prefix"].as_str().unwrap_or_default().to_string(),
+        priority,
+        repository: Repository::of(&r["repository"], &format!("{f}.repository"))?,
+    })
+}
+
+/// The docker configs of one credentials consumer (none unless it is an OCI registry).
+fn logins(consumer: &Value, f: &str) -> Result<Vec<Value>, String> {
+    let id = &consumer["identity"];
+    if !of_type(id, "OCIRegistry") {
+        return Ok(Vec::new());
+    }
+    let host = id["hostname"]
+        .as_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| format!("{f}.identity.hostname: missing"))?;
+    let registry = match &id["port"] {
+        Value::String(p) if !p.is_empty() => format!("{host}:{p}"),
+        Value::Number(p) => format!("{host}:{p}"),
+        _ => host.to_string(),
     };
     let mut out = Vec::new();
-    for (i, c) in configurations.iter().enumerate() {
-        let ty = c["type"].as_str().unwrap_or_default();
-        if ty.split('/').next() != Some("ocm.config.ocm.software") {
-            continue;
-        }
-        let resolvers = match &c["resolvers"] {
-            Value::Array(a) => a.as_slice(),
-            Value::Null => &[],
-            other => {
+    for (k, cred) in list(&consumer["credentials"], &format!("{f}.credentials"))?
+        .iter()
+        .enumerate()
+    {
+        let props = &cred["properties"];
+        let entry = match (
+            props["username"].as_str(),
+            props["password"].as_str(),
+            props["identityToken"].as_str(),
+        ) {
+            (_, _, Some(t)) if !t.is_empty() => serde_json::json!({"identitytoken": t}),
+            (Some(u), Some(p), _) => serde_json::json!({"username": u, "password": p}),
+            _ => {
                 return Err(format!(
-                    "{field}.configurations[{i}].resolvers: expected a list, got {other}"
+                    "{f}.credentials[{k}].properties: expected username and password, or identityToken"
                 ));
             }
         };
-        for (j, r) in resolvers.iter().enumerate() {
-            let f = format!("{field}.configurations[{i}].resolvers[{j}]");
-            let priority = match &r["priority"] {
-                Value::Null => 10,
-                v => v
-                    .as_i64()
-                    .ok_or_else(|| format!("{f}.priority: expected a whole number, got {v}"))?,
-            };
-            out.push(Resolver {
-                prefix: r["prefix"].as_str().unwrap_or_default().to_string(),
-                priority,
-                repository: Repository::of(&r["repository"], &format!("{f}.repository"))?,
-            });
-        }
-    }
-    Ok(out)
-}
-
-/// The OCI registry logins of an `.ocmconfig`'s credentials configurations (`type:
-/// credentials.config.ocm.software`, `consumers: [{identity: {type: OCIRegistry, hostname,
-/// port?}, credentials: [{type: Credentials, properties: {username, password} or
-/// {identityToken}}]}]`), each as a docker config (`{"auths": {host: …}}`) so that they are
-/// looked up as the Context's pull Secrets are. A `pathprefix` is not told apart: the login
-/// is the registry's.
-pub fn credentials(ocmconfig: &str, field: &str) -> Result<Vec<Value>, String> {
-    let config: Value =
-        serde_saphyr::from_str(ocmconfig).map_err(|e| format!("{field}: not YAML: {e}"))?;
-    let mut out = Vec::new();
-    let configurations = config["configurations"]
-        .as_array()
-        .map_or(&[][..], Vec::as_slice);
-    for (i, c) in configurations.iter().enumerate() {
-        let ty = c["type"].as_str().unwrap_or_default();
-        if ty.split('/').next() != Some("credentials.config.ocm.software") {
-            continue;
-        }
-        let consumers = c["consumers"].as_array().map_or(&[][..], Vec::as_slice);
-        for (j, consumer) in consumers.iter().enumerate() {
-            let f = format!("{field}.configurations[{i}].consumers[{j}]");
-            let id = &consumer["identity"];
-            let id_type = id["type"].as_str().unwrap_or_default();
-            if id_type.split('/').next() != Some("OCIRegistry") {
-                continue;
-            }
-            let host = id["hostname"]
-                .as_str()
-                .filter(|h| !h.is_empty())
-                .ok_or_else(|| format!("{f}.identity.hostname: missing"))?;
-            let registry = match &id["port"] {
-                Value::String(p) if !p.is_empty() => format!("{host}:{p}"),
-                Value::Number(p) => format!("{host}:{p}"),
-                _ => host.to_string(),
-            };
-            let creds = consumer["credentials"]
-                .as_array()
-                .map_or(&[][..], Vec::as_slice);
-            for (k, cred) in creds.iter().enumerate() {
-                let props = &cred["properties"];
-                let entry = match (
-                    props["username"].as_str(),
-                    props["password"].as_str(),
-                    props["identityToken"].as_str(),
-                ) {
-                    (_, _, Some(t)) if !t.is_empty() => serde_json::json!({"identitytoken": t}),
-                    (Some(u), Some(p), _) => serde_json::json!({"username": u, "password": p}),
-                    _ => {
-                        return Err(format!(
-                            "{f}.credentials[{k}].properties: expected username and password, or identityToken"
-                        ));
-                    }
-                };
-                out.push(serde_json::json!({ "auths": { registry.clone(): entry } }));
-            }
-        }
+        out.push(serde_json::json!({ "auths": { registry.clone(): entry } }));
     }
     Ok(out)
 }
@@ -596,7 +600,9 @@ mod tests {
     #[test]
     fn resolvers_of_an_ocmconfig_are_tried_by_prefix_and_priority() {
         let text = "type: generic.config.ocm.software/v1\nconfigurations:\n- type: credentials.config.ocm.software\n  consumers: []\n- type: ocm.config.ocm.software\n  resolvers:\n  - repository: {type: OCIRegistry, baseUrl: ghcr.io, subPath: one}\n    prefix: github.com/acme.org/component\n    priority: 10\n  - repository: {type: OCIRegistry, baseUrl: docker.io, subPath: two}\n    prefix: github.com/acme.org\n    priority: 20\n  - repository: {type: OCIRegistry, baseUrl: r.io}\n";
-        let rs = resolvers(text, ".ocmconfig").expect("resolvers");
+        let rs = OcmConfig::parse(text, ".ocmconfig")
+            .expect("resolvers")
+            .resolvers;
         assert_eq!(rs.len(), 3);
         let order = |name: &str| -> Vec<String> {
             lookup_order(&rs, name)
@@ -628,7 +634,7 @@ mod tests {
                 ".ocmconfig.configurations[0].resolvers[0].priority",
             ),
         ] {
-            let e = resolvers(bad, ".ocmconfig").expect_err(bad);
+            let e = OcmConfig::parse(bad, ".ocmconfig").expect_err(bad);
             assert!(e.starts_with(want), "{bad}: {e}");
         }
     }
@@ -636,7 +642,9 @@ mod tests {
     #[test]
     fn credentials_of_an_ocmconfig_become_registry_logins() {
         let text = "configurations:\n- type: credentials.config.ocm.software\n  consumers:\n  - identity: {type: OCIRegistry, hostname: ghcr.io}\n    credentials:\n    - type: Credentials\n      properties: {username: u, password: p}\n  - identity: {type: OCIRegistry, hostname: localhost, port: '5000'}\n    credentials:\n    - type: Credentials\n      properties: {identityToken: refresh}\n  - identity: {type: Github, hostname: github.com}\n    credentials: [{type: Credentials, properties: {token: t}}]\n- type: ocm.config.ocm.software\n  resolvers: []\n";
-        let configs = credentials(text, ".ocmconfig").expect("credentials");
+        let configs = OcmConfig::parse(text, ".ocmconfig")
+            .expect("credentials")
+            .logins;
         assert_eq!(configs.len(), 2, "{configs:?}");
         assert_eq!(
             crate::oci::registry_login_for(&configs[0], "ghcr.io"),
@@ -647,7 +655,7 @@ mod tests {
             Some(crate::oci::Login::IdentityToken("refresh".into()))
         );
         let bad = "configurations: [{type: credentials.config.ocm.software, consumers: [{identity: {type: OCIRegistry, hostname: r.io}, credentials: [{properties: {username: u}}]}]}]";
-        let e = credentials(bad, ".ocmconfig").expect_err("refused");
+        let e = OcmConfig::parse(bad, ".ocmconfig").expect_err("refused");
         assert!(
             e.starts_with(".ocmconfig.configurations[0].consumers[0].credentials[0].properties"),
             "{e}"
