@@ -1862,6 +1862,57 @@ fn a_helm_item_takes_its_chart_from_a_component_version_by_resource_key() {
     let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/by-resolver-cm");
     assert_eq!(code, 200, "found through the second resolver: {cm}");
     assert_eq!(cm["data"]["chart"], "1.0.0");
+    // The login from an .ocmconfig's credential repositories instead: a docker config
+    // given inline, and one in a file on bosun's file system.
+    let docker_file = work.path().join("docker-config.json");
+    std::fs::write(
+        &docker_file,
+        json!({"auths": {format!("http://{registry}"): {"username": "u", "password": "p"}}})
+            .to_string(),
+    )
+    .expect("docker config file");
+    for (name, repository) in [
+        (
+            "by-docker-config",
+            json!({"type": "DockerConfig/v1", "dockerConfig": {"auths": {registry.clone(): {"auth": "dTpw"}}}}),
+        ),
+        (
+            "by-docker-config-file",
+            json!({"type": "DockerConfig/v1", "dockerConfigFile": docker_file}),
+        ),
+    ] {
+        let ocmconfig = json!({"type": "generic.config.ocm.software/v1", "configurations": [
+            {"type": "credentials.config.ocm.software", "repositories": [{"repository": repository}]},
+            {"type": "ocm.config.ocm.software", "resolvers": [
+                {"repository": {"type": "OCIRegistry", "baseUrl": registry, "subPath": "ocm"}}]}]});
+        post_ok(
+            &sb,
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"},
+                    "data": {".ocmconfig": ocmconfig.to_string()}}),
+        );
+        post_ok(
+            &sb,
+            "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/contexts",
+            &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Context",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "ocmConfig": {"name": name}}),
+        );
+        create_item(
+            &sb,
+            name,
+            json!({"type": HELM, "target": {"name": "cluster-2"}, "context": name, "config": helm_config(
+                json!({"resourceRef": resource_key(json!({"name": "chart"}))}),
+                json!({"name": name, "namespace": "default", "helmDeployment": false}),
+            )}),
+        );
+    }
+    for name in ["by-docker-config", "by-docker-config-file"] {
+        wait_phase(&op, &sb, name, "Succeeded");
+        let (code, cm) =
+            target_cluster.get(&format!("/api/v1/namespaces/default/configmaps/{name}-cm"));
+        assert_eq!(code, 200, "{name}: logged in with the docker config: {cm}");
+    }
 
     // A resource the component does not have: the error names the field and what it has.
     chart_item("no-such-resource", resource_key(json!({"name": "nope"})));

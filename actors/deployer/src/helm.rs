@@ -554,6 +554,9 @@ async fn component_resolvers(
             .map_err(config_error)?;
         out.extend(ocm.resolvers);
         logins = ocm.logins;
+        for source in ocm.docker_configs {
+            logins.push(docker_config(source, &cm).await?);
+        }
     }
     if out.is_empty() {
         return Err(config_error(format!(
@@ -561,6 +564,30 @@ async fn component_resolvers(
         )));
     }
     Ok((out, logins))
+}
+
+/// A docker config an `.ocmconfig` (in ConfigMap `cm`) names: as given, or read from
+/// bosun's file system. A file that cannot be read now is retried (a Secret being mounted);
+/// one that holds no docker config fails the item naming it.
+async fn docker_config(
+    source: crate::ocm::DockerConfigSource,
+    cm: &str,
+) -> Result<Value, DeployError> {
+    let (path, field) = match source {
+        crate::ocm::DockerConfigSource::Inline(config) => return Ok(config),
+        crate::ocm::DockerConfigSource::File { path, field } => (path, field),
+    };
+    let what = format!("ConfigMap {cm} {field}: {}", path.display());
+    let text = tokio::fs::read(&path)
+        .await
+        .map_err(|e| DeployError::new("Reconcile", "OcmConfig", format!("{what}: {e}"), &[]))?;
+    match serde_json::from_slice::<Value>(&text) {
+        Ok(config @ Value::Object(_)) => Ok(config),
+        Ok(_) => Err(config_error(format!(
+            "{what}: not a docker config (a JSON object)"
+        ))),
+        Err(e) => Err(config_error(format!("{what}: not a docker config: {e}"))),
+    }
 }
 
 fn unreadable(what: String, e: String) -> DeployError {

@@ -198,6 +198,26 @@ pub struct OcmConfig {
     /// {host: …}}`) so that they are looked up as the Context's pull Secrets are. A
     /// `pathprefix` is not told apart: the login is the registry's.
     pub logins: Vec<Value>,
+    /// Of the same configurations' credential `repositories: [{repository: {type:
+    /// DockerConfig, dockerConfig | dockerConfigFile, propagateConsumerIdentity}}]`, in
+    /// order: asked after every consumer, as OCM falls back to them. One that does not
+    /// propagate its consumers' identities only serves credentials asked for by name,
+    /// which nothing bosun reads does: it is left out. Other credential repositories
+    /// (Vault, npm configs, …) serve no registry login and are not read.
+    pub docker_configs: Vec<DockerConfigSource>,
+}
+
+/// A docker config an `.ocmconfig` names as a credential repository.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DockerConfigSource {
+    /// `dockerConfig`: the config itself (an object, or its JSON text).
+    Inline(Value),
+    /// `dockerConfigFile`: a file on bosun's file system (`~/` is the home folder), read
+    /// when the chart is fetched; `field` names where the file was given.
+    File {
+        path: std::path::PathBuf,
+        field: String,
+    },
 }
 
 /// `v` as a list (null: empty); `field` names it in the error.
@@ -217,6 +237,16 @@ fn of_type(v: &Value, ty: &str) -> bool {
 impl OcmConfig {
     /// Reads an `.ocmconfig`; other configurations are not read.
     pub fn parse(text: &str, field: &str) -> Result<OcmConfig, String> {
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        Self::parse_with_home(text, field, home)
+    }
+
+    /// [`OcmConfig::parse`] with `home` as the folder `~/` names.
+    pub fn parse_with_home(
+        text: &str,
+        field: &str,
+        home: Option<std::path::PathBuf>,
+    ) -> Result<OcmConfig, String> {
         let config: Value =
             serde_saphyr::from_str(text).map_err(|e| format!("{field}: not YAML: {e}"))?;
         let mut out = OcmConfig::default();
@@ -239,6 +269,17 @@ impl OcmConfig {
                     out.logins
                         .extend(logins(consumer, &format!("{f}.consumers[{j}]"))?);
                 }
+                for (j, r) in list(&c["repositories"], &format!("{f}.repositories"))?
+                    .iter()
+                    .enumerate()
+                {
+                    let f = format!("{f}.repositories[{j}].repository");
+                    out.docker_configs.extend(docker_config(
+                        &r["repository"],
+                        &f,
+                        home.as_deref(),
+                    )?);
+                }
             }
         }
         Ok(out)
@@ -257,6 +298,60 @@ fn resolver(r: &Value, f: &str) -> Result<Resolver, String> {
         priority,
         repository: Repository::of(&r["repository"], &format!("{f}.repository"))?,
     })
+}
+
+/// The docker config a credential repository gives (none unless it is a `DockerConfig` that
+/// propagates its consumers' identities).
+fn docker_config(
+    r: &Value,
+    f: &str,
+    home: Option<&std::path::Path>,
+) -> Result<Option<DockerConfigSource>, String> {
+    if !of_type(r, "DockerConfig") {
+        if r["type"].as_str().is_none_or(str::is_empty) {
+            return Err(format!("{f}.type: missing"));
+        }
+        return Ok(None);
+    }
+    match &r["propagateConsumerIdentity"] {
+        Value::Null | Value::Bool(true) => {}
+        Value::Bool(false) => return Ok(None),
+        v => {
+            return Err(format!(
+                "{f}.propagateConsumerIdentity: expected true or false, got {v}"
+            ));
+        }
+    }
+    match (&r["dockerConfig"], &r["dockerConfigFile"]) {
+        (Value::Object(_), _) => Ok(Some(DockerConfigSource::Inline(r["dockerConfig"].clone()))),
+        (Value::String(text), _) => match serde_json::from_str::<Value>(text) {
+            Ok(config @ Value::Object(_)) => Ok(Some(DockerConfigSource::Inline(config))),
+            _ => Err(format!(
+                "{f}.dockerConfig: expected a docker config (a JSON object)"
+            )),
+        },
+        (Value::Null, Value::String(path)) if !path.is_empty() => {
+            let path = match path.strip_prefix("~/") {
+                Some(rest) => home
+                    .ok_or_else(|| {
+                        format!("{f}.dockerConfigFile: {path}: no home folder (HOME is not set)")
+                    })?
+                    .join(rest),
+                None => std::path::PathBuf::from(path),
+            };
+            Ok(Some(DockerConfigSource::File {
+                path,
+                field: format!("{f}.dockerConfigFile"),
+            }))
+        }
+        (Value::Null, Value::Null) => {
+            Err(format!("{f}: expected dockerConfig or dockerConfigFile"))
+        }
+        (Value::Null, v) => Err(format!("{f}.dockerConfigFile: expected a path, got {v}")),
+        (v, _) => Err(format!(
+            "{f}.dockerConfig: expected a docker config (a JSON object), got {v}"
+        )),
+    }
 }
 
 /// The docker configs of one credentials consumer (none unless it is an OCI registry).
@@ -660,6 +755,85 @@ mod tests {
             e.starts_with(".ocmconfig.configurations[0].consumers[0].credentials[0].properties"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn docker_configs_of_an_ocmconfig_are_its_credential_repositories() {
+        let text = r#"configurations:
+- type: credentials.config.ocm.software
+  repositories:
+  - repository:
+      type: DockerConfig/v1
+      dockerConfig: {auths: {ghcr.io: {auth: dTpw}}}
+  - repository:
+      type: DockerConfig
+      dockerConfig: '{"auths": {"r.io": {"username": "a", "password": "b"}}}'
+  - repository: {type: DockerConfig/v1, dockerConfigFile: ~/.docker/config.json}
+  - repository: {type: DockerConfig/v1, dockerConfigFile: /etc/bosun/docker.json, propagateConsumerIdentity: true}
+  - repository: {type: DockerConfig/v1, dockerConfigFile: /ignored.json, propagateConsumerIdentity: false}
+  - repository: {type: HashiCorpVault, serverURL: 'https://vault'}
+"#;
+        let home = Some(std::path::PathBuf::from("/home/bosun"));
+        let configs = OcmConfig::parse_with_home(text, ".ocmconfig", home.clone())
+            .expect("repositories")
+            .docker_configs;
+        let f = ".ocmconfig.configurations[0].repositories";
+        assert_eq!(
+            configs,
+            [
+                DockerConfigSource::Inline(json!({"auths": {"ghcr.io": {"auth": "dTpw"}}})),
+                DockerConfigSource::Inline(
+                    json!({"auths": {"r.io": {"username": "a", "password": "b"}}})
+                ),
+                DockerConfigSource::File {
+                    path: "/home/bosun/.docker/config.json".into(),
+                    field: format!("{f}[2].repository.dockerConfigFile"),
+                },
+                DockerConfigSource::File {
+                    path: "/etc/bosun/docker.json".into(),
+                    field: format!("{f}[3].repository.dockerConfigFile"),
+                },
+            ]
+        );
+        for (bad, want) in [
+            (
+                "repositories: [{repository: {type: DockerConfig}}]",
+                "[0].repository: expected dockerConfig or dockerConfigFile",
+            ),
+            (
+                "repositories: [{repository: {type: DockerConfig, dockerConfig: '{not json'}}]",
+                "[0].repository.dockerConfig: expected a docker config",
+            ),
+            (
+                "repositories: [{repository: {type: DockerConfig, dockerConfig: [1]}}]",
+                "[0].repository.dockerConfig: expected a docker config",
+            ),
+            (
+                "repositories: [{repository: {type: DockerConfig, dockerConfigFile: 3}}]",
+                "[0].repository.dockerConfigFile: expected a path",
+            ),
+            (
+                "repositories: [{repository: {type: DockerConfig, dockerConfigFile: /f, propagateConsumerIdentity: 'yes'}}]",
+                "[0].repository.propagateConsumerIdentity: expected true or false",
+            ),
+            (
+                "repositories: [{repository: {}}]",
+                "[0].repository.type: missing",
+            ),
+            ("repositories: {}", ": expected a list"),
+        ] {
+            let text =
+                format!("configurations: [{{type: credentials.config.ocm.software, {bad}}}]");
+            let e = OcmConfig::parse_with_home(&text, ".ocmconfig", home.clone()).expect_err(bad);
+            assert!(e.starts_with(&format!("{f}{want}")), "{bad}: {e}");
+        }
+        let e = OcmConfig::parse_with_home(
+            "configurations: [{type: credentials.config.ocm.software, repositories: [{repository: {type: DockerConfig, dockerConfigFile: ~/.docker/config.json}}]}]",
+            ".ocmconfig",
+            None,
+        )
+        .expect_err("no home");
+        assert!(e.contains("HOME is not set"), "{e}");
     }
 
     #[test]
