@@ -73,8 +73,8 @@ pub enum ValuesLayer {
     Memory,
 }
 
-/// One journaled fact.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One journaled fact. Read through [`EventDe`], its mirror ([`bosun_runtime::tagged`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum Event {
     /// A JSON patch applied to one values layer of one scope.
@@ -152,6 +152,125 @@ pub enum Event {
     /// A task transition (the runtime's shared part; its own `type` tags).
     #[serde(untagged)]
     Task(TaskEvent),
+}
+
+/// [`Event`]'s own variants as they are read: the same variants and fields, the tag read
+/// first (task events are read as [`TaskEvent`]s).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum EventDe {
+    ValuesPatched {
+        scope: Scope,
+        layer: ValuesLayer,
+        patch: json_patch::Patch,
+        source: String,
+    },
+    ValuesSet {
+        scope: Scope,
+        layer: ValuesLayer,
+        values: Value,
+        source: String,
+    },
+    ModuleEnabled {
+        module: String,
+        reason: String,
+    },
+    ModuleDisabled {
+        module: String,
+        reason: String,
+    },
+    ModulePhase {
+        module: String,
+        phase: ModulePhase,
+        #[serde(default)]
+        task: Option<TaskId>,
+    },
+    ReleaseApplied {
+        module: String,
+        revision: u32,
+        checksum: String,
+    },
+    ReleaseDeleted {
+        module: String,
+    },
+    ModuleFlagsSet {
+        flags: std::collections::BTreeMap<String, bool>,
+    },
+    ConvergeStarted {
+        reason: String,
+    },
+    ConvergeFinished,
+}
+
+impl From<EventDe> for Event {
+    fn from(e: EventDe) -> Event {
+        match e {
+            EventDe::ValuesPatched {
+                scope,
+                layer,
+                patch,
+                source,
+            } => Event::ValuesPatched {
+                scope,
+                layer,
+                patch,
+                source,
+            },
+            EventDe::ValuesSet {
+                scope,
+                layer,
+                values,
+                source,
+            } => Event::ValuesSet {
+                scope,
+                layer,
+                values,
+                source,
+            },
+            EventDe::ModuleEnabled { module, reason } => Event::ModuleEnabled { module, reason },
+            EventDe::ModuleDisabled { module, reason } => Event::ModuleDisabled { module, reason },
+            EventDe::ModulePhase {
+                module,
+                phase,
+                task,
+            } => Event::ModulePhase {
+                module,
+                phase,
+                task,
+            },
+            EventDe::ReleaseApplied {
+                module,
+                revision,
+                checksum,
+            } => Event::ReleaseApplied {
+                module,
+                revision,
+                checksum,
+            },
+            EventDe::ReleaseDeleted { module } => Event::ReleaseDeleted { module },
+            EventDe::ModuleFlagsSet { flags } => Event::ModuleFlagsSet { flags },
+            EventDe::ConvergeStarted { reason } => Event::ConvergeStarted { reason },
+            EventDe::ConvergeFinished => Event::ConvergeFinished,
+        }
+    }
+}
+
+impl bosun_runtime::tagged::Tagged for Event {
+    const TAG: &'static str = "type";
+    const EXPECTING: &'static str = "a journal event";
+
+    fn from_tag<'de, A: serde::de::MapAccess<'de>>(tag: String, rest: A) -> Result<Self, A::Error> {
+        if TaskEvent::TYPE_NAMES.contains(&tag.as_str()) {
+            return TaskEvent::from_tag(tag, rest).map(Event::Task);
+        }
+        bosun_runtime::tagged::read_variant::<EventDe, A>(tag, rest).map(Event::from)
+    }
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bosun_runtime::tagged::deserialize_tagged(d)
+    }
 }
 
 impl From<TaskEvent> for Event {
@@ -307,6 +426,93 @@ mod tests {
             json!({"type": "modulePhase", "module": "m", "phase": "CanRunHelm", "task": 3})
         );
         assert_eq!(upgrade(EVENT_VERSION, raw), Ok(e));
+    }
+
+    #[test]
+    fn every_event_reads_back_as_written_wherever_its_tag_is() {
+        let module = || "m".to_string();
+        let all = vec![
+            Event::ValuesPatched {
+                scope: Scope::Module(module()),
+                layer: ValuesLayer::Memory,
+                patch: serde_json::from_value(json!([{"op": "add", "path": "/a", "value": 1}]))
+                    .unwrap_or(json_patch::Patch(Vec::new())),
+                source: "hook.sh".into(),
+            },
+            Event::ValuesSet {
+                scope: Scope::Global,
+                layer: ValuesLayer::Config,
+                values: json!({"a": {"b": [1, 2]}}),
+                source: "configmap".into(),
+            },
+            Event::ModuleEnabled {
+                module: module(),
+                reason: "static".into(),
+            },
+            Event::ModuleDisabled {
+                module: module(),
+                reason: "script".into(),
+            },
+            Event::ModulePhase {
+                module: module(),
+                phase: ModulePhase::Ready,
+                task: None,
+            },
+            Event::ReleaseApplied {
+                module: module(),
+                revision: 3,
+                checksum: "c".into(),
+            },
+            Event::ReleaseDeleted { module: module() },
+            Event::ModuleFlagsSet {
+                flags: [(module(), true)].into_iter().collect(),
+            },
+            Event::ConvergeStarted {
+                reason: "OperatorStartup".into(),
+            },
+            Event::ConvergeFinished,
+            Event::Task(TaskEvent::TaskStarted {
+                id: TaskId(1),
+                attempt: 1,
+            }),
+            Event::Task(TaskEvent::TaskEnqueued {
+                task: TaskSpec {
+                    id: TaskId(2),
+                    queue: "main".into(),
+                    description: String::new(),
+                    kind: AddonTask::ConvergeModules {
+                        phase: ConvergePhase::WaitBeforeAll,
+                        reason: "OperatorStartup".into(),
+                    },
+                },
+                position: Position::Head,
+            }),
+        ];
+        let own: std::collections::BTreeSet<_> = all.iter().map(Event::type_name).collect();
+        for name in Event::ADDON_TYPE_NAMES {
+            assert!(own.contains(name), "{name} is covered");
+        }
+        for e in all {
+            let text = serde_json::to_string(&e).unwrap_or_default();
+            assert_eq!(
+                serde_json::from_str::<Event>(&text).ok(),
+                Some(e.clone()),
+                "{text}"
+            );
+            let value = serde_json::to_value(&e).unwrap_or_default();
+            let sorted = value.to_string();
+            assert_eq!(
+                serde_json::from_str::<Event>(&sorted).ok(),
+                Some(e.clone()),
+                "{sorted}"
+            );
+            assert_eq!(upgrade(EVENT_VERSION, value), Ok(e));
+        }
+        let e = serde_json::from_str::<Event>(r#"{"type":"moduleExploded"}"#).expect_err("unknown");
+        assert!(
+            e.to_string().contains("unknown variant `moduleExploded`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod mailbox;
 pub mod ports;
 pub mod queue;
 pub mod queue_actor;
+pub mod tagged;
 pub mod task;
 pub mod work_queue;
 

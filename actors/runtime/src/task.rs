@@ -98,8 +98,9 @@ pub enum Position {
     Before(TaskId),
 }
 
-/// A task transition: the part of the journal every subsystem's queues share.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A task transition: the part of the journal every subsystem's queues share. Read through
+/// [`TaskEventDe`], its mirror ([`crate::tagged`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum TaskEvent<K> {
     /// A task was put in a queue.
@@ -154,6 +155,83 @@ pub enum TaskEvent<K> {
         /// Why (the last error).
         reason: String,
     },
+}
+
+/// [`TaskEvent`] as it is read: the same variants and fields, the tag read first.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(clippy::enum_variant_names)] // as TaskEvent's: they are the journal's type names
+enum TaskEventDe<K> {
+    TaskEnqueued {
+        task: TaskSpec<K>,
+        position: Position,
+    },
+    TaskStarted {
+        id: TaskId,
+        attempt: u32,
+    },
+    TaskSucceeded {
+        id: TaskId,
+    },
+    TaskFailed {
+        id: TaskId,
+        error: String,
+        failures: u32,
+        next_retry_at_ms: u64,
+    },
+    TaskMerged {
+        id: TaskId,
+        into: TaskId,
+    },
+    TaskDropped {
+        id: TaskId,
+        reason: String,
+    },
+    TaskParked {
+        id: TaskId,
+        reason: String,
+    },
+}
+
+impl<K> From<TaskEventDe<K>> for TaskEvent<K> {
+    fn from(e: TaskEventDe<K>) -> TaskEvent<K> {
+        match e {
+            TaskEventDe::TaskEnqueued { task, position } => {
+                TaskEvent::TaskEnqueued { task, position }
+            }
+            TaskEventDe::TaskStarted { id, attempt } => TaskEvent::TaskStarted { id, attempt },
+            TaskEventDe::TaskSucceeded { id } => TaskEvent::TaskSucceeded { id },
+            TaskEventDe::TaskFailed {
+                id,
+                error,
+                failures,
+                next_retry_at_ms,
+            } => TaskEvent::TaskFailed {
+                id,
+                error,
+                failures,
+                next_retry_at_ms,
+            },
+            TaskEventDe::TaskMerged { id, into } => TaskEvent::TaskMerged { id, into },
+            TaskEventDe::TaskDropped { id, reason } => TaskEvent::TaskDropped { id, reason },
+            TaskEventDe::TaskParked { id, reason } => TaskEvent::TaskParked { id, reason },
+        }
+    }
+}
+
+impl<K: serde::de::DeserializeOwned> crate::tagged::Tagged for TaskEvent<K> {
+    const TAG: &'static str = "type";
+    const EXPECTING: &'static str = "a task event";
+
+    fn from_tag<'de, A: serde::de::MapAccess<'de>>(tag: String, rest: A) -> Result<Self, A::Error> {
+        crate::tagged::read_variant::<TaskEventDe<K>, A>(tag, rest).map(TaskEvent::from)
+    }
+}
+
+impl<'de, K: serde::de::DeserializeOwned> Deserialize<'de> for TaskEvent<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::tagged::deserialize_tagged(d)
+    }
 }
 
 impl<K> TaskEvent<K> {
@@ -229,5 +307,89 @@ mod tests {
     fn ids_are_allocated_above_the_journal() {
         let ids = TaskIds::after(41);
         assert_eq!([ids.next(), ids.next()], [TaskId(42), TaskId(43)]);
+    }
+
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    struct Kind {
+        hook: String,
+    }
+
+    fn every_task_event() -> Vec<TaskEvent<Kind>> {
+        let id = TaskId(7);
+        vec![
+            TaskEvent::TaskEnqueued {
+                task: TaskSpec {
+                    id,
+                    queue: "main".into(),
+                    description: "d".into(),
+                    kind: Kind { hook: "h".into() },
+                },
+                position: Position::After(TaskId(3)),
+            },
+            TaskEvent::TaskStarted { id, attempt: 2 },
+            TaskEvent::TaskSucceeded { id },
+            TaskEvent::TaskFailed {
+                id,
+                error: "e".into(),
+                failures: 1,
+                next_retry_at_ms: 5,
+            },
+            TaskEvent::TaskMerged {
+                id,
+                into: TaskId(8),
+            },
+            TaskEvent::TaskDropped {
+                id,
+                reason: "r".into(),
+            },
+            TaskEvent::TaskParked {
+                id,
+                reason: "p".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_task_event_reads_back_as_written_wherever_its_tag_is() {
+        let all = every_task_event();
+        assert_eq!(all.len(), TaskEvent::<Kind>::TYPE_NAMES.len());
+        for e in all {
+            // As written (the tag first), and with the tag last (keys sorted: the fallback).
+            let text = serde_json::to_string(&e).unwrap_or_default();
+            assert!(text.starts_with(r#"{"type":"#), "{text}");
+            let back: TaskEvent<Kind> = serde_json::from_str(&text).expect(&text);
+            assert_eq!(back, e);
+            let value = serde_json::to_value(&e).unwrap_or_default();
+            let sorted = value.to_string();
+            let back: TaskEvent<Kind> = serde_json::from_str(&sorted).expect(&sorted);
+            assert_eq!(back, e, "{sorted}");
+            let back: TaskEvent<Kind> = serde_json::from_value(value).expect("from a value");
+            assert_eq!(back, e);
+        }
+        for (bad, want) in [
+            (
+                r#"{"type":"taskExploded","id":1}"#,
+                "unknown variant `taskExploded`",
+            ),
+            (
+                r#"{"id":1,"type":"taskExploded"}"#,
+                "unknown variant `taskExploded`",
+            ),
+            (
+                r#"{"type":"taskStarted","id":1}"#,
+                "missing field `attempt`",
+            ),
+            (r#"{"id":1,"attempt":1}"#, "missing field `type`"),
+            (r#"{"id":1,"type":3}"#, "a string tag"),
+            (r#"[1]"#, "a task event"),
+        ] {
+            let e = serde_json::from_str::<TaskEvent<Kind>>(bad).expect_err(bad);
+            assert!(e.to_string().contains(want), "{bad}: {e}");
+        }
+        // Fields a variant does not have are skipped, as before.
+        let e: TaskEvent<Kind> =
+            serde_json::from_str(r#"{"type":"taskSucceeded","id":1,"extra":[1,{"a":2}]}"#)
+                .expect("extra field");
+        assert_eq!(e, TaskEvent::TaskSucceeded { id: TaskId(1) });
     }
 }
