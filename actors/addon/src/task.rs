@@ -461,36 +461,37 @@ impl TryFrom<WireTask> for AddonTask {
     type Error = InvalidTask;
 
     fn try_from(w: WireTask) -> Result<AddonTask, InvalidTask> {
-        let t = w.task_type;
-        let module = || {
-            w.module.clone().ok_or(InvalidTask::Missing {
+        // Taken apart so that each field moves into the task: binding contexts are not
+        // copied on their way in (a replay reads every enqueued task).
+        let WireTask {
+            task_type: t,
+            module,
+            hook,
+            params: raw,
+        } = w;
+        let need = |v: Option<String>, field: &'static str| {
+            v.ok_or(InvalidTask::Missing {
                 task_type: t,
-                field: "module",
-            })
-        };
-        let hook = || {
-            w.hook.clone().ok_or(InvalidTask::Missing {
-                task_type: t,
-                field: "hook",
+                field,
             })
         };
         fn params<P: serde::de::DeserializeOwned + Default>(
             t: TaskType,
-            raw: &Value,
+            raw: Value,
         ) -> Result<P, InvalidTask> {
             if raw.is_null() {
                 return Ok(P::default());
             }
-            serde_json::from_value(raw.clone()).map_err(|e| InvalidTask::Params {
+            serde_json::from_value(raw).map_err(|e| InvalidTask::Params {
                 task_type: t,
                 message: e.to_string(),
             })
         }
-        let reason = |raw: &Value| -> Result<String, InvalidTask> {
+        let reason = |raw: Value| -> Result<String, InvalidTask> {
             if raw.is_null() {
                 return Ok(String::new());
             }
-            serde_json::from_value::<ReasonParams>(raw.clone())
+            serde_json::from_value::<ReasonParams>(raw)
                 .map(|p| p.reason)
                 .map_err(|e| InvalidTask::Params {
                     task_type: t,
@@ -499,26 +500,30 @@ impl TryFrom<WireTask> for AddonTask {
         };
         Ok(match t {
             TaskType::GlobalHookRun => AddonTask::GlobalHookRun {
-                hook: hook()?,
-                run: params(t, &w.params)?,
+                hook: need(hook, "hook")?,
+                run: params(t, raw)?,
             },
             TaskType::GlobalHookEnableScheduleBindings => {
-                AddonTask::GlobalHookEnableScheduleBindings { hook: hook()? }
+                AddonTask::GlobalHookEnableScheduleBindings {
+                    hook: need(hook, "hook")?,
+                }
             }
             TaskType::GlobalHookEnableKubernetesBindings => {
-                AddonTask::GlobalHookEnableKubernetesBindings { hook: hook()? }
+                AddonTask::GlobalHookEnableKubernetesBindings {
+                    hook: need(hook, "hook")?,
+                }
             }
             TaskType::GlobalHookWaitKubernetesSynchronization => {
                 AddonTask::GlobalHookWaitKubernetesSynchronization
             }
             TaskType::ConvergeModules => {
-                let p: ConvergeParams = if w.params.is_null() {
+                let p: ConvergeParams = if raw.is_null() {
                     ConvergeParams {
                         phase: ConvergePhase::StandBy,
                         reason: String::new(),
                     }
                 } else {
-                    serde_json::from_value(w.params.clone()).map_err(|e| InvalidTask::Params {
+                    serde_json::from_value(raw).map_err(|e| InvalidTask::Params {
                         task_type: t,
                         message: e.to_string(),
                     })?
@@ -529,25 +534,25 @@ impl TryFrom<WireTask> for AddonTask {
                 }
             }
             TaskType::ModuleEnsureCRDs => AddonTask::ModuleEnsureCRDs {
-                module: module()?,
-                reason: reason(&w.params)?,
+                module: need(module, "module")?,
+                reason: reason(raw)?,
             },
             TaskType::ModuleRun => AddonTask::ModuleRun {
-                module: module()?,
-                run: params(t, &w.params)?,
+                module: need(module, "module")?,
+                run: params(t, raw)?,
             },
             TaskType::ModuleHookRun => AddonTask::ModuleHookRun {
-                module: module()?,
-                hook: hook()?,
-                run: params(t, &w.params)?,
+                module: need(module, "module")?,
+                hook: need(hook, "hook")?,
+                run: params(t, raw)?,
             },
             TaskType::ModuleDelete => AddonTask::ModuleDelete {
-                module: module()?,
-                reason: reason(&w.params)?,
+                module: need(module, "module")?,
+                reason: reason(raw)?,
             },
             TaskType::ModulePurge => AddonTask::ModulePurge {
-                module: module()?,
-                reason: reason(&w.params)?,
+                module: need(module, "module")?,
+                reason: reason(raw)?,
             },
             TaskType::DiscoverHelmReleases => AddonTask::DiscoverHelmReleases,
             TaskType::ParallelModuleRun | TaskType::ApplyKubeConfigValues => {

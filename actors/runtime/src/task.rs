@@ -68,8 +68,9 @@ pub trait TaskKind:
     fn absorb(&mut self, merged: &Self);
 }
 
-/// What a task is: enough to rebuild and show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What a task is: enough to rebuild and show it. Read by [`SpecVisitor`], which hands
+/// `kind` its fields as they come instead of buffering them as `flatten` does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskSpec<K> {
     /// Its identity.
@@ -82,6 +83,93 @@ pub struct TaskSpec<K> {
     /// What it does, with its parameters (the subsystem's own type).
     #[serde(flatten)]
     pub kind: K,
+}
+
+impl<'de, K: Deserialize<'de>> Deserialize<'de> for TaskSpec<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(SpecVisitor(std::marker::PhantomData))
+    }
+}
+
+/// Reads a [`TaskSpec`]: the object goes to `K` as a map whose `id`, `queue` and
+/// `description` entries are taken out on the way ([`SpecFields`]).
+struct SpecVisitor<K>(std::marker::PhantomData<K>);
+
+impl<'de, K: Deserialize<'de>> serde::de::Visitor<'de> for SpecVisitor<K> {
+    type Value = TaskSpec<K>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a task")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TaskSpec<K>, A::Error> {
+        use serde::de::Error as _;
+        let mut fields = SpecFields {
+            map: &mut map,
+            done: false,
+            id: None,
+            queue: None,
+            description: None,
+        };
+        let kind = K::deserialize(serde::de::value::MapAccessDeserializer::new(&mut fields))?;
+        // Whatever the kind did not read (it stopped early) may still hold the task's own.
+        while !fields.done {
+            use serde::de::MapAccess as _;
+            if fields.next_key::<serde::de::IgnoredAny>()?.is_some() {
+                fields.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(TaskSpec {
+            id: fields.id.ok_or_else(|| A::Error::missing_field("id"))?,
+            queue: fields
+                .queue
+                .ok_or_else(|| A::Error::missing_field("queue"))?,
+            description: fields.description.unwrap_or_default(),
+            kind,
+        })
+    }
+}
+
+/// A task's object as its kind sees it: its own entries are read into these fields and
+/// skipped.
+struct SpecFields<'a, A> {
+    map: &'a mut A,
+    /// The object has no more entries.
+    done: bool,
+    id: Option<TaskId>,
+    queue: Option<String>,
+    description: Option<String>,
+}
+
+impl<'de, A: serde::de::MapAccess<'de>> serde::de::MapAccess<'de> for SpecFields<'_, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<S: serde::de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<Option<S::Value>, A::Error> {
+        use serde::de::IntoDeserializer as _;
+        while !self.done {
+            let Some(key) = self.map.next_key::<String>()? else {
+                self.done = true;
+                break;
+            };
+            match key.as_str() {
+                "id" => self.id = Some(self.map.next_value()?),
+                "queue" => self.queue = Some(self.map.next_value()?),
+                "description" => self.description = Some(self.map.next_value()?),
+                _ => return seed.deserialize(key.into_deserializer()).map(Some),
+            }
+        }
+        Ok(None)
+    }
+
+    fn next_value_seed<S: serde::de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<S::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
 }
 
 /// Where an enqueued task goes in its queue.
@@ -384,6 +472,26 @@ mod tests {
             (r#"[1]"#, "a task event"),
         ] {
             let e = serde_json::from_str::<TaskEvent<Kind>>(bad).expect_err(bad);
+            assert!(e.to_string().contains(want), "{bad}: {e}");
+        }
+        // A task's own fields may come anywhere among its kind's; a description may be left out.
+        let spec: TaskSpec<Kind> =
+            serde_json::from_str(r#"{"hook":"h","extra":1,"queue":"q","id":3}"#).expect("spec");
+        assert_eq!(
+            spec,
+            TaskSpec {
+                id: TaskId(3),
+                queue: "q".into(),
+                description: String::new(),
+                kind: Kind { hook: "h".into() }
+            }
+        );
+        for (bad, want) in [
+            (r#"{"id":3,"hook":"h"}"#, "missing field `queue`"),
+            (r#"{"id":3,"queue":"q"}"#, "missing field `hook`"),
+            (r#"{"id":"x","queue":"q","hook":"h"}"#, "invalid type"),
+        ] {
+            let e = serde_json::from_str::<TaskSpec<Kind>>(bad).expect_err(bad);
             assert!(e.to_string().contains(want), "{bad}: {e}");
         }
         // Fields a variant does not have are skipped, as before.
