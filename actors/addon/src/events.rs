@@ -73,7 +73,7 @@ pub enum ValuesLayer {
     Memory,
 }
 
-/// One journaled fact. Read through [`EventDe`], its mirror ([`bosun_runtime::tagged`]).
+/// One journaled fact. Read through `EventDe`, its mirror ([`bosun_runtime::tagged`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum Event {

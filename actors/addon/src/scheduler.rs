@@ -12,7 +12,7 @@ use tokio::task::AbortHandle;
 use crate::hook_config::ScheduleBinding;
 use crate::schedule::Crontab;
 
-/// One schedule binding of one hook, owned by the global hook set ("global") or a module ("module/<name>").
+/// One schedule binding of one hook, owned by the global hook set ("global") or a module (`module/<name>`).
 #[derive(Clone, Debug)]
 pub struct ScheduleEntry {
     /// `global` or `module/<name>`.

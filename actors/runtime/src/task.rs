@@ -68,7 +68,7 @@ pub trait TaskKind:
     fn absorb(&mut self, merged: &Self);
 }
 
-/// What a task is: enough to rebuild and show it. Read by [`SpecVisitor`], which hands
+/// What a task is: enough to rebuild and show it. Read by `SpecVisitor`, which hands
 /// `kind` its fields as they come instead of buffering them as `flatten` does.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -187,7 +187,7 @@ pub enum Position {
 }
 
 /// A task transition: the part of the journal every subsystem's queues share. Read through
-/// [`TaskEventDe`], its mirror ([`crate::tagged`]).
+/// `TaskEventDe`, its mirror ([`crate::tagged`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum TaskEvent<K> {
