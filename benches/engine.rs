@@ -93,11 +93,12 @@ fn main() {
             match (r + step) % 3 {
                 0 => raw = raw_spawns(&hook, &files, tasks),
                 1 => {
-                    runner = rt.block_on(runner_alone(
-                        &tmp.path().join(format!("runner{r}")),
-                        &hook,
-                        tasks,
-                    ))
+                    // On a worker, as the engine's hook runs are (a future driven by
+                    // `block_on` is woken through one more thread at every exit).
+                    let (dir, hook) = (tmp.path().join(format!("runner{r}")), hook.clone());
+                    runner = rt
+                        .block_on(rt.spawn(async move { runner_alone(&dir, &hook, tasks).await }))
+                        .expect("runner round")
                 }
                 _ => {
                     engine = rt.block_on(round(

@@ -3,6 +3,7 @@
 
 pub mod discovery;
 pub mod process;
+mod spawn;
 
 pub use discovery::{DiscoveredHook, discover};
 pub use process::{HookInput, HookOutput, HookProcess, HookRunError};

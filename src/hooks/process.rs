@@ -5,16 +5,17 @@
 //! a timeout kills it and everything it started. The process is reaped with `wait4`, which
 //! gives its CPU time and peak memory.
 
+use std::ffi::OsStr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use bosun_addon::ports::{LogFields, ResourceUsage};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use super::spawn::{self, Spawn};
 use crate::logging::HookLog;
 
 /// A hook run that did not succeed.
@@ -190,10 +191,9 @@ const STDERR_TAIL_LINES: usize = 10;
 impl HookProcess {
     /// Runs `hook --config` and returns its stdout.
     pub async fn config(&self, name: &str, path: &Path) -> Result<String, HookRunError> {
-        let mut cmd = Command::new(path);
-        cmd.arg("--config");
+        let spec = self.spawn_spec(path, &["--config"], Vec::new());
         let (stdout, ..) = self
-            .execute(name, path, cmd, &LogFields::default(), true)
+            .execute(name, &spec, &LogFields::default(), true)
             .await?;
         Ok(stdout)
     }
@@ -201,15 +201,20 @@ impl HookProcess {
     /// Runs the hook with its input files and returns its output files.
     pub async fn run(&self, input: &HookInput<'_>) -> Result<HookOutput, HookRunError> {
         let files = self.prepare(input)?;
-        let mut cmd = Command::new(input.path);
-        for (var, p) in &files.paths {
-            cmd.env(var, p);
-        }
-        for (k, v) in &input.env {
-            cmd.env(k, v);
-        }
+        let env = files
+            .paths
+            .iter()
+            .map(|(var, p)| (OsStr::new(var), p.as_os_str()))
+            .chain(
+                input
+                    .env
+                    .iter()
+                    .map(|(k, v)| (OsStr::new(k), OsStr::new(v))),
+            )
+            .collect();
+        let spec = self.spawn_spec(input.path, &[], env);
         let (_, duration, usage) = self
-            .execute(input.name, input.path, cmd, &input.log_fields, false)
+            .execute(input.name, &spec, &input.log_fields, false)
             .await?;
         let read = |var: &str| -> Result<String, HookRunError> {
             let Some(p) = files.path(var) else {
@@ -248,14 +253,20 @@ impl HookProcess {
             file: result.clone(),
             source,
         })?;
-        let mut cmd = Command::new(input.path);
-        for (var, p) in files.paths.iter().chain(&cleanup.paths) {
-            cmd.env(var, p);
-        }
-        for (k, v) in &input.env {
-            cmd.env(k, v);
-        }
-        self.execute(input.name, input.path, cmd, &input.log_fields, false)
+        let env = files
+            .paths
+            .iter()
+            .chain(&cleanup.paths)
+            .map(|(var, p)| (OsStr::new(var), p.as_os_str()))
+            .chain(
+                input
+                    .env
+                    .iter()
+                    .map(|(k, v)| (OsStr::new(k), OsStr::new(v))),
+            )
+            .collect();
+        let spec = self.spawn_spec(input.path, &[], env);
+        self.execute(input.name, &spec, &input.log_fields, false)
             .await?;
         let text = std::fs::read_to_string(&result).map_err(|source| HookRunError::TempFile {
             hook: input.name.to_string(),
@@ -326,50 +337,48 @@ impl HookProcess {
         Ok(files)
     }
 
+    /// What [`spawn::spawn`] starts for a run of `program`.
+    fn spawn_spec<'a>(
+        &'a self,
+        program: &'a Path,
+        args: &'a [&'a str],
+        env: Vec<(&'a OsStr, &'a OsStr)>,
+    ) -> Spawn<'a> {
+        Spawn {
+            program,
+            args,
+            env,
+            working_dir: self.working_dir.as_deref(),
+        }
+    }
+
     async fn execute(
         &self,
         name: &str,
-        path: &Path,
-        mut cmd: Command,
+        spec: &Spawn<'_>,
         fields: &LogFields,
         capture_stdout: bool,
     ) -> Result<(String, Duration, Option<ResourceUsage>), HookRunError> {
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        if let Some(dir) = &self.working_dir {
-            cmd.current_dir(dir);
-        }
         let spawn_error = |source| HookRunError::Spawn {
             hook: name.to_string(),
-            path: path.to_path_buf(),
+            path: spec.program.to_path_buf(),
             source,
         };
         let started = Instant::now();
-        // A std child: tokio would reap it itself, and its rusage with it.
-        let mut child = cmd.spawn().map_err(spawn_error)?;
-        let Ok(pid) = i32::try_from(child.id()) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(spawn_error(std::io::Error::other("pid out of range")));
-        };
+        // Not tokio's child: tokio would reap it itself, and its rusage with it.
+        let child = spawn::spawn(spec).map_err(spawn_error)?;
+        let pid = child.pid;
         // Killed (with its process group) and reaped elsewhere if this future is dropped
         // before it is reaped, so nothing is left running or as a zombie.
         let mut guard = KillOnDrop(Some(pid));
-        let stdout = child
-            .stdout
-            .take()
-            .map(tokio::process::ChildStdout::from_std)
-            .transpose()
-            .map_err(spawn_error)?;
-        let stderr = child
-            .stderr
-            .take()
-            .map(tokio::process::ChildStderr::from_std)
-            .transpose()
-            .map_err(spawn_error)?;
-        drop(child);
+        let stdout = Some(
+            tokio::process::ChildStdout::from_std(std::process::ChildStdout::from(child.stdout))
+                .map_err(spawn_error)?,
+        );
+        let stderr = Some(
+            tokio::process::ChildStderr::from_std(std::process::ChildStderr::from(child.stderr))
+                .map_err(spawn_error)?,
+        );
         let log = |output| {
             HookLog::new(
                 name,

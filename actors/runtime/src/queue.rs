@@ -130,17 +130,38 @@ impl<K: TaskKind> Queues<K> {
     }
 
     fn task_mut(&mut self, id: TaskId) -> Option<&mut QueuedTask<K>> {
-        self.queues
-            .values_mut()
-            .flat_map(|q| q.iter_mut())
-            .find(|t| t.spec.id == id)
+        let (name, index) = self.locate(id).map(|(n, i)| (n.to_string(), i))?;
+        self.queues.get_mut(&name)?.get_mut(index)
+    }
+
+    /// Where task `id` is: its queue's name and its index there. Heads are looked at first:
+    /// the tasks that start, end and merge are nearly always heads, and a queue thousands
+    /// of tasks deep is then not walked at every transition.
+    fn locate(&self, id: TaskId) -> Option<(&str, usize)> {
+        let head = self
+            .queues
+            .iter()
+            .find(|(_, q)| q.first().is_some_and(|t| t.spec.id == id))
+            .map(|(name, _)| (name.as_str(), 0));
+        head.or_else(|| {
+            self.queues.iter().find_map(|(name, q)| {
+                q.iter()
+                    .position(|t| t.spec.id == id)
+                    .map(|i| (name.as_str(), i))
+            })
+        })
     }
 
     fn remove_task(&mut self, id: TaskId) {
-        for q in self.queues.values_mut() {
-            q.retain(|t| t.spec.id != id);
+        let Some((name, index)) = self.locate(id).map(|(n, i)| (n.to_string(), i)) else {
+            return;
+        };
+        if let Some(q) = self.queues.get_mut(&name) {
+            q.remove(index);
+            if q.is_empty() {
+                self.queues.remove(&name);
+            }
         }
-        self.queues.retain(|_, q| !q.is_empty());
     }
 }
 

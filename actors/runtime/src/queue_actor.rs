@@ -525,10 +525,15 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
             });
             self.commit(events).await?;
         }
-        let Some(head) = self.first() else {
+        // The head is looked at in place; it is cloned once, below, for its run.
+        let Some((head_id, head_attempts, retry_at)) = self
+            .tasks()
+            .first()
+            .map(|h| (h.spec.id, h.attempts, h.next_retry_at_ms))
+        else {
             return Ok(());
         };
-        if let Some(at) = head.next_retry_at_ms {
+        if let Some(at) = retry_at {
             let now = now_ms();
             if at > now {
                 let delay = Duration::from_millis(at - now);
@@ -542,7 +547,11 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
                 return Ok(());
             }
         }
-        if let Some(delay) = self.handler.ready_in(&head) {
+        if let Some(delay) = self
+            .tasks()
+            .first()
+            .and_then(|head| self.handler.ready_in(head))
+        {
             self.activity = Activity::sleeping(
                 format!("wait for the rate limit for {}", go_duration(delay)),
                 delay,
@@ -570,14 +579,11 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
             .actions
             .measure(QueueAction::Compact, || rules.adjacent_mergeable(tasks));
         for id in adjacent {
-            events.push(TaskEvent::TaskMerged {
-                id,
-                into: head.spec.id,
-            });
+            events.push(TaskEvent::TaskMerged { id, into: head_id });
         }
         events.push(TaskEvent::TaskStarted {
-            id: head.spec.id,
-            attempt: head.attempts + 1,
+            id: head_id,
+            attempt: head_attempts + 1,
         });
         // One journal write covers the previous task's end and this one's start. The task
         // starts while that write is flushed: see `durable_then`.
@@ -638,10 +644,14 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
             .take()
             .map(|t| t.elapsed())
             .unwrap_or_default();
-        let Some(task) = self.tasks().iter().find(|t| t.spec.id == id).cloned() else {
+        let Some((line, failures_before)) = self
+            .tasks()
+            .iter()
+            .find(|t| t.spec.id == id)
+            .map(|t| (self.log_line(t), t.failures))
+        else {
             return Ok(());
         };
-        let line = self.log_line(&task);
         tracing::info!(
             queue = %self.name,
             task = %line,
@@ -681,8 +691,8 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
                 self.flush().await?;
             }
             TaskOutcome::Fail(error) => {
-                let failures = task.failures + 1;
-                let delay = backoff(task.failures, jitter());
+                let failures = failures_before + 1;
+                let delay = backoff(failures_before, jitter());
                 tracing::error!(queue = %self.name, task = %line, failures, retry_in = ?delay, error = %error, "task failed");
                 events.push(TaskEvent::TaskFailed {
                     id,
