@@ -350,7 +350,11 @@ fn settle(sb: &Sandbox, op: &Operator, work: &Path, beta: bool, what: &str) -> O
         let idle = state.as_ref().is_some_and(|state| {
             !state.converge.in_progress
                 && state.converge.completed >= 1
-                && state.tasks.queues.values().all(Vec::is_empty)
+                && state
+                    .tasks
+                    .queues
+                    .values()
+                    .all(std::collections::VecDeque::is_empty)
         });
         let values = global_values(&socket).unwrap_or_default();
         let objects = chart_objects(sb);

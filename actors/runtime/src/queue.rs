@@ -7,7 +7,7 @@
 //!                     ▲ same fold on replay, in the queue actors and in `bosun journal`
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -18,8 +18,10 @@ use crate::task::{Position, QueuedTask, TaskEvent, TaskId, TaskKind, TaskSpec};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", bound = "K: TaskKind")]
 pub struct Queues<K> {
-    /// Queue contents by queue name, head first.
-    pub queues: BTreeMap<String, Vec<QueuedTask<K>>>,
+    /// Queue contents by queue name, head first. A deque, so a task that ends at the head
+    /// leaves without the thousands behind it being moved; kept contiguous by every method
+    /// here (see [`Queues::queue`]).
+    pub queues: BTreeMap<String, VecDeque<QueuedTask<K>>>,
     /// Tasks set aside after too many attempts, by queue.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub parked: BTreeMap<String, Vec<QueuedTask<K>>>,
@@ -89,7 +91,11 @@ impl<K: TaskKind> Queues<K> {
 
     /// The tasks of one queue, head first.
     pub fn queue(&self, name: &str) -> &[QueuedTask<K>] {
-        self.queues.get(name).map(Vec::as_slice).unwrap_or_default()
+        self.queues.get(name).map_or(&[], |q| {
+            let (front, back) = q.as_slices();
+            debug_assert!(back.is_empty(), "queue {name} is not contiguous");
+            front
+        })
     }
 
     /// The parked tasks of one queue.
@@ -127,6 +133,10 @@ impl<K: TaskKind> Queues<K> {
             Position::Before(other) => queue.iter().position(|t| t.spec.id == other).unwrap_or(0),
         };
         queue.insert(index, task);
+        // A deque wraps around its buffer now and then (a task at the head of a queue whose
+        // buffer starts at its first slot, or appended at the end of the buffer): moved
+        // back into one piece, at most once per buffer's worth of inserts.
+        queue.make_contiguous();
     }
 
     fn task_mut(&mut self, id: TaskId) -> Option<&mut QueuedTask<K>> {
@@ -141,7 +151,7 @@ impl<K: TaskKind> Queues<K> {
         let head = self
             .queues
             .iter()
-            .find(|(_, q)| q.first().is_some_and(|t| t.spec.id == id))
+            .find(|(_, q)| q.front().is_some_and(|t| t.spec.id == id))
             .map(|(name, _)| (name.as_str(), 0));
         head.or_else(|| {
             self.queues.iter().find_map(|(name, q)| {
@@ -322,6 +332,52 @@ mod tests {
 
     fn ids(q: &Queues<Numbers>, name: &str) -> Vec<u64> {
         q.queue(name).iter().map(|t| t.spec.id.0).collect()
+    }
+
+    /// A queue used as a FIFO for long (its buffer wraps around again and again), with
+    /// tasks put at its head and in its middle now and then, keeps its order, and every
+    /// look at it sees one piece.
+    #[test]
+    fn a_long_lived_queue_keeps_its_order() {
+        let mut q = Queues::default();
+        let mut model: std::collections::VecDeque<u64> = Default::default();
+        let mut next = 1;
+        for round in 0..2_000u64 {
+            let position = match round % 7 {
+                0 => Position::Head,
+                3 => model
+                    .get(model.len() / 2)
+                    .map_or(Position::Tail, |&id| Position::After(TaskId(id))),
+                _ => Position::Tail,
+            };
+            q.apply(&TaskEvent::TaskEnqueued {
+                task: spec(next, "main"),
+                position,
+            });
+            match position {
+                Position::Head => model.push_front(next),
+                Position::After(TaskId(after)) => {
+                    let i = model
+                        .iter()
+                        .position(|&id| id == after)
+                        .map_or(0, |i| i + 1);
+                    model.insert(i, next);
+                }
+                _ => model.push_back(next),
+            }
+            next += 1;
+            if round % 3 != 0
+                && let Some(head) = model.pop_front()
+            {
+                q.apply(&TaskEvent::TaskStarted {
+                    id: TaskId(head),
+                    attempt: 1,
+                });
+                q.apply(&TaskEvent::TaskSucceeded { id: TaskId(head) });
+            }
+            assert_eq!(ids(&q, "main"), Vec::from(model.clone()), "round {round}");
+        }
+        assert_eq!(q.queue("main").len(), model.len());
     }
 
     #[test]

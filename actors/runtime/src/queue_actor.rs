@@ -361,9 +361,8 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
     fn first(&mut self) -> Option<QueuedTask<K>> {
         let name = &self.name;
         let state = &self.state;
-        self.actions.measure(QueueAction::GetFirst, || {
-            state.queues.get(name).and_then(|q| q.first()).cloned()
-        })
+        self.actions
+            .measure(QueueAction::GetFirst, || state.queue(name).first().cloned())
     }
 
     /// Applies events in memory and keeps them for the next [`QueueState::flush`].
