@@ -220,7 +220,7 @@ impl HookProcess {
             let Some(p) = files.path(var) else {
                 return Ok(String::new());
             };
-            std::fs::read_to_string(p).map_err(|source| HookRunError::TempFile {
+            read_output(p).map_err(|source| HookRunError::TempFile {
                 hook: input.name.to_string(),
                 file: p.to_path_buf(),
                 source,
@@ -286,15 +286,19 @@ impl HookProcess {
     fn prepare(&self, input: &HookInput<'_>) -> Result<TempFiles, HookRunError> {
         // The files hold values, secrets included: a folder bosun creates is 0700 (an
         // existing one, possibly shared like /tmp, is left as it is) and the files 0600.
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.tmp_dir)
-            .map_err(|source| HookRunError::TempFile {
-                hook: input.name.to_string(),
-                file: self.tmp_dir.clone(),
-                source,
-            })?;
+        // The folder is created when the first file finds it missing (at the first run, or
+        // after someone removed it), not looked up at every run.
+        let create_folder = || {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&self.tmp_dir)
+                .map_err(|source| HookRunError::TempFile {
+                    hook: input.name.to_string(),
+                    file: self.tmp_dir.clone(),
+                    source,
+                })
+        };
         let id = uuid::Uuid::new_v4().simple().to_string();
         let mut files = TempFiles {
             paths: Vec::new(),
@@ -303,7 +307,14 @@ impl HookProcess {
         let mut write =
             |var: &'static str, suffix: &str, content: String| -> Result<(), HookRunError> {
                 let p = self.tmp_dir.join(format!("{id}-{suffix}"));
-                write_private(&p, content.as_bytes()).map_err(|source| HookRunError::TempFile {
+                let mut written = write_private(&p, content.as_bytes());
+                if files.paths.is_empty()
+                    && matches!(&written, Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+                {
+                    create_folder()?;
+                    written = write_private(&p, content.as_bytes());
+                }
+                written.map_err(|source| HookRunError::TempFile {
                     hook: input.name.to_string(),
                     file: p.clone(),
                     source,
@@ -596,6 +607,17 @@ fn kill_group(pid: Option<u32>) {
     }
 }
 
+/// The text a hook left in one of its output files. Read without asking the file's size
+/// first (`std::fs::read_to_string` does: two more system calls per file, four files per
+/// run, and these files are nearly always empty).
+fn read_output(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let mut text = String::new();
+    file.take(u64::MAX).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// Writes a hook's temporary file, readable by its owner only (`0600`).
 fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
@@ -711,6 +733,35 @@ echo to-stdout; echo to-stderr >&2"#,
             "{}",
             out.metrics
         );
+    }
+
+    #[tokio::test]
+    async fn a_removed_temp_folder_is_created_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hook = script(
+            dir.path(),
+            "patch.sh",
+            r#"echo '[]' > "$VALUES_JSON_PATCH_PATH""#,
+        );
+        let ctx = json!([]);
+        let runner = runner(dir.path(), Duration::from_secs(30));
+        for _ in 0..2 {
+            let out = runner
+                .run(&input("patch.sh", &hook, &ctx))
+                .await
+                .expect("run");
+            assert_eq!(out.values_patch, "[]\n");
+            // Gone between runs (a cleanup of /tmp, an operator's rm -rf); retried while
+            // the runner's own removals of the run's files race with it.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while let Err(e) = std::fs::remove_dir_all(&runner.tmp_dir) {
+                assert!(
+                    Instant::now() < deadline,
+                    "cannot remove the temp folder: {e}"
+                );
+                tokio::task::yield_now().await;
+            }
+        }
     }
 
     #[tokio::test]
