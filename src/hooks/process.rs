@@ -201,18 +201,7 @@ impl HookProcess {
     /// Runs the hook with its input files and returns its output files.
     pub async fn run(&self, input: &HookInput<'_>) -> Result<HookOutput, HookRunError> {
         let files = self.prepare(input)?;
-        let env = files
-            .paths
-            .iter()
-            .map(|(var, p)| (OsStr::new(var), p.as_os_str()))
-            .chain(
-                input
-                    .env
-                    .iter()
-                    .map(|(k, v)| (OsStr::new(k), OsStr::new(v))),
-            )
-            .collect();
-        let spec = self.spawn_spec(input.path, &[], env);
+        let spec = self.run_spec(input, &files.paths);
         let (_, duration, usage) = self
             .execute(input.name, &spec, &input.log_fields, false)
             .await?;
@@ -253,19 +242,7 @@ impl HookProcess {
             file: result.clone(),
             source,
         })?;
-        let env = files
-            .paths
-            .iter()
-            .chain(&cleanup.paths)
-            .map(|(var, p)| (OsStr::new(var), p.as_os_str()))
-            .chain(
-                input
-                    .env
-                    .iter()
-                    .map(|(k, v)| (OsStr::new(k), OsStr::new(v))),
-            )
-            .collect();
-        let spec = self.spawn_spec(input.path, &[], env);
+        let spec = self.run_spec(input, files.paths.iter().chain(&cleanup.paths));
         self.execute(input.name, &spec, &input.log_fields, false)
             .await?;
         let text = std::fs::read_to_string(&result).map_err(|source| HookRunError::TempFile {
@@ -361,6 +338,25 @@ impl HookProcess {
             env,
             working_dir: self.working_dir.as_deref(),
         }
+    }
+
+    /// What a run of `input`'s hook starts: the variables naming its files, then its own.
+    fn run_spec<'a>(
+        &'a self,
+        input: &'a HookInput<'_>,
+        files: impl IntoIterator<Item = &'a (&'static str, PathBuf)>,
+    ) -> Spawn<'a> {
+        let env = files
+            .into_iter()
+            .map(|(var, p)| (OsStr::new(*var), p.as_os_str()))
+            .chain(
+                input
+                    .env
+                    .iter()
+                    .map(|(k, v)| (OsStr::new(k), OsStr::new(v))),
+            )
+            .collect();
+        self.spawn_spec(input.path, &[], env)
     }
 
     async fn execute(
