@@ -341,8 +341,8 @@ mod tests {
     fn a_long_lived_queue_keeps_its_order() {
         let mut q = Queues::default();
         let mut model: std::collections::VecDeque<u64> = Default::default();
-        let mut next = 1;
         for round in 0..2_000u64 {
+            let next = round + 1;
             let position = match round % 7 {
                 0 => Position::Head,
                 3 => model
@@ -365,7 +365,6 @@ mod tests {
                 }
                 _ => model.push_back(next),
             }
-            next += 1;
             if round % 3 != 0
                 && let Some(head) = model.pop_front()
             {
