@@ -378,14 +378,12 @@ impl HookProcess {
         // Killed (with its process group) and reaped elsewhere if this future is dropped
         // before it is reaped, so nothing is left running or as a zombie.
         let mut guard = KillOnDrop(Some(pid));
-        let stdout = Some(
+        let stdout =
             tokio::process::ChildStdout::from_std(std::process::ChildStdout::from(child.stdout))
-                .map_err(spawn_error)?,
-        );
-        let stderr = Some(
+                .map_err(spawn_error)?;
+        let stderr =
             tokio::process::ChildStderr::from_std(std::process::ChildStderr::from(child.stderr))
-                .map_err(spawn_error)?,
-        );
+                .map_err(spawn_error)?;
         let log = |output| {
             HookLog::new(
                 name,
@@ -398,15 +396,13 @@ impl HookProcess {
         let mut out_log = log("stdout");
         let out = async move {
             let mut captured = String::new();
-            if let Some(s) = stdout {
-                let mut lines = BufReader::new(s).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if capture_stdout {
-                        captured.push_str(&line);
-                        captured.push('\n');
-                    } else {
-                        out_log.line(line);
-                    }
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if capture_stdout {
+                    captured.push_str(&line);
+                    captured.push('\n');
+                } else {
+                    out_log.line(line);
                 }
             }
             out_log.finish();
@@ -415,15 +411,13 @@ impl HookProcess {
         let mut err_log = log("stderr");
         let err = async move {
             let mut tail: std::collections::VecDeque<String> = Default::default();
-            if let Some(s) = stderr {
-                let mut lines = BufReader::new(s).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if tail.len() == STDERR_TAIL_LINES {
-                        tail.pop_front();
-                    }
-                    tail.push_back(line.clone());
-                    err_log.line(line);
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tail.len() == STDERR_TAIL_LINES {
+                    tail.pop_front();
                 }
+                tail.push_back(line.clone());
+                err_log.line(line);
             }
             err_log.finish();
             tail.into_iter().collect::<Vec<_>>().join("\n")
