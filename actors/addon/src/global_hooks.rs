@@ -20,7 +20,7 @@ use crate::ports::{HookResult, HookRun, LogFields, PortError, Ports};
 use crate::schema::ValuesSchemas;
 use crate::state::{QueuedTask, State};
 use crate::sync_waiter::SyncWaiter;
-use crate::task::{TaskOutcome, converge_task};
+use crate::task::{Completion, TaskOutcome, converge_task};
 use crate::telemetry::{self, HookRunLabels, RunOutcome};
 use crate::values::{GlobalDocs, apply_memory, checksum};
 
@@ -38,14 +38,14 @@ pub struct GlobalHook {
 /// Messages of the global hooks actor.
 #[derive(Debug)]
 pub enum GlobalHooksMsg {
-    /// Run a `GlobalHookRun` task.
-    Run(Box<QueuedTask>, RpcReplyPort<TaskOutcome>),
+    /// Run a `GlobalHookRun` task; its end goes to its queue through the completion.
+    Run(Box<QueuedTask>, Completion),
     /// A hook process finished (after running this long).
     Done(
         Box<QueuedTask>,
         Result<HookResult, PortError>,
         std::time::Duration,
-        RpcReplyPort<TaskOutcome>,
+        Completion,
     ),
     /// Reply with the global values document `{"global": …}`.
     Values(RpcReplyPort<Value>),
@@ -156,13 +156,13 @@ impl GlobalHooksState {
         Ok(())
     }
 
-    fn start(&self, task: QueuedTask, reply: RpcReplyPort<TaskOutcome>) {
+    fn start(&self, task: QueuedTask, done: Completion) {
         let Some(hook) = self
             .hooks
             .iter()
             .find(|h| Some(h.name.as_str()) == task.spec.kind.hook())
         else {
-            let _ = reply.send(TaskOutcome::Fail(format!(
+            done.finish(TaskOutcome::Fail(format!(
                 "global hook {:?} is not loaded",
                 task.spec.kind.hook()
             )));
@@ -201,7 +201,7 @@ impl GlobalHooksState {
                 Err(e) => format!("error: {e}"),
             };
             // Report first, so the actor never looks idle between the two.
-            let _ = me.cast(GlobalHooksMsg::Done(Box::new(task), result, took, reply));
+            let _ = me.cast(GlobalHooksMsg::Done(Box::new(task), result, took, done));
             mailbox.job_finished(job, outcome);
         });
     }
@@ -239,7 +239,11 @@ impl GlobalHooksState {
                 return TaskOutcome::Fail(e.to_string());
             }
         };
-        let before = checksum(&self.values_document());
+        // Only patches change the values: without them the documents are not hashed.
+        let patched = [&out.values_patch, &out.config_values_patch]
+            .iter()
+            .any(|p| !p.trim().is_empty());
+        let before = patched.then(|| checksum(&self.values_document()));
         let applied = self.apply_output(&hook, &out).await;
         let outcome = if applied.is_ok() {
             RunOutcome::Success
@@ -257,7 +261,7 @@ impl GlobalHooksState {
             Err(e) => return TaskOutcome::Fail(e.to_string()),
         }
         self.synchronized(task);
-        let changed = checksum(&self.values_document()) != before;
+        let changed = before.is_some_and(|b| checksum(&self.values_document()) != b);
         let event_driven = task
             .spec
             .kind
@@ -351,10 +355,10 @@ impl Actor for GlobalHooksActor {
     ) -> Result<(), ActorProcessingErr> {
         st.mailbox.begin(envelope.seq);
         match envelope.msg {
-            GlobalHooksMsg::Run(task, reply) => st.start(*task, reply),
-            GlobalHooksMsg::Done(task, result, took, reply) => {
+            GlobalHooksMsg::Run(task, done) => st.start(*task, done),
+            GlobalHooksMsg::Done(task, result, took, done) => {
                 let outcome = st.finish(&task, result, took).await;
-                let _ = reply.send(outcome);
+                done.finish(outcome);
             }
             GlobalHooksMsg::Values(reply) => {
                 let _ = reply.send(st.values_document());

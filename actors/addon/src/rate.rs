@@ -35,7 +35,7 @@ impl Limiter {
     }
 
     /// Takes a token if one is there; else how long until one is.
-    fn try_take(&self) -> Result<(), Duration> {
+    pub fn try_take(&self) -> Result<(), Duration> {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         let refill = now.duration_since(st.1).as_secs_f64() / self.interval.as_secs_f64();

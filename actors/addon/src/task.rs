@@ -323,6 +323,8 @@ impl AddonTask {
 
 /// How an addon task ended, and what it asks its queue to do next.
 pub type TaskOutcome = bosun_runtime::queue_actor::TaskOutcome<AddonTask>;
+/// Reports an addon task's end to its queue.
+pub type Completion = bosun_runtime::queue_actor::Completion<AddonTask>;
 /// A queue's contents, for the debug dump.
 pub type QueueDump = bosun_runtime::queue_actor::QueueDump<AddonTask>;
 

@@ -63,10 +63,59 @@ impl<K> TaskOutcome<K> {
     }
 }
 
+/// Reports how a started task ended, to its queue (see [`TaskHandler::start`]).
+///
+/// Dropped without [`Completion::finish`] — the actor it was handed to stopped, with the
+/// task in its mailbox or its run in flight — it reports a failure, so a queue never waits
+/// for a task nobody runs; the task is retried like any failed one.
+pub struct Completion<K>(Option<Box<dyn FnOnce(TaskOutcome<K>) + Send>>);
+
+impl<K> Completion<K> {
+    /// A completion that hands the outcome to `report`.
+    pub fn new(report: impl FnOnce(TaskOutcome<K>) + Send + 'static) -> Completion<K> {
+        Completion(Some(Box::new(report)))
+    }
+
+    /// Reports the task's end.
+    pub fn finish(mut self, outcome: TaskOutcome<K>) {
+        if let Some(report) = self.0.take() {
+            report(outcome)
+        }
+    }
+}
+
+impl<K> Drop for Completion<K> {
+    fn drop(&mut self) {
+        if let Some(report) = self.0.take() {
+            report(TaskOutcome::Fail(
+                "the task's run stopped before it ended (its actor is gone)".into(),
+            ))
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for Completion<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Completion"
+        } else {
+            "Completion(finished)"
+        })
+    }
+}
+
 /// Runs tasks (the subsystem's conductor).
-pub trait TaskHandler<K>: Send + Sync + 'static {
+pub trait TaskHandler<K: Send + 'static>: Send + Sync + 'static {
     /// Runs one task.
     fn handle(&self, task: QueuedTask<K>) -> BoxFut<'_, TaskOutcome<K>>;
+
+    /// Starts one task, which reports its end through `done`. By default
+    /// [`TaskHandler::handle`] runs on a task of its own ([`run_on_own_task`]); a handler
+    /// whose tasks another actor runs hands `done` to that actor instead, which spares a
+    /// spawned task and two hand-offs between tasks per run.
+    fn start(self: Arc<Self>, task: QueuedTask<K>, done: Completion<K>) {
+        run_on_own_task(self, task, done)
+    }
 
     /// How long the head task must wait before it may start (a hook's rate limit), or
     /// `None` when it may start now. While it waits it is neither started nor merged: the
@@ -75,6 +124,16 @@ pub trait TaskHandler<K>: Send + Sync + 'static {
     fn ready_in(&self, _task: &QueuedTask<K>) -> Option<Duration> {
         None
     }
+}
+
+/// Runs `task` through `handler`'s [`TaskHandler::handle`] on a task of its own and
+/// reports its end: what [`TaskHandler::start`] does unless a handler starts tasks another way.
+pub fn run_on_own_task<K: Send + 'static, H: TaskHandler<K> + ?Sized>(
+    handler: Arc<H>,
+    task: QueuedTask<K>,
+    done: Completion<K>,
+) {
+    tokio::spawn(async move { done.finish(handler.handle(task).await) });
 }
 
 /// Delivers tasks to other queues (creating them on demand).
@@ -290,13 +349,37 @@ impl<E> Default for Durable<E> {
 }
 
 impl<E: Clone + Send + 'static> Durable<E> {
+    /// Whether the flush is done, looked at once without waiting (it usually is by the time
+    /// the task ends: the flush overlaps the run).
+    fn done_now(&mut self) -> bool {
+        let Some(ack) = &mut self.ack else {
+            return self.sink.is_none();
+        };
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match ack.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Ok(_)) => {
+                self.ack = None;
+                self.sink = None;
+                true
+            }
+            // Refused: `wait` appends the events again.
+            std::task::Poll::Ready(Err(_)) => {
+                self.ack = None;
+                false
+            }
+            std::task::Poll::Pending => false,
+        }
+    }
+
     /// Waits for the flush; if the journal refused the events, appends them again until it
     /// takes them.
     async fn wait(self, queue: &str) {
-        let (Some(ack), Some(sink)) = (self.ack, self.sink) else {
+        let Some(sink) = self.sink else {
             return;
         };
-        if ack.await.is_ok() {
+        if let Some(ack) = self.ack
+            && ack.await.is_ok()
+        {
             return;
         }
         let mut delay = Duration::from_millis(100);
@@ -599,21 +682,40 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
         let line = self.log_line(&task);
         // The previous error was logged when it happened ("task failed", in its own field).
         tracing::info!(queue = %self.name, task = %line, attempt = task.attempts, failures = task.failures, "task started");
-        let handler = self.handler.clone();
+        let job = self.mailbox.job_started(format!("task {line}"));
+        let done = self.completion(task.spec.id, durable, job);
+        self.handler.clone().start(task, done);
+        Ok(())
+    }
+
+    /// How task `id` reports its end: as a `Finished` message to this actor, once its
+    /// start is durable (see [`Durable`]; it nearly always is by then, and then the report
+    /// goes out from where the run ended, with no task in between).
+    fn completion(&self, id: TaskId, mut durable: Durable<E>, job: u64) -> Completion<K> {
         let me = self.me.clone();
         let mailbox = self.mailbox.clone();
-        let job = mailbox.job_started(format!("task {line}"));
-        let id = task.spec.id;
         let queue = self.name.clone();
-        tokio::spawn(async move {
-            let outcome = handler.handle(task).await;
-            durable.wait(&queue).await;
-            let summary = outcome.summary();
-            // Report first, so the actor never looks idle between the two.
-            let _ = me.cast(QueueMsg::Finished { id, outcome });
-            mailbox.job_finished(job, summary);
-        });
-        Ok(())
+        Completion::new(move |outcome| {
+            let report = move |outcome: TaskOutcome<K>| {
+                let summary = outcome.summary();
+                // Report first, so the actor never looks idle between the two.
+                let _ = me.cast(QueueMsg::Finished { id, outcome });
+                mailbox.job_finished(job, summary);
+            };
+            if durable.done_now() {
+                return report(outcome);
+            }
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(async move {
+                        durable.wait(&queue).await;
+                        report(outcome)
+                    });
+                }
+                // No runtime: the process is stopping and nothing would take the report.
+                Err(_) => tracing::debug!(queue = %queue, "a task ended as the process stopped"),
+            }
+        })
     }
 
     fn split_foreign(&self, tasks: Vec<TaskSpec<K>>) -> Vec<TaskSpec<K>> {
@@ -836,5 +938,38 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + Sync + 'static> Actor
         };
         st.mailbox.end();
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn recorder() -> (Arc<Mutex<Vec<String>>>, Completion<()>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let done = Completion::new(move |outcome: TaskOutcome<()>| {
+            sink.lock().expect("lock").push(outcome.summary())
+        });
+        (seen, done)
+    }
+
+    #[test]
+    fn a_completion_reports_the_outcome_it_is_given_once() {
+        let (seen, done) = recorder();
+        done.finish(TaskOutcome::done());
+        assert_eq!(*seen.lock().expect("lock"), vec!["success".to_string()]);
+    }
+
+    #[test]
+    fn a_completion_dropped_unfinished_reports_a_failure() {
+        // The actor that held it stopped: the queue must not wait for the task forever.
+        let (seen, done) = recorder();
+        drop(done);
+        let seen = seen.lock().expect("lock");
+        assert_eq!(seen.len(), 1);
+        assert!(seen[0].starts_with("fail: "), "{seen:?}");
+        assert!(seen[0].contains("stopped before it ended"), "{seen:?}");
     }
 }
