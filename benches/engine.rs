@@ -18,10 +18,11 @@
 //! puts it elsewhere: `BENCH_JOURNAL_DIR=/dev/shm` (fsync is free on tmpfs) shows what the
 //! one `fdatasync` per task costs on this machine's disk (docs/actors.md).
 //!
-//! `cargo bench --bench engine`; `BENCH_TASKS` (default 4,000) and `BENCH_ROUNDS` (default
-//! 12: single rounds of this VM range from 0.7 to 1.2, and the median of six moved by
-//! ±0.06 from run to run) scale it, `BENCH_WORKERS` (default 2) sizes the runtime (one worker measured no
-//! different on this machine; `0`: a current-thread runtime, see docs/actors.md).
+//! `cargo bench --bench engine`; `BENCH_TASKS` (default 8,000) and `BENCH_ROUNDS` (default
+//! 24: single rounds of this VM range from 0.6 to 1.2, the median of six moved by ±0.06
+//! from run to run and the median of twelve by ±0.04) scale it, `BENCH_WORKERS` (default
+//! 2) sizes the runtime (one worker measured no different on this machine; `0`: a
+//! current-thread runtime, see docs/actors.md).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -46,8 +47,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let rounds = env("BENCH_ROUNDS", 12);
-    let tasks = env("BENCH_TASKS", 4_000) / rounds;
+    let rounds = env("BENCH_ROUNDS", 24);
+    let tasks = env("BENCH_TASKS", 8_000) / rounds;
     let dir = tempfile::tempdir().expect("tempdir");
     let journals = match std::env::var_os("BENCH_JOURNAL_DIR") {
         Some(base) => tempfile::tempdir_in(base).expect("BENCH_JOURNAL_DIR: a writable folder"),
