@@ -815,23 +815,14 @@ impl queue_actor::TaskHandler<AddonTask> for EngineHandler {
 
     /// A global hook's run goes straight to the global hooks actor, which reports its end
     /// to the queue: no task of its own waits for it (one spawn and two hand-offs fewer per
-    /// run than [`TaskHandler::handle`]). Held by its rate limit, it waits on a task.
+    /// run than [`TaskHandler::handle`]). Held by its rate limit, it waits in `handle`.
     fn start(self: Arc<Self>, task: QueuedTask, done: Completion) {
-        let AddonTask::GlobalHookRun { hook, .. } = &task.spec.kind else {
-            return queue_actor::run_on_own_task(self, task, done);
-        };
-        match self.limiters.get(hook).map(|l| l.try_take()) {
-            Some(Err(_)) => {
-                let hook = hook.clone();
-                tokio::spawn(async move {
-                    if let Some(l) = self.limiters.get(&hook) {
-                        l.wait().await;
-                    }
-                    self.run_global_hook(task, done)
-                });
-            }
-            Some(Ok(())) | None => self.run_global_hook(task, done),
+        if let AddonTask::GlobalHookRun { hook, .. } = &task.spec.kind
+            && self.limiters.get(hook).is_none_or(|l| l.try_take().is_ok())
+        {
+            return self.run_global_hook(task, done);
         }
+        queue_actor::run_on_own_task(self, task, done)
     }
 
     fn handle(&self, task: QueuedTask) -> BoxFut<'_, TaskOutcome> {
