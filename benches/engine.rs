@@ -18,9 +18,10 @@
 //! puts it elsewhere: `BENCH_JOURNAL_DIR=/dev/shm` (fsync is free on tmpfs) shows what the
 //! one `fdatasync` per task costs on this machine's disk (docs/actors.md).
 //!
-//! `cargo bench --bench engine`; `BENCH_TASKS` (default 8,000) and `BENCH_ROUNDS` (default
-//! 24: single rounds of this VM range from 0.6 to 1.2, the median of six moved by ±0.06
-//! from run to run and the median of twelve by ±0.04) scale it, `BENCH_WORKERS` (default
+//! `cargo bench --bench engine`; `BENCH_TASKS` (default 16,000) and `BENCH_ROUNDS` (default
+//! 48: single rounds of this VM range from 0.6 to 1.2 — a spread of ±0.12 that shorter
+//! rounds do not widen, measured down to 83 tasks — so the median of six moved by ±0.06
+//! from run to run, of twelve by ±0.04, of 24 by ±0.03) scale it, `BENCH_WORKERS` (default
 //! 2) sizes the runtime (one worker measured no different on this machine; `0`: a
 //! current-thread runtime, see docs/actors.md).
 
@@ -47,8 +48,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let rounds = env("BENCH_ROUNDS", 24);
-    let tasks = env("BENCH_TASKS", 8_000) / rounds;
+    let rounds = env("BENCH_ROUNDS", 48);
+    let tasks = env("BENCH_TASKS", 16_000) / rounds;
     let dir = tempfile::tempdir().expect("tempdir");
     let journals = match std::env::var_os("BENCH_JOURNAL_DIR") {
         Some(base) => tempfile::tempdir_in(base).expect("BENCH_JOURNAL_DIR: a writable folder"),

@@ -21,18 +21,21 @@ impl HookExecutor for HookProcess {
         })
     }
 
-    fn run(&self, run: HookRun) -> BoxFut<'_, Result<HookResult, PortError>> {
+    fn run(&self, run: HookRun) -> BoxFut<'static, Result<HookResult, PortError>> {
+        let input = HookInput {
+            name: &run.name,
+            path: &run.path,
+            binding_context: &run.binding_context,
+            values: Some(&run.values),
+            config_values: Some(&run.config_values),
+            env: Vec::new(),
+            log_fields: run.log_fields.clone(),
+        };
+        let started = HookProcess::start(self, &input);
         Box::pin(async move {
-            let input = HookInput {
-                name: &run.name,
-                path: &run.path,
-                binding_context: &run.binding_context,
-                values: Some(&run.values),
-                config_values: Some(&run.config_values),
-                env: Vec::new(),
-                log_fields: run.log_fields.clone(),
-            };
-            let out = HookProcess::run(self, &input)
+            let out = started
+                .map_err(|e| PortError(e.to_string()))?
+                .finish()
                 .await
                 .map_err(|e| PortError(e.to_string()))?;
             Ok(HookResult {

@@ -200,29 +200,18 @@ impl HookProcess {
 
     /// Runs the hook with its input files and returns its output files.
     pub async fn run(&self, input: &HookInput<'_>) -> Result<HookOutput, HookRunError> {
+        self.start(input)?.finish().await
+    }
+
+    /// Starts a run: writes its input files and starts its process before returning, so
+    /// the process starts now, from the caller's thread; [`StartedRun::finish`] waits for
+    /// its end and reads its output files, and borrows nothing (it may go to a task of its
+    /// own).
+    pub fn start(&self, input: &HookInput<'_>) -> Result<StartedRun, HookRunError> {
         let files = self.prepare(input)?;
         let spec = self.run_spec(input, &files.paths);
-        let (_, duration, usage) = self
-            .execute(input.name, &spec, &input.log_fields, false)
-            .await?;
-        let read = |var: &str| -> Result<String, HookRunError> {
-            let Some(p) = files.path(var) else {
-                return Ok(String::new());
-            };
-            read_output(p).map_err(|source| HookRunError::TempFile {
-                hook: input.name.to_string(),
-                file: p.to_path_buf(),
-                source,
-            })
-        };
-        Ok(HookOutput {
-            values_patch: read("VALUES_JSON_PATCH_PATH")?,
-            config_values_patch: read("CONFIG_VALUES_JSON_PATCH_PATH")?,
-            metrics: read("METRICS_PATH")?,
-            kubernetes_patch: read("KUBERNETES_PATCH_PATH")?,
-            duration,
-            usage,
-        })
+        let process = self.launch(input.name, &spec, &input.log_fields, false)?;
+        Ok(StartedRun { files, process })
     }
 
     /// Runs a module's `enabled` script: `VALUES_PATH`, `CONFIG_VALUES_PATH` and
@@ -366,6 +355,19 @@ impl HookProcess {
         fields: &LogFields,
         capture_stdout: bool,
     ) -> Result<(String, Duration, Option<ResourceUsage>), HookRunError> {
+        self.launch(name, spec, fields, capture_stdout)?
+            .wait()
+            .await
+    }
+
+    /// Starts the process (no shell, its own process group) and sets up its output pipes.
+    fn launch(
+        &self,
+        name: &str,
+        spec: &Spawn<'_>,
+        fields: &LogFields,
+        capture_stdout: bool,
+    ) -> Result<Launched, HookRunError> {
         let spawn_error = |source| HookRunError::Spawn {
             hook: name.to_string(),
             path: spec.program.to_path_buf(),
@@ -374,10 +376,9 @@ impl HookProcess {
         let started = Instant::now();
         // Not tokio's child: tokio would reap it itself, and its rusage with it.
         let child = spawn::spawn(spec).map_err(spawn_error)?;
-        let pid = child.pid;
-        // Killed (with its process group) and reaped elsewhere if this future is dropped
-        // before it is reaped, so nothing is left running or as a zombie.
-        let mut guard = KillOnDrop(Some(pid));
+        // Killed (with its process group) and reaped elsewhere if dropped before it is
+        // reaped, so nothing is left running or as a zombie.
+        let guard = KillOnDrop(Some(child.pid));
         let stdout =
             tokio::process::ChildStdout::from_std(std::process::ChildStdout::from(child.stdout))
                 .map_err(spawn_error)?;
@@ -393,7 +394,97 @@ impl HookProcess {
                 output,
             )
         };
-        let mut out_log = log("stdout");
+        Ok(Launched {
+            name: name.to_string(),
+            program: spec.program.to_path_buf(),
+            guard,
+            stdout,
+            stderr,
+            out_log: log("stdout"),
+            err_log: log("stderr"),
+            capture_stdout,
+            timeout: self.timeout,
+            started,
+        })
+    }
+}
+
+/// A run whose process has started ([`HookProcess::start`]).
+pub struct StartedRun {
+    files: TempFiles,
+    process: Launched,
+}
+
+impl StartedRun {
+    /// Waits for the hook's end and reads its output files.
+    pub async fn finish(self) -> Result<HookOutput, HookRunError> {
+        let StartedRun { files, process } = self;
+        let name = process.name.clone();
+        let (_, duration, usage) = process.wait().await?;
+        let read = |var: &str| -> Result<String, HookRunError> {
+            let Some(p) = files.path(var) else {
+                return Ok(String::new());
+            };
+            read_output(p).map_err(|source| HookRunError::TempFile {
+                hook: name.clone(),
+                file: p.to_path_buf(),
+                source,
+            })
+        };
+        Ok(HookOutput {
+            values_patch: read("VALUES_JSON_PATCH_PATH")?,
+            config_values_patch: read("CONFIG_VALUES_JSON_PATCH_PATH")?,
+            metrics: read("METRICS_PATH")?,
+            kubernetes_patch: read("KUBERNETES_PATCH_PATH")?,
+            duration,
+            usage,
+        })
+    }
+}
+
+/// A started hook process: its pipes, its log lines, its deadline.
+struct Launched {
+    name: String,
+    program: PathBuf,
+    guard: KillOnDrop,
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+    out_log: HookLog,
+    err_log: HookLog,
+    capture_stdout: bool,
+    timeout: Duration,
+    started: Instant,
+}
+
+impl Launched {
+    /// Waits for the process to exit (killing its group at the timeout) while draining and
+    /// logging its output; returns what it printed when stdout is captured, how long it
+    /// ran and what it used.
+    async fn wait(self) -> Result<(String, Duration, Option<ResourceUsage>), HookRunError> {
+        let Launched {
+            name,
+            program,
+            mut guard,
+            stdout,
+            stderr,
+            mut out_log,
+            mut err_log,
+            capture_stdout,
+            timeout,
+            started,
+        } = self;
+        let Some(pid) = guard.0 else {
+            return Err(HookRunError::Spawn {
+                hook: name,
+                path: program,
+                source: std::io::Error::other("the process was already reaped"),
+            });
+        };
+        let spawn_error = |source| HookRunError::Spawn {
+            hook: name.clone(),
+            path: program.clone(),
+            source,
+        };
         let out = async move {
             let mut captured = String::new();
             let mut lines = BufReader::new(stdout).lines();
@@ -408,7 +499,6 @@ impl HookProcess {
             out_log.finish();
             captured
         };
-        let mut err_log = log("stderr");
         let err = async move {
             let mut tail: std::collections::VecDeque<String> = Default::default();
             let mut lines = BufReader::new(stderr).lines();
@@ -428,7 +518,7 @@ impl HookProcess {
         let mut out = std::pin::pin!(out);
         let mut err = std::pin::pin!(err);
         let (mut captured, mut stderr) = (None, None);
-        let exit = tokio::time::timeout(self.timeout, reap_async(pid));
+        let exit = tokio::time::timeout(timeout, reap_async(pid));
         let mut exit = std::pin::pin!(exit);
         let reaped = loop {
             tokio::select! {
@@ -444,8 +534,8 @@ impl HookProcess {
             guard.0 = None;
             let _ = reap_async(pid).await;
             return Err(HookRunError::Timeout {
-                hook: name.to_string(),
-                after: self.timeout,
+                hook: name,
+                after: timeout,
             });
         };
         guard.0 = None;
@@ -474,7 +564,7 @@ impl HookProcess {
                 _ => status.to_string(),
             };
             return Err(HookRunError::Exit {
-                hook: name.to_string(),
+                hook: name,
                 status,
                 stderr,
             });
@@ -695,6 +785,36 @@ echo to-stdout; echo to-stderr >&2"#,
             assert!(Instant::now() < deadline, "temp files are removed");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn a_started_run_runs_before_it_is_awaited() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let marker = dir.path().join("started");
+        let hook = script(
+            dir.path(),
+            "early.sh",
+            r#"echo started > "$MARKER"; echo '[]' > "$VALUES_JSON_PATCH_PATH""#,
+        );
+        let ctx = json!([]);
+        let input = HookInput {
+            env: vec![("MARKER".into(), marker.display().to_string())],
+            ..input("early.sh", &hook, &ctx)
+        };
+        let run = runner(dir.path(), Duration::from_secs(30))
+            .start(&input)
+            .expect("start");
+        // Nothing polls the run yet: the process is already on its way.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !marker.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the hook ran only once its run was awaited"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let out = run.finish().await.expect("run");
+        assert_eq!(out.values_patch.trim(), "[]");
     }
 
     #[tokio::test]

@@ -113,24 +113,25 @@ impl HookExecutor for ScriptedHooks {
         })
     }
 
-    fn run(&self, run: HookRun) -> BoxFut<'_, Result<HookResult, PortError>> {
+    fn run(&self, run: HookRun) -> BoxFut<'static, Result<HookResult, PortError>> {
+        // Recorded when called, as the real runner starts the process when called.
+        let (answer, gate) = {
+            let mut script = lock(&self.script);
+            script.runs.push(SeenRun {
+                hook: run.name.clone(),
+                binding: run.binding_context[0]["binding"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                module: run.log_fields.module.clone(),
+                values: run.values.clone(),
+            });
+            (
+                script.answers.get(&run.name).cloned(),
+                script.gates.get(&run.name).cloned(),
+            )
+        };
         Box::pin(async move {
-            let (answer, gate) = {
-                let mut script = lock(&self.script);
-                script.runs.push(SeenRun {
-                    hook: run.name.clone(),
-                    binding: run.binding_context[0]["binding"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    module: run.log_fields.module.clone(),
-                    values: run.values.clone(),
-                });
-                (
-                    script.answers.get(&run.name).cloned(),
-                    script.gates.get(&run.name).cloned(),
-                )
-            };
             if let Some(mut gate) = gate {
                 let _ = gate.wait_for(|open| *open).await;
             }

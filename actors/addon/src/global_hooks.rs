@@ -188,13 +188,17 @@ impl GlobalHooksState {
                 queue: Some(task.spec.queue.to_string()),
             },
         };
-        let executor = self.ports.executor.clone();
+        let executor = &self.ports.executor;
         let me = self.me.clone();
         let mailbox = self.mailbox.clone();
         let job = mailbox.job_started(format!("hook {binding}:{}", hook.name));
+        let started = std::time::Instant::now();
+        // The process starts here, on this actor's turn; the task only waits for its end
+        // (a task spawned at the end of a chain of hand-offs may first wake another worker
+        // and wait for it, and the hook would wait with it).
+        let running = executor.run(run);
         tokio::spawn(async move {
-            let started = std::time::Instant::now();
-            let result = executor.run(run).await;
+            let result = running.await;
             let took = started.elapsed();
             let outcome = match &result {
                 Ok(_) => "exited 0".to_string(),

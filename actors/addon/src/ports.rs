@@ -91,8 +91,12 @@ pub struct ResourceUsage {
 pub trait HookExecutor: Send + Sync + 'static {
     /// `hook --config`: its stdout.
     fn config(&self, name: &str, path: &std::path::Path) -> BoxFut<'_, Result<String, PortError>>;
-    /// A run with the file contract.
-    fn run(&self, run: HookRun) -> BoxFut<'_, Result<HookResult, PortError>>;
+    /// A run with the file contract. The run starts when this is called (its input files
+    /// written, its process started), not when the future is first polled: a caller that
+    /// hands the future to a task of its own starts the hook without waiting for that task
+    /// to be scheduled. The future borrows nothing; it waits for the end and reads the output
+    /// (and reports a run that could not start).
+    fn run(&self, run: HookRun) -> BoxFut<'static, Result<HookResult, PortError>>;
     /// A module's `enabled` script: what it wrote to `MODULE_ENABLED_RESULT`.
     fn enabled(&self, run: EnabledRun) -> BoxFut<'_, Result<bool, PortError>>;
 }
