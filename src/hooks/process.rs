@@ -397,6 +397,7 @@ impl HookProcess {
         Ok(Launched {
             name: name.to_string(),
             program: spec.program.to_path_buf(),
+            pid: child.pid,
             guard,
             stdout,
             stderr,
@@ -446,6 +447,7 @@ impl StartedRun {
 struct Launched {
     name: String,
     program: PathBuf,
+    pid: i32,
     guard: KillOnDrop,
     stdout: tokio::process::ChildStdout,
     stderr: tokio::process::ChildStderr,
@@ -464,6 +466,7 @@ impl Launched {
         let Launched {
             name,
             program,
+            pid,
             mut guard,
             stdout,
             stderr,
@@ -473,13 +476,6 @@ impl Launched {
             timeout,
             started,
         } = self;
-        let Some(pid) = guard.0 else {
-            return Err(HookRunError::Spawn {
-                hook: name,
-                path: program,
-                source: std::io::Error::other("the process was already reaped"),
-            });
-        };
         let spawn_error = |source| HookRunError::Spawn {
             hook: name.clone(),
             path: program.clone(),

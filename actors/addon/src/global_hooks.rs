@@ -188,7 +188,6 @@ impl GlobalHooksState {
                 queue: Some(task.spec.queue.to_string()),
             },
         };
-        let executor = &self.ports.executor;
         let me = self.me.clone();
         let mailbox = self.mailbox.clone();
         let job = mailbox.job_started(format!("hook {binding}:{}", hook.name));
@@ -196,7 +195,7 @@ impl GlobalHooksState {
         // The process starts here, on this actor's turn; the task only waits for its end
         // (a task spawned at the end of a chain of hand-offs may first wake another worker
         // and wait for it, and the hook would wait with it).
-        let running = executor.run(run);
+        let running = self.ports.executor.run(run);
         tokio::spawn(async move {
             let result = running.await;
             let took = started.elapsed();
