@@ -1206,7 +1206,7 @@ fn yaml_alias_bombs_are_refused_or_bounded() {
     let e = hook_config::parse(&config, HookKind::Global, "hooks/bomb").expect_err("refused");
     assert!(e.to_string().contains("hooks/bomb"), "{e}");
     assert!(
-        started.elapsed() < std::time::Duration::from_secs(5),
+        started.elapsed() < std::time::Duration::from_secs(30),
         "took {:?}",
         started.elapsed()
     );

@@ -1,0 +1,746 @@
+//! Lambda controllers end to end: a real sandbox API server, `bosun run`, and webhooks
+//! served by this test on 127.0.0.1. Each test plays one of metacontroller's example or
+//! integration scenarios with hooks written here.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::webhooks::{Hooks, get, post_ok};
+use crate::common::{Operator, Sandbox, wait_for, workdir};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A namespaced CRD `<plural>.example.com` with (or without) the status subresource.
+fn crd(kind: &str, plural: &str, status: bool, scope: &str) -> Value {
+    let mut version = json!({
+        "name": "v1", "served": true, "storage": true,
+        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+    });
+    if status {
+        version["subresources"] = json!({"status": {}});
+    }
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.example.com")},
+        "spec": {
+            "group": "example.com",
+            "scope": scope,
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+            "versions": [version]
+        }
+    })
+}
+
+/// Starts bosun with the modules switched off: only the lambda controllers work.
+fn bosun(sb: &Sandbox, work: &std::path::Path, extra: &[(&str, &str)]) -> Operator {
+    let mut env = vec![("BOSUN_MODULES", "false")];
+    env.extend_from_slice(extra);
+    Operator::start_with(sb, &work.join("global-hooks"), work, &env)
+}
+
+fn events_for(sb: &Sandbox, ns: &str, name: &str) -> Vec<Value> {
+    let (_, list) = sb.get(&format!("/api/v1/namespaces/{ns}/events"));
+    list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == name)
+        .collect()
+}
+
+fn wait_crd_served(sb: &Sandbox, path: &str) {
+    wait_for(&format!("{path} served"), WAIT, || sb.get(path).0 == 200);
+}
+
+#[test]
+fn composite_controller_creates_children_writes_status_and_follows_changes() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    // The hook: one ConfigMap per parent, carrying spec.message; status counts children.
+    let hooks = Hooks::serve(|_, req| {
+        let parent = &req["parent"];
+        let name = parent["metadata"]["name"].as_str().unwrap_or_default();
+        let children = req["children"]["ConfigMap.v1"]
+            .as_object()
+            .map_or(0, |m| m.len());
+        (
+            200,
+            json!({
+                "status": {"children": children},
+                "children": [{
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("{name}-cm")},
+                    "data": {"message": parent["spec"]["message"]}
+                }]
+            }),
+        )
+    });
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Greeting", "greetings", true, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/greetings");
+    let _op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "greetings"},
+            "spec": {
+                "generateSelector": true,
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "greetings"},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "InPlace"}}],
+                "hooks": {"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}
+            }
+        }),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/greetings",
+        &json!({"apiVersion": "example.com/v1", "kind": "Greeting", "metadata": {"name": "hello"}, "spec": {"message": "hi"}}),
+    );
+    let cm_path = "/api/v1/namespaces/default/configmaps/hello-cm";
+    wait_for("the child ConfigMap", WAIT, || get(&sb, cm_path).is_some());
+    let cm = get(&sb, cm_path).expect("child");
+    assert_eq!(cm["data"]["message"], "hi");
+    let parent = get(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/greetings/hello",
+    )
+    .expect("parent");
+    let owner = &cm["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["uid"], parent["metadata"]["uid"]);
+    assert_eq!(owner["controller"], true);
+    assert_eq!(
+        cm["metadata"]["labels"]["controller-uid"],
+        parent["metadata"]["uid"]
+    );
+    assert!(
+        cm["metadata"]["annotations"]["metacontroller.k8s.io/last-applied-configuration"]
+            .is_string(),
+        "{cm}"
+    );
+    wait_for(
+        "status with observedGeneration and the hook's count",
+        WAIT,
+        || {
+            let p = get(
+                &sb,
+                "/apis/example.com/v1/namespaces/default/greetings/hello",
+            )
+            .unwrap_or_default();
+            p["status"]["observedGeneration"] == p["metadata"]["generation"]
+                && p["status"]["children"] == 1
+        },
+    );
+
+    // The debug view shows the last sync: request and answer digests, what was planned.
+    wait_for("the last sync in /lambda/controllers", WAIT, || {
+        let view = common::run_ok(&mut common::debug_cli(
+            &work.path().join("debug.socket"),
+            &["raw", "/lambda/controllers.json"],
+        ));
+        let view: Value = serde_json::from_str(&view).unwrap_or(Value::Null);
+        let last = &view["controllers"][0]["lastSyncs"]["default/hello"];
+        last["planned"] == json!(["ConfigMap.v1 default/hello-cm"])
+            && last["request"].is_string()
+            && last["answer"].is_string()
+    });
+
+    // A changed spec reaches the child in place.
+    let mut parent = get(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/greetings/hello",
+    )
+    .expect("parent");
+    parent["spec"]["message"] = json!("hello again");
+    let (code, answer) = sb.put(
+        "/apis/example.com/v1/namespaces/default/greetings/hello",
+        &parent,
+    );
+    assert_eq!(code, 200, "{answer}");
+    wait_for("the child updated in place", WAIT, || {
+        get(&sb, cm_path).is_some_and(|c| c["data"]["message"] == "hello again")
+    });
+
+    // A child deleted by someone else comes back.
+    let (code, _) = sb.request("DELETE", cm_path, "", "");
+    assert_eq!(code, 200);
+    wait_for("the child recreated", WAIT, || {
+        get(&sb, cm_path).is_some_and(|c| c["metadata"]["uid"] != cm["metadata"]["uid"])
+    });
+
+    // Deleting the parent removes the child (garbage collection, background).
+    let (code, _) = sb.request(
+        "DELETE",
+        "/apis/example.com/v1/namespaces/default/greetings/hello",
+        "",
+        "",
+    );
+    assert_eq!(code, 200);
+    wait_for("the child garbage-collected", WAIT, || {
+        get(&sb, cm_path).is_none()
+    });
+}
+
+#[test]
+fn finalize_hook_runs_before_the_parent_goes() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = Hooks::serve(|path, req| {
+        if path == "/finalize" {
+            assert_eq!(req["finalizing"], true);
+            // Done once the child is gone.
+            let left = req["children"]["ConfigMap.v1"]
+                .as_object()
+                .map_or(0, |m| m.len());
+            return (200, json!({"children": [], "finalized": left == 0}));
+        }
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        (
+            200,
+            json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-f")}}]}),
+        )
+    });
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Job2", "job2s", true, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/job2s");
+    let op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "job2s"},
+            "spec": {
+                "generateSelector": true,
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "job2s"},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {
+                    "sync": {"webhook": {"url": format!("{}/sync", hooks.url)}},
+                    "finalize": {"webhook": {"url": format!("{}/finalize", hooks.url)}}
+                }
+            }
+        }),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/job2s",
+        &json!({"apiVersion": "example.com/v1", "kind": "Job2", "metadata": {"name": "j"}}),
+    );
+    let parent_path = "/apis/example.com/v1/namespaces/default/job2s/j";
+    op.wait("the finalizer and the child", WAIT, || {
+        let p = get(&sb, parent_path).unwrap_or_default();
+        p["metadata"]["finalizers"].as_array().is_some_and(|f| {
+            f.iter()
+                .any(|f| f == "metacontroller.io/compositecontroller-job2s")
+        }) && get(&sb, "/api/v1/namespaces/default/configmaps/j-f").is_some()
+    });
+    let (code, _) = sb.request("DELETE", parent_path, "", "");
+    assert_eq!(code, 200);
+    wait_for("the parent gone after finalize", WAIT, || {
+        get(&sb, parent_path).is_none()
+    });
+    assert!(
+        get(&sb, "/api/v1/namespaces/default/configmaps/j-f").is_none(),
+        "the finalize hook's empty children were applied"
+    );
+    assert!(!hooks.calls("/finalize").is_empty());
+}
+
+#[test]
+fn a_parent_without_the_status_subresource_is_refused_with_the_upstream_message() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Plain", "plains", false, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/plains");
+    let op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "plains"},
+            "spec": {
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "plains"},
+                "hooks": {"sync": {"webhook": {"url": "http://127.0.0.1:9/sync"}}}
+            }
+        }),
+    );
+    op.wait("a SyncError event on the controller", WAIT, || {
+        events_for(&sb, "default", "plains").iter().any(|e| {
+            e["reason"] == "SyncError"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("does not have subresource 'Status' enabled"))
+        })
+    });
+    // A controller without hooks is refused too, naming the field; bosun keeps running.
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "hookless"},
+            "spec": {"parentResource": {"apiVersion": "example.com/v1", "resource": "plains"}}
+        }),
+    );
+    op.wait("a SyncError event naming the missing hooks", WAIT, || {
+        events_for(&sb, "default", "hookless").iter().any(|e| {
+            e["message"].as_str()
+                == Some("CompositeController hookless: spec: hooks: no hooks defined")
+        })
+    });
+    let journal = common::run_ok(
+        std::process::Command::new(common::bosun_bin())
+            .args(["journal", "--journal-dir"])
+            .arg(work.path().join("journal"))
+            .arg("lambda"),
+    );
+    assert!(
+        journal.contains("CompositeController hookless refused"),
+        "{journal}"
+    );
+}
+
+#[test]
+fn bad_hook_answers_are_events_on_the_parent_and_bosun_keeps_going() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    // The answer depends on the parent's name.
+    let hooks = Hooks::serve(|_, req| {
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        match name {
+            "not-json" => (200, Value::String("<html>oops</html>".into())),
+            "no-kind" => (
+                200,
+                json!({"children": [{"apiVersion": "v1", "metadata": {"name": "x"}}]}),
+            ),
+            "server-error" => (500, Value::String("internal trouble".into())),
+            "bad-labels" => (
+                200,
+                json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bl", "labels": {"app": "other"}}}]}),
+            ),
+            _ => (
+                200,
+                json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-ok"), "labels": {"app": "fine"}}}]}),
+            ),
+        }
+    });
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Probe", "probes", true, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/probes");
+    let op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "probes"},
+            "spec": {
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "probes"},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}
+            }
+        }),
+    );
+    let expected = [
+        ("not-json", "not valid JSON"),
+        ("no-kind", "Object 'Kind' is missing"),
+        ("server-error", "unsupported status code: 500"),
+        ("bad-labels", "don't match parent selector"),
+    ];
+    for (name, _) in expected.iter().chain([("good", "")].iter()) {
+        post_ok(
+            &sb,
+            "/apis/example.com/v1/namespaces/default/probes",
+            &json!({"apiVersion": "example.com/v1", "kind": "Probe", "metadata": {"name": name},
+                    "spec": {"selector": {"matchLabels": {"app": "fine"}}}}),
+        );
+    }
+    for (name, message) in expected {
+        op.wait(
+            &format!("a SyncError event on {name} naming {message:?}"),
+            WAIT,
+            || {
+                events_for(&sb, "default", name).iter().any(|e| {
+                    e["reason"] == "SyncError"
+                        && e["type"] == "Warning"
+                        && e["message"].as_str().is_some_and(|m| m.contains(message))
+                })
+            },
+        );
+    }
+    // The good parent converged meanwhile.
+    op.wait("the good parent's child", WAIT, || {
+        get(&sb, "/api/v1/namespaces/default/configmaps/good-ok").is_some()
+    });
+    assert!(get(&sb, "/api/v1/namespaces/default/configmaps/bl").is_none());
+}
+
+#[test]
+fn decorator_controller_sets_labels_and_attachments_and_finalizes_when_unselected() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = Hooks::serve(|path, req| {
+        let name = req["object"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        if path == "/finalize" {
+            return (
+                200,
+                json!({"labels": {"decorated": null}, "attachments": [], "finalized": true}),
+            );
+        }
+        (
+            200,
+            json!({
+                "labels": {"decorated": "yes"},
+                "annotations": {"note": "seen"},
+                "attachments": [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{name}-secret")},
+                                 "stringData": {"k": "v"}}]
+            }),
+        )
+    });
+    let op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/decoratorcontrollers",
+    );
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/decoratorcontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+            "metadata": {"name": "decorate"},
+            "spec": {
+                "resources": [{"apiVersion": "v1", "resource": "configmaps",
+                               "labelSelector": {"matchLabels": {"decorate": "please"}}}],
+                "attachments": [{"apiVersion": "v1", "resource": "secrets"}],
+                "hooks": {
+                    "sync": {"webhook": {"url": format!("{}/sync", hooks.url)}},
+                    "finalize": {"webhook": {"url": format!("{}/finalize", hooks.url)}}
+                }
+            }
+        }),
+    );
+    post_ok(
+        &sb,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "target", "labels": {"decorate": "please"}}}),
+    );
+    post_ok(
+        &sb,
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bystander"}}),
+    );
+    let target = "/api/v1/namespaces/default/configmaps/target";
+    wait_for(
+        "labels, annotations, finalizer and the attachment",
+        WAIT,
+        || {
+            let t = get(&sb, target).unwrap_or_default();
+            t["metadata"]["labels"]["decorated"] == "yes"
+                && t["metadata"]["annotations"]["note"] == "seen"
+                && get(&sb, "/api/v1/namespaces/default/secrets/target-secret").is_some()
+        },
+    );
+    let secret = get(&sb, "/api/v1/namespaces/default/secrets/target-secret").expect("attachment");
+    assert_eq!(
+        secret["metadata"]["annotations"]["metacontroller.k8s.io/decorator-controller"],
+        "decorate"
+    );
+    let t = get(&sb, target).expect("target");
+    assert_eq!(
+        secret["metadata"]["ownerReferences"][0]["uid"],
+        t["metadata"]["uid"]
+    );
+    assert!(
+        t["metadata"]["finalizers"].as_array().is_some_and(|f| f
+            .iter()
+            .any(|f| f == "metacontroller.io/decoratorcontroller-decorate")),
+        "{t}"
+    );
+    assert!(
+        get(&sb, "/api/v1/namespaces/default/configmaps/bystander").expect("bystander")["metadata"]
+            ["labels"]
+            .is_null()
+    );
+
+    // No longer selected: the finalize hook removes the label and the finalizer goes.
+    let mut t = t;
+    t["metadata"]["labels"]["decorate"] = json!("no-thanks");
+    let (code, answer) = sb.put(target, &t);
+    assert_eq!(code, 200, "{answer}");
+    wait_for("the finalize hook's answer applied", WAIT, || {
+        let t = get(&sb, target).unwrap_or_default();
+        t["metadata"]["labels"]["decorated"].is_null()
+            && !t["metadata"]["finalizers"].as_array().is_some_and(|f| {
+                f.iter()
+                    .any(|f| f == "metacontroller.io/decoratorcontroller-decorate")
+            })
+    });
+    op.wait("the attachment removed", WAIT, || {
+        get(&sb, "/api/v1/namespaces/default/secrets/target-secret").is_none()
+    });
+}
+
+/// Registers a CompositeController `name` over `<plural>.example.com` with ConfigMap
+/// children (`method`) and the given hooks.
+fn composite(sb: &Sandbox, name: &str, plural: &str, method: &str, hooks: Value) {
+    post_ok(
+        sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": name},
+            "spec": {
+                "generateSelector": true,
+                "parentResource": {"apiVersion": "example.com/v1", "resource": plural},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": method}}],
+                "hooks": hooks
+            }
+        }),
+    );
+}
+
+#[test]
+fn server_side_apply_writes_children_with_the_field_manager_and_keeps_others_fields() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = Hooks::serve(|_, req| {
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        let v = req["parent"]["spec"]["v"].clone();
+        (
+            200,
+            json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": format!("{name}-ssa")}, "data": {"v": v}}]}),
+        )
+    });
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Ssa", "ssas", true, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/ssas");
+    let op = bosun(
+        &sb,
+        work.path(),
+        &[
+            ("BOSUN_APPLY_STRATEGY", "server-side-apply"),
+            ("BOSUN_APPLY_STRATEGY_SSA_FIELD_MANAGER", "lambda-test"),
+        ],
+    );
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    composite(
+        &sb,
+        "ssas",
+        "ssas",
+        "InPlace",
+        json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/ssas",
+        &json!({"apiVersion": "example.com/v1", "kind": "Ssa", "metadata": {"name": "s"}, "spec": {"v": "1"}}),
+    );
+    let cm_path = "/api/v1/namespaces/default/configmaps/s-ssa";
+    op.wait("the child applied", WAIT, || {
+        get(&sb, cm_path).is_some_and(|c| c["data"]["v"] == "1")
+    });
+    let cm = get(&sb, cm_path).expect("child");
+    assert!(
+        cm["metadata"]["managedFields"].as_array().is_some_and(|m| m
+            .iter()
+            .any(|f| f["manager"] == "lambda-test" && f["operation"] == "Apply")),
+        "{cm}"
+    );
+    assert!(
+        cm["metadata"]["annotations"]["metacontroller.k8s.io/last-applied-configuration"].is_null()
+    );
+    // Another writer's field stays; ours follows the parent.
+    let mut cm = cm;
+    cm["data"]["other"] = json!("kept");
+    let (code, answer) = sb.put(cm_path, &cm);
+    assert_eq!(code, 200, "{answer}");
+    let mut parent = get(&sb, "/apis/example.com/v1/namespaces/default/ssas/s").expect("parent");
+    parent["spec"]["v"] = json!("2");
+    let (code, answer) = sb.put("/apis/example.com/v1/namespaces/default/ssas/s", &parent);
+    assert_eq!(code, 200, "{answer}");
+    op.wait("the child updated by apply", WAIT, || {
+        get(&sb, cm_path).is_some_and(|c| c["data"]["v"] == "2" && c["data"]["other"] == "kept")
+    });
+}
+
+#[test]
+fn a_webhook_answering_429_is_retried_after_retry_after_without_a_sync_error() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    let hooks = Hooks::serve(move |_, req| {
+        // The first answer is 429 with Retry-After: 1; then a child.
+        if counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            return (429, json!({"message": "slow down"}));
+        }
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        (
+            200,
+            json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-later")}}]}),
+        )
+    });
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Busy", "busies", true, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/busies");
+    let op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    composite(
+        &sb,
+        "busies",
+        "busies",
+        "OnDelete",
+        json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/busies",
+        &json!({"apiVersion": "example.com/v1", "kind": "Busy", "metadata": {"name": "b"}}),
+    );
+    op.wait("the child after the retry", WAIT, || {
+        get(&sb, "/api/v1/namespaces/default/configmaps/b-later").is_some()
+    });
+    assert!(
+        events_for(&sb, "default", "b")
+            .iter()
+            .all(|e| e["reason"] != "SyncError"),
+        "a 429 is not an error: {:?}",
+        events_for(&sb, "default", "b")
+    );
+}
+
+#[test]
+fn a_finalize_interrupted_by_kill_9_completes_after_restart() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    // The finalize hook says "not yet" until the test opens the gate.
+    let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let open = gate.clone();
+    let hooks = Hooks::serve(move |path, req| {
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        if path == "/finalize" {
+            let done = open.load(std::sync::atomic::Ordering::SeqCst);
+            return (
+                200,
+                json!({"children": [], "finalized": done, "resyncAfterSeconds": 0.2}),
+            );
+        }
+        (
+            200,
+            json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-k")}}]}),
+        )
+    });
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Kill", "kills", true, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/kills");
+    let mut op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    composite(
+        &sb,
+        "kills",
+        "kills",
+        "InPlace",
+        json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}},
+               "finalize": {"webhook": {"url": format!("{}/finalize", hooks.url)}}}),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/kills",
+        &json!({"apiVersion": "example.com/v1", "kind": "Kill", "metadata": {"name": "k"}}),
+    );
+    let parent_path = "/apis/example.com/v1/namespaces/default/kills/k";
+    op.wait("the child", WAIT, || {
+        get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_some()
+    });
+    let (code, _) = sb.request("DELETE", parent_path, "", "");
+    assert_eq!(code, 200);
+    op.wait(
+        "finalizing under way: the child removed, the parent still held",
+        WAIT,
+        || {
+            get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_none()
+                && hooks.calls("/finalize").len() >= 2
+        },
+    );
+    op.kill9();
+    assert!(
+        get(&sb, parent_path).is_some(),
+        "the finalizer holds the parent while bosun is down"
+    );
+    gate.store(true, std::sync::atomic::Ordering::SeqCst);
+    op.spawn();
+    op.wait("the parent gone after the restart", WAIT, || {
+        get(&sb, parent_path).is_none()
+    });
+    assert!(
+        get(&sb, "/api/v1/namespaces/default/configmaps/k-k").is_none(),
+        "nothing recreated"
+    );
+}

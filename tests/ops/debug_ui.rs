@@ -1,0 +1,240 @@
+//! The web view at `/ui`, loaded by headless Chromium from a real `bosun run` against the
+//! sandbox: a global hook that fails (parked after one attempt, so the converge goes on)
+//! and one that holds the converge in its afterAll step. The page must show the main queue
+//! with the converge, the failing task's error (escaped), the actors, the modules and the
+//! journal timeline.
+//!
+//! Chromium (Debian's `chromium`) comes from `./scripts/setup.sh --with-browser`, which the test
+//! command runs; without it this test fails and says so.
+
+use crate::common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{Operator, Sandbox, workdir};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Lets the held hook finish when the test ends, passed or not.
+struct Release(PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, "");
+    }
+}
+
+/// One `chromium --dump-dom` run: the DOM after four seconds of virtual time, or why
+/// there is none.
+fn dump_dom(url: &str, profile: &Path) -> Result<String, String> {
+    let mut child = Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(["--virtual-time-budget=4000", "--dump-dom", url])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {CHROMIUM}: {e}"))?;
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let (dom, log) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    match status {
+        Some(s) if s.success() => Ok(dom),
+        Some(s) => Err(format!("chromium exited with {s}: {log}")),
+        None => Err(format!("chromium did not finish within 45s: {log}")),
+    }
+}
+
+/// The part of the page about one queue.
+fn queue_block<'a>(dom: &'a str, name: &str) -> &'a str {
+    let marker = format!("data-queue=\"{name}\"");
+    let Some(start) = dom.find(&marker) else {
+        return "";
+    };
+    let rest = &dom[start + marker.len()..];
+    let end = rest
+        .find("data-queue=\"")
+        .or_else(|| rest.find("</section>"))
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// What the page must show; the first thing missing, if any.
+fn missing(dom: &str) -> Option<&'static str> {
+    let main = queue_block(dom, "main");
+    let checks: [(&str, bool); 10] = [
+        ("the main queue", !main.is_empty()),
+        (
+            "the ConvergeModules task in the main queue, marked as a converge in progress",
+            main.contains("ConvergeModules:main:OperatorStartup:WaitAfterAll")
+                && main.contains("converge in progress"),
+        ),
+        (
+            "the held afterAll hook running at the head of the main queue",
+            main.contains("GlobalHookRun:main:afterAll:002-held.sh")
+                && main.contains("running for "),
+        ),
+        (
+            "the failing task with its failures and its error, escaped",
+            main.contains("task failing")
+                && main.contains("failures 1")
+                && main.contains("the probe is broken &lt;img src=x id=injected&gt;"),
+        ),
+        (
+            "no markup from the server",
+            !dom.contains("id=\"injected\"") && !dom.contains("<img"),
+        ),
+        (
+            "the main queue's actor busy with the hook's task",
+            dom.contains("data-actor=\"queue/main\"")
+                && dom.contains("job: task GlobalHookRun:main:afterAll:002-held.sh"),
+        ),
+        (
+            "the global hooks actor",
+            dom.contains("data-actor=\"global-hooks\""),
+        ),
+        (
+            "the enabled module with its phase",
+            dom.contains("data-module=\"demo\"") && dom.contains(">enabled<"),
+        ),
+        (
+            "journal timeline entries",
+            dom.matches("class=\"event ev-").count() >= 5
+                && dom.contains("converge started (OperatorStartup)")
+                && dom.contains("failed (failures 1)"),
+        ),
+        (
+            "the converge badge",
+            dom.contains("converge in progress (OperatorStartup)"),
+        ),
+    ];
+    checks.iter().find(|(_, ok)| !ok).map(|(what, _)| *what)
+}
+
+#[test]
+fn the_web_view_shows_queues_actors_modules_and_the_journal_in_headless_chromium() {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: run ./scripts/setup.sh --with-browser (it installs Debian's chromium) to run \
+         the web view's test"
+    );
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = common::global_hooks_dir(work.path());
+    common::config_hook(
+        &hooks.join("001-broken.sh"),
+        r#"{"configVersion":"v1","onStartup":1}"#,
+        r#"echo "the probe is broken <img src=x id=injected>" >&2
+exit 1"#,
+    );
+    common::config_hook(
+        &hooks.join("002-held.sh"),
+        r#"{"configVersion":"v1","afterAll":1}"#,
+        r#"for _ in $(seq 1200); do [[ -f "$OUT_DIR/held.release" ]] && exit 0; sleep 0.1; done"#,
+    );
+    std::fs::create_dir_all(work.path().join("modules/001-demo")).expect("module dir");
+    std::fs::write(
+        work.path().join("modules/values.yaml"),
+        "demoEnabled: true\n",
+    )
+    .expect("values.yaml");
+    let _release = Release(work.path().join("out/held.release"));
+    let op = Operator::start_with(
+        &sb,
+        &hooks,
+        work.path(),
+        &[
+            ("BOSUN_TASK_MAX_ATTEMPTS", "1"),
+            ("DEBUG_HTTP_SERVER_ADDR", "127.0.0.1:0"),
+        ],
+    );
+    let mut addr = String::new();
+    op.wait("the debug TCP address", Duration::from_secs(60), || {
+        addr = op
+            .logs()
+            .lines()
+            .find_map(|l| {
+                l.split("bosun debug endpoints on http://")
+                    .nth(1)
+                    .map(|a| a.trim().to_string())
+            })
+            .unwrap_or_default();
+        !addr.is_empty()
+    });
+    let url = format!("http://{addr}/ui");
+    let profile = tempfile::tempdir().expect("profile dir");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (why, dom) = match dump_dom(&url, profile.path()) {
+            Ok(dom) => match missing(&dom) {
+                None => break,
+                Some(what) => (what.to_string(), dom),
+            },
+            Err(e) => (e, String::new()),
+        };
+        if Instant::now() > deadline {
+            let logs = op.logs();
+            let tail: Vec<&str> = logs.lines().rev().take(40).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "the page at {url} did not show everything within 60s; missing: {why}\n\n\
+                 page:\n{dom}\n\noperator log ends with:\n{}",
+                tail.join("\n")
+            );
+        }
+    }
+
+    // The filter (kept in the address's fragment): only the module's events.
+    let dom =
+        dump_dom(&format!("{url}#module:demo"), profile.path()).unwrap_or_else(|e| panic!("{e}"));
+    let rows: Vec<&str> = dom.split("<tr class=\"event ev-").skip(1).collect();
+    assert!(
+        !rows.is_empty()
+            && rows.iter().all(|r| r
+                .split("</tr>")
+                .next()
+                .unwrap_or_default()
+                .contains("<td>demo</td>")),
+        "the filter module:demo keeps only the module's events: {dom}"
+    );
+    assert!(dom.contains("module demo enabled"), "{dom}");
+}

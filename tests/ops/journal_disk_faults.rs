@@ -1,0 +1,355 @@
+//! bosun on a journal whose filesystem fails under it. Full: it stops being ready and says
+//! why, stays alive for a grace period, and once there is room again it goes on by itself
+//! (a real 8 MiB tmpfs). Read-only (an ext4 image on a loop device, turned read-only the
+//! way the kernel does after a disk error): it says why on `/readyz`, in its log and its
+//! metrics, starts no hook whose start it cannot journal, and after a restart on the
+//! repaired disk everything it acknowledged is there. Mounting needs root, as the test
+//! command runs; where it is not permitted a test says so and does nothing.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::common;
+
+use crate::common::{Operator, Sandbox, workdir};
+
+/// A mounted tmpfs, unmounted on drop.
+struct SmallFs(PathBuf);
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn small_fs(dir: &Path) -> Option<SmallFs> {
+    std::fs::create_dir_all(dir).ok()?;
+    Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success())
+        .then(|| SmallFs(dir.to_path_buf()))
+}
+
+fn fill(path: &Path) {
+    let mut f = std::fs::File::create(path).expect("filler file");
+    let chunk = vec![7u8; 64 * 1024];
+    while f.write_all(&chunk).is_ok() {}
+    let _ = f.sync_all();
+}
+
+/// An ext4 image mounted through a loop device (`errors=remount-ro`, as a node's disk
+/// would be); unmounted and detached on drop.
+struct LoopFs {
+    dir: PathBuf,
+    image: PathBuf,
+    device: String,
+}
+
+impl LoopFs {
+    fn mount(&self) -> bool {
+        Command::new("mount")
+            .args(["-o", "errors=remount-ro", &self.device])
+            .arg(&self.dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Unmounts, once nothing holds the filesystem any more (a hook bosun started may
+    /// still be ending).
+    fn unmount(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !Command::new("umount")
+            .arg(&self.dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "umount {}",
+                self.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// What the kernel does to ext4 after an I/O error with `errors=remount-ro`: every
+    /// write from now on fails with EROFS, files open for writing included.
+    fn turn_read_only(&self) {
+        let ok = Command::new("mount")
+            .args(["-o", "remount,abort"])
+            .arg(&self.dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount -o remount,abort {}", self.dir.display());
+    }
+
+    /// After the disk was taken out: checked and mounted writable again.
+    fn repair(&self) {
+        self.unmount();
+        let _ = Command::new("e2fsck")
+            .args(["-f", "-y"])
+            .arg(&self.image)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        assert!(self.mount(), "mount {} again", self.device);
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = Command::new("losetup").args(["-d", &self.device]).status();
+    }
+}
+
+fn loop_fs(work: &Path) -> Option<LoopFs> {
+    let dir = work.join("journal-fs");
+    std::fs::create_dir_all(&dir).ok()?;
+    let image = work.join("journal.img");
+    std::fs::File::create(&image).ok()?.set_len(64 << 20).ok()?;
+    let quiet = |cmd: &mut Command| {
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !quiet(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image)) {
+        return None;
+    }
+    let out = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&image)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || device.is_empty() {
+        return None;
+    }
+    // A loop device left read-only by someone else would mount read-only.
+    quiet(Command::new("blockdev").args(["--setrw", &device]));
+    let fs = LoopFs { dir, image, device };
+    fs.mount().then_some(fs)
+}
+
+/// A metric's value in Prometheus text (0 when absent).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// How many times the journal holds a start of the hook's tasks.
+fn journaled_starts(journal: &Path, hook: &str) -> usize {
+    use bosun_addon::{AddonTask, Event, TaskEvent};
+    let (_, events) = common::journal_state(journal);
+    let mut ids = std::collections::HashSet::new();
+    let mut starts = 0;
+    for e in &events {
+        match e {
+            Event::Task(TaskEvent::TaskEnqueued { task, .. }) => {
+                if matches!(&task.kind, AddonTask::GlobalHookRun { hook: h, .. } if h == hook) {
+                    ids.insert(task.id);
+                }
+            }
+            Event::Task(TaskEvent::TaskStarted { id, .. }) if ids.contains(id) => starts += 1,
+            _ => {}
+        }
+    }
+    starts
+}
+
+fn successes(journal: &Path) -> usize {
+    common::try_journal_state(journal)
+        .map(|(_, events)| {
+            events
+                .iter()
+                .filter(|e| {
+                    matches!(
+                        e,
+                        bosun_addon::Event::Task(bosun_addon::TaskEvent::TaskSucceeded { .. })
+                    )
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// bosun with its journal in `journal`, and its HTTP address once it has one.
+fn start_on(sb: &Sandbox, hooks: &Path, work: &Path, journal: &Path) -> (Operator, String) {
+    let journal_dir = journal.display().to_string();
+    let op = Operator::start_with(
+        sb,
+        hooks,
+        work,
+        &[("BOSUN_JOURNAL_DIR", journal_dir.as_str())],
+    );
+    let mut addr = String::new();
+    op.wait("the HTTP address", Duration::from_secs(60), || {
+        addr = op.http_address().unwrap_or_default();
+        !addr.is_empty()
+    });
+    (op, addr)
+}
+
+/// GET on bosun's HTTP address: status and body.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let (code, body) = common::http_raw(addr, "GET", path, "", b"");
+    (code, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[test]
+fn a_full_journal_disk_fails_readiness_and_room_again_resumes_without_a_restart() {
+    let work = workdir();
+    let Some(fs) = small_fs(&work.path().join("journal-fs")) else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let sb = Sandbox::start();
+    let hooks = work.path().join("global-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    // A hook every second: its tasks keep the journal busy.
+    common::config_hook(
+        &hooks.join("001-tick.sh"),
+        r#"{"configVersion":"v1","schedule":[{"name":"tick","crontab":"*/1 * * * * *"}]}"#,
+        "true",
+    );
+    let journal = fs.0.join("journal");
+    let (op, addr) = start_on(&sb, &hooks, work.path(), &journal);
+    let get = |path: &str| get(&addr, path);
+    op.wait("ready", Duration::from_secs(60), || get("/readyz").0 == 200);
+
+    fill(&fs.0.join("filler"));
+    let mut why = String::new();
+    op.wait("readiness to fail", Duration::from_secs(60), || {
+        let (code, body) = get("/readyz");
+        why = body;
+        code == 503 && why.contains("journal cannot write")
+    });
+    assert!(
+        why.contains("No space left") || why.contains("os error 28"),
+        "/readyz says why: {why}"
+    );
+    assert_eq!(get("/healthz").0, 200, "alive during the grace period");
+
+    std::fs::remove_file(fs.0.join("filler")).expect("room again");
+    op.wait("ready again", Duration::from_secs(60), || {
+        get("/readyz").0 == 200
+    });
+    let before = successes(&journal);
+    op.wait(
+        "tasks to be journaled again",
+        Duration::from_secs(60),
+        || successes(&journal) > before,
+    );
+    assert!(
+        op.logs().contains("journal storage reopened"),
+        "the storage was reopened, not the process restarted"
+    );
+}
+
+#[test]
+fn a_journal_disk_gone_read_only_stops_hooks_says_why_and_loses_nothing_acknowledged() {
+    let work = workdir();
+    let Some(fs) = loop_fs(work.path()) else {
+        eprintln!("skipped: cannot mount an ext4 image on a loop device here (needs root)");
+        return;
+    };
+    let sb = Sandbox::start();
+    let hooks = work.path().join("global-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    // A hook every second that records each run outside the journal's filesystem.
+    let runs = work.path().join("runs");
+    common::config_hook(
+        &hooks.join("001-tick.sh"),
+        r#"{"configVersion":"v1","schedule":[{"name":"tick","crontab":"*/1 * * * * *"}]}"#,
+        &format!("echo run >> {}", runs.display()),
+    );
+    let count = || {
+        std::fs::read_to_string(&runs)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let journal = fs.dir.join("journal");
+    let (mut op, addr) = start_on(&sb, &hooks, work.path(), &journal);
+    op.wait("ready", Duration::from_secs(60), || {
+        get(&addr, "/readyz").0 == 200
+    });
+    op.wait("two hook runs", Duration::from_secs(60), || count() >= 2);
+
+    fs.turn_read_only();
+    let mut why = String::new();
+    op.wait("readiness to fail", Duration::from_secs(60), || {
+        let (code, body) = get(&addr, "/readyz");
+        why = body;
+        code == 503 && why.contains("journal cannot write")
+    });
+    assert!(
+        why.contains("Read-only file system") || why.contains("os error 30"),
+        "/readyz says why: {why}"
+    );
+    assert_eq!(
+        get(&addr, "/healthz").0,
+        200,
+        "alive during the grace period"
+    );
+    let text = get(&addr, "/metrics").1;
+    assert_eq!(metric(&text, "bosun_journal_failing"), 1.0, "{text}");
+    let errors = metric(&text, "bosun_journal_write_errors_total");
+    assert!(errors >= 1.0, "{text}");
+    assert!(
+        op.logs().contains("the journal cannot write"),
+        "the log says so:\n{}",
+        op.logs()
+    );
+    // The scheduler goes on queueing runs every second and bosun goes on trying the disk;
+    // once it has failed three more writes (seconds of ticks), no run started meanwhile
+    // beyond the one that may have been under way when the disk went.
+    let seen = count();
+    op.wait("three more failed writes", Duration::from_secs(60), || {
+        metric(
+            &get(&addr, "/metrics").1,
+            "bosun_journal_write_errors_total",
+        ) >= errors + 3.0
+    });
+    assert!(
+        count() <= seen + 1,
+        "no hook starts while its start cannot be journaled: {seen} runs, then {}",
+        count()
+    );
+
+    // The pod is restarted on the repaired disk: every run before the failure had its
+    // start journaled, and bosun goes on from the journal.
+    op.kill9();
+    let ran = count();
+    fs.repair();
+    let starts = journaled_starts(&journal, "001-tick.sh");
+    assert!(
+        starts + 1 >= ran,
+        "{ran} runs, {starts} journaled starts: at most the run under way when the disk went is not"
+    );
+    let verify = Command::new(common::bosun_bin())
+        .args(["journal", "verify", "--journal-dir"])
+        .arg(&journal)
+        .output()
+        .expect("bosun journal verify");
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    op.spawn();
+    op.wait(
+        "runs again after the restart",
+        Duration::from_secs(90),
+        || count() >= ran + 2,
+    );
+    assert!(journaled_starts(&journal, "001-tick.sh") > starts);
+}
