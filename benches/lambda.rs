@@ -150,7 +150,7 @@ async fn main() -> anyhow::Result<()> {
         apply_strategy: ApplyStrategy::DynamicApply,
         field_manager: "metacontroller".into(),
         target_label_selector: String::new(),
-        events: bosun::lambda::cluster::EventLimits::default(),
+        events: bosun::kubernetes::EventLimits::default(),
         install_crds: true,
         journal_dir: dir.path().join("journal"),
     };

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Checks bosun's layering: no import cycle between the files of one crate, and crate
 dependencies that run one way (src -> actors/* -> actors/runtime; no subsystem crate on
-another; the sandbox and the journal on no bosun crate).
+another; the sandbox and the journal on no bosun crate), and no subsystem's adapters in
+the binary (src/addon, src/lambda, src/deployer) importing another's (what they share
+lives in the shared layer: src/kubernetes, src/watches, src/http_client.rs, ...).
 
 A file's dependencies are the sibling modules it names as `crate::<module>` (or
 `super::<module>` from a child module). Prints each cycle found and exits 1."""
@@ -21,6 +23,25 @@ CRATES = {  # crate dir -> bosun crates it may depend on
     "actors/lambda": {"bosun-journal", "bosun-runtime"},
     "actors/deployer": {"bosun-journal", "bosun-runtime"},
 }
+
+
+# The binary's per-subsystem adapter folders, and the domain crate each wires.
+ADAPTERS = {"addon": "bosun_addon", "lambda": "bosun_lambda", "deployer": "bosun_deployer"}
+
+
+def adapter_imports() -> list[str]:
+    """Imports of one subsystem's adapters (or domain crate) by another's adapters."""
+    found = []
+    for name in ADAPTERS:
+        folder = ROOT / "src" / name
+        for f in sorted(folder.rglob("*.rs")):
+            text = re.sub(r"//[^\n]*", "", f.read_text())
+            for other, domain in ADAPTERS.items():
+                if other == name:
+                    continue
+                if re.search(rf"\bcrate::{other}\b", text) or re.search(rf"\b{domain}::", text):
+                    found.append(f"{f.relative_to(ROOT)}: imports the {other} subsystem's code")
+    return found
 
 
 def modules_of(src: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -90,9 +111,12 @@ def main() -> int:
         for c in cycles(graph):
             print(f"{crate}: import cycle {' -> '.join(c)}")
             bad += 1
+    for line in adapter_imports():
+        print(line)
+        bad += 1
     if bad:
         return 1
-    print("layering: ok (no import cycles; crate dependencies run one way)")
+    print("layering: ok (no import cycles; crate dependencies run one way; subsystem adapters apart)")
     return 0
 
 

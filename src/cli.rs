@@ -102,7 +102,7 @@ pub struct DeployerArgs {
 fn landscaper_timeout(flag: &str, value: &str) -> anyhow::Result<Option<std::time::Duration>> {
     match value.trim() {
         "none" | "0" | "" => Ok(None),
-        v => bosun_deployer::timeout::parse_go_duration(v)
+        v => bosun_runtime::clock::parse_go_duration(v)
             .map(|d| (!d.is_zero()).then_some(d))
             .map_err(|e| anyhow::anyhow!("{flag}: {e} (expected a duration such as 5m, or none)")),
     }
@@ -244,7 +244,7 @@ impl LambdaArgs {
             apply_strategy,
             field_manager: self.apply_strategy_ssa_field_manager.clone(),
             target_label_selector: self.target_label_selector.clone(),
-            events: crate::lambda::cluster::EventLimits {
+            events: crate::kubernetes::EventLimits {
                 qps: self.events_qps,
                 burst: self.events_burst,
             },

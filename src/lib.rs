@@ -15,6 +15,7 @@ pub mod deployer;
 pub mod ha;
 pub mod helm;
 pub mod hooks;
+pub mod http_client;
 pub mod journal_cli;
 pub mod journal_sink;
 pub mod jq;

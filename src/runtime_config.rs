@@ -250,7 +250,7 @@ pub fn global() -> &'static Arc<RuntimeConfig> {
 
 /// Parses a duration as Go's `time.ParseDuration` reads them (`30m`, `1h30m`, `1.5h`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    bosun_addon::schedule::parse_go_duration(text.trim())
+    bosun_runtime::clock::parse_go_duration(text.trim()).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -87,7 +87,7 @@ pub struct OperatorConfig {
 
 fn duration_env(names: &[&str], default: Duration) -> anyhow::Result<Duration> {
     match env(names) {
-        Some(v) => bosun_addon::schedule::parse_go_duration(&v)
+        Some(v) => bosun_runtime::clock::parse_go_duration(&v)
             .map_err(|e| anyhow::anyhow!("{}: {e}", names[0])),
         None => Ok(default),
     }
@@ -120,7 +120,7 @@ impl OperatorConfig {
     /// Reads the environment; `defaults` supplies what the embedded default sets.
     pub fn from_env(defaults: &OperatorConfig) -> anyhow::Result<OperatorConfig> {
         let hook_timeout = match env(&["BOSUN_HOOK_TIMEOUT"]) {
-            Some(v) => bosun_addon::schedule::parse_go_duration(&v)
+            Some(v) => bosun_runtime::clock::parse_go_duration(&v)
                 .map_err(|e| anyhow::anyhow!("BOSUN_HOOK_TIMEOUT: {e}"))?,
             None => defaults.hook_timeout,
         };

@@ -15,9 +15,12 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
+use crate::kubernetes::cluster_error as error;
+use crate::kubernetes::events::{EventLimits, EventRecorder, Note};
 use crate::kubernetes::raw::RawApi;
 use crate::watches::{
-    Change as WatchChange, Listener, ObjectKey, SharedWatch, Stored, WatchManager, resource_version,
+    Change as WatchChange, Listener, ObjectKey, SharedWatch, Stored, WatchManager,
+    resource_version, supersedes,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -83,16 +86,6 @@ struct Informer {
 
 fn object_key(key: &ItemKey) -> ObjectKey {
     (key.namespace.clone(), key.name.clone())
-}
-
-/// Whether a watch event of version `seen` makes this process's write of version
-/// `written` old news: the same version or, where both read as numbers (every API server
-/// in practice; Kubernetes calls them opaque), a later one. Unreadable: assumed later.
-fn supersedes(seen: &str, written: &str) -> bool {
-    match (seen.parse::<u64>(), written.parse::<u64>()) {
-        (Ok(a), Ok(b)) => a >= b,
-        _ => true,
-    }
 }
 
 impl Informer {
@@ -213,6 +206,8 @@ impl Listener for Informer {
 /// The cluster as the deployer sees it.
 pub struct KubeCluster {
     watches: WatchManager,
+    /// Warning Events on items, counted when repeated (client-go's defaults).
+    events: EventRecorder,
     /// Where this bosun's pod and its peers run (whether a lock's holder is alive).
     pod_namespace: String,
     items: Arc<Informer>,
@@ -270,20 +265,14 @@ fn watch_pod_deletions(
 /// A token asked for: namespace, service account, audiences, lifetime.
 type TokenKey = (String, String, Vec<String>, u64);
 
-fn error(what: String, e: kube::Error) -> ClusterError {
-    match &e {
-        kube::Error::Api(s) if s.code == 404 => ClusterError::NotFound(what),
-        kube::Error::Api(s) if s.code == 409 => ClusterError::Conflict(what),
-        _ => ClusterError::Other {
-            what,
-            message: e.to_string(),
-        },
-    }
-}
-
 impl KubeCluster {
     pub fn new(watches: WatchManager, pod_namespace: &str) -> KubeCluster {
         KubeCluster {
+            events: EventRecorder::new(
+                watches.client().clone(),
+                "bosun-deployer",
+                EventLimits::default(),
+            ),
             watches,
             pod_namespace: pod_namespace.to_string(),
             items: Arc::new(Informer::new(Watched::Items)),
@@ -582,25 +571,14 @@ impl Cluster for KubeCluster {
     fn event(&self, item: &Value, note: EventNote) -> BoxFut<'_, ()> {
         let item = item.clone();
         Box::pin(async move {
-            let key = ItemKey::of(&item);
-            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-            let event = json!({
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": format!("{}.", key.name), "namespace": key.namespace},
-                "involvedObject": {
-                    "apiVersion": item["apiVersion"], "kind": item["kind"],
-                    "name": key.name, "namespace": key.namespace,
-                    "uid": item["metadata"]["uid"], "resourceVersion": item["metadata"]["resourceVersion"],
-                },
-                "reason": note.reason, "message": note.message, "type": note.type_,
-                "source": {"component": "bosun-deployer"},
-                "reportingComponent": "bosun-deployer",
-                "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-            });
-            let api = self.api(&core("Event", "events"), &key.namespace);
-            if let Err(e) = api.create(&event).await {
-                tracing::warn!(reason = %note.reason, "cannot record an Event: {e}");
-            }
+            self.events
+                .record(Note {
+                    object: &item,
+                    type_: note.type_,
+                    reason: &note.reason,
+                    message: &note.message,
+                })
+                .await
         })
     }
 

@@ -52,21 +52,12 @@ const MAX_CA_CLIENTS: usize = 16;
 
 /// A download client trusting `roots`.
 fn client_with(roots: rustls::RootCertStore) -> Result<HttpClient, DeployError> {
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| fetch_error(format!("TLS settings for chart downloads: {e}")))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = crate::http_client::tls_config(Arc::new(roots), None)
+        .map_err(|e| fetch_error(format!("TLS settings for chart downloads: {e}")))?;
     let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
     tcp.set_connect_timeout(Some(Duration::from_secs(10)));
     tcp.enforce_http(false);
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(tcp);
+    let connector = crate::http_client::https_connector(tls, tcp);
     Ok(
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build(connector),
@@ -86,7 +77,7 @@ pub struct HelmCharts {
     dir: PathBuf,
     targets: Arc<TargetClients>,
     /// The system's CA certificates, loaded on the first download.
-    system_roots: tokio::sync::OnceCell<Arc<rustls::RootCertStore>>,
+    system_roots: crate::http_client::SystemRoots,
     /// The download client trusting the system's CAs.
     http: tokio::sync::OnceCell<HttpClient>,
     /// Download clients that also trust a credential's `customCAData`, by its PEM.
@@ -298,7 +289,7 @@ impl HelmCharts {
             engine: tokio::sync::OnceCell::new(),
             dir,
             targets,
-            system_roots: tokio::sync::OnceCell::new(),
+            system_roots: Default::default(),
             http: tokio::sync::OnceCell::new(),
             ca_clients: Mutex::default(),
             charts: Mutex::default(),
@@ -332,16 +323,7 @@ impl HelmCharts {
     }
 
     async fn system_roots(&self) -> Arc<rustls::RootCertStore> {
-        self.system_roots
-            .get_or_init(|| async {
-                Arc::new(
-                    tokio::task::spawn_blocking(crate::lambda::webhook::load_system_roots)
-                        .await
-                        .unwrap_or_else(|_| rustls::RootCertStore::empty()),
-                )
-            })
-            .await
-            .clone()
+        self.system_roots.get().await
     }
 
     /// The download client for `url`: one that also trusts the `customCAData` of the

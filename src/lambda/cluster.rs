@@ -4,16 +4,18 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
 use bosun_lambda::ports::{BoxFut, Change, Cluster, ClusterError, EventNote, Resource, Watches};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::discovery::ApiResource;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
+use crate::kubernetes::cluster_error as error;
+use crate::kubernetes::events::{EventLimits, EventRecorder, Note};
 use crate::watches::{
     Change as WatchChange, Listener, ObjectKey, SharedWatch, Stored, WatchManager,
+    resource_version, supersedes,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -50,12 +52,6 @@ struct InformerState {
     owned: HashMap<String, BTreeSet<ObjectKey>>,
     /// Objects without a controller.
     orphans: BTreeSet<ObjectKey>,
-}
-
-fn resource_version(o: &Value) -> Option<u64> {
-    o["metadata"]["resourceVersion"]
-        .as_str()
-        .and_then(|v| v.parse::<u64>().ok())
 }
 
 impl InformerState {
@@ -125,13 +121,10 @@ impl InformerState {
 
     /// Our own write, into the cache unless the watch brought something newer already.
     fn remember(&mut self, key: ObjectKey, object: &Value) {
-        let newer = match self.objects.get(&key) {
-            Some(cached) => match (resource_version(cached), resource_version(object)) {
-                (Some(old), Some(new)) => new > old,
-                _ => true,
-            },
-            None => true,
-        };
+        let newer = self
+            .objects
+            .get(&key)
+            .is_none_or(|cached| !supersedes(resource_version(cached), resource_version(object)));
         if newer {
             let before = self.put(key.clone(), Arc::new(object.clone()));
             self.unseen.entry(key).or_insert(before);
@@ -189,22 +182,6 @@ impl Listener for Informer {
     }
 }
 
-/// Per-object Event rate limit (`--events-qps`, `--events-burst`).
-#[derive(Clone, Copy, Debug)]
-pub struct EventLimits {
-    pub qps: f64,
-    pub burst: u32,
-}
-
-impl Default for EventLimits {
-    fn default() -> Self {
-        EventLimits {
-            qps: 1.0 / 300.0,
-            burst: 25,
-        }
-    }
-}
-
 /// The cluster as the lambda controllers see it.
 pub struct KubeCluster {
     watches: WatchManager,
@@ -212,8 +189,7 @@ pub struct KubeCluster {
     /// Serializes the first list of each informer.
     starting: tokio::sync::Mutex<()>,
     field_manager: String,
-    event_limits: EventLimits,
-    event_buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    events: EventRecorder,
 }
 
 fn api_resource(r: &Resource) -> ApiResource {
@@ -238,20 +214,6 @@ fn describe(r: &Resource, namespace: &str, name: &str) -> String {
     }
 }
 
-fn error(what: String, e: kube::Error) -> ClusterError {
-    match &e {
-        kube::Error::Api(s) if s.code == 404 => ClusterError::NotFound(what),
-        kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists" => {
-            ClusterError::AlreadyExists(what)
-        }
-        kube::Error::Api(s) if s.code == 409 => ClusterError::Conflict(what),
-        _ => ClusterError::Other {
-            what,
-            message: e.to_string(),
-        },
-    }
-}
-
 fn to_dynamic(object: Value, what: &str) -> Result<DynamicObject, ClusterError> {
     serde_json::from_value(object).map_err(|e| ClusterError::Other {
         what: what.to_string(),
@@ -266,12 +228,11 @@ fn to_value(o: &DynamicObject) -> Value {
 impl KubeCluster {
     pub fn new(watches: WatchManager, field_manager: String, event_limits: EventLimits) -> Self {
         KubeCluster {
+            events: EventRecorder::new(watches.client().clone(), "metacontroller", event_limits),
             watches,
             informers: Mutex::new(HashMap::new()),
             starting: tokio::sync::Mutex::new(()),
             field_manager,
-            event_limits,
-            event_buckets: Mutex::new(HashMap::new()),
         }
     }
 
@@ -351,22 +312,6 @@ impl KubeCluster {
     }
 
     /// Whether an Event on `uid` may be sent now (token bucket per object).
-    fn event_allowed(&self, uid: &str) -> bool {
-        let now = Instant::now();
-        let mut buckets = lock(&self.event_buckets);
-        let burst = f64::from(self.event_limits.burst.max(1));
-        let (tokens, at) = buckets.entry(uid.to_string()).or_insert((burst, now));
-        *tokens =
-            (*tokens + now.duration_since(*at).as_secs_f64() * self.event_limits.qps).min(burst);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
     /// Informers running now (resource, objects held), for the debug view.
     pub fn informers(&self) -> Vec<(String, usize)> {
         let mut out: Vec<(String, usize)> = lock(&self.informers)
@@ -631,60 +576,14 @@ impl Cluster for KubeCluster {
     fn event(&self, object: &Value, note: EventNote) -> BoxFut<'_, ()> {
         let object = object.clone();
         Box::pin(async move {
-            let uid = bosun_lambda::keys::uid_of(&object).to_string();
-            if !self.event_allowed(&uid) {
-                tracing::debug!(reason = %note.reason, "event dropped by the rate limit: {}", note.message);
-                return;
-            }
-            let ns = bosun_lambda::keys::namespace_of(&object);
-            let ns = if ns.is_empty() { "default" } else { ns };
-            let name = bosun_lambda::keys::name_of(&object);
-            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-            let event = json!({
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {
-                    "generateName": format!("{name}."),
-                    "namespace": ns,
-                },
-                "involvedObject": {
-                    "apiVersion": object["apiVersion"],
-                    "kind": object["kind"],
-                    "name": name,
-                    "namespace": bosun_lambda::keys::namespace_of(&object),
-                    "uid": uid,
-                    "resourceVersion": object["metadata"]["resourceVersion"],
-                },
-                "reason": note.reason,
-                "message": note.message,
-                "type": note.type_,
-                "source": {"component": "metacontroller"},
-                "reportingComponent": "metacontroller",
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            });
-            let api: Api<DynamicObject> = Api::namespaced_with(
-                self.client(),
-                ns,
-                &ApiResource {
-                    group: String::new(),
-                    version: "v1".into(),
-                    api_version: "v1".into(),
-                    kind: "Event".into(),
-                    plural: "events".into(),
-                },
-            );
-            let created = match serde_json::from_value::<DynamicObject>(event) {
-                Ok(e) => api.create(&PostParams::default(), &e).await.map(|_| ()),
-                Err(e) => {
-                    tracing::warn!("cannot build an Event: {e}");
-                    return;
-                }
-            };
-            if let Err(e) = created {
-                tracing::warn!(reason = %note.reason, "cannot record an Event: {e}");
-            }
+            self.events
+                .record(Note {
+                    object: &object,
+                    type_: note.type_,
+                    reason: &note.reason,
+                    message: &note.message,
+                })
+                .await
         })
     }
 }
@@ -707,6 +606,7 @@ impl Watches for KubeCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn object(name: &str, rv: &str) -> Value {
         json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv}})

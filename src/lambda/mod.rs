@@ -35,7 +35,7 @@ pub struct LambdaConfig {
     /// `--target-label-selector`.
     pub target_label_selector: String,
     /// `--events-qps`, `--events-burst`.
-    pub events: cluster::EventLimits,
+    pub events: crate::kubernetes::EventLimits,
     /// Install missing CRDs at start.
     pub install_crds: bool,
     /// Where the lambda journal lives.

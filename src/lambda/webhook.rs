@@ -22,7 +22,7 @@
 //! needed and an unset `cacheCleanupSeconds` is harmless.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
@@ -43,6 +43,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
+
+use crate::http_client::{SystemRoots, https_connector, tls_config};
 
 mod trace;
 
@@ -65,7 +67,7 @@ const DEFAULT_PASSWORD_KEY: &str = "password";
 pub struct Webhooks {
     client: kube::Client,
     /// The system roots, loaded on first use by a webhook without a caBundle.
-    system_roots: OnceLock<Arc<RootCertStore>>,
+    system_roots: SystemRoots,
 }
 
 impl Webhooks {
@@ -73,24 +75,8 @@ impl Webhooks {
     pub fn new(client: kube::Client) -> Webhooks {
         Webhooks {
             client,
-            system_roots: OnceLock::new(),
+            system_roots: SystemRoots::default(),
         }
-    }
-
-    /// The system roots, read (off the async threads) by the first https webhook without a
-    /// caBundle.
-    async fn system_roots(&self) -> Arc<RootCertStore> {
-        if let Some(roots) = self.system_roots.get() {
-            return roots.clone();
-        }
-        let roots = match tokio::task::spawn_blocking(load_system_roots).await {
-            Ok(roots) => Arc::new(roots),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the system CA certificates");
-                Arc::new(RootCertStore::empty())
-            }
-        };
-        self.system_roots.get_or_init(|| roots).clone()
     }
 
     async fn build(&self, spec: HookSpec) -> Result<WebhookClient, HookError> {
@@ -130,11 +116,7 @@ impl Webhooks {
         let mut tcp = HttpConnector::new_with_resolver(trace::TimedResolver::new());
         // https URLs go through the TLS connector, which hands them to this one.
         tcp.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(trace::TcpThenTls(tcp));
+        let connector = https_connector(tls, trace::TcpThenTls(tcp));
         let http = Client::builder(TokioExecutor::new()).build(trace::TlsDone(connector));
         let etag = webhook
             .etag
@@ -252,24 +234,23 @@ impl Webhooks {
             Some(ca) => Arc::new(self.ca_bundle(&format!("{field}.caBundle"), ca).await?),
             // Plain HTTP needs no roots: do not read the system's for nothing.
             None if !https => Arc::new(RootCertStore::empty()),
-            None => self.system_roots().await,
+            None => self.system_roots.get().await,
         };
-        let builder =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-                .map_err(|e| format!("{field}: TLS settings: {e}"))?
-                .with_root_certificates(roots);
-        match &security.client_tls {
-            Some(tls) => {
-                let (certs, key) = self
-                    .client_certificate(&format!("{field}.clientTLS"), tls)
-                    .await?;
-                builder
-                    .with_client_auth_cert(certs, key)
-                    .map_err(|e| format!("{field}.clientTLS: {e}"))
+        let client_cert = match &security.client_tls {
+            Some(tls) => Some(
+                self.client_certificate(&format!("{field}.clientTLS"), tls)
+                    .await?,
+            ),
+            None => None,
+        };
+        let client_tls = client_cert.is_some();
+        tls_config(roots, client_cert).map_err(|e| {
+            if client_tls {
+                format!("{field}.clientTLS: {e}")
+            } else {
+                format!("{field}: TLS settings: {e}")
             }
-            None => Ok(builder.with_no_client_auth()),
-        }
+        })
     }
 
     async fn ca_bundle(&self, field: &str, ca: &CaBundle) -> Result<RootCertStore, String> {
@@ -390,21 +371,6 @@ impl Webhooks {
         );
         Ok(data)
     }
-}
-
-/// The system's CA certificates (warnings logged for unreadable ones).
-pub(crate) fn load_system_roots() -> RootCertStore {
-    let found = rustls_native_certs::load_native_certs();
-    for e in &found.errors {
-        tracing::warn!(error = %e, "cannot read a system CA certificate");
-    }
-    let mut roots = RootCertStore::empty();
-    let (added, ignored) = roots.add_parsable_certificates(found.certs);
-    if added == 0 {
-        tracing::warn!("no system CA certificates: https webhooks without a caBundle will fail");
-    }
-    tracing::debug!(added, ignored, "system CA certificates loaded");
-    roots
 }
 
 impl HookFactory for Webhooks {
@@ -572,7 +538,7 @@ pub fn hook_timeout(text: Option<&str>) -> Result<Duration, String> {
         Some(rest) => (true, rest),
         None => (false, text),
     };
-    let d = bosun_addon::schedule::parse_go_duration(magnitude)
+    let d = bosun_runtime::clock::parse_go_duration(magnitude)
         .map_err(|e| format!("webhook timeout: {e}"))?;
     if negative || d.is_zero() {
         tracing::info!(

@@ -408,6 +408,24 @@ fn bad_hook_answers_are_events_on_the_parent_and_bosun_keeps_going() {
             },
         );
     }
+    // The failing parents are retried, and each retry fails alike: as with metacontroller
+    // (client-go's recorder), that is one Event whose count rises, not an Event per retry.
+    let sync_errors = || -> Vec<Value> {
+        events_for(&sb, "default", "server-error")
+            .into_iter()
+            .filter(|e| e["reason"] == "SyncError")
+            .collect()
+    };
+    op.wait("the SyncError event counted three times", WAIT, || {
+        sync_errors().iter().any(|e| e["count"].as_u64() >= Some(3))
+    });
+    let events = sync_errors();
+    assert_eq!(
+        events.len(),
+        1,
+        "one Event for identical failures: {events:#?}"
+    );
+    assert_ne!(events[0]["firstTimestamp"], Value::Null, "{events:#?}");
     // The good parent converged meanwhile.
     op.wait("the good parent's child", WAIT, || {
         get(&sb, "/api/v1/namespaces/default/configmaps/good-ok").is_some()

@@ -475,7 +475,9 @@ fn settings(ctx: &Ctx, v: &Value) -> Result<Settings, HookConfigError> {
         "executionMinInterval"
     };
     let interval = match ctx.string(m, key, "settings")? {
-        Some(s) => Some(parse_go_duration(&s).map_err(|e| ctx.err(format!("settings.{key}"), e))?),
+        Some(s) => Some(
+            parse_go_duration(&s).map_err(|e| ctx.err(format!("settings.{key}"), e.to_string()))?,
+        ),
         None => None,
     };
     let burst = match m.get("executionBurst") {
@@ -745,7 +747,8 @@ fn kubernetes_binding(
     // waitForSynchronization: false only counts with an explicit queue (the reference).
     let wait = ctx.boolean(m, "waitForSynchronization", at, true)? || queue.is_none();
     if let Some(p) = ctx.string(m, "resynchronizationPeriod", at)? {
-        parse_go_duration(&p).map_err(|e| ctx.err(join(at, "resynchronizationPeriod"), e))?;
+        parse_go_duration(&p)
+            .map_err(|e| ctx.err(join(at, "resynchronizationPeriod"), e.to_string()))?;
     }
     Ok(KubernetesBinding {
         name: ctx

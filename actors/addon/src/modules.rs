@@ -1050,13 +1050,9 @@ impl ModuleState {
     }
 }
 
+/// Up to a quarter of `interval` (at most 59 s), so that modules do not all look at once.
 fn rand_jitter(interval: Duration) -> Duration {
-    let cap = (interval / 4).min(Duration::from_secs(59));
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    cap.mul_f64(f64::from(nanos % 1000) / 1000.0)
+    bosun_runtime::clock::jitter_up_to((interval / 4).min(Duration::from_secs(59)))
 }
 
 impl Actor for ModuleActor {

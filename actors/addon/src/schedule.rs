@@ -134,7 +134,7 @@ impl Crontab {
             rest = after.trim();
         }
         let every = |spec: &str| -> Result<CronSpec, CrontabError> {
-            let d = parse_go_duration(spec).map_err(&err)?;
+            let d = parse_go_duration(spec).map_err(|e| err(e.to_string()))?;
             if d.is_zero() {
                 return Err(err("@every needs a positive duration".into()));
             }
@@ -405,47 +405,8 @@ impl Crontab {
     }
 }
 
-/// Parses a Go duration string (`300ms`, `1.5h`, `2h45m`, `10s`).
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let bad = || {
-        format!(
-            "{s:?} is not a duration: expected e.g. 30s, 1m30s, 1.5h (units ns, us, ms, s, m, h)"
-        )
-    };
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() || s.starts_with('-') {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    let mut rest = s.trim_start_matches('+');
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_len == 0 {
-            return Err(bad());
-        }
-        let n: f64 = rest[..num_len].parse().map_err(|_| bad())?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += n * scale;
-        rest = &rest[unit_len..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
-}
+/// Go duration strings: the runtime's one parser.
+pub use bosun_runtime::clock::parse_go_duration;
 
 #[cfg(test)]
 mod tests {

@@ -45,6 +45,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Cluster(ClusterError::Conflict(_)) => "conflict",
             ReconcileError::Cluster(ClusterError::NotFound(_)) => "not_found",
+            ReconcileError::Cluster(ClusterError::AlreadyExists(_)) => "already_exists",
             ReconcileError::Cluster(ClusterError::Other { .. }) => "cluster",
             ReconcileError::Journal(_) => "journal",
         }

@@ -147,7 +147,7 @@ fn timeout_field(m: &Map<String, Value>, field: &str) -> Result<Option<String>, 
     match m.get("timeout") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => {
-            crate::timeout::parse_go_duration(s)
+            bosun_runtime::clock::parse_go_duration(s)
                 .map_err(|e| config_error(format!("{field}.timeout: {e}")))?;
             Ok(Some(s.clone()))
         }

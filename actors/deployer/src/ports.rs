@@ -16,16 +16,8 @@ use crate::target::ResolvedTarget;
 /// A Secret's `data`, decoded.
 pub type SecretData = BTreeMap<String, Vec<u8>>;
 
-/// A failed cluster call, sorted the way the controller reacts to it.
-#[derive(Debug, thiserror::Error, Clone, PartialEq)]
-pub enum ClusterError {
-    #[error("{0}: not found")]
-    NotFound(String),
-    #[error("{0}: conflict")]
-    Conflict(String),
-    #[error("{what}: {message}")]
-    Other { what: String, message: String },
-}
+/// A failed cluster call (the runtime's, shared by every subsystem).
+pub use bosun_runtime::ports::ClusterError;
 
 /// An Event to record on an item.
 #[derive(Clone, Debug, PartialEq)]

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+pub use bosun_runtime::clock::parse_go_duration;
+
 /// How long an item may progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Timeout {
@@ -26,7 +28,7 @@ impl Timeout {
         if s == "none" {
             return Ok(Timeout::None);
         }
-        let d = parse_go_duration(s)?;
+        let d = parse_go_duration(s).map_err(|e| format!("{e}, or \"none\""))?;
         Ok(if d.is_zero() {
             Timeout::None
         } else {
@@ -41,54 +43,6 @@ impl Timeout {
             Timeout::After(d) => Some(d.saturating_sub(elapsed)),
         }
     }
-}
-
-/// Go's `time.ParseDuration` grammar: `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+`, units ns, us, µs,
-/// ms, s, m, h. Negative durations are refused.
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let bad = |why: &str| {
-        format!("{s:?} is not a duration ({why}); expected e.g. \"10m\", \"1h30m\" or \"none\"")
-    };
-    let mut rest = s.strip_prefix('+').unwrap_or(s);
-    if rest.starts_with('-') {
-        return Err(bad("negative"));
-    }
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(bad("empty"));
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| bad("missing unit"))?;
-        let (num, tail) = rest.split_at(num_len);
-        if num.is_empty() || num == "." {
-            return Err(bad("missing number"));
-        }
-        let value: f64 = num.parse().map_err(|_| bad("bad number"))?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, next) = tail.split_at(unit_len);
-        let nanos = match unit {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return Err(bad(&format!("unknown unit {unit:?}"))),
-        };
-        total += value * nanos;
-        rest = next;
-    }
-    if !total.is_finite() || total > u64::MAX as f64 {
-        return Err(bad("too large"));
-    }
-    Ok(Duration::from_nanos(total as u64))
 }
 
 #[cfg(test)]

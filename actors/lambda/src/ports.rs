@@ -31,27 +31,8 @@ impl std::fmt::Display for Resource {
     }
 }
 
-/// A failed cluster call, sorted the way the controllers react to it.
-#[derive(Debug, thiserror::Error, Clone, PartialEq)]
-pub enum ClusterError {
-    #[error("{0}: not found")]
-    NotFound(String),
-    #[error("{0}: conflict")]
-    Conflict(String),
-    #[error("{0}: already exists")]
-    AlreadyExists(String),
-    #[error("{what}: {message}")]
-    Other { what: String, message: String },
-}
-
-impl ClusterError {
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, ClusterError::NotFound(_))
-    }
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, ClusterError::Conflict(_))
-    }
-}
+/// A failed cluster call (the runtime's, shared by every subsystem).
+pub use bosun_runtime::ports::ClusterError;
 
 /// An Event to record on an object.
 #[derive(Clone, Debug, PartialEq)]

@@ -20,6 +20,6 @@ pub mod tagged;
 pub mod task;
 pub mod work_queue;
 
-pub use ports::{BoxFut, EventSink, MemoryJournal, PortError};
+pub use ports::{BoxFut, ClusterError, EventSink, MemoryJournal, PortError};
 pub use queue::{QueueRules, Queues};
 pub use task::{Position, QueuedTask, TaskEvent, TaskId, TaskIds, TaskKind, TaskSpec};

@@ -12,6 +12,42 @@ pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 #[error("{0}")]
 pub struct PortError(pub String);
 
+/// A failed Kubernetes call, sorted the way a controller reacts to it. Every subsystem's
+/// cluster port returns it; the binary maps the client's errors to it in one place
+/// (`bosun::kubernetes::cluster_error`).
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum ClusterError {
+    /// 404: the object (or its namespace) does not exist.
+    #[error("{0}: not found")]
+    NotFound(String),
+    /// 409 on a write: the object changed since it was read (resourceVersion, uid).
+    #[error("{0}: conflict")]
+    Conflict(String),
+    /// 409 `AlreadyExists` on a create.
+    #[error("{0}: already exists")]
+    AlreadyExists(String),
+    /// Anything else, with the API server's or the client's message.
+    #[error("{what}: {message}")]
+    Other {
+        /// The object or request it was about.
+        what: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl ClusterError {
+    /// A 404.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ClusterError::NotFound(_))
+    }
+
+    /// A write refused because the object changed.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, ClusterError::Conflict(_))
+    }
+}
+
 /// Durable storage of events (the journal), for events of type `E`.
 pub trait EventSink<E>: Send + Sync + 'static {
     /// Appends events; resolves only once they are durable, with the last sequence number.
