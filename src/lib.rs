@@ -1,7 +1,11 @@
 //! bosun: a Kubernetes extension operator.
 //!
 //! ```text
-//!   cli ──► run ──► addon/ (wiring, real ports) ──► bosun_addon actors ──► journal
+//!   cli ──► run ──► addon/    (wiring, real ports) ──► bosun_addon actors    ──► journal
+//!    │        ├───► lambda/   (wiring, real ports) ──► bosun_lambda syncs    ──► journal
+//!    │        ├───► deployer/ (wiring, real ports) ──► bosun_deployer items  ──► journal
+//!    │        │     (all three on the shared layer: watches/, kubernetes/, http_client)
+//!    │        ├───► ha (lease, journal following)
 //!    │        └───► sandbox (embedded API server, optional)
 //!    ├──► sandbox (standalone API server)
 //!    ├──► journal (offline inspection)

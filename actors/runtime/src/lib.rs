@@ -1,6 +1,7 @@
-//! bosun's actor runtime, shared by every subsystem (addon-operator modules today; lambda
-//! controllers and the DeployItem deployer next). It knows tasks, queues, mailboxes and the
-//! journal port, and nothing of any subsystem's domain.
+//! bosun's actor runtime, shared by every subsystem (addon-operator's modules, the lambda
+//! controllers, the DeployItem deployer). It knows tasks, queues, the keyed work queue,
+//! mailboxes, time (Go durations, jitter), the journal port and the cluster ports' error,
+//! and nothing of any subsystem's domain.
 //!
 //! ```text
 //!   subsystem ──TaskSpec<K>──► QueueActor<K, E> ──TaskEvent<K> (as E)──► EventSink<E> (journal)
