@@ -43,7 +43,9 @@ const MAX_REDIRECTS: usize = 5;
 const MAX_CHARTS: usize = 64;
 
 type HttpClient = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    crate::http_client::CloseIsEnd<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    >,
     http_body_util::Full<bytes::Bytes>,
 >;
 
@@ -57,7 +59,7 @@ fn client_with(roots: rustls::RootCertStore) -> Result<HttpClient, DeployError> 
     let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
     tcp.set_connect_timeout(Some(Duration::from_secs(10)));
     tcp.enforce_http(false);
-    let connector = crate::http_client::https_connector(tls, tcp);
+    let connector = crate::http_client::CloseIsEnd(crate::http_client::https_connector(tls, tcp));
     Ok(
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build(connector),

@@ -44,13 +44,14 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 
-use crate::http_client::{SystemRoots, https_connector, tls_config};
+use crate::http_client::{CloseIsEnd, SystemRoots, https_connector, tls_config};
 
 mod trace;
 
 /// The connector of a hook client: TCP (with timed DNS lookups), then TLS for https.
-type Connector =
-    trace::TlsDone<HttpsConnector<trace::TcpThenTls<HttpConnector<trace::TimedResolver>>>>;
+type Connector = CloseIsEnd<
+    trace::TlsDone<HttpsConnector<trace::TcpThenTls<HttpConnector<trace::TimedResolver>>>>,
+>;
 
 /// The timeout when the webhook sets none, or one ≤ 0.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -117,7 +118,8 @@ impl Webhooks {
         // https URLs go through the TLS connector, which hands them to this one.
         tcp.enforce_http(false);
         let connector = https_connector(tls, trace::TcpThenTls(tcp));
-        let http = Client::builder(TokioExecutor::new()).build(trace::TlsDone(connector));
+        let http =
+            Client::builder(TokioExecutor::new()).build(CloseIsEnd(trace::TlsDone(connector)));
         let etag = webhook
             .etag
             .as_ref()

@@ -102,6 +102,26 @@ pub fn pki() -> Option<Pki> {
             ],
         );
     }
+    // The client's key again, in an X.509 v1 certificate (no extensions), as the openssl
+    // command of metacontroller's `webhook-auth` example makes it.
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "client-v1.crt",
+        ],
+    );
     Some(Pki { dir })
 }
 
@@ -141,4 +161,68 @@ pub fn server_config(pki: &Pki, require_client_cert: bool) -> Arc<rustls::Server
         .with_single_cert(certs, key)
         .expect("server certificate and key");
     Arc::new(config)
+}
+
+/// A server configuration that asks for a client certificate and takes whatever is
+/// presented without verifying it (for a client certificate that webpki cannot read, an
+/// X.509 v1 one); `presented` counts the handshakes that carried one.
+pub fn server_config_any_client_cert(
+    pki: &Pki,
+    presented: Arc<std::sync::atomic::AtomicUsize>,
+) -> Arc<rustls::ServerConfig> {
+    let certs = CertificateDer::pem_file_iter(pki.path("server.crt"))
+        .expect("server.crt")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("server certificate");
+    let key = PrivateKeyDer::from_pem_file(pki.path("server.key")).expect("server key");
+    let config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_client_cert_verifier(Arc::new(AnyClientCert(presented)))
+        .with_single_cert(certs, key)
+        .expect("server certificate and key");
+    Arc::new(config)
+}
+
+#[derive(Debug)]
+struct AnyClientCert(Arc<std::sync::atomic::AtomicUsize>);
+
+impl rustls::server::danger::ClientCertVerifier for AnyClientCert {
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }

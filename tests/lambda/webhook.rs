@@ -646,6 +646,127 @@ async fn an_inline_ca_bundle_trusts_the_webhook_over_https() {
     }
 }
 
+/// A TLS server that reads one request, writes `answer` and drops the connection without a
+/// `close_notify` alert (as Python's `http.server` behind an `ssl` socket does, and so
+/// metacontroller's `webhook-auth` example).
+async fn serve_then_cut(acceptor: TlsAcceptor, answer: &'static str) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // The request's head and its small JSON body.
+                while !request.ends_with(b"}") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.flush().await;
+                // Dropped, not shut down: the TCP connection ends with no close_notify.
+                drop(tls);
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_answer_ended_by_a_close_without_close_notify_is_taken() {
+    let Some(pki) = pki() else { return };
+    let factory = Webhooks::new(no_cluster());
+    let ca = CaBundle {
+        inline: Some(String::from_utf8(pki.read("ca.crt")).expect("PEM is text")),
+        ..CaBundle::default()
+    };
+    let body = r#"{"status":{"ok":true}}"#;
+    for (what, answer) in [
+        (
+            "an HTTP/1.0 body delimited by the close",
+            "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{\"status\":{\"ok\":true}}",
+        ),
+        (
+            "a body with its Content-Length",
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 22\r\nConnection: close\r\n\r\n{\"status\":{\"ok\":true}}",
+        ),
+    ] {
+        let addr = serve_then_cut(acceptor(&pki, false), answer).await;
+        let mut webhook = url_hook(format!("https://127.0.0.1:{}/ok", addr.port()));
+        webhook.security.ca_bundle = Some(ca.clone());
+        let c = client(&factory, spec(webhook, vec![])).await;
+        assert_eq!(call(&c).await.expect(what), body, "{what}");
+    }
+    // A body cut short of its Content-Length is still an error.
+    let addr = serve_then_cut(
+        acceptor(&pki, false),
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 99\r\n\r\n{\"status\":{}}",
+    )
+    .await;
+    let mut webhook = url_hook(format!("https://127.0.0.1:{}/ok", addr.port()));
+    webhook.security.ca_bundle = Some(ca);
+    let c = client(&factory, spec(webhook, vec![])).await;
+    assert!(
+        matches!(call(&c).await, Err(HookError::Transport { .. })),
+        "a truncated answer is refused"
+    );
+}
+
+/// A client certificate in X.509 v1 form (what `openssl x509 -req` makes without
+/// extensions, as in metacontroller's `webhook-auth` example) is presented, as Go's
+/// client presents it: the server is the one that judges it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_x509_v1_client_certificate_is_presented() {
+    let Some(pki) = pki() else { return };
+    let sb = Sandbox::start();
+    let kube = cluster(&sb).await;
+    create_secret(
+        &kube,
+        "hook-client-v1",
+        &[
+            ("tls.crt", &pki.read("client-v1.crt")),
+            ("tls.key", &pki.read("client.key")),
+        ],
+    )
+    .await;
+    let presented = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hooks = Hooks::default();
+    let addr = serve(
+        &hooks,
+        Some(TlsAcceptor::from(
+            common::tls::server_config_any_client_cert(&pki, presented.clone()),
+        )),
+    )
+    .await;
+    let factory = Webhooks::new(kube);
+    let mut webhook = url_hook(format!("https://127.0.0.1:{}/ok", addr.port()));
+    webhook.security.ca_bundle = Some(CaBundle {
+        inline: Some(String::from_utf8(pki.read("ca.crt")).expect("PEM is text")),
+        ..CaBundle::default()
+    });
+    webhook.security.client_tls = Some(ClientTls {
+        secret_ref: secret_ref("hook-client-v1", None),
+        cert_key: None,
+        private_key_key: None,
+    });
+    let c = client(&factory, spec(webhook, vec![])).await;
+    assert_eq!(call(&c).await.expect("call"), r#"{"status":{"ok":true}}"#);
+    assert_eq!(
+        presented.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the certificate was presented"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_tls_from_a_secret_passes_mutual_tls() {
     let Some(pki) = pki() else { return };
