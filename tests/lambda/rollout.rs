@@ -46,11 +46,11 @@ fn items(sb: &Sandbox, path: &str) -> Vec<Value> {
 }
 
 /// Starts bosun with no modules and no global hooks: only the lambda controllers work.
-fn bosun(sb: &Sandbox, work: &std::path::Path) -> Operator {
+fn bosun(sb: &Sandbox, work: &std::path::Path, env: &[(&str, &str)]) -> Operator {
     let hooks = work.join("global-hooks");
     std::fs::create_dir_all(&hooks).expect("hooks dir");
     std::fs::create_dir_all(work.join("modules")).expect("modules dir");
-    Operator::start_with(sb, &hooks, work, &[])
+    Operator::start_with(sb, &hooks, work, env)
 }
 
 fn wait_served(sb: &Sandbox, path: &str) {
@@ -166,6 +166,11 @@ fn setup(method: &str) -> Setup {
 /// [`setup`], with a finalize hook when `finalize` (no children; finalized once none is
 /// left).
 fn setup_with(method: &str, finalize: bool) -> Setup {
+    setup_in(method, finalize, &[])
+}
+
+/// [`setup_with`], bosun started with `env` as well.
+fn setup_in(method: &str, finalize: bool, env: &[(&str, &str)]) -> Setup {
     let sb = Sandbox::start();
     let work = workdir();
     // Three replicas carrying the parent's version; the status echoes the version.
@@ -208,7 +213,7 @@ fn setup_with(method: &str, finalize: bool) -> Setup {
     if finalize {
         hook_urls["finalize"] = json!({"webhook": {"url": format!("{}/finalize", hooks.url)}});
     }
-    let op = bosun(&sb, work.path());
+    let op = bosun(&sb, work.path(), env);
     wait_served(
         &sb,
         "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
@@ -485,7 +490,7 @@ fn rolling_methods_are_refused_for_a_cluster_scoped_parent_naming_the_field() {
         &parent_crd,
     );
     wait_served(&sb, "/apis/example.com/v1/fleets");
-    let op = bosun(&sb, work.path());
+    let op = bosun(&sb, work.path(), &[]);
     wait_served(
         &sb,
         "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
@@ -538,6 +543,28 @@ fn rolling_recreate_replaces_one_ready_child_per_sync() {
     assert_eq!(uids(sb)[2], before[2]);
     report(sb, 1, "v2", true);
     assert_rolled_out(&s, &before, Objects::Replaced);
+}
+
+/// The rolling update goes on past the first child when children are written with
+/// server-side apply, as with the default 3-way merge: whether a child is updated is read
+/// the same way in both modes.
+#[test]
+fn rolling_in_place_with_server_side_apply_moves_every_child() {
+    let s = setup_in(
+        "RollingInPlace",
+        false,
+        &[("BOSUN_APPLY_STRATEGY", "server-side-apply")],
+    );
+    let sb = &s.sb;
+    let before = uids(sb);
+    set_version(sb, "v2");
+    wait_waiting_on(&s, 0);
+    assert_eq!(versions(sb), ["v2", "v1", "v1"]);
+    report(sb, 0, "v2", true);
+    wait_waiting_on(&s, 1);
+    assert_eq!(versions(sb), ["v2", "v2", "v1"]);
+    report(sb, 1, "v2", true);
+    assert_rolled_out(&s, &before, Objects::Same);
 }
 
 #[test]

@@ -202,7 +202,12 @@ fn with_owner(object: &Value, owner: &Owner) -> Value {
 /// The object sent by server-side apply: ours, without system fields, status and the
 /// last-applied annotation.
 fn for_ssa(object: &Value, owner: &Owner) -> Value {
-    let mut out = with_owner(object, owner);
+    ssa_fields(&with_owner(object, owner))
+}
+
+/// `object` without system fields, status and the last-applied annotation.
+fn ssa_fields(object: &Value) -> Value {
+    let mut out = object.clone();
     if let Some(meta) = out["metadata"].as_object_mut() {
         for f in [
             "selfLink",
@@ -303,6 +308,14 @@ async fn delete(
         )
         .await?;
     Ok(Outcome::Deleted)
+}
+
+/// Whether a child written with server-side apply is what `desired` asks for: every field
+/// we would apply already holds in `observed` (the test that makes an apply a no-op). A
+/// rolling update reads this in that mode: such children carry no last-applied
+/// annotation for the 3-way check to compare with.
+pub fn ssa_applied(observed: &Value, desired: &Value) -> bool {
+    contains(observed, &ssa_fields(desired))
 }
 
 /// Whether the fields we apply already hold in `observed` (server-side apply's no-op).

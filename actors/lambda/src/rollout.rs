@@ -55,6 +55,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::apply::{apply_update, canonical_json};
+use crate::children::ApplyStrategy;
 use crate::types::{GROUP, UpdateMethod, UpdateStrategy};
 
 /// Label naming the parent's API group on a ControllerRevision.
@@ -383,6 +384,8 @@ pub struct RolloutInput<'a> {
     pub observed: &'a ObservedChildren,
     /// Update strategy per child kind; kinds absent here are OnDelete.
     pub strategies: &'a BTreeMap<GroupKind, UpdateStrategy>,
+    /// How children are written, which decides how "is this child updated" is read.
+    pub apply_strategy: ApplyStrategy,
 }
 
 /// The `Updated` condition of the parent.
@@ -620,6 +623,7 @@ fn should_continue(
     latest: &Rev<'_>,
     observed: &ObservedChildren,
     strategies: &BTreeMap<GroupKind, UpdateStrategy>,
+    apply_strategy: ApplyStrategy,
 ) -> Result<(), String> {
     for claims in &latest.claims {
         let gk = GroupKind::new(&claims.api_group, &claims.kind);
@@ -634,9 +638,19 @@ fn should_continue(
             let Some(desired) = latest.desired.get(&(gk.clone(), name.clone())) else {
                 continue;
             };
-            let updated = apply_update(child, desired)
-                .map_err(|e| format!("can't check if child {kind} {name} is updated: {e}"))?;
-            if updated != *child {
+            // metacontroller reads the 3-way apply in both modes, but its server-side
+            // apply strips the last-applied annotation that check compares with, so its
+            // rollouts stall after the first child there; a child written with
+            // server-side apply is updated when every field we apply holds.
+            let up_to_date = match apply_strategy {
+                ApplyStrategy::DynamicApply => {
+                    apply_update(child, desired).map_err(|e| {
+                        format!("can't check if child {kind} {name} is updated: {e}")
+                    })? == *child
+                }
+                ApplyStrategy::ServerSideApply => crate::children::ssa_applied(child, desired),
+            };
+            if !up_to_date {
                 return Err(format!("child {kind} {name} is not updated yet"));
             }
             if strategy.method == UpdateMethod::RollingInPlace {
@@ -852,7 +866,12 @@ pub fn plan(input: &RolloutInput<'_>) -> Result<RolloutPlan, RolloutError> {
             continue;
         }
         updated = Some(
-            match should_continue(&revs[0], input.observed, input.strategies) {
+            match should_continue(
+                &revs[0],
+                input.observed,
+                input.strategies,
+                input.apply_strategy,
+            ) {
                 Err(waiting) => UpdatedCondition::new(false, "RolloutWaiting", waiting),
                 Ok(()) => {
                     revs[0].add(gk, key);

@@ -274,6 +274,7 @@ pub async fn sync_revisions(
         answers: &answers,
         observed: &observed_children,
         strategies: &strategies,
+        apply_strategy: c.strategy,
     })
     .map_err(|e| SyncError::Failed(e.to_string()))?;
 

@@ -100,6 +100,7 @@ impl World {
             answers: &answers,
             observed: &observed,
             strategies: &strategies,
+            apply_strategy: ApplyStrategy::DynamicApply,
         })
         .expect("plan")
     }
@@ -531,6 +532,7 @@ fn resync_takes_the_smallest_positive_value_and_finalized_needs_every_revision()
         answers: &answers,
         observed: &observed,
         strategies: &strategies,
+        apply_strategy: ApplyStrategy::DynamicApply,
     };
     let plan = plan(&input).expect("plan");
     assert_eq!(plan.resync_after_seconds, 2.5);
