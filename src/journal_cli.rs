@@ -411,11 +411,21 @@ fn lambda_log(
                 "{p}: nothing journaled (never failed, never changed anything)"
             )?,
             Some(LambdaEvent::SyncFailed {
-                error, retry_in_ms, ..
-            }) => writeln!(
-                out,
-                "{p}: NOT converged: the last sync failed: {error} (retried {retry_in_ms} ms after)"
-            )?,
+                error,
+                retry_in_ms,
+                failures,
+                ..
+            }) => {
+                let count = match failures {
+                    0 => String::new(),
+                    1 => "1 failure; ".to_string(),
+                    n => format!("{n} failures in a row; "),
+                };
+                writeln!(
+                    out,
+                    "{p}: NOT converged: the last sync failed: {error} ({count}the next retry {retry_in_ms} ms after it)"
+                )?
+            }
             Some(LambdaEvent::Synced { hook, answer, .. }) => writeln!(
                 out,
                 "{p}: converged: the last {hook} hook answer ({answer}) was applied"
@@ -480,8 +490,14 @@ fn lambda_log(
                 key,
                 error,
                 retry_in_ms,
+                failures,
             } => {
-                format!("{controller} {key}: sync failed: {error} (retry in {retry_in_ms} ms)")
+                let nth = if *failures > 1 {
+                    format!(" (failure {failures} in a row)")
+                } else {
+                    String::new()
+                };
+                format!("{controller} {key}: sync failed{nth}: {error} (retry in {retry_in_ms} ms)")
             }
         };
         writeln!(out, "#{} {time} {line}", r.seq)?;

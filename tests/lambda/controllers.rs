@@ -426,6 +426,30 @@ fn bad_hook_answers_are_events_on_the_parent_and_bosun_keeps_going() {
         "one Event for identical failures: {events:#?}"
     );
     assert_ne!(events[0]["firstTimestamp"], Value::Null, "{events:#?}");
+    // The journal keeps every failure, counted, and the real next retry.
+    let journal_of = |parent: &str| {
+        common::run_ok(
+            std::process::Command::new(common::bosun_bin())
+                .args(["journal", "--journal-dir"])
+                .arg(work.path().join("journal"))
+                .args(["lambda", "--parent", parent]),
+        )
+    };
+    op.wait("three failures of server-error journaled", WAIT, || {
+        journal_of("default/server-error")
+            .lines()
+            .filter(|l| l.contains("sync failed") && l.contains("unsupported status code: 500"))
+            .count()
+            >= 3
+    });
+    let journal = journal_of("default/server-error");
+    let head = journal.lines().next().unwrap_or_default();
+    assert!(
+        head.starts_with("default/server-error: NOT converged: the last sync failed:")
+            && head.contains("failures in a row; the next retry ")
+            && head.contains(" ms after it)"),
+        "{journal}"
+    );
     // The good parent converged meanwhile.
     op.wait("the good parent's child", WAIT, || {
         get(&sb, "/api/v1/namespaces/default/configmaps/good-ok").is_some()

@@ -178,6 +178,13 @@ pub struct LastSync {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_retry_ms: Option<u64>,
     pub warnings: Vec<String>,
+    /// Failed syncs in a row, this one included (0 after a success).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub failures: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn now_ms() -> u64 {
@@ -445,6 +452,7 @@ async fn record(
                         .resync_after
                         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                     warnings: report.warnings,
+                    failures: 0,
                 },
             );
         }
@@ -473,17 +481,20 @@ async fn record(
                 }
             }
             let retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-            let repeated = lock(last)
+            // Every failure is journaled, counted: the backoff bounds how often (at most
+            // one per retry), and `bosun journal lambda --parent` tells how many and when
+            // the next retry comes.
+            let failures = lock(last)
                 .get(key)
-                .is_some_and(|l| l.error.as_deref() == Some(message.as_str()));
-            if !repeated
-                && let Err(e) = ctx.journal.append_later(vec![LambdaEvent::SyncFailed {
-                    controller: controller.clone(),
-                    key: key.to_string(),
-                    error: message.clone(),
-                    retry_in_ms,
-                }])
-            {
+                .map_or(0, |l| if l.ok { 0 } else { l.failures })
+                .saturating_add(1);
+            if let Err(e) = ctx.journal.append_later(vec![LambdaEvent::SyncFailed {
+                controller: controller.clone(),
+                key: key.to_string(),
+                error: message.clone(),
+                retry_in_ms,
+                failures,
+            }]) {
                 tracing::warn!(%controller, key, "cannot journal a sync: {e}");
             }
             lock(last).insert(
@@ -501,6 +512,7 @@ async fn record(
                     deleted: Vec::new(),
                     next_retry_ms: Some(retry_in_ms),
                     warnings: Vec::new(),
+                    failures,
                 },
             );
         }

@@ -55,14 +55,21 @@ pub enum LambdaEvent {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         finalized: bool,
     },
-    /// A sync failed; it is retried after `retry_in_ms`.
+    /// A sync failed; it is retried after `retry_in_ms`. Every failure is journaled, with
+    /// how many in a row this one makes (0 in journals written before it was counted).
     #[serde(rename_all = "camelCase")]
     SyncFailed {
         controller: String,
         key: String,
         error: String,
         retry_in_ms: u64,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        failures: u32,
     },
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl LambdaEvent {
