@@ -102,11 +102,10 @@ fn global_hooks_run_in_order_with_the_file_contract_and_patches_flow() {
     let global: Value = serde_saphyr::from_str(cm["data"]["global"].as_str().unwrap_or_default())
         .unwrap_or_default();
     assert_eq!(global, json!({"param1": 200, "param3": "newValue"}));
-    assert!(
-        op.logs().contains("first hook done"),
-        "hook stdout is logged:\n{}",
-        op.logs()
-    );
+    // Hook output is logged as it is read: waited for, not assumed written by now.
+    op.wait("hook stdout logged", Duration::from_secs(60), || {
+        op.logs().contains("first hook done")
+    });
     // Temp files are removed after each run.
     let tmp = work.path().join("tmp");
     wait_for(

@@ -129,14 +129,20 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The server's TLS settings (its certificate for 127.0.0.1); with `require_client_cert`,
-/// a client certificate signed by the test CA is required.
-pub fn server_config(pki: &Pki, require_client_cert: bool) -> Arc<rustls::ServerConfig> {
+/// The server's certificate for 127.0.0.1 and its key.
+fn server_cert(pki: &Pki) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
     let certs = CertificateDer::pem_file_iter(pki.path("server.crt"))
         .expect("server.crt")
         .collect::<Result<Vec<_>, _>>()
         .expect("server certificate");
     let key = PrivateKeyDer::from_pem_file(pki.path("server.key")).expect("server key");
+    (certs, key)
+}
+
+/// The server's TLS settings (its certificate for 127.0.0.1); with `require_client_cert`,
+/// a client certificate signed by the test CA is required.
+pub fn server_config(pki: &Pki, require_client_cert: bool) -> Arc<rustls::ServerConfig> {
+    let (certs, key) = server_cert(pki);
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .expect("versions");
@@ -170,11 +176,7 @@ pub fn server_config_any_client_cert(
     pki: &Pki,
     presented: Arc<std::sync::atomic::AtomicUsize>,
 ) -> Arc<rustls::ServerConfig> {
-    let certs = CertificateDer::pem_file_iter(pki.path("server.crt"))
-        .expect("server.crt")
-        .collect::<Result<Vec<_>, _>>()
-        .expect("server certificate");
-    let key = PrivateKeyDer::from_pem_file(pki.path("server.key")).expect("server key");
+    let (certs, key) = server_cert(pki);
     let config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .expect("versions")

@@ -40,11 +40,9 @@ fn a_running_bosun_snapshots_and_drops_old_events_and_replay_still_agrees() {
             })
         },
     );
-    assert!(
-        op.logs().contains("journal snapshot saved"),
-        "{}",
-        op.logs()
-    );
+    op.wait("the snapshot logged", Duration::from_secs(60), || {
+        op.logs().contains("journal snapshot saved")
+    });
     // The state rebuilt from the latest snapshot and the events after it has the hook's
     // memory value (journaled once: the same patch again is not journaled again), though
     // the event that set it may be among those dropped.

@@ -288,14 +288,11 @@ kubernetes:
     );
     // The malformed metric failed the task, named the hook, the line and the problem, and
     // nothing after it ran: no metric of the batch, no object.
-    assert!(
-        op.logs()
-            .contains(r#"hook \"broken.sh\": METRICS_PATH line 2: unknown action \"inc\""#)
-            || op
-                .logs()
-                .contains(r#"hook "broken.sh": METRICS_PATH line 2: unknown action "inc""#),
-        "the failure is logged"
-    );
+    op.wait("the failure logged", Duration::from_secs(60), || {
+        let logs = op.logs();
+        logs.contains(r#"hook \"broken.sh\": METRICS_PATH line 2: unknown action \"inc\""#)
+            || logs.contains(r#"hook "broken.sh": METRICS_PATH line 2: unknown action "inc""#)
+    });
     assert!(!hooks_text.contains("fine"), "{hooks_text}");
     assert_eq!(sb.get(&format!("{CM}/must-not-exist")).0, 404);
 
@@ -817,9 +814,10 @@ fn helm_steps_discovery_and_config_errors_client_requests_and_queue_actions() {
         ) == Some(2.0)
     });
     assert_eq!(common::http_raw(&addr, "GET", "/healthz", "", b"").0, 200);
-    assert!(
-        op.logs().contains("keeping the last good config values"),
-        "the rejected ConfigMap is logged"
+    op.wait(
+        "the rejected ConfigMap logged",
+        Duration::from_secs(60),
+        || op.logs().contains("keeping the last good config values"),
     );
 
     // A valid edit that disables alpha: its release is uninstalled, and timed.
