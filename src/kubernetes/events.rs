@@ -90,7 +90,8 @@ pub struct Correlator {
     seen: Lru<Seen>,
     /// Similar Events: key without the message → the messages seen in the window.
     similar: Lru<Similar>,
-    buckets: HashMap<String, (f64, Instant)>,
+    /// Per object: tokens, and when they were counted.
+    buckets: Lru<(f64, Instant)>,
 }
 
 struct Seen {
@@ -120,17 +121,10 @@ impl<V> Default for Lru<V> {
 }
 
 impl<V> Lru<V> {
-    fn get_mut(&mut self, key: &str) -> Option<&mut V> {
-        self.tick += 1;
-        let tick = self.tick;
-        self.entries.get_mut(key).map(|(v, used)| {
-            *used = tick;
-            v
-        })
-    }
-
-    fn insert(&mut self, key: String, value: V) {
-        if self.entries.len() >= CACHE_ENTRIES && !self.entries.contains_key(&key) {
+    /// The entry of `key`, made by `make` if there is none (the least recently used one
+    /// goes first when the cache is full).
+    fn get_or_insert_with(&mut self, key: &str, make: impl FnOnce() -> V) -> &mut V {
+        if self.entries.len() >= CACHE_ENTRIES && !self.entries.contains_key(key) {
             // Linear, and only once the cache is full: one scan per new key then.
             if let Some(oldest) = self
                 .entries
@@ -142,7 +136,13 @@ impl<V> Lru<V> {
             }
         }
         self.tick += 1;
-        self.entries.insert(key, (value, self.tick));
+        let tick = self.tick;
+        let (value, used) = self
+            .entries
+            .entry(key.to_string())
+            .or_insert_with(|| (make(), tick));
+        *used = tick;
+        value
     }
 }
 
@@ -191,10 +191,7 @@ impl Correlator {
 
     fn allowed(&mut self, object: &str, now: Instant) -> bool {
         let burst = f64::from(self.limits.burst.max(1));
-        let (tokens, at) = self
-            .buckets
-            .entry(object.to_string())
-            .or_insert((burst, now));
+        let (tokens, at) = self.buckets.get_or_insert_with(object, || (burst, now));
         *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * self.limits.qps).min(burst);
         *at = now;
         if *tokens >= 1.0 {
@@ -210,25 +207,16 @@ impl Correlator {
         let object = Self::object_key(note.object);
         let group = [object.as_str(), note.type_, note.reason].join("\u{0}");
         // Similar Events: after SIMILAR_MESSAGES different messages, one combined Event.
-        let combined = {
-            let similar = match self.similar.get_mut(&group) {
-                Some(s) if now.duration_since(s.since) <= SIMILAR_WINDOW => s,
-                _ => {
-                    self.similar.insert(
-                        group.clone(),
-                        Similar {
-                            messages: BTreeSet::new(),
-                            since: now,
-                        },
-                    );
-                    self.similar
-                        .get_mut(&group)
-                        .expect("just inserted into the similar-event cache")
-                }
-            };
-            similar.messages.insert(note.message.to_string());
-            similar.messages.len() >= SIMILAR_MESSAGES
+        let fresh = || Similar {
+            messages: BTreeSet::new(),
+            since: now,
         };
+        let similar = self.similar.get_or_insert_with(&group, fresh);
+        if now.duration_since(similar.since) > SIMILAR_WINDOW {
+            *similar = fresh();
+        }
+        similar.messages.insert(note.message.to_string());
+        let combined = similar.messages.len() >= SIMILAR_MESSAGES;
         let (key, message) = if combined {
             (group, format!("{COMBINED_PREFIX}{}", note.message))
         } else {
@@ -238,29 +226,21 @@ impl Correlator {
             )
         };
         let now_text = rfc3339(wall);
-        let (name, count, first, seen_before) = match self.seen.get_mut(&key) {
-            Some(seen) => {
-                seen.count += 1;
-                (seen.name.clone(), seen.count, seen.first.clone(), true)
+        let seen = self.seen.get_or_insert_with(&key, || {
+            let nanos = wall
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default();
+            let base = note.object["metadata"]["name"].as_str().unwrap_or("object");
+            Seen {
+                name: format!("{base}.{nanos:x}"),
+                count: 0,
+                first: now_text.clone(),
             }
-            None => {
-                let nanos = wall
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or_default();
-                let base = note.object["metadata"]["name"].as_str().unwrap_or("object");
-                let name = format!("{base}.{nanos:x}");
-                self.seen.insert(
-                    key,
-                    Seen {
-                        name: name.clone(),
-                        count: 1,
-                        first: now_text.clone(),
-                    },
-                );
-                (name, 1, now_text.clone(), false)
-            }
-        };
+        });
+        seen.count += 1;
+        let (name, count, first) = (seen.name.clone(), seen.count, seen.first.clone());
+        let seen_before = count > 1;
         if !self.allowed(&object, now) {
             return Decision::Skip { count };
         }
@@ -483,13 +463,13 @@ mod tests {
     fn the_cache_is_bounded() {
         let mut lru: Lru<u32> = Lru::default();
         for i in 0..CACHE_ENTRIES + 10 {
-            lru.insert(i.to_string(), 0);
+            lru.get_or_insert_with(&i.to_string(), || 0);
             // Key 0 stays in use, so it is never the oldest.
-            let _ = lru.get_mut("0");
+            lru.get_or_insert_with("0", || 0);
         }
         assert_eq!(lru.entries.len(), CACHE_ENTRIES);
-        assert!(lru.get_mut("0").is_some());
-        assert!(lru.get_mut("1").is_none());
+        assert!(lru.entries.contains_key("0"));
+        assert!(!lru.entries.contains_key("1"));
     }
 
     /// Against the sandbox API server, in-process: fourteen identical notes leave one

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::schedule::{Crontab, parse_go_duration};
+use bosun_runtime::clock::parse_go_duration;
+
+use crate::schedule::Crontab;
 
 /// Whether a hook is global or belongs to a module: they accept different bindings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

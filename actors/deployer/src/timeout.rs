@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub use bosun_runtime::clock::parse_go_duration;
+use bosun_runtime::clock::parse_go_duration;
 
 /// How long an item may progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

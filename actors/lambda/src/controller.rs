@@ -179,12 +179,8 @@ pub struct LastSync {
     pub next_retry_ms: Option<u64>,
     pub warnings: Vec<String>,
     /// Failed syncs in a row, this one included (0 after a success).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::events::is_zero")]
     pub failures: u32,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 fn now_ms() -> u64 {

@@ -68,7 +68,8 @@ pub enum LambdaEvent {
     },
 }
 
-fn is_zero(n: &u32) -> bool {
+/// For `skip_serializing_if`: a count that is zero.
+pub(crate) fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
