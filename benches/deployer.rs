@@ -156,7 +156,16 @@ async fn main() -> anyhow::Result<()> {
     }
     let heap_before = LIVE.load(Ordering::SeqCst);
     let started = Instant::now();
-    let watches = bosun::watches::WatchManager::new(items_cluster.client.clone());
+    let host = bosun::host::Host::with_client(
+        &bosun::addon::OperatorConfig {
+            namespace: "default".into(),
+            ..bosun::addon::OperatorConfig::in_cluster()
+        },
+        items_cluster.client.clone(),
+        bosun::kubernetes::in_cluster::ClientSource::Inferred,
+        (String::new(), None),
+        bosun::prometheus::install(""),
+    );
     let cfg = bosun::deployer::DeployerConfig {
         workers,
         identity: "bench".into(),
@@ -170,7 +179,7 @@ async fn main() -> anyhow::Result<()> {
         lock_holder: None,
         pod_namespace: "default".into(),
     };
-    let deployer = bosun::deployer::start(watches, &cfg).await?;
+    let deployer = bosun::deployer::start(&host, &cfg).await?;
     // Watched through the deployer's own view: listing 1,000 items every few milliseconds
     // would load both this process and the items' API server with the measurement.
     let view = deployer.deployer.view();

@@ -143,7 +143,16 @@ async fn main() -> anyhow::Result<()> {
         }),
     )
     .await?;
-    let watches = bosun::watches::WatchManager::new(client.clone());
+    let host = bosun::host::Host::with_client(
+        &bosun::addon::OperatorConfig {
+            namespace: "default".into(),
+            ..bosun::addon::OperatorConfig::in_cluster()
+        },
+        client.clone(),
+        bosun::kubernetes::in_cluster::ClientSource::Inferred,
+        (String::new(), None),
+        bosun::prometheus::install(""),
+    );
     let hooks = Arc::new(bosun::lambda::webhook::Webhooks::new(client.clone()));
     let cfg = bosun::lambda::LambdaConfig {
         workers: WORKERS,
@@ -153,8 +162,9 @@ async fn main() -> anyhow::Result<()> {
         events: bosun::kubernetes::EventLimits::default(),
         install_crds: true,
         journal_dir: dir.path().join("journal"),
+        client_limits: bosun::kubernetes::ClientLimits::UNLIMITED,
     };
-    let lambda = bosun::lambda::start(watches, hooks, &cfg).await?;
+    let lambda = bosun::lambda::start(&host, client.clone(), hooks, &cfg).await?;
     let ccs: Api<DynamicObject> = Api::all_with(
         client.clone(),
         &resource(

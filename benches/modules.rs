@@ -175,7 +175,8 @@ fn main() {
             ..bosun::addon::OperatorConfig::in_cluster()
         };
         let started = Instant::now();
-        let operator = bosun::addon::start(&cfg).await.expect("operator");
+        let host = bosun::host::Host::connect(&cfg, None).await.expect("host");
+        let operator = bosun::addon::start(&host, &cfg).await.expect("operator");
         let deadline = Instant::now() + Duration::from_secs(1800);
         while !operator.engine.converged() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;

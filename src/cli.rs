@@ -152,28 +152,16 @@ impl DeployerArgs {
     }
 }
 
-/// Starts the deployer next to the modules, sharing their watches.
+/// Starts the deployer on the host.
 async fn start_deployer(
     args: &RunArgs,
-    operator: &crate::addon::Operator,
-    config: &crate::addon::OperatorConfig,
-) -> anyhow::Result<Option<crate::deployer::DeployerHandle>> {
-    if !args.deployer.deployer {
-        return Ok(None);
-    }
-    let mut cfg = args.deployer.config(config, args.lambda.install_crds)?;
-    cfg.resource_cluster = Some(operator.resource_cluster.clone());
-    // Bad flags stop the start (above); a failure to start is logged and the rest runs on.
-    match crate::deployer::start(operator.watches.clone(), &cfg).await {
-        Ok(d) => {
-            tracing::info!(identity = %cfg.identity, workers = cfg.workers, "deployer running");
-            Ok(Some(d))
-        }
-        Err(e) => {
-            tracing::error!("the deployer did not start: {e:#}");
-            Ok(None)
-        }
-    }
+    host: &crate::host::Host,
+) -> anyhow::Result<crate::deployer::DeployerHandle> {
+    let mut cfg = args.deployer.config(&host.cfg, args.lambda.install_crds)?;
+    cfg.resource_cluster = Some(host.resource_cluster.clone());
+    let d = crate::deployer::start(host, &cfg).await?;
+    tracing::info!(identity = %cfg.identity, workers = cfg.workers, "deployer running");
+    Ok(d)
 }
 
 /// The lambda controllers' flags (metacontroller's names).
@@ -209,6 +197,14 @@ pub struct LambdaArgs {
     /// Events an object may get at once.
     #[arg(long, env = "BOSUN_EVENTS_BURST", default_value_t = 25)]
     pub events_burst: u32,
+    /// Requests per second the lambda controllers' client may make after its burst
+    /// (client-go's meaning: 0 is the default, 5; negative is no limit). Unset with
+    /// `--sandbox`: no limit.
+    #[arg(long, env = "BOSUN_CLIENT_GO_QPS", allow_negative_numbers = true)]
+    pub client_go_qps: Option<f64>,
+    /// Requests the lambda controllers' client may make at once (0: the default, 10).
+    #[arg(long, env = "BOSUN_CLIENT_GO_BURST")]
+    pub client_go_burst: Option<u32>,
     /// Accepted for compatibility: discovery is refreshed whenever a resource is not
     /// found, so a new CRD is seen at once.
     #[arg(long, env = "BOSUN_DISCOVERY_INTERVAL", default_value = "30s")]
@@ -233,6 +229,11 @@ impl LambdaArgs {
                 "--apply-strategy {other:?}: expected \"dynamic-apply\" or \"server-side-apply\""
             ),
         };
+        if let Some(qps) = self.client_go_qps.filter(|q| !q.is_finite()) {
+            anyhow::bail!(
+                "--client-go-qps {qps}: expected a number of requests per second (negative: no limit)"
+            );
+        }
         if self.events_qps.is_nan() || self.events_qps <= 0.0 {
             anyhow::bail!(
                 "--events-qps {}: expected a positive number",
@@ -250,35 +251,30 @@ impl LambdaArgs {
             },
             install_crds: self.install_crds,
             journal_dir: journal_dir.join("lambda"),
+            client_limits: crate::kubernetes::ClientLimits::from_client_go(
+                self.client_go_qps.unwrap_or(0.0),
+                self.client_go_burst.unwrap_or(0),
+            ),
         })
     }
 }
 
-/// Starts the lambda controllers next to the modules, sharing their watches.
+/// Starts the lambda controllers on the host.
 async fn start_lambda(
     args: &LambdaArgs,
-    operator: &crate::addon::Operator,
-    journal_dir: &std::path::Path,
-) -> anyhow::Result<Option<crate::lambda::Lambda>> {
-    if !args.lambda_controllers {
-        return Ok(None);
+    host: &crate::host::Host,
+    sandbox: bool,
+) -> anyhow::Result<crate::lambda::Lambda> {
+    let mut cfg = args.config(&host.cfg.journal_dir)?;
+    if args.client_go_qps.is_none() && args.client_go_burst.is_none() && sandbox {
+        // The embedded API server serves this process alone: nobody to protect.
+        cfg.client_limits = crate::kubernetes::ClientLimits::UNLIMITED;
     }
-    let cfg = args.config(journal_dir)?;
-    let hooks = std::sync::Arc::new(crate::lambda::webhook::Webhooks::new(
-        operator.watches.client().clone(),
-    ));
-    // Bad flags stop the start (above); a failure to start (the journal's disk, the API
-    // server refusing the CRDs) is logged and the modules keep running.
-    match crate::lambda::start(operator.watches.clone(), hooks, &cfg).await {
-        Ok(lambda) => {
-            tracing::info!(workers = cfg.workers, "lambda controllers running");
-            Ok(Some(lambda))
-        }
-        Err(e) => {
-            tracing::error!("the lambda controllers did not start: {e:#}");
-            Ok(None)
-        }
-    }
+    let client = host.client_for("lambda", cfg.client_limits)?;
+    let hooks = std::sync::Arc::new(crate::lambda::webhook::Webhooks::new(client.clone()));
+    let lambda = crate::lambda::start(host, client, hooks, &cfg).await?;
+    tracing::info!(workers = cfg.workers, "lambda controllers running");
+    Ok(lambda)
 }
 
 /// Arguments of `bosun sandbox`.
@@ -379,40 +375,117 @@ fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
     ))
 }
 
-/// Starts every subsystem (modules, lambda controllers, the deployer) against the cluster.
+/// Every subsystem switched on, started on one host, and the endpoints that show them.
+pub struct Running {
+    /// Where `/healthz`, `/readyz` and `/metrics` are served, and the debug endpoints.
+    pub served: crate::host::Served,
+    deployer: Option<crate::deployer::DeployerHandle>,
+    lambda: Option<crate::lambda::Lambda>,
+    modules: Option<crate::addon::Operator>,
+    _host: crate::host::Host,
+}
+
+impl Running {
+    /// The journals of the running subsystems, by their names on the HA stream.
+    pub fn journals(
+        &self,
+    ) -> Vec<(
+        &'static str,
+        std::sync::Arc<dyn crate::ha::replication::Source>,
+    )> {
+        let mut journals: Vec<(
+            &'static str,
+            std::sync::Arc<dyn crate::ha::replication::Source>,
+        )> = Vec::new();
+        if let Some(m) = &self.modules {
+            journals.push(("modules", m.journal.clone()));
+        }
+        if let Some(l) = &self.lambda {
+            journals.push(("lambda", l.journal.clone()));
+        }
+        if let Some(d) = &self.deployer {
+            journals.push(("deployer", d.journal.clone()));
+        }
+        journals
+    }
+}
+
+/// Starts every subsystem switched on (modules, lambda controllers, the deployer) on one
+/// host, then serves the endpoints. Modules that cannot start stop the start; lambda or
+/// the deployer failing to start is logged and named by `/readyz`, and the rest runs on.
 async fn start_all(
     args: &RunArgs,
     cfg: &crate::addon::OperatorConfig,
-) -> anyhow::Result<crate::ha::Started> {
-    let operator = crate::addon::start(cfg).await?;
-    let lambda = start_lambda(&args.lambda, &operator, &cfg.journal_dir).await?;
-    let deployer = start_deployer(args, &operator, cfg).await?;
-    Ok(crate::ha::Started {
-        journals: journals_of(&operator, lambda.as_ref(), deployer.as_ref()),
-        keep: Box::new((deployer, lambda, operator)),
+    stream: Option<crate::ha::JournalStream>,
+) -> anyhow::Result<Running> {
+    let host = crate::host::Host::connect(cfg, stream).await?;
+    let views = crate::host::Views::default();
+    views.update(|v| {
+        v.starting = [
+            (args.lambda.lambda_controllers, "lambda controllers"),
+            (args.deployer.deployer, "deployer"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+    });
+    let modules = if cfg.modules {
+        let m = crate::addon::start(&host, cfg).await?;
+        views.update(|v| {
+            v.journals.push(("modules", m.journal.health()));
+            v.modules = Some(m.view());
+        });
+        Some(m)
+    } else {
+        tracing::info!("modules switched off (BOSUN_MODULES=false): no global hooks, no modules");
+        None
+    };
+    let served = host.serve(&views).await?;
+    let lambda = if args.lambda.lambda_controllers {
+        let started = start_lambda(&args.lambda, &host, args.sandbox).await;
+        if let Ok(l) = &started {
+            views.update(|v| {
+                v.journals.push(("lambda", l.journal.health()));
+                v.lambda = Some(l.controllers.clone());
+            });
+        }
+        if let Err(e) = &started {
+            tracing::error!("the lambda controllers did not start: {e:#}");
+        }
+        views.started(
+            "lambda controllers",
+            started.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")),
+        );
+        started.ok()
+    } else {
+        None
+    };
+    let deployer = if args.deployer.deployer {
+        let started = start_deployer(args, &host).await;
+        if let Ok(d) = &started {
+            views.update(|v| {
+                v.journals.push(("deployer", d.journal.health()));
+                v.deployer = Some(d.deployer.view());
+            });
+        }
+        if let Err(e) = &started {
+            tracing::error!("the deployer did not start: {e:#}");
+        }
+        views.started(
+            "deployer",
+            started.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")),
+        );
+        started.ok()
+    } else {
+        None
+    };
+    Ok(Running {
+        served,
+        deployer,
+        lambda,
+        modules,
+        _host: host,
     })
-}
-
-/// The journals of the running subsystems, by their names on the HA stream.
-fn journals_of(
-    operator: &crate::addon::Operator,
-    lambda: Option<&crate::lambda::Lambda>,
-    deployer: Option<&crate::deployer::DeployerHandle>,
-) -> Vec<(
-    &'static str,
-    std::sync::Arc<dyn crate::ha::replication::Source>,
-)> {
-    let mut journals: Vec<(
-        &'static str,
-        std::sync::Arc<dyn crate::ha::replication::Source>,
-    )> = vec![("modules", operator.journal.clone())];
-    if let Some(l) = lambda {
-        journals.push(("lambda", l.journal.clone()));
-    }
-    if let Some(d) = deployer {
-        journals.push(("deployer", d.journal.clone()));
-    }
-    journals
 }
 
 /// In-cluster (or kubeconfig) run: one replica, or with leader election one of several.
@@ -428,18 +501,26 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
     };
     let grace = args.ha.shutdown_grace;
     let Some(ha) = args.ha.config(namespace, cfg.listen)? else {
-        let started = start_all(&args, &cfg).await?;
+        let running = start_all(&args, &cfg, None).await?;
         crate::sandbox::shutdown_signal().await;
         tracing::info!("shutting down");
-        crate::ha::graceful_stop(grace, &started.journals).await;
+        crate::ha::graceful_stop(grace, &running.journals()).await;
         return Ok(());
     };
-    let client = crate::kubernetes::measured_client(crate::addon::kube_config(&cfg).await?.0)
-        .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
-    let mut journals = vec![crate::ha::JournalSpec::of::<bosun_addon::Event>(
-        "modules",
-        cfg.journal_dir.clone(),
-    )];
+    // The lease's own client: renewals never wait behind the subsystems' requests.
+    let client = crate::kubernetes::measured_client(
+        crate::host::kube_config(&cfg).await?.0,
+        "leaderElection",
+        crate::kubernetes::ClientLimits::UNLIMITED,
+    )
+    .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
+    let mut journals = Vec::new();
+    if cfg.modules {
+        journals.push(crate::ha::JournalSpec::of::<bosun_addon::Event>(
+            "modules",
+            cfg.journal_dir.clone(),
+        ));
+    }
     if args.lambda.lambda_controllers {
         journals.push(crate::ha::JournalSpec::of::<
             bosun_lambda::events::LambdaEvent,
@@ -450,8 +531,12 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
             bosun_deployer::events::DeployerEvent,
         >("deployer", cfg.journal_dir.join("deployer")));
     }
-    let ending = crate::ha::run(ha, client, cfg.listen, journals, grace, || {
-        start_all(&args, &cfg)
+    let ending = crate::ha::run(ha, client, cfg.listen, journals, grace, |stream| async {
+        let running = start_all(&args, &cfg, Some(stream)).await?;
+        Ok(crate::ha::Started {
+            journals: running.journals(),
+            keep: Box::new(running),
+        })
     })
     .await?;
     tracing::info!(?ending, "shutting down");
@@ -502,52 +587,44 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9650)),
             // The debug endpoints and the web view on loopback too (DEBUG_HTTP_SERVER_ADDR).
             debug_http: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9652))),
+            // The embedded API server serves this process alone: nobody to protect.
+            client_limits: crate::kubernetes::ClientLimits::UNLIMITED,
+            patcher_limits: crate::kubernetes::ClientLimits::UNLIMITED,
+            helm_monitor_limits: crate::kubernetes::ClientLimits::UNLIMITED,
             ..crate::addon::OperatorConfig::in_cluster()
         };
         let cfg = crate::addon::OperatorConfig::from_env(&defaults)?;
-        let operator = crate::addon::start(&cfg).await;
-        let mut lambda = None;
-        let mut deployer = None;
-        if let Err(e) = &operator {
-            tracing::error!("operator did not start: {e:#}");
-        } else if let Ok(op) = &operator {
-            match start_lambda(&args.lambda, op, &cfg.journal_dir).await {
-                Ok(l) => lambda = l,
-                Err(e) => tracing::error!("lambda controllers did not start: {e:#}"),
+        let running = start_all(&args, &cfg, None).await;
+        match &running {
+            Err(e) => tracing::error!("bosun did not start: {e:#}"),
+            Ok(r) => {
+                println!("bosun is running; journal in {}", cfg.journal_dir.display());
+                if let Some(addr) = r.served.debug.http {
+                    println!("web view: http://{addr}/ui");
+                }
+                println!(
+                    "look around: kubectl --kubeconfig {} get cm,deploy,secrets -A",
+                    cfg.kubeconfig
+                        .as_deref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default()
+                );
+                println!(
+                    "             bosun journal log --journal-dir {}",
+                    cfg.journal_dir.display()
+                );
+                println!(
+                    "             bosun queue list --debug-unix-socket {}",
+                    cfg.debug_socket.display()
+                );
             }
-            match start_deployer(&args, op, &cfg).await {
-                Ok(d) => deployer = d,
-                Err(e) => tracing::error!("the deployer did not start: {e:#}"),
-            }
-            println!("bosun is running; journal in {}", cfg.journal_dir.display());
-            if let Some(addr) = op.debug.http {
-                println!("web view: http://{addr}/ui");
-            }
-            println!(
-                "look around: kubectl --kubeconfig {} get cm,deploy,secrets -A",
-                cfg.kubeconfig
-                    .as_deref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            );
-            println!(
-                "             bosun journal log --journal-dir {}",
-                cfg.journal_dir.display()
-            );
-            println!(
-                "             bosun queue list --debug-unix-socket {}",
-                cfg.debug_socket.display()
-            );
         }
         crate::sandbox::shutdown_signal().await;
         tracing::info!("shutting down");
-        if let Ok(op) = &operator {
-            let journals = journals_of(op, lambda.as_ref(), deployer.as_ref());
-            crate::ha::graceful_stop(args.ha.shutdown_grace, &journals).await;
+        if let Ok(r) = &running {
+            crate::ha::graceful_stop(args.ha.shutdown_grace, &r.journals()).await;
         }
-        drop(deployer);
-        drop(lambda);
-        drop(operator);
+        drop(running);
         sandbox.shutdown().await?;
         Ok(())
     }

@@ -23,11 +23,16 @@ where
         + Sync
         + 'static,
 {
-    /// The sink of `journal` (in HA mode served to standbys; waiting for a standby's ack
-    /// when the ack mode is on).
-    pub fn new(journal: Arc<Journal<E>>) -> JournalSink<E> {
-        crate::ha::journal_opened(&journal);
-        let acks = crate::ha::ack_gate(journal.dir());
+    /// The sink of `journal`; with a journal stream (the HA leader) served to standbys,
+    /// and waiting for a standby's ack when the ack mode is on.
+    pub fn new(
+        journal: Arc<Journal<E>>,
+        stream: Option<&crate::ha::JournalStream>,
+    ) -> JournalSink<E> {
+        let acks = stream.and_then(|s| {
+            s.opened(&journal);
+            s.ack_gate(journal.dir())
+        });
         JournalSink { journal, acks }
     }
 }

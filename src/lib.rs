@@ -1,10 +1,12 @@
 //! bosun: a Kubernetes extension operator.
 //!
 //! ```text
-//!   cli ──► run ──► addon/    (wiring, real ports) ──► bosun_addon actors    ──► journal
+//!   cli ──► run ──► host/ (client, watches, metrics, mailboxes, endpoints)
+//!    │        ├───► addon/    (wiring, real ports) ──► bosun_addon actors    ──► journal
 //!    │        ├───► lambda/   (wiring, real ports) ──► bosun_lambda syncs    ──► journal
 //!    │        ├───► deployer/ (wiring, real ports) ──► bosun_deployer items  ──► journal
-//!    │        │     (all three on the shared layer: watches/, kubernetes/, http_client)
+//!    │        │     (all three start from the host, on the shared layer: watches/,
+//!    │        │     kubernetes/, http_client)
 //!    │        ├───► ha (lease, journal following)
 //!    │        └───► sandbox (embedded API server, optional)
 //!    ├──► sandbox (standalone API server)
@@ -19,6 +21,7 @@ pub mod deployer;
 pub mod ha;
 pub mod helm;
 pub mod hooks;
+pub mod host;
 pub mod http_client;
 pub mod journal_cli;
 pub mod journal_sink;

@@ -1,92 +1,25 @@
-//! The operator's public HTTP endpoints on
-//! `ADDON_OPERATOR_LISTEN_ADDRESS:ADDON_OPERATOR_LISTEN_PORT`: `/healthz`, `/readyz` (ready
-//! after the first converge), `/metrics` (the operator's metrics) and `/metrics/hooks`
-//! (what hooks wrote to `METRICS_PATH`) and `/status/converge` (addon-operator's converge
-//! status, text or `?output=json`). Nothing here shows values or configuration.
-
-use std::net::SocketAddr;
-use std::sync::Arc;
+//! The modules' routes on the host's HTTP listener
+//! (`ADDON_OPERATOR_LISTEN_ADDRESS:ADDON_OPERATOR_LISTEN_PORT`, beside `/healthz`, `/readyz`
+//! and `/metrics`): `/metrics/hooks` (what hooks wrote to `METRICS_PATH`) and
+//! `/status/converge` (addon-operator's converge status, text or `?output=json`). Nothing
+//! here shows values or configuration.
 
 use axum::Router;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use bosun_addon::engine::Engine;
 
-use crate::prometheus::Metrics;
+use crate::host::ModulesView;
 
 /// The content type of the Prometheus text format.
-const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// How long the journal may fail to write before `/healthz` fails too (so Kubernetes
-/// restarts the pod); `/readyz` fails at once.
-pub const JOURNAL_LIVENESS_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// How long the journal has failed to write, and why.
-fn journal_failing_for(journal: &bosun_journal::Health) -> Option<(std::time::Duration, String)> {
-    let (since_ms, error) = journal.failing()?;
-    let took = bosun_runtime::clock::now_ms().saturating_sub(since_ms);
-    Some((std::time::Duration::from_millis(took), error))
-}
-
-/// Binds the listener (an error names the address) and serves in the background.
-pub async fn serve(
-    addr: SocketAddr,
-    engine: Arc<Engine>,
-    journal: bosun_journal::Health,
-    metrics: Metrics,
-) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    let bound = listener.local_addr()?;
-    let ready = engine.clone();
-    let operator = engine.clone();
-    let status = engine.clone();
-    let hooks = engine;
-    let live_journal = journal.clone();
-    let app = Router::new()
-        .route(
-            "/healthz",
-            get(move || {
-                let journal = live_journal.clone();
-                async move {
-                    match journal_failing_for(&journal) {
-                        Some((took, error)) if took >= JOURNAL_LIVENESS_GRACE => (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!(
-                                "the journal cannot write for {}s (a restart may help): {error}",
-                                took.as_secs()
-                            ),
-                        ),
-                        _ => (StatusCode::OK, "ok".to_string()),
-                    }
-                }
-            }),
-        )
-        .route(
-            "/readyz",
-            get(move || {
-                let engine = ready.clone();
-                let journal = journal.clone();
-                async move {
-                    if let Some((took, error)) = journal_failing_for(&journal) {
-                        return (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!("the journal cannot write for {}s: {error}", took.as_secs()),
-                        );
-                    }
-                    if engine.converged() {
-                        (StatusCode::OK, "ok".to_string())
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "startup converge not done".to_string(),
-                        )
-                    }
-                }
-            }),
-        )
+/// The modules' routes on the host's HTTP listener: `/status/converge` and
+/// `/metrics/hooks`.
+pub fn routes(modules: ModulesView) -> Router {
+    let status = modules.engine.clone();
+    let hooks = modules.engine;
+    Router::new()
         .route(
             "/status/converge",
             get(
@@ -109,25 +42,12 @@ pub async fn serve(
             ),
         )
         .route(
-            "/metrics",
-            get(move || {
-                let text = metrics.render(&operator.mailboxes);
-                async move { ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response() }
-            }),
-        )
-        .route(
             "/metrics/hooks",
             get(move || {
                 let text = hooks.hook_metrics.render();
                 async move { ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response() }
             }),
-        );
-    let handle = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!("HTTP server stopped: {e}");
-        }
-    });
-    Ok((bound, handle))
+        )
 }
 
 /// Tasks the reference counts as converge work: a converge, the module tasks and the

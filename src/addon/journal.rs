@@ -105,12 +105,16 @@ pub fn spawn_compactor(
 /// events after it). When many events followed the latest snapshot, a new snapshot is
 /// saved and events older than the oldest kept snapshot are dropped, so restarts stay fast.
 pub fn open(dir: &Path) -> anyhow::Result<(Arc<dyn EventSink<Event>>, State)> {
-    let opened = open_shared(dir)?;
+    let opened = open_shared(dir, None)?;
     Ok((opened.sink, opened.state))
 }
 
-/// Like [`open`], keeping the journal for readers in this process.
-pub fn open_shared(dir: &Path) -> anyhow::Result<Opened> {
+/// Like [`open`], keeping the journal for readers in this process; on an HA leader it is
+/// served to standbys on `stream`.
+pub fn open_shared(
+    dir: &Path,
+    stream: Option<&crate::ha::JournalStream>,
+) -> anyhow::Result<Opened> {
     let journal = open_waiting(dir, LOCK_WAIT)?;
     let started = std::time::Instant::now();
     let (state, last) = journal.replay::<State, _>(None, true, |s, r| s.apply(&r.event))?;
@@ -123,7 +127,7 @@ pub fn open_shared(dir: &Path) -> anyhow::Result<Opened> {
         tracing::info!(seq = last, dropped, "journal snapshot saved");
     }
     let journal = Arc::new(journal);
-    let sink = Arc::new(JournalSink::new(journal.clone()));
+    let sink = Arc::new(JournalSink::new(journal.clone(), stream));
     Ok(Opened {
         sink,
         state,

@@ -16,9 +16,10 @@ use anyhow::Context;
 use bosun_addon::engine::{Engine, EngineArgs};
 use bosun_addon::global_hooks::GlobalHook;
 use bosun_addon::hook_config::{self, HookKind};
-use bosun_addon::mailbox::Mailboxes;
 use bosun_addon::modules::{ModuleDef, parse_config_map};
 use serde_json::Value;
+
+use crate::kubernetes::ClientLimits;
 
 use crate::hooks::{HookProcess, discover};
 
@@ -75,14 +76,30 @@ pub struct OperatorConfig {
     /// `DEBUG_HTTP_SERVER_ADDR`: the debug endpoints on TCP too (loopback unless
     /// `BOSUN_DEBUG_ALLOW_REMOTE=true`).
     pub debug_http: Option<std::net::SocketAddr>,
-    /// `BOSUN_MODULES=false` switches the modules off (no global hooks, no modules; the
-    /// HTTP and debug endpoints and the other subsystems keep running).
+    /// `BOSUN_MODULES=false` switches the modules off: no engine, no modules' journal, no
+    /// global hooks (the HTTP and debug endpoints and the other subsystems keep running).
     pub modules: bool,
     /// `ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX`: put before every operator metric name
     /// (bosun's own `bosun_…` metrics and the hooks' metrics keep theirs).
     pub metrics_prefix: String,
     /// `QUEUE_ACTIONS_METRICS`: `no` switches `tasks_queue_action_duration_seconds` off.
     pub queue_action_metrics: bool,
+    /// `KUBE_CLIENT_QPS`/`KUBE_CLIENT_BURST`: the shared client's limit (its watches, the
+    /// modules' ConfigMap and discovery, the deployer's requests).
+    pub client_limits: ClientLimits,
+    /// `OBJECT_PATCHER_KUBE_CLIENT_QPS`/`_BURST`: the object patcher's client.
+    pub patcher_limits: ClientLimits,
+    /// `HELM_MONITOR_KUBE_CLIENT_QPS`/`_BURST`: the client that checks releases' objects.
+    pub helm_monitor_limits: ClientLimits,
+}
+
+/// A client's limits from its two variables (client-go's meaning: `0` is the default, a
+/// negative QPS no limit), or `default` when neither is set.
+fn limits_env(qps: &str, burst: &str, default: ClientLimits) -> anyhow::Result<ClientLimits> {
+    if env(&[qps]).is_none() && env(&[burst]).is_none() {
+        return Ok(default);
+    }
+    Ok(ClientLimits::from_env(qps, burst)?)
 }
 
 fn duration_env(names: &[&str], default: Duration) -> anyhow::Result<Duration> {
@@ -172,6 +189,21 @@ impl OperatorConfig {
             None => defaults.debug_http,
         };
         Ok(OperatorConfig {
+            client_limits: limits_env(
+                "KUBE_CLIENT_QPS",
+                "KUBE_CLIENT_BURST",
+                defaults.client_limits,
+            )?,
+            patcher_limits: limits_env(
+                "OBJECT_PATCHER_KUBE_CLIENT_QPS",
+                "OBJECT_PATCHER_KUBE_CLIENT_BURST",
+                defaults.patcher_limits,
+            )?,
+            helm_monitor_limits: limits_env(
+                "HELM_MONITOR_KUBE_CLIENT_QPS",
+                "HELM_MONITOR_KUBE_CLIENT_BURST",
+                defaults.helm_monitor_limits,
+            )?,
             modules: match env(&["BOSUN_MODULES"]) {
                 Some(v) => go_bool_true(&v),
                 None => defaults.modules,
@@ -285,6 +317,10 @@ impl OperatorConfig {
             modules: true,
             metrics_prefix: crate::prometheus::DEFAULT_PREFIX.into(),
             queue_action_metrics: true,
+            // addon-operator's (and client-go's) defaults.
+            client_limits: ClientLimits::default(),
+            patcher_limits: ClientLimits::default(),
+            helm_monitor_limits: ClientLimits::default(),
         }
     }
 }
@@ -357,31 +393,25 @@ pub fn static_values(dirs: &[PathBuf], key: &str) -> anyhow::Result<Value> {
 pub struct Operator {
     /// The engine.
     pub engine: Arc<Engine>,
-    watcher: tokio::task::JoinHandle<()>,
-    http: tokio::task::JoinHandle<()>,
-    ticks: tokio::task::JoinHandle<()>,
-    expiry: tokio::task::JoinHandle<()>,
-    compactor: tokio::task::JoinHandle<()>,
-    /// Where `/healthz`, `/readyz`, `/metrics` and `/metrics/hooks` are served.
-    pub listen: std::net::SocketAddr,
-    /// The debug endpoints (stopped, and the socket removed, when dropped).
-    pub debug: crate::debug::DebugServer,
-    /// The shared watches (the lambda controllers' informers listen on them too).
-    pub watches: crate::watches::WatchManager,
     /// The modules' journal (served to standbys in HA mode).
     pub journal: Arc<bosun_journal::Journal<bosun_addon::Event>>,
-    /// The API server bosun talks to, as a kubeconfig names it: its URL and its CA (base64
-    /// of PEM; `None`: the system's CAs or plain HTTP). The deployer's `selfConfig` targets
-    /// reach it with a service account's token.
-    pub resource_cluster: (String, Option<String>),
+    watcher: tokio::task::JoinHandle<()>,
+    compactor: tokio::task::JoinHandle<()>,
+}
+
+impl Operator {
+    /// What the HTTP and debug endpoints read.
+    pub fn view(&self) -> crate::host::ModulesView {
+        crate::host::ModulesView {
+            engine: self.engine.clone(),
+            journal: self.journal.clone(),
+        }
+    }
 }
 
 impl Drop for Operator {
     fn drop(&mut self) {
         self.watcher.abort();
-        self.http.abort();
-        self.ticks.abort();
-        self.expiry.abort();
         self.compactor.abort();
     }
 }
@@ -610,37 +640,10 @@ async fn releases(
     )))
 }
 
-/// The Kubernetes client configuration and where it came from: `KUBE_CONFIG`, else the
-/// pod's service account, else `KUBECONFIG` or `~/.kube/config`. Refused credentials stop
-/// the start with a message that says so.
-pub async fn kube_config(
-    cfg: &OperatorConfig,
-) -> anyhow::Result<(kube::Config, crate::kubernetes::in_cluster::ClientSource)> {
-    let (config, source) =
-        crate::kubernetes::in_cluster::client_config(cfg.kubeconfig.as_deref()).await?;
-    crate::kubernetes::in_cluster::check_credentials(&config, &source).await?;
-    Ok((config, source))
-}
-
-/// Starts the operator.
-pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
-    // First, so that everything started below records into it.
-    let metrics = crate::prometheus::install(&cfg.metrics_prefix);
-    let (config, source) = kube_config(cfg).await?;
-    let api_server = config.cluster_url.to_string();
-    let resource_cluster = (
-        api_server.trim_end_matches('/').to_string(),
-        config.root_cert.as_deref().map(pem_base64),
-    );
-    // One client for everything bosun asks the API server, so that all of it shows in the
-    // kubernetes_client_request_* metrics (Helm's requests go through its own).
-    let client =
-        crate::kubernetes::measured_client(config).context("cannot build a Kubernetes client")?;
-    let namespace = if cfg.namespace.is_empty() {
-        client.default_namespace().to_string()
-    } else {
-        cfg.namespace.clone()
-    };
+/// Starts the modules (global hooks, modules, their queues) on the host.
+pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Result<Operator> {
+    let client = host.client.clone();
+    let namespace = host.namespace.clone();
     let runner = HookProcess {
         tmp_dir: cfg.tmp_dir.clone(),
         keep_tmp_files: cfg.keep_tmp_files,
@@ -652,18 +655,11 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         state: restored,
         journal,
         last,
-    } = journal::open_shared(&cfg.journal_dir)?;
+    } = journal::open_shared(&cfg.journal_dir, host.stream.as_ref())?;
     let compact_from = restored.clone();
     tracing::info!(journal = %cfg.journal_dir.display(), events = restored.events, "journal replayed");
-    if !cfg.modules {
-        tracing::info!("modules switched off (BOSUN_MODULES=false): no global hooks, no modules");
-    }
-    let global_hooks = if cfg.modules {
-        load_global_hooks(&cfg.global_hooks_dir, &runner).await?
-    } else {
-        Vec::new()
-    };
-    let modules_dirs: &[PathBuf] = if cfg.modules { &cfg.modules_dirs } else { &[] };
+    let global_hooks = load_global_hooks(&cfg.global_hooks_dir, &runner).await?;
+    let modules_dirs: &[PathBuf] = &cfg.modules_dirs;
     let (modules, warnings) = crate::addon::discovery::discover_modules(
         modules_dirs,
         &crate::addon::discovery::DiscoveryOptions {
@@ -689,11 +685,11 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         tracing::warn!("{w}");
     }
     // In-cluster, Helm reads the same service account through a kubeconfig of its own.
-    let helm_cfg = match &source {
+    let helm_cfg = match &host.source {
         crate::kubernetes::in_cluster::ClientSource::ServiceAccount(sa) => OperatorConfig {
             kubeconfig: Some(crate::kubernetes::in_cluster::write_helm_kubeconfig(
                 sa,
-                api_server.trim_end_matches('/'),
+                &host.resource_cluster.0,
                 &namespace,
                 &cfg.tmp_dir,
             )?),
@@ -701,8 +697,9 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         },
         _ => cfg.clone(),
     };
-    let releases = releases(&helm_cfg, &modules, client.clone(), &namespace).await?;
-    let watches = crate::watches::WatchManager::new(client.clone());
+    let monitor = host.client_for("helmMonitor", cfg.helm_monitor_limits)?;
+    let releases = releases(&helm_cfg, &modules, monitor, &namespace).await?;
+    let watches = host.watches.clone();
     let engine = Engine::start(EngineArgs {
         global_hooks,
         static_global: static_values(modules_dirs, "global")?,
@@ -719,7 +716,7 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
             releases,
             bindings: Arc::new(watches.clone()),
             patcher: Arc::new(crate::kubernetes::patcher::KubePatcher::new(
-                client.clone(),
+                host.client_for("objectPatcher", cfg.patcher_limits)?,
                 std::env::var("KUBE_CLIENT_FIELD_MANAGER")
                     .ok()
                     .filter(|v| !v.is_empty()),
@@ -730,36 +727,16 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
         restored,
         max_attempts: cfg.max_attempts,
         queue_action_metrics: cfg.queue_action_metrics,
-        mailboxes: Mailboxes::default(),
+        mailboxes: host.mailboxes.clone(),
     })
     .await?;
     let engine = Arc::new(engine);
-    let expiry = tokio::spawn(crate::runtime_config::global().clone().expire_forever());
     let watcher = tokio::spawn(follow_config_map(
         engine.clone(),
         events,
         cfg.config_map.clone(),
         modules,
     ));
-    let ticks = metrics.tick();
-    let (listen, http) = http::serve(cfg.listen, engine.clone(), journal.health(), metrics).await?;
-    println!("bosun HTTP endpoints listening on http://{listen}");
-    tracing::info!(%listen, "serving /healthz, /readyz, /metrics and /metrics/hooks");
-    let debug = crate::debug::serve(
-        &crate::debug::DebugConfig {
-            socket: cfg.debug_socket.clone(),
-            http: cfg.debug_http,
-        },
-        engine.clone(),
-        journal.clone(),
-    )
-    .await;
-    if let Some(socket) = &debug.socket {
-        println!("bosun debug endpoints on unix socket {}", socket.display());
-    }
-    if let Some(addr) = debug.http {
-        println!("bosun debug endpoints on http://{addr}");
-    }
     let compactor = journal::spawn_compactor(
         journal.clone(),
         compact_from,
@@ -768,50 +745,8 @@ pub async fn start(cfg: &OperatorConfig) -> anyhow::Result<Operator> {
     );
     Ok(Operator {
         engine,
-        watcher,
-        http,
-        ticks,
-        expiry,
-        compactor,
-        listen,
-        debug,
-        watches,
         journal,
-        resource_cluster,
+        watcher,
+        compactor,
     })
-}
-
-/// DER certificates as a kubeconfig's `certificate-authority-data`: base64 of their PEM.
-fn pem_base64(certs: &[Vec<u8>]) -> String {
-    use base64::Engine as _;
-    let b64 = &base64::engine::general_purpose::STANDARD;
-    let mut pem = String::new();
-    for der in certs {
-        pem.push_str("-----BEGIN CERTIFICATE-----\n");
-        let body = b64.encode(der);
-        for line in body.as_bytes().chunks(64) {
-            pem.push_str(&String::from_utf8_lossy(line));
-            pem.push('\n');
-        }
-        pem.push_str("-----END CERTIFICATE-----\n");
-    }
-    b64.encode(pem)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn certificates_become_a_kubeconfig_ca_of_pem_blocks() {
-        use base64::Engine as _;
-        let der = vec![7u8; 100];
-        let text = base64::engine::general_purpose::STANDARD
-            .decode(super::pem_base64(&[der.clone(), der]))
-            .map(String::from_utf8);
-        let Ok(Ok(pem)) = text else {
-            panic!("not base64 of text: {text:?}")
-        };
-        assert_eq!(pem.matches("-----BEGIN CERTIFICATE-----\n").count(), 2);
-        assert_eq!(pem.matches("-----END CERTIFICATE-----\n").count(), 2);
-        assert!(pem.lines().all(|l| l.len() <= 64), "{pem}");
-    }
 }

@@ -6,8 +6,8 @@ use serde_json::json;
 use crate::debug::views::View;
 
 /// The running deployer: its types, its work queue and the last run of each item.
-pub fn deployer_items() -> View {
-    let Some(d) = crate::deployer::running() else {
+pub fn deployer_items(running: Option<&bosun_deployer::controller::DeployerView>) -> View {
+    let Some(d) = running else {
         return View {
             data: json!({"deployer": null}),
             text: Some(String::new()),

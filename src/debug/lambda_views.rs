@@ -5,10 +5,8 @@ use crate::debug::views::View;
 
 /// Each running lambda controller: its work queue (waiting, delayed with backoff, in
 /// flight) and the last sync of each parent.
-pub fn lambda_controllers() -> View {
-    let controllers = crate::lambda::running()
-        .map(|c| c.views())
-        .unwrap_or_default();
+pub fn lambda_controllers(running: Option<&bosun_lambda::registry::Controllers>) -> View {
+    let controllers = running.map(|c| c.views()).unwrap_or_default();
     let mut text = String::new();
     if !controllers.is_empty() {
         text.push_str("\nLambda controllers:\n");

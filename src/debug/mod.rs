@@ -33,7 +33,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -44,10 +43,13 @@ use axum::response::{IntoResponse, Response};
 use bosun_addon::Event;
 use bosun_addon::engine::Engine;
 use bosun_journal::Journal;
+use bosun_runtime::mailbox::Mailboxes;
 use serde_json::{Value, json};
 
 use journal_views::{LogQuery, ViewError};
 use views::{Format, View};
+
+use crate::host::{ModulesView, Views};
 
 /// The web view: one page, no external assets.
 const UI_PAGE: &str = include_str!("ui.html");
@@ -285,14 +287,10 @@ impl Drop for DebugServer {
     }
 }
 
-/// Starts the listeners on the engine and the journal it writes. A socket or address that
+/// Starts the listeners on what the running subsystems show. A socket or address that
 /// cannot be used is logged as an error and left out: the operator keeps running without it.
-pub async fn serve(
-    cfg: &DebugConfig,
-    engine: Arc<Engine>,
-    journal: Arc<Journal<Event>>,
-) -> DebugServer {
-    let app = router(engine, journal);
+pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> DebugServer {
+    let app = router(views, mailboxes);
     let mut server = DebugServer {
         socket: None,
         http: None,
@@ -374,12 +372,12 @@ pub fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
 /// What the endpoints read.
 #[derive(Clone)]
 struct Shared {
-    engine: Arc<Engine>,
-    journal: Arc<Journal<Event>>,
+    views: Views,
+    mailboxes: Mailboxes,
 }
 
-/// The debug endpoints, on the engine and the journal it writes.
-pub fn router(engine: Arc<Engine>, journal: Arc<Journal<Event>>) -> Router {
+/// The debug endpoints, on what the running subsystems show and every actor's mailbox.
+pub fn router(views: Views, mailboxes: Mailboxes) -> Router {
     let mut router = Router::new();
     for route in ROUTES.iter().filter(|r| r.post()) {
         if route.endpoint == Endpoint::ConfigSet {
@@ -388,7 +386,7 @@ pub fn router(engine: Arc<Engine>, journal: Arc<Journal<Event>>) -> Router {
     }
     router
         .fallback(handle)
-        .with_state(Shared { engine, journal })
+        .with_state(Shared { views, mailboxes })
 }
 
 /// Whether a `Host` header names this machine's loopback: `localhost`, `127.x.x.x` or
@@ -559,7 +557,10 @@ async fn handle(
     };
     let view = match found.endpoint {
         Endpoint::Ui => return ui_page(),
-        Endpoint::Graph => return graph_answer(&shared.engine, &query).await,
+        Endpoint::Graph => match &shared.views.get().modules {
+            Some(m) => return graph_answer(&m.engine, &query).await,
+            None => Err(modules_off()),
+        },
         endpoint => answer(&shared, endpoint, &params, route, &query).await,
     };
     let view = match view {
@@ -588,7 +589,81 @@ async fn answer(
     route: &str,
     query: &HashMap<String, String>,
 ) -> Result<View, Failure> {
-    let engine = &shared.engine;
+    let name = params.first().map(String::as_str).unwrap_or_default();
+    let views = shared.views.get();
+    match endpoint {
+        Endpoint::ConfigList => {
+            let config = crate::runtime_config::global();
+            Ok(View {
+                data: config.list(),
+                text: Some(config.text()),
+            })
+        }
+        Endpoint::Discovery => Ok(View {
+            data: json!({"routes": ROUTES.iter().map(|r| r.shown).collect::<Vec<_>>()}),
+            text: Some(
+                ROUTES
+                    .iter()
+                    .map(|r| format!("GET {}\n", r.shown))
+                    .collect(),
+            ),
+        }),
+        Endpoint::Actors => {
+            let mut view = views::actors(&shared.mailboxes.snapshot());
+            let lambda = lambda_views::lambda_controllers(views.lambda.as_ref());
+            view.data["controllers"] = lambda.data["controllers"].clone();
+            if let (Some(text), Some(more)) = (view.text.as_mut(), lambda.text) {
+                text.push_str(&more);
+            }
+            let deployer = deployer_views::deployer_items(views.deployer.as_ref());
+            view.data["deployer"] = deployer.data["deployer"].clone();
+            if let (Some(text), Some(more)) = (view.text.as_mut(), deployer.text) {
+                text.push_str(&more);
+            }
+            Ok(view)
+        }
+        Endpoint::LambdaControllers => Ok(lambda_views::lambda_controllers(views.lambda.as_ref())),
+        Endpoint::DeployerItems => Ok(deployer_views::deployer_items(views.deployer.as_ref())),
+        Endpoint::Actor => {
+            let snapshot = shared.mailboxes.snapshot();
+            match snapshot.get(name) {
+                Some(stats) => Ok(views::actor(name, stats)),
+                None => Err(Failure(
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "no actor named {name:?}; actors: {}",
+                        snapshot.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                )),
+            }
+        }
+        // Answered before (`/ui`, `/graph`) or by their own handler (`POST /config/set`).
+        Endpoint::Ui | Endpoint::Graph | Endpoint::ConfigSet => Err(no_endpoint(route)),
+        endpoint => match &views.modules {
+            Some(modules) => modules_answer(modules, endpoint, params, route, query).await,
+            None => Err(modules_off()),
+        },
+    }
+}
+
+/// The answer of an endpoint about modules while they are switched off.
+fn modules_off() -> Failure {
+    Failure(
+        StatusCode::NOT_FOUND,
+        "the modules are switched off (BOSUN_MODULES=false)".into(),
+    )
+}
+
+/// The view of an endpoint about the modules, their queues or their journal.
+async fn modules_answer(
+    modules: &ModulesView,
+    endpoint: Endpoint,
+    params: &[String],
+    route: &str,
+    query: &HashMap<String, String>,
+) -> Result<View, Failure> {
+    let engine = &modules.engine;
+    let shared = modules;
     let name = params.first().map(String::as_str).unwrap_or_default();
     let loaded = |name: &str| engine.modules().iter().any(|(m, _)| m == name);
     match endpoint {
@@ -690,51 +765,6 @@ async fn answer(
             let key = bosun_addon::values::values_key(name);
             Ok(View::data(doc.get(&key).cloned().unwrap_or(json!({}))))
         }
-        Endpoint::ConfigList => {
-            let config = crate::runtime_config::global();
-            Ok(View {
-                data: config.list(),
-                text: Some(config.text()),
-            })
-        }
-        Endpoint::Discovery => Ok(View {
-            data: json!({"routes": ROUTES.iter().map(|r| r.shown).collect::<Vec<_>>()}),
-            text: Some(
-                ROUTES
-                    .iter()
-                    .map(|r| format!("GET {}\n", r.shown))
-                    .collect(),
-            ),
-        }),
-        Endpoint::Actors => {
-            let mut view = views::actors(&engine.mailboxes.snapshot());
-            let lambda = lambda_views::lambda_controllers();
-            view.data["controllers"] = lambda.data["controllers"].clone();
-            if let (Some(text), Some(more)) = (view.text.as_mut(), lambda.text) {
-                text.push_str(&more);
-            }
-            let deployer = deployer_views::deployer_items();
-            view.data["deployer"] = deployer.data["deployer"].clone();
-            if let (Some(text), Some(more)) = (view.text.as_mut(), deployer.text) {
-                text.push_str(&more);
-            }
-            Ok(view)
-        }
-        Endpoint::LambdaControllers => Ok(lambda_views::lambda_controllers()),
-        Endpoint::DeployerItems => Ok(deployer_views::deployer_items()),
-        Endpoint::Actor => {
-            let snapshot = engine.mailboxes.snapshot();
-            match snapshot.get(name) {
-                Some(stats) => Ok(views::actor(name, stats)),
-                None => Err(Failure(
-                    StatusCode::NOT_FOUND,
-                    format!(
-                        "no actor named {name:?}; actors: {}",
-                        snapshot.keys().cloned().collect::<Vec<_>>().join(", ")
-                    ),
-                )),
-            }
-        }
         Endpoint::JournalLog => {
             let limit = match param(query, "limit") {
                 None => LOG_LIMIT,
@@ -771,8 +801,16 @@ async fn answer(
             journal_answer(shared, Box::new(move |j| journal_views::why_view(j, id))).await
         }
         Endpoint::JournalStats => journal_answer(shared, Box::new(journal_views::stats_view)).await,
-        // Answered before (`/ui`, `/graph`) or by their own handler (`POST /config/set`).
-        Endpoint::Ui | Endpoint::Graph | Endpoint::ConfigSet => Err(no_endpoint(route)),
+        // Answered by `answer`.
+        Endpoint::ConfigList
+        | Endpoint::Discovery
+        | Endpoint::Actors
+        | Endpoint::Actor
+        | Endpoint::LambdaControllers
+        | Endpoint::DeployerItems
+        | Endpoint::Ui
+        | Endpoint::Graph
+        | Endpoint::ConfigSet => Err(no_endpoint(route)),
     }
 }
 
@@ -856,7 +894,7 @@ fn param(query: &HashMap<String, String>, name: &str) -> Option<String> {
 type JournalView = Box<dyn FnOnce(&Journal<Event>) -> Result<View, ViewError> + Send>;
 
 /// The memory values patches of a scope (`global` or a module), from the journal.
-async fn journal_patches(shared: &Shared, scope: &str) -> Result<View, Failure> {
+async fn journal_patches(shared: &ModulesView, scope: &str) -> Result<View, Failure> {
     let scope = scope.to_string();
     journal_answer(
         shared,
@@ -867,7 +905,7 @@ async fn journal_patches(shared: &Shared, scope: &str) -> Result<View, Failure> 
 
 /// A view of `bosun journal` on the journal this bosun writes (read on a blocking thread:
 /// the storage is synchronous).
-async fn journal_answer(shared: &Shared, compute: JournalView) -> Result<View, Failure> {
+async fn journal_answer(shared: &ModulesView, compute: JournalView) -> Result<View, Failure> {
     let journal = shared.journal.clone();
     let result = tokio::task::spawn_blocking(move || compute(&journal))
         .await

@@ -283,6 +283,8 @@ pub fn actor_kind(name: &str) -> &'static str {
         "global-hooks" => "global-hooks",
         "queue" => "queue",
         "module" => "module",
+        "lambda" => "lambda-controller",
+        "deployer" => "deployer",
         _ => "actor",
     }
 }

@@ -11,14 +11,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use bosun_deployer::controller::{Deployer, DeployerView, Settings};
+use bosun_deployer::controller::{Deployer, Settings};
 use bosun_deployer::events::DeployerEvent;
 use bosun_deployer::item::DeployerInfo;
 use bosun_deployer::ports::DeployerType;
 use bosun_deployer::target::TargetSelector;
 
 use crate::kubernetes::crds::install_crds;
-use crate::watches::WatchManager;
 
 /// The CRDs of `landscaper.gardener.cloud` a deployer uses.
 pub const CRDS: &str = include_str!("../../deploy/crds/landscaper.yaml");
@@ -57,20 +56,16 @@ pub struct DeployerHandle {
     pub deployer: Deployer,
     pub cluster: Arc<cluster::KubeCluster>,
     pub journal: Arc<bosun_journal::Journal<DeployerEvent>>,
+    mailboxes: bosun_runtime::mailbox::Mailboxes,
 }
+
+/// The name the deployer's work queue goes by among the actors.
+pub const ACTOR: &str = "deployer";
 
 impl Drop for DeployerHandle {
     fn drop(&mut self) {
-        *RUNNING.write().unwrap_or_else(|p| p.into_inner()) = None;
+        self.mailboxes.remove(ACTOR);
     }
-}
-
-/// The deployer running in this process (for the debug views).
-static RUNNING: std::sync::RwLock<Option<DeployerView>> = std::sync::RwLock::new(None);
-
-/// The deployer running in this process, if it started.
-pub fn running() -> Option<DeployerView> {
-    RUNNING.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// The types this bosun serves.
@@ -102,7 +97,11 @@ pub fn default_identity() -> String {
 }
 
 /// Starts the deployer on the shared watches.
-pub async fn start(watches: WatchManager, cfg: &DeployerConfig) -> anyhow::Result<DeployerHandle> {
+pub async fn start(
+    host: &crate::host::Host,
+    cfg: &DeployerConfig,
+) -> anyhow::Result<DeployerHandle> {
+    let watches = host.watches.clone();
     if cfg.install_crds {
         let created = install_crds(watches.client(), CRDS).await?;
         if !created.is_empty() {
@@ -124,7 +123,7 @@ pub async fn start(watches: WatchManager, cfg: &DeployerConfig) -> anyhow::Resul
     );
     let deployer = Deployer::start(
         cluster.clone(),
-        Arc::new(crate::journal_sink::JournalSink::new(journal.clone())),
+        Arc::new(host.sink(journal.clone())),
         {
             let clients = Arc::new(targets::TargetClients::default());
             let helm = Arc::new(helm::HelmCharts::new(
@@ -148,10 +147,11 @@ pub async fn start(watches: WatchManager, cfg: &DeployerConfig) -> anyhow::Resul
     )
     .await
     .context("cannot start the deployer")?;
-    *RUNNING.write().unwrap_or_else(|p| p.into_inner()) = Some(deployer.view());
+    host.mailboxes.register(ACTOR, deployer.mailbox());
     Ok(DeployerHandle {
         deployer,
         cluster,
         journal,
+        mailboxes: host.mailboxes.clone(),
     })
 }

@@ -17,7 +17,7 @@ pub mod replication;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -206,30 +206,43 @@ fn journal_url(identity: &str, cfg: &HaConfig) -> Option<String> {
     })
 }
 
-/// The replica's journal stream and which journal folder goes by which name on it.
-struct Registry {
+/// The replica's journal stream and which journal folder goes by which name on it: handed
+/// to the leader's start, which hands it to each journal it opens.
+#[derive(Clone)]
+pub struct JournalStream {
     replication: Replication,
-    names: BTreeMap<PathBuf, &'static str>,
+    names: Arc<BTreeMap<PathBuf, &'static str>>,
     sync_ack: bool,
 }
 
-static REGISTRY: OnceLock<Registry> = OnceLock::new();
-
-/// A subsystem opened its journal (leader): serve it to standbys at once, before the
-/// subsystem's start (which appends, and in the ack mode waits for a standby) finishes.
-pub fn journal_opened<E>(journal: &Arc<bosun_journal::Journal<E>>)
-where
-    E: serde::Serialize
-        + serde::de::DeserializeOwned
-        + bosun_journal::Versioned
-        + Send
-        + Sync
-        + 'static,
-{
-    if let Some(r) = REGISTRY.get()
-        && let Some(name) = r.names.get(journal.dir())
+impl JournalStream {
+    /// A subsystem opened its journal (leader): serve it to standbys at once, before the
+    /// subsystem's start (which appends, and in the ack mode waits for a standby) finishes.
+    pub fn opened<E>(&self, journal: &Arc<bosun_journal::Journal<E>>)
+    where
+        E: serde::Serialize
+            + serde::de::DeserializeOwned
+            + bosun_journal::Versioned
+            + Send
+            + Sync
+            + 'static,
     {
-        r.replication.publish(name, journal.clone());
+        if let Some(name) = self.names.get(journal.dir()) {
+            self.replication.publish(name, journal.clone());
+        }
+    }
+
+    /// In the ack mode, the ack gate of the journal in `dir`.
+    pub fn ack_gate(&self, dir: &Path) -> Option<AckGate> {
+        if !self.sync_ack {
+            return None;
+        }
+        let name = self.names.get(dir)?;
+        Some(AckGate {
+            acked: self.replication.acked(name),
+            standbys: self.replication.standbys(name),
+            timeout: ACK_TIMEOUT,
+        })
     }
 }
 
@@ -271,17 +284,6 @@ impl AckGate {
             }
         }
     }
-}
-
-/// In the ack mode, the ack gate of the journal in `dir`.
-pub fn ack_gate(dir: &Path) -> Option<AckGate> {
-    let r = REGISTRY.get().filter(|r| r.sync_ack)?;
-    let name = r.names.get(dir)?;
-    Some(AckGate {
-        acked: r.replication.acked(name),
-        standbys: r.replication.standbys(name),
-        timeout: ACK_TIMEOUT,
-    })
 }
 
 /// One journal this process keeps: its name on the stream, its folder, and how to follow
@@ -349,15 +351,15 @@ pub async fn run<F, Fut>(
     start: F,
 ) -> anyhow::Result<Ending>
 where
-    F: FnOnce() -> Fut,
+    F: FnOnce(JournalStream) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Started>>,
 {
     let replication = Replication::new(cfg.token.clone());
-    let _ = REGISTRY.set(Registry {
+    let stream = JournalStream {
         replication: replication.clone(),
-        names: journals.iter().map(|j| (j.dir.clone(), j.name)).collect(),
+        names: Arc::new(journals.iter().map(|j| (j.dir.clone(), j.name)).collect()),
         sync_ack: cfg.sync_ack,
-    });
+    };
     let shared = Arc::new(Shared {
         role: Mutex::new("standby"),
         ..Default::default()
@@ -452,7 +454,7 @@ where
     // Leader.
     *shared.role.lock().unwrap_or_else(|p| p.into_inner()) = "leader";
     let started = tokio::select! {
-        s = start() => s?,
+        s = start(stream) => s?,
         lost = elector.hold() => {
             fence(&lost);
             return Ok(Ending::Fenced);

@@ -27,11 +27,18 @@ use http::{Request, Response};
 /// The `code` of a request that got no response (connection refused, timeout, TLS).
 pub const NO_RESPONSE: &str = "<error>";
 
-/// A Kubernetes client for `config` whose requests are measured.
-pub fn measured_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+/// A Kubernetes client for `config` whose requests are measured and limited to `limits`
+/// (`client` names it in the limiter's metric).
+pub fn measured_client(
+    config: kube::Config,
+    client: &'static str,
+    limits: super::limiter::ClientLimits,
+) -> Result<kube::Client, kube::Error> {
     let layer = KubeMetricsLayer::for_cluster(&config.cluster_url);
+    let limit = super::limiter::ClientLimitLayer::new(client, limits);
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(&layer)
+        .with_layer(&limit)
         .build())
 }
 

@@ -11,6 +11,7 @@ pub mod crds;
 pub mod errors;
 pub mod events;
 pub mod in_cluster;
+pub mod limiter;
 pub mod metrics;
 pub mod patcher;
 pub mod raw;
@@ -18,6 +19,7 @@ pub mod resolve;
 
 pub use errors::cluster_error;
 pub use events::{EventLimits, EventRecorder};
+pub use limiter::ClientLimits;
 pub use metrics::{KubeMetricsLayer, measured_client, url_template};
 pub use patcher::{KubePatcher, OperationError, PatchError};
 pub use resolve::{KindResolver, ResolveError, Resolved};

@@ -185,6 +185,8 @@ impl Listener for Informer {
 /// The cluster as the lambda controllers see it.
 pub struct KubeCluster {
     watches: WatchManager,
+    /// What the controllers write with (`--client-go-qps`); reads go through the watches.
+    client: kube::Client,
     informers: Mutex<HashMap<(String, String, String), Arc<Informer>>>,
     /// Serializes the first list of each informer.
     starting: tokio::sync::Mutex<()>,
@@ -226,9 +228,15 @@ fn to_value(o: &DynamicObject) -> Value {
 }
 
 impl KubeCluster {
-    pub fn new(watches: WatchManager, field_manager: String, event_limits: EventLimits) -> Self {
+    pub fn new(
+        watches: WatchManager,
+        client: kube::Client,
+        field_manager: String,
+        event_limits: EventLimits,
+    ) -> Self {
         KubeCluster {
-            events: EventRecorder::new(watches.client().clone(), "metacontroller", event_limits),
+            events: EventRecorder::new(client.clone(), "metacontroller", event_limits),
+            client,
             watches,
             informers: Mutex::new(HashMap::new()),
             starting: tokio::sync::Mutex::new(()),
@@ -237,7 +245,7 @@ impl KubeCluster {
     }
 
     fn client(&self) -> kube::Client {
-        self.watches.client().clone()
+        self.client.clone()
     }
 
     fn api(&self, r: &Resource, namespace: &str) -> Api<DynamicObject> {

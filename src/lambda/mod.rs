@@ -18,7 +18,6 @@ use bosun_lambda::registry::{self, Controllers, Registry, Settings};
 use bosun_lambda::selector::Selector;
 
 pub use crate::kubernetes::crds::install_crds;
-use crate::watches::WatchManager;
 
 /// The CRDs of `metacontroller.k8s.io`.
 pub const CRDS: &str = include_str!("../../deploy/crds/metacontroller.yaml");
@@ -40,6 +39,9 @@ pub struct LambdaConfig {
     pub install_crds: bool,
     /// Where the lambda journal lives.
     pub journal_dir: PathBuf,
+    /// `--client-go-qps`, `--client-go-burst`: the limit of the client the controllers
+    /// write with.
+    pub client_limits: crate::kubernetes::ClientLimits,
 }
 
 /// The running lambda controllers.
@@ -50,22 +52,18 @@ pub struct Lambda {
     _registry: Registry,
 }
 
-/// The controllers of the lambda subsystem running in this process (for the debug views).
-static RUNNING: std::sync::RwLock<Option<Controllers>> = std::sync::RwLock::new(None);
-
-/// The lambda controllers running in this process, if they started.
-pub fn running() -> Option<Controllers> {
-    RUNNING.read().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
 /// Starts the registry of lambda controllers.
+/// `client` is the one the controllers write with (`--client-go-qps`); they read through
+/// the host's shared watches.
 pub async fn start(
-    watches: WatchManager,
+    host: &crate::host::Host,
+    client: kube::Client,
     hooks: Arc<dyn HookFactory>,
     cfg: &LambdaConfig,
 ) -> anyhow::Result<Lambda> {
+    let watches = host.watches.clone();
     if cfg.install_crds {
-        let created = install_crds(watches.client(), CRDS).await?;
+        let created = install_crds(&client, CRDS).await?;
         if !created.is_empty() {
             tracing::info!(crds = ?created, "installed the lambda controllers' CRDs");
         }
@@ -86,14 +84,16 @@ pub async fn start(
     );
     let cluster = Arc::new(cluster::KubeCluster::new(
         watches,
+        client,
         cfg.field_manager.clone(),
         cfg.events,
     ));
     let ctx = Context {
         cluster: cluster.clone(),
         watches: cluster.clone(),
-        journal: Arc::new(crate::journal_sink::JournalSink::new(journal.clone())),
+        journal: Arc::new(host.sink(journal.clone())),
         workers: cfg.workers,
+        mailboxes: host.mailboxes.clone(),
     };
     let registry = registry::run(
         ctx,
@@ -105,7 +105,6 @@ pub async fn start(
     )
     .await
     .context("cannot start the lambda controllers")?;
-    *RUNNING.write().unwrap_or_else(|p| p.into_inner()) = Some(registry.controllers.clone());
     Ok(Lambda {
         controllers: registry.controllers.clone(),
         cluster,

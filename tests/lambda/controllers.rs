@@ -158,6 +158,30 @@ fn composite_controller_creates_children_writes_status_and_follows_changes() {
             && last["answer"].is_string()
     });
 
+    // The controller and the deployer are actors: `bosun actors` shows their mailboxes
+    // (parents and items waiting, syncs in flight, the last syncs).
+    let actors = common::run_ok(&mut common::debug_cli(
+        &work.path().join("debug.socket"),
+        &["actors"],
+    ));
+    assert!(
+        actors.contains("Actor 'lambda/CompositeController/greetings' (lambda-controller)")
+            && actors.contains("Actor 'deployer' (deployer)"),
+        "{actors}"
+    );
+    let actor = common::run_ok(&mut common::debug_cli(
+        &work.path().join("debug.socket"),
+        &["raw", "/actors/lambda/CompositeController/greetings.json"],
+    ));
+    let actor: Value = serde_json::from_str(&actor).unwrap_or(Value::Null);
+    assert!(actor["counters"]["handled"].as_u64() >= Some(1), "{actor}");
+    assert!(
+        actor["recent"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|h| h["summary"] == "sync default/hello")),
+        "{actor}"
+    );
+
     // A changed spec reaches the child in place.
     let mut parent = get(
         &sb,

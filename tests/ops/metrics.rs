@@ -843,3 +843,61 @@ fn helm_steps_discovery_and_config_errors_client_requests_and_queue_actions() {
         "a valid edit is no error"
     );
 }
+
+/// `KUBE_CLIENT_QPS`/`_BURST` and `--client-go-qps`/`-burst` limit bosun's requests as
+/// client-go's do: at the default rate (`0`: five a second) with a burst of two, the start
+/// still finishes, and each client's waits show in the limiter's histogram.
+#[test]
+fn the_clients_keep_to_their_limits_and_say_when_they_waited() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = Operator::start_with(
+        &sb,
+        &work.path().join("no-global-hooks"),
+        work.path(),
+        &[
+            ("KUBE_CLIENT_QPS", "0"),
+            ("KUBE_CLIENT_BURST", "2"),
+            ("BOSUN_CLIENT_GO_QPS", "0"),
+            ("BOSUN_CLIENT_GO_BURST", "2"),
+        ],
+    );
+    let addr = http_addr(&op);
+    op.wait("ready under the limit", Duration::from_secs(60), || {
+        common::http_raw(&addr, "GET", "/readyz", "", b"").0 == 200
+    });
+    let waited = |client: &str| {
+        let text = get(&addr, "/metrics");
+        value(
+            &text,
+            "bosun_kubernetes_client_rate_limiter_duration_seconds_count",
+            &[("client", client)],
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(
+        waited("shared") >= 1.0,
+        "the shared client's start (ConfigMap, watches, CRDs) is more than one request"
+    );
+    // The lambda controllers installed their CRDs with their own client: more than one.
+    assert!(waited("lambda") >= 1.0, "{}", get(&addr, "/metrics"));
+}
+
+/// A limit that is not a number stops the start, naming the setting.
+#[test]
+fn a_client_limit_that_is_not_a_number_is_named() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let mut op = Operator::start_with(
+        &sb,
+        &work.path().join("no-global-hooks"),
+        work.path(),
+        &[("KUBE_CLIENT_QPS", "fast")],
+    );
+    assert_eq!(op.wait_exit(Duration::from_secs(60)), Some(false));
+    let logs = op.logs();
+    assert!(
+        logs.contains("KUBE_CLIENT_QPS=\"fast\": expected a number of requests per second"),
+        "{logs}"
+    );
+}

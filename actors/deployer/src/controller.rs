@@ -302,6 +302,12 @@ impl Deployer {
             shared: Arc::clone(&self.shared),
         }
     }
+
+    /// The work queue as an actor's mailbox (`bosun actors`): items waiting, scheduled
+    /// and in flight, and the last runs.
+    pub fn mailbox(&self) -> Arc<dyn bosun_runtime::mailbox::MailboxSource> {
+        self.shared.queue.mailbox(ItemKey::to_string)
+    }
 }
 
 fn item_name(key: &ItemKey) -> String {

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bosun_runtime::mailbox::Mailboxes;
 use bosun_runtime::ports::EventSink;
 use bosun_runtime::work_queue::{QueueSnapshot, WorkQueue};
 use serde::Serialize;
@@ -153,6 +154,8 @@ pub struct Context {
     pub journal: Arc<dyn EventSink<LambdaEvent>>,
     /// Workers per controller (`--workers`).
     pub workers: usize,
+    /// Where each controller's work queue shows as an actor's mailbox (`bosun actors`).
+    pub mailboxes: Mailboxes,
 }
 
 /// The last sync of one parent, for the debug view.
@@ -199,6 +202,14 @@ pub struct Running {
     pub queue: WorkQueue<String>,
     pub last: Arc<Mutex<BTreeMap<String, LastSync>>>,
     tasks: Vec<JoinHandle<()>>,
+    /// Its entry in the actors' mailboxes, removed when it stops.
+    mailbox: (Mailboxes, String),
+}
+
+/// The name a controller's work queue goes by among the actors:
+/// `lambda/CompositeController/<name>`.
+pub fn actor_name(kind: ControllerKind, name: &str) -> String {
+    format!("lambda/{kind}/{name}")
 }
 
 impl Running {
@@ -220,6 +231,8 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.queue.shut_down();
+        let (mailboxes, name) = &self.mailbox;
+        mailboxes.remove(name);
         for t in &self.tasks {
             t.abort();
         }
@@ -250,6 +263,8 @@ pub async fn start(
     let mut tasks = Vec::new();
     let name = reconciler.name().to_string();
     let kind = reconciler.kind();
+    let actor = actor_name(kind, &name);
+    ctx.mailboxes.register(&actor, queue.mailbox(String::clone));
 
     // Parents.
     for resource in reconciler.parent_resources() {
@@ -381,6 +396,7 @@ pub async fn start(
         queue,
         last,
         tasks,
+        mailbox: (ctx.mailboxes.clone(), actor),
     })
 }
 

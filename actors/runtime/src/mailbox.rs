@@ -109,7 +109,7 @@ pub struct MailboxStats {
 }
 
 impl MailboxStats {
-    fn remember(&mut self, done: Handled) {
+    pub(crate) fn remember(&mut self, done: Handled) {
         if self.recent.len() >= RECENT {
             self.recent.pop_front();
         }
@@ -256,39 +256,120 @@ impl<M: Message + Describe> Tracked<M> {
     }
 }
 
+/// A mailbox whose stats are read from elsewhere when asked: a reconcile loop's work
+/// queue, whose waiting keys are its pending messages and whose syncs in flight its jobs.
+pub trait MailboxSource: Send + Sync {
+    /// What the mailbox looks like now.
+    fn stats(&self) -> MailboxStats;
+    /// Messages waiting (cheaper than [`MailboxSource::stats`]).
+    fn depth(&self) -> usize;
+}
+
+#[derive(Clone)]
+enum Entry {
+    Tracked(MailboxHandle),
+    Source(Arc<dyn MailboxSource>),
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Entry::Tracked(h) => h.fmt(f),
+            Entry::Source(_) => f.write_str("Source"),
+        }
+    }
+}
+
+impl Entry {
+    fn stats(&self) -> MailboxStats {
+        match self {
+            Entry::Tracked(h) => h.stats(),
+            Entry::Source(s) => s.stats(),
+        }
+    }
+
+    fn depth(&self) -> usize {
+        match self {
+            Entry::Tracked(h) => h.lock().pending.len(),
+            Entry::Source(s) => s.depth(),
+        }
+    }
+}
+
 /// All tracked mailboxes, by actor name.
 #[derive(Clone, Debug, Default)]
 pub struct Mailboxes {
-    inner: Arc<Mutex<BTreeMap<String, MailboxHandle>>>,
+    inner: Arc<Mutex<BTreeMap<String, Entry>>>,
 }
 
 impl Mailboxes {
-    /// The handle for actor `name`, created on first use.
+    fn entries(&self) -> MutexGuard<'_, BTreeMap<String, Entry>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The handle for actor `name`, created on first use (a detached one when `name` is
+    /// a registered source).
     pub fn handle(&self, name: &str) -> MailboxHandle {
-        let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry(name.to_string()).or_default().clone()
+        match self
+            .entries()
+            .entry(name.to_string())
+            .or_insert_with(|| Entry::Tracked(MailboxHandle::default()))
+        {
+            Entry::Tracked(h) => h.clone(),
+            Entry::Source(_) => MailboxHandle::default(),
+        }
+    }
+
+    /// Shows `source` as actor `name` (replacing what was there).
+    pub fn register(&self, name: &str, source: Arc<dyn MailboxSource>) {
+        self.entries()
+            .insert(name.to_string(), Entry::Source(source));
     }
 
     /// Stops tracking an actor.
     pub fn remove(&self, name: &str) {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name);
+        self.entries().remove(name);
     }
 
     /// Messages waiting in each mailbox (cheaper than a snapshot).
     pub fn depths(&self) -> Vec<(String, usize)> {
-        let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        m.iter()
-            .map(|(k, v)| (k.clone(), v.lock().pending.len()))
-            .collect()
+        let entries: Vec<(String, Entry)> = self
+            .entries()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        entries.into_iter().map(|(k, v)| (k, v.depth())).collect()
     }
 
     /// Snapshot of every mailbox.
     pub fn snapshot(&self) -> BTreeMap<String, MailboxStats> {
-        let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        m.iter().map(|(k, v)| (k.clone(), v.stats())).collect()
+        // Sources are read outside the registry's lock: they take locks of their own.
+        let entries: Vec<(String, Entry)> = self
+            .entries()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        entries.into_iter().map(|(k, v)| (k, v.stats())).collect()
+    }
+}
+
+/// A job or message summary as a work queue reports it (pending and running entries are
+/// built from its snapshot, not tracked one by one).
+pub(crate) fn pending_since(seq: u64, summary: String, sent_at_ms: u64) -> Pending {
+    Pending {
+        seq,
+        summary,
+        sent_at_ms,
+    }
+}
+
+/// A job running since `since_ms`.
+pub(crate) fn job_since(id: u64, summary: String, since_ms: u64) -> Job {
+    Job {
+        id,
+        summary,
+        since_ms,
+        started: None,
     }
 }
 

@@ -21,7 +21,7 @@
 //! immediately. Syncs already in flight finish; their `done()` no longer requeues.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt::{self, Debug};
 use std::hash::Hash;
 use std::pin::pin;
@@ -30,6 +30,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use crate::clock::now_ms;
+use crate::mailbox::{Handled, MailboxSource, MailboxStats, job_since, pending_since};
 
 /// Bounds every queue key satisfies (`Ord` gives deterministic timer ties and snapshots).
 pub trait QueueKey: Clone + Eq + Hash + Ord + Debug + Send + 'static {}
@@ -168,8 +171,8 @@ struct InFlight {
 #[derive(Debug)]
 pub struct QueueState<K> {
     ready: VecDeque<K>,
-    /// Membership of `ready`, for O(1) dedup.
-    queued: HashSet<K>,
+    /// Membership of `ready`, for O(1) dedup, with when each key became ready.
+    queued: HashMap<K, Instant>,
     /// Ordered by due time, then key, so equal deadlines pop deterministically.
     delayed: BTreeSet<(Instant, K)>,
     /// Due time of each key in `delayed`, to find and replace its entry.
@@ -190,7 +193,7 @@ impl<K: QueueKey> QueueState<K> {
     pub fn new(limiter: RateLimiter<K>) -> Self {
         Self {
             ready: VecDeque::new(),
-            queued: HashSet::new(),
+            queued: HashMap::new(),
             delayed: BTreeSet::new(),
             due_at: HashMap::new(),
             in_flight: HashMap::new(),
@@ -207,7 +210,7 @@ impl<K: QueueKey> QueueState<K> {
         }
         // "Now" is earlier than any pending delay, so it replaces it (earliest wins).
         self.unschedule(&key);
-        self.enqueue(key);
+        self.enqueue(key, now);
     }
 
     /// Queues `key` once `delay` has passed; an earlier pending schedule wins.
@@ -217,7 +220,7 @@ impl<K: QueueKey> QueueState<K> {
         }
         self.promote_due(now);
         let already_sooner =
-            self.queued.contains(&key) || self.in_flight.get(&key).is_some_and(|f| f.dirty);
+            self.queued.contains_key(&key) || self.in_flight.get(&key).is_some_and(|f| f.dirty);
         if self.shut_down || already_sooner {
             return;
         }
@@ -280,7 +283,7 @@ impl<K: QueueKey> QueueState<K> {
         self.promote_due(now);
         match self.in_flight.remove(key) {
             Some(InFlight { dirty: true, .. }) if !self.shut_down => {
-                self.enqueue(key.clone());
+                self.enqueue(key.clone(), now);
                 true
             }
             _ => false,
@@ -329,6 +332,10 @@ impl<K: QueueKey> QueueState<K> {
             .iter()
             .map(|key| WaitingKey {
                 key: key.clone(),
+                waiting_for: self
+                    .queued
+                    .get(key)
+                    .map_or(Duration::ZERO, |at| now.saturating_duration_since(*at)),
                 failures: failures(key),
             })
             .collect();
@@ -365,9 +372,9 @@ impl<K: QueueKey> QueueState<K> {
     /// Moves every delayed key due at `now` to `ready` (or marks it dirty if in flight).
     fn promote_due(&mut self, now: Instant) {
         while self.delayed.first().is_some_and(|(due, _)| *due <= now) {
-            if let Some((_, key)) = self.delayed.pop_first() {
+            if let Some((due, key)) = self.delayed.pop_first() {
                 self.due_at.remove(&key);
-                self.enqueue(key);
+                self.enqueue(key, due);
             }
         }
     }
@@ -380,10 +387,12 @@ impl<K: QueueKey> QueueState<K> {
     }
 
     /// Makes `key` ready, or dirty if a worker holds it (never two workers on one key).
-    fn enqueue(&mut self, key: K) {
+    fn enqueue(&mut self, key: K, now: Instant) {
         if let Some(flight) = self.in_flight.get_mut(&key) {
             flight.dirty = true;
-        } else if self.queued.insert(key.clone()) {
+        } else if let std::collections::hash_map::Entry::Vacant(e) = self.queued.entry(key.clone())
+        {
+            e.insert(now);
             self.ready.push_back(key);
         }
     }
@@ -407,6 +416,8 @@ pub struct QueueSnapshot<K> {
 pub struct WaitingKey<K> {
     /// The key.
     pub key: K,
+    /// How long it has been ready.
+    pub waiting_for: Duration,
     /// Consecutive failures recorded by `add_rate_limited`.
     pub failures: u32,
 }
@@ -450,6 +461,27 @@ struct Shared<K> {
     state: Mutex<QueueState<K>>,
     /// Woken on every change that may let a waiting worker proceed or move its deadline.
     changed: Notify,
+    /// Syncs finished, for the queue's mailbox view.
+    history: Mutex<History<K>>,
+}
+
+/// What a queue's mailbox view remembers of finished syncs.
+#[derive(Debug)]
+struct History<K> {
+    handled: u64,
+    max_handling_ms: u64,
+    /// The last syncs: key, and how it ended.
+    recent: VecDeque<(K, Handled)>,
+}
+
+impl<K> Default for History<K> {
+    fn default() -> Self {
+        History {
+            handled: 0,
+            max_handling_ms: 0,
+            recent: VecDeque::new(),
+        }
+    }
 }
 
 impl<K> Clone for WorkQueue<K> {
@@ -457,6 +489,95 @@ impl<K> Clone for WorkQueue<K> {
         Self {
             shared: Arc::clone(&self.shared),
         }
+    }
+}
+
+/// A work queue seen as a mailbox ([`WorkQueue::mailbox`]).
+struct QueueMailbox<K> {
+    queue: WorkQueue<K>,
+    describe: fn(&K) -> String,
+}
+
+impl<K: QueueKey + Sync> MailboxSource for QueueMailbox<K> {
+    fn stats(&self) -> MailboxStats {
+        let describe = self.describe;
+        let snap = self.queue.snapshot();
+        let now = now_ms();
+        let ago = |d: Duration| now.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(0));
+        let failed = |n: u32| {
+            if n == 0 {
+                String::new()
+            } else {
+                format!(", {n} failures in a row")
+            }
+        };
+        let mut seq = 0u64;
+        let mut next = || {
+            seq += 1;
+            seq
+        };
+        let mut pending: VecDeque<_> = snap
+            .waiting
+            .iter()
+            .map(|w| {
+                pending_since(
+                    next(),
+                    format!("sync {}{}", describe(&w.key), failed(w.failures)),
+                    ago(w.waiting_for),
+                )
+            })
+            .collect();
+        pending.extend(snap.delayed.iter().map(|d| {
+            pending_since(
+                next(),
+                format!(
+                    "sync {} in {} ms{}",
+                    describe(&d.key),
+                    d.due_in.as_millis(),
+                    failed(d.failures)
+                ),
+                now,
+            )
+        }));
+        let jobs = snap
+            .in_flight
+            .iter()
+            .map(|f| {
+                job_since(
+                    next(),
+                    format!("sync {}", describe(&f.key)),
+                    ago(f.running_for),
+                )
+            })
+            .collect::<Vec<_>>();
+        let h = self
+            .queue
+            .shared
+            .history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        MailboxStats {
+            received: h.handled + (pending.len() + jobs.len()) as u64,
+            handled: h.handled,
+            max_handling_ms: h.max_handling_ms,
+            jobs_finished: h.handled,
+            recent: h
+                .recent
+                .iter()
+                .map(|(key, done)| Handled {
+                    summary: format!("sync {}", describe(key)),
+                    ..done.clone()
+                })
+                .collect(),
+            pending,
+            jobs,
+            in_progress: None,
+        }
+    }
+
+    fn depth(&self) -> usize {
+        let mut state = self.queue.lock();
+        state.len(Instant::now()) + state.delayed.len()
     }
 }
 
@@ -484,6 +605,7 @@ impl<K: QueueKey> WorkQueue<K> {
             shared: Arc::new(Shared {
                 state: Mutex::new(QueueState::new(limiter)),
                 changed: Notify::new(),
+                history: Mutex::default(),
             }),
         }
     }
@@ -563,10 +685,67 @@ impl<K: QueueKey> WorkQueue<K> {
 
     /// Marks `key` processed; requeues it if it was added while in flight.
     pub fn done(&self, key: &K) {
-        let requeued = self.lock().done(key, Instant::now());
+        let now = Instant::now();
+        let (requeued, ran_for, outcome) = {
+            let mut state = self.lock();
+            let ran_for = state
+                .in_flight
+                .get(key)
+                .map(|f| now.saturating_duration_since(f.since));
+            let requeued = state.done(key, now);
+            let failures = state.limiter.num_requeues(key);
+            let outcome = match state.due_at.get(key) {
+                Some(due) if failures > 0 => format!(
+                    "failed ({failures} in a row); retry in {} ms",
+                    due.saturating_duration_since(now).as_millis()
+                ),
+                Some(due) => format!(
+                    "done; again in {} ms",
+                    due.saturating_duration_since(now).as_millis()
+                ),
+                None if requeued => "done; changed meanwhile, queued again".to_string(),
+                None => "done".to_string(),
+            };
+            (requeued, ran_for, outcome)
+        };
+        if let Some(took) = ran_for {
+            let took = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+            let mut h = self
+                .shared
+                .history
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            h.handled += 1;
+            h.max_handling_ms = h.max_handling_ms.max(took);
+            if h.recent.len() >= crate::mailbox::RECENT {
+                h.recent.pop_front();
+            }
+            h.recent.push_back((
+                key.clone(),
+                Handled {
+                    summary: String::new(),
+                    finished_at_ms: now_ms(),
+                    duration_ms: took,
+                    outcome,
+                },
+            ));
+        }
         if requeued {
             self.wake_workers();
         }
+    }
+
+    /// The queue as an actor's mailbox (`bosun actors`): keys waiting and scheduled are
+    /// its pending messages, syncs in flight its jobs, finished syncs its recent history;
+    /// `describe` names a key there.
+    pub fn mailbox(&self, describe: fn(&K) -> String) -> Arc<dyn MailboxSource>
+    where
+        K: Sync,
+    {
+        Arc::new(QueueMailbox {
+            queue: self.clone(),
+            describe,
+        })
     }
 
     /// Stops handing out keys: blocked and future `get()` calls return `None`.
@@ -803,6 +982,7 @@ mod tests {
             QueueSnapshot {
                 waiting: vec![WaitingKey {
                     key: "waiting",
+                    waiting_for: ms(2),
                     failures: 0
                 }],
                 delayed: vec![DelayedKey {
@@ -1015,6 +1195,8 @@ mod tests {
         const WORKERS: usize = 8;
         const KEYS: u32 = 6;
         const ROUNDS: u32 = 30;
+
+        use std::collections::HashSet;
 
         #[derive(Default)]
         struct Log {
