@@ -18,10 +18,11 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use crate::kubernetes::cluster_error as error;
 use crate::kubernetes::events::{EventLimits, EventRecorder, Note};
 use crate::kubernetes::raw::RawApi;
-use crate::watches::{
-    Change as WatchChange, Listener, ObjectKey, SharedWatch, Stored, WatchManager,
-    resource_version, supersedes,
-};
+use crate::watches::informer::Event;
+use crate::watches::{Listener, ObjectKey, WatchManager};
+
+/// A deployer informer: the shared informer, no index.
+type Informer = crate::watches::informer::Informer;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -74,133 +75,51 @@ enum Watched {
     Targets,
 }
 
-/// One informer: the objects it holds and where changes go.
-struct Informer {
-    watched: Watched,
-    objects: Mutex<BTreeMap<ObjectKey, Arc<Value>>>,
-    /// What this deployer's own writes returned, until the watch brings that version or a
-    /// later one: a read right after a write sees the write, without asking the API server.
-    written: Mutex<BTreeMap<ObjectKey, Arc<Value>>>,
-    subscribers: Mutex<Vec<UnboundedSender<Change>>>,
-}
-
 fn object_key(key: &ItemKey) -> ObjectKey {
     (key.namespace.clone(), key.name.clone())
 }
 
-impl Informer {
-    fn new(watched: Watched) -> Informer {
-        Informer {
-            watched,
-            objects: Mutex::new(BTreeMap::new()),
-            written: Mutex::new(BTreeMap::new()),
-            subscribers: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// The change to report for `object`; `deleted` ones carry no resourceVersion.
-    fn change_of(&self, object: &Value, deleted: bool) -> Change {
-        match self.watched {
-            Watched::Items => {
-                let type_ = object["metadata"]["annotations"]
-                    [bosun_deployer::item::DEPLOYER_TYPE_ANNOTATION]
-                    .as_str()
-                    .or_else(|| object["spec"]["type"].as_str())
-                    .unwrap_or_default()
-                    .to_string();
-                Change::Item {
-                    key: ItemKey::of(object),
-                    type_,
-                    resource_version: if deleted {
-                        String::new()
-                    } else {
-                        object["metadata"]["resourceVersion"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string()
-                    },
-                }
-            }
-            Watched::Targets => {
-                let key = ItemKey::of(object);
-                Change::Target {
-                    namespace: key.namespace,
-                    name: key.name,
-                }
+/// The change to report for `object` of `watched`; `deleted` ones carry no
+/// resourceVersion.
+fn change_of(watched: Watched, object: &Value, deleted: bool) -> Change {
+    match watched {
+        Watched::Items => {
+            let type_ = object["metadata"]["annotations"]
+                [bosun_deployer::item::DEPLOYER_TYPE_ANNOTATION]
+                .as_str()
+                .or_else(|| object["spec"]["type"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            Change::Item {
+                key: ItemKey::of(object),
+                type_,
+                resource_version: if deleted {
+                    String::new()
+                } else {
+                    object["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                },
             }
         }
-    }
-
-    /// The newest copy of `key` this process knows: its own last write, else the cache.
-    fn latest(&self, key: &ItemKey) -> Option<Value> {
-        let k = object_key(key);
-        if let Some(o) = lock(&self.written).get(&k) {
-            return Some(Value::clone(o));
+        Watched::Targets => {
+            let key = ItemKey::of(object);
+            Change::Target {
+                namespace: key.namespace,
+                name: key.name,
+            }
         }
-        lock(&self.objects).get(&k).map(|o| Value::clone(o))
-    }
-
-    /// Remembers what a write of `key` returned, unless the watch has already brought that
-    /// version (the cache lock is held across, so the watch cannot slip in between).
-    fn wrote(&self, key: &ItemKey, written: &Value) {
-        let k = object_key(key);
-        let objects = lock(&self.objects);
-        if objects
-            .get(&k)
-            .is_some_and(|o| supersedes(resource_version(o), resource_version(written)))
-        {
-            return;
-        }
-        lock(&self.written).insert(k, Arc::new(written.clone()));
-        drop(objects);
-    }
-
-    /// Forgets this process's copy of `key` (a write was refused: it is stale).
-    fn forget_written(&self, key: &ItemKey) {
-        lock(&self.written).remove(&object_key(key));
-    }
-
-    fn send(&self, change: Change) {
-        lock(&self.subscribers).retain(|s| s.send(change.clone()).is_ok());
     }
 }
 
-impl Listener for Informer {
-    fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>) {
-        let parsed: BTreeMap<ObjectKey, Arc<Value>> = objects
-            .iter()
-            .map(|(k, o)| (k.clone(), o.shared()))
-            .collect();
-        *lock(&self.objects) = parsed;
-    }
-
-    fn on(&self, change: WatchChange, key: &ObjectKey, object: &Arc<Value>, _stored: &Stored) {
-        match change {
-            WatchChange::Added | WatchChange::Modified => {
-                lock(&self.objects).insert(key.clone(), Arc::clone(object));
-                let mut written = lock(&self.written);
-                if written
-                    .get(key)
-                    .is_some_and(|w| supersedes(resource_version(object), resource_version(w)))
-                {
-                    written.remove(key);
-                }
-            }
-            WatchChange::Deleted => {
-                lock(&self.objects).remove(key);
-                lock(&self.written).remove(key);
-            }
-        }
-        self.send(self.change_of(object, change == WatchChange::Deleted));
-    }
-
-    fn keeps_parsed(&self) -> bool {
-        true
-    }
-
-    fn detached(&self, _namespace: Option<&str>) -> Vec<Arc<SharedWatch>> {
-        Vec::new()
-    }
+/// The newest copy of `key` this process knows: its own last write (until the watch
+/// brings it), else the watch's.
+fn latest(informer: &Informer, key: &ItemKey) -> Option<Value> {
+    informer
+        .read()
+        .get(&object_key(key))
+        .map(|o| Value::clone(o))
 }
 
 /// The cluster as the deployer sees it.
@@ -275,8 +194,8 @@ impl KubeCluster {
             ),
             watches,
             pod_namespace: pod_namespace.to_string(),
-            items: Arc::new(Informer::new(Watched::Items)),
-            targets: Arc::new(Informer::new(Watched::Targets)),
+            items: Arc::new(Informer::default()),
+            targets: Arc::new(Informer::default()),
             started: tokio::sync::Mutex::new(false),
             resource_cluster: None,
             tokens: Mutex::default(),
@@ -322,7 +241,7 @@ impl KubeCluster {
     fn write_failed(&self, key: &ItemKey, what: String, e: kube::Error) -> ClusterError {
         let e = error(what, e);
         if matches!(e, ClusterError::Conflict(_) | ClusterError::NotFound(_)) {
-            self.items.forget_written(key);
+            self.items.change().forget_write(&object_key(key));
         }
         e
     }
@@ -332,11 +251,11 @@ impl KubeCluster {
         vec![
             (
                 "landscaper.gardener.cloud/v1alpha1 deployitems".into(),
-                lock(&self.items.objects).len(),
+                self.items.read().objects().len(),
             ),
             (
                 "landscaper.gardener.cloud/v1alpha1 targets".into(),
-                lock(&self.targets.objects).len(),
+                self.targets.read().objects().len(),
             ),
         ]
     }
@@ -346,8 +265,19 @@ impl Cluster for KubeCluster {
     fn watch(&self) -> BoxFut<'_, Result<UnboundedReceiver<Change>, ClusterError>> {
         Box::pin(async move {
             let (tx, rx) = unbounded_channel();
-            lock(&self.items.subscribers).push(tx.clone());
-            lock(&self.targets.subscribers).push(tx.clone());
+            for (watched, informer) in [
+                (Watched::Items, &self.items),
+                (Watched::Targets, &self.targets),
+            ] {
+                let tx = tx.clone();
+                informer.subscribe(Box::new(move |event| {
+                    let change = match event {
+                        Event::Applied { new, .. } => change_of(watched, new, false),
+                        Event::Deleted(old) => change_of(watched, old, true),
+                    };
+                    tx.send(change).is_ok()
+                }));
+            }
             let mut started = self.started.lock().await;
             if !*started {
                 for (ar, informer) in [(deploy_items(), &self.items), (targets(), &self.targets)] {
@@ -370,15 +300,17 @@ impl Cluster for KubeCluster {
                 *started = true;
             }
             // Every item the first list found, once.
-            for o in lock(&self.items.objects).values() {
-                let _ = tx.send(self.items.change_of(o, true));
+            for o in self.items.read().objects().values() {
+                let _ = tx.send(change_of(Watched::Items, o, true));
             }
             Ok(rx)
         })
     }
 
     fn cached_items(&self, namespace: &str) -> Vec<Arc<Value>> {
-        lock(&self.items.objects)
+        self.items
+            .read()
+            .objects()
             .range((namespace.to_string(), String::new())..)
             .take_while(|((n, _), _)| n == namespace)
             .map(|(_, o)| Arc::clone(o))
@@ -388,7 +320,7 @@ impl Cluster for KubeCluster {
     fn get_item(&self, key: &ItemKey) -> BoxFut<'_, Result<Option<Value>, ClusterError>> {
         let key = key.clone();
         Box::pin(async move {
-            match self.items.latest(&key) {
+            match latest(&self.items, &key) {
                 Some(o) => Ok(Some(o)),
                 // Not seen by the watch (yet): the API server knows.
                 None => self.read_item(&key).await,
@@ -413,7 +345,7 @@ impl Cluster for KubeCluster {
                 .replace(&key.name, &object)
                 .await
                 .map_err(|e| self.write_failed(&key, what, e))?;
-            self.items.wrote(&key, &written);
+            self.items.change().remember(object_key(&key), &written);
             Ok(written)
         })
     }
@@ -427,7 +359,7 @@ impl Cluster for KubeCluster {
                 .replace_status(&key.name, &object)
                 .await
                 .map_err(|e| self.write_failed(&key, what, e))?;
-            self.items.wrote(&key, &written);
+            self.items.change().remember(object_key(&key), &written);
             Ok(written)
         })
     }
@@ -442,7 +374,7 @@ impl Cluster for KubeCluster {
             name: name.to_string(),
         };
         Box::pin(async move {
-            match self.targets.latest(&key) {
+            match latest(&self.targets, &key) {
                 Some(t) => Ok(Some(t)),
                 // A Target created just before its item may not have reached the watch.
                 None => self.get_opt(&targets(), &key.namespace, &key.name).await,
@@ -745,43 +677,5 @@ impl Cluster for KubeCluster {
 
     fn resource_cluster(&self) -> Option<(String, Option<String>)> {
         self.resource_cluster.clone()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_watch_event_replaces_this_process_copy_only_when_as_new_or_newer() {
-        assert!(supersedes("12", "12"));
-        assert!(supersedes("13", "12"));
-        // An event of a write before ours (delivered after our write returned) does not.
-        assert!(!supersedes("11", "12"));
-        // Versions that do not read as numbers: the watch wins.
-        assert!(supersedes("b", "a"));
-        assert!(supersedes("", "12"));
-    }
-
-    #[test]
-    fn a_write_older_than_the_cache_is_not_remembered() {
-        let informer = Informer::new(Watched::Items);
-        let key = ItemKey {
-            namespace: "ns".into(),
-            name: "item".into(),
-        };
-        let at = |rv: &str| json!({"metadata": {"namespace": "ns", "name": "item", "resourceVersion": rv}});
-        // The watch brought version 5 before the write of version 5 returned.
-        lock(&informer.objects).insert(object_key(&key), Arc::new(at("5")));
-        informer.wrote(&key, &at("5"));
-        assert!(lock(&informer.written).is_empty());
-        // A write the watch has not brought yet is what a read sees.
-        informer.wrote(&key, &at("6"));
-        assert_eq!(informer.latest(&key), Some(at("6")));
-        // Its echo makes the cache current again.
-        let (stored, echo) = Stored::new(at("6"), true);
-        informer.on(WatchChange::Modified, &object_key(&key), &echo, &stored);
-        assert!(lock(&informer.written).is_empty());
-        assert_eq!(informer.latest(&key), Some(at("6")));
     }
 }

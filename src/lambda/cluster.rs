@@ -2,86 +2,48 @@
 //! resolver, informers that listen on the shared watches (one per resource, shared with
 //! the modules' bindings), writes through the API server, and rate-limited Events.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bosun_lambda::ports::{BoxFut, Change, Cluster, ClusterError, EventNote, Resource, Watches};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::discovery::ApiResource;
 use serde_json::Value;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use crate::kubernetes::cluster_error as error;
 use crate::kubernetes::events::{EventLimits, EventRecorder, Note};
-use crate::watches::{
-    Change as WatchChange, Listener, ObjectKey, SharedWatch, Stored, WatchManager,
-    resource_version, supersedes,
-};
+use crate::watches::informer::{Cache, Event, Index};
+use crate::watches::{Listener, ObjectKey, WatchManager};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One resource's objects, parsed once per change, and the controllers listening.
+/// The informers' index: objects by the uid of their controller, and those without one
+/// (what a claim pass reads).
 #[derive(Default)]
-struct Informer {
-    state: Mutex<InformerState>,
-    /// Bumped (under the state's lock) by every change to the cache: a sync that finds
-    /// the same count as when it last settled knows it would read the same objects.
-    changes: std::sync::atomic::AtomicU64,
-}
-
-impl Informer {
-    /// The state, locked for a change: the change count moves with it.
-    fn change(&self) -> MutexGuard<'_, InformerState> {
-        let st = lock(&self.state);
-        self.changes
-            .fetch_add(1, std::sync::atomic::Ordering::Release);
-        st
-    }
-}
-
-#[derive(Default)]
-struct InformerState {
-    objects: BTreeMap<ObjectKey, Arc<Value>>,
-    /// Objects we wrote into the cache before their watch event came, with the state
-    /// before our write (`None`: we created it).
-    unseen: HashMap<ObjectKey, Option<Arc<Value>>>,
-    subscribers: Vec<UnboundedSender<Change>>,
-    /// Objects by the uid of their controller (the index a claim pass reads).
+struct Owners {
     owned: HashMap<String, BTreeSet<ObjectKey>>,
-    /// Objects without a controller.
     orphans: BTreeSet<ObjectKey>,
 }
 
-impl InformerState {
-    /// Puts an object into the cache and the owner index.
-    fn put(&mut self, key: ObjectKey, object: Arc<Value>) -> Option<Arc<Value>> {
-        let before = self.objects.insert(key.clone(), Arc::clone(&object));
-        if let Some(b) = &before {
-            self.unindex(&key, b);
-        }
-        match bosun_lambda::claim::controller_uid(&object) {
+impl Index for Owners {
+    fn insert(&mut self, key: &ObjectKey, object: &Value) {
+        match bosun_lambda::claim::controller_uid(object) {
             Some(uid) => {
-                self.owned.entry(uid.to_string()).or_default().insert(key);
+                self.owned
+                    .entry(uid.to_string())
+                    .or_default()
+                    .insert(key.clone());
             }
             None => {
-                self.orphans.insert(key);
+                self.orphans.insert(key.clone());
             }
         }
-        before
     }
 
-    /// Takes an object out of the cache and the owner index.
-    fn take(&mut self, key: &ObjectKey) -> Option<Arc<Value>> {
-        let before = self.objects.remove(key);
-        if let Some(b) = &before {
-            self.unindex(key, b);
-        }
-        before
-    }
-
-    fn unindex(&mut self, key: &ObjectKey, object: &Value) {
+    fn remove(&mut self, key: &ObjectKey, object: &Value) {
         match bosun_lambda::claim::controller_uid(object) {
             Some(uid) => {
                 if let Some(set) = self.owned.get_mut(uid) {
@@ -96,91 +58,30 @@ impl InformerState {
             }
         }
     }
-
-    /// Objects controlled by `uid` or by nobody, in `namespace` (or all).
-    fn candidates(&self, namespace: Option<&str>, uid: &str) -> Vec<Arc<Value>> {
-        let in_ns = |k: &&ObjectKey| namespace.is_none_or(|ns| k.0 == ns);
-        let owned = self.owned.get(uid).into_iter().flatten().filter(in_ns);
-        let orphans: Box<dyn Iterator<Item = &ObjectKey>> = match namespace {
-            Some(ns) => Box::new(
-                self.orphans
-                    .range((ns.to_string(), String::new())..)
-                    .take_while(move |k| k.0 == ns),
-            ),
-            None => Box::new(self.orphans.iter()),
-        };
-        owned
-            .chain(orphans)
-            .filter_map(|k| self.objects.get(k).cloned())
-            .collect()
-    }
-
-    fn send(&mut self, change: Change) {
-        self.subscribers.retain(|s| s.send(change.clone()).is_ok());
-    }
-
-    /// Our own write, into the cache unless the watch brought something newer already.
-    fn remember(&mut self, key: ObjectKey, object: &Value) {
-        let newer = self
-            .objects
-            .get(&key)
-            .is_none_or(|cached| !supersedes(resource_version(cached), resource_version(object)));
-        if newer {
-            let before = self.put(key.clone(), Arc::new(object.clone()));
-            self.unseen.entry(key).or_insert(before);
-        }
-    }
-
-    /// An added or modified object from the watch. When our write put it into the cache
-    /// first, the change subscribers see is from the state before that write: an object
-    /// we created is news (the parent of a child just created syncs again and sees it),
-    /// not an update without a new resourceVersion.
-    fn applied(&mut self, key: &ObjectKey, new: Arc<Value>) {
-        let cached = self.put(key.clone(), Arc::clone(&new));
-        let old = match self.unseen.remove(key) {
-            Some(before) => before,
-            None => cached,
-        };
-        self.send(Change::Applied { old, new });
-    }
-
-    /// A deleted object from the watch.
-    fn deleted(&mut self, key: &ObjectKey, object: &Arc<Value>) {
-        self.unseen.remove(key);
-        let old = self.take(key).unwrap_or_else(|| Arc::clone(object));
-        self.send(Change::Deleted(old));
-    }
 }
 
-impl Listener for Informer {
-    fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>) {
-        let mut st = self.change();
-        st.objects.clear();
-        st.owned.clear();
-        st.orphans.clear();
-        for (k, o) in objects {
-            st.put(k.clone(), o.shared());
-        }
-        st.unseen.clear();
-    }
-
-    fn on(&self, change: WatchChange, key: &ObjectKey, object: &Arc<Value>, _stored: &Stored) {
-        let mut st = self.change();
-        match change {
-            WatchChange::Added | WatchChange::Modified => st.applied(key, Arc::clone(object)),
-            WatchChange::Deleted => st.deleted(key, object),
-        }
-    }
-
-    fn keeps_parsed(&self) -> bool {
-        true
-    }
-
-    fn detached(&self, _namespace: Option<&str>) -> Vec<Arc<SharedWatch>> {
-        // Informers live as long as bosun, like metacontroller's shared informers.
-        Vec::new()
-    }
+/// Objects controlled by `uid` or by nobody, in `namespace` (or all).
+fn candidates(cache: &Cache<Owners>, namespace: Option<&str>, uid: &str) -> Vec<Arc<Value>> {
+    let owners = &cache.index;
+    let in_ns = |k: &&ObjectKey| namespace.is_none_or(|ns| k.0 == ns);
+    let owned = owners.owned.get(uid).into_iter().flatten().filter(in_ns);
+    let orphans: Box<dyn Iterator<Item = &ObjectKey>> = match namespace {
+        Some(ns) => Box::new(
+            owners
+                .orphans
+                .range((ns.to_string(), String::new())..)
+                .take_while(move |k| k.0 == ns),
+        ),
+        None => Box::new(owners.orphans.iter()),
+    };
+    owned
+        .chain(orphans)
+        .filter_map(|k| cache.get(k).cloned())
+        .collect()
 }
+
+/// A lambda informer: the shared informer with the owner index.
+type Informer = crate::watches::informer::Informer<Owners>;
 
 /// The cluster as the lambda controllers see it.
 pub struct KubeCluster {
@@ -308,15 +209,7 @@ impl KubeCluster {
             return;
         };
         let key = (namespace.to_string(), name.to_string());
-        let mut st = informer.change();
-        if st
-            .objects
-            .get(&key)
-            .is_some_and(|o| bosun_lambda::keys::uid_of(o) == uid)
-        {
-            st.take(&key);
-            st.unseen.remove(&key);
-        }
+        informer.change().removed(&key, uid);
     }
 
     /// Whether an Event on `uid` may be sent now (token bucket per object).
@@ -330,7 +223,7 @@ impl KubeCluster {
                 } else {
                     format!("{g}/{v}")
                 };
-                (format!("{gv} {p}"), lock(&i.state).objects.len())
+                (format!("{gv} {p}"), i.read().objects().len())
             })
             .collect();
         out.sort();
@@ -376,15 +269,15 @@ impl Cluster for KubeCluster {
         let (resource, namespace) = (resource.clone(), namespace.map(str::to_string));
         Box::pin(async move {
             let informer = self.informer(&resource).await?;
-            let st = lock(&informer.state);
+            let cache = informer.read();
             Ok(match namespace.as_deref() {
-                Some(ns) => st
-                    .objects
+                Some(ns) => cache
+                    .objects()
                     .range((ns.to_string(), String::new())..)
                     .take_while(|((n, _), _)| n == ns)
                     .map(|(_, o)| Arc::clone(o))
                     .collect(),
-                None => st.objects.values().cloned().collect(),
+                None => cache.objects().values().cloned().collect(),
             })
         })
     }
@@ -402,14 +295,13 @@ impl Cluster for KubeCluster {
         );
         Box::pin(async move {
             let informer = self.informer(&resource).await?;
-            let st = lock(&informer.state);
-            Ok(st.candidates(namespace.as_deref(), &uid))
+            let cache = informer.read();
+            Ok(candidates(&cache, namespace.as_deref(), &uid))
         })
     }
 
     fn changes(&self, resource: &Resource) -> Option<u64> {
-        self.running(resource)
-            .map(|i| i.changes.load(std::sync::atomic::Ordering::Acquire))
+        self.running(resource).map(|i| i.changes())
     }
 
     fn cached(
@@ -421,8 +313,8 @@ impl Cluster for KubeCluster {
         let (resource, key) = (resource.clone(), (namespace.to_string(), name.to_string()));
         Box::pin(async move {
             let informer = self.informer(&resource).await?;
-            let st = lock(&informer.state);
-            Ok(st.objects.get(&key).cloned())
+            let cached = informer.read().get(&key).cloned();
+            Ok(cached)
         })
     }
 
@@ -605,85 +497,17 @@ impl Watches for KubeCluster {
         Box::pin(async move {
             let informer = self.informer(&resource).await?;
             let (tx, rx) = unbounded_channel();
-            lock(&informer.state).subscribers.push(tx);
+            informer.subscribe(Box::new(move |event| {
+                tx.send(match event {
+                    Event::Applied { old, new } => Change::Applied {
+                        old: old.clone(),
+                        new: Arc::clone(new),
+                    },
+                    Event::Deleted(old) => Change::Deleted(Arc::clone(old)),
+                })
+                .is_ok()
+            }));
             Ok(rx)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn object(name: &str, rv: &str) -> Value {
-        json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv}})
-    }
-
-    fn key(name: &str) -> ObjectKey {
-        ("ns".to_string(), name.to_string())
-    }
-
-    fn state() -> (InformerState, UnboundedReceiver<Change>) {
-        let (tx, rx) = unbounded_channel();
-        let st = InformerState {
-            subscribers: vec![tx],
-            ..InformerState::default()
-        };
-        (st, rx)
-    }
-
-    fn old_rv(change: Change) -> Option<String> {
-        match change {
-            Change::Applied { old, .. } => {
-                old.map(|o| o["metadata"]["resourceVersion"].to_string())
-            }
-            Change::Deleted(_) => panic!("a delete"),
-        }
-    }
-
-    #[test]
-    fn an_object_we_created_is_still_news_when_its_watch_event_comes() {
-        let (mut st, mut rx) = state();
-        st.remember(key("a"), &object("a", "5"));
-        assert!(st.objects.contains_key(&key("a")), "readable at once");
-        st.applied(&key("a"), Arc::new(object("a", "5")));
-        assert_eq!(old_rv(rx.try_recv().expect("a change")), None, "an add");
-        // Later events compare with the cache as usual.
-        st.applied(&key("a"), Arc::new(object("a", "6")));
-        assert_eq!(
-            old_rv(rx.try_recv().expect("a change")).as_deref(),
-            Some("\"5\"")
-        );
-    }
-
-    #[test]
-    fn an_update_we_wrote_is_seen_as_from_the_state_before_it() {
-        let (mut st, mut rx) = state();
-        st.applied(&key("a"), Arc::new(object("a", "1")));
-        let _ = rx.try_recv();
-        st.remember(key("a"), &object("a", "2"));
-        st.remember(key("a"), &object("a", "3"));
-        st.applied(&key("a"), Arc::new(object("a", "2")));
-        assert_eq!(
-            old_rv(rx.try_recv().expect("a change")).as_deref(),
-            Some("\"1\"")
-        );
-        st.applied(&key("a"), Arc::new(object("a", "3")));
-        assert_eq!(
-            old_rv(rx.try_recv().expect("a change")).as_deref(),
-            Some("\"2\"")
-        );
-    }
-
-    #[test]
-    fn a_watch_event_before_our_write_is_not_doubled() {
-        let (mut st, mut rx) = state();
-        st.applied(&key("a"), Arc::new(object("a", "4")));
-        let _ = rx.try_recv();
-        st.remember(key("a"), &object("a", "4"));
-        assert!(st.unseen.is_empty());
-        st.deleted(&key("a"), &Arc::new(object("a", "4")));
-        assert!(matches!(rx.try_recv(), Ok(Change::Deleted(_))));
     }
 }

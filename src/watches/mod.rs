@@ -12,7 +12,11 @@
 //! event into a binding context: Modified (and Added for an object it already holds) only
 //! when the checksum of the filter result (or of the object, without a filter) changed.
 //! Events are held back until the binding's Synchronization ran (`release`).
+//!
+//! The lambda controllers and the deployer read through [`informer::Informer`]s attached
+//! to the same shared watches.
 
+pub mod informer;
 mod subscriber;
 
 pub(crate) use subscriber::Listener;

@@ -169,6 +169,31 @@ fn composite_controller_creates_children_writes_status_and_follows_changes() {
             && actors.contains("Actor 'deployer' (deployer)"),
         "{actors}"
     );
+    // With the modules switched off, no modules' engine runs: no queue, no global hooks
+    // actor, no modules' journal, and their endpoints say why.
+    assert!(
+        !actors.contains("Actor 'queue/") && !actors.contains("Actor 'global-hooks"),
+        "{actors}"
+    );
+    let off = common::run_err(&mut common::debug_cli(
+        &work.path().join("debug.socket"),
+        &["queue", "list"],
+    ));
+    assert!(
+        off.contains("the modules are switched off (BOSUN_MODULES=false)"),
+        "{off}"
+    );
+    let journal: Vec<String> = std::fs::read_dir(work.path().join("journal"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        journal.iter().all(|f| f == "lambda" || f == "deployer"),
+        "only the lambda and deployer journals: {journal:?}"
+    );
     let actor = common::run_ok(&mut common::debug_cli(
         &work.path().join("debug.socket"),
         &["raw", "/actors/lambda/CompositeController/greetings.json"],

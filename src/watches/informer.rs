@@ -1,0 +1,398 @@
+//! The one informer of the lambda controllers and the deployer: a resource's objects as
+//! the shared watch delivers them, parsed once and shared with the watch, with this
+//! process's own writes visible at once (before their watch events come back), an index
+//! of the caller's choice, and subscribers told of every change in watch order.
+//!
+//! ```text
+//!   shared watch ──init/on──► Informer ── cache: watch truth, overlaid by our writes
+//!   our write ───remember───►    │        index (e.g. objects by their controller's uid)
+//!   a refused write ─forget──►   └──► subscribers: Applied { old, new } | Deleted(old)
+//! ```
+//!
+//! One resourceVersion rule decides between the watch and our writes
+//! ([`super::supersedes`]): a write stays in the cache until the watch brings that version
+//! or a later one; an event of an earlier version (delivered after our write returned) is
+//! remembered as the state before our write, not shown. Subscribers see an object we
+//! created as news when its event comes, and an update we wrote as a change from the
+//! state before it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+
+use super::subscriber::Listener;
+use super::{Change as WatchChange, ObjectKey, SharedWatch, Stored, resource_version, supersedes};
+
+/// What subscribers are told.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// Added or modified: the state before (`None`: new to us) and the watch's object.
+    Applied {
+        old: Option<Arc<Value>>,
+        new: Arc<Value>,
+    },
+    /// Deleted: the last state we held.
+    Deleted(Arc<Value>),
+}
+
+/// An index kept beside the cache, changed with it.
+pub trait Index: Default + Send + 'static {
+    /// `object` is now cached under `key`.
+    fn insert(&mut self, key: &ObjectKey, object: &Value);
+    /// `object` (cached under `key`) is no longer.
+    fn remove(&mut self, key: &ObjectKey, object: &Value);
+}
+
+/// No index.
+impl Index for () {
+    fn insert(&mut self, _: &ObjectKey, _: &Value) {}
+    fn remove(&mut self, _: &ObjectKey, _: &Value) {}
+}
+
+/// A subscriber: told of each change; answers `false` once it has gone.
+pub type Subscriber = Box<dyn Fn(&Event) -> bool + Send>;
+
+/// The cache of one informer, with its index.
+#[derive(Default)]
+pub struct Cache<I> {
+    objects: BTreeMap<ObjectKey, Arc<Value>>,
+    /// Objects our writes put into the cache before their watch events came, with the
+    /// latest state the watch showed (`None`: none, we created it).
+    unseen: HashMap<ObjectKey, Option<Arc<Value>>>,
+    /// The caller's index.
+    pub index: I,
+    subscribers: Vec<Subscriber>,
+}
+
+impl<I: Index> Cache<I> {
+    /// The newest copy of `key` this process knows.
+    pub fn get(&self, key: &ObjectKey) -> Option<&Arc<Value>> {
+        self.objects.get(key)
+    }
+
+    /// Every cached object, by namespace and name.
+    pub fn objects(&self) -> &BTreeMap<ObjectKey, Arc<Value>> {
+        &self.objects
+    }
+
+    fn put(&mut self, key: &ObjectKey, object: Arc<Value>) -> Option<Arc<Value>> {
+        let before = self.objects.insert(key.clone(), Arc::clone(&object));
+        if let Some(b) = &before {
+            self.index.remove(key, b);
+        }
+        self.index.insert(key, &object);
+        before
+    }
+
+    fn take(&mut self, key: &ObjectKey) -> Option<Arc<Value>> {
+        let before = self.objects.remove(key);
+        if let Some(b) = &before {
+            self.index.remove(key, b);
+        }
+        before
+    }
+
+    fn send(&mut self, event: Event) {
+        self.subscribers.retain(|s| s(&event));
+    }
+
+    /// Our own write: into the cache unless the watch brought it (or later) already.
+    pub fn remember(&mut self, key: ObjectKey, object: &Value) {
+        let known = self
+            .objects
+            .get(&key)
+            .is_some_and(|cached| supersedes(resource_version(cached), resource_version(object)));
+        if !known {
+            let before = self.put(&key, Arc::new(object.clone()));
+            self.unseen.entry(key).or_insert(before);
+        }
+    }
+
+    /// Our write of `key` was refused as stale: the cache goes back to what the watch
+    /// showed last.
+    pub fn forget_write(&mut self, key: &ObjectKey) {
+        match self.unseen.remove(key) {
+            Some(Some(before)) => {
+                self.put(key, before);
+            }
+            Some(None) => {
+                self.take(key);
+            }
+            None => {}
+        }
+    }
+
+    /// Our own delete of the object with `uid`: out of the cache at once.
+    pub fn removed(&mut self, key: &ObjectKey, uid: &str) {
+        if self
+            .objects
+            .get(key)
+            .is_some_and(|o| o["metadata"]["uid"].as_str() == Some(uid))
+        {
+            self.take(key);
+            self.unseen.remove(key);
+        }
+    }
+
+    /// An added or modified object from the watch.
+    fn applied(&mut self, key: &ObjectKey, new: Arc<Value>) {
+        let old = match self.unseen.remove(key) {
+            // Our write is newer than this event: it stays; the event is the latest
+            // state the watch showed.
+            Some(before)
+                if self.objects.get(key).is_some_and(|ours| {
+                    !supersedes(resource_version(&new), resource_version(ours))
+                }) =>
+            {
+                self.unseen.insert(key.clone(), Some(Arc::clone(&new)));
+                before
+            }
+            Some(before) => {
+                self.put(key, Arc::clone(&new));
+                before
+            }
+            None => self.put(key, Arc::clone(&new)),
+        };
+        self.send(Event::Applied { old, new });
+    }
+
+    /// A deleted object from the watch.
+    fn deleted(&mut self, key: &ObjectKey, object: &Arc<Value>) {
+        self.unseen.remove(key);
+        let old = self.take(key).unwrap_or_else(|| Arc::clone(object));
+        self.send(Event::Deleted(old));
+    }
+
+    /// The watch's objects after a (re)list: they replace the cache, except our writes
+    /// the list does not include yet.
+    fn listed(&mut self, objects: &BTreeMap<ObjectKey, Stored>) {
+        let ours: Vec<(ObjectKey, Arc<Value>)> = self
+            .unseen
+            .keys()
+            .filter_map(|k| Some((k.clone(), Arc::clone(self.objects.get(k)?))))
+            .collect();
+        let mut listed = BTreeMap::new();
+        let mut index = I::default();
+        for (k, o) in objects {
+            let o = o.shared();
+            index.insert(k, &o);
+            listed.insert(k.clone(), o);
+        }
+        self.objects = listed;
+        self.index = index;
+        self.unseen.clear();
+        for (key, object) in ours {
+            self.remember(key, &object);
+        }
+    }
+}
+
+/// One resource's informer (see the module docs).
+pub struct Informer<I = ()> {
+    cache: Mutex<Cache<I>>,
+    /// Bumped (under the cache's lock) by every change: a reader that finds the same count
+    /// as when it last settled knows it would read the same objects.
+    changes: AtomicU64,
+}
+
+impl<I: Index> Default for Informer<I> {
+    fn default() -> Self {
+        Informer {
+            cache: Mutex::new(Cache {
+                objects: BTreeMap::new(),
+                unseen: HashMap::new(),
+                index: I::default(),
+                subscribers: Vec::new(),
+            }),
+            changes: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<I: Index> Informer<I> {
+    /// The cache, to read.
+    pub fn read(&self) -> MutexGuard<'_, Cache<I>> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cache, to change (our own writes): the change count moves with it.
+    pub fn change(&self) -> MutexGuard<'_, Cache<I>> {
+        let cache = self.read();
+        self.changes.fetch_add(1, Ordering::Release);
+        cache
+    }
+
+    /// How many changes the cache has seen.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// Tells `subscriber` of every change from now on.
+    pub fn subscribe(&self, subscriber: Subscriber) {
+        self.read().subscribers.push(subscriber);
+    }
+}
+
+impl<I: Index> Listener for Informer<I> {
+    fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>) {
+        self.change().listed(objects);
+    }
+
+    fn on(&self, change: WatchChange, key: &ObjectKey, object: &Arc<Value>, _stored: &Stored) {
+        let mut cache = self.change();
+        match change {
+            WatchChange::Added | WatchChange::Modified => cache.applied(key, Arc::clone(object)),
+            WatchChange::Deleted => cache.deleted(key, object),
+        }
+    }
+
+    fn keeps_parsed(&self) -> bool {
+        true
+    }
+
+    fn detached(&self, _namespace: Option<&str>) -> Vec<Arc<SharedWatch>> {
+        // Informers live as long as bosun, like metacontroller's shared informers.
+        Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(name: &str, rv: &str) -> Value {
+        json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv, "uid": name}})
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ("ns".to_string(), name.to_string())
+    }
+
+    /// An informer whose subscriber's events land in the returned list.
+    fn informer() -> (Informer, Arc<Mutex<Vec<Event>>>) {
+        let informer = Informer::default();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        informer.subscribe(Box::new(move |e| {
+            sink.lock().map(|mut s| s.push(e.clone())).is_ok()
+        }));
+        (informer, seen)
+    }
+
+    fn event(informer: &Informer, change: WatchChange, o: Value) {
+        let k = key(o["metadata"]["name"].as_str().unwrap_or_default());
+        let (stored, shared) = Stored::new(o, true);
+        informer.on(change, &k, &shared, &stored);
+    }
+
+    fn rv(o: &Value) -> &str {
+        resource_version(o)
+    }
+
+    /// The old resourceVersion of each applied event, in order (`-` for none).
+    fn olds(seen: &Mutex<Vec<Event>>) -> Vec<String> {
+        let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
+        s.drain(..)
+            .map(|e| match e {
+                Event::Applied { old, .. } => old.map_or("-".into(), |o| rv(&o).to_string()),
+                Event::Deleted(o) => format!("deleted {}", rv(&o)),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_watch_event_replaces_our_write_only_when_as_new_or_newer() {
+        assert!(supersedes("12", "12"));
+        assert!(supersedes("13", "12"));
+        // An event of a write before ours (delivered after our write returned) does not.
+        assert!(!supersedes("11", "12"));
+        // Versions that do not read as numbers: the watch wins.
+        assert!(supersedes("b", "a"));
+        assert!(supersedes("", "12"));
+    }
+
+    #[test]
+    fn an_object_we_created_is_still_news_when_its_watch_event_comes() {
+        let (informer, seen) = informer();
+        informer.change().remember(key("a"), &object("a", "5"));
+        assert!(informer.read().get(&key("a")).is_some(), "readable at once");
+        event(&informer, WatchChange::Added, object("a", "5"));
+        event(&informer, WatchChange::Modified, object("a", "6"));
+        assert_eq!(olds(&seen), ["-", "5"]);
+    }
+
+    #[test]
+    fn an_update_we_wrote_is_seen_as_from_the_state_before_it() {
+        let (informer, seen) = informer();
+        event(&informer, WatchChange::Added, object("a", "1"));
+        informer.change().remember(key("a"), &object("a", "2"));
+        informer.change().remember(key("a"), &object("a", "3"));
+        // The event of our first write comes after the second returned: a read still
+        // sees the second.
+        event(&informer, WatchChange::Modified, object("a", "2"));
+        assert_eq!(
+            informer.read().get(&key("a")).map(|o| rv(o).to_string()),
+            Some("3".into())
+        );
+        event(&informer, WatchChange::Modified, object("a", "3"));
+        assert_eq!(olds(&seen), ["-", "1", "2"]);
+    }
+
+    #[test]
+    fn a_watch_event_before_our_write_is_not_doubled() {
+        let (informer, seen) = informer();
+        event(&informer, WatchChange::Added, object("a", "4"));
+        informer.change().remember(key("a"), &object("a", "4"));
+        assert!(informer.read().unseen.is_empty());
+        event(&informer, WatchChange::Deleted, object("a", "4"));
+        assert_eq!(olds(&seen), ["-", "deleted 4"]);
+    }
+
+    #[test]
+    fn a_refused_write_gives_the_watch_state_back() {
+        let (informer, _seen) = informer();
+        event(&informer, WatchChange::Added, object("a", "5"));
+        informer.change().remember(key("a"), &object("a", "6"));
+        informer.change().forget_write(&key("a"));
+        assert_eq!(
+            informer.read().get(&key("a")).map(|o| rv(o).to_string()),
+            Some("5".into())
+        );
+        informer.change().remember(key("b"), &object("b", "7"));
+        informer.change().forget_write(&key("b"));
+        assert!(informer.read().get(&key("b")).is_none());
+    }
+
+    #[test]
+    fn a_relist_keeps_our_writes_it_does_not_include_yet() {
+        let (informer, _seen) = informer();
+        event(&informer, WatchChange::Added, object("a", "5"));
+        informer.change().remember(key("a"), &object("a", "8"));
+        informer.change().remember(key("b"), &object("b", "9"));
+        let listed: BTreeMap<ObjectKey, Stored> = [("a", "6"), ("c", "7")]
+            .into_iter()
+            .map(|(n, v)| (key(n), Stored::new(object(n, v), true).0))
+            .collect();
+        informer.init(&None, &listed);
+        let cache = informer.read();
+        let rvs: Vec<(&str, &str)> = cache
+            .objects()
+            .iter()
+            .map(|((_, n), o)| (n.as_str(), rv(o)))
+            .collect();
+        assert_eq!(rvs, [("a", "8"), ("b", "9"), ("c", "7")]);
+    }
+
+    #[test]
+    fn our_delete_leaves_a_recreated_object_alone() {
+        let (informer, _seen) = informer();
+        event(&informer, WatchChange::Added, object("a", "5"));
+        informer.change().removed(&key("a"), "another uid");
+        assert!(informer.read().get(&key("a")).is_some());
+        informer.change().removed(&key("a"), "a");
+        assert!(informer.read().get(&key("a")).is_none());
+    }
+}
