@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use bosun_runtime::ports::EventSink;
+use bosun_runtime::ports::{BoxFut, EventSink};
+use bosun_runtime::runner::{self, Action, Outcome};
 use bosun_runtime::work_queue::{QueueSnapshot, WorkQueue};
 use serde::Serialize;
 use serde_json::Value;
@@ -268,31 +269,11 @@ impl Deployer {
                 }
             }
         }));
-        for _ in 0..shared.settings.workers.max(1) {
-            let s = Arc::clone(&shared);
-            tasks.push(tokio::spawn(async move {
-                while let Some(key) = s.queue.get().await {
-                    let started = std::time::Instant::now();
-                    let result = reconcile(&s, &key).await;
-                    metrics::histogram!(RECONCILE_SECONDS).record(started.elapsed().as_secs_f64());
-                    let outcome = if result.is_ok() { "ok" } else { "error" };
-                    metrics::counter!(RECONCILES_TOTAL, "result" => outcome).increment(1);
-                    match result {
-                        Ok(Some(after)) => {
-                            s.queue.forget(&key);
-                            s.queue.add_after(key.clone(), after);
-                        }
-                        Ok(None) => s.queue.forget(&key),
-                        Err(e) => {
-                            let delay = s.queue.add_rate_limited(key.clone());
-                            tracing::warn!(item = %key, retry_in = ?delay, kind = e.metric_label(), "deploy item reconcile failed: {e}");
-                            lock(&s.last).failed(&key, e.to_string(), delay);
-                        }
-                    }
-                    s.queue.done(&key);
-                }
-            }));
-        }
+        tasks.extend(runner::run(
+            &shared.queue,
+            shared.settings.workers,
+            Arc::clone(&shared),
+        ));
         Ok(Deployer { shared, tasks })
     }
 
@@ -307,6 +288,44 @@ impl Deployer {
     /// and in flight, and the last runs.
     pub fn mailbox(&self) -> Arc<dyn bosun_runtime::mailbox::MailboxSource> {
         self.shared.queue.mailbox(ItemKey::to_string)
+    }
+}
+
+/// Items as the runner reconciles them: `Ok(Some(d))` looks again in `d`; a failure
+/// backs off.
+impl runner::Reconciler<ItemKey> for Shared {
+    type Report = Option<Duration>;
+    type Error = ReconcileError;
+
+    fn reconcile<'a>(
+        &'a self,
+        key: &'a ItemKey,
+    ) -> BoxFut<'a, Result<Option<Duration>, ReconcileError>> {
+        Box::pin(reconcile(self, key))
+    }
+
+    fn requeue(&self, report: &Option<Duration>) -> Action {
+        Action::requeue_after(*report)
+    }
+
+    fn finished<'a>(
+        &'a self,
+        key: &'a ItemKey,
+        outcome: Outcome<Option<Duration>, ReconcileError>,
+    ) -> BoxFut<'a, ()> {
+        metrics::histogram!(RECONCILE_SECONDS).record(outcome.took.as_secs_f64());
+        let result = if outcome.result.is_ok() {
+            "ok"
+        } else {
+            "error"
+        };
+        metrics::counter!(RECONCILES_TOTAL, "result" => result).increment(1);
+        if let Err(e) = &outcome.result {
+            let delay = outcome.retry_in.unwrap_or_default();
+            tracing::warn!(item = %key, retry_in = ?delay, kind = e.metric_label(), "deploy item reconcile failed: {e}");
+            lock(&self.last).failed(key, e.to_string(), delay);
+        }
+        Box::pin(std::future::ready(()))
     }
 }
 

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bosun_runtime::mailbox::Mailboxes;
-use bosun_runtime::ports::EventSink;
+use bosun_runtime::ports::{BoxFut, EventSink};
+use bosun_runtime::runner::{self, Action, Outcome, Retry};
 use bosun_runtime::work_queue::{QueueSnapshot, WorkQueue};
 use serde::Serialize;
 use serde_json::Value;
@@ -357,23 +358,15 @@ pub async fn start(
     let related = Arc::new(Mutex::new(HashSet::<(String, String)>::new()));
     let related_tasks = Arc::new(Mutex::new(Vec::<JoinHandle<()>>::new()));
     // Workers.
-    for _ in 0..ctx.workers.max(1) {
-        let (r, q, ctx, last) = (
-            Arc::clone(&reconciler),
-            queue.clone(),
-            ctx.clone(),
-            Arc::clone(&last),
-        );
-        let (related, related_tasks) = (Arc::clone(&related), Arc::clone(&related_tasks));
-        tasks.push(tokio::spawn(async move {
-            while let Some(key) = q.get().await {
-                let result = r.sync(ctx.cluster.as_ref(), &key).await;
-                record(&r, &ctx, &q, &last, &key, result).await;
-                watch_related(&r, &ctx, &q, &related, &related_tasks, &key).await;
-                q.done(&key);
-            }
-        }));
-    }
+    let parents = Arc::new(Parents {
+        r: Arc::clone(&reconciler),
+        ctx: ctx.clone(),
+        queue: queue.clone(),
+        last: Arc::clone(&last),
+        related: Arc::clone(&related),
+        related_tasks: Arc::clone(&related_tasks),
+    });
+    tasks.extend(runner::run(&queue, ctx.workers, parents));
     // Cancelled with the controller.
     let rt = Arc::clone(&related_tasks);
     tasks.push(tokio::spawn(async move {
@@ -400,25 +393,70 @@ pub async fn start(
     })
 }
 
-/// Requeues as the outcome asks, journals what changed, raises an event on failure.
+/// A controller's parents as the runner reconciles them: one sync per key, then what the
+/// outcome asks (a resync, a backoff, a `Retry-After`), then [`record`].
+struct Parents {
+    r: Arc<Reconciler>,
+    ctx: Context,
+    queue: WorkQueue<String>,
+    last: Arc<Mutex<BTreeMap<String, LastSync>>>,
+    related: Arc<Mutex<HashSet<(String, String)>>>,
+    related_tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl runner::Reconciler<String> for Parents {
+    type Report = SyncReport;
+    type Error = SyncError;
+
+    fn reconcile<'a>(&'a self, key: &'a String) -> BoxFut<'a, Result<SyncReport, SyncError>> {
+        Box::pin(self.r.sync(self.ctx.cluster.as_ref(), key))
+    }
+
+    fn requeue(&self, report: &SyncReport) -> Action {
+        Action::requeue_after(report.resync_after)
+    }
+
+    fn retry(&self, error: &SyncError) -> Retry {
+        match error {
+            SyncError::RetryAfter(_, after) => Retry::After(*after),
+            SyncError::Failed(_) => Retry::Backoff,
+        }
+    }
+
+    fn finished<'a>(
+        &'a self,
+        key: &'a String,
+        outcome: Outcome<SyncReport, SyncError>,
+    ) -> BoxFut<'a, ()> {
+        Box::pin(async move {
+            record(&self.r, &self.ctx, &self.last, key, outcome).await;
+            watch_related(
+                &self.r,
+                &self.ctx,
+                &self.queue,
+                &self.related,
+                &self.related_tasks,
+                key,
+            )
+            .await;
+        })
+    }
+}
+
+/// Journals what a sync changed, keeps it for the debug view, raises an Event on failure.
 async fn record(
     r: &Reconciler,
     ctx: &Context,
-    q: &WorkQueue<String>,
     last: &Mutex<BTreeMap<String, LastSync>>,
     key: &str,
-    result: Result<SyncReport, SyncError>,
+    outcome: Outcome<SyncReport, SyncError>,
 ) {
     let controller = r.name().to_string();
-    match result {
+    match outcome.result {
         Ok(report) => {
             tracing::debug!(%controller, key, hook = ?report.hook, created = ?report.applied.created,
                 updated = ?report.applied.updated, deleted = ?report.applied.deleted,
                 status_written = report.status_written, finalized = report.finalized, "synced");
-            q.forget(&key.to_string());
-            if let Some(after) = report.resync_after {
-                q.add_after(key.to_string(), after);
-            }
             let failed_before = lock(last).get(key).is_some_and(|l| !l.ok);
             if report.hook.is_none() {
                 lock(last).remove(key);
@@ -469,13 +507,9 @@ async fn record(
             );
         }
         Err(err) => {
-            let (delay, event) = match &err {
-                SyncError::RetryAfter(_, after) => {
-                    q.add_after(key.to_string(), *after);
-                    (*after, false)
-                }
-                SyncError::Failed(_) => (q.add_rate_limited(key.to_string()), true),
-            };
+            let delay = outcome.retry_in.unwrap_or_default();
+            // A `Retry-After` is the hook asking for time, not a failure to report.
+            let event = matches!(err, SyncError::Failed(_));
             let message = err.to_string();
             tracing::warn!(%controller, key, retry_in = ?delay, "sync failed: {message}");
             if event && let Some(parent) = parent_object(r, ctx.cluster.as_ref(), key).await {

@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use bosun_runtime::ports::BoxFut;
+use bosun_runtime::runner::{self, Action, Outcome};
 use bosun_runtime::work_queue::WorkQueue;
 use serde::Serialize;
 use serde_json::Value;
@@ -112,6 +114,10 @@ impl Drop for Registry {
     }
 }
 
+/// The name the registry's work queue (controller objects to start, change or stop)
+/// goes by among the actors.
+pub const REGISTRY_ACTOR: &str = "lambda/controllers";
+
 /// Starts the registry.
 pub async fn run(
     ctx: Context,
@@ -120,6 +126,10 @@ pub async fn run(
 ) -> Result<Registry, ClusterError> {
     let controllers = Controllers::default();
     let queue: WorkQueue<Key> = WorkQueue::new();
+    ctx.mailboxes.register(
+        REGISTRY_ACTOR,
+        queue.mailbox(|(kind, name)| format!("{kind} {name}")),
+    );
     let mut tasks = Vec::new();
     let mut resources = BTreeMap::new();
     for kind in [
@@ -153,19 +163,8 @@ pub async fn run(
         controllers: controllers.clone(),
         resources,
     };
-    let q = queue.clone();
-    tasks.push(tokio::spawn(async move {
-        while let Some(key) = q.get().await {
-            match worker.reconcile(&key).await {
-                Ok(()) => q.forget(&key),
-                Err(e) => {
-                    let delay = q.add_rate_limited(key.clone());
-                    tracing::warn!(kind = %key.0, name = %key.1, retry_in = ?delay, "controller: {e}");
-                }
-            }
-            q.done(&key);
-        }
-    }));
+    // One worker: controller objects are started and stopped one at a time.
+    tasks.extend(runner::run(&queue, 1, Arc::new(worker)));
     Ok(Registry { controllers, tasks })
 }
 
@@ -182,6 +181,26 @@ fn note(type_: &'static str, reason: &str, message: String) -> EventNote {
         type_,
         reason: reason.into(),
         message,
+    }
+}
+
+impl runner::Reconciler<Key> for Worker {
+    type Report = ();
+    type Error = String;
+
+    fn reconcile<'a>(&'a self, key: &'a Key) -> BoxFut<'a, Result<(), String>> {
+        Box::pin(Worker::reconcile(self, key))
+    }
+
+    fn requeue(&self, _: &()) -> Action {
+        Action::AwaitChange
+    }
+
+    fn finished<'a>(&'a self, key: &'a Key, outcome: Outcome<(), String>) -> BoxFut<'a, ()> {
+        if let Err(e) = &outcome.result {
+            tracing::warn!(kind = %key.0, name = %key.1, retry_in = ?outcome.retry_in, "controller: {e}");
+        }
+        Box::pin(std::future::ready(()))
     }
 }
 

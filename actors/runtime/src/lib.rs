@@ -9,6 +9,8 @@
 //!       └──── TaskOutcome<K> ◄─ TaskHandler<K>::handle(task)
 //!   Queues<K>::apply: the one fold of task events (replay, live queues, `bosun journal`)
 //!   Mailboxes / Tracked<M>: every actor's pending messages, the one in progress, history
+//!   runner::run: workers reconciling a WorkQueue<K>'s keys (lambda controllers, deployer),
+//!                each queue shown as a mailbox too
 //! ```
 
 pub mod clock;
@@ -17,6 +19,7 @@ pub mod mailbox;
 pub mod ports;
 pub mod queue;
 pub mod queue_actor;
+pub mod runner;
 pub mod tagged;
 pub mod task;
 pub mod work_queue;
