@@ -18,7 +18,7 @@
 //! ```
 //!
 //! The crate does no IO: the cluster and the webhooks are ports (`ports.rs`) implemented
-//! in the binary.
+//! in the binary, and in memory by `fakes.rs` (the in-process tests in `tests/`).
 
 pub mod apply;
 pub mod children;
@@ -27,6 +27,7 @@ pub mod composite;
 pub mod controller;
 pub mod decorator;
 pub mod events;
+pub mod fakes;
 pub mod keys;
 pub mod ports;
 pub mod protocol;

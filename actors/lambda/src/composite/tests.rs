@@ -1,192 +1,14 @@
 //! A parent synced again and again against an in-memory cluster: what a settled parent's
 //! resync writes, and that it still reverts and applies changes.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::json;
 
 use super::*;
-use crate::claim::controller_uid;
-use crate::ports::{BoxFut, EventNote, HookClient};
+use crate::fakes::MemoryCluster;
+use crate::ports::{BoxFut, HookClient};
 use crate::types::{Hook, parse_composite};
-
-/// Objects by (plural, namespace, name); every write bumps a resourceVersion.
-#[derive(Default)]
-struct Memory {
-    objects: Mutex<BTreeMap<(String, String, String), Arc<Value>>>,
-    version: AtomicUsize,
-    writes: AtomicUsize,
-    /// Whether it counts changes as informer caches do (every write is one, whatever
-    /// the resource): a sync can then tell that nothing it reads has changed.
-    counts: bool,
-    /// Cache reads (parents and candidates).
-    reads: AtomicUsize,
-}
-
-fn place(resource: &Resource, object: &Value) -> (String, String, String) {
-    (
-        resource.plural.clone(),
-        namespace_of(object).to_string(),
-        name_of(object).to_string(),
-    )
-}
-
-impl Memory {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String, String), Arc<Value>>> {
-        self.objects.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn writes(&self) -> usize {
-        self.writes.load(Ordering::SeqCst)
-    }
-
-    /// Stores `object` under a new resourceVersion (a create when `expected` is None,
-    /// else an update that must find that resourceVersion).
-    fn store(
-        &self,
-        resource: &Resource,
-        mut object: Value,
-        create: bool,
-    ) -> Result<Value, ClusterError> {
-        let at = place(resource, &object);
-        let mut objects = self.lock();
-        match (objects.get(&at), create) {
-            (Some(_), true) => return Err(ClusterError::AlreadyExists(at.2)),
-            (None, false) => return Err(ClusterError::NotFound(at.2)),
-            (Some(old), false)
-                if old["metadata"]["resourceVersion"] != object["metadata"]["resourceVersion"] =>
-            {
-                return Err(ClusterError::Conflict(at.2));
-            }
-            (None, true) => {
-                object["metadata"]["uid"] = json!(format!("uid-{}", at.2));
-            }
-            _ => {}
-        }
-        let version = self.version.fetch_add(1, Ordering::SeqCst) + 100;
-        object["metadata"]["resourceVersion"] = json!(version.to_string());
-        objects.insert(at, Arc::new(object.clone()));
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        Ok(object)
-    }
-
-    fn object(&self, plural: &str, name: &str) -> Option<Arc<Value>> {
-        self.lock()
-            .get(&(plural.to_string(), "ns".to_string(), name.to_string()))
-            .cloned()
-    }
-}
-
-impl Cluster for Memory {
-    fn changes(&self, _: &Resource) -> Option<u64> {
-        self.counts.then(|| self.writes() as u64)
-    }
-    fn resolve(&self, api_version: &str, _: &str) -> BoxFut<'_, Result<Resource, ClusterError>> {
-        let e = ClusterError::NotFound(api_version.to_string());
-        Box::pin(async move { Err(e) })
-    }
-    fn list(
-        &self,
-        resource: &Resource,
-        namespace: Option<&str>,
-    ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
-        let out = self
-            .lock()
-            .iter()
-            .filter(|((p, ns, _), _)| *p == resource.plural && namespace.is_none_or(|n| n == ns))
-            .map(|(_, o)| Arc::clone(o))
-            .collect();
-        Box::pin(async move { Ok(out) })
-    }
-    fn candidates(
-        &self,
-        resource: &Resource,
-        namespace: Option<&str>,
-        owner_uid: &str,
-    ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        let out = self
-            .lock()
-            .iter()
-            .filter(|((p, ns, _), o)| {
-                *p == resource.plural
-                    && namespace.is_none_or(|n| n == ns)
-                    && controller_uid(o).is_none_or(|u| u == owner_uid)
-            })
-            .map(|(_, o)| Arc::clone(o))
-            .collect();
-        Box::pin(async move { Ok(out) })
-    }
-    fn cached(
-        &self,
-        resource: &Resource,
-        namespace: &str,
-        name: &str,
-    ) -> BoxFut<'_, Result<Option<Arc<Value>>, ClusterError>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        let out = self
-            .lock()
-            .get(&(resource.plural.clone(), namespace.into(), name.into()))
-            .cloned();
-        Box::pin(async move { Ok(out) })
-    }
-    fn get(
-        &self,
-        resource: &Resource,
-        namespace: &str,
-        name: &str,
-    ) -> BoxFut<'_, Result<Value, ClusterError>> {
-        let out = self
-            .lock()
-            .get(&(resource.plural.clone(), namespace.into(), name.into()))
-            .map(|o| (**o).clone())
-            .ok_or_else(|| ClusterError::NotFound(name.to_string()));
-        Box::pin(async move { out })
-    }
-    fn create(
-        &self,
-        resource: &Resource,
-        object: Value,
-    ) -> BoxFut<'_, Result<Value, ClusterError>> {
-        let out = self.store(resource, object, true);
-        Box::pin(async move { out })
-    }
-    fn replace(
-        &self,
-        resource: &Resource,
-        object: Value,
-    ) -> BoxFut<'_, Result<Value, ClusterError>> {
-        let out = self.store(resource, object, false);
-        Box::pin(async move { out })
-    }
-    fn replace_status(
-        &self,
-        resource: &Resource,
-        object: Value,
-    ) -> BoxFut<'_, Result<Value, ClusterError>> {
-        let out = self.store(resource, object, false);
-        Box::pin(async move { out })
-    }
-    fn apply(&self, _: &Resource, _: Value, _: bool) -> BoxFut<'_, Result<Value, ClusterError>> {
-        Box::pin(async { Err(ClusterError::NotFound("apply".into())) })
-    }
-    fn delete(
-        &self,
-        resource: &Resource,
-        namespace: &str,
-        name: &str,
-        _: &str,
-    ) -> BoxFut<'_, Result<(), ClusterError>> {
-        self.lock()
-            .remove(&(resource.plural.clone(), namespace.into(), name.into()));
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async { Ok(()) })
-    }
-    fn event(&self, _: &Value, _: EventNote) -> BoxFut<'_, ()> {
-        Box::pin(async {})
-    }
-}
 
 /// A hook answering what the test last set, counting its calls.
 #[derive(Default)]
@@ -279,8 +101,11 @@ fn answer(data: &str) -> Value {
     })
 }
 
-fn data_of(cluster: &Memory) -> Value {
-    cluster.object("configmaps", "p-cm").expect("the child")["data"].clone()
+fn data_of(cluster: &MemoryCluster, c: &Composite) -> Value {
+    cluster
+        .object(&c.children[0].resource, "ns", "p-cm")
+        .expect("the child")["data"]
+        .clone()
 }
 
 #[tokio::test]
@@ -299,18 +124,16 @@ async fn settled_parent(counts: bool) {
     let hook = Arc::new(Answer::default());
     hook.set(answer("1"));
     let c = composite(Arc::clone(&hook));
-    let cluster = Memory {
-        counts,
-        ..Memory::default()
+    let cluster = if counts {
+        MemoryCluster::new(Vec::new()).with_change_counts()
+    } else {
+        MemoryCluster::new(Vec::new())
     };
-    cluster
-        .store(
-            &c.parent,
-            json!({"apiVersion": "example.com/v1", "kind": "Thing",
-                   "metadata": {"name": "p", "namespace": "ns", "generation": 1}}),
-            true,
-        )
-        .expect("parent");
+    cluster.put(
+        &c.parent,
+        json!({"apiVersion": "example.com/v1", "kind": "Thing",
+               "metadata": {"name": "p", "namespace": "ns"}}),
+    );
 
     // The first sync creates the child and writes the status; the second finds nothing
     // to do and settles the parent.
@@ -327,12 +150,12 @@ async fn settled_parent(counts: bool) {
     // An unchanged resync calls the hook, writes nothing and reports what a full sync
     // reports.
     let (writes, calls) = (cluster.writes(), hook.calls.load(Ordering::SeqCst));
-    let reads = cluster.reads.load(Ordering::SeqCst);
+    let reads = cluster.reads();
     let resync = c.sync(&cluster, "ns/p").await.expect("resync");
     assert_eq!(hook.calls.load(Ordering::SeqCst), calls + 1);
     assert_eq!(cluster.writes(), writes);
     // With change counts it read nothing: nothing had changed.
-    assert_eq!(cluster.reads.load(Ordering::SeqCst) == reads, counts);
+    assert_eq!(cluster.reads() == reads, counts);
     assert_eq!(resync, second);
     // The request a settled parent sends again is the one a full sync builds.
     let resent = hook.last_request();
@@ -343,11 +166,12 @@ async fn settled_parent(counts: bool) {
     );
 
     // A child changed by someone else is reverted.
-    let mut edited = (*cluster.object("configmaps", "p-cm").expect("child")).clone();
+    let mut edited = (*cluster
+        .object(&c.children[0].resource, "ns", "p-cm")
+        .expect("child"))
+    .clone();
     edited["data"]["a"] = json!("edited");
-    cluster
-        .store(&c.children[0].resource, edited, false)
-        .expect("edit");
+    cluster.put(&c.children[0].resource, edited);
     let reverted = c.sync(&cluster, "ns/p").await.expect("revert");
     // The hook saw the edited child, not the request remembered from before.
     assert_eq!(
@@ -355,7 +179,7 @@ async fn settled_parent(counts: bool) {
         json!({"a": "edited"})
     );
     assert_eq!(reverted.applied.updated, vec!["ConfigMap ns/p-cm"]);
-    assert_eq!(data_of(&cluster), json!({"a": "1"}));
+    assert_eq!(data_of(&cluster, &c), json!({"a": "1"}));
     c.sync(&cluster, "ns/p").await.expect("settle again");
     assert_eq!(c.settled.len(), 1);
 
@@ -369,25 +193,19 @@ async fn settled_parent(counts: bool) {
     assert_eq!(hook.calls.load(Ordering::SeqCst), calls + 1);
     assert_eq!(applied.applied.updated, vec!["ConfigMap ns/p-cm"]);
     assert!(applied.status_written);
-    assert_eq!(data_of(&cluster), json!({"a": "2"}));
-    let parent = cluster.object("things", "p").expect("parent");
+    assert_eq!(data_of(&cluster, &c), json!({"a": "2"}));
+    let parent = cluster.object(&c.parent, "ns", "p").expect("parent");
     assert_eq!(parent["status"]["ready"], json!(false));
 
     // A deleted child is created again.
     c.sync(&cluster, "ns/p").await.expect("settle again");
     assert_eq!(c.settled.len(), 1);
-    cluster
-        .delete(&c.children[0].resource, "ns", "p-cm", "")
-        .await
-        .expect("delete");
+    cluster.remove(&c.children[0].resource, "ns", "p-cm");
     let recreated = c.sync(&cluster, "ns/p").await.expect("recreate");
     assert_eq!(recreated.applied.created, vec!["ConfigMap ns/p-cm"]);
 
     // A parent that is gone is forgotten.
-    cluster
-        .lock()
-        .remove(&("things".to_string(), "ns".to_string(), "p".to_string()));
-    cluster.writes.fetch_add(1, Ordering::SeqCst);
+    cluster.remove(&c.parent, "ns", "p");
     c.sync(&cluster, "ns/p").await.expect("gone");
     assert!(c.settled.is_empty());
 }
