@@ -5,6 +5,7 @@
 //! ```text
 //!   Engine ──► ScriptedHooks (configs, outputs, gates)   ──► runs(): what ran, in order
 //!          ──► MemoryConfigMap / MemoryReleases / RecordingPatcher ──► what was written
+//!          ──► MemoryBindings: objects the test adds, changes and deletes, by kind
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
@@ -14,9 +15,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::bindings::{BindingEvent, BindingEvents, HookRef};
+use crate::hook_config::{KubernetesBinding, WatchEvent};
 use crate::ports::{
-    BoxFut, ConfigStore, EnabledRun, HookExecutor, HookResult, HookRun, ObjectPatcher,
-    ObjectPreview, PortError, ReleaseInfo, Releases, Rendered,
+    BoxFut, ConfigStore, EnabledRun, HookExecutor, HookResult, HookRun, KubeBindings,
+    ObjectPatcher, ObjectPreview, PortError, ReleaseInfo, Releases, Rendered,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -34,6 +37,8 @@ pub struct SeenRun {
     pub module: Option<String>,
     /// `VALUES_PATH` as the hook received it.
     pub values: Value,
+    /// `BINDING_CONTEXT_PATH` as the hook received it.
+    pub contexts: Value,
 }
 
 /// What a scripted hook answers.
@@ -125,6 +130,7 @@ impl HookExecutor for ScriptedHooks {
                     .to_string(),
                 module: run.log_fields.module.clone(),
                 values: run.values.clone(),
+                contexts: run.binding_context.clone(),
             });
             (
                 script.answers.get(&run.name).cloned(),
@@ -299,5 +305,177 @@ impl ObjectPatcher for RecordingPatcher {
     fn apply(&self, hook: String, text: String) -> BoxFut<'_, Result<(), PortError>> {
         lock(&self.seen).push((hook, text));
         Box::pin(async { Ok(()) })
+    }
+}
+
+/// One hook's kubernetes bindings in [`MemoryBindings`].
+struct Started {
+    hook: HookRef,
+    bindings: Vec<KubernetesBinding>,
+    events: BindingEvents,
+    /// Bindings whose events are delivered (their Synchronization ran).
+    released: Vec<bool>,
+}
+
+#[derive(Default)]
+struct Watched {
+    /// Objects by kind, namespace and name.
+    objects: BTreeMap<(String, String, String), Value>,
+    started: Vec<Started>,
+}
+
+/// Kubernetes bindings over objects the test adds, changes and deletes: a binding
+/// selects the objects of its `kind` (and `namespace.nameSelector`-less namespace, name
+/// selector), keeps them in its snapshot and, once released, tells its hook of each event
+/// it executes on. jq filters and label selectors are not evaluated.
+#[derive(Clone, Default)]
+pub struct MemoryBindings {
+    inner: Arc<Mutex<Watched>>,
+}
+
+fn selects(binding: &KubernetesBinding, kind: &str, object: &Value) -> bool {
+    binding.kind.eq_ignore_ascii_case(kind)
+        && (binding.name_selector.is_empty()
+            || binding
+                .name_selector
+                .iter()
+                .any(|n| object["metadata"]["name"].as_str() == Some(n.as_str())))
+}
+
+impl MemoryBindings {
+    /// Adds or changes an object of `kind`.
+    pub fn put(&self, kind: &str, object: Value) {
+        let key = (
+            kind.to_string(),
+            object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            object["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+        let event = {
+            let mut w = lock(&self.inner);
+            let existed = w.objects.insert(key, object.clone()).is_some();
+            if existed {
+                WatchEvent::Modified
+            } else {
+                WatchEvent::Added
+            }
+        };
+        self.deliver(kind, &object, event);
+    }
+
+    /// Deletes an object of `kind`.
+    pub fn delete(&self, kind: &str, namespace: &str, name: &str) {
+        let key = (kind.to_string(), namespace.to_string(), name.to_string());
+        let removed = lock(&self.inner).objects.remove(&key);
+        if let Some(object) = removed {
+            self.deliver(kind, &object, WatchEvent::Deleted);
+        }
+    }
+
+    /// Hooks whose bindings run now (`owner/hook`).
+    pub fn started(&self) -> Vec<String> {
+        lock(&self.inner)
+            .started
+            .iter()
+            .map(|s| format!("{}/{}", s.hook.owner, s.hook.hook))
+            .collect()
+    }
+
+    fn deliver(&self, kind: &str, object: &Value, event: WatchEvent) {
+        let watch_event = match event {
+            WatchEvent::Added => "Added",
+            WatchEvent::Modified => "Modified",
+            WatchEvent::Deleted => "Deleted",
+        };
+        // Collected under the lock, delivered after it: the engine may ask for snapshots.
+        let deliveries: Vec<(BindingEvents, BindingEvent)> = lock(&self.inner)
+            .started
+            .iter()
+            .flat_map(|s| {
+                s.bindings
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, b)| {
+                        s.released.get(*i).copied().unwrap_or(false)
+                            && selects(b, kind, object)
+                            && b.execute_hook_on_event.contains(&event)
+                    })
+                    .map(|(index, b)| {
+                        let mut context = serde_json::json!({
+                            "binding": b.name, "type": "Event", "watchEvent": watch_event,
+                        });
+                        if b.keep_full_objects_in_memory || event == WatchEvent::Deleted {
+                            context["object"] = object.clone();
+                        }
+                        (
+                            Arc::clone(&s.events),
+                            BindingEvent {
+                                hook: s.hook.clone(),
+                                index,
+                                context,
+                            },
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for (events, e) in deliveries {
+            events(e);
+        }
+    }
+}
+
+impl KubeBindings for MemoryBindings {
+    fn start(
+        &self,
+        hook: HookRef,
+        bindings: Vec<KubernetesBinding>,
+        events: BindingEvents,
+    ) -> BoxFut<'_, Result<(), PortError>> {
+        let mut w = lock(&self.inner);
+        w.started.retain(|s| s.hook != hook);
+        w.started.push(Started {
+            hook,
+            released: vec![false; bindings.len()],
+            bindings,
+            events,
+        });
+        Box::pin(async { Ok(()) })
+    }
+
+    fn release(&self, hook: &HookRef, index: usize) {
+        let mut w = lock(&self.inner);
+        if let Some(s) = w.started.iter_mut().find(|s| s.hook == *hook) {
+            for r in s.released.iter_mut().skip(index) {
+                *r = true;
+            }
+        }
+    }
+
+    fn snapshot(&self, hook: &HookRef, index: usize) -> Vec<Value> {
+        let w = lock(&self.inner);
+        let Some(binding) = w
+            .started
+            .iter()
+            .find(|s| s.hook == *hook)
+            .and_then(|s| s.bindings.get(index))
+        else {
+            return Vec::new();
+        };
+        // BTreeMap order: namespace, then name, within the kind.
+        w.objects
+            .iter()
+            .filter(|((kind, _, _), o)| selects(binding, kind, o))
+            .map(|(_, o)| serde_json::json!({"object": o}))
+            .collect()
+    }
+
+    fn stop_owner(&self, owner: &str) {
+        lock(&self.inner).started.retain(|s| s.hook.owner != owner);
     }
 }

@@ -1,5 +1,6 @@
 //! The addon engine in-process, every port faked: converge order, a ConfigMap change
-//! during a converge, a restart from a journal written mid-way, and parking. No process,
+//! during a converge, a restart from a journal written mid-way, parking, and kubernetes
+//! bindings from Synchronization to events. No process,
 //! no API server, no Helm: each test runs in milliseconds (waits have deadlines).
 
 use std::future::Future;
@@ -8,12 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_addon::engine::{Engine, EngineArgs};
-use bosun_addon::fakes::{MemoryConfigMap, MemoryReleases, RecordingPatcher, ScriptedHooks};
+use bosun_addon::fakes::{
+    MemoryBindings, MemoryConfigMap, MemoryReleases, RecordingPatcher, ScriptedHooks,
+};
 use bosun_addon::global_hooks::GlobalHook;
 use bosun_addon::hook_config::{HookKind, parse};
 use bosun_addon::mailbox::Mailboxes;
 use bosun_addon::modules::{ConfigSections, ModuleDef};
-use bosun_addon::ports::{HookResult, MemoryJournal, NoKubernetes, PortError, Ports};
+use bosun_addon::ports::{HookResult, MemoryJournal, PortError, Ports};
 use bosun_addon::{Event, ModulePhase, State, TaskEvent};
 use serde_json::{Value, json};
 
@@ -25,6 +28,7 @@ struct World {
     config_map: MemoryConfigMap,
     releases: MemoryReleases,
     patcher: RecordingPatcher,
+    bindings: MemoryBindings,
 }
 
 fn global_hook(name: &str, config: &str) -> GlobalHook {
@@ -71,7 +75,7 @@ impl World {
                 executor: Arc::new(self.hooks.clone()),
                 config_store: Arc::new(self.config_map.clone()),
                 releases: Arc::new(self.releases.clone()),
-                bindings: Arc::new(NoKubernetes("no Kubernetes in this test".into())),
+                bindings: Arc::new(self.bindings.clone()),
                 patcher: Arc::new(self.patcher.clone()),
             },
             monitor_interval: Duration::from_secs(3600),
@@ -375,4 +379,80 @@ async fn a_global_hooks_config_patch_of_a_module_flag_reaches_the_config_map_and
     assert!(
         world.count(|e| matches!(e, Event::ModuleDisabled { module, .. } if module == "beta")) == 1
     );
+}
+
+/// The runs of `hook` whose first binding context is of `type` (`Synchronization`, `Event`).
+fn contexts_of(world: &World, hook: &str, type_: &str) -> Vec<Value> {
+    world
+        .hooks
+        .runs()
+        .into_iter()
+        .filter(|r| r.hook == hook && r.contexts[0]["type"] == type_)
+        .map(|r| r.contexts)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_kubernetes_binding_runs_on_synchronization_with_its_snapshot_then_on_each_event() {
+    let world = World::default();
+    world.bindings.put(
+        "ConfigMap",
+        json!({"metadata": {"namespace": "default", "name": "first"}, "data": {"a": "1"}}),
+    );
+    let config = r#"configVersion: v1
+kubernetes:
+- name: cms
+  kind: ConfigMap
+  executeHookOnEvent: ["Added", "Deleted"]
+"#;
+    let engine = world
+        .engine(vec![global_hook("watch", config)], Vec::new(), None)
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    // Synchronization: every object the binding selects, as the snapshot holds them.
+    let sync = contexts_of(&world, "watch", "Synchronization");
+    assert_eq!(sync.len(), 1, "{sync:?}");
+    assert_eq!(sync[0][0]["binding"], "cms");
+    assert_eq!(
+        sync[0][0]["objects"][0]["object"]["metadata"]["name"],
+        "first"
+    );
+
+    // An Added object runs the hook with its event; a Modified one does not (not in
+    // executeHookOnEvent); a Deleted one does.
+    world.bindings.put(
+        "ConfigMap",
+        json!({"metadata": {"namespace": "default", "name": "second"}}),
+    );
+    wait_for("the Added event", || async {
+        contexts_of(&world, "watch", "Event").iter().any(|c| {
+            c[0]["watchEvent"] == "Added" && c[0]["object"]["metadata"]["name"] == "second"
+        })
+    })
+    .await;
+    world.bindings.put(
+        "ConfigMap",
+        json!({"metadata": {"namespace": "default", "name": "first"}, "data": {"a": "2"}}),
+    );
+    world.bindings.delete("ConfigMap", "default", "first");
+    wait_for("the Deleted event", || async {
+        contexts_of(&world, "watch", "Event")
+            .iter()
+            .any(|c| c[0]["watchEvent"] == "Deleted")
+    })
+    .await;
+    let events: Vec<String> = contexts_of(&world, "watch", "Event")
+        .iter()
+        .flat_map(|c| c.as_array().cloned().unwrap_or_default())
+        .map(|c| {
+            format!(
+                "{} {}",
+                c["watchEvent"].as_str().unwrap_or_default(),
+                c["object"]["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(events, ["Added second", "Deleted first"], "no Modified run");
+    // The hook's bindings run until its owner stops them.
+    assert_eq!(world.bindings.started(), ["global/watch"]);
 }
