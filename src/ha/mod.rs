@@ -333,9 +333,28 @@ pub enum Ending {
     Fenced,
 }
 
+/// What this replica does now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Role {
+    /// Follows the holder's journals.
+    #[default]
+    Standby,
+    /// Holds the lease and runs the subsystems.
+    Leader,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Standby => "standby",
+            Role::Leader => "leader",
+        }
+    }
+}
+
 #[derive(Default)]
 struct Shared {
-    role: Mutex<&'static str>,
+    role: Mutex<Role>,
     statuses: Statuses,
     holder: Mutex<Option<String>>,
 }
@@ -361,7 +380,7 @@ where
         sync_ack: cfg.sync_ack,
     };
     let shared = Arc::new(Shared {
-        role: Mutex::new("standby"),
+        role: Mutex::new(Role::Standby),
         ..Default::default()
     });
     let ha_server = serve(
@@ -452,7 +471,7 @@ where
     }
 
     // Leader.
-    *shared.role.lock().unwrap_or_else(|p| p.into_inner()) = "leader";
+    *shared.role.lock().unwrap_or_else(|p| p.into_inner()) = Role::Leader;
     let started = tokio::select! {
         s = start(stream) => s?,
         lost = elector.hold() => {
@@ -527,7 +546,7 @@ async fn serve(
 }
 
 fn status_json(shared: &Shared) -> serde_json::Value {
-    let role = *shared.role.lock().unwrap_or_else(|p| p.into_inner());
+    let role = shared.role.lock().unwrap_or_else(|p| p.into_inner()).as_str();
     let holder = shared
         .holder
         .lock()
