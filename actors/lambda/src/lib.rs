@@ -3,8 +3,11 @@
 //! A user's webhook maps a parent object (with its children and related objects) to the
 //! desired children and status; this crate does the rest: it claims children by
 //! ControllerRef rules, calls the hooks, applies the answer with metacontroller's 3-way
-//! merge, writes status and manages finalizers. One actor per CompositeController or
-//! DecoratorController, each with a keyed work queue (one sync in flight per parent).
+//! merge, writes status and manages finalizers. Each CompositeController and
+//! DecoratorController is an actor of the runtime: a keyed work queue (one sync in flight
+//! per parent) reconciled by the runtime's runner, its mailbox shown as
+//! `lambda/<Kind>/<name>` (`controller.rs`); the registry that starts and stops them is
+//! one more (`registry.rs`, `lambda/controllers`).
 //!
 //! ```text
 //!   types.rs     the CompositeController / DecoratorController specs
