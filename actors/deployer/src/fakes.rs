@@ -563,6 +563,7 @@ pub enum TargetWrite {
 pub struct TargetOp {
     /// The Target written to (its namespace and name).
     pub target: ItemKey,
+    /// What the write was.
     pub write: TargetWrite,
     /// The object as written (with its uid).
     pub resource: ResourceRef,
