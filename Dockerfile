@@ -40,6 +40,8 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates bash jq python3 graphviz \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/bosun /usr/local/bin/bosun
+# Runbooks say `kubectl exec … -- addon-operator queue list`: the same binary answers to it.
+RUN ln -s bosun /usr/local/bin/addon-operator
 # The journal lives on the StatefulSet's volume.
 RUN mkdir -p /var/lib/bosun /var/run/addon-operator \
  && chown 65532:65532 /var/lib/bosun /var/run/addon-operator

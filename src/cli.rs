@@ -16,10 +16,35 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Parses the process's command line. Invoked as `addon-operator` (the image links
+    /// that name to bosun, for runbooks written for addon-operator), help and errors use
+    /// that name; the commands are the same.
+    pub fn from_process() -> Cli {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let invoked = std::env::args_os()
+            .next()
+            .and_then(|a| {
+                std::path::Path::new(&a)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            })
+            .unwrap_or_default();
+        let mut command = Cli::command();
+        if invoked == "addon-operator" {
+            command = command.name("addon-operator").bin_name("addon-operator");
+        }
+        let matches = command.get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the operator (with `--sandbox`, against an embedded API server).
+    /// Run the operator (with `--sandbox`, against an embedded API server). `start` is
+    /// addon-operator's name for it.
+    #[command(alias = "start")]
     Run(Box<RunArgs>),
     /// Run the sandbox Kubernetes API server alone.
     Sandbox(SandboxArgs),

@@ -1,8 +1,6 @@
 //! The `bosun` binary: parses the command line and hands over to the library.
 
-use clap::Parser;
-
 fn main() -> std::process::ExitCode {
-    let cli = bosun::cli::Cli::parse();
+    let cli = bosun::cli::Cli::from_process();
     bosun::cli::main(cli)
 }

@@ -47,6 +47,9 @@ pub struct OperatorConfig {
     pub journal_dir: PathBuf,
     /// Kubeconfig to use instead of the usual discovery (`KUBE_CONFIG`).
     pub kubeconfig: Option<PathBuf>,
+    /// `KUBE_CONTEXT`: the kubeconfig's context bosun and Helm use (default: its current
+    /// one; not used in a pod without a kubeconfig).
+    pub kube_context: Option<String>,
     /// `ADDON_OPERATOR_LISTEN_ADDRESS:ADDON_OPERATOR_LISTEN_PORT` (`/healthz`, `/readyz`).
     pub listen: std::net::SocketAddr,
     /// `UNNUMBERED_MODULES_ORDER`.
@@ -271,6 +274,7 @@ impl OperatorConfig {
             kubeconfig: env(&["KUBE_CONFIG"])
                 .map(PathBuf::from)
                 .or_else(|| defaults.kubeconfig.clone()),
+            kube_context: env(&["KUBE_CONTEXT"]).or_else(|| defaults.kube_context.clone()),
             listen: {
                 let ip = env(&["ADDON_OPERATOR_LISTEN_ADDRESS"])
                     .unwrap_or_else(|| defaults.listen.ip().to_string());
@@ -301,6 +305,7 @@ impl OperatorConfig {
             max_attempts: None,
             journal_dir: PathBuf::from("/var/lib/bosun/journal"),
             kubeconfig: None,
+            kube_context: None,
             listen: std::net::SocketAddr::from(([0, 0, 0, 0], 9650)),
             unnumbered_order: 1,
             helm_history_max: 10,
@@ -621,7 +626,7 @@ async fn releases(
     let client = engine
         .client(&crate::helm::ClusterOptions {
             kubeconfig: cfg.kubeconfig.clone(),
-            context: None,
+            context: cfg.kube_context.clone(),
             namespace: namespace.to_string(),
             ..Default::default()
         })
@@ -693,6 +698,8 @@ pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Re
                 &namespace,
                 &cfg.tmp_dir,
             )?),
+            // That kubeconfig has one context.
+            kube_context: None,
             ..cfg.clone()
         },
         _ => cfg.clone(),

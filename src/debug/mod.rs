@@ -743,14 +743,22 @@ async fn modules_answer(
             Ok(View::data(engine.snapshots(Some(name))))
         }
         Endpoint::ModuleList => {
-            let mut enabled: Vec<String> = engine
-                .modules()
-                .into_iter()
+            // addon-operator's answer (`enabledModules`, sorted), and every module with its
+            // state in run order, as the seed describes the command.
+            let modules = engine.modules();
+            let mut enabled: Vec<String> = modules
+                .iter()
                 .filter(|(_, on)| *on)
-                .map(|(n, _)| n)
+                .map(|(n, _)| n.clone())
                 .collect();
             enabled.sort();
-            Ok(View::data(json!({"enabledModules": enabled})))
+            let all: Vec<Value> = modules
+                .iter()
+                .map(|(n, on)| json!({"name": n, "enabled": on}))
+                .collect();
+            Ok(View::data(
+                json!({"enabledModules": enabled, "modules": all}),
+            ))
         }
         Endpoint::ModuleValues | Endpoint::ModuleConfig => {
             let doc = if endpoint == Endpoint::ModuleValues {

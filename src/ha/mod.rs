@@ -546,7 +546,11 @@ async fn serve(
 }
 
 fn status_json(shared: &Shared) -> serde_json::Value {
-    let role = shared.role.lock().unwrap_or_else(|p| p.into_inner()).as_str();
+    let role = shared
+        .role
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_str();
     let holder = shared
         .holder
         .lock()

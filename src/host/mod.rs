@@ -264,8 +264,11 @@ impl Views {
 /// pod's service account, else `KUBECONFIG` or `~/.kube/config`. Refused credentials stop
 /// the start with a message that says so.
 pub async fn kube_config(cfg: &OperatorConfig) -> anyhow::Result<(kube::Config, ClientSource)> {
-    let (config, source) =
-        crate::kubernetes::in_cluster::client_config(cfg.kubeconfig.as_deref()).await?;
+    let (config, source) = crate::kubernetes::in_cluster::client_config(
+        cfg.kubeconfig.as_deref(),
+        cfg.kube_context.as_deref(),
+    )
+    .await?;
     crate::kubernetes::in_cluster::check_credentials(&config, &source).await?;
     Ok((config, source))
 }

@@ -75,6 +75,14 @@ pub enum ClientConfigError {
          set (not in a pod), and KUBECONFIG or ~/.kube/config did not work: {0}"
     )]
     Infer(kube::config::InferConfigError),
+    /// The default kubeconfig could not be read or has no such context (`KUBE_CONTEXT`).
+    #[error("KUBECONFIG or ~/.kube/config with context {context:?}: {source}")]
+    Context {
+        /// The context asked for.
+        context: String,
+        /// What was wrong.
+        source: kube::config::KubeconfigError,
+    },
     /// The helper kubeconfig for Helm could not be written.
     #[error("cannot write the kubeconfig for Helm {}: {source}", path.display())]
     WriteHelmKubeconfig {
@@ -285,7 +293,12 @@ impl ClientSource {
 /// The client configuration: see the module doc for the order.
 pub async fn client_config(
     kubeconfig: Option<&Path>,
+    context: Option<&str>,
 ) -> Result<(kube::Config, ClientSource), ClientConfigError> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
     if let Some(path) = kubeconfig {
         let kc = kube::config::Kubeconfig::read_from(path).map_err(|source| {
             ClientConfigError::Kubeconfig {
@@ -293,7 +306,7 @@ pub async fn client_config(
                 source,
             }
         })?;
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        let config = kube::Config::from_custom_kubeconfig(kc, &options)
             .await
             .map_err(|source| ClientConfigError::Kubeconfig {
                 path: path.to_path_buf(),
@@ -307,9 +320,18 @@ pub async fn client_config(
         tracing::info!(api_server = %url, service_account = %sa.dir.display(), "in-cluster Kubernetes client");
         return Ok((config, ClientSource::ServiceAccount(sa)));
     }
-    let config = kube::Config::infer()
-        .await
-        .map_err(ClientConfigError::Infer)?;
+    // A context names one of the kubeconfig's: read it (`KUBECONFIG`, `~/.kube/config`).
+    let config = match context {
+        Some(name) => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|source| ClientConfigError::Context {
+                context: name.to_string(),
+                source,
+            })?,
+        None => kube::Config::infer()
+            .await
+            .map_err(ClientConfigError::Infer)?,
+    };
     Ok((config, ClientSource::Inferred))
 }
 

@@ -54,6 +54,11 @@ fn releases(sb: &Sandbox) -> BTreeMap<String, u64> {
 
 /// Sets keys of the operator's ConfigMap (creating it when needed).
 fn set_config(sb: &Sandbox, data: &[(&str, &str)]) {
+    edit_config(sb, data, &[]);
+}
+
+/// Sets `data` and removes `remove` in the operator's ConfigMap.
+fn edit_config(sb: &Sandbox, data: &[(&str, &str)], remove: &[&str]) {
     for _ in 0..10 {
         let (code, mut cm) = sb.get(&format!("{CM}/addon-operator"));
         if code == 404 {
@@ -64,6 +69,11 @@ fn set_config(sb: &Sandbox, data: &[(&str, &str)]) {
         }
         for (k, v) in data {
             cm["data"][*k] = json!(v);
+        }
+        if let Some(d) = cm["data"].as_object_mut() {
+            for k in remove {
+                d.remove(*k);
+            }
         }
         let (code, body) = if code == 404 {
             sb.post(CM, &cm)
@@ -195,7 +205,66 @@ for_each_engine!(
     a_missing_namespace_fails_the_module_run_with_the_cause_and_retries,
     a_config_map_change_during_a_converge_restarts_it,
     a_rejected_manifest_is_not_installed_again_at_once,
+    kube_context_chooses_the_cluster_of_bosun_and_helm,
 );
+
+/// `KUBE_CONTEXT` names the kubeconfig context bosun and Helm use: here the current
+/// context points at a server that is not there, and the one named is the sandbox.
+fn kube_context_chooses_the_cluster_of_bosun_and_helm(engine: HelmEngine) {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let chart = w.join("modules/010-ctx");
+    std::fs::create_dir_all(chart.join("templates")).expect("chart folder");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: ctx\nversion: 0.1.0\n",
+    )
+    .expect("Chart.yaml");
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: made-in-context\n",
+    )
+    .expect("template");
+    std::fs::write(chart.join("values.yaml"), "ctxEnabled: true\n").expect("values.yaml");
+    let text = std::fs::read_to_string(&sb.kubeconfig).expect("the sandbox's kubeconfig");
+    let mut kc: serde_json::Value = serde_saphyr::from_str(&text).expect("kubeconfig YAML");
+    let named = kc["current-context"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let user = kc["contexts"][0]["context"]["user"].clone();
+    let push = |kc: &mut serde_json::Value, list: &str, item: serde_json::Value| {
+        if let Some(items) = kc[list].as_array_mut() {
+            items.push(item);
+        }
+    };
+    push(
+        &mut kc,
+        "clusters",
+        json!({"name": "nowhere", "cluster": {"server": "http://127.0.0.1:9"}}),
+    );
+    push(
+        &mut kc,
+        "contexts",
+        json!({"name": "nowhere", "context": {"cluster": "nowhere", "user": user}}),
+    );
+    kc["current-context"] = json!("nowhere");
+    let two = w.join("two-contexts.kubeconfig");
+    std::fs::write(&two, kc.to_string()).expect("kubeconfig");
+    let two = two.display().to_string();
+    let op = start(
+        &sb,
+        w,
+        engine,
+        &[("KUBE_CONFIG", &two), ("KUBE_CONTEXT", &named)],
+    );
+    op.wait("the first converge", Duration::from_secs(90), || {
+        journal_converges(w) >= 1
+    });
+    assert_eq!(releases(&sb).get("ctx"), Some(&1), "{}", op.logs());
+    assert_eq!(sb.get(&format!("{CM}/made-in-context")).0, 200);
+}
 
 fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: HelmEngine) {
     let sb = Sandbox::start();
@@ -425,6 +494,28 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: Hel
             .filter(|l| *l == "toggled onStartup")
             .count(),
         2
+    );
+    // Module hooks see every enabled module in run order as `global.enabledModules`.
+    let seen = std::fs::read_to_string(w.join("out/enabled-modules.log")).unwrap_or_default();
+    assert_eq!(
+        seen.lines().next(),
+        Some(r#"["echo", "toggled", "hooks-only"]"#),
+        "{seen}"
+    );
+
+    // The seed's own form: a module section of "false" disables the module; removing it
+    // enables the module again.
+    edit_config(&sb, &[("toggled", "false")], &["toggledEnabled"]);
+    op.wait(
+        "toggled uninstalled by its section",
+        Duration::from_secs(60),
+        || !releases(&sb).contains_key("toggled"),
+    );
+    edit_config(&sb, &[], &["toggled"]);
+    op.wait(
+        "toggled back once the section is gone",
+        Duration::from_secs(60),
+        || releases(&sb).contains_key("toggled"),
     );
 
     // Auto-healing: a deleted Deployment and an edited ConfigMap come back.

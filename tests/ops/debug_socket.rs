@@ -138,7 +138,7 @@ exit 1"#,
     );
     assert_eq!(
         cli_json(&socket, &["module", "list", "-o", "json"]),
-        json!({"enabledModules": []})
+        json!({"enabledModules": [], "modules": []})
     );
     let err = run_err(&mut cli(&socket, &["module", "values", "nope"]));
     assert!(err.contains("module nope is not loaded"), "{err}");
@@ -276,9 +276,28 @@ for _ in $(seq 1200); do [[ -f "$OUT_DIR/slow.release" ]] && exit 0; sleep 0.05;
     assert_eq!(run["outcome"], "exited 0", "{global}");
     assert!(run["durationMs"].is_u64(), "{global}");
 
+    // addon-operator's answer, and every module with its state, as the seed says.
     assert_eq!(
         cli_json(&socket, &["module", "list", "-o", "json"]),
-        json!({"enabledModules": ["demo"]})
+        json!({"enabledModules": ["demo"], "modules": [{"name": "demo", "enabled": true}]})
+    );
+    // Runbooks written for addon-operator work: the binary answers to that name.
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin folder");
+    std::os::unix::fs::symlink(bosun_bin(), bin.join("addon-operator")).expect("symlink");
+    let out = run_ok(
+        Command::new(bin.join("addon-operator"))
+            .args(["module", "list", "-o", "json", "--debug-unix-socket"])
+            .arg(&socket),
+    );
+    let listed: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+    assert_eq!(listed["enabledModules"], json!(["demo"]), "{out}");
+    let help = run_ok(Command::new(bin.join("addon-operator")).arg("--help"));
+    assert!(help.contains("Usage: addon-operator"), "{help}");
+    let help = run_ok(Command::new(bin.join("addon-operator")).args(["start", "--help"]));
+    assert!(
+        help.contains("--leader-election"),
+        "`start` is `run`: {help}"
     );
     let values = cli_json(&socket, &["module", "values", "demo", "-o", "json"]);
     assert_eq!(values, json!({"replicas": 2}));

@@ -345,6 +345,16 @@ impl ModuleSet {
         self.status().enabled.get(name).copied().unwrap_or(false)
     }
 
+    /// The enabled modules in run order (order, then name).
+    fn enabled_in_order(&self) -> Vec<String> {
+        let status = self.status();
+        self.defs
+            .iter()
+            .filter(|d| status.enabled.get(&d.name).copied().unwrap_or(false))
+            .map(|d| d.name.clone())
+            .collect()
+    }
+
     fn def(&self, name: &str) -> Option<&ModuleDef> {
         self.defs.iter().find(|d| d.name == name)
     }
@@ -393,6 +403,10 @@ struct EngineHandler {
     modules: Arc<ModuleSet>,
     /// When the converge in progress started (in this process).
     converge_started: Mutex<Option<std::time::Instant>>,
+    /// The global values' checksum before this converge's afterAll hooks (`None`: there
+    /// are none): values they change reload all modules, as addon-operator's last afterAll
+    /// hook does.
+    before_after_all: Mutex<Option<String>>,
 }
 
 impl EngineHandler {
@@ -477,6 +491,18 @@ impl EngineHandler {
             }
             ConvergePhase::WaitDeleteAndRunModules => {
                 let mut head = self.around_hooks("afterAll", |h| h.config.after_all);
+                let before = if head.is_empty() {
+                    None
+                } else {
+                    match self.global_docs().await {
+                        Ok(docs) => Some(crate::values::checksum(&docs.values["global"])),
+                        Err(e) => return TaskOutcome::Fail(e),
+                    }
+                };
+                *self
+                    .before_after_all
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = before;
                 head.push(self.converge_phase(reason, ConvergePhase::WaitAfterAll));
                 TaskOutcome::Success {
                     head,
@@ -501,16 +527,39 @@ impl EngineHandler {
                 }
                 metrics::counter!(crate::telemetry::CONVERGENCE_TOTAL, "activation" => activation)
                     .increment(1);
+                let mut tail = Vec::new();
+                let before = self
+                    .before_after_all
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                if let Some(before) = before {
+                    match self.global_docs().await {
+                        Ok(docs) if crate::values::checksum(&docs.values["global"]) != before => {
+                            tracing::info!(
+                                "Global values changed by AfterAll hooks, will run ReloadAll."
+                            );
+                            tail.push(converge_task(
+                                self.ids.next(),
+                                "AfterAll-Hooks-Change-GlobalValues",
+                            ));
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!("cannot compare the global values after afterAll: {e}")
+                        }
+                    }
+                }
                 if !self.converged.swap(true, Ordering::SeqCst) {
                     tracing::info!("Startup converge done.");
                     let discover = main_task(self.ids.next(), AddonTask::DiscoverHelmReleases, "");
-                    return TaskOutcome::Success {
-                        head: Vec::new(),
-                        after: Vec::new(),
-                        tail: vec![discover],
-                    };
+                    tail.insert(0, discover);
                 }
-                TaskOutcome::done()
+                TaskOutcome::Success {
+                    head: Vec::new(),
+                    after: Vec::new(),
+                    tail,
+                }
             }
         }
     }
@@ -739,10 +788,11 @@ impl EngineHandler {
                 return TaskOutcome::done();
             }
         }
-        let docs = match self.global_docs().await {
+        let mut docs = match self.global_docs().await {
             Ok(d) => d,
             Err(e) => return TaskOutcome::Fail(e),
         };
+        docs.enabled_modules = self.modules.enabled_in_order();
         let task = Box::new(task);
         self.modules
             .ask(&name, |reply| ModuleMsg::Run(task, docs, reply))
@@ -1276,6 +1326,7 @@ impl Engine {
             converged: converged.clone(),
             modules: modules.clone(),
             converge_started: Mutex::new(None),
+            before_after_all: Mutex::new(None),
         });
         let engine_ids = ids_for_engine;
         let router = Arc::new(QueueRouter {

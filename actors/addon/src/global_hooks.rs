@@ -370,6 +370,7 @@ impl Actor for GlobalHooksActor {
                 let _ = reply.send(GlobalDocs {
                     values: st.values_document(),
                     config: st.config_document(),
+                    enabled_modules: Vec::new(),
                 });
             }
             GlobalHooksMsg::ConfigChanged(config, reply) => {

@@ -77,8 +77,11 @@ pub struct ConfigSections {
 }
 
 /// Parses the ConfigMap's data: every value is YAML text; `<key>Enabled` must be exactly
-/// `"true"` or `"false"`; `<key>Maintenance` is accepted and ignored. Keys of modules that
-/// are not loaded are reported in the returned warnings, not fatal.
+/// `"true"` or `"false"`; `<key>Maintenance` is accepted and ignored. A module section of
+/// `"true"` or `"false"` is its enabled flag, as the seed's own example writes it
+/// (`anotherModule: "false"`; addon-operator's code since its explicit `<key>Enabled`
+/// refuses it); an explicit `<key>Enabled` wins. Keys of modules that are not loaded are
+/// reported in the returned warnings, not fatal.
 pub fn parse_config_map(
     data: &BTreeMap<String, String>,
     modules: &[ModuleDef],
@@ -129,6 +132,12 @@ pub fn parse_config_map(
                 "ConfigMap {config_map}: key {key:?} names module {name:?}, which is not loaded"
             ));
         }
+        if !is_flag && let Some(flag) = section_flag(text) {
+            if !data.contains_key(&format!("{base}Enabled")) {
+                out.flags.insert(name, flag);
+            }
+            continue;
+        }
         if is_flag {
             let flag = match text.trim() {
                 "true" => true,
@@ -145,6 +154,29 @@ pub fn parse_config_map(
         }
     }
     Ok((out, warnings))
+}
+
+/// A module section that is a YAML boolean (`false`, `"false"`, `true`): the module's
+/// enabled flag.
+fn section_flag(text: &str) -> Option<bool> {
+    match serde_saphyr::from_str::<Value>(text) {
+        Ok(Value::Bool(b)) => Some(b),
+        Ok(Value::String(s)) => match s.as_str() {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A values document with `global.enabledModules` set to `enabled`.
+fn with_enabled_modules(mut values: Value, enabled: &[String]) -> Value {
+    if !values["global"].is_object() {
+        values["global"] = json!({});
+    }
+    values["global"]["enabledModules"] = json!(enabled);
+    values
 }
 
 /// Where a module's enabled state came from.
@@ -463,7 +495,7 @@ impl ModuleState {
             name: hook.name.clone(),
             path: hook.path.clone(),
             binding_context: contexts,
-            values: self.values_document(docs),
+            values: with_enabled_modules(self.values_document(docs), &docs.enabled_modules),
             config_values: self.config_document(docs),
             log_fields: LogFields {
                 module: Some(self.def.name.clone()),
@@ -985,13 +1017,12 @@ impl ModuleState {
         TaskOutcome::done()
     }
 
+    /// Deletes the module: beforeDeleteHelm, the uninstall, afterDeleteHelm. Its
+    /// kubernetes bindings and schedules stop only after afterDeleteHelm, so the delete
+    /// hooks see their snapshots (as addon-operator's code does; a failure leaves them
+    /// running for the retry).
     async fn module_delete(&mut self, task: &QueuedTask, docs: &GlobalDocs) -> TaskOutcome {
         self.stop_monitor();
-        self.ports
-            .bindings
-            .stop_owner(&owner_of(Some(&self.def.name)));
-        self.scheduler.remove_owner(&owner_of(Some(&self.def.name)));
-        self.bindings_started = false;
         let queue = task.spec.queue.clone();
         let name = self.def.name.clone();
         let steps = async {
@@ -1013,6 +1044,10 @@ impl ModuleState {
             }
             self.run_binding("afterDeleteHelm", |c| c.after_delete_helm, docs, &queue)
                 .await?;
+            let owner = owner_of(Some(&self.def.name));
+            self.ports.bindings.stop_owner(&owner);
+            self.scheduler.remove_owner(&owner);
+            self.bindings_started = false;
             self.phase(ModulePhase::Disabled, task.spec.id).await
         };
         match steps.await {
@@ -1029,11 +1064,7 @@ impl ModuleState {
         let Some(script) = self.def.enabled_script.clone() else {
             return Ok(true);
         };
-        let mut values = self.values_document(docs);
-        if !values["global"].is_object() {
-            values["global"] = json!({});
-        }
-        values["global"]["enabledModules"] = json!(before);
+        let values = with_enabled_modules(self.values_document(docs), &before);
         self.ports
             .executor
             .enabled(EnabledRun {
@@ -1239,6 +1270,28 @@ mod tests {
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("other-module"));
 
+        // The seed's form: a module section of "false" (or "true") is its enabled flag; an
+        // explicit `<key>Enabled` wins.
+        let seed: BTreeMap<String, String> = [
+            ("someModule".into(), "false".into()),
+            ("otherModule".into(), "\"false\"".into()),
+        ]
+        .into();
+        let (sections, _) = parse_config_map(&seed, &mods, "cm").unwrap();
+        assert_eq!(sections.flags.get("some-module"), Some(&false));
+        assert_eq!(sections.flags.get("other-module"), Some(&false));
+        assert!(
+            sections.modules.is_empty(),
+            "no values section: {sections:?}"
+        );
+        let both: BTreeMap<String, String> = [
+            ("someModule".into(), "false".into()),
+            ("someModuleEnabled".into(), "true".into()),
+        ]
+        .into();
+        let (sections, _) = parse_config_map(&both, &mods, "cm").unwrap();
+        assert_eq!(sections.flags.get("some-module"), Some(&true));
+
         let bad: BTreeMap<String, String> = [("someModuleEnabled".into(), "yes".into())].into();
         let err = parse_config_map(&bad, &mods, "cm").unwrap_err();
         assert!(
@@ -1253,7 +1306,9 @@ mod tests {
         for (key, text, what) in [
             ("global", "42", "the scalar 42"),
             ("global", "just text", "the scalar \"just text\""),
+            ("global", "false", "the scalar false"),
             ("someModule", "- a\n- b", "a list"),
+            ("someModule", "42", "the scalar 42"),
         ] {
             let bad: BTreeMap<String, String> = [(key.into(), text.into())].into();
             let err = parse_config_map(&bad, &mods, "cm").unwrap_err();

@@ -293,6 +293,9 @@ pub struct GlobalDocs {
     pub values: Value,
     /// Global config values document.
     pub config: Value,
+    /// The enabled modules in run order: `global.enabledModules` of module hooks'
+    /// `VALUES_PATH` (not of Helm's values or any checksum).
+    pub enabled_modules: Vec<String>,
 }
 
 #[cfg(test)]

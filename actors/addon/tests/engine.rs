@@ -456,3 +456,103 @@ kubernetes:
     // The hook's bindings run until its owner stops them.
     assert_eq!(world.bindings.started(), ["global/watch"]);
 }
+
+#[tokio::test]
+async fn delete_hooks_see_their_bindings_snapshots_and_the_bindings_stop_after() {
+    let world = World::default();
+    world.bindings.put(
+        "Secret",
+        json!({"metadata": {"namespace": "default", "name": "kept"}}),
+    );
+    world.hooks.config(
+        "gamma/hooks/c",
+        r#"configVersion: v1
+beforeDeleteHelm: 1
+afterDeleteHelm: 1
+kubernetes:
+- name: secrets
+  kind: Secret
+  executeHookOnEvent: []
+  executeHookOnSynchronization: false
+"#,
+    );
+    let modules = vec![module("gamma", 10, &["gamma/hooks/c"])];
+    let engine = world.engine(Vec::new(), modules.clone(), None).await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    assert_eq!(world.bindings.started(), ["module/gamma/gamma/hooks/c"]);
+
+    let data: std::collections::BTreeMap<String, String> =
+        [("gammaEnabled".to_string(), "false".to_string())].into();
+    let (sections, _) =
+        bosun_addon::modules::parse_config_map(&data, &modules, "addon-operator").expect("valid");
+    engine.config_changed(sections).await.expect("accepted");
+    wait_for("gamma deleted", || async {
+        world
+            .releases
+            .log()
+            .contains(&"uninstall gamma".to_string())
+            && !world
+                .hooks
+                .runs()
+                .iter()
+                .all(|r| r.binding != "afterDeleteHelm")
+    })
+    .await;
+    for binding in ["beforeDeleteHelm", "afterDeleteHelm"] {
+        let run = world
+            .hooks
+            .runs()
+            .into_iter()
+            .find(|r| r.binding == binding)
+            .unwrap_or_else(|| panic!("{binding} ran"));
+        assert_eq!(
+            run.contexts[0]["snapshots"]["secrets"][0]["object"]["metadata"]["name"], "kept",
+            "{binding}: {}",
+            run.contexts
+        );
+    }
+    wait_for("the bindings stopped", || async {
+        world.bindings.started().is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn global_values_changed_by_after_all_hooks_reload_all_modules_once() {
+    let world = World::default();
+    let (mut global, modules) = standard_hooks(&world);
+    global.push(global_hook("g-last", "configVersion: v1\nafterAll: 10"));
+    // The same value each time: the first afterAll changes the global values, the one of
+    // the reload does not.
+    world.hooks.answer(
+        "g-last",
+        memory_patch("/global/seenByAfterAll", json!(true)),
+    );
+    let engine = world.engine(global, modules, None).await;
+    wait_for("the reload after afterAll", || async {
+        converges_finished(&world) >= 2
+    })
+    .await;
+    let reasons: Vec<String> = world
+        .journal
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            Event::ConvergeStarted { reason } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        ["OperatorStartup", "AfterAll-Hooks-Change-GlobalValues"],
+        "one reload, not a loop"
+    );
+    assert!(engine.converged());
+    // Every module ran again in the reload.
+    let a_runs = world
+        .runs()
+        .iter()
+        .filter(|r| *r == "beforeHelm:alpha/hooks/a")
+        .count();
+    assert_eq!(a_runs, 2);
+}
