@@ -85,6 +85,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub lambda: LambdaArgs,
     #[command(flatten)]
+    pub metacontroller: crate::lambda::flags::MetacontrollerFlags,
+    #[command(flatten)]
     pub deployer: DeployerArgs,
     #[command(flatten)]
     pub ha: crate::ha::HaArgs,
@@ -345,7 +347,17 @@ pub struct SandboxArgs {
 
 /// Runs the parsed command line and maps the outcome to an exit code.
 pub fn main(cli: Cli) -> ExitCode {
-    crate::logging::init();
+    let logging = match &cli.command {
+        Command::Run(args) => match args.metacontroller.logging() {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("bosun: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => Default::default(),
+    };
+    crate::logging::init_with(&logging);
     let result = match cli.command {
         Command::Run(args) => run(*args),
         Command::Sandbox(args) => sandbox(args),
@@ -465,7 +477,26 @@ async fn start_all(
         tracing::info!("modules switched off (BOSUN_MODULES=false): no global hooks, no modules");
         None
     };
-    let served = host.serve(&views).await?;
+    let served = host
+        .serve(
+            &views,
+            &crate::host::Listeners {
+                metrics: args.metacontroller.metrics()?,
+                probes: args.metacontroller.probes()?,
+            },
+        )
+        .await?;
+    if let Some(a) = args
+        .metacontroller
+        .pprof_address
+        .as_deref()
+        .filter(|a| *a != "0")
+    {
+        tracing::warn!(
+            address = a,
+            "--pprof-address: bosun serves no Go profiles; nothing listens there"
+        );
+    }
     let lambda = if args.lambda.lambda_controllers {
         let started = start_lambda(&args.lambda, &host, args.sandbox).await;
         if let Ok(l) = &started {
@@ -515,7 +546,13 @@ async fn start_all(
 
 /// In-cluster (or kubeconfig) run: one replica, or with leader election one of several.
 async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
-    let cfg = crate::addon::OperatorConfig::from_env(&crate::addon::OperatorConfig::in_cluster())?;
+    let mut cfg =
+        crate::addon::OperatorConfig::from_env(&crate::addon::OperatorConfig::in_cluster())?;
+    // metacontroller's `--kubeconfig`; `KUBE_CONFIG` wins.
+    if cfg.kubeconfig.is_none() {
+        cfg.kubeconfig = args.metacontroller.kubeconfig.clone();
+    }
+    args.metacontroller.check()?;
     // Bad lambda, deployer or HA settings stop the start before anything runs.
     args.lambda.config(&cfg.journal_dir)?;
     args.deployer.config(&cfg, false)?;

@@ -75,14 +75,41 @@ fn directives(level: &str) -> String {
         "fatal" => "error".to_string(),
         other => other.to_string(),
     };
-    format!("warn,bosun={level},bosun_addon={level},bosun_journal={level}")
+    [
+        "bosun",
+        "bosun_addon",
+        "bosun_journal",
+        "bosun_runtime",
+        "bosun_lambda",
+        "bosun_deployer",
+        "bosun_sandbox",
+    ]
+    .iter()
+    .fold("warn".to_string(), |d, c| format!("{d},{c}={level}"))
+}
+
+/// What the command line says of logging, over the environment (metacontroller's
+/// `--zap-*` flags).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    /// A level name (`trace` … `error`).
+    pub level: Option<String>,
+    /// JSON lines (`true`) or text (`false`).
+    pub json: Option<bool>,
 }
 
 /// Installs the global `tracing` subscriber and registers the `log.level` runtime
 /// parameter. Safe to call more than once.
 pub fn init() {
-    let level = std::env::var("LOG_LEVEL")
-        .ok()
+    init_with(&Overrides::default());
+}
+
+/// [`init`], with the command line's settings over `LOG_LEVEL` and `LOG_TYPE`.
+pub fn init_with(overrides: &Overrides) {
+    let level = overrides
+        .level
+        .clone()
+        .or_else(|| std::env::var("LOG_LEVEL").ok())
         .filter(|l| rank(l).is_some())
         .unwrap_or_else(|| "info".to_string())
         .to_ascii_lowercase();
@@ -92,7 +119,11 @@ pub fn init() {
     let filter = EnvFilter::try_new(initial).unwrap_or_else(|_| EnvFilter::new("info"));
     let (filter, handle) = reload::Layer::new(filter);
     let no_time = settings().no_time;
-    let log_type = std::env::var("LOG_TYPE").unwrap_or_else(|_| "text".to_string());
+    let log_type = match overrides.json {
+        Some(true) => "json".to_string(),
+        Some(false) => "text".to_string(),
+        None => std::env::var("LOG_TYPE").unwrap_or_else(|_| "text".to_string()),
+    };
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match (log_type.as_str(), no_time) {
         ("json", true) => fmt.json().without_time().boxed(),
@@ -408,7 +439,7 @@ mod tests {
         assert_eq!(rank("loud"), None);
         assert_eq!(
             directives("warning"),
-            "warn,bosun=warn,bosun_addon=warn,bosun_journal=warn"
+            "warn,bosun=warn,bosun_addon=warn,bosun_journal=warn,bosun_runtime=warn,bosun_lambda=warn,bosun_deployer=warn,bosun_sandbox=warn"
         );
     }
 }

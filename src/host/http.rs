@@ -51,63 +51,94 @@ fn readiness(views: &Parts) -> Result<(), String> {
     Ok(())
 }
 
-/// Binds the listener (an error names the address) and serves in the background.
-pub async fn serve(
-    addr: SocketAddr,
+/// The routes the listeners serve.
+pub struct Routes {
     views: Views,
     metrics: Metrics,
     mailboxes: Mailboxes,
-) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    let bound = listener.local_addr()?;
-    let live = views.clone();
-    let ready = views.clone();
-    let mut app = Router::new()
-        .route(
-            "/healthz",
-            get(move || {
-                let views = live.clone();
-                async move {
-                    match journal_failing(&views.get()) {
-                        Some((name, took, error)) if took >= JOURNAL_LIVENESS_GRACE => (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!(
-                                "the {name} journal cannot write for {}s (a restart may help): {error}",
-                                took.as_secs()
+}
+
+impl Routes {
+    /// Routes on what the subsystems show.
+    pub fn new(views: Views, metrics: Metrics, mailboxes: Mailboxes) -> Routes {
+        Routes {
+            views,
+            metrics,
+            mailboxes,
+        }
+    }
+
+    /// `/healthz` and `/readyz`.
+    pub fn probes(&self) -> Router {
+        let live = self.views.clone();
+        let ready = self.views.clone();
+        Router::new()
+            .route(
+                "/healthz",
+                get(move || {
+                    let views = live.clone();
+                    async move {
+                        match journal_failing(&views.get()) {
+                            Some((name, took, error)) if took >= JOURNAL_LIVENESS_GRACE => (
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                format!(
+                                    "the {name} journal cannot write for {}s (a restart may help): {error}",
+                                    took.as_secs()
+                                ),
                             ),
-                        ),
-                        _ => (StatusCode::OK, "ok".to_string()),
+                            _ => (StatusCode::OK, "ok".to_string()),
+                        }
                     }
-                }
-            }),
-        )
-        .route(
-            "/readyz",
-            get(move || {
-                let views = ready.clone();
-                async move {
-                    match readiness(&views.get()) {
-                        Ok(()) => (StatusCode::OK, "ok".to_string()),
-                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+                }),
+            )
+            .route(
+                "/readyz",
+                get(move || {
+                    let views = ready.clone();
+                    async move {
+                        match readiness(&views.get()) {
+                            Ok(()) => (StatusCode::OK, "ok".to_string()),
+                            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+                        }
                     }
-                }
-            }),
-        )
-        .route(
+                }),
+            )
+    }
+
+    /// `/metrics`.
+    pub fn metrics(&self) -> Router {
+        let (metrics, mailboxes) = (self.metrics.clone(), self.mailboxes.clone());
+        Router::new().route(
             "/metrics",
             get(move || {
                 let text = metrics.render(&mailboxes);
                 async move { ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response() }
             }),
-        );
-    if let Some(modules) = views.get().modules {
-        app = app.merge(crate::addon::http::routes(modules));
+        )
     }
+
+    /// Everything: the probes, `/metrics`, and the modules' routes when they run.
+    pub fn all(&self) -> Router {
+        let mut app = self.probes().merge(self.metrics());
+        if let Some(modules) = self.views.get().modules {
+            app = app.merge(crate::addon::http::routes(modules));
+        }
+        app
+    }
+}
+
+/// Binds the listener (an error names the address) and serves `app` in the background.
+pub async fn serve(
+    addr: SocketAddr,
+    app: Router,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
     let handle = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!("HTTP server stopped: {e}");
+            tracing::error!(%bound, "HTTP server stopped: {e}");
         }
     });
     Ok((bound, handle))

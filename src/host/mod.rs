@@ -154,18 +154,33 @@ impl Host {
         JournalSink::new(journal, self.stream.as_ref())
     }
 
-    /// Serves `/healthz`, `/readyz`, `/metrics` (and the modules' routes) and the debug
-    /// endpoints on what the subsystems registered.
-    pub async fn serve(&self, views: &Views) -> anyhow::Result<Served> {
-        let (listen, http) = http::serve(
-            self.cfg.listen,
-            views.clone(),
-            self.metrics.clone(),
-            self.mailboxes.clone(),
-        )
-        .await?;
+    /// Serves `/healthz`, `/readyz`, `/metrics` (and the modules' routes), the extra
+    /// listeners asked for, and the debug endpoints, on what the subsystems registered.
+    pub async fn serve(&self, views: &Views, extra: &Listeners) -> anyhow::Result<Served> {
+        let mut tasks = Vec::new();
+        let routes = http::Routes::new(views.clone(), self.metrics.clone(), self.mailboxes.clone());
+        let (listen, task) = http::serve(self.cfg.listen, routes.all()).await?;
+        tasks.push(task);
         println!("bosun HTTP endpoints listening on http://{listen}");
         tracing::info!(%listen, "serving /healthz, /readyz, /metrics and /metrics/hooks");
+        if let Some(addr) = extra.metrics {
+            let (bound, task) = http::serve(addr, routes.metrics())
+                .await
+                .map_err(|e| anyhow::anyhow!("--metrics-address: {e}"))?;
+            tasks.push(task);
+            println!("bosun /metrics also on http://{bound} (--metrics-address)");
+            tracing::info!(listen = %bound, "serving /metrics (--metrics-address)");
+        }
+        if let Some(addr) = extra.probes {
+            let (bound, task) = http::serve(addr, routes.probes())
+                .await
+                .map_err(|e| anyhow::anyhow!("--health-probe-bind-address: {e}"))?;
+            tasks.push(task);
+            println!(
+                "bosun /healthz and /readyz also on http://{bound} (--health-probe-bind-address)"
+            );
+            tracing::info!(listen = %bound, "serving /healthz and /readyz (--health-probe-bind-address)");
+        }
         let debug = crate::debug::serve(
             &crate::debug::DebugConfig {
                 socket: self.cfg.debug_socket.clone(),
@@ -183,24 +198,36 @@ impl Host {
         }
         Ok(Served {
             listen,
-            http,
+            http: tasks,
             debug,
         })
     }
+}
+
+/// Listeners besides the operator's (metacontroller's `--metrics-address` and
+/// `--health-probe-bind-address`).
+#[derive(Clone, Debug, Default)]
+pub struct Listeners {
+    /// `/metrics` only.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// `/healthz` and `/readyz` only.
+    pub probes: Option<std::net::SocketAddr>,
 }
 
 /// The HTTP and debug listeners (stopped when dropped).
 pub struct Served {
     /// Where `/healthz`, `/readyz` and `/metrics` are served.
     pub listen: std::net::SocketAddr,
-    http: tokio::task::JoinHandle<()>,
+    http: Vec<tokio::task::JoinHandle<()>>,
     /// The debug endpoints (the socket is removed when dropped).
     pub debug: crate::debug::DebugServer,
 }
 
 impl Drop for Served {
     fn drop(&mut self) {
-        self.http.abort();
+        for t in &self.http {
+            t.abort();
+        }
     }
 }
 

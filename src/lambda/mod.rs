@@ -4,6 +4,7 @@
 //! CRDs they need.
 
 pub mod cluster;
+pub mod flags;
 pub mod webhook;
 
 use std::path::PathBuf;

@@ -392,6 +392,8 @@ pub struct Operator {
     pub env: Vec<(String, String)>,
     /// Start with `env` alone (and `PATH`), not the test's environment.
     clear_env: bool,
+    /// Arguments after `run`.
+    args: Vec<String>,
     log: PathBuf,
     /// The working directory of the process (the test's when `None`).
     cwd: Option<PathBuf>,
@@ -407,6 +409,7 @@ impl Operator {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             clear_env: true,
+            args: Vec::new(),
             log: work.join("operator.log"),
             cwd: None,
         };
@@ -428,6 +431,17 @@ impl Operator {
         Operator::start_in(sb, hooks, work, extra, None)
     }
 
+    /// Like [`Operator::start_with`], with command-line arguments after `run`.
+    pub fn start_with_args(
+        sb: &Sandbox,
+        hooks: &Path,
+        work: &Path,
+        extra: &[(&str, &str)],
+        args: &[&str],
+    ) -> Operator {
+        Operator::start_full(sb, hooks, work, extra, None, args)
+    }
+
     /// Like [`Operator::start_with`], in working directory `dir` when given (the test's
     /// otherwise).
     pub fn start_in(
@@ -436,6 +450,17 @@ impl Operator {
         work: &Path,
         extra: &[(&str, &str)],
         dir: Option<&Path>,
+    ) -> Operator {
+        Operator::start_full(sb, hooks, work, extra, dir, &[])
+    }
+
+    fn start_full(
+        sb: &Sandbox,
+        hooks: &Path,
+        work: &Path,
+        extra: &[(&str, &str)],
+        dir: Option<&Path>,
+        args: &[&str],
     ) -> Operator {
         let mut env = vec![
             (
@@ -475,6 +500,7 @@ impl Operator {
             child: None,
             env,
             clear_env: false,
+            args: args.iter().map(|a| a.to_string()).collect(),
             log: work.join("operator.log"),
             cwd: dir.map(Path::to_path_buf),
         };
@@ -502,6 +528,7 @@ impl Operator {
         }
         let child = cmd
             .arg("run")
+            .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err))

@@ -835,3 +835,101 @@ fn a_finalize_interrupted_by_kill_9_completes_after_restart() {
         "nothing recreated"
     );
 }
+
+/// A free loopback port (bound, then released for bosun to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// metacontroller's own arguments start bosun unchanged (the production manifest's
+/// `--discovery-interval=20s`, a `--zap-log-level`, and the rest of its flags), with the
+/// listeners they name serving what metacontroller serves there.
+#[test]
+fn metacontroller_s_command_line_starts_bosun_and_its_listeners_answer() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let (metrics, probes) = (free_port(), free_port());
+    let metrics_flag = format!("--metrics-address=127.0.0.1:{metrics}");
+    let probes_flag = format!("--health-probe-bind-address=127.0.0.1:{probes}");
+    let kubeconfig = format!("--kubeconfig={}", sb.kubeconfig.display());
+    let op = Operator::start_with_args(
+        &sb,
+        &work.path().join("global-hooks"),
+        work.path(),
+        &[("BOSUN_MODULES", "false")],
+        &[
+            "--zap-log-level=error",
+            "--discovery-interval=20s",
+            "--cache-flush-interval=30m",
+            "--zap-devel",
+            "--zap-encoder=json",
+            "--zap-stacktrace-level=error",
+            "--zap-time-encoding=rfc3339",
+            "--client-go-qps=50",
+            "--client-go-burst=100",
+            "--workers=2",
+            "--events-qps=0.0033",
+            "--events-burst=25",
+            "--pprof-address=0",
+            "--leader-election-resource-lock=leases",
+            "--target-label-selector=",
+            "--apply-strategy=dynamic-apply",
+            &metrics_flag,
+            &probes_flag,
+            &kubeconfig,
+        ],
+    );
+    let at = |port: u16| format!("127.0.0.1:{port}");
+    op.wait("the probe listener", WAIT, || {
+        op.logs().contains("(--health-probe-bind-address)")
+    });
+    op.wait("/readyz on the probe address", WAIT, || {
+        common::http_raw(&at(probes), "GET", "/readyz", "", b"").0 == 200
+    });
+    assert_eq!(
+        common::http_raw(&at(probes), "GET", "/healthz", "", b"").0,
+        200
+    );
+    let (code, body) = common::http_raw(&at(metrics), "GET", "/metrics", "", b"");
+    assert_eq!(code, 200);
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("kubernetes_client_request"), "{text}");
+    // `--zap-encoder=json` and `--zap-log-level=error` win over LOG_TYPE and LOG_LEVEL
+    // (debug in the tests): only JSON lines, none below error, once bosun is ready.
+    let logs = op.logs();
+    let lines: Vec<&str> = logs.lines().filter(|l| l.starts_with('{')).collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("\"level\":\"ERROR\"") || l.contains("\"level\":\"WARN\"")),
+        "{logs}"
+    );
+    assert!(
+        !logs
+            .lines()
+            .any(|l| l.contains(" INFO ") || l.contains(" DEBUG ")),
+        "no text lines: {logs}"
+    );
+}
+
+#[test]
+fn a_bad_zap_flag_is_named() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let mut op = Operator::start_with_args(
+        &sb,
+        &work.path().join("global-hooks"),
+        work.path(),
+        &[],
+        &["--zap-log-level=loud"],
+    );
+    assert_eq!(op.wait_exit(WAIT), Some(false));
+    let logs = op.logs();
+    assert!(
+        logs.contains("--zap-log-level=\"loud\": expected debug, info, error"),
+        "{logs}"
+    );
+}
