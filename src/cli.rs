@@ -423,6 +423,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// The host's Kubernetes client.
+    pub fn client(&self) -> kube::Client {
+        self._host.client.clone()
+    }
+
     /// The journals of the running subsystems, by their names on the HA stream.
     pub fn journals(
         &self,
@@ -657,26 +662,69 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
         };
         let cfg = crate::addon::OperatorConfig::from_env(&defaults)?;
         let running = start_all(&args, &cfg, None).await;
+        let mut examples = None;
         match &running {
             Err(e) => tracing::error!("bosun did not start: {e:#}"),
             Ok(r) => {
+                let kubeconfig = cfg.kubeconfig.clone().unwrap_or_default();
+                let lambda = args.lambda.lambda_controllers;
+                let deployer = args.deployer.deployer;
+                match crate::examples::apply(
+                    r.client(),
+                    &crate::examples::Applied {
+                        root: std::path::Path::new("examples"),
+                        kubeconfig: &kubeconfig,
+                        lambda,
+                        deployer,
+                    },
+                )
+                .await
+                {
+                    Ok(e) => examples = Some(e),
+                    Err(e) => {
+                        tracing::error!("the lambda and deployer examples were not applied: {e:#}")
+                    }
+                }
+                let kc = kubeconfig.display();
+                // The binary as it was started: the commands work as printed.
+                let bosun = std::env::current_exe()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| "bosun".into());
                 println!("bosun is running; journal in {}", cfg.journal_dir.display());
                 if let Some(addr) = r.served.debug.http {
                     println!("web view: http://{addr}/ui");
                 }
+                println!("look around:");
+                if cfg.modules {
+                    println!("  modules:  kubectl --kubeconfig {kc} get cm,deploy,secrets -A");
+                    println!(
+                        "            {bosun} journal log --journal-dir {}",
+                        cfg.journal_dir.display()
+                    );
+                    println!(
+                        "            {bosun} queue list --debug-unix-socket {}",
+                        cfg.debug_socket.display()
+                    );
+                }
+                if lambda {
+                    println!(
+                        "  lambda:   kubectl --kubeconfig {kc} get hellos,configmaps -n default"
+                    );
+                    println!("            kubectl --kubeconfig {kc} get hello world -o yaml");
+                    println!(
+                        "            {bosun} journal --journal-dir {} lambda --parent default/world",
+                        cfg.journal_dir.display()
+                    );
+                }
+                if deployer {
+                    println!("  deployer: kubectl --kubeconfig {kc} get deployitems,targets -A");
+                    println!(
+                        "            {bosun} journal --journal-dir {} deployer --item default/helm-chart",
+                        cfg.journal_dir.display()
+                    );
+                }
                 println!(
-                    "look around: kubectl --kubeconfig {} get cm,deploy,secrets -A",
-                    cfg.kubeconfig
-                        .as_deref()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default()
-                );
-                println!(
-                    "             bosun journal log --journal-dir {}",
-                    cfg.journal_dir.display()
-                );
-                println!(
-                    "             bosun queue list --debug-unix-socket {}",
+                    "  actors:   {bosun} actors --debug-unix-socket {}",
                     cfg.debug_socket.display()
                 );
             }
@@ -686,6 +734,7 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
         if let Ok(r) = &running {
             crate::ha::graceful_stop(args.ha.shutdown_grace, &r.journals()).await;
         }
+        drop(examples);
         drop(running);
         sandbox.shutdown().await?;
         Ok(())

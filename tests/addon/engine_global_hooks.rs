@@ -370,7 +370,7 @@ fn journal_cli_explains_a_real_run_while_bosun_holds_the_journal() {
 }
 
 #[test]
-fn the_embedded_default_runs_the_sample_hooks_and_modules_against_its_own_sandbox() {
+fn the_embedded_default_runs_the_samples_of_all_three_subsystems_against_its_own_sandbox() {
     let data = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(bosun_bin())
         .args([
@@ -456,6 +456,51 @@ fn the_embedded_default_runs_the_sample_hooks_and_modules_against_its_own_sandbo
     });
     wait_for("the optional module", Duration::from_secs(60), || {
         get("/api/v1/namespaces/default/configmaps/optional").0 == 200
+    });
+    // The lambda examples: the CompositeController's child and status, the
+    // DecoratorController's label and attachment.
+    wait_for("the Hello's child", Duration::from_secs(60), || {
+        let (code, cm) = get("/api/v1/namespaces/default/configmaps/world-greeting");
+        code == 200 && cm["data"]["greeting"] == "hello, world!"
+    });
+    wait_for("the Hello's status", Duration::from_secs(60), || {
+        let (_, hello) = get("/apis/examples.bosun.dev/v1/namespaces/default/hellos/world");
+        hello["status"]["children"] == 1
+            && hello["metadata"]["labels"]["examples.bosun.dev/decorated"] == "true"
+    });
+    wait_for(
+        "the decorator's attachment",
+        Duration::from_secs(60),
+        || get("/api/v1/namespaces/default/configmaps/world-note").0 == 200,
+    );
+    // The deployer examples: both items Succeeded, their objects in the sandbox.
+    for item in ["manifests", "helm-chart"] {
+        wait_for(
+            &format!("DeployItem {item} Succeeded"),
+            Duration::from_secs(60),
+            || {
+                let (_, di) = get(&format!(
+                    "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/deployitems/{item}"
+                ));
+                di["status"]["phase"] == "Succeeded"
+            },
+        );
+    }
+    assert_eq!(
+        get("/api/v1/namespaces/default/configmaps/from-a-deploy-item").0,
+        200
+    );
+    assert_eq!(
+        get("/api/v1/namespaces/examples/configmaps/example-message").0,
+        200
+    );
+    // The start-up output names a look-around command for each subsystem.
+    wait_for("the look-around commands", Duration::from_secs(60), || {
+        printed.lock().is_ok_and(|s| {
+            ["  modules:", "  lambda:", "  deployer:", "  actors:"]
+                .iter()
+                .all(|l| s.contains(l))
+        })
     });
     // The start-up output says where the web view is, and it is there.
     let web_view = || {
