@@ -351,3 +351,48 @@ fn a_journal_disk_gone_read_only_stops_hooks_says_why_and_loses_nothing_acknowle
     );
     assert!(journaled_starts(&journal, "001-tick.sh") > starts);
 }
+
+/// A damaged lambda journal keeps the lambda controllers from starting: the modules and
+/// the deployer run on, and `/readyz` fails saying which subsystem did not start and why.
+#[test]
+fn a_damaged_lambda_journal_fails_readiness_naming_it() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let journal = work.path().join("journal");
+    let (mut op, addr) = start_on(&sb, &work.path().join("no-hooks"), work.path(), &journal);
+    op.wait("ready", Duration::from_secs(60), || {
+        get(&addr, "/readyz").0 == 200
+    });
+    op.kill9();
+    let lambda = journal.join("lambda");
+    // Every file of it, in every folder, overwritten with 0xff.
+    let mut damaged = Vec::new();
+    let mut dirs = vec![lambda.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)
+            .expect("the lambda journal")
+            .flatten()
+        {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+            if len > 0 {
+                std::fs::write(&path, vec![0xff; len as usize]).expect("damage");
+                damaged.push(path);
+            }
+        }
+    }
+    assert!(!damaged.is_empty(), "no file in {}", lambda.display());
+    // A work folder of its own: its log names the new HTTP address.
+    let again = workdir();
+    let (op, addr) = start_on(&sb, &work.path().join("no-hooks"), again.path(), &journal);
+    op.wait("the refusal in /readyz", Duration::from_secs(60), || {
+        let (code, body) = get(&addr, "/readyz");
+        code == 503 && body.contains("the lambda controllers did not start")
+    });
+    let (_, body) = get(&addr, "/readyz");
+    assert!(body.contains("lambda journal"), "{body}");
+}
