@@ -163,6 +163,8 @@ async fn main() -> anyhow::Result<()> {
         install_crds: true,
         journal_dir: dir.path().join("journal"),
         client_limits: bosun::kubernetes::ClientLimits::UNLIMITED,
+        discovery_interval: None,
+        cache_flush_interval: None,
     };
     let lambda = bosun::lambda::start(&host, client.clone(), hooks, &cfg).await?;
     let ccs: Api<DynamicObject> = Api::all_with(

@@ -225,19 +225,19 @@ pub struct LambdaArgs {
     #[arg(long, env = "BOSUN_EVENTS_BURST", default_value_t = 25)]
     pub events_burst: u32,
     /// Requests per second the lambda controllers' client may make after its burst
-    /// (client-go's meaning: 0 is the default, 5; negative is no limit). Unset with
-    /// `--sandbox`: no limit.
+    /// (client-go's meaning: 0 is client-go's default, 5; negative is no limit). Unset:
+    /// no limit.
     #[arg(long, env = "BOSUN_CLIENT_GO_QPS", allow_negative_numbers = true)]
     pub client_go_qps: Option<f64>,
     /// Requests the lambda controllers' client may make at once (0: the default, 10).
     #[arg(long, env = "BOSUN_CLIENT_GO_BURST")]
     pub client_go_burst: Option<u32>,
-    /// Accepted for compatibility: discovery is refreshed whenever a resource is not
-    /// found, so a new CRD is seen at once.
+    /// How often discovery is fetched again (besides whenever a resource is not found,
+    /// so a new CRD is seen at once); `0`: never. A Go duration.
     #[arg(long, env = "BOSUN_DISCOVERY_INTERVAL", default_value = "30s")]
     pub discovery_interval: String,
-    /// Accepted for compatibility: the shared watches relist after every watch error and
-    /// `410 Gone`, and a relist reconciles the cache exactly.
+    /// How often the lambda controllers' informers list again (besides after every watch
+    /// error and `410 Gone`); a relist reports only what changed. `0`: never.
     #[arg(long, env = "BOSUN_CACHE_FLUSH_INTERVAL", default_value = "30m")]
     pub cache_flush_interval: String,
 }
@@ -256,6 +256,15 @@ impl LambdaArgs {
                 "--apply-strategy {other:?}: expected \"dynamic-apply\" or \"server-side-apply\""
             ),
         };
+        let interval = |flag: &str, v: &str| {
+            bosun_runtime::clock::parse_go_duration(v)
+                .map(|d| (!d.is_zero()).then_some(d))
+                .map_err(|e| {
+                    anyhow::anyhow!("{flag} {v:?}: {e} (expected a duration such as 30s, or 0)")
+                })
+        };
+        let discovery_interval = interval("--discovery-interval", &self.discovery_interval)?;
+        let cache_flush_interval = interval("--cache-flush-interval", &self.cache_flush_interval)?;
         if let Some(qps) = self.client_go_qps.filter(|q| !q.is_finite()) {
             anyhow::bail!(
                 "--client-go-qps {qps}: expected a number of requests per second (negative: no limit)"
@@ -278,10 +287,16 @@ impl LambdaArgs {
             },
             install_crds: self.install_crds,
             journal_dir: journal_dir.join("lambda"),
-            client_limits: crate::kubernetes::ClientLimits::from_client_go(
-                self.client_go_qps.unwrap_or(0.0),
-                self.client_go_burst.unwrap_or(0),
-            ),
+            client_limits: if self.client_go_qps.is_none() && self.client_go_burst.is_none() {
+                crate::kubernetes::ClientLimits::UNLIMITED
+            } else {
+                crate::kubernetes::ClientLimits::from_client_go(
+                    self.client_go_qps.unwrap_or(0.0),
+                    self.client_go_burst.unwrap_or(0),
+                )
+            },
+            discovery_interval,
+            cache_flush_interval,
         })
     }
 }
@@ -290,13 +305,8 @@ impl LambdaArgs {
 async fn start_lambda(
     args: &LambdaArgs,
     host: &crate::host::Host,
-    sandbox: bool,
 ) -> anyhow::Result<crate::lambda::Lambda> {
-    let mut cfg = args.config(&host.cfg.journal_dir)?;
-    if args.client_go_qps.is_none() && args.client_go_burst.is_none() && sandbox {
-        // The embedded API server serves this process alone: nobody to protect.
-        cfg.client_limits = crate::kubernetes::ClientLimits::UNLIMITED;
-    }
+    let cfg = args.config(&host.cfg.journal_dir)?;
     let client = host.client_for("lambda", cfg.client_limits)?;
     let hooks = std::sync::Arc::new(crate::lambda::webhook::Webhooks::new(client.clone()));
     let lambda = crate::lambda::start(host, client, hooks, &cfg).await?;
@@ -503,7 +513,7 @@ async fn start_all(
         );
     }
     let lambda = if args.lambda.lambda_controllers {
-        let started = start_lambda(&args.lambda, &host, args.sandbox).await;
+        let started = start_lambda(&args.lambda, &host).await;
         if let Ok(l) = &started {
             views.update(|v| {
                 v.journals.push(("lambda", l.journal.health()));
@@ -654,10 +664,6 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9650)),
             // The debug endpoints and the web view on loopback too (DEBUG_HTTP_SERVER_ADDR).
             debug_http: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9652))),
-            // The embedded API server serves this process alone: nobody to protect.
-            client_limits: crate::kubernetes::ClientLimits::UNLIMITED,
-            patcher_limits: crate::kubernetes::ClientLimits::UNLIMITED,
-            helm_monitor_limits: crate::kubernetes::ClientLimits::UNLIMITED,
             ..crate::addon::OperatorConfig::in_cluster()
         };
         let cfg = crate::addon::OperatorConfig::from_env(&defaults)?;

@@ -96,8 +96,8 @@ pub struct OperatorConfig {
     pub helm_monitor_limits: ClientLimits,
 }
 
-/// A client's limits from its two variables (client-go's meaning: `0` is the default, a
-/// negative QPS no limit), or `default` when neither is set.
+/// A client's limits from its two variables (client-go's meaning: `0` is client-go's
+/// default, 5 and 10; a negative QPS no limit), or `default` when neither is set.
 fn limits_env(qps: &str, burst: &str, default: ClientLimits) -> anyhow::Result<ClientLimits> {
     if env(&[qps]).is_none() && env(&[burst]).is_none() {
         return Ok(default);
@@ -322,10 +322,11 @@ impl OperatorConfig {
             modules: true,
             metrics_prefix: crate::prometheus::DEFAULT_PREFIX.into(),
             queue_action_metrics: true,
-            // addon-operator's (and client-go's) defaults.
-            client_limits: ClientLimits::default(),
-            patcher_limits: ClientLimits::default(),
-            helm_monitor_limits: ClientLimits::default(),
+            // No limit unless asked (addon-operator's clients default to client-go's 5/10;
+            // docs/deploy.md says why bosun's do not).
+            client_limits: ClientLimits::UNLIMITED,
+            patcher_limits: ClientLimits::UNLIMITED,
+            helm_monitor_limits: ClientLimits::UNLIMITED,
         }
     }
 }

@@ -138,6 +138,15 @@ impl KindResolver {
             })
     }
 
+    /// Fetches discovery again now (metacontroller's `--discovery-interval`): kinds and
+    /// versions added or removed since are seen without waiting for a miss.
+    pub async fn rediscover(&self) -> Result<(), ResolveError> {
+        let seen = self.cached().map(|(generation, _)| generation);
+        self.refresh(seen, None, "(periodic discovery)")
+            .await
+            .map(|_| ())
+    }
+
     fn cached(&self) -> Option<(u64, Arc<Catalog>)> {
         self.inner
             .catalog

@@ -43,6 +43,11 @@ pub struct LambdaConfig {
     /// `--client-go-qps`, `--client-go-burst`: the limit of the client the controllers
     /// write with.
     pub client_limits: crate::kubernetes::ClientLimits,
+    /// `--discovery-interval`: discovery fetched again this often (`None`: on a miss only).
+    pub discovery_interval: Option<std::time::Duration>,
+    /// `--cache-flush-interval`: the informers list again this often (`None`: after a
+    /// watch error only).
+    pub cache_flush_interval: Option<std::time::Duration>,
 }
 
 /// The running lambda controllers.
@@ -63,6 +68,13 @@ pub async fn start(
     cfg: &LambdaConfig,
 ) -> anyhow::Result<Lambda> {
     let watches = host.watches.clone();
+    // Before the informers start: they take the interval when they do.
+    if let Some(every) = cfg.cache_flush_interval {
+        watches.relist_every(every);
+    }
+    if let Some(every) = cfg.discovery_interval {
+        watches.rediscover_every(every);
+    }
     if cfg.install_crds {
         let created = install_crds(&client, CRDS).await?;
         if !created.is_empty() {

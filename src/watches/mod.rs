@@ -341,6 +341,9 @@ pub(crate) fn label_selector_string(sel: &Value) -> String {
 struct Inner {
     client: kube::Client,
     resolver: KindResolver,
+    /// Watches started from now on list again this often (metacontroller's
+    /// `--cache-flush-interval`); `None`: only after an error or `410 Gone`.
+    relist_every: Mutex<Option<std::time::Duration>>,
     watches: Mutex<HashMap<WatchKey, Arc<SharedWatch>>>,
     hooks: Mutex<BTreeMap<HookRef, Vec<Arc<dyn Listener>>>>,
     subscribers: Mutex<BTreeMap<(HookRef, usize), Arc<Subscriber>>>,
@@ -358,12 +361,33 @@ impl WatchManager {
         WatchManager {
             inner: Arc::new(Inner {
                 resolver: KindResolver::new(client.clone()),
+                relist_every: Mutex::new(None),
                 client,
                 watches: Mutex::new(HashMap::new()),
                 hooks: Mutex::new(BTreeMap::new()),
                 subscribers: Mutex::new(BTreeMap::new()),
             }),
         }
+    }
+
+    /// Watches started from now on list again every `every` (the cache flush of
+    /// metacontroller's informers); a relist reports only what changed.
+    pub fn relist_every(&self, every: std::time::Duration) {
+        *lock(&self.inner.relist_every) = Some(every);
+    }
+
+    /// Fetches discovery again every `every` until the manager is dropped.
+    pub fn rediscover_every(&self, every: std::time::Duration) {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = weak.upgrade() else { return };
+                if let Err(e) = inner.resolver.rediscover().await {
+                    tracing::warn!("periodic discovery (--discovery-interval): {e}");
+                }
+            }
+        });
     }
 
     /// Distinct watches running now, with their listener counts (for the debug views).
@@ -408,29 +432,50 @@ impl WatchManager {
         }
         let weak = Arc::downgrade(&w);
         let (api_version, kind) = (resource.api_version.clone(), resource.kind.clone());
+        let relist_every = *lock(&self.inner.relist_every);
         let task = tokio::spawn(async move {
-            let stream = watcher(api, config).default_backoff();
-            futures::pin_mut!(stream);
-            let mut relist = None;
-            while let Some(item) = stream.next().await {
-                let Some(w) = weak.upgrade() else { return };
-                match item {
-                    Ok(ev) => {
-                        let v = |o| to_value(o, &api_version, &kind);
-                        let ev = match ev {
-                            watcher::Event::Init => watcher::Event::Init,
-                            watcher::Event::InitApply(o) => watcher::Event::InitApply(v(o)),
-                            watcher::Event::InitDone => watcher::Event::InitDone,
-                            watcher::Event::Apply(o) => watcher::Event::Apply(v(o)),
-                            watcher::Event::Delete(o) => watcher::Event::Delete(v(o)),
-                        };
-                        w.apply(&mut relist, ev);
+            // A new watcher lists again; at the flush interval the current one is dropped
+            // for a new one (the relist reports only what changed).
+            loop {
+                let stream = watcher(api.clone(), config.clone()).default_backoff();
+                futures::pin_mut!(stream);
+                let flush = async {
+                    match relist_every {
+                        Some(every) => tokio::time::sleep(every).await,
+                        None => std::future::pending().await,
                     }
-                    Err(e) => {
-                        tracing::warn!(watch = %w.key, "watch error (retrying): {e}");
-                        lock(&w.state).last_error = Some(e.to_string());
+                };
+                tokio::pin!(flush);
+                let mut relist = None;
+                loop {
+                    let item = tokio::select! {
+                        item = stream.next() => item,
+                        () = &mut flush => break,
+                    };
+                    let Some(item) = item else { return };
+                    let Some(w) = weak.upgrade() else { return };
+                    match item {
+                        Ok(ev) => {
+                            let v = |o| to_value(o, &api_version, &kind);
+                            let ev = match ev {
+                                watcher::Event::Init => watcher::Event::Init,
+                                watcher::Event::InitApply(o) => watcher::Event::InitApply(v(o)),
+                                watcher::Event::InitDone => watcher::Event::InitDone,
+                                watcher::Event::Apply(o) => watcher::Event::Apply(v(o)),
+                                watcher::Event::Delete(o) => watcher::Event::Delete(v(o)),
+                            };
+                            w.apply(&mut relist, ev);
+                        }
+                        Err(e) => {
+                            tracing::warn!(watch = %w.key, "watch error (retrying): {e}");
+                            lock(&w.state).last_error = Some(e.to_string());
+                        }
                     }
                 }
+                if weak.strong_count() == 0 {
+                    return;
+                }
+                tracing::debug!("watch relisted at the cache flush interval");
             }
         });
         *lock(&w.task) = Some(task);

@@ -423,10 +423,6 @@ impl Operator {
     }
 
     /// Like [`Operator::start`], with extra environment.
-    ///
-    /// The clients' limits are off: the test API server serves one test, and the tests are
-    /// about what bosun does, not how fast a shared API server lets it
-    /// ([`CLIENTS_UNLIMITED`]; `tests/ops/metrics.rs` runs with limits).
     pub fn start_with(sb: &Sandbox, hooks: &Path, work: &Path, extra: &[(&str, &str)]) -> Operator {
         Operator::start_in(sb, hooks, work, extra, None)
     }
@@ -490,12 +486,7 @@ impl Operator {
                 work.join("debug.socket").display().to_string(),
             ),
         ];
-        env.extend(
-            CLIENTS_UNLIMITED
-                .iter()
-                .chain(extra)
-                .map(|(k, v)| (k.to_string(), v.to_string())),
-        );
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let mut op = Operator {
             child: None,
             env,
@@ -613,15 +604,6 @@ impl Drop for Operator {
         self.kill9();
     }
 }
-
-/// The settings that lift every client's request limit (client-go's meaning of a negative
-/// QPS). A test's own settings come after them and win.
-pub const CLIENTS_UNLIMITED: &[(&str, &str)] = &[
-    ("KUBE_CLIENT_QPS", "-1"),
-    ("OBJECT_PATCHER_KUBE_CLIENT_QPS", "-1"),
-    ("HELM_MONITOR_KUBE_CLIENT_QPS", "-1"),
-    ("BOSUN_CLIENT_GO_QPS", "-1"),
-];
 
 /// Reads a JSON file, panicking with its content when it is not JSON.
 pub fn read_json(path: &Path) -> Value {

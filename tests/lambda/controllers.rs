@@ -933,3 +933,31 @@ fn a_bad_zap_flag_is_named() {
         "{logs}"
     );
 }
+
+/// `--cache-flush-interval` lists the informers' watches again at that interval, and a
+/// relist changes nothing that did not change: the controllers keep their parents.
+#[test]
+fn the_cache_flush_interval_relists_the_informers() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = bosun(
+        &sb,
+        work.path(),
+        &[
+            ("BOSUN_CACHE_FLUSH_INTERVAL", "300ms"),
+            ("BOSUN_DISCOVERY_INTERVAL", "300ms"),
+        ],
+    );
+    op.wait("a relist at the cache flush interval", WAIT, || {
+        op.logs()
+            .matches("watch relisted at the cache flush interval")
+            .count()
+            >= 2
+    });
+    assert!(
+        !op.logs()
+            .contains("periodic discovery (--discovery-interval)"),
+        "discovery fetched again without an error: {}",
+        op.logs()
+    );
+}
