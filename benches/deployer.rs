@@ -157,9 +157,9 @@ async fn main() -> anyhow::Result<()> {
     let heap_before = LIVE.load(Ordering::SeqCst);
     let started = Instant::now();
     let host = bosun::host::Host::with_client(
-        &bosun::addon::OperatorConfig {
+        &bosun::host::HostConfig {
             namespace: "default".into(),
-            ..bosun::addon::OperatorConfig::in_cluster()
+            ..Default::default()
         },
         items_cluster.client.clone(),
         bosun::kubernetes::in_cluster::ClientSource::Inferred,

@@ -144,9 +144,9 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let host = bosun::host::Host::with_client(
-        &bosun::addon::OperatorConfig {
+        &bosun::host::HostConfig {
             namespace: "default".into(),
-            ..bosun::addon::OperatorConfig::in_cluster()
+            ..Default::default()
         },
         client.clone(),
         bosun::kubernetes::in_cluster::ClientSource::Inferred,

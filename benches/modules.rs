@@ -175,7 +175,10 @@ fn main() {
             ..bosun::addon::OperatorConfig::in_cluster()
         };
         let started = Instant::now();
-        let host = bosun::host::Host::connect(&cfg, None).await.expect("host");
+        let metrics = bosun::prometheus::install("");
+        let host = bosun::host::Host::connect(&cfg.host(), None, metrics)
+            .await
+            .expect("host");
         let operator = bosun::addon::start(&host, &cfg).await.expect("operator");
         let deadline = Instant::now() + Duration::from_secs(1800);
         while !operator.engine.converged() && Instant::now() < deadline {

@@ -182,9 +182,10 @@ impl DeployerArgs {
 /// Starts the deployer on the host.
 async fn start_deployer(
     args: &RunArgs,
+    config: &crate::addon::OperatorConfig,
     host: &crate::host::Host,
 ) -> anyhow::Result<crate::deployer::DeployerHandle> {
-    let mut cfg = args.deployer.config(&host.cfg, args.lambda.install_crds)?;
+    let mut cfg = args.deployer.config(config, args.lambda.install_crds)?;
     cfg.resource_cluster = Some(host.resource_cluster.clone());
     let d = crate::deployer::start(host, &cfg).await?;
     tracing::info!(identity = %cfg.identity, workers = cfg.workers, "deployer running");
@@ -304,9 +305,10 @@ impl LambdaArgs {
 /// Starts the lambda controllers on the host.
 async fn start_lambda(
     args: &LambdaArgs,
+    journal_dir: &std::path::Path,
     host: &crate::host::Host,
 ) -> anyhow::Result<crate::lambda::Lambda> {
-    let cfg = args.config(&host.cfg.journal_dir)?;
+    let cfg = args.config(journal_dir)?;
     let client = host.client_for("lambda", cfg.client_limits)?;
     let hooks = std::sync::Arc::new(crate::lambda::webhook::Webhooks::new(client.clone()));
     let lambda = crate::lambda::start(host, client, hooks, &cfg).await?;
@@ -425,7 +427,7 @@ fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
 /// Every subsystem switched on, started on one host, and the endpoints that show them.
 pub struct Running {
     /// Where `/healthz`, `/readyz` and `/metrics` are served, and the debug endpoints.
-    pub served: crate::host::Served,
+    pub served: crate::endpoints::Served,
     deployer: Option<crate::deployer::DeployerHandle>,
     lambda: Option<crate::lambda::Lambda>,
     modules: Option<crate::addon::Operator>,
@@ -470,7 +472,9 @@ async fn start_all(
     cfg: &crate::addon::OperatorConfig,
     stream: Option<crate::ha::JournalStream>,
 ) -> anyhow::Result<Running> {
-    let host = crate::host::Host::connect(cfg, stream).await?;
+    // The recorder first, so that everything started below records into it.
+    let metrics = crate::prometheus::install(&cfg.metrics_prefix);
+    let host = crate::host::Host::connect(&cfg.host(), stream, metrics).await?;
     let views = crate::host::Views::default();
     views.update(|v| {
         v.starting = [
@@ -492,15 +496,17 @@ async fn start_all(
         tracing::info!("modules switched off (BOSUN_MODULES=false): no global hooks, no modules");
         None
     };
-    let served = host
-        .serve(
-            &views,
-            &crate::host::Listeners {
-                metrics: args.metacontroller.metrics()?,
-                probes: args.metacontroller.probes()?,
-            },
-        )
-        .await?;
+    let served = crate::endpoints::serve(
+        &host,
+        cfg.listen,
+        &cfg.debug(),
+        &views,
+        &crate::endpoints::Listeners {
+            metrics: args.metacontroller.metrics()?,
+            probes: args.metacontroller.probes()?,
+        },
+    )
+    .await?;
     if let Some(a) = args
         .metacontroller
         .pprof_address
@@ -513,7 +519,7 @@ async fn start_all(
         );
     }
     let lambda = if args.lambda.lambda_controllers {
-        let started = start_lambda(&args.lambda, &host).await;
+        let started = start_lambda(&args.lambda, &cfg.journal_dir, &host).await;
         if let Ok(l) = &started {
             views.update(|v| {
                 v.journals.push(("lambda", l.journal.health()));
@@ -532,7 +538,7 @@ async fn start_all(
         None
     };
     let deployer = if args.deployer.deployer {
-        let started = start_deployer(args, &host).await;
+        let started = start_deployer(args, cfg, &host).await;
         if let Ok(d) = &started {
             views.update(|v| {
                 v.journals.push(("deployer", d.journal.health()));
@@ -586,7 +592,9 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
     };
     // The lease's own client: renewals never wait behind the subsystems' requests.
     let client = crate::kubernetes::measured_client(
-        crate::host::kube_config(&cfg).await?.0,
+        crate::host::kube_config(cfg.kubeconfig.as_deref(), cfg.kube_context.as_deref())
+            .await?
+            .0,
         "leaderElection",
         crate::kubernetes::ClientLimits::UNLIMITED,
     )

@@ -18,6 +18,7 @@ pub mod addon;
 pub mod cli;
 pub mod debug;
 pub mod deployer;
+pub mod endpoints;
 pub mod examples;
 pub mod ha;
 pub mod helm;

@@ -103,6 +103,22 @@ const FAST_BUCKETS: [f64; 12] = [
     0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
 ];
 
+/// The histogram buckets of the lambda controllers' webhook metrics, by name suffix, as metacontroller's
+/// (Prometheus' Go defaults for the request duration).
+pub const WEBHOOK_BUCKETS: [(&str, &[f64]); 3] = [
+    (
+        "_request_duration_histogram_seconds",
+        &[
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+        ],
+    ),
+    (
+        "_dns_duration_histogram_seconds",
+        &[0.005, 0.01, 0.025, 0.05],
+    ),
+    ("_tls_duration_histogram_seconds", &[0.05, 0.1, 0.25, 0.5]),
+];
+
 /// A Prometheus recorder whose names get `prefix`, and the handle that renders it.
 pub fn recorder(
     prefix: &str,
@@ -122,7 +138,7 @@ pub fn recorder(
             .set_buckets_for_metric(Matcher::Suffix(name.to_string()), &FAST_BUCKETS)
             .expect("bucket lists are not empty");
     }
-    for (suffix, buckets) in crate::lambda::webhook::METRIC_BUCKETS {
+    for (suffix, buckets) in WEBHOOK_BUCKETS {
         builder = builder
             .set_buckets_for_metric(Matcher::Suffix(suffix.to_string()), buckets)
             .expect("bucket lists are not empty");
@@ -340,7 +356,6 @@ fn describe() {
     ] {
         describe_gauge!(name, what);
     }
-    crate::lambda::webhook::describe_metrics();
 }
 
 #[cfg(test)]

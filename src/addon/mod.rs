@@ -137,6 +137,24 @@ fn go_bool_true(value: &str) -> bool {
 }
 
 impl OperatorConfig {
+    /// What the host needs of it to connect.
+    pub fn host(&self) -> crate::host::HostConfig {
+        crate::host::HostConfig {
+            kubeconfig: self.kubeconfig.clone(),
+            kube_context: self.kube_context.clone(),
+            namespace: self.namespace.clone(),
+            client_limits: self.client_limits,
+        }
+    }
+
+    /// The debug endpoints' listeners.
+    pub fn debug(&self) -> crate::debug::DebugConfig {
+        crate::debug::DebugConfig {
+            socket: self.debug_socket.clone(),
+            http: self.debug_http,
+        }
+    }
+
     /// Reads the environment; `defaults` supplies what the embedded default sets.
     pub fn from_env(defaults: &OperatorConfig) -> anyhow::Result<OperatorConfig> {
         let hook_timeout = match env(&["BOSUN_HOOK_TIMEOUT"]) {

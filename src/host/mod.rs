@@ -1,11 +1,11 @@
 //! The host: what the three subsystems share and start from. It owns the Kubernetes
 //! client, the shared watches, the metrics, the actors' mailboxes and, on an HA leader, the
-//! journal stream; once the subsystems are up it serves the HTTP endpoints and the debug
-//! endpoints on what they registered.
+//! journal stream, and the `Views` the subsystems register as they start, which the
+//! endpoints (`crate::endpoints`) serve. It depends on no subsystem.
 //!
 //! ```text
 //!  Host::connect ── client, watches, metrics, mailboxes, journal stream (HA leader)
-//!     ├─► addon::start(&host)     (BOSUN_MODULES)   ──► Views ─► host.serve(): /healthz,
+//!     ├─► addon::start(&host)     (BOSUN_MODULES)   ──► Views ─► endpoints::serve: /healthz,
 //!     ├─► lambda::start(&host)    (BOSUN_LAMBDA)    ──► Views     /readyz, /metrics, debug
 //!     └─► deployer::start(&host)  (BOSUN_DEPLOYER)  ──► Views
 //! ```
@@ -14,24 +14,32 @@
 //! `/readyz` (the others run on). The endpoints are served once the modules have started
 //! (at once when they are off); `/readyz` says which subsystem is still starting.
 
-pub mod http;
-
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use bosun_journal::Journal;
 use bosun_runtime::mailbox::Mailboxes;
 
-use crate::addon::OperatorConfig;
 use crate::journal_sink::JournalSink;
 use crate::kubernetes::in_cluster::ClientSource;
 use crate::watches::WatchManager;
 
+/// What the host needs to connect (from the addon-operator environment and flags).
+#[derive(Clone, Debug, Default)]
+pub struct HostConfig {
+    /// `KUBE_CONFIG` (or `--kubeconfig`); `None`: the pod's service account, else
+    /// `KUBECONFIG` / `~/.kube/config`.
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// `KUBE_CONTEXT`.
+    pub kube_context: Option<String>,
+    /// `ADDON_OPERATOR_NAMESPACE`; empty: the client's default namespace.
+    pub namespace: String,
+    /// `KUBE_CLIENT_QPS`, `KUBE_CLIENT_BURST`: the shared client's limit.
+    pub client_limits: crate::kubernetes::ClientLimits,
+}
+
 /// What every subsystem starts from.
 pub struct Host {
-    /// The settings the subsystems share (listen addresses, debug socket, journal folder,
-    /// kubeconfig, namespace, metrics prefix).
-    pub cfg: OperatorConfig,
     /// One client for everything bosun asks the API server, so that all of it shows in
     /// the `kubernetes_client_request_*` metrics (Helm's requests go through its own).
     pub client: kube::Client,
@@ -67,13 +75,15 @@ impl Drop for Host {
 impl Host {
     /// Installs the metrics recorder and connects to the API server (refused credentials
     /// stop the start with a message that says so).
+    /// `metrics` is the installed recorder (installed first, so that everything started
+    /// after records into it).
     pub async fn connect(
-        cfg: &OperatorConfig,
+        cfg: &HostConfig,
         stream: Option<crate::ha::JournalStream>,
+        metrics: crate::prometheus::Metrics,
     ) -> anyhow::Result<Host> {
-        // First, so that everything started below records into it.
-        let metrics = crate::prometheus::install(&cfg.metrics_prefix);
-        let (config, source) = kube_config(cfg).await?;
+        let (config, source) =
+            kube_config(cfg.kubeconfig.as_deref(), cfg.kube_context.as_deref()).await?;
         let resource_cluster = (
             config
                 .cluster_url
@@ -110,7 +120,7 @@ impl Host {
     /// A host on a client made elsewhere (benchmarks and in-process tests: the sandbox's
     /// client). `resource_cluster` is what `selfConfig` targets reach.
     pub fn with_client(
-        cfg: &OperatorConfig,
+        cfg: &HostConfig,
         client: kube::Client,
         source: ClientSource,
         resource_cluster: (String, Option<String>),
@@ -126,7 +136,6 @@ impl Host {
             tokio::spawn(crate::runtime_config::global().clone().expire_forever()),
         ];
         Host {
-            cfg: cfg.clone(),
             watches: WatchManager::new(client.clone()),
             client,
             source,
@@ -138,6 +147,11 @@ impl Host {
             config: None,
             tasks,
         }
+    }
+
+    /// The installed metrics recorder.
+    pub fn metrics(&self) -> &crate::prometheus::Metrics {
+        &self.metrics
     }
 
     /// The event sink of a subsystem's journal: on an HA leader served to standbys, and
@@ -152,82 +166,6 @@ impl Host {
             + 'static,
     {
         JournalSink::new(journal, self.stream.as_ref())
-    }
-
-    /// Serves `/healthz`, `/readyz`, `/metrics` (and the modules' routes), the extra
-    /// listeners asked for, and the debug endpoints, on what the subsystems registered.
-    pub async fn serve(&self, views: &Views, extra: &Listeners) -> anyhow::Result<Served> {
-        let mut tasks = Vec::new();
-        let routes = http::Routes::new(views.clone(), self.metrics.clone(), self.mailboxes.clone());
-        let (listen, task) = http::serve(self.cfg.listen, routes.all()).await?;
-        tasks.push(task);
-        println!("bosun HTTP endpoints listening on http://{listen}");
-        tracing::info!(%listen, "serving /healthz, /readyz, /metrics and /metrics/hooks");
-        if let Some(addr) = extra.metrics {
-            let (bound, task) = http::serve(addr, routes.metrics())
-                .await
-                .map_err(|e| anyhow::anyhow!("--metrics-address: {e}"))?;
-            tasks.push(task);
-            println!("bosun /metrics also on http://{bound} (--metrics-address)");
-            tracing::info!(listen = %bound, "serving /metrics (--metrics-address)");
-        }
-        if let Some(addr) = extra.probes {
-            let (bound, task) = http::serve(addr, routes.probes())
-                .await
-                .map_err(|e| anyhow::anyhow!("--health-probe-bind-address: {e}"))?;
-            tasks.push(task);
-            println!(
-                "bosun /healthz and /readyz also on http://{bound} (--health-probe-bind-address)"
-            );
-            tracing::info!(listen = %bound, "serving /healthz and /readyz (--health-probe-bind-address)");
-        }
-        let debug = crate::debug::serve(
-            &crate::debug::DebugConfig {
-                socket: self.cfg.debug_socket.clone(),
-                http: self.cfg.debug_http,
-            },
-            views.clone(),
-            self.mailboxes.clone(),
-        )
-        .await;
-        if let Some(socket) = &debug.socket {
-            println!("bosun debug endpoints on unix socket {}", socket.display());
-        }
-        if let Some(addr) = debug.http {
-            println!("bosun debug endpoints on http://{addr}");
-        }
-        Ok(Served {
-            listen,
-            http: tasks,
-            debug,
-        })
-    }
-}
-
-/// Listeners besides the operator's (metacontroller's `--metrics-address` and
-/// `--health-probe-bind-address`).
-#[derive(Clone, Debug, Default)]
-pub struct Listeners {
-    /// `/metrics` only.
-    pub metrics: Option<std::net::SocketAddr>,
-    /// `/healthz` and `/readyz` only.
-    pub probes: Option<std::net::SocketAddr>,
-}
-
-/// The HTTP and debug listeners (stopped when dropped).
-pub struct Served {
-    /// Where `/healthz`, `/readyz` and `/metrics` are served.
-    pub listen: std::net::SocketAddr,
-    http: Vec<tokio::task::JoinHandle<()>>,
-    /// The debug endpoints (the socket is removed when dropped).
-    pub debug: crate::debug::DebugServer,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        for t in &self.http {
-            t.abort();
-        }
     }
 }
 
@@ -287,15 +225,15 @@ impl Views {
     }
 }
 
-/// The Kubernetes client configuration and where it came from: `KUBE_CONFIG`, else the
-/// pod's service account, else `KUBECONFIG` or `~/.kube/config`. Refused credentials stop
-/// the start with a message that says so.
-pub async fn kube_config(cfg: &OperatorConfig) -> anyhow::Result<(kube::Config, ClientSource)> {
-    let (config, source) = crate::kubernetes::in_cluster::client_config(
-        cfg.kubeconfig.as_deref(),
-        cfg.kube_context.as_deref(),
-    )
-    .await?;
+/// The Kubernetes client configuration and where it came from: `kubeconfig`, else the
+/// pod's service account, else `KUBECONFIG` or `~/.kube/config` (`context` picks the
+/// kubeconfig's context). Refused credentials stop the start with a message that says so.
+pub async fn kube_config(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> anyhow::Result<(kube::Config, ClientSource)> {
+    let (config, source) =
+        crate::kubernetes::in_cluster::client_config(kubeconfig, context).await?;
     crate::kubernetes::in_cluster::check_credentials(&config, &source).await?;
     Ok((config, source))
 }

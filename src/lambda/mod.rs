@@ -68,6 +68,7 @@ pub async fn start(
     cfg: &LambdaConfig,
 ) -> anyhow::Result<Lambda> {
     let watches = host.watches.clone();
+    webhook::describe_metrics();
     // Before the informers start: they take the interval when they do.
     if let Some(every) = cfg.cache_flush_interval {
         watches.relist_every(every);

@@ -689,22 +689,6 @@ fn metric_names(hook: HookType) -> [String; 5] {
     ]
 }
 
-/// The histogram buckets of the webhook metrics, by name suffix, as metacontroller's
-/// (Prometheus' Go defaults for the request duration).
-pub const METRIC_BUCKETS: [(&str, &[f64]); 3] = [
-    (
-        "_request_duration_histogram_seconds",
-        &[
-            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-        ],
-    ),
-    (
-        "_dns_duration_histogram_seconds",
-        &[0.005, 0.01, 0.025, 0.05],
-    ),
-    ("_tls_duration_histogram_seconds", &[0.05, 0.1, 0.25, 0.5]),
-];
-
 /// `# HELP` lines of the webhook metrics (called where the binary describes the others).
 pub fn describe_metrics() {
     for hook in [HookType::Sync, HookType::Finalize, HookType::Customize] {

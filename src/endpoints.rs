@@ -1,8 +1,9 @@
-//! The public HTTP endpoints on `ADDON_OPERATOR_LISTEN_ADDRESS:ADDON_OPERATOR_LISTEN_PORT`:
-//! `/healthz`, `/readyz` (ready once every subsystem switched on has started, the modules'
-//! first converge is done and every journal writes), `/metrics` (the operator's metrics),
-//! and the modules' routes (`crate::addon::http`). Nothing here shows values or
-//! configuration.
+//! The endpoints of a running bosun, on what the subsystems registered in the host's
+//! [`Views`]: on `ADDON_OPERATOR_LISTEN_ADDRESS:ADDON_OPERATOR_LISTEN_PORT`, `/healthz`,
+//! `/readyz` (ready once every subsystem switched on has started, the modules' first
+//! converge is done and every journal writes), `/metrics`, and the modules' routes
+//! (`crate::addon::http`); metacontroller's extra listeners; and the debug endpoints
+//! (`crate::debug`). Nothing here shows values or configuration.
 
 use std::net::SocketAddr;
 
@@ -12,9 +13,85 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use bosun_runtime::mailbox::Mailboxes;
 
-use super::{Parts, Views};
 use crate::addon::http::PROMETHEUS_TEXT;
+use crate::host::{Host, Parts, Views};
 use crate::prometheus::Metrics;
+
+/// Listeners besides the operator's (metacontroller's `--metrics-address` and
+/// `--health-probe-bind-address`).
+#[derive(Clone, Debug, Default)]
+pub struct Listeners {
+    /// `/metrics` only.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// `/healthz` and `/readyz` only.
+    pub probes: Option<std::net::SocketAddr>,
+}
+
+/// The HTTP and debug listeners (stopped when dropped).
+pub struct Served {
+    /// Where `/healthz`, `/readyz` and `/metrics` are served.
+    pub listen: std::net::SocketAddr,
+    http: Vec<tokio::task::JoinHandle<()>>,
+    /// The debug endpoints (the socket is removed when dropped).
+    pub debug: crate::debug::DebugServer,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        for t in &self.http {
+            t.abort();
+        }
+    }
+}
+
+/// Serves `/healthz`, `/readyz`, `/metrics` (and the modules' routes) on `listen`, the
+/// extra listeners asked for, and the debug endpoints, on what the subsystems registered.
+pub async fn serve(
+    host: &Host,
+    listen: SocketAddr,
+    debug: &crate::debug::DebugConfig,
+    views: &Views,
+    extra: &Listeners,
+) -> anyhow::Result<Served> {
+    let mut tasks = Vec::new();
+    let routes = Routes::new(
+        views.clone(),
+        host.metrics().clone(),
+        host.mailboxes.clone(),
+    );
+    let (listen, task) = serve_on(listen, routes.all()).await?;
+    tasks.push(task);
+    println!("bosun HTTP endpoints listening on http://{listen}");
+    tracing::info!(%listen, "serving /healthz, /readyz, /metrics and /metrics/hooks");
+    if let Some(addr) = extra.metrics {
+        let (bound, task) = serve_on(addr, routes.metrics())
+            .await
+            .map_err(|e| anyhow::anyhow!("--metrics-address: {e}"))?;
+        tasks.push(task);
+        println!("bosun /metrics also on http://{bound} (--metrics-address)");
+        tracing::info!(listen = %bound, "serving /metrics (--metrics-address)");
+    }
+    if let Some(addr) = extra.probes {
+        let (bound, task) = serve_on(addr, routes.probes())
+            .await
+            .map_err(|e| anyhow::anyhow!("--health-probe-bind-address: {e}"))?;
+        tasks.push(task);
+        println!("bosun /healthz and /readyz also on http://{bound} (--health-probe-bind-address)");
+        tracing::info!(listen = %bound, "serving /healthz and /readyz (--health-probe-bind-address)");
+    }
+    let debug = crate::debug::serve(debug, views.clone(), host.mailboxes.clone()).await;
+    if let Some(socket) = &debug.socket {
+        println!("bosun debug endpoints on unix socket {}", socket.display());
+    }
+    if let Some(addr) = debug.http {
+        println!("bosun debug endpoints on http://{addr}");
+    }
+    Ok(Served {
+        listen,
+        http: tasks,
+        debug,
+    })
+}
 
 /// How long a journal may fail to write before `/healthz` fails too (so Kubernetes
 /// restarts the pod); `/readyz` fails at once.
@@ -128,7 +205,7 @@ impl Routes {
 }
 
 /// Binds the listener (an error names the address) and serves `app` in the background.
-pub async fn serve(
+pub async fn serve_on(
     addr: SocketAddr,
     app: Router,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
