@@ -160,14 +160,19 @@ fn composite_controller_creates_children_writes_status_and_follows_changes() {
 
     // The controller and the deployer are actors: `bosun actors` shows their mailboxes
     // (parents and items waiting, syncs in flight, the last syncs).
-    let actors = common::run_ok(&mut common::debug_cli(
-        &work.path().join("debug.socket"),
-        &["actors"],
-    ));
-    assert!(
-        actors.contains("Actor 'lambda/CompositeController/greetings' (lambda-controller)")
-            && actors.contains("Actor 'deployer' (deployer)"),
-        "{actors}"
+    // The deployer registers once it has started, after the lambda controllers.
+    let mut actors = String::new();
+    wait_for(
+        "the controller and the deployer in bosun actors",
+        WAIT,
+        || {
+            actors = common::run_ok(&mut common::debug_cli(
+                &work.path().join("debug.socket"),
+                &["actors"],
+            ));
+            actors.contains("Actor 'lambda/CompositeController/greetings' (lambda-controller)")
+                && actors.contains("Actor 'deployer' (deployer)")
+        },
     );
     // With the modules switched off, no modules' engine runs: no queue, no global hooks
     // actor, no modules' journal, and their endpoints say why.

@@ -215,6 +215,21 @@ impl Worker {
         let Some(running) = self.controllers.lock().remove(key) else {
             return;
         };
+        // metacontroller's events: `Stopping` as the controller's loop ends, `Stopped`
+        // once it is gone.
+        if let Some(object) = object {
+            self.ctx
+                .cluster
+                .event(
+                    object,
+                    note(
+                        "Normal",
+                        "Stopping",
+                        format!("Stopping controller: {}", key.1),
+                    ),
+                )
+                .await;
+        }
         running.stop();
         tracing::info!(kind = %key.0, name = %key.1, "controller stopped: {reason}");
         self.journal(LambdaEvent::ControllerStopped {
@@ -287,6 +302,19 @@ impl Worker {
                 return Err(message);
             }
         };
+        // metacontroller's events: `Starting` as the controller's loop begins, `Started`
+        // once it runs.
+        self.ctx
+            .cluster
+            .event(
+                &object,
+                note(
+                    "Normal",
+                    "Starting",
+                    format!("Starting controller: {}", key.1),
+                ),
+            )
+            .await;
         let running = start(reconciler, spec, self.ctx.clone())
             .await
             .map_err(|e| e.to_string())?;
