@@ -521,6 +521,16 @@ fn the_embedded_default_runs_the_samples_of_all_three_subsystems_against_its_own
     let (code, page) = common::http_raw(host, "GET", "/ui", "", b"");
     assert_eq!(code, 200);
     assert!(String::from_utf8_lossy(&page).contains("<html"), "{ui}");
+    // The lambda and deployer views answer on the TCP listener too.
+    let (code, body) = common::http_raw(host, "GET", "/lambda/controllers.json", "", b"");
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        code == 200 && text.contains("hello-labels"),
+        "{code} {text}"
+    );
+    let (code, body) = common::http_raw(host, "GET", "/deployer/items.json", "", b"");
+    let text = String::from_utf8_lossy(&body);
+    assert!(code == 200 && text.contains("helm-chart"), "{code} {text}");
     let _ = child.kill();
     let _ = child.wait();
     assert!(data.path().join("kubeconfig").exists());
