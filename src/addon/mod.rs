@@ -174,6 +174,8 @@ impl OperatorConfig {
         let unnumbered_order = match env(&[
             "ADDON_OPERATOR_UNNUMBERED_MODULES_ORDER",
             "UNNUMBERED_MODULES_ORDER",
+            // The seed's spelling (addon-operator's code reads the one above).
+            "UNNUMBERED_MODULE_ORDER",
         ]) {
             Some(v) => v.parse().map_err(|_| {
                 anyhow::anyhow!("UNNUMBERED_MODULES_ORDER: {v:?} is not a whole number")

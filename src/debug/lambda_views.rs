@@ -12,6 +12,13 @@ pub fn lambda_controllers(running: Option<&bosun_lambda::registry::Controllers>)
         text.push_str("\nLambda controllers:\n");
     }
     for c in &controllers {
+        if let Some(why) = &c.refused {
+            text.push_str(&format!(
+                "  {} {}: refused (retried with backoff): {why}\n",
+                c.kind, c.name
+            ));
+            continue;
+        }
         let q = &c.queue;
         let count = |k: &str| q[k].as_array().map_or(0, Vec::len);
         text.push_str(&format!(

@@ -36,10 +36,12 @@ pub struct Settings {
 
 type Key = (ControllerKind, String);
 
-/// The running controllers, for the debug views.
+/// The running controllers, and those refused, for the debug views.
 #[derive(Clone, Default)]
 pub struct Controllers {
     running: Arc<Mutex<BTreeMap<Key, Running>>>,
+    /// Controller objects that could not start, and why (retried with backoff).
+    refused: Arc<Mutex<BTreeMap<Key, String>>>,
 }
 
 /// One controller in the debug view.
@@ -50,6 +52,9 @@ pub struct ControllerView {
     pub name: String,
     pub queue: Value,
     pub last_syncs: BTreeMap<String, LastSync>,
+    /// Why the controller object could not start (it is retried with backoff).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 impl Controllers {
@@ -57,17 +62,37 @@ impl Controllers {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Each running controller with its queue and the last sync of each parent.
+    fn refused(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, String>> {
+        self.refused.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Each running controller with its queue and the last sync of each parent, then
+    /// each refused one with the reason.
     pub fn views(&self) -> Vec<ControllerView> {
-        self.lock()
+        let mut views: Vec<ControllerView> = self
+            .lock()
             .values()
             .map(|r| ControllerView {
                 kind: r.kind,
                 name: r.name.clone(),
                 queue: queue_view(&r.snapshot()),
                 last_syncs: r.last.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+                refused: None,
             })
-            .collect()
+            .collect();
+        let empty = serde_json::json!({"waiting": [], "delayed": [], "inFlight": []});
+        views.extend(
+            self.refused()
+                .iter()
+                .map(|((kind, name), why)| ControllerView {
+                    kind: *kind,
+                    name: name.clone(),
+                    queue: empty.clone(),
+                    last_syncs: BTreeMap::new(),
+                    refused: Some(why.clone()),
+                }),
+        );
+        views
     }
 
     /// Names of the running controllers.
@@ -261,10 +286,12 @@ impl Worker {
             .await
             .map_err(|e| e.to_string())?;
         let Some(object) = object else {
+            self.controllers.refused().remove(key);
             self.stop(key, None, "deleted").await;
             return Ok(());
         };
         if !self.settings.target.matches_labels(&object) {
+            self.controllers.refused().remove(key);
             self.stop(
                 key,
                 Some(&object),
@@ -287,8 +314,11 @@ impl Worker {
             Ok(Some(r)) => r,
             Ok(None) => return Ok(()),
             Err(Build::Refused(message)) => {
-                self.refuse(key, &object, "SyncError", message).await;
-                return Ok(());
+                // Retried with backoff, as metacontroller does: what refused it (a parent
+                // CRD without the status subresource) may be fixed without a change here.
+                self.refuse(key, &object, "SyncError", message.clone())
+                    .await;
+                return Err(message);
             }
             Err(Build::Retry(message)) => return Err(message),
             Err(Build::Create(message)) => {
@@ -319,6 +349,7 @@ impl Worker {
             .await
             .map_err(|e| e.to_string())?;
         self.controllers.lock().insert(key.clone(), running);
+        self.controllers.refused().remove(key);
         self.journal(LambdaEvent::ControllerStarted {
             kind: key.0,
             name: key.1.clone(),
@@ -340,6 +371,9 @@ impl Worker {
 
     async fn refuse(&self, key: &Key, object: &Value, reason: &str, message: String) {
         tracing::warn!(kind = %key.0, name = %key.1, "{message}");
+        self.controllers
+            .refused()
+            .insert(key.clone(), message.clone());
         self.journal(LambdaEvent::ControllerRefused {
             kind: key.0,
             name: key.1.clone(),

@@ -56,7 +56,7 @@ struct World {
     hooks: Arc<ScriptedHooks>,
     journal: MemoryJournal<LambdaEvent>,
     mailboxes: Mailboxes,
-    _registry: Registry,
+    registry: Registry,
 }
 
 async fn world() -> World {
@@ -102,7 +102,7 @@ async fn world() -> World {
         hooks,
         journal,
         mailboxes,
-        _registry: registry,
+        registry,
     }
 }
 
@@ -400,4 +400,42 @@ async fn controllers_are_actors_and_a_deleted_controller_object_stops_its_contro
         !w.mailboxes.snapshot().contains_key(actor)
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_refused_controller_shows_and_starts_once_its_parent_crd_is_fixed() {
+    let w = world().await;
+    w.hooks
+        .answer("greetings", HookType::Sync, one_child_per_thing);
+    // The parent's CRD loses its status subresource: the controller is refused.
+    let mut crd = (*w
+        .cluster
+        .object(&crds(), "", "things.example.com")
+        .expect("the CRD"))
+    .clone();
+    let fixed = crd.clone();
+    crd["spec"]["versions"][0]["subresources"] = json!({});
+    w.cluster.put(&crds(), crd);
+    w.cluster.put(&composites(), composite("greetings", false));
+    until("the refusal in the views", || {
+        w.registry.controllers.views().iter().any(|c| {
+            c.name == "greetings"
+                && c.refused
+                    .as_deref()
+                    .is_some_and(|r| r.contains("does not have subresource 'Status' enabled"))
+        })
+    })
+    .await;
+    // Fixed without touching the controller object: the retry starts it.
+    w.cluster.put(&crds(), fixed);
+    w.cluster.put(&things(), thing("hello", "hi"));
+    until("the child", || child(&w, "hello-cm").is_some()).await;
+    assert!(
+        w.registry
+            .controllers
+            .views()
+            .iter()
+            .all(|c| c.refused.is_none()),
+        "no longer refused"
+    );
 }
