@@ -252,7 +252,7 @@ fn setup_in(method: &str, finalize: bool, env: &[(&str, &str)]) -> Setup {
     let first = revisions(&sb).remove(0);
     assert_eq!(
         claimed_names(&first),
-        ["default/web-0", "default/web-1", "default/web-2"],
+        ["web-0", "web-1", "web-2"],
         "{first}"
     );
     for i in 0..3 {
@@ -320,7 +320,7 @@ fn assert_rolled_out(s: &Setup, original_uids: &[Value], objects: Objects) {
     assert_eq!(latest["parentPatch"], json!({"spec": {"version": "v2"}}));
     assert_eq!(
         claimed_names(&latest),
-        ["default/web-0", "default/web-1", "default/web-2"],
+        ["web-0", "web-1", "web-2"],
         "{latest}"
     );
     let parent = get(sb, PARENT).expect("parent");

@@ -34,12 +34,14 @@
 //! parent being deleted without our finalizer to honour.
 //!
 //! Differences from metacontroller, on purpose:
-//! - **One key everywhere**: children are named `namespace/name` (namespaced) or `name`
-//!   (cluster-scoped) in the revisions, the desired maps and the observed children.
-//!   metacontroller stores bare names for a namespaced parent and looks them up in a map
-//!   keyed `namespace/name`, so its rollouts of namespaced children wait forever on
-//!   "missing child". Bare names in revisions written by metacontroller are still read
-//!   (as the parent's namespace).
+//! - **One key inside, metacontroller's names outside**: children are keyed
+//!   `namespace/name` (namespaced) or `name` (cluster-scoped) in the desired maps and the
+//!   observed children. metacontroller stores bare names for a namespaced parent and looks
+//!   them up in a map keyed `namespace/name`, so its rollouts of namespaced children wait
+//!   forever on "missing child". bosun reads a bare name as the parent's namespace and
+//!   writes revisions as metacontroller does (a child in the parent's namespace by its
+//!   bare name), so either can take over from the other mid-rollout; revisions an earlier
+//!   bosun wrote with `namespace/name` are read too and rewritten once.
 //! - **The `Updated` condition is written**: replaced by type, appended otherwise; a `null`
 //!   hook status counts as `{}`.
 //! - **Claims dropped from a revision are written back** (metacontroller only drops whole
@@ -603,18 +605,35 @@ fn read_claims(revision: &Value) -> Result<Vec<Claims>, RolloutError> {
     }
 }
 
-fn write_claims(revision: &mut Value, claims: &[Claims]) {
+/// Writes `claims` into `revision` as metacontroller names them: a child in the parent's
+/// `namespace` by its bare name.
+fn write_claims(revision: &mut Value, claims: &[Claims], namespace: &str) {
     let Some(object) = revision.as_object_mut() else {
         return;
     };
     if claims.is_empty() {
         object.remove("children");
-    } else {
-        object.insert(
-            "children".into(),
-            serde_json::to_value(claims).unwrap_or(Value::Null),
-        );
+        return;
     }
+    let prefix = format!("{namespace}/");
+    let written: Vec<Claims> = claims
+        .iter()
+        .map(|c| Claims {
+            names: c
+                .names
+                .iter()
+                .map(|n| match n.strip_prefix(&prefix) {
+                    Some(bare) if !namespace.is_empty() => bare.to_string(),
+                    _ => n.clone(),
+                })
+                .collect(),
+            ..c.clone()
+        })
+        .collect();
+    object.insert(
+        "children".into(),
+        serde_json::to_value(written).unwrap_or(Value::Null),
+    );
 }
 
 /// Whether the rollout may move another child: every child the latest revision claims
@@ -926,7 +945,7 @@ pub fn plan(input: &RolloutInput<'_>) -> Result<RolloutPlan, RolloutError> {
         }
         kept[i] = true;
         let mut object = rev.object.clone();
-        write_claims(&mut object, &rev.claims);
+        write_claims(&mut object, &rev.claims, namespace);
         match rev.observed {
             Some(observed) if *observed == object => {}
             Some(_) => plan.update.push(object),
