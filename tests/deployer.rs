@@ -2534,3 +2534,63 @@ fn a_delete_all_group_with_a_target_name_deletes_in_that_target_only() {
         "the item's own object deleted in its target"
     );
 }
+
+/// Deletion groups delete only what they select (landscaper's `deletionmanager.go`): the
+/// documented "skip deletion of CRDs" leaves the CRD (and every object of its kind), and
+/// `type: empty` keeps everything.
+#[test]
+fn deletion_groups_keep_what_they_do_not_select() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"kind": "Widget", "plural": "widgets"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let in_target = |path: &str| target_cluster.get(path).0 == 200;
+    for (item, groups, cm_kept) in [
+        (
+            "skips-crds",
+            json!([
+                {"predefinedResourceGroup": {"type": "namespaced-resources"}},
+                {"predefinedResourceGroup": {"type": "cluster-scoped-resources"}},
+            ]),
+            false,
+        ),
+        (
+            "keeps-all",
+            json!([{"predefinedResourceGroup": {"type": "empty"}}]),
+            true,
+        ),
+    ] {
+        let mut config = manifest_config(json!([
+            {"manifest": crd},
+            {"manifest": cm("default", item, json!({"v": "1"}))},
+        ]));
+        config["deletionGroups"] = groups;
+        create_item(
+            &sb,
+            item,
+            json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": config}),
+        );
+        wait_phase(&op, &sb, item, "Succeeded");
+        delete_and_wait(&op, &sb, item);
+        assert!(
+            in_target(
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"
+            ),
+            "{item}: the CRD no group selects is kept"
+        );
+        assert_eq!(
+            in_target(&format!("/api/v1/namespaces/default/configmaps/{item}")),
+            cm_kept,
+            "{item}"
+        );
+    }
+}

@@ -227,7 +227,9 @@ pub struct Step {
 }
 
 /// The steps for `candidates`: each group takes what it selects of what earlier groups
-/// left; objects no group selects are deleted last, in the default order.
+/// left. Without groups the default order applies; with groups, an object no group
+/// selects is **kept** (landscaper's `deletionmanager.go`: `type: empty`, or groups that
+/// leave CRDs out, keep them and every custom resource of theirs).
 pub fn plan(groups: &[Group], candidates: &[Candidate<'_>]) -> Vec<Step> {
     let mut taken = vec![false; candidates.len()];
     let mut steps = Vec::new();
@@ -245,11 +247,14 @@ pub fn plan(groups: &[Group], candidates: &[Candidate<'_>]) -> Vec<Step> {
             });
         }
     };
-    for g in groups {
-        take(g, &mut steps);
-    }
-    for g in default_groups() {
-        take(&g, &mut steps);
+    if groups.is_empty() {
+        for g in default_groups() {
+            take(&g, &mut steps);
+        }
+    } else {
+        for g in groups {
+            take(g, &mut steps);
+        }
     }
     steps
 }
@@ -270,7 +275,7 @@ mod tests {
     }
 
     #[test]
-    fn groups_take_their_objects_in_order_and_the_rest_go_last() {
+    fn groups_take_their_objects_in_order_and_keep_the_rest() {
         let groups = parse(
             &json!([
                 {"customResourceGroup": {"resources": [{"apiVersion": "v1", "kind": "Secret", "names": ["s"]}], "forceDelete": true}},
@@ -298,15 +303,8 @@ mod tests {
                     indices: vec![1],
                     force: false
                 },
-                Step {
-                    indices: vec![0],
-                    force: false
-                },
-                Step {
-                    indices: vec![3],
-                    force: false
-                },
-            ]
+            ],
+            "what no group selects (the ConfigMap, the CRD) is kept"
         );
         assert_eq!(
             plan(&default_groups(), &objects),
