@@ -178,6 +178,7 @@ async fn main() -> anyhow::Result<()> {
         timeouts: Default::default(),
         lock_holder: None,
         pod_namespace: "default".into(),
+        contract: Default::default(),
     };
     let deployer = bosun::deployer::start(&host, &cfg).await?;
     // Watched through the deployer's own view: listing 1,000 items every few milliseconds

@@ -101,6 +101,11 @@ pub struct DeployerArgs {
     /// Deploy items reconciled at once.
     #[arg(long, env = "BOSUN_DEPLOYER_WORKERS", default_value_t = 5)]
     pub deployer_workers: usize,
+    /// Which of landscaper's deployer contracts runs an item: `annotations` (the seed's:
+    /// an item without a jobID runs on its reconcile annotation and generation) or `jobid`
+    /// (current landscaper releases: only a jobID runs an item; use it beside one).
+    #[arg(long, env = "BOSUN_DEPLOYER_CONTRACT", default_value = "annotations")]
+    pub deployer_contract: String,
     /// `status.deployer.identity` (default `bosun-<hostname>-<unix seconds>`).
     #[arg(long, env = "BOSUN_DEPLOYER_IDENTITY")]
     pub deployer_identity: Option<String>,
@@ -136,6 +141,13 @@ fn landscaper_timeout(flag: &str, value: &str) -> anyhow::Result<Option<std::tim
 }
 
 impl DeployerArgs {
+    /// `--deployer-contract`.
+    fn contract(&self) -> anyhow::Result<bosun_deployer::decide::Contract> {
+        self.deployer_contract
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--deployer-contract {e}"))
+    }
+
     /// The deployer configuration, with the journal under `journal_dir`.
     pub fn config(
         &self,
@@ -175,6 +187,7 @@ impl DeployerArgs {
             resource_cluster: None,
             helm: operator.helm_settings(),
             work_dir: operator.tmp_dir.join("deployer"),
+            contract: self.contract()?,
         })
     }
 }

@@ -2594,3 +2594,46 @@ fn deletion_groups_keep_what_they_do_not_select() {
         );
     }
 }
+
+/// With `--deployer-contract=jobid` (beside a current landscaper) only a jobID runs an
+/// item: one landscaper has not triggered yet is left alone, in the order landscaper sets
+/// the jobIDs.
+#[test]
+fn with_the_jobid_contract_an_item_runs_only_once_it_has_a_job() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[("BOSUN_DEPLOYER_CONTRACT", "jobid")]);
+    for name in ["waits", "first"] {
+        create_item(
+            &sb,
+            name,
+            json!({"type": MOCK, "config": mock_config(json!({}))}),
+        );
+    }
+    let trigger = |name: &str, job: &str| {
+        let mut with_job = item(&sb, name).expect("item");
+        with_job["status"]["jobID"] = json!(job);
+        let (code, answer) = sb.put(&format!("{ITEMS}/{name}/status"), &with_job);
+        assert_eq!(code, 200, "{answer}");
+    };
+    trigger("first", "job-1");
+    op.wait("the triggered item finished", WAIT, || {
+        item(&sb, "first").is_some_and(|i| {
+            i["status"]["jobIDFinished"] == "job-1" && i["status"]["phase"] == "Succeeded"
+        })
+    });
+    // Created before it, never triggered: untouched (no phase, no finalizer).
+    let waits = item(&sb, "waits").expect("item");
+    assert!(waits["status"]["phase"].is_null(), "{}", waits["status"]);
+    assert!(
+        waits["metadata"]["finalizers"].is_null(),
+        "{}",
+        waits["metadata"]
+    );
+    trigger("waits", "job-2");
+    op.wait("the item runs once triggered", WAIT, || {
+        item(&sb, "waits").is_some_and(|i| {
+            i["status"]["jobIDFinished"] == "job-2" && i["status"]["phase"] == "Succeeded"
+        })
+    });
+}

@@ -49,6 +49,8 @@ pub struct DeployerConfig {
     pub helm: crate::helm::EngineSettings,
     /// Where the helm type keeps charts and the targets' kubeconfigs.
     pub work_dir: PathBuf,
+    /// `--deployer-contract`: which contract runs items without a jobID.
+    pub contract: bosun_deployer::decide::Contract,
 }
 
 /// The running deployer.
@@ -143,6 +145,7 @@ pub async fn start(
             target_selectors: cfg.target_selectors.clone(),
             timeouts: cfg.timeouts,
             lock_holder: cfg.lock_holder.clone(),
+            contract: cfg.contract,
         },
     )
     .await

@@ -115,6 +115,8 @@ pub struct Settings {
     /// Lock each item with a SyncObject while it is in flight, held by this pod name
     /// (several replicas serving the same targets); `None`: no locks.
     pub lock_holder: Option<String>,
+    /// Which deployer contract runs items without a jobID.
+    pub contract: crate::decide::Contract,
 }
 
 /// The prefix of this deployer's SyncObjects (landscaper uses the deployer's name).
@@ -435,6 +437,7 @@ fn plan_now(s: &Shared, item: &DeployItem, check: TargetCheck, job_id: &str) -> 
             deployer: &s.settings.deployer,
             new_job_id: job_id,
             timeouts: s.settings.timeouts,
+            contract: s.settings.contract,
         },
     );
     (plan, now)

@@ -140,6 +140,32 @@ pub struct Inputs<'a> {
     /// A fresh jobID, used for `operation: test-reconcile`.
     pub new_job_id: &'a str,
     pub timeouts: LandscaperTimeouts,
+    /// Which deployer contract runs items without a jobID.
+    pub contract: Contract,
+}
+
+/// Which of landscaper's deployer contracts this deployer follows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Contract {
+    /// The seed's: an item with a jobID follows the jobID contract, one without it the
+    /// reconcile annotation and `generation` (landscaper before jobIDs, or no landscaper).
+    #[default]
+    Annotations,
+    /// Current landscaper releases': only a jobID runs an item. landscaper creates the
+    /// items of an execution first and sets their jobIDs in `dependsOn` order, and its
+    /// deployer library leaves alone an item whose `jobID` and `jobIDFinished` are empty.
+    JobId,
+}
+
+impl std::str::FromStr for Contract {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Contract, String> {
+        match s {
+            "annotations" => Ok(Contract::Annotations),
+            "jobid" | "jobID" => Ok(Contract::JobId),
+            other => Err(format!("{other:?}: expected annotations or jobid")),
+        }
+    }
 }
 
 /// The error of a pickup timeout (landscaper's wording).
@@ -189,6 +215,8 @@ pub fn decide(item: &DeployItem, inp: &Inputs<'_>) -> Plan {
     let op = item.operation();
     if item.status.has_job() || op == Some(OP_TEST_RECONCILE) {
         decide_job(item, inp)
+    } else if inp.contract == Contract::JobId {
+        Plan::skip(Skip::Idle("no jobID: landscaper has not triggered it"))
     } else {
         decide_annotations(item, inp)
     }
@@ -492,6 +520,7 @@ mod tests {
                 now: now(),
                 deployer: &deployer,
                 new_job_id: "job-new",
+                contract: Contract::Annotations,
                 timeouts: LandscaperTimeouts::default(),
             },
         )
@@ -563,6 +592,7 @@ mod tests {
                 now: now(),
                 deployer: &DeployerInfo::default(),
                 new_job_id: "job-new",
+                contract: Contract::Annotations,
                 timeouts: LandscaperTimeouts {
                     pickup: None,
                     abort: None,

@@ -53,6 +53,7 @@ async fn start(cluster: &MemoryCluster, journal: &MemoryJournal<DeployerEvent>) 
             target_selectors: Vec::new(),
             timeouts: Default::default(),
             lock_holder: None,
+            contract: Default::default(),
         },
     )
     .await

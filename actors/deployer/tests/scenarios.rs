@@ -86,6 +86,7 @@ async fn world() -> World {
             target_selectors: Vec::new(),
             timeouts: Default::default(),
             lock_holder: None,
+            contract: Default::default(),
         },
     )
     .await
