@@ -195,7 +195,10 @@ fn a_mock_item_succeeds_with_its_exports_and_runs_again_on_reconcile() {
         .as_str()
         .expect("exportRef")
         .to_string();
-    assert!(export.starts_with("mock-export-"), "{export}");
+    assert_eq!(
+        export, "mock-item-export",
+        "landscaper's name: <item>-export"
+    );
     assert_eq!(secret_config(&sb, &export), Some(json!({"key2": "val2"})));
     op.wait("the journal's phase history", WAIT, || {
         phases_of(&journal(work.path()), "mock-item")
@@ -569,7 +572,7 @@ fn a_progressing_item_continues_after_kill_9_without_duplicates() {
         .filter(|s| {
             s["metadata"]["name"]
                 .as_str()
-                .is_some_and(|n| n.starts_with("mock-export-"))
+                .is_some_and(|n| n.ends_with("-export"))
         })
         .count();
     assert_eq!(exports, 1, "no duplicate export Secrets: {secrets}");

@@ -433,10 +433,9 @@ impl Cluster for KubeCluster {
         &self,
         item: &Value,
         existing: Option<ObjectRef>,
-        prefix: &str,
         exports: &Value,
     ) -> BoxFut<'_, Result<ObjectRef, ClusterError>> {
-        let (item, prefix) = (item.clone(), prefix.to_string());
+        let item = item.clone();
         let config = base64::engine::general_purpose::STANDARD.encode(exports.to_string());
         Box::pin(async move {
             let key = ItemKey::of(&item);
@@ -460,10 +459,12 @@ impl Cluster for KubeCluster {
                 what: format!("DeployItem {key}"),
                 message: e.to_string(),
             })?;
+            // landscaper's name; one left by an earlier run (its exportRef lost) is taken.
+            let name = bosun_deployer::ports::export_secret_name(&key.name);
             let secret = json!({
                 "apiVersion": "v1", "kind": "Secret",
                 "metadata": {
-                    "generateName": prefix,
+                    "name": name,
                     "namespace": key.namespace,
                     "ownerReferences": [{
                         "apiVersion": bosun_deployer::item::API_VERSION, "kind": "DeployItem",
@@ -473,13 +474,25 @@ impl Cluster for KubeCluster {
                 "type": "Opaque",
                 "data": {"config": config},
             });
-            let what = format!("export Secret of DeployItem {key}");
-            let created = api.create(&secret).await.map_err(|e| error(what, e))?;
+            let what = format!("export Secret {}/{name} of DeployItem {key}", key.namespace);
+            match api.create(&secret).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let mut live = self
+                        .get_opt(&core("Secret", "secrets"), &key.namespace, &name)
+                        .await?
+                        .ok_or_else(|| ClusterError::Conflict(what.clone()))?;
+                    live["data"] = json!({"config": config});
+                    live["metadata"]["ownerReferences"] =
+                        secret["metadata"]["ownerReferences"].clone();
+                    api.replace(&name, &live)
+                        .await
+                        .map_err(|e| error(what, e))?;
+                }
+                Err(e) => return Err(error(what, e)),
+            }
             Ok(ObjectRef {
-                name: created["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
+                name,
                 namespace: key.namespace,
             })
         })

@@ -896,12 +896,7 @@ async fn run_reconcile(
     if let Some(export) = &outcome.export {
         match s
             .cluster
-            .write_export(
-                &item.object,
-                status.export_ref.clone(),
-                ty.export_prefix(),
-                export,
-            )
+            .write_export(&item.object, status.export_ref.clone(), export)
             .await
         {
             Ok(r) => status.export_ref = Some(r),

@@ -298,16 +298,15 @@ impl Cluster for MemoryCluster {
         &self,
         item: &Value,
         existing: Option<ObjectRef>,
-        prefix: &str,
         exports: &Value,
     ) -> BoxFut<'_, Result<ObjectRef, ClusterError>> {
         let key = ItemKey::of(item);
-        let (prefix, exports) = (prefix.to_string(), exports.to_string());
+        let exports = exports.to_string();
         Box::pin(async move {
             let mut st = self.lock();
             let name = match existing {
                 Some(r) => r.name,
-                None => format!("{prefix}{}", st.next_version()),
+                None => crate::ports::export_secret_name(&key.name),
             };
             let mut data = SecretData::new();
             data.insert("config".into(), exports.into_bytes());

@@ -1084,10 +1084,6 @@ impl DeployerType for HelmType {
         HELM_TYPE
     }
 
-    fn export_prefix(&self) -> &str {
-        "helm-export-"
-    }
-
     fn reconcile<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<Outcome, DeployError>> {
         Box::pin(async move { self.apply(&job).await })
     }

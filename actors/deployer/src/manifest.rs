@@ -1051,10 +1051,6 @@ impl DeployerType for ManifestType {
         MANIFEST_TYPE
     }
 
-    fn export_prefix(&self) -> &str {
-        "manifest-export-"
-    }
-
     fn reconcile<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<Outcome, DeployError>> {
         Box::pin(async move { self.apply(&job).await })
     }

@@ -106,10 +106,6 @@ impl DeployerType for Mock {
         MOCK_TYPE
     }
 
-    fn export_prefix(&self) -> &str {
-        "mock-export-"
-    }
-
     fn reconcile<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<Outcome, DeployError>> {
         Box::pin(async move {
             let config = job.item.config().cloned().unwrap_or(Value::Null);

@@ -16,6 +16,12 @@ use crate::target::ResolvedTarget;
 /// A Secret's `data`, decoded.
 pub type SecretData = BTreeMap<String, Vec<u8>>;
 
+/// The name of a new export Secret of the item `item_name`: `<item>-export`, as
+/// landscaper's deployer library names it (`CreateOrUpdateExport`).
+pub fn export_secret_name(item_name: &str) -> String {
+    format!("{item_name}-export")
+}
+
 /// A failed cluster call (the runtime's, shared by every subsystem).
 pub use bosun_runtime::ports::ClusterError;
 
@@ -94,12 +100,11 @@ pub trait Cluster: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
     /// Writes the export Secret of `item` (key `config`, owned by the item): the one of
-    /// `existing`, else a new one named `<prefix><random>`.
+    /// `existing`, else `<item>-export` ([`export_secret_name`]), created or replaced.
     fn write_export(
         &self,
         item: &Value,
         existing: Option<ObjectRef>,
-        prefix: &str,
         exports: &Value,
     ) -> BoxFut<'_, Result<ObjectRef, ClusterError>>;
     /// Deletes a Secret; NotFound is success.
@@ -176,8 +181,6 @@ pub struct Outcome {
 pub trait DeployerType: Send + Sync + 'static {
     /// The `spec.type` it serves.
     fn name(&self) -> &str;
-    /// `generateName` of its export Secrets.
-    fn export_prefix(&self) -> &str;
     /// Applies the item.
     fn reconcile<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<Outcome, DeployError>>;
     /// Removes what the item applied.
