@@ -138,7 +138,9 @@ enum Step {
 }
 
 /// Parses the JSONPath subset the deployer configurations use: `.a.b[0].c`, optionally in
-/// `{…}` and after `$`, with `['key.with.dots']` for keys holding dots.
+/// `{…}` and after `$`, with `['key.with.dots']` for keys holding dots. A dot escaped with
+/// a backslash (`app\.kubernetes\.io`, `['a\.b']`) is part of the key, as client-go's
+/// JSONPath reads it (upstream's own examples write it so).
 fn parse_path(path: &str) -> Result<Vec<Step>, String> {
     let mut p = path.trim();
     if let Some(inner) = p.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
@@ -158,13 +160,20 @@ fn parse_path(path: &str) -> Result<Vec<Step>, String> {
             '.' => {
                 let start = i + 1;
                 let mut end = start;
+                let mut key = String::new();
                 while end < bytes.len() && bytes[end] != '.' && bytes[end] != '[' {
+                    if bytes[end] == '\\' && bytes.get(end + 1) == Some(&'.') {
+                        key.push('.');
+                        end += 2;
+                        continue;
+                    }
+                    key.push(bytes[end]);
                     end += 1;
                 }
                 if end == start {
                     return Err(format!("{path:?}: empty field name at {start}"));
                 }
-                steps.push(Step::Field(bytes[start..end].iter().collect()));
+                steps.push(Step::Field(key));
                 i = end;
             }
             '[' => {
@@ -180,7 +189,7 @@ fn parse_path(path: &str) -> Result<Vec<Step>, String> {
                     .and_then(|s| s.strip_suffix('\''))
                     .or_else(|| inner.strip_prefix('"').and_then(|s| s.strip_suffix('"')))
                 {
-                    steps.push(Step::Field(key.to_string()));
+                    steps.push(Step::Field(key.replace("\\.", ".")));
                 } else {
                     let n = inner.parse().map_err(|_| {
                         format!("{path:?}: [{inner}] is not an index or a quoted key")
@@ -707,6 +716,9 @@ mod tests {
             Some(&json!("Ready"))
         );
         assert_eq!(at(&o, "{.status['a.b']}").ok().flatten(), Some(&json!(1)));
+        // Escaped dots, as upstream's examples write keys of annotations and labels.
+        assert_eq!(at(&o, r"{.status['a\.b']}").ok().flatten(), Some(&json!(1)));
+        assert_eq!(at(&o, r"{.status.a\.b}").ok().flatten(), Some(&json!(1)));
         assert_eq!(at(&o, "status.conditions[3]").ok().flatten(), None);
         assert!(at(&o, ".status..x").is_err());
         assert!(at(&o, ".status[x]").is_err());
