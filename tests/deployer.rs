@@ -985,6 +985,19 @@ fn manifests_wait_for_readiness_then_export_and_merge_with_live_objects() {
         WAIT,
         waiting("Deployment default/web"),
     );
+    // Where a user looks, the item says what it waits for.
+    let socket = work.path().join("debug.socket");
+    op.wait("/deployer/items.text names the Deployment", WAIT, || {
+        common::run_ok(&mut common::debug_cli(
+            &socket,
+            &["raw", "/deployer/items.text"],
+        ))
+        .lines()
+        .any(|l| {
+            l.contains("default/ready: Progressing, waiting for ManifestsReady=False")
+                && l.contains("Deployment default/web")
+        })
+    });
     let in_target = |path: &str| {
         let (code, v) = target_cluster.get(path);
         (code == 200).then_some(v)

@@ -45,9 +45,10 @@ pub fn deployer_items(running: Option<&bosun_deployer::controller::DeployerView>
     }
     for (key, run) in &last {
         let phase = run.phase.map_or("-", |p| p.as_str());
-        match &run.error {
-            Some(e) => text.push_str(&format!("  {key}: {phase}: {e}\n")),
-            None => text.push_str(&format!("  {key}: {phase}\n")),
+        match (&run.error, &run.waiting_for) {
+            (Some(e), _) => text.push_str(&format!("  {key}: {phase}: {e}\n")),
+            (None, Some(w)) => text.push_str(&format!("  {key}: {phase}, waiting for {w}\n")),
+            (None, None) => text.push_str(&format!("  {key}: {phase}\n")),
         }
     }
     let items: serde_json::Map<String, serde_json::Value> = last

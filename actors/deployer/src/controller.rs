@@ -101,6 +101,24 @@ impl LastRuns {
     }
 }
 
+/// What an item that is not final waits on: its first condition whose status is not
+/// `True` (`ManifestsReady=False: Deployment … is not ready`), as the item's status says.
+fn waiting_for(status: &crate::item::Status) -> Option<String> {
+    if status.phase.is_some_and(|p| p.is_final()) {
+        return None;
+    }
+    status.conditions.iter().find_map(|c| {
+        let st = c["status"].as_str()?;
+        (st != "True").then(|| {
+            format!(
+                "{}={st}: {}",
+                c["type"].as_str().unwrap_or("?"),
+                c["message"].as_str().unwrap_or_default()
+            )
+        })
+    })
+}
+
 /// How the deployer runs.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -131,6 +149,9 @@ pub struct LastRun {
     pub phase: Option<Phase>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// For an item not final yet: the condition it waits on (`ManifestsReady=False: …`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<u64>,
 }
@@ -352,6 +373,7 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
                     phase: None,
                     error: Some(e.to_string()),
                     retry_in_ms: None,
+                    waiting_for: None,
                 },
             );
             return Ok(None);
@@ -396,6 +418,7 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
                     phase: item.status.phase,
                     error: Some(format!("locked by {pod} (SyncObject {LOCK_PREFIX}-…)")),
                     retry_in_ms: Some(LOCKED_RETRY.as_millis() as u64),
+                    waiting_for: None,
                 },
             );
             return Ok(Some(LOCKED_RETRY));
@@ -690,6 +713,7 @@ async fn write_status(
                 .as_ref()
                 .map(|e| format!("{}: {}", e.reason, e.message)),
             retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            waiting_for: waiting_for(new),
         },
     );
     DeployItem::from_value(written).map_err(|e| {
