@@ -2653,3 +2653,65 @@ fn with_the_jobid_contract_an_item_runs_only_once_it_has_a_job() {
         })
     });
 }
+
+/// `policy: fallback` manages only what carries this item's label, as landscaper's object
+/// applier: an existing object nobody labelled is left as it is, and one relabelled to
+/// another item is not deleted when the item stops listing it.
+#[test]
+fn fallback_touches_only_objects_the_item_owns() {
+    const LABEL: &str = "manifest.deployer.landscaper.gardener.cloud/deployitem";
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    let cms = "/api/v1/namespaces/default/configmaps";
+    post_ok(
+        &target_cluster,
+        cms,
+        &cm("default", "theirs", json!({"v": "theirs"})),
+    );
+    let manifests = |with_fresh: bool| {
+        let mut list = vec![
+            json!({"policy": "fallback", "manifest": cm("default", "theirs", json!({"v": "ours"}))}),
+        ];
+        if with_fresh {
+            list.push(json!({"policy": "fallback", "manifest": cm("default", "fresh", json!({"v": "ours"}))}));
+        }
+        manifest_config(json!(list))
+    };
+    create_item(
+        &sb,
+        "falls-back",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": manifests(true)}),
+    );
+    wait_phase(&op, &sb, "falls-back", "Succeeded");
+    let (_, theirs) = target_cluster.get(&format!("{cms}/theirs"));
+    assert_eq!(
+        theirs["data"]["v"], "theirs",
+        "an object nobody labelled is not taken over"
+    );
+    assert!(theirs["metadata"]["labels"][LABEL].is_null(), "{theirs}");
+    let (code, fresh) = target_cluster.get(&format!("{cms}/fresh"));
+    assert_eq!(code, 200);
+    assert_eq!(fresh["metadata"]["labels"][LABEL], "falls-back");
+    // Another item takes `fresh` over; this item stops listing it: it stays.
+    let mut relabelled = fresh.clone();
+    relabelled["metadata"]["labels"][LABEL] = json!("another-item");
+    let (code, answer) = target_cluster.put(&format!("{cms}/fresh"), &relabelled);
+    assert_eq!(code, 200, "{answer}");
+    edit_item(&sb, "falls-back", |o| {
+        o["spec"]["config"] = manifests(false);
+    });
+    op.wait("the update applied", WAIT, || {
+        item(&sb, "falls-back").is_some_and(|i| {
+            i["status"]["phase"] == "Succeeded"
+                && i["status"]["observedGeneration"] == i["metadata"]["generation"]
+        })
+    });
+    assert_eq!(
+        target_cluster.get(&format!("{cms}/fresh")).0,
+        200,
+        "relabelled to another item: not this item's orphan"
+    );
+}

@@ -888,9 +888,11 @@ impl ManifestType {
                     self.targets.create(target, object).await?
                 }
                 (None, Some(live)) => {
+                    // `fallback` takes over nothing: an object this item's label does not
+                    // name (another item's, or nobody's) is left as it is, and not managed
+                    // (landscaper's objectapplier.go).
                     let owner = live["metadata"]["labels"][flavor.label].as_str();
-                    if m.policy == Policy::Fallback && owner.is_some_and(|o| o != job.item.key.name)
-                    {
+                    if m.policy == Policy::Fallback && owner != Some(job.item.key.name.as_str()) {
                         continue;
                     }
                     if m.policy == Policy::Immutable {
@@ -913,9 +915,10 @@ impl ManifestType {
             });
         }
         let gone = orphans(&before, &managed);
+        let gone = self.ours(target, gone.iter(), flavor, job).await?;
         self.delete_in_groups(
             target,
-            &gone.iter().collect::<Vec<_>>(),
+            &gone,
             config.deletion_groups_during_update.as_deref(),
             job,
         )
@@ -1006,19 +1009,46 @@ impl ManifestType {
             return Ok(());
         }
         let target = need_target(job)?;
+        let ours = self
+            .ours(
+                target,
+                managed.iter().filter(|m| m.policy.deletes()),
+                flavor,
+                job,
+            )
+            .await?;
+        self.delete_in_groups(target, &ours, groups, job).await?;
+        Ok(())
+    }
+
+    /// Of `list`, what this item may delete: a `fallback` object only while it carries
+    /// this item's label (relabelled to another item, or gone, it is left alone), as
+    /// landscaper's `ShouldDeleteManagedResource`.
+    async fn ours<'m>(
+        &self,
+        target: &ResolvedTarget,
+        list: impl Iterator<Item = &'m Managed>,
+        flavor: &Flavor,
+        job: &Job<'_>,
+    ) -> Result<Vec<&'m Managed>, DeployError> {
         let mut ours = Vec::new();
-        for m in managed.iter().filter(|m| m.policy.deletes()) {
-            if m.policy == Policy::Fallback
-                && let Some(live) = self.targets.get(target, &m.resource).await?
-                && live["metadata"]["labels"][flavor.label].as_str()
-                    != Some(job.item.key.name.as_str())
-            {
-                continue;
+        for m in list {
+            if m.policy == Policy::Fallback {
+                let owned = self
+                    .targets
+                    .get(target, &m.resource)
+                    .await?
+                    .is_some_and(|live| {
+                        live["metadata"]["labels"][flavor.label].as_str()
+                            == Some(job.item.key.name.as_str())
+                    });
+                if !owned {
+                    continue;
+                }
             }
             ours.push(m);
         }
-        self.delete_in_groups(target, &ours, groups, job).await?;
-        Ok(())
+        Ok(ours)
     }
 }
 
