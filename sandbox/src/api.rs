@@ -97,16 +97,40 @@ const ACCEPTED_CONTENT_TYPES: &str = "application/json, application/yaml, \
      application/apply-patch+yaml";
 
 /// Whether a `Host` header names this machine's loopback: `localhost`, `127.x.x.x` or
-/// `[::1]`, with or without a port.
+/// `[::1]`, with or without a port. Parsed strictly: the port is digits alone, so
+/// `127.0.0.1:6445@evil.com` and `[::1]x` are not loopback names.
 pub fn loopback_host(host: &str) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or_default(),
-        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    let (name, port) = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((name, "")) => (name, None),
+            Some((name, after)) => match after.strip_prefix(':') {
+                Some(port) => (name, Some(port)),
+                None => return false,
+            },
+            None => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        },
     };
-    name.eq_ignore_ascii_case("localhost")
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    let port_ok = port.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    port_ok
+        && (name.eq_ignore_ascii_case("localhost")
+            || name
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback()))
+}
+
+/// The one `Host` of a request: `None` when it has several (a request that names two
+/// hosts is not one a browser sends; answering it could pick the wrong one).
+pub fn single_host(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let mut all = headers.get_all("host").iter();
+    let first = all.next()?;
+    if all.next().is_some() {
+        return None;
+    }
+    first.to_str().ok()
 }
 
 /// Refuses what a web page could send: a foreign `Host` on a loopback server, and writes
@@ -114,13 +138,11 @@ pub fn loopback_host(host: &str) -> bool {
 /// when the request comes from a browser).
 fn refuse_browser_requests(app: &App, req: &Request) -> Result<(), ApiError> {
     if app.loopback_hosts_only {
-        let host = req
-            .headers()
-            .get("host")
-            .and_then(|v| v.to_str().ok())
+        let several = req.headers().get_all("host").iter().count() > 1;
+        let host = single_host(req.headers())
             .or_else(|| req.uri().authority().map(|a| a.as_str()))
             .unwrap_or_default();
-        if !loopback_host(host) {
+        if several || !loopback_host(host) {
             return Err(ApiError::forbidden(format!(
                 "Host {host:?} is not a loopback name: the sandbox listens on loopback and \
                  answers only http://127.0.0.1:PORT, http://localhost:PORT or \
@@ -1427,6 +1449,12 @@ mod tests {
             "10.0.0.1:6445",
             "",
             "[::2]:6445",
+            // A userinfo-like or a trailing part after the port is not a port.
+            "127.0.0.1:6445@evil.com",
+            "localhost:@evil.com",
+            "[::1]evil",
+            "[::1]:6445@evil.com",
+            "127.0.0.1:",
         ] {
             assert!(!loopback_host(refused), "{refused}");
         }

@@ -136,9 +136,13 @@ pub async fn start(config: SandboxConfig) -> anyhow::Result<RunningSandbox> {
 
 /// Starts the sandbox as `options` say and returns once it accepts connections.
 pub async fn start_with(
-    config: SandboxConfig,
+    mut config: SandboxConfig,
     options: ServeOptions,
 ) -> anyhow::Result<RunningSandbox> {
+    // An empty token is no token (`--token ''` must not open the server to everyone).
+    if config.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        config.token = None;
+    }
     let loopback = config.listen.ip().is_loopback();
     if !loopback && config.token.is_none() {
         if !config.allow_unauthenticated {

@@ -44,6 +44,7 @@ use bosun_addon::Event;
 use bosun_addon::engine::Engine;
 use bosun_journal::Journal;
 use bosun_runtime::mailbox::Mailboxes;
+use bosun_sandbox::api::{loopback_host, single_host};
 use serde_json::{Value, json};
 
 use journal_views::{LogQuery, ViewError};
@@ -389,26 +390,11 @@ pub fn router(views: Views, mailboxes: Mailboxes) -> Router {
         .with_state(Shared { views, mailboxes })
 }
 
-/// Whether a `Host` header names this machine's loopback: `localhost`, `127.x.x.x` or
-/// `[::1]`, with or without a port.
-fn loopback_host(host: &str) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or_default(),
-        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
-    };
-    name.eq_ignore_ascii_case("localhost")
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// On a loopback TCP listener: refuses requests for other host names (a page whose name
 /// was made to point at 127.0.0.1 would otherwise read every value through the browser).
 async fn loopback_host_only(headers: HeaderMap, request: Request, next: Next) -> Response {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default();
+    // One Host, strictly a loopback name (two Host headers are refused).
+    let host = single_host(&headers).unwrap_or_default();
     if !loopback_host(host) {
         return Failure(
             StatusCode::MISDIRECTED_REQUEST,

@@ -133,7 +133,13 @@ fn the_sandbox_answers_loopback_host_names_only() {
     let port = sb.addr().rsplit(':').next().expect("port").to_string();
     let path = "/api/v1/namespaces/default/secrets/db";
     // A page whose own name was made to resolve to 127.0.0.1 reads nothing.
-    for host in [format!("rebound.example:{port}"), "rebound.example".into()] {
+    for host in [
+        format!("rebound.example:{port}"),
+        "rebound.example".into(),
+        // Parsed strictly: what follows the port is not a port.
+        format!("127.0.0.1:{port}@rebound.example"),
+        "[::1]rebound.example".into(),
+    ] {
         let answer = get_as(sb.addr(), &host, path);
         assert_status(
             &answer,
@@ -201,20 +207,23 @@ fn a_non_loopback_sandbox_needs_a_token_or_explicit_consent() {
             .spawn()
             .expect("spawn bosun sandbox")
     };
-    let mut refused = Killed(sandbox(&[]));
-    let status = exit_within(&mut refused.0, Duration::from_secs(30));
-    assert!(
-        status.is_some_and(|s| !s.success()),
-        "a sandbox on 0.0.0.0 without a token kept running"
-    );
-    let mut stderr = String::new();
-    if let Some(mut e) = refused.0.stderr.take() {
-        std::io::Read::read_to_string(&mut e, &mut stderr).expect("stderr");
+    // Without a token, and with an empty one (which is no token).
+    for extra in [&[][..], &["--token", ""][..]] {
+        let mut refused = Killed(sandbox(extra));
+        let status = exit_within(&mut refused.0, Duration::from_secs(30));
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "a sandbox on 0.0.0.0 with {extra:?} kept running"
+        );
+        let mut stderr = String::new();
+        if let Some(mut e) = refused.0.stderr.take() {
+            std::io::Read::read_to_string(&mut e, &mut stderr).expect("stderr");
+        }
+        assert!(
+            stderr.contains("--allow-unauthenticated") && stderr.contains("--token"),
+            "{stderr}"
+        );
     }
-    assert!(
-        stderr.contains("--allow-unauthenticated") && stderr.contains("--token"),
-        "{stderr}"
-    );
 
     // Told so, it serves, and any Host (it is meant to be reached by other names).
     let mut allowed = Killed(sandbox(&["--allow-unauthenticated"]));
@@ -313,4 +322,23 @@ fn the_debug_tcp_listener_refuses_cross_origin_config_posts() {
         &["config", "set", "log.level", "info"],
     ));
     assert_eq!(level(), "info");
+}
+
+/// A request with two `Host` headers (one loopback, one not) is refused: the sandbox does
+/// not pick one.
+#[test]
+fn two_host_headers_are_refused() {
+    use std::io::{Read, Write};
+    let sb = Sandbox::start();
+    let port = sb.addr().rsplit(':').next().expect("port").to_string();
+    let mut stream = std::net::TcpStream::connect(sb.addr()).expect("connect");
+    write!(
+        stream,
+        "GET /api/v1/namespaces HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nHost: rebound.example\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    let code = answer.split_whitespace().nth(1).unwrap_or_default();
+    assert!(code == "403" || code == "400", "{answer}");
 }
