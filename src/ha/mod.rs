@@ -242,6 +242,7 @@ impl JournalStream {
             acked: self.replication.acked(name),
             standbys: self.replication.standbys(name),
             timeout: ACK_TIMEOUT,
+            behind: Arc::default(),
         })
     }
 }
@@ -252,6 +253,9 @@ pub struct AckGate {
     acked: watch::Receiver<u64>,
     standbys: watch::Receiver<usize>,
     timeout: Duration,
+    /// The record whose ack timed out (0: none): until the standby holds it, appends do
+    /// not wait for it again, so a stalled standby costs one timeout, not one per record.
+    behind: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How long an append waits for a connected standby's ack before the leader goes on
@@ -261,9 +265,27 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 impl AckGate {
     /// Waits until a standby holds `seq`: at once when no standby is connected (after a
     /// failover, until the other replica is back), at most the ack timeout otherwise.
+    /// A standby that let one ack time out is not waited for again until it has caught up
+    /// with that record.
     pub async fn wait(&self, seq: u64) {
+        use std::sync::atomic::Ordering;
         let mut acked = self.acked.clone();
         let mut standbys = self.standbys.clone();
+        let behind = self.behind.load(Ordering::Acquire);
+        if behind != 0 {
+            if *acked.borrow() < behind {
+                metrics::counter!("bosun_ha_unacknowledged_appends_total").increment(1);
+                return;
+            }
+            // Caught up: waited for again.
+            let _ = self
+                .behind
+                .compare_exchange(behind, 0, Ordering::AcqRel, Ordering::Acquire);
+            tracing::info!(
+                seq = behind,
+                "the standby caught up; appends wait for its acks again"
+            );
+        }
         let deadline = tokio::time::Instant::now() + self.timeout;
         loop {
             if *acked.borrow_and_update() >= seq {
@@ -278,7 +300,8 @@ impl AckGate {
                 r = standbys.changed() => if r.is_err() { return },
                 () = tokio::time::sleep_until(deadline) => {
                     metrics::counter!("bosun_ha_unacknowledged_appends_total").increment(1);
-                    tracing::warn!(seq, timeout = ?self.timeout, "no standby confirmed a journal record in time; going on without (BOSUN_HA_SYNC_ACK)");
+                    self.behind.store(seq, Ordering::Release);
+                    tracing::warn!(seq, timeout = ?self.timeout, "no standby confirmed a journal record in time; going on without it until it has caught up (BOSUN_HA_SYNC_ACK)");
                     return;
                 }
             }
@@ -610,6 +633,44 @@ fn standby_router(shared: &Arc<Shared>) -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stalled standby costs one ack timeout, not one per record; once it holds the
+    /// record that timed out, appends wait for it again.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_standby_is_waited_for_once_until_it_catches_up() {
+        let (acked_tx, acked) = watch::channel(0u64);
+        let (_standbys_tx, standbys) = watch::channel(1usize);
+        let gate = AckGate {
+            acked,
+            standbys,
+            timeout: ACK_TIMEOUT,
+            behind: Arc::default(),
+        };
+        let start = tokio::time::Instant::now();
+        gate.wait(1).await;
+        assert_eq!(
+            start.elapsed(),
+            ACK_TIMEOUT,
+            "the first record waits the timeout"
+        );
+        let start = tokio::time::Instant::now();
+        for seq in 2..100 {
+            gate.wait(seq).await;
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO, "the next ones do not wait");
+        // It catches up: the next append waits for its ack again, and gets it.
+        let _ = acked_tx.send(99);
+        let waiting = tokio::spawn({
+            let gate = gate.clone();
+            async move { gate.wait(100).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "waits for the ack of 100 again");
+        let _ = acked_tx.send(100);
+        let start = tokio::time::Instant::now();
+        let _ = waiting.await;
+        assert!(start.elapsed() < ACK_TIMEOUT);
+    }
 
     fn cfg(service: Option<&str>) -> HaConfig {
         HaConfig {
