@@ -122,6 +122,14 @@ pub struct DeployerArgs {
     /// fails with `AbortingTimeout` (`none`: never).
     #[arg(long, env = "BOSUN_DEPLOYER_ABORT_TIMEOUT", default_value = "5m")]
     pub deployer_abort_timeout: String,
+    /// landscaper's `deployItemTimeouts.progressingDefault`: the timeout of an item without
+    /// `spec.timeout` (`none`: never).
+    #[arg(
+        long,
+        env = "BOSUN_DEPLOYER_PROGRESSING_TIMEOUT",
+        default_value = "10m"
+    )]
+    pub deployer_progressing_timeout: String,
     /// Lock each item with a SyncObject while it is in flight, as landscaper's deployers
     /// do when several replicas serve the same targets. The holder is this pod
     /// (`ADDON_OPERATOR_POD`, else the host name); a lock whose pod is gone from
@@ -181,6 +189,15 @@ impl DeployerArgs {
                     "--deployer-abort-timeout",
                     &self.deployer_abort_timeout,
                 )?,
+                progressing: bosun_deployer::timeout::Timeout::parse(
+                    &self.deployer_progressing_timeout,
+                )
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "--deployer-progressing-timeout {:?}: {e}",
+                        self.deployer_progressing_timeout
+                    )
+                })?,
             },
             journal_dir: journal_dir.join("deployer"),
             // Known once the operator has connected (`start_deployer`).

@@ -2715,3 +2715,25 @@ fn fallback_touches_only_objects_the_item_owns() {
         "relabelled to another item: not this item's orphan"
     );
 }
+
+/// `--deployer-progressing-timeout` (landscaper's `deployItemTimeouts.progressingDefault`)
+/// is the timeout of an item without `spec.timeout`.
+#[test]
+fn the_progressing_default_times_out_items_without_their_own_timeout() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let op = bosun(
+        &sb,
+        work.path(),
+        &[("BOSUN_DEPLOYER_PROGRESSING_TIMEOUT", "1s")],
+    );
+    create_item(
+        &sb,
+        "slow",
+        json!({"type": MOCK, "config": mock_config(json!({"phase": "Progressing"}))}),
+    );
+    let failed = wait_phase(&op, &sb, "slow", "Failed");
+    let e = &failed["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_TIMEOUT"]), "{e}");
+    assert_eq!(e["reason"], "ProgressingTimeout", "{e}");
+}

@@ -117,6 +117,9 @@ pub struct LandscaperTimeouts {
     /// `deployItemTimeouts.abort` (`None`: off): an `abort` whose `abort-time` is older
     /// fails with `AbortingTimeout`.
     pub abort: Option<Duration>,
+    /// `deployItemTimeouts.progressingDefault`: the timeout of an item without
+    /// `spec.timeout`.
+    pub progressing: crate::timeout::Timeout,
 }
 
 impl Default for LandscaperTimeouts {
@@ -124,6 +127,7 @@ impl Default for LandscaperTimeouts {
         LandscaperTimeouts {
             pickup: Some(Duration::from_secs(300)),
             abort: Some(Duration::from_secs(300)),
+            progressing: crate::timeout::Timeout::default(),
         }
     }
 }
@@ -428,7 +432,7 @@ fn finish_plan(
         );
         return failed(status, error);
     }
-    let timeout = match item.timeout() {
+    let timeout = match item.timeout_or(inp.timeouts.progressing) {
         Ok(t) => t,
         Err(e) => {
             let error = DeployError::config("Reconcile", "InvalidTimeout", e.to_string());
@@ -596,6 +600,7 @@ mod tests {
                 timeouts: LandscaperTimeouts {
                     pickup: None,
                     abort: None,
+                    ..LandscaperTimeouts::default()
                 },
             },
         );

@@ -479,8 +479,13 @@ impl DeployItem {
 
     /// `spec.timeout`, defaulted to 10 minutes.
     pub fn timeout(&self) -> Result<Timeout, FieldError> {
+        self.timeout_or(Timeout::default())
+    }
+
+    /// `spec.timeout`, else `default` (landscaper's `deployItemTimeouts.progressingDefault`).
+    pub fn timeout_or(&self, default: Timeout) -> Result<Timeout, FieldError> {
         match &self.timeout {
-            None => Ok(Timeout::default()),
+            None => Ok(default),
             Some(t) => Timeout::parse(t).map_err(|e| {
                 FieldError::new(&format!("DeployItem {}", self.key), "spec.timeout", e)
             }),
