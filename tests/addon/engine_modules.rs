@@ -285,12 +285,25 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: Hel
     .expect("template");
     install_release(&sb, &w.join("orphan"), "orphan", engine);
     assert_eq!(releases(&sb).get("orphan"), Some(&1));
+    // One HELM_IGNORE_RELEASE names: never purged.
+    std::fs::create_dir_all(w.join("ignored/templates")).expect("ignored chart");
+    std::fs::write(
+        w.join("ignored/Chart.yaml"),
+        "apiVersion: v2\nname: ignored\nversion: 0.1.0\n",
+    )
+    .expect("chart");
+    std::fs::write(
+        w.join("ignored/templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ignored-by-bosun\n",
+    )
+    .expect("template");
+    install_release(&sb, &w.join("ignored"), "ignored", engine);
 
     set_config(
         &sb,
         &[("global", "param1: 200\n"), ("someModuleEnabled", "true")],
     );
-    let op = start(&sb, w, engine, &[]);
+    let op = start(&sb, w, engine, &[("HELM_IGNORE_RELEASE", "ignored")]);
     assert_engine(&op, engine, 1);
     let journal = w.join("journal");
     op.wait("the first converge", Duration::from_secs(90), || {
@@ -299,6 +312,11 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: Hel
     op.wait("the orphan release purged", Duration::from_secs(30), || {
         !releases(&sb).contains_key("orphan")
     });
+    assert_eq!(
+        releases(&sb).get("ignored"),
+        Some(&1),
+        "HELM_IGNORE_RELEASE keeps it"
+    );
 
     // Enabled state: the seed's two examples, and the modules enabled by values.yaml.
     let (state, _) = journal_state(&journal);
@@ -312,7 +330,11 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: Hel
     let rel = releases(&sb);
     assert_eq!(
         rel,
-        BTreeMap::from([("echo".into(), 1), ("toggled".into(), 1)]),
+        BTreeMap::from([
+            ("echo".into(), 1),
+            ("ignored".into(), 1),
+            ("toggled".into(), 1)
+        ]),
         "nginx-ingress (disabled by its values.yaml) and some-module (ConfigMap true, enabled script false) get no release"
     );
 
@@ -442,7 +464,11 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: Hel
     });
     assert_eq!(
         releases(&sb),
-        BTreeMap::from([("echo".into(), 3), ("toggled".into(), 1)]),
+        BTreeMap::from([
+            ("echo".into(), 3),
+            ("ignored".into(), 1),
+            ("toggled".into(), 1)
+        ]),
         "an unchanged release gets no new revision; {}",
         op.logs()
             .lines()

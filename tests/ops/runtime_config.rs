@@ -211,3 +211,46 @@ fn status_converge_follows_the_first_converge() {
         })
     );
 }
+
+/// `LOG_TYPE=json` makes every log line a JSON object; `LOG_NO_TIME=true` leaves the time
+/// out of each.
+#[test]
+fn json_logs_without_time_as_the_seed_describes() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = common::global_hooks_dir(work.path());
+    common::config_hook(
+        &hooks.join("001-hello.sh"),
+        r#"{"configVersion":"v1","onStartup":1}"#,
+        "echo 'hello from the hook'\n",
+    );
+    let op = Operator::start_with(
+        &sb,
+        &hooks,
+        work.path(),
+        &[
+            ("LOG_LEVEL", "info"),
+            ("LOG_TYPE", "json"),
+            ("LOG_NO_TIME", "true"),
+        ],
+    );
+    op.wait("the hook's line", Duration::from_secs(60), || {
+        op.logs().contains("hello from the hook")
+    });
+    let logs = op.logs();
+    // What bosun prints for people (the addresses) is plain; every log line is JSON.
+    let log_lines: Vec<&str> = logs
+        .lines()
+        .filter(|l| !l.starts_with("bosun ") && !l.trim().is_empty())
+        .collect();
+    assert!(log_lines.len() > 3, "{logs}");
+    for line in log_lines {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(
+            v.get("timestamp").is_none() && v.get("time").is_none(),
+            "{line}"
+        );
+        assert!(v["level"].is_string(), "{line}");
+    }
+}
