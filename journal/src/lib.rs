@@ -17,16 +17,23 @@
 //! and named by file and offset) or sled ([`SledStorage`], journals written before).
 //! [`Backend::found_in`] tells them apart by their files; `BOSUN_JOURNAL_BACKEND` picks the
 //! backend of a new journal.
+//!
+//! Files: `codec.rs` the record format, `error.rs` the errors, `writer.rs` the committer
+//! thread and the write health, `segment.rs` / `storage.rs` the storage, `replica.rs` what
+//! a standby writes; this file the [`Journal`] facade (open, append, replay, snapshots,
+//! compaction, verify, repair).
 
+mod codec;
+mod error;
 mod private;
 mod replica;
 mod segment;
 mod storage;
+mod writer;
 
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -37,129 +44,18 @@ pub use replica::{FollowFrom, stored_checksum};
 pub use segment::{EXTEND_BY, SegmentOptions, SegmentStorage};
 pub use storage::{Damage, SledStorage, Storage};
 
+pub use codec::{RawRecord, Record, Versioned};
+use codec::{decode, encode, now_ms, raw_record};
+pub use error::JournalError;
+use error::describe_records;
+pub use writer::Health;
+use writer::{AppendRequest, Body, commit_loop};
+
 const FORMAT: &[u8] = b"bosun-journal/1";
-const HEADER: usize = 4 + 8 + 4;
 /// How many records at the tail are checked on open.
 const TAIL_CHECK: usize = 1024;
 /// Records handed from the reading thread to the folding one at a time.
 const REPLAY_CHUNK: usize = 1024;
-
-/// Errors of the journal, naming the path or sequence involved.
-#[derive(Debug, thiserror::Error)]
-pub enum JournalError {
-    /// The directory does not exist (and was not to be created).
-    #[error("{path}: no journal here (the directory does not exist)")]
-    Missing {
-        /// Directory.
-        path: PathBuf,
-    },
-    /// The directory exists and holds no journal yet (bosun may be creating it).
-    #[error("{path}: no journal here yet (the directory holds no journal files)")]
-    Empty {
-        /// Directory.
-        path: PathBuf,
-    },
-    /// The directory has files but is not a journal.
-    #[error("{path}: not a bosun journal (found other files and no journal marker)")]
-    NotAJournal {
-        /// Directory.
-        path: PathBuf,
-    },
-    /// Another process holds the journal open.
-    #[error("{path}: the journal is locked by a running bosun; use read-only inspection")]
-    Locked {
-        /// Directory.
-        path: PathBuf,
-    },
-    /// The storage layer failed.
-    #[error("{path}: storage error: {message}")]
-    Storage {
-        /// Directory.
-        path: PathBuf,
-        /// The backend's message.
-        message: String,
-    },
-    /// A record failed its checksum or could not be decoded, with good records after it.
-    #[error(
-        "journal record {seq} is corrupt ({reason}) and is followed by valid records; run `bosun journal repair` to drop it"
-    )]
-    Corrupt {
-        /// The bad record.
-        seq: u64,
-        /// What is wrong.
-        reason: String,
-    },
-    /// Bytes in one of the journal's files are not valid: in a segment, with valid records
-    /// after them (damage, not a torn tail), or a damaged snapshot or metadata file.
-    #[error(
-        "{file}: damaged bytes at offset {offset} ({}: {reason}); not a torn tail, so nothing after them is dropped silently: `bosun journal repair` (with bosun stopped) drops them and keeps every valid record",
-        describe_records(.records)
-    )]
-    Damaged {
-        /// The file.
-        file: PathBuf,
-        /// Where the damaged bytes start.
-        offset: u64,
-        /// Sequence numbers of the records lost there `(first, last)`, where known.
-        records: Option<(u64, u64)>,
-        /// What is wrong.
-        reason: String,
-    },
-    /// `BOSUN_JOURNAL_BACKEND` names no backend.
-    #[error("BOSUN_JOURNAL_BACKEND={value:?}: unknown journal backend (use `segments` or `sled`)")]
-    UnknownBackend {
-        /// The value given.
-        value: String,
-    },
-    /// A record's event version is newer than this program understands.
-    #[error(
-        "journal record {seq} has event version {version}; this bosun reads versions up to {supported}"
-    )]
-    UnknownVersion {
-        /// The record.
-        seq: u64,
-        /// Its version.
-        version: u32,
-        /// The newest version this build reads.
-        supported: u32,
-    },
-    /// A record's event could not be decoded.
-    #[error("journal record {seq}: cannot decode event: {message}")]
-    Decode {
-        /// The record.
-        seq: u64,
-        /// Why.
-        message: String,
-    },
-    /// Serialization of an event or snapshot failed.
-    #[error("cannot encode {what}: {message}")]
-    Encode {
-        /// What.
-        what: &'static str,
-        /// Why.
-        message: String,
-    },
-    /// The committer is gone (journal closed).
-    #[error("the journal is closed")]
-    Closed,
-    /// File system error.
-    #[error("{path}: {source}")]
-    Io {
-        /// Path.
-        path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
-    },
-}
-
-/// "record 5", "records 5 to 9", or that they are unknown.
-fn describe_records(records: &Option<(u64, u64)>) -> String {
-    match records {
-        Some((a, b)) if a == b => format!("record {a}"),
-        Some((a, b)) => format!("records {a} to {b}"),
-        None => "records unknown".into(),
-    }
-}
 
 /// A journal's storage backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,124 +100,6 @@ impl std::str::FromStr for Backend {
             }),
         }
     }
-}
-
-/// An event type the journal stores, with its encoding version and upgrades from older
-/// encodings.
-pub trait Versioned: Sized {
-    /// The version this build writes.
-    const VERSION: u32;
-    /// Decodes an event stored with `version` (≤ [`Self::VERSION`]).
-    fn decode(version: u32, raw: Value) -> Result<Self, String>;
-}
-
-/// One journal record.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Record<E> {
-    /// Sequence number (1-based, gapless).
-    pub seq: u64,
-    /// When it was appended (unix milliseconds).
-    pub time_ms: u64,
-    /// Its event encoding version.
-    pub version: u32,
-    /// The event.
-    pub event: E,
-}
-
-/// A record as stored, event still JSON.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RawRecord {
-    /// Sequence number.
-    pub seq: u64,
-    /// Unix milliseconds.
-    pub time_ms: u64,
-    /// Event encoding version.
-    pub version: u32,
-    /// The event as JSON.
-    pub event: Value,
-    /// Stored size in bytes.
-    pub size: usize,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-fn encode(seq: u64, time_ms: u64, version: u32, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(HEADER + payload.len());
-    v.extend_from_slice(&[0; 4]);
-    v.extend_from_slice(&time_ms.to_le_bytes());
-    v.extend_from_slice(&version.to_le_bytes());
-    v.extend_from_slice(payload);
-    let crc = checksum(seq, &v[4..]);
-    v[..4].copy_from_slice(&crc.to_le_bytes());
-    v
-}
-
-fn checksum(seq: u64, body: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(&seq.to_be_bytes());
-    h.update(body);
-    h.finalize()
-}
-
-/// Checks and splits a stored record: `(time_ms, version, payload)`.
-fn decode(seq: u64, bytes: &[u8]) -> Result<(u64, u32, &[u8]), String> {
-    if bytes.len() < HEADER {
-        return Err(format!(
-            "truncated: {} bytes, header needs {HEADER}",
-            bytes.len()
-        ));
-    }
-    let stored = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-    if stored != checksum(seq, &bytes[4..]) {
-        return Err("checksum mismatch".into());
-    }
-    let mut t = [0u8; 8];
-    t.copy_from_slice(&bytes[4..12]);
-    let mut v = [0u8; 4];
-    v.copy_from_slice(&bytes[12..16]);
-    Ok((
-        u64::from_le_bytes(t),
-        u32::from_le_bytes(v),
-        &bytes[HEADER..],
-    ))
-}
-
-fn raw_record(seq: u64, bytes: &[u8]) -> Result<RawRecord, JournalError> {
-    let (time_ms, version, payload) =
-        decode(seq, bytes).map_err(|reason| JournalError::Corrupt { seq, reason })?;
-    let event = serde_json::from_slice(payload).map_err(|e| JournalError::Corrupt {
-        seq,
-        reason: format!("payload is not JSON: {e}"),
-    })?;
-    Ok(RawRecord {
-        seq,
-        time_ms,
-        version,
-        event,
-        size: bytes.len(),
-    })
-}
-
-struct AppendRequest {
-    body: Body,
-    reply: oneshot::Sender<Result<u64, String>>,
-    /// When it was handed to the committer: tells the appenders a batch's acknowledgement
-    /// woke (they come back) from the ones that were already waiting.
-    sent: std::time::Instant,
-}
-
-/// What an append writes.
-enum Body {
-    /// New events `(version, payload)`: the committer numbers and stamps them.
-    Events(Vec<(u32, Vec<u8>)>),
-    /// Records as another journal stored them (a standby following its leader): written
-    /// byte for byte, each numbered right after the last.
-    Stored(Vec<(u64, Vec<u8>)>),
 }
 
 /// A snapshot stored in the journal.
@@ -1198,210 +976,6 @@ fn decode_event<E: Versioned + DeserializeOwned>(
         version,
         event,
     })
-}
-
-/// The longest a batch waits for the appenders the last acknowledgement woke.
-const MAX_COHORT_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
-
-/// The longest the committer polls for a next request after an acknowledgement before it
-/// parks (never longer than the flush took).
-const MAX_LINGER: std::time::Duration = std::time::Duration::from_micros(200);
-
-/// After a poll that caught nothing, every how many acknowledgements the committer polls
-/// again.
-const LINGER_PROBE: u32 = 32;
-
-/// The committer: drains every queued request, writes them as one batch, flushes once,
-/// then acknowledges them all (group commit).
-///
-/// Appenders that append again as soon as they are acknowledged would otherwise settle into
-/// two cohorts taking turns (one flushing while the other queues), each flush carrying half
-/// of them. So a batch formed right after an acknowledgement waits briefly for the
-/// appenders that acknowledgement woke: until as many requests as it acknowledged have come
-/// back, or for at most half the last flush's duration. Requests arriving after that
-/// window never wait.
-fn commit_loop(
-    storage: Arc<dyn Storage>,
-    rx: std::sync::mpsc::Receiver<AppendRequest>,
-    mut last: u64,
-    durable: watch::Sender<u64>,
-    health: Health,
-) {
-    // (when the last batch was acknowledged, how many requests it held, until when to
-    // wait for them)
-    let mut woken: Option<(std::time::Instant, usize, std::time::Instant)> = None;
-    // Until when to poll for the next request before parking: an appender that was just
-    // acknowledged often sends its next event within microseconds, and catching it
-    // without a wake-up saves a context switch per append. Only while that pays off: where
-    // appends come far apart (a task's start, then its end a hook run later), polling
-    // would take a core from the hooks; then it is tried again every `LINGER_PROBE` acks.
-    let mut linger: Option<std::time::Instant> = None;
-    let mut lingering = true;
-    let mut acks_since_probe = 0u32;
-    loop {
-        let caught = linger.take().map(|until| poll_until(&rx, until));
-        if let Some(caught) = &caught {
-            lingering = caught.is_some();
-        }
-        let first = match caught.flatten() {
-            Some(first) => first,
-            None => match rx.recv() {
-                Ok(first) => first,
-                Err(_) => break,
-            },
-        };
-        // After a failed write the backend may refuse everything until it is reopened
-        // (sled does, even once the disk has room again).
-        if health.failing().is_some()
-            && let Err(e) = storage.recover()
-        {
-            tracing::warn!("journal storage cannot be reopened yet: {e}");
-        }
-        let mut requests = vec![first];
-        while let Ok(more) = rx.try_recv() {
-            requests.push(more);
-        }
-        if let Some((acked_at, acked, until)) = woken.take() {
-            let mut back = requests.iter().filter(|r| r.sent >= acked_at).count();
-            // Polled, not parked: a parked committer would have every returning appender
-            // wake it (a system call and a context switch each), which costs more than the
-            // wait itself.
-            while back < acked
-                && let Some(more) = poll_until(&rx, until)
-            {
-                back += usize::from(more.sent >= acked_at);
-                requests.push(more);
-            }
-        }
-        let time = now_ms();
-        let mut records = Vec::new();
-        let mut acks = Vec::with_capacity(requests.len());
-        let mut seq = last;
-        for req in requests {
-            match req.body {
-                Body::Events(payloads) => {
-                    for (version, payload) in &payloads {
-                        seq += 1;
-                        records.push((seq, encode(seq, time, *version, payload)));
-                    }
-                }
-                Body::Stored(stored) => {
-                    if let Err(e) = replica::check_stored(seq, &stored) {
-                        let _ = req.reply.send(Err(e));
-                        continue;
-                    }
-                    seq += stored.len() as u64;
-                    records.extend(stored);
-                }
-            }
-            acks.push((req.reply, seq));
-        }
-        let flushing = std::time::Instant::now();
-        let result = storage.put_events(&records).and_then(|_| storage.flush());
-        match result {
-            Ok(()) => {
-                last = seq;
-                health.wrote();
-                let _ = durable.send(last);
-                let acked = acks.len();
-                let window = flushing.elapsed().min(MAX_COHORT_WAIT) / 2;
-                for (reply, s) in acks {
-                    let _ = reply.send(Ok(s));
-                }
-                let now = std::time::Instant::now();
-                woken = (acked > 1).then(|| (now, acked, now + window));
-                acks_since_probe = (acks_since_probe + 1) % LINGER_PROBE;
-                if lingering || acks_since_probe == 0 {
-                    linger = Some(now + flushing.elapsed().min(MAX_LINGER));
-                }
-            }
-            Err(e) => {
-                // Nothing was acknowledged; remove what may have reached the tree so the
-                // sequence stays gapless for the next batch.
-                let _ = storage.remove_events(last + 1, seq);
-                metrics::counter!("bosun_journal_write_errors_total").increment(1);
-                health.failed(e.to_string());
-                for (reply, _) in acks {
-                    let _ = reply.send(Err(e.to_string()));
-                }
-            }
-        }
-    }
-}
-
-/// The first request to arrive before `until`, polled without parking; `None` when none
-/// came (or the journal was dropped).
-fn poll_until(
-    rx: &std::sync::mpsc::Receiver<AppendRequest>,
-    until: std::time::Instant,
-) -> Option<AppendRequest> {
-    loop {
-        match rx.try_recv() {
-            Ok(request) => return Some(request),
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
-            Err(std::sync::mpsc::TryRecvError::Empty) if std::time::Instant::now() >= until => {
-                return None;
-            }
-            Err(std::sync::mpsc::TryRecvError::Empty) => std::thread::yield_now(),
-        }
-    }
-}
-
-/// Whether the journal can write: shared by the committer (which records failures and
-/// recoveries) and whoever reports health (`/readyz`, `/healthz`).
-#[derive(Clone, Debug, Default)]
-pub struct Health {
-    /// Unix ms of the first failed write since the last good one; 0 while writes work.
-    failing_since_ms: Arc<std::sync::atomic::AtomicU64>,
-    last_error: Arc<std::sync::Mutex<String>>,
-}
-
-impl Health {
-    /// `Some((since_ms, error))` while writes fail.
-    pub fn failing(&self) -> Option<(u64, String)> {
-        let since = self
-            .failing_since_ms
-            .load(std::sync::atomic::Ordering::SeqCst);
-        (since != 0).then(|| {
-            let error = self
-                .last_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            (since, error)
-        })
-    }
-
-    fn failed(&self, error: String) {
-        let first = self
-            .failing_since_ms
-            .compare_exchange(
-                0,
-                now_ms().max(1),
-                std::sync::atomic::Ordering::SeqCst,
-                std::sync::atomic::Ordering::SeqCst,
-            )
-            .is_ok();
-        if first {
-            tracing::error!(
-                error = %error,
-                "the journal cannot write: nothing more is acknowledged and no task starts until it can"
-            );
-            metrics::gauge!("bosun_journal_failing").set(1.0);
-        }
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
-    }
-
-    fn wrote(&self) {
-        if self
-            .failing_since_ms
-            .swap(0, std::sync::atomic::Ordering::SeqCst)
-            != 0
-        {
-            tracing::info!("the journal writes again");
-            metrics::gauge!("bosun_journal_failing").set(0.0);
-        }
-    }
 }
 
 /// Follows a journal: yields stored records in order, then waits for new durable ones.

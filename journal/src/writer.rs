@@ -1,0 +1,230 @@
+//! The committer thread (group commit: every queued append shares one flush) and the
+//! journal's write health.
+
+use std::sync::Arc;
+
+use tokio::sync::{oneshot, watch};
+
+use crate::Storage;
+use crate::codec::{encode, now_ms};
+
+pub(crate) struct AppendRequest {
+    pub(crate) body: Body,
+    pub(crate) reply: oneshot::Sender<Result<u64, String>>,
+    /// When it was handed to the committer: tells the appenders a batch's acknowledgement
+    /// woke (they come back) from the ones that were already waiting.
+    pub(crate) sent: std::time::Instant,
+}
+
+/// What an append writes.
+pub(crate) enum Body {
+    /// New events `(version, payload)`: the committer numbers and stamps them.
+    Events(Vec<(u32, Vec<u8>)>),
+    /// Records as another journal stored them (a standby following its leader): written
+    /// byte for byte, each numbered right after the last.
+    Stored(Vec<(u64, Vec<u8>)>),
+}
+
+/// The longest a batch waits for the appenders the last acknowledgement woke.
+const MAX_COHORT_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// The longest the committer polls for a next request after an acknowledgement before it
+/// parks (never longer than the flush took).
+const MAX_LINGER: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// After a poll that caught nothing, every how many acknowledgements the committer polls
+/// again.
+const LINGER_PROBE: u32 = 32;
+
+/// The committer: drains every queued request, writes them as one batch, flushes once,
+/// then acknowledges them all (group commit).
+///
+/// Appenders that append again as soon as they are acknowledged would otherwise settle into
+/// two cohorts taking turns (one flushing while the other queues), each flush carrying half
+/// of them. So a batch formed right after an acknowledgement waits briefly for the
+/// appenders that acknowledgement woke: until as many requests as it acknowledged have come
+/// back, or for at most half the last flush's duration. Requests arriving after that
+/// window never wait.
+pub(crate) fn commit_loop(
+    storage: Arc<dyn Storage>,
+    rx: std::sync::mpsc::Receiver<AppendRequest>,
+    mut last: u64,
+    durable: watch::Sender<u64>,
+    health: Health,
+) {
+    // (when the last batch was acknowledged, how many requests it held, until when to
+    // wait for them)
+    let mut woken: Option<(std::time::Instant, usize, std::time::Instant)> = None;
+    // Until when to poll for the next request before parking: an appender that was just
+    // acknowledged often sends its next event within microseconds, and catching it
+    // without a wake-up saves a context switch per append. Only while that pays off: where
+    // appends come far apart (a task's start, then its end a hook run later), polling
+    // would take a core from the hooks; then it is tried again every `LINGER_PROBE` acks.
+    let mut linger: Option<std::time::Instant> = None;
+    let mut lingering = true;
+    let mut acks_since_probe = 0u32;
+    loop {
+        let caught = linger.take().map(|until| poll_until(&rx, until));
+        if let Some(caught) = &caught {
+            lingering = caught.is_some();
+        }
+        let first = match caught.flatten() {
+            Some(first) => first,
+            None => match rx.recv() {
+                Ok(first) => first,
+                Err(_) => break,
+            },
+        };
+        // After a failed write the backend may refuse everything until it is reopened
+        // (sled does, even once the disk has room again).
+        if health.failing().is_some()
+            && let Err(e) = storage.recover()
+        {
+            tracing::warn!("journal storage cannot be reopened yet: {e}");
+        }
+        let mut requests = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            requests.push(more);
+        }
+        if let Some((acked_at, acked, until)) = woken.take() {
+            let mut back = requests.iter().filter(|r| r.sent >= acked_at).count();
+            // Polled, not parked: a parked committer would have every returning appender
+            // wake it (a system call and a context switch each), which costs more than the
+            // wait itself.
+            while back < acked
+                && let Some(more) = poll_until(&rx, until)
+            {
+                back += usize::from(more.sent >= acked_at);
+                requests.push(more);
+            }
+        }
+        let time = now_ms();
+        let mut records = Vec::new();
+        let mut acks = Vec::with_capacity(requests.len());
+        let mut seq = last;
+        for req in requests {
+            match req.body {
+                Body::Events(payloads) => {
+                    for (version, payload) in &payloads {
+                        seq += 1;
+                        records.push((seq, encode(seq, time, *version, payload)));
+                    }
+                }
+                Body::Stored(stored) => {
+                    if let Err(e) = crate::replica::check_stored(seq, &stored) {
+                        let _ = req.reply.send(Err(e));
+                        continue;
+                    }
+                    seq += stored.len() as u64;
+                    records.extend(stored);
+                }
+            }
+            acks.push((req.reply, seq));
+        }
+        let flushing = std::time::Instant::now();
+        let result = storage.put_events(&records).and_then(|_| storage.flush());
+        match result {
+            Ok(()) => {
+                last = seq;
+                health.wrote();
+                let _ = durable.send(last);
+                let acked = acks.len();
+                let window = flushing.elapsed().min(MAX_COHORT_WAIT) / 2;
+                for (reply, s) in acks {
+                    let _ = reply.send(Ok(s));
+                }
+                let now = std::time::Instant::now();
+                woken = (acked > 1).then(|| (now, acked, now + window));
+                acks_since_probe = (acks_since_probe + 1) % LINGER_PROBE;
+                if lingering || acks_since_probe == 0 {
+                    linger = Some(now + flushing.elapsed().min(MAX_LINGER));
+                }
+            }
+            Err(e) => {
+                // Nothing was acknowledged; remove what may have reached the tree so the
+                // sequence stays gapless for the next batch.
+                let _ = storage.remove_events(last + 1, seq);
+                metrics::counter!("bosun_journal_write_errors_total").increment(1);
+                health.failed(e.to_string());
+                for (reply, _) in acks {
+                    let _ = reply.send(Err(e.to_string()));
+                }
+            }
+        }
+    }
+}
+
+/// The first request to arrive before `until`, polled without parking; `None` when none
+/// came (or the journal was dropped).
+pub(crate) fn poll_until(
+    rx: &std::sync::mpsc::Receiver<AppendRequest>,
+    until: std::time::Instant,
+) -> Option<AppendRequest> {
+    loop {
+        match rx.try_recv() {
+            Ok(request) => return Some(request),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
+            Err(std::sync::mpsc::TryRecvError::Empty) if std::time::Instant::now() >= until => {
+                return None;
+            }
+            Err(std::sync::mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+        }
+    }
+}
+
+/// Whether the journal can write: shared by the committer (which records failures and
+/// recoveries) and whoever reports health (`/readyz`, `/healthz`).
+#[derive(Clone, Debug, Default)]
+pub struct Health {
+    /// Unix ms of the first failed write since the last good one; 0 while writes work.
+    failing_since_ms: Arc<std::sync::atomic::AtomicU64>,
+    last_error: Arc<std::sync::Mutex<String>>,
+}
+
+impl Health {
+    /// `Some((since_ms, error))` while writes fail.
+    pub fn failing(&self) -> Option<(u64, String)> {
+        let since = self
+            .failing_since_ms
+            .load(std::sync::atomic::Ordering::SeqCst);
+        (since != 0).then(|| {
+            let error = self
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            (since, error)
+        })
+    }
+
+    fn failed(&self, error: String) {
+        let first = self
+            .failing_since_ms
+            .compare_exchange(
+                0,
+                now_ms().max(1),
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+            )
+            .is_ok();
+        if first {
+            tracing::error!(
+                error = %error,
+                "the journal cannot write: nothing more is acknowledged and no task starts until it can"
+            );
+            metrics::gauge!("bosun_journal_failing").set(1.0);
+        }
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
+    }
+
+    fn wrote(&self) {
+        if self
+            .failing_since_ms
+            .swap(0, std::sync::atomic::Ordering::SeqCst)
+            != 0
+        {
+            tracing::info!("the journal writes again");
+            metrics::gauge!("bosun_journal_failing").set(0.0);
+        }
+    }
+}
