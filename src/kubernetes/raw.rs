@@ -1,12 +1,15 @@
 //! Requests whose bodies are plain JSON values.
 //!
-//! The deployer's adapters hold objects as `serde_json::Value`. Going through
+//! The lambda controllers' and the deployer's adapters hold objects as
+//! `serde_json::Value`. Going through
 //! `Api<DynamicObject>` would turn each value into a `DynamicObject` (a flattened serde
 //! struct, read through serde's buffering) before sending it and back after: two more
 //! passes over every object, which the deployer benchmark showed among its largest costs.
 //! These requests are built by kube's own request builder and sent by the same client.
 
-use kube::api::{DeleteParams, DynamicObject, GetParams, ListParams, PostParams};
+use kube::api::{
+    DeleteParams, DynamicObject, GetParams, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::core::Request;
 use kube::discovery::ApiResource;
 use serde_json::Value;
@@ -52,6 +55,24 @@ impl RawApi {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The object; NotFound is an error.
+    pub async fn get(&self, name: &str) -> Result<Value, kube::Error> {
+        self.send(self.request.get(name, &GetParams::default()))
+            .await
+    }
+
+    /// Server-side apply (`application/apply-patch+yaml`) with `params` (field manager,
+    /// force, dry run).
+    pub async fn apply(
+        &self,
+        name: &str,
+        params: &PatchParams,
+        object: &Value,
+    ) -> Result<Value, kube::Error> {
+        self.send(self.request.patch(name, params, &Patch::Apply(object)))
+            .await
     }
 
     /// POST.

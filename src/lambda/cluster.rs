@@ -6,13 +6,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bosun_lambda::ports::{BoxFut, Change, Cluster, ClusterError, EventNote, Resource, Watches};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, PatchParams, Preconditions};
 use kube::discovery::ApiResource;
 use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use crate::kubernetes::cluster_error as error;
 use crate::kubernetes::events::{EventLimits, EventRecorder, Note};
+use crate::kubernetes::raw::RawApi;
 use crate::watches::informer::{Cache, Event, Index};
 use crate::watches::{Listener, ObjectKey, WatchManager};
 
@@ -117,17 +118,6 @@ fn describe(r: &Resource, namespace: &str, name: &str) -> String {
     }
 }
 
-fn to_dynamic(object: Value, what: &str) -> Result<DynamicObject, ClusterError> {
-    serde_json::from_value(object).map_err(|e| ClusterError::Other {
-        what: what.to_string(),
-        message: format!("not a Kubernetes object: {e}"),
-    })
-}
-
-fn to_value(o: &DynamicObject) -> Value {
-    serde_json::to_value(o).unwrap_or(Value::Null)
-}
-
 impl KubeCluster {
     pub fn new(
         watches: WatchManager,
@@ -149,13 +139,13 @@ impl KubeCluster {
         self.client.clone()
     }
 
-    fn api(&self, r: &Resource, namespace: &str) -> Api<DynamicObject> {
+    fn api(&self, r: &Resource, namespace: &str) -> RawApi {
         let ar = api_resource(r);
-        if r.namespaced && !namespace.is_empty() {
-            Api::namespaced_with(self.client(), namespace, &ar)
-        } else {
-            Api::all_with(self.client(), &ar)
-        }
+        RawApi::new(
+            self.client(),
+            &ar,
+            (r.namespaced && !namespace.is_empty()).then_some(namespace),
+        )
     }
 
     /// The running informer of `r`, found without allocating (there are few).
@@ -331,7 +321,6 @@ impl Cluster for KubeCluster {
             self.api(&resource, &namespace)
                 .get(&name)
                 .await
-                .map(|o| to_value(&o))
                 .map_err(|e| error(what, e))
         })
     }
@@ -345,15 +334,10 @@ impl Cluster for KubeCluster {
         Box::pin(async move {
             let ns = bosun_lambda::keys::namespace_of(&object).to_string();
             let what = describe(&resource, &ns, bosun_lambda::keys::name_of(&object));
-            let o = to_dynamic(object, &what)?;
             self.api(&resource, &ns)
-                .create(&PostParams::default(), &o)
+                .create(&object)
                 .await
-                .map(|o| {
-                    let v = to_value(&o);
-                    self.remember(&resource, &v);
-                    v
-                })
+                .inspect(|v| self.remember(&resource, v))
                 .map_err(|e| error(what, e))
         })
     }
@@ -368,15 +352,10 @@ impl Cluster for KubeCluster {
             let ns = bosun_lambda::keys::namespace_of(&object).to_string();
             let name = bosun_lambda::keys::name_of(&object).to_string();
             let what = describe(&resource, &ns, &name);
-            let o = to_dynamic(object, &what)?;
             self.api(&resource, &ns)
-                .replace(&name, &PostParams::default(), &o)
+                .replace(&name, &object)
                 .await
-                .map(|o| {
-                    let v = to_value(&o);
-                    self.remember(&resource, &v);
-                    v
-                })
+                .inspect(|v| self.remember(&resource, v))
                 .map_err(|e| error(what, e))
         })
     }
@@ -391,15 +370,10 @@ impl Cluster for KubeCluster {
             let ns = bosun_lambda::keys::namespace_of(&object).to_string();
             let name = bosun_lambda::keys::name_of(&object).to_string();
             let what = format!("status of {}", describe(&resource, &ns, &name));
-            let o = to_dynamic(object, &what)?;
             self.api(&resource, &ns)
-                .replace_status(&name, &PostParams::default(), &o)
+                .replace_status(&name, &object)
                 .await
-                .map(|o| {
-                    let v = to_value(&o);
-                    self.remember(&resource, &v);
-                    v
-                })
+                .inspect(|v| self.remember(&resource, v))
                 .map_err(|e| error(what, e))
         })
     }
@@ -418,14 +392,12 @@ impl Cluster for KubeCluster {
             let mut params = PatchParams::apply(&self.field_manager).force();
             params.dry_run = dry_run;
             self.api(&resource, &ns)
-                .patch(&name, &params, &Patch::Apply(&object))
+                .apply(&name, &params, &object)
                 .await
-                .map(|o| {
-                    let v = to_value(&o);
+                .inspect(|v| {
                     if !dry_run {
-                        self.remember(&resource, &v);
+                        self.remember(&resource, v);
                     }
-                    v
                 })
                 .map_err(|e| error(what, e))
         })
@@ -455,13 +427,15 @@ impl Cluster for KubeCluster {
                 ..DeleteParams::default()
             };
             match self.api(&resource, &namespace).delete(&name, &params).await {
-                Ok(either) => {
-                    // Gone now, or terminating (finalizers): then the object says so.
-                    match either.left().map(|o| to_value(&o)) {
-                        Some(o) if !o["metadata"]["deletionTimestamp"].is_null() => {
-                            self.remember(&resource, &o);
-                        }
-                        _ => self.forget(&resource, &namespace, &name, &uid),
+                Ok(answer) => {
+                    // Gone now (a Status), or terminating (finalizers): then the object
+                    // says so.
+                    if answer["kind"] != "Status"
+                        && !answer["metadata"]["deletionTimestamp"].is_null()
+                    {
+                        self.remember(&resource, &answer);
+                    } else {
+                        self.forget(&resource, &namespace, &name, &uid);
                     }
                     Ok(())
                 }
