@@ -556,3 +556,37 @@ async fn global_values_changed_by_after_all_hooks_reload_all_modules_once() {
         .count();
     assert_eq!(a_runs, 2);
 }
+
+/// As addon-operator's ModuleRun: a run that fails after its onStartup hooks succeeded
+/// is retried from where it failed; onStartup does not run again.
+#[tokio::test]
+async fn a_failed_module_run_is_retried_without_running_on_startup_again() {
+    let world = World::default();
+    world.hooks.config(
+        "alpha/hooks/a",
+        "configVersion: v1\nonStartup: 1\nbeforeHelm: 1",
+    );
+    let failures = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = Arc::clone(&failures);
+    world.hooks.answer("alpha/hooks/a", move |run| {
+        if run.binding_context[0]["binding"] == "beforeHelm"
+            && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0
+        {
+            return Err(PortError("beforeHelm fails once".into()));
+        }
+        Ok(HookResult::default())
+    });
+    let engine = world
+        .engine(
+            Vec::new(),
+            vec![module("alpha", 10, &["alpha/hooks/a"])],
+            None,
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let runs = world.runs();
+    let count = |what: &str| runs.iter().filter(|r| *r == what).count();
+    assert_eq!(count("onStartup:alpha/hooks/a"), 1, "{runs:?}");
+    assert_eq!(count("beforeHelm:alpha/hooks/a"), 2, "{runs:?}");
+    assert_eq!(world.releases.log(), ["upgrade alpha"]);
+}
