@@ -2,9 +2,13 @@
 //! - durable create throughput over HTTP (kube-rs client, 8 concurrent writers) and the
 //!   same number of raw sled inserts + flushes (8 concurrent, one flush each), and their ratio;
 //! - watch fan-out latency (write acknowledged → event received) with 10 watchers, p50/p99;
-//! - list latency for 10,000 objects, p50/p99.
+//! - list latency for 10,000 objects, p50/p99;
+//! - the write rate of one round of owner-cascade work (parents, children, deletes the
+//!   garbage collector finishes) with 1,000 objects stored and again with 50,000: the ratio
+//!   of the two shows whether writes slow down as the store grows (goal ≥ 0.8).
 //!
-//! Run: `cargo bench --bench sandbox` (BOSUN_BENCH_OBJECTS overrides the 10,000).
+//! Run: `cargo bench --bench sandbox` (BOSUN_BENCH_OBJECTS overrides the 10,000,
+//! BOSUN_BENCH_STORE the 50,000).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -201,5 +205,135 @@ async fn main() -> anyhow::Result<()> {
         h.abort();
     }
     sandbox.shutdown().await?;
+
+    // 4. Writes against the store's size.
+    let large: usize = std::env::var("BOSUN_BENCH_STORE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50_000);
+    let dir = tempfile::tempdir()?;
+    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig::loopback(
+        dir.path().join("data"),
+    ))
+    .await?;
+    let client = kube::Client::try_from(kube::Config::new(sandbox.url.parse()?))?;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    fill(&api, 0, 1_000, writers).await;
+    // Each size's figure is the median of three rounds: one round is a fraction of a second.
+    cascade_round(&api, "warm-up", writers).await?;
+    let mut small_rates = Vec::new();
+    for r in 0..3 {
+        small_rates.push(cascade_round(&api, &format!("small{r}"), writers).await?);
+    }
+    fill(&api, 1_000, large, writers).await;
+    let mut large_rates = Vec::new();
+    for r in 0..3 {
+        large_rates.push(cascade_round(&api, &format!("large{r}"), writers).await?);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (small_rate, large_rate) = (median(small_rates), median(large_rates));
+    println!(
+        "store size: {small_rate:.0} writes/s with 1000 objects, {large_rate:.0} writes/s with {large}; ratio {:.2} (goal ≥ 0.8: writes do not slow down as the store grows)",
+        large_rate / small_rate
+    );
+    sandbox.shutdown().await?;
     Ok(())
+}
+
+/// Creates filler objects `from..to` with `writers` concurrent writers.
+async fn fill(api: &Api<ConfigMap>, from: usize, to: usize, writers: usize) {
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let api = api.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (from + w..to).step_by(writers) {
+                let cm: ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": format!("fill-{i}")}, "data": {"p": "x".repeat(200)}}))
+                .expect("cm");
+                api.create(&PostParams::default(), &cm)
+                    .await
+                    .expect("create");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("fill writer");
+    }
+}
+
+/// One round of owner-cascade work: 200 parents with 3 children each, then the parents'
+/// deletes, until the garbage collector has taken the children. Returns writes per second,
+/// counting the collector's deletes.
+async fn cascade_round(api: &Api<ConfigMap>, round: &str, writers: usize) -> anyhow::Result<f64> {
+    const PARENTS: usize = 200;
+    const CHILDREN: usize = 3;
+    // The collector's deletes are counted on a watch: a list of the whole store to see
+    // what is left would load the server with the measurement.
+    let rv = api
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let mut deletes = api
+        .watch(
+            &WatchParams::default().labels(&format!("round={round}")),
+            &rv,
+        )
+        .await?
+        .boxed();
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let api = api.clone();
+        let round = round.to_string();
+        tasks.push(tokio::spawn(async move {
+            for p in (w..PARENTS).step_by(writers) {
+                let parent: ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": format!("{round}-parent-{p}")}}))
+                .expect("parent");
+                let parent = api
+                    .create(&PostParams::default(), &parent)
+                    .await
+                    .expect("create");
+                let uid = parent.metadata.uid.clone().unwrap_or_default();
+                for c in 0..CHILDREN {
+                    let child: ConfigMap = serde_json::from_value(json!({
+                        "metadata": {"name": format!("{round}-child-{p}-{c}"),
+                            "labels": {"round": round},
+                            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                "name": format!("{round}-parent-{p}"), "uid": uid}]}}))
+                    .expect("child");
+                    api.create(&PostParams::default(), &child)
+                        .await
+                        .expect("create");
+                }
+                api.delete(&format!("{round}-parent-{p}"), &Default::default())
+                    .await
+                    .expect("delete");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    let mut collected = 0;
+    while collected < PARENTS * CHILDREN {
+        match tokio::time::timeout_at(deadline, deletes.next()).await {
+            Ok(Some(Ok(WatchEvent::Deleted(_)))) => collected += 1,
+            Ok(Some(Ok(_))) => {}
+            Ok(Some(Err(e))) => anyhow::bail!("the watch of round {round} failed: {e}"),
+            Ok(None) => anyhow::bail!("the watch of round {round} ended"),
+            Err(_) => anyhow::bail!(
+                "{} children of round {round} were never collected",
+                PARENTS * CHILDREN - collected
+            ),
+        }
+    }
+    let writes = PARENTS * (1 + CHILDREN) * 2;
+    Ok(writes as f64 / start.elapsed().as_secs_f64())
 }

@@ -7,7 +7,7 @@
 //!                 └─► broadcast ─► watch streams
 //! ```
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -81,6 +81,105 @@ pub const DEFAULT_HISTORY: usize = 20_000;
 
 type Objects = BTreeMap<(String, String), Arc<Value>>;
 
+/// Where an object lives: its resource, namespace ("" for cluster scope) and name.
+pub type ObjectKey = (ResKey, String, String);
+
+/// The owner index, kept with every put and remove so that the garbage collector's work is
+/// proportional to what is being deleted, not to the size of the store (kube-controller-
+/// manager's collector keeps the same graph).
+#[derive(Default)]
+pub struct OwnerIndex {
+    /// Where each object lives, by uid.
+    by_uid: HashMap<String, ObjectKey>,
+    /// The objects that name each uid in their owner references.
+    dependents: HashMap<String, BTreeSet<ObjectKey>>,
+    /// Owner uids that dependents name but no stored object carries.
+    missing: HashSet<String>,
+    /// Objects with a deletionTimestamp.
+    deleting: BTreeSet<ObjectKey>,
+}
+
+impl OwnerIndex {
+    fn owner_uids(obj: &Value) -> impl Iterator<Item = &str> {
+        obj["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["uid"].as_str())
+    }
+
+    fn uid(obj: &Value) -> Option<&str> {
+        obj["metadata"]["uid"].as_str()
+    }
+
+    /// Forgets what `obj`, stored at `key`, contributed.
+    fn forget(&mut self, key: &ObjectKey, obj: &Value) {
+        if let Some(uid) = Self::uid(obj)
+            && self.by_uid.get(uid) == Some(key)
+        {
+            self.by_uid.remove(uid);
+            if self.dependents.contains_key(uid) {
+                self.missing.insert(uid.to_string());
+            }
+        }
+        for owner in Self::owner_uids(obj) {
+            if let Some(set) = self.dependents.get_mut(owner) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.dependents.remove(owner);
+                    self.missing.remove(owner);
+                }
+            }
+        }
+        self.deleting.remove(key);
+    }
+
+    /// Records what `obj`, stored at `key`, contributes.
+    fn learn(&mut self, key: &ObjectKey, obj: &Value) {
+        if let Some(uid) = Self::uid(obj) {
+            self.by_uid.insert(uid.to_string(), key.clone());
+            self.missing.remove(uid);
+        }
+        for owner in Self::owner_uids(obj) {
+            self.dependents
+                .entry(owner.to_string())
+                .or_default()
+                .insert(key.clone());
+            if !self.by_uid.contains_key(owner) {
+                self.missing.insert(owner.to_string());
+            }
+        }
+        if !obj["metadata"]["deletionTimestamp"].is_null() {
+            self.deleting.insert(key.clone());
+        }
+    }
+
+    /// Where the object with `uid` lives.
+    pub fn locate(&self, uid: &str) -> Option<&ObjectKey> {
+        self.by_uid.get(uid)
+    }
+
+    /// Whether any stored object names `uid` as an owner.
+    pub fn has_dependents(&self, uid: &str) -> bool {
+        self.dependents.get(uid).is_some_and(|s| !s.is_empty())
+    }
+
+    /// The objects that name `uid` as an owner.
+    pub fn dependents_of(&self, uid: &str) -> impl Iterator<Item = &ObjectKey> {
+        self.dependents.get(uid).into_iter().flatten()
+    }
+
+    /// Owner uids that dependents name but no stored object carries.
+    pub fn missing_owners(&self) -> impl Iterator<Item = &str> {
+        self.missing.iter().map(String::as_str)
+    }
+
+    /// The objects being deleted.
+    pub fn deleting(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.deleting.iter()
+    }
+}
+
 /// Mutable state behind the store's lock.
 pub struct Inner {
     /// Last issued resourceVersion.
@@ -93,6 +192,8 @@ pub struct Inner {
     pub resources: Vec<ResourceInfo>,
     /// How many changes `history` keeps.
     pub history_limit: usize,
+    /// Owners, dependents and objects being deleted, for the garbage collector.
+    pub owners: OwnerIndex,
     /// Changes a caller produced under this lock, published when it is released.
     pending: Vec<Arc<Change>>,
     batch: sled::Batch,
@@ -164,6 +265,7 @@ impl Store {
             history: VecDeque::new(),
             resources: builtin_resources(),
             history_limit: history_limit.max(1),
+            owners: OwnerIndex::default(),
             pending: Vec::new(),
             batch: sled::Batch::default(),
         };
@@ -182,9 +284,13 @@ impl Store {
             let obj: Value = serde_json::from_slice(&value)
                 .map_err(|e| ApiError::internal(format!("corrupt object {group}/{plural}: {e}")))?;
             let (ns, name) = ns_name(&obj);
+            let res = ResKey { group, plural };
+            inner
+                .owners
+                .learn(&(res.clone(), ns.clone(), name.clone()), &obj);
             inner
                 .objects
-                .entry(ResKey { group, plural })
+                .entry(res)
                 .or_default()
                 .insert((ns, name), Arc::new(obj));
         }
@@ -343,11 +449,16 @@ impl Inner {
         let bytes = serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?;
         self.batch.insert(object_key(res, &ns, &name), bytes);
         let obj = Arc::new(obj);
+        let key = (res.clone(), ns.clone(), name.clone());
         let old = self
             .objects
             .entry(res.clone())
             .or_default()
             .insert((ns.clone(), name), obj.clone());
+        if let Some(old) = &old {
+            self.owners.forget(&key, old);
+        }
+        self.owners.learn(&key, &obj);
         let kind = if old.is_some() {
             ChangeType::Modified
         } else {
@@ -371,8 +482,10 @@ impl Inner {
     pub fn remove(&mut self, res: &ResKey, last: Value, rv: u64) -> Result<Arc<Value>, ApiError> {
         let (ns, name) = ns_name(&last);
         self.batch.remove(object_key(res, &ns, &name));
-        if let Some(map) = self.objects.get_mut(res) {
-            map.remove(&(ns.clone(), name));
+        if let Some(map) = self.objects.get_mut(res)
+            && let Some(old) = map.remove(&(ns.clone(), name.clone()))
+        {
+            self.owners.forget(&(res.clone(), ns.clone(), name), &old);
         }
         let obj = Arc::new(last);
         self.record(Change {
