@@ -50,6 +50,9 @@ pub enum Command {
     Sandbox(SandboxArgs),
     /// Inspect a journal: log, state, diff, why, stats, verify, repair.
     Journal(crate::journal_cli::JournalArgs),
+    /// Why an object looks the way it does: who made it, each change bosun made and why,
+    /// what bosun waits for (from the journals, or `--live` from a running bosun).
+    Explain(crate::explain::ExplainArgs),
     /// Dump the queues of a running bosun (debug socket).
     Queue(crate::debug::commands::QueueArgs),
     /// Global hooks, values and config values of a running bosun (debug socket).
@@ -404,6 +407,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Run(args) => run(*args),
         Command::Sandbox(args) => sandbox(args),
         Command::Journal(args) => crate::journal_cli::run(args),
+        Command::Explain(args) => crate::explain::run(args),
         Command::Queue(args) => crate::debug::commands::queue(args),
         Command::Global(args) => crate::debug::commands::global(args),
         Command::Module(args) => crate::debug::commands::module(args),
@@ -554,6 +558,7 @@ async fn start_all(
             views.update(|v| {
                 v.journals.push(("lambda", l.journal.health()));
                 v.lambda = Some(l.controllers.clone());
+                v.lambda_journal = Some(l.journal.clone());
             });
         }
         if let Err(e) = &started {
@@ -573,6 +578,7 @@ async fn start_all(
             views.update(|v| {
                 v.journals.push(("deployer", d.journal.health()));
                 v.deployer = Some(d.deployer.view());
+                v.deployer_journal = Some(d.journal.clone());
             });
         }
         if let Err(e) = &started {

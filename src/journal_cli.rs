@@ -69,7 +69,7 @@ pub struct LiveArgs {
 
 impl LiveArgs {
     /// The socket to read through, when live.
-    fn socket(&self) -> Option<PathBuf> {
+    pub(crate) fn socket(&self) -> Option<PathBuf> {
         if let Some(path) = &self.debug_unix_socket {
             return Some(path.clone());
         }
@@ -435,74 +435,79 @@ fn lambda_log(
     }
     for r in &records {
         let time = crate::debug::journal_views::format_ms(r.time_ms);
-        let line = match &r.event {
-            LambdaEvent::ControllerStarted {
-                kind,
-                name,
-                generation,
-            } => {
-                format!("{kind} {name} started (generation {generation})")
-            }
-            LambdaEvent::ControllerStopped { kind, name, reason } => {
-                format!("{kind} {name} stopped: {reason}")
-            }
-            LambdaEvent::ControllerRefused { kind, name, error } => {
-                format!("{kind} {name} refused: {error}")
-            }
-            LambdaEvent::Synced {
-                controller,
-                key,
-                hook,
-                answer,
-                created,
-                updated,
-                deleted,
-                status_written,
-                finalized,
-            } => {
-                let mut parts = Vec::new();
-                for (what, list) in [
-                    ("created", created),
-                    ("updated", updated),
-                    ("deleted", deleted),
-                ] {
-                    if !list.is_empty() {
-                        parts.push(format!("{what} {}", list.join(", ")));
-                    }
-                }
-                if *status_written {
-                    parts.push("status written".into());
-                }
-                if *finalized {
-                    parts.push("finalized".into());
-                }
-                format!(
-                    "{controller} {key}: {hook} hook answer {answer} applied: {}",
-                    if parts.is_empty() {
-                        "no change".to_string()
-                    } else {
-                        parts.join("; ")
-                    }
-                )
-            }
-            LambdaEvent::SyncFailed {
-                controller,
-                key,
-                error,
-                retry_in_ms,
-                failures,
-            } => {
-                let nth = if *failures > 1 {
-                    format!(" (failure {failures} in a row)")
-                } else {
-                    String::new()
-                };
-                format!("{controller} {key}: sync failed{nth}: {error} (retry in {retry_in_ms} ms)")
-            }
-        };
-        writeln!(out, "#{} {time} {line}", r.seq)?;
+        writeln!(out, "#{} {time} {}", r.seq, lambda_line(&r.event))?;
     }
     Ok(())
+}
+
+/// One readable line for a lambda journal event.
+pub(crate) fn lambda_line(event: &bosun_lambda::events::LambdaEvent) -> String {
+    use bosun_lambda::events::LambdaEvent;
+    match event {
+        LambdaEvent::ControllerStarted {
+            kind,
+            name,
+            generation,
+        } => {
+            format!("{kind} {name} started (generation {generation})")
+        }
+        LambdaEvent::ControllerStopped { kind, name, reason } => {
+            format!("{kind} {name} stopped: {reason}")
+        }
+        LambdaEvent::ControllerRefused { kind, name, error } => {
+            format!("{kind} {name} refused: {error}")
+        }
+        LambdaEvent::Synced {
+            controller,
+            key,
+            hook,
+            answer,
+            created,
+            updated,
+            deleted,
+            status_written,
+            finalized,
+        } => {
+            let mut parts = Vec::new();
+            for (what, list) in [
+                ("created", created),
+                ("updated", updated),
+                ("deleted", deleted),
+            ] {
+                if !list.is_empty() {
+                    parts.push(format!("{what} {}", list.join(", ")));
+                }
+            }
+            if *status_written {
+                parts.push("status written".into());
+            }
+            if *finalized {
+                parts.push("finalized".into());
+            }
+            format!(
+                "{controller} {key}: {hook} hook answer {answer} applied: {}",
+                if parts.is_empty() {
+                    "no change".to_string()
+                } else {
+                    parts.join("; ")
+                }
+            )
+        }
+        LambdaEvent::SyncFailed {
+            controller,
+            key,
+            error,
+            retry_in_ms,
+            failures,
+        } => {
+            let nth = if *failures > 1 {
+                format!(" (failure {failures} in a row)")
+            } else {
+                String::new()
+            };
+            format!("{controller} {key}: sync failed{nth}: {error} (retry in {retry_in_ms} ms)")
+        }
+    }
 }
 
 fn print_lines(view: &View, output: Format, out: &mut impl Write) -> anyhow::Result<()> {

@@ -998,6 +998,30 @@ fn manifests_wait_for_readiness_then_export_and_merge_with_live_objects() {
                 && l.contains("Deployment default/web")
         })
     });
+    // `bosun explain` names the wait too, with the item's history, live.
+    let explain = |args: &[&str]| {
+        common::run_ok(
+            std::process::Command::new(common::bosun_bin())
+                .arg("explain")
+                .args(args)
+                .env("LOG_LEVEL", "error"),
+        )
+    };
+    let live = explain(&[
+        "DeployItem/ready",
+        "-n",
+        "default",
+        "--debug-unix-socket",
+        &socket.display().to_string(),
+    ]);
+    assert!(
+        live.starts_with("DeployItem default/ready\n")
+            && live.contains("made by: the deployer")
+            && live.contains("deployitem/default/ready: - → Init")
+            && live.contains("now: (live) phase Progressing, waiting for ManifestsReady=False")
+            && live.contains("Deployment default/web"),
+        "{live}"
+    );
     let in_target = |path: &str| {
         let (code, v) = target_cluster.get(path);
         (code == 200).then_some(v)
@@ -1045,6 +1069,36 @@ fn manifests_wait_for_readiness_then_export_and_merge_with_live_objects() {
     let state = in_target("/api/v1/namespaces/default/configmaps/state").expect("state");
     assert_eq!(state["data"]["phase"], "done", "merge kept the live value");
     assert_eq!(state["data"]["deployed"], "yes", "patchAfterDeployment");
+    // Offline, from the journal folder: the object names the item that deploys it.
+    let journal_dir = work.path().join("journal").display().to_string();
+    let offline: Value = serde_json::from_str(&explain(&[
+        "configmap/state",
+        "-n",
+        "default",
+        "--journal-dir",
+        &journal_dir,
+        "-o",
+        "json",
+    ]))
+    .expect("explain -o json");
+    assert_eq!(
+        offline["madeBy"],
+        json!(["deployitem/default/ready, which deploys it"]),
+        "{offline:#}"
+    );
+    assert!(
+        offline["history"][0]["what"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("applied by deployitem/default/ready's run")),
+        "{offline:#}"
+    );
+    assert_eq!(
+        offline["now"],
+        json!(["managed by deployitem/default/ready"]),
+        "{offline:#}"
+    );
+    let item_now = explain(&["DeployItem/ready", "--journal-dir", &journal_dir]);
+    assert!(item_now.contains("now: Succeeded"), "{item_now}");
 
     // A bad check fails at once, naming the field.
     let mut bad = manifest_config(json!([{"manifest": cm("default", "x", json!({}))}]));

@@ -89,6 +89,7 @@ enum Endpoint {
     Actor,
     LambdaControllers,
     DeployerItems,
+    Explain,
     JournalLog,
     JournalState,
     JournalWhy,
@@ -156,6 +157,10 @@ pub const ROUTES: &[Route] = &[
         Endpoint::LambdaControllers,
     ),
     route("/deployer/items.{json|yaml|text}", Endpoint::DeployerItems),
+    route(
+        "/explain.{json|yaml|text}?subject=KIND/NAME|values PATH&namespace=",
+        Endpoint::Explain,
+    ),
     route(
         "/journal/log.{json|text}?since=&until=&module=&queue=&limit=",
         Endpoint::JournalLog,
@@ -610,6 +615,21 @@ async fn answer(
         }
         Endpoint::LambdaControllers => Ok(lambda_views::lambda_controllers(views.lambda.as_ref())),
         Endpoint::DeployerItems => Ok(deployer_views::deployer_items(views.deployer.as_ref())),
+        Endpoint::Explain => {
+            let words: Vec<String> = param(query, "subject")
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(str::to_string)
+                .collect();
+            let subject =
+                crate::explain::Subject::parse(&words, param(query, "namespace").as_deref())
+                    .map_err(|e| Failure(StatusCode::BAD_REQUEST, format!("subject: {e}")))?;
+            let e = crate::explain::explain_running(&subject, &views).await;
+            Ok(View {
+                text: Some(e.text()),
+                data: serde_json::to_value(&e).unwrap_or_default(),
+            })
+        }
         Endpoint::Actor => {
             let snapshot = shared.mailboxes.snapshot();
             match snapshot.get(name) {
@@ -802,6 +822,7 @@ async fn modules_answer(
         | Endpoint::Actor
         | Endpoint::LambdaControllers
         | Endpoint::DeployerItems
+        | Endpoint::Explain
         | Endpoint::Ui
         | Endpoint::Graph
         | Endpoint::ConfigSet => Err(no_endpoint(route)),

@@ -14,7 +14,7 @@ fn format_ms(ms: u64) -> String {
         .to_string()
 }
 
-fn item_of(e: &DeployerEvent) -> &str {
+pub(crate) fn item_of(e: &DeployerEvent) -> &str {
     match e {
         DeployerEvent::DeployItemPhase { item, .. }
         | DeployerEvent::DeployItemError { item, .. }
@@ -23,7 +23,7 @@ fn item_of(e: &DeployerEvent) -> &str {
 }
 
 /// Accepts `deployitem/ns/name`, `ns/name` or `name` (namespace `default`).
-fn normalize(item: &str) -> String {
+pub(crate) fn normalize(item: &str) -> String {
     let rest = item.strip_prefix("deployitem/").unwrap_or(item);
     if rest.contains('/') {
         format!("deployitem/{rest}")
@@ -32,7 +32,7 @@ fn normalize(item: &str) -> String {
     }
 }
 
-fn line(e: &DeployerEvent) -> String {
+pub(crate) fn line(e: &DeployerEvent) -> String {
     match e {
         DeployerEvent::DeployItemPhase {
             item,
@@ -40,13 +40,19 @@ fn line(e: &DeployerEvent) -> String {
             to,
             generation,
             job_id,
+            managed,
         } => {
             let from = from.map_or("-", |p| p.as_str());
             let job = job_id
                 .as_deref()
                 .map(|j| format!(", job {j}"))
                 .unwrap_or_default();
-            format!("{item}: {from} → {to} (generation {generation}{job})")
+            let managed = match managed.as_deref() {
+                None => String::new(),
+                Some([]) => "; manages nothing now".into(),
+                Some(list) => format!("; manages {}", list.join(", ")),
+            };
+            format!("{item}: {from} → {to} (generation {generation}{job}){managed}")
         }
         DeployerEvent::DeployItemError {
             item,

@@ -195,6 +195,10 @@ pub struct Parts {
     pub lambda: Option<bosun_lambda::registry::Controllers>,
     /// The deployer, once started.
     pub deployer: Option<bosun_deployer::controller::DeployerView>,
+    /// The lambda controllers' journal, once started (`/explain` reads it).
+    pub lambda_journal: Option<Arc<Journal<bosun_lambda::events::LambdaEvent>>>,
+    /// The deployer's journal, once started (`/explain` reads it).
+    pub deployer_journal: Option<Arc<Journal<bosun_deployer::events::DeployerEvent>>>,
     /// The health of every journal written, by subsystem.
     pub journals: Vec<(&'static str, bosun_journal::Health)>,
     /// Subsystems switched on and still starting.

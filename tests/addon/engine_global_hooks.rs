@@ -531,9 +531,59 @@ fn the_embedded_default_runs_the_samples_of_all_three_subsystems_against_its_own
     let (code, body) = common::http_raw(host, "GET", "/deployer/items.json", "", b"");
     let text = String::from_utf8_lossy(&body);
     assert!(code == 200 && text.contains("helm-chart"), "{code} {text}");
+    // `bosun explain`, live: a value names the hook that set it and what hooks see now; a
+    // release object names the module whose chart renders it.
+    let explain = |query: &str| -> Value {
+        let (code, body) =
+            common::http_raw(host, "GET", &format!("/explain.json?{query}"), "", b"");
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).expect("an explanation")
+    };
+    let greeting = explain("subject=values%20global.greeting");
+    let lines = |v: &Value, key: &str| -> Vec<String> {
+        v[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|l| match l {
+                Value::String(s) => s.clone(),
+                other => other["what"].as_str().unwrap_or_default().to_string(),
+            })
+            .collect()
+    };
+    assert!(
+        lines(&greeting, "history")
+            .iter()
+            .any(|l| l.starts_with("global config values patched by hook 001-cluster-info.sh"))
+            && lines(&greeting, "now").iter().any(|l| l
+                == "(live) the value hooks and Helm see: global.greeting = \"hello from bosun\""),
+        "{greeting:#}"
+    );
+    let release_object = explain("subject=ConfigMap/greeter&namespace=default");
+    assert!(
+        release_object["madeBy"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|w| w
+                .as_str()
+                .is_some_and(|w| w.starts_with("module greeter: its Helm chart renders it")))),
+        "{release_object:#}"
+    );
     let _ = child.kill();
     let _ = child.wait();
     assert!(data.path().join("kubeconfig").exists());
+    // Offline, from the journal folder: the module's runs and its state.
+    let module = common::run_ok(
+        Command::new(bosun_bin())
+            .args(["explain", "Module/greeter", "--journal-dir"])
+            .arg(data.path().join("journal"))
+            .env("LOG_LEVEL", "error"),
+    );
+    assert!(
+        module.contains("made by: the modules engine: module greeter (enabled")
+            && module.contains("release greeter revision 1 applied")
+            && module.contains("now: phase "),
+        "{module}"
+    );
     let (_, events) = journal_state(&data.path().join("journal"));
     assert!(events.iter().any(
         |e| matches!(e, Event::ValuesPatched { source, .. } if source == "001-cluster-info.sh")

@@ -509,6 +509,61 @@ fn bad_hook_answers_are_events_on_the_parent_and_bosun_keeps_going() {
         get(&sb, "/api/v1/namespaces/default/configmaps/good-ok").is_some()
     });
     assert!(get(&sb, "/api/v1/namespaces/default/configmaps/bl").is_none());
+
+    // `bosun explain`: the failing parent, live, says it is not converged and when the
+    // next retry comes; the good parent's child, offline, names its controller and parent.
+    let explain = |args: &[&str]| {
+        common::run_ok(
+            std::process::Command::new(common::bosun_bin())
+                .arg("explain")
+                .args(args)
+                .env("LOG_LEVEL", "error"),
+        )
+    };
+    let socket = work.path().join("debug.socket").display().to_string();
+    let parent = explain(&[
+        "Probe/server-error",
+        "-n",
+        "default",
+        "--debug-unix-socket",
+        &socket,
+    ]);
+    assert!(
+        parent.starts_with("Probe default/server-error\n")
+            && parent.contains("made by: parent of lambda controller probes")
+            && parent.contains("now: NOT converged: its last sync failed (")
+            && parent.contains("unsupported status code: 500")
+            && parent.contains("(live) CompositeController probes: the last sync failed:"),
+        "{parent}"
+    );
+    let journal_dir = work.path().join("journal").display().to_string();
+    let child: Value = serde_json::from_str(&explain(&[
+        "ConfigMap/good-ok",
+        "--journal-dir",
+        &journal_dir,
+        "-o",
+        "json",
+    ]))
+    .expect("explain -o json");
+    assert_eq!(
+        child["madeBy"],
+        json!(["lambda controller probes, as a child of parent default/good"]),
+        "{child:#}"
+    );
+    assert!(
+        child["history"][0]["what"].as_str().is_some_and(|w| w
+            .starts_with("created by probes: the sync hook's answer ")
+            && w.ends_with(" for parent default/good asked for it")),
+        "{child:#}"
+    );
+    assert!(
+        child["now"][0].as_str().is_some_and(
+            |n| n.starts_with("converged: its parent default/good's last sync applied")
+        ),
+        "{child:#}"
+    );
+    let unknown = explain(&["Secret/nothing", "--journal-dir", &journal_dir]);
+    assert!(unknown.contains("nothing journaled about it"), "{unknown}");
 }
 
 #[test]

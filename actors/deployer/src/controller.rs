@@ -644,8 +644,17 @@ async fn write_status(
         return Ok(item.clone());
     }
     let mut events = Vec::new();
+    let managed_names = |s: &Status| {
+        crate::manifest::managed_of(s.provider_status.as_ref())
+            .iter()
+            .map(|m| m.resource.to_string())
+            .collect::<Vec<_>>()
+    };
+    let managed = Some(managed_names(new)).filter(|now| *now != managed_names(old));
     if let Some(to) = new.phase
-        && (old.phase != new.phase || new.last_reconcile_time != old.last_reconcile_time)
+        && (old.phase != new.phase
+            || new.last_reconcile_time != old.last_reconcile_time
+            || managed.is_some())
     {
         events.push(DeployerEvent::DeployItemPhase {
             item: item_name(&item.key),
@@ -653,6 +662,7 @@ async fn write_status(
             to,
             generation: item.generation,
             job_id: new.job_id.clone(),
+            managed,
         });
     }
     if let Some(e) = &new.last_error

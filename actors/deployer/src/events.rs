@@ -24,6 +24,11 @@ pub enum DeployerEvent {
         generation: i64,
         #[serde(default, rename = "jobID", skip_serializing_if = "Option::is_none")]
         job_id: Option<String>,
+        /// The objects the item manages (`Kind namespace/name`), when this run changed
+        /// the list (`bosun explain` follows an object to its item through it). Absent in
+        /// journals written before it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        managed: Option<Vec<String>>,
     },
     /// An error was recorded on an item (`lastError`).
     #[serde(rename_all = "camelCase")]

@@ -1,0 +1,471 @@
+//! `bosun explain`: why an object looks the way it does. For anything bosun touches — a
+//! lambda parent or child, a DeployItem or an object it deployed, a module, a values path —
+//! it names who made it, each change bosun made to it and why (from the three journals,
+//! in each journal's order), and what it is waiting for now.
+//!
+//! ```text
+//!   bosun explain ConfigMap/web -n default
+//!        │ offline: the journals under --journal-dir (read-only copies while bosun runs)
+//!        │ --live:  GET /explain.{text|json}?subject=…&namespace=… on the debug socket,
+//!        │          the same explanation plus what the running subsystems wait for
+//!        ▼
+//!   Subject ──► lambda::explain ──┐
+//!           ──► deployer::explain ├─► Explanation { made_by, history, now } ──► text/json/yaml
+//!           ──► modules::explain ─┘
+//! ```
+//!
+//! No reference keeps a history: addon-operator, metacontroller and landscaper can only
+//! show an object's present state.
+
+pub mod deployer;
+pub mod lambda;
+pub mod modules;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::journal_cli::{Format, LiveArgs};
+
+/// What to explain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Subject {
+    /// An object by kind, namespace (empty: cluster scope or not given) and name.
+    Object {
+        /// The kind as the user typed it (`ConfigMap`, `configmap`, `deployitems`).
+        kind: String,
+        /// The namespace (`-n`), empty when not given.
+        namespace: String,
+        /// The name.
+        name: String,
+    },
+    /// A values path: `global.foo.bar` or `<module>.key`.
+    Values {
+        /// The dotted path as typed.
+        path: String,
+    },
+}
+
+impl Subject {
+    /// Reads `KIND/NAME`, `KIND NAME` or `values PATH`, with the namespace of `-n`.
+    pub fn parse(words: &[String], namespace: Option<&str>) -> Result<Subject, String> {
+        let namespace = namespace.unwrap_or_default().to_string();
+        match words {
+            [what, path] if what == "values" => Ok(Subject::Values { path: path.clone() }),
+            [one] => match one.split_once('/') {
+                Some((kind, name)) if !kind.is_empty() && !name.is_empty() => {
+                    // `KIND/NS/NAME` is accepted too, as `bosun journal deployer --item`.
+                    let (namespace, name) = match name.split_once('/') {
+                        Some((ns, name)) => (ns.to_string(), name.to_string()),
+                        None => (namespace, name.to_string()),
+                    };
+                    Ok(Subject::Object {
+                        kind: kind.to_string(),
+                        namespace,
+                        name,
+                    })
+                }
+                _ => Err(format!(
+                    "{one:?}: expected KIND/NAME (e.g. ConfigMap/web), KIND NAME, or values PATH"
+                )),
+            },
+            [kind, name] => Ok(Subject::Object {
+                kind: kind.clone(),
+                namespace,
+                name: name.clone(),
+            }),
+            _ => Err("expected KIND/NAME (e.g. ConfigMap/web), KIND NAME, or values PATH".into()),
+        }
+    }
+
+    /// How the subject is named in the explanation.
+    pub fn describe(&self) -> String {
+        match self {
+            Subject::Object {
+                kind,
+                namespace,
+                name,
+            } if namespace.is_empty() => format!("{kind} {name}"),
+            Subject::Object {
+                kind,
+                namespace,
+                name,
+            } => format!("{kind} {namespace}/{name}"),
+            Subject::Values { path } => format!("values {path}"),
+        }
+    }
+
+    /// Whether `kind` (as a journal writes it, e.g. `ConfigMap`) is the subject's kind as
+    /// typed: case aside, and a plural `s` aside.
+    pub fn kind_is(&self, kind: &str) -> bool {
+        let Subject::Object { kind: typed, .. } = self else {
+            return false;
+        };
+        let norm = |k: &str| {
+            let k = k.to_ascii_lowercase();
+            k.strip_suffix('s').map(str::to_string).unwrap_or(k)
+        };
+        norm(typed) == norm(kind)
+    }
+
+    /// Whether a journal's `namespace/name` (or bare `name`) is the subject's; without
+    /// `-n` any namespace matches.
+    pub fn names(&self, namespace: &str, name: &str) -> bool {
+        let Subject::Object {
+            namespace: ns,
+            name: n,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        n == name && (ns.is_empty() || ns == namespace)
+    }
+}
+
+/// One change bosun made, from one journal.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Step {
+    /// Which journal (`modules`, `lambda`, `deployer`).
+    pub journal: &'static str,
+    /// Its sequence number there: the order within a journal.
+    pub seq: u64,
+    /// When it was written (RFC 3339, milliseconds).
+    pub time: String,
+    /// What happened.
+    pub what: String,
+}
+
+/// Why an object is the way it is.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// What was asked about.
+    pub subject: String,
+    /// Who makes or owns it: a controller and parent, an item, a module and hook.
+    pub made_by: Vec<String>,
+    /// Each change bosun made to it and why, per journal in its order.
+    pub history: Vec<Step>,
+    /// What it is now and what bosun waits for.
+    pub now: Vec<String>,
+    /// Journals that could not be read (missing or damaged), with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+}
+
+impl Explanation {
+    fn new(subject: &Subject) -> Explanation {
+        Explanation {
+            subject: subject.describe(),
+            ..Default::default()
+        }
+    }
+
+    fn push_made_by(&mut self, who: String) {
+        if !self.made_by.contains(&who) {
+            self.made_by.push(who);
+        }
+    }
+
+    fn push_now(&mut self, what: String) {
+        if !self.now.contains(&what) {
+            self.now.push(what);
+        }
+    }
+
+    /// The explanation as text.
+    pub fn text(&self) -> String {
+        let mut out = format!("{}\n", self.subject);
+        if self.made_by.is_empty() && self.history.is_empty() && self.now.is_empty() {
+            out.push_str("  nothing journaled about it: bosun has not made or changed it\n");
+        }
+        for who in &self.made_by {
+            out.push_str(&format!("  made by: {who}\n"));
+        }
+        if !self.history.is_empty() {
+            out.push_str("  history:\n");
+        }
+        for s in &self.history {
+            out.push_str(&format!(
+                "    {} #{} {} {}\n",
+                s.journal, s.seq, s.time, s.what
+            ));
+        }
+        for n in &self.now {
+            out.push_str(&format!("  now: {n}\n"));
+        }
+        for u in &self.unreadable {
+            out.push_str(&format!("  (not read: {u})\n"));
+        }
+        out
+    }
+}
+
+/// The journals an explanation reads.
+pub struct Journals<'a> {
+    /// The modules' journal.
+    pub modules: Option<&'a bosun_journal::Journal<bosun_addon::Event>>,
+    /// The lambda controllers' journal.
+    pub lambda: Option<&'a bosun_journal::Journal<bosun_lambda::events::LambdaEvent>>,
+    /// The deployer's journal.
+    pub deployer: Option<&'a bosun_journal::Journal<bosun_deployer::events::DeployerEvent>>,
+}
+
+/// Explains `subject` from the journals.
+pub fn explain(subject: &Subject, journals: &Journals<'_>) -> Explanation {
+    let mut e = Explanation::new(subject);
+    if let Some(j) = journals.modules
+        && let Err(err) = modules::explain(j, subject, &mut e)
+    {
+        e.unreadable.push(format!("modules journal: {err}"));
+    }
+    if let Some(j) = journals.lambda
+        && let Err(err) = lambda::explain(j, subject, &mut e)
+    {
+        e.unreadable.push(format!("lambda journal: {err}"));
+    }
+    if let Some(j) = journals.deployer
+        && let Err(err) = deployer::explain(j, subject, &mut e)
+    {
+        e.unreadable.push(format!("deployer journal: {err}"));
+    }
+    e
+}
+
+/// Explains `subject` in a running bosun: the journals (read off the async threads), then
+/// what its subsystems wait for now.
+pub async fn explain_running(subject: &Subject, parts: &crate::host::Parts) -> Explanation {
+    let (s, p) = (subject.clone(), parts.clone());
+    let read = tokio::task::spawn_blocking(move || {
+        explain(
+            &s,
+            &Journals {
+                modules: p.modules.as_ref().map(|m| &*m.journal),
+                lambda: p.lambda_journal.as_deref(),
+                deployer: p.deployer_journal.as_deref(),
+            },
+        )
+    })
+    .await;
+    let mut e = read.unwrap_or_else(|err| {
+        let mut e = Explanation::new(subject);
+        e.unreadable
+            .push(format!("reading the journals failed: {err}"));
+        e
+    });
+    if let Some(c) = &parts.lambda {
+        lambda::live(&c.views(), subject, &mut e);
+    }
+    if let Some(d) = &parts.deployer {
+        deployer::live(d, subject, &mut e);
+    }
+    if let Some(m) = &parts.modules {
+        modules::live(&m.engine, subject, &mut e).await;
+    }
+    e
+}
+
+/// Arguments of `bosun explain`.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// `KIND/NAME` (`ConfigMap/web`, `DeployItem/app`, `Module/echo`), `KIND NAME`, or
+    /// `values PATH` (`values global.foo`, `values echo.replicas`).
+    #[arg(required = true, num_args = 1..=2)]
+    pub what: Vec<String>,
+    /// The object's namespace (any namespace when left out).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: Format,
+    /// The journal directory (its `lambda` and `deployer` folders are read too).
+    #[arg(
+        long,
+        env = "BOSUN_JOURNAL_DIR",
+        default_value = "/var/lib/bosun/journal"
+    )]
+    pub journal_dir: PathBuf,
+    #[command(flatten)]
+    pub live: LiveArgs,
+}
+
+/// Runs `bosun explain`.
+pub fn run(args: ExplainArgs) -> anyhow::Result<()> {
+    let subject = Subject::parse(&args.what, args.namespace.as_deref())
+        .map_err(|e| anyhow::anyhow!("bosun explain: {e}"))?;
+    let explanation = match args.live.socket() {
+        Some(socket) => {
+            let mut path = format!(
+                "/explain.json?subject={}",
+                crate::debug::client::encode(&args.what.join(" "))
+            );
+            if let Some(ns) = &args.namespace {
+                path.push_str(&format!("&namespace={}", crate::debug::client::encode(ns)));
+            }
+            let body = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?
+                .block_on(crate::debug::client::get(&socket, &path))?;
+            serde_json::from_str::<Value>(&body)
+                .with_context(|| format!("{path}: the debug socket did not answer JSON"))?
+        }
+        None => serde_json::to_value(offline(&subject, &args.journal_dir)?)?,
+    };
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        Format::Text => {
+            let e: Explanation = from_value(&explanation)?;
+            write!(out, "{}", e.text())?;
+        }
+        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&explanation)?)?,
+        Format::Yaml => write!(
+            out,
+            "{}",
+            serde_saphyr::to_string(&explanation).context("cannot render YAML")?
+        )?,
+    }
+    Ok(())
+}
+
+/// Explains from the journals under `dir` (each read from a private copy while bosun
+/// holds it). A journal that is not there is left out; none there at all is an error.
+pub fn offline(subject: &Subject, dir: &std::path::Path) -> anyhow::Result<Explanation> {
+    use bosun_journal::Journal;
+    let present = |d: &std::path::Path| {
+        d.is_dir() && std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some())
+    };
+    let open_err = |what: &str, d: &std::path::Path, e: &dyn std::fmt::Display| {
+        format!("{what} journal {}: {e}", d.display())
+    };
+    let mut unreadable = Vec::new();
+    let modules = if present(dir) && !only_subfolders(dir) {
+        Journal::<bosun_addon::Event>::open_read_only(dir)
+            .map_err(|e| unreadable.push(open_err("modules", dir, &e)))
+            .ok()
+    } else {
+        None
+    };
+    let lambda_dir = dir.join("lambda");
+    let lambda = if present(&lambda_dir) {
+        Journal::open_read_only(&lambda_dir)
+            .map_err(|e| unreadable.push(open_err("lambda", &lambda_dir, &e)))
+            .ok()
+    } else {
+        None
+    };
+    let deployer_dir = dir.join("deployer");
+    let deployer = if present(&deployer_dir) {
+        Journal::open_read_only(&deployer_dir)
+            .map_err(|e| unreadable.push(open_err("deployer", &deployer_dir, &e)))
+            .ok()
+    } else {
+        None
+    };
+    if modules.is_none() && lambda.is_none() && deployer.is_none() && unreadable.is_empty() {
+        anyhow::bail!(
+            "{}: no journal there (expected bosun's journal folder: --journal-dir or BOSUN_JOURNAL_DIR)",
+            dir.display()
+        );
+    }
+    let mut e = explain(
+        subject,
+        &Journals {
+            modules: modules.as_ref(),
+            lambda: lambda.as_ref(),
+            deployer: deployer.as_ref(),
+        },
+    );
+    e.unreadable.extend(unreadable);
+    Ok(e)
+}
+
+/// Whether `dir` holds only the other subsystems' journal folders (no modules' journal).
+fn only_subfolders(dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().all(|e| {
+            let name = e.file_name();
+            name == "lambda" || name == "deployer"
+        })
+    })
+}
+
+fn from_value(v: &Value) -> anyhow::Result<Explanation> {
+    let steps = v["history"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| Step {
+            journal: match s["journal"].as_str() {
+                Some("modules") => "modules",
+                Some("lambda") => "lambda",
+                Some("deployer") => "deployer",
+                _ => "?",
+            },
+            seq: s["seq"].as_u64().unwrap_or_default(),
+            time: s["time"].as_str().unwrap_or_default().to_string(),
+            what: s["what"].as_str().unwrap_or_default().to_string(),
+        })
+        .collect();
+    let strings = |k: &str| -> Vec<String> {
+        v[k].as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    anyhow::ensure!(
+        v["subject"].is_string(),
+        "the debug socket's answer is not an explanation: {v}"
+    );
+    Ok(Explanation {
+        subject: v["subject"].as_str().unwrap_or_default().to_string(),
+        made_by: strings("madeBy"),
+        history: steps,
+        now: strings("now"),
+        unreadable: strings("unreadable"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn subjects_are_read_in_every_form_and_bad_ones_are_named() {
+        assert_eq!(
+            Subject::parse(&words("ConfigMap/web"), Some("apps")),
+            Ok(Subject::Object {
+                kind: "ConfigMap".into(),
+                namespace: "apps".into(),
+                name: "web".into()
+            })
+        );
+        assert_eq!(
+            Subject::parse(&words("deployitem/ns/app"), None),
+            Ok(Subject::Object {
+                kind: "deployitem".into(),
+                namespace: "ns".into(),
+                name: "app".into()
+            })
+        );
+        assert_eq!(
+            Subject::parse(&words("values global.foo"), None),
+            Ok(Subject::Values {
+                path: "global.foo".into()
+            })
+        );
+        let err = Subject::parse(&words("web"), None).unwrap_err();
+        assert!(err.contains("KIND/NAME"), "{err}");
+        let s = Subject::parse(&words("configmaps web"), None).unwrap();
+        assert!(s.kind_is("ConfigMap") && !s.kind_is("Secret"));
+        assert!(s.names("any", "web"), "without -n any namespace matches");
+    }
+}
