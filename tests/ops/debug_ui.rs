@@ -2,7 +2,9 @@
 //! sandbox: a global hook that fails (parked after one attempt, so the converge goes on)
 //! and one that holds the converge in its afterAll step. The page must show the main queue
 //! with the converge, the failing task's error (escaped), the actors, the modules and the
-//! journal timeline.
+//! journal timeline; a lambda parent whose sync hook fails, with its error and next retry;
+//! a DeployItem waiting for a Deployment, with what it waits for; and the explain panel of
+//! that item.
 //!
 //! Chromium (Debian's `chromium`) comes from `./scripts/setup.sh --with-browser`, which the test
 //! command runs; without it this test fails and says so.
@@ -14,6 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::json;
+
+use crate::common::webhooks::{Hooks, post_ok};
 use crate::common::{Operator, Sandbox, workdir};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -97,10 +102,21 @@ fn queue_block<'a>(dom: &'a str, name: &str) -> &'a str {
     &rest[..end]
 }
 
+/// The page from `marker` up to the next `end` (empty when the marker is not there).
+fn block<'a>(dom: &'a str, marker: &str, end: &str) -> &'a str {
+    let Some(start) = dom.find(marker) else {
+        return "";
+    };
+    let rest = &dom[start..];
+    &rest[..rest.find(end).unwrap_or(rest.len())]
+}
+
 /// What the page must show; the first thing missing, if any.
 fn missing(dom: &str) -> Option<&'static str> {
     let main = queue_block(dom, "main");
-    let checks: [(&str, bool); 10] = [
+    let parent = block(dom, "data-parent=\"default/broken\"", "</tr>");
+    let item = block(dom, "data-item=\"default/waits\"", "</tr>");
+    let checks: [(&str, bool); 12] = [
         ("the main queue", !main.is_empty()),
         (
             "the ConvergeModules task in the main queue, marked as a converge in progress",
@@ -144,6 +160,21 @@ fn missing(dom: &str) -> Option<&'static str> {
         (
             "the converge badge",
             dom.contains("converge in progress (OperatorStartup)"),
+        ),
+        (
+            "the lambda parent with its last error, failures and next retry",
+            parent.contains("CompositeController probes")
+                && parent.contains("unsupported status code: 500")
+                && parent.contains("failures ")
+                && parent.contains("next retry in ")
+                && parent.contains("href=\"#explain=parent%2Fdefault%2Fbroken\""),
+        ),
+        (
+            "the DeployItem with what it waits for",
+            item.contains(">Progressing<")
+                && item.contains("waiting for ManifestsReady=False")
+                && item.contains("Deployment default/web")
+                && item.contains("href=\"#explain=DeployItem%2Fdefault%2Fwaits\""),
         ),
     ];
     checks.iter().find(|(_, ok)| !ok).map(|(what, _)| *what)
@@ -199,6 +230,71 @@ exit 1"#,
             .unwrap_or_default();
         !addr.is_empty()
     });
+    // A lambda controller whose sync hook fails for its one parent.
+    let hooks = Hooks::serve(|_, _| (500, serde_json::Value::String("internal trouble".into())));
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "probes.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"kind": "Probe", "plural": "probes", "singular": "probe", "listKind": "ProbeList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}),
+    );
+    op.wait(
+        "the Probe CRD and bosun's CRDs served",
+        Duration::from_secs(60),
+        || {
+            [
+                "/apis/example.com/v1/probes",
+                "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+                "/apis/landscaper.gardener.cloud/v1alpha1/targets",
+                "/apis/landscaper.gardener.cloud/v1alpha1/deployitems",
+            ]
+            .iter()
+            .all(|p| sb.get(p).0 == 200)
+        },
+    );
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "probes"},
+            "spec": {"parentResource": {"apiVersion": "example.com/v1", "resource": "probes"},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}}}),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/probes",
+        &json!({"apiVersion": "example.com/v1", "kind": "Probe", "metadata": {"name": "broken"},
+            "spec": {"selector": {"matchLabels": {"app": "broken"}}}}),
+    );
+    // A DeployItem that deploys a Deployment into this same cluster and waits for it.
+    let kubeconfig = std::fs::read_to_string(&sb.kubeconfig).expect("kubeconfig");
+    post_ok(
+        &sb,
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/targets",
+        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+            "metadata": {"name": "here", "namespace": "default"},
+            "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": kubeconfig}}}),
+    );
+    post_ok(
+        &sb,
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/deployitems",
+        &json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+            "metadata": {"name": "waits", "namespace": "default"},
+            "spec": {"type": "landscaper.gardener.cloud/kubernetes-manifest", "target": {"name": "here"},
+                "config": {"apiVersion": "manifest.deployer.landscaper.gardener.cloud/v1alpha2",
+                    "kind": "ProviderConfiguration",
+                    "manifests": [{"manifest": {"apiVersion": "apps/v1", "kind": "Deployment",
+                        "metadata": {"name": "web", "namespace": "default"},
+                        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                            "template": {"metadata": {"labels": {"app": "web"}},
+                                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}}]}}}),
+    );
     let url = format!("http://{addr}/ui");
     let profile = tempfile::tempdir().expect("profile dir");
 
@@ -237,4 +333,19 @@ exit 1"#,
         "the filter module:demo keeps only the module's events: {dom}"
     );
     assert!(dom.contains("module demo enabled"), "{dom}");
+
+    // The explain panel of the item (linked from its row): its history and its wait.
+    let dom = dump_dom(
+        &format!("{url}#explain=DeployItem%2Fdefault%2Fwaits"),
+        profile.path(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let panel = block(&dom, "<section id=\"explain\"", "</section>");
+    assert!(
+        panel.contains("data-explained=\"DeployItem default/waits\"")
+            && panel.contains("the deployer (landscaper's DeployItem contract)")
+            && panel.contains("deployitem/default/waits: - → Init")
+            && panel.contains("(live) phase Progressing, waiting for ManifestsReady=False"),
+        "the explain panel names the item's history and wait: {panel}"
+    );
 }
