@@ -53,6 +53,19 @@ pub enum Format {
     Yaml,
 }
 
+/// One of bosun's journals, or all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Which {
+    /// The modules' journal (the journal directory itself).
+    Modules,
+    /// The lambda controllers' (`<dir>/lambda`).
+    Lambda,
+    /// The deployer's (`<dir>/deployer`).
+    Deployer,
+    /// Every journal there.
+    All,
+}
+
 /// Where a view is read: the journal directory (the default) or a running bosun.
 #[derive(Debug, Default, Args)]
 pub struct LiveArgs {
@@ -122,6 +135,24 @@ pub enum JournalCommand {
         a: String,
         /// Second point.
         b: String,
+        /// Which journal: `modules` (the default), `lambda` or `deployer`.
+        #[arg(long, value_enum, default_value = "modules")]
+        journal: Which,
+    },
+    /// The state at a point of every journal (or one): the modules' values, modules and
+    /// queues; each lambda controller and its parents' last outcomes; each DeployItem's
+    /// phase, last error and managed objects.
+    Replay {
+        /// Up to this sequence number (of the one journal chosen), time or age (default:
+        /// the end).
+        #[arg(long)]
+        until: Option<String>,
+        /// Which journal (`all` by default).
+        #[arg(long, value_enum, default_value = "all")]
+        journal: Which,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "yaml")]
+        output: Format,
     },
     /// The history of one task: attempts, errors, retry times.
     Why {
@@ -252,12 +283,26 @@ pub fn run(args: JournalArgs) -> anyhow::Result<()> {
                 _ => print_value(&view.data, output, &mut out),
             }
         }
-        JournalCommand::Diff { a, b } => {
-            let journal = open(dir)?;
-            let (pa, pb) = (point(&journal, Some(&a))?, point(&journal, Some(&b))?);
+        JournalCommand::Replay {
+            until,
+            journal,
+            output,
+        } => {
+            let state = replayed(dir, journal, until.as_deref())?;
+            let output = if output == Format::Text {
+                Format::Yaml
+            } else {
+                output
+            };
+            print_value(&state, output, &mut out)
+        }
+        JournalCommand::Diff { a, b, journal } => {
+            if journal == Which::All {
+                bail!("journal diff compares one journal: --journal modules, lambda or deployer");
+            }
             let (sa, sb) = (
-                serde_json::to_value(state_at(&journal, pa)?)?,
-                serde_json::to_value(state_at(&journal, pb)?)?,
+                replayed(dir, journal, Some(&a))?,
+                replayed(dir, journal, Some(&b))?,
             );
             let patch = json_patch::diff(&sa, &sb);
             if patch.0.is_empty() {
@@ -337,6 +382,76 @@ fn read(
     let data: Value = serde_json::from_str(&body)
         .with_context(|| format!("{path}: the debug socket did not answer JSON"))?;
     Ok(View::data(data))
+}
+
+/// The state of `which` journal under `dir` at `until` (the end when `None`), as JSON:
+/// one journal's state, or `{modules, lambda, deployer}` with those present.
+fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow::Result<Value> {
+    use crate::journal_replay::{fold_deployer, fold_lambda, replay};
+    if which == Which::All
+        && let Some(u) = until
+        && u.parse::<u64>().is_ok()
+    {
+        bail!(
+            "--until {u}: a sequence number belongs to one journal; choose it with --journal, or give a time or an age"
+        );
+    }
+    let mut all = serde_json::Map::new();
+    if matches!(which, Which::Modules | Which::All) && (which == Which::Modules || has_modules(dir))
+    {
+        let journal = open(dir)?;
+        let at = point(&journal, until)?;
+        all.insert(
+            "modules".into(),
+            serde_json::to_value(state_at(&journal, at)?)?,
+        );
+    }
+    let sub = |name: &str| dir.join(name);
+    if matches!(which, Which::Lambda | Which::All)
+        && (which == Which::Lambda || sub("lambda").is_dir())
+    {
+        let d = sub("lambda");
+        let journal = Journal::<bosun_lambda::events::LambdaEvent>::open_read_only(&d)
+            .with_context(|| format!("cannot open the lambda journal {}", d.display()))?;
+        let at = point(&journal, until)?;
+        all.insert(
+            "lambda".into(),
+            serde_json::to_value(replay(&journal, at, fold_lambda)?)?,
+        );
+    }
+    if matches!(which, Which::Deployer | Which::All)
+        && (which == Which::Deployer || sub("deployer").is_dir())
+    {
+        let d = sub("deployer");
+        let journal = Journal::<bosun_deployer::events::DeployerEvent>::open_read_only(&d)
+            .with_context(|| format!("cannot open the deployer journal {}", d.display()))?;
+        let at = point(&journal, until)?;
+        all.insert(
+            "deployer".into(),
+            serde_json::to_value(replay(&journal, at, fold_deployer)?)?,
+        );
+    }
+    if which == Which::All {
+        if all.is_empty() {
+            bail!("{}: no journal there", dir.display());
+        }
+        return Ok(Value::Object(all));
+    }
+    Ok(all
+        .into_iter()
+        .next()
+        .map(|(_, v)| v)
+        .unwrap_or(Value::Null))
+}
+
+/// Whether `dir` holds the modules' journal (and not only the other journals' folders).
+pub(crate) fn has_modules(dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            name != "lambda" && name != "deployer"
+        })
+    })
 }
 
 fn open(dir: &std::path::Path) -> anyhow::Result<Journal<Event>> {

@@ -1099,6 +1099,40 @@ fn manifests_wait_for_readiness_then_export_and_merge_with_live_objects() {
     );
     let item_now = explain(&["DeployItem/ready", "--journal-dir", &journal_dir]);
     assert!(item_now.contains("now: Succeeded"), "{item_now}");
+    // The deployer's journal replayed: the item's state at the end, and at its first record.
+    let replay = |until: Option<&str>| -> Value {
+        let mut cmd = std::process::Command::new(common::bosun_bin());
+        cmd.args([
+            "journal",
+            "--journal-dir",
+            &journal_dir,
+            "replay",
+            "--journal",
+            "deployer",
+            "-o",
+            "json",
+        ]);
+        if let Some(u) = until {
+            cmd.args(["--until", u]);
+        }
+        serde_json::from_str(&common::run_ok(cmd.env("LOG_LEVEL", "error")))
+            .expect("replay -o json")
+    };
+    let end = replay(None);
+    let ready = &end["deployitem/default/ready"];
+    assert_eq!(ready["phase"], "Succeeded", "{end:#}");
+    assert!(
+        ready["managed"]
+            .as_array()
+            .is_some_and(|m| m.contains(&json!("ConfigMap default/state"))
+                && m.contains(&json!("Deployment default/web"))),
+        "{end:#}"
+    );
+    let first = replay(Some("1"));
+    assert_eq!(
+        first["deployitem/default/ready"]["phase"], "Init",
+        "{first:#}"
+    );
 
     // A bad check fails at once, naming the field.
     let mut bad = manifest_config(json!([{"manifest": cm("default", "x", json!({}))}]));

@@ -87,7 +87,10 @@ fn parse_point(s: &str) -> Result<Point, ViewError> {
 
 /// Resolves a point (a sequence number, an RFC 3339 time or an age) to a sequence number
 /// (times: the last record at or before it).
-pub fn point(journal: &Journal<Event>, s: Option<&str>) -> Result<Option<u64>, ViewError> {
+pub fn point<E>(journal: &Journal<E>, s: Option<&str>) -> Result<Option<u64>, ViewError>
+where
+    E: serde::Serialize + serde::de::DeserializeOwned + bosun_journal::Versioned,
+{
     let Some(s) = s else { return Ok(None) };
     Ok(Some(match parse_point(s)? {
         Point::Seq(seq) => seq,

@@ -342,7 +342,7 @@ pub fn offline(subject: &Subject, dir: &std::path::Path) -> anyhow::Result<Expla
         format!("{what} journal {}: {e}", d.display())
     };
     let mut unreadable = Vec::new();
-    let modules = if present(dir) && !only_subfolders(dir) {
+    let modules = if present(dir) && crate::journal_cli::has_modules(dir) {
         Journal::<bosun_addon::Event>::open_read_only(dir)
             .map_err(|e| unreadable.push(open_err("modules", dir, &e)))
             .ok()
@@ -381,16 +381,6 @@ pub fn offline(subject: &Subject, dir: &std::path::Path) -> anyhow::Result<Expla
     );
     e.unreadable.extend(unreadable);
     Ok(e)
-}
-
-/// Whether `dir` holds only the other subsystems' journal folders (no modules' journal).
-fn only_subfolders(dir: &std::path::Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|entries| {
-        entries.flatten().all(|e| {
-            let name = e.file_name();
-            name == "lambda" || name == "deployer"
-        })
-    })
 }
 
 fn from_value(v: &Value) -> anyhow::Result<Explanation> {

@@ -562,6 +562,48 @@ fn bad_hook_answers_are_events_on_the_parent_and_bosun_keeps_going() {
         ),
         "{child:#}"
     );
+    // The lambda journal replayed: the failing parent's state, counted.
+    let replayed: Value = serde_json::from_str(&common::run_ok(
+        std::process::Command::new(common::bosun_bin())
+            .args([
+                "journal",
+                "--journal-dir",
+                &journal_dir,
+                "replay",
+                "--journal",
+                "lambda",
+                "-o",
+                "json",
+            ])
+            .env("LOG_LEVEL", "error"),
+    ))
+    .expect("replay -o json");
+    let failing = &replayed["probes"]["parents"]["default/server-error"];
+    assert!(
+        failing["converged"] == false
+            && failing["failures"].as_u64() >= Some(3)
+            && failing["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("unsupported status code: 500")),
+        "{replayed:#}"
+    );
+    assert_eq!(replayed["probes"]["state"], "running", "{replayed:#}");
+    let refused = common::run_err(
+        std::process::Command::new(common::bosun_bin())
+            .args([
+                "journal",
+                "--journal-dir",
+                &journal_dir,
+                "replay",
+                "--until",
+                "3",
+            ])
+            .env("LOG_LEVEL", "error"),
+    );
+    assert!(
+        refused.contains("a sequence number belongs to one journal"),
+        "{refused}"
+    );
     let unknown = explain(&["Secret/nothing", "--journal-dir", &journal_dir]);
     assert!(unknown.contains("nothing journaled about it"), "{unknown}");
 }
