@@ -52,7 +52,7 @@ pub enum Command {
     Journal(crate::journal_cli::JournalArgs),
     /// Why an object looks the way it does: who made it, each change bosun made and why,
     /// what bosun waits for (from the journals, or `--live` from a running bosun).
-    Explain(crate::explain::ExplainArgs),
+    Explain(crate::explain_cli::ExplainArgs),
     /// Dump the queues of a running bosun (debug socket).
     Queue(crate::debug::commands::QueueArgs),
     /// Global hooks, values and config values of a running bosun (debug socket).
@@ -407,7 +407,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Run(args) => run(*args),
         Command::Sandbox(args) => sandbox(args),
         Command::Journal(args) => crate::journal_cli::run(args),
-        Command::Explain(args) => crate::explain::run(args),
+        Command::Explain(args) => crate::explain_cli::run(args),
         Command::Queue(args) => crate::debug::commands::queue(args),
         Command::Global(args) => crate::debug::commands::global(args),
         Command::Module(args) => crate::debug::commands::module(args),

@@ -397,7 +397,8 @@ fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow:
         );
     }
     let mut all = serde_json::Map::new();
-    if matches!(which, Which::Modules | Which::All) && (which == Which::Modules || has_modules(dir))
+    if matches!(which, Which::Modules | Which::All)
+        && (which == Which::Modules || crate::debug::explain::has_modules(dir))
     {
         let journal = open(dir)?;
         let at = point(&journal, until)?;
@@ -442,16 +443,6 @@ fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow:
         .next()
         .map(|(_, v)| v)
         .unwrap_or(Value::Null))
-}
-
-/// Whether `dir` holds the modules' journal (and not only the other journals' folders).
-pub(crate) fn has_modules(dir: &std::path::Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|entries| {
-        entries.flatten().any(|e| {
-            let name = e.file_name();
-            name != "lambda" && name != "deployer"
-        })
-    })
 }
 
 fn open(dir: &std::path::Path) -> anyhow::Result<Journal<Event>> {
@@ -550,79 +541,14 @@ fn lambda_log(
     }
     for r in &records {
         let time = crate::debug::journal_views::format_ms(r.time_ms);
-        writeln!(out, "#{} {time} {}", r.seq, lambda_line(&r.event))?;
+        writeln!(
+            out,
+            "#{} {time} {}",
+            r.seq,
+            crate::lambda::journal_log::line(&r.event)
+        )?;
     }
     Ok(())
-}
-
-/// One readable line for a lambda journal event.
-pub(crate) fn lambda_line(event: &bosun_lambda::events::LambdaEvent) -> String {
-    use bosun_lambda::events::LambdaEvent;
-    match event {
-        LambdaEvent::ControllerStarted {
-            kind,
-            name,
-            generation,
-        } => {
-            format!("{kind} {name} started (generation {generation})")
-        }
-        LambdaEvent::ControllerStopped { kind, name, reason } => {
-            format!("{kind} {name} stopped: {reason}")
-        }
-        LambdaEvent::ControllerRefused { kind, name, error } => {
-            format!("{kind} {name} refused: {error}")
-        }
-        LambdaEvent::Synced {
-            controller,
-            key,
-            hook,
-            answer,
-            created,
-            updated,
-            deleted,
-            status_written,
-            finalized,
-        } => {
-            let mut parts = Vec::new();
-            for (what, list) in [
-                ("created", created),
-                ("updated", updated),
-                ("deleted", deleted),
-            ] {
-                if !list.is_empty() {
-                    parts.push(format!("{what} {}", list.join(", ")));
-                }
-            }
-            if *status_written {
-                parts.push("status written".into());
-            }
-            if *finalized {
-                parts.push("finalized".into());
-            }
-            format!(
-                "{controller} {key}: {hook} hook answer {answer} applied: {}",
-                if parts.is_empty() {
-                    "no change".to_string()
-                } else {
-                    parts.join("; ")
-                }
-            )
-        }
-        LambdaEvent::SyncFailed {
-            controller,
-            key,
-            error,
-            retry_in_ms,
-            failures,
-        } => {
-            let nth = if *failures > 1 {
-                format!(" (failure {failures} in a row)")
-            } else {
-                String::new()
-            };
-            format!("{controller} {key}: sync failed{nth}: {error} (retry in {retry_in_ms} ms)")
-        }
-    }
 }
 
 fn print_lines(view: &View, output: Format, out: &mut impl Write) -> anyhow::Result<()> {

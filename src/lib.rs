@@ -20,7 +20,7 @@ pub mod debug;
 pub mod deployer;
 pub mod endpoints;
 pub mod examples;
-pub mod explain;
+pub mod explain_cli;
 pub mod ha;
 pub mod helm;
 pub mod hooks;

@@ -23,6 +23,7 @@ pub mod client;
 pub mod commands;
 pub mod deployer_views;
 pub mod diff;
+pub mod explain;
 pub mod graph;
 pub mod journal_views;
 pub mod lambda_views;
@@ -621,10 +622,9 @@ async fn answer(
                 .split_whitespace()
                 .map(str::to_string)
                 .collect();
-            let subject =
-                crate::explain::Subject::parse(&words, param(query, "namespace").as_deref())
-                    .map_err(|e| Failure(StatusCode::BAD_REQUEST, format!("subject: {e}")))?;
-            let e = crate::explain::explain_running(&subject, &views).await;
+            let subject = explain::Subject::parse(&words, param(query, "namespace").as_deref())
+                .map_err(|e| Failure(StatusCode::BAD_REQUEST, format!("subject: {e}")))?;
+            let e = explain::explain_running(&subject, &views).await;
             Ok(View {
                 text: Some(e.text()),
                 data: serde_json::to_value(&e).unwrap_or_default(),

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod flags;
+pub mod journal_log;
 pub mod webhook;
 
 use std::path::PathBuf;

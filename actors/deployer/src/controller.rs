@@ -631,6 +631,26 @@ fn new_job_id() -> String {
     format!("bosun-{nanos:x}")
 }
 
+/// The objects a status's `providerStatus.managedResources` lists, as `Kind ns/name` (the
+/// form the journal and `bosun explain` use).
+fn managed_names(status: &Status) -> Vec<String> {
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    status
+        .provider_status
+        .as_ref()
+        .and_then(|p| p["managedResources"].as_array())
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            let r = &m["resource"];
+            match s(&r["namespace"]) {
+                ns if ns.is_empty() => format!("{} {}", s(&r["kind"]), s(&r["name"])),
+                ns => format!("{} {ns}/{}", s(&r["kind"]), s(&r["name"])),
+            }
+        })
+        .collect()
+}
+
 /// Journals the phase change and the new error of `new` against `old`, then writes it.
 async fn write_status(
     s: &Shared,
@@ -644,12 +664,6 @@ async fn write_status(
         return Ok(item.clone());
     }
     let mut events = Vec::new();
-    let managed_names = |s: &Status| {
-        crate::manifest::managed_of(s.provider_status.as_ref())
-            .iter()
-            .map(|m| m.resource.to_string())
-            .collect::<Vec<_>>()
-    };
     let managed = Some(managed_names(new)).filter(|now| *now != managed_names(old));
     if let Some(to) = new.phase
         && (old.phase != new.phase

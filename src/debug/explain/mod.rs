@@ -21,14 +21,7 @@ pub mod deployer;
 pub mod lambda;
 pub mod modules;
 
-use std::io::Write;
-use std::path::PathBuf;
-
-use anyhow::Context as _;
 use serde::Serialize;
-use serde_json::Value;
-
-use crate::journal_cli::{Format, LiveArgs};
 
 /// What to explain.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -268,69 +261,6 @@ pub async fn explain_running(subject: &Subject, parts: &crate::host::Parts) -> E
     e
 }
 
-/// Arguments of `bosun explain`.
-#[derive(Debug, clap::Args)]
-pub struct ExplainArgs {
-    /// `KIND/NAME` (`ConfigMap/web`, `DeployItem/app`, `Module/echo`), `KIND NAME`, or
-    /// `values PATH` (`values global.foo`, `values echo.replicas`).
-    #[arg(required = true, num_args = 1..=2)]
-    pub what: Vec<String>,
-    /// The object's namespace (any namespace when left out).
-    #[arg(short, long)]
-    pub namespace: Option<String>,
-    /// Output format.
-    #[arg(short, long, value_enum, default_value = "text")]
-    pub output: Format,
-    /// The journal directory (its `lambda` and `deployer` folders are read too).
-    #[arg(
-        long,
-        env = "BOSUN_JOURNAL_DIR",
-        default_value = "/var/lib/bosun/journal"
-    )]
-    pub journal_dir: PathBuf,
-    #[command(flatten)]
-    pub live: LiveArgs,
-}
-
-/// Runs `bosun explain`.
-pub fn run(args: ExplainArgs) -> anyhow::Result<()> {
-    let subject = Subject::parse(&args.what, args.namespace.as_deref())
-        .map_err(|e| anyhow::anyhow!("bosun explain: {e}"))?;
-    let explanation = match args.live.socket() {
-        Some(socket) => {
-            let mut path = format!(
-                "/explain.json?subject={}",
-                crate::debug::client::encode(&args.what.join(" "))
-            );
-            if let Some(ns) = &args.namespace {
-                path.push_str(&format!("&namespace={}", crate::debug::client::encode(ns)));
-            }
-            let body = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?
-                .block_on(crate::debug::client::get(&socket, &path))?;
-            serde_json::from_str::<Value>(&body)
-                .with_context(|| format!("{path}: the debug socket did not answer JSON"))?
-        }
-        None => serde_json::to_value(offline(&subject, &args.journal_dir)?)?,
-    };
-    let mut out = std::io::stdout().lock();
-    match args.output {
-        Format::Text => {
-            let e: Explanation = from_value(&explanation)?;
-            write!(out, "{}", e.text())?;
-        }
-        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&explanation)?)?,
-        Format::Yaml => write!(
-            out,
-            "{}",
-            serde_saphyr::to_string(&explanation).context("cannot render YAML")?
-        )?,
-    }
-    Ok(())
-}
-
 /// Explains from the journals under `dir` (each read from a private copy while bosun
 /// holds it). A journal that is not there is left out; none there at all is an error.
 pub fn offline(subject: &Subject, dir: &std::path::Path) -> anyhow::Result<Explanation> {
@@ -342,7 +272,7 @@ pub fn offline(subject: &Subject, dir: &std::path::Path) -> anyhow::Result<Expla
         format!("{what} journal {}: {e}", d.display())
     };
     let mut unreadable = Vec::new();
-    let modules = if present(dir) && crate::journal_cli::has_modules(dir) {
+    let modules = if present(dir) && has_modules(dir) {
         Journal::<bosun_addon::Event>::open_read_only(dir)
             .map_err(|e| unreadable.push(open_err("modules", dir, &e)))
             .ok()
@@ -383,40 +313,13 @@ pub fn offline(subject: &Subject, dir: &std::path::Path) -> anyhow::Result<Expla
     Ok(e)
 }
 
-fn from_value(v: &Value) -> anyhow::Result<Explanation> {
-    let steps = v["history"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| Step {
-            journal: match s["journal"].as_str() {
-                Some("modules") => "modules",
-                Some("lambda") => "lambda",
-                Some("deployer") => "deployer",
-                _ => "?",
-            },
-            seq: s["seq"].as_u64().unwrap_or_default(),
-            time: s["time"].as_str().unwrap_or_default().to_string(),
-            what: s["what"].as_str().unwrap_or_default().to_string(),
+/// Whether `dir` holds the modules' journal (and not only the other journals' folders).
+pub fn has_modules(dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            name != "lambda" && name != "deployer"
         })
-        .collect();
-    let strings = |k: &str| -> Vec<String> {
-        v[k].as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s.as_str().map(str::to_string))
-            .collect()
-    };
-    anyhow::ensure!(
-        v["subject"].is_string(),
-        "the debug socket's answer is not an explanation: {v}"
-    );
-    Ok(Explanation {
-        subject: v["subject"].as_str().unwrap_or_default().to_string(),
-        made_by: strings("madeBy"),
-        history: steps,
-        now: strings("now"),
-        unreadable: strings("unreadable"),
     })
 }
 

@@ -69,7 +69,7 @@ pub fn explain(
                     "parent of lambda controller {controller} (its sync hook decides the children)"
                 ));
                 e.history
-                    .push(step(crate::journal_cli::lambda_line(&r.event)));
+                    .push(step(crate::lambda::journal_log::line(&r.event)));
                 last_of_parent = Some(r.event.clone());
             }
             LambdaEvent::Synced {
@@ -121,7 +121,7 @@ pub fn explain(
             {
                 e.history.push(step(format!(
                     "its parent's sync failed: {}",
-                    crate::journal_cli::lambda_line(&r.event)
+                    crate::lambda::journal_log::line(&r.event)
                 )));
                 child_last = Some(r.event.clone());
             }

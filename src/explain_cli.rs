@@ -1,0 +1,112 @@
+//! `bosun explain`: the command line of [`crate::debug::explain`], offline from the
+//! journal folder or live through a running bosun's debug socket (`/explain`).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+use crate::debug::explain::{Explanation, Step, Subject, offline};
+use crate::journal_cli::{Format, LiveArgs};
+
+/// Arguments of `bosun explain`.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// `KIND/NAME` (`ConfigMap/web`, `DeployItem/app`, `Module/echo`), `KIND NAME`, or
+    /// `values PATH` (`values global.foo`, `values echo.replicas`).
+    #[arg(required = true, num_args = 1..=2)]
+    pub what: Vec<String>,
+    /// The object's namespace (any namespace when left out).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: Format,
+    /// The journal directory (its `lambda` and `deployer` folders are read too).
+    #[arg(
+        long,
+        env = "BOSUN_JOURNAL_DIR",
+        default_value = "/var/lib/bosun/journal"
+    )]
+    pub journal_dir: PathBuf,
+    #[command(flatten)]
+    pub live: LiveArgs,
+}
+
+/// Runs `bosun explain`.
+pub fn run(args: ExplainArgs) -> anyhow::Result<()> {
+    let subject = Subject::parse(&args.what, args.namespace.as_deref())
+        .map_err(|e| anyhow::anyhow!("bosun explain: {e}"))?;
+    let explanation = match args.live.socket() {
+        Some(socket) => {
+            let mut path = format!(
+                "/explain.json?subject={}",
+                crate::debug::client::encode(&args.what.join(" "))
+            );
+            if let Some(ns) = &args.namespace {
+                path.push_str(&format!("&namespace={}", crate::debug::client::encode(ns)));
+            }
+            let body = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?
+                .block_on(crate::debug::client::get(&socket, &path))?;
+            serde_json::from_str::<Value>(&body)
+                .with_context(|| format!("{path}: the debug socket did not answer JSON"))?
+        }
+        None => serde_json::to_value(offline(&subject, &args.journal_dir)?)?,
+    };
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        Format::Text => {
+            let e: Explanation = from_value(&explanation)?;
+            write!(out, "{}", e.text())?;
+        }
+        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&explanation)?)?,
+        Format::Yaml => write!(
+            out,
+            "{}",
+            serde_saphyr::to_string(&explanation).context("cannot render YAML")?
+        )?,
+    }
+    Ok(())
+}
+
+/// An explanation as the debug socket answered it (JSON), for the text form.
+fn from_value(v: &Value) -> anyhow::Result<Explanation> {
+    let steps = v["history"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| Step {
+            journal: match s["journal"].as_str() {
+                Some("modules") => "modules",
+                Some("lambda") => "lambda",
+                Some("deployer") => "deployer",
+                _ => "?",
+            },
+            seq: s["seq"].as_u64().unwrap_or_default(),
+            time: s["time"].as_str().unwrap_or_default().to_string(),
+            what: s["what"].as_str().unwrap_or_default().to_string(),
+        })
+        .collect();
+    let strings = |k: &str| -> Vec<String> {
+        v[k].as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    anyhow::ensure!(
+        v["subject"].is_string(),
+        "the debug socket's answer is not an explanation: {v}"
+    );
+    Ok(Explanation {
+        subject: v["subject"].as_str().unwrap_or_default().to_string(),
+        made_by: strings("madeBy"),
+        history: steps,
+        now: strings("now"),
+        unreadable: strings("unreadable"),
+    })
+}
