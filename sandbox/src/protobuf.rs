@@ -230,6 +230,62 @@ static LEASE: &[F] = &[
     ),
 ];
 
+// rbac.authorization.k8s.io/v1 (k8s.io/api/rbac/v1/generated.proto).
+static LABEL_SELECTOR: &[F] = &[
+    F(1, "matchLabels", StrMap),
+    F(
+        2,
+        "matchExpressions",
+        MsgList(&[
+            F(1, "key", Str),
+            F(2, "operator", Str),
+            F(3, "values", StrList),
+        ]),
+    ),
+];
+
+static POLICY_RULE: &[F] = &[
+    F(1, "verbs", StrList),
+    F(2, "apiGroups", StrList),
+    F(3, "resources", StrList),
+    F(4, "resourceNames", StrList),
+    F(5, "nonResourceURLs", StrList),
+];
+
+static ROLE: &[F] = &[
+    F(1, "metadata", Msg(OBJECT_META)),
+    F(2, "rules", MsgList(POLICY_RULE)),
+];
+
+static CLUSTER_ROLE: &[F] = &[
+    F(1, "metadata", Msg(OBJECT_META)),
+    F(2, "rules", MsgList(POLICY_RULE)),
+    F(
+        3,
+        "aggregationRule",
+        Msg(&[F(1, "clusterRoleSelectors", MsgList(LABEL_SELECTOR))]),
+    ),
+];
+
+static ROLE_BINDING: &[F] = &[
+    F(1, "metadata", Msg(OBJECT_META)),
+    F(
+        2,
+        "subjects",
+        MsgList(&[
+            F(1, "kind", Str),
+            F(2, "apiGroup", Str),
+            F(3, "name", Str),
+            F(4, "namespace", Str),
+        ]),
+    ),
+    F(
+        3,
+        "roleRef",
+        Msg(&[F(1, "apiGroup", Str), F(2, "kind", Str), F(3, "name", Str)]),
+    ),
+];
+
 fn table(api_version: &str, kind: &str) -> Option<&'static [F]> {
     Some(match (api_version, kind) {
         ("v1", "Namespace") => NAMESPACE,
@@ -239,6 +295,9 @@ fn table(api_version: &str, kind: &str) -> Option<&'static [F]> {
         ("v1", "Event") => CORE_EVENT,
         ("events.k8s.io/v1", "Event") => EVENTS_V1_EVENT,
         ("coordination.k8s.io/v1", "Lease") => LEASE,
+        ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => ROLE_BINDING,
         ("v1" | "meta.k8s.io/v1", "DeleteOptions") => DELETE_OPTIONS,
         _ => return None,
     })
@@ -631,6 +690,67 @@ mod tests {
         assert_eq!(v["gracePeriodSeconds"], 0);
         assert_eq!(v["preconditions"], json!({"uid": "abc"}));
         assert_eq!(v["propagationPolicy"], "Foreground");
+    }
+
+    #[test]
+    fn rbac_roles_and_bindings_decode_as_kubectl_sends_them() {
+        let mut rule = W::default();
+        rule.str(1, "get").str(1, "list").str(2, "").str(3, "pods");
+        let mut role = W::default();
+        role.msg(1, &meta("reader")).msg(2, &rule);
+        let v =
+            decode_body(&envelope("rbac.authorization.k8s.io/v1", "Role", &role)).expect("role");
+        assert_eq!(
+            v["rules"],
+            json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}])
+        );
+
+        let mut selector = W::default();
+        selector.entry(1, "aggregate-to-view", b"true");
+        let mut aggregation = W::default();
+        aggregation.msg(1, &selector);
+        let mut cluster_role = W::default();
+        cluster_role.msg(1, &meta("view")).msg(3, &aggregation);
+        let v = decode_body(&envelope(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            &cluster_role,
+        ))
+        .expect("cluster role");
+        assert_eq!(
+            v["aggregationRule"],
+            json!({"clusterRoleSelectors": [{"matchLabels": {"aggregate-to-view": "true"}}]})
+        );
+
+        let mut subject = W::default();
+        subject
+            .str(1, "ServiceAccount")
+            .str(2, "")
+            .str(3, "bosun")
+            .str(4, "d8-system");
+        let mut role_ref = W::default();
+        role_ref
+            .str(1, "rbac.authorization.k8s.io")
+            .str(2, "Role")
+            .str(3, "reader");
+        let mut binding = W::default();
+        binding
+            .msg(1, &meta("bosun-reads"))
+            .msg(2, &subject)
+            .msg(3, &role_ref);
+        for kind in ["RoleBinding", "ClusterRoleBinding"] {
+            let v = decode_body(&envelope("rbac.authorization.k8s.io/v1", kind, &binding))
+                .expect("binding");
+            assert_eq!(v["kind"], kind);
+            assert_eq!(
+                v["subjects"],
+                json!([{"kind": "ServiceAccount", "name": "bosun", "namespace": "d8-system"}])
+            );
+            assert_eq!(
+                v["roleRef"],
+                json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"})
+            );
+        }
     }
 
     #[test]

@@ -381,6 +381,75 @@ fn exercise(kubectl: &Path) {
         "forcing moved ownership of data.k from alice to bob"
     );
 
+    // RBAC objects as kubectl's typed clients send them (protobuf from 1.32 on).
+    run_ok(k().args([
+        "create",
+        "role",
+        "reader",
+        "-n",
+        "demo",
+        "--verb=get,list",
+        "--resource=pods",
+    ]));
+    run_ok(k().args([
+        "create",
+        "clusterrole",
+        "watcher",
+        "--verb=watch",
+        "--resource=configmaps",
+    ]));
+    run_ok(k().args([
+        "create",
+        "rolebinding",
+        "reader-binding",
+        "-n",
+        "demo",
+        "--role=reader",
+        "--serviceaccount=demo:bosun",
+    ]));
+    run_ok(k().args([
+        "create",
+        "clusterrolebinding",
+        "watcher-binding",
+        "--clusterrole=watcher",
+        "--user=alice",
+    ]));
+    let role = json_of(&run_ok(
+        k().args(["get", "role", "reader", "-n", "demo", "-o", "json"]),
+    ));
+    assert_eq!(
+        role["rules"][0]["verbs"],
+        serde_json::json!(["get", "list"]),
+        "{role}"
+    );
+    assert_eq!(
+        role["rules"][0]["resources"],
+        serde_json::json!(["pods"]),
+        "{role}"
+    );
+    let binding = json_of(&run_ok(k().args([
+        "get",
+        "rolebinding",
+        "reader-binding",
+        "-n",
+        "demo",
+        "-o",
+        "json",
+    ])));
+    assert_eq!(binding["roleRef"]["name"], "reader", "{binding}");
+    assert_eq!(binding["subjects"][0]["name"], "bosun", "{binding}");
+    let cluster_binding = json_of(&run_ok(k().args([
+        "get",
+        "clusterrolebinding",
+        "watcher-binding",
+        "-o",
+        "json",
+    ])));
+    assert_eq!(
+        cluster_binding["subjects"][0]["kind"], "User",
+        "{cluster_binding}"
+    );
+
     // delete.
     run_ok(k().args(["delete", "-n", "demo", "-f"]).arg(&deploy));
     let err = run_err(k().args(["get", "deploy", "web", "-n", "demo"]));
