@@ -239,9 +239,18 @@ async fn main() -> anyhow::Result<()> {
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let heap_after = LIVE.load(Ordering::SeqCst);
+    let json_per_item = item_api
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .map(|o| serde_json::to_vec(o).map_or(0, |v| v.len()))
+        .sum::<usize>() as f64
+        / items as f64;
+    let per_item = (heap_after - heap_before) as f64 / items as f64;
     println!(
-        "memory: {:.0} B of heap per item (the item in the informer cache, queue, last run; the API servers run in their own processes)",
-        (heap_after - heap_before) as f64 / items as f64
+        "memory: {per_item:.0} B of heap per item (the item in the informer cache, queue, last run; the API servers run in their own processes); the item's JSON {json_per_item:.0} B: heap ÷ JSON {:.2}× (goal ≤ 2×)",
+        per_item / json_per_item
     );
     drop(deployer);
     println!(

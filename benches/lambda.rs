@@ -242,9 +242,29 @@ async fn main() -> anyhow::Result<()> {
     // Let the last status writes' own watch events settle before measuring memory.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let heap_after = LIVE.load(Ordering::SeqCst);
+    // The objects' own size: their compact JSON as the API server serves them.
+    let json_bytes: usize = {
+        let parents_json: usize = parents_api
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .map(|o| serde_json::to_vec(o).map_or(0, |v| v.len()))
+            .sum();
+        let children_json: usize = cms
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .map(|o| serde_json::to_vec(o).map_or(0, |v| v.len()))
+            .sum();
+        parents_json + children_json
+    };
+    let per_parent = (heap_after - heap_before) as f64 / parents as f64;
+    let json_per_parent = json_bytes as f64 / parents as f64;
     println!(
-        "memory: {:.0} B of heap per parent (parent + 3 children in the shared watch and the informer cache, queue, last sync; the API server runs in its own process)",
-        (heap_after - heap_before) as f64 / parents as f64
+        "memory: {per_parent:.0} B of heap per parent (parent + 3 children in the shared watch and the informer cache, queue, last sync; the API server runs in its own process); their JSON {json_per_parent:.0} B: heap ÷ JSON {:.2}× (goal ≤ 2×)",
+        per_parent / json_per_parent
     );
 
     // 2. Resync throughput. A changed spec (a resync period) restarts the controller,
