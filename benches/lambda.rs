@@ -266,6 +266,10 @@ async fn main() -> anyhow::Result<()> {
         "memory: {per_parent:.0} B of heap per parent (parent + 3 children in the shared watch and the informer cache, queue, last sync; the API server runs in its own process); their JSON {json_per_parent:.0} B: heap ÷ JSON {:.2}× (goal ≤ 2×)",
         per_parent / json_per_parent
     );
+    // For a heap profile of what is held at this point (`heaptrack`, leaks at exit).
+    if std::env::var_os("BENCH_EXIT_AFTER_MEMORY").is_some() {
+        std::process::exit(0);
+    }
 
     // 2. Resync throughput. A changed spec (a resync period) restarts the controller,
     //    which syncs every parent once; then the period's resync syncs every parent again.
