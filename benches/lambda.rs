@@ -268,6 +268,8 @@ async fn main() -> anyhow::Result<()> {
     );
     // For a heap profile of what is held at this point (`heaptrack`, leaks at exit).
     if std::env::var_os("BENCH_EXIT_AFTER_MEMORY").is_some() {
+        // The sandbox process goes with its handle; nothing else is dropped.
+        drop(sandbox);
         std::process::exit(0);
     }
 

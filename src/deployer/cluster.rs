@@ -116,10 +116,8 @@ fn change_of(watched: Watched, object: &Value, deleted: bool) -> Change {
 /// The newest copy of `key` this process knows: its own last write (until the watch
 /// brings it), else the watch's.
 fn latest(informer: &Informer, key: &ItemKey) -> Option<Value> {
-    informer
-        .read()
-        .get(&object_key(key))
-        .map(|o| Value::clone(o))
+    let cached = informer.read().get(&object_key(key));
+    cached.map(Arc::unwrap_or_clone)
 }
 
 /// The cluster as the deployer sees it.
@@ -251,11 +249,11 @@ impl KubeCluster {
         vec![
             (
                 "landscaper.gardener.cloud/v1alpha1 deployitems".into(),
-                self.items.read().objects().len(),
+                self.items.read().len(),
             ),
             (
                 "landscaper.gardener.cloud/v1alpha1 targets".into(),
-                self.targets.read().objects().len(),
+                self.targets.read().len(),
             ),
         ]
     }
@@ -300,7 +298,8 @@ impl Cluster for KubeCluster {
                 *started = true;
             }
             // Every item the first list found, once.
-            for o in self.items.read().objects().values() {
+            let items = self.items.read().list(None);
+            for o in &items {
                 let _ = tx.send(change_of(Watched::Items, o, true));
             }
             Ok(rx)
@@ -308,13 +307,7 @@ impl Cluster for KubeCluster {
     }
 
     fn cached_items(&self, namespace: &str) -> Vec<Arc<Value>> {
-        self.items
-            .read()
-            .objects()
-            .range((namespace.to_string(), String::new())..)
-            .take_while(|((n, _), _)| n == namespace)
-            .map(|(_, o)| Arc::clone(o))
-            .collect()
+        self.items.read().list(Some(namespace))
     }
 
     fn get_item(&self, key: &ItemKey) -> BoxFut<'_, Result<Option<Value>, ClusterError>> {

@@ -30,8 +30,15 @@ struct Owners {
 }
 
 impl Index for Owners {
-    fn insert(&mut self, key: &ObjectKey, object: &Value) {
-        match bosun_lambda::claim::controller_uid(object) {
+    /// The uid of the object's controller.
+    type Meta = Option<Arc<str>>;
+
+    fn meta(object: &Value) -> Self::Meta {
+        bosun_lambda::claim::controller_uid(object).map(Arc::from)
+    }
+
+    fn insert(&mut self, key: &ObjectKey, uid: &Self::Meta) {
+        match uid {
             Some(uid) => {
                 self.owned
                     .entry(uid.to_string())
@@ -44,13 +51,13 @@ impl Index for Owners {
         }
     }
 
-    fn remove(&mut self, key: &ObjectKey, object: &Value) {
-        match bosun_lambda::claim::controller_uid(object) {
+    fn remove(&mut self, key: &ObjectKey, uid: &Self::Meta) {
+        match uid {
             Some(uid) => {
-                if let Some(set) = self.owned.get_mut(uid) {
+                if let Some(set) = self.owned.get_mut(uid.as_ref()) {
                     set.remove(key);
                     if set.is_empty() {
-                        self.owned.remove(uid);
+                        self.owned.remove(uid.as_ref());
                     }
                 }
             }
@@ -75,10 +82,7 @@ fn candidates(cache: &Cache<Owners>, namespace: Option<&str>, uid: &str) -> Vec<
         ),
         None => Box::new(owners.orphans.iter()),
     };
-    owned
-        .chain(orphans)
-        .filter_map(|k| cache.get(k).cloned())
-        .collect()
+    owned.chain(orphans).filter_map(|k| cache.get(k)).collect()
 }
 
 /// A lambda informer: the shared informer with the owner index.
@@ -213,7 +217,7 @@ impl KubeCluster {
                 } else {
                     format!("{g}/{v}")
                 };
-                (format!("{gv} {p}"), i.read().objects().len())
+                (format!("{gv} {p}"), i.read().len())
             })
             .collect();
         out.sort();
@@ -259,16 +263,8 @@ impl Cluster for KubeCluster {
         let (resource, namespace) = (resource.clone(), namespace.map(str::to_string));
         Box::pin(async move {
             let informer = self.informer(&resource).await?;
-            let cache = informer.read();
-            Ok(match namespace.as_deref() {
-                Some(ns) => cache
-                    .objects()
-                    .range((ns.to_string(), String::new())..)
-                    .take_while(|((n, _), _)| n == ns)
-                    .map(|(_, o)| Arc::clone(o))
-                    .collect(),
-                None => cache.objects().values().cloned().collect(),
-            })
+            let listed = informer.read().list(namespace.as_deref());
+            Ok(listed)
         })
     }
 
@@ -294,6 +290,11 @@ impl Cluster for KubeCluster {
         self.running(resource).map(|i| i.changes())
     }
 
+    fn cached_text(&self, resource: &Resource, namespace: &str, name: &str) -> Option<Arc<str>> {
+        let key = (namespace.to_string(), name.to_string());
+        self.running(resource)?.read().text(&key)
+    }
+
     fn cached(
         &self,
         resource: &Resource,
@@ -303,7 +304,7 @@ impl Cluster for KubeCluster {
         let (resource, key) = (resource.clone(), (namespace.to_string(), name.to_string()));
         Box::pin(async move {
             let informer = self.informer(&resource).await?;
-            let cached = informer.read().get(&key).cloned();
+            let cached = informer.read().get(&key);
             Ok(cached)
         })
     }

@@ -37,30 +37,46 @@ pub enum Event {
     Deleted(Arc<Value>),
 }
 
-/// An index kept beside the cache, changed with it.
+/// An index kept beside the cache, changed with it. Each cached object keeps the few
+/// fields the index needs ([`Index::Meta`], taken when the object comes), so that taking
+/// an object out does not parse it again.
 pub trait Index: Default + Send + 'static {
-    /// `object` is now cached under `key`.
-    fn insert(&mut self, key: &ObjectKey, object: &Value);
-    /// `object` (cached under `key`) is no longer.
-    fn remove(&mut self, key: &ObjectKey, object: &Value);
+    /// What the index needs of one object.
+    type Meta: Clone + Send + 'static;
+    /// What the index needs of `object`.
+    fn meta(object: &Value) -> Self::Meta;
+    /// The object with `meta` is now cached under `key`.
+    fn insert(&mut self, key: &ObjectKey, meta: &Self::Meta);
+    /// The object with `meta` (cached under `key`) is no longer.
+    fn remove(&mut self, key: &ObjectKey, meta: &Self::Meta);
 }
 
 /// No index.
 impl Index for () {
-    fn insert(&mut self, _: &ObjectKey, _: &Value) {}
-    fn remove(&mut self, _: &ObjectKey, _: &Value) {}
+    type Meta = ();
+    fn meta(_: &Value) {}
+    fn insert(&mut self, _: &ObjectKey, _: &()) {}
+    fn remove(&mut self, _: &ObjectKey, _: &()) {}
 }
 
 /// A subscriber: told of each change; answers `false` once it has gone.
 pub type Subscriber = Box<dyn Fn(&Event) -> bool + Send>;
 
-/// The cache of one informer, with its index.
-#[derive(Default)]
-pub struct Cache<I> {
-    objects: BTreeMap<ObjectKey, Arc<Value>>,
+/// One cached object: its text (shared with the watch when it came from there) and what
+/// the index needs of it.
+#[derive(Clone)]
+struct Entry<M> {
+    stored: Stored,
+    meta: M,
+}
+
+/// The cache of one informer, with its index. Objects are kept as text and parsed when
+/// read ([`Stored`]).
+pub struct Cache<I: Index> {
+    objects: BTreeMap<ObjectKey, Entry<I::Meta>>,
     /// Objects our writes put into the cache before their watch events came, with the
     /// latest state the watch showed (`None`: none, we created it).
-    unseen: HashMap<ObjectKey, Option<Arc<Value>>>,
+    unseen: HashMap<ObjectKey, Option<Entry<I::Meta>>>,
     /// The caller's index.
     pub index: I,
     subscribers: Vec<Subscriber>,
@@ -68,46 +84,81 @@ pub struct Cache<I> {
 
 impl<I: Index> Cache<I> {
     /// The newest copy of `key` this process knows.
-    pub fn get(&self, key: &ObjectKey) -> Option<&Arc<Value>> {
-        self.objects.get(key)
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<Value>> {
+        self.objects.get(key).map(|e| e.stored.shared())
     }
 
-    /// Every cached object, by namespace and name.
-    pub fn objects(&self) -> &BTreeMap<ObjectKey, Arc<Value>> {
-        &self.objects
+    /// The compact JSON text of `key`, shared.
+    pub fn text(&self, key: &ObjectKey) -> Option<Arc<str>> {
+        self.objects.get(key).map(|e| e.stored.text())
     }
 
-    fn put(&mut self, key: &ObjectKey, object: Arc<Value>) -> Option<Arc<Value>> {
-        let before = self.objects.insert(key.clone(), Arc::clone(&object));
-        if let Some(b) = &before {
-            self.index.remove(key, b);
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// Every cached object of `namespace` (all with `None`), by name.
+    pub fn list(&self, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        match namespace {
+            Some(ns) => self
+                .objects
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(_, e)| e.stored.shared())
+                .collect(),
+            None => self.objects.values().map(|e| e.stored.shared()).collect(),
         }
-        self.index.insert(key, &object);
+    }
+
+    fn put(&mut self, key: &ObjectKey, entry: Entry<I::Meta>) -> Option<Entry<I::Meta>> {
+        let before = self.objects.insert(key.clone(), entry);
+        if let Some(b) = &before {
+            self.index.remove(key, &b.meta);
+        }
+        if let Some(now) = self.objects.get(key) {
+            self.index.insert(key, &now.meta);
+        }
         before
     }
 
-    fn take(&mut self, key: &ObjectKey) -> Option<Arc<Value>> {
+    fn take(&mut self, key: &ObjectKey) -> Option<Entry<I::Meta>> {
         let before = self.objects.remove(key);
         if let Some(b) = &before {
-            self.index.remove(key, b);
+            self.index.remove(key, &b.meta);
         }
         before
     }
 
-    fn send(&mut self, event: Event) {
-        self.subscribers.retain(|s| s(&event));
+    fn send(&mut self, event: impl FnOnce() -> Event) {
+        if !self.subscribers.is_empty() {
+            let event = event();
+            self.subscribers.retain(|s| s(&event));
+        }
     }
 
     /// Our own write: into the cache unless the watch brought it (or later) already.
     pub fn remember(&mut self, key: ObjectKey, object: &Value) {
-        let known = self
-            .objects
-            .get(&key)
-            .is_some_and(|cached| supersedes(resource_version(cached), resource_version(object)));
+        let known = self.objects.get(&key).is_some_and(|cached| {
+            supersedes(cached.stored.resource_version(), resource_version(object))
+        });
         if !known {
-            let before = self.put(&key, Arc::new(object.clone()));
-            self.unseen.entry(key).or_insert(before);
+            let entry = Entry {
+                stored: Stored::of(object),
+                meta: I::meta(object),
+            };
+            self.remember_entry(key, entry);
         }
+    }
+
+    fn remember_entry(&mut self, key: ObjectKey, entry: Entry<I::Meta>) {
+        let before = self.put(&key, entry);
+        self.unseen.entry(key).or_insert(before);
     }
 
     /// Our write of `key` was refused as stale: the cache goes back to what the watch
@@ -129,7 +180,7 @@ impl<I: Index> Cache<I> {
         if self
             .objects
             .get(key)
-            .is_some_and(|o| o["metadata"]["uid"].as_str() == Some(uid))
+            .is_some_and(|e| e.stored.parse()["metadata"]["uid"].as_str() == Some(uid))
         {
             self.take(key);
             self.unseen.remove(key);
@@ -137,60 +188,81 @@ impl<I: Index> Cache<I> {
     }
 
     /// An added or modified object from the watch.
-    fn applied(&mut self, key: &ObjectKey, new: Arc<Value>) {
+    fn applied(&mut self, key: &ObjectKey, new: &Arc<Value>, stored: &Stored) {
+        let entry = Entry {
+            stored: stored.clone(),
+            meta: I::meta(new),
+        };
         let old = match self.unseen.remove(key) {
             // Our write is newer than this event: it stays; the event is the latest
             // state the watch showed.
             Some(before)
                 if self.objects.get(key).is_some_and(|ours| {
-                    !supersedes(resource_version(&new), resource_version(ours))
+                    !supersedes(stored.resource_version(), ours.stored.resource_version())
                 }) =>
             {
-                self.unseen.insert(key.clone(), Some(Arc::clone(&new)));
+                self.unseen.insert(key.clone(), Some(entry));
                 before
             }
             Some(before) => {
-                self.put(key, Arc::clone(&new));
+                self.put(key, entry);
                 before
             }
-            None => self.put(key, Arc::clone(&new)),
+            None => self.put(key, entry),
         };
-        self.send(Event::Applied { old, new });
+        self.send(|| Event::Applied {
+            old: old.map(|e| e.stored.shared()),
+            new: Arc::clone(new),
+        });
     }
 
     /// A deleted object from the watch.
     fn deleted(&mut self, key: &ObjectKey, object: &Arc<Value>) {
         self.unseen.remove(key);
-        let old = self.take(key).unwrap_or_else(|| Arc::clone(object));
-        self.send(Event::Deleted(old));
+        let old = self.take(key);
+        self.send(|| Event::Deleted(old.map_or_else(|| Arc::clone(object), |e| e.stored.shared())));
     }
 
     /// The watch's objects after a (re)list: they replace the cache, except our writes
     /// the list does not include yet.
     fn listed(&mut self, objects: &BTreeMap<ObjectKey, Stored>) {
-        let ours: Vec<(ObjectKey, Arc<Value>)> = self
+        let ours: Vec<(ObjectKey, Entry<I::Meta>)> = self
             .unseen
             .keys()
-            .filter_map(|k| Some((k.clone(), Arc::clone(self.objects.get(k)?))))
+            .filter_map(|k| Some((k.clone(), self.objects.get(k)?.clone())))
             .collect();
         let mut listed = BTreeMap::new();
         let mut index = I::default();
-        for (k, o) in objects {
-            let o = o.shared();
-            index.insert(k, &o);
-            listed.insert(k.clone(), o);
+        for (k, stored) in objects {
+            let meta = I::meta(&stored.parse());
+            index.insert(k, &meta);
+            listed.insert(
+                k.clone(),
+                Entry {
+                    stored: stored.clone(),
+                    meta,
+                },
+            );
         }
         self.objects = listed;
         self.index = index;
         self.unseen.clear();
-        for (key, object) in ours {
-            self.remember(key, &object);
+        for (key, entry) in ours {
+            let known = self.objects.get(&key).is_some_and(|cached| {
+                supersedes(
+                    cached.stored.resource_version(),
+                    entry.stored.resource_version(),
+                )
+            });
+            if !known {
+                self.remember_entry(key, entry);
+            }
         }
     }
 }
 
 /// One resource's informer (see the module docs).
-pub struct Informer<I = ()> {
+pub struct Informer<I: Index = ()> {
     cache: Mutex<Cache<I>>,
     /// Bumped (under the cache's lock) by every change: a reader that finds the same count
     /// as when it last settled knows it would read the same objects.
@@ -240,16 +312,12 @@ impl<I: Index> Listener for Informer<I> {
         self.change().listed(objects);
     }
 
-    fn on(&self, change: WatchChange, key: &ObjectKey, object: &Arc<Value>, _stored: &Stored) {
+    fn on(&self, change: WatchChange, key: &ObjectKey, object: &Arc<Value>, stored: &Stored) {
         let mut cache = self.change();
         match change {
-            WatchChange::Added | WatchChange::Modified => cache.applied(key, Arc::clone(object)),
+            WatchChange::Added | WatchChange::Modified => cache.applied(key, object, stored),
             WatchChange::Deleted => cache.deleted(key, object),
         }
-    }
-
-    fn keeps_parsed(&self) -> bool {
-        true
     }
 
     fn detached(&self, _namespace: Option<&str>) -> Vec<Arc<SharedWatch>> {
@@ -284,12 +352,19 @@ mod tests {
 
     fn event(informer: &Informer, change: WatchChange, o: Value) {
         let k = key(o["metadata"]["name"].as_str().unwrap_or_default());
-        let (stored, shared) = Stored::new(o, true);
+        let (stored, shared) = Stored::new(o);
         informer.on(change, &k, &shared, &stored);
     }
 
     fn rv(o: &Value) -> &str {
         resource_version(o)
+    }
+
+    fn name(o: &Value) -> String {
+        o["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// The old resourceVersion of each applied event, in order (`-` for none).
@@ -334,7 +409,7 @@ mod tests {
         // sees the second.
         event(&informer, WatchChange::Modified, object("a", "2"));
         assert_eq!(
-            informer.read().get(&key("a")).map(|o| rv(o).to_string()),
+            informer.read().get(&key("a")).map(|o| rv(&o).to_string()),
             Some("3".into())
         );
         event(&informer, WatchChange::Modified, object("a", "3"));
@@ -358,7 +433,7 @@ mod tests {
         informer.change().remember(key("a"), &object("a", "6"));
         informer.change().forget_write(&key("a"));
         assert_eq!(
-            informer.read().get(&key("a")).map(|o| rv(o).to_string()),
+            informer.read().get(&key("a")).map(|o| rv(&o).to_string()),
             Some("5".into())
         );
         informer.change().remember(key("b"), &object("b", "7"));
@@ -374,16 +449,18 @@ mod tests {
         informer.change().remember(key("b"), &object("b", "9"));
         let listed: BTreeMap<ObjectKey, Stored> = [("a", "6"), ("c", "7")]
             .into_iter()
-            .map(|(n, v)| (key(n), Stored::new(object(n, v), true).0))
+            .map(|(n, v)| (key(n), Stored::of(&object(n, v))))
             .collect();
         informer.init(&None, &listed);
         let cache = informer.read();
-        let rvs: Vec<(&str, &str)> = cache
-            .objects()
+        let rvs: Vec<(String, String)> = cache
+            .list(None)
             .iter()
-            .map(|((_, n), o)| (n.as_str(), rv(o)))
+            .map(|o| (name(o), rv(o).to_string()))
             .collect();
-        assert_eq!(rvs, [("a", "8"), ("b", "9"), ("c", "7")]);
+        let want =
+            [("a", "8"), ("b", "9"), ("c", "7")].map(|(n, v)| (n.to_string(), v.to_string()));
+        assert_eq!(rvs, want);
     }
 
     #[test]

@@ -80,90 +80,54 @@ impl std::fmt::Display for WatchKey {
 pub(crate) type ObjectKey = (String, String);
 
 /// A watched object as the watch keeps it, shared by the watch cache and every listener
-/// that keeps full objects. Kept as compact JSON text (about its JSON size in memory; a
-/// parsed `Value` takes several times that) and parsed when a hook's snapshot is read,
-/// unless some listener keeps parsed objects (the lambda and deployer informers): then the
-/// watch keeps the parsed object itself and every listener shares it, so each object is
-/// held once, not once as text and again parsed.
+/// that keeps full objects (the informers of lambda and the deployer share the same text):
+/// compact JSON text, about its JSON size in memory, where a parsed `Value` takes ten
+/// times that for a typical object (each small map of `managedFields` is a B-tree node).
+/// It is parsed when it is read: a hook's snapshot, a sync's parent and children.
 #[derive(Clone, Debug)]
 pub(crate) struct Stored {
     resource_version: Box<str>,
-    repr: Repr,
-}
-
-#[derive(Clone, Debug)]
-enum Repr {
-    Text(Arc<str>),
-    Parsed(Arc<Value>),
+    text: Arc<str>,
 }
 
 impl Stored {
-    /// `object` stored as text, or parsed when `parsed`; also returns the object shared.
-    pub(crate) fn new(object: Value, parsed: bool) -> (Stored, Arc<Value>) {
-        let resource_version = resource_version(&object).into();
-        let object = Arc::new(object);
-        let repr = if parsed {
-            Repr::Parsed(Arc::clone(&object))
-        } else {
-            Repr::Text(object.to_string().into())
-        };
-        (
-            Stored {
-                resource_version,
-                repr,
-            },
-            object,
-        )
+    /// `object` stored as text; also returns the object shared, for the listeners.
+    pub(crate) fn new(object: Value) -> (Stored, Arc<Value>) {
+        let stored = Stored::of(&object);
+        (stored, Arc::new(object))
+    }
+
+    /// `object` stored as text.
+    pub(crate) fn of(object: &Value) -> Stored {
+        Stored {
+            resource_version: resource_version(object).into(),
+            text: object.to_string().into(),
+        }
     }
 
     /// The object (text was serialized from a `Value`, so it parses).
     pub(crate) fn parse(&self) -> Value {
-        match &self.repr {
-            Repr::Text(text) => serde_json::from_str(text).unwrap_or(Value::Null),
-            Repr::Parsed(object) => Value::clone(object),
-        }
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
     }
 
-    /// The object, shared with the watch cache when it is kept parsed.
+    /// The object, parsed, to share.
     pub(crate) fn shared(&self) -> Arc<Value> {
-        match &self.repr {
-            Repr::Text(_) => Arc::new(self.parse()),
-            Repr::Parsed(object) => Arc::clone(object),
-        }
+        Arc::new(self.parse())
+    }
+
+    /// The object's compact JSON, shared.
+    pub(crate) fn text(&self) -> Arc<str> {
+        Arc::clone(&self.text)
     }
 
     /// The size of the object's compact JSON.
     pub(crate) fn json_len(&self) -> usize {
-        match &self.repr {
-            Repr::Text(text) => text.len(),
-            Repr::Parsed(object) => {
-                let mut counter = ByteCounter(0);
-                match serde_json::to_writer(&mut counter, object.as_ref()) {
-                    Ok(()) => counter.0,
-                    Err(_) => 0,
-                }
-            }
-        }
+        self.text.len()
     }
 
-    /// Kept parsed from now on.
-    fn make_parsed(&mut self) {
-        if let Repr::Text(_) = self.repr {
-            self.repr = Repr::Parsed(self.shared());
-        }
-    }
-}
-
-/// Counts the bytes written to it.
-struct ByteCounter(usize);
-
-impl std::io::Write for ByteCounter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+    /// Its resourceVersion.
+    pub(crate) fn resource_version(&self) -> &str {
+        &self.resource_version
     }
 }
 
@@ -177,8 +141,6 @@ pub(crate) enum Change {
 
 struct WatchState {
     objects: BTreeMap<ObjectKey, Stored>,
-    /// Whether objects are kept parsed (some listener keeps parsed objects).
-    parsed: bool,
     listeners: Vec<Arc<dyn Listener>>,
     ready: bool,
     last_error: Option<String>,
@@ -206,17 +168,12 @@ impl SharedWatch {
             watcher::Event::Init => *relist = Some(BTreeMap::new()),
             watcher::Event::InitApply(o) => {
                 if let Some(r) = relist.as_mut() {
-                    let parsed = lock(&self.state).parsed;
-                    r.insert(object_key(&o), Stored::new(o, parsed).0);
+                    r.insert(object_key(&o), Stored::of(&o));
                 }
             }
             watcher::Event::InitDone => {
-                let mut fresh = relist.take().unwrap_or_default();
+                let fresh = relist.take().unwrap_or_default();
                 let mut st = lock(&self.state);
-                if st.parsed {
-                    // A listener that keeps parsed objects came during the relist.
-                    fresh.values_mut().for_each(Stored::make_parsed);
-                }
                 let old = std::mem::take(&mut st.objects);
                 for (k, o) in &old {
                     if !fresh.contains_key(k) {
@@ -253,7 +210,7 @@ impl SharedWatch {
                 let k = object_key(&o);
                 let (change, stored, object) = {
                     let mut st = lock(&self.state);
-                    let (stored, object) = Stored::new(o, st.parsed);
+                    let (stored, object) = Stored::new(o);
                     let change = match st.objects.insert(k.clone(), stored.clone()) {
                         Some(_) => Change::Modified,
                         None => Change::Added,
@@ -267,7 +224,7 @@ impl SharedWatch {
                 let (stored, object) = {
                     let mut st = lock(&self.state);
                     st.objects.remove(&k);
-                    Stored::new(o, st.parsed)
+                    Stored::new(o)
                 };
                 self.dispatch(Change::Deleted, &k, &object, &stored);
             }
@@ -411,7 +368,6 @@ impl WatchManager {
             key: key.clone(),
             state: Mutex::new(WatchState {
                 objects: BTreeMap::new(),
-                parsed: false,
                 listeners: Vec::new(),
                 ready: false,
                 last_error: None,
@@ -501,10 +457,6 @@ impl WatchManager {
             ));
         }
         let mut st = lock(&w.state);
-        if l.keeps_parsed() && !st.parsed {
-            st.parsed = true;
-            st.objects.values_mut().for_each(Stored::make_parsed);
-        }
         l.init(&w.key.namespace, &st.objects);
         st.listeners.push(l);
         Ok(())
@@ -888,7 +840,6 @@ mod tests {
             },
             state: Mutex::new(WatchState {
                 objects: BTreeMap::new(),
-                parsed: false,
                 listeners: Vec::new(),
                 ready: false,
                 last_error: None,

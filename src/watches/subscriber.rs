@@ -22,11 +22,6 @@ pub(crate) trait Listener: Send + Sync {
     fn init(&self, namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>);
     /// One change: the object, and its stored form to keep.
     fn on(&self, change: Change, key: &ObjectKey, object: &Arc<Value>, stored: &Stored);
-    /// Whether it keeps parsed objects: then the watch keeps them parsed too and shares
-    /// them ([`Stored::shared`]) instead of keeping a text copy besides.
-    fn keeps_parsed(&self) -> bool {
-        false
-    }
     /// Forgets the watches it is attached to (all, or those of one namespace) and returns
     /// them, so the manager can detach it.
     fn detached(&self, namespace: Option<&str>) -> Vec<Arc<SharedWatch>>;

@@ -73,6 +73,12 @@ pub trait Cluster: Send + Sync + 'static {
     fn changes(&self, _resource: &Resource) -> Option<u64> {
         None
     }
+    /// The compact JSON text the informer cache keeps of an object, shared (a request
+    /// body kept for a settled parent refers to it instead of copying it). `None` when
+    /// the cache keeps no text of it.
+    fn cached_text(&self, _resource: &Resource, _namespace: &str, _name: &str) -> Option<Arc<str>> {
+        None
+    }
     /// One object from the informer cache.
     fn cached(
         &self,

@@ -14,6 +14,7 @@
 //! ManageChildren and the status write would do the same nothing, so they are skipped.
 
 pub mod rolling;
+mod shared_body;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,7 @@ use crate::protocol::{composite_request_with, decode_composite};
 use crate::related::{Customizer, cache_key, related_objects};
 use crate::selector::Selector;
 use crate::types::{CompositeSpec, Hook};
+use shared_body::SharedBody;
 
 /// A hook ready to call.
 #[derive(Clone)]
@@ -65,7 +67,7 @@ pub struct Composite {
 /// (written once) and the size of the last body (the next one's buffer).
 #[derive(Default)]
 pub struct RequestParts {
-    controller: std::sync::OnceLock<Vec<u8>>,
+    controller: std::sync::OnceLock<Arc<str>>,
     size: std::sync::atomic::AtomicUsize,
 }
 
@@ -83,8 +85,9 @@ struct Settled {
     /// The hook that answered, and the key of its answer cache.
     hook: HookType,
     cache_key: String,
-    /// The request body those objects made: sent again as it is while they stay the same.
-    request: Bytes,
+    /// The request body those objects made: sent again as it is while they stay the same
+    /// (kept as framing around the cache's own texts of the objects).
+    request: SharedBody,
     answer: Bytes,
     request_digest: String,
     answer_digest: String,
@@ -382,10 +385,10 @@ impl Composite {
         use std::sync::atomic::Ordering;
         let controller = self.requests.controller.get_or_init(|| {
             // Serializing a `Value` into memory cannot fail.
-            serde_json::to_vec(&self.object).unwrap_or_default()
+            self.object.to_string().into()
         });
         let body = composite_request_with(
-            controller,
+            controller.as_bytes(),
             parent,
             observed,
             related,
@@ -395,6 +398,30 @@ impl Composite {
         );
         self.requests.size.store(body.len(), Ordering::Relaxed);
         body
+    }
+
+    /// The texts a request body of `parent` and `observed` is made of: the controller,
+    /// the children and the parent (related objects stay inline).
+    fn texts(&self, cluster: &dyn Cluster, parent: &Value, observed: &GroupMap) -> Vec<Arc<str>> {
+        let mut texts: Vec<Arc<str>> = self
+            .requests
+            .controller
+            .get()
+            .cloned()
+            .into_iter()
+            .collect();
+        for (group, objects) in observed {
+            let Some(t) = self.children.iter().find(|t| t.group_key() == *group) else {
+                continue;
+            };
+            texts.extend(
+                objects
+                    .values()
+                    .filter_map(|o| cluster.cached_text(&t.resource, namespace_of(o), name_of(o))),
+            );
+        }
+        texts.extend(cluster.cached_text(&self.parent, namespace_of(parent), name_of(parent)));
+        texts
     }
 
     /// The change counts of the caches a sync reads (the parent's and each child type's),
@@ -527,7 +554,7 @@ impl Composite {
         let unchanged = settled
             .as_ref()
             .filter(|s| stamp.is_some() && s.stamp == stamp)
-            .and_then(|s| Some((self.hook(s.hook)?, s.request.clone(), s.cache_key.clone())));
+            .and_then(|s| Some((self.hook(s.hook)?, s.request.bytes(), s.cache_key.clone())));
         if let Some((bound, request, cache_key)) = unchanged {
             let answer = bound.client.call(request.clone(), cache_key).await?;
             if let Some(s) = settled.take_if(|s| s.answer == answer) {
@@ -583,7 +610,7 @@ impl Composite {
                 let seen = seen(&parent, &observed, &related, finalizing);
                 let settled = settled.filter(|s| seen.as_deref() == Some(s.seen.as_str()));
                 let (body, request_digest) = match &settled {
-                    Some(s) => (s.request.clone(), s.request_digest.clone()),
+                    Some(s) => (s.request.bytes(), s.request_digest.clone()),
                     None => {
                         let body = self.request(
                             &parent,
@@ -624,6 +651,8 @@ impl Composite {
                 if let (Some(seen), Some(request)) = (seen, request)
                     && answer.len() <= SETTLED_ANSWER_MAX
                 {
+                    let request =
+                        SharedBody::new(&request, self.texts(cluster, &parent, &observed));
                     remember = Some(Box::new(Settled {
                         seen,
                         stamp,
