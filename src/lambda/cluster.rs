@@ -25,8 +25,56 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// (what a claim pass reads).
 #[derive(Default)]
 struct Owners {
-    owned: HashMap<String, BTreeSet<ObjectKey>>,
+    /// By the controller's uid (shared with each object's [`Index::Meta`]).
+    owned: HashMap<Arc<str>, Owned>,
     orphans: BTreeSet<ObjectKey>,
+}
+
+/// The keys of the objects one controller owns: a short list for the usual few (a
+/// B-tree set's node is half a kilobyte), a set past [`Owned::FEW`].
+enum Owned {
+    Few(Vec<ObjectKey>),
+    Many(BTreeSet<ObjectKey>),
+}
+
+impl Owned {
+    const FEW: usize = 16;
+
+    fn insert(&mut self, key: &ObjectKey) {
+        match self {
+            Owned::Few(keys) if keys.contains(key) => {}
+            Owned::Few(keys) if keys.len() < Self::FEW => keys.push(key.clone()),
+            Owned::Few(keys) => {
+                let mut set: BTreeSet<ObjectKey> = std::mem::take(keys).into_iter().collect();
+                set.insert(key.clone());
+                *self = Owned::Many(set);
+            }
+            Owned::Many(set) => {
+                set.insert(key.clone());
+            }
+        }
+    }
+
+    /// Takes `key` out; whether none is left.
+    fn remove(&mut self, key: &ObjectKey) -> bool {
+        match self {
+            Owned::Few(keys) => {
+                keys.retain(|k| k != key);
+                keys.is_empty()
+            }
+            Owned::Many(set) => {
+                set.remove(key);
+                set.is_empty()
+            }
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = &ObjectKey> + '_> {
+        match self {
+            Owned::Few(keys) => Box::new(keys.iter()),
+            Owned::Many(set) => Box::new(set.iter()),
+        }
+    }
 }
 
 impl Index for Owners {
@@ -41,9 +89,9 @@ impl Index for Owners {
         match uid {
             Some(uid) => {
                 self.owned
-                    .entry(uid.to_string())
-                    .or_default()
-                    .insert(key.clone());
+                    .entry(Arc::clone(uid))
+                    .or_insert_with(|| Owned::Few(Vec::with_capacity(1)))
+                    .insert(key);
             }
             None => {
                 self.orphans.insert(key.clone());
@@ -54,11 +102,10 @@ impl Index for Owners {
     fn remove(&mut self, key: &ObjectKey, uid: &Self::Meta) {
         match uid {
             Some(uid) => {
-                if let Some(set) = self.owned.get_mut(uid.as_ref()) {
-                    set.remove(key);
-                    if set.is_empty() {
-                        self.owned.remove(uid.as_ref());
-                    }
+                if let Some(owned) = self.owned.get_mut(uid.as_ref())
+                    && owned.remove(key)
+                {
+                    self.owned.remove(uid.as_ref());
                 }
             }
             None => {
@@ -72,7 +119,12 @@ impl Index for Owners {
 fn candidates(cache: &Cache<Owners>, namespace: Option<&str>, uid: &str) -> Vec<Arc<Value>> {
     let owners = &cache.index;
     let in_ns = |k: &&ObjectKey| namespace.is_none_or(|ns| k.0 == ns);
-    let owned = owners.owned.get(uid).into_iter().flatten().filter(in_ns);
+    let owned = owners
+        .owned
+        .get(uid)
+        .into_iter()
+        .flat_map(Owned::iter)
+        .filter(in_ns);
     let orphans: Box<dyn Iterator<Item = &ObjectKey>> = match namespace {
         Some(ns) => Box::new(
             owners

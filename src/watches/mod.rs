@@ -86,7 +86,7 @@ pub(crate) type ObjectKey = (String, String);
 /// It is parsed when it is read: a hook's snapshot, a sync's parent and children.
 #[derive(Clone, Debug)]
 pub(crate) struct Stored {
-    resource_version: Box<str>,
+    resource_version: Arc<str>,
     text: Arc<str>,
 }
 

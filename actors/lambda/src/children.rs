@@ -106,7 +106,7 @@ pub fn group_desired(desired: Vec<Value>, types: &[ChildType]) -> Result<GroupMa
 }
 
 /// The desired objects as `Kind.version key` lines (the debug view's "planned").
-pub fn planned(desired: &GroupMap) -> Vec<String> {
+pub fn planned(desired: &GroupMap) -> Arc<[String]> {
     desired
         .iter()
         .flat_map(|(group, objects)| objects.keys().map(move |k| format!("{group} {k}")))

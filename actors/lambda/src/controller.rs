@@ -173,7 +173,7 @@ pub struct LastSync {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
     /// The children the answer asked for.
-    pub planned: Vec<String>,
+    pub planned: Arc<[String]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub created: Vec<String>,
@@ -551,7 +551,7 @@ async fn record(
                     hook: None,
                     request: None,
                     answer: None,
-                    planned: Vec::new(),
+                    planned: Arc::default(),
                     error: Some(message),
                     created: Vec::new(),
                     updated: Vec::new(),

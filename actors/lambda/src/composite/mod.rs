@@ -9,7 +9,8 @@
 //!
 //! A sync that left nothing to do (every child as desired, nothing written, the status
 //! as answered) is remembered per parent ([`Settled`]): which objects it saw (by uid and
-//! resourceVersion, no copy of them) and the answer's bytes. The next sync of that parent
+//! resourceVersion, no copy of them), fingerprints of its request and answer, and the
+//! request body as framing around the cache's own texts. The next sync of that parent
 //! still calls the hook; when it sees the same objects and gets the same answer,
 //! ManageChildren and the status write would do the same nothing, so they are skipped.
 
@@ -77,8 +78,8 @@ const SETTLED_ANSWER_MAX: usize = 64 * 1024;
 
 /// What the last sync of one parent saw and got, when it left nothing to do.
 struct Settled {
-    /// The objects the request was made of ([`seen`]).
-    seen: String,
+    /// The objects the request was made of: a fingerprint of [`seen`].
+    seen: u128,
     /// The change counts of the caches the sync read ([`Composite::stamp`]), taken before
     /// it read them.
     stamp: Option<Vec<u64>>,
@@ -88,11 +89,12 @@ struct Settled {
     /// The request body those objects made: sent again as it is while they stay the same
     /// (kept as framing around the cache's own texts of the objects).
     request: SharedBody,
-    answer: Bytes,
+    /// A fingerprint of the answer (the answer itself is not kept).
+    answer: u128,
     request_digest: String,
     answer_digest: String,
     resync_after: Option<Duration>,
-    planned: Vec<String>,
+    planned: Arc<[String]>,
     warnings: Vec<String>,
 }
 
@@ -234,7 +236,7 @@ pub struct SyncReport {
     /// A digest of the hook's answer.
     pub answer_digest: Option<String>,
     /// The children (or attachments) the answer asked for: `Kind.version key`.
-    pub planned: Vec<String>,
+    pub planned: Arc<[String]>,
     /// Strict-mode complaints tolerated in loose mode.
     pub warnings: Vec<String>,
 }
@@ -557,7 +559,7 @@ impl Composite {
             .and_then(|s| Some((self.hook(s.hook)?, s.request.bytes(), s.cache_key.clone())));
         if let Some((bound, request, cache_key)) = unchanged {
             let answer = bound.client.call(request.clone(), cache_key).await?;
-            if let Some(s) = settled.take_if(|s| s.answer == answer) {
+            if let Some(s) = settled.take_if(|s| s.answer == fingerprint(&answer)) {
                 let report = s.report();
                 self.settled.put(key, s);
                 return Ok(report);
@@ -607,8 +609,9 @@ impl Composite {
                 let related =
                     related_of(cluster, self.customizer.as_ref(), &self.object, &parent).await?;
                 // The same objects make the same request: the settled one, sent as it is.
-                let seen = seen(&parent, &observed, &related, finalizing);
-                let settled = settled.filter(|s| seen.as_deref() == Some(s.seen.as_str()));
+                let seen = seen(&parent, &observed, &related, finalizing)
+                    .map(|s| fingerprint(s.as_bytes()));
+                let settled = settled.filter(|s| seen == Some(s.seen));
                 let (body, request_digest) = match &settled {
                     Some(s) => (s.request.bytes(), s.request_digest.clone()),
                     None => {
@@ -631,7 +634,7 @@ impl Composite {
                     None => bound.client.call(body, answer_key.clone()).await?,
                 };
                 if let Some(s) = settled
-                    && s.answer == answer
+                    && s.answer == fingerprint(&answer)
                     && s.hook == hook_type
                 {
                     // The same request answered the same: ManageChildren and the status
@@ -659,12 +662,11 @@ impl Composite {
                         hook: hook_type,
                         cache_key: answer_key,
                         request,
-                        // A copy of its own: the answer may share a larger read buffer.
-                        answer: Bytes::copy_from_slice(&answer),
+                        answer: fingerprint(&answer),
                         request_digest: request_digest.clone(),
                         answer_digest: answer_digest.clone(),
                         resync_after: None,
-                        planned: Vec::new(),
+                        planned: Arc::default(),
                         warnings: decoded.warnings.clone(),
                     }));
                 }
@@ -795,6 +797,20 @@ impl Composite {
         }
         Ok(out)
     }
+}
+
+/// A 128-bit fingerprint of `bytes` (two keyed SipHash runs), to tell whether a request or
+/// an answer is the one seen before without keeping it: within one process, two
+/// different texts have the same fingerprint with a chance of about 2⁻¹²⁸.
+fn fingerprint(bytes: &[u8]) -> u128 {
+    use std::hash::Hasher;
+    let run = |key: u8| {
+        let mut h = std::hash::DefaultHasher::new();
+        h.write_u8(key);
+        h.write(bytes);
+        h.finish()
+    };
+    (u128::from(run(1)) << 64) | u128::from(run(2))
 }
 
 /// A short digest of a hook answer for the journal and debug views.

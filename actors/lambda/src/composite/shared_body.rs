@@ -14,20 +14,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-/// One piece of a kept body.
-#[derive(Debug)]
-enum Part {
-    /// Bytes of the body itself (framing, or an object the cache has no text for).
-    Inline(Box<[u8]>),
-    /// An object's text, shared with the informer cache.
-    Shared(Arc<str>),
-}
-
-/// A request body as framing and shared object texts.
+/// A request body as framing and shared object texts: the body's own bytes (framing,
+/// and objects the cache has no text for) in one buffer, and each shared text with the
+/// place in that buffer where it goes.
 #[derive(Debug)]
 pub(super) struct SharedBody {
-    parts: Vec<Part>,
-    len: usize,
+    inline: Box<[u8]>,
+    shared: Box<[(usize, Arc<str>)]>,
 }
 
 impl SharedBody {
@@ -43,50 +36,42 @@ impl SharedBody {
             Err(_) => Vec::new(),
         };
         found.sort_by_key(|(start, _)| *start);
-        let mut parts = Vec::new();
+        let mut inline = Vec::with_capacity(body.len());
+        let mut shared = Vec::with_capacity(found.len());
         let mut at = 0;
         for (start, text) in found {
             if start < at {
                 continue;
             }
-            if start > at {
-                parts.push(Part::Inline(body[at..start].into()));
-            }
+            inline.extend_from_slice(&body[at..start]);
             at = start + text.len();
-            parts.push(Part::Shared(text));
+            shared.push((inline.len(), text));
         }
-        if at < body.len() {
-            parts.push(Part::Inline(body[at..].into()));
-        }
-        parts.shrink_to_fit();
+        inline.extend_from_slice(&body[at..]);
         SharedBody {
-            parts,
-            len: body.len(),
+            inline: inline.into_boxed_slice(),
+            shared: shared.into_boxed_slice(),
         }
     }
 
     /// The body, put together.
     pub(super) fn bytes(&self) -> Bytes {
-        let mut out = Vec::with_capacity(self.len);
-        for part in &self.parts {
-            match part {
-                Part::Inline(b) => out.extend_from_slice(b),
-                Part::Shared(t) => out.extend_from_slice(t.as_bytes()),
-            }
+        let len = self.inline.len() + self.shared.iter().map(|(_, t)| t.len()).sum::<usize>();
+        let mut out = Vec::with_capacity(len);
+        let mut at = 0;
+        for (place, text) in &self.shared {
+            out.extend_from_slice(&self.inline[at..*place]);
+            out.extend_from_slice(text.as_bytes());
+            at = *place;
         }
+        out.extend_from_slice(&self.inline[at..]);
         Bytes::from(out)
     }
 
     /// The bytes it holds of its own (not shared with the cache).
     #[cfg(test)]
     fn inline_len(&self) -> usize {
-        self.parts
-            .iter()
-            .map(|p| match p {
-                Part::Inline(b) => b.len(),
-                Part::Shared(_) => 0,
-            })
-            .sum()
+        self.inline.len()
     }
 }
 
