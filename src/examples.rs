@@ -88,10 +88,14 @@ fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// Starts `hooks.py`; its first line is the port it listens on.
 async fn start_hooks(script: &Path) -> anyhow::Result<(tokio::process::Child, String)> {
     use tokio::io::AsyncBufReadExt as _;
-    let mut child = tokio::process::Command::new("python3")
+    let mut command = tokio::process::Command::new("python3");
+    command
         .arg(script)
         .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
+        .kill_on_drop(true);
+    // Gone with bosun, also when bosun is killed.
+    crate::child_process::die_with_parent(&mut command);
+    let mut child = command
         .spawn()
         .with_context(|| format!("starting the example webhooks {}", script.display()))?;
     let stdout = child

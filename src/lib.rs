@@ -15,6 +15,7 @@
 //! ```
 
 pub mod addon;
+mod child_process;
 pub mod cli;
 pub mod debug;
 pub mod deployer;

@@ -186,29 +186,6 @@ impl Drop for GroupGuard {
     }
 }
 
-/// Asks Linux to kill the child when the thread that started it (a runtime worker, alive
-/// as long as bosun) dies, so a `kill -9` of bosun leaves no Helm running on.
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut tokio::process::Command) {
-    let parent = nix::unistd::getpid();
-    // SAFETY: the closure runs in the forked child before exec and makes only
-    // async-signal-safe system calls (prctl, getppid); it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)?;
-            if nix::unistd::getppid() != parent {
-                return Err(std::io::Error::other("parent exited"));
-            }
-            Ok(())
-        })
-    };
-}
-
-#[cfg(not(target_os = "linux"))]
-fn die_with_parent(_: &mut tokio::process::Command) {}
-
 impl HelmCli {
     /// The binary at `bin` (a bare name is looked up on `PATH`), with its version read
     /// by `helm version`; values files go to `tmp_dir`.
@@ -288,7 +265,7 @@ impl HelmCli {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        die_with_parent(&mut cmd);
+        crate::child_process::die_with_parent(&mut cmd);
         let child = cmd.spawn().map_err(|e| HelmError::Binary {
             path: self.inner.path.clone(),
             message: e.to_string(),

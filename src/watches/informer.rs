@@ -1,7 +1,8 @@
 //! The one informer of the lambda controllers and the deployer: a resource's objects as
-//! the shared watch delivers them, parsed once and shared with the watch, with this
-//! process's own writes visible at once (before their watch events come back), an index
-//! of the caller's choice, and subscribers told of every change in watch order.
+//! the shared watch delivers them, as the watch's own compact JSON text (shared, parsed
+//! when read), with this process's own writes visible at once (before their watch events
+//! come back), an index of the caller's choice, and subscribers told of every change in
+//! watch order.
 //!
 //! ```text
 //!   shared watch ──init/on──► Informer ── cache: watch truth, overlaid by our writes
