@@ -252,6 +252,12 @@ async fn main() -> anyhow::Result<()> {
         "memory: {per_item:.0} B of heap per item (the item in the informer cache, queue, last run; the API servers run in their own processes); the item's JSON {json_per_item:.0} B: heap ÷ JSON {:.2}× (goal ≤ 2×)",
         per_item / json_per_item
     );
+    // For a heap profile of what is held at this point (`heaptrack`, leaks at exit).
+    if std::env::var_os("BENCH_EXIT_AFTER_MEMORY").is_some() {
+        // The sandbox processes go with their handles; nothing else is dropped.
+        drop((items_cluster, target_cluster));
+        std::process::exit(0);
+    }
     drop(deployer);
     println!(
         "ratio {:.2} (bosun items/s ÷ the fair limit's; goal ≥ 0.8); {:.2} against the straight creates",

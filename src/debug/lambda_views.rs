@@ -49,7 +49,7 @@ pub fn lambda_controllers(running: Option<&bosun_lambda::registry::Controllers>)
                 Some(e) => text.push_str(&format!("    {key}: failed: {e}\n")),
                 None => text.push_str(&format!(
                     "    {key}: {} hook asked {} answered {}: {} planned ({} created, {} updated, {} deleted)\n",
-                    last.hook.as_deref().unwrap_or("no"),
+                    last.hook.unwrap_or("no"),
                     last.request.as_deref().unwrap_or("-"),
                     last.answer.as_deref().unwrap_or("-"),
                     last.planned.len(),

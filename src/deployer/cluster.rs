@@ -76,7 +76,7 @@ enum Watched {
 }
 
 fn object_key(key: &ItemKey) -> ObjectKey {
-    (key.namespace.clone(), key.name.clone())
+    crate::watches::key_of(&key.namespace, &key.name)
 }
 
 /// The change to report for `object` of `watched`; `deleted` ones carry no

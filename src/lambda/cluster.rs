@@ -118,7 +118,7 @@ impl Index for Owners {
 /// Objects controlled by `uid` or by nobody, in `namespace` (or all).
 fn candidates(cache: &Cache<Owners>, namespace: Option<&str>, uid: &str) -> Vec<Arc<Value>> {
     let owners = &cache.index;
-    let in_ns = |k: &&ObjectKey| namespace.is_none_or(|ns| k.0 == ns);
+    let in_ns = |k: &&ObjectKey| namespace.is_none_or(|ns| *k.0 == *ns);
     let owned = owners
         .owned
         .get(uid)
@@ -129,8 +129,8 @@ fn candidates(cache: &Cache<Owners>, namespace: Option<&str>, uid: &str) -> Vec<
         Some(ns) => Box::new(
             owners
                 .orphans
-                .range((ns.to_string(), String::new())..)
-                .take_while(move |k| k.0 == ns),
+                .range(crate::watches::namespace_start(ns)..)
+                .take_while(move |k| *k.0 == *ns),
         ),
         None => Box::new(owners.orphans.iter()),
     };
@@ -242,9 +242,9 @@ impl KubeCluster {
         let Some(informer) = self.running(r) else {
             return;
         };
-        let key = (
-            bosun_lambda::keys::namespace_of(object).to_string(),
-            bosun_lambda::keys::name_of(object).to_string(),
+        let key = crate::watches::key_of(
+            bosun_lambda::keys::namespace_of(object),
+            bosun_lambda::keys::name_of(object),
         );
         informer.change().remember(key, object);
     }
@@ -254,7 +254,7 @@ impl KubeCluster {
         let Some(informer) = self.running(r) else {
             return;
         };
-        let key = (namespace.to_string(), name.to_string());
+        let key = crate::watches::key_of(namespace, name);
         informer.change().removed(&key, uid);
     }
 
@@ -343,7 +343,7 @@ impl Cluster for KubeCluster {
     }
 
     fn cached_text(&self, resource: &Resource, namespace: &str, name: &str) -> Option<Arc<str>> {
-        let key = (namespace.to_string(), name.to_string());
+        let key = crate::watches::key_of(namespace, name);
         self.running(resource)?.read().text(&key)
     }
 
@@ -353,7 +353,7 @@ impl Cluster for KubeCluster {
         namespace: &str,
         name: &str,
     ) -> BoxFut<'_, Result<Option<Arc<Value>>, ClusterError>> {
-        let (resource, key) = (resource.clone(), (namespace.to_string(), name.to_string()));
+        let (resource, key) = (resource.clone(), crate::watches::key_of(namespace, name));
         Box::pin(async move {
             let informer = self.informer(&resource).await?;
             let cached = informer.read().get(&key);

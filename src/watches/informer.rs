@@ -109,8 +109,8 @@ impl<I: Index> Cache<I> {
         match namespace {
             Some(ns) => self
                 .objects
-                .range((ns.to_string(), String::new())..)
-                .take_while(|((n, _), _)| n == ns)
+                .range(super::namespace_start(ns)..)
+                .take_while(|((n, _), _)| **n == *ns)
                 .map(|(_, e)| e.stored.shared())
                 .collect(),
             None => self.objects.values().map(|e| e.stored.shared()).collect(),
@@ -337,7 +337,7 @@ mod tests {
     }
 
     fn key(name: &str) -> ObjectKey {
-        ("ns".to_string(), name.to_string())
+        super::super::key_of("ns", name)
     }
 
     /// An informer whose subscriber's events land in the returned list.

@@ -77,7 +77,17 @@ impl std::fmt::Display for WatchKey {
 }
 
 /// An object's place: namespace (empty when cluster-scoped) and name.
-pub(crate) type ObjectKey = (String, String);
+pub(crate) type ObjectKey = (Arc<str>, Arc<str>);
+
+/// The key of `name` in `namespace` (empty when cluster-scoped).
+pub(crate) fn key_of(namespace: &str, name: &str) -> ObjectKey {
+    (namespace.into(), name.into())
+}
+
+/// The first key of `namespace` (for a range of its objects).
+pub(crate) fn namespace_start(namespace: &str) -> ObjectKey {
+    (namespace.into(), "".into())
+}
 
 /// A watched object as the watch keeps it, shared by the watch cache and every listener
 /// that keeps full objects (the informers of lambda and the deployer share the same text):
@@ -240,9 +250,9 @@ impl SharedWatch {
 
 fn object_key(o: &Value) -> ObjectKey {
     let m = &o["metadata"];
-    (
-        m["namespace"].as_str().unwrap_or_default().to_string(),
-        m["name"].as_str().unwrap_or_default().to_string(),
+    key_of(
+        m["namespace"].as_str().unwrap_or_default(),
+        m["name"].as_str().unwrap_or_default(),
     )
 }
 
@@ -887,7 +897,7 @@ mod tests {
         let kept: Vec<String> = lock(&watch.state)
             .objects
             .keys()
-            .map(|k| k.1.clone())
+            .map(|k| k.1.to_string())
             .collect();
         assert_eq!(kept, ["a", "b"]);
         assert!(

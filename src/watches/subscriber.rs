@@ -263,7 +263,7 @@ impl Subscriber {
         stored: &Stored,
         announce: bool,
     ) {
-        if !self.names.is_empty() && !self.names.contains(&key.1) {
+        if !self.names.is_empty() && !self.names.iter().any(|n| **n == *key.1) {
             return;
         }
         let Some((result, sum, result_size)) = self.evaluate(value) else {
@@ -289,7 +289,7 @@ impl Listener for Subscriber {
         let announce = self.live.load(Ordering::SeqCst);
         let mut st = lock(&self.st);
         for (k, o) in objects {
-            if !self.names.is_empty() && !self.names.contains(&k.1) {
+            if !self.names.is_empty() && !self.names.iter().any(|n| **n == *k.1) {
                 continue;
             }
             self.upsert(&mut st, Change::Added, k, &o.parse(), o, announce);
@@ -302,7 +302,7 @@ impl Listener for Subscriber {
         let mut st = lock(&self.st);
         match change {
             Change::Deleted => {
-                if !self.names.is_empty() && !self.names.contains(&key.1) {
+                if !self.names.is_empty() && !self.names.iter().any(|n| **n == *key.1) {
                     return;
                 }
                 let prev = st.remove(key);
@@ -328,7 +328,7 @@ impl Listener for Subscriber {
         if let Some(ns) = namespace {
             // The namespace left the selection: its objects leave the snapshot.
             let mut st = lock(&self.st);
-            let keys: Vec<ObjectKey> = st.cache.keys().filter(|k| k.0 == ns).cloned().collect();
+            let keys: Vec<ObjectKey> = st.cache.keys().filter(|k| *k.0 == *ns).cloned().collect();
             for k in keys {
                 if let Some(e) = st.remove(&k) {
                     let object = match &e.object {
@@ -398,11 +398,11 @@ impl NamespaceFollower {
 
 impl Listener for NamespaceFollower {
     fn init(&self, _namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>) {
-        lock(&self.namespaces).extend(objects.keys().map(|k| k.1.clone()));
+        lock(&self.namespaces).extend(objects.keys().map(|k| k.1.to_string()));
     }
 
     fn on(&self, change: Change, key: &ObjectKey, _object: &Arc<Value>, _stored: &Stored) {
-        let ns = key.1.clone();
+        let ns = key.1.to_string();
         match change {
             Change::Added | Change::Modified => {
                 if !lock(&self.namespaces).insert(ns.clone()) || !self.live.load(Ordering::SeqCst) {

@@ -24,7 +24,7 @@ use crate::composite::{Composite, SyncError, SyncReport};
 use crate::decorator::{Decorator, queue_key};
 use crate::events::LambdaEvent;
 use crate::keys::{key_of, namespace_of};
-use crate::ports::{Change, Cluster, EventNote, Resource, Watches};
+use crate::ports::{Change, Cluster, EventNote, HookType, Resource, Watches};
 use crate::related::selects_any;
 use crate::types::ControllerKind;
 
@@ -166,7 +166,7 @@ pub struct LastSync {
     pub at_ms: u64,
     pub ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hook: Option<String>,
+    pub hook: Option<&'static str>,
     /// Digests of the hook's request and answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
@@ -201,7 +201,7 @@ pub struct Running {
     /// The spec it runs (to tell a changed controller object from a resync).
     pub spec: Value,
     pub queue: WorkQueue<String>,
-    pub last: Arc<Mutex<BTreeMap<String, LastSync>>>,
+    pub last: Arc<Mutex<BTreeMap<String, Box<LastSync>>>>,
     tasks: Vec<JoinHandle<()>>,
     /// Its entry in the actors' mailboxes, removed when it stops.
     mailbox: (Mailboxes, String),
@@ -399,7 +399,7 @@ struct Parents {
     r: Arc<Reconciler>,
     ctx: Context,
     queue: WorkQueue<String>,
-    last: Arc<Mutex<BTreeMap<String, LastSync>>>,
+    last: Arc<Mutex<BTreeMap<String, Box<LastSync>>>>,
     related: Arc<Mutex<HashSet<(String, String)>>>,
     related_tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
@@ -447,7 +447,7 @@ impl runner::Reconciler<String> for Parents {
 async fn record(
     r: &Reconciler,
     ctx: &Context,
-    last: &Mutex<BTreeMap<String, LastSync>>,
+    last: &Mutex<BTreeMap<String, Box<LastSync>>>,
     key: &str,
     outcome: Outcome<SyncReport, SyncError>,
 ) {
@@ -487,10 +487,10 @@ async fn record(
             }
             lock(last).insert(
                 key.to_string(),
-                LastSync {
+                Box::new(LastSync {
                     at_ms: now_ms(),
                     ok: true,
-                    hook: report.hook.map(|h| h.to_string()),
+                    hook: report.hook.map(HookType::as_str),
                     request: report.request_digest,
                     answer: report.answer_digest,
                     planned: report.planned,
@@ -503,7 +503,7 @@ async fn record(
                         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                     warnings: report.warnings,
                     failures: 0,
-                },
+                }),
             );
         }
         Err(err) => {
@@ -545,7 +545,7 @@ async fn record(
             }
             lock(last).insert(
                 key.to_string(),
-                LastSync {
+                Box::new(LastSync {
                     at_ms: now_ms(),
                     ok: false,
                     hook: None,
@@ -559,7 +559,7 @@ async fn record(
                     next_retry_ms: Some(retry_in_ms),
                     warnings: Vec::new(),
                     failures,
-                },
+                }),
             );
         }
     }

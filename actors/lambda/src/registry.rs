@@ -51,7 +51,7 @@ pub struct ControllerView {
     pub kind: ControllerKind,
     pub name: String,
     pub queue: Value,
-    pub last_syncs: BTreeMap<String, LastSync>,
+    pub last_syncs: BTreeMap<String, Box<LastSync>>,
     /// Why the controller object could not start (it is retried with backoff).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,

@@ -186,7 +186,7 @@ pub fn live(controllers: &[ControllerView], subject: &Subject, e: &mut Explanati
                 (Some(err), None) => e.push_now(format!("{whose}: the last sync failed: {err}")),
                 (None, _) if is_child => e.push_now(format!(
                     "{whose}: the {} hook's last answer asks for it",
-                    last.hook.as_deref().unwrap_or("sync")
+                    last.hook.unwrap_or("sync")
                 )),
                 (None, _) => e.push_now(format!(
                     "{whose}: in sync; the last answer planned {} children",

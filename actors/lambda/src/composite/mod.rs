@@ -83,16 +83,16 @@ struct Settled {
     /// The change counts of the caches the sync read ([`Composite::stamp`]), taken before
     /// it read them.
     stamp: Option<Vec<u64>>,
-    /// The hook that answered, and the key of its answer cache.
+    /// The hook that answered.
     hook: HookType,
-    cache_key: String,
     /// The request body those objects made: sent again as it is while they stay the same
     /// (kept as framing around the cache's own texts of the objects).
     request: SharedBody,
     /// A fingerprint of the answer (the answer itself is not kept).
     answer: u128,
-    request_digest: String,
-    answer_digest: String,
+    /// The [`digest`]s of the request and the answer, as numbers.
+    request_digest: u64,
+    answer_digest: u64,
     resync_after: Option<Duration>,
     planned: Arc<[String]>,
     warnings: Vec<String>,
@@ -109,8 +109,8 @@ impl Settled {
         SyncReport {
             hook: Some(self.hook),
             resync_after: self.resync_after,
-            request_digest: Some(self.request_digest.clone()),
-            answer_digest: Some(self.answer_digest.clone()),
+            request_digest: Some(digest_text(self.request_digest)),
+            answer_digest: Some(digest_text(self.answer_digest)),
             planned: self.planned.clone(),
             warnings: self.warnings.clone(),
             ..SyncReport::default()
@@ -426,6 +426,13 @@ impl Composite {
         texts
     }
 
+    /// The key of the answer cache for the parent `key` (`namespace/name` or `name`), as
+    /// [`cache_key`] makes it from the parent object.
+    fn cache_key(&self, key: &str) -> String {
+        let (ns, name) = split_key(key);
+        format!("{}/{ns}/{name}", self.parent.kind)
+    }
+
     /// The change counts of the caches a sync reads (the parent's and each child type's),
     /// to be taken before it reads them: the same counts later mean the same objects.
     /// `None` when some cache has no count, or with a customize hook (whose answer may
@@ -556,7 +563,7 @@ impl Composite {
         let unchanged = settled
             .as_ref()
             .filter(|s| stamp.is_some() && s.stamp == stamp)
-            .and_then(|s| Some((self.hook(s.hook)?, s.request.bytes(), s.cache_key.clone())));
+            .and_then(|s| Some((self.hook(s.hook)?, s.request.bytes(), self.cache_key(key))));
         if let Some((bound, request, cache_key)) = unchanged {
             let answer = bound.client.call(request.clone(), cache_key).await?;
             if let Some(s) = settled.take_if(|s| s.answer == fingerprint(&answer)) {
@@ -613,7 +620,7 @@ impl Composite {
                     .map(|s| fingerprint(s.as_bytes()));
                 let settled = settled.filter(|s| seen == Some(s.seen));
                 let (body, request_digest) = match &settled {
-                    Some(s) => (s.request.bytes(), s.request_digest.clone()),
+                    Some(s) => (s.request.bytes(), s.request_digest),
                     None => {
                         let body = self.request(
                             &parent,
@@ -622,7 +629,7 @@ impl Composite {
                             bound.hook.version,
                             finalizing,
                         );
-                        let d = digest(&body);
+                        let d = fnv(&body);
                         (Bytes::from(body), d)
                     }
                 };
@@ -650,7 +657,7 @@ impl Composite {
                     &answer,
                 )
                 .map_err(|e| SyncError::Failed(e.to_string()))?;
-                let answer_digest = digest(&answer);
+                let answer_digest = fnv(&answer);
                 if let (Some(seen), Some(request)) = (seen, request)
                     && answer.len() <= SETTLED_ANSWER_MAX
                 {
@@ -660,11 +667,10 @@ impl Composite {
                         seen,
                         stamp,
                         hook: hook_type,
-                        cache_key: answer_key,
                         request,
                         answer: fingerprint(&answer),
-                        request_digest: request_digest.clone(),
-                        answer_digest: answer_digest.clone(),
+                        request_digest,
+                        answer_digest,
                         resync_after: None,
                         planned: Arc::default(),
                         warnings: decoded.warnings.clone(),
@@ -672,8 +678,8 @@ impl Composite {
                 }
                 (
                     decoded.response,
-                    Some(request_digest),
-                    answer_digest,
+                    Some(digest_text(request_digest)),
+                    digest_text(answer_digest),
                     decoded.warnings,
                 )
             };
@@ -815,12 +821,21 @@ fn fingerprint(bytes: &[u8]) -> u128 {
 
 /// A short digest of a hook answer for the journal and debug views.
 pub fn digest(bytes: &[u8]) -> String {
-    // FNV-1a: stable and cheap; it identifies an answer, it protects nothing.
+    digest_text(fnv(bytes))
+}
+
+/// FNV-1a: stable and cheap; it identifies an answer, it protects nothing.
+fn fnv(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
+    h
+}
+
+/// A [`digest`] as the journal and the views show it.
+fn digest_text(h: u64) -> String {
     format!("{h:016x}")
 }
 
