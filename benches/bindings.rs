@@ -5,7 +5,8 @@
 //! - memory per cached object with and without `keepFullObjectsInMemory`, against the
 //!   object's JSON size (a counting allocator measures the heap).
 //!
-//! Run: `cargo bench --bench bindings`.
+//! Run: `cargo bench --bench bindings` (`BENCH_OBJECTS=50000` for the memory figure at
+//! scale; 2,000 unless set).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -157,10 +158,24 @@ async fn main() -> anyhow::Result<()> {
     manager.stop_owner("global");
 
     // 2. Memory per cached object.
-    let objects = 2000;
-    for n in writes..writes + objects {
-        api.create(&PostParams::default(), &config_map(&format!("m-{n}"), n))
-            .await?;
+    // `BENCH_OBJECTS` more ConfigMaps (2,000 unless set; 50,000 for the scale figure),
+    // created 8 at a time.
+    let objects: usize = std::env::var("BENCH_OBJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let creates = futures::stream::iter(writes..writes + objects)
+        .map(|n| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &config_map(&format!("m-{n}"), n))
+                    .await
+            }
+        })
+        .buffer_unordered(8);
+    futures::pin_mut!(creates);
+    while let Some(created) = creates.next().await {
+        created?;
     }
     let json_size = serde_json::to_string(&api.get("m-300").await?)?.len();
     let total = writes + objects;

@@ -508,9 +508,11 @@ async fn start_all(
 ) -> anyhow::Result<Running> {
     // The recorder first, so that everything started below records into it.
     let metrics = crate::prometheus::install(&cfg.metrics_prefix);
+    let ha = stream.as_ref().map(crate::ha::JournalStream::status);
     let host = crate::host::Host::connect(&cfg.host(), stream, metrics).await?;
     let views = crate::host::Views::default();
     views.update(|v| {
+        v.ha = ha;
         v.starting = [
             (args.lambda.lambda_controllers, "lambda controllers"),
             (args.deployer.deployer, "deployer"),

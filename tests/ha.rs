@@ -86,6 +86,12 @@ impl Replica {
         get(&self.http, "/readyz").is_some_and(|(code, _)| code == 200)
     }
 
+    /// `/ha.json` of the debug server: this replica's role and its journals' standbys.
+    fn ha_view(&self) -> Value {
+        let text = common::run_ok(&mut common::debug_cli(&self.socket, &["raw", "/ha.json"]));
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
     fn values(&self) -> Value {
         let text = common::run_ok(&mut common::debug_cli(
             &self.socket,
@@ -342,6 +348,33 @@ fn a_standby_takes_over_with_every_acknowledged_values_patch() {
         "alpha's memory values hold every mark",
         Duration::from_secs(60),
         || seen(&a.values()) == 8,
+    );
+    // The leader's debug view (and its web view) shows its role and who streams its
+    // journals; in the ack mode, how far a standby holds them (the marks were
+    // acknowledged).
+    let modules = |ha: &Value| {
+        ha["journals"]
+            .as_array()
+            .and_then(|js| js.iter().find(|j| j["journal"] == "modules"))
+            .cloned()
+            .unwrap_or_default()
+    };
+    a.op.wait(
+        "alpha's /ha names a standby holding its modules journal",
+        Duration::from_secs(30),
+        || {
+            let m = modules(&a.ha_view());
+            m["standbys"].as_u64().is_some_and(|n| n >= 1)
+                && m["acked"].as_u64().is_some_and(|seq| seq > 0)
+        },
+    );
+    let ha = a.ha_view();
+    assert_eq!(ha["role"], "leader", "{ha}");
+    assert!(
+        ha["identity"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("alpha.")),
+        "{ha}"
     );
     // Quiet: no hook runs while the leader dies (a pod's hooks die with it).
     a.op.wait("the hooks finished", Duration::from_secs(30), || {

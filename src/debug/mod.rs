@@ -90,6 +90,7 @@ enum Endpoint {
     Actor,
     LambdaControllers,
     DeployerItems,
+    Ha,
     Explain,
     JournalLog,
     JournalState,
@@ -158,6 +159,7 @@ pub const ROUTES: &[Route] = &[
         Endpoint::LambdaControllers,
     ),
     route("/deployer/items.{json|yaml|text}", Endpoint::DeployerItems),
+    route("/ha.{json|yaml|text}", Endpoint::Ha),
     route(
         "/explain.{json|yaml|text}?subject=KIND/NAME|values PATH&namespace=",
         Endpoint::Explain,
@@ -565,6 +567,38 @@ async fn handle(
     }
 }
 
+/// `/ha`: this replica's high-availability state, or that it runs alone.
+fn ha_view(status: Option<&crate::host::HaStatus>) -> View {
+    let Some(status) = status else {
+        return View {
+            data: serde_json::json!({"role": "single"}),
+            text: Some("High availability: off (a single replica)\n".into()),
+        };
+    };
+    let data = status();
+    let mut text = format!(
+        "High availability: {} as {}; the lease is held by {}\n",
+        data["role"].as_str().unwrap_or("?"),
+        data["identity"].as_str().unwrap_or("?"),
+        data["holder"].as_str().unwrap_or("nobody"),
+    );
+    for j in data["journals"].as_array().into_iter().flatten() {
+        text.push_str(&format!(
+            "  journal {}: {} standby(s) streaming",
+            j["journal"].as_str().unwrap_or("?"),
+            j["standbys"].as_u64().unwrap_or(0)
+        ));
+        if let Some(acked) = j["acked"].as_u64() {
+            text.push_str(&format!(", durable on a standby up to seq {acked}"));
+        }
+        text.push('\n');
+    }
+    View {
+        data,
+        text: Some(text),
+    }
+}
+
 fn no_endpoint(route: &str) -> Failure {
     Failure(
         StatusCode::NOT_FOUND,
@@ -616,6 +650,7 @@ async fn answer(
         }
         Endpoint::LambdaControllers => Ok(lambda_views::lambda_controllers(views.lambda.as_ref())),
         Endpoint::DeployerItems => Ok(deployer_views::deployer_items(views.deployer.as_ref())),
+        Endpoint::Ha => Ok(ha_view(views.ha.as_ref())),
         Endpoint::Explain => {
             let words: Vec<String> = param(query, "subject")
                 .unwrap_or_default()
@@ -822,6 +857,7 @@ async fn modules_answer(
         | Endpoint::Actor
         | Endpoint::LambdaControllers
         | Endpoint::DeployerItems
+        | Endpoint::Ha
         | Endpoint::Explain
         | Endpoint::Ui
         | Endpoint::Graph

@@ -213,9 +213,38 @@ pub struct JournalStream {
     replication: Replication,
     names: Arc<BTreeMap<PathBuf, &'static str>>,
     sync_ack: bool,
+    shared: Arc<Shared>,
+    identity: String,
 }
 
 impl JournalStream {
+    /// This replica's high-availability state as the web view and `/ha` show it: role,
+    /// identity, the lease's holder, and for each journal how many standbys stream it now
+    /// and (in the ack mode) the highest record a standby has made durable.
+    pub fn status(&self) -> Arc<dyn Fn() -> serde_json::Value + Send + Sync> {
+        let stream = self.clone();
+        Arc::new(move || {
+            let mut status = status_json(&stream.shared);
+            status["identity"] = serde_json::json!(stream.identity);
+            status["ackMode"] = serde_json::json!(stream.sync_ack);
+            status["journals"] = stream
+                .names
+                .values()
+                .map(|name| {
+                    let mut j = serde_json::json!({
+                        "journal": name,
+                        "standbys": *stream.replication.standbys(name).borrow(),
+                    });
+                    if stream.sync_ack {
+                        j["acked"] = serde_json::json!(*stream.replication.acked(name).borrow());
+                    }
+                    j
+                })
+                .collect();
+            status
+        })
+    }
+
     /// A subsystem opened its journal (leader): serve it to standbys at once, before the
     /// subsystem's start (which appends, and in the ack mode waits for a standby) finishes.
     pub fn opened<E>(&self, journal: &Arc<bosun_journal::Journal<E>>)
@@ -397,15 +426,17 @@ where
     Fut: std::future::Future<Output = anyhow::Result<Started>>,
 {
     let replication = Replication::new(cfg.token.clone());
-    let stream = JournalStream {
-        replication: replication.clone(),
-        names: Arc::new(journals.iter().map(|j| (j.dir.clone(), j.name)).collect()),
-        sync_ack: cfg.sync_ack,
-    };
     let shared = Arc::new(Shared {
         role: Mutex::new(Role::Standby),
         ..Default::default()
     });
+    let stream = JournalStream {
+        replication: replication.clone(),
+        names: Arc::new(journals.iter().map(|j| (j.dir.clone(), j.name)).collect()),
+        sync_ack: cfg.sync_ack,
+        shared: Arc::clone(&shared),
+        identity: cfg.identity.clone(),
+    };
     let ha_server = serve(
         cfg.listen,
         status_router(&cfg, &shared).merge(replication.router()),

@@ -205,7 +205,13 @@ pub struct Parts {
     pub starting: Vec<&'static str>,
     /// Subsystems that did not start, and why (`/readyz` fails naming them).
     pub failed: Vec<(&'static str, String)>,
+    /// With high availability, this replica's state (role, lease holder, each journal's
+    /// standbys); `None` for a single replica.
+    pub ha: Option<HaStatus>,
 }
+
+/// This replica's high-availability state, read when asked.
+pub type HaStatus = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 
 impl Views {
     /// What the endpoints show now.

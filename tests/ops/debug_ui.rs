@@ -116,7 +116,7 @@ fn missing(dom: &str) -> Option<&'static str> {
     let main = queue_block(dom, "main");
     let parent = block(dom, "data-parent=\"default/broken\"", "</tr>");
     let item = block(dom, "data-item=\"default/waits\"", "</tr>");
-    let checks: [(&str, bool); 12] = [
+    let checks: [(&str, bool); 13] = [
         ("the main queue", !main.is_empty()),
         (
             "the ConvergeModules task in the main queue, marked as a converge in progress",
@@ -175,6 +175,10 @@ fn missing(dom: &str) -> Option<&'static str> {
                 && item.contains("waiting for ManifestsReady=False")
                 && item.contains("Deployment default/web")
                 && item.contains("href=\"#explain=DeployItem%2Fdefault%2Fwaits\""),
+        ),
+        (
+            "high availability: off for a single replica",
+            dom.contains("data-ha=\"single\"") && dom.contains("off: a single replica"),
         ),
     ];
     checks.iter().find(|(_, ok)| !ok).map(|(what, _)| *what)
