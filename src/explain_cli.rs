@@ -108,5 +108,6 @@ fn from_value(v: &Value) -> anyhow::Result<Explanation> {
         history: steps,
         now: strings("now"),
         unreadable: strings("unreadable"),
+        drift: v["drift"].as_str().map(str::to_string),
     })
 }

@@ -67,7 +67,7 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long `module render --diff` may take: a render plus two API calls per object (the
 /// CLI gives up after 30s).
-const DIFF_TIMEOUT: Duration = Duration::from_secs(25);
+pub(crate) const DIFF_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// What a debug route answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

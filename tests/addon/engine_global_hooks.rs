@@ -568,6 +568,36 @@ fn the_embedded_default_runs_the_samples_of_all_three_subsystems_against_its_own
                 .is_some_and(|w| w.starts_with("module greeter: its Helm chart renders it")))),
         "{release_object:#}"
     );
+    // As converged, the object is what the module's next upgrade would make of it; once
+    // changed by hand, the explanation shows the drift.
+    let now_says = |e: &Value, what: &str| {
+        e["now"].as_array().is_some_and(|n| {
+            n.iter()
+                .any(|l| l.as_str().is_some_and(|l| l.contains(what)))
+        })
+    };
+    assert!(
+        now_says(&release_object, "no drift") && release_object["drift"].is_null(),
+        "{release_object:#}"
+    );
+    let (code, patched) = common::http(
+        &addr,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/greeter",
+        "application/merge-patch+json",
+        r#"{"data":{"greeting":"changed by hand"}}"#,
+    );
+    assert_eq!(code, 200, "{patched}");
+    let drifted = explain("subject=ConfigMap/greeter&namespace=default");
+    let drift = drifted["drift"].as_str().unwrap_or_default();
+    assert!(
+        now_says(
+            &drifted,
+            "drifted from what module greeter's next upgrade would make of it"
+        ) && drift.contains("-  greeting: changed by hand")
+            && drift.contains("+  greeting: hello from bosun"),
+        "{drifted:#}"
+    );
     let _ = child.kill();
     let _ = child.wait();
     assert!(data.path().join("kubeconfig").exists());

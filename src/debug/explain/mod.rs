@@ -147,6 +147,11 @@ pub struct Explanation {
     /// Journals that could not be read (missing or damaged), with why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<String>,
+    /// Live, for an object a module's chart renders: how the object in the cluster differs
+    /// from what the module's next upgrade would make of it (`module render --diff` of
+    /// that object), when it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift: Option<String>,
 }
 
 impl Explanation {
@@ -192,6 +197,12 @@ impl Explanation {
         }
         for u in &self.unreadable {
             out.push_str(&format!("  (not read: {u})\n"));
+        }
+        if let Some(drift) = &self.drift {
+            out.push_str("  drift (live against what the module would apply):\n");
+            for line in drift.lines() {
+                out.push_str(&format!("    {line}\n"));
+            }
         }
         out
     }

@@ -272,9 +272,55 @@ pub async fn live(engine: &bosun_addon::engine::Engine, subject: &Subject, e: &m
                     e.push_made_by(format!(
                         "module {module}: its Helm chart renders it (explain Module/{module} for its runs)"
                     ));
+                    drift(engine, &module, subject, e).await;
                 }
             }
         }
+    }
+}
+
+/// How the object in the cluster differs from what `module`'s next upgrade would make of
+/// it (a server-side apply run dry, as `module render --diff`), into `e`.
+async fn drift(
+    engine: &bosun_addon::engine::Engine,
+    module: &str,
+    subject: &Subject,
+    e: &mut Explanation,
+) {
+    let previews =
+        match tokio::time::timeout(crate::debug::DIFF_TIMEOUT, engine.module_preview(module)).await
+        {
+            Ok(Ok(p)) => p,
+            Ok(Err(why)) => {
+                e.push_now(format!(
+                    "(live) cannot compare with module {module}'s chart: {why}"
+                ));
+                return;
+            }
+            Err(_) => {
+                e.push_now(format!(
+                    "(live) cannot compare with module {module}'s chart: no answer within {}s",
+                    crate::debug::DIFF_TIMEOUT.as_secs()
+                ));
+                return;
+            }
+        };
+    let Some(preview) = previews.iter().find(|p| renders(subject, &p.merged)) else {
+        return;
+    };
+    match crate::debug::diff::object_diff(preview) {
+        Ok(None) => e.push_now(format!(
+            "(live) as module {module}'s next upgrade would make it: no drift"
+        )),
+        Ok(Some(diff)) => {
+            e.push_now(format!(
+                "(live) drifted from what module {module}'s next upgrade would make of it (the diff below)"
+            ));
+            e.drift = Some(diff);
+        }
+        Err(why) => e.push_now(format!(
+            "(live) cannot compare with module {module}'s chart: {why}"
+        )),
     }
 }
 
