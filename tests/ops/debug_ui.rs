@@ -35,6 +35,37 @@ impl Drop for Release {
 /// One `chromium --dump-dom` run: the DOM after four seconds of virtual time, or why
 /// there is none.
 fn dump_dom(url: &str, profile: &Path) -> Result<String, String> {
+    chromium(url, profile, &["--dump-dom".to_string()])
+}
+
+/// A screenshot of the page as a user sees it (1280×2400), kept in the test's target
+/// folder (`CARGO_TARGET_TMPDIR`) under `name`; its path.
+fn screenshot(url: &str, profile: &Path, name: &str) -> PathBuf {
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_file(&file);
+    chromium(
+        url,
+        profile,
+        &[
+            "--window-size=1280,2400".to_string(),
+            "--hide-scrollbars".to_string(),
+            format!("--screenshot={}", file.display()),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("screenshot of {url}: {e}"));
+    let png = std::fs::read(&file).unwrap_or_default();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "chromium left no screenshot of {url} in {} ({} bytes)",
+        file.display(),
+        png.len()
+    );
+    file
+}
+
+/// One headless Chromium run on `url` with `mode` (what it prints or writes); its
+/// standard output after four seconds of virtual time, or why there is none.
+fn chromium(url: &str, profile: &Path, mode: &[String]) -> Result<String, String> {
     let mut child = Command::new(CHROMIUM)
         .args([
             "--headless",
@@ -47,7 +78,9 @@ fn dump_dom(url: &str, profile: &Path) -> Result<String, String> {
             "--disable-sync",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
-        .args(["--virtual-time-budget=4000", "--dump-dom", url])
+        .arg("--virtual-time-budget=4000")
+        .args(mode)
+        .arg(url)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -352,4 +385,12 @@ exit 1"#,
             && panel.contains("(live) phase Progressing, waiting for ManifestsReady=False"),
         "the explain panel names the item's history and wait: {panel}"
     );
+    // Screenshots of both pages, as a user sees them, kept for review.
+    let page = screenshot(&url, profile.path(), "ui.png");
+    let explain = screenshot(
+        &format!("{url}#explain=DeployItem%2Fdefault%2Fwaits"),
+        profile.path(),
+        "ui-explain.png",
+    );
+    println!("screenshots: {} {}", page.display(), explain.display());
 }
