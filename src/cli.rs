@@ -469,6 +469,13 @@ pub struct Running {
 }
 
 impl Running {
+    /// Stops the subsystems and the shared watches now, not when their last task ends.
+    pub fn stop(self) {
+        let watches = self._host.watches.clone();
+        drop(self);
+        watches.stop_all();
+    }
+
     /// The host's Kubernetes client.
     pub fn client(&self) -> kube::Client {
         self._host.client.clone()
@@ -787,7 +794,10 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
             crate::ha::graceful_stop(args.ha.shutdown_grace, &r.journals()).await;
         }
         drop(examples);
-        drop(running);
+        // The subsystems and their watches stop before the API server they talk to.
+        if let Ok(r) = running {
+            r.stop();
+        }
         sandbox.shutdown().await?;
         Ok(())
     }

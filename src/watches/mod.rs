@@ -357,6 +357,16 @@ impl WatchManager {
         });
     }
 
+    /// Stops every shared watch (bosun is stopping: nothing reads them any more, and the
+    /// API server may go next, as the embedded sandbox does).
+    pub fn stop_all(&self) {
+        let watches: Vec<Arc<SharedWatch>> =
+            lock(&self.inner.watches).drain().map(|(_, w)| w).collect();
+        for w in watches {
+            w.stop();
+        }
+    }
+
     /// Distinct watches running now, with their listener counts (for the debug views).
     pub fn watches(&self) -> Vec<(String, usize)> {
         let mut out: Vec<(String, usize)> = lock(&self.inner.watches)

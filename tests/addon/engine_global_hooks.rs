@@ -389,7 +389,10 @@ fn the_embedded_default_runs_the_samples_of_all_three_subsystems_against_its_own
         // The default is 127.0.0.1:9652; a free port keeps parallel runs apart.
         .env("DEBUG_HTTP_SERVER_ADDR", "127.0.0.1:0")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(
+            std::fs::File::create(data.path().join("..stderr"))
+                .map_or_else(|_| Stdio::null(), Stdio::from),
+        )
         .spawn()
         .expect("bosun run --sandbox");
     let stdout = child.stdout.take().expect("stdout");
@@ -598,8 +601,35 @@ fn the_embedded_default_runs_the_samples_of_all_three_subsystems_against_its_own
             && drift.contains("+  greeting: hello from bosun"),
         "{drifted:#}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    // SIGTERM: the subsystems and their watches stop before the embedded API server, so
+    // the shutdown logs no connection errors.
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let exited = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            _ => break None,
+        }
+    };
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let log = std::fs::read_to_string(data.path().join("..stderr")).unwrap_or_default();
+    let after = log.split_once("shutting down").map_or("", |(_, rest)| rest);
+    assert!(
+        exited.is_some_and(|s| s.success())
+            && log.contains("shutting down")
+            && !after.contains("ERROR")
+            && !after.contains("client error (Connect)"),
+        "bosun run --sandbox stops cleanly on SIGTERM ({exited:?}); after \"shutting down\":\n{after}"
+    );
     assert!(data.path().join("kubeconfig").exists());
     // Offline, from the journal folder: the module's runs and its state.
     let module = common::run_ok(
