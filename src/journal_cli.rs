@@ -212,14 +212,14 @@ pub fn run(args: JournalArgs) -> anyhow::Result<()> {
             parent,
             output,
         } => lambda_log(
-            &dir.join("lambda"),
+            &crate::journal_dirs::subsystem_journal(dir, "lambda"),
             controller.as_deref(),
             parent.as_deref(),
             output,
             &mut out,
         ),
         JournalCommand::Deployer { item, output } => crate::deployer::journal_log::print(
-            &dir.join("deployer"),
+            &crate::journal_dirs::subsystem_journal(dir, "deployer"),
             item.as_deref(),
             output != Format::Text,
             &mut out,
@@ -407,7 +407,7 @@ fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow:
             serde_json::to_value(state_at(&journal, at)?)?,
         );
     }
-    let sub = |name: &str| dir.join(name);
+    let sub = |name: &str| crate::journal_dirs::subsystem_journal(dir, name);
     if matches!(which, Which::Lambda | Which::All)
         && (which == Which::Lambda || sub("lambda").is_dir())
     {

@@ -28,6 +28,7 @@ pub mod hooks;
 pub mod host;
 pub mod http_client;
 pub mod journal_cli;
+pub mod journal_dirs;
 pub mod journal_replay;
 pub mod journal_sink;
 pub mod jq;

@@ -326,6 +326,16 @@ fn failed_timed_out_and_misconfigured_items_fail_with_their_codes() {
             && why.contains("[ERR_TIMEOUT]"),
         "{why}"
     );
+    // The deployer's own journal folder works as the journal folder too.
+    let same = common::run_ok(
+        std::process::Command::new(common::bosun_bin())
+            .arg("journal")
+            .arg("--journal-dir")
+            .arg(work.path().join("journal").join("deployer"))
+            .args(["deployer", "--item", "default/stuck"])
+            .env("LOG_LEVEL", "error"),
+    );
+    assert_eq!(same, why);
 
     // The others did not stop bosun serving the good one.
     wait_phase(&op, &sb, "fine", "Succeeded");

@@ -448,11 +448,19 @@ fn finish_plan(
             Timeout::After(d) => d,
             Timeout::None => Duration::ZERO,
         };
+        // What kept the item from finishing (an unreachable target, a failing apply) is
+        // the error of its last attempt: the timeout's message keeps it.
+        let kept_failing = status
+            .last_error
+            .as_ref()
+            .filter(|e| e.reason != "ProgressingTimeout")
+            .map(|e| format!("; its last attempt failed: {}", e.message))
+            .unwrap_or_default();
         let error = DeployError::new(
             if deleting { "Delete" } else { "Reconcile" },
             "ProgressingTimeout",
             format!(
-                "the deploy item did not finish within its timeout of {}s (spec.timeout)",
+                "the deploy item did not finish within its timeout of {}s (spec.timeout){kept_failing}",
                 limit.as_secs()
             ),
             &[ErrorCode::Timeout],
@@ -953,6 +961,27 @@ mod tests {
             let p = plan(&it, target);
             assert_eq!(summarize(&p), want, "{name}: {p:#?}");
         }
+    }
+
+    #[test]
+    fn a_timeout_keeps_what_the_last_attempt_failed_with() {
+        let it = item(json!({
+            "status": {"phase": "Progressing", "observedGeneration": 2, "lastReconcileTime": ago(601),
+                       "lastError": {"operation": "Reconcile", "reason": "TargetUnreachable",
+                                     "message": "client error (Connect) on Target default/dead"}}
+        }));
+        let p = plan(&it, TargetCheck::Ours);
+        let error = p
+            .status
+            .as_ref()
+            .and_then(|s| s.last_error.clone())
+            .expect("a last error");
+        assert_eq!(error.reason, "ProgressingTimeout");
+        assert_eq!(
+            error.message,
+            "the deploy item did not finish within its timeout of 600s (spec.timeout); its last \
+             attempt failed: client error (Connect) on Target default/dead"
+        );
     }
 
     /// The item after the plan's writes.

@@ -290,7 +290,7 @@ pub fn offline(subject: &Subject, dir: &std::path::Path) -> anyhow::Result<Expla
     } else {
         None
     };
-    let lambda_dir = dir.join("lambda");
+    let lambda_dir = crate::journal_dirs::subsystem_journal(dir, "lambda");
     let lambda = if present(&lambda_dir) {
         Journal::open_read_only(&lambda_dir)
             .map_err(|e| unreadable.push(open_err("lambda", &lambda_dir, &e)))
@@ -298,7 +298,7 @@ pub fn offline(subject: &Subject, dir: &std::path::Path) -> anyhow::Result<Expla
     } else {
         None
     };
-    let deployer_dir = dir.join("deployer");
+    let deployer_dir = crate::journal_dirs::subsystem_journal(dir, "deployer");
     let deployer = if present(&deployer_dir) {
         Journal::open_read_only(&deployer_dir)
             .map_err(|e| unreadable.push(open_err("deployer", &deployer_dir, &e)))
