@@ -781,6 +781,30 @@ fn parse_rv(s: &str) -> Result<u64, ApiError> {
     })
 }
 
+/// What kube-apiserver refuses in a list's options before reading anything: a
+/// `resourceVersion` that is not a number (400), and a `resourceVersionMatch` other than
+/// `Exact` or `NotOlderThan`, or one without a `resourceVersion` (422, as its
+/// `ValidateListOptions`).
+fn check_list_options(query: &HashMap<String, String>) -> Result<(), ApiError> {
+    let rv = query.get("resourceVersion").filter(|s| !s.is_empty());
+    if let Some(rv) = rv {
+        parse_rv(rv)?;
+    }
+    let invalid = |message: String| {
+        ApiError::invalid("ListOptions", "", &[("resourceVersionMatch", message)])
+    };
+    match query.get("resourceVersionMatch").map(String::as_str) {
+        None | Some("") => Ok(()),
+        Some("Exact" | "NotOlderThan") if rv.is_none() => Err(invalid(
+            "resourceVersionMatch is forbidden unless resourceVersion is provided".into(),
+        )),
+        Some("Exact" | "NotOlderThan") => Ok(()),
+        Some(other) => Err(invalid(format!(
+            "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+        ))),
+    }
+}
+
 fn list(
     app: &App,
     info: &ResourceInfo,
@@ -788,6 +812,7 @@ fn list(
     query: &HashMap<String, String>,
     accept: &str,
 ) -> Result<Response, ApiError> {
+    check_list_options(query)?;
     let filter = Filter::new(ns, query)?;
     let limit: usize = match query.get("limit") {
         Some(l) => l
@@ -1269,6 +1294,13 @@ fn delete_options(
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("couldn't decode DeleteOptions: {e}")))?
     };
+    if let Some(g) = query.get("gracePeriodSeconds") {
+        g.parse::<i64>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "invalid gracePeriodSeconds {g:?}: expected a whole number of seconds"
+            ))
+        })?;
+    }
     let policy = match (
         query.get("propagationPolicy"),
         opts["propagationPolicy"].as_str(),

@@ -492,6 +492,11 @@ fn unescape(s: &str) -> Result<String, String> {
                 Some(e) => return Err(format!("invalid escape sequence \\{e}")),
                 None => return Err("trailing backslash".into()),
             }
+        } else if c == '=' || c == ',' {
+            // As kube-apiserver's `fields.UnescapeValue`: `metadata.name===x` is refused.
+            return Err(format!(
+                "invalid field selector value {s:?}: unescaped {c:?}"
+            ));
         } else {
             out.push(c);
         }

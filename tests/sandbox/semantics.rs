@@ -741,3 +741,57 @@ fn built_in_kinds_get_kube_apiserver_field_defaults() {
         "{dep}"
     );
 }
+
+/// Query parameters kube-apiserver refuses are refused, with its codes and reasons.
+#[test]
+fn list_and_delete_options_kube_apiserver_refuses_are_refused() {
+    let sb = Sandbox::start();
+    let (code, _) = sb.post(CM, &json!({"metadata": {"name": "kept"}}));
+    assert_eq!(code, 201);
+    for (query, want, reason) in [
+        ("resourceVersion=abc", 400, "BadRequest"),
+        ("resourceVersionMatch=Bogus", 422, "Invalid"),
+        (
+            "resourceVersion=1&resourceVersionMatch=Bogus",
+            422,
+            "Invalid",
+        ),
+        ("resourceVersionMatch=Exact", 422, "Invalid"),
+        (
+            "fieldSelector=metadata.name%3D%3D%3Dkept",
+            400,
+            "BadRequest",
+        ),
+    ] {
+        let (code, status) = sb.get(&format!("{CM}?{query}"));
+        assert_eq!(
+            (code, status["reason"].as_str()),
+            (want, Some(reason)),
+            "{query}: {status}"
+        );
+    }
+    // What kube-rs and client-go send is served.
+    for query in [
+        "resourceVersion=0&resourceVersionMatch=NotOlderThan",
+        "fieldSelector=metadata.name%3Dkept",
+        "fieldSelector=metadata.name%3D%3Dkept",
+    ] {
+        let (code, list) = sb.get(&format!("{CM}?{query}"));
+        assert_eq!(code, 200, "{query}: {list}");
+    }
+    let (code, status) = sb.request(
+        "DELETE",
+        &format!("{CM}/kept?gracePeriodSeconds=abc"),
+        "",
+        "",
+    );
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{status}"
+    );
+    let (code, _) = sb.get(&format!("{CM}/kept"));
+    assert_eq!(code, 200, "a refused delete deletes nothing");
+    let (code, _) = sb.request("DELETE", &format!("{CM}/kept?gracePeriodSeconds=0"), "", "");
+    assert_eq!(code, 200);
+}
