@@ -45,10 +45,14 @@ fn kustomization() -> Kustomization {
         .unwrap_or_else(|e| panic!("{}: not a kustomization bosun knows: {e}", path.display()))
 }
 
-/// Every `.yaml` file under `dir`, relative to it, sorted.
+/// Every `.yaml` file under `dir`, relative to it, sorted; the Helm chart (`helm/`, its
+/// templates are not manifests) is left out.
 fn yaml_files(dir: &Path, base: &Path, out: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("read deploy/") {
         let path = entry.expect("dir entry").path();
+        if path.is_dir() && path == base.join("helm") {
+            continue;
+        }
         if path.is_dir() {
             yaml_files(&path, base, out);
         } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
@@ -335,4 +339,192 @@ fn kubectl_apply_k_passes_a_server_side_dry_run_and_stores_nothing() {
     assert_eq!(binding["subjects"][0]["namespace"], "bosun");
     run_ok(sb.kubectl().args(["get", "deployitems", "-A"]));
     run_ok(sb.kubectl().args(["get", "compositecontrollers", "-A"]));
+}
+
+/// `helm template demo deploy/helm/bosun --namespace tools` with `args`, by the real Helm.
+fn helm_template(args: &[&str]) -> String {
+    let chart = deploy_dir().join("helm").join("bosun");
+    run_ok(
+        std::process::Command::new(crate::common::helm_bin())
+            .arg("template")
+            .arg("demo")
+            .arg(&chart)
+            .args(["--namespace", "tools"])
+            .args(args),
+    )
+}
+
+/// The documents of a rendering of `kind`.
+fn of_kind(text: &str, kind: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|d| d["kind"] == kind)
+        .collect()
+}
+
+#[test]
+fn the_helm_chart_takes_metacontroller_s_values_and_passes_a_server_side_dry_run() {
+    // Defaults, and every value metacontroller's chart has set away from its default.
+    let defaults = helm_template(&[]);
+    let custom = helm_template(&[
+        "--set",
+        "replicas=3",
+        "--set",
+        "image.repository=registry.example/bosun",
+        "--set",
+        "image.tag=1.2.3",
+        "--set",
+        "image.pullPolicy=Always",
+        "--set",
+        "imagePullSecrets[0].name=pull",
+        "--set",
+        "serviceAccount.name=ops",
+        "--set",
+        "serviceAccount.annotations.team=platform",
+        "--set",
+        "podAnnotations.scrape=yes",
+        "--set",
+        "podDisruptionBudget.maxUnavailable=null",
+        "--set",
+        "podDisruptionBudget.minAvailable=1",
+        "--set",
+        "zap.logLevel=4",
+        "--set",
+        "zap.encoder=json",
+        "--set",
+        "commandArgs[0]=--client-go-qps=100",
+        "--set",
+        "resources.limits.memory=1Gi",
+        "--set",
+        "priorityClassName=system-cluster-critical",
+        "--set",
+        "nodeSelector.disk=ssd",
+        "--set",
+        "tolerations[0].key=dedicated",
+        "--set",
+        "tolerations[0].operator=Exists",
+        "--set",
+        "affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight=1",
+        "--set",
+        "affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.topologyKey=kubernetes.io/hostname",
+        "--set",
+        "service.annotations.a=b",
+        "--set",
+        "journal.storageClassName=fast",
+        "--set",
+        "fullnameOverride=bosun",
+    ]);
+    for (name, text) in [("defaults", &defaults), ("custom", &custom)] {
+        let problems = check_file(&format!("helm template ({name})"), text);
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+    let sts = &of_kind(&custom, "StatefulSet")[0];
+    let pod = &sts["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(sts["metadata"]["name"], "bosun");
+    assert_eq!(sts["spec"]["replicas"], 3);
+    assert_eq!(c["image"], "registry.example/bosun:1.2.3");
+    assert_eq!(c["imagePullPolicy"], "Always");
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    for arg in [
+        "run",
+        "--zap-log-level=4",
+        "--zap-encoder=json",
+        "--discovery-interval=20s",
+        "--cache-flush-interval=30m",
+        "--client-go-qps=100",
+    ] {
+        assert!(args.contains(&arg), "{arg} missing from {args:?}");
+    }
+    assert_eq!(pod["serviceAccountName"], "ops");
+    assert_eq!(pod["imagePullSecrets"][0]["name"], "pull");
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["nodeSelector"]["disk"], "ssd");
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated");
+    assert!(pod["affinity"]["podAntiAffinity"].is_object(), "{pod}");
+    assert_eq!(
+        sts["spec"]["template"]["metadata"]["annotations"]["scrape"],
+        "yes"
+    );
+    assert_eq!(c["resources"]["limits"]["memory"], "1Gi");
+    assert_eq!(
+        sts["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"],
+        "fast"
+    );
+    let pdb = &of_kind(&custom, "PodDisruptionBudget")[0];
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert!(pdb["spec"]["maxUnavailable"].is_null(), "{pdb}");
+    assert_eq!(
+        of_kind(&custom, "ServiceAccount")[0]["metadata"]["annotations"]["team"],
+        "platform"
+    );
+    assert_eq!(
+        of_kind(&custom, "Service")[0]["metadata"]["annotations"]["a"],
+        "b"
+    );
+    let bindings = of_kind(&custom, "ClusterRoleBinding");
+    assert_eq!(bindings.len(), 3);
+    assert!(
+        bindings
+            .iter()
+            .all(|b| b["subjects"][0]["name"] == "ops" && b["subjects"][0]["namespace"] == "tools")
+    );
+    // rbac.create and serviceAccount.create off: neither is rendered, the pods run as
+    // "default"; no budget with podDisruptionBudget {}.
+    let bare = helm_template(&[
+        "--set",
+        "rbac.create=false",
+        "--set",
+        "serviceAccount.create=false",
+        "--set",
+        "podDisruptionBudget=null",
+    ]);
+    for kind in [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+        "PodDisruptionBudget",
+    ] {
+        assert!(
+            of_kind(&bare, kind).is_empty(),
+            "{kind} rendered in:\n{bare}"
+        );
+    }
+    assert_eq!(
+        of_kind(&bare, "StatefulSet")[0]["spec"]["template"]["spec"]["serviceAccountName"],
+        "default"
+    );
+
+    // The defaults pass the API server's dry run, and nothing is stored.
+    let sb = Sandbox::start();
+    run_ok(sb.kubectl().args(["create", "namespace", "tools"]));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("chart.yaml");
+    std::fs::write(&file, &defaults).expect("write the rendering");
+    let out = run_ok(
+        sb.kubectl()
+            .args(["apply", "--dry-run=server", "-f"])
+            .arg(&file),
+    );
+    for line in [
+        "statefulset.apps/demo-bosun created (server dry run)",
+        "service/demo-bosun created (server dry run)",
+        "secret/demo-bosun-journal-token created (server dry run)",
+        "poddisruptionbudget.policy/demo-bosun created (server dry run)",
+        "clusterrole.rbac.authorization.k8s.io/demo-bosun-modules created (server dry run)",
+        "role.rbac.authorization.k8s.io/demo-bosun-leader-election created (server dry run)",
+        "rolebinding.rbac.authorization.k8s.io/demo-bosun-leader-election created (server dry run)",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    let sts = kubectl_json(&sb, &["get", "statefulsets", "-n", "tools"]);
+    assert_eq!(sts["items"], Value::Array(vec![]), "{sts}");
 }
