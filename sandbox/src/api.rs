@@ -716,7 +716,7 @@ fn get(
             .unwrap_or_default()
             .to_string();
         let include = Include::parse(query.get("includeObject").map(String::as_str));
-        return Ok(ok(&table::table(&[obj], include, &rv, None)));
+        return Ok(ok(&table::table(&[obj], info, include, &rv, None)));
     }
     Ok(ok(&obj))
 }
@@ -869,7 +869,13 @@ fn list(
     let rv = rv.to_string();
     if table::wants_table(accept) {
         let include = Include::parse(query.get("includeObject").map(String::as_str));
-        return Ok(ok(&table::table(&selected, include, &rv, cont.as_deref())));
+        return Ok(ok(&table::table(
+            &selected,
+            info,
+            include,
+            &rv,
+            cont.as_deref(),
+        )));
     }
     // Written by hand so that large lists are not copied into one big Value.
     let mut meta = json!({"resourceVersion": rv});
@@ -987,7 +993,7 @@ fn watch(
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
-            event_line(kind, &table::table(&[obj], include, &rv, None))
+            event_line(kind, &table::table(&[obj], &info, include, &rv, None))
         } else {
             event_line(kind, &obj)
         }

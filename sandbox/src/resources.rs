@@ -29,6 +29,27 @@ pub struct ResourceInfo {
     pub scale: Option<ScaleSubresource>,
     /// Whether this is the storage version (CRDs) / preferred version.
     pub storage: bool,
+    /// A CRD version's `additionalPrinterColumns`: the columns of `kubectl get` (Name and
+    /// Age when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub printer_columns: Vec<PrinterColumn>,
+}
+
+/// One column of a CRD version's `additionalPrinterColumns`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrinterColumn {
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(default)]
+    pub format: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub priority: i64,
+    /// A simple JSONPath into the object (`.status.phase`, `.spec.items[0].name`).
+    pub json_path: String,
 }
 
 /// JSON paths of a `/scale` subresource (CRD `subresources.scale`).
@@ -370,6 +391,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
                 status_replicas_path: ".status.replicas".to_string(),
                 label_selector_path: Some(".status.selector".to_string()),
             }),
+            printer_columns: Vec::new(),
             storage: true,
         })
         .collect()

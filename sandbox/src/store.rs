@@ -616,6 +616,21 @@ pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
                     label_selector_path: s["labelSelectorPath"].as_str().map(String::from),
                 }),
             storage: version["storage"].as_bool().unwrap_or(false),
+            printer_columns: version["additionalPrinterColumns"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| {
+                    Some(super::resources::PrinterColumn {
+                        name: c["name"].as_str()?.to_string(),
+                        type_: c["type"].as_str().unwrap_or("string").to_string(),
+                        format: c["format"].as_str().unwrap_or_default().to_string(),
+                        description: c["description"].as_str().unwrap_or_default().to_string(),
+                        priority: c["priority"].as_i64().unwrap_or(0),
+                        json_path: c["jsonPath"].as_str()?.to_string(),
+                    })
+                })
+                .collect(),
         });
     }
     out

@@ -337,8 +337,38 @@ fn kubectl_apply_k_passes_a_server_side_dry_run_and_stores_nothing() {
     );
     let binding = kubectl_json(&sb, &["get", "clusterrolebinding", "bosun-deployer"]);
     assert_eq!(binding["subjects"][0]["namespace"], "bosun");
-    run_ok(sb.kubectl().args(["get", "deployitems", "-A"]));
     run_ok(sb.kubectl().args(["get", "compositecontrollers", "-A"]));
+    // `kubectl get di` shows the CRD's printer columns, as on a cluster.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let item = dir.path().join("item.yaml");
+    std::fs::write(
+        &item,
+        "apiVersion: landscaper.gardener.cloud/v1alpha1\nkind: DeployItem\nmetadata:\n  name: shown\n  namespace: bosun\nspec:\n  type: landscaper.gardener.cloud/mock\n",
+    )
+    .expect("write the item");
+    run_ok(sb.kubectl().args(["apply", "-f"]).arg(&item));
+    let table = run_ok(sb.kubectl().args(["get", "di", "-n", "bosun"]));
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "TYPE", "PHASE", "EXPORTREF", "AGE"],
+        "{table}"
+    );
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row.get(..2),
+        Some(&["shown", "landscaper.gardener.cloud/mock"][..]),
+        "{table}"
+    );
 }
 
 /// `helm template demo deploy/helm/bosun --namespace tools` with `args`, by the real Helm.
