@@ -159,6 +159,59 @@ pub fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> 
             )));
         }
     }
+    check_string_maps(info, obj)
+}
+
+/// Maps of strings stay maps of strings, as kube-apiserver decodes them into Go's
+/// `map[string]string`: labels and annotations, a ConfigMap's `data` and `binaryData`, a
+/// Secret's `data` and `stringData`. A number, a boolean, a list or an object is a 400
+/// naming the field, as the API server's decoding error does (null reads as "").
+fn check_string_maps(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    let mut fields: Vec<(&str, &str, &Value)> = vec![
+        ("ObjectMeta", "metadata.labels", &obj["metadata"]["labels"]),
+        (
+            "ObjectMeta",
+            "metadata.annotations",
+            &obj["metadata"]["annotations"],
+        ),
+    ];
+    if info.group.is_empty() && info.kind == "ConfigMap" {
+        fields.push(("ConfigMap", "data", &obj["data"]));
+        fields.push(("ConfigMap", "binaryData", &obj["binaryData"]));
+    }
+    if info.group.is_empty() && info.kind == "Secret" {
+        fields.push(("Secret", "data", &obj["data"]));
+        fields.push(("Secret", "stringData", &obj["stringData"]));
+    }
+    for (owner, field, map) in fields {
+        let what = |v: &Value| match v {
+            Value::Bool(_) => "bool",
+            Value::Number(_) => "number",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+            Value::String(_) | Value::Null => "string",
+        };
+        match map {
+            Value::Null => {}
+            Value::Object(m) => {
+                if let Some((key, v)) = m
+                    .iter()
+                    .find(|(_, v)| !matches!(v, Value::String(_) | Value::Null))
+                {
+                    return Err(ApiError::bad_request(format!(
+                        "json: cannot unmarshal {} into Go struct field {owner}.{field} of type string (key {key:?})",
+                        what(v)
+                    )));
+                }
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "json: cannot unmarshal {} into Go struct field {owner}.{field} of type map[string]string",
+                    what(other)
+                )));
+            }
+        }
+    }
     Ok(())
 }
 

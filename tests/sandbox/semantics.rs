@@ -795,3 +795,62 @@ fn list_and_delete_options_kube_apiserver_refuses_are_refused() {
     let (code, _) = sb.request("DELETE", &format!("{CM}/kept?gracePeriodSeconds=0"), "", "");
     assert_eq!(code, 200);
 }
+
+/// Labels, annotations and a ConfigMap's or Secret's data are maps of strings, as
+/// kube-apiserver decodes them: anything else is a 400 naming the field.
+#[test]
+fn string_maps_refuse_other_values_as_kube_apiserver_does() {
+    let sb = Sandbox::start();
+    for (path, body, field) in [
+        (
+            CM,
+            json!({"metadata": {"name": "a", "labels": {"n": 1}}}),
+            "ObjectMeta.metadata.labels",
+        ),
+        (
+            CM,
+            json!({"metadata": {"name": "b", "annotations": {"on": true}}}),
+            "ObjectMeta.metadata.annotations",
+        ),
+        (
+            CM,
+            json!({"metadata": {"name": "c"}, "data": {"n": 3}}),
+            "ConfigMap.data",
+        ),
+        (
+            CM,
+            json!({"metadata": {"name": "d"}, "data": ["x"]}),
+            "ConfigMap.data",
+        ),
+        (
+            "/api/v1/namespaces/default/secrets",
+            json!({"metadata": {"name": "e"}, "stringData": {"k": {"nested": "x"}}}),
+            "Secret.stringData",
+        ),
+    ] {
+        let (code, status) = sb.post(path, &body);
+        assert_eq!(code, 400, "{body}: {status}");
+        assert!(
+            status["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(field)),
+            "{body}: {status}"
+        );
+    }
+    // Strings, and a null read as "", are served.
+    let (code, cm) = sb.post(
+        CM,
+        &json!({"metadata": {"name": "fine", "labels": {"n": "1"}}, "data": {"n": "3"}}),
+    );
+    assert_eq!(code, 201, "{cm}");
+    // A merge patch that makes a label a number is refused too, and changes nothing.
+    let (code, status) = sb.request(
+        "PATCH",
+        &format!("{CM}/fine"),
+        "application/merge-patch+json",
+        r#"{"metadata":{"labels":{"n":2}}}"#,
+    );
+    assert_eq!(code, 400, "{status}");
+    let (_, now) = sb.get(&format!("{CM}/fine"));
+    assert_eq!(now["metadata"]["labels"]["n"], "1");
+}
