@@ -101,24 +101,6 @@ impl LastRuns {
     }
 }
 
-/// What an item that is not final waits on: its first condition whose status is not
-/// `True` (`ManifestsReady=False: Deployment … is not ready`), as the item's status says.
-fn waiting_for(status: &crate::item::Status) -> Option<String> {
-    if status.phase.is_some_and(|p| p.is_final()) {
-        return None;
-    }
-    status.conditions.iter().find_map(|c| {
-        let st = c["status"].as_str()?;
-        (st != "True").then(|| {
-            format!(
-                "{}={st}: {}",
-                c["type"].as_str().unwrap_or("?"),
-                c["message"].as_str().unwrap_or_default()
-            )
-        })
-    })
-}
-
 /// How the deployer runs.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -737,7 +719,7 @@ async fn write_status(
                 .as_ref()
                 .map(|e| format!("{}: {}", e.reason, e.message)),
             retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            waiting_for: waiting_for(new),
+            waiting_for: crate::status::waiting_for(new),
         },
     );
     DeployItem::from_value(written).map_err(|e| {

@@ -448,13 +448,17 @@ fn finish_plan(
             Timeout::After(d) => d,
             Timeout::None => Duration::ZERO,
         };
-        // What kept the item from finishing (an unreachable target, a failing apply) is
-        // the error of its last attempt: the timeout's message keeps it.
-        let kept_failing = status
-            .last_error
-            .as_ref()
-            .filter(|e| e.reason != "ProgressingTimeout")
-            .map(|e| format!("; its last attempt failed: {}", e.message))
+        // What kept the item from finishing: the object it was waiting for (a condition
+        // not True), else the error of its last attempt (an unreachable target).
+        let kept_failing = crate::status::waiting_for(&status)
+            .map(|w| format!("; it was waiting for {w}"))
+            .or_else(|| {
+                status
+                    .last_error
+                    .as_ref()
+                    .filter(|e| e.reason != "ProgressingTimeout")
+                    .map(|e| format!("; its last attempt failed: {}", e.message))
+            })
             .unwrap_or_default();
         let error = DeployError::new(
             if deleting { "Delete" } else { "Reconcile" },
@@ -981,6 +985,29 @@ mod tests {
             error.message,
             "the deploy item did not finish within its timeout of 600s (spec.timeout); its last \
              attempt failed: client error (Connect) on Target default/dead"
+        );
+    }
+
+    #[test]
+    fn a_timeout_names_the_object_it_was_waiting_for() {
+        let it = item(json!({
+            "status": {"phase": "Progressing", "observedGeneration": 2, "lastReconcileTime": ago(601),
+                       "conditions": [{"type": "ManifestsReady", "status": "False",
+                                       "message": "Deployment default/web: observedGeneration 0 is behind generation 1"}]}
+        }));
+        let p = plan(&it, TargetCheck::Ours);
+        let error = p
+            .status
+            .as_ref()
+            .and_then(|s| s.last_error.clone())
+            .expect("a last error");
+        assert!(
+            error.message.ends_with(
+                "; it was waiting for ManifestsReady=False: Deployment default/web: \
+                 observedGeneration 0 is behind generation 1"
+            ),
+            "{}",
+            error.message
         );
     }
 
