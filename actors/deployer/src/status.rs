@@ -194,6 +194,24 @@ pub fn merge_conditions(
         .collect()
 }
 
+/// What an item that is not final waits on: its first condition whose status is not
+/// `True` (`ManifestsReady=False: Deployment … is not ready`), as the item's status says.
+pub fn waiting_for(status: &crate::item::Status) -> Option<String> {
+    if status.phase.is_some_and(|p| p.is_final()) {
+        return None;
+    }
+    status.conditions.iter().find_map(|c| {
+        let st = c["status"].as_str()?;
+        (st != "True").then(|| {
+            format!(
+                "{}={st}: {}",
+                c["type"].as_str().unwrap_or("?"),
+                c["message"].as_str().unwrap_or_default()
+            )
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -329,22 +347,4 @@ mod tests {
         assert_eq!(s.job_id_finished.as_deref(), Some("j2"));
         assert!(s.transition_times.and_then(|t| t.finished_time).is_some());
     }
-}
-
-/// What an item that is not final waits on: its first condition whose status is not
-/// `True` (`ManifestsReady=False: Deployment … is not ready`), as the item's status says.
-pub fn waiting_for(status: &crate::item::Status) -> Option<String> {
-    if status.phase.is_some_and(|p| p.is_final()) {
-        return None;
-    }
-    status.conditions.iter().find_map(|c| {
-        let st = c["status"].as_str()?;
-        (st != "True").then(|| {
-            format!(
-                "{}={st}: {}",
-                c["type"].as_str().unwrap_or("?"),
-                c["message"].as_str().unwrap_or_default()
-            )
-        })
-    })
 }
