@@ -310,6 +310,24 @@ fn failed_timed_out_and_misconfigured_items_fail_with_their_codes() {
     fails_naming(&op, &sb, "bad-timeout", "spec.timeout", Naming::Contains);
 
     fails_naming(&op, &sb, "bad-config", "spec.config", Naming::Contains);
+    // As landscaper's mock: the configuration it cannot read is a False validation.
+    let bad = item(&sb, "bad-config").unwrap_or_default();
+    let validation = bad["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "DeployItemValidation"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (&validation["status"], &validation["reason"]),
+        (&json!("False"), &json!("FailedUnmarshal")),
+        "{bad}"
+    );
+    assert!(
+        validation["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("spec.config")),
+        "{validation}"
+    );
 
     // `bosun journal deployer --item` tells why an item is not Succeeded.
     let why = common::run_ok(

@@ -837,6 +837,10 @@ async fn finish_step(
     let old = item.status.clone();
     if let Some(e) = &error {
         handle_error(&mut status, deleting, e, now);
+        if !e.conditions.is_empty() {
+            status.conditions =
+                crate::status::merge_conditions(&status.conditions, e.conditions.clone());
+        }
     }
     let final_ = status.phase.is_some_and(Phase::is_final);
     let retry = (!final_).then(|| retry_after(remaining));

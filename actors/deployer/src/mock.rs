@@ -109,12 +109,17 @@ impl DeployerType for Mock {
     fn reconcile<'a>(&'a self, job: Job<'a>) -> BoxFut<'a, Result<Outcome, DeployError>> {
         Box::pin(async move {
             let config = job.item.config().cloned().unwrap_or(Value::Null);
-            let config = MockConfig::parse(&config)?;
+            // As landscaper's mock: a configuration it cannot read sets
+            // `DeployItemValidation=False` (FailedUnmarshal) beside the error.
+            let config = MockConfig::parse(&config).map_err(|e| {
+                let condition = validation(false, &e.message);
+                e.with_conditions(vec![condition])
+            })?;
             Ok(Outcome {
                 phase: config.phase_after(job.item.status.phase),
                 provider_status: config.provider_status,
                 export: config.export,
-                conditions: vec![validation(true, "the provider configuration is valid")],
+                conditions: vec![validation(true, "Successfully validated configuration")],
             })
         })
     }

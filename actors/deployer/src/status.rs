@@ -19,6 +19,9 @@ pub struct DeployError {
     pub reason: String,
     pub message: String,
     pub codes: Vec<ErrorCode>,
+    /// Conditions the type sets with the error (the mock's `DeployItemValidation=False`
+    /// on a configuration it cannot read, as landscaper's).
+    pub conditions: Vec<serde_json::Value>,
 }
 
 impl DeployError {
@@ -33,7 +36,14 @@ impl DeployError {
             reason: reason.to_string(),
             message: message.into(),
             codes: codes.to_vec(),
+            conditions: Vec::new(),
         }
+    }
+
+    /// The error with `conditions` for the item's status.
+    pub fn with_conditions(mut self, conditions: Vec<serde_json::Value>) -> DeployError {
+        self.conditions = conditions;
+        self
     }
 
     /// A configuration the deployer cannot use: fails at once.
