@@ -60,7 +60,7 @@ impl MockConfig {
                 format!("spec.config.apiVersion: expected {MOCK_API_VERSION:?}, got {api:?}"),
             ));
         }
-        serde_path_to_error::deserialize(config.clone()).map_err(|e| {
+        let parsed: MockConfig = serde_path_to_error::deserialize(config.clone()).map_err(|e| {
             let field = match e.path().to_string() {
                 p if p == "." || p.is_empty() => "spec.config".to_string(),
                 p => format!("spec.config.{p}"),
@@ -70,7 +70,23 @@ impl MockConfig {
                 "FailedUnmarshal",
                 format!("{field}: {}", e.into_inner()),
             )
-        })
+        })?;
+        // `status.providerStatus` is an embedded object: the API server refuses anything
+        // else in the status write, so it is refused here, before any write.
+        if let Some(ps) = parsed
+            .provider_status
+            .as_ref()
+            .filter(|ps| !ps.is_object() && !ps.is_null())
+        {
+            return Err(DeployError::config(
+                "Reconcile",
+                "FailedUnmarshal",
+                format!(
+                    "spec.config.providerStatus: expected an object (apiVersion, kind, …), got {ps}"
+                ),
+            ));
+        }
+        Ok(parsed)
     }
 
     /// The phase a reconcile ends in, given the phase the item has.
@@ -186,5 +202,14 @@ mod tests {
         let e = MockConfig::parse(&json!({"apiVersion": "v1", "kind": "ProviderConfiguration"}))
             .unwrap_err();
         assert!(e.message.starts_with("spec.config.apiVersion:"), "{e}");
+        let e = MockConfig::parse(&json!({"providerStatus": "done"})).unwrap_err();
+        assert!(
+            e.message
+                .starts_with("spec.config.providerStatus: expected an object"),
+            "{e}"
+        );
+        assert!(e.is_unrecoverable());
+        let ok = MockConfig::parse(&json!({"providerStatus": {"apiVersion": "x/v1", "kind": "S"}}));
+        assert!(ok.is_ok(), "{ok:?}");
     }
 }
