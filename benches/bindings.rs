@@ -8,6 +8,10 @@
 //! Run: `cargo bench --bench bindings` (`BENCH_OBJECTS=50000` for the memory figure at
 //! scale; 2,000 unless set).
 
+#[path = "support/env.rs"]
+mod support_env;
+use support_env::env;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -160,10 +164,7 @@ async fn main() -> anyhow::Result<()> {
     // 2. Memory per cached object.
     // `BENCH_OBJECTS` more ConfigMaps (2,000 unless set; 50,000 for the scale figure),
     // created 8 at a time.
-    let objects: usize = std::env::var("BENCH_OBJECTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+    let objects: usize = env("BENCH_OBJECTS", 2000);
     let creates = futures::stream::iter(writes..writes + objects)
         .map(|n| {
             let api = api.clone();

@@ -15,6 +15,10 @@
 //!
 //! Both API servers are sandboxes in their own processes. Run: `cargo bench --bench deployer`.
 
+#[path = "support/env.rs"]
+mod support_env;
+use support_env::env;
+
 #[path = "support/cluster.rs"]
 mod cluster;
 
@@ -40,15 +44,9 @@ fn config_map(namespace: &str, item: usize, k: usize) -> Value {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let items: usize = std::env::var("BENCH_ITEMS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+    let items: usize = env("BENCH_ITEMS", 200);
     // Items reconciled at once by the deployer, and objects created at once by the limit.
-    let workers: usize = std::env::var("BENCH_WORKERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+    let workers: usize = env("BENCH_WORKERS", 5);
     let dir = tempfile::tempdir()?;
     std::fs::create_dir_all(dir.path().join("items"))?;
     std::fs::create_dir_all(dir.path().join("target"))?;

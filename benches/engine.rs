@@ -25,6 +25,10 @@
 //! 2) sizes the runtime (one worker measured no different on this machine; `0`: a
 //! current-thread runtime, see docs/actors.md).
 
+#[path = "support/env.rs"]
+mod support_env;
+use support_env::env;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -34,22 +38,14 @@ use std::time::Instant;
 mod noop_engine;
 use noop_engine::round;
 
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-        .max(1)
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 fn main() {
-    let rounds = env("BENCH_ROUNDS", 48);
-    let tasks = env("BENCH_TASKS", 16_000) / rounds;
+    let rounds = env("BENCH_ROUNDS", 48).max(1);
+    let tasks = env("BENCH_TASKS", 16_000).max(1) / rounds;
     let dir = tempfile::tempdir().expect("tempdir");
     let journals = match std::env::var_os("BENCH_JOURNAL_DIR") {
         Some(base) => tempfile::tempdir_in(base).expect("BENCH_JOURNAL_DIR: a writable folder"),
@@ -83,7 +79,7 @@ fn main() {
             .expect("runtime")
     } else {
         tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(env("BENCH_WORKERS", 2))
+            .worker_threads(env("BENCH_WORKERS", 2).max(1))
             .enable_all()
             .build()
             .expect("runtime")

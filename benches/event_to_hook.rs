@@ -7,6 +7,10 @@
 //!
 //! Run: `cargo bench --bench event_to_hook` (`BENCH_WRITES`, default 300). Goal: p99 < 50 ms.
 
+#[path = "support/env.rs"]
+mod support_env;
+use support_env::env;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -59,10 +63,7 @@ fn last_start(file: &Path) -> Option<(usize, u128)> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let writes: usize = std::env::var("BENCH_WRITES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+    let writes: usize = env("BENCH_WRITES", 300);
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
     let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig {

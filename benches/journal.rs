@@ -10,19 +10,16 @@
 //! `cargo bench --bench journal`; `BENCH_EVENTS` (default 1,000,000) and `BENCH_APPENDS`
 //! (default 40,000, over all rounds) scale it down; `BENCH_BACKENDS` (default `segments,sled`) picks.
 
+#[path = "support/env.rs"]
+mod support_env;
+use support_env::env;
+
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bosun_addon::{Event, State};
 use bosun_journal::{Backend, Journal};
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 #[path = "support/journal_events.rs"]
 mod journal_events;

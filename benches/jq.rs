@@ -5,6 +5,10 @@
 //!
 //! `cargo bench --bench jq`; `BENCH_OBJECTS` (default 10,000) scales it.
 
+#[path = "support/env.rs"]
+mod support_env;
+use support_env::env;
+
 use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -26,13 +30,6 @@ const FILTERS: &[(&str, &str)] = &[
 ];
 
 const ROUNDS: usize = 3;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// A Deployment as an informer would deliver it (about 2 KB of JSON).
 fn deployment(i: usize) -> Value {

@@ -14,6 +14,10 @@
 //!
 //! Run: `cargo bench --bench lambda`.
 
+#[path = "support/env.rs"]
+mod support_env;
+use support_env::env;
+
 #[path = "support/cluster.rs"]
 mod cluster;
 
@@ -109,10 +113,7 @@ async fn serve_hook(calls: Arc<AtomicUsize>, arrivals: Arrivals) -> anyhow::Resu
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let parents: usize = std::env::var("BENCH_PARENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+    let parents: usize = env("BENCH_PARENTS", 1000);
     let dir = tempfile::tempdir()?;
     // The API server in its own process, as in a cluster: the heap measured below is the
     // lambda controllers' alone.
@@ -243,23 +244,14 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let heap_after = LIVE.load(Ordering::SeqCst);
     // The objects' own size: their compact JSON as the API server serves them.
-    let json_bytes: usize = {
-        let parents_json: usize = parents_api
-            .list(&Default::default())
-            .await?
-            .items
+    let json_of = |items: &[DynamicObject]| -> usize {
+        items
             .iter()
             .map(|o| serde_json::to_vec(o).map_or(0, |v| v.len()))
-            .sum();
-        let children_json: usize = cms
-            .list(&Default::default())
-            .await?
-            .items
-            .iter()
-            .map(|o| serde_json::to_vec(o).map_or(0, |v| v.len()))
-            .sum();
-        parents_json + children_json
+            .sum()
     };
+    let json_bytes = json_of(&parents_api.list(&Default::default()).await?.items)
+        + json_of(&cms.list(&Default::default()).await?.items);
     let per_parent = (heap_after - heap_before) as f64 / parents as f64;
     let json_per_parent = json_bytes as f64 / parents as f64;
     println!(

@@ -9,6 +9,10 @@
 //! instead of the library. Needs both (`scripts/setup-helm.sh`): the render of the other
 //! engine is measured too.
 
+#[path = "support/env.rs"]
+mod support_env;
+use support_env::env;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -68,10 +72,7 @@ fn settings(choice: EngineChoice, tmp: &Path) -> EngineSettings {
 }
 
 fn main() {
-    let modules: usize = std::env::var("BENCH_MODULES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
+    let modules: usize = env("BENCH_MODULES", 100);
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

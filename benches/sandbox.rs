@@ -10,6 +10,10 @@
 //! Run: `cargo bench --bench sandbox` (BOSUN_BENCH_OBJECTS overrides the 10,000,
 //! BOSUN_BENCH_STORE the 50,000).
 
+#[path = "support/env.rs"]
+mod support_env;
+use support_env::env;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -93,10 +97,7 @@ async fn raw_sled_rate(n: usize, writers: usize) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let objects: usize = std::env::var("BOSUN_BENCH_OBJECTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000);
+    let objects: usize = env("BOSUN_BENCH_OBJECTS", 10_000);
     let dir = tempfile::tempdir()?;
     let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig::loopback(
         dir.path().join("data"),
@@ -207,10 +208,7 @@ async fn main() -> anyhow::Result<()> {
     sandbox.shutdown().await?;
 
     // 4. Writes against the store's size.
-    let large: usize = std::env::var("BOSUN_BENCH_STORE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(50_000);
+    let large: usize = env("BOSUN_BENCH_STORE", 50_000);
     let dir = tempfile::tempdir()?;
     let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig::loopback(
         dir.path().join("data"),

@@ -9,6 +9,10 @@
 //! Run: `cargo bench --bench startup` (`BENCH_MODULES`, `BENCH_GLOBAL_HOOKS`,
 //! `BENCH_EVENTS` scale it).
 
+#[path = "support/env.rs"]
+mod support_env;
+use support_env::env;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,13 +22,6 @@ use bosun_journal::Journal;
 
 #[path = "support/journal_events.rs"]
 mod journal_events;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn write_exec(path: &Path, text: &str) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;

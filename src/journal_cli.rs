@@ -387,7 +387,7 @@ fn read(
 /// The state of `which` journal under `dir` at `until` (the end when `None`), as JSON:
 /// one journal's state, or `{modules, lambda, deployer}` with those present.
 fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow::Result<Value> {
-    use crate::journal_replay::{fold_deployer, fold_lambda, replay};
+    use crate::journal_replay::{fold_deployer, fold_lambda};
     if which == Which::All
         && let Some(u) = until
         && u.parse::<u64>().is_ok()
@@ -407,29 +407,21 @@ fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow:
             serde_json::to_value(state_at(&journal, at)?)?,
         );
     }
-    let sub = |name: &str| crate::journal_dirs::subsystem_journal(dir, name);
-    if matches!(which, Which::Lambda | Which::All)
-        && (which == Which::Lambda || sub("lambda").is_dir())
-    {
-        let d = sub("lambda");
-        let journal = Journal::<bosun_lambda::events::LambdaEvent>::open_read_only(&d)
-            .with_context(|| format!("cannot open the lambda journal {}", d.display()))?;
-        let at = point(&journal, until)?;
+    // A subsystem's journal: asked for by name, or with `all` when its folder is there.
+    let wanted = |name: &str, one: Which| {
+        let d = crate::journal_dirs::subsystem_journal(dir, name);
+        (which == one || (which == Which::All && d.is_dir())).then_some(d)
+    };
+    if let Some(d) = wanted("lambda", Which::Lambda) {
         all.insert(
             "lambda".into(),
-            serde_json::to_value(replay(&journal, at, fold_lambda)?)?,
+            replay_of(&d, "lambda", until, fold_lambda)?,
         );
     }
-    if matches!(which, Which::Deployer | Which::All)
-        && (which == Which::Deployer || sub("deployer").is_dir())
-    {
-        let d = sub("deployer");
-        let journal = Journal::<bosun_deployer::events::DeployerEvent>::open_read_only(&d)
-            .with_context(|| format!("cannot open the deployer journal {}", d.display()))?;
-        let at = point(&journal, until)?;
+    if let Some(d) = wanted("deployer", Which::Deployer) {
         all.insert(
             "deployer".into(),
-            serde_json::to_value(replay(&journal, at, fold_deployer)?)?,
+            replay_of(&d, "deployer", until, fold_deployer)?,
         );
     }
     if which == Which::All {
@@ -443,6 +435,25 @@ fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow:
         .next()
         .map(|(_, v)| v)
         .unwrap_or(Value::Null))
+}
+
+/// The `what` journal in `d` folded by `fold` up to `until`, as JSON.
+fn replay_of<E, S>(
+    d: &std::path::Path,
+    what: &str,
+    until: Option<&str>,
+    fold: impl FnMut(&mut S, &bosun_journal::Record<E>),
+) -> anyhow::Result<Value>
+where
+    E: serde::Serialize + serde::de::DeserializeOwned + bosun_journal::Versioned,
+    S: Default + serde::Serialize,
+{
+    let journal = Journal::<E>::open_read_only(d)
+        .with_context(|| format!("cannot open the {what} journal {}", d.display()))?;
+    let at = point(&journal, until)?;
+    Ok(serde_json::to_value(crate::journal_replay::replay(
+        &journal, at, fold,
+    )?)?)
 }
 
 fn open(dir: &std::path::Path) -> anyhow::Result<Journal<Event>> {

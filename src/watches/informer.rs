@@ -44,6 +44,9 @@ pub enum Event {
 pub trait Index: Default + Send + 'static {
     /// What the index needs of one object.
     type Meta: Clone + Send + 'static;
+    /// Whether [`Index::meta`] reads the object: a relist parses each object's text only
+    /// for an index that does.
+    const READS_OBJECT: bool = true;
     /// What the index needs of `object`.
     fn meta(object: &Value) -> Self::Meta;
     /// The object with `meta` is now cached under `key`.
@@ -55,6 +58,7 @@ pub trait Index: Default + Send + 'static {
 /// No index.
 impl Index for () {
     type Meta = ();
+    const READS_OBJECT: bool = false;
     fn meta(_: &Value) {}
     fn insert(&mut self, _: &ObjectKey, _: &()) {}
     fn remove(&mut self, _: &ObjectKey, _: &()) {}
@@ -235,7 +239,11 @@ impl<I: Index> Cache<I> {
         let mut listed = BTreeMap::new();
         let mut index = I::default();
         for (k, stored) in objects {
-            let meta = I::meta(&stored.parse());
+            let meta = if I::READS_OBJECT {
+                I::meta(&stored.parse())
+            } else {
+                I::meta(&Value::Null)
+            };
             index.insert(k, &meta);
             listed.insert(
                 k.clone(),

@@ -967,6 +967,12 @@ mod tests {
         }
     }
 
+    /// The error a plan for `it` (past its timeout) writes.
+    fn timeout_error(it: &DeployItem) -> crate::item::ItemError {
+        let p = plan(it, TargetCheck::Ours);
+        p.status.and_then(|s| s.last_error).expect("a last error")
+    }
+
     #[test]
     fn a_timeout_keeps_what_the_last_attempt_failed_with() {
         let it = item(json!({
@@ -974,12 +980,7 @@ mod tests {
                        "lastError": {"operation": "Reconcile", "reason": "TargetUnreachable",
                                      "message": "client error (Connect) on Target default/dead"}}
         }));
-        let p = plan(&it, TargetCheck::Ours);
-        let error = p
-            .status
-            .as_ref()
-            .and_then(|s| s.last_error.clone())
-            .expect("a last error");
+        let error = timeout_error(&it);
         assert_eq!(error.reason, "ProgressingTimeout");
         assert_eq!(
             error.message,
@@ -995,12 +996,7 @@ mod tests {
                        "conditions": [{"type": "ManifestsReady", "status": "False",
                                        "message": "Deployment default/web: observedGeneration 0 is behind generation 1"}]}
         }));
-        let p = plan(&it, TargetCheck::Ours);
-        let error = p
-            .status
-            .as_ref()
-            .and_then(|s| s.last_error.clone())
-            .expect("a last error");
+        let error = timeout_error(&it);
         assert!(
             error.message.ends_with(
                 "; it was waiting for ManifestsReady=False: Deployment default/web: \

@@ -236,6 +236,16 @@ impl Worker {
         }
     }
 
+    /// metacontroller's Event on a controller object as its controller starts or stops:
+    /// `Starting`, `Started`, `Stopping`, `Stopped` ("Started controller: NAME").
+    async fn lifecycle_event(&self, object: &Value, reason: &str, key: &Key) {
+        let message = format!("{reason} controller: {}", key.1);
+        self.ctx
+            .cluster
+            .event(object, note("Normal", reason, message))
+            .await;
+    }
+
     async fn stop(&self, key: &Key, object: Option<&Value>, reason: &str) {
         let Some(running) = self.controllers.lock().remove(key) else {
             return;
@@ -243,17 +253,7 @@ impl Worker {
         // metacontroller's events: `Stopping` as the controller's loop ends, `Stopped`
         // once it is gone.
         if let Some(object) = object {
-            self.ctx
-                .cluster
-                .event(
-                    object,
-                    note(
-                        "Normal",
-                        "Stopping",
-                        format!("Stopping controller: {}", key.1),
-                    ),
-                )
-                .await;
+            self.lifecycle_event(object, "Stopping", key).await;
         }
         running.stop();
         tracing::info!(kind = %key.0, name = %key.1, "controller stopped: {reason}");
@@ -263,17 +263,7 @@ impl Worker {
             reason: reason.to_string(),
         });
         if let Some(object) = object {
-            self.ctx
-                .cluster
-                .event(
-                    object,
-                    note(
-                        "Normal",
-                        "Stopped",
-                        format!("Stopped controller: {}", key.1),
-                    ),
-                )
-                .await;
+            self.lifecycle_event(object, "Stopped", key).await;
         }
     }
 
@@ -334,17 +324,7 @@ impl Worker {
         };
         // metacontroller's events: `Starting` as the controller's loop begins, `Started`
         // once it runs.
-        self.ctx
-            .cluster
-            .event(
-                &object,
-                note(
-                    "Normal",
-                    "Starting",
-                    format!("Starting controller: {}", key.1),
-                ),
-            )
-            .await;
+        self.lifecycle_event(&object, "Starting", key).await;
         let running = start(reconciler, spec, self.ctx.clone())
             .await
             .map_err(|e| e.to_string())?;
@@ -355,17 +335,7 @@ impl Worker {
             name: key.1.clone(),
             generation: object["metadata"]["generation"].as_i64().unwrap_or(0),
         });
-        self.ctx
-            .cluster
-            .event(
-                &object,
-                note(
-                    "Normal",
-                    "Started",
-                    format!("Started controller: {}", key.1),
-                ),
-            )
-            .await;
+        self.lifecycle_event(&object, "Started", key).await;
         Ok(())
     }
 

@@ -7,7 +7,6 @@ use bosun_deployer::item::Phase;
 use bosun_journal::Journal;
 
 use super::{Explanation, Step, Subject};
-use crate::debug::journal_views::format_ms;
 use crate::deployer::journal_log::{item_of, line};
 
 /// `deployitem/ns/name` → (ns, name).
@@ -46,12 +45,7 @@ pub fn explain(
     let mut managed_by: Option<String> = None;
     for r in journal.read_from(1) {
         let r = r?;
-        let step = |what: String| Step {
-            journal: "deployer",
-            seq: r.seq,
-            time: format_ms(r.time_ms),
-            what,
-        };
+        let step = |what: String| Step::of("deployer", &r, what);
         let item = item_of(&r.event);
         if is_item(subject, item) {
             e.push_made_by(

@@ -6,7 +6,6 @@ use bosun_lambda::events::LambdaEvent;
 use bosun_lambda::registry::ControllerView;
 
 use super::{Explanation, Step, Subject};
-use crate::debug::journal_views::format_ms;
 
 /// A parent key as the journal writes it: `ns/name`, `name`, or a decorator's
 /// `apiVersion:kind:ns:name`; returns (kind when known, namespace, name).
@@ -52,12 +51,7 @@ pub fn explain(
     let mut child_last: Option<LambdaEvent> = None;
     for r in journal.read_from(1) {
         let r = r?;
-        let step = |what: String| Step {
-            journal: "lambda",
-            seq: r.seq,
-            time: format_ms(r.time_ms),
-            what,
-        };
+        let step = |what: String| Step::of("lambda", &r, what);
         match &r.event {
             LambdaEvent::Synced {
                 controller, key, ..

@@ -132,6 +132,18 @@ pub struct Step {
     pub what: String,
 }
 
+impl Step {
+    /// `what`, said of the record `r` of `journal`.
+    pub(crate) fn of<E>(journal: &'static str, r: &bosun_journal::Record<E>, what: String) -> Step {
+        Step {
+            journal,
+            seq: r.seq,
+            time: crate::debug::journal_views::format_ms(r.time_ms),
+            what,
+        }
+    }
+}
+
 /// Why an object is the way it is.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -272,40 +284,38 @@ pub async fn explain_running(subject: &Subject, parts: &crate::host::Parts) -> E
     e
 }
 
+/// The `what` journal in `d`, read only; `None` when `d` holds nothing, and when it
+/// cannot be opened, with why in `unreadable`.
+fn open_present<E>(
+    what: &str,
+    d: &std::path::Path,
+    unreadable: &mut Vec<String>,
+) -> Option<bosun_journal::Journal<E>>
+where
+    E: serde::Serialize + serde::de::DeserializeOwned + bosun_journal::Versioned,
+{
+    let present = d.is_dir() && std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some());
+    if !present {
+        return None;
+    }
+    bosun_journal::Journal::open_read_only(d)
+        .map_err(|e| unreadable.push(format!("{what} journal {}: {e}", d.display())))
+        .ok()
+}
+
 /// Explains from the journals under `dir` (each read from a private copy while bosun
 /// holds it). A journal that is not there is left out; none there at all is an error.
 pub fn offline(subject: &Subject, dir: &std::path::Path) -> anyhow::Result<Explanation> {
-    use bosun_journal::Journal;
-    let present = |d: &std::path::Path| {
-        d.is_dir() && std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some())
-    };
-    let open_err = |what: &str, d: &std::path::Path, e: &dyn std::fmt::Display| {
-        format!("{what} journal {}: {e}", d.display())
-    };
     let mut unreadable = Vec::new();
-    let modules = if present(dir) && has_modules(dir) {
-        Journal::<bosun_addon::Event>::open_read_only(dir)
-            .map_err(|e| unreadable.push(open_err("modules", dir, &e)))
-            .ok()
+    let modules = if has_modules(dir) {
+        open_present("modules", dir, &mut unreadable)
     } else {
         None
     };
     let lambda_dir = crate::journal_dirs::subsystem_journal(dir, "lambda");
-    let lambda = if present(&lambda_dir) {
-        Journal::open_read_only(&lambda_dir)
-            .map_err(|e| unreadable.push(open_err("lambda", &lambda_dir, &e)))
-            .ok()
-    } else {
-        None
-    };
+    let lambda = open_present("lambda", &lambda_dir, &mut unreadable);
     let deployer_dir = crate::journal_dirs::subsystem_journal(dir, "deployer");
-    let deployer = if present(&deployer_dir) {
-        Journal::open_read_only(&deployer_dir)
-            .map_err(|e| unreadable.push(open_err("deployer", &deployer_dir, &e)))
-            .ok()
-    } else {
-        None
-    };
+    let deployer = open_present("deployer", &deployer_dir, &mut unreadable);
     if modules.is_none() && lambda.is_none() && deployer.is_none() && unreadable.is_empty() {
         anyhow::bail!(
             "{}: no journal there (expected bosun's journal folder: --journal-dir or BOSUN_JOURNAL_DIR)",

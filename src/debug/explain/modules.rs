@@ -9,7 +9,7 @@ use bosun_journal::Journal;
 use serde_json::Value;
 
 use super::{Explanation, Step, Subject};
-use crate::debug::journal_views::{describe_op, format_ms, state_at};
+use crate::debug::journal_views::{describe_op, state_at};
 
 /// `global.foo.bar` → (`global`, `/global/foo/bar`); `my-module.x` → (`myModule`,
 /// `/myModule/x`): the scope's key in a hook's values document and the JSON pointer there.
@@ -61,12 +61,7 @@ fn values(journal: &Journal<Event>, path: &str, e: &mut Explanation) -> Result<(
     let mut descriptions: HashMap<TaskId, String> = HashMap::new();
     for r in journal.read_from(1) {
         let r = r.map_err(|e| e.to_string())?;
-        let step = |what: String| Step {
-            journal: "modules",
-            seq: r.seq,
-            time: format_ms(r.time_ms),
-            what,
-        };
+        let step = |what: String| Step::of("modules", &r, what);
         match &r.event {
             Event::Task(TaskEvent::TaskEnqueued { task, .. }) => {
                 descriptions.insert(task.id, task.description.clone());
@@ -175,12 +170,7 @@ fn module(journal: &Journal<Event>, name: &str, e: &mut Explanation) -> Result<(
     let mut of_module: HashMap<TaskId, String> = HashMap::new();
     for r in journal.read_from(1) {
         let r = r.map_err(|e| e.to_string())?;
-        let step = |what: String| Step {
-            journal: "modules",
-            seq: r.seq,
-            time: format_ms(r.time_ms),
-            what,
-        };
+        let step = |what: String| Step::of("modules", &r, what);
         if let Event::Task(TaskEvent::TaskEnqueued { task, .. }) = &r.event
             && task.kind.module() == Some(name)
         {
@@ -268,11 +258,15 @@ pub async fn live(engine: &bosun_addon::engine::Engine, subject: &Subject, e: &m
                 let Ok(objects) = engine.module_render(&module).await else {
                     continue;
                 };
-                if objects.iter().any(|o| renders(subject, o)) {
+                let rendered: Vec<Value> = objects
+                    .into_iter()
+                    .filter(|o| renders(subject, o))
+                    .collect();
+                if !rendered.is_empty() {
                     e.push_made_by(format!(
                         "module {module}: its Helm chart renders it (explain Module/{module} for its runs)"
                     ));
-                    drift(engine, &module, subject, e).await;
+                    drift(engine, &module, rendered, subject, e).await;
                 }
             }
         }
@@ -280,31 +274,32 @@ pub async fn live(engine: &bosun_addon::engine::Engine, subject: &Subject, e: &m
 }
 
 /// How the object in the cluster differs from what `module`'s next upgrade would make of
-/// it (a server-side apply run dry, as `module render --diff`), into `e`.
+/// it (a server-side apply run dry, as `module render --diff`, of the `rendered` objects
+/// that are the subject only), into `e`.
 async fn drift(
     engine: &bosun_addon::engine::Engine,
     module: &str,
+    rendered: Vec<Value>,
     subject: &Subject,
     e: &mut Explanation,
 ) {
-    let previews =
-        match tokio::time::timeout(crate::debug::DIFF_TIMEOUT, engine.module_preview(module)).await
-        {
-            Ok(Ok(p)) => p,
-            Ok(Err(why)) => {
-                e.push_now(format!(
-                    "(live) cannot compare with module {module}'s chart: {why}"
-                ));
-                return;
-            }
-            Err(_) => {
-                e.push_now(format!(
-                    "(live) cannot compare with module {module}'s chart: no answer within {}s",
-                    crate::debug::DIFF_TIMEOUT.as_secs()
-                ));
-                return;
-            }
-        };
+    let preview = engine.preview_objects(module, rendered);
+    let previews = match tokio::time::timeout(crate::debug::DIFF_TIMEOUT, preview).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(why)) => {
+            e.push_now(format!(
+                "(live) cannot compare with module {module}'s chart: {why}"
+            ));
+            return;
+        }
+        Err(_) => {
+            e.push_now(format!(
+                "(live) cannot compare with module {module}'s chart: no answer within {}s",
+                crate::debug::DIFF_TIMEOUT.as_secs()
+            ));
+            return;
+        }
+    };
     let Some(preview) = previews.iter().find(|p| renders(subject, &p.merged)) else {
         return;
     };

@@ -237,6 +237,16 @@ impl Engine {
     /// (a dry run), for `module render --diff`.
     pub async fn module_preview(&self, module: &str) -> Result<Vec<ObjectPreview>, String> {
         let objects = self.module_render(module).await?;
+        self.preview_objects(module, objects).await
+    }
+
+    /// [`Engine::module_preview`] of some of a module's rendered objects (`bosun explain`
+    /// previews the one it explains).
+    pub async fn preview_objects(
+        &self,
+        module: &str,
+        objects: Vec<Value>,
+    ) -> Result<Vec<ObjectPreview>, String> {
         self.modules
             .releases
             .preview(module.to_string(), objects)
