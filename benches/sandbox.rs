@@ -95,16 +95,26 @@ async fn raw_sled_rate(n: usize, writers: usize) -> f64 {
     rate
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> anyhow::Result<()> {
-    let objects: usize = env("BOSUN_BENCH_OBJECTS", 10_000);
+/// A sandbox on a fresh data folder (kept while the folder lives), and a ConfigMap client
+/// of its `default` namespace.
+async fn fresh_sandbox() -> anyhow::Result<(
+    tempfile::TempDir,
+    bosun::sandbox::RunningSandbox,
+    Api<ConfigMap>,
+)> {
     let dir = tempfile::tempdir()?;
     let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig::loopback(
         dir.path().join("data"),
     ))
     .await?;
     let client = kube::Client::try_from(kube::Config::new(sandbox.url.parse()?))?;
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    Ok((dir, sandbox, Api::namespaced(client, "default")))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let objects: usize = env("BOSUN_BENCH_OBJECTS", 10_000);
+    let (_dir, sandbox, api) = fresh_sandbox().await?;
 
     // 1. Durable creates over HTTP.
     let writers = 8;
@@ -209,13 +219,7 @@ async fn main() -> anyhow::Result<()> {
 
     // 4. Writes against the store's size.
     let large: usize = env("BOSUN_BENCH_STORE", 50_000);
-    let dir = tempfile::tempdir()?;
-    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig::loopback(
-        dir.path().join("data"),
-    ))
-    .await?;
-    let client = kube::Client::try_from(kube::Config::new(sandbox.url.parse()?))?;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (_dir, sandbox, api) = fresh_sandbox().await?;
     fill(&api, 0, 1_000, writers).await;
     // Each size's figure is the median of three rounds: one round is a fraction of a second.
     cascade_round(&api, "warm-up", writers).await?;
