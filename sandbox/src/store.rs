@@ -244,6 +244,25 @@ pub fn ns_name(obj: &Value) -> (String, String) {
     )
 }
 
+/// Opens the sled database in `dir`, retrying for two seconds while its lock is held: a
+/// store closed a moment ago in this process (a restart) may still be releasing it from
+/// sled's background threads. Another process holding it is reported once the time is up.
+fn open_sled(dir: &Path) -> Result<sled::Db, sled::Error> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match sled::Config::new().path(dir).open() {
+            // sled reports a held lock as an I/O error whose text names it.
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl Store {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path, history_limit: usize) -> Result<Arc<Store>, ApiError> {
@@ -255,7 +274,7 @@ impl Store {
         };
         // A store written by an older bosun was readable by other users.
         super::private::log_tightened("sandbox store", dir, &tighten()?);
-        let db = sled::Config::new().path(dir).open()?;
+        let db = open_sled(dir)?;
         // The files sled has just created follow the umask.
         tighten()?;
         let tree = db.open_tree("sandbox")?;
