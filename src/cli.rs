@@ -394,7 +394,13 @@ pub struct SandboxArgs {
 pub fn main(cli: Cli) -> ExitCode {
     let logging = match &cli.command {
         Command::Run(args) => match args.metacontroller.logging() {
-            Ok(o) => o,
+            Ok(o) => {
+                // Heap samples from the start, as Go's runtime keeps them.
+                if matches!(args.metacontroller.pprof(), Ok(Some(_))) {
+                    crate::profiling::heap::enable();
+                }
+                o
+            }
             Err(e) => {
                 eprintln!("bosun: {e}");
                 return ExitCode::FAILURE;
@@ -547,20 +553,10 @@ async fn start_all(
         &crate::endpoints::Listeners {
             metrics: args.metacontroller.metrics()?,
             probes: args.metacontroller.probes()?,
+            pprof: args.metacontroller.pprof()?,
         },
     )
     .await?;
-    if let Some(a) = args
-        .metacontroller
-        .pprof_address
-        .as_deref()
-        .filter(|a| *a != "0")
-    {
-        tracing::warn!(
-            address = a,
-            "--pprof-address: bosun serves no Go profiles; nothing listens there"
-        );
-    }
     let lambda = if args.lambda.lambda_controllers {
         let started = start_lambda(&args.lambda, &cfg.journal_dir, &host).await;
         if let Ok(l) = &started {

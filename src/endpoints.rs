@@ -25,6 +25,8 @@ pub struct Listeners {
     pub metrics: Option<std::net::SocketAddr>,
     /// `/healthz` and `/readyz` only.
     pub probes: Option<std::net::SocketAddr>,
+    /// `/debug/pprof/` only (`--pprof-address`).
+    pub pprof: Option<std::net::SocketAddr>,
 }
 
 /// The HTTP and debug listeners (stopped when dropped).
@@ -78,6 +80,14 @@ pub async fn serve(
         tasks.push(task);
         println!("bosun /healthz and /readyz also on http://{bound} (--health-probe-bind-address)");
         tracing::info!(listen = %bound, "serving /healthz and /readyz (--health-probe-bind-address)");
+    }
+    if let Some(addr) = extra.pprof {
+        let (bound, task) = serve_on(addr, crate::profiling::routes())
+            .await
+            .map_err(|e| anyhow::anyhow!("--pprof-address: {e}"))?;
+        tasks.push(task);
+        println!("bosun /debug/pprof/ on http://{bound} (--pprof-address)");
+        tracing::info!(listen = %bound, "serving /debug/pprof/ (--pprof-address)");
     }
     let debug = crate::debug::serve(debug, views.clone(), host.mailboxes.clone()).await;
     if let Some(socket) = &debug.socket {

@@ -32,7 +32,8 @@ pub struct MetacontrollerFlags {
     /// Serve `/healthz` and `/readyz` on this address too (Go's `:8081` form; `0`: not).
     #[arg(long, value_name = "ADDR")]
     pub health_probe_bind_address: Option<String>,
-    /// Accepted; bosun serves no Go profiles (`0`, the default, is metacontroller's too).
+    /// Serve `/debug/pprof/` (CPU and heap profiles in the format `go tool pprof` reads)
+    /// on this address (Go's `:6060` form; `0`, the default as metacontroller's: not).
     #[arg(long, value_name = "ADDR")]
     pub pprof_address: Option<String>,
     /// The kubeconfig (as `KUBE_CONFIG`, which wins).
@@ -85,14 +86,17 @@ impl MetacontrollerFlags {
         )
     }
 
+    /// Where `/debug/pprof/` is served.
+    pub fn pprof(&self) -> Result<Option<SocketAddr>, FlagError> {
+        address("pprof-address", self.pprof_address.as_deref())
+    }
+
     /// Checks every flag (bad values stop the start).
     pub fn check(&self) -> Result<(), FlagError> {
         self.logging()?;
         self.metrics()?;
         self.probes()?;
-        if let Some(a) = self.pprof_address.as_deref().filter(|a| *a != "0") {
-            address("pprof-address", Some(a))?;
-        }
+        self.pprof()?;
         Ok(())
     }
 }

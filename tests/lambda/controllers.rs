@@ -1017,6 +1017,124 @@ fn metacontroller_s_command_line_starts_bosun_and_its_listeners_answer() {
     );
 }
 
+/// A gzipped `profile.proto` as `go tool pprof` reads it: its sample types by name, and
+/// its functions' names.
+fn decode_profile(body: &[u8]) -> (Vec<(String, String)>, Vec<String>, pprof::protos::Profile) {
+    use pprof::protos::Message as _;
+    use std::io::Read as _;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .read_to_end(&mut raw)
+        .expect("a gzipped profile");
+    let profile = pprof::protos::Profile::decode(raw.as_slice()).expect("profile.proto");
+    let s = |i: i64| profile.string_table[i as usize].clone();
+    let types = profile
+        .sample_type
+        .iter()
+        .map(|t| (s(t.ty), s(t.unit)))
+        .collect();
+    let names = profile.function.iter().map(|f| s(f.name)).collect();
+    (types, names, profile)
+}
+
+/// `--pprof-address` serves metacontroller's `/debug/pprof/` paths: the heap held now and
+/// a CPU profile over the seconds asked for, as gzipped `profile.proto` naming bosun's own
+/// functions, the heap as Go's text with `debug=1`, and a clear 404 for Go-only profiles.
+#[test]
+fn the_pprof_address_serves_cpu_and_heap_profiles_go_tool_pprof_reads() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let port = free_port();
+    let flag = format!("--pprof-address=127.0.0.1:{port}");
+    let op = Operator::start_with_args(
+        &sb,
+        &work.path().join("global-hooks"),
+        work.path(),
+        &[("BOSUN_MODULES", "false")],
+        &[&flag],
+    );
+    let at = format!("127.0.0.1:{port}");
+    op.wait("the pprof listener", WAIT, || {
+        op.logs().contains("(--pprof-address)")
+    });
+    let (code, index) = common::http_raw(&at, "GET", "/debug/pprof/", "", b"");
+    let index = String::from_utf8_lossy(&index);
+    assert_eq!(code, 200, "{index}");
+    assert!(
+        index.contains("heap") && index.contains("profile"),
+        "{index}"
+    );
+
+    let (code, body) = common::http_raw(&at, "GET", "/debug/pprof/heap", "", b"");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let (types, names, heap) = decode_profile(&body);
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        types,
+        pairs(&[
+            ("alloc_objects", "count"),
+            ("alloc_space", "bytes"),
+            ("inuse_objects", "count"),
+            ("inuse_space", "bytes"),
+        ])
+    );
+    let inuse: i64 = heap.sample.iter().map(|s| s.value[3]).sum();
+    assert!(inuse > 0, "some memory is held");
+    assert!(
+        names.iter().any(|n| n.starts_with("bosun::")),
+        "bosun's own functions are named: {names:?}"
+    );
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("bosun::profiling::heap")),
+        "the sampler's own frames are left out"
+    );
+    let (code, text) = common::http_raw(&at, "GET", "/debug/pprof/heap?debug=1", "", b"");
+    let text = String::from_utf8_lossy(&text);
+    assert_eq!(code, 200);
+    assert!(text.starts_with("heap profile: "), "{text}");
+
+    // A CPU profile of two seconds while the process works (each text heap profile
+    // resolves its stacks).
+    let cpu = std::thread::spawn({
+        let at = at.clone();
+        move || common::http_raw(&at, "GET", "/debug/pprof/profile?seconds=2", "", b"")
+    });
+    while !cpu.is_finished() {
+        common::http_raw(&at, "GET", "/debug/pprof/allocs?debug=1", "", b"");
+    }
+    let (code, body) = cpu.join().expect("the CPU profile's request");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let (types, names, cpu) = decode_profile(&body);
+    assert_eq!(
+        types,
+        pairs(&[("samples", "count"), ("cpu", "nanoseconds")])
+    );
+    assert_eq!(cpu.period, 10_000_000, "100 samples a second");
+    assert!(
+        cpu.duration_nanos >= 2_000_000_000,
+        "{}",
+        cpu.duration_nanos
+    );
+    assert!(!cpu.sample.is_empty(), "a busy process was sampled");
+    assert!(names.iter().any(|n| n.contains("bosun")), "{names:?}");
+
+    let (code, missing) = common::http_raw(&at, "GET", "/debug/pprof/goroutine", "", b"");
+    assert_eq!(code, 404);
+    assert!(
+        String::from_utf8_lossy(&missing).contains("bosun serves allocs, cmdline, heap, profile"),
+        "{}",
+        String::from_utf8_lossy(&missing)
+    );
+    let (code, _) = common::http_raw(&at, "GET", "/debug/pprof/profile?seconds=x", "", b"");
+    assert_eq!(code, 400);
+}
+
 #[test]
 fn a_bad_zap_flag_is_named() {
     let sb = Sandbox::start();
