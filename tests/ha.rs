@@ -484,6 +484,104 @@ fn sigterm_lets_the_running_hook_finish_and_hands_over_at_once() {
     cluster.assert_one_at_a_time();
 }
 
+/// A replica that is not bosun, at the address a Lease names: it answers the challenge
+/// with a proof it cannot make, and records every byte it is sent.
+fn impostor(addr: &str) -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    let listener = std::net::TcpListener::bind(addr).expect("bind the impostor");
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = received.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).unwrap_or(0);
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(&buf[..n]);
+            let body = r#"{"proof":"00","nonce":"0123456789abcdef0123456789abcdef"}"#;
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    received
+}
+
+/// Someone who may edit Leases names another address as the holder: the standby asks that
+/// replica to prove it holds the journal token, and sends it nothing derived from the
+/// token when it cannot.
+#[test]
+fn a_forged_lease_holder_never_receives_the_journal_token() {
+    let _serial = serial();
+    let cluster = Cluster::new(&[]);
+    let received = impostor(&format!("127.0.0.4:{}", cluster.ports.1));
+    let renew = {
+        // The Lease is renewed "now" by the sandbox's clock: its creation time.
+        let (code, ns) = cluster.sb.get("/api/v1/namespaces/default");
+        assert_eq!(code, 200, "{ns}");
+        ns["metadata"]["creationTimestamp"]
+            .as_str()
+            .map(|t| t.replace('Z', ".000000Z"))
+            .expect("a creation time")
+    };
+    let (code, body) = cluster.sb.post(
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+        &json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "addon-operator-leader-election"},
+            "spec": {
+                "holderIdentity": "mallory.127-0-0-4.default.pod",
+                "leaseDurationSeconds": 86400,
+                "acquireTime": renew,
+                "renewTime": renew,
+            }
+        }),
+    );
+    assert_eq!(code, 201, "{body}");
+    let b = cluster.replica("bravo", "127.0.0.3");
+    b.op.wait(
+        "bravo refuses to follow the impostor",
+        Duration::from_secs(60),
+        || {
+            b.status().is_some_and(|s| {
+                s["following"].as_array().is_some_and(|f| {
+                    f.iter().any(|j| {
+                        j["error"]
+                            .as_str()
+                            .is_some_and(|e| e.contains("did not prove it holds the journal token"))
+                    })
+                })
+            })
+        },
+    );
+    b.op.wait(
+        "bravo asked the impostor to prove itself",
+        Duration::from_secs(60),
+        || {
+            let bytes = received.lock().unwrap_or_else(|p| p.into_inner());
+            String::from_utf8_lossy(&bytes)
+                .matches("GET /replication/challenge")
+                .count()
+                >= 3
+        },
+    );
+    assert_eq!(b.role().as_deref(), Some("standby"), "the Lease is held");
+    let bytes = received.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        !text.contains("journal-secret"),
+        "the token was sent:\n{text}"
+    );
+    assert!(
+        !text.to_ascii_lowercase().contains("authorization"),
+        "nothing derived from the token was sent:\n{text}"
+    );
+}
+
 #[test]
 fn a_leader_cut_off_from_the_api_stops_working_before_its_lease_expires() {
     let _serial = serial();

@@ -11,6 +11,7 @@
 //!  SIGTERM: no new tasks, running ones get the grace period, journals flushed, lease released
 //! ```
 
+pub mod auth;
 pub mod lease;
 pub mod replication;
 
@@ -487,6 +488,7 @@ where
                     dir: j.dir.clone(),
                     leader: leader_rx.clone(),
                     token: token.clone(),
+                    legacy_bearer: cfg.service.is_some(),
                     ack: cfg.sync_ack,
                     statuses: shared.statuses.clone(),
                     stop: stop_rx.clone(),

@@ -3,7 +3,8 @@
 //! that whichever replica leads next starts from (nearly) everything the last one wrote.
 //!
 //! ```text
-//!  standby ── GET /replication/<journal>?after=N&checksum=C (Bearer token) ──► leader
+//!  standby ── GET /replication/challenge?nonce=Ns ──► leader (proves it holds the token)
+//!  standby ── GET /replication/<journal>?after=N&checksum=C (a proof, auth.rs) ──► leader
 //!          ◄── frames: Reset(snapshot) · Record(seq, bytes)… · Heartbeat(leader's last)
 //!          ── POST /replication/<journal>/ack?seq=N ──► (ack mode: appends wait for it)
 //! ```
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path as UrlPath, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bosun_journal::{FollowFrom, Journal, JournalError, Versioned};
@@ -26,6 +27,8 @@ use http_body_util::BodyExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
+
+use super::auth::{self, Credentials, Nonces};
 
 const RECORD: u8 = 1;
 const RESET: u8 = 2;
@@ -98,6 +101,8 @@ where
 #[derive(Default)]
 struct Inner {
     token: Option<String>,
+    credentials: Option<Credentials>,
+    nonces: Nonces,
     sources: RwLock<BTreeMap<String, Arc<dyn Source>>>,
     acks: Mutex<BTreeMap<String, watch::Sender<u64>>>,
     /// Standbys streaming each journal now.
@@ -126,6 +131,7 @@ impl Replication {
     pub fn new(token: Option<String>) -> Replication {
         Replication {
             inner: Arc::new(Inner {
+                credentials: token.as_deref().map(Credentials::new),
                 token,
                 ..Default::default()
             }),
@@ -177,20 +183,29 @@ impl Replication {
         });
     }
 
-    fn authorized(&self, headers: &HeaderMap) -> bool {
-        let Some(token) = &self.inner.token else {
+    /// Whether a request proves it comes from a holder of the token: a proof over this
+    /// request (auth.rs), or the `Bearer` token an older standby sends.
+    fn authorized(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
+        let (Some(token), Some(credentials)) = (&self.inner.token, &self.inner.credentials) else {
             return false;
         };
-        headers
+        let Some(header) = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes()))
+        else {
+            return false;
+        };
+        if let Some(given) = header.strip_prefix("Bearer ") {
+            return constant_time_eq(given.as_bytes(), token.as_bytes());
+        }
+        let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+        credentials.is_authorized(header, method.as_str(), path, &self.inner.nonces)
     }
 
     /// `/replication/…` routes.
     pub fn router(&self) -> Router {
         Router::new()
+            .route("/replication/challenge", get(challenge))
             .route("/replication/{name}", get(stream))
             .route("/replication/{name}/ack", post(ack))
             .with_state(self.clone())
@@ -213,13 +228,59 @@ struct AckQuery {
     seq: u64,
 }
 
+#[derive(serde::Deserialize)]
+struct ChallengeQuery {
+    nonce: String,
+}
+
+/// What a leader answers a standby's nonce with.
+#[derive(Serialize, serde::Deserialize)]
+struct ChallengeAnswer {
+    /// Proves this replica holds the token.
+    proof: String,
+    /// The standby's requests prove themselves over this one.
+    nonce: String,
+}
+
+/// Proves to a standby that this replica holds the token, and hands it a nonce.
+async fn challenge(State(r): State<Replication>, Query(q): Query<ChallengeQuery>) -> Response {
+    let Some(credentials) = &r.inner.credentials else {
+        return (
+            StatusCode::UNAUTHORIZED,
+            "this replica has no journal token (BOSUN_HA_TOKEN)\n",
+        )
+            .into_response();
+    };
+    if !auth::is_nonce(&q.nonce) {
+        return (
+            StatusCode::BAD_REQUEST,
+            "nonce: expected 32 hexadecimal digits\n",
+        )
+            .into_response();
+    }
+    match r.inner.nonces.issue() {
+        Ok(nonce) => axum::Json(ChallengeAnswer {
+            proof: credentials.leader_proof(&q.nonce),
+            nonce,
+        })
+        .into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no random numbers for a nonce\n",
+        )
+            .into_response(),
+    }
+}
+
 async fn ack(
     State(r): State<Replication>,
     UrlPath(name): UrlPath<String>,
     Query(q): Query<AckQuery>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    if !r.authorized(&headers) {
+    if !r.authorized(&method, &uri, &headers) {
         return (
             StatusCode::UNAUTHORIZED,
             "a valid journal token is required\n",
@@ -234,9 +295,11 @@ async fn stream(
     State(r): State<Replication>,
     UrlPath(name): UrlPath<String>,
     Query(q): Query<StreamQuery>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    if !r.authorized(&headers) {
+    if !r.authorized(&method, &uri, &headers) {
         return (
             StatusCode::UNAUTHORIZED,
             "a valid journal token is required\n",
@@ -357,8 +420,12 @@ pub struct FollowArgs {
     pub dir: PathBuf,
     /// The leader's journal base URL (`http://host:port`), as it changes.
     pub leader: watch::Receiver<Option<String>>,
-    /// The bearer token.
+    /// The journal token (never sent: the leader proves it holds it, and each request
+    /// proves the standby does).
     pub token: String,
+    /// The leader is reached through the headless Service (`BOSUN_HA_SERVICE`): a leader
+    /// of an older bosun, which cannot answer the challenge, gets the `Bearer` token.
+    pub legacy_bearer: bool,
     /// Send acknowledgements (the leader's ack mode).
     pub ack: bool,
     /// Where to report.
@@ -402,6 +469,8 @@ enum FollowError {
     Journal(#[from] JournalError),
     #[error("no frame from the leader for {0:?}")]
     Silent(Duration),
+    #[error("{0}: nothing was sent to it")]
+    NotProven(String),
 }
 
 /// Follows one journal of the leader until stopped; the journal is closed when it returns.
@@ -485,12 +554,14 @@ where
         .ok_or_else(|| FollowError::Frame("journal closed".into()))?;
     let after = j.last_seq();
     let checksum = j.checksum_at(after)?;
-    let mut url = format!("{base}/replication/{}?after={after}", args.name);
+    let auth = authenticate(client, base, args).await?;
+    let mut path = format!("/replication/{}?after={after}", args.name);
     if let Some(c) = checksum {
-        url.push_str(&format!("&checksum={c}"));
+        path.push_str(&format!("&checksum={c}"));
     }
+    let url = format!("{base}{path}");
     let request = http::Request::get(&url)
-        .header("authorization", format!("Bearer {}", args.token))
+        .header("authorization", auth.header("GET", &path))
         .body(http_body_util::Full::new(Bytes::new()))
         .map_err(|e| FollowError::Http(e.to_string()))?;
     let response = tokio::time::timeout(SILENCE, client.request(request))
@@ -552,7 +623,7 @@ where
         if !batch.is_empty() {
             seq = j.append_stored(batch).await?;
             if args.ack {
-                send_ack(client, base, args, seq).await;
+                send_ack(client, base, args, &auth, seq).await;
             }
         }
         report(&args.statuses, &args.name, |s| {
@@ -561,6 +632,72 @@ where
                 s.leader_seq = l;
             }
         });
+    }
+}
+
+/// How a standby's requests to a leader prove themselves.
+enum Auth {
+    /// Over the nonce the leader handed out.
+    Proof {
+        credentials: Credentials,
+        nonce: String,
+    },
+    /// The token itself, to an older leader reached through the headless Service.
+    Bearer(String),
+}
+
+impl Auth {
+    fn header(&self, method: &str, path_and_query: &str) -> String {
+        match self {
+            Auth::Proof { credentials, nonce } => {
+                credentials.authorization(nonce, method, path_and_query)
+            }
+            Auth::Bearer(token) => format!("Bearer {token}"),
+        }
+    }
+}
+
+/// Asks the replica at `base` to prove it holds the journal token; nothing derived from
+/// the token is sent to one that does not.
+async fn authenticate(
+    client: &HttpClient,
+    base: &str,
+    args: &FollowArgs,
+) -> Result<Auth, FollowError> {
+    let credentials = Credentials::new(&args.token);
+    let ours =
+        auth::nonce().map_err(|_| FollowError::Http("no random numbers for a nonce".into()))?;
+    let url = format!("{base}/replication/challenge?nonce={ours}");
+    let request = http::Request::get(&url)
+        .body(http_body_util::Full::new(Bytes::new()))
+        .map_err(|e| FollowError::Http(e.to_string()))?;
+    let response = tokio::time::timeout(SILENCE, client.request(request))
+        .await
+        .map_err(|_| FollowError::Silent(SILENCE))?
+        .map_err(|e| FollowError::Http(format!("{url}: {e}")))?;
+    let status = response.status();
+    let body = tokio::time::timeout(SILENCE, response.into_body().collect())
+        .await
+        .map_err(|_| FollowError::Silent(SILENCE))?
+        .map_err(|e| FollowError::Http(e.to_string()))?
+        .to_bytes();
+    if status == StatusCode::NOT_FOUND && args.legacy_bearer {
+        tracing::warn!(journal = %args.name, leader = %base, "the leader does not answer the journal challenge (a bosun before it had one): sending it the token, as it is reached through the headless Service");
+        return Ok(Auth::Bearer(args.token.clone()));
+    }
+    let answer = (status == StatusCode::OK)
+        .then(|| serde_json::from_slice::<ChallengeAnswer>(&body).ok())
+        .flatten();
+    match answer {
+        Some(a) if credentials.is_leader_proof(&ours, &a.proof) && auth::is_nonce(&a.nonce) => {
+            Ok(Auth::Proof {
+                credentials,
+                nonce: a.nonce,
+            })
+        }
+        _ => Err(FollowError::NotProven(format!(
+            "the replica at {base}, which the Lease names as the leader, did not prove it holds the journal token (it answered {status})"
+        ))),
     }
 }
 
@@ -588,10 +725,11 @@ where
     Ok(())
 }
 
-async fn send_ack(client: &HttpClient, base: &str, args: &FollowArgs, seq: u64) {
-    let url = format!("{base}/replication/{}/ack?seq={seq}", args.name);
+async fn send_ack(client: &HttpClient, base: &str, args: &FollowArgs, auth: &Auth, seq: u64) {
+    let path = format!("/replication/{}/ack?seq={seq}", args.name);
+    let url = format!("{base}{path}");
     let Ok(request) = http::Request::post(&url)
-        .header("authorization", format!("Bearer {}", args.token))
+        .header("authorization", auth.header("POST", &path))
         .body(http_body_util::Full::new(Bytes::new()))
     else {
         return;
