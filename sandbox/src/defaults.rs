@@ -1,7 +1,7 @@
 //! Defaulting and normalisation kube-apiserver applies to built-in objects on every
 //! write (create, update, and the result of every patch type): Secret `stringData`,
-//! the namespace name label, and the cheap field defaults of Services and
-//! Deployments. What is not defaulted is listed in `docs/sandbox.md`.
+//! the namespace name label, and the cheap field defaults of Services, Deployments,
+//! StatefulSets and DaemonSets. What is not defaulted is listed in `docs/sandbox.md`.
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -21,6 +21,8 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
         ("", "namespaces") => namespace(obj),
         ("", "services") => service(obj),
         ("apps", "deployments") => deployment(obj),
+        ("apps", "statefulsets") => stateful_set(obj),
+        ("apps", "daemonsets") => daemon_set(obj),
         _ => {}
     }
 }
@@ -122,15 +124,52 @@ fn deployment(obj: &mut Value) {
     set_default(spec, "replicas", json!(1));
     set_default(spec, "revisionHistoryLimit", json!(10));
     set_default(spec, "progressDeadlineSeconds", json!(600));
-    set_default(spec, "strategy", json!({"type": "RollingUpdate"}));
-    if let Some(strategy) = spec.get_mut("strategy").and_then(Value::as_object_mut) {
+    rolling_update(
+        spec,
+        "strategy",
+        json!({"maxUnavailable": "25%", "maxSurge": "25%"}),
+    );
+}
+
+/// `replicas: 1`, `revisionHistoryLimit: 10`, `podManagementPolicy: OrderedReady`, a
+/// `RollingUpdate` strategy with `partition: 0`, and the claim retention policy `Retain`
+/// for both cases (`kubectl rollout status` refuses a StatefulSet without a strategy type).
+fn stateful_set(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    set_default(spec, "replicas", json!(1));
+    set_default(spec, "revisionHistoryLimit", json!(10));
+    set_default(spec, "podManagementPolicy", json!("OrderedReady"));
+    set_default(
+        spec,
+        "persistentVolumeClaimRetentionPolicy",
+        json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+    );
+    rolling_update(spec, "updateStrategy", json!({"partition": 0}));
+}
+
+/// `revisionHistoryLimit: 10` and a `RollingUpdate` strategy of one unavailable, no surge.
+fn daemon_set(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    set_default(spec, "revisionHistoryLimit", json!(10));
+    rolling_update(
+        spec,
+        "updateStrategy",
+        json!({"maxUnavailable": 1, "maxSurge": 0}),
+    );
+}
+
+/// `field: {type: RollingUpdate, rollingUpdate: <rolling>}` where the type is missing or
+/// `RollingUpdate` without its settings.
+fn rolling_update(spec: &mut Map<String, Value>, field: &str, rolling: Value) {
+    set_default(spec, field, json!({"type": "RollingUpdate"}));
+    if let Some(strategy) = spec.get_mut(field).and_then(Value::as_object_mut) {
         set_default(strategy, "type", json!("RollingUpdate"));
         if strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
-            set_default(
-                strategy,
-                "rollingUpdate",
-                json!({"maxUnavailable": "25%", "maxSurge": "25%"}),
-            );
+            set_default(strategy, "rollingUpdate", rolling);
         }
     }
 }
@@ -164,6 +203,28 @@ mod tests {
         assert_eq!(
             ns["metadata"]["labels"],
             json!({NAMESPACE_NAME_LABEL: "n", "a": "b"})
+        );
+    }
+
+    #[test]
+    fn workloads_get_kube_apiserver_s_strategies() {
+        let mut sts = json!({"metadata": {"name": "s"}, "spec": {"serviceName": "s"}});
+        apply(&info("apps", "statefulsets"), &mut sts);
+        assert_eq!(
+            sts["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+        );
+        assert_eq!(sts["spec"]["podManagementPolicy"], "OrderedReady");
+        assert_eq!(sts["spec"]["replicas"], 1);
+        let mut on_delete =
+            json!({"metadata": {"name": "s"}, "spec": {"updateStrategy": {"type": "OnDelete"}}});
+        apply(&info("apps", "statefulsets"), &mut on_delete);
+        assert_eq!(on_delete["spec"]["updateStrategy"], json!({"type": "OnDelete"}));
+        let mut ds = json!({"metadata": {"name": "d"}, "spec": {}});
+        apply(&info("apps", "daemonsets"), &mut ds);
+        assert_eq!(
+            ds["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
         );
     }
 }
