@@ -855,6 +855,50 @@ fn manifests_are_applied_in_the_target_cluster_updated_pruned_and_removed() {
     assert!(in_target("/api/v1/namespaces/default/configmaps/kept").is_some());
 }
 
+/// An item whose `managedResources` could never be written (the API server takes 3 MiB
+/// for an object) fails at once naming the limit, before it writes anything to the target,
+/// instead of applying everything again and again.
+#[test]
+fn manifests_too_many_for_the_item_s_status_fail_before_anything_is_applied() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    let manifests: Vec<Value> = (0..14_000)
+        .map(|i| json!({"manifest": cm("default", &format!("c{i}"), json!({}))}))
+        .collect();
+    create_item(
+        &sb,
+        "huge",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": manifest_config(json!(manifests))}),
+    );
+    let failed = wait_phase(&op, &sb, "huge", "Failed");
+    let error = &failed["status"]["lastError"];
+    assert_eq!(
+        error["codes"],
+        json!(["ERR_CONFIGURATION_PROBLEM"]),
+        "{error}"
+    );
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("14000 objects would be listed in status.providerStatus.managedResources")
+            && message.contains("3072 KiB")
+            && message.contains("split the manifests over several DeployItems"),
+        "{message}"
+    );
+    let (code, list) = target_cluster.get("/api/v1/namespaces/default/configmaps");
+    assert_eq!(code, 200);
+    assert!(
+        list["items"]
+            .as_array()
+            .is_none_or(|items| items.iter().all(|o| !o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with('c') && n[1..].parse::<u32>().is_ok()))),
+        "nothing was applied"
+    );
+}
+
 /// A Target object in the items' cluster pointing at `target_cluster`.
 fn target_for(sb: &Sandbox, target_cluster: &Sandbox, name: &str) {
     let kubeconfig = std::fs::read_to_string(&target_cluster.kubeconfig).expect("kubeconfig");

@@ -11,6 +11,15 @@ pub fn cluster_error(what: String, e: kube::Error) -> ClusterError {
             ClusterError::AlreadyExists(what)
         }
         kube::Error::Api(s) if s.code == 409 => ClusterError::Conflict(what),
+        // kube-apiserver's request limit, or etcd's (a 500 naming it).
+        kube::Error::Api(s)
+            if s.code == 413 || s.message.contains("etcdserver: request is too large") =>
+        {
+            ClusterError::TooLarge {
+                what,
+                message: s.message.clone(),
+            }
+        }
         _ => ClusterError::Other {
             what,
             message: e.to_string(),
@@ -45,6 +54,10 @@ mod tests {
             e(409, "Conflict"),
             ClusterError::Conflict("Pod ns/p".into())
         );
+        assert!(matches!(
+            e(413, "RequestEntityTooLarge"),
+            ClusterError::TooLarge { .. }
+        ));
         assert!(
             matches!(e(500, "InternalError"), ClusterError::Other { what, message }
             if what == "Pod ns/p" && message.contains("refused"))

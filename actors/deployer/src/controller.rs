@@ -47,6 +47,7 @@ impl ReconcileError {
             ReconcileError::Cluster(ClusterError::Conflict(_)) => "conflict",
             ReconcileError::Cluster(ClusterError::NotFound(_)) => "not_found",
             ReconcileError::Cluster(ClusterError::AlreadyExists(_)) => "already_exists",
+            ReconcileError::Cluster(ClusterError::TooLarge { .. }) => "too_large",
             ReconcileError::Cluster(ClusterError::Other { .. }) => "cluster",
             ReconcileError::Journal(_) => "journal",
         }
@@ -708,7 +709,26 @@ async fn write_status(
             }
         });
     journaled.map_err(|e| ReconcileError::Journal(e.to_string()))?;
-    let written = written?;
+    let written = match written {
+        Err(ClusterError::TooLarge { message, .. }) if !new.phase.is_some_and(Phase::is_final) => {
+            // Retrying the same status would be refused again and again: fail the run,
+            // keeping what the last written status recorded (what to delete later).
+            let deleting = item.deleting;
+            let mut reduced = new.clone();
+            reduced.provider_status = old.provider_status.clone();
+            let e = DeployError::config(
+                "Reconcile",
+                "StatusTooLarge",
+                format!(
+                    "the item's status is larger than the API server stores ({message}): split what it deploys over several DeployItems"
+                ),
+            );
+            crate::status::fail(&mut reduced, deleting, &e, SystemTime::now());
+            tracing::warn!(item = %item.key, "deploy item: {e}");
+            return Box::pin(write_status(s, item, old, &reduced, None)).await;
+        }
+        other => other?,
+    };
     own_write(s, &item.key, &written);
     lock(&s.last).insert(
         item.key.clone(),

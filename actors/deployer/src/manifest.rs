@@ -209,6 +209,54 @@ impl ManifestConfig {
     }
 }
 
+/// The most bytes kube-apiserver takes in one request, and so the largest an item with its
+/// status may be.
+pub const MAX_OBJECT_BYTES: usize = 3 * 1024 * 1024;
+
+/// Room for the rest of the status (conditions, errors, times, exports' reference).
+const STATUS_SLACK: usize = 16 * 1024;
+
+/// Refuses, before anything is written, manifests whose `managedResources` would make the
+/// item larger than the API server takes: its status write would be refused on every try.
+pub fn check_status_fits(item: &Value, config: &ManifestConfig) -> Result<(), DeployError> {
+    let mut spec_only = item.clone();
+    if let Some(m) = spec_only.as_object_mut() {
+        m.remove("status");
+    }
+    let item_bytes = serde_json::to_vec(&spec_only).map_or(0, |v| v.len());
+    let listed: Vec<Managed> = config
+        .manifests
+        .iter()
+        .filter(|m| m.policy != Policy::Ignore)
+        .map(|m| {
+            let mut resource = ResourceRef::of(&m.object);
+            // As written: with a uid, and a namespace for namespaced objects.
+            resource.uid = "00000000-0000-0000-0000-000000000000".into();
+            if resource.namespace.is_empty() {
+                resource.namespace = "default".into();
+            }
+            Managed {
+                policy: m.policy,
+                resource,
+                annotate_before_delete: m.annotate_before_delete.clone(),
+                patch_before_delete: m.patch_before_delete.clone(),
+            }
+        })
+        .collect();
+    let listed_bytes = serde_json::to_vec(&listed).map_or(0, |v| v.len());
+    let total = item_bytes + listed_bytes + STATUS_SLACK;
+    if total <= MAX_OBJECT_BYTES {
+        return Ok(());
+    }
+    Err(config_error(format!(
+        "spec.config.manifests: {} objects would be listed in status.providerStatus.managedResources (about {} KiB); with the item itself ({} KiB) that is above the {} KiB the API server takes for one object: split the manifests over several DeployItems",
+        listed.len(),
+        listed_bytes / 1024,
+        item_bytes / 1024,
+        MAX_OBJECT_BYTES / 1024
+    )))
+}
+
 /// An object the type manages, as listed in `providerStatus.managedResources`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ResourceRef {
@@ -831,6 +879,7 @@ impl ManifestType {
         flavor: &Flavor,
         values_root: Option<&Value>,
     ) -> Result<Outcome, DeployError> {
+        check_status_fits(&job.item.object, config)?;
         let before = managed_of(job.item.status.provider_status.as_ref());
         let mut scoped = Vec::new();
         for m in &config.manifests {

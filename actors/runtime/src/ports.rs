@@ -26,6 +26,15 @@ pub enum ClusterError {
     /// 409 `AlreadyExists` on a create.
     #[error("{0}: already exists")]
     AlreadyExists(String),
+    /// 413 `RequestEntityTooLarge`, or etcd's "request is too large": the object would
+    /// exceed what the API server stores.
+    #[error("{what}: too large for the API server: {message}")]
+    TooLarge {
+        /// The object or request it was about.
+        what: String,
+        /// The API server's message.
+        message: String,
+    },
     /// Anything else, with the API server's or the client's message.
     #[error("{what}: {message}")]
     Other {
