@@ -76,8 +76,13 @@ pub struct Change {
     pub old: Option<Arc<Value>>,
 }
 
-/// How many changes the history keeps for watch resumption, by default.
-pub const DEFAULT_HISTORY: usize = 20_000;
+/// How many changes the history keeps for watch resumption, by default (a watch resumed
+/// from an older resourceVersion gets 410 Gone and lists again, as from kube-apiserver
+/// after a compaction).
+pub const DEFAULT_HISTORY: usize = 5_000;
+
+/// sled's page cache for the store.
+const SLED_CACHE_BYTES: u64 = 8 * 1024 * 1024;
 
 type Objects = BTreeMap<(String, String), Arc<Value>>;
 
@@ -250,7 +255,13 @@ pub fn ns_name(obj: &Value) -> (String, String) {
 fn open_sled(dir: &Path) -> Result<sled::Db, sled::Error> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {
-        match sled::Config::new().path(dir).open() {
+        // Objects are served from memory and read from sled only here, at start: a small
+        // page cache (sled's default is 1 GiB) keeps sled from holding every value it wrote.
+        match sled::Config::new()
+            .path(dir)
+            .cache_capacity(SLED_CACHE_BYTES)
+            .open()
+        {
             // sled reports a held lock as an I/O error whose text names it.
             Err(sled::Error::Io(e))
                 if e.to_string().contains("could not acquire lock")

@@ -94,6 +94,19 @@ unsafe impl GlobalAlloc for Sampling {
     }
 }
 
+/// Runs `f` with this thread's allocations left out of the profile: the profiler's own
+/// work (resolving stacks keeps the binary's debug information, many megabytes) is not what
+/// a profile of bosun should show. Frees of sampled blocks on this thread meanwhile are not
+/// seen either, so only the profiler's own code runs here.
+pub fn unsampled<T>(f: impl FnOnce() -> T) -> T {
+    let entered = INSIDE.try_with(|i| !i.replace(true)).unwrap_or(false);
+    let out = f();
+    if entered {
+        let _ = INSIDE.try_with(|i| i.set(false));
+    }
+    out
+}
+
 /// Runs `f` with this thread's sampling suspended; `None` if it already is (the caller is
 /// the profiler itself).
 fn inside<T>(f: impl FnOnce() -> T) -> Option<T> {
@@ -243,7 +256,7 @@ pub struct StackFigures {
 
 /// What the profiler holds now, per stack (empty while sampling is off).
 pub fn snapshot() -> Vec<StackFigures> {
-    inside(|| {
+    unsampled(|| {
         let table = TABLE.lock().unwrap_or_else(|p| p.into_inner());
         let Some(t) = table.as_ref() else {
             return Vec::new();
@@ -267,7 +280,6 @@ pub fn snapshot() -> Vec<StackFigures> {
             })
             .collect()
     })
-    .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -146,14 +146,7 @@ async fn cpu(params: Params) -> Response {
             .build()
             .map_err(|e| format!("could not enable CPU profiling: {e}"))?;
         std::thread::sleep(duration);
-        let report = guard
-            .report()
-            .build()
-            .map_err(|e| format!("could not build the CPU profile: {e}"))?;
-        let proto = report
-            .pprof()
-            .map_err(|e| format!("could not encode the CPU profile: {e}"))?;
-        gzip(&proto.encode_to_vec())
+        heap::unsampled(|| cpu_body(&guard))
     })
     .await;
     match profiled {
@@ -161,6 +154,18 @@ async fn cpu(params: Params) -> Response {
         Ok(Err(e)) => failed(e),
         Err(e) => failed(format!("the CPU profile's task failed: {e}")),
     }
+}
+
+/// The CPU profile's body: gzipped `profile.proto`.
+fn cpu_body(guard: &pprof::ProfilerGuard<'_>) -> Result<Vec<u8>, String> {
+    let report = guard
+        .report()
+        .build()
+        .map_err(|e| format!("could not build the CPU profile: {e}"))?;
+    let proto = report
+        .pprof()
+        .map_err(|e| format!("could not encode the CPU profile: {e}"))?;
+    gzip(&proto.encode_to_vec())
 }
 
 async fn heap_answer(params: Params, default: profile::Default) -> Response {
@@ -171,20 +176,10 @@ async fn heap_answer(params: Params, default: profile::Default) -> Response {
     if !heap::enabled() {
         return failed("heap sampling is off (it starts with --pprof-address)".into());
     }
-    // Resolving addresses reads the binary's debug information: not on the runtime's threads.
-    let built = tokio::task::spawn_blocking(move || {
-        let samples = heap::snapshot();
-        if text {
-            Ok(profile::heap_text(&samples).into_bytes())
-        } else {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos() as i64;
-            gzip(&profile::heap_profile(&samples, default, now).encode_to_vec())
-        }
-    })
-    .await;
+    // Resolving addresses reads the binary's debug information: not on the runtime's
+    // threads, and not in the profile.
+    let built =
+        tokio::task::spawn_blocking(move || heap::unsampled(|| heap_body(text, default))).await;
     let name = match default {
         profile::Default::InuseSpace => "heap",
         profile::Default::AllocSpace => "allocs",
@@ -197,6 +192,19 @@ async fn heap_answer(params: Params, default: profile::Default) -> Response {
         Ok(Err(e)) => failed(e),
         Err(e) => failed(format!("the {name} profile's task failed: {e}")),
     }
+}
+
+/// The heap profile's body: Go's text, or gzipped `profile.proto`.
+fn heap_body(text: bool, default: profile::Default) -> Result<Vec<u8>, String> {
+    let samples = heap::snapshot();
+    if text {
+        return Ok(profile::heap_text(&samples).into_bytes());
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as i64;
+    gzip(&profile::heap_profile(&samples, default, now).encode_to_vec())
 }
 
 fn protobuf_answer(name: &str, body: Vec<u8>) -> Response {
