@@ -315,6 +315,12 @@ pub fn run(args: JournalArgs) -> anyhow::Result<()> {
         }
         JournalCommand::Verify => {
             let report = open(dir)?.verify()?;
+            for (a, b) in &report.lost {
+                writeln!(
+                    out,
+                    "lost: records {a}..={b}, declared lost by `bosun journal repair`"
+                )?;
+            }
             if report.ok() {
                 writeln!(
                     out,

@@ -166,6 +166,8 @@ pub struct VerifyReport {
     pub corrupt: Vec<(u64, String)>,
     /// Missing sequence numbers: `(after, before)` of each gap.
     pub gaps: Vec<(u64, u64)>,
+    /// Records an earlier `repair` declared lost, `(first, last)`: named, not a failure.
+    pub lost: Vec<(u64, u64)>,
 }
 
 impl VerifyReport {
@@ -254,7 +256,15 @@ fn check_directory(dir: &Path, create: bool) -> Result<(), JournalError> {
         let sled = n == "db" || n == "conf" || n == "blobs" || n.starts_with("snap.");
         let segments = matches!(
             n.as_str(),
-            "segments" | "snapshots" | "meta" | "lock" | "low-water" | "low-water.tmp"
+            "segments"
+                | "snapshots"
+                | "meta"
+                | "lock"
+                | "low-water"
+                | "low-water.tmp"
+                | "gaps"
+                | "gaps.tmp"
+                | "stray"
         );
         sled || segments || SUBSYSTEM_DIRS.contains(&n.as_str())
     };
@@ -859,6 +869,26 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
             }
             prev = Some(seq);
         }
+        report.lost = self.storage.accepted_gaps();
+        let lost = report.lost.clone();
+        report
+            .gaps
+            .retain(|(p, n)| !lost.iter().any(|(a, b)| *a <= p + 1 && n - 1 <= *b));
+        for d in self.storage.structure_problems() {
+            if let Some((a, b)) = d.records {
+                // Named here with its cause, not again as a bare gap.
+                report.gaps.retain(|(p, n)| !(*p + 1 == a && *n == b + 1));
+            }
+            report.corrupt.push((
+                d.records.map_or(0, |(a, _)| a),
+                format!(
+                    "{}: {} ({}); `bosun journal repair` (with bosun stopped) declares them lost and keeps every valid record",
+                    d.file.display(),
+                    d.reason,
+                    describe_records(&d.records)
+                ),
+            ));
+        }
         for (seq, problem) in self.storage.snapshot_problems()? {
             report.corrupt.push((
                 seq,
@@ -1073,6 +1103,10 @@ fn repair_segments(dir: &Path) -> Result<Vec<u64>, JournalError> {
         storage.remove_events(*seq, *seq)?;
     }
     dropped.extend(bad);
+    dropped.sort_unstable();
+    dropped.dedup();
+    // Gone for good: the journal opens again, and `verify` names them as lost.
+    storage.accept_lost(&dropped)?;
     for (seq, problem) in storage.snapshot_problems()? {
         tracing::warn!("dropped snapshot {seq}: {problem}");
         storage.remove_snapshot(seq)?;

@@ -230,6 +230,9 @@ struct Segment {
 struct Tail {
     offset: u64,
     reason: String,
+    /// It starts with a whole frame whose checksum holds but whose sequence does not follow:
+    /// copied or misplaced records, never what a crash leaves.
+    misplaced: bool,
 }
 
 /// Scans a segment; `prev` is the last good sequence before it.
@@ -256,6 +259,7 @@ fn scan(
     let mut prev = prev;
     let mut off = 0u64;
     while off < len {
+        let mut misplaced = false;
         let reason = match frame_at(&mut w, off)? {
             Frame::Good { seq, record } if prev.is_none_or(|p| seq > p) => {
                 if seg.count.is_multiple_of(MARK_EVERY) {
@@ -267,10 +271,13 @@ fn scan(
                 off += Frame::size(record);
                 continue;
             }
-            Frame::Good { seq, .. } => format!(
-                "record {seq} is out of order (after {})",
-                prev.unwrap_or_default()
-            ),
+            Frame::Good { seq, .. } => {
+                misplaced = true;
+                format!(
+                    "record {seq} is out of order (after {})",
+                    prev.unwrap_or_default()
+                )
+            }
             Frame::Bad(reason) => reason,
         };
         if zeros_to_end(&mut w, off)? {
@@ -303,6 +310,7 @@ fn scan(
                     Some(Tail {
                         offset: off,
                         reason,
+                        misplaced,
                     }),
                 ));
             }
@@ -364,6 +372,130 @@ impl Segment {
     }
 }
 
+/// The file naming the sequence ranges `repair` declared lost (`[[first, last], …]`):
+/// records there are known to be gone and do not stop the journal from opening.
+const ACCEPTED_GAPS: &str = "gaps";
+
+fn read_accepted_gaps(dir: &Path) -> Vec<(u64, u64)> {
+    read_frame_file(&dir.join(ACCEPTED_GAPS))
+        .ok()
+        .and_then(|(_, bytes)| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// The first good record of the segments.
+fn first_live_seq(segments: &[Segment]) -> Option<u64> {
+    segments.iter().find_map(|s| {
+        let mut first = None;
+        let _ = s.walk(0, |seq, _, _| {
+            first = Some(seq);
+            false
+        });
+        first
+    })
+}
+
+/// Records that no file holds, not declared lost by `repair`: before the first segment
+/// (from the low-water mark, or from 1 in a journal never compacted), and between two
+/// segments (a segment file deleted). Also events compacted into snapshots of which none
+/// can be read: the state they made is gone.
+fn missing_records(
+    dir: &Path,
+    segments: &[Segment],
+    low_water: u64,
+    accepted: &[(u64, u64)],
+) -> Vec<Damage> {
+    let accepted_covers = |a: u64, b: u64| accepted.iter().any(|(x, y)| *x <= a && b <= *y);
+    let snapshots: Vec<(u64, bool)> = std::fs::read_dir(dir.join("snapshots"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let seq = parse_name(&e.file_name().to_string_lossy(), ".snap")?;
+            let readable = matches!(read_frame_file(&e.path()), Ok((s, _)) if s == seq);
+            Some((seq, readable))
+        })
+        .collect();
+    let mut found = Vec::new();
+    let firsts: Vec<(usize, u64)> = segments
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let mut first = None;
+            let _ = s.walk(0, |seq, _, _| {
+                first = Some(seq);
+                false
+            });
+            first.map(|f| (i, f))
+        })
+        .collect();
+    if let Some(&(i, first)) = firsts.first() {
+        let expected = low_water.max(1);
+        // A standby started over from its leader's snapshot: its events begin after it.
+        let replaced = low_water == 0
+            && snapshots
+                .iter()
+                .map(|(s, _)| *s)
+                .min()
+                .is_some_and(|s| s + 1 >= first);
+        if first > expected && !replaced && !accepted_covers(expected, first - 1) {
+            found.push(Damage {
+                file: segments[i].path.clone(),
+                offset: 0,
+                end: 0,
+                records: Some((expected, first - 1)),
+                reason: "no segment file holds the records before this one (a segment was deleted or lost)".into(),
+                next_seq: Some(first),
+            });
+        }
+    }
+    for pair in firsts.windows(2) {
+        let (prev_i, _) = pair[0];
+        let (i, first) = pair[1];
+        // The last record before this segment, in-segment damage counted as held.
+        let before = segments[prev_i..i]
+            .iter()
+            .filter_map(|s| {
+                let lost = s
+                    .damage
+                    .iter()
+                    .filter_map(|d| d.records.map(|(_, b)| b))
+                    .max();
+                s.last_seq.max(lost)
+            })
+            .max();
+        let Some(before) = before else { continue };
+        if before + 1 < first && !accepted_covers(before + 1, first - 1) {
+            found.push(Damage {
+                file: segments[i].path.clone(),
+                offset: 0,
+                end: 0,
+                records: Some((before + 1, first - 1)),
+                reason: "no segment file holds these records (a segment between two others was deleted or lost)".into(),
+                next_seq: Some(first),
+            });
+        }
+    }
+    // Compacted events live on only in the snapshots.
+    let covered = low_water.saturating_sub(1);
+    if covered > 0
+        && !snapshots.iter().any(|(s, ok)| *ok && *s >= covered)
+        && !accepted_covers(1, covered)
+    {
+        found.push(Damage {
+            file: dir.join("snapshots"),
+            offset: 0,
+            end: 0,
+            records: Some((1, covered)),
+            reason: format!(
+                "records 1..={covered} were compacted into snapshots and no snapshot at or after {covered} can be read: the state they made would be lost"
+            ),
+            next_seq: Some(low_water),
+        });
+    }
+    found
+}
+
 /// The first record not below the low-water mark.
 fn first_live(st: &State) -> Result<Option<u64>, JournalError> {
     locate(st, st.low_water).map(|found| {
@@ -408,6 +540,9 @@ struct State {
     roll_next: bool,
     /// The segments folder gained or lost a file since it was last fsync'd.
     dir_dirty: bool,
+    /// What is wrong with the set of files rather than inside one: stray files, records
+    /// no segment holds, an unreadable low-water mark or snapshots ([`missing_records`]).
+    structure: Vec<Damage>,
 }
 
 impl State {
@@ -584,6 +719,7 @@ impl SegmentStorage {
         lock: Option<File>,
     ) -> Result<SegmentStorage, JournalError> {
         let segments_dir = dir.join("segments");
+        let mut structure = Vec::new();
         let low_water = match read_frame_file(&dir.join("low-water")) {
             Ok((seq, _)) => seq,
             Err(_) if !dir.join("low-water").exists() => 0,
@@ -593,17 +729,37 @@ impl SegmentStorage {
                     file = %dir.join("low-water").display(),
                     "journal low-water mark unreadable ({reason}); events compacted away may show again"
                 );
+                structure.push(Damage {
+                    file: dir.join("low-water"),
+                    offset: 0,
+                    end: 0,
+                    records: None,
+                    reason: format!("the low-water mark is unreadable ({reason})"),
+                    next_seq: None,
+                });
                 0
             }
         };
-        let mut names: Vec<(u64, PathBuf)> = std::fs::read_dir(&segments_dir)
+        let accepted = read_accepted_gaps(dir);
+        let mut names: Vec<(u64, PathBuf)> = Vec::new();
+        for e in std::fs::read_dir(&segments_dir)
             .map_err(io_err(&segments_dir))?
             .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().to_string();
-                parse_name(&name, ".log").map(|first| (first, e.path()))
-            })
-            .collect();
+        {
+            let name = e.file_name().to_string_lossy().to_string();
+            match parse_name(&name, ".log") {
+                Some(first) => names.push((first, e.path())),
+                None => structure.push(Damage {
+                    file: e.path(),
+                    offset: 0,
+                    end: e.metadata().map_or(0, |m| m.len()),
+                    records: None,
+                    reason: "not a segment file (segments are named <20-digit first sequence>.log)"
+                        .into(),
+                    next_seq: None,
+                }),
+            }
+        }
         names.sort();
         let mut dir_dirty = false;
         if writable {
@@ -625,7 +781,7 @@ impl SegmentStorage {
             let prev = segments.iter().rev().find_map(|s| s.last_seq);
             let (mut seg, tail) = scan(path, Arc::new(file), *first, prev).map_err(io_err(path))?;
             if let Some(tail) = tail {
-                if i + 1 == count {
+                if i + 1 == count && !tail.misplaced {
                     if writable {
                         tracing::warn!(
                             file = %path.display(),
@@ -640,8 +796,9 @@ impl SegmentStorage {
                         seg.size = tail.offset;
                     }
                 } else {
-                    // The end of an older segment: records up to the next segment's are lost.
-                    let next_first = names[i + 1].0;
+                    // The end of an older segment: records up to the next segment's are
+                    // lost. (In the newest, records out of order: copied, not torn.)
+                    let next_first = names.get(i + 1).map(|n| n.0);
                     let lost_from = seg
                         .last_seq
                         .map_or(*first, |s| s + 1)
@@ -651,9 +808,11 @@ impl SegmentStorage {
                         file: path.clone(),
                         offset: tail.offset,
                         end,
-                        records: (lost_from < next_first).then(|| (lost_from, next_first - 1)),
+                        records: next_first
+                            .filter(|n| lost_from < *n)
+                            .map(|n| (lost_from, n - 1)),
                         reason: tail.reason,
-                        next_seq: Some(next_first),
+                        next_seq: next_first,
                     });
                     seg.len = end;
                     seg.durable = end;
@@ -664,6 +823,7 @@ impl SegmentStorage {
                 .retain(|d| d.next_seq.is_none_or(|n| n > low_water));
             segments.push(seg);
         }
+        structure.extend(missing_records(dir, &segments, low_water, &accepted));
         Ok(SegmentStorage {
             dir: dir.to_path_buf(),
             segments_dir,
@@ -674,6 +834,7 @@ impl SegmentStorage {
                 low_water,
                 roll_next: false,
                 dir_dirty,
+                structure,
             }),
             _lock: lock,
         })
@@ -1173,11 +1334,53 @@ impl Storage for SegmentStorage {
     }
 
     fn damage(&self) -> Vec<Damage> {
-        self.state()
-            .segments
+        let st = self.state();
+        st.segments
             .iter()
             .flat_map(|s| s.damage.iter().cloned())
+            .chain(st.structure.iter().cloned())
             .collect()
+    }
+
+    fn structure_problems(&self) -> Vec<Damage> {
+        self.state().structure.clone()
+    }
+
+    fn accepted_gaps(&self) -> Vec<(u64, u64)> {
+        read_accepted_gaps(&self.dir)
+    }
+
+    fn accept_lost(&self, seqs: &[u64]) -> Result<(), JournalError> {
+        let mut accepted = read_accepted_gaps(&self.dir);
+        let before = accepted.clone();
+        for seq in seqs {
+            match accepted
+                .iter_mut()
+                .find(|(a, b)| *a <= *seq + 1 && *seq <= b + 1)
+            {
+                Some(range) => *range = (range.0.min(*seq), range.1.max(*seq)),
+                None => accepted.push((*seq, *seq)),
+            }
+        }
+        accepted.sort_unstable();
+        // Ranges that touch after the merge are one.
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (a, b) in accepted {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 + 1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        if merged == before {
+            return Ok(());
+        }
+        let bytes = serde_json::to_vec(&merged).map_err(|e| JournalError::Storage {
+            path: self.dir.clone(),
+            message: e.to_string(),
+        })?;
+        let mut out = Vec::new();
+        frame(0, &bytes, &mut out);
+        write_atomically(&self.dir, ACCEPTED_GAPS, &out)
     }
 
     fn snapshot_problems(&self) -> Result<Vec<(u64, String)>, JournalError> {
@@ -1211,6 +1414,32 @@ impl Storage for SegmentStorage {
             dropped.extend(st.segments[i].damage.iter().cloned());
             let all = st.segments[i].records()?;
             self.rewrite(&mut st, i, &all)?;
+        }
+        for d in std::mem::take(&mut st.structure) {
+            if d.file.parent() == Some(self.segments_dir.as_path()) && d.records.is_none() {
+                // A stray file: kept for inspection, out of the segments.
+                let aside = self.dir.join("stray");
+                private::create_dir(&aside).map_err(io_err(&aside))?;
+                let name = d.file.file_name().map(PathBuf::from).unwrap_or_default();
+                std::fs::rename(&d.file, aside.join(name)).map_err(io_err(&d.file))?;
+                st.dir_dirty = true;
+            } else if d.file == self.dir.join("low-water") {
+                // Compaction sets the mark after the oldest snapshot it keeps; without
+                // one, the mark goes where the records start.
+                let oldest_snapshot = self.snapshot_files()?.first().map(|(seq, _)| seq + 1);
+                let first = oldest_snapshot
+                    .or_else(|| first_live_seq(&st.segments))
+                    .unwrap_or(st.low_water);
+                let mut mark = Vec::new();
+                frame(first, &[], &mut mark);
+                write_atomically(&self.dir, "low-water", &mark)?;
+                st.low_water = first;
+            }
+            dropped.push(d);
+        }
+        if st.dir_dirty {
+            sync_dir(&self.segments_dir)?;
+            st.dir_dirty = false;
         }
         Ok(dropped)
     }

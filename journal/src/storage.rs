@@ -79,6 +79,22 @@ pub trait Storage: Send + Sync + 'static {
     }
     /// Snapshots stored but unreadable, `(seq, what is wrong)`; [`Storage::snapshots`]
     /// leaves them out.
+    /// What is wrong with the set of files rather than inside one (stray files, records
+    /// no file holds); already part of [`Storage::damage`].
+    fn structure_problems(&self) -> Vec<Damage> {
+        Vec::new()
+    }
+
+    /// Sequence ranges `repair` declared lost: not gaps any more.
+    fn accepted_gaps(&self) -> Vec<(u64, u64)> {
+        Vec::new()
+    }
+
+    /// Declares records lost for good (`repair`), so that their absence stops nothing.
+    fn accept_lost(&self, _seqs: &[u64]) -> Result<(), JournalError> {
+        Ok(())
+    }
+
     fn snapshot_problems(&self) -> Result<Vec<(u64, String)>, JournalError> {
         Ok(Vec::new())
     }

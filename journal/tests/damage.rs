@@ -149,8 +149,14 @@ fn a_flipped_byte_in_the_middle_is_named_refused_and_repaired_alone() {
     assert_eq!(all, expected((1..=19).chain(21..=50)));
     let report = j.verify().expect("verify");
     assert_eq!(
-        (report.checked, report.corrupt.len(), report.gaps.clone()),
-        (49, 0, vec![(19, 21)])
+        (
+            report.checked,
+            report.corrupt.len(),
+            report.gaps.clone(),
+            report.lost.clone()
+        ),
+        (49, 0, vec![], vec![(20, 20)]),
+        "the dropped record is named as lost, not a gap"
     );
     assert_eq!(j.append_blocking(&[ev(51)]).expect("append"), 51);
 }
@@ -573,4 +579,158 @@ fn new_journals_use_segments_and_sled_journals_keep_sled() {
         drop(Journal::<Ev>::open(&fresh).expect("new"));
         assert_eq!(Backend::found_in(&fresh), Some(Backend::Segments));
     }
+}
+
+/// A compacted journal in small segments: events 1..=300, a snapshot at 150, events
+/// 151..=300 kept (low-water 151).
+fn compacted(dir: &Path) {
+    let j: Journal<Ev> =
+        Journal::open_segments(dir, SegmentOptions { segment_bytes: 400 }).expect("open");
+    for i in 1..=300 {
+        j.append_blocking(&[ev(i)]).expect("append");
+    }
+    j.save_snapshot(150, &150u64).expect("snapshot");
+    j.compact(&Retention {
+        keep_snapshots: 1,
+        ..Retention::default()
+    })
+    .expect("compact");
+    j.close();
+}
+
+fn first_seq_of(path: &Path) -> u64 {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse().ok())
+        .expect("named by its first sequence")
+}
+
+/// Opening for writing is refused, naming `file` and the records; `verify` names them;
+/// `repair` declares exactly `lost` gone and leaves a journal that verifies and opens.
+fn refused_named_and_repaired(dir: &Path, file: &Path, lost: Option<(u64, u64)>) {
+    match Journal::<Ev>::open(dir) {
+        Err(JournalError::Damaged {
+            file: named,
+            records,
+            ..
+        }) => assert_eq!((named.as_path(), records), (file, lost)),
+        Err(other) => panic!("expected {} to be named, got: {other}", file.display()),
+        Ok(_) => panic!("a journal missing records was opened for writing"),
+    }
+    let j = Journal::<Ev>::open_read_only(dir).expect("read-only");
+    let report = j.verify().expect("verify");
+    assert!(!report.ok(), "{report:?}");
+    assert!(
+        report
+            .corrupt
+            .iter()
+            .any(|(_, m)| m.contains(&file.display().to_string())),
+        "verify names the file: {report:?}"
+    );
+    drop(j);
+    let dropped = bosun_journal::repair(dir).expect("repair");
+    let want: Vec<u64> = lost.map(|(a, b)| (a..=b).collect()).unwrap_or_default();
+    assert_eq!(
+        dropped, want,
+        "exactly the missing records are declared lost"
+    );
+    let j: Journal<Ev> = Journal::open(dir).expect("opens after repair");
+    assert!(j.verify().expect("verify").ok(), "verifies after repair");
+    let last = j.last_seq();
+    assert_eq!(
+        j.append_blocking(&[ev(last + 1)]).expect("append"),
+        last + 1
+    );
+}
+
+#[test]
+fn a_deleted_oldest_segment_is_refused_named_and_declared_lost_by_repair() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    compacted(dir.path());
+    let files = segments(dir.path());
+    assert!(files.len() >= 3, "{files:?}");
+    let next = first_seq_of(&files[1]);
+    std::fs::remove_file(&files[0]).expect("delete");
+    refused_named_and_repaired(dir.path(), &files[1], Some((151, next - 1)));
+    let j: Journal<Ev> = Journal::open(dir.path()).expect("open");
+    let (all, error) = records(&j);
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(
+        all,
+        expected(next..=301),
+        "every record after the gap survives"
+    );
+}
+
+#[test]
+fn a_deleted_middle_segment_is_refused_named_and_declared_lost_by_repair() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fill(dir.path(), 60, SegmentOptions { segment_bytes: 300 });
+    let files = segments(dir.path());
+    assert!(files.len() >= 4, "{files:?}");
+    let (gone, after) = (first_seq_of(&files[1]), first_seq_of(&files[2]));
+    std::fs::remove_file(&files[1]).expect("delete");
+    refused_named_and_repaired(dir.path(), &files[2], Some((gone, after - 1)));
+    let j: Journal<Ev> = Journal::open(dir.path()).expect("open");
+    let (all, _) = records(&j);
+    assert_eq!(all, expected((1..gone).chain(after..=61)));
+}
+
+#[test]
+fn a_copied_segment_and_a_stray_file_are_refused_and_put_aside_by_repair() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fill(dir.path(), 40, SegmentOptions { segment_bytes: 300 });
+    let files = segments(dir.path());
+    // A copy of an older segment under a later name: its records are out of order.
+    let copy = dir.path().join("segments").join(format!("{:020}.log", 999));
+    std::fs::copy(&files[0], &copy).expect("copy");
+    refused_named_and_repaired(dir.path(), &copy, None);
+    let j: Journal<Ev> = Journal::open(dir.path()).expect("open");
+    assert_eq!(
+        records(&j).0,
+        expected(1..=41),
+        "nothing duplicated, nothing lost"
+    );
+    drop(j);
+
+    let stray = dir.path().join("segments").join("notes.txt");
+    std::fs::write(&stray, b"not a segment").expect("stray");
+    refused_named_and_repaired(dir.path(), &stray, None);
+    assert!(
+        dir.path().join("stray").join("notes.txt").exists(),
+        "kept for inspection"
+    );
+}
+
+#[test]
+fn a_damaged_low_water_mark_is_named_and_rewritten_by_repair() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    compacted(dir.path());
+    let mark = dir.path().join("low-water");
+    flip(&mark, 5, 0x10);
+    refused_named_and_repaired(dir.path(), &mark, None);
+    let j: Journal<Ev> = Journal::open(dir.path()).expect("open");
+    let (all, _) = records(&j);
+    assert_eq!(
+        all.first().map(|r| r.0),
+        Some(151),
+        "compacted events stay gone"
+    );
+}
+
+#[test]
+fn compacted_events_whose_every_snapshot_is_unreadable_are_refused_and_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    compacted(dir.path());
+    let snap = dir
+        .path()
+        .join("snapshots")
+        .join(format!("{:020}.snap", 150));
+    flip(&snap, 10, 0x01);
+    refused_named_and_repaired(
+        &dir.path().to_path_buf(),
+        &dir.path().join("snapshots"),
+        Some((1, 150)),
+    );
+    assert!(!snap.exists(), "the unreadable snapshot is removed");
 }
