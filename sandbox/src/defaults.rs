@@ -219,7 +219,10 @@ mod tests {
         let mut on_delete =
             json!({"metadata": {"name": "s"}, "spec": {"updateStrategy": {"type": "OnDelete"}}});
         apply(&info("apps", "statefulsets"), &mut on_delete);
-        assert_eq!(on_delete["spec"]["updateStrategy"], json!({"type": "OnDelete"}));
+        assert_eq!(
+            on_delete["spec"]["updateStrategy"],
+            json!({"type": "OnDelete"})
+        );
         let mut ds = json!({"metadata": {"name": "d"}, "spec": {}});
         apply(&info("apps", "daemonsets"), &mut ds);
         assert_eq!(
