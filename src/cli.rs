@@ -749,8 +749,8 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|_| "bosun".into());
                 println!("bosun is running; journal in {}", cfg.journal_dir.display());
-                if let Some(addr) = r.served.debug.http {
-                    println!("web view: http://{addr}/ui");
+                if let Some(url) = r.served.debug.ui_url() {
+                    println!("web view: {url}");
                 }
                 println!("look around:");
                 if cfg.modules {
@@ -826,6 +826,7 @@ const DATA_ENTRIES: &[&str] = &[
     "kubeconfig",
     "kubeconfig.tmp",
     "debug.socket",
+    "debug.token",
 ];
 
 /// Creates the data folder of `bosun run --sandbox` `0700`. One left readable by an older
