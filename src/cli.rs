@@ -615,9 +615,11 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
         cfg.kubeconfig = args.metacontroller.kubeconfig.clone();
     }
     args.metacontroller.check()?;
-    // Bad lambda, deployer or HA settings stop the start before anything runs.
+    // Bad lambda, deployer or HA settings stop the start before anything runs, and so
+    // does a temp folder another user could write in.
     args.lambda.config(&cfg.journal_dir)?;
     args.deployer.config(&cfg, false)?;
+    private_tmp_dir(&cfg.tmp_dir)?;
     let namespace = if cfg.namespace.is_empty() {
         "default"
     } else {
@@ -716,6 +718,7 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
             ..crate::addon::OperatorConfig::in_cluster()
         };
         let cfg = crate::addon::OperatorConfig::from_env(&defaults)?;
+        private_tmp_dir(&cfg.tmp_dir)?;
         let running = start_all(&args, &cfg, None).await;
         let mut examples = None;
         match &running {
@@ -746,8 +749,8 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|_| "bosun".into());
                 println!("bosun is running; journal in {}", cfg.journal_dir.display());
-                if let Some(addr) = r.served.debug.http {
-                    println!("web view: http://{addr}/ui");
+                if let Some(url) = r.served.debug.ui_url() {
+                    println!("web view: {url}");
                 }
                 println!("look around:");
                 if cfg.modules {
@@ -799,6 +802,22 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Prepares `ADDON_OPERATOR_TMP_DIR`, where hooks' files, rendered charts, Helm values and
+/// the deployer's kubeconfigs go: refuses one another user could write in (it could change
+/// what bosun installs), creates a missing one `0700`, and makes one an older bosun left
+/// readable private (see [`crate::private_dir`]).
+fn private_tmp_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    let changed = crate::private_dir::prepare(dir).map_err(|e| {
+        anyhow::anyhow!(
+            "ADDON_OPERATOR_TMP_DIR {}: not starting: {e}; or set ADDON_OPERATOR_TMP_DIR to \
+             another folder",
+            dir.display()
+        )
+    })?;
+    crate::sandbox::private::log_tightened("temp folder", dir, &changed);
+    Ok(())
+}
+
 /// What `bosun run --sandbox` keeps in its data folder.
 const DATA_ENTRIES: &[&str] = &[
     "sandbox",
@@ -807,6 +826,7 @@ const DATA_ENTRIES: &[&str] = &[
     "kubeconfig",
     "kubeconfig.tmp",
     "debug.socket",
+    "debug.token",
 ];
 
 /// Creates the data folder of `bosun run --sandbox` `0700`. One left readable by an older

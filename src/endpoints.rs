@@ -95,6 +95,17 @@ pub async fn serve(
     }
     if let Some(addr) = debug.http {
         println!("bosun debug endpoints on http://{addr}");
+        if let Some(url) = debug.ui_url() {
+            // As notebook servers do: the address with the token, for this user's eyes.
+            println!("bosun debug web view: {url}");
+        }
+        match &debug.token_file {
+            Some(f) => println!(
+                "bosun debug token in {} (send Authorization: Bearer <token> on TCP)",
+                f.display()
+            ),
+            None => println!("bosun debug token not written; it is in the web view's address"),
+        }
     }
     Ok(Served {
         listen,

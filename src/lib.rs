@@ -35,6 +35,7 @@ pub mod jq;
 pub mod kubernetes;
 pub mod lambda;
 pub mod logging;
+pub mod private_dir;
 pub mod profiling;
 pub mod prometheus;
 pub mod runtime_config;

@@ -330,10 +330,10 @@ fn chart_view(
     charts_dir: &Path,
 ) -> Result<PathBuf, ModuleLoadError> {
     let view = charts_dir.join(name);
-    if view.exists() {
+    if std::fs::symlink_metadata(&view).is_ok() {
         std::fs::remove_dir_all(&view).map_err(io(&view))?;
     }
-    std::fs::create_dir_all(&view).map_err(io(&view))?;
+    crate::private_dir::create_dir(&view).map_err(io(&view))?;
     let source = std::fs::canonicalize(module_dir).map_err(io(module_dir))?;
     for entry in std::fs::read_dir(&source).map_err(io(&source))? {
         let entry = entry.map_err(io(&source))?;
@@ -347,27 +347,41 @@ fn chart_view(
     if chart_yaml.is_file() {
         copy_all(&chart_yaml, &view.join("Chart.yaml"))?;
     } else {
-        std::fs::write(
-            view.join("Chart.yaml"),
-            format!("apiVersion: v2\nname: {name}\nversion: 0.2.0\n"),
+        let chart_yaml = view.join("Chart.yaml");
+        write_private(
+            &chart_yaml,
+            &mut format!("apiVersion: v2\nname: {name}\nversion: 0.2.0\n").as_bytes(),
         )
-        .map_err(io(&view))?;
+        .map_err(io(&chart_yaml))?;
     }
     Ok(view)
 }
 
-/// Copies a file or a directory tree (following symlinks).
+/// Copies a file or a directory tree (following symlinks) as private copies: `0700` folders,
+/// `0600` files (values and templates may hold secrets).
 fn copy_all(from: &Path, to: &Path) -> Result<(), ModuleLoadError> {
     if std::fs::metadata(from).map_err(io(from))?.is_dir() {
-        std::fs::create_dir_all(to).map_err(io(to))?;
+        crate::private_dir::create_dir(to).map_err(io(to))?;
         for entry in std::fs::read_dir(from).map_err(io(from))? {
             let entry = entry.map_err(io(from))?;
             copy_all(&entry.path(), &to.join(entry.file_name()))?;
         }
         Ok(())
     } else {
-        std::fs::copy(from, to).map(|_| ()).map_err(io(from))
+        let mut source = std::fs::File::open(from).map_err(io(from))?;
+        write_private(to, &mut source).map_err(io(to))
     }
+}
+
+/// Writes a new `0600` file at `to` (one already there, or a link, is refused).
+fn write_private(to: &Path, contents: &mut impl std::io::Read) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)?;
+    std::io::copy(contents, &mut file).map(|_| ())
 }
 
 fn load_crds(dir: &Path, options: &DiscoveryOptions) -> Result<Vec<Value>, ModuleLoadError> {

@@ -14,9 +14,11 @@
 //! The endpoints show values, secrets included: the socket is created `0600` in a `0700`
 //! folder, and the TCP listener refuses non-loopback addresses unless
 //! `BOSUN_DEBUG_ALLOW_REMOTE=true`; on a loopback address it answers only requests whose
-//! `Host` is a loopback name, so a web page cannot reach it by rebinding its own name. On
-//! TCP, `POST /config/set` is refused with a content type a page can send cross-origin
-//! (form, multipart, text) unless it carries bosun's client header `X-Bosun-Client`.
+//! `Host` is a loopback name, so a web page cannot reach it by rebinding its own name. Any
+//! local user can connect to a loopback port, so on TCP every route but the page `/ui`
+//! asks for the token bosun makes at start ([`token`]). On TCP, `POST /config/set` is
+//! refused with a content type a page can send cross-origin (form, multipart, text) unless
+//! it carries bosun's client header `X-Bosun-Client`.
 
 pub mod client;
 
@@ -27,6 +29,7 @@ pub mod explain;
 pub mod graph;
 pub mod journal_views;
 pub mod lambda_views;
+pub mod token;
 pub mod views;
 
 use std::collections::HashMap;
@@ -49,6 +52,7 @@ use bosun_sandbox::api::{loopback_host, single_host};
 use serde_json::{Value, json};
 
 use journal_views::{LogQuery, ViewError};
+use token::DebugToken;
 use views::{Format, View};
 
 use crate::host::{ModulesView, Views};
@@ -276,13 +280,26 @@ pub fn parse_http_addr(value: &str, allow_remote: bool) -> anyhow::Result<Socket
     Ok(addr)
 }
 
-/// The debug listeners; dropping it stops them and removes the socket.
+/// The debug listeners; dropping it stops them and removes the socket and the token file.
 pub struct DebugServer {
     /// The unix socket, when it could be created.
     pub socket: Option<PathBuf>,
     /// The TCP address, when one is served.
     pub http: Option<SocketAddr>,
+    /// The token the TCP listener asks for, when one is served.
+    pub token: Option<DebugToken>,
+    /// Where the token was written (`0600`), when it could be.
+    pub token_file: Option<PathBuf>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl DebugServer {
+    /// The address of the web view, with the token: what a user opens.
+    pub fn ui_url(&self) -> Option<String> {
+        let addr = self.http?;
+        let token = self.token.as_ref()?;
+        Some(format!("http://{addr}/ui?token={}", token.as_str()))
+    }
 }
 
 impl Drop for DebugServer {
@@ -291,6 +308,9 @@ impl Drop for DebugServer {
             t.abort();
         }
         if let Some(path) = &self.socket {
+            let _ = std::fs::remove_file(path);
+        }
+        if let Some(path) = &self.token_file {
             let _ = std::fs::remove_file(path);
         }
     }
@@ -303,6 +323,8 @@ pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> Deb
     let mut server = DebugServer {
         socket: None,
         http: None,
+        token: None,
+        token_file: None,
         tasks: Vec::new(),
     };
     match bind_socket(&cfg.socket) {
@@ -320,10 +342,35 @@ pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> Deb
         Err(e) => tracing::error!("debug endpoints not served: {e:#}"),
     }
     if let Some(addr) = cfg.http {
+        let token = match DebugToken::generate() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!("debug endpoints not served on {addr}: no random token: {e}");
+                return server;
+            }
+        };
+        let file = token::token_file(&cfg.socket);
+        let written = match token::write_token_file(&file, &token) {
+            Ok(()) => Some(file),
+            Err(e) => {
+                tracing::error!(
+                    file = %file.display(),
+                    "the debug token was not written (the TCP listener asks for it; it is in \
+                     the address bosun printed): {e}"
+                );
+                None
+            }
+        };
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 let bound = listener.local_addr().unwrap_or(addr);
-                let app = app.layer(axum::middleware::from_fn(no_cross_origin_posts));
+                let guard = TokenGuard {
+                    token: token.clone(),
+                    file: written.clone(),
+                };
+                let app = app
+                    .layer(axum::middleware::from_fn(no_cross_origin_posts))
+                    .layer(axum::middleware::from_fn_with_state(guard, require_token));
                 let app = if bound.ip().is_loopback() {
                     app.layer(axum::middleware::from_fn(loopback_host_only))
                 } else {
@@ -334,13 +381,66 @@ pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> Deb
                         tracing::error!(%bound, "debug HTTP server stopped: {e}");
                     }
                 }));
-                tracing::info!(listen = %bound, "debug endpoints listening on TCP");
+                tracing::info!(
+                    listen = %bound,
+                    token_file = ?written,
+                    "debug endpoints listening on TCP (with a token)"
+                );
                 server.http = Some(bound);
+                server.token = Some(token);
+                server.token_file = written;
             }
-            Err(e) => tracing::error!("debug endpoints not served on {addr}: cannot listen: {e}"),
+            Err(e) => {
+                tracing::error!("debug endpoints not served on {addr}: cannot listen: {e}");
+                if let Some(f) = &written {
+                    let _ = std::fs::remove_file(f);
+                }
+            }
         }
     }
     server
+}
+
+/// What [`require_token`] checks against.
+#[derive(Clone)]
+struct TokenGuard {
+    token: DebugToken,
+    file: Option<PathBuf>,
+}
+
+/// On the TCP listener: answers only requests with the token (`Authorization: Bearer` or
+/// `?token=`); the page `/ui`, which holds no data, is served without it.
+async fn require_token(State(guard): State<TokenGuard>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if request.method() == Method::GET && (path == "/ui" || path == "/ui/") {
+        return next.run(request).await;
+    }
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let given = DebugToken::of_request(authorization, request.uri().query());
+    if given.is_some_and(|g| guard.token.matches(&g)) {
+        return next.run(request).await;
+    }
+    let whence = match &guard.file {
+        Some(f) => format!("in {} or ", f.display()),
+        None => String::new(),
+    };
+    let mut answer = Failure(
+        StatusCode::UNAUTHORIZED,
+        format!(
+            "the debug endpoints on TCP need the token bosun made at start ({whence}in the \
+             web view's address it printed, /ui?token=…): send Authorization: Bearer <token> \
+             or add ?token=<token>; the unix socket needs none"
+        ),
+    )
+    .into_response();
+    answer.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer realm=\"bosun debug\""),
+    );
+    answer
 }
 
 /// Creates the socket's folder (`0700`), removes a stale socket, binds, and makes the

@@ -323,12 +323,15 @@ impl HelmCli {
                 self.inner.tmp_dir.display()
             ))
         };
-        // Private, as the hooks' temporary files.
+        // Private, as the hooks' temporary files: created 0700, and never a folder another
+        // user could swap the file in (theirs, writable by others, a link).
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.inner.tmp_dir)
             .map_err(fail)?;
+        crate::private_dir::check(&self.inner.tmp_dir)
+            .map_err(|e| HelmError::InvalidInput(format!("not writing the values file: {e}")))?;
         // tempfile creates it 0600: values may hold secrets.
         let mut file = tempfile::Builder::new()
             .prefix("helm-values-")

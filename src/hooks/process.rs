@@ -6,7 +6,7 @@
 //! gives its CPU time and peak memory.
 
 use std::ffi::OsStr;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
@@ -57,6 +57,15 @@ pub enum HookRunError {
         /// What it wrote.
         got: String,
     },
+    /// The temp folder is not bosun's private folder (another user's, writable by others,
+    /// a link): the hook is not run.
+    #[error("hook {hook:?}: not writing its files: {source}")]
+    UnsafeTmpDir {
+        /// Hook name.
+        hook: String,
+        /// What is wrong with the folder.
+        source: crate::private_dir::UnsafeDir,
+    },
     /// A temp file could not be written or read.
     #[error("hook {hook:?}: temp file {file}: {source}")]
     TempFile {
@@ -78,6 +87,7 @@ impl HookRunError {
             HookRunError::Timeout { .. } => "timeout",
             HookRunError::EnabledResult { .. } => "enabled_result",
             HookRunError::TempFile { .. } => "temp_file",
+            HookRunError::UnsafeTmpDir { .. } => "unsafe_tmp_dir",
         }
     }
 }
@@ -249,22 +259,32 @@ impl HookProcess {
         }
     }
 
-    fn prepare(&self, input: &HookInput<'_>) -> Result<TempFiles, HookRunError> {
-        // The files hold values, secrets included: a folder bosun creates is 0700 (an
-        // existing one, possibly shared like /tmp, is left as it is) and the files 0600.
-        // The folder is created when the first file finds it missing (at the first run, or
-        // after someone removed it), not looked up at every run.
-        let create_folder = || {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&self.tmp_dir)
-                .map_err(|source| HookRunError::TempFile {
-                    hook: input.name.to_string(),
-                    file: self.tmp_dir.clone(),
-                    source,
-                })
+    /// Checks the temp folder before a run writes into it (one `lstat`): the files hold
+    /// values, secrets included, and the hook's patches come back through them, so the folder
+    /// must stay bosun's own and private (`0700`, files `0600`). One removed since the start
+    /// is created again `0700`; one another user put in its place is refused.
+    fn private_folder(&self, hook: &str) -> Result<(), HookRunError> {
+        let unsafe_dir = |source| HookRunError::UnsafeTmpDir {
+            hook: hook.to_string(),
+            source,
         };
+        match crate::private_dir::check(&self.tmp_dir) {
+            Err(e) if e.is_missing() => {
+                crate::private_dir::create_dir(&self.tmp_dir).map_err(|source| {
+                    HookRunError::TempFile {
+                        hook: hook.to_string(),
+                        file: self.tmp_dir.clone(),
+                        source,
+                    }
+                })?;
+                crate::private_dir::check(&self.tmp_dir).map_err(unsafe_dir)
+            }
+            other => other.map_err(unsafe_dir),
+        }
+    }
+
+    fn prepare(&self, input: &HookInput<'_>) -> Result<TempFiles, HookRunError> {
+        self.private_folder(input.name)?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let mut files = TempFiles {
             paths: Vec::new(),
@@ -273,14 +293,7 @@ impl HookProcess {
         let mut write =
             |var: &'static str, suffix: &str, content: String| -> Result<(), HookRunError> {
                 let p = self.tmp_dir.join(format!("{id}-{suffix}"));
-                let mut written = write_private(&p, content.as_bytes());
-                if files.paths.is_empty()
-                    && matches!(&written, Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-                {
-                    create_folder()?;
-                    written = write_private(&p, content.as_bytes());
-                }
-                written.map_err(|source| HookRunError::TempFile {
+                write_private(&p, content.as_bytes()).map_err(|source| HookRunError::TempFile {
                     hook: input.name.to_string(),
                     file: p.clone(),
                     source,
@@ -697,10 +710,10 @@ fn read_output(path: &Path) -> std::io::Result<String> {
 /// Writes a hook's temporary file, readable by its owner only (`0600`).
 fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
+    // A new file (the names are random): never one planted beforehand, nor a link.
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(path)?;
     file.write_all(contents)
@@ -868,6 +881,33 @@ echo to-stdout; echo to-stderr >&2"#,
                 tokio::task::yield_now().await;
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_temp_folder_others_can_write_in_is_refused_before_the_hook_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ran = dir.path().join("ran");
+        let hook = script(dir.path(), "touch.sh", &format!("touch {}", ran.display()));
+        let ctx = json!([]);
+        let runner = runner(dir.path(), Duration::from_secs(30));
+        // Put back open to all since the start (someone removed it and made their own).
+        std::fs::create_dir(&runner.tmp_dir).expect("mkdir");
+        std::fs::set_permissions(&runner.tmp_dir, std::fs::Permissions::from_mode(0o777))
+            .expect("chmod");
+        let err = runner
+            .run(&input("touch.sh", &hook, &ctx))
+            .await
+            .expect_err("refused");
+        assert_eq!(err.metric_label(), "unsafe_tmp_dir");
+        assert!(
+            err.to_string().contains("is writable by group and others"),
+            "{err}"
+        );
+        assert!(!ran.exists(), "the hook did not run");
+        assert_eq!(
+            std::fs::read_dir(&runner.tmp_dir).map(|d| d.count()).ok(),
+            Some(0)
+        );
     }
 
     #[tokio::test]

@@ -520,25 +520,41 @@ fn the_embedded_default_runs_the_samples_of_all_three_subsystems_against_its_own
     );
     let ui = web_view().unwrap_or_default();
     let (host, path) = ui.split_once('/').unwrap_or((&ui, ""));
-    assert!(host.starts_with("127.0.0.1:") && path == "ui", "{ui}");
+    let (page_path, token) = path.split_once("?token=").unwrap_or((path, ""));
+    assert!(
+        host.starts_with("127.0.0.1:") && page_path == "ui" && token.len() == 64,
+        "{ui}"
+    );
     let (code, page) = common::http_raw(host, "GET", "/ui", "", b"");
     assert_eq!(code, 200);
     assert!(String::from_utf8_lossy(&page).contains("<html"), "{ui}");
+    // The data answers on the TCP listener to the token only.
+    let (code, _) = common::http_raw(host, "GET", "/lambda/controllers.json", "", b"");
+    assert_eq!(code, 401);
+    let bearer = format!("Bearer {token}");
+    let get = |path: &str| {
+        common::http_full(
+            host,
+            "GET",
+            path,
+            &[("Authorization", bearer.as_str())],
+            b"",
+        )
+    };
     // The lambda and deployer views answer on the TCP listener too.
-    let (code, body) = common::http_raw(host, "GET", "/lambda/controllers.json", "", b"");
+    let (code, body) = get("/lambda/controllers.json");
     let text = String::from_utf8_lossy(&body);
     assert!(
         code == 200 && text.contains("hello-labels"),
         "{code} {text}"
     );
-    let (code, body) = common::http_raw(host, "GET", "/deployer/items.json", "", b"");
+    let (code, body) = get("/deployer/items.json");
     let text = String::from_utf8_lossy(&body);
     assert!(code == 200 && text.contains("helm-chart"), "{code} {text}");
     // `bosun explain`, live: a value names the hook that set it and what hooks see now; a
     // release object names the module whose chart renders it.
     let explain = |query: &str| -> Value {
-        let (code, body) =
-            common::http_raw(host, "GET", &format!("/explain.json?{query}"), "", b"");
+        let (code, body) = get(&format!("/explain.json?{query}"));
         assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
         serde_json::from_slice(&body).expect("an explanation")
     };

@@ -75,7 +75,8 @@ impl HelmEngine {
             },
             binary: Some(helm_bin()),
             library: Some(tools.join("helm/libhelm_c.so")),
-            tmp_dir: std::env::temp_dir(),
+            // A private folder: bosun writes values files only into one.
+            tmp_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("helm-values"),
         };
         bosun::helm::HelmEngine::select(&settings)
             .await
@@ -337,6 +338,16 @@ pub fn http_full(
         .expect("the HTTP client task")
         .expect("an answer within 60s")
         .expect("an HTTP exchange")
+}
+
+/// The debug TCP address and its token, from the web view's address bosun printed
+/// (`… web view: http://127.0.0.1:PORT/ui?token=TOKEN`).
+pub fn debug_tcp(printed: &str) -> Option<(String, String)> {
+    printed.lines().find_map(|l| {
+        let url = l.split("web view: http://").nth(1)?.trim();
+        let (addr, token) = url.split_once("/ui?token=")?;
+        Some((addr.to_string(), token.to_string()))
+    })
 }
 
 /// Polls `cond` until it holds or `timeout` passes; panics with `what` on timeout.

@@ -332,31 +332,42 @@ fn an_unusable_socket_does_not_stop_bosun_and_tcp_is_loopback_only() {
         ],
     );
     op.wait("the debug TCP address", Duration::from_secs(60), || {
-        op.logs().contains("bosun debug endpoints on http://")
+        common::debug_tcp(&op.logs()).is_some()
     });
     let logs = op.logs();
     assert!(
         logs.contains("debug endpoints not served") && logs.contains("debug.socket"),
         "{logs}"
     );
-    let debug_addr = logs
-        .lines()
-        .find_map(|l| {
-            l.split("bosun debug endpoints on http://")
-                .nth(1)
-                .map(|a| a.trim().to_string())
-        })
-        .unwrap_or_default();
+    // No folder for the token file either: the printed address carries the token.
+    assert!(
+        logs.contains("bosun debug token not written; it is in the web view's address"),
+        "{logs}"
+    );
+    let (debug_addr, token) = common::debug_tcp(&logs).unwrap_or_default();
+    let bearer = format!("Bearer {token}");
     let public = http_address(&op);
     op.wait(
         "/readyz without a debug socket",
         Duration::from_secs(30),
         || common::http_raw(&public, "GET", "/readyz", "", b"").0 == 200,
     );
-    let (code, body) = common::http(&debug_addr, "GET", "/queue/list.json", "", "");
+    let (code, body) = common::http(
+        &debug_addr,
+        "GET",
+        &format!("/queue/list.json?token={token}"),
+        "",
+        "",
+    );
     assert_eq!(code, 200, "{body}");
     assert!(body["summary"]["totalTasks"].is_u64(), "{body}");
-    let (code, _) = common::http(&debug_addr, "POST", "/queue/list.json", "", "");
+    let (code, _) = common::http_full(
+        &debug_addr,
+        "POST",
+        "/queue/list.json",
+        &[("Authorization", &bearer)],
+        b"",
+    );
     assert_eq!(code, 405);
     // A web page whose own name was made to point at 127.0.0.1 gets nothing.
     let mut stream = std::net::TcpStream::connect(&debug_addr).expect("connect");

@@ -254,19 +254,10 @@ exit 1"#,
             ("DEBUG_HTTP_SERVER_ADDR", "127.0.0.1:0"),
         ],
     );
-    let mut addr = String::new();
     op.wait("the debug TCP address", Duration::from_secs(60), || {
-        addr = op
-            .logs()
-            .lines()
-            .find_map(|l| {
-                l.split("bosun debug endpoints on http://")
-                    .nth(1)
-                    .map(|a| a.trim().to_string())
-            })
-            .unwrap_or_default();
-        !addr.is_empty()
+        common::debug_tcp(&op.logs()).is_some()
     });
+    let (addr, token) = common::debug_tcp(&op.logs()).unwrap_or_default();
     // A lambda controller whose sync hook fails for its one parent.
     let hooks = Hooks::serve(|_, _| (500, serde_json::Value::String("internal trouble".into())));
     post_ok(
@@ -332,7 +323,8 @@ exit 1"#,
                             "template": {"metadata": {"labels": {"app": "web"}},
                                 "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}}]}}}),
     );
-    let url = format!("http://{addr}/ui");
+    // The address bosun printed, with the token the page sends with its requests.
+    let url = format!("http://{addr}/ui?token={token}");
     let profile = tempfile::tempdir().expect("profile dir");
 
     let deadline = Instant::now() + Duration::from_secs(60);

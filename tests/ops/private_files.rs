@@ -1,13 +1,19 @@
-//! Who can read bosun's files, end to end: the sandbox's store and kubeconfig (which
-//! carries the token) and the data folder of `bosun run --sandbox` are private (`0700`
-//! folders, `0600` files), and ones an older bosun left readable are tightened at start.
+//! Who can read and change bosun's files, end to end: the sandbox's store and kubeconfig
+//! (which carries the token) and the data folder of `bosun run --sandbox` are private
+//! (`0700` folders, `0600` files), and ones an older bosun left readable are tightened at
+//! start. The temp folder (hook files, chart copies, Helm values) is bosun's own: one
+//! another user made or can write in is refused. The debug TCP listener asks for a token
+//! kept in a file only bosun's user reads. Some cases act as the user `nobody` (the tests
+//! run as root).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::common::{Killed, Sandbox, bosun_bin, capture, http_full, wait_for, workdir};
+use crate::common::{
+    self, HelmEngine, Killed, Operator, Sandbox, bosun_bin, capture, http_full, wait_for, workdir,
+};
 use serde_json::{Value, json};
 
 /// Permission bits of `path` (not following symbolic links).
@@ -138,4 +144,300 @@ fn run_with_the_sandbox_keeps_its_data_folder_private() {
         data.join("journal").join("segments").exists()
     });
     assert_eq!(mode(&data.join("journal")), 0o700);
+}
+
+/// Runs `script` with bash as the user `nobody`.
+fn as_nobody(script: &str) -> std::process::Output {
+    Command::new("runuser")
+        .args(["-u", "nobody", "--", "bash", "-c", script])
+        .output()
+        .expect("runuser (the tests run as root, and the user nobody exists)")
+}
+
+/// The owner's uid of `path` (not following links).
+fn owner(path: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .uid()
+}
+
+/// Starts `bosun run` with its temp folder at `tmp` (nothing else is needed: the folder is
+/// checked before bosun connects) and returns what it printed once it has exited.
+fn refused_start(work: &Path, tmp: &Path) -> String {
+    std::fs::create_dir_all(work).expect("work folder");
+    let tmp = tmp.display().to_string();
+    let hooks = work.join("global-hooks").display().to_string();
+    let modules = work.join("modules").display().to_string();
+    let journal = work.join("journal").display().to_string();
+    let socket = work.join("debug.socket").display().to_string();
+    let mut op = Operator::start_with_only(
+        &[
+            ("ADDON_OPERATOR_TMP_DIR", tmp.as_str()),
+            ("GLOBAL_HOOKS_DIR", hooks.as_str()),
+            ("MODULES_DIR", modules.as_str()),
+            ("BOSUN_JOURNAL_DIR", journal.as_str()),
+            ("DEBUG_UNIX_SOCKET", socket.as_str()),
+            ("ADDON_OPERATOR_LISTEN_ADDRESS", "127.0.0.1"),
+            ("ADDON_OPERATOR_LISTEN_PORT", "0"),
+        ],
+        work,
+    );
+    let exited = op.wait_exit(Duration::from_secs(60));
+    let logs = op.logs();
+    assert_eq!(exited, Some(false), "bosun did not refuse to start: {logs}");
+    assert!(
+        !logs.contains("bosun HTTP endpoints listening"),
+        "nothing is served: {logs}"
+    );
+    logs
+}
+
+#[test]
+fn a_temp_folder_another_user_made_or_can_write_in_is_refused() {
+    let work = workdir();
+    // A folder like /tmp: anyone may make folders in it; the sticky bit keeps them apart.
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let shared = work.path().join("shared");
+    std::fs::create_dir(&shared).expect("mkdir");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    // Another user makes bosun's default temp folder first, open to all, with a chart of
+    // theirs where bosun copies module charts.
+    let theirs = shared.join("addon-operator");
+    let made = as_nobody(&format!(
+        "mkdir -m 0777 {dir} && mkdir -p {dir}/charts/web/templates && \
+         printf 'kind: ConfigMap\\nmetadata:\\n  name: theirs\\n' > {dir}/charts/web/templates/cm.yaml",
+        dir = theirs.display()
+    ));
+    assert!(
+        made.status.success(),
+        "nobody's folder: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    assert_eq!(owner(&theirs), 65534);
+    let logs = refused_start(&work.path().join("a"), &theirs);
+    let shown = theirs.display();
+    assert!(
+        logs.contains(&format!("ADDON_OPERATOR_TMP_DIR {shown}: not starting: {shown} belongs to uid 65534 (nobody) (mode 0777), not to bosun's user uid 0 (root)")),
+        "{logs}"
+    );
+    // Their folder is left as it is: bosun neither uses nor changes it.
+    assert_eq!((owner(&theirs), mode(&theirs)), (65534, 0o777));
+    assert_eq!(owner(&theirs.join("charts/web/templates/cm.yaml")), 65534);
+
+    // bosun's user's own folder, but writable by others: someone may have put a chart in it.
+    let open = work.path().join("open");
+    std::fs::create_dir(&open).expect("mkdir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let logs = refused_start(&work.path().join("b"), &open);
+    assert!(
+        logs.contains(&format!(
+            "{} is writable by group and others (owner uid 0 (root), mode 0777)",
+            open.display()
+        )) && logs.contains("bosun expects 0700"),
+        "{logs}"
+    );
+    assert_eq!(mode(&open), 0o777);
+
+    // A link (here to a private folder): refused too, it can be pointed elsewhere.
+    let private = work.path().join("private");
+    std::fs::create_dir(&private).expect("mkdir");
+    let link = work.path().join("link");
+    std::os::unix::fs::symlink(&private, &link).expect("symlink");
+    let logs = refused_start(&work.path().join("c"), &link);
+    assert!(
+        logs.contains(&format!("{} is a symbolic link", link.display())),
+        "{logs}"
+    );
+
+    // A folder inside one another user may write in without the sticky bit.
+    let unsticky = work.path().join("unsticky");
+    std::fs::create_dir(&unsticky).expect("mkdir");
+    std::fs::set_permissions(&unsticky, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let logs = refused_start(&work.path().join("d"), &unsticky.join("tmp"));
+    assert!(
+        logs.contains(&format!(
+            "is inside {}, which others may write in without the sticky bit",
+            unsticky.display()
+        )),
+        "{logs}"
+    );
+}
+
+#[test]
+fn what_bosun_writes_in_its_temp_folder_is_private() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let hooks = common::global_hooks_dir(w);
+    common::config_hook(
+        &hooks.join("001-startup.sh"),
+        r#"{"configVersion":"v1","onStartup":1}"#,
+        "true",
+    );
+    let chart = w.join("modules/010-web");
+    std::fs::create_dir_all(chart.join("templates")).expect("chart folder");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+    )
+    .expect("Chart.yaml");
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-settings\ndata:\n  password: {{ .Values.web.password | quote }}\n",
+    )
+    .expect("template");
+    std::fs::write(
+        chart.join("values.yaml"),
+        "webEnabled: true\nweb:\n  password: hunter2\n",
+    )
+    .expect("values.yaml");
+    // The temp folder as an older bosun left it: readable by everyone.
+    let tmp = w.join("tmp");
+    std::fs::create_dir(&tmp).expect("mkdir");
+    std::fs::write(tmp.join("old-values.json"), "{}").expect("write");
+    loosen(&tmp);
+    let mut env: Vec<(String, String)> = HelmEngine::Cli.env();
+    env.push(("DEBUG_KEEP_TMP_FILES".into(), "true".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let op = Operator::start_with(&sb, &hooks, w, &env);
+    op.wait("the chart installed", Duration::from_secs(90), || {
+        sb.get("/api/v1/namespaces/default/configmaps/web-settings")
+            .0
+            == 200
+    });
+    let logs = op.logs();
+    assert!(
+        logs.contains("made the temp folder private") && logs.contains("old-values.json"),
+        "{logs}"
+    );
+    // The hook's kept files and the chart's copy are there, and only bosun's user reads them.
+    let all = tree(&tmp);
+    let names: Vec<String> = all.iter().map(|p| p.display().to_string()).collect();
+    assert!(
+        names.iter().any(|n| n.ends_with("-binding-context.json"))
+            && names
+                .iter()
+                .any(|n| n.ends_with("charts/web/templates/cm.yaml")),
+        "{names:#?}"
+    );
+    for p in all {
+        let expected = if p.is_dir() { 0o700 } else { 0o600 };
+        assert_eq!(mode(&p), expected, "{}", p.display());
+    }
+}
+
+#[test]
+fn the_debug_tcp_listener_answers_only_with_its_token() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    // Others may reach the folder (not list it): the token file itself must keep them out.
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let hooks = common::global_hooks_dir(work.path());
+    std::fs::write(
+        work.path().join("modules/values.yaml"),
+        "global:\n  apiKey: s3cret-api-key\n",
+    )
+    .expect("values.yaml");
+    let op = Operator::start_with(
+        &sb,
+        &hooks,
+        work.path(),
+        &[("DEBUG_HTTP_SERVER_ADDR", "127.0.0.1:0")],
+    );
+    op.wait("the web view's address", Duration::from_secs(60), || {
+        common::debug_tcp(&op.logs()).is_some()
+    });
+    let (addr, token) = common::debug_tcp(&op.logs()).unwrap_or_default();
+    let file = work.path().join("debug.token");
+    assert!(
+        op.logs()
+            .contains(&format!("bosun debug token in {}", file.display())),
+        "{}",
+        op.logs()
+    );
+    assert_eq!(mode(&file), 0o600);
+    let kept = std::fs::read_to_string(&file).expect("token file");
+    assert_eq!(kept.trim(), token);
+    assert_eq!(token.len(), 64, "{token}");
+
+    // Another local user reads neither the token file nor, without it, any value.
+    let read = as_nobody(&format!("cat {}", file.display()));
+    assert!(
+        !read.status.success()
+            && String::from_utf8_lossy(&read.stderr).contains("Permission denied"),
+        "nobody read the token: {} {}",
+        String::from_utf8_lossy(&read.stdout),
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let (host, port) = addr.rsplit_once(':').unwrap_or_default();
+    let asked = as_nobody(&format!(
+        "exec 3<>/dev/tcp/{host}/{port} && \
+         printf 'GET /global/values.json HTTP/1.1\\r\\nHost: {addr}\\r\\nConnection: close\\r\\n\\r\\n' >&3 && \
+         cat <&3"
+    ));
+    let answer = String::from_utf8_lossy(&asked.stdout);
+    assert!(
+        answer.starts_with("HTTP/1.1 401") && !answer.contains("s3cret-api-key"),
+        "{answer} {}",
+        String::from_utf8_lossy(&asked.stderr)
+    );
+    assert!(
+        answer.contains("www-authenticate: Bearer") && answer.contains(&file.display().to_string()),
+        "the answer says where the token is: {answer}"
+    );
+
+    // With the token (header or query), the values; a wrong one is refused.
+    let get = |path: &str, headers: &[(&str, &str)]| {
+        let (code, body) = http_full(&addr, "GET", path, headers, b"");
+        (code, String::from_utf8_lossy(&body).into_owned())
+    };
+    let bearer = format!("Bearer {token}");
+    let (code, body) = get("/global/values.json", &[("Authorization", &bearer)]);
+    assert!(
+        code == 200 && body.contains("s3cret-api-key"),
+        "{code} {body}"
+    );
+    let (code, body) = get(&format!("/global/values.json?token={token}"), &[]);
+    assert!(
+        code == 200 && body.contains("s3cret-api-key"),
+        "{code} {body}"
+    );
+    let wrong = format!("Bearer {}", "0".repeat(64));
+    for (path, headers) in [
+        (
+            "/global/values.json",
+            vec![("Authorization", wrong.as_str())],
+        ),
+        ("/journal/log.json", vec![]),
+        ("/module/list.json", vec![]),
+        ("/explain.json?subject=values%20global.apiKey", vec![]),
+        ("/config/list.json", vec![]),
+    ] {
+        let (code, body) = get(path, &headers);
+        assert!(
+            code == 401 && !body.contains("s3cret"),
+            "{path}: {code} {body}"
+        );
+    }
+    let (code, body) = http_full(
+        &addr,
+        "POST",
+        "/config/set",
+        &[
+            ("Content-Type", "application/json"),
+            ("X-Bosun-Client", "cli"),
+        ],
+        b"name=log.level&value=error",
+    );
+    assert_eq!(code, 401, "{}", String::from_utf8_lossy(&body));
+    // The page itself holds no data and loads without it (it takes the token from its
+    // address); the unix socket needs none.
+    let (code, page) = get("/ui", &[]);
+    assert!(code == 200 && page.contains("Bearer"), "{code}");
+    let values = common::run_ok(&mut common::debug_cli(
+        &work.path().join("debug.socket"),
+        &["global", "values", "-o", "json"],
+    ));
+    assert!(values.contains("s3cret-api-key"), "{values}");
 }

@@ -258,17 +258,10 @@ fn the_debug_tcp_listener_refuses_cross_origin_config_posts() {
         &[("DEBUG_HTTP_SERVER_ADDR", "127.0.0.1:0")],
     );
     op.wait("the debug TCP address", Duration::from_secs(60), || {
-        op.logs().contains("bosun debug endpoints on http://")
+        common::debug_tcp(&op.logs()).is_some()
     });
-    let debug_addr = op
-        .logs()
-        .lines()
-        .find_map(|l| {
-            l.split("bosun debug endpoints on http://")
-                .nth(1)
-                .map(|a| a.trim().to_string())
-        })
-        .unwrap_or_default();
+    let (debug_addr, token) = common::debug_tcp(&op.logs()).unwrap_or_default();
+    let bearer = format!("Bearer {token}");
     let level = || {
         let text = run_ok(&mut common::debug_cli(
             &socket,
@@ -293,7 +286,7 @@ fn the_debug_tcp_listener_refuses_cross_origin_config_posts() {
             &debug_addr,
             "POST",
             "/config/set",
-            &[("Content-Type", ct)],
+            &[("Content-Type", ct), ("Authorization", &bearer)],
             b"name=log.level&value=error",
         );
         let text = String::from_utf8_lossy(&body);
@@ -312,6 +305,7 @@ fn the_debug_tcp_listener_refuses_cross_origin_config_posts() {
         &[
             ("Content-Type", "application/x-www-form-urlencoded"),
             ("X-Bosun-Client", "cli"),
+            ("Authorization", &bearer),
         ],
         b"name=log.level&value=warn",
     );

@@ -159,12 +159,13 @@ impl HelmCharts {
     }
 }
 
-/// Writes `bytes` to `path` readable by this user only, through a temporary file.
+/// Writes `bytes` to `path` readable by this user only, through a temporary file (missing
+/// folders are created `0700`).
 pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::private_dir::create_dir(dir)?;
     }
     let tmp = path.with_extension("part");
     let mut f = std::fs::OpenOptions::new()
