@@ -372,6 +372,15 @@ impl Segment {
     }
 }
 
+/// Damage that matters: not among events compacted away (below the low-water mark).
+fn live_damage(damage: &[Damage], low_water: u64) -> Vec<Damage> {
+    damage
+        .iter()
+        .filter(|d| d.next_seq.is_none_or(|n| n > low_water))
+        .cloned()
+        .collect()
+}
+
 /// The file naming the sequence ranges `repair` declared lost (`[[first, last], …]`):
 /// records there are known to be gone and do not stop the journal from opening.
 const ACCEPTED_GAPS: &str = "gaps";
@@ -818,9 +827,8 @@ impl SegmentStorage {
                     seg.durable = end;
                 }
             }
-            // Damage among compacted events does not matter any more.
-            seg.damage
-                .retain(|d| d.next_seq.is_none_or(|n| n > low_water));
+            // Damage among compacted events does not matter any more ([`live_damage`]);
+            // it stays listed so that readers step over it.
             segments.push(seg);
         }
         structure.extend(missing_records(dir, &segments, low_water, &accepted));
@@ -1193,10 +1201,6 @@ impl Storage for SegmentStorage {
             if st.segments.len() == 1 {
                 st.roll_next = true;
             }
-            for seg in &mut st.segments {
-                seg.damage
-                    .retain(|d| d.next_seq.is_none_or(|n| n > new_low));
-            }
             return Ok(());
         }
         // The middle (repair of single records): rewrite the segments concerned.
@@ -1337,7 +1341,7 @@ impl Storage for SegmentStorage {
         let st = self.state();
         st.segments
             .iter()
-            .flat_map(|s| s.damage.iter().cloned())
+            .flat_map(|s| live_damage(&s.damage, st.low_water))
             .chain(st.structure.iter().cloned())
             .collect()
     }
@@ -1411,7 +1415,7 @@ impl Storage for SegmentStorage {
             if st.segments[i].damage.is_empty() {
                 continue;
             }
-            dropped.extend(st.segments[i].damage.iter().cloned());
+            dropped.extend(live_damage(&st.segments[i].damage, st.low_water));
             let all = st.segments[i].records()?;
             self.rewrite(&mut st, i, &all)?;
         }
