@@ -564,10 +564,7 @@ where
         .header("authorization", auth.header("GET", &path))
         .body(http_body_util::Full::new(Bytes::new()))
         .map_err(|e| FollowError::Http(e.to_string()))?;
-    let response = tokio::time::timeout(SILENCE, client.request(request))
-        .await
-        .map_err(|_| FollowError::Silent(SILENCE))?
-        .map_err(|e| FollowError::Http(format!("{url}: {e}")))?;
+    let response = send(client, &url, request).await?;
     let status = response.status();
     let mut body = response.into_body();
     if !status.is_success() {
@@ -635,6 +632,18 @@ where
     }
 }
 
+/// Sends `request` (to `url`), waiting at most [`SILENCE`] for the answer's head.
+async fn send(
+    client: &HttpClient,
+    url: &str,
+    request: http::Request<http_body_util::Full<Bytes>>,
+) -> Result<http::Response<hyper::body::Incoming>, FollowError> {
+    tokio::time::timeout(SILENCE, client.request(request))
+        .await
+        .map_err(|_| FollowError::Silent(SILENCE))?
+        .map_err(|e| FollowError::Http(format!("{url}: {e}")))
+}
+
 /// How a standby's requests to a leader prove themselves.
 enum Auth {
     /// Over the nonce the leader handed out.
@@ -671,10 +680,7 @@ async fn authenticate(
     let request = http::Request::get(&url)
         .body(http_body_util::Full::new(Bytes::new()))
         .map_err(|e| FollowError::Http(e.to_string()))?;
-    let response = tokio::time::timeout(SILENCE, client.request(request))
-        .await
-        .map_err(|_| FollowError::Silent(SILENCE))?
-        .map_err(|e| FollowError::Http(format!("{url}: {e}")))?;
+    let response = send(client, &url, request).await?;
     let status = response.status();
     let body = tokio::time::timeout(SILENCE, response.into_body().collect())
         .await
