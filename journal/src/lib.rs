@@ -265,6 +265,7 @@ fn check_directory(dir: &Path, create: bool) -> Result<(), JournalError> {
                 | "gaps"
                 | "gaps.tmp"
                 | "stray"
+                | "probe.tmp"
         );
         sled || segments || SUBSYSTEM_DIRS.contains(&n.as_str())
     };

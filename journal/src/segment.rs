@@ -372,6 +372,10 @@ impl Segment {
     }
 }
 
+/// The file a journal that cannot write tries the disk with, and its size.
+const PROBE_FILE: &str = "probe.tmp";
+const PROBE_BYTES: usize = 256 * 1024;
+
 /// Damage that matters: not among events compacted away (below the low-water mark).
 fn live_damage(damage: &[Damage], low_water: u64) -> Vec<Damage> {
     damage
@@ -1348,6 +1352,24 @@ impl Storage for SegmentStorage {
 
     fn structure_problems(&self) -> Vec<Damage> {
         self.state().structure.clone()
+    }
+
+    fn probe(&self) -> Result<(), JournalError> {
+        // Room for a batch, allocated for real (a segment's room ahead is sparse and
+        // proves nothing), then given back.
+        let path = self.dir.join(PROBE_FILE);
+        let result = (|| {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&path)?;
+            f.write_all(&vec![0u8; PROBE_BYTES])?;
+            f.sync_all()
+        })();
+        let _ = std::fs::remove_file(&path);
+        result.map_err(io_err(&path))
     }
 
     fn accepted_gaps(&self) -> Vec<(u64, u64)> {

@@ -79,6 +79,12 @@ pub trait Storage: Send + Sync + 'static {
     }
     /// Snapshots stored but unreadable, `(seq, what is wrong)`; [`Storage::snapshots`]
     /// leaves them out.
+    /// Whether a write of a batch's size would land now (after a failed write, to learn
+    /// that the disk has room again). By default a flush.
+    fn probe(&self) -> Result<(), JournalError> {
+        self.flush()
+    }
+
     /// What is wrong with the set of files rather than inside one (stray files, records
     /// no file holds); already part of [`Storage::damage`].
     fn structure_problems(&self) -> Vec<Damage> {

@@ -45,6 +45,9 @@ const LINGER_PROBE: u32 = 32;
 /// appenders that acknowledgement woke: until as many requests as it acknowledged have come
 /// back, or for at most half the last flush's duration. Requests arriving after that
 /// window never wait.
+/// How often a journal that cannot write tries its disk while nobody appends.
+const PROBE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub(crate) fn commit_loop(
     storage: Arc<dyn Storage>,
     rx: std::sync::mpsc::Receiver<AppendRequest>,
@@ -70,6 +73,19 @@ pub(crate) fn commit_loop(
         }
         let first = match caught.flatten() {
             Some(first) => first,
+            // While writes fail, callers that refuse to start work on a failing journal
+            // (`Journal::submit`) append nothing: the committer tries the disk itself.
+            None if health.failing().is_some() => match rx.recv_timeout(PROBE_EVERY) {
+                Ok(first) => first,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    match storage.recover().and_then(|()| storage.probe()) {
+                        Ok(()) => health.wrote(),
+                        Err(e) => tracing::debug!("the journal still cannot write: {e}"),
+                    }
+                    continue;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            },
             None => match rx.recv() {
                 Ok(first) => first,
                 Err(_) => break,

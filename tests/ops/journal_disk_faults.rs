@@ -396,3 +396,106 @@ fn a_damaged_lambda_journal_fails_readiness_naming_it() {
     let (_, body) = get(&addr, "/readyz");
     assert!(body.contains("lambda journal"), "{body}");
 }
+
+const ITEMS: &str = "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/deployitems";
+
+/// The deployer and the lambda controllers on a full journal disk: `/readyz` names the
+/// journal that cannot write, and once there is room again every item queued meanwhile
+/// runs to `Succeeded` without a restart.
+#[test]
+fn deploy_items_queued_while_the_journal_disk_is_full_all_run_once_there_is_room() {
+    let work = workdir();
+    let Some(fs) = small_fs(&work.path().join("journal-fs")) else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let sb = Sandbox::start();
+    let hooks = work.path().join("global-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    let journal = fs.0.join("journal");
+    let journal_dir = journal.display().to_string();
+    let op = Operator::start_with(
+        &sb,
+        &hooks,
+        work.path(),
+        &[
+            ("BOSUN_JOURNAL_DIR", journal_dir.as_str()),
+            ("BOSUN_MODULES", "false"),
+        ],
+    );
+    let mut addr = String::new();
+    op.wait("the HTTP address", Duration::from_secs(60), || {
+        addr = op.http_address().unwrap_or_default();
+        !addr.is_empty()
+    });
+    let get = |path: &str| get(&addr, path);
+    op.wait("ready", Duration::from_secs(60), || {
+        get("/readyz").0 == 200 && sb.get(ITEMS).0 == 200
+    });
+    let create = |name: &str| {
+        let (code, body) = sb.post(
+            ITEMS,
+            &serde_json::json!({
+                "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"type": "landscaper.gardener.cloud/mock", "config": {
+                    "apiVersion": "mock.deployer.landscaper.gardener.cloud/v1alpha1",
+                    "kind": "ProviderConfiguration"}},
+            }),
+        );
+        assert_eq!(code, 201, "{body}");
+    };
+    create("before");
+    let phase = |name: &str| {
+        let (code, item) = sb.get(&format!("{ITEMS}/{name}"));
+        (code == 200)
+            .then(|| item["status"]["phase"].as_str().map(String::from))
+            .flatten()
+    };
+    op.wait("the first item succeeded", Duration::from_secs(60), || {
+        phase("before").as_deref() == Some("Succeeded")
+    });
+
+    fill(&fs.0.join("filler"));
+    let names: Vec<String> = (0..20).map(|i| format!("queued-{i}")).collect();
+    for name in &names {
+        create(name);
+    }
+    let mut why = String::new();
+    op.wait(
+        "readiness to fail naming the deployer's journal",
+        Duration::from_secs(60),
+        || {
+            let (code, body) = get("/readyz");
+            why = body;
+            code == 503 && why.contains("deployer")
+        },
+    );
+    assert!(
+        why.contains("No space left") || why.contains("os error 28"),
+        "/readyz says why: {why}"
+    );
+    assert_eq!(get("/healthz").0, 200, "alive while the disk is full");
+
+    std::fs::remove_file(fs.0.join("filler")).expect("room again");
+    // Nothing appends to a journal that refuses new work: it finds the room by itself.
+    let (mut ready, mut last) = (false, String::new());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !ready && std::time::Instant::now() < deadline {
+        let (code, body) = get("/readyz");
+        (ready, last) = (code == 200, body);
+        if !ready {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    assert!(ready, "not ready again: {last}");
+    op.wait(
+        "every item queued meanwhile succeeded",
+        Duration::from_secs(120),
+        || {
+            names
+                .iter()
+                .all(|n| phase(n).as_deref() == Some("Succeeded"))
+        },
+    );
+}
