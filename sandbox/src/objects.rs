@@ -159,7 +159,83 @@ pub fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> 
             )));
         }
     }
-    check_string_maps(info, obj)
+    check_string_maps(info, obj)?;
+    check_labels(info, obj)
+}
+
+/// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?` of at most 63 characters: a label value
+/// (or empty), and the name part of a qualified key.
+fn is_label_text(s: &str) -> bool {
+    let ok = |b: u8| b.is_ascii_alphanumeric();
+    s.len() <= 63
+        && s.bytes()
+            .all(|b| ok(b) || b == b'-' || b == b'_' || b == b'.')
+        && s.bytes().next().is_some_and(ok)
+        && s.bytes().last().is_some_and(ok)
+}
+
+/// A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain.
+fn key_problem(key: &str) -> Option<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix
+        && (p.is_empty() || !is_dns_subdomain(p))
+    {
+        return Some(format!(
+            "Invalid value: \"{key}\": prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')"
+        ));
+    }
+    if name.len() > 63 {
+        return Some(format!(
+            "Invalid value: \"{key}\": name part must be no more than 63 characters"
+        ));
+    }
+    if !is_label_text(name) {
+        return Some(format!(
+            "Invalid value: \"{key}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+        ));
+    }
+    None
+}
+
+/// Label keys and values, and annotation keys, as kube-apiserver validates them (422).
+fn check_labels(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    let mut causes: Vec<(&str, String)> = Vec::new();
+    if let Some(labels) = obj["metadata"]["labels"].as_object() {
+        for (key, value) in labels {
+            if let Some(p) = key_problem(key) {
+                causes.push(("metadata.labels", p));
+            }
+            let value = value.as_str().unwrap_or_default();
+            if value.len() > 63 {
+                causes.push((
+                    "metadata.labels",
+                    format!("Invalid value: \"{value}\": must be no more than 63 characters"),
+                ));
+            } else if !value.is_empty() && !is_label_text(value) {
+                causes.push((
+                    "metadata.labels",
+                    format!(
+                        "Invalid value: \"{value}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(annotations) = obj["metadata"]["annotations"].as_object() {
+        for key in annotations.keys() {
+            if let Some(p) = key_problem(key) {
+                causes.push(("metadata.annotations", p));
+            }
+        }
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    Err(ApiError::invalid(&info.kind, name, &causes))
 }
 
 /// Maps of strings stay maps of strings, as kube-apiserver decodes them into Go's
@@ -771,6 +847,32 @@ mod tests {
         assert!(name_problem(&cm, "Upper").is_some());
         assert!(name_problem(&cm, "-x").is_some());
         assert!(name_problem(&cm, &"a".repeat(254)).is_some());
+        let longest = format!(
+            "{}{}",
+            format!("{}.", "a".repeat(63)).repeat(3),
+            "a".repeat(61)
+        );
+        assert_eq!(longest.len(), 253);
+        assert!(name_problem(&cm, &longest).is_none());
+        // Labels and annotation keys as kube-apiserver checks them.
+        let labelled = |labels: Value| {
+            let mut o = json!({"metadata": {"name": "x", "labels": labels}});
+            check_type(&cm, &mut o)
+        };
+        assert!(
+            labelled(json!({"app": "web", "example.com/tier": "", "a_b.c": "X-1_y.z"})).is_ok()
+        );
+        let e = labelled(json!({"app": "v".repeat(64)})).expect_err("too long");
+        assert_eq!(e.code, 422);
+        assert!(
+            e.message.contains("must be no more than 63 characters"),
+            "{}",
+            e.message
+        );
+        assert!(labelled(json!({"app": "-web"})).is_err());
+        assert!(labelled(json!({"Bad Key": "v"})).is_err());
+        assert!(labelled(json!({"Example.com/x": "v"})).is_err());
+        assert!(labelled(json!({"/x": "v"})).is_err());
         let role = super::super::resources::builtin_resources()
             .into_iter()
             .find(|r| r.plural == "roles")
