@@ -42,6 +42,16 @@ pub enum HookRunError {
         stderr: String,
     },
     /// It ran longer than its timeout and was killed.
+    #[error(
+        "hook {hook:?}: line {line} of its --config output is not UTF-8 (byte {offset} of the line); a configuration is YAML or JSON text"
+    )]
+    NotUtf8 {
+        hook: String,
+        /// The first such line, from 1.
+        line: usize,
+        /// Where in it the bytes stop being UTF-8.
+        offset: usize,
+    },
     #[error("hook {hook:?}: timed out after {after:?} and was killed")]
     Timeout {
         /// Hook name.
@@ -86,6 +96,7 @@ impl HookRunError {
             HookRunError::Exit { .. } => "exit",
             HookRunError::Timeout { .. } => "timeout",
             HookRunError::EnabledResult { .. } => "enabled_result",
+            HookRunError::NotUtf8 { .. } => "not_utf8",
             HookRunError::TempFile { .. } => "temp_file",
             HookRunError::UnsafeTmpDir { .. } => "unsafe_tmp_dir",
         }
@@ -496,8 +507,31 @@ impl Launched {
         };
         let out = async move {
             let mut captured = String::new();
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            // The first line that is not UTF-8: (line number, where in it).
+            let mut not_utf8 = None;
+            let mut reader = BufReader::new(stdout);
+            let mut raw = Vec::new();
+            let mut number = 0usize;
+            loop {
+                raw.clear();
+                match reader.read_until(b'\n', &mut raw).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                number += 1;
+                if raw.last() == Some(&b'\n') {
+                    raw.pop();
+                    if raw.last() == Some(&b'\r') {
+                        raw.pop();
+                    }
+                }
+                let line = match std::str::from_utf8(&raw) {
+                    Ok(text) => text.to_string(),
+                    Err(e) => {
+                        not_utf8.get_or_insert((number, e.valid_up_to()));
+                        String::from_utf8_lossy(&raw).into_owned()
+                    }
+                };
                 if capture_stdout {
                     captured.push_str(&line);
                     captured.push('\n');
@@ -506,7 +540,7 @@ impl Launched {
                 }
             }
             out_log.finish();
-            captured
+            (captured, not_utf8)
         };
         let err = async move {
             let mut tail: std::collections::VecDeque<String> = Default::default();
@@ -563,6 +597,7 @@ impl Launched {
                 .await
                 .unwrap_or_default(),
         };
+        let (captured, not_utf8) = captured;
         if !status.success() {
             let status = match (
                 status.code(),
@@ -576,6 +611,13 @@ impl Launched {
                 hook: name,
                 status,
                 stderr,
+            });
+        }
+        if capture_stdout && let Some((line, offset)) = not_utf8 {
+            return Err(HookRunError::NotUtf8 {
+                hook: name,
+                line,
+                offset,
             });
         }
         Ok((captured, started.elapsed(), Some(usage)))
@@ -794,6 +836,47 @@ echo to-stdout; echo to-stderr >&2"#,
             assert!(Instant::now() < deadline, "temp files are removed");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn config_output_that_is_not_utf8_is_named_with_its_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hook = script(
+            dir.path(),
+            "latin1.sh",
+            r#"printf 'configVersion: v1\nonStartup: 1\n# caf\xe9\n'"#,
+        );
+        let e = runner(dir.path(), Duration::from_secs(30))
+            .config("latin1.sh", &hook)
+            .await
+            .expect_err("not UTF-8");
+        assert!(
+            matches!(
+                e,
+                HookRunError::NotUtf8 {
+                    line: 3,
+                    offset: 5,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("line 3 of its --config output is not UTF-8"),
+            "{e}"
+        );
+        // Valid output is taken whole.
+        let good = script(
+            dir.path(),
+            "good.sh",
+            "printf 'configVersion: v1\r\nonStartup: 1\n'",
+        );
+        let out = runner(dir.path(), Duration::from_secs(30))
+            .config("good.sh", &good)
+            .await
+            .expect("config");
+        assert_eq!(out, "configVersion: v1\nonStartup: 1\n");
     }
 
     #[tokio::test]
