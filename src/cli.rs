@@ -378,6 +378,10 @@ pub struct SandboxArgs {
     /// How long to wait for the storage lock a sandbox that is still stopping holds.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub lock_wait: std::time::Duration,
+    /// A connection that has not sent a whole request head this long after it was opened
+    /// is closed (kube-apiserver's `ReadHeaderTimeout` is 32 s).
+    #[arg(long, default_value = "32s", value_parser = humantime::parse_duration)]
+    pub header_read_timeout: std::time::Duration,
     /// Fault injection for reliability tests: wait this long before every request.
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub fault_delay: std::time::Duration,
@@ -459,6 +463,7 @@ fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
         crate::sandbox::ServeOptions {
             tls: args.tls,
             lock_wait: args.lock_wait,
+            header_read_timeout: args.header_read_timeout,
             faults: std::sync::Arc::new(faults),
         },
     ))

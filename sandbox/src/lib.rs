@@ -79,6 +79,8 @@ pub struct ServeOptions {
     pub tls: bool,
     /// How long to wait for the storage lock a previous sandbox still holds.
     pub lock_wait: std::time::Duration,
+    /// How long a new connection may take to send its first whole request head.
+    pub header_read_timeout: std::time::Duration,
     /// Injected delays and refusals (reliability tests; off by default).
     pub faults: Arc<faults::Faults>,
 }
@@ -88,6 +90,7 @@ impl Default for ServeOptions {
         ServeOptions {
             tls: false,
             lock_wait: lock::DEFAULT_LOCK_WAIT,
+            header_read_timeout: serve::HEADER_READ_TIMEOUT,
             faults: Arc::default(),
         }
     }
@@ -205,6 +208,7 @@ pub async fn start_with(
         listener,
         router,
         tls.map(|t| t.config),
+        options.header_read_timeout,
         stop.subscribe(),
     ));
     tracing::info!(%url, data = %config.data.display(), tls = ca_pem.is_some(), "sandbox API server listening");

@@ -22,12 +22,19 @@ use tokio::task::JoinSet;
 /// How long a client may take for its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a new connection may take to send its first whole request head, by default
+/// (kube-apiserver's `ReadHeaderTimeout`). Connections that never do (partial headers
+/// held open) would otherwise pile up. A kept-alive connection that went idle after a
+/// request is not limited: clients pool them.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
+
 /// Serves `router` on `listener` until `stop` turns true, then waits for the connections
 /// to finish what they are writing.
 pub async fn serve(
     listener: TcpListener,
     router: axum::Router,
     tls: Option<Arc<rustls::ServerConfig>>,
+    header_read_timeout: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
@@ -52,13 +59,13 @@ pub async fn serve(
         let stop = stop.clone();
         match &acceptor {
             None => {
-                connections.spawn(connection(stream, router, stop));
+                connections.spawn(connection(stream, router, header_read_timeout, stop));
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
                 connections.spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => connection(tls, router, stop).await,
+                        Ok(Ok(tls)) => connection(tls, router, header_read_timeout, stop).await,
                         Ok(Err(e)) => {
                             tracing::debug!(%peer, error = %e, "TLS handshake failed")
                         }
@@ -80,23 +87,46 @@ pub async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 /// One connection: served until the client closes it, or until stop, when the response in
 /// progress (a watch ends on stop too) is finished and the connection closed.
-async fn connection<I>(io: I, router: axum::Router, mut stop: watch::Receiver<bool>)
-where
+async fn connection<I>(
+    io: I,
+    router: axum::Router,
+    header_read_timeout: Duration,
+    mut stop: watch::Receiver<bool>,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = TowerToHyperService::new(router);
+    // Set once a whole request head has been read (the request reached the router).
+    let headed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = headed.clone();
+    let inner = TowerToHyperService::new(router);
+    let service = hyper::service::service_fn(move |request| {
+        seen.store(true, std::sync::atomic::Ordering::Relaxed);
+        hyper::service::Service::call(&inner, request)
+    });
     let conn = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
     tokio::pin!(conn);
-    tokio::select! {
-        result = conn.as_mut() => {
-            if let Err(e) = result {
-                tracing::trace!(error = %e, "sandbox connection ended");
+    let first_head = tokio::time::sleep(header_read_timeout);
+    tokio::pin!(first_head);
+    let mut waiting_for_head = true;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::trace!(error = %e, "sandbox connection ended");
+                }
+                return;
             }
-            return;
+            _ = stopped(&mut stop) => break,
+            () = &mut first_head, if waiting_for_head => {
+                waiting_for_head = false;
+                if !headed.load(std::sync::atomic::Ordering::Relaxed) {
+                    tracing::debug!(after = ?header_read_timeout, "closing a connection that sent no whole request head");
+                    return;
+                }
+            }
         }
-        _ = stopped(&mut stop) => {}
     }
     conn.as_mut().graceful_shutdown();
     if let Err(e) = conn.await {

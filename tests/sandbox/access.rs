@@ -336,3 +336,47 @@ fn two_host_headers_are_refused() {
     let code = answer.split_whitespace().nth(1).unwrap_or_default();
     assert!(code == "403" || code == "400", "{answer}");
 }
+
+/// Connections that never finish a request head (a slow-headers attack) are closed after
+/// the header read timeout; a client's kept-alive connection that went idle after a
+/// request stays usable, as pooled clients expect.
+#[test]
+fn connections_that_never_send_a_whole_request_head_are_closed() {
+    use std::io::{Read, Write};
+    let sb = Sandbox::start_with(&["--header-read-timeout", "1s"]);
+    let addr = sb.addr().to_string();
+    let partial: Vec<std::net::TcpStream> = (0..50)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+            s.write_all(b"GET /api HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                .expect("partial head");
+            s
+        })
+        .collect();
+    // A kept-alive connection: one request, then idle past the timeout, then another.
+    let mut kept = std::net::TcpStream::connect(&addr).expect("connect");
+    kept.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let ask = |s: &mut std::net::TcpStream| {
+        s.write_all(b"GET /version HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .expect("request");
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).expect("answer");
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    };
+    assert!(ask(&mut kept).starts_with("HTTP/1.1 200"));
+    for mut s in partial {
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        let started = Instant::now();
+        let mut buf = [0u8; 64];
+        // Closed by the server: end of stream (or a reset), not our read timeout.
+        let closed = matches!(s.read(&mut buf), Ok(0) | Err(_))
+            && started.elapsed() < Duration::from_secs(20);
+        assert!(closed, "a connection with a partial head stays open");
+    }
+    assert!(
+        ask(&mut kept).starts_with("HTTP/1.1 200"),
+        "an idle kept-alive connection still serves"
+    );
+}
