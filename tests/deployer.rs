@@ -855,6 +855,50 @@ fn manifests_are_applied_in_the_target_cluster_updated_pruned_and_removed() {
     assert!(in_target("/api/v1/namespaces/default/configmaps/kept").is_some());
 }
 
+/// `updateStrategy: patch` sends what changes from the live object to the rendered one,
+/// as landscaper does: a field added on the cluster is gone after the next change.
+#[test]
+fn the_patch_strategy_removes_fields_added_on_the_cluster_at_the_next_change() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    let config = |v: &str| {
+        let mut c =
+            manifest_config(json!([{"manifest": cm("default", "patched", json!({"a": v}))}]));
+        c["updateStrategy"] = json!("patch");
+        c
+    };
+    create_item(
+        &sb,
+        "patching",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": config("1")}),
+    );
+    wait_phase(&op, &sb, "patching", "Succeeded");
+    let path = "/api/v1/namespaces/default/configmaps/patched";
+    let (code, body) = target_cluster.request(
+        "PATCH",
+        path,
+        "application/merge-patch+json",
+        &json!({"data": {"added": "on the cluster"}}).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
+    edit_item(&sb, "patching", |o| o["spec"]["config"] = config("2"));
+    op.wait("the second run", WAIT, || {
+        item(&sb, "patching").is_some_and(|o| {
+            o["status"]["observedGeneration"] == 2 && o["status"]["phase"] == "Succeeded"
+        })
+    });
+    let (code, live) = target_cluster.get(path);
+    assert_eq!(code, 200);
+    assert_eq!(
+        live["data"],
+        json!({"a": "2"}),
+        "the field added on the cluster is gone"
+    );
+}
+
 /// An item whose `managedResources` could never be written (the API server takes 3 MiB
 /// for an object) fails at once naming the limit, before it writes anything to the target,
 /// instead of applying everything again and again.

@@ -16,7 +16,9 @@ pub enum UpdateStrategy {
     /// The whole object is written as rendered.
     #[default]
     Update,
-    /// A JSON merge patch (RFC 7386) of the rendered object onto the live one.
+    /// The JSON merge patch (RFC 7386) from the live object to the rendered one, as
+    /// landscaper's `client.MergeFrom(live)`: what the rendered object leaves out (fields
+    /// added on the cluster) is removed, and its `null`s remove fields.
     Patch,
     /// The rendered object deep-merged into the live one; fields set live are kept.
     Merge,
@@ -49,7 +51,9 @@ impl UpdateStrategy {
         match self {
             UpdateStrategy::Update => rendered.clone(),
             UpdateStrategy::Patch => {
-                let mut out = live.clone();
+                // live + (live → rendered) is the rendered object without its nulls; the
+                // API server keeps the system fields and the status, as for an update.
+                let mut out = Value::Object(Map::new());
                 merge_patch(&mut out, rendered);
                 out
             }
@@ -690,7 +694,8 @@ mod tests {
         assert_eq!(UpdateStrategy::Update.updated(&live, &rendered), rendered);
         assert_eq!(
             UpdateStrategy::Patch.updated(&live, &json!({"data": {"a": "new", "b": null}})),
-            json!({"data": {"a": "new"}, "metadata": {"resourceVersion": "7"}})
+            json!({"data": {"a": "new"}}),
+            "what the rendered object leaves out goes, as upstream's patch from the live object"
         );
         assert_eq!(
             UpdateStrategy::Merge.updated(&live, &rendered)["data"],
