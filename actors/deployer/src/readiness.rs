@@ -139,12 +139,150 @@ pub fn contained(want: &Value, have: &Value) -> bool {
 enum Step {
     Field(String),
     Index(usize),
+    /// `[*]` or `.*`: every element or value.
+    Wildcard,
+    /// `[?(@.a.b == 'x')]`, or `[?(@.a)]` (the field exists): the elements that match.
+    Filter {
+        path: Vec<Step>,
+        compare: Option<(Compare, Value)>,
+    },
+}
+
+/// A filter's comparison.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Compare {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// Parses `?(@.path op literal)` (the inside of `[…]`).
+fn parse_filter(path: &str, inner: &str) -> Result<Step, String> {
+    let body = inner
+        .strip_prefix('?')
+        .map(str::trim)
+        .and_then(|b| b.strip_prefix('('))
+        .and_then(|b| b.strip_suffix(')'))
+        .map(str::trim)
+        .ok_or_else(|| {
+            format!("{path:?}: [{inner}] is not a filter like [?(@.type == 'Ready')]")
+        })?;
+    // The operator: the first one outside quotes.
+    let mut quote = None;
+    let mut found = None;
+    let chars: Vec<char> = body.chars().collect();
+    for (i, c) in chars.iter().enumerate() {
+        match (quote, c) {
+            (Some(q), c) if *c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(*c),
+            (None, '=' | '!' | '<' | '>') => {
+                let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
+                found = Some(match two.as_str() {
+                    "==" => (i, 2, Compare::Eq),
+                    "!=" => (i, 2, Compare::Ne),
+                    "<=" => (i, 2, Compare::Le),
+                    ">=" => (i, 2, Compare::Ge),
+                    _ if *c == '<' => (i, 1, Compare::Lt),
+                    _ if *c == '>' => (i, 1, Compare::Gt),
+                    _ => return Err(format!("{path:?}: unknown comparison in [{inner}]")),
+                });
+                break;
+            }
+            _ => {}
+        }
+    }
+    let (left, compare) = match found {
+        None => (body.to_string(), None),
+        Some((at, len, op)) => {
+            let left: String = chars[..at].iter().collect();
+            let right: String = chars[at + len..].iter().collect();
+            (left, Some((op, literal(path, right.trim())?)))
+        }
+    };
+    let left = left.trim();
+    let rest = left.strip_prefix('@').ok_or_else(|| {
+        format!("{path:?}: a filter compares a field of the element (@.field), got {left:?}")
+    })?;
+    let path_steps = if rest.is_empty() {
+        Vec::new()
+    } else {
+        parse_path(rest)?
+    };
+    Ok(Step::Filter {
+        path: path_steps,
+        compare,
+    })
+}
+
+/// A filter's literal: a quoted string, a number, `true`, `false` or `null`.
+fn literal(path: &str, text: &str) -> Result<Value, String> {
+    if let Some(s) = text
+        .strip_prefix('\'')
+        .and_then(|t| t.strip_suffix('\''))
+        .or_else(|| text.strip_prefix('"').and_then(|t| t.strip_suffix('"')))
+    {
+        return Ok(Value::String(s.to_string()));
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ (Value::Number(_) | Value::Bool(_) | Value::Null)) => Ok(v),
+        _ => Err(format!(
+            "{path:?}: {text:?} is not a quoted string, a number, true, false or null"
+        )),
+    }
+}
+
+/// JSON values equal as landscaper compares them: numbers by value (`1` is `1.0`).
+pub fn json_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+fn compares(have: &Value, compare: Compare, want: &Value) -> bool {
+    let order = match (have, want) {
+        (Value::Number(a), Value::Number(b)) => a
+            .as_f64()
+            .zip(b.as_f64())
+            .and_then(|(a, b)| a.partial_cmp(&b)),
+        (Value::String(a), Value::String(b)) => Some(a.cmp(b)),
+        _ => None,
+    };
+    match compare {
+        Compare::Eq => json_eq(have, want),
+        Compare::Ne => !json_eq(have, want),
+        Compare::Lt => order == Some(std::cmp::Ordering::Less),
+        Compare::Le => matches!(
+            order,
+            Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+        ),
+        Compare::Gt => order == Some(std::cmp::Ordering::Greater),
+        Compare::Ge => matches!(
+            order,
+            Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal)
+        ),
+    }
 }
 
 /// Parses the JSONPath subset the deployer configurations use: `.a.b[0].c`, optionally in
-/// `{…}` and after `$`, with `['key.with.dots']` for keys holding dots. A dot escaped with
-/// a backslash (`app\.kubernetes\.io`, `['a\.b']`) is part of the key, as client-go's
-/// JSONPath reads it (upstream's own examples write it so).
+/// `{…}` and after `$`, with `['key.with.dots']` for keys holding dots, `[*]` and `.*`, and
+/// filters `[?(@.type == 'Ready')]` (`==`, `!=`, `<`, `<=`, `>`, `>=`, or a field alone for
+/// "exists"), as client-go's JSONPath, which landscaper uses. A dot escaped with a
+/// backslash (`app\.kubernetes\.io`, `['a\.b']`) is part of the key, as client-go's
+/// JSONPath reads it (upstream's own examples write it so). Recursive descent (`..`),
+/// slices and unions are refused, naming the path.
 fn parse_path(path: &str) -> Result<Vec<Step>, String> {
     let mut p = path.trim();
     if let Some(inner) = p.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
@@ -177,8 +315,29 @@ fn parse_path(path: &str) -> Result<Vec<Step>, String> {
                 if end == start {
                     return Err(format!("{path:?}: empty field name at {start}"));
                 }
-                steps.push(Step::Field(key));
+                if let Some(c) = key
+                    .chars()
+                    .find(|c| "{}()?@'\"=!<> ".contains(*c) || (*c == '*' && key.len() > 1))
+                {
+                    return Err(format!(
+                        "{path:?}: {c:?} in the field name {key:?} (a key with such characters is written ['{key}'])"
+                    ));
+                }
+                steps.push(if key == "*" {
+                    Step::Wildcard
+                } else {
+                    Step::Field(key)
+                });
                 i = end;
+            }
+            '[' if bytes.get(i + 1) == Some(&'?') => {
+                // A filter may hold ']' (`@.a[0]`): it ends at ")]".
+                let close = (i + 1..bytes.len().saturating_sub(1))
+                    .find(|j| bytes[*j] == ')' && bytes[j + 1] == ']')
+                    .ok_or_else(|| format!("{path:?}: unclosed filter '[?('"))?;
+                let inner: String = bytes[i + 1..=close].iter().collect();
+                steps.push(parse_filter(path, inner.trim())?);
+                i = close + 2;
             }
             '[' => {
                 let close = bytes[i..]
@@ -188,7 +347,9 @@ fn parse_path(path: &str) -> Result<Vec<Step>, String> {
                     .ok_or_else(|| format!("{path:?}: unclosed '['"))?;
                 let inner: String = bytes[i + 1..close].iter().collect();
                 let inner = inner.trim();
-                if let Some(key) = inner
+                if inner == "*" {
+                    steps.push(Step::Wildcard);
+                } else if let Some(key) = inner
                     .strip_prefix('\'')
                     .and_then(|s| s.strip_suffix('\''))
                     .or_else(|| inner.strip_prefix('"').and_then(|s| s.strip_suffix('"')))
@@ -213,21 +374,54 @@ pub fn check_path(path: &str) -> Result<(), String> {
     parse_path(path).map(|_| ())
 }
 
-/// The value at `path` in `v` (`None`: not there).
-pub fn at<'a>(v: &'a Value, path: &str) -> Result<Option<&'a Value>, String> {
-    let mut cur = v;
-    for step in parse_path(path)? {
-        let next = match (&step, cur) {
-            (Step::Field(f), Value::Object(o)) => o.get(f),
-            (Step::Index(n), Value::Array(a)) => a.get(*n),
-            _ => None,
-        };
-        match next {
-            Some(n) => cur = n,
-            None => return Ok(None),
+/// Every value `steps` lead to from `v`, in order.
+fn walk<'a>(v: &'a Value, steps: &[Step], out: &mut Vec<&'a Value>) {
+    let Some((step, rest)) = steps.split_first() else {
+        out.push(v);
+        return;
+    };
+    match (step, v) {
+        (Step::Field(f), Value::Object(o)) => {
+            if let Some(n) = o.get(f) {
+                walk(n, rest, out);
+            }
         }
+        (Step::Index(n), Value::Array(a)) => {
+            if let Some(n) = a.get(*n) {
+                walk(n, rest, out);
+            }
+        }
+        (Step::Wildcard, Value::Array(a)) => a.iter().for_each(|n| walk(n, rest, out)),
+        (Step::Wildcard, Value::Object(o)) => o.values().for_each(|n| walk(n, rest, out)),
+        (Step::Filter { path, compare }, Value::Array(a)) => {
+            for element in a {
+                let mut found = Vec::new();
+                walk(element, path, &mut found);
+                let keep = match compare {
+                    None => !found.is_empty(),
+                    Some((op, want)) => found.iter().any(|have| compares(have, *op, want)),
+                };
+                if keep {
+                    walk(element, rest, out);
+                }
+            }
+        }
+        _ => {}
     }
-    Ok(Some(cur))
+}
+
+/// Every value at `path` in `v` (none: not there); a path with `[*]` or a filter may
+/// find several.
+pub fn all_at<'a>(v: &'a Value, path: &str) -> Result<Vec<&'a Value>, String> {
+    let steps = parse_path(path)?;
+    let mut out = Vec::new();
+    walk(v, &steps, &mut out);
+    Ok(out)
+}
+
+/// The (first) value at `path` in `v` (`None`: not there).
+pub fn at<'a>(v: &'a Value, path: &str) -> Result<Option<&'a Value>, String> {
+    Ok(all_at(v, path)?.into_iter().next())
 }
 
 fn int(v: &Value, path: &str) -> Option<i64> {
@@ -348,22 +542,34 @@ pub struct Requirement {
 
 impl Requirement {
     /// Why `o` does not meet it (`None`: it does).
+    /// As landscaper's custom check: a field that is not there meets only "does not
+    /// exist"; otherwise every value found (a filter or `[*]` may find several) must meet
+    /// the operator, numbers compared by value.
     pub fn unmet(&self, o: &Value) -> Option<String> {
-        let found = at(o, &self.json_path).ok().flatten();
-        let matches = |v: &Value| self.values.iter().any(|w| w == v);
-        let ok = match self.operator {
-            Operator::Exists => found.is_some(),
-            Operator::NotExists => found.is_none(),
-            Operator::Equals | Operator::In => found.is_some_and(matches),
-            Operator::NotEquals | Operator::NotIn => !found.is_some_and(matches),
+        let found = all_at(o, &self.json_path).unwrap_or_default();
+        let matches = |v: &Value| self.values.iter().any(|w| json_eq(w, v));
+        let ok = match (self.operator, found.is_empty()) {
+            (Operator::NotExists, missing) => missing,
+            (_, true) => false,
+            (Operator::Exists, false) => true,
+            (Operator::Equals | Operator::In, false) => found.iter().all(|v| matches(v)),
+            (Operator::NotEquals | Operator::NotIn, false) => found.iter().all(|v| !matches(v)),
         };
         (!ok).then(|| {
+            let shown = match found.as_slice() {
+                [] => "missing".to_string(),
+                [one] => one.to_string(),
+                many => format!(
+                    "[{}]",
+                    many.iter()
+                        .map(|v| v.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
             format!(
                 "{} is {} ({:?} {:?})",
-                self.json_path,
-                found.map_or("missing".to_string(), Value::to_string),
-                self.operator,
-                self.values
+                self.json_path, shown, self.operator, self.values
             )
         })
     }
@@ -685,6 +891,95 @@ pub fn put_export(into: &mut Value, key: &str, value: Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn filters_and_wildcards_find_what_client_go_s_jsonpath_finds() {
+        let o = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "n": 1},
+            {"type": "Healthy", "status": "False", "n": 2},
+            {"type": "Ready2", "status": "True", "n": 3}
+        ]}});
+        let found = |p: &str| all_at(&o, p).expect(p);
+        assert_eq!(
+            found(".status.conditions[?(@.type == 'Ready')].status"),
+            [&json!("True")]
+        );
+        assert_eq!(
+            found(r#"{.status.conditions[?(@.type=="Healthy")].status}"#),
+            [&json!("False")]
+        );
+        assert_eq!(found(".status.conditions[*].n").len(), 3);
+        assert_eq!(found(".status.conditions[?(@.n > 1)].type").len(), 2);
+        assert_eq!(
+            found(".status.conditions[?(@.n >= 3)].type"),
+            [&json!("Ready2")]
+        );
+        assert_eq!(
+            found(".status.conditions[?(@.status != 'True')].type"),
+            [&json!("Healthy")]
+        );
+        assert_eq!(found(".status.conditions[?(@.missing)].type").len(), 0);
+        assert_eq!(found(".status.conditions[?(@.n)].type").len(), 3);
+        assert!(found(".status.conditions[?(@.type == 'Nope')].status").is_empty());
+        // As landscaper: every value found must meet the requirement; missing meets only
+        // "does not exist".
+        let req = |path: &str, operator, values: Vec<Value>| Requirement {
+            json_path: path.into(),
+            operator,
+            values,
+        };
+        let ready = ".status.conditions[?(@.type == 'Ready')].status";
+        assert!(
+            req(ready, Operator::Equals, vec![json!("True")])
+                .unmet(&o)
+                .is_none()
+        );
+        assert!(
+            req(
+                ".status.conditions[*].status",
+                Operator::Equals,
+                vec![json!("True")]
+            )
+            .unmet(&o)
+            .is_some()
+        );
+        assert!(
+            req(".status.nope", Operator::NotEquals, vec![json!("x")])
+                .unmet(&o)
+                .is_some()
+        );
+        assert!(
+            req(".status.nope", Operator::NotExists, vec![])
+                .unmet(&o)
+                .is_none()
+        );
+        assert!(
+            req(
+                ".status.conditions[0].n",
+                Operator::Equals,
+                vec![json!(1.0)]
+            )
+            .unmet(&o)
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn malformed_paths_are_refused() {
+        for bad in [
+            ".status.conditions[?(@.type=~'x')].status",
+            ".status.conditions[?(type == 'x')].status",
+            ".status.conditions[?(@.type == Ready)].status",
+            ".status[",
+            ".status[abc]",
+            ".status..x",
+            "{.status}}",
+            "{.status",
+            ".a[-1]",
+        ] {
+            assert!(check_path(bad).is_err(), "{bad} was taken");
+        }
+    }
 
     #[test]
     fn strategies_merge_as_documented() {
