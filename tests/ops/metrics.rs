@@ -901,3 +901,69 @@ fn a_client_limit_that_is_not_a_number_is_named() {
         "{logs}"
     );
 }
+
+/// A module whose run fails counts in `module_run_errors_total` by the step that failed,
+/// and one whose deletion fails in `module_delete_errors_total`, as addon-operator's.
+#[test]
+fn failed_module_runs_and_deletions_are_counted() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let m = work.path().join("modules");
+    std::fs::write(
+        m.join("values.yaml"),
+        "runFailsEnabled: true\ndeleteFailsEnabled: true\n",
+    )
+    .expect("values.yaml");
+    common::config_hook(
+        &m.join("010-run-fails/hooks/before.sh"),
+        r#"{"configVersion":"v1","beforeHelm":1}"#,
+        "echo 'cannot prepare' >&2; exit 1",
+    );
+    common::config_hook(
+        &m.join("020-delete-fails/hooks/after-delete.sh"),
+        r#"{"configVersion":"v1","afterDeleteHelm":1}"#,
+        "echo 'cannot clean up' >&2; exit 1",
+    );
+    let op = Operator::start_with(
+        &sb,
+        &work.path().join("no-global-hooks"),
+        work.path(),
+        &[("BOSUN_TASK_MAX_ATTEMPTS", "1")],
+    );
+    let addr = http_addr(&op);
+    op.wait("the failed run counted", Duration::from_secs(60), || {
+        value(
+            &get(&addr, "/metrics"),
+            "addon_operator_module_run_errors_total",
+            &[("module", "run-fails"), ("error_type", "beforeHelm")],
+        ) == Some(1.0)
+    });
+    // Disabling the other module runs its deletion, whose afterDeleteHelm hook fails.
+    let (code, body) = sb.post(
+        CM,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "addon-operator"},
+                "data": {"deleteFailsEnabled": "false"}}),
+    );
+    assert_eq!(code, 201, "{body}");
+    op.wait(
+        "the failed deletion counted",
+        Duration::from_secs(60),
+        || {
+            value(
+                &get(&addr, "/metrics"),
+                "addon_operator_module_delete_errors_total",
+                &[("module", "delete-fails")],
+            ) == Some(1.0)
+        },
+    );
+    let text = get(&addr, "/metrics");
+    assert_eq!(
+        value(
+            &text,
+            "addon_operator_module_delete_errors_total",
+            &[("module", "run-fails")]
+        ),
+        None,
+        "{text}"
+    );
+}
