@@ -727,6 +727,10 @@ async fn write_status(
             tracing::warn!(item = %item.key, "deploy item: {e}");
             return Box::pin(write_status(s, item, old, &reduced, None)).await;
         }
+        // Someone else wrote the item since it was read (landscaper setting the jobID):
+        // the run's result goes onto what is there now. Running it again would deploy
+        // again (an extra Helm revision for one install).
+        Err(ClusterError::Conflict(_)) => rebase_status(s, item, old, new).await?,
         other => other?,
     };
     own_write(s, &item.key, &written);
@@ -748,6 +752,57 @@ async fn write_status(
             message: e.to_string(),
         })
     })
+}
+
+/// Writes `new` (computed from `old`) onto the item as it is now, keeping what others
+/// changed meanwhile in the status they own (`jobID`, the trigger time); retried while
+/// writes keep crossing.
+async fn rebase_status(
+    s: &Shared,
+    item: &DeployItem,
+    old: &Status,
+    new: &Status,
+) -> Result<Value, ReconcileError> {
+    let mut last = ClusterError::Conflict(item_name(&item.key));
+    for _ in 0..5 {
+        let fresh = s
+            .cluster
+            .get_item(&item.key)
+            .await?
+            .ok_or_else(|| ClusterError::NotFound(item_name(&item.key)))?;
+        let fresh = DeployItem::from_value(fresh).map_err(|e| {
+            ReconcileError::Cluster(ClusterError::Other {
+                what: item_name(&item.key),
+                message: e.to_string(),
+            })
+        })?;
+        if fresh.uid != item.uid {
+            // Deleted and made again: this run's result is not its.
+            return Err(ReconcileError::Cluster(last));
+        }
+        let mut merged = new.clone();
+        if fresh.status.job_id != old.job_id {
+            merged.job_id = fresh.status.job_id.clone();
+        }
+        let trigger = |st: &Status| {
+            st.transition_times
+                .as_ref()
+                .and_then(|t| t.trigger_time.clone())
+        };
+        if trigger(&fresh.status) != trigger(old) {
+            merged
+                .transition_times
+                .get_or_insert_with(Default::default)
+                .trigger_time = trigger(&fresh.status);
+        }
+        tracing::debug!(item = %item.key, "the item changed during the run: its result is written onto the new version");
+        match s.cluster.update_status(fresh.with_status(&merged)).await {
+            Ok(written) => return Ok(written),
+            Err(e @ ClusterError::Conflict(_)) => last = e,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ReconcileError::Cluster(last))
 }
 
 /// Remembers the resourceVersion this deployer's write gave the item.

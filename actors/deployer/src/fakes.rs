@@ -41,6 +41,9 @@ struct Inner {
     watchers: Vec<UnboundedSender<Change>>,
     /// SyncObject holders by name (every holder counts as alive).
     locks: BTreeMap<String, String>,
+    /// Status writes to let through before another writer's lands first (see
+    /// [`MemoryCluster::write_status_before`]), and what that writer sets.
+    interfere: Option<(usize, fn(&mut Value))>,
 }
 
 /// The in-memory cluster; clones share it.
@@ -165,6 +168,12 @@ impl MemoryCluster {
     pub fn writes(&self) -> Vec<(ItemKey, &'static str)> {
         self.lock().writes.clone()
     }
+
+    /// After `passed` more status writes, another writer (landscaper setting a jobID, say)
+    /// changes the item with `edit` just before the next one, which then conflicts.
+    pub fn write_status_before(&self, passed: usize, edit: fn(&mut Value)) {
+        self.lock().interfere = Some((passed, edit));
+    }
 }
 
 fn conflict_check(stored: Option<&Value>, o: &Value, what: &str) -> Result<(), ClusterError> {
@@ -248,6 +257,17 @@ impl Cluster for MemoryCluster {
             let mut st = self.lock();
             let key = ItemKey::of(&object);
             let what = format!("DeployItem {key} status");
+            match st.interfere.take() {
+                Some((0, edit)) => {
+                    let version = st.next_version();
+                    if let Some(stored) = st.items.get_mut(&key) {
+                        edit(stored);
+                        stored["metadata"]["resourceVersion"] = json!(version);
+                    }
+                }
+                Some((n, edit)) => st.interfere = Some((n - 1, edit)),
+                None => {}
+            }
             conflict_check(st.items.get(&key), &object, &what)?;
             let mut stored = st.items.get(&key).cloned().unwrap_or_default();
             stored["status"] = object["status"].clone();

@@ -486,6 +486,47 @@ async fn a_helm_item_installs_a_release_and_succeeds() {
     assert_eq!(item["metadata"]["finalizers"], json!([FINALIZER]));
 }
 
+/// landscaper's write lands while the install runs: the run's result is written onto the
+/// item as it is now, not deployed again (no second Helm revision for one install).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_write_that_conflicts_mid_run_does_not_deploy_again() {
+    let w = world().await;
+    w.helm.set_rendered(
+        "web",
+        vec![config_map("web-config", None, json!({"a": "1"}))],
+    );
+    // The Init and Progressing writes pass; before the Succeeded one (the release is
+    // installed by then) another writer changes the item's status.
+    w.cluster.write_status_before(2, |item| {
+        item["status"]["transitionTimes"]["triggerTime"] = json!("2026-11-27T00:00:00Z");
+    });
+    w.cluster
+        .put_item(helm_item("web", json!({"replicas": 2}), json!({})));
+    w.settled("web", 1, Phase::Succeeded).await;
+    let installs = w
+        .helm
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, HelmCall::Install { .. } | HelmCall::Upgrade { .. }))
+        .count();
+    assert_eq!(installs, 1, "{:?}", w.helm.calls());
+    assert_eq!(
+        w.journaled_phases("web"),
+        [Phase::Init, Phase::Progressing, Phase::Succeeded],
+        "one run"
+    );
+    let release = w
+        .helm
+        .release_state(&target(), "apps", "web")
+        .expect("release apps/web");
+    assert_eq!(release.revision, 1);
+    assert_eq!(
+        w.item("web")["status"]["transitionTimes"]["triggerTime"],
+        "2026-11-27T00:00:00Z",
+        "what the other writer set is kept"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_helm_values_upgrade_the_release() {
     let w = world().await;
