@@ -43,8 +43,11 @@ struct Inner {
     locks: BTreeMap<String, String>,
     /// Status writes to let through before another writer's lands first (see
     /// [`MemoryCluster::write_status_before`]), and what that writer sets.
-    interfere: Option<(usize, fn(&mut Value))>,
+    interfere: Option<(usize, Edit)>,
 }
+
+/// What another writer does to an item.
+type Edit = fn(&mut Value);
 
 /// The in-memory cluster; clones share it.
 #[derive(Clone, Default)]
@@ -171,7 +174,7 @@ impl MemoryCluster {
 
     /// After `passed` more status writes, another writer (landscaper setting a jobID, say)
     /// changes the item with `edit` just before the next one, which then conflicts.
-    pub fn write_status_before(&self, passed: usize, edit: fn(&mut Value)) {
+    pub fn write_status_before(&self, passed: usize, edit: Edit) {
         self.lock().interfere = Some((passed, edit));
     }
 }
