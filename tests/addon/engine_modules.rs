@@ -1158,3 +1158,84 @@ fn a_rejected_manifest_is_not_installed_again_at_once(engine: HelmEngine) {
     );
     drop(op);
 }
+
+/// A module's own hook deletes one of its release's objects: the resource monitor waits
+/// while the module's hook runs (it may be recreating objects), as addon-operator's pauses
+/// it, and once the hook is done it finds the object absent and re-runs the module, which
+/// puts it back. The order comes from the journal's sequence.
+#[test]
+fn an_object_a_module_s_hook_deleted_is_healed_once_the_hook_is_done() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    std::fs::create_dir_all(m.join("050-healed/templates")).expect("module");
+    std::fs::write(m.join("values.yaml"), "healedEnabled: true\n").expect("values.yaml");
+    std::fs::write(
+        m.join("050-healed/templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: healed-object\ndata:\n  state: rendered\n",
+    )
+    .expect("template");
+    // On a ConfigMap labelled prune: delete the release's object, then work on a while
+    // (the monitor ticks every second meanwhile).
+    common::config_hook(
+        &m.join("050-healed/hooks/prune.sh"),
+        r#"{"configVersion":"v1","kubernetes":[{"name":"prune","kind":"ConfigMap","labelSelector":{"matchLabels":{"trigger":"prune"}},"executeHookOnSynchronization":false}]}"#,
+        r#"echo '{"operation":"Delete","kind":"ConfigMap","namespace":"default","name":"healed-object"}' > "$KUBERNETES_PATCH_PATH"
+sleep 3"#,
+    );
+    let hooks = w.join("no-global-hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    let op = start_with_hooks(&sb, w, &hooks, HelmEngine::Library, &[]);
+    op.wait("the first converge", Duration::from_secs(90), || {
+        journal_converges(w) >= 1 && sb.get(&format!("{CM}/healed-object")).0 == 200
+    });
+    let (code, body) = sb.post(
+        CM,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "go", "labels": {"trigger": "prune"}}}),
+    );
+    assert_eq!(code, 201, "{body}");
+    // Healed: the hook ran, then a ModuleRun of the monitor's put the object back.
+    op.wait("the heal after the hook", Duration::from_secs(90), || {
+        started_tasks(&w.join("journal"))
+            .iter()
+            .any(|t| t.starts_with("ModuleRun:healed:HelmResourcesDrifted"))
+            && sb.get(&format!("{CM}/healed-object")).0 == 200
+    });
+    let tasks = started_tasks(&w.join("journal"));
+    let hook = tasks
+        .iter()
+        .position(|t| t.starts_with("ModuleHookRun:") && t.contains("prune"))
+        .unwrap_or_else(|| panic!("the hook ran: {tasks:?}"));
+    let heal = tasks
+        .iter()
+        .position(|t| t.starts_with("ModuleRun:healed:HelmResourcesDrifted"))
+        .unwrap_or_else(|| panic!("a heal: {tasks:?}"));
+    assert!(hook < heal, "the heal came after the hook: {tasks:?}");
+    // The heal was not started while the hook still ran: its task was enqueued after the
+    // hook's task ended.
+    let (_, events) = journal_state(&w.join("journal"));
+    let mut hook_id = None;
+    let (mut hook_done, mut heal_queued) = (None, None);
+    for (seq, e) in events.iter().enumerate() {
+        match e {
+            Event::Task(TaskEvent::TaskEnqueued { task, .. }) => {
+                if task.description.contains("prune") {
+                    hook_id = Some(task.id);
+                }
+                if task.description.starts_with("healed:HelmResourcesDrifted") {
+                    heal_queued.get_or_insert(seq);
+                }
+            }
+            Event::Task(TaskEvent::TaskSucceeded { id, .. }) if Some(*id) == hook_id => {
+                hook_done.get_or_insert(seq);
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        hook_done.is_some_and(|d| heal_queued.is_some_and(|q| d < q)),
+        "hook done at {hook_done:?}, heal queued at {heal_queued:?}"
+    );
+}
