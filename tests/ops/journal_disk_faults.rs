@@ -400,8 +400,8 @@ fn a_damaged_lambda_journal_fails_readiness_naming_it() {
 const ITEMS: &str = "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default/deployitems";
 
 /// The deployer and the lambda controllers on a full journal disk: `/readyz` names the
-/// journal that cannot write, and once there is room again every item queued meanwhile
-/// runs to `Succeeded` without a restart.
+/// journal that cannot write, and once there is room again every item and every parent
+/// made meanwhile is worked on without a restart.
 #[test]
 fn deploy_items_queued_while_the_journal_disk_is_full_all_run_once_there_is_room() {
     let work = workdir();
@@ -445,6 +445,66 @@ fn deploy_items_queued_while_the_journal_disk_is_full_all_run_once_there_is_room
         );
         assert_eq!(code, 201, "{body}");
     };
+    // A lambda controller: each Disk parent gets a ConfigMap child.
+    let hooks = common::webhooks::Hooks::serve(|_, request| {
+        let name = request["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or("x");
+        (
+            200,
+            serde_json::json!({"status": {"synced": true}, "children": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-child")}}
+            ]}),
+        )
+    });
+    common::webhooks::post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "disks.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"kind": "Disk", "plural": "disks", "singular": "disk", "listKind": "DiskList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+        }),
+    );
+    const DISKS: &str = "/apis/example.com/v1/namespaces/default/disks";
+    op.wait("the Disk resource served", Duration::from_secs(60), || {
+        sb.get(DISKS).0 == 200
+            && sb
+                .get("/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers")
+                .0
+                == 200
+    });
+    common::webhooks::post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &serde_json::json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "disks"},
+            "spec": {"parentResource": {"apiVersion": "example.com/v1", "resource": "disks"},
+                "generateSelector": true,
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}}}),
+    );
+    let disk = |name: &str| {
+        common::webhooks::post_ok(
+            &sb,
+            DISKS,
+            &serde_json::json!({"apiVersion": "example.com/v1", "kind": "Disk", "metadata": {"name": name}}),
+        );
+    };
+    let child = |name: &str| {
+        sb.get(&format!(
+            "/api/v1/namespaces/default/configmaps/{name}-child"
+        ))
+        .0 == 200
+    };
+    disk("first");
+    op.wait("the first parent's child", Duration::from_secs(60), || {
+        child("first")
+    });
     create("before");
     let phase = |name: &str| {
         let (code, item) = sb.get(&format!("{ITEMS}/{name}"));
@@ -460,6 +520,10 @@ fn deploy_items_queued_while_the_journal_disk_is_full_all_run_once_there_is_room
     let names: Vec<String> = (0..20).map(|i| format!("queued-{i}")).collect();
     for name in &names {
         create(name);
+    }
+    let parents: Vec<String> = (0..5).map(|i| format!("parent-{i}")).collect();
+    for name in &parents {
+        disk(name);
     }
     let mut why = String::new();
     op.wait(
@@ -497,5 +561,10 @@ fn deploy_items_queued_while_the_journal_disk_is_full_all_run_once_there_is_room
                 .iter()
                 .all(|n| phase(n).as_deref() == Some("Succeeded"))
         },
+    );
+    op.wait(
+        "every parent made meanwhile has its child",
+        Duration::from_secs(120),
+        || parents.iter().all(|p| child(p)),
     );
 }
