@@ -133,3 +133,52 @@ fn full_disk(backend: Backend) {
     );
     drop(journal);
 }
+
+/// A writer that starts nothing while the journal fails (`submit`) appends nothing: the
+/// journal finds the room by itself and says so, on both backends.
+#[test]
+fn with_nobody_appending_a_failing_journal_finds_the_room_by_itself() {
+    for backend in [Backend::Segments, Backend::Sled] {
+        let base = tempfile::tempdir().expect("temp dir");
+        let Some(fs) = SmallFs::mount(base.path()) else {
+            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+            return;
+        };
+        let journal: Journal<Ev> =
+            Journal::open_with(&fs.0.join("journal"), backend).expect("journal opens");
+        journal
+            .append_blocking(&[Ev("before".into())])
+            .expect("room at first");
+        fill(&fs.0.join("filler"));
+        let payload = "x".repeat(16 * 1024);
+        let mut appended = 0;
+        while journal.append_blocking(&[Ev(payload.clone())]).is_ok() {
+            appended += 1;
+            assert!(appended < 2000, "the disk never filled");
+        }
+        assert!(journal.health().failing().is_some());
+        let submitted = journal.submit(&[Ev("refused".into())]);
+        assert!(
+            submitted.is_err(),
+            "work is refused while the journal fails"
+        );
+
+        std::fs::remove_file(fs.0.join("filler")).expect("room again");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while journal.health().failing().is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "{backend:?}: never found the room without an append"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let ack = journal
+            .submit(&[Ev("accepted".into())])
+            .expect("work is taken again");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        assert!(rt.block_on(ack).is_ok(), "{backend:?}");
+        drop(journal);
+    }
+}
