@@ -160,7 +160,63 @@ pub fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> 
         }
     }
     check_string_maps(info, obj)?;
-    check_labels(info, obj)
+    check_labels(info, obj)?;
+    check_embedded(info, obj)
+}
+
+/// Objects a CRD embeds (`x-kubernetes-embedded-resource`) name their `apiVersion` and
+/// `kind`, as kube-apiserver requires (422).
+fn check_embedded(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    fn visit(v: &Value, path: &[String], at: String, causes: &mut Vec<(String, String)>) {
+        let Some((step, rest)) = path.split_first() else {
+            if v.is_object() {
+                for field in ["apiVersion", "kind"] {
+                    if v[field].as_str().is_none_or(str::is_empty) {
+                        causes.push((
+                            format!("{at}.{field}"),
+                            "Required value: must not be empty".into(),
+                        ));
+                    }
+                }
+            }
+            return;
+        };
+        match step.as_str() {
+            "[]" => {
+                for (i, item) in v.as_array().into_iter().flatten().enumerate() {
+                    visit(item, rest, format!("{at}[{i}]"), causes);
+                }
+            }
+            "{}" => {
+                for (k, item) in v.as_object().into_iter().flatten() {
+                    visit(item, rest, format!("{at}[{k}]"), causes);
+                }
+            }
+            name => {
+                if let Some(next) = v.get(name) {
+                    let at = if at.is_empty() {
+                        name.to_string()
+                    } else {
+                        format!("{at}.{name}")
+                    };
+                    visit(next, rest, at, causes);
+                }
+            }
+        }
+    }
+    let mut causes = Vec::new();
+    for path in &info.embedded {
+        visit(obj, path, String::new(), &mut causes);
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let causes: Vec<(&str, String)> = causes
+        .iter()
+        .map(|(f, m)| (f.as_str(), m.clone()))
+        .collect();
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    Err(ApiError::invalid(&info.kind, name, &causes))
 }
 
 /// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?` of at most 63 characters: a label value

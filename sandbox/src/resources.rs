@@ -33,6 +33,41 @@ pub struct ResourceInfo {
     /// Age when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub printer_columns: Vec<PrinterColumn>,
+    /// Where a CRD version's schema marks `x-kubernetes-embedded-resource`: property
+    /// names, `[]` for a list's items and `{}` for a map's values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub embedded: Vec<Vec<String>>,
+}
+
+/// The paths of a schema marked `x-kubernetes-embedded-resource` (see
+/// [`ResourceInfo::embedded`]).
+pub fn embedded_paths(schema: &serde_json::Value) -> Vec<Vec<String>> {
+    fn walk(
+        s: &serde_json::Value,
+        path: &mut Vec<String>,
+        out: &mut Vec<Vec<String>>,
+        depth: usize,
+    ) {
+        if depth > 32 || !s.is_object() {
+            return;
+        }
+        if s["x-kubernetes-embedded-resource"] == true && !path.is_empty() {
+            out.push(path.clone());
+        }
+        for (name, sub) in s["properties"].as_object().into_iter().flatten() {
+            path.push(name.clone());
+            walk(sub, path, out, depth + 1);
+            path.pop();
+        }
+        for (step, sub) in [("[]", &s["items"]), ("{}", &s["additionalProperties"])] {
+            path.push(step.to_string());
+            walk(sub, path, out, depth + 1);
+            path.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(schema, &mut Vec::new(), &mut out, 0);
+    out
 }
 
 /// One column of a CRD version's `additionalPrinterColumns`.
@@ -392,6 +427,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
                 label_selector_path: Some(".status.selector".to_string()),
             }),
             printer_columns: Vec::new(),
+            embedded: Vec::new(),
             storage: true,
         })
         .collect()

@@ -646,6 +646,7 @@ pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
                     label_selector_path: s["labelSelectorPath"].as_str().map(String::from),
                 }),
             storage: version["storage"].as_bool().unwrap_or(false),
+            embedded: super::resources::embedded_paths(&version["schema"]["openAPIV3Schema"]),
             printer_columns: version["additionalPrinterColumns"]
                 .as_array()
                 .into_iter()

@@ -854,3 +854,61 @@ fn string_maps_refuse_other_values_as_kube_apiserver_does() {
     let (_, now) = sb.get(&format!("{CM}/fine"));
     assert_eq!(now["metadata"]["labels"]["n"], "1");
 }
+
+/// Fields a CRD marks `x-kubernetes-embedded-resource` hold objects that name their
+/// `apiVersion` and `kind`, as kube-apiserver requires: a custom resource that leaves them
+/// out is refused (422), naming each field, in lists too.
+#[test]
+fn embedded_resources_without_apiversion_or_kind_are_refused() {
+    let sb = Sandbox::start();
+    let embedded = json!({"type": "object", "x-kubernetes-embedded-resource": true,
+                          "x-kubernetes-preserve-unknown-fields": true});
+    let (code, created) = sb.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "carriers.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"kind": "Carrier", "plural": "carriers", "singular": "carrier", "listKind": "CarrierList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {
+                            "template": embedded,
+                            "items": {"type": "array", "items": embedded}
+                        }}}}}}]}
+        }),
+    );
+    assert_eq!(code, 201, "{created}");
+    let carriers = "/apis/example.com/v1/namespaces/default/carriers";
+    wait_for("carriers served", Duration::from_secs(30), || {
+        sb.get(carriers).0 == 200
+    });
+    let carrier = |name: &str, spec: Value| {
+        sb.post(
+            carriers,
+            &json!({"apiVersion": "example.com/v1", "kind": "Carrier",
+                    "metadata": {"name": name}, "spec": spec}),
+        )
+    };
+    let good = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}});
+    let (code, body) = carrier("good", json!({"template": good, "items": [good]}));
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = carrier(
+        "bad",
+        json!({"template": {"metadata": {"name": "x"}}, "items": [good, {"kind": "Secret"}]}),
+    );
+    assert_eq!(code, 422, "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    for field in [
+        "spec.template.apiVersion",
+        "spec.template.kind",
+        "spec.items[1].apiVersion",
+    ] {
+        assert!(
+            message.contains(&format!("{field}: Required value: must not be empty")),
+            "{message}"
+        );
+    }
+    assert!(!message.contains("spec.items[0]"), "{message}");
+    assert_eq!(sb.get(&format!("{carriers}/bad")).0, 404, "nothing stored");
+}

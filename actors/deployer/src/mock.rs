@@ -71,20 +71,29 @@ impl MockConfig {
                 format!("{field}: {}", e.into_inner()),
             )
         })?;
-        // `status.providerStatus` is an embedded object: the API server refuses anything
-        // else in the status write, so it is refused here, before any write.
-        if let Some(ps) = parsed
-            .provider_status
-            .as_ref()
-            .filter(|ps| !ps.is_object() && !ps.is_null())
-        {
-            return Err(DeployError::config(
-                "Reconcile",
-                "FailedUnmarshal",
-                format!(
-                    "spec.config.providerStatus: expected an object (apiVersion, kind, …), got {ps}"
-                ),
-            ));
+        // `status.providerStatus` is an embedded resource: the API server refuses anything
+        // else in the status write (an object without apiVersion and kind too), so it is
+        // refused here, before any write.
+        if let Some(ps) = parsed.provider_status.as_ref().filter(|ps| !ps.is_null()) {
+            let named = |f: &str| ps[f].as_str().is_some_and(|s| !s.is_empty());
+            if !ps.is_object() {
+                return Err(DeployError::config(
+                    "Reconcile",
+                    "FailedUnmarshal",
+                    format!(
+                        "spec.config.providerStatus: expected an object (apiVersion, kind, …), got {ps}"
+                    ),
+                ));
+            }
+            if let Some(missing) = ["apiVersion", "kind"].into_iter().find(|f| !named(f)) {
+                return Err(DeployError::config(
+                    "Reconcile",
+                    "FailedUnmarshal",
+                    format!(
+                        "spec.config.providerStatus.{missing}: must not be empty (providerStatus is an embedded resource; the API server refuses the status otherwise)"
+                    ),
+                ));
+            }
         }
         Ok(parsed)
     }
@@ -209,6 +218,13 @@ mod tests {
             "{e}"
         );
         assert!(e.is_unrecoverable());
+        let e = MockConfig::parse(&json!({"providerStatus": {"kind": "S"}})).unwrap_err();
+        assert!(
+            e.message
+                .starts_with("spec.config.providerStatus.apiVersion: must not be empty"),
+            "{}",
+            e.message
+        );
         let ok = MockConfig::parse(&json!({"providerStatus": {"apiVersion": "x/v1", "kind": "S"}}));
         assert!(ok.is_ok(), "{ok:?}");
     }
