@@ -595,17 +595,7 @@ fn sync_dir(dir: &Path) -> Result<(), JournalError> {
 fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), JournalError> {
     let tmp = dir.join(format!("{name}.tmp"));
     let target = dir.join(name);
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &target)
-    })();
+    let result = write_synced(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, &target));
     if let Err(source) = result {
         let _ = std::fs::remove_file(&tmp);
         return Err(JournalError::Io {
@@ -614,6 +604,18 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), JournalE
         });
     }
     sync_dir(dir)
+}
+
+/// Writes `bytes` to a new `0600` file at `path` (replacing one there) and fsyncs it.
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
 }
 
 /// Reads a file written by [`write_atomically`]: `(seq, record)`, or why it is unusable.
@@ -1358,16 +1360,7 @@ impl Storage for SegmentStorage {
         // Room for a batch, allocated for real (a segment's room ahead is sparse and
         // proves nothing), then given back.
         let path = self.dir.join(PROBE_FILE);
-        let result = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&path)?;
-            f.write_all(&vec![0u8; PROBE_BYTES])?;
-            f.sync_all()
-        })();
+        let result = write_synced(&path, &vec![0u8; PROBE_BYTES]);
         let _ = std::fs::remove_file(&path);
         result.map_err(io_err(&path))
     }

@@ -205,6 +205,26 @@ fn get(addr: &str, path: &str) -> (u16, String) {
     (code, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// Waits for `/readyz` to fail naming `needle` and the full disk, while `/healthz` stays
+/// alive (its grace period).
+fn readiness_fails_for_no_space(op: &Operator, addr: &str, needle: &str) {
+    let mut why = String::new();
+    op.wait(
+        &format!("readiness to fail naming {needle:?}"),
+        Duration::from_secs(60),
+        || {
+            let (code, body) = get(addr, "/readyz");
+            why = body;
+            code == 503 && why.contains(needle)
+        },
+    );
+    assert!(
+        why.contains("No space left") || why.contains("os error 28"),
+        "/readyz says why: {why}"
+    );
+    assert_eq!(get(addr, "/healthz").0, 200, "alive while the disk is full");
+}
+
 #[test]
 fn a_full_journal_disk_fails_readiness_and_room_again_resumes_without_a_restart() {
     let work = workdir();
@@ -227,17 +247,7 @@ fn a_full_journal_disk_fails_readiness_and_room_again_resumes_without_a_restart(
     op.wait("ready", Duration::from_secs(60), || get("/readyz").0 == 200);
 
     fill(&fs.0.join("filler"));
-    let mut why = String::new();
-    op.wait("readiness to fail", Duration::from_secs(60), || {
-        let (code, body) = get("/readyz");
-        why = body;
-        code == 503 && why.contains("journal cannot write")
-    });
-    assert!(
-        why.contains("No space left") || why.contains("os error 28"),
-        "/readyz says why: {why}"
-    );
-    assert_eq!(get("/healthz").0, 200, "alive during the grace period");
+    readiness_fails_for_no_space(&op, &addr, "journal cannot write");
 
     std::fs::remove_file(fs.0.join("filler")).expect("room again");
     op.wait("ready again", Duration::from_secs(60), || {
@@ -525,21 +535,7 @@ fn deploy_items_queued_while_the_journal_disk_is_full_all_run_once_there_is_room
     for name in &parents {
         disk(name);
     }
-    let mut why = String::new();
-    op.wait(
-        "readiness to fail naming the deployer's journal",
-        Duration::from_secs(60),
-        || {
-            let (code, body) = get("/readyz");
-            why = body;
-            code == 503 && why.contains("deployer")
-        },
-    );
-    assert!(
-        why.contains("No space left") || why.contains("os error 28"),
-        "/readyz says why: {why}"
-    );
-    assert_eq!(get("/healthz").0, 200, "alive while the disk is full");
+    readiness_fails_for_no_space(&op, &addr, "deployer");
 
     std::fs::remove_file(fs.0.join("filler")).expect("room again");
     // Nothing appends to a journal that refuses new work: it finds the room by itself.
