@@ -577,16 +577,10 @@ async fn parent_object(r: &Reconciler, cluster: &dyn Cluster, key: &str) -> Opti
                 .map(|p| (*p).clone())
         }
         Reconciler::Decorator(d) => {
-            let mut parts = key.splitn(4, ':');
-            let (av, kind, ns, name) = (
-                parts.next().unwrap_or_default(),
-                parts.next().unwrap_or_default(),
-                parts.next().unwrap_or_default(),
-                parts.next().unwrap_or_default(),
-            );
-            let t = d.target_of(&serde_json::json!({"apiVersion": av, "kind": kind}))?;
+            let key = crate::decorator::TargetKey::parse(key);
+            let t = d.target_of(&key.type_probe())?;
             cluster
-                .cached(&t.resource, ns, name)
+                .cached(&t.resource, key.namespace, key.name)
                 .await
                 .ok()
                 .flatten()

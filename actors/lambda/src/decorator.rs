@@ -49,6 +49,34 @@ pub fn queue_key(object: &Value) -> String {
     )
 }
 
+/// A decorator's queue key read back: the object's type and where it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TargetKey<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+impl<'a> TargetKey<'a> {
+    /// Reads a [`queue_key`] (`apiVersion:kind:namespace:name`; the name may hold `:`).
+    pub fn parse(key: &'a str) -> TargetKey<'a> {
+        let mut parts = key.splitn(4, ':');
+        let mut next = || parts.next().unwrap_or_default();
+        TargetKey {
+            api_version: next(),
+            kind: next(),
+            namespace: next(),
+            name: next(),
+        }
+    }
+
+    /// The type as an object would carry it, for [`DecoratorController::target_of`].
+    pub fn type_probe(&self) -> Value {
+        json!({"apiVersion": self.api_version, "kind": self.kind})
+    }
+}
+
 /// Applies a hook's label or annotation answer: `null` deletes, others set.
 fn apply_map(
     current: &Value,
@@ -159,15 +187,9 @@ impl Decorator {
 
     /// One sync of the object named by `key` (`apiVersion:kind:namespace:name`).
     pub async fn sync(&self, cluster: &dyn Cluster, key: &str) -> Result<SyncReport, SyncError> {
-        let mut parts = key.splitn(4, ':');
-        let (api_version, kind, ns, name) = (
-            parts.next().unwrap_or_default(),
-            parts.next().unwrap_or_default(),
-            parts.next().unwrap_or_default(),
-            parts.next().unwrap_or_default(),
-        );
-        let probe = json!({"apiVersion": api_version, "kind": kind});
-        let Some(target) = self.target_of(&probe) else {
+        let key = TargetKey::parse(key);
+        let (ns, name) = (key.namespace, key.name);
+        let Some(target) = self.target_of(&key.type_probe()) else {
             return Ok(SyncReport::default());
         };
         let resource = target.resource.clone();
@@ -315,5 +337,28 @@ impl Decorator {
             return Err(SyncError::Failed(report.applied.errors.join("; ")));
         }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_key_reads_back_as_the_object_it_names() {
+        let o = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                       "metadata": {"namespace": "ns", "name": "a:b"}});
+        let key = queue_key(&o);
+        let t = TargetKey::parse(&key);
+        assert_eq!(
+            (t.api_version, t.kind, t.namespace, t.name),
+            ("apps/v1", "Deployment", "ns", "a:b")
+        );
+        assert_eq!(
+            t.type_probe(),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment"})
+        );
+        let cluster = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}});
+        assert_eq!(TargetKey::parse(&queue_key(&cluster)).namespace, "");
     }
 }
