@@ -173,8 +173,24 @@ pub fn check(dir: &Path) -> Result<(), UnsafeDir> {
     })
 }
 
+/// A volume as the kubelet makes it for a pod with an `fsGroup` (an emptyDir at `/tmp`,
+/// say): root's, in one of bosun's groups, setgid, world-writable and never sticky
+/// (kubernetes#110835). Only the pod's containers see it.
+fn is_pod_volume(meta: &std::fs::Metadata) -> bool {
+    let in_my_groups = |gid: u32| {
+        nix::unistd::getegid().as_raw() == gid
+            || nix::unistd::getgroups().is_ok_and(|groups| groups.iter().any(|g| g.as_raw() == gid))
+    };
+    pod_volume_shape(meta.uid(), meta.gid(), meta.mode(), in_my_groups)
+}
+
+fn pod_volume_shape(uid: u32, gid: u32, mode: u32, in_my_groups: impl Fn(u32) -> bool) -> bool {
+    uid == 0 && mode & 0o2000 != 0 && mode & 0o1000 == 0 && gid != 0 && in_my_groups(gid)
+}
+
 /// Checks the parents of `dir`: each one root's or bosun's user's, and none that others may
-/// write in without the sticky bit (`/tmp`, `1777`, is fine).
+/// write in without the sticky bit (`/tmp`, `1777`, is fine; so is a pod volume the kubelet
+/// made for the pod's fsGroup, see [`is_pod_volume`]).
 fn check_parents(dir: &Path) -> Result<(), UnsafeDir> {
     let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) else {
         return Ok(());
@@ -195,6 +211,14 @@ fn check_parents(dir: &Path) -> Result<(), UnsafeDir> {
         let why = if meta.uid() != 0 && meta.uid() != me {
             "belongs to another user"
         } else if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+            if is_pod_volume(&meta) {
+                tracing::info!(
+                    folder = %p.display(),
+                    mode = format!("{mode:04o}"),
+                    "the temp folder is inside a pod volume the kubelet made for the pod's fsGroup (group-owned, setgid, without the sticky bit, kubernetes#110835): accepted, as only the pod's containers reach it"
+                );
+                continue;
+            }
             "others may write in without the sticky bit"
         } else {
             continue;
@@ -251,6 +275,20 @@ pub fn create_dir(dir: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use std::fs::Permissions;
+
+    #[test]
+    fn a_kubelet_volume_for_the_pod_s_fs_group_is_a_safe_parent_and_nothing_else_like_it() {
+        let mine = |gid: u32| gid == 65532;
+        // An emptyDir with fsGroup 65532: root:65532, 2777.
+        assert!(pod_volume_shape(0, 65532, 0o42777, mine));
+        // Not setgid, another group, root's group, not root's, or sticky (then it is
+        // safe anyway and not this case).
+        assert!(!pod_volume_shape(0, 65532, 0o40777, mine));
+        assert!(!pod_volume_shape(0, 1000, 0o42777, mine));
+        assert!(!pod_volume_shape(0, 0, 0o42777, |_| true));
+        assert!(!pod_volume_shape(1000, 65532, 0o42777, mine));
+        assert!(!pod_volume_shape(0, 65532, 0o43777, mine));
+    }
 
     fn mode(p: &Path) -> u32 {
         std::fs::symlink_metadata(p)
