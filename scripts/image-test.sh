@@ -33,9 +33,8 @@
 # cores (6½ of them the release build inside podman, 1½ the base images when they are
 # missing); not part of scripts/test.sh.
 #
-# With the emptyDirs as the kubelet makes them (the default), bosun refuses to start:
-# ADDON_OPERATOR_TMP_DIR=/tmp/addon-operator is inside /tmp, mode 2777 without the sticky
-# bit (docs/deploy.md, "Known problem"). BOSUN_IMAGE_TEST_EMPTYDIR_MODE=1777 runs the rest.
+# The emptyDirs are as the kubelet makes them by default (2777, no sticky bit): bosun's
+# temp folder check accepts such a pod volume (docs/deploy.md, "The StatefulSet's /tmp").
 #
 # Usage: scripts/image-test.sh            build, check, keep the images for the next run
 #        scripts/image-test.sh --clean    remove the images, base images and work folder
