@@ -314,7 +314,8 @@ async fn fair_limit(
                 json!({"apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
                        "metadata": {"name": format!("item-{n}"), "namespace": ns},
                        "spec": {"type": "landscaper.gardener.cloud/kubernetes-manifest",
-                                "config": {"manifests": manifests}}}),
+                                "config": {"apiVersion": "manifest.deployer.landscaper.gardener.cloud/v1alpha2",
+                                           "kind": "ProviderConfiguration", "manifests": manifests}}}),
             )
             .await?;
         }
