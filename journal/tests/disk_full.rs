@@ -52,6 +52,48 @@ fn fill(path: &Path) {
     let _ = f.sync_all();
 }
 
+/// A journal on a small filesystem, appended to until the disk refuses an append (sled may
+/// still have room in its own files). Fields drop in order: the journal before the mount.
+struct Filled {
+    journal: Journal<Ev>,
+    fs: SmallFs,
+    _base: tempfile::TempDir,
+    /// Every sequence number acknowledged, the first append's included.
+    acknowledged: Vec<u64>,
+    /// Why the last append was refused.
+    error: String,
+}
+
+/// `None` where mounting a tmpfs is not permitted (the test says so and does nothing).
+fn filled(backend: Backend, payload: &str) -> Option<Filled> {
+    let base = tempfile::tempdir().expect("temp dir");
+    let Some(fs) = SmallFs::mount(base.path()) else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return None;
+    };
+    let journal: Journal<Ev> =
+        Journal::open_with(&fs.0.join("journal"), backend).expect("journal opens");
+    let first = journal
+        .append_blocking(&[Ev("before".into())])
+        .expect("room at first");
+    fill(&fs.0.join("filler"));
+    let mut acknowledged = vec![first];
+    let error = loop {
+        match journal.append_blocking(&[Ev(payload.to_string())]) {
+            Ok(seq) => acknowledged.push(seq),
+            Err(e) => break e.to_string(),
+        }
+        assert!(acknowledged.len() < 2000, "the disk never filled");
+    };
+    Some(Filled {
+        journal,
+        fs,
+        _base: base,
+        acknowledged,
+        error,
+    })
+}
+
 #[test]
 fn a_full_disk_stops_acknowledging_and_room_again_resumes_by_itself() {
     full_disk(Backend::Segments);
@@ -63,27 +105,16 @@ fn a_full_disk_stops_acknowledging_and_room_again_resumes_by_itself_on_sled() {
 }
 
 fn full_disk(backend: Backend) {
-    let base = tempfile::tempdir().expect("temp dir");
-    let Some(fs) = SmallFs::mount(base.path()) else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
-    };
-    let journal: Journal<Ev> =
-        Journal::open_with(&fs.0.join("journal"), backend).expect("journal opens");
     let payload = "x".repeat(16 * 1024);
-    let first = journal
-        .append_blocking(&[Ev("before".into())])
-        .expect("room at first");
-    fill(&fs.0.join("filler"));
-
-    // Appends until the disk refuses one (sled may still have room in its own files).
-    let mut acknowledged = vec![first];
-    let error = loop {
-        match journal.append_blocking(&[Ev(payload.clone())]) {
-            Ok(seq) => acknowledged.push(seq),
-            Err(e) => break e.to_string(),
-        }
-        assert!(acknowledged.len() < 2000, "the disk never filled");
+    let Some(Filled {
+        journal,
+        fs,
+        _base,
+        acknowledged,
+        error,
+    }) = filled(backend, &payload)
+    else {
+        return;
     };
     assert!(
         error.contains("No space left") || error.contains("os error 28"),
@@ -139,23 +170,13 @@ fn full_disk(backend: Backend) {
 #[test]
 fn with_nobody_appending_a_failing_journal_finds_the_room_by_itself() {
     for backend in [Backend::Segments, Backend::Sled] {
-        let base = tempfile::tempdir().expect("temp dir");
-        let Some(fs) = SmallFs::mount(base.path()) else {
-            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        // `_base` is bound so that the folder lives as long as the mount.
+        let Some(Filled {
+            journal, fs, _base, ..
+        }) = filled(backend, &"x".repeat(16 * 1024))
+        else {
             return;
         };
-        let journal: Journal<Ev> =
-            Journal::open_with(&fs.0.join("journal"), backend).expect("journal opens");
-        journal
-            .append_blocking(&[Ev("before".into())])
-            .expect("room at first");
-        fill(&fs.0.join("filler"));
-        let payload = "x".repeat(16 * 1024);
-        let mut appended = 0;
-        while journal.append_blocking(&[Ev(payload.clone())]).is_ok() {
-            appended += 1;
-            assert!(appended < 2000, "the disk never filled");
-        }
         assert!(journal.health().failing().is_some());
         let submitted = journal.submit(&[Ev("refused".into())]);
         assert!(

@@ -184,13 +184,21 @@ fn successes(journal: &Path) -> usize {
 
 /// bosun with its journal in `journal`, and its HTTP address once it has one.
 fn start_on(sb: &Sandbox, hooks: &Path, work: &Path, journal: &Path) -> (Operator, String) {
+    start_on_with(sb, hooks, work, journal, &[])
+}
+
+/// [`start_on`] with more environment.
+fn start_on_with(
+    sb: &Sandbox,
+    hooks: &Path,
+    work: &Path,
+    journal: &Path,
+    extra: &[(&str, &str)],
+) -> (Operator, String) {
     let journal_dir = journal.display().to_string();
-    let op = Operator::start_with(
-        sb,
-        hooks,
-        work,
-        &[("BOSUN_JOURNAL_DIR", journal_dir.as_str())],
-    );
+    let mut env = vec![("BOSUN_JOURNAL_DIR", journal_dir.as_str())];
+    env.extend_from_slice(extra);
+    let op = Operator::start_with(sb, hooks, work, &env);
     let mut addr = String::new();
     op.wait("the HTTP address", Duration::from_secs(60), || {
         addr = op.http_address().unwrap_or_default();
@@ -423,21 +431,13 @@ fn deploy_items_queued_while_the_journal_disk_is_full_all_run_once_there_is_room
     let hooks = work.path().join("global-hooks");
     std::fs::create_dir_all(&hooks).expect("hooks dir");
     let journal = fs.0.join("journal");
-    let journal_dir = journal.display().to_string();
-    let op = Operator::start_with(
+    let (op, addr) = start_on_with(
         &sb,
         &hooks,
         work.path(),
-        &[
-            ("BOSUN_JOURNAL_DIR", journal_dir.as_str()),
-            ("BOSUN_MODULES", "false"),
-        ],
+        &journal,
+        &[("BOSUN_MODULES", "false")],
     );
-    let mut addr = String::new();
-    op.wait("the HTTP address", Duration::from_secs(60), || {
-        addr = op.http_address().unwrap_or_default();
-        !addr.is_empty()
-    });
     let get = |path: &str| get(&addr, path);
     op.wait("ready", Duration::from_secs(60), || {
         get("/readyz").0 == 200 && sb.get(ITEMS).0 == 200
