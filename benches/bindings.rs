@@ -17,10 +17,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bosun::watches::WatchManager;
+use bosun::addon::bindings::BindingWatches;
 use bosun_addon::bindings::{BindingEvent, HookRef};
 use bosun_addon::hook_config::{HookKind, parse};
 use bosun_addon::ports::KubeBindings;
+use bosun_kube::WatchManager;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
@@ -84,7 +85,8 @@ async fn main() -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
 
     // 1. Event path: 100 bindings on one shared watch.
-    let manager = WatchManager::new(client.clone());
+    let shared = WatchManager::new(client.clone());
+    let manager = BindingWatches::new(shared.clone());
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     let events: bosun_addon::ports::BindingEvents = Arc::new(move |_ev: BindingEvent| {
         let _ = tx.send(Instant::now());
@@ -107,7 +109,7 @@ async fn main() -> anyhow::Result<()> {
     }
     println!(
         "shared watches for {bindings} bindings: {}",
-        manager.watches().len()
+        shared.watches().len()
     );
     let raw = {
         let api = api.clone();
@@ -181,7 +183,7 @@ async fn main() -> anyhow::Result<()> {
     let json_size = serde_json::to_string(&api.get("m-300").await?)?.len();
     let total = writes + objects;
     for keep in [true, false] {
-        let fresh = WatchManager::new(client.clone());
+        let fresh = BindingWatches::new(WatchManager::new(client.clone()));
         let noop: bosun_addon::ports::BindingEvents = Arc::new(|_ev: BindingEvent| {});
         let hook = |name: &str| HookRef {
             owner: "global".into(),

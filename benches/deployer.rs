@@ -125,7 +125,7 @@ async fn main() -> anyhow::Result<()> {
     );
 
     // 2. bosun: the same objects as DeployItems, all there when the deployer starts.
-    bosun::kubernetes::crds::install_crds(&items_cluster.client, bosun::deployer::CRDS).await?;
+    bosun_kube::crds::install_crds(&items_cluster.client, bosun::deployer::CRDS).await?;
     let targets: Api<DynamicObject> = Api::namespaced_with(
         items_cluster.client.clone(),
         "default",
@@ -177,7 +177,7 @@ async fn main() -> anyhow::Result<()> {
             ..Default::default()
         },
         items_cluster.client.clone(),
-        bosun::kubernetes::in_cluster::ClientSource::Inferred,
+        bosun_kube::in_cluster::ClientSource::Inferred,
         (String::new(), None),
         bosun::prometheus::install(""),
     );
@@ -276,7 +276,7 @@ async fn fair_limit(
 ) -> anyhow::Result<f64> {
     std::fs::create_dir_all(dir)?;
     let items_cluster = cluster::sandbox(dir).await?;
-    bosun::kubernetes::crds::install_crds(&items_cluster.client, bosun::deployer::CRDS).await?;
+    bosun_kube::crds::install_crds(&items_cluster.client, bosun::deployer::CRDS).await?;
     let namespaces_of = |client: &kube::Client| -> Api<DynamicObject> {
         Api::all_with(
             client.clone(),

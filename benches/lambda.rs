@@ -150,7 +150,7 @@ async fn main() -> anyhow::Result<()> {
             ..Default::default()
         },
         client.clone(),
-        bosun::kubernetes::in_cluster::ClientSource::Inferred,
+        bosun_kube::in_cluster::ClientSource::Inferred,
         (String::new(), None),
         bosun::prometheus::install(""),
     );
@@ -160,10 +160,10 @@ async fn main() -> anyhow::Result<()> {
         apply_strategy: ApplyStrategy::DynamicApply,
         field_manager: "metacontroller".into(),
         target_label_selector: String::new(),
-        events: bosun::kubernetes::EventLimits::default(),
+        events: bosun_kube::EventLimits::default(),
         install_crds: true,
         journal_dir: dir.path().join("journal"),
-        client_limits: bosun::kubernetes::ClientLimits::UNLIMITED,
+        client_limits: bosun_kube::ClientLimits::UNLIMITED,
         discovery_interval: None,
         cache_flush_interval: None,
     };

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks bosun's layering: no import cycle between the files of one crate, and crate
 dependencies that run one way (src -> actors/* -> actors/runtime; no subsystem crate on
-another; the sandbox and the journal on no bosun crate), and no subsystem's adapters in
-the binary (src/addon, src/lambda, src/deployer) importing another's (what they share
-lives in the shared layer: src/kubernetes, src/watches, src/http_client.rs, ...).
+another; the Kubernetes layer (kube/) on no subsystem; the sandbox and the journal on no
+bosun crate), and no subsystem's adapters in the binary (src/addon, src/lambda,
+src/deployer) importing another's (what they share lives in the shared Kubernetes layer,
+the bosun-kube crate, or beside the adapters in src/).
 
 A file's dependencies are the sibling modules it names as `crate::<module>` (or
 `super::<module>` from a child module). Prints each cycle found and exits 1."""
@@ -15,8 +16,9 @@ import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CRATES = {  # crate dir -> bosun crates it may depend on
-    ".": {"bosun-journal", "bosun-runtime", "bosun-addon", "bosun-lambda", "bosun-deployer", "bosun-sandbox"},
+    ".": {"bosun-journal", "bosun-runtime", "bosun-kube", "bosun-addon", "bosun-lambda", "bosun-deployer", "bosun-sandbox"},
     "journal": set(),
+    "kube": {"bosun-runtime"},
     "sandbox": set(),
     "actors/runtime": set(),
     "actors/addon": {"bosun-journal", "bosun-runtime"},

@@ -315,16 +315,16 @@ impl LambdaArgs {
             apply_strategy,
             field_manager: self.apply_strategy_ssa_field_manager.clone(),
             target_label_selector: self.target_label_selector.clone(),
-            events: crate::kubernetes::EventLimits {
+            events: bosun_kube::EventLimits {
                 qps: self.events_qps,
                 burst: self.events_burst,
             },
             install_crds: self.install_crds,
             journal_dir: journal_dir.join("lambda"),
             client_limits: if self.client_go_qps.is_none() && self.client_go_burst.is_none() {
-                crate::kubernetes::ClientLimits::UNLIMITED
+                bosun_kube::ClientLimits::UNLIMITED
             } else {
-                crate::kubernetes::ClientLimits::from_client_go(
+                bosun_kube::ClientLimits::from_client_go(
                     self.client_go_qps.unwrap_or(0.0),
                     self.client_go_burst.unwrap_or(0),
                 )
@@ -639,12 +639,12 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
         return Ok(());
     };
     // The lease's own client: renewals never wait behind the subsystems' requests.
-    let client = crate::kubernetes::measured_client(
+    let client = bosun_kube::measured_client(
         crate::host::kube_config(cfg.kubeconfig.as_deref(), cfg.kube_context.as_deref())
             .await?
             .0,
         "leaderElection",
-        crate::kubernetes::ClientLimits::UNLIMITED,
+        bosun_kube::ClientLimits::UNLIMITED,
     )
     .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
     let mut journals = Vec::new();

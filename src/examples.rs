@@ -16,8 +16,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::Value;
 
-use crate::kubernetes::KindResolver;
-use crate::kubernetes::raw::RawApi;
+use bosun_kube::KindResolver;
+use bosun_kube::raw::RawApi;
 
 /// What runs for the examples (the webhook process; killed when dropped).
 pub struct Examples {

@@ -5,8 +5,8 @@
 //!    │        ├───► addon/    (wiring, real ports) ──► bosun_addon actors    ──► journal
 //!    │        ├───► lambda/   (wiring, real ports) ──► bosun_lambda syncs    ──► journal
 //!    │        ├───► deployer/ (wiring, real ports) ──► bosun_deployer items  ──► journal
-//!    │        │     (all three start from the host, on the shared layer: watches/,
-//!    │        │     kubernetes/, http_client)
+//!    │        │     (all three start from the host, on the shared Kubernetes layer:
+//!    │        │     the bosun_kube crate — clients, watches, informers, Events, HTTP)
 //!    │        ├───► ha (lease, journal following)
 //!    │        └───► sandbox (embedded API server, optional)
 //!    ├──► sandbox (standalone API server)
@@ -26,19 +26,16 @@ pub mod ha;
 pub mod helm;
 pub mod hooks;
 pub mod host;
-pub mod http_client;
 pub mod journal_cli;
 pub mod journal_dirs;
 pub mod journal_replay;
 pub mod journal_sink;
 pub mod jq;
-pub mod kubernetes;
 pub mod lambda;
 pub mod logging;
 pub mod private_dir;
 pub mod profiling;
 pub mod prometheus;
 pub mod runtime_config;
-pub mod watches;
 
 pub use bosun_sandbox as sandbox;

@@ -247,7 +247,7 @@ fn describe() {
             "Time of one Helm step of a module: template, check-upgrade, upgrade, uninstall.",
         ),
         (
-            names::KUBERNETES_CLIENT_REQUEST_LATENCY_SECONDS,
+            bosun_kube::metrics::KUBERNETES_CLIENT_REQUEST_LATENCY_SECONDS,
             "Time to the response headers of the operator's Kubernetes API requests.",
         ),
         (
@@ -308,7 +308,7 @@ fn describe() {
             "Failed enabled scripts, module hook configurations and API calls while discovering modules.",
         ),
         (
-            names::KUBERNETES_CLIENT_REQUEST_RESULT_TOTAL,
+            bosun_kube::metrics::KUBERNETES_CLIENT_REQUEST_RESULT_TOTAL,
             "The operator's Kubernetes API requests by status code (<error>: no response).",
         ),
         (

@@ -3,9 +3,11 @@
 //! engine of `bosun_addon` against a Kubernetes API with the real ports.
 
 pub mod adapters;
+pub mod bindings;
 pub mod discovery;
 pub mod http;
 pub mod journal;
+pub mod patcher;
 pub mod releases;
 
 use std::path::{Path, PathBuf};
@@ -19,7 +21,7 @@ use bosun_addon::hook_config::{self, HookKind};
 use bosun_addon::modules::{ModuleDef, parse_config_map};
 use serde_json::Value;
 
-use crate::kubernetes::ClientLimits;
+use bosun_kube::ClientLimits;
 
 use crate::hooks::{HookProcess, discover};
 
@@ -616,6 +618,23 @@ impl OperatorConfig {
     }
 }
 
+/// Writes the kubeconfig Helm uses in-cluster (the pod's service account) into `dir` and
+/// returns its path.
+fn write_helm_kubeconfig(
+    sa: &bosun_kube::in_cluster::ServiceAccount,
+    url: &str,
+    namespace: &str,
+    dir: &std::path::Path,
+) -> anyhow::Result<std::path::PathBuf> {
+    let path = dir.join("helm-kubeconfig");
+    let write = || -> std::io::Result<()> {
+        crate::sandbox::private::create_dir(dir)?;
+        crate::sandbox::private::write_file(&path, sa.kubeconfig_text(url, namespace).as_bytes())
+    };
+    write().with_context(|| format!("cannot write the kubeconfig for Helm {}", path.display()))?;
+    Ok(path)
+}
+
 /// Chooses the Helm engine (`BOSUN_HELM_ENGINE`, `HELM_BIN_PATH`, `HELM_LIB_PATH`); none is
 /// needed when no module has a chart.
 async fn releases(
@@ -712,8 +731,8 @@ pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Re
     }
     // In-cluster, Helm reads the same service account through a kubeconfig of its own.
     let helm_cfg = match &host.source {
-        crate::kubernetes::in_cluster::ClientSource::ServiceAccount(sa) => OperatorConfig {
-            kubeconfig: Some(crate::kubernetes::in_cluster::write_helm_kubeconfig(
+        bosun_kube::in_cluster::ClientSource::ServiceAccount(sa) => OperatorConfig {
+            kubeconfig: Some(write_helm_kubeconfig(
                 sa,
                 &host.resource_cluster.0,
                 &namespace,
@@ -727,7 +746,7 @@ pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Re
     };
     let monitor = host.client_for("helmMonitor", cfg.helm_monitor_limits)?;
     let releases = releases(&helm_cfg, &modules, monitor, &namespace).await?;
-    let watches = host.watches.clone();
+    let watches = bindings::BindingWatches::new(host.watches.clone());
     let engine = Engine::start(EngineArgs {
         global_hooks,
         static_global: static_values(modules_dirs, "global")?,
@@ -743,7 +762,7 @@ pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Re
             config_store: Arc::new(store),
             releases,
             bindings: Arc::new(watches.clone()),
-            patcher: Arc::new(crate::kubernetes::patcher::KubePatcher::new(
+            patcher: Arc::new(crate::addon::patcher::KubePatcher::new(
                 host.client_for("objectPatcher", cfg.patcher_limits)?,
                 std::env::var("KUBE_CLIENT_FIELD_MANAGER")
                     .ok()

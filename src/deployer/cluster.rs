@@ -15,14 +15,15 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use crate::kubernetes::cluster_error as error;
-use crate::kubernetes::events::{EventLimits, EventRecorder, Note};
-use crate::kubernetes::raw::RawApi;
-use crate::watches::informer::Event;
-use crate::watches::{Listener, ObjectKey, WatchManager};
+use bosun_kube::WatchManager;
+use bosun_kube::cluster_error as error;
+use bosun_kube::events::{EventLimits, EventRecorder, Note};
+use bosun_kube::informer::Event;
+use bosun_kube::raw::RawApi;
+use bosun_kube::watch::{Listener, ObjectKey};
 
 /// A deployer informer: the shared informer, no index.
-type Informer = crate::watches::informer::Informer;
+type Informer = bosun_kube::informer::Informer;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -76,7 +77,7 @@ enum Watched {
 }
 
 fn object_key(key: &ItemKey) -> ObjectKey {
-    crate::watches::key_of(&key.namespace, &key.name)
+    bosun_kube::watch::key_of(&key.namespace, &key.name)
 }
 
 /// The change to report for `object` of `watched`; `deleted` ones carry no

@@ -17,7 +17,7 @@ use bosun_deployer::item::DeployerInfo;
 use bosun_deployer::ports::DeployerType;
 use bosun_deployer::target::TargetSelector;
 
-use crate::kubernetes::crds::install_crds;
+use bosun_kube::crds::install_crds;
 
 /// The CRDs of `landscaper.gardener.cloud` a deployer uses.
 pub const CRDS: &str = include_str!("../../deploy/crds/landscaper.yaml");

@@ -10,7 +10,7 @@ use bosun_deployer::ports::BoxFut;
 use bosun_deployer::status::DeployError;
 use bosun_deployer::target::{ResolvedTarget, kubeconfig_of};
 
-use crate::kubernetes::raw::RawApi;
+use bosun_kube::raw::RawApi;
 
 /// A target's namespace and name.
 type TargetId = (String, String);

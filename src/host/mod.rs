@@ -21,8 +21,8 @@ use bosun_journal::Journal;
 use bosun_runtime::mailbox::Mailboxes;
 
 use crate::journal_sink::JournalSink;
-use crate::kubernetes::in_cluster::ClientSource;
-use crate::watches::WatchManager;
+use bosun_kube::WatchManager;
+use bosun_kube::in_cluster::ClientSource;
 
 /// What the host needs to connect (from the addon-operator environment and flags).
 #[derive(Clone, Debug, Default)]
@@ -35,7 +35,7 @@ pub struct HostConfig {
     /// `ADDON_OPERATOR_NAMESPACE`; empty: the client's default namespace.
     pub namespace: String,
     /// `KUBE_CLIENT_QPS`, `KUBE_CLIENT_BURST`: the shared client's limit.
-    pub client_limits: crate::kubernetes::ClientLimits,
+    pub client_limits: bosun_kube::ClientLimits,
 }
 
 /// What every subsystem starts from.
@@ -92,9 +92,8 @@ impl Host {
                 .to_string(),
             config.root_cert.as_deref().map(pem_base64),
         );
-        let client =
-            crate::kubernetes::measured_client(config.clone(), "shared", cfg.client_limits)
-                .context("cannot build a Kubernetes client")?;
+        let client = bosun_kube::measured_client(config.clone(), "shared", cfg.client_limits)
+            .context("cannot build a Kubernetes client")?;
         tracing::info!(limit = %cfg.client_limits, "Kubernetes client (KUBE_CLIENT_QPS, KUBE_CLIENT_BURST)");
         let mut host = Host::with_client(cfg, client, source, resource_cluster, metrics);
         host.stream = stream;
@@ -107,13 +106,13 @@ impl Host {
     pub fn client_for(
         &self,
         client: &'static str,
-        limits: crate::kubernetes::ClientLimits,
+        limits: bosun_kube::ClientLimits,
     ) -> anyhow::Result<kube::Client> {
         let Some(config) = &self.config else {
             return Ok(self.client.clone());
         };
         tracing::info!(client, limit = %limits, "Kubernetes client");
-        crate::kubernetes::measured_client(config.clone(), client, limits)
+        bosun_kube::measured_client(config.clone(), client, limits)
             .with_context(|| format!("cannot build the {client} Kubernetes client"))
     }
 
@@ -242,9 +241,8 @@ pub async fn kube_config(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
 ) -> anyhow::Result<(kube::Config, ClientSource)> {
-    let (config, source) =
-        crate::kubernetes::in_cluster::client_config(kubeconfig, context).await?;
-    crate::kubernetes::in_cluster::check_credentials(&config, &source).await?;
+    let (config, source) = bosun_kube::in_cluster::client_config(kubeconfig, context).await?;
+    bosun_kube::in_cluster::check_credentials(&config, &source).await?;
     Ok((config, source))
 }
 

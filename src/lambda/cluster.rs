@@ -11,11 +11,12 @@ use kube::discovery::ApiResource;
 use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
-use crate::kubernetes::cluster_error as error;
-use crate::kubernetes::events::{EventLimits, EventRecorder, Note};
-use crate::kubernetes::raw::RawApi;
-use crate::watches::informer::{Cache, Event, Index};
-use crate::watches::{Listener, ObjectKey, WatchManager};
+use bosun_kube::WatchManager;
+use bosun_kube::cluster_error as error;
+use bosun_kube::events::{EventLimits, EventRecorder, Note};
+use bosun_kube::informer::{Cache, Event, Index};
+use bosun_kube::raw::RawApi;
+use bosun_kube::watch::{Listener, ObjectKey};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -129,7 +130,7 @@ fn candidates(cache: &Cache<Owners>, namespace: Option<&str>, uid: &str) -> Vec<
         Some(ns) => Box::new(
             owners
                 .orphans
-                .range(crate::watches::namespace_start(ns)..)
+                .range(bosun_kube::watch::namespace_start(ns)..)
                 .take_while(move |k| *k.0 == *ns),
         ),
         None => Box::new(owners.orphans.iter()),
@@ -138,7 +139,7 @@ fn candidates(cache: &Cache<Owners>, namespace: Option<&str>, uid: &str) -> Vec<
 }
 
 /// A lambda informer: the shared informer with the owner index.
-type Informer = crate::watches::informer::Informer<Owners>;
+type Informer = bosun_kube::informer::Informer<Owners>;
 
 /// The cluster as the lambda controllers see it.
 pub struct KubeCluster {
@@ -242,7 +243,7 @@ impl KubeCluster {
         let Some(informer) = self.running(r) else {
             return;
         };
-        let key = crate::watches::key_of(
+        let key = bosun_kube::watch::key_of(
             bosun_lambda::keys::namespace_of(object),
             bosun_lambda::keys::name_of(object),
         );
@@ -254,7 +255,7 @@ impl KubeCluster {
         let Some(informer) = self.running(r) else {
             return;
         };
-        let key = crate::watches::key_of(namespace, name);
+        let key = bosun_kube::watch::key_of(namespace, name);
         informer.change().removed(&key, uid);
     }
 
@@ -343,7 +344,7 @@ impl Cluster for KubeCluster {
     }
 
     fn cached_text(&self, resource: &Resource, namespace: &str, name: &str) -> Option<Arc<str>> {
-        let key = crate::watches::key_of(namespace, name);
+        let key = bosun_kube::watch::key_of(namespace, name);
         self.running(resource)?.read().text(&key)
     }
 
@@ -353,7 +354,7 @@ impl Cluster for KubeCluster {
         namespace: &str,
         name: &str,
     ) -> BoxFut<'_, Result<Option<Arc<Value>>, ClusterError>> {
-        let (resource, key) = (resource.clone(), crate::watches::key_of(namespace, name));
+        let (resource, key) = (resource.clone(), bosun_kube::watch::key_of(namespace, name));
         Box::pin(async move {
             let informer = self.informer(&resource).await?;
             let cached = informer.read().get(&key);

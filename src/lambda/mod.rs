@@ -19,7 +19,7 @@ use bosun_lambda::ports::HookFactory;
 use bosun_lambda::registry::{self, Controllers, Registry, Settings};
 use bosun_lambda::selector::Selector;
 
-pub use crate::kubernetes::crds::install_crds;
+pub use bosun_kube::crds::install_crds;
 
 /// The CRDs of `metacontroller.k8s.io`.
 pub const CRDS: &str = include_str!("../../deploy/crds/metacontroller.yaml");
@@ -36,14 +36,14 @@ pub struct LambdaConfig {
     /// `--target-label-selector`.
     pub target_label_selector: String,
     /// `--events-qps`, `--events-burst`.
-    pub events: crate::kubernetes::EventLimits,
+    pub events: bosun_kube::EventLimits,
     /// Install missing CRDs at start.
     pub install_crds: bool,
     /// Where the lambda journal lives.
     pub journal_dir: PathBuf,
     /// `--client-go-qps`, `--client-go-burst`: the limit of the client the controllers
     /// write with.
-    pub client_limits: crate::kubernetes::ClientLimits,
+    pub client_limits: bosun_kube::ClientLimits,
     /// `--discovery-interval`: discovery fetched again this often (`None`: on a miss only).
     pub discovery_interval: Option<std::time::Duration>,
     /// `--cache-flush-interval`: the informers list again this often (`None`: after a

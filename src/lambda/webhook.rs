@@ -44,7 +44,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 
-use crate::http_client::{CloseIsEnd, SystemRoots, https_connector, tls_config};
+use bosun_kube::http_client::{CloseIsEnd, SystemRoots, https_connector, tls_config};
 
 mod trace;
 

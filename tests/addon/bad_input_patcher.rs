@@ -8,7 +8,7 @@
 //!
 //! Run: `cargo test -p bosun --test addon bad_input_patcher`.
 
-use bosun::kubernetes::patcher::{PatchError, check_operations};
+use bosun::addon::patcher::{PatchError, check_operations};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

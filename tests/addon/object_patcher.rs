@@ -5,8 +5,9 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use crate::common::Sandbox;
-use bosun::kubernetes::{KindResolver, KubePatcher, PatchError, ResolveError};
+use bosun::addon::patcher::{KubePatcher, PatchError};
 use bosun_addon::ports::ObjectPatcher;
+use bosun_kube::{KindResolver, ResolveError};
 use serde_json::{Value, json};
 
 async fn client(sb: &Sandbox) -> kube::Client {

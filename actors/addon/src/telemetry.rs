@@ -65,13 +65,6 @@ pub const CONFIG_VALUES_ERRORS_TOTAL: &str = "config_values_errors_total";
 /// Counter: failures while deciding which modules run: `enabled` scripts, module hooks'
 /// `--config`, Kubernetes API calls (listing Helm releases).
 pub const MODULE_DISCOVER_ERRORS_TOTAL: &str = "module_discover_errors_total";
-/// Counter `{code,method,host}`: requests of the operator's Kubernetes client, by HTTP
-/// status (`<error>` when no response came).
-pub const KUBERNETES_CLIENT_REQUEST_RESULT_TOTAL: &str = "kubernetes_client_request_result_total";
-/// Histogram `{verb,url}`: time to the response headers of the operator's Kubernetes
-/// client requests; `url` is the path with namespace and name replaced.
-pub const KUBERNETES_CLIENT_REQUEST_LATENCY_SECONDS: &str =
-    "kubernetes_client_request_latency_seconds";
 /// Counter `{activation}`: seconds spent converging.
 pub const CONVERGENCE_SECONDS: &str = "convergence_seconds";
 /// Counter `{activation}`: converges finished.

@@ -33,7 +33,7 @@ pub(super) const MAX_REDIRECTS: usize = 5;
 pub(super) const MAX_CHARTS: usize = 64;
 
 pub(super) type HttpClient = hyper_util::client::legacy::Client<
-    crate::http_client::CloseIsEnd<
+    bosun_kube::http_client::CloseIsEnd<
         hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
     >,
     http_body_util::Full<bytes::Bytes>,
@@ -44,12 +44,13 @@ pub(super) const MAX_CA_CLIENTS: usize = 16;
 
 /// A download client trusting `roots`.
 pub(super) fn client_with(roots: rustls::RootCertStore) -> Result<HttpClient, DeployError> {
-    let tls = crate::http_client::tls_config(Arc::new(roots), None)
+    let tls = bosun_kube::http_client::tls_config(Arc::new(roots), None)
         .map_err(|e| fetch_error(format!("TLS settings for chart downloads: {e}")))?;
     let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
     tcp.set_connect_timeout(Some(Duration::from_secs(10)));
     tcp.enforce_http(false);
-    let connector = crate::http_client::CloseIsEnd(crate::http_client::https_connector(tls, tcp));
+    let connector =
+        bosun_kube::http_client::CloseIsEnd(bosun_kube::http_client::https_connector(tls, tcp));
     Ok(
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build(connector),

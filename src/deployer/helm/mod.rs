@@ -35,7 +35,7 @@ pub struct HelmCharts {
     dir: PathBuf,
     targets: Arc<TargetClients>,
     /// The system's CA certificates, loaded on the first download.
-    system_roots: crate::http_client::SystemRoots,
+    system_roots: bosun_kube::http_client::SystemRoots,
     /// The download client trusting the system's CAs.
     http: tokio::sync::OnceCell<HttpClient>,
     /// Download clients that also trust a credential's `customCAData`, by its PEM.

@@ -14,8 +14,8 @@ use bosun_addon::ports::{BoxFut, ObjectPatcher, PortError};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Map, Value};
 
-use super::resolve::{KindResolver, Resolved};
 use crate::jq::JqFilter;
+use bosun_kube::resolve::{KindResolver, Resolved};
 
 /// How long `Delete` waits for the object to be gone (foreground deletion).
 const DELETE_WAIT: Duration = Duration::from_secs(20);

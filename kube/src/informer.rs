@@ -11,7 +11,7 @@
 //! ```
 //!
 //! One resourceVersion rule decides between the watch and our writes
-//! ([`super::supersedes`]): a write stays in the cache until the watch brings that version
+//! ([`crate::watch::supersedes`]): a write stays in the cache until the watch brings that version
 //! or a later one; an event of an earlier version (delivered after our write returned) is
 //! remembered as the state before our write, not shown. Subscribers see an object we
 //! created as news when its event comes, and an update we wrote as a change from the
@@ -23,8 +23,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use super::subscriber::Listener;
-use super::{Change as WatchChange, ObjectKey, SharedWatch, Stored, resource_version, supersedes};
+use crate::watch::{
+    Change as WatchChange, Listener, ObjectKey, SharedWatch, Stored, resource_version, supersedes,
+};
 
 /// What subscribers are told.
 #[derive(Clone, Debug)]
@@ -113,7 +114,7 @@ impl<I: Index> Cache<I> {
         match namespace {
             Some(ns) => self
                 .objects
-                .range(super::namespace_start(ns)..)
+                .range(crate::watch::namespace_start(ns)..)
                 .take_while(|((n, _), _)| **n == *ns)
                 .map(|(_, e)| e.stored.shared())
                 .collect(),
@@ -345,7 +346,7 @@ mod tests {
     }
 
     fn key(name: &str) -> ObjectKey {
-        super::super::key_of("ns", name)
+        crate::watch::key_of("ns", name)
     }
 
     /// An informer whose subscriber's events land in the returned list.

@@ -12,20 +12,10 @@ use bosun_addon::ports::BindingEvents;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
-use super::{Change, ObjectKey, SharedWatch, Stored, WatchManager, lock};
-use crate::jq::JqFilter;
+use bosun_kube::watch::{Change, Listener, ObjectKey, SharedWatch, Stored};
 
-/// Something attached to shared watches.
-pub(crate) trait Listener: Send + Sync {
-    /// The watch's objects when the listener attaches (of `namespace`, if the watch is
-    /// limited to one).
-    fn init(&self, namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>);
-    /// One change: the object, and its stored form to keep.
-    fn on(&self, change: Change, key: &ObjectKey, object: &Arc<Value>, stored: &Stored);
-    /// Forgets the watches it is attached to (all, or those of one namespace) and returns
-    /// them, so the manager can detach it.
-    fn detached(&self, namespace: Option<&str>) -> Vec<Arc<SharedWatch>>;
-}
+use super::{BindingWatches, lock};
+use crate::jq::JqFilter;
 
 struct Entry {
     object: Option<Stored>,
@@ -323,7 +313,7 @@ impl Listener for Subscriber {
         let mut watches = lock(&self.watches);
         let (gone, kept): (Vec<_>, Vec<_>) = watches
             .drain(..)
-            .partition(|w| namespace.is_none() || w.key.namespace.as_deref() == namespace);
+            .partition(|w| namespace.is_none() || w.namespace() == namespace);
         *watches = kept;
         if let Some(ns) = namespace {
             // The namespace left the selection: its objects leave the snapshot.
@@ -347,7 +337,7 @@ impl Listener for Subscriber {
 /// Follows the namespaces a binding's `namespace.labelSelector` selects: each one that
 /// starts matching gets a watch of the bound kind, each one that stops loses it.
 pub(crate) struct NamespaceFollower {
-    manager: WatchManager,
+    manager: BindingWatches,
     sub: Arc<Subscriber>,
     resource: ApiResource,
     labels: String,
@@ -360,7 +350,7 @@ pub(crate) struct NamespaceFollower {
 
 impl NamespaceFollower {
     pub(crate) fn new(
-        manager: WatchManager,
+        manager: BindingWatches,
         sub: Arc<Subscriber>,
         resource: ApiResource,
         labels: String,

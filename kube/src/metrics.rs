@@ -19,10 +19,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bosun_addon::telemetry::{
-    KUBERNETES_CLIENT_REQUEST_LATENCY_SECONDS, KUBERNETES_CLIENT_REQUEST_RESULT_TOTAL,
-};
 use http::{Request, Response};
+
+/// Counter `{code,method,host}`: requests of the operator's Kubernetes client, by HTTP
+/// status (`<error>` when no response came).
+pub const KUBERNETES_CLIENT_REQUEST_RESULT_TOTAL: &str = "kubernetes_client_request_result_total";
+/// Histogram `{verb,url}`: time to the response headers of the operator's Kubernetes
+/// client requests; `url` is the path with namespace and name replaced.
+pub const KUBERNETES_CLIENT_REQUEST_LATENCY_SECONDS: &str =
+    "kubernetes_client_request_latency_seconds";
 
 /// The `code` of a request that got no response (connection refused, timeout, TLS).
 pub const NO_RESPONSE: &str = "<error>";
@@ -32,10 +37,10 @@ pub const NO_RESPONSE: &str = "<error>";
 pub fn measured_client(
     config: kube::Config,
     client: &'static str,
-    limits: super::limiter::ClientLimits,
+    limits: crate::limiter::ClientLimits,
 ) -> Result<kube::Client, kube::Error> {
     let layer = KubeMetricsLayer::for_cluster(&config.cluster_url);
-    let limit = super::limiter::ClientLimitLayer::new(client, limits);
+    let limit = crate::limiter::ClientLimitLayer::new(client, limits);
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(&layer)
         .with_layer(&limit)
@@ -204,9 +209,19 @@ mod tests {
         }
     }
 
+    /// A Prometheus recorder of its own, with the exporter's default summaries.
+    fn test_recorder() -> (
+        metrics_exporter_prometheus::PrometheusRecorder,
+        metrics_exporter_prometheus::PrometheusHandle,
+    ) {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        (recorder, handle)
+    }
+
     #[test]
     fn each_request_counts_by_status_and_times_by_template() {
-        let (recorder, handle) = crate::prometheus::recorder("");
+        let (recorder, handle) = test_recorder();
         let mut svc = KubeMetricsLayer::new("10.0.0.1:6443").layer(Answers);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()

@@ -83,14 +83,6 @@ pub enum ClientConfigError {
         /// What was wrong.
         source: kube::config::KubeconfigError,
     },
-    /// The helper kubeconfig for Helm could not be written.
-    #[error("cannot write the kubeconfig for Helm {}: {source}", path.display())]
-    WriteHelmKubeconfig {
-        /// The file.
-        path: PathBuf,
-        /// What failed.
-        source: std::io::Error,
-    },
 }
 
 /// bosun's first request showed that it cannot talk to the API server as configured.
@@ -335,25 +327,6 @@ pub async fn client_config(
     Ok((config, ClientSource::Inferred))
 }
 
-/// Writes the kubeconfig Helm uses in-cluster into `dir` and returns its path.
-pub fn write_helm_kubeconfig(
-    sa: &ServiceAccount,
-    url: &str,
-    namespace: &str,
-    dir: &Path,
-) -> Result<PathBuf, ClientConfigError> {
-    let path = dir.join("helm-kubeconfig");
-    let write = || -> std::io::Result<()> {
-        crate::sandbox::private::create_dir(dir)?;
-        crate::sandbox::private::write_file(&path, sa.kubeconfig_text(url, namespace).as_bytes())
-    };
-    write().map_err(|source| ClientConfigError::WriteHelmKubeconfig {
-        path: path.clone(),
-        source,
-    })?;
-    Ok(path)
-}
-
 /// What in `err`'s chain is a credentials or TLS failure, if anything: those do not heal
 /// by retrying.
 fn local_failure(err: &kube::Error) -> Option<(bool, String)> {
@@ -470,7 +443,7 @@ mod tests {
     #[test]
     fn the_token_is_a_file_the_client_re_reads_not_a_copy() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let tls = crate::sandbox::tls::generate_server_tls(std::net::IpAddr::from([127, 0, 0, 1]))
+        let tls = bosun_sandbox::tls::generate_server_tls(std::net::IpAddr::from([127, 0, 0, 1]))
             .expect("a CA");
         std::fs::write(dir.path().join("ca.crt"), &tls.ca_pem).expect("ca.crt");
         std::fs::write(dir.path().join("token"), "t0k3n").expect("token");

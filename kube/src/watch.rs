@@ -1,52 +1,51 @@
-//! The watch manager: kubernetes bindings of every hook on shared watches.
+//! Shared watches: one kube watcher per distinct (resource, namespace, label and field
+//! selectors), whose objects every listener shares — the addon's kubernetes bindings, and
+//! the lambda controllers' and the deployer's [`crate::informer::Informer`]s.
 //!
 //! ```text
-//!   binding (hook, index) ──► Subscriber ──attached to──► SharedWatch (resource, namespace,
-//!        ▲  jq filter, checksum, cache                     label/field selectors) ◄── kube watcher
-//!        └── snapshot() when a hook starts                  one per distinct key, shared
+//!   listener (binding subscriber, informer) ──attached to──► SharedWatch (resource,
+//!                                                 namespace, selectors) ◄── kube watcher
+//!                                                 one per distinct key, shared
 //! ```
 //!
 //! A shared watch keeps the objects it has seen; on a relist (after an error or `410 Gone`)
-//! it compares the new list with them, so subscribers get exactly the Added, Modified and
-//! Deleted events that happened, never a lost or phantom object. A subscriber turns each
-//! event into a binding context: Modified (and Added for an object it already holds) only
-//! when the checksum of the filter result (or of the object, without a filter) changed.
-//! Events are held back until the binding's Synchronization ran (`release`).
-//!
-//! The lambda controllers and the deployer read through [`informer::Informer`]s attached
-//! to the same shared watches.
-
-pub mod informer;
-mod subscriber;
-
-pub(crate) use subscriber::Listener;
+//! it compares the new list with them, so listeners get exactly the Added, Modified and
+//! Deleted events that happened, never a lost or phantom object.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bosun_addon::bindings::HookRef;
-use bosun_addon::hook_config::KubernetesBinding;
-use bosun_addon::ports::{BindingEvents, BoxFut, KubeBindings, PortError};
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
-use crate::kubernetes::resolve::KindResolver;
-use subscriber::{NamespaceFollower, Subscriber};
+use crate::resolve::KindResolver;
 
-/// How long a binding may wait for the first list of its objects.
+/// How long a listener may wait for the first list of its objects.
 const INITIAL_LIST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Something attached to shared watches.
+pub trait Listener: Send + Sync {
+    /// The watch's objects when the listener attaches (of `namespace`, if the watch is
+    /// limited to one).
+    fn init(&self, namespace: &Option<String>, objects: &BTreeMap<ObjectKey, Stored>);
+    /// One change: the object, and its stored form to keep.
+    fn on(&self, change: Change, key: &ObjectKey, object: &Arc<Value>, stored: &Stored);
+    /// Forgets the watches it is attached to (all, or those of one namespace) and returns
+    /// them, so the manager can detach it.
+    fn detached(&self, namespace: Option<&str>) -> Vec<Arc<SharedWatch>>;
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What makes two bindings share a watch.
+/// What makes two listeners share a watch.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct WatchKey {
+pub struct WatchKey {
     group: String,
     version: String,
     plural: String,
@@ -77,15 +76,15 @@ impl std::fmt::Display for WatchKey {
 }
 
 /// An object's place: namespace (empty when cluster-scoped) and name.
-pub(crate) type ObjectKey = (Arc<str>, Arc<str>);
+pub type ObjectKey = (Arc<str>, Arc<str>);
 
 /// The key of `name` in `namespace` (empty when cluster-scoped).
-pub(crate) fn key_of(namespace: &str, name: &str) -> ObjectKey {
+pub fn key_of(namespace: &str, name: &str) -> ObjectKey {
     (namespace.into(), name.into())
 }
 
 /// The first key of `namespace` (for a range of its objects).
-pub(crate) fn namespace_start(namespace: &str) -> ObjectKey {
+pub fn namespace_start(namespace: &str) -> ObjectKey {
     (namespace.into(), "".into())
 }
 
@@ -95,20 +94,20 @@ pub(crate) fn namespace_start(namespace: &str) -> ObjectKey {
 /// times that for a typical object (each small map of `managedFields` is a B-tree node).
 /// It is parsed when it is read: a hook's snapshot, a sync's parent and children.
 #[derive(Clone, Debug)]
-pub(crate) struct Stored {
+pub struct Stored {
     resource_version: Arc<str>,
     text: Arc<str>,
 }
 
 impl Stored {
     /// `object` stored as text; also returns the object shared, for the listeners.
-    pub(crate) fn new(object: Value) -> (Stored, Arc<Value>) {
+    pub fn new(object: Value) -> (Stored, Arc<Value>) {
         let stored = Stored::of(&object);
         (stored, Arc::new(object))
     }
 
     /// `object` stored as text.
-    pub(crate) fn of(object: &Value) -> Stored {
+    pub fn of(object: &Value) -> Stored {
         Stored {
             resource_version: resource_version(object).into(),
             text: object.to_string().into(),
@@ -116,34 +115,34 @@ impl Stored {
     }
 
     /// The object (text was serialized from a `Value`, so it parses).
-    pub(crate) fn parse(&self) -> Value {
+    pub fn parse(&self) -> Value {
         serde_json::from_str(&self.text).unwrap_or(Value::Null)
     }
 
     /// The object, parsed, to share.
-    pub(crate) fn shared(&self) -> Arc<Value> {
+    pub fn shared(&self) -> Arc<Value> {
         Arc::new(self.parse())
     }
 
     /// The object's compact JSON, shared.
-    pub(crate) fn text(&self) -> Arc<str> {
+    pub fn text(&self) -> Arc<str> {
         Arc::clone(&self.text)
     }
 
     /// The size of the object's compact JSON.
-    pub(crate) fn json_len(&self) -> usize {
+    pub fn json_len(&self) -> usize {
         self.text.len()
     }
 
     /// Its resourceVersion.
-    pub(crate) fn resource_version(&self) -> &str {
+    pub fn resource_version(&self) -> &str {
         &self.resource_version
     }
 }
 
 /// Watch event kinds as subscribers see them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Change {
+pub enum Change {
     Added,
     Modified,
     Deleted,
@@ -157,7 +156,7 @@ struct WatchState {
 }
 
 /// One watch shared by every binding with the same key.
-pub(crate) struct SharedWatch {
+pub struct SharedWatch {
     key: WatchKey,
     state: Mutex<WatchState>,
     ready: tokio::sync::watch::Sender<bool>,
@@ -165,6 +164,11 @@ pub(crate) struct SharedWatch {
 }
 
 impl SharedWatch {
+    /// The namespace the watch is limited to, if any.
+    pub fn namespace(&self) -> Option<&str> {
+        self.key.namespace.as_deref()
+    }
+
     fn dispatch(&self, change: Change, key: &ObjectKey, object: &Arc<Value>, stored: &Stored) {
         let st = lock(&self.state);
         for l in &st.listeners {
@@ -256,7 +260,7 @@ fn object_key(o: &Value) -> ObjectKey {
     )
 }
 
-pub(crate) fn resource_version(o: &Value) -> &str {
+pub fn resource_version(o: &Value) -> &str {
     o["metadata"]["resourceVersion"]
         .as_str()
         .unwrap_or_default()
@@ -268,7 +272,7 @@ pub(crate) fn resource_version(o: &Value) -> &str {
 /// numbers (every API server in practice, though Kubernetes calls them opaque), a later
 /// one does. Versions that cannot be ordered are taken to include it: the watch is
 /// trusted, and a read falls back to what the API server sent last.
-pub(crate) fn supersedes(seen: &str, written: &str) -> bool {
+pub fn supersedes(seen: &str, written: &str) -> bool {
     if seen == written {
         return true;
     }
@@ -279,7 +283,7 @@ pub(crate) fn supersedes(seen: &str, written: &str) -> bool {
 }
 
 /// `metav1.LabelSelector` as a selector string (`a=b,c in (d,e),!f`).
-pub(crate) fn label_selector_string(sel: &Value) -> String {
+pub fn label_selector_string(sel: &Value) -> String {
     let mut parts = Vec::new();
     if let Some(m) = sel["matchLabels"].as_object() {
         for (k, v) in m {
@@ -312,11 +316,10 @@ struct Inner {
     /// `--cache-flush-interval`); `None`: only after an error or `410 Gone`.
     relist_every: Mutex<Option<std::time::Duration>>,
     watches: Mutex<HashMap<WatchKey, Arc<SharedWatch>>>,
-    hooks: Mutex<BTreeMap<HookRef, Vec<Arc<dyn Listener>>>>,
-    subscribers: Mutex<BTreeMap<(HookRef, usize), Arc<Subscriber>>>,
 }
 
-/// The kubernetes bindings of every hook (the actors' [`KubeBindings`] port).
+/// The shared watches of the process: started when a first listener needs one, stopped
+/// when its last listener detaches.
 #[derive(Clone)]
 pub struct WatchManager {
     inner: Arc<Inner>,
@@ -331,8 +334,6 @@ impl WatchManager {
                 relist_every: Mutex::new(None),
                 client,
                 watches: Mutex::new(HashMap::new()),
-                hooks: Mutex::new(BTreeMap::new()),
-                subscribers: Mutex::new(BTreeMap::new()),
             }),
         }
     }
@@ -378,7 +379,7 @@ impl WatchManager {
     }
 
     /// The shared watch for `key`, started if needed.
-    fn watch(&self, key: WatchKey, resource: &ApiResource) -> Arc<SharedWatch> {
+    pub fn watch(&self, key: WatchKey, resource: &ApiResource) -> Arc<SharedWatch> {
         let mut watches = lock(&self.inner.watches);
         if let Some(w) = watches.get(&key) {
             return w.clone();
@@ -460,7 +461,7 @@ impl WatchManager {
     }
 
     /// Attaches a listener to a watch once it holds its first list.
-    async fn attach(&self, w: &Arc<SharedWatch>, l: Arc<dyn Listener>) -> Result<(), String> {
+    pub async fn attach(&self, w: &Arc<SharedWatch>, l: Arc<dyn Listener>) -> Result<(), String> {
         let mut rx = w.ready.subscribe();
         let waited = tokio::time::timeout(INITIAL_LIST_TIMEOUT, rx.wait_for(|r| *r)).await;
         if !matches!(waited, Ok(Ok(_))) {
@@ -483,7 +484,7 @@ impl WatchManager {
     }
 
     /// Detaches a listener; a watch nobody listens to stops.
-    fn detach(&self, w: &Arc<SharedWatch>, l: &Arc<dyn Listener>) {
+    pub fn detach(&self, w: &Arc<SharedWatch>, l: &Arc<dyn Listener>) {
         let empty = {
             let mut st = lock(&w.state);
             st.listeners.retain(|x| !Arc::ptr_eq(x, l));
@@ -500,7 +501,9 @@ impl WatchManager {
         }
     }
 
-    fn key(
+    /// The key of a watch of `resource`, in `namespace` (all namespaces: `None`), with
+    /// these label and field selector strings.
+    pub fn key(
         resource: &ApiResource,
         namespace: Option<String>,
         labels: String,
@@ -516,112 +519,10 @@ impl WatchManager {
         }
     }
 
-    async fn start_binding(
-        &self,
-        hook: &HookRef,
-        index: usize,
-        b: &KubernetesBinding,
-        events: BindingEvents,
-    ) -> Result<Vec<Arc<dyn Listener>>, String> {
-        let resolved = self
-            .inner
-            .resolver
-            .resolve(b.api_version.as_deref(), &b.kind)
-            .await
-            .map_err(|e| format!("binding {:?}: {e}", b.name))?;
-        let filter = match &b.jq_filter {
-            Some(p) => {
-                Some(Arc::new(crate::jq::JqFilter::compile(p).map_err(|e| {
-                    format!("binding {:?}: jqFilter: {e}", b.name)
-                })?))
-            }
-            None => None,
-        };
-        let labels = b
-            .label_selector
-            .as_ref()
-            .map(label_selector_string)
-            .unwrap_or_default();
-        let mut fields: Vec<String> = b
-            .field_selector
-            .iter()
-            .map(|r| format!("{}{}{}", r.field, if r.equal { "=" } else { "!=" }, r.value))
-            .collect();
-        if b.name_selector.len() == 1 {
-            fields.push(format!("metadata.name={}", b.name_selector[0]));
-        }
-        let fields = fields.join(",");
-        let sub = Arc::new(Subscriber::new(hook.clone(), index, b, filter, events));
-        let as_listener: Arc<dyn Listener> = sub.clone();
-        let resource = resolved.resource;
-        let namespaces: Option<Vec<String>> = match &b.namespace {
-            Some(ns) if resolved.namespaced && !ns.match_names.is_empty() => {
-                Some(ns.match_names.clone())
-            }
-            _ => None,
-        };
-        let mut listeners = vec![as_listener.clone()];
-        match (
-            namespaces,
-            b.namespace.as_ref().and_then(|n| n.label_selector.clone()),
-        ) {
-            (Some(names), _) => {
-                for ns in names {
-                    let w = self.watch(
-                        Self::key(&resource, Some(ns), labels.clone(), fields.clone()),
-                        &resource,
-                    );
-                    sub.attached(w.clone());
-                    self.attach(&w, as_listener.clone()).await?;
-                }
-            }
-            (None, Some(ns_selector)) if resolved.namespaced => {
-                // Namespaces chosen by labels: a watch of namespaces starts and stops a
-                // watch of the bound kind in each namespace that matches.
-                let ns_resource = self
-                    .inner
-                    .resolver
-                    .resolve(Some("v1"), "Namespace")
-                    .await
-                    .map_err(|e| format!("binding {:?}: {e}", b.name))?
-                    .resource;
-                let follower = Arc::new(NamespaceFollower::new(
-                    self.clone(),
-                    sub.clone(),
-                    resource.clone(),
-                    labels.clone(),
-                    fields.clone(),
-                ));
-                let w = self.watch(
-                    Self::key(
-                        &ns_resource,
-                        None,
-                        label_selector_string(&ns_selector),
-                        String::new(),
-                    ),
-                    &ns_resource,
-                );
-                let f: Arc<dyn Listener> = follower.clone();
-                follower.attached(w.clone());
-                self.attach(&w, f.clone()).await?;
-                follower.initial_namespaces().await?;
-                listeners.push(f);
-            }
-            _ => {
-                let w = self.watch(Self::key(&resource, None, labels, fields), &resource);
-                sub.attached(w.clone());
-                self.attach(&w, as_listener.clone()).await?;
-            }
-        }
-        sub.go_live();
-        lock(&self.inner.subscribers).insert((hook.clone(), index), sub);
-        Ok(listeners)
-    }
-
     /// Attaches `listener` to the cluster-wide watch of `resource` (shared with every
-    /// binding that watches it the same way) once that watch holds its first list. Other
-    /// subsystems' informers (the lambda controllers) listen this way.
-    pub(crate) async fn listen(
+    /// binding that watches it the same way) once that watch holds its first list. The
+    /// informers of lambda and the deployer listen this way.
+    pub async fn listen(
         &self,
         resource: &ApiResource,
         listener: Arc<dyn Listener>,
@@ -634,54 +535,13 @@ impl WatchManager {
     }
 
     /// The resolver of kinds this manager uses.
-    pub(crate) fn resolver(&self) -> &KindResolver {
+    pub fn resolver(&self) -> &KindResolver {
         &self.inner.resolver
     }
 
     /// The Kubernetes client.
-    pub(crate) fn client(&self) -> &kube::Client {
+    pub fn client(&self) -> &kube::Client {
         &self.inner.client
-    }
-
-    /// Attaches a binding's subscriber to the watch of one namespace (dynamic namespaces).
-    pub(crate) async fn attach_namespace(
-        &self,
-        sub: &Arc<Subscriber>,
-        resource: &ApiResource,
-        namespace: &str,
-        labels: &str,
-        fields: &str,
-    ) -> Result<(), String> {
-        let w = self.watch(
-            Self::key(
-                resource,
-                Some(namespace.to_string()),
-                labels.to_string(),
-                fields.to_string(),
-            ),
-            resource,
-        );
-        sub.attached(w.clone());
-        let l: Arc<dyn Listener> = sub.clone();
-        self.attach(&w, l).await
-    }
-
-    /// Detaches a binding's subscriber from the watch of one namespace.
-    pub(crate) fn detach_namespace(&self, sub: &Arc<Subscriber>, namespace: &str) {
-        let l: Arc<dyn Listener> = sub.clone();
-        for w in sub.detached(Some(namespace)) {
-            self.detach(&w, &l);
-        }
-    }
-
-    fn stop_hook(&self, hook: &HookRef) {
-        let listeners = lock(&self.inner.hooks).remove(hook).unwrap_or_default();
-        lock(&self.inner.subscribers).retain(|(h, _), _| h != hook);
-        for l in listeners {
-            for w in l.detached(None) {
-                self.detach(&w, &l);
-            }
-        }
     }
 }
 
@@ -714,81 +574,6 @@ fn to_value(o: DynamicObject, api_version: &str, kind: &str) -> Value {
         map.insert(key.into(), Value::String(value));
     }
     Value::Object(map)
-}
-
-impl KubeBindings for WatchManager {
-    fn start(
-        &self,
-        hook: HookRef,
-        bindings: Vec<KubernetesBinding>,
-        events: BindingEvents,
-    ) -> BoxFut<'_, Result<(), PortError>> {
-        Box::pin(async move {
-            self.stop_hook(&hook);
-            let mut all: Vec<Arc<dyn Listener>> = Vec::new();
-            for (i, b) in bindings.iter().enumerate() {
-                match self.start_binding(&hook, i, b, events.clone()).await {
-                    Ok(ls) => all.extend(ls),
-                    Err(e) => {
-                        lock(&self.inner.hooks).insert(hook.clone(), all);
-                        self.stop_hook(&hook);
-                        return Err(PortError(e));
-                    }
-                }
-            }
-            lock(&self.inner.hooks).insert(hook, all);
-            Ok(())
-        })
-    }
-
-    fn release(&self, hook: &HookRef, index: usize) {
-        let sub = lock(&self.inner.subscribers)
-            .get(&(hook.clone(), index))
-            .cloned();
-        if let Some(s) = sub {
-            s.release();
-        }
-    }
-
-    fn snapshot(&self, hook: &HookRef, index: usize) -> Vec<Value> {
-        let sub = lock(&self.inner.subscribers)
-            .get(&(hook.clone(), index))
-            .cloned();
-        sub.map(|s| s.snapshot()).unwrap_or_default()
-    }
-
-    fn snapshots(&self, owner: &str) -> Value {
-        let subs: Vec<(HookRef, Arc<Subscriber>)> = lock(&self.inner.subscribers)
-            .iter()
-            .filter(|((h, _), _)| h.owner == owner)
-            .map(|((h, _), s)| (h.clone(), s.clone()))
-            .collect();
-        let mut out = serde_json::Map::new();
-        for (h, s) in subs {
-            let hook = out
-                .entry(h.hook.clone())
-                .or_insert_with(|| Value::Object(Default::default()));
-            hook[s.binding()] = Value::Array(s.snapshot());
-        }
-        Value::Object(out)
-    }
-
-    fn check_filter(&self, program: &str) -> Result<(), String> {
-        crate::jq::JqFilter::compile(program)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    }
-
-    fn stop_owner(&self, owner: &str) {
-        let hooks: Vec<HookRef> = lock(&self.inner.hooks)
-            .keys()
-            .filter(|h| h.owner == owner)
-            .cloned()
-            .collect();
-        for h in hooks {
-            self.stop_hook(&h);
-        }
-    }
 }
 
 #[cfg(test)]
