@@ -3,9 +3,10 @@
 //!   the target cluster with a kube-rs client, 5 items at a time (`BENCH_WORKERS`: the
 //!   deployer's workers in part 2);
 //! - the fair limit: a minimal client making the requests the deployer contract requires
-//!   of each item — the status write that takes the job (Init), the finalizer, the
-//!   Progressing status, the 5 creates, the final status — each write starting from the
-//!   object the previous one returned, 5 items at a time, in an items cluster of its own;
+//!   of each item — the list and watch of the items, the status write that takes the job
+//!   (Init), the finalizer, the Progressing status, the 5 creates, the final status — each
+//!   write starting from the object the previous one returned, 5 items at a time, in an
+//!   items cluster of its own;
 //! - bosun: 200 kubernetes-manifest DeployItems of the same 5 ConfigMaps each, created in
 //!   the items' cluster (with a Target pointing at the target cluster) before the deployer
 //!   starts; from its start until every item is `Succeeded`: items/s and objects/s, and
@@ -120,7 +121,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     println!(
-        "fair limit: {items} items through the contract's 9 requests each (3 status writes, the finalizer, {OBJECTS} creates), {workers} at a time: {fair:.2} s ({:.0} items/s)",
+        "fair limit: {items} items listed and watched, through the contract's 9 requests each (3 status writes, the finalizer, {OBJECTS} creates), {workers} at a time: {fair:.2} s ({:.0} items/s)",
         items as f64 / fair
     );
 
@@ -171,22 +172,35 @@ async fn main() -> anyhow::Result<()> {
     }
     let heap_before = LIVE.load(Ordering::SeqCst);
     let started = Instant::now();
+    let metrics = bosun::prometheus::install("");
+    // The deployer's client is measured as in `bosun run`: its requests are counted below.
+    let measured = bosun_kube::measured_client(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&items_cluster.kubeconfig)?,
+            &Default::default(),
+        )
+        .await?,
+        "shared",
+        bosun_kube::ClientLimits::UNLIMITED,
+    )?;
     let host = bosun::host::Host::with_client(
         &bosun::host::HostConfig {
             namespace: "default".into(),
             ..Default::default()
         },
-        items_cluster.client.clone(),
+        measured,
         bosun_kube::in_cluster::ClientSource::Inferred,
         (String::new(), None),
-        bosun::prometheus::install(""),
+        metrics.clone(),
     );
     let cfg = bosun::deployer::DeployerConfig {
         workers,
         identity: "bench".into(),
         target_selectors: Vec::new(),
         install_crds: false,
-        journal_dir: dir.path().join("journal"),
+        // BENCH_JOURNAL_DIR: the journal elsewhere (on tmpfs, to see what its flushes cost).
+        journal_dir: std::env::var_os("BENCH_JOURNAL_DIR")
+            .map_or_else(|| dir.path().join("journal"), std::path::PathBuf::from),
         resource_cluster: None,
         helm: Default::default(),
         work_dir: dir.path().join("work"),
@@ -200,7 +214,11 @@ async fn main() -> anyhow::Result<()> {
     // would load both this process and the items' API server with the measurement.
     let view = deployer.deployer.view();
     let deadline = Instant::now() + Duration::from_secs(900);
+    let mut first_done: Option<f64> = None;
     while view.in_phase(Phase::Succeeded) < items {
+        if first_done.is_none() && view.in_phase(Phase::Succeeded) > 0 {
+            first_done = Some(started.elapsed().as_secs_f64());
+        }
         if view.in_phase(Phase::Failed) > 0 {
             let list = item_api.list(&Default::default()).await?;
             if let Some(failed) = list
@@ -219,6 +237,10 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let ours = started.elapsed().as_secs_f64();
+    println!(
+        "bosun: the first item Succeeded {:.3} s after the deployer started (its start: CRDs checked, the items listed, the journal opened)",
+        first_done.unwrap_or(ours)
+    );
     let done = item_api
         .list(&Default::default())
         .await?
@@ -237,14 +259,13 @@ async fn main() -> anyhow::Result<()> {
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let heap_after = LIVE.load(Ordering::SeqCst);
-    let json_per_item = item_api
-        .list(&Default::default())
-        .await?
-        .items
+    let finished = item_api.list(&Default::default()).await?.items;
+    let json_per_item = finished
         .iter()
         .map(|o| serde_json::to_vec(o).map_or(0, |v| v.len()))
         .sum::<usize>() as f64
         / items as f64;
+
     let per_item = (heap_after - heap_before) as f64 / items as f64;
     println!(
         "memory: {per_item:.0} B of heap per item (the item in the informer cache, queue, last run; the API servers run in their own processes); the item's JSON {json_per_item:.0} B: heap ÷ JSON {:.2}× (goal ≤ 2×)",
@@ -257,12 +278,74 @@ async fn main() -> anyhow::Result<()> {
         std::process::exit(0);
     }
     drop(deployer);
+    print_requests(&metrics.render(&Default::default()), items);
     println!(
         "ratio {:.2} (bosun items/s ÷ the fair limit's; goal ≥ 0.8); {:.2} against the straight creates",
         fair / ours,
         raw / ours
     );
     Ok(())
+}
+
+/// Prints the deployer's requests per item by verb and path template, with their mean
+/// time to the response headers, from its clients' `kubernetes_client_request_latency_seconds`
+/// (the items' client and the target's).
+fn print_requests(metrics: &str, items: usize) {
+    let series = |suffix: &str| -> std::collections::BTreeMap<String, f64> {
+        let prefix = format!("kubernetes_client_request_latency_seconds_{suffix}{{");
+        metrics
+            .lines()
+            .filter_map(|l| l.strip_prefix(prefix.as_str()))
+            .filter_map(|l| {
+                let (labels, value) = l.rsplit_once("} ")?;
+                Some((labels.to_string(), value.parse::<f64>().ok()?))
+            })
+            .collect()
+    };
+    let (counts, sums) = (series("count"), series("sum"));
+    let mut rows: Vec<(f64, f64, &String)> = counts
+        .iter()
+        .filter(|(_, n)| **n > 0.0)
+        .map(|(labels, n)| {
+            let mean_ms = sums.get(labels).copied().unwrap_or(0.0) / n * 1e3;
+            (n / items as f64, mean_ms, labels)
+        })
+        .collect();
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let total: f64 = rows.iter().map(|r| r.0).sum();
+    let waited: f64 = rows.iter().map(|r| r.0 * r.1).sum();
+    println!(
+        "requests per item: {total:.2} in all (the fair limit makes 9), {waited:.1} ms of round trips per item"
+    );
+    for (per_item, mean_ms, labels) in rows.iter().filter(|r| r.0 >= 0.01) {
+        println!("  {per_item:6.2} × {mean_ms:5.2} ms  {labels}");
+    }
+}
+
+/// `item` with the status the contract asks of a deployer at `phase` (the fields landscaper's
+/// deployers write, as bosun does): the deployer, the times, the observed generation and,
+/// once done, the objects it manages and its readiness condition.
+fn with_status(mut item: DynamicObject, phase: &str, managed: Option<Vec<Value>>) -> DynamicObject {
+    let now = "2026-01-01T00:00:00Z";
+    let mut status = json!({
+        "phase": phase,
+        "deployer": {"identity": "bench", "name": "bosun", "version": "0.1.0"},
+        "lastReconcileTime": now,
+        "observedGeneration": 1,
+        "transitionTimes": {"initTime": now},
+    });
+    if let Some(managed) = managed {
+        status["providerStatus"] = json!({
+            "apiVersion": "manifest.deployer.landscaper.gardener.cloud/v1alpha2",
+            "kind": "ProviderStatus",
+            "managedResources": managed,
+        });
+        status["conditions"] = json!([{"type": "ManifestsReady", "status": "True",
+            "reason": "Ready", "message": "every readiness check passed"}]);
+        status["transitionTimes"]["finishedTime"] = json!(now);
+    }
+    item.data["status"] = status;
+    item
 }
 
 /// The fair limit's time: `items` DeployItems in an items cluster of its own (so that
@@ -325,39 +408,81 @@ async fn fair_limit(
             &resource("", "v1", "ConfigMap", "configmaps"),
         );
         let started = Instant::now();
-        // The deployer's list (its watch follows), then the items as a queue.
-        let listed = Arc::new(std::sync::Mutex::new(
-            item_api.list(&Default::default()).await?.items,
-        ));
+        // The deployer's list and its watch (every write comes back as an event the API
+        // server sends, as to the deployer), then the items as a queue.
+        let list = item_api.list(&Default::default()).await?;
+        let version = list.metadata.resource_version.clone().unwrap_or_default();
+        let watch = {
+            let item_api = item_api.clone();
+            let stream = item_api
+                .watch(&kube::api::WatchParams::default(), &version)
+                .await?;
+            tokio::spawn(async move {
+                futures::pin_mut!(stream);
+                while let Some(event) = futures::StreamExt::next(&mut stream).await {
+                    if event.is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        let listed = Arc::new(std::sync::Mutex::new(list.items));
         let mut tasks = Vec::new();
         for _ in 0..workers {
             let (item_api, config_maps, listed) =
                 (item_api.clone(), config_maps.clone(), listed.clone());
             tasks.push(tokio::spawn(async move {
                 loop {
-                    let Some(item) = listed.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.pop() else {
+                    let Some(item) = listed
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?
+                        .pop()
+                    else {
                         return Ok::<(), anyhow::Error>(());
                     };
                     let name = item.metadata.name.clone().unwrap_or_default();
-                    let status = |mut item: DynamicObject, phase: &str| {
-                        item.data["status"] = json!({"phase": phase, "jobID": "job", "jobIDFinished": if phase == "Succeeded" { "job" } else { "" }, "observedGeneration": 1});
-                        item
-                    };
                     let item: DynamicObject = item_api
-                        .replace_status(&name, &Default::default(), &status(item, "Init"))
+                        .replace_status(
+                            &name,
+                            &Default::default(),
+                            &with_status(item, "Init", None),
+                        )
                         .await?;
                     let mut item = item;
-                    item.metadata.finalizers = Some(vec!["finalizer.manifest.deployer.landscaper.gardener.cloud".into()]);
+                    item.metadata.finalizers =
+                        Some(vec!["finalizer.landscaper.gardener.cloud".into()]);
                     let item = item_api.replace(&name, &Default::default(), &item).await?;
                     let item: DynamicObject = item_api
-                        .replace_status(&name, &Default::default(), &status(item, "Progressing"))
+                        .replace_status(
+                            &name,
+                            &Default::default(),
+                            &with_status(item, "Progressing", None),
+                        )
                         .await?;
                     let n: usize = name.trim_start_matches("item-").parse()?;
+                    let mut managed = Vec::new();
                     for k in 0..OBJECTS {
-                        create(&config_maps, config_map(config_maps.namespace().unwrap_or_default(), n, k)).await?;
+                        let made = config_maps
+                            .create(
+                                &Default::default(),
+                                &serde_json::from_value(config_map(
+                                    config_maps.namespace().unwrap_or_default(),
+                                    n,
+                                    k,
+                                ))?,
+                            )
+                            .await?;
+                        managed.push(json!({"policy": "manage", "resource": {
+                            "apiVersion": "v1", "kind": "ConfigMap",
+                            "name": made.metadata.name, "namespace": made.metadata.namespace,
+                            "uid": made.metadata.uid}}));
                     }
                     let _: DynamicObject = item_api
-                        .replace_status(&name, &Default::default(), &status(item, "Succeeded"))
+                        .replace_status(
+                            &name,
+                            &Default::default(),
+                            &with_status(item, "Succeeded", Some(managed)),
+                        )
                         .await?;
                 }
             }));
@@ -366,6 +491,7 @@ async fn fair_limit(
             t.await??;
         }
         rounds.push(started.elapsed().as_secs_f64());
+        watch.abort();
     }
     rounds.sort_by(f64::total_cmp);
     Ok(rounds[rounds.len() / 2])

@@ -57,14 +57,18 @@ impl TargetClients {
                         format!("{what}: spec.config.kubeconfig: {e}"),
                     )
                 })?;
-        let client = kube::Client::try_from(config).map_err(|e| {
-            DeployError::new(
-                "ValidateTarget",
-                "TargetClient",
-                format!("{what}: cannot build a client: {e}"),
-                &[],
-            )
-        })?;
+        // Measured like every client of bosun (kubernetes_client_request_* by host), and
+        // not limited: the targets are other clusters, whose load is theirs to bound.
+        let client =
+            bosun_kube::measured_client(config, "target", bosun_kube::ClientLimits::UNLIMITED)
+                .map_err(|e| {
+                    DeployError::new(
+                        "ValidateTarget",
+                        "TargetClient",
+                        format!("{what}: cannot build a client: {e}"),
+                        &[],
+                    )
+                })?;
         self.built
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.lock().insert(id, (digest, client.clone()));
