@@ -676,14 +676,26 @@ async fn write_status(
     }
     // Handed to the journal before the write and made durable while the API server works:
     // the journal keeps the order of decisions, and a run waits for one round trip, not two.
+    // A run's result (a final phase) and every error wait until the journal holds them
+    // (with a standby, until it acknowledged them too); the steps before (Init,
+    // Progressing) are handed over in order and become durable with the result, as the
+    // lambda controllers' syncs do. A crash between them loses no decision: the item's
+    // status says the run is not finished, and the next leader runs it again.
+    let wait = new.phase.is_some_and(Phase::is_final)
+        || new.last_error.as_ref().is_some_and(|e| old.last_error.as_ref() != Some(e));
     let durable = if events.is_empty() {
         None
-    } else {
+    } else if wait {
         Some(
             s.journal
                 .submit(events)
                 .map_err(|e| ReconcileError::Journal(e.to_string()))?,
         )
+    } else {
+        s.journal
+            .append_later(events)
+            .map_err(|e| ReconcileError::Journal(e.to_string()))?;
+        None
     };
     if let Some(e) = &new.last_error
         && old.last_error.as_ref() != Some(e)
