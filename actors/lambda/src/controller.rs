@@ -21,9 +21,9 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::composite::{Composite, SyncError, SyncReport};
-use crate::decorator::{Decorator, queue_key};
+use crate::decorator::Decorator;
 use crate::events::LambdaEvent;
-use crate::keys::{key_of, namespace_of};
+use crate::keys::{ParentKey, namespace_of};
 use crate::ports::{Change, Cluster, EventNote, HookType, Resource, Watches};
 use crate::related::selects_any;
 use crate::types::ControllerKind;
@@ -84,10 +84,18 @@ impl Reconciler {
         (s > 0).then(|| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1)))
     }
 
-    fn parent_key(&self, parent: &Value) -> String {
+    fn parent_key(&self, parent: &Value) -> ParentKey {
         match self {
-            Reconciler::Composite(_) => key_of(parent),
-            Reconciler::Decorator(_) => queue_key(parent),
+            Reconciler::Composite(_) => ParentKey::of(parent),
+            Reconciler::Decorator(_) => ParentKey::typed(parent),
+        }
+    }
+
+    /// The resource of the parent `key` names.
+    fn resource_of(&self, key: &ParentKey) -> Option<&Resource> {
+        match self {
+            Reconciler::Composite(c) => Some(&c.parent),
+            Reconciler::Decorator(d) => d.target_of_key(key).map(|t| &t.resource),
         }
     }
 
@@ -107,7 +115,7 @@ impl Reconciler {
         }
     }
 
-    async fn sync(&self, cluster: &dyn Cluster, key: &str) -> Result<SyncReport, SyncError> {
+    async fn sync(&self, cluster: &dyn Cluster, key: &ParentKey) -> Result<SyncReport, SyncError> {
         match self {
             Reconciler::Composite(c) => c.sync(cluster, key).await,
             Reconciler::Decorator(d) => d.sync(cluster, key).await,
@@ -120,7 +128,7 @@ impl Reconciler {
         cluster: &dyn Cluster,
         child: &Value,
         deleted: bool,
-    ) -> Vec<String> {
+    ) -> Vec<ParentKey> {
         let result = match self {
             Reconciler::Composite(c) => {
                 if deleted && crate::claim::controller_ref(child).is_none() {
@@ -200,8 +208,8 @@ pub struct Running {
     pub name: String,
     /// The spec it runs (to tell a changed controller object from a resync).
     pub spec: Value,
-    pub queue: WorkQueue<String>,
-    pub last: Arc<Mutex<BTreeMap<String, Box<LastSync>>>>,
+    pub queue: WorkQueue<ParentKey>,
+    pub last: Arc<Mutex<BTreeMap<ParentKey, Box<LastSync>>>>,
     tasks: Vec<JoinHandle<()>>,
     /// Its entry in the actors' mailboxes, removed when it stops.
     mailbox: (Mailboxes, String),
@@ -215,7 +223,7 @@ pub fn actor_name(kind: ControllerKind, name: &str) -> String {
 
 impl Running {
     /// The work queue's view: waiting, delayed and in-flight parents.
-    pub fn snapshot(&self) -> QueueSnapshot<String> {
+    pub fn snapshot(&self) -> QueueSnapshot<ParentKey> {
         self.queue.snapshot()
     }
 
@@ -259,13 +267,14 @@ pub async fn start(
     ctx: Context,
 ) -> Result<Running, crate::ports::ClusterError> {
     let reconciler = Arc::new(reconciler);
-    let queue: WorkQueue<String> = WorkQueue::new();
+    let queue: WorkQueue<ParentKey> = WorkQueue::new();
     let last = Arc::new(Mutex::new(BTreeMap::new()));
     let mut tasks = Vec::new();
     let name = reconciler.name().to_string();
     let kind = reconciler.kind();
     let actor = actor_name(kind, &name);
-    ctx.mailboxes.register(&actor, queue.mailbox(String::clone));
+    ctx.mailboxes
+        .register(&actor, queue.mailbox(ParentKey::to_string));
 
     // Parents.
     for resource in reconciler.parent_resources() {
@@ -398,17 +407,17 @@ pub async fn start(
 struct Parents {
     r: Arc<Reconciler>,
     ctx: Context,
-    queue: WorkQueue<String>,
-    last: Arc<Mutex<BTreeMap<String, Box<LastSync>>>>,
+    queue: WorkQueue<ParentKey>,
+    last: Arc<Mutex<BTreeMap<ParentKey, Box<LastSync>>>>,
     related: Arc<Mutex<HashSet<(String, String)>>>,
     related_tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
-impl runner::Reconciler<String> for Parents {
+impl runner::Reconciler<ParentKey> for Parents {
     type Report = SyncReport;
     type Error = SyncError;
 
-    fn reconcile<'a>(&'a self, key: &'a String) -> BoxFut<'a, Result<SyncReport, SyncError>> {
+    fn reconcile<'a>(&'a self, key: &'a ParentKey) -> BoxFut<'a, Result<SyncReport, SyncError>> {
         Box::pin(self.r.sync(self.ctx.cluster.as_ref(), key))
     }
 
@@ -425,7 +434,7 @@ impl runner::Reconciler<String> for Parents {
 
     fn finished<'a>(
         &'a self,
-        key: &'a String,
+        key: &'a ParentKey,
         outcome: Outcome<SyncReport, SyncError>,
     ) -> BoxFut<'a, ()> {
         Box::pin(async move {
@@ -447,14 +456,14 @@ impl runner::Reconciler<String> for Parents {
 async fn record(
     r: &Reconciler,
     ctx: &Context,
-    last: &Mutex<BTreeMap<String, Box<LastSync>>>,
-    key: &str,
+    last: &Mutex<BTreeMap<ParentKey, Box<LastSync>>>,
+    key: &ParentKey,
     outcome: Outcome<SyncReport, SyncError>,
 ) {
     let controller = r.name().to_string();
     match outcome.result {
         Ok(report) => {
-            tracing::debug!(%controller, key, hook = ?report.hook, created = ?report.applied.created,
+            tracing::debug!(%controller, %key, hook = ?report.hook, created = ?report.applied.created,
                 updated = ?report.applied.updated, deleted = ?report.applied.deleted,
                 status_written = report.status_written, finalized = report.finalized, "synced");
             let failed_before = lock(last).get(key).is_some_and(|l| !l.ok);
@@ -479,14 +488,14 @@ async fn record(
                     finalized: report.finalized,
                 };
                 if let Err(e) = ctx.journal.append_later(vec![event]) {
-                    tracing::warn!(%controller, key, "cannot journal a sync: {e}");
+                    tracing::warn!(%controller, %key, "cannot journal a sync: {e}");
                 }
             }
             for w in &report.warnings {
-                tracing::warn!(%controller, key, "hook answer: {w}");
+                tracing::warn!(%controller, %key, "hook answer: {w}");
             }
             lock(last).insert(
-                key.to_string(),
+                key.clone(),
                 Box::new(LastSync {
                     at_ms: now_ms(),
                     ok: true,
@@ -511,7 +520,7 @@ async fn record(
             // A `Retry-After` is the hook asking for time, not a failure to report.
             let event = matches!(err, SyncError::Failed(_));
             let message = err.to_string();
-            tracing::warn!(%controller, key, retry_in = ?delay, "sync failed: {message}");
+            tracing::warn!(%controller, %key, retry_in = ?delay, "sync failed: {message}");
             if event && let Some(parent) = parent_object(r, ctx.cluster.as_ref(), key).await {
                 {
                     ctx.cluster
@@ -541,10 +550,10 @@ async fn record(
                 retry_in_ms,
                 failures,
             }]) {
-                tracing::warn!(%controller, key, "cannot journal a sync: {e}");
+                tracing::warn!(%controller, %key, "cannot journal a sync: {e}");
             }
             lock(last).insert(
-                key.to_string(),
+                key.clone(),
                 Box::new(LastSync {
                     at_ms: now_ms(),
                     ok: false,
@@ -565,28 +574,13 @@ async fn record(
     }
 }
 
-async fn parent_object(r: &Reconciler, cluster: &dyn Cluster, key: &str) -> Option<Value> {
-    match r {
-        Reconciler::Composite(c) => {
-            let (ns, name) = crate::keys::split_key(key);
-            cluster
-                .cached(&c.parent, ns, name)
-                .await
-                .ok()
-                .flatten()
-                .map(|p| (*p).clone())
-        }
-        Reconciler::Decorator(d) => {
-            let key = crate::decorator::TargetKey::parse(key);
-            let t = d.target_of(&key.type_probe())?;
-            cluster
-                .cached(&t.resource, key.namespace, key.name)
-                .await
-                .ok()
-                .flatten()
-                .map(|p| (*p).clone())
-        }
-    }
+async fn parent_object(r: &Reconciler, cluster: &dyn Cluster, key: &ParentKey) -> Option<Value> {
+    cluster
+        .cached(r.resource_of(key)?, &key.namespace, &key.name)
+        .await
+        .ok()
+        .flatten()
+        .map(|p| (*p).clone())
 }
 
 /// Starts watches for related resources the customize hook named for `key`, so their
@@ -594,10 +588,10 @@ async fn parent_object(r: &Reconciler, cluster: &dyn Cluster, key: &str) -> Opti
 async fn watch_related(
     r: &Arc<Reconciler>,
     ctx: &Context,
-    q: &WorkQueue<String>,
+    q: &WorkQueue<ParentKey>,
     related: &Arc<Mutex<HashSet<(String, String)>>>,
     related_tasks: &Arc<Mutex<Vec<JoinHandle<()>>>>,
-    key: &str,
+    key: &ParentKey,
 ) {
     let Some(customizer) = r.customizer() else {
         return;
@@ -647,7 +641,7 @@ async fn watch_related(
 async fn enqueue_related(
     r: &Reconciler,
     cluster: &dyn Cluster,
-    q: &WorkQueue<String>,
+    q: &WorkQueue<ParentKey>,
     watched: &Resource,
     states: &[Arc<Value>],
 ) {

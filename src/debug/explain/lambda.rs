@@ -3,6 +3,7 @@
 
 use bosun_journal::Journal;
 use bosun_lambda::events::LambdaEvent;
+use bosun_lambda::keys::ParentKey;
 use bosun_lambda::registry::ControllerView;
 
 use super::{Explanation, Step, Subject};
@@ -33,6 +34,16 @@ fn child_of(what: &str) -> Option<(&str, &str, &str)> {
 /// kind; it matches by namespace and name.
 fn is_parent(subject: &Subject, key: &str) -> bool {
     let (kind, ns, name) = parent_of(key);
+    names_parent(subject, kind, ns, name)
+}
+
+/// [`is_parent`] of a running controller's key.
+fn is_parent_key(subject: &Subject, key: &ParentKey) -> bool {
+    let kind = key.type_.as_ref().map(|t| t.kind.as_str());
+    names_parent(subject, kind, &key.namespace, &key.name)
+}
+
+fn names_parent(subject: &Subject, kind: Option<&str>, ns: &str, name: &str) -> bool {
     subject.names(ns, name) && kind.is_none_or(|k| subject.kind_is(k))
 }
 
@@ -165,7 +176,7 @@ pub fn live(controllers: &[ControllerView], subject: &Subject, e: &mut Explanati
                     subject.kind_is(kind) && subject.names(ns, name)
                 })
             });
-            if !is_parent(subject, key) && !is_child {
+            if !is_parent_key(subject, key) && !is_child {
                 continue;
             }
             let whose = if is_child {
