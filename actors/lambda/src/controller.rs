@@ -8,10 +8,11 @@
 //!   resync ticker ─┘           backoff, add_after)  ◄── requeue / forget ─┘
 //! ```
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use bosun_runtime::last_outcome::LastOutcomes;
 use bosun_runtime::mailbox::Mailboxes;
 use bosun_runtime::ports::{BoxFut, EventSink};
 use bosun_runtime::runner::{self, Action, Outcome, Retry};
@@ -167,12 +168,11 @@ pub struct Context {
     pub mailboxes: Mailboxes,
 }
 
-/// The last sync of one parent, for the debug view.
-#[derive(Clone, Debug, Serialize)]
+/// What the debug view keeps of a parent's last sync, beside its time, error, failures
+/// in a row and next try ([`LastOutcome`](bosun_runtime::last_outcome::LastOutcome)).
+#[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LastSync {
-    pub at_ms: u64,
-    pub ok: bool,
+pub struct SyncDetail {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hook: Option<&'static str>,
     /// Digests of the hook's request and answer.
@@ -182,25 +182,14 @@ pub struct LastSync {
     pub answer: Option<String>,
     /// The children the answer asked for.
     pub planned: Arc<[String]>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
     pub created: Vec<String>,
     pub updated: Vec<String>,
     pub deleted: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_retry_ms: Option<u64>,
     pub warnings: Vec<String>,
-    /// Failed syncs in a row, this one included (0 after a success).
-    #[serde(skip_serializing_if = "crate::events::is_zero")]
-    pub failures: u32,
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
+/// The last sync of each parent.
+pub type LastSyncs = LastOutcomes<ParentKey, SyncDetail>;
 
 /// A running controller.
 pub struct Running {
@@ -209,7 +198,7 @@ pub struct Running {
     /// The spec it runs (to tell a changed controller object from a resync).
     pub spec: Value,
     pub queue: WorkQueue<ParentKey>,
-    pub last: Arc<Mutex<BTreeMap<ParentKey, Box<LastSync>>>>,
+    pub last: Arc<Mutex<LastSyncs>>,
     tasks: Vec<JoinHandle<()>>,
     /// Its entry in the actors' mailboxes, removed when it stops.
     mailbox: (Mailboxes, String),
@@ -268,7 +257,7 @@ pub async fn start(
 ) -> Result<Running, crate::ports::ClusterError> {
     let reconciler = Arc::new(reconciler);
     let queue: WorkQueue<ParentKey> = WorkQueue::new();
-    let last = Arc::new(Mutex::new(BTreeMap::new()));
+    let last = Arc::new(Mutex::new(LastSyncs::new()));
     let mut tasks = Vec::new();
     let name = reconciler.name().to_string();
     let kind = reconciler.kind();
@@ -408,7 +397,7 @@ struct Parents {
     r: Arc<Reconciler>,
     ctx: Context,
     queue: WorkQueue<ParentKey>,
-    last: Arc<Mutex<BTreeMap<ParentKey, Box<LastSync>>>>,
+    last: Arc<Mutex<LastSyncs>>,
     related: Arc<Mutex<HashSet<(String, String)>>>,
     related_tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
@@ -456,7 +445,7 @@ impl runner::Reconciler<ParentKey> for Parents {
 async fn record(
     r: &Reconciler,
     ctx: &Context,
-    last: &Mutex<BTreeMap<ParentKey, Box<LastSync>>>,
+    last: &Mutex<LastSyncs>,
     key: &ParentKey,
     outcome: Outcome<SyncReport, SyncError>,
 ) {
@@ -494,25 +483,20 @@ async fn record(
             for w in &report.warnings {
                 tracing::warn!(%controller, %key, "hook answer: {w}");
             }
-            lock(last).insert(
+            lock(last).record(
                 key.clone(),
-                Box::new(LastSync {
-                    at_ms: now_ms(),
-                    ok: true,
+                None,
+                report.resync_after,
+                SyncDetail {
                     hook: report.hook.map(HookType::as_str),
                     request: report.request_digest,
                     answer: report.answer_digest,
                     planned: report.planned,
-                    error: None,
                     created: report.applied.created,
                     updated: report.applied.updated,
                     deleted: report.applied.deleted,
-                    next_retry_ms: report
-                        .resync_after
-                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                     warnings: report.warnings,
-                    failures: 0,
-                }),
+                },
             );
         }
         Err(err) => {
@@ -535,14 +519,20 @@ async fn record(
                         .await;
                 }
             }
-            let retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
             // Every failure is journaled, counted: the backoff bounds how often (at most
             // one per retry), and `bosun journal lambda --parent` tells how many and when
             // the next retry comes.
-            let failures = lock(last)
-                .get(key)
-                .map_or(0, |l| if l.ok { 0 } else { l.failures })
-                .saturating_add(1);
+            let failures = {
+                let mut last = lock(last);
+                last.record(
+                    key.clone(),
+                    Some(message.clone()),
+                    Some(delay),
+                    SyncDetail::default(),
+                );
+                last.get(key).map_or(1, |l| l.failures)
+            };
+            let retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
             if let Err(e) = ctx.journal.append_later(vec![LambdaEvent::SyncFailed {
                 controller: controller.clone(),
                 key: key.to_string(),
@@ -552,24 +542,6 @@ async fn record(
             }]) {
                 tracing::warn!(%controller, %key, "cannot journal a sync: {e}");
             }
-            lock(last).insert(
-                key.clone(),
-                Box::new(LastSync {
-                    at_ms: now_ms(),
-                    ok: false,
-                    hook: None,
-                    request: None,
-                    answer: None,
-                    planned: Arc::default(),
-                    error: Some(message),
-                    created: Vec::new(),
-                    updated: Vec::new(),
-                    deleted: Vec::new(),
-                    next_retry_ms: Some(retry_in_ms),
-                    warnings: Vec::new(),
-                    failures,
-                }),
-            );
         }
     }
 }

@@ -16,10 +16,9 @@ use tokio::task::JoinHandle;
 
 use crate::children::{ApplyStrategy, ChildType};
 use crate::composite::{BoundHook, Composite};
-use crate::controller::{Context, LastSync, Reconciler, Running, start};
+use crate::controller::{Context, LastSyncs, Reconciler, Running, start};
 use crate::decorator::{Decorator, Target};
 use crate::events::LambdaEvent;
-use crate::keys::ParentKey;
 use crate::ports::{Change, ClusterError, EventNote, HookFactory, HookSpec, HookType, Resource};
 use crate::related::Customizer;
 use crate::selector::Selector;
@@ -52,7 +51,7 @@ pub struct ControllerView {
     pub kind: ControllerKind,
     pub name: String,
     pub queue: Value,
-    pub last_syncs: BTreeMap<ParentKey, Box<LastSync>>,
+    pub last_syncs: LastSyncs,
     /// Why the controller object could not start (it is retried with backoff).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
@@ -89,7 +88,7 @@ impl Controllers {
                     kind: *kind,
                     name: name.clone(),
                     queue: empty.clone(),
-                    last_syncs: BTreeMap::new(),
+                    last_syncs: LastSyncs::new(),
                     refused: Some(why.clone()),
                 }),
         );
