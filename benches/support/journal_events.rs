@@ -1,6 +1,8 @@
 //! A realistic stream of the modules' journal events, for the journal and startup
 //! benchmarks.
 
+use bosun_addon::context_stub::ContextStub;
+use bosun_addon::hook_config::WatchEvent;
 use bosun_addon::task::{AddonTask, HookRunParams};
 use bosun_addon::{Event, Position, Scope, TaskEvent, TaskId, TaskSpec, ValuesLayer};
 use serde_json::json;
@@ -19,7 +21,7 @@ pub fn event(i: u64) -> Event {
                     module: "ingress-nginx".into(),
                     hook: "hooks/certs.py".into(),
                     run: HookRunParams::with(
-                        vec![json!({"binding": "secrets", "type": "Event", "watchEvent": "Modified"})],
+                        vec![ContextStub::event("secrets", 0, WatchEvent::Modified)],
                         false,
                     ),
                 },

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use bosun::hooks::HookProcess;
 use bosun_addon::State;
+use bosun_addon::context_stub::ContextStub;
 use bosun_addon::engine::{Engine, EngineArgs};
 use bosun_addon::global_hooks::GlobalHook;
 use bosun_addon::hook_config::{HookKind, parse};
@@ -94,7 +95,11 @@ pub async fn round(
                 if i % 2 == 0 { "noop-a.sh" } else { "noop-b.sh" },
                 "bench",
                 "schedule",
-                vec![json!({"binding": "schedule", "type": "Schedule"})],
+                vec![ContextStub::Schedule {
+                    binding: "schedule".into(),
+                    index: None,
+                    group: None,
+                }],
             )
         })
         .collect();

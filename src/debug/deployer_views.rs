@@ -3,7 +3,9 @@
 
 use serde_json::json;
 
+use crate::debug::last_outcome;
 use crate::debug::views::View;
+use bosun_runtime::clock::now_ms;
 
 /// The running deployer: its types, its work queue and the last run of each item.
 pub fn deployer_items(running: Option<&bosun_deployer::controller::DeployerView>) -> View {
@@ -43,13 +45,14 @@ pub fn deployer_items(running: Option<&bosun_deployer::controller::DeployerView>
             k.failures
         ));
     }
-    for (key, run) in &last {
-        let phase = run.phase.map_or("-", |p| p.as_str());
-        match (&run.error, &run.waiting_for) {
-            (Some(e), _) => text.push_str(&format!("  {key}: {phase}: {e}\n")),
-            (None, Some(w)) => text.push_str(&format!("  {key}: {phase}, waiting for {w}\n")),
-            (None, None) => text.push_str(&format!("  {key}: {phase}\n")),
-        }
+    let now = now_ms();
+    for (key, run) in last.iter() {
+        let phase = run.detail.phase.map_or("-", |p| p.as_str());
+        let detail = match (&run.error, &run.detail.waiting_for) {
+            (None, Some(w)) => format!("{phase}, waiting for {w}"),
+            _ => phase.to_string(),
+        };
+        text.push_str(&last_outcome::line("  ", key, &detail, run, now));
     }
     let items: serde_json::Map<String, serde_json::Value> = last
         .iter()

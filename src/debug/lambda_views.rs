@@ -1,12 +1,16 @@
 //! `/lambda/controllers` and the lambda part of `/actors`: each running lambda controller's
 //! work queue and the last sync of each parent.
 
+use bosun_runtime::clock::now_ms;
+
+use crate::debug::last_outcome;
 use crate::debug::views::View;
 
 /// Each running lambda controller: its work queue (waiting, delayed with backoff, in
 /// flight) and the last sync of each parent.
 pub fn lambda_controllers(running: Option<&bosun_lambda::registry::Controllers>) -> View {
     let controllers = running.map(|c| c.views()).unwrap_or_default();
+    let now = now_ms();
     let mut text = String::new();
     if !controllers.is_empty() {
         text.push_str("\nLambda controllers:\n");
@@ -44,20 +48,22 @@ pub fn lambda_controllers(running: Option<&bosun_lambda::registry::Controllers>)
                 d["failures"]
             ));
         }
-        for (key, last) in &c.last_syncs {
-            match &last.error {
-                Some(e) => text.push_str(&format!("    {key}: failed: {e}\n")),
-                None => text.push_str(&format!(
-                    "    {key}: {} hook asked {} answered {}: {} planned ({} created, {} updated, {} deleted)\n",
-                    last.hook.unwrap_or("no"),
-                    last.request.as_deref().unwrap_or("-"),
-                    last.answer.as_deref().unwrap_or("-"),
-                    last.planned.len(),
-                    last.created.len(),
-                    last.updated.len(),
-                    last.deleted.len()
-                )),
-            }
+        for (key, last) in c.last_syncs.iter() {
+            let d = &last.detail;
+            let detail = match &last.error {
+                Some(_) => "failed".to_string(),
+                None => format!(
+                    "{} hook asked {} answered {}: {} planned ({} created, {} updated, {} deleted)",
+                    d.hook.unwrap_or("no"),
+                    d.request.as_deref().unwrap_or("-"),
+                    d.answer.as_deref().unwrap_or("-"),
+                    d.planned.len(),
+                    d.created.len(),
+                    d.updated.len(),
+                    d.deleted.len()
+                ),
+            };
+            text.push_str(&last_outcome::line("    ", key, &detail, last, now));
         }
     }
     View {

@@ -29,6 +29,7 @@ pub mod explain;
 pub mod graph;
 pub mod journal_views;
 pub mod lambda_views;
+pub mod last_outcome;
 pub mod token;
 pub mod views;
 

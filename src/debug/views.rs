@@ -273,7 +273,7 @@ pub fn queue_main(main: Option<&QueueDump>) -> View {
     }
 }
 
-fn age(since_ms: u64, now: u64) -> String {
+pub(crate) fn age(since_ms: u64, now: u64) -> String {
     go_duration(Duration::from_millis(now.saturating_sub(since_ms)))
 }
 

@@ -925,7 +925,7 @@ fn journal_round(journal: &Path, a: &str, b: &str) -> Option<Round> {
         events.iter().enumerate().find_map(|(i, e)| match e {
             Event::Task(TaskEvent::TaskEnqueued { task, .. })
                 if task.kind.hook_run().is_some_and(|r| {
-                    object_names(&Value::Array(r.binding_contexts.clone()))
+                    object_names(&serde_json::to_value(&r.binding_contexts).unwrap_or_default())
                         .iter()
                         .any(|n| n == name)
                 }) =>

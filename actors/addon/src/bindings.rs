@@ -2,7 +2,7 @@
 //! those are turned into the binding context array a hook receives.
 //!
 //! ```text
-//!   watch event / timer / startup ──► context stub in a task (binding, type, _index…)
+//!   watch event / timer / startup ──► ContextStub in a task (binding, type, index…)
 //!   task starts ──► render(stubs, hook config, current snapshots) ──► BINDING_CONTEXT_PATH
 //! ```
 //!
@@ -16,8 +16,9 @@ use bosun_runtime::TaskIds;
 
 use serde_json::{Map, Value, json};
 
+use crate::context_stub::ContextStub;
 use crate::events::{TaskId, TaskSpec};
-use crate::hook_config::HookConfig;
+use crate::hook_config::{HookConfig, WatchEvent};
 use crate::task::{AddonTask, HookRunParams};
 
 /// Who owns a hook: `global` or `module/<name>`.
@@ -51,46 +52,60 @@ pub struct BindingEvent {
 /// Where a kubernetes binding's events go once released: the engine queues a hook task.
 pub type BindingEvents = Arc<dyn Fn(BindingEvent) + Send + Sync>;
 
-/// Key of the internal binding index in a context stub (removed before the hook sees it).
-const INDEX: &str = "_index";
-
 /// The stub of a Synchronization context for binding `index` of a hook.
-pub fn sync_stub(config: &HookConfig, index: usize) -> Value {
+pub fn sync_stub(config: &HookConfig, index: usize) -> ContextStub {
     let b = &config.kubernetes[index];
-    let mut c = json!({"binding": b.name, "type": "Synchronization", INDEX: index});
-    if let Some(g) = &b.group {
-        c["groupName"] = json!(g);
+    ContextStub::Synchronization {
+        binding: b.name.clone(),
+        index,
+        group: b.group.clone(),
     }
-    c
 }
 
-/// The stub of an Event context (the event's object is already in `context`).
-pub fn event_stub(config: &HookConfig, index: usize, mut context: Value) -> Value {
-    context[INDEX] = json!(index);
-    if let Some(g) = config.kubernetes.get(index).and_then(|b| b.group.as_ref()) {
-        context["groupName"] = json!(g);
+/// The stub of an Event context from the event a binding delivered (`binding`, `type`,
+/// `watchEvent`, `object`?, `filterResult`?: see [`BindingEvent`]).
+pub fn event_stub(config: &HookConfig, index: usize, context: Value) -> ContextStub {
+    let mut c = match context {
+        Value::Object(c) => c,
+        _ => Map::new(),
+    };
+    ContextStub::Event {
+        binding: match c.remove("binding") {
+            Some(Value::String(b)) => b,
+            _ => String::new(),
+        },
+        index,
+        group: config.kubernetes.get(index).and_then(|b| b.group.clone()),
+        watch_event: c
+            .get("watchEvent")
+            .and_then(Value::as_str)
+            .and_then(WatchEvent::named)
+            // The watches name every event they deliver; a change, if one ever did not.
+            .unwrap_or(WatchEvent::Modified),
+        object: c.remove("object"),
+        filter_result: c.remove("filterResult"),
     }
-    context
 }
 
 /// The stub of a Schedule context for schedule binding `index`.
-pub fn schedule_stub(config: &HookConfig, index: usize) -> Value {
+pub fn schedule_stub(config: &HookConfig, index: usize) -> ContextStub {
     let b = &config.schedule[index];
-    let mut c = json!({"binding": b.name, "type": "Schedule", "_schedule": index});
-    if let Some(g) = &b.group {
-        c["groupName"] = json!(g);
+    ContextStub::Schedule {
+        binding: b.name.clone(),
+        index: Some(index),
+        group: b.group.clone(),
     }
-    c
 }
 
 /// A hook-run task for one firing of a schedule binding.
 pub fn schedule_task(id: TaskId, entry: &crate::scheduler::ScheduleEntry) -> TaskSpec {
     let module = entry.owner.strip_prefix("module/");
     let b = &entry.binding;
-    let mut stub = json!({"binding": b.name, "type": "Schedule"});
-    if let Some(g) = &b.group {
-        stub["groupName"] = json!(g);
-    }
+    let stub = ContextStub::Schedule {
+        binding: b.name.clone(),
+        index: None,
+        group: b.group.clone(),
+    };
     hook_run_task(
         id,
         module,
@@ -126,7 +141,7 @@ pub fn hook_run_task(
     hook: &str,
     queue: &str,
     binding: &str,
-    contexts: Vec<Value>,
+    contexts: Vec<ContextStub>,
     allow_failure: bool,
 ) -> TaskSpec {
     let run = HookRunParams::with(contexts, allow_failure);
@@ -173,12 +188,13 @@ pub fn sync_task(
 }
 
 /// Binding indexes of the Synchronization contexts in a task's contexts.
-pub fn synchronized(contexts: &[Value]) -> Vec<usize> {
+pub fn synchronized(contexts: &[ContextStub]) -> Vec<usize> {
     contexts
         .iter()
-        .filter(|c| c["type"] == "Synchronization")
-        .filter_map(|c| c[INDEX].as_u64())
-        .map(|i| i as usize)
+        .filter_map(|c| match c {
+            ContextStub::Synchronization { index, .. } => Some(*index),
+            _ => None,
+        })
         .collect()
 }
 
@@ -225,7 +241,7 @@ fn snapshots_of(
 /// snapshots, and the first context's binding name (for logs).
 pub fn contexts_for_run(
     config: &HookConfig,
-    stubs: Vec<Value>,
+    stubs: Vec<ContextStub>,
     snapshots: &dyn SnapshotSource,
 ) -> (Value, String) {
     let contexts = render(config, stubs, snapshots);
@@ -240,7 +256,11 @@ pub fn contexts_for_run(
 /// Turns queued context stubs into the array the hook receives: Group contexts for grouped
 /// bindings, `objects` for Synchronization, `snapshots` where the binding asks for them,
 /// every kubernetes binding's snapshot for `before*`/`after*` bindings.
-pub fn render(config: &HookConfig, stubs: Vec<Value>, source: &dyn SnapshotSource) -> Vec<Value> {
+pub fn render(
+    config: &HookConfig,
+    stubs: Vec<ContextStub>,
+    source: &dyn SnapshotSource,
+) -> Vec<Value> {
     let mut cache: BTreeMap<usize, Vec<Value>> = BTreeMap::new();
     let all: Vec<usize> = (0..config.kubernetes.len()).collect();
     stubs
@@ -251,18 +271,19 @@ pub fn render(config: &HookConfig, stubs: Vec<Value>, source: &dyn SnapshotSourc
 
 fn render_one(
     config: &HookConfig,
-    mut stub: Value,
+    stub: ContextStub,
     source: &dyn SnapshotSource,
     all: &[usize],
     cache: &mut BTreeMap<usize, Vec<Value>>,
 ) -> Value {
-    let binding = stub["binding"].as_str().unwrap_or_default().to_string();
-    let kube = stub[INDEX].as_u64().map(|i| i as usize);
-    let schedule = stub["_schedule"].as_u64().map(|i| i as usize).or_else(|| {
-        (stub["type"] == "Schedule")
-            .then(|| config.schedule.iter().position(|b| b.name == binding))
-            .flatten()
-    });
+    let binding = stub.binding().to_string();
+    let kube = stub.kubernetes_index();
+    let schedule = match &stub {
+        ContextStub::Schedule { index, .. } => {
+            index.or_else(|| config.schedule.iter().position(|b| b.name == binding))
+        }
+        _ => None,
+    };
     let (group, include) = match (kube, schedule) {
         (Some(i), _) if i < config.kubernetes.len() => {
             let b = &config.kubernetes[i];
@@ -273,11 +294,14 @@ fn render_one(
             (b.group.clone(), b.include_snapshots_from.clone())
         }
         _ => {
-            // before*/after* and onStartup stubs carry only the binding name.
-            if stub.get("type").is_none() && binding != "onStartup" {
-                stub["snapshots"] = snapshots_of(config, all, source, cache);
+            // A binding the hook no longer has: the stub as it was queued. before*/after*
+            // see every kubernetes binding's snapshot; onStartup none.
+            let named = matches!(stub, ContextStub::Named { .. });
+            let mut c = serde_json::to_value(stub).unwrap_or_default();
+            if named && binding != "onStartup" {
+                c["snapshots"] = snapshots_of(config, all, source, cache);
             }
-            return stub;
+            return c;
         }
     };
     if let Some(g) = group {
@@ -296,21 +320,40 @@ fn render_one(
             "snapshots": snapshots_of(config, &idx, source, cache),
         });
     }
-    if let Some(obj) = stub.as_object_mut() {
-        obj.remove(INDEX);
-        obj.remove("_schedule");
-        obj.remove("groupName");
+    let mut c = Map::new();
+    c.insert("binding".into(), Value::String(binding));
+    if let Some(t) = stub.type_name() {
+        c.insert("type".into(), Value::String(t.into()));
     }
-    if stub["type"] == "Synchronization"
-        && let Some(i) = kube
-    {
-        let objects = cache.entry(i).or_insert_with(|| source.snapshot(i)).clone();
-        stub["objects"] = Value::Array(objects);
+    match stub {
+        ContextStub::Synchronization { index, .. } => {
+            let objects = cache
+                .entry(index)
+                .or_insert_with(|| source.snapshot(index))
+                .clone();
+            c.insert("objects".into(), Value::Array(objects));
+        }
+        ContextStub::Event {
+            watch_event,
+            object,
+            filter_result,
+            ..
+        } => {
+            c.insert("watchEvent".into(), watch_event.as_str().into());
+            if let Some(o) = object {
+                c.insert("object".into(), o);
+            }
+            if let Some(f) = filter_result {
+                c.insert("filterResult".into(), f);
+            }
+        }
+        ContextStub::Schedule { .. } | ContextStub::Named { .. } => {}
     }
     if !include.is_empty() {
-        stub["snapshots"] = snapshots_of(config, &indexes_named(config, &include), source, cache);
+        let snapshots = snapshots_of(config, &indexes_named(config, &include), source, cache);
+        c.insert("snapshots".into(), snapshots);
     }
-    stub
+    Value::Object(c)
 }
 
 /// Queues a hook task for every released event of a hook's kubernetes binding.
@@ -402,8 +445,8 @@ mod tests {
         let out = render(
             &c,
             vec![
-                json!({"binding": "beforeAll"}),
-                json!({"binding": "onStartup"}),
+                ContextStub::named("beforeAll"),
+                ContextStub::named("onStartup"),
             ],
             &source,
         );
@@ -424,5 +467,57 @@ mod tests {
         let out = render(&c, vec![event_stub(&c, 0, ctx.clone())], &source);
         assert_eq!(out, [ctx]);
         assert_eq!(synchronized(&[sync_stub(&c, 0)]), [0]);
+    }
+
+    /// The stubs as they were built before they were typed: JSON objects, written sorted.
+    #[test]
+    fn stubs_are_journaled_as_the_json_objects_they_replace() {
+        let c = config(
+            "configVersion: v1\nkubernetes:\n- {name: a, kind: Pod}\n- {name: b, kind: Node, group: g, jqFilter: .x}\nschedule:\n- {name: s, crontab: '@daily', group: g}\n- {name: t, crontab: '@daily'}",
+        );
+        let text = |stub: &ContextStub| serde_json::to_string(stub).unwrap_or_default();
+        let old = |v: Value| v.to_string();
+        assert_eq!(
+            text(&sync_stub(&c, 0)),
+            old(json!({"binding": "a", "type": "Synchronization", "_index": 0}))
+        );
+        assert_eq!(
+            text(&sync_stub(&c, 1)),
+            old(json!({"binding": "b", "type": "Synchronization", "_index": 1, "groupName": "g"}))
+        );
+        let event = json!({"binding": "b", "type": "Event", "watchEvent": "Modified",
+                           "object": {"metadata": {"name": "n"}}, "filterResult": null});
+        let mut old_event = event.clone();
+        old_event["_index"] = json!(1);
+        old_event["groupName"] = json!("g");
+        assert_eq!(text(&event_stub(&c, 1, event)), old(old_event));
+        assert_eq!(
+            text(&schedule_stub(&c, 0)),
+            old(json!({"binding": "s", "type": "Schedule", "_schedule": 0, "groupName": "g"}))
+        );
+        let entries = schedule_entries("module/m", "h", &c);
+        let fired = |e| schedule_task(TaskId(1), e).kind.contexts().to_vec();
+        assert_eq!(
+            text(&fired(&entries[0])[0]),
+            old(json!({"binding": "s", "type": "Schedule", "groupName": "g"}))
+        );
+        assert_eq!(
+            text(&fired(&entries[1])[0]),
+            old(json!({"binding": "t", "type": "Schedule"}))
+        );
+    }
+
+    #[test]
+    fn a_context_of_a_binding_the_hook_no_longer_has_is_passed_as_queued() {
+        let c = config("configVersion: v1\nkubernetes:\n- {name: a, kind: Pod}");
+        let gone = ContextStub::Synchronization {
+            binding: "z".into(),
+            index: 3,
+            group: Some("g".into()),
+        };
+        assert_eq!(
+            render(&c, vec![gone], &source),
+            [json!({"binding": "z", "type": "Synchronization", "_index": 3, "groupName": "g"})]
+        );
     }
 }

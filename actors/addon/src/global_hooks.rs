@@ -12,6 +12,7 @@ use bosun_runtime::TaskIds;
 use bosun_runtime::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 
 use crate::bindings::{HookRef, owner_of};
+use crate::context_stub::ContextStub;
 use crate::events::{Event, Scope, ValuesLayer};
 use crate::hook_config::HookConfig;
 use crate::hook_metrics::HookMetrics;
@@ -270,7 +271,7 @@ impl GlobalHooksState {
             .kind
             .contexts()
             .iter()
-            .any(|c| matches!(c["type"].as_str(), Some("Event" | "Schedule" | "Group")));
+            .any(|c| matches!(c, ContextStub::Event { .. } | ContextStub::Schedule { .. }));
         if changed && event_driven {
             let tail = vec![converge_task(self.ids.next(), "GlobalValuesChanged")];
             return TaskOutcome::Success {

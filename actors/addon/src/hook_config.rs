@@ -42,6 +42,24 @@ pub enum WatchEvent {
     Deleted,
 }
 
+impl WatchEvent {
+    /// The name a binding context's `watchEvent` gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchEvent::Added => "Added",
+            WatchEvent::Modified => "Modified",
+            WatchEvent::Deleted => "Deleted",
+        }
+    }
+
+    /// The event of that name (`Added`, `Modified`, `Deleted`).
+    pub fn named(name: &str) -> Option<WatchEvent> {
+        [WatchEvent::Added, WatchEvent::Modified, WatchEvent::Deleted]
+            .into_iter()
+            .find(|e| e.as_str() == name)
+    }
+}
+
 /// A `schedule` binding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScheduleBinding {
@@ -660,14 +678,13 @@ fn kubernetes_binding(
         Some(list) => list
             .iter()
             .enumerate()
-            .map(|(i, e)| match e.as_str() {
-                "Added" => Ok(WatchEvent::Added),
-                "Modified" => Ok(WatchEvent::Modified),
-                "Deleted" => Ok(WatchEvent::Deleted),
-                other => Err(ctx.err(
-                    format!("{at}.{events_key}[{i}]"),
-                    format!("unknown event {other:?}; expected Added, Modified or Deleted"),
-                )),
+            .map(|(i, e)| {
+                WatchEvent::named(e).ok_or_else(|| {
+                    ctx.err(
+                        format!("{at}.{events_key}[{i}]"),
+                        format!("unknown event {e:?}; expected Added, Modified or Deleted"),
+                    )
+                })
             })
             .collect::<Result<_, _>>()?,
     };

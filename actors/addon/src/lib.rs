@@ -10,6 +10,7 @@
 //! ```
 
 pub mod bindings;
+pub mod context_stub;
 pub mod engine;
 pub mod events;
 pub mod fakes;

@@ -23,6 +23,7 @@ use bosun_runtime::mailbox::{Describe, Envelope, MailboxHandle, Tracked};
 use bosun_runtime::queue_actor::Router;
 
 use crate::bindings::{HookRef, binding_events, owner_of};
+use crate::context_stub::ContextStub;
 use crate::events::{Event, Scope, TaskId, ValuesLayer};
 use crate::hook_config::{HookConfig, HookKind};
 use crate::hook_metrics::HookMetrics;
@@ -461,7 +462,7 @@ impl ModuleState {
         queue: &str,
     ) -> Result<(), String> {
         for hook in self.hooks_for(order) {
-            self.run_hook(&hook, vec![json!({"binding": binding})], docs, queue, false)
+            self.run_hook(&hook, vec![ContextStub::named(binding)], docs, queue, false)
                 .await
                 .map_err(|e| format!("module {}: {binding} hook failed: {e}", self.def.name))?;
         }
@@ -481,7 +482,7 @@ impl ModuleState {
     async fn run_hook(
         &mut self,
         hook: &ModuleHook,
-        stubs: Vec<Value>,
+        stubs: Vec<ContextStub>,
         docs: &GlobalDocs,
         queue: &str,
         allow_failure: bool,

@@ -3,10 +3,9 @@
 //! drops. Pure functions over the queue contents; [`AddonQueueRules`] hands them to the
 //! runtime's queue actor, which turns their answers into task events.
 
-use serde_json::Value;
-
 use bosun_runtime::QueueRules;
 
+use crate::context_stub::ContextStub;
 use crate::events::{TaskId, TaskSpec};
 use crate::state::QueuedTask;
 use crate::task::{AddonTask, ConvergePhase};
@@ -76,7 +75,7 @@ fn sync_flags(task: &QueuedTask) -> Option<(bool, bool)> {
     let sync = run
         .binding_contexts
         .iter()
-        .any(|c| c["type"] == "Synchronization");
+        .any(|c| matches!(c, ContextStub::Synchronization { .. }));
     sync.then(|| {
         (
             run.wait_for_synchronization.unwrap_or(true),
@@ -112,25 +111,19 @@ pub fn adjacent_mergeable(queue: &[QueuedTask]) -> Vec<TaskId> {
 fn mergeable_binding(task: &QueuedTask) -> bool {
     task.spec.kind.contexts().iter().all(|c| {
         !matches!(
-            c["binding"].as_str(),
-            Some("onStartup" | "beforeAll" | "afterAll" | "beforeHelm" | "afterHelm")
+            c.binding(),
+            "onStartup" | "beforeAll" | "afterAll" | "beforeHelm" | "afterHelm"
         )
     })
 }
 
 /// Drops every context followed by one of the same non-empty group (the last of each
 /// run of equal groups is kept; ungrouped contexts are kept in order).
-pub fn compact_groups(contexts: Vec<Value>) -> Vec<Value> {
-    let group = |c: &Value| {
-        c["groupName"]
-            .as_str()
-            .filter(|g| !g.is_empty())
-            .map(String::from)
-    };
-    let mut out: Vec<Value> = Vec::with_capacity(contexts.len());
+pub fn compact_groups(contexts: Vec<ContextStub>) -> Vec<ContextStub> {
+    let mut out: Vec<ContextStub> = Vec::with_capacity(contexts.len());
     for c in contexts {
-        if let (Some(g), Some(last)) = (group(&c), out.last())
-            && group(last).as_deref() == Some(g.as_str())
+        if let (Some(g), Some(last)) = (c.group(), out.last())
+            && last.group() == Some(g)
         {
             out.pop();
         }
@@ -182,10 +175,21 @@ pub fn describe(task: &QueuedTask) -> String {
 mod tests {
     use super::*;
     use crate::task::HookRunParams;
-    use serde_json::json;
 
-    fn task(id: u64, hook: &str, contexts: Value) -> QueuedTask {
-        let contexts = contexts.as_array().cloned().unwrap_or_default();
+    /// A kubernetes binding's context, told apart by its index and grouped by `group`.
+    fn sync(n: usize, group: &str) -> ContextStub {
+        ContextStub::Synchronization {
+            binding: "pods".into(),
+            index: n,
+            group: Some(group.to_string()).filter(|g| !g.is_empty()),
+        }
+    }
+
+    fn event(n: usize) -> ContextStub {
+        ContextStub::event("pods", n, crate::hook_config::WatchEvent::Added)
+    }
+
+    fn task(id: u64, hook: &str, contexts: Vec<ContextStub>) -> QueuedTask {
         QueuedTask {
             spec: TaskSpec {
                 id: TaskId(id),
@@ -206,7 +210,7 @@ mod tests {
 
     #[test]
     fn only_adjacent_tasks_of_the_same_hook_merge() {
-        let ev = |n: u64| json!([{"binding": "pods", "type": "Event", "n": n}]);
+        let ev = |n: usize| vec![event(n)];
         let q = vec![
             task(1, "a", ev(1)),
             task(2, "a", ev(2)),
@@ -216,7 +220,7 @@ mod tests {
         ];
         assert_eq!(adjacent_mergeable(&q), [TaskId(2), TaskId(3)]);
         let startup = vec![
-            task(1, "a", json!([{"binding": "onStartup"}])),
+            task(1, "a", vec![ContextStub::named("onStartup")]),
             task(2, "a", ev(2)),
         ];
         assert!(adjacent_mergeable(&startup).is_empty());
@@ -224,13 +228,7 @@ mod tests {
 
     #[test]
     fn group_compaction_keeps_the_last_of_each_run() {
-        let c = |g: &str, n: u64| {
-            if g.is_empty() {
-                json!({"n": n})
-            } else {
-                json!({"groupName": g, "n": n})
-            }
-        };
+        let c = |g: &str, n: usize| sync(n, g);
         let out = compact_groups(vec![
             c("g", 1),
             c("g", 2),
@@ -239,13 +237,18 @@ mod tests {
             c("h", 5),
             c("h", 6),
         ]);
-        let ns: Vec<u64> = out.iter().filter_map(|v| v["n"].as_u64()).collect();
+        let ns: Vec<usize> = out
+            .iter()
+            .filter_map(ContextStub::kubernetes_index)
+            .collect();
         assert_eq!(ns, [2, 3, 4, 6]);
     }
 
     #[test]
     fn hundred_queued_tasks_of_one_hook_compact() {
-        let mut q: Vec<QueuedTask> = (0..101).map(|i| task(i, "a", json!([{"n": i}]))).collect();
+        let mut q: Vec<QueuedTask> = (0..101)
+            .map(|i| task(i, "a", vec![event(i as usize)]))
+            .collect();
         let (into, merged) = plan_compaction(&q).unwrap_or((TaskId(0), Vec::new()));
         assert_eq!((into, merged.len()), (TaskId(1), 99));
         q.truncate(50);
@@ -254,7 +257,7 @@ mod tests {
 
     #[test]
     fn descriptions_match_the_queue_dump() {
-        let mut t = task(1, "hooks/a.sh", json!([]));
+        let mut t = task(1, "hooks/a.sh", Vec::new());
         assert_eq!(describe(&t), "ModuleHookRun:main:kubernetes:hooks/a.sh");
         t.failures = 2;
         t.last_error = "exit status 1".into();

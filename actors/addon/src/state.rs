@@ -219,6 +219,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context_stub::ContextStub;
     use crate::events::{Position, TaskEvent, TaskSpec};
     use crate::task::HookRunParams;
     use proptest::prelude::*;
@@ -232,8 +233,17 @@ mod tests {
             kind: AddonTask::ModuleHookRun {
                 module: "m".into(),
                 hook: "h".into(),
-                run: HookRunParams::with(vec![json!({"binding": "b", "n": id})], false),
+                run: HookRunParams::with(vec![tick(id)], false),
             },
+        }
+    }
+
+    /// A schedule context numbered by its index.
+    fn tick(n: u64) -> ContextStub {
+        ContextStub::Schedule {
+            binding: "b".into(),
+            index: Some(n as usize),
+            group: None,
         }
     }
 
@@ -267,14 +277,8 @@ mod tests {
             id: TaskId(3),
             into: TaskId(2),
         }));
-        let ns: Vec<u64> = s.tasks.queue("main")[0]
-            .spec
-            .kind
-            .contexts()
-            .iter()
-            .filter_map(|c| c["n"].as_u64())
-            .collect();
-        assert_eq!(ns, [2, 3]);
+        let contexts = s.tasks.queue("main")[0].spec.kind.contexts();
+        assert_eq!(contexts, [tick(2), tick(3)]);
         for id in [2, 1] {
             s.apply(&Event::Task(TaskEvent::TaskSucceeded { id: TaskId(id) }));
         }

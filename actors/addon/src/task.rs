@@ -1,5 +1,6 @@
 //! The addon subsystem's task kinds with their typed parameters, and the phases a converge
-//! and a module run go through. Leaf types: they depend on nothing else in the crate.
+//! and a module run go through. Leaf types: they depend on nothing else in the crate but
+//! the binding contexts a hook run carries (`context_stub.rs`).
 //!
 //! ```text
 //!   AddonTask ──(WireTask: taskType, module?, hook?, params?)──► journal JSON (version 1)
@@ -7,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::context_stub::ContextStub;
 
 /// addon-operator's task types, with their names as shown in queue dumps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -119,7 +122,7 @@ impl std::fmt::Display for ModulePhase {
 pub struct HookRunParams {
     /// The binding contexts the run receives (stubs rendered when it starts).
     #[serde(default)]
-    pub binding_contexts: Vec<Value>,
+    pub binding_contexts: Vec<ContextStub>,
     /// A failure is logged and counted, and the task succeeds.
     #[serde(default)]
     pub allow_failure: bool,
@@ -133,7 +136,7 @@ pub struct HookRunParams {
 
 impl HookRunParams {
     /// A run with these contexts.
-    pub fn with(binding_contexts: Vec<Value>, allow_failure: bool) -> HookRunParams {
+    pub fn with(binding_contexts: Vec<ContextStub>, allow_failure: bool) -> HookRunParams {
         HookRunParams {
             binding_contexts,
             allow_failure,
@@ -143,7 +146,7 @@ impl HookRunParams {
 
     /// The binding of the first context (`onStartup`, `kubernetes`, a binding name…).
     pub fn binding(&self) -> Option<&str> {
-        self.binding_contexts.first()?["binding"].as_str()
+        self.binding_contexts.first().map(ContextStub::binding)
     }
 }
 
@@ -294,7 +297,7 @@ impl AddonTask {
     }
 
     /// The binding contexts a hook run carries (none for other tasks).
-    pub fn contexts(&self) -> &[Value] {
+    pub fn contexts(&self) -> &[ContextStub] {
         self.hook_run()
             .map(|r| r.binding_contexts.as_slice())
             .unwrap_or_default()
@@ -616,14 +619,34 @@ mod tests {
         let run = |n: u64| AddonTask::ModuleHookRun {
             module: "m".into(),
             hook: "h".into(),
-            run: HookRunParams::with(vec![json!({"n": n})], false),
+            run: HookRunParams::with(vec![ContextStub::named(&format!("b{n}"))], false),
         };
         let mut a = run(1);
         a.absorb(&run(2));
-        assert_eq!(a.contexts(), [json!({"n": 1}), json!({"n": 2})]);
+        assert_eq!(
+            a.contexts(),
+            [ContextStub::named("b1"), ContextStub::named("b2")]
+        );
         let mut c = AddonTask::DiscoverHelmReleases;
         c.absorb(&run(3));
         assert_eq!(c, AddonTask::DiscoverHelmReleases);
+    }
+
+    #[test]
+    fn journaled_hook_runs_with_every_kind_of_context_write_back_the_same_bytes() {
+        let lines = [
+            r#"{"taskType":"GlobalHookRun","hook":"a.sh","params":{"allowFailure":false,"bindingContexts":[{"binding":"onStartup"}]}}"#,
+            r#"{"taskType":"GlobalHookRun","hook":"a.sh","params":{"allowFailure":false,"bindingContexts":[{"binding":"beforeAll","snapshots":{"pods":[]}}]}}"#,
+            r#"{"taskType":"ModuleHookRun","module":"m","hook":"h","params":{"allowFailure":true,"bindingContexts":[{"_index":0,"binding":"pods","groupName":"g","type":"Synchronization"}],"executeHookOnSynchronization":true,"waitForSynchronization":false}}"#,
+            r#"{"taskType":"ModuleHookRun","module":"m","hook":"h","params":{"allowFailure":false,"bindingContexts":[{"_index":1,"binding":"cms","filterResult":{"a":1},"object":{"kind":"ConfigMap"},"type":"Event","watchEvent":"Added"},{"_index":1,"binding":"cms","filterResult":null,"type":"Event","watchEvent":"Deleted"}]}}"#,
+            r#"{"taskType":"GlobalHookRun","hook":"a.sh","params":{"allowFailure":false,"bindingContexts":[{"binding":"every-min","type":"Schedule"},{"_schedule":0,"binding":"s","groupName":"g","type":"Schedule"}]}}"#,
+        ];
+        for line in lines {
+            let task: AddonTask =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert!(!task.contexts().is_empty());
+            assert_eq!(serde_json::to_string(&task).unwrap_or_default(), line);
+        }
     }
 
     #[test]

@@ -8,13 +8,13 @@
 use std::time::Duration;
 
 use metrics::Label;
-use serde_json::Value;
 
 pub use bosun_runtime::queue_actor::{
     PARKED_TASKS, TASK_WAIT_IN_QUEUE_SECONDS_TOTAL, TASKS_QUEUE_ACTION_DURATION_SECONDS,
     TASKS_QUEUE_LENGTH,
 };
 
+use crate::context_stub::ContextStub;
 use crate::ports::ResourceUsage;
 use crate::state::QueuedTask;
 
@@ -107,24 +107,30 @@ pub fn activation_of(task: &QueuedTask) -> String {
     if let Some(r) = task.spec.kind.reason() {
         return r.to_string();
     }
-    activation_of_context(task.spec.kind.contexts().first().unwrap_or(&Value::Null))
+    task.spec
+        .kind
+        .contexts()
+        .first()
+        .map(activation_of_context)
+        .unwrap_or_default()
 }
 
 /// The activation of one binding context (see [`activation_of`]).
-pub fn activation_of_context(context: &Value) -> String {
-    match (context["type"].as_str(), context["binding"].as_str()) {
-        (Some("Schedule"), _) => "Schedule".into(),
-        (Some("Event" | "Synchronization" | "Group"), _) => "Kubernetes".into(),
-        (_, Some("onStartup")) => "OnStartup".into(),
-        (_, Some("beforeAll")) => "BeforeAll".into(),
-        (_, Some("afterAll")) => "AfterAll".into(),
-        (_, Some(b)) => {
-            let mut c = b.chars();
-            c.next()
-                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
-                .unwrap_or_default()
-        }
-        _ => String::new(),
+pub fn activation_of_context(context: &ContextStub) -> String {
+    match context {
+        ContextStub::Schedule { .. } => "Schedule".into(),
+        ContextStub::Event { .. } | ContextStub::Synchronization { .. } => "Kubernetes".into(),
+        ContextStub::Named { binding, .. } => match binding.as_str() {
+            "onStartup" => "OnStartup".into(),
+            "beforeAll" => "BeforeAll".into(),
+            "afterAll" => "AfterAll".into(),
+            b => {
+                let mut c = b.chars();
+                c.next()
+                    .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                    .unwrap_or_default()
+            }
+        },
     }
 }
 
@@ -286,25 +292,45 @@ pub fn binding_count(module: Option<&str>, hook: &str, config: &crate::hook_conf
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::hook_config::WatchEvent;
 
     #[test]
     fn activation_names_a_small_set() {
-        let ctx = |c: Value| activation_of_context(&c);
+        let ctx = activation_of_context;
         assert_eq!(
-            ctx(json!({"binding": "every-min", "type": "Schedule"})),
+            ctx(&ContextStub::Schedule {
+                binding: "every-min".into(),
+                index: None,
+                group: None,
+            }),
             "Schedule"
         );
         assert_eq!(
-            ctx(json!({"binding": "pods", "type": "Event"})),
+            ctx(&ContextStub::event("pods", 0, WatchEvent::Added)),
             "Kubernetes"
         );
         assert_eq!(
-            ctx(json!({"binding": "pods", "type": "Synchronization"})),
+            ctx(&ContextStub::Synchronization {
+                binding: "pods".into(),
+                index: 0,
+                group: None,
+            }),
             "Kubernetes"
         );
-        assert_eq!(ctx(json!({"binding": "onStartup"})), "OnStartup");
-        assert_eq!(ctx(json!({"binding": "beforeHelm"})), "BeforeHelm");
-        assert_eq!(ctx(json!(null)), "");
+        assert_eq!(ctx(&ContextStub::named("onStartup")), "OnStartup");
+        assert_eq!(ctx(&ContextStub::named("beforeHelm")), "BeforeHelm");
+        let no_contexts = QueuedTask {
+            spec: bosun_runtime::TaskSpec {
+                id: bosun_runtime::TaskId(1),
+                queue: "main".into(),
+                description: String::new(),
+                kind: crate::task::AddonTask::GlobalHookWaitKubernetesSynchronization,
+            },
+            attempts: 0,
+            failures: 0,
+            last_error: String::new(),
+            next_retry_at_ms: None,
+        };
+        assert_eq!(activation_of(&no_contexts), "");
     }
 }

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use bosun_runtime::last_outcome::LastOutcomes;
 use bosun_runtime::ports::{BoxFut, EventSink};
 use bosun_runtime::runner::{self, Action, Outcome};
 use bosun_runtime::work_queue::{QueueSnapshot, WorkQueue};
@@ -67,7 +68,7 @@ pub const ITEMS: &str = "bosun_deployer_items";
 /// change (the phase gauge is set for the phases a change touches, not by a scan).
 #[derive(Default)]
 struct LastRuns {
-    runs: BTreeMap<ItemKey, LastRun>,
+    runs: LastOutcomes<ItemKey, RunDetail>,
     phases: BTreeMap<Phase, usize>,
 }
 
@@ -79,9 +80,19 @@ impl LastRuns {
         metrics::gauge!(ITEMS, "phase" => p.as_str()).set(*n as f64);
     }
 
-    fn insert(&mut self, key: ItemKey, run: LastRun) {
-        let phase = run.phase;
-        let old = self.runs.insert(key, run).and_then(|r| r.phase);
+    /// Records a run of the item: `error` is the item's (or the reconcile's) error.
+    fn record(
+        &mut self,
+        key: ItemKey,
+        error: Option<String>,
+        retry_in: Option<Duration>,
+        detail: RunDetail,
+    ) {
+        let phase = detail.phase;
+        let old = self
+            .runs
+            .record(key, error, retry_in, detail)
+            .and_then(|r| r.detail.phase);
         if old != phase {
             self.count(old, false);
             self.count(phase, true);
@@ -90,15 +101,18 @@ impl LastRuns {
 
     fn remove(&mut self, key: &ItemKey) {
         if let Some(old) = self.runs.remove(key) {
-            self.count(old.phase, false);
+            self.count(old.detail.phase, false);
         }
     }
 
     /// Records a failed reconcile on the item's last run (its phase unchanged).
     fn failed(&mut self, key: &ItemKey, error: String, retry: Duration) {
-        let entry = self.runs.entry(key.clone()).or_default();
-        entry.error = Some(error);
-        entry.retry_in_ms = Some(u64::try_from(retry.as_millis()).unwrap_or(u64::MAX));
+        let detail = self
+            .runs
+            .get(key)
+            .map(|r| r.detail.clone())
+            .unwrap_or_default();
+        self.record(key.clone(), Some(error), Some(retry), detail);
     }
 }
 
@@ -125,19 +139,19 @@ pub const LOCK_PREFIX: &str = "bosun";
 /// How long an item locked by another replica waits before it is looked at again.
 pub const LOCKED_RETRY: Duration = Duration::from_secs(60);
 
-/// The last reconcile of an item, for the debug view.
+/// What the debug view keeps of an item's last run, beside its time, error, failures in
+/// a row and next look ([`LastOutcome`](bosun_runtime::last_outcome::LastOutcome)).
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct LastRun {
+pub struct RunDetail {
     pub phase: Option<Phase>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
     /// For an item not final yet: the condition it waits on (`ManifestsReady=False: …`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry_in_ms: Option<u64>,
 }
+
+/// The last run of each item.
+pub type LastItemRuns = LastOutcomes<ItemKey, RunDetail>;
 
 /// What the workers share.
 struct Shared {
@@ -183,7 +197,7 @@ impl DeployerView {
         self.shared.queue.snapshot()
     }
     /// The last reconcile of each item.
-    pub fn last_runs(&self) -> BTreeMap<ItemKey, LastRun> {
+    pub fn last_runs(&self) -> LastItemRuns {
         lock(&self.shared.last).runs.clone()
     }
     /// How many items are in `phase` as of their last reconcile.
@@ -350,15 +364,7 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
         Err(e) => {
             // Not readable: its type may not even be ours. Said once, not written.
             tracing::warn!(item = %key, "cannot read the deploy item: {e}");
-            lock(&s.last).insert(
-                key.clone(),
-                LastRun {
-                    phase: None,
-                    error: Some(e.to_string()),
-                    retry_in_ms: None,
-                    waiting_for: None,
-                },
-            );
+            lock(&s.last).record(key.clone(), Some(e.to_string()), None, RunDetail::default());
             return Ok(None);
         }
     };
@@ -395,12 +401,12 @@ async fn reconcile(s: &Shared, key: &ItemKey) -> Result<Option<Duration>, Reconc
                 .entry(pod.clone())
                 .or_default()
                 .insert(key.clone());
-            lock(&s.last).insert(
+            lock(&s.last).record(
                 key.clone(),
-                LastRun {
+                Some(format!("locked by {pod} (SyncObject {LOCK_PREFIX}-…)")),
+                Some(LOCKED_RETRY),
+                RunDetail {
                     phase: item.status.phase,
-                    error: Some(format!("locked by {pod} (SyncObject {LOCK_PREFIX}-…)")),
-                    retry_in_ms: Some(LOCKED_RETRY.as_millis() as u64),
                     waiting_for: None,
                 },
             );
@@ -746,15 +752,14 @@ async fn write_status(
         other => other?,
     };
     own_write(s, &item.key, &written);
-    lock(&s.last).insert(
+    lock(&s.last).record(
         item.key.clone(),
-        LastRun {
+        new.last_error
+            .as_ref()
+            .map(|e| format!("{}: {}", e.reason, e.message)),
+        retry,
+        RunDetail {
             phase: new.phase,
-            error: new
-                .last_error
-                .as_ref()
-                .map(|e| format!("{}: {}", e.reason, e.message)),
-            retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             waiting_for: crate::status::waiting_for(new),
         },
     );

@@ -289,7 +289,9 @@ async fn a_manifest_item_deploys_its_objects_and_succeeds() {
     let view = w.deployer.view();
     assert_eq!(view.in_phase(Phase::Succeeded), 1);
     assert_eq!(
-        view.last_runs().get(&key("web")).and_then(|r| r.phase),
+        view.last_runs()
+            .get(&key("web"))
+            .and_then(|r| r.detail.phase),
         Some(Phase::Succeeded)
     );
 }

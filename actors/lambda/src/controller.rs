@@ -8,10 +8,11 @@
 //!   resync ticker ─┘           backoff, add_after)  ◄── requeue / forget ─┘
 //! ```
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use bosun_runtime::last_outcome::LastOutcomes;
 use bosun_runtime::mailbox::Mailboxes;
 use bosun_runtime::ports::{BoxFut, EventSink};
 use bosun_runtime::runner::{self, Action, Outcome, Retry};
@@ -21,9 +22,9 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::composite::{Composite, SyncError, SyncReport};
-use crate::decorator::{Decorator, queue_key};
+use crate::decorator::Decorator;
 use crate::events::LambdaEvent;
-use crate::keys::{key_of, namespace_of};
+use crate::keys::{ParentKey, namespace_of};
 use crate::ports::{Change, Cluster, EventNote, HookType, Resource, Watches};
 use crate::related::selects_any;
 use crate::types::ControllerKind;
@@ -84,10 +85,18 @@ impl Reconciler {
         (s > 0).then(|| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1)))
     }
 
-    fn parent_key(&self, parent: &Value) -> String {
+    fn parent_key(&self, parent: &Value) -> ParentKey {
         match self {
-            Reconciler::Composite(_) => key_of(parent),
-            Reconciler::Decorator(_) => queue_key(parent),
+            Reconciler::Composite(_) => ParentKey::of(parent),
+            Reconciler::Decorator(_) => ParentKey::typed(parent),
+        }
+    }
+
+    /// The resource of the parent `key` names.
+    fn resource_of(&self, key: &ParentKey) -> Option<&Resource> {
+        match self {
+            Reconciler::Composite(c) => Some(&c.parent),
+            Reconciler::Decorator(d) => d.target_of_key(key).map(|t| &t.resource),
         }
     }
 
@@ -107,7 +116,7 @@ impl Reconciler {
         }
     }
 
-    async fn sync(&self, cluster: &dyn Cluster, key: &str) -> Result<SyncReport, SyncError> {
+    async fn sync(&self, cluster: &dyn Cluster, key: &ParentKey) -> Result<SyncReport, SyncError> {
         match self {
             Reconciler::Composite(c) => c.sync(cluster, key).await,
             Reconciler::Decorator(d) => d.sync(cluster, key).await,
@@ -120,7 +129,7 @@ impl Reconciler {
         cluster: &dyn Cluster,
         child: &Value,
         deleted: bool,
-    ) -> Vec<String> {
+    ) -> Vec<ParentKey> {
         let result = match self {
             Reconciler::Composite(c) => {
                 if deleted && crate::claim::controller_ref(child).is_none() {
@@ -159,12 +168,11 @@ pub struct Context {
     pub mailboxes: Mailboxes,
 }
 
-/// The last sync of one parent, for the debug view.
-#[derive(Clone, Debug, Serialize)]
+/// What the debug view keeps of a parent's last sync, beside its time, error, failures
+/// in a row and next try ([`LastOutcome`](bosun_runtime::last_outcome::LastOutcome)).
+#[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LastSync {
-    pub at_ms: u64,
-    pub ok: bool,
+pub struct SyncDetail {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hook: Option<&'static str>,
     /// Digests of the hook's request and answer.
@@ -174,25 +182,14 @@ pub struct LastSync {
     pub answer: Option<String>,
     /// The children the answer asked for.
     pub planned: Arc<[String]>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
     pub created: Vec<String>,
     pub updated: Vec<String>,
     pub deleted: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_retry_ms: Option<u64>,
     pub warnings: Vec<String>,
-    /// Failed syncs in a row, this one included (0 after a success).
-    #[serde(skip_serializing_if = "crate::events::is_zero")]
-    pub failures: u32,
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
+/// The last sync of each parent.
+pub type LastSyncs = LastOutcomes<ParentKey, SyncDetail>;
 
 /// A running controller.
 pub struct Running {
@@ -200,8 +197,8 @@ pub struct Running {
     pub name: String,
     /// The spec it runs (to tell a changed controller object from a resync).
     pub spec: Value,
-    pub queue: WorkQueue<String>,
-    pub last: Arc<Mutex<BTreeMap<String, Box<LastSync>>>>,
+    pub queue: WorkQueue<ParentKey>,
+    pub last: Arc<Mutex<LastSyncs>>,
     tasks: Vec<JoinHandle<()>>,
     /// Its entry in the actors' mailboxes, removed when it stops.
     mailbox: (Mailboxes, String),
@@ -215,7 +212,7 @@ pub fn actor_name(kind: ControllerKind, name: &str) -> String {
 
 impl Running {
     /// The work queue's view: waiting, delayed and in-flight parents.
-    pub fn snapshot(&self) -> QueueSnapshot<String> {
+    pub fn snapshot(&self) -> QueueSnapshot<ParentKey> {
         self.queue.snapshot()
     }
 
@@ -259,13 +256,14 @@ pub async fn start(
     ctx: Context,
 ) -> Result<Running, crate::ports::ClusterError> {
     let reconciler = Arc::new(reconciler);
-    let queue: WorkQueue<String> = WorkQueue::new();
-    let last = Arc::new(Mutex::new(BTreeMap::new()));
+    let queue: WorkQueue<ParentKey> = WorkQueue::new();
+    let last = Arc::new(Mutex::new(LastSyncs::new()));
     let mut tasks = Vec::new();
     let name = reconciler.name().to_string();
     let kind = reconciler.kind();
     let actor = actor_name(kind, &name);
-    ctx.mailboxes.register(&actor, queue.mailbox(String::clone));
+    ctx.mailboxes
+        .register(&actor, queue.mailbox(ParentKey::to_string));
 
     // Parents.
     for resource in reconciler.parent_resources() {
@@ -398,17 +396,17 @@ pub async fn start(
 struct Parents {
     r: Arc<Reconciler>,
     ctx: Context,
-    queue: WorkQueue<String>,
-    last: Arc<Mutex<BTreeMap<String, Box<LastSync>>>>,
+    queue: WorkQueue<ParentKey>,
+    last: Arc<Mutex<LastSyncs>>,
     related: Arc<Mutex<HashSet<(String, String)>>>,
     related_tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
-impl runner::Reconciler<String> for Parents {
+impl runner::Reconciler<ParentKey> for Parents {
     type Report = SyncReport;
     type Error = SyncError;
 
-    fn reconcile<'a>(&'a self, key: &'a String) -> BoxFut<'a, Result<SyncReport, SyncError>> {
+    fn reconcile<'a>(&'a self, key: &'a ParentKey) -> BoxFut<'a, Result<SyncReport, SyncError>> {
         Box::pin(self.r.sync(self.ctx.cluster.as_ref(), key))
     }
 
@@ -425,7 +423,7 @@ impl runner::Reconciler<String> for Parents {
 
     fn finished<'a>(
         &'a self,
-        key: &'a String,
+        key: &'a ParentKey,
         outcome: Outcome<SyncReport, SyncError>,
     ) -> BoxFut<'a, ()> {
         Box::pin(async move {
@@ -447,14 +445,14 @@ impl runner::Reconciler<String> for Parents {
 async fn record(
     r: &Reconciler,
     ctx: &Context,
-    last: &Mutex<BTreeMap<String, Box<LastSync>>>,
-    key: &str,
+    last: &Mutex<LastSyncs>,
+    key: &ParentKey,
     outcome: Outcome<SyncReport, SyncError>,
 ) {
     let controller = r.name().to_string();
     match outcome.result {
         Ok(report) => {
-            tracing::debug!(%controller, key, hook = ?report.hook, created = ?report.applied.created,
+            tracing::debug!(%controller, %key, hook = ?report.hook, created = ?report.applied.created,
                 updated = ?report.applied.updated, deleted = ?report.applied.deleted,
                 status_written = report.status_written, finalized = report.finalized, "synced");
             let failed_before = lock(last).get(key).is_some_and(|l| !l.ok);
@@ -479,31 +477,26 @@ async fn record(
                     finalized: report.finalized,
                 };
                 if let Err(e) = ctx.journal.append_later(vec![event]) {
-                    tracing::warn!(%controller, key, "cannot journal a sync: {e}");
+                    tracing::warn!(%controller, %key, "cannot journal a sync: {e}");
                 }
             }
             for w in &report.warnings {
-                tracing::warn!(%controller, key, "hook answer: {w}");
+                tracing::warn!(%controller, %key, "hook answer: {w}");
             }
-            lock(last).insert(
-                key.to_string(),
-                Box::new(LastSync {
-                    at_ms: now_ms(),
-                    ok: true,
+            lock(last).record(
+                key.clone(),
+                None,
+                report.resync_after,
+                SyncDetail {
                     hook: report.hook.map(HookType::as_str),
                     request: report.request_digest,
                     answer: report.answer_digest,
                     planned: report.planned,
-                    error: None,
                     created: report.applied.created,
                     updated: report.applied.updated,
                     deleted: report.applied.deleted,
-                    next_retry_ms: report
-                        .resync_after
-                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                     warnings: report.warnings,
-                    failures: 0,
-                }),
+                },
             );
         }
         Err(err) => {
@@ -511,7 +504,7 @@ async fn record(
             // A `Retry-After` is the hook asking for time, not a failure to report.
             let event = matches!(err, SyncError::Failed(_));
             let message = err.to_string();
-            tracing::warn!(%controller, key, retry_in = ?delay, "sync failed: {message}");
+            tracing::warn!(%controller, %key, retry_in = ?delay, "sync failed: {message}");
             if event && let Some(parent) = parent_object(r, ctx.cluster.as_ref(), key).await {
                 {
                     ctx.cluster
@@ -526,14 +519,20 @@ async fn record(
                         .await;
                 }
             }
-            let retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
             // Every failure is journaled, counted: the backoff bounds how often (at most
             // one per retry), and `bosun journal lambda --parent` tells how many and when
             // the next retry comes.
-            let failures = lock(last)
-                .get(key)
-                .map_or(0, |l| if l.ok { 0 } else { l.failures })
-                .saturating_add(1);
+            let failures = {
+                let mut last = lock(last);
+                last.record(
+                    key.clone(),
+                    Some(message.clone()),
+                    Some(delay),
+                    SyncDetail::default(),
+                );
+                last.get(key).map_or(1, |l| l.failures)
+            };
+            let retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
             if let Err(e) = ctx.journal.append_later(vec![LambdaEvent::SyncFailed {
                 controller: controller.clone(),
                 key: key.to_string(),
@@ -541,52 +540,19 @@ async fn record(
                 retry_in_ms,
                 failures,
             }]) {
-                tracing::warn!(%controller, key, "cannot journal a sync: {e}");
+                tracing::warn!(%controller, %key, "cannot journal a sync: {e}");
             }
-            lock(last).insert(
-                key.to_string(),
-                Box::new(LastSync {
-                    at_ms: now_ms(),
-                    ok: false,
-                    hook: None,
-                    request: None,
-                    answer: None,
-                    planned: Arc::default(),
-                    error: Some(message),
-                    created: Vec::new(),
-                    updated: Vec::new(),
-                    deleted: Vec::new(),
-                    next_retry_ms: Some(retry_in_ms),
-                    warnings: Vec::new(),
-                    failures,
-                }),
-            );
         }
     }
 }
 
-async fn parent_object(r: &Reconciler, cluster: &dyn Cluster, key: &str) -> Option<Value> {
-    match r {
-        Reconciler::Composite(c) => {
-            let (ns, name) = crate::keys::split_key(key);
-            cluster
-                .cached(&c.parent, ns, name)
-                .await
-                .ok()
-                .flatten()
-                .map(|p| (*p).clone())
-        }
-        Reconciler::Decorator(d) => {
-            let key = crate::decorator::TargetKey::parse(key);
-            let t = d.target_of(&key.type_probe())?;
-            cluster
-                .cached(&t.resource, key.namespace, key.name)
-                .await
-                .ok()
-                .flatten()
-                .map(|p| (*p).clone())
-        }
-    }
+async fn parent_object(r: &Reconciler, cluster: &dyn Cluster, key: &ParentKey) -> Option<Value> {
+    cluster
+        .cached(r.resource_of(key)?, &key.namespace, &key.name)
+        .await
+        .ok()
+        .flatten()
+        .map(|p| (*p).clone())
 }
 
 /// Starts watches for related resources the customize hook named for `key`, so their
@@ -594,10 +560,10 @@ async fn parent_object(r: &Reconciler, cluster: &dyn Cluster, key: &str) -> Opti
 async fn watch_related(
     r: &Arc<Reconciler>,
     ctx: &Context,
-    q: &WorkQueue<String>,
+    q: &WorkQueue<ParentKey>,
     related: &Arc<Mutex<HashSet<(String, String)>>>,
     related_tasks: &Arc<Mutex<Vec<JoinHandle<()>>>>,
-    key: &str,
+    key: &ParentKey,
 ) {
     let Some(customizer) = r.customizer() else {
         return;
@@ -647,7 +613,7 @@ async fn watch_related(
 async fn enqueue_related(
     r: &Reconciler,
     cluster: &dyn Cluster,
-    q: &WorkQueue<String>,
+    q: &WorkQueue<ParentKey>,
     watched: &Resource,
     states: &[Arc<Value>],
 ) {

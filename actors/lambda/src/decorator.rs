@@ -10,7 +10,7 @@ use crate::claim::{self, Owner};
 use crate::composite::{
     BoundHook, SyncError, SyncReport, call_hook, digest, related_of, set_finalizer,
 };
-use crate::keys::{GroupMap, has_finalizer, is_deleting, key_of, name_of, namespace_of, uid_of};
+use crate::keys::{GroupMap, ParentKey, has_finalizer, is_deleting, key_of, namespace_of, uid_of};
 use crate::ports::{Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{decode_decorator, decorator_request};
 use crate::related::Customizer;
@@ -36,45 +36,6 @@ pub struct Decorator {
     pub finalize: Option<BoundHook>,
     pub customizer: Option<Customizer>,
     pub strategy: ApplyStrategy,
-}
-
-/// The queue key of an object: `apiVersion:kind:namespace:name`.
-pub fn queue_key(object: &Value) -> String {
-    format!(
-        "{}:{}:{}:{}",
-        object["apiVersion"].as_str().unwrap_or_default(),
-        object["kind"].as_str().unwrap_or_default(),
-        namespace_of(object),
-        name_of(object)
-    )
-}
-
-/// A decorator's queue key read back: the object's type and where it is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TargetKey<'a> {
-    pub api_version: &'a str,
-    pub kind: &'a str,
-    pub namespace: &'a str,
-    pub name: &'a str,
-}
-
-impl<'a> TargetKey<'a> {
-    /// Reads a [`queue_key`] (`apiVersion:kind:namespace:name`; the name may hold `:`).
-    pub fn parse(key: &'a str) -> TargetKey<'a> {
-        let mut parts = key.splitn(4, ':');
-        let mut next = || parts.next().unwrap_or_default();
-        TargetKey {
-            api_version: next(),
-            kind: next(),
-            namespace: next(),
-            name: next(),
-        }
-    }
-
-    /// The type as an object would carry it, for [`DecoratorController::target_of`].
-    pub fn type_probe(&self) -> Value {
-        json!({"apiVersion": self.api_version, "kind": self.kind})
-    }
 }
 
 /// Applies a hook's label or annotation answer: `null` deletes, others set.
@@ -103,12 +64,24 @@ impl Decorator {
 
     /// The rule for an object's group and kind.
     pub fn target_of(&self, object: &Value) -> Option<&Target> {
-        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        self.target_of_type(
+            object["apiVersion"].as_str().unwrap_or_default(),
+            object["kind"].as_str().unwrap_or_default(),
+        )
+    }
+
+    /// The rule for the group of `api_version` and `kind`.
+    pub fn target_of_type(&self, api_version: &str, kind: &str) -> Option<&Target> {
         let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
-        let kind = object["kind"].as_str().unwrap_or_default();
         self.targets
             .iter()
             .find(|t| t.resource.group == group && t.resource.kind == kind)
+    }
+
+    /// The rule for the object a queue key names.
+    pub fn target_of_key(&self, key: &ParentKey) -> Option<&Target> {
+        let t = key.type_.as_ref()?;
+        self.target_of_type(&t.api_version, &t.kind)
     }
 
     /// Whether the object matches its rule's label and annotation selectors.
@@ -128,7 +101,7 @@ impl Decorator {
         &self,
         cluster: &dyn Cluster,
         attachment: &Value,
-    ) -> Result<Option<String>, ClusterError> {
+    ) -> Result<Option<ParentKey>, ClusterError> {
         if attachment["metadata"]["annotations"][DECORATOR_ANNOTATION].as_str()
             != Some(self.name.as_str())
         {
@@ -137,14 +110,10 @@ impl Decorator {
         let Some(r) = claim::controller_ref(attachment) else {
             return Ok(None);
         };
-        let api_version = r["apiVersion"].as_str().unwrap_or_default();
-        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
-        let kind = r["kind"].as_str().unwrap_or_default();
-        let Some(t) = self
-            .targets
-            .iter()
-            .find(|t| t.resource.group == group && t.resource.kind == kind)
-        else {
+        let Some(t) = self.target_of_type(
+            r["apiVersion"].as_str().unwrap_or_default(),
+            r["kind"].as_str().unwrap_or_default(),
+        ) else {
             return Ok(None);
         };
         let ns = if t.resource.namespaced {
@@ -159,7 +128,7 @@ impl Decorator {
         if Some(uid_of(&parent)) != r["uid"].as_str() || !self.wants(&parent) {
             return Ok(None);
         }
-        Ok(Some(queue_key(&parent)))
+        Ok(Some(ParentKey::typed(&parent)))
     }
 
     async fn observed_attachments(
@@ -185,15 +154,17 @@ impl Decorator {
         Ok(out)
     }
 
-    /// One sync of the object named by `key` (`apiVersion:kind:namespace:name`).
-    pub async fn sync(&self, cluster: &dyn Cluster, key: &str) -> Result<SyncReport, SyncError> {
-        let key = TargetKey::parse(key);
-        let (ns, name) = (key.namespace, key.name);
-        let Some(target) = self.target_of(&key.type_probe()) else {
+    /// One sync of the object named by `key`.
+    pub async fn sync(
+        &self,
+        cluster: &dyn Cluster,
+        key: &ParentKey,
+    ) -> Result<SyncReport, SyncError> {
+        let Some(target) = self.target_of_key(key) else {
             return Ok(SyncReport::default());
         };
         let resource = target.resource.clone();
-        let Some(object) = cluster.cached(&resource, ns, name).await? else {
+        let Some(object) = cluster.cached(&resource, &key.namespace, &key.name).await? else {
             return Ok(SyncReport::default());
         };
         let mut object = (*object).clone();
@@ -337,28 +308,5 @@ impl Decorator {
             return Err(SyncError::Failed(report.applied.errors.join("; ")));
         }
         Ok(report)
-    }
-}
-
-#[cfg(test)]
-mod key_tests {
-    use super::*;
-
-    #[test]
-    fn a_queue_key_reads_back_as_the_object_it_names() {
-        let o = json!({"apiVersion": "apps/v1", "kind": "Deployment",
-                       "metadata": {"namespace": "ns", "name": "a:b"}});
-        let key = queue_key(&o);
-        let t = TargetKey::parse(&key);
-        assert_eq!(
-            (t.api_version, t.kind, t.namespace, t.name),
-            ("apps/v1", "Deployment", "ns", "a:b")
-        );
-        assert_eq!(
-            t.type_probe(),
-            json!({"apiVersion": "apps/v1", "kind": "Deployment"})
-        );
-        let cluster = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}});
-        assert_eq!(TargetKey::parse(&queue_key(&cluster)).namespace, "");
     }
 }

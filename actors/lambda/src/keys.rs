@@ -7,6 +7,8 @@
 //!   (relative keys) is produced only when a request is written, so rollouts, claims and
 //!   the observed children always agree (upstream mixes both and stalls rollouts of
 //!   namespaced children).
+//! - A controller's **work-queue key** is a [`ParentKey`]: the parent's namespace and
+//!   name, with its type for a DecoratorController (whose targets are several types).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -91,6 +93,112 @@ pub fn split_key(key: &str) -> (&str, &str) {
     key.split_once('/').unwrap_or(("", key))
 }
 
+/// An object's type as its `apiVersion` and `kind` name it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectType {
+    pub api_version: String,
+    pub kind: String,
+}
+
+/// A controller's work-queue key: the parent one sync is for.
+///
+/// A CompositeController's parents are all of its one parent resource: its keys name the
+/// object alone and read as its uniform key (`namespace/name`, `name`). A
+/// DecoratorController serves several resources: its keys carry the type too and read
+/// `apiVersion:kind:namespace:name`. That text is what `bosun actors`, the debug views and
+/// the journal show, and keys sort as their text does.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ParentKey {
+    /// The parent's type; `None` for a CompositeController's parent.
+    pub type_: Option<ObjectType>,
+    /// Empty for a cluster-scoped parent.
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ParentKey {
+    /// The key of a CompositeController's parent at `namespace`/`name`.
+    pub fn new(namespace: &str, name: &str) -> ParentKey {
+        ParentKey {
+            type_: None,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The key of a CompositeController's parent object.
+    pub fn of(object: &Value) -> ParentKey {
+        ParentKey::new(namespace_of(object), name_of(object))
+    }
+
+    /// The key of a DecoratorController's object: its type and where it is.
+    pub fn typed(object: &Value) -> ParentKey {
+        ParentKey {
+            type_: Some(ObjectType {
+                api_version: object["apiVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                kind: object["kind"].as_str().unwrap_or_default().to_string(),
+            }),
+            ..ParentKey::of(object)
+        }
+    }
+
+    /// The text's bytes, without building it: the order of keys.
+    fn text_bytes(&self) -> impl Iterator<Item = u8> + '_ {
+        let type_ = self.type_.iter().flat_map(|t| {
+            t.api_version
+                .bytes()
+                .chain([b':'])
+                .chain(t.kind.bytes())
+                .chain([b':'])
+        });
+        let separator: &[u8] = match (&self.type_, self.namespace.is_empty()) {
+            (Some(_), _) => b":",
+            (None, true) => b"",
+            (None, false) => b"/",
+        };
+        type_
+            .chain(self.namespace.bytes())
+            .chain(separator.iter().copied())
+            .chain(self.name.bytes())
+    }
+}
+
+impl std::fmt::Display for ParentKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.type_ {
+            Some(t) => write!(
+                f,
+                "{}:{}:{}:{}",
+                t.api_version, t.kind, self.namespace, self.name
+            ),
+            None if self.namespace.is_empty() => f.write_str(&self.name),
+            None => write!(f, "{}/{}", self.namespace, self.name),
+        }
+    }
+}
+
+impl Ord for ParentKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.text_bytes().cmp(other.text_bytes())
+    }
+}
+
+impl PartialOrd for ParentKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// As its text: a map keyed by parents is a JSON object keyed by their text.
+impl serde::Serialize for ParentKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 /// The hook's form of a group map: v2 keeps the uniform keys; v1 keys objects relative
 /// to the parent (bare names, `namespace/name` only for namespaced objects of a
 /// cluster-scoped parent) and leaves out objects of other namespaces than a namespaced
@@ -146,6 +254,72 @@ impl serde::Serialize for HookMap<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_queue_key_reads_back_as_the_object_it_names() {
+        let o = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                       "metadata": {"namespace": "ns", "name": "a:b"}});
+        let key = ParentKey::typed(&o);
+        let t = key
+            .type_
+            .as_ref()
+            .expect("a decorator's key carries the type");
+        assert_eq!(
+            (
+                t.api_version.as_str(),
+                t.kind.as_str(),
+                key.namespace.as_str(),
+                key.name.as_str()
+            ),
+            ("apps/v1", "Deployment", "ns", "a:b")
+        );
+        assert_eq!(key.to_string(), "apps/v1:Deployment:ns:a:b");
+        let cluster = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}});
+        let key = ParentKey::typed(&cluster);
+        assert_eq!((key.namespace.as_str(), key.name.as_str()), ("", "x"));
+        assert_eq!(key.to_string(), "v1:Namespace::x");
+        assert_eq!(ParentKey::of(&o).to_string(), "ns/a:b");
+        assert_eq!(ParentKey::of(&cluster).to_string(), "x");
+        assert_eq!(
+            serde_json::to_value(std::collections::BTreeMap::from([(
+                ParentKey::new("ns", "p"),
+                1
+            )]))
+            .expect("a map of keys"),
+            json!({"ns/p": 1})
+        );
+    }
+
+    #[test]
+    fn queue_keys_sort_as_their_text() {
+        let typed = |api_version: &str, kind: &str, ns: &str, name: &str| ParentKey {
+            type_: Some(ObjectType {
+                api_version: api_version.into(),
+                kind: kind.into(),
+            }),
+            ..ParentKey::new(ns, name)
+        };
+        let keys = [
+            ParentKey::new("ns", "a"),
+            ParentKey::new("ns-b", "x"),
+            ParentKey::new("", "ns"),
+            ParentKey::new("", "ns0"),
+            ParentKey::new("", "a"),
+            typed("apps/v1", "Deployment", "ns", "a"),
+            typed("apps/v1-x", "Deployment", "ns", "a"),
+            typed("v1", "ConfigMap", "", "a"),
+            typed("v1", "ConfigMap", "a", ""),
+        ];
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(
+                    a.cmp(b),
+                    a.to_string().cmp(&b.to_string()),
+                    "{a} against {b}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn group_keys_follow_metacontroller() {

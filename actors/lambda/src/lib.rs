@@ -12,7 +12,7 @@
 //! ```text
 //!   types.rs     the CompositeController / DecoratorController specs
 //!   protocol.rs  hook requests and responses (v1 / v2 keys, strict and loose decoding)
-//!   keys.rs      GVK keys and object keys of the hook maps
+//!   keys.rs      GVK keys, object keys of the hook maps, the controllers' queue keys
 //!   selector.rs  metav1.LabelSelector and annotation selectors
 //!   apply.rs     the 3-way merge and ApplyUpdate (pure)
 //!   claim.rs     ControllerRef claim rules (pure)

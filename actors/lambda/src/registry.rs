@@ -9,14 +9,14 @@ use std::sync::{Arc, Mutex};
 
 use bosun_runtime::ports::BoxFut;
 use bosun_runtime::runner::{self, Action, Outcome};
-use bosun_runtime::work_queue::WorkQueue;
+use bosun_runtime::work_queue::{QueueSnapshot, WorkQueue};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::children::{ApplyStrategy, ChildType};
 use crate::composite::{BoundHook, Composite};
-use crate::controller::{Context, LastSync, Reconciler, Running, start};
+use crate::controller::{Context, LastSyncs, Reconciler, Running, start};
 use crate::decorator::{Decorator, Target};
 use crate::events::LambdaEvent;
 use crate::ports::{Change, ClusterError, EventNote, HookFactory, HookSpec, HookType, Resource};
@@ -51,7 +51,7 @@ pub struct ControllerView {
     pub kind: ControllerKind,
     pub name: String,
     pub queue: Value,
-    pub last_syncs: BTreeMap<String, Box<LastSync>>,
+    pub last_syncs: LastSyncs,
     /// Why the controller object could not start (it is retried with backoff).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
@@ -88,7 +88,7 @@ impl Controllers {
                     kind: *kind,
                     name: name.clone(),
                     queue: empty.clone(),
-                    last_syncs: BTreeMap::new(),
+                    last_syncs: LastSyncs::new(),
                     refused: Some(why.clone()),
                 }),
         );
@@ -111,14 +111,14 @@ impl Controllers {
 
 /// The work queue of a controller as JSON: waiting, delayed (with the time left) and in
 /// flight (with the time it has run), each with its consecutive failures.
-pub fn queue_view(s: &bosun_runtime::work_queue::QueueSnapshot<String>) -> Value {
+pub fn queue_view<K: std::fmt::Display>(s: &QueueSnapshot<K>) -> Value {
     serde_json::json!({
-        "waiting": s.waiting.iter().map(|w| serde_json::json!({"key": w.key, "failures": w.failures})).collect::<Vec<_>>(),
+        "waiting": s.waiting.iter().map(|w| serde_json::json!({"key": w.key.to_string(), "failures": w.failures})).collect::<Vec<_>>(),
         "delayed": s.delayed.iter().map(|d| serde_json::json!({
-            "key": d.key, "dueInMs": u64::try_from(d.due_in.as_millis()).unwrap_or(u64::MAX), "failures": d.failures,
+            "key": d.key.to_string(), "dueInMs": u64::try_from(d.due_in.as_millis()).unwrap_or(u64::MAX), "failures": d.failures,
         })).collect::<Vec<_>>(),
         "inFlight": s.in_flight.iter().map(|f| serde_json::json!({
-            "key": f.key, "runningForMs": u64::try_from(f.running_for.as_millis()).unwrap_or(u64::MAX),
+            "key": f.key.to_string(), "runningForMs": u64::try_from(f.running_for.as_millis()).unwrap_or(u64::MAX),
             "dirty": f.dirty, "failures": f.failures,
         })).collect::<Vec<_>>(),
     })

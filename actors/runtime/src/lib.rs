@@ -11,9 +11,11 @@
 //!   Mailboxes / Tracked<M>: every actor's pending messages, the one in progress, history
 //!   runner::run: workers reconciling a WorkQueue<K>'s keys (lambda controllers, deployer),
 //!                each queue shown as a mailbox too
+//!   LastOutcomes<K, D>: the last outcome of each reconciled key, for the debug views
 //! ```
 
 pub mod clock;
+pub mod last_outcome;
 pub mod lifecycle;
 pub mod mailbox;
 pub mod ports;

@@ -117,13 +117,16 @@ pub fn explain(
 
 /// Adds what the running deployer knows: what a Progressing item waits on, its retry.
 pub fn live(view: &DeployerView, subject: &Subject, e: &mut Explanation) {
-    for (key, run) in view.last_runs() {
+    for (key, run) in view.last_runs().iter() {
         let key = key.to_string();
         if !is_item(subject, &key) {
             continue;
         }
-        let phase = run.phase.map_or("-", |p| p.as_str());
-        match (&run.error, &run.waiting_for, run.retry_in_ms) {
+        let phase = run.detail.phase.map_or("-", |p| p.as_str());
+        let retry_in_ms = run
+            .retry_in
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        match (&run.error, &run.detail.waiting_for, retry_in_ms) {
             (Some(err), _, Some(ms)) => e.push_now(format!(
                 "(live) phase {phase}: {err}; tried again in {ms} ms"
             )),

@@ -3,6 +3,7 @@
 
 use bosun_journal::Journal;
 use bosun_lambda::events::LambdaEvent;
+use bosun_lambda::keys::ParentKey;
 use bosun_lambda::registry::ControllerView;
 
 use super::{Explanation, Step, Subject};
@@ -33,6 +34,16 @@ fn child_of(what: &str) -> Option<(&str, &str, &str)> {
 /// kind; it matches by namespace and name.
 fn is_parent(subject: &Subject, key: &str) -> bool {
     let (kind, ns, name) = parent_of(key);
+    names_parent(subject, kind, ns, name)
+}
+
+/// [`is_parent`] of a running controller's key.
+fn is_parent_key(subject: &Subject, key: &ParentKey) -> bool {
+    let kind = key.type_.as_ref().map(|t| t.kind.as_str());
+    names_parent(subject, kind, &key.namespace, &key.name)
+}
+
+fn names_parent(subject: &Subject, kind: Option<&str>, ns: &str, name: &str) -> bool {
     subject.names(ns, name) && kind.is_none_or(|k| subject.kind_is(k))
 }
 
@@ -157,15 +168,15 @@ fn state(last: &LambdaEvent, whose: &str) -> String {
 /// Adds what the running controllers know: the next retry and the last outcome.
 pub fn live(controllers: &[ControllerView], subject: &Subject, e: &mut Explanation) {
     for c in controllers {
-        for (key, last) in &c.last_syncs {
+        for (key, last) in c.last_syncs.iter() {
             // Planned children read `Kind.version ns/name`.
-            let is_child = last.planned.iter().any(|p| {
+            let is_child = last.detail.planned.iter().any(|p| {
                 child_of(p).is_some_and(|(kind, ns, name)| {
                     let kind = kind.split_once('.').map_or(kind, |(k, _)| k);
                     subject.kind_is(kind) && subject.names(ns, name)
                 })
             });
-            if !is_parent(subject, key) && !is_child {
+            if !is_parent_key(subject, key) && !is_child {
                 continue;
             }
             let whose = if is_child {
@@ -173,18 +184,21 @@ pub fn live(controllers: &[ControllerView], subject: &Subject, e: &mut Explanati
             } else {
                 format!("(live) {} {}", c.kind, c.name)
             };
-            match (&last.error, last.next_retry_ms) {
+            let next_retry_ms = last
+                .retry_in
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            match (&last.error, next_retry_ms) {
                 (Some(err), Some(ms)) => e.push_now(format!(
                     "{whose}: the last sync failed: {err}; the next retry in {ms} ms"
                 )),
                 (Some(err), None) => e.push_now(format!("{whose}: the last sync failed: {err}")),
                 (None, _) if is_child => e.push_now(format!(
                     "{whose}: the {} hook's last answer asks for it",
-                    last.hook.unwrap_or("sync")
+                    last.detail.hook.unwrap_or("sync")
                 )),
                 (None, _) => e.push_now(format!(
                     "{whose}: in sync; the last answer planned {} children",
-                    last.planned.len()
+                    last.detail.planned.len()
                 )),
             }
         }

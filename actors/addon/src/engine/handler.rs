@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use bosun_runtime::TaskIds;
 use bosun_runtime::mailbox::Tracked;
@@ -28,7 +28,7 @@ use crate::task::{
 use crate::values::GlobalDocs;
 
 use super::router::{QueueRouter, Router};
-use super::startup::{empty_snapshots, hook_task, main_task, ordered};
+use super::startup::{around_context, hook_task, main_task, ordered};
 use crate::task::TaskOutcome;
 
 /// The global values and config documents, from the global hooks actor.
@@ -220,7 +220,7 @@ impl EngineHandler {
                     self.ids.next(),
                     h,
                     binding,
-                    vec![json!({"binding": binding, "snapshots": empty_snapshots(h)})],
+                    vec![around_context(h, binding)],
                     false,
                 )
             })

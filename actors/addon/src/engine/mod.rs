@@ -22,6 +22,7 @@ use bosun_runtime::queue_actor::{QueueMsg, Router as _};
 use bosun_runtime::{Queues, TaskIds};
 
 use crate::bindings::owner_of;
+use crate::context_stub::ContextStub;
 use crate::events::{Event, TaskSpec};
 use crate::global_hooks::{GlobalHook, GlobalHooksActor, GlobalHooksArgs, GlobalHooksMsg};
 use crate::hook_metrics::HookMetrics;
@@ -96,7 +97,7 @@ impl Engine {
         hook: &str,
         queue: &str,
         binding: &str,
-        contexts: Vec<Value>,
+        contexts: Vec<ContextStub>,
     ) -> TaskSpec {
         TaskSpec {
             id: self.ids.next(),

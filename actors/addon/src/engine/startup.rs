@@ -3,10 +3,9 @@
 //! first converge, merged with whatever the journal says was still pending (a restart
 //! reuses the steps it had queued, in order). Pure: tested without actors.
 
-use serde_json::{Value, json};
-
 use bosun_runtime::{Queues, TaskIds};
 
+use crate::context_stub::ContextStub;
 use crate::events::{Position, TaskEvent, TaskId, TaskSpec};
 use crate::global_hooks::GlobalHook;
 use crate::state::QueuedTask;
@@ -16,7 +15,7 @@ pub(super) fn hook_task(
     id: TaskId,
     hook: &GlobalHook,
     binding: &str,
-    contexts: Vec<Value>,
+    contexts: Vec<ContextStub>,
     allow_failure: bool,
 ) -> TaskSpec {
     TaskSpec {
@@ -52,16 +51,19 @@ pub(super) fn ordered(
     with.into_iter().map(|(_, h)| h).collect()
 }
 
-/// Snapshots map for before*/after* contexts: every kubernetes binding, empty until the
-/// bindings engine fills them.
-pub(super) fn empty_snapshots(hook: &GlobalHook) -> Value {
-    Value::Object(
-        hook.config
-            .kubernetes
-            .iter()
-            .map(|b| (b.name.clone(), json!([])))
-            .collect(),
-    )
+/// The context of a global before*/after* run: the binding with every kubernetes
+/// binding's snapshot, empty until the hook starts (rendering reads them then).
+pub(super) fn around_context(hook: &GlobalHook, binding: &str) -> ContextStub {
+    ContextStub::Named {
+        binding: binding.to_string(),
+        snapshots: Some(
+            hook.config
+                .kubernetes
+                .iter()
+                .map(|b| (b.name.clone(), Vec::new()))
+                .collect(),
+        ),
+    }
 }
 
 /// The reference's startup sequence for the main queue.
@@ -72,7 +74,7 @@ pub(super) fn startup_tasks(hooks: &[GlobalHook], ids: &TaskIds) -> Vec<TaskSpec
             ids.next(),
             h,
             "onStartup",
-            vec![json!({"binding": "onStartup"})],
+            vec![ContextStub::named("onStartup")],
             false,
         ));
     }
@@ -129,11 +131,7 @@ pub(super) fn interrupted_converge_step(t: &TaskSpec) -> bool {
 pub(super) fn superseded_by_resync(t: &TaskSpec) -> bool {
     t.kind.hook_run().is_some_and(|r| {
         let cs = &r.binding_contexts;
-        !cs.is_empty()
-            && cs.iter().all(|c| {
-                matches!(c["type"].as_str(), Some("Event" | "Synchronization"))
-                    || c.get("_index").is_some()
-            })
+        !cs.is_empty() && cs.iter().all(|c| c.kubernetes_index().is_some())
     })
 }
 
@@ -193,7 +191,7 @@ pub(super) fn plan_startup(restored: &Queues<AddonTask>, wanted: Vec<TaskSpec>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook_config::{HookKind, parse};
+    use crate::hook_config::{HookKind, WatchEvent, parse};
 
     fn hook(name: &str, config: &str) -> GlobalHook {
         GlobalHook {
@@ -245,7 +243,7 @@ mod tests {
             "w.sh",
             "other",
             "pods",
-            vec![json!({"binding": "pods", "type": "Event", "_index": 0})],
+            vec![ContextStub::event("pods", 0, WatchEvent::Added)],
             false,
         );
         let schedule = crate::bindings::hook_run_task(
@@ -254,7 +252,11 @@ mod tests {
             "w.sh",
             "other",
             "tick",
-            vec![json!({"binding": "tick", "type": "Schedule"})],
+            vec![ContextStub::Schedule {
+                binding: "tick".into(),
+                index: None,
+                group: None,
+            }],
             false,
         );
         for task in [event, schedule] {

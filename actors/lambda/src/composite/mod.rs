@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use crate::children::{self, Applied, ApplyStrategy, ChildType};
 use crate::claim::{self, Claim, Owner};
-use crate::keys::{GroupMap, key_of, name_of, namespace_of, split_key, uid_of};
+use crate::keys::{GroupMap, ParentKey, key_of, name_of, namespace_of, uid_of};
 use crate::ports::{Cluster, ClusterError, HookClient, HookError, HookType, Resource};
 use crate::protocol::{composite_request_with, decode_composite};
 use crate::related::{Customizer, cache_key, related_objects};
@@ -101,7 +101,7 @@ struct Settled {
 /// The settled parents of one controller, by parent key: one entry per parent at most,
 /// dropped when its parent is gone (or no longer ours) and with the controller.
 #[derive(Default)]
-pub struct SettledParents(Mutex<HashMap<String, Box<Settled>>>);
+pub struct SettledParents(Mutex<HashMap<ParentKey, Box<Settled>>>);
 
 impl Settled {
     /// The report of a sync that found this parent as it left it.
@@ -119,16 +119,16 @@ impl Settled {
 }
 
 impl SettledParents {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Box<Settled>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ParentKey, Box<Settled>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn take(&self, key: &str) -> Option<Box<Settled>> {
+    fn take(&self, key: &ParentKey) -> Option<Box<Settled>> {
         self.lock().remove(key)
     }
 
-    fn put(&self, key: &str, settled: Box<Settled>) {
-        self.lock().insert(key.to_string(), settled);
+    fn put(&self, key: &ParentKey, settled: Box<Settled>) {
+        self.lock().insert(key.clone(), settled);
     }
 
     /// How many parents are remembered.
@@ -426,11 +426,10 @@ impl Composite {
         texts
     }
 
-    /// The key of the answer cache for the parent `key` (`namespace/name` or `name`), as
-    /// [`cache_key`] makes it from the parent object.
-    fn cache_key(&self, key: &str) -> String {
-        let (ns, name) = split_key(key);
-        format!("{}/{ns}/{name}", self.parent.kind)
+    /// The key of the answer cache for the parent `key`, as [`cache_key`] makes it from
+    /// the parent object.
+    fn cache_key(&self, key: &ParentKey) -> String {
+        format!("{}/{}/{}", self.parent.kind, key.namespace, key.name)
     }
 
     /// The change counts of the caches a sync reads (the parent's and each child type's),
@@ -550,9 +549,13 @@ impl Composite {
         Ok(observed)
     }
 
-    /// One sync of the parent `key` (`namespace/name` or `name`).
-    pub async fn sync(&self, cluster: &dyn Cluster, key: &str) -> Result<SyncReport, SyncError> {
-        let (ns, name) = split_key(key);
+    /// One sync of the parent `key`.
+    pub async fn sync(
+        &self,
+        cluster: &dyn Cluster,
+        key: &ParentKey,
+    ) -> Result<SyncReport, SyncError> {
+        let (ns, name) = (key.namespace.as_str(), key.name.as_str());
         // Taken out for this sync (one sync per parent runs at a time); put back only
         // by a sync that leaves nothing to do.
         let mut settled = self.settled.take(key);
@@ -768,7 +771,7 @@ impl Composite {
         &self,
         cluster: &dyn Cluster,
         child: &Value,
-    ) -> Result<Vec<String>, ClusterError> {
+    ) -> Result<Vec<ParentKey>, ClusterError> {
         if let Some(r) = claim::controller_ref(child) {
             let api_version = r["apiVersion"].as_str().unwrap_or_default();
             let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
@@ -787,7 +790,7 @@ impl Composite {
             if Some(uid_of(&parent)) != r["uid"].as_str() || !self.wants(&parent) {
                 return Ok(Vec::new());
             }
-            return Ok(vec![key_of(&parent)]);
+            return Ok(vec![ParentKey::of(&parent)]);
         }
         let ns = (self.parent.namespaced).then(|| namespace_of(child));
         let mut out = Vec::new();
@@ -798,7 +801,7 @@ impl Composite {
             if let Ok(sel) = self.child_selector(&parent)
                 && sel.matches_labels(child)
             {
-                out.push(key_of(&parent));
+                out.push(ParentKey::of(&parent));
             }
         }
         Ok(out)

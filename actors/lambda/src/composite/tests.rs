@@ -135,12 +135,13 @@ async fn settled_parent(counts: bool) {
                "metadata": {"name": "p", "namespace": "ns"}}),
     );
 
+    let key = crate::keys::ParentKey::new("ns", "p");
     // The first sync creates the child and writes the status; the second finds nothing
     // to do and settles the parent.
-    let first = c.sync(&cluster, "ns/p").await.expect("first sync");
+    let first = c.sync(&cluster, &key).await.expect("first sync");
     assert_eq!(first.applied.created, vec!["ConfigMap ns/p-cm"]);
     assert!(first.status_written);
-    let second = c.sync(&cluster, "ns/p").await.expect("second sync");
+    let second = c.sync(&cluster, &key).await.expect("second sync");
     assert!(
         !second.applied.changed() && !second.status_written,
         "{second:?}"
@@ -151,7 +152,7 @@ async fn settled_parent(counts: bool) {
     // reports.
     let (writes, calls) = (cluster.writes(), hook.calls.load(Ordering::SeqCst));
     let reads = cluster.reads();
-    let resync = c.sync(&cluster, "ns/p").await.expect("resync");
+    let resync = c.sync(&cluster, &key).await.expect("resync");
     assert_eq!(hook.calls.load(Ordering::SeqCst), calls + 1);
     assert_eq!(cluster.writes(), writes);
     // With change counts it read nothing: nothing had changed.
@@ -172,7 +173,7 @@ async fn settled_parent(counts: bool) {
     .clone();
     edited["data"]["a"] = json!("edited");
     cluster.put(&c.children[0].resource, edited);
-    let reverted = c.sync(&cluster, "ns/p").await.expect("revert");
+    let reverted = c.sync(&cluster, &key).await.expect("revert");
     // The hook saw the edited child, not the request remembered from before.
     assert_eq!(
         hook.last_request()["children"]["ConfigMap.v1"]["p-cm"]["data"],
@@ -180,7 +181,7 @@ async fn settled_parent(counts: bool) {
     );
     assert_eq!(reverted.applied.updated, vec!["ConfigMap ns/p-cm"]);
     assert_eq!(data_of(&cluster, &c), json!({"a": "1"}));
-    c.sync(&cluster, "ns/p").await.expect("settle again");
+    c.sync(&cluster, &key).await.expect("settle again");
     assert_eq!(c.settled.len(), 1);
 
     // A changed answer is applied, its new status written.
@@ -188,7 +189,7 @@ async fn settled_parent(counts: bool) {
     changed["status"]["ready"] = json!(false);
     hook.set(changed);
     let calls = hook.calls.load(Ordering::SeqCst);
-    let applied = c.sync(&cluster, "ns/p").await.expect("changed answer");
+    let applied = c.sync(&cluster, &key).await.expect("changed answer");
     // One call: the new answer to the unchanged request is the one applied.
     assert_eq!(hook.calls.load(Ordering::SeqCst), calls + 1);
     assert_eq!(applied.applied.updated, vec!["ConfigMap ns/p-cm"]);
@@ -198,14 +199,14 @@ async fn settled_parent(counts: bool) {
     assert_eq!(parent["status"]["ready"], json!(false));
 
     // A deleted child is created again.
-    c.sync(&cluster, "ns/p").await.expect("settle again");
+    c.sync(&cluster, &key).await.expect("settle again");
     assert_eq!(c.settled.len(), 1);
     cluster.remove(&c.children[0].resource, "ns", "p-cm");
-    let recreated = c.sync(&cluster, "ns/p").await.expect("recreate");
+    let recreated = c.sync(&cluster, &key).await.expect("recreate");
     assert_eq!(recreated.applied.created, vec!["ConfigMap ns/p-cm"]);
 
     // A parent that is gone is forgotten.
     cluster.remove(&c.parent, "ns", "p");
-    c.sync(&cluster, "ns/p").await.expect("gone");
+    c.sync(&cluster, &key).await.expect("gone");
     assert!(c.settled.is_empty());
 }

@@ -1,0 +1,368 @@
+//! The binding contexts a hook-run task carries until the hook starts: which binding and
+//! why, with what the context needs then (the event's object, the binding's index for its
+//! snapshots). `bindings::render` turns them into the array at `BINDING_CONTEXT_PATH`.
+//!
+//! ```text
+//!   watch event / Synchronization / timer / startup ──► ContextStub in a task
+//!   journal: the JSON objects bosun has always written (`_index`, `_schedule` inside)
+//! ```
+//!
+//! The JSON form is the journal's: a stub serializes to exactly the object it was queued
+//! as before it was typed, with its keys in the order a JSON object sorts them, and every
+//! journaled stub reads back. Decoding is strict: a key that does not belong to the
+//! context's type is an error naming it.
+
+use std::collections::BTreeMap;
+
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::hook_config::WatchEvent;
+
+/// One queued binding context.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum ContextStub {
+    /// A kubernetes binding's Synchronization; its `objects` are read when the hook starts.
+    Synchronization {
+        binding: String,
+        /// The binding's index in the hook's `kubernetes` list (`_index`).
+        index: usize,
+        /// The binding's group when it was queued (`groupName`).
+        group: Option<String>,
+    },
+    /// A watch event of a kubernetes binding.
+    Event {
+        binding: String,
+        /// `_index`, as for a Synchronization.
+        index: usize,
+        group: Option<String>,
+        watch_event: WatchEvent,
+        /// The object, when the binding keeps full objects or it was deleted.
+        object: Option<Value>,
+        /// The jq filter's result, when the binding has a filter (`null` when it gave none).
+        filter_result: Option<Value>,
+    },
+    /// A firing of a schedule binding.
+    Schedule {
+        binding: String,
+        /// The binding's index in the hook's `schedule` list (`_schedule`); `None`: found
+        /// by name when the hook starts (the scheduler's tasks).
+        index: Option<usize>,
+        group: Option<String>,
+    },
+    /// `onStartup`, `beforeAll`/`afterAll`, `beforeHelm`/`afterHelm`…: the binding alone.
+    Named {
+        binding: String,
+        /// The placeholder global beforeAll/afterAll runs are queued with: every kubernetes
+        /// binding with no objects (the hook sees the snapshots of the time it starts).
+        snapshots: Option<BTreeMap<String, Vec<Value>>>,
+    },
+}
+
+impl ContextStub {
+    /// A context of the binding alone (`onStartup`, `beforeHelm`…).
+    pub fn named(binding: &str) -> ContextStub {
+        ContextStub::Named {
+            binding: binding.to_string(),
+            snapshots: None,
+        }
+    }
+
+    /// A watch event of binding `index` without its object or a filter result.
+    pub fn event(binding: &str, index: usize, watch_event: WatchEvent) -> ContextStub {
+        ContextStub::Event {
+            binding: binding.to_string(),
+            index,
+            group: None,
+            watch_event,
+            object: None,
+            filter_result: None,
+        }
+    }
+
+    /// The binding's name.
+    pub fn binding(&self) -> &str {
+        match self {
+            ContextStub::Synchronization { binding, .. }
+            | ContextStub::Event { binding, .. }
+            | ContextStub::Schedule { binding, .. }
+            | ContextStub::Named { binding, .. } => binding,
+        }
+    }
+
+    /// The binding's group when it was queued (non-empty).
+    pub fn group(&self) -> Option<&str> {
+        match self {
+            ContextStub::Synchronization { group, .. }
+            | ContextStub::Event { group, .. }
+            | ContextStub::Schedule { group, .. } => group.as_deref().filter(|g| !g.is_empty()),
+            ContextStub::Named { .. } => None,
+        }
+    }
+
+    /// The index of a kubernetes binding's context (a Synchronization or an Event).
+    pub fn kubernetes_index(&self) -> Option<usize> {
+        match self {
+            ContextStub::Synchronization { index, .. } | ContextStub::Event { index, .. } => {
+                Some(*index)
+            }
+            _ => None,
+        }
+    }
+
+    /// The `type` of the context (`Synchronization`, `Event`, `Schedule`); none for a
+    /// named one.
+    pub fn type_name(&self) -> Option<&'static str> {
+        match self {
+            ContextStub::Synchronization { .. } => Some("Synchronization"),
+            ContextStub::Event { .. } => Some("Event"),
+            ContextStub::Schedule { .. } => Some("Schedule"),
+            ContextStub::Named { .. } => None,
+        }
+    }
+}
+
+impl Serialize for ContextStub {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // Keys in the order of a JSON object's (sorted), as these stubs were written when
+        // they were objects.
+        let mut m = serializer.serialize_map(None)?;
+        if let Some(i) = self.kubernetes_index() {
+            m.serialize_entry(INDEX, &i)?;
+        }
+        if let ContextStub::Schedule { index: Some(i), .. } = self {
+            m.serialize_entry(SCHEDULE, i)?;
+        }
+        m.serialize_entry("binding", self.binding())?;
+        if let ContextStub::Event {
+            filter_result: Some(f),
+            ..
+        } = self
+        {
+            m.serialize_entry("filterResult", f)?;
+        }
+        if let ContextStub::Synchronization { group: Some(g), .. }
+        | ContextStub::Event { group: Some(g), .. }
+        | ContextStub::Schedule { group: Some(g), .. } = self
+        {
+            m.serialize_entry("groupName", g)?;
+        }
+        if let ContextStub::Event {
+            object: Some(o), ..
+        } = self
+        {
+            m.serialize_entry("object", o)?;
+        }
+        if let ContextStub::Named {
+            snapshots: Some(s), ..
+        } = self
+        {
+            m.serialize_entry("snapshots", s)?;
+        }
+        if let Some(t) = self.type_name() {
+            m.serialize_entry("type", t)?;
+        }
+        if let ContextStub::Event { watch_event, .. } = self {
+            m.serialize_entry("watchEvent", watch_event.as_str())?;
+        }
+        m.end()
+    }
+}
+
+/// Key of the kubernetes binding index in the JSON form (never shown to a hook).
+const INDEX: &str = "_index";
+/// Key of the schedule binding index in the JSON form (never shown to a hook).
+const SCHEDULE: &str = "_schedule";
+
+/// The JSON form, every key there is, before it is checked against the type.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    binding: String,
+    #[serde(rename = "type", default)]
+    type_: Option<String>,
+    #[serde(rename = "_index", default)]
+    index: Option<usize>,
+    #[serde(rename = "_schedule", default)]
+    schedule: Option<usize>,
+    #[serde(rename = "groupName", default)]
+    group: Option<String>,
+    #[serde(rename = "watchEvent", default)]
+    watch_event: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    object: Option<Value>,
+    #[serde(rename = "filterResult", default, deserialize_with = "present")]
+    filter_result: Option<Value>,
+    #[serde(default)]
+    snapshots: Option<BTreeMap<String, Vec<Value>>>,
+}
+
+/// A key that is there, `null` included (`filterResult: null` is a filter's answer).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+impl<'de> Deserialize<'de> for ContextStub {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ContextStub, D::Error> {
+        ContextStub::try_from(Wire::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl TryFrom<Wire> for ContextStub {
+    type Error = String;
+
+    fn try_from(w: Wire) -> Result<ContextStub, String> {
+        let type_ = w.type_.as_deref();
+        let what = type_.map_or("a named context".to_string(), |t| format!("a {t} context"));
+        let none = |there: bool, key: &str| -> Result<(), String> {
+            if there {
+                Err(format!("{what} of binding {:?} has no {key}", w.binding))
+            } else {
+                Ok(())
+            }
+        };
+        let needs = |key: &str| format!("{what} of binding {:?} needs {key}", w.binding);
+        let kubernetes = matches!(type_, Some("Synchronization" | "Event"));
+        none(!kubernetes && w.index.is_some(), INDEX)?;
+        none(type_ != Some("Schedule") && w.schedule.is_some(), SCHEDULE)?;
+        none(type_.is_none() && w.group.is_some(), "groupName")?;
+        none(
+            type_ != Some("Event") && w.watch_event.is_some(),
+            "watchEvent",
+        )?;
+        none(type_ != Some("Event") && w.object.is_some(), "object")?;
+        none(
+            type_ != Some("Event") && w.filter_result.is_some(),
+            "filterResult",
+        )?;
+        none(type_.is_some() && w.snapshots.is_some(), "snapshots")?;
+        Ok(match type_ {
+            Some("Synchronization") => ContextStub::Synchronization {
+                index: w.index.ok_or_else(|| needs(INDEX))?,
+                binding: w.binding,
+                group: w.group,
+            },
+            Some("Event") => {
+                let name = w
+                    .watch_event
+                    .as_deref()
+                    .ok_or_else(|| needs("watchEvent"))?;
+                let watch_event = WatchEvent::named(name).ok_or_else(|| {
+                    format!(
+                        "{what} of binding {:?}: unknown watchEvent {name:?}; expected Added, Modified or Deleted",
+                        w.binding
+                    )
+                })?;
+                ContextStub::Event {
+                    index: w.index.ok_or_else(|| needs(INDEX))?,
+                    binding: w.binding,
+                    group: w.group,
+                    watch_event,
+                    object: w.object,
+                    filter_result: w.filter_result,
+                }
+            }
+            Some("Schedule") => ContextStub::Schedule {
+                binding: w.binding,
+                index: w.schedule,
+                group: w.group,
+            },
+            None => ContextStub::Named {
+                binding: w.binding,
+                snapshots: w.snapshots,
+            },
+            Some(other) => {
+                return Err(format!(
+                    "a context of binding {:?} has the unknown type {other:?}; expected Synchronization, Event or Schedule",
+                    w.binding
+                ));
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every shape bosun has journaled, as the JSON text it wrote.
+    const SHAPES: [&str; 12] = [
+        r#"{"_index":0,"binding":"pods","type":"Synchronization"}"#,
+        r#"{"_index":1,"binding":"nodes","groupName":"g","type":"Synchronization"}"#,
+        r#"{"_index":0,"binding":"pods","type":"Event","watchEvent":"Added"}"#,
+        r#"{"_index":2,"binding":"pods","filterResult":{"ready":true},"object":{"kind":"Pod","metadata":{"name":"a","namespace":"ns"}},"type":"Event","watchEvent":"Modified"}"#,
+        r#"{"_index":0,"binding":"cms","filterResult":null,"groupName":"g","object":{"kind":"ConfigMap"},"type":"Event","watchEvent":"Deleted"}"#,
+        r#"{"binding":"every-min","type":"Schedule"}"#,
+        r#"{"binding":"every-min","groupName":"g","type":"Schedule"}"#,
+        r#"{"_schedule":1,"binding":"s","groupName":"g","type":"Schedule"}"#,
+        r#"{"binding":"onStartup"}"#,
+        r#"{"binding":"beforeHelm"}"#,
+        r#"{"binding":"beforeAll","snapshots":{"cms":[],"pods":[]}}"#,
+        r#"{"binding":"afterAll","snapshots":{}}"#,
+    ];
+
+    #[test]
+    fn every_journaled_shape_reads_back_and_writes_the_same_bytes() {
+        for text in SHAPES {
+            let stub: ContextStub =
+                serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(
+                serde_json::to_string(&stub).unwrap_or_default(),
+                text,
+                "{stub:?}"
+            );
+            // Through a `Value`, as a task's params are journaled.
+            let value = serde_json::to_value(&stub).unwrap_or_default();
+            assert_eq!(value.to_string(), text);
+            assert_eq!(
+                serde_json::from_value::<ContextStub>(value).ok(),
+                Some(stub)
+            );
+        }
+    }
+
+    #[test]
+    fn the_typed_fields_are_what_the_keys_said() {
+        let read = |text: &str| serde_json::from_str::<ContextStub>(text).ok();
+        assert_eq!(
+            read(SHAPES[4]),
+            Some(ContextStub::Event {
+                binding: "cms".into(),
+                index: 0,
+                group: Some("g".into()),
+                watch_event: WatchEvent::Deleted,
+                object: Some(serde_json::json!({"kind": "ConfigMap"})),
+                filter_result: Some(Value::Null),
+            })
+        );
+        assert_eq!(
+            read(SHAPES[7]),
+            Some(ContextStub::Schedule {
+                binding: "s".into(),
+                index: Some(1),
+                group: Some("g".into()),
+            })
+        );
+        assert_eq!(read(SHAPES[8]), Some(ContextStub::named("onStartup")));
+    }
+
+    #[test]
+    fn keys_that_do_not_fit_the_type_are_refused_by_name() {
+        let err = |text: &str| {
+            serde_json::from_str::<ContextStub>(text)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(err(r#"{"binding":"pods","type":"Synchronization"}"#).contains("needs _index"));
+        assert!(err(r#"{"_index":0,"binding":"t","type":"Schedule"}"#).contains("has no _index"));
+        assert!(
+            err(r#"{"_index":0,"binding":"p","type":"Event","watchEvent":"Bumped"}"#)
+                .contains("unknown watchEvent \"Bumped\"")
+        );
+        assert!(err(r#"{"binding":"p","type":"Group"}"#).contains("unknown type \"Group\""));
+        assert!(err(r#"{"binding":"p","n":1}"#).contains("unknown field `n`"));
+    }
+}
