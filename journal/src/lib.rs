@@ -1266,6 +1266,30 @@ mod tests {
         );
     }
 
+    /// Appends nobody waits for share the flush of the next one somebody waits for, in
+    /// order; alone, they are durable within the window all the same.
+    #[tokio::test]
+    async fn appends_nobody_waits_for_go_with_the_next_flush_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let j: Journal<Ev> = Journal::open(dir.path()).expect("open");
+        j.append_later(&[Ev(1)]).expect("handed over");
+        j.append_later(&[Ev(2)]).expect("handed over");
+        let seq = j.append(&Ev(3)).await.expect("append");
+        assert_eq!(seq, 3, "the later ones are numbered first");
+        let events: Vec<Ev> = j.read_from(0).map(|r| r.expect("read").event).collect();
+        assert_eq!(events, [Ev(1), Ev(2), Ev(3)]);
+
+        j.append_later(&[Ev(4)]).expect("handed over");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while j.last_seq() < 4 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "an append nobody waits for is durable within its window"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
     #[tokio::test]
     async fn subscribers_see_new_records() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -36,6 +36,11 @@ const MAX_LINGER: std::time::Duration = std::time::Duration::from_micros(200);
 /// again.
 const LINGER_PROBE: u32 = 32;
 
+/// The longest appends nobody waits for ([`crate::Journal::append_later`]) wait for a
+/// flush they can share: they were never promised durable on their own, and a flush per
+/// progress marker would load the disk (and whatever else writes to it) for nothing.
+const LATER_WINDOW: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// The committer: drains every queued request, writes them as one batch, flushes once,
 /// then acknowledges them all (group commit).
 ///
@@ -114,6 +119,9 @@ pub(crate) fn commit_loop(
                 requests.push(more);
             }
         }
+        if requests.iter().all(|r| r.reply.is_closed()) {
+            share_a_flush(&rx, &mut requests);
+        }
         let time = now_ms();
         let mut records = Vec::new();
         let mut acks = Vec::with_capacity(requests.len());
@@ -166,6 +174,32 @@ pub(crate) fn commit_loop(
                     let _ = reply.send(Err(e.to_string()));
                 }
             }
+        }
+    }
+}
+
+/// Holds a batch in which nobody waits (only `append_later`s) until one that somebody
+/// waits for comes, or until its oldest request is [`LATER_WINDOW`] old: they are flushed
+/// together. Every request still goes in order; a journal being dropped flushes at once.
+fn share_a_flush(rx: &std::sync::mpsc::Receiver<AppendRequest>, requests: &mut Vec<AppendRequest>) {
+    let Some(oldest) = requests.iter().map(|r| r.sent).min() else {
+        return;
+    };
+    let until = oldest + LATER_WINDOW;
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(more) => {
+                let waited_for = !more.reply.is_closed();
+                requests.push(more);
+                if waited_for {
+                    while let Ok(more) = rx.try_recv() {
+                        requests.push(more);
+                    }
+                    return;
+                }
+            }
+            Err(_) => return,
         }
     }
 }

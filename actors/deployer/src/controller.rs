@@ -688,7 +688,10 @@ async fn write_status(
     // lambda controllers' syncs do. A crash between them loses no decision: the item's
     // status says the run is not finished, and the next leader runs it again.
     let wait = new.phase.is_some_and(Phase::is_final)
-        || new.last_error.as_ref().is_some_and(|e| old.last_error.as_ref() != Some(e));
+        || new
+            .last_error
+            .as_ref()
+            .is_some_and(|e| old.last_error.as_ref() != Some(e));
     let durable = if events.is_empty() {
         None
     } else if wait {
