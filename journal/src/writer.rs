@@ -152,7 +152,8 @@ pub(crate) fn commit_loop(
                 last = seq;
                 health.wrote();
                 let _ = durable.send(last);
-                let acked = acks.len();
+                // Only appenders that wait are woken and may come back: the cohort is theirs.
+                let acked = acks.iter().filter(|(reply, _)| !reply.is_closed()).count();
                 let window = flushing.elapsed().min(MAX_COHORT_WAIT) / 2;
                 for (reply, s) in acks {
                     let _ = reply.send(Ok(s));

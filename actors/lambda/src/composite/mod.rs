@@ -555,7 +555,7 @@ impl Composite {
         cluster: &dyn Cluster,
         key: &ParentKey,
     ) -> Result<SyncReport, SyncError> {
-        let (ns, name) = (key.namespace.as_str(), key.name.as_str());
+        let (ns, name) = (&*key.namespace, &*key.name);
         // Taken out for this sync (one sync per parent runs at a time); put back only
         // by a sync that leaves nothing to do.
         let mut settled = self.settled.take(key);
