@@ -30,9 +30,10 @@ use crate::watch::{
 /// What subscribers are told.
 #[derive(Clone, Debug)]
 pub enum Event {
-    /// Added or modified: the state before (`None`: new to us) and the watch's object.
+    /// Added or modified: the state before (`None`: new to us), as stored (parsed by the
+    /// subscribers that read it: [`Stored::shared`]), and the watch's object.
     Applied {
-        old: Option<Arc<Value>>,
+        old: Option<Stored>,
         new: Arc<Value>,
     },
     /// Deleted: the last state we held.
@@ -217,7 +218,7 @@ impl<I: Index> Cache<I> {
             None => self.put(key, entry),
         };
         self.send(|| Event::Applied {
-            old: old.map(|e| e.stored.shared()),
+            old: old.map(|e| e.stored),
             new: Arc::clone(new),
         });
     }
@@ -382,7 +383,9 @@ mod tests {
         let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
         s.drain(..)
             .map(|e| match e {
-                Event::Applied { old, .. } => old.map_or("-".into(), |o| rv(&o).to_string()),
+                Event::Applied { old, .. } => {
+                    old.map_or("-".into(), |o| o.resource_version().to_string())
+                }
                 Event::Deleted(o) => format!("deleted {}", rv(&o)),
             })
             .collect()

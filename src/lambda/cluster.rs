@@ -528,7 +528,7 @@ impl Watches for KubeCluster {
             informer.subscribe(Box::new(move |event| {
                 tx.send(match event {
                     Event::Applied { old, new } => Change::Applied {
-                        old: old.clone(),
+                        old: old.as_ref().map(bosun_kube::watch::Stored::shared),
                         new: Arc::clone(new),
                     },
                     Event::Deleted(old) => Change::Deleted(Arc::clone(old)),

@@ -168,6 +168,8 @@ struct Shared {
     /// Items found locked by another replica, by the holder's pod: taken over as soon as
     /// that pod is deleted ([`Change::PodGone`]).
     held_by: Mutex<BTreeMap<String, std::collections::BTreeSet<ItemKey>>>,
+    /// Targets whose kubeconfig was checked already.
+    checked: target::CheckedKubeconfigs,
 }
 
 /// The running deployer; dropping it stops the watch and the workers.
@@ -239,6 +241,7 @@ impl Deployer {
             last: Mutex::new(LastRuns::default()),
             own_writes: Mutex::new(BTreeMap::new()),
             held_by: Mutex::new(BTreeMap::new()),
+            checked: Default::default(),
             settings,
         });
         let mut rx = shared.cluster.watch().await?;
@@ -478,7 +481,7 @@ async fn check_target(
     if !target::serves(&s.settings.target_selectors, &t) {
         return Ok((TargetCheck::NotOurs, None));
     }
-    let resolved = resolve_target(&*s.cluster, &t).await?;
+    let resolved = resolve_target(&*s.cluster, &t, &s.checked).await?;
     Ok((TargetCheck::Ours, Some(resolved)))
 }
 
@@ -488,6 +491,7 @@ async fn check_target(
 async fn resolve_target(
     cluster: &dyn Cluster,
     t: &target::Target,
+    checked: &target::CheckedKubeconfigs,
 ) -> Result<Result<ResolvedTarget, DeployError>, ClusterError> {
     let secret = match &t.source {
         target::TargetSource::Secret { name, .. } => cluster.get_secret(&t.namespace, name).await?,
@@ -518,7 +522,7 @@ async fn resolve_target(
         }
     };
     if resolved.target.type_ == target::KUBERNETES_CLUSTER
-        && let Err(e) = target::kubeconfig_of(&resolved)
+        && let Err(e) = checked.check(&resolved)
     {
         return Ok(Err(DeployError::config(
             "ValidateTarget",
@@ -603,7 +607,8 @@ pub(crate) async fn named_target(
     let t = target::Target::parse(&raw).map_err(|e| {
         DeployError::config("ValidateTarget", "InvalidTarget", format!("{field}: {e}"))
     })?;
-    resolve_target(cluster, &t)
+    // A check's or an export's other target: rare, checked each time.
+    resolve_target(cluster, &t, &target::CheckedKubeconfigs::default())
         .await
         .map_err(unreadable)?
         .map_err(|mut e| {

@@ -380,6 +380,50 @@ pub fn kubeconfig_of(resolved: &ResolvedTarget) -> Result<String, FieldError> {
     Ok(kubeconfig)
 }
 
+/// Targets whose kubeconfig passed [`kubeconfig_of`], by a digest of the target's name and
+/// content: every run reads its item's target, and parsing the kubeconfig's YAML again on
+/// each run cost the deployer more CPU than any other step of a run but its requests.
+/// A target whose content changes is checked again; one that fails is checked each time.
+#[derive(Default)]
+pub struct CheckedKubeconfigs(std::sync::Mutex<std::collections::HashSet<[u8; 16]>>);
+
+impl CheckedKubeconfigs {
+    /// Targets remembered at most; past that the memory starts over.
+    const MAX: usize = 4096;
+
+    /// [`kubeconfig_of`]'s verdict on `resolved`, without its text.
+    pub fn check(&self, resolved: &ResolvedTarget) -> Result<(), FieldError> {
+        let digest: [u8; 16] = {
+            use md5::Digest as _;
+            let mut h = md5::Md5::new();
+            for part in [
+                &resolved.target.namespace,
+                &resolved.target.name,
+                &resolved.target.type_,
+                &resolved.content,
+            ] {
+                h.update(part.as_bytes());
+                h.update([0]);
+            }
+            h.finalize().into()
+        };
+        if self.seen().contains(&digest) {
+            return Ok(());
+        }
+        kubeconfig_of(resolved)?;
+        let mut seen = self.seen();
+        if seen.len() >= Self::MAX {
+            seen.clear();
+        }
+        seen.insert(digest);
+        Ok(())
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<[u8; 16]>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Refuses what landscaper refuses in a target kubeconfig: credentials read from files or
 /// commands, auth providers, impersonation. Only inline data, tokens and basic auth pass.
 pub fn validate_kubeconfig(text: &str) -> Result<(), String> {
@@ -672,6 +716,27 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("Secret ns/s not found"), "{e}");
+    }
+
+    #[test]
+    fn a_checked_kubeconfig_is_checked_again_only_when_its_target_changes() {
+        let resolved = |kubeconfig: &str| {
+            let t =
+                target(json!({"type": KUBERNETES_CLUSTER, "config": {"kubeconfig": kubeconfig}}));
+            resolve(&t, None).expect("resolved")
+        };
+        let checked = CheckedKubeconfigs::default();
+        assert!(checked.check(&resolved(KUBECONFIG)).is_ok());
+        assert!(checked.check(&resolved(KUBECONFIG)).is_ok(), "from memory");
+        assert_eq!(checked.seen().len(), 1);
+        let exec = KUBECONFIG.replace("    token: abc\n", "    exec:\n      command: aws\n");
+        let e = checked.check(&resolved(&exec)).unwrap_err();
+        assert!(e.to_string().contains("exec is not allowed"), "{e}");
+        assert!(
+            checked.check(&resolved(&exec)).is_err(),
+            "a refusal is not remembered"
+        );
+        assert_eq!(checked.seen().len(), 1);
     }
 
     #[test]
