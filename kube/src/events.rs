@@ -471,43 +471,4 @@ mod tests {
         assert!(lru.entries.contains_key("0"));
         assert!(!lru.entries.contains_key("1"));
     }
-
-    /// Against the sandbox API server, in-process: fourteen identical notes leave one
-    /// Event whose count is fourteen.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_recorder_leaves_one_event_with_the_count() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let sandbox = bosun_sandbox::start(bosun_sandbox::SandboxConfig::loopback(
-            dir.path().join("data"),
-        ))
-        .await
-        .expect("sandbox");
-        let config = kube::Config::new(sandbox.url.parse().expect("url"));
-        let client = kube::Client::try_from(config).expect("client");
-        let recorder = EventRecorder::new(client.clone(), "metacontroller", EventLimits::default());
-        let parent = json!({"apiVersion": "example.com/v1", "kind": "Thing",
-            "metadata": {"name": "t", "namespace": "default", "uid": "u-t"}});
-        for _ in 0..14 {
-            recorder.record(note(&parent, "the hook failed")).await;
-        }
-        let events: kube::Api<k8s_openapi::api::core::v1::Event> =
-            kube::Api::namespaced(client, "default");
-        let list = events
-            .list(&kube::api::ListParams::default())
-            .await
-            .expect("list");
-        let ours: Vec<_> = list
-            .items
-            .iter()
-            .filter(|e| e.involved_object.uid.as_deref() == Some("u-t"))
-            .collect();
-        assert_eq!(ours.len(), 1, "{ours:?}");
-        assert_eq!(ours[0].count, Some(14));
-        assert_eq!(ours[0].message.as_deref(), Some("the hook failed"));
-        assert_eq!(
-            ours[0].source.as_ref().and_then(|s| s.component.as_deref()),
-            Some("metacontroller")
-        );
-        sandbox.shutdown().await.expect("shutdown");
-    }
 }

@@ -1,13 +1,15 @@
-//! The shared watches and the informer against the sandbox API server, in-process: what
-//! the lambda controllers and the deployer rely on.
+//! The Kubernetes layer against the sandbox API server, in-process: the shared watches
+//! and the informer the lambda controllers and the deployer rely on, and the Event
+//! recorder every subsystem writes through.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bosun_kube::events::Note;
 use bosun_kube::informer::{Event, Informer};
 use bosun_kube::raw::RawApi;
 use bosun_kube::watch::{Listener, key_of};
-use bosun_kube::{KindResolver, WatchManager};
+use bosun_kube::{EventLimits, EventRecorder, KindResolver, WatchManager};
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
@@ -27,6 +29,18 @@ fn saw(seen: &Mutex<Vec<String>>, line: &str) -> bool {
     seen.lock().expect("log").iter().any(|l| l == line)
 }
 
+/// A sandbox API server in this process, and a client of it.
+async fn sandbox(dir: &tempfile::TempDir) -> (bosun_sandbox::RunningSandbox, kube::Client) {
+    let sandbox = bosun_sandbox::start(bosun_sandbox::SandboxConfig::loopback(
+        dir.path().join("data"),
+    ))
+    .await
+    .expect("sandbox");
+    let config = kube::Config::new(sandbox.url.parse().expect("url"));
+    let client = kube::Client::try_from(config).expect("client");
+    (sandbox, client)
+}
+
 fn config_map(name: &str, value: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
            "metadata": {"name": name, "namespace": "default"},
@@ -36,13 +50,7 @@ fn config_map(name: &str, value: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_informer_sees_the_cluster_and_our_writes_before_their_events() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sandbox = bosun_sandbox::start(bosun_sandbox::SandboxConfig::loopback(
-        dir.path().join("data"),
-    ))
-    .await
-    .expect("sandbox");
-    let config = kube::Config::new(sandbox.url.parse().expect("url"));
-    let client = kube::Client::try_from(config).expect("client");
+    let (sandbox, client) = sandbox(&dir).await;
     let resolved = KindResolver::new(client.clone())
         .resolve(Some("v1"), "cm")
         .await
@@ -114,5 +122,45 @@ async fn an_informer_sees_the_cluster_and_our_writes_before_their_events() {
     assert!(informer.read().get(&key_of("default", "ours")).is_none());
 
     watches.stop_all();
+    sandbox.shutdown().await.expect("shutdown");
+}
+
+/// Fourteen identical notes on one object leave one Event whose count is fourteen, as
+/// client-go's recorder does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recorder_leaves_one_event_with_the_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (sandbox, client) = sandbox(&dir).await;
+    let recorder = EventRecorder::new(client.clone(), "metacontroller", EventLimits::default());
+    let parent = json!({"apiVersion": "example.com/v1", "kind": "Thing",
+        "metadata": {"name": "t", "namespace": "default", "uid": "u-t"}});
+    for _ in 0..14 {
+        recorder
+            .record(Note {
+                object: &parent,
+                type_: "Warning",
+                reason: "SyncError",
+                message: "the hook failed",
+            })
+            .await;
+    }
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client, "default");
+    let list = events
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("list");
+    let ours: Vec<_> = list
+        .items
+        .iter()
+        .filter(|e| e.involved_object.uid.as_deref() == Some("u-t"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(ours[0].count, Some(14));
+    assert_eq!(ours[0].message.as_deref(), Some("the hook failed"));
+    assert_eq!(
+        ours[0].source.as_ref().and_then(|s| s.component.as_deref()),
+        Some("metacontroller")
+    );
     sandbox.shutdown().await.expect("shutdown");
 }
