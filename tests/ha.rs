@@ -338,7 +338,13 @@ fn a_standby_takes_over_with_every_acknowledged_values_patch() {
         || b.following() && b.role().as_deref() == Some("standby"),
     );
     a.op.wait("alpha converged", Duration::from_secs(60), || a.ready());
-    assert!(b.ready(), "a following standby is ready");
+    // Ready while following every journal; a journal the leader opens after its modules
+    // converged (lambda's, the deployer's) is followed a moment later.
+    b.op.wait(
+        "bravo, a following standby, is ready",
+        Duration::from_secs(60),
+        || b.ready(),
+    );
     assert_eq!(cluster.app_revisions(), 1);
 
     for i in 0..8 {
