@@ -16,6 +16,14 @@ pub(crate) struct AppendRequest {
     pub(crate) sent: std::time::Instant,
 }
 
+impl AppendRequest {
+    /// Whether somebody waits for its acknowledgement (not an `append_later`, nor an
+    /// append whose caller gave up).
+    fn waited_for(&self) -> bool {
+        !self.reply.is_closed()
+    }
+}
+
 /// What an append writes.
 pub(crate) enum Body {
     /// New events `(version, payload)`: the committer numbers and stamps them.
@@ -119,7 +127,7 @@ pub(crate) fn commit_loop(
                 requests.push(more);
             }
         }
-        if requests.iter().all(|r| r.reply.is_closed()) {
+        if !requests.iter().any(AppendRequest::waited_for) {
             share_a_flush(&rx, &mut requests);
         }
         let time = now_ms();
@@ -152,7 +160,8 @@ pub(crate) fn commit_loop(
                 last = seq;
                 health.wrote();
                 let _ = durable.send(last);
-                // Only appenders that wait are woken and may come back: the cohort is theirs.
+                // Only appenders that wait are woken and may come back: the cohort (and the
+                // linger after the flush) is theirs.
                 let acked = acks.iter().filter(|(reply, _)| !reply.is_closed()).count();
                 let window = flushing.elapsed().min(MAX_COHORT_WAIT) / 2;
                 for (reply, s) in acks {
@@ -161,7 +170,7 @@ pub(crate) fn commit_loop(
                 let now = std::time::Instant::now();
                 woken = (acked > 1).then(|| (now, acked, now + window));
                 acks_since_probe = (acks_since_probe + 1) % LINGER_PROBE;
-                if lingering || acks_since_probe == 0 {
+                if acked > 0 && (lingering || acks_since_probe == 0) {
                     linger = Some(now + flushing.elapsed().min(MAX_LINGER));
                 }
             }
@@ -191,7 +200,7 @@ fn share_a_flush(rx: &std::sync::mpsc::Receiver<AppendRequest>, requests: &mut V
         let left = until.saturating_duration_since(std::time::Instant::now());
         match rx.recv_timeout(left) {
             Ok(more) => {
-                let waited_for = !more.reply.is_closed();
+                let waited_for = more.waited_for();
                 requests.push(more);
                 if waited_for {
                     while let Ok(more) = rx.try_recv() {

@@ -54,6 +54,26 @@ pub struct WatchKey {
     fields: String,
 }
 
+impl WatchKey {
+    /// The key of a watch of `resource`, in `namespace` (all namespaces: `None`), with
+    /// these label and field selector strings.
+    pub fn new(
+        resource: &ApiResource,
+        namespace: Option<String>,
+        labels: String,
+        fields: String,
+    ) -> WatchKey {
+        WatchKey {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            plural: resource.plural.clone(),
+            namespace,
+            labels,
+            fields,
+        }
+    }
+}
+
 impl std::fmt::Display for WatchKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let gv = if self.group.is_empty() {
@@ -501,24 +521,6 @@ impl WatchManager {
         }
     }
 
-    /// The key of a watch of `resource`, in `namespace` (all namespaces: `None`), with
-    /// these label and field selector strings.
-    pub fn key(
-        resource: &ApiResource,
-        namespace: Option<String>,
-        labels: String,
-        fields: String,
-    ) -> WatchKey {
-        WatchKey {
-            group: resource.group.clone(),
-            version: resource.version.clone(),
-            plural: resource.plural.clone(),
-            namespace,
-            labels,
-            fields,
-        }
-    }
-
     /// Attaches `listener` to the cluster-wide watch of `resource` (shared with every
     /// binding that watches it the same way) once that watch holds its first list. The
     /// informers of lambda and the deployer listen this way.
@@ -528,7 +530,7 @@ impl WatchManager {
         listener: Arc<dyn Listener>,
     ) -> Result<(), String> {
         let w = self.watch(
-            Self::key(resource, None, String::new(), String::new()),
+            WatchKey::new(resource, None, String::new(), String::new()),
             resource,
         );
         self.attach(&w, listener).await

@@ -16,13 +16,11 @@ use crate::common::{
 };
 use serde_json::{Value, json};
 
-/// Permission bits of `path` (not following symbolic links).
+/// Permission bits of `path` (not following symbolic links), which must be there.
 fn mode(path: &Path) -> u32 {
-    std::fs::symlink_metadata(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .permissions()
-        .mode()
-        & 0o777
+    present(path)
+        .unwrap_or_else(|| panic!("{}: not found", path.display()))
+        .0
 }
 
 /// `path` and everything under it. bosun may remove a file of its own meanwhile (a Helm

@@ -673,9 +673,12 @@ async fn write_status(
             managed,
         });
     }
-    if let Some(e) = &new.last_error
-        && old.last_error.as_ref() != Some(e)
-    {
+    // An error this write records for the first time (journalled, counted, an Event).
+    let new_error = new
+        .last_error
+        .as_ref()
+        .filter(|e| old.last_error.as_ref() != Some(*e));
+    if let Some(e) = new_error {
         events.push(DeployerEvent::DeployItemError {
             item: item_name(&item.key),
             operation: e.operation.clone(),
@@ -692,11 +695,7 @@ async fn write_status(
     // Progressing) are handed over in order and become durable with the result, as the
     // lambda controllers' syncs do. A crash between them loses no decision: the item's
     // status says the run is not finished, and the next leader runs it again.
-    let wait = new.phase.is_some_and(Phase::is_final)
-        || new
-            .last_error
-            .as_ref()
-            .is_some_and(|e| old.last_error.as_ref() != Some(e));
+    let wait = new.phase.is_some_and(Phase::is_final) || new_error.is_some();
     let durable = if events.is_empty() {
         None
     } else if wait {
@@ -711,9 +710,7 @@ async fn write_status(
             .map_err(|e| ReconcileError::Journal(e.to_string()))?;
         None
     };
-    if let Some(e) = &new.last_error
-        && old.last_error.as_ref() != Some(e)
-    {
+    if let Some(e) = new_error {
         let code = e.codes.first().map_or("none", |c| c.as_str());
         metrics::counter!(ERRORS_TOTAL, "type" => item.type_.clone(), "code" => code).increment(1);
         s.cluster

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bosun_addon::bindings::HookRef;
 use bosun_addon::hook_config::KubernetesBinding;
 use bosun_addon::ports::{BindingEvents, BoxFut, KubeBindings, PortError};
-use bosun_kube::watch::{Listener, WatchManager, label_selector_string};
+use bosun_kube::watch::{Listener, WatchKey, WatchManager, label_selector_string};
 use kube::discovery::ApiResource;
 use serde_json::Value;
 
@@ -109,7 +109,7 @@ impl BindingWatches {
             (Some(names), _) => {
                 for ns in names {
                     let w = self.watches.watch(
-                        WatchManager::key(&resource, Some(ns), labels.clone(), fields.clone()),
+                        WatchKey::new(&resource, Some(ns), labels.clone(), fields.clone()),
                         &resource,
                     );
                     sub.attached(w.clone());
@@ -134,7 +134,7 @@ impl BindingWatches {
                     fields.clone(),
                 ));
                 let w = self.watches.watch(
-                    WatchManager::key(
+                    WatchKey::new(
                         &ns_resource,
                         None,
                         label_selector_string(&ns_selector),
@@ -149,10 +149,9 @@ impl BindingWatches {
                 listeners.push(f);
             }
             _ => {
-                let w = self.watches.watch(
-                    WatchManager::key(&resource, None, labels, fields),
-                    &resource,
-                );
+                let w = self
+                    .watches
+                    .watch(WatchKey::new(&resource, None, labels, fields), &resource);
                 sub.attached(w.clone());
                 self.watches.attach(&w, as_listener.clone()).await?;
             }
@@ -172,7 +171,7 @@ impl BindingWatches {
         fields: &str,
     ) -> Result<(), String> {
         let w = self.watches.watch(
-            WatchManager::key(
+            WatchKey::new(
                 resource,
                 Some(namespace.to_string()),
                 labels.to_string(),
