@@ -22,7 +22,7 @@ pub struct RawApi {
     kind: String,
 }
 
-fn body(object: &Value) -> Result<Vec<u8>, kube::Error> {
+fn body(object: &(impl serde::Serialize + ?Sized)) -> Result<Vec<u8>, kube::Error> {
     serde_json::to_vec(object).map_err(kube::Error::SerdeError)
 }
 
@@ -90,8 +90,12 @@ impl RawApi {
         .await
     }
 
-    /// PUT of the object's `/status`.
-    pub async fn replace_status(&self, name: &str, object: &Value) -> Result<Value, kube::Error> {
+    /// PUT of the object's `/status` (any value that serializes as the object).
+    pub async fn replace_status(
+        &self,
+        name: &str,
+        object: &(impl serde::Serialize + Sync + ?Sized),
+    ) -> Result<Value, kube::Error> {
         self.send(self.request.replace_subresource(
             "status",
             name,

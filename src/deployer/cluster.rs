@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use base64::Engine as _;
-use bosun_deployer::item::{DeployItem, ItemKey, ObjectRef};
+use bosun_deployer::item::{DeployItem, ItemKey, ObjectRef, WithStatus};
 use bosun_deployer::lock::Found;
 use bosun_deployer::ports::{BoxFut, Change, Cluster, ClusterError, EventNote, SecretData};
 use kube::api::DeleteParams;
@@ -344,13 +344,16 @@ impl Cluster for KubeCluster {
         })
     }
 
-    fn update_status(&self, object: Value) -> BoxFut<'_, Result<Value, ClusterError>> {
+    fn update_status<'a>(
+        &'a self,
+        item: WithStatus<'a>,
+    ) -> BoxFut<'a, Result<Value, ClusterError>> {
         Box::pin(async move {
-            let key = ItemKey::of(&object);
+            let key = item.key();
             let what = format!("DeployItem {key} status");
             let written = self
                 .api(&deploy_items(), &key.namespace)
-                .replace_status(&key.name, &object)
+                .replace_status(&key.name, &item)
                 .await
                 .map_err(|e| self.write_failed(&key, what, e))?;
             self.items.change().remember(object_key(&key), &written);

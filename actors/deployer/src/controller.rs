@@ -724,13 +724,12 @@ async fn write_status(
             )
             .await;
     }
-    let (written, journaled) =
-        tokio::join!(s.cluster.update_status(item.with_status(new)), async {
-            match durable {
-                Some(d) => d.await.map(|_| ()),
-                None => Ok(()),
-            }
-        });
+    let (written, journaled) = tokio::join!(s.cluster.update_status(item.writing(new)), async {
+        match durable {
+            Some(d) => d.await.map(|_| ()),
+            None => Ok(()),
+        }
+    });
     journaled.map_err(|e| ReconcileError::Journal(e.to_string()))?;
     let written = match written {
         Err(ClusterError::TooLarge { message, .. }) if !new.phase.is_some_and(Phase::is_final) => {
@@ -818,7 +817,7 @@ async fn rebase_status(
                 .trigger_time = trigger(&fresh.status);
         }
         tracing::debug!(item = %item.key, "the item changed during the run: its result is written onto the new version");
-        match s.cluster.update_status(fresh.with_status(&merged)).await {
+        match s.cluster.update_status(fresh.writing(&merged)).await {
             Ok(written) => return Ok(written),
             Err(e @ ClusterError::Conflict(_)) => last = e,
             Err(e) => return Err(e.into()),

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::helm::{Chart, ChartAccess, ChartSource, HelmPort, HelmRun, MAX_HISTORY, ReleaseState};
-use crate::item::{DEPLOYER_TYPE_ANNOTATION, ErrorCode, ItemKey, ObjectRef};
+use crate::item::{DEPLOYER_TYPE_ANNOTATION, ErrorCode, ItemKey, ObjectRef, WithStatus};
 use crate::manifest::{ResourceRef, TargetClusters};
 use crate::ports::{BoxFut, Change, Cluster, ClusterError, EventNote, SecretData};
 use crate::status::DeployError;
@@ -255,7 +255,11 @@ impl Cluster for MemoryCluster {
         })
     }
 
-    fn update_status(&self, object: Value) -> BoxFut<'_, Result<Value, ClusterError>> {
+    fn update_status<'a>(
+        &'a self,
+        item: WithStatus<'a>,
+    ) -> BoxFut<'a, Result<Value, ClusterError>> {
+        let object = item.to_value();
         Box::pin(async move {
             let mut st = self.lock();
             let key = ItemKey::of(&object);

@@ -494,9 +494,54 @@ impl DeployItem {
 
     /// The object with `status` replaced by `status`.
     pub fn with_status(&self, status: &Status) -> Value {
+        self.writing(status).to_value()
+    }
+
+    /// The object with `status` in place of its own, to serialize as it is written: the
+    /// same JSON as [`DeployItem::with_status`], without a copy of the item.
+    pub fn writing<'a>(&'a self, status: &'a Status) -> WithStatus<'a> {
+        WithStatus {
+            object: &self.object,
+            status,
+        }
+    }
+}
+
+/// An item with a new status, serialized without a copy of the item
+/// ([`DeployItem::writing`]): a status write is made for every step of every run, and the
+/// copy (and its drop) cost as much as the write's own serializing.
+#[derive(Debug)]
+pub struct WithStatus<'a> {
+    object: &'a Value,
+    status: &'a Status,
+}
+
+impl WithStatus<'_> {
+    /// The item's key.
+    pub fn key(&self) -> ItemKey {
+        ItemKey::of(self.object)
+    }
+
+    /// As JSON (a copy of the item; for tests and fakes).
+    pub fn to_value(&self) -> Value {
         let mut o = self.object.clone();
-        o["status"] = serde_json::to_value(status).unwrap_or(Value::Null);
+        o["status"] = serde_json::to_value(self.status).unwrap_or(Value::Null);
         o
+    }
+}
+
+impl serde::Serialize for WithStatus<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(fields) = self.object.as_object() else {
+            return self.object.serialize(s);
+        };
+        let mut map = s.serialize_map(None)?;
+        for (k, v) in fields.iter().filter(|(k, _)| *k != "status") {
+            map.serialize_entry(k, v)?;
+        }
+        map.serialize_entry("status", self.status)?;
+        map.end()
     }
 }
 
@@ -515,4 +560,33 @@ pub fn parse_time(s: &str) -> Option<SystemTime> {
 /// `b - a`, zero when `b` is earlier.
 pub fn since(a: SystemTime, b: SystemTime) -> Duration {
     b.duration_since(a).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_status_write_sends_the_item_with_the_new_status_in_place_of_the_old() {
+        let item = DeployItem::parse(&json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "7"},
+            "spec": {"type": "landscaper.gardener.cloud/kubernetes-manifest"},
+            "status": {"phase": "Init", "jobID": "j1", "kept": {"by": "someone"}}
+        }))
+        .expect("item");
+        let mut status = item.status.clone();
+        status.phase = Some(Phase::Succeeded);
+        status.observed_generation = 3;
+        let sent: Value =
+            serde_json::from_slice(&serde_json::to_vec(&item.writing(&status)).expect("json"))
+                .expect("json");
+        assert_eq!(sent, item.with_status(&status));
+        assert_eq!(sent["status"]["phase"], "Succeeded");
+        assert_eq!(sent["status"]["jobID"], "j1");
+        assert_eq!(sent["status"]["kept"], json!({"by": "someone"}));
+        assert_eq!(sent["metadata"]["resourceVersion"], "7");
+        assert_eq!(item.writing(&status).key(), item.key);
+    }
 }

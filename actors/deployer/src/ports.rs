@@ -9,7 +9,7 @@ use std::time::Duration;
 pub use bosun_runtime::ports::BoxFut;
 use serde_json::Value;
 
-use crate::item::{DeployItem, ItemKey, ObjectRef, Phase};
+use crate::item::{DeployItem, ItemKey, ObjectRef, Phase, WithStatus};
 use crate::status::DeployError;
 use crate::target::ResolvedTarget;
 
@@ -71,7 +71,8 @@ pub trait Cluster: Send + Sync + 'static {
     /// PUT of the whole item (annotations, finalizers).
     fn update_item(&self, object: Value) -> BoxFut<'_, Result<Value, ClusterError>>;
     /// PUT of the item's `/status`.
-    fn update_status(&self, object: Value) -> BoxFut<'_, Result<Value, ClusterError>>;
+    fn update_status<'a>(&'a self, item: WithStatus<'a>)
+    -> BoxFut<'a, Result<Value, ClusterError>>;
     /// A Target: the informer's copy, else the API server's.
     fn get_target(
         &self,
