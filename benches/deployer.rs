@@ -338,6 +338,15 @@ fn print_requests(metrics: &str, items: usize) {
     println!(
         "requests per item: {total:.2} in all (the fair limit makes 9), {waited:.1} ms of round trips per item"
     );
+    let reconciles: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with(bosun_deployer::controller::RECONCILES_TOTAL))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    println!(
+        "reconciles per item: {:.2} (a run takes one; more are watch events that woke an item again)",
+        reconciles / items as f64
+    );
     for (per_item, mean_ms, labels) in rows.iter().filter(|r| r.0 >= 0.01) {
         println!("  {per_item:6.2} × {mean_ms:5.2} ms  {labels}");
     }

@@ -288,21 +288,7 @@ pub fn resource_version(o: &Value) -> &str {
         .unwrap_or_default()
 }
 
-/// The one rule of the informers' own-writes overlay (lambda and the deployer): whether
-/// the cache's copy of an object, at resourceVersion `seen`, already includes this
-/// process's write that returned `written`. The same version does; where both read as
-/// numbers (every API server in practice, though Kubernetes calls them opaque), a later
-/// one does. Versions that cannot be ordered are taken to include it: the watch is
-/// trusted, and a read falls back to what the API server sent last.
-pub fn supersedes(seen: &str, written: &str) -> bool {
-    if seen == written {
-        return true;
-    }
-    match (seen.parse::<u64>(), written.parse::<u64>()) {
-        (Ok(a), Ok(b)) => a >= b,
-        _ => true,
-    }
-}
+pub use bosun_runtime::versions::supersedes;
 
 /// `metav1.LabelSelector` as a selector string (`a=b,c in (d,e),!f`).
 pub fn label_selector_string(sel: &Value) -> String {
@@ -628,15 +614,6 @@ impl WatchedObject {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn a_write_is_included_by_its_own_version_and_later_ones() {
-        assert!(supersedes("7", "7"), "the same version");
-        assert!(supersedes("8", "7"), "a later one");
-        assert!(!supersedes("6", "7"), "an earlier one");
-        assert!(!supersedes("9", "10"), "compared as numbers, not text");
-        assert!(supersedes("abc", "7"), "unordered: the watch is trusted");
-    }
 
     #[test]
     fn watched_objects_become_the_json_the_api_server_sent_with_their_kind() {

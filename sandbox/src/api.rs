@@ -922,8 +922,18 @@ fn event_for(filter: &Filter, change: &Change) -> Option<&'static str> {
     }
 }
 
+/// One watch event as kube-apiserver writes it: `type` first, then the object. Clients
+/// that read the object as it comes (not buffered until the type is known) rely on the
+/// order; the object is serialized in place, not copied into the event.
+#[derive(serde::Serialize)]
+struct EventLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    object: &'a Value,
+}
+
 fn event_line(kind: &str, object: &Value) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    let mut line = serde_json::to_vec(&EventLine { kind, object }).unwrap_or_default();
     line.push(b'\n');
     Bytes::from(line)
 }
@@ -1404,6 +1414,20 @@ fn delete_collection(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_event_names_its_type_before_its_object() {
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
+        let line = event_line("MODIFIED", &object);
+        let text = std::str::from_utf8(&line).expect("utf-8");
+        assert!(
+            text.starts_with(r#"{"type":"MODIFIED","object":{"#),
+            "{text}"
+        );
+        assert!(text.ends_with("}\n"), "{text}");
+        let back: Value = serde_json::from_str(text).expect("json");
+        assert_eq!(back["object"], object);
+    }
 
     #[test]
     fn escaped_names_are_decoded() {

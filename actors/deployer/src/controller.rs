@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime};
 use bosun_runtime::last_outcome::LastOutcomes;
 use bosun_runtime::ports::{BoxFut, EventSink};
 use bosun_runtime::runner::{self, Action, Outcome};
+use bosun_runtime::versions::{OwnWrites, Seen};
 use bosun_runtime::work_queue::{QueueSnapshot, WorkQueue};
 use serde::Serialize;
 use serde_json::Value;
@@ -162,9 +163,10 @@ struct Shared {
     settings: Settings,
     queue: WorkQueue<ItemKey>,
     last: Mutex<LastRuns>,
-    /// The resourceVersion of each item as this deployer last wrote it: the watch event of
-    /// its own write changes nothing it does not know, and does not queue the item again.
-    own_writes: Mutex<BTreeMap<ItemKey, String>>,
+    /// The resourceVersions this deployer's writes gave each item, until their watch
+    /// events come: the event of an own write changes nothing it does not know, and does
+    /// not queue the item again (a run writes an item up to four times).
+    own_writes: Mutex<OwnWrites<ItemKey>>,
     /// Items found locked by another replica, by the holder's pod: taken over as soon as
     /// that pod is deleted ([`Change::PodGone`]).
     held_by: Mutex<BTreeMap<String, std::collections::BTreeSet<ItemKey>>>,
@@ -239,7 +241,7 @@ impl Deployer {
             journal,
             queue: WorkQueue::new(),
             last: Mutex::new(LastRuns::default()),
-            own_writes: Mutex::new(BTreeMap::new()),
+            own_writes: Mutex::new(OwnWrites::default()),
             held_by: Mutex::new(BTreeMap::new()),
             checked: Default::default(),
             settings,
@@ -259,14 +261,8 @@ impl Deployer {
                         if !s.type_names.contains(&type_) {
                             continue;
                         }
-                        let own = {
-                            let mut own = lock(&s.own_writes);
-                            if resource_version.is_empty() {
-                                own.remove(&key);
-                            }
-                            own.get(&key) == Some(&resource_version)
-                        };
-                        if !own {
+                        let seen = lock(&s.own_writes).seen(&key, &resource_version);
+                        if seen == Seen::Other {
                             s.queue.add(key);
                         }
                     }
@@ -724,7 +720,8 @@ async fn write_status(
             )
             .await;
     }
-    let (written, journaled) = tokio::join!(s.cluster.update_status(item.writing(new)), async {
+    let write = s.cluster.update_status(item.writing(new));
+    let (written, journaled) = tokio::join!(own_write(s, &item.key, write), async {
         match durable {
             Some(d) => d.await.map(|_| ()),
             None => Ok(()),
@@ -755,7 +752,6 @@ async fn write_status(
         Err(ClusterError::Conflict(_)) => rebase_status(s, item, old, new).await?,
         other => other?,
     };
-    own_write(s, &item.key, &written);
     lock(&s.last).record(
         item.key.clone(),
         new.last_error
@@ -817,7 +813,13 @@ async fn rebase_status(
                 .trigger_time = trigger(&fresh.status);
         }
         tracing::debug!(item = %item.key, "the item changed during the run: its result is written onto the new version");
-        match s.cluster.update_status(fresh.writing(&merged)).await {
+        match own_write(
+            s,
+            &item.key,
+            s.cluster.update_status(fresh.writing(&merged)),
+        )
+        .await
+        {
             Ok(written) => return Ok(written),
             Err(e @ ClusterError::Conflict(_)) => last = e,
             Err(e) => return Err(e.into()),
@@ -826,11 +828,41 @@ async fn rebase_status(
     Err(ReconcileError::Cluster(last))
 }
 
-/// Remembers the resourceVersion this deployer's write gave the item.
-fn own_write(s: &Shared, key: &ItemKey, written: &Value) {
-    if let Some(rv) = written["metadata"]["resourceVersion"].as_str() {
-        lock(&s.own_writes).insert(key.clone(), rv.to_string());
+/// `write` of the item `key` by this deployer, with the resourceVersion it gave the item
+/// remembered as soon as it is answered: its watch event, whenever it comes, wakes
+/// nothing. An event that came while the write was on its way and was someone else's
+/// queues the item now.
+async fn own_write<E>(
+    s: &Shared,
+    key: &ItemKey,
+    write: impl Future<Output = Result<Value, E>>,
+) -> Result<Value, E> {
+    /// Ends the write's bookkeeping however the write ends (a run that is dropped too).
+    struct InFlight<'a> {
+        s: &'a Shared,
+        key: &'a ItemKey,
+        version: Option<String>,
     }
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            let wake = lock(&self.s.own_writes).finish(self.key, self.version.as_deref());
+            if wake {
+                self.s.queue.add(self.key.clone());
+            }
+        }
+    }
+    lock(&s.own_writes).begin(key);
+    let mut in_flight = InFlight {
+        s,
+        key,
+        version: None,
+    };
+    let written = write.await;
+    if let Ok(w) = &written {
+        in_flight.version = w["metadata"]["resourceVersion"].as_str().map(str::to_owned);
+    }
+    drop(in_flight);
+    written
 }
 
 async fn update_metadata(
@@ -842,8 +874,7 @@ async fn update_metadata(
     if let Some(meta) = object["metadata"].as_object_mut() {
         edit(meta);
     }
-    let written = s.cluster.update_item(object).await?;
-    own_write(s, &item.key, &written);
+    let written = own_write(s, &item.key, s.cluster.update_item(object)).await?;
     DeployItem::from_value(written).map_err(|e| {
         ReconcileError::Cluster(ClusterError::Other {
             what: item_name(&item.key),

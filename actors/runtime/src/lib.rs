@@ -24,6 +24,7 @@ pub mod queue_actor;
 pub mod runner;
 pub mod tagged;
 pub mod task;
+pub mod versions;
 pub mod work_queue;
 
 pub use ports::{BoxFut, ClusterError, EventSink, MemoryJournal, PortError};
