@@ -353,7 +353,7 @@ impl DeployItem {
         let meta = &object["metadata"];
         let annotations = match &meta["annotations"] {
             Value::Null => BTreeMap::new(),
-            v => serde_json::from_value(v.clone()).map_err(|e| {
+            v => BTreeMap::<String, String>::deserialize(v).map_err(|e| {
                 FieldError::new(
                     &what,
                     "metadata.annotations",
@@ -363,7 +363,7 @@ impl DeployItem {
         };
         let finalizers = match &meta["finalizers"] {
             Value::Null => Vec::new(),
-            v => serde_json::from_value(v.clone()).map_err(|e| {
+            v => Vec::<String>::deserialize(v).map_err(|e| {
                 FieldError::new(
                     &what,
                     "metadata.finalizers",
