@@ -3,7 +3,9 @@
 //!   100th binding event handed to the engine, p50/p99, against the limit: the same write →
 //!   event received by one raw kube-rs watcher on the same resource;
 //! - memory per cached object with and without `keepFullObjectsInMemory`, against the
-//!   object's JSON size (a counting allocator measures the heap).
+//!   object's JSON size (a counting allocator measures the heap), and the time the first
+//!   binding takes to start (list, filter, snapshot) against one list of the same objects
+//!   by a plain client.
 //!
 //! Run: `cargo bench --bench bindings` (`BENCH_OBJECTS=50000` for the memory figure at
 //! scale; 2,000 unless set).
@@ -182,6 +184,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let json_size = serde_json::to_string(&api.get("m-300").await?)?.len();
     let total = writes + objects;
+    // The limit of a binding's start: one list of the same objects by a plain client.
+    let listing = Instant::now();
+    let listed = api.list(&Default::default()).await?.items.len();
+    let list_limit = listing.elapsed().as_secs_f64();
     for keep in [true, false] {
         let fresh = BindingWatches::new(WatchManager::new(client.clone()));
         let noop: bosun_addon::ports::BindingEvents = Arc::new(|_ev: BindingEvent| {});
@@ -192,6 +198,7 @@ async fn main() -> anyhow::Result<()> {
         // The first binding brings the shared watch and its cache; a second identical
         // binding of another hook shares that watch and adds only its own entries.
         let before = LIVE.load(Ordering::SeqCst);
+        let starting = Instant::now();
         fresh
             .start(
                 hook("a.sh"),
@@ -200,6 +207,7 @@ async fn main() -> anyhow::Result<()> {
             )
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let started = starting.elapsed().as_secs_f64();
         let mid = LIVE.load(Ordering::SeqCst);
         fresh
             .start(hook("b.sh"), vec![binding(".metadata.name", keep)], noop)
@@ -214,6 +222,10 @@ async fn main() -> anyhow::Result<()> {
             per(mid - before) / json_size as f64,
             per(after - mid),
             per(after - mid) / json_size as f64
+        );
+        println!(
+            "keepFullObjectsInMemory: {keep}: the first binding started (list, filter, snapshot of {snapshot} objects) in {started:.2} s; a plain client lists the {listed} objects in {list_limit:.2} s: ratio {:.2}",
+            list_limit / started.max(1e-6)
         );
         fresh.stop_owner("global");
     }
