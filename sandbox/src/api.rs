@@ -750,6 +750,11 @@ impl Filter {
         })
     }
 
+    /// Whether no label or field selector narrows the list.
+    fn selects_everything(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
     fn matches(&self, obj: &Value) -> bool {
         if let Some(ns) = &self.namespace
             && obj["metadata"]["namespace"].as_str().unwrap_or_default() != ns
@@ -822,11 +827,16 @@ fn list(
     };
     let start_after = match query.get("continue").filter(|c| !c.is_empty()) {
         Some(token) => {
-            Some(unhex(token).ok_or_else(|| ApiError::bad_request("invalid continue token"))?)
+            let key =
+                unhex(token).ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+            let (ns, name) = key
+                .split_once('\0')
+                .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+            Some((ns.to_string(), name.to_string()))
         }
         None => None,
     };
-    let (objs, rv) = {
+    let (selected, more, last_key, rv) = {
         let inner = app.store.lock();
         if let (Some(rv), Some("Exact")) = (
             query.get("resourceVersion"),
@@ -840,32 +850,35 @@ fn list(
                 )));
             }
         }
-        (inner.list(&ResKey::of(info), ns), inner.rv)
+        let mut objects = inner.list_after(&ResKey::of(info), ns, start_after);
+        let mut selected: Vec<Arc<Value>> = Vec::new();
+        let mut last_key = None;
+        for (key, obj) in objects.by_ref() {
+            if !filter.matches(obj) {
+                continue;
+            }
+            selected.push(Arc::clone(obj));
+            if limit > 0 && selected.len() == limit {
+                last_key = Some(key);
+                break;
+            }
+        }
+        // What is left after a full page: kube-apiserver counts it only for a list
+        // without selectors (from its store's count); with one, the page says only that
+        // more may follow.
+        let more = match last_key {
+            None => 0,
+            Some(_) if filter.selects_everything() => objects.count(),
+            Some(_) => usize::from(objects.any(|(_, o)| filter.matches(o))),
+        };
+        let last_key = last_key.map(|(ns, name)| format!("{ns}\0{name}"));
+        (selected, more, last_key, inner.rv)
     };
-    let mut selected: Vec<Arc<Value>> = Vec::new();
-    let mut more = 0usize;
-    let mut last_key = String::new();
-    for obj in objs {
-        let key = format!(
-            "{}\0{}",
-            obj["metadata"]["namespace"].as_str().unwrap_or_default(),
-            obj["metadata"]["name"].as_str().unwrap_or_default()
-        );
-        if start_after
-            .as_ref()
-            .is_some_and(|s| key.as_str() <= s.as_str())
-            || !filter.matches(&obj)
-        {
-            continue;
-        }
-        if limit > 0 && selected.len() >= limit {
-            more += 1;
-            continue;
-        }
-        last_key = key;
-        selected.push(objects::present(&obj, info));
-    }
-    let cont = (more > 0).then(|| hex(&last_key));
+    let selected: Vec<Arc<Value>> = selected
+        .iter()
+        .map(|obj| objects::present(obj, info))
+        .collect();
+    let cont = last_key.filter(|_| more > 0).map(|k| hex(&k));
     let rv = rv.to_string();
     if table::wants_table(accept) {
         let include = Include::parse(query.get("includeObject").map(String::as_str));
@@ -881,7 +894,9 @@ fn list(
     let mut meta = json!({"resourceVersion": rv});
     if let Some(c) = &cont {
         meta["continue"] = json!(c);
-        meta["remainingItemCount"] = json!(more);
+        if filter.selects_everything() {
+            meta["remainingItemCount"] = json!(more);
+        }
     }
     let mut out = Vec::with_capacity(256 + selected.len() * 512);
     out.extend_from_slice(

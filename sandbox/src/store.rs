@@ -459,6 +459,29 @@ impl Inner {
     }
 
     /// All objects of a resource, optionally in one namespace, ordered by namespace/name.
+    /// The objects of `res` (in `ns`, or in every namespace) that come after `after`
+    /// (namespace, name) in key order: where a list's page continues, found in the index
+    /// instead of by a pass over every object before it.
+    pub fn list_after<'a>(
+        &'a self,
+        res: &ResKey,
+        ns: Option<&'a str>,
+        after: Option<(String, String)>,
+    ) -> impl Iterator<Item = (&'a (String, String), &'a Arc<Value>)> + 'a {
+        use std::ops::Bound;
+        let start = match (ns, after) {
+            (Some(ns), Some(a)) if a.0.as_str() >= ns => Bound::Excluded(a),
+            (Some(ns), _) => Bound::Included((ns.to_string(), String::new())),
+            (None, Some(a)) => Bound::Excluded(a),
+            (None, None) => Bound::Unbounded,
+        };
+        self.objects
+            .get(res)
+            .into_iter()
+            .flat_map(move |map| map.range((start.clone(), Bound::Unbounded)))
+            .take_while(move |((n, _), _)| ns.is_none_or(|ns| n == ns))
+    }
+
     pub fn list(&self, res: &ResKey, ns: Option<&str>) -> Vec<Arc<Value>> {
         let Some(map) = self.objects.get(res) else {
             return Vec::new();

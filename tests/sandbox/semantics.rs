@@ -521,6 +521,40 @@ fn list_paginates_and_filters_by_labels_and_fields() {
         .filter_map(|i| i["metadata"]["name"].as_str())
         .collect();
     assert_eq!(names, vec!["p3", "p4", "p5", "p6"]);
+    assert_eq!(
+        page1["metadata"]["remainingItemCount"], 4,
+        "without selectors the rest is counted"
+    );
+    assert!(page2["metadata"]["continue"].is_null(), "the last page");
+    // With a selector, pages hold matches only; kube-apiserver does not count the rest.
+    let (_, even1) = sb.get(&format!("{CM}?limit=2&labelSelector=tier%3Deven"));
+    let token = even1["metadata"]["continue"].as_str().expect("continue");
+    assert!(even1["metadata"]["remainingItemCount"].is_null(), "{even1}");
+    let (_, even2) = sb.get(&format!(
+        "{CM}?limit=2&labelSelector=tier%3Deven&continue={token}"
+    ));
+    let names = |page: &serde_json::Value| -> Vec<String> {
+        page["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["metadata"]["name"].as_str().map(String::from))
+            .collect()
+    };
+    assert_eq!(names(&even1), ["p0", "p2"]);
+    assert_eq!(names(&even2), ["p4", "p6"]);
+    assert!(even2["metadata"]["continue"].is_null(), "{even2}");
+    // Across namespaces, a page continues in the next namespace.
+    sb.post("/api/v1/namespaces", &json!({"metadata": {"name": "zz"}}));
+    sb.post(
+        "/api/v1/namespaces/zz/configmaps",
+        &json!({"metadata": {"name": "a"}}),
+    );
+    let (_, first) = sb.get("/api/v1/configmaps?limit=7");
+    let token = first["metadata"]["continue"].as_str().expect("continue");
+    let (_, rest) = sb.get(&format!("/api/v1/configmaps?limit=7&continue={token}"));
+    assert_eq!(names(&rest), ["a"]);
+    assert_eq!(rest["items"][0]["metadata"]["namespace"], "zz");
     let (_, even) = sb.get(&format!("{CM}?labelSelector=tier%3Deven"));
     assert_eq!(even["items"].as_array().map(Vec::len), Some(4));
     let (_, notin) = sb.get(&format!("{CM}?labelSelector=tier%20notin%20(even)"));
