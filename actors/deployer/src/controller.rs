@@ -865,19 +865,23 @@ async fn own_write<E>(
     written
 }
 
+/// PUT of `item` with its metadata edited: the item is taken, not copied, as the write
+/// answers with the item that replaces it.
 async fn update_metadata(
     s: &Shared,
-    item: &DeployItem,
+    item: DeployItem,
     edit: impl FnOnce(&mut serde_json::Map<String, Value>),
 ) -> Result<DeployItem, ReconcileError> {
-    let mut object = item.object.clone();
+    let DeployItem {
+        key, mut object, ..
+    } = item;
     if let Some(meta) = object["metadata"].as_object_mut() {
         edit(meta);
     }
-    let written = own_write(s, &item.key, s.cluster.update_item(object)).await?;
+    let written = own_write(s, &key, s.cluster.update_item(object)).await?;
     DeployItem::from_value(written).map_err(|e| {
         ReconcileError::Cluster(ClusterError::Other {
-            what: item_name(&item.key),
+            what: item_name(&key),
             message: e.to_string(),
         })
     })
@@ -896,7 +900,7 @@ async fn apply_plan(
     }
     if !plan.remove_annotations.is_empty() {
         let remove = plan.remove_annotations.clone();
-        item = update_metadata(s, &item, |meta| {
+        item = update_metadata(s, item, |meta| {
             if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
                 for k in &remove {
                     a.remove(k);
@@ -988,7 +992,7 @@ async fn run_reconcile(
     now: SystemTime,
 ) -> Result<Option<Duration>, ReconcileError> {
     if !item.finalizers.iter().any(|f| f == FINALIZER) {
-        item = update_metadata(s, &item, |meta| {
+        item = update_metadata(s, item, |meta| {
             let list = meta
                 .entry("finalizers")
                 .or_insert_with(|| Value::Array(Vec::new()));
@@ -1133,7 +1137,8 @@ async fn run_delete(
         }])
         .await
         .map_err(|e| ReconcileError::Journal(e.to_string()))?;
-    match update_metadata(s, &item, |meta| {
+    let key = item.key.clone();
+    match update_metadata(s, item, |meta| {
         if let Some(a) = meta.get_mut("finalizers").and_then(Value::as_array_mut) {
             a.retain(|f| f != FINALIZER);
         }
@@ -1143,6 +1148,6 @@ async fn run_delete(
         Ok(_) | Err(ReconcileError::Cluster(ClusterError::NotFound(_))) => {}
         Err(e) => return Err(e),
     }
-    lock(&s.last).remove(&item.key);
+    lock(&s.last).remove(&key);
     Ok(None)
 }
