@@ -12,6 +12,7 @@
 //! it compares the new list with them, so listeners get exactly the Added, Modified and
 //! Deleted events that happened, never a lost or phantom object.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -22,7 +23,6 @@ use kube::api::Api;
 use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
-use std::borrow::Cow;
 
 use crate::resolve::KindResolver;
 
