@@ -226,6 +226,32 @@ fn a_mock_item_succeeds_with_its_exports_and_runs_again_on_reconcile() {
         "the export Secret is reused"
     );
 
+    // One reconcile per run: the watch events of a run's own writes (the finalizer, the
+    // annotation's removal, each step's status) wake nothing. A later item is the
+    // barrier: the watch brings every item's events in order, so once it is done the
+    // events of mock-item's writes were seen before it.
+    let addr = op.http_address().expect("the HTTP address");
+    let reconciles = || -> f64 {
+        let (_, body) = common::http_raw(&addr, "GET", "/metrics", "", b"");
+        String::from_utf8_lossy(&body)
+            .lines()
+            .find_map(|l| l.strip_prefix("bosun_deployer_reconciles_total{result=\"ok\"} "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    create_item(
+        &sb,
+        "barrier",
+        json!({"type": MOCK, "config": mock_config(json!({}))}),
+    );
+    wait_phase(&op, &sb, "barrier", "Succeeded");
+    op.wait("the barrier's run counted", WAIT, || reconciles() >= 3.0);
+    assert_eq!(
+        reconciles(),
+        3.0,
+        "two runs of mock-item and one of the barrier, one reconcile each"
+    );
+
     // The other type's item: no status, no finalizer, never written.
     let other = item(&sb, "container-item").expect("container item");
     assert!(other["status"].is_null(), "{other}");
@@ -249,14 +275,14 @@ fn a_mock_item_succeeds_with_its_exports_and_runs_again_on_reconcile() {
         "{actors}"
     );
 
-    // Metrics of the reconciles and the items by phase, unprefixed as bosun's own.
-    let addr = op.http_address().expect("the HTTP address");
+    // Metrics of the reconciles and the items by phase (mock-item and the barrier),
+    // unprefixed as bosun's own.
     op.wait("the deployer's metrics", WAIT, || {
         let (code, body) = common::http_raw(&addr, "GET", "/metrics", "", b"");
         let text = String::from_utf8_lossy(&body);
         code == 200
             && text.contains("bosun_deployer_reconciles_total{result=\"ok\"}")
-            && text.contains("bosun_deployer_items{phase=\"Succeeded\"} 1")
+            && text.contains("bosun_deployer_items{phase=\"Succeeded\"} 2")
     });
 }
 
