@@ -875,8 +875,8 @@ fn list(
         (selected, more, last_key, inner.rv)
     };
     let selected: Vec<Arc<Value>> = selected
-        .iter()
-        .map(|obj| objects::present(obj, info))
+        .into_iter()
+        .map(|obj| objects::present(&obj, info))
         .collect();
     let cont = last_key.filter(|_| more > 0).map(|k| hex(&k));
     let rv = rv.to_string();

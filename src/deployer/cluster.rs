@@ -355,8 +355,8 @@ impl Cluster for KubeCluster {
                 .api(&deploy_items(), &key.namespace)
                 .replace_status(&key.name, &item)
                 .await
-                .map_err(|e| self.write_failed(&key, what, e))?;
-            self.items.change().remember(object_key(&key), &written);
+                .map_err(|e| self.write_failed(key, what, e))?;
+            self.items.change().remember(object_key(key), &written);
             Ok(written)
         })
     }

@@ -501,6 +501,7 @@ impl DeployItem {
     /// same JSON as [`DeployItem::with_status`], without a copy of the item.
     pub fn writing<'a>(&'a self, status: &'a Status) -> WithStatus<'a> {
         WithStatus {
+            key: &self.key,
             object: &self.object,
             status,
         }
@@ -512,14 +513,15 @@ impl DeployItem {
 /// copy (and its drop) cost as much as the write's own serializing.
 #[derive(Debug)]
 pub struct WithStatus<'a> {
+    key: &'a ItemKey,
     object: &'a Value,
     status: &'a Status,
 }
 
 impl WithStatus<'_> {
     /// The item's key.
-    pub fn key(&self) -> ItemKey {
-        ItemKey::of(self.object)
+    pub fn key(&self) -> &ItemKey {
+        self.key
     }
 
     /// As JSON (a copy of the item; for tests and fakes).
@@ -587,6 +589,6 @@ mod tests {
         assert_eq!(sent["status"]["jobID"], "j1");
         assert_eq!(sent["status"]["kept"], json!({"by": "someone"}));
         assert_eq!(sent["metadata"]["resourceVersion"], "7");
-        assert_eq!(item.writing(&status).key(), item.key);
+        assert_eq!(item.writing(&status).key(), &item.key);
     }
 }

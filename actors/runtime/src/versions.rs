@@ -120,14 +120,12 @@ impl<K: Ord + Clone> OwnWrites<K> {
         let Some(pending) = self.pending.get_mut(key) else {
             return Seen::Other;
         };
-        let seen = if pending.written.iter().any(|w| w == version) {
-            pending.take(version);
-            Seen::Own
-        } else if pending.in_flight > 0 {
+        let seen = if pending.in_flight > 0 && !pending.written.iter().any(|w| w == version) {
             pending.held.push(version.to_string());
             Seen::Held
+        } else if pending.take(version) {
+            Seen::Own
         } else {
-            pending.take(version);
             Seen::Other
         };
         if pending.is_empty() {
@@ -136,12 +134,7 @@ impl<K: Ord + Clone> OwnWrites<K> {
         seen
     }
 
-    /// How many objects have writes waiting for their events.
-    pub fn len(&self) -> usize {
-        self.pending.len()
-    }
-
-    /// Whether none has.
+    /// Whether no object has writes waiting for their events.
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
     }
