@@ -10,8 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod controlplane;
 pub mod tls;
 pub mod webhooks;
+
+use controlplane::{ControlPlane, Server};
 
 /// The bosun binary under test.
 pub fn bosun_bin() -> PathBuf {
@@ -89,9 +92,11 @@ pub fn helm_bin() -> PathBuf {
     tools_dir().join("helm/helm")
 }
 
-/// A sandbox API server child process.
+/// The API server of a test: a sandbox child process or, with `BOSUN_TEST_SERVER=real`,
+/// the real control plane ([`controlplane`]). Its request helpers work alike on both (the
+/// control plane's through its plain-HTTP admin proxy).
 pub struct Sandbox {
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (the real control plane's `https://127.0.0.1:PORT`).
     pub url: String,
     /// A kubeconfig pointing at it.
     pub kubeconfig: PathBuf,
@@ -102,15 +107,53 @@ pub struct Sandbox {
     listen: String,
     /// Extra arguments of `bosun sandbox`.
     pub args: Vec<String>,
+    /// The real control plane, when this is one.
+    real: Option<ControlPlane>,
 }
 
 impl Sandbox {
-    /// Starts a sandbox on a free port.
+    /// Starts the test's API server: a sandbox on a free port, or the real control plane
+    /// with `BOSUN_TEST_SERVER=real`.
     pub fn start() -> Sandbox {
+        match controlplane::server() {
+            Server::Sandbox => Self::start_with(&[]),
+            Server::Real => Self::real(),
+        }
+    }
+
+    /// Starts the real control plane, whatever `BOSUN_TEST_SERVER` says.
+    pub fn real() -> Sandbox {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cp = ControlPlane::start(dir.path());
+        Sandbox {
+            url: cp.server.clone(),
+            kubeconfig: cp.kubeconfig.clone(),
+            data: cp.data.clone(),
+            dir,
+            child: None,
+            listen: cp.proxy.clone(),
+            args: Vec::new(),
+            real: Some(cp),
+        }
+    }
+
+    /// Starts a sandbox on a free port, whatever `BOSUN_TEST_SERVER` says.
+    pub fn sandbox() -> Sandbox {
         Self::start_with(&[])
     }
 
-    /// Starts a sandbox on a free port with extra arguments.
+    /// Whether this is the real control plane.
+    pub fn is_real(&self) -> bool {
+        self.real.is_some()
+    }
+
+    /// The real control plane, when this is one.
+    pub fn control_plane(&self) -> Option<&ControlPlane> {
+        self.real.as_ref()
+    }
+
+    /// Starts a sandbox on a free port with extra arguments (always a sandbox: the
+    /// arguments are the sandbox's).
     pub fn start_with(args: &[&str]) -> Sandbox {
         let dir = tempfile::tempdir().expect("temp dir");
         let data = dir.path().join("data");
@@ -123,6 +166,7 @@ impl Sandbox {
             child: None,
             listen: "127.0.0.1:0".into(),
             args: args.iter().map(|a| a.to_string()).collect(),
+            real: None,
         };
         sb.spawn();
         sb
@@ -165,6 +209,9 @@ impl Sandbox {
 
     /// Stops the server gracefully (SIGTERM) and waits for it.
     pub fn stop(&mut self) {
+        if let Some(cp) = self.real.as_mut() {
+            cp.stop();
+        }
         if let Some(mut child) = self.child.take() {
             let _ = Command::new("kill")
                 .arg("-TERM")
@@ -190,8 +237,9 @@ impl Sandbox {
         }
     }
 
-    /// Restarts on the same port and storage.
+    /// Restarts on the same port and storage (a sandbox only).
     pub fn restart(&mut self) {
+        assert!(!self.is_real(), "restart is the sandbox's: this test is sandbox-only");
         self.stop();
         self.spawn();
     }

@@ -1,0 +1,140 @@
+//! The real control plane (`tests/controlplane`: etcd, kube-apiserver and
+//! kube-controller-manager built from the Kubernetes release its `go.mod` pins), started per
+//! test like the sandbox.
+//!
+//! `BOSUN_TEST_SERVER=real` makes [`super::Sandbox::start`] give one of these instead of a
+//! sandbox, so that the same test runs against both servers (`scripts/test.sh` runs the
+//! tests named in `tests/real-server.txt` a second time that way).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+/// Which API server [`super::Sandbox::start`] starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Server {
+    /// bosun's own (`bosun sandbox`): the default.
+    Sandbox,
+    /// kube-apiserver with etcd and kube-controller-manager (`BOSUN_TEST_SERVER=real`).
+    Real,
+}
+
+/// The server this test process runs against: `BOSUN_TEST_SERVER` (`sandbox` or `real`).
+pub fn server() -> Server {
+    match std::env::var("BOSUN_TEST_SERVER").as_deref() {
+        Ok("real") => Server::Real,
+        Ok("sandbox") | Ok("") | Err(_) => Server::Sandbox,
+        Ok(other) => panic!("BOSUN_TEST_SERVER={other:?}: expected `sandbox` or `real`"),
+    }
+}
+
+/// The control plane's binary: `BOSUN_CONTROLPLANE`, else `controlplane` in the tools
+/// folder, where `scripts/build-controlplane.sh` (run by the test command) puts it.
+pub fn binary() -> PathBuf {
+    std::env::var_os("BOSUN_CONTROLPLANE")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| super::tools_dir().join("controlplane/controlplane"))
+}
+
+/// A running control plane. Dropping it stops it (its standard input closes, and it stops
+/// its children and etcd); so does the end of the test process, however it ends.
+pub struct ControlPlane {
+    /// `https://127.0.0.1:PORT`.
+    pub server: String,
+    /// `host:port` of its plain-HTTP proxy that adds the admin token.
+    pub proxy: String,
+    /// The admin kubeconfig (token, CA inline).
+    pub kubeconfig: PathBuf,
+    /// Its data folder (etcd, certificates, each component's log).
+    pub data: PathBuf,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+}
+
+impl ControlPlane {
+    /// Starts one in `dir` and waits until it is ready (the API server answers `/readyz`
+    /// and the default ServiceAccount exists).
+    pub fn start(dir: &Path) -> ControlPlane {
+        let bin = binary();
+        assert!(
+            bin.exists(),
+            "the real control plane {} is missing: build it with scripts/build-controlplane.sh \
+             (needs Go; the test command builds it)",
+            bin.display()
+        );
+        let data = dir.join("controlplane");
+        let mut child = Command::new(&bin)
+            .args(["serve", "--stop-on-stdin-eof", "--data"])
+            .arg(&data)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = loop {
+            match lines.next() {
+                Some(Ok(line)) if line.starts_with("ready ") => break line,
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => panic!("reading the control plane's output: {e}"),
+                None => {
+                    let status = child.wait().ok();
+                    panic!(
+                        "the control plane exited before it was ready ({status:?}); its logs are in {}",
+                        data.display()
+                    )
+                }
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        let mut words = ready.split_whitespace().skip(1);
+        let server = words.next().expect("the server's address").to_string();
+        let proxy = words
+            .next()
+            .expect("the proxy's address")
+            .trim_start_matches("http://")
+            .to_string();
+        ControlPlane {
+            server,
+            proxy,
+            kubeconfig: data.join("kubeconfig"),
+            data,
+            child: Some(child),
+            stdin,
+        }
+    }
+
+    /// Stops it and waits (up to a minute) for it to end.
+    pub fn stop(&mut self) {
+        self.stdin.take();
+        if let Some(mut child) = self.child.take() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The end of a component's log (`kube-apiserver`, `kube-controller-manager`, `etcd`).
+    pub fn log_tail(&self, component: &str, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.data.join(format!("{component}.log")))
+            .unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
