@@ -14,9 +14,17 @@ cd "$root"
 "$root/scripts/setup.sh" --with-browser
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bosun-target}"
 export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
+# The real control plane (kube-apiserver, etcd, kube-controller-manager): built from Go
+# modules; without Go this stops here and says what to install.
+"$root/scripts/build-controlplane.sh"
+export BOSUN_CONTROLPLANE="$BOSUN_TOOLS_DIR/controlplane/controlplane"
 cargo fmt --all -- --check
 python3 "$root/scripts/check-layering.py"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+# The end-to-end tests that run a second time against the real control plane
+# (BOSUN_TEST_SERVER=real): `binary test::path` lines of tests/real-server.txt.
+mapfile -t real_tests < <(grep -Ev '^[[:space:]]*(#|$)' "$root/tests/real-server.txt")
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
@@ -28,34 +36,64 @@ if cargo nextest --version >/dev/null 2>&1; then
   # nextest does not run doc tests.
   cargo test --workspace --doc --no-fail-fast 2>&1 | tee -a "$log"
   doc_status=${PIPESTATUS[0]}
+  filter=""
+  for t in "${real_tests[@]}"; do
+    read -r bin name <<<"$t"
+    filter="${filter:+$filter | }(binary(=$bin) & test(=$name))"
+  done
+  listed=$(cargo nextest list --workspace -E "$filter" --message-format oneline 2>/dev/null | grep -c .)
+  if [ "$listed" -ne "${#real_tests[@]}" ]; then
+    echo "tests/real-server.txt names ${#real_tests[@]} tests, of which $listed exist" | tee -a "$log"
+    doc_status=1
+  fi
+  echo "--- the same end-to-end tests against the real control plane (BOSUN_TEST_SERVER=real) ---"
+  BOSUN_TEST_SERVER=real cargo nextest run --workspace --no-fail-fast --test-threads "$threads" \
+    -E "$filter" 2>&1 | tee -a "$log"
+  real_status=${PIPESTATUS[0]}
   runner="nextest, $threads at a time"
 else
   cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   doc_status=0
+  echo "--- the same end-to-end tests against the real control plane (BOSUN_TEST_SERVER=real) ---"
+  real_status=0
+  for bin in $(printf '%s\n' "${real_tests[@]}" | awk '{print $1}' | sort -u); do
+    names=$(printf '%s\n' "${real_tests[@]}" | awk -v b="$bin" '$1 == b {print $2}')
+    # shellcheck disable=SC2086
+    BOSUN_TEST_SERVER=real cargo test --test "$bin" --no-fail-fast -- --exact $names 2>&1 | tee -a "$log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || real_status=1
+    listed=$(cargo test -q --test "$bin" -- --exact --list $names 2>/dev/null | grep -c ': test$')
+    [ "$listed" -eq "$(echo "$names" | wc -w)" ] || { echo "tests/real-server.txt: a $bin test it names does not exist" | tee -a "$log"; real_status=1; }
+  done
   runner="cargo test"
 fi
 set -e
 [ "$status" -eq 0 ] && status=$doc_status
+[ "$status" -eq 0 ] && status=$real_status
 # nextest: `Summary [ 128.3s] 627 tests run: 620 passed, 7 failed, 3 skipped`;
 # libtest: `test result: ok. 12 passed; 0 failed; 1 ignored; …`, one line per test target.
 awk -v runner="$runner" '
+  /^--- the same end-to-end tests against the real control plane/ { real = 1 }
   /^ *Summary \[/ {
     for (i = 1; i <= NF; i++) {
       w = $(i); sub(/[,;]$/, "", w)
-      if (w == "passed" || w == "failed" || w == "skipped" || w == "timed") { n[w == "skipped" ? "ignored" : w] += $(i - 1) }
+      # The real run selects its tests: what it leaves out is not counted as skipped.
+      if (real && (w == "passed" || w == "failed" || w == "timed")) { r[w] += $(i - 1) }
+      if (!real && (w == "passed" || w == "failed" || w == "skipped" || w == "timed")) { n[w == "skipped" ? "ignored" : w] += $(i - 1) }
     }
   }
   /^test result: / {
     for (i = 1; i <= NF; i++) {
       w = $(i); sub(/[,;]$/, "", w)
-      if (w == "passed" || w == "failed" || w == "ignored") { n[w] += $(i - 1) }
+      if (real && (w == "passed" || w == "failed")) { r[w] += $(i - 1) }
+      if (!real && (w == "passed" || w == "failed" || w == "ignored")) { n[w] += $(i - 1) }
     }
   }
-  /^test .* \.\.\. FAILED$/ { failed_names = failed_names "\n  " $2 }
+  /^test .* \.\.\. FAILED$/ { failed_names = failed_names "\n  " $2 (real ? " (real control plane)" : "") }
+  /^ *(FAIL|TIMEOUT) \[/ && real { failed_names = failed_names "\n  " $NF " (real control plane)" }
   END {
     if (failed_names != "") { print "failed:" failed_names }
-    printf "tests: %d passed, %d failed, %d ignored (%s)\n", n["passed"], n["failed"] + n["timed"], n["ignored"], runner
+    printf "tests: %d passed, %d failed, %d ignored; against the real control plane: %d passed, %d failed (%s)\n", n["passed"], n["failed"] + n["timed"], n["ignored"], r["passed"], r["failed"] + r["timed"], runner
   }
 ' "$log"
 exit "$status"
