@@ -25,9 +25,15 @@ if [ -x "$out" ] && [ "$(cat "$out_dir/stamp" 2>/dev/null)" = "$stamp" ]; then
   exit 0
 fi
 mkdir -p "$out_dir"
-echo "build-controlplane: building the real control plane ($(cd "$src" && go list -m -f '{{.Version}}' k8s.io/kubernetes)) into $out"
+version="$(cd "$src" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+echo "build-controlplane: building the real control plane (Kubernetes $version) into $out"
 start=$(date +%s)
-(cd "$src" && GOFLAGS="-mod=readonly -buildvcs=false" go build -trimpath -o "$out.tmp" .)
+# /version answers as the release does (Helm's kubeVersion checks and clients read it).
+major="${version#v}"; major="${major%%.*}"
+minor="${version#v*.}"; minor="${minor%%.*}"
+pkg=k8s.io/component-base/version
+ldflags="-X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+(cd "$src" && GOFLAGS="-mod=readonly -buildvcs=false" go build -trimpath -ldflags "$ldflags" -o "$out.tmp" .)
 mv "$out.tmp" "$out"
 echo "$stamp" > "$out_dir/stamp"
 echo "build-controlplane: built in $(( $(date +%s) - start ))s"

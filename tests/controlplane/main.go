@@ -21,6 +21,7 @@ import (
 	"os"
 
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"k8s.io/component-base/version"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
 
@@ -48,7 +49,7 @@ func main() {
 			os.Exit(1)
 		}
 	case "version":
-		fmt.Println(kubernetesVersion)
+		fmt.Println(version.Get().GitVersion)
 	default:
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)

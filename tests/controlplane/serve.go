@@ -25,9 +25,6 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
-// The Kubernetes version this control plane is built from; go.mod pins the modules.
-const kubernetesVersion = "v1.37.2"
-
 // The controllers kube-controller-manager runs unless --controllers says otherwise: what
 // bosun's users rely on the cluster for (owner-reference garbage collection, namespace
 // termination, ServiceAccounts and their tokens, the root CA ConfigMap). Workload
