@@ -925,8 +925,8 @@ fn the_patch_strategy_removes_fields_added_on_the_cluster_at_the_next_change() {
     );
 }
 
-/// An item whose `managedResources` could never be written (the API server takes 3 MiB
-/// for an object) fails at once naming the limit, before it writes anything to the target,
+/// An item whose `managedResources` could never be written (etcd behind the API server
+/// takes 1.5 MiB for an object) fails at once naming the limit, before it writes anything to the target,
 /// instead of applying everything again and again.
 #[test]
 fn manifests_too_many_for_the_item_s_status_fail_before_anything_is_applied() {
@@ -935,7 +935,7 @@ fn manifests_too_many_for_the_item_s_status_fail_before_anything_is_applied() {
     let work = workdir();
     let op = bosun(&sb, work.path(), &[]);
     target_for(&sb, &target_cluster, "cluster-2");
-    let manifests: Vec<Value> = (0..14_000)
+    let manifests: Vec<Value> = (0..7_000)
         .map(|i| json!({"manifest": cm("default", &format!("c{i}"), json!({}))}))
         .collect();
     create_item(
@@ -952,8 +952,8 @@ fn manifests_too_many_for_the_item_s_status_fail_before_anything_is_applied() {
     );
     let message = error["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("14000 objects would be listed in status.providerStatus.managedResources")
-            && message.contains("3072 KiB")
+        message.contains("7000 objects would be listed in status.providerStatus.managedResources")
+            && message.contains("1536 KiB")
             && message.contains("split the manifests over several DeployItems"),
         "{message}"
     );
@@ -2643,8 +2643,10 @@ fn checks_and_exports_with_a_target_name_read_another_target() {
 fn self_and_oidc_targets_deploy_with_a_service_account_token() {
     // The items' cluster asks every request for a token: a selfConfig target gets through
     // only with the token bosun requested for its service account.
+    // The other cluster is a sandbox too: it takes any token, as an OIDC-federated cluster
+    // takes the items' cluster's ServiceAccount tokens.
     let sb = Sandbox::start_with(&["--token", "items-admin"]);
-    let other = Sandbox::start();
+    let other = Sandbox::sandbox();
     let work = workdir();
     let op = bosun(&sb, work.path(), &[]);
     post_ok(

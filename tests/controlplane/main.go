@@ -20,8 +20,8 @@ import (
 	"fmt"
 	"os"
 
-	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/component-base/version"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
 

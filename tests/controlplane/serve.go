@@ -5,7 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -395,24 +395,28 @@ func adminProxy(server string, caPEM []byte, token string) (http.Handler, error)
 }
 
 func writeKubeconfig(path, server string, caPEM []byte, token string) error {
-	// JSON is YAML: one marshal, no YAML library.
-	config := map[string]any{
-		"apiVersion": "v1",
-		"kind":       "Config",
-		"clusters": []any{map[string]any{"name": "controlplane", "cluster": map[string]any{
-			"server": server, "certificate-authority-data": caPEM,
-		}}},
-		"users": []any{map[string]any{"name": "admin", "user": map[string]any{"token": token}}},
-		"contexts": []any{map[string]any{"name": "controlplane", "context": map[string]any{
-			"cluster": "controlplane", "user": "admin", "namespace": "default",
-		}}},
-		"current-context": "controlplane",
-	}
-	text, err := json.MarshalIndent(config, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, text, 0o600)
+	// Written as kubectl writes one: tools and tests that read a kubeconfig's lines find
+	// `server:` where they expect it. Every value is a URL, base64 or hex: nothing to quote.
+	text := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: controlplane
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: admin
+  user:
+    token: %s
+contexts:
+- name: controlplane
+  context:
+    cluster: controlplane
+    user: admin
+    namespace: default
+current-context: controlplane
+`, server, base64.StdEncoding.EncodeToString(caPEM), token)
+	return os.WriteFile(path, []byte(text), 0o600)
 }
 
 func copyFile(from, to string) error {

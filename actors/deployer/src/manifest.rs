@@ -209,9 +209,11 @@ impl ManifestConfig {
     }
 }
 
-/// The most bytes kube-apiserver takes in one request, and so the largest an item with its
-/// status may be.
-pub const MAX_OBJECT_BYTES: usize = 3 * 1024 * 1024;
+/// The largest an item with its status may be: etcd's default `--max-request-bytes`
+/// (1.5 MiB). kube-apiserver takes request bodies of up to 3 MiB, but it stores a custom
+/// resource in one etcd request, and etcd refuses a larger one (`etcdserver: request is too
+/// large`, a 500).
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
 
 /// Room for the rest of the status (conditions, errors, times, exports' reference).
 const STATUS_SLACK: usize = 16 * 1024;
@@ -300,6 +302,14 @@ impl ResourceRef {
             namespace: s(&o["metadata"]["namespace"]),
             uid: s(&o["metadata"]["uid"]),
         }
+    }
+
+    /// Whether `live` is this very object: the same uid, when the uid is known. An object
+    /// made again under the same name after the delete (a cluster's controller restores
+    /// some, such as each namespace's `kube-root-ca.crt` ConfigMap) is another one: the
+    /// deleted one is gone.
+    pub fn is_this(&self, live: &Value) -> bool {
+        self.uid.is_empty() || live["metadata"]["uid"].as_str() == Some(self.uid.as_str())
     }
 
     /// Identity without the uid.
@@ -854,13 +864,14 @@ impl ManifestType {
             loop {
                 let mut left = Vec::new();
                 for &i in &step.indices {
+                    let resource = &list[i].0.resource;
                     if self
                         .targets
-                        .get(in_target(i), &list[i].0.resource)
+                        .get(in_target(i), resource)
                         .await?
-                        .is_some()
+                        .is_some_and(|live| resource.is_this(&live))
                     {
-                        left.push(list[i].0.resource.to_string());
+                        left.push(resource.to_string());
                     }
                 }
                 if left.is_empty() {
@@ -1227,6 +1238,24 @@ mod tests {
             (m("Secret"), true),
         ];
         assert_eq!(order(&list), [2, 1, 0, 3]);
+    }
+
+    #[test]
+    fn an_object_made_again_under_the_same_name_is_not_the_deleted_one() {
+        let deleted = ResourceRef::of(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kube-root-ca.crt", "namespace": "x", "uid": "u1"}}));
+        let same = json!({"metadata": {"name": "kube-root-ca.crt", "uid": "u1"}});
+        let again = json!({"metadata": {"name": "kube-root-ca.crt", "uid": "u2"}});
+        assert!(deleted.is_this(&same));
+        assert!(!deleted.is_this(&again));
+        let unknown_uid = ResourceRef {
+            uid: String::new(),
+            ..deleted
+        };
+        assert!(
+            unknown_uid.is_this(&again),
+            "without a uid, the name decides"
+        );
     }
 
     #[test]
