@@ -349,11 +349,7 @@ jsonPatch: '[{"op": "replace", "path": "/metadata/labels/patched", "value": "jso
 async fn status_subresource_patches() {
     let sb = Sandbox::start();
     let p = patcher(&sb).await;
-    create(
-        &sb,
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &common::widget_crd(),
-    );
+    sb.create_crd(&common::widget_crd());
     let widgets = "/apis/example.com/v1/namespaces/default/widgets";
     create(
         &sb,

@@ -51,6 +51,8 @@ pub struct ControlPlane {
     pub data: PathBuf,
     child: Option<Child>,
     stdin: Option<ChildStdin>,
+    /// The lines it prints after `ready`.
+    lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl ControlPlane {
@@ -90,7 +92,12 @@ impl ControlPlane {
                 }
             }
         };
-        std::thread::spawn(move || for _ in lines {});
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
         let mut words = ready.split_whitespace().skip(1);
         let server = words.next().expect("the server's address").to_string();
         let proxy = words
@@ -105,6 +112,29 @@ impl ControlPlane {
             data,
             child: Some(child),
             stdin,
+            lines: rx,
+        }
+    }
+
+    /// Restarts kube-apiserver on its port with etcd compacted in between: every watch
+    /// breaks, and one resuming from an older resourceVersion is answered 410 Gone. Returns
+    /// once the new API server is ready.
+    pub fn restart_api_server(&mut self) {
+        let pid = self.child.as_ref().expect("running").id();
+        let sent = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .expect("kill -HUP");
+        assert!(sent.success(), "kill -HUP {pid}");
+        loop {
+            match self.lines.recv_timeout(Duration::from_secs(120)) {
+                Ok(line) if line == "restarted" => return,
+                Ok(_) => continue,
+                Err(e) => panic!(
+                    "the API server did not come back ({e}); its log ends with:\n{}",
+                    self.log_tail("kube-apiserver", 30)
+                ),
+            }
         }
     }
 
@@ -119,6 +149,16 @@ impl ControlPlane {
                 }
                 std::thread::sleep(Duration::from_millis(25));
             }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills it with SIGKILL: its API server and controller manager end with it (their
+    /// parent-death signal), etcd with its process.
+    pub fn kill9(&mut self) {
+        self.stdin.take();
+        if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }

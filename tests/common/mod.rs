@@ -229,20 +229,24 @@ impl Sandbox {
         }
     }
 
-    /// Kills the server with SIGKILL.
+    /// Kills the server with SIGKILL (the real control plane: all of it at once).
     pub fn kill9(&mut self) {
+        if let Some(cp) = self.real.as_mut() {
+            cp.kill9();
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
 
-    /// Restarts on the same port and storage (a sandbox only).
+    /// Restarts on the same port and storage. The real control plane restarts its API
+    /// server with etcd's history compacted (watches resuming from before get 410 Gone).
     pub fn restart(&mut self) {
-        assert!(
-            !self.is_real(),
-            "restart is the sandbox's: this test is sandbox-only"
-        );
+        if let Some(cp) = self.real.as_mut() {
+            cp.restart_api_server();
+            return;
+        }
         self.stop();
         self.spawn();
     }
@@ -311,6 +315,26 @@ impl Sandbox {
     /// PUT JSON.
     pub fn put(&self, path: &str, body: &Value) -> (u16, Value) {
         self.request("PUT", path, "application/json", &body.to_string())
+    }
+
+    /// Creates a CRD and waits until its resource is served (kube-apiserver serves a new
+    /// CRD a moment after the create; the sandbox at once).
+    pub fn create_crd(&self, crd: &Value) {
+        let (code, body) = self.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            crd,
+        );
+        assert_eq!(code, 201, "create CRD: {body}");
+        let spec = &crd["spec"];
+        let version = spec["versions"][0]["name"].as_str().unwrap_or("v1");
+        let path = format!(
+            "/apis/{}/{version}/{}",
+            spec["group"].as_str().unwrap_or_default(),
+            spec["names"]["plural"].as_str().unwrap_or_default()
+        );
+        wait_for(&format!("{path} served"), Duration::from_secs(60), || {
+            self.get(&path).0 == 200
+        });
     }
 }
 

@@ -7,8 +7,10 @@
 // writes DIR/kubeconfig (the admin token, the CA inline) once the API server is ready and
 // the default ServiceAccount exists, prints one line `ready https://127.0.0.1:PORT
 // http://127.0.0.1:PROXY` (the second a plain-HTTP proxy on loopback that adds the admin
-// token, for the tests' own requests), and stops cleanly on SIGTERM or SIGINT (or when its standard input ends, with --stop-on-stdin-eof):
-// the API server and the controller manager first, etcd last.
+// token, for the tests' own requests), and stops cleanly on SIGTERM or SIGINT (or when its
+// standard input ends, with --stop-on-stdin-eof): the API server and the controller manager
+// first, etcd last. SIGHUP restarts the API server with etcd compacted in between (watches
+// resuming from before answer 410 Gone); it prints `restarted` once ready again.
 //
 // kube-apiserver and kube-controller-manager each run in a child process of this same binary
 // (`controlplane kube-apiserver …`, `controlplane kube-controller-manager …`): the two keep

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -103,29 +104,30 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := startChild(ctx, self, "kube-apiserver", filepath.Join(data, "kube-apiserver.log"),
-		"--etcd-servers=http://127.0.0.1:"+fmt.Sprint(etcdClient),
+	apiArgs := []string{
+		"--etcd-servers=http://127.0.0.1:" + fmt.Sprint(etcdClient),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		// A loopback address cannot be the kubernetes Service's endpoint.
 		"--endpoint-reconciler-type=none",
-		"--secure-port="+fmt.Sprint(apiPort),
-		"--cert-dir="+filepath.Join(data, "apiserver-certs"),
-		"--tls-cert-file="+pki.serverCert,
-		"--tls-private-key-file="+pki.serverKey,
-		"--client-ca-file="+pki.caCert,
-		"--token-auth-file="+filepath.Join(data, "tokens.csv"),
+		"--secure-port=" + fmt.Sprint(apiPort),
+		"--cert-dir=" + filepath.Join(data, "apiserver-certs"),
+		"--tls-cert-file=" + pki.serverCert,
+		"--tls-private-key-file=" + pki.serverKey,
+		"--client-ca-file=" + pki.caCert,
+		"--token-auth-file=" + filepath.Join(data, "tokens.csv"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+pki.saPublic,
-		"--service-account-signing-key-file="+pki.saPrivate,
+		"--service-account-key-file=" + pki.saPublic,
+		"--service-account-signing-key-file=" + pki.saPrivate,
 		"--api-audiences=https://kubernetes.default.svc.cluster.local",
 		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--enable-priority-and-fairness=false",
-		"--storage-media-type=application/json",
-	)
+	}
+	apiLog := filepath.Join(data, "kube-apiserver.log")
+	api, err := startChild(ctx, self, "kube-apiserver", apiLog, apiArgs...)
 	if err != nil {
 		return err
 	}
@@ -184,12 +186,43 @@ func serve(args []string) error {
 	go func() { _ = http.Serve(proxyListener, proxy) }()
 	fmt.Printf("ready %s http://%s\n", server, proxyListener.Addr())
 
-	select {
-	case <-ctx.Done():
-	case c := <-exited(children):
-		return fmt.Errorf("%s exited: %v (log: %s)", c.name, c.err, c.log)
+	// SIGHUP restarts the API server on its port, its watch history gone: etcd is
+	// compacted to its newest revision between the two, so a watch that resumes from an
+	// older resourceVersion is answered 410 Gone, as after a long partition.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case c := <-exited(children):
+			return fmt.Errorf("%s exited: %v (log: %s)", c.name, c.err, c.log)
+		case <-hup:
+			stopChildren([]*child{children[0]})
+			if err := compact(etcd); err != nil {
+				return fmt.Errorf("compacting etcd: %w", err)
+			}
+			api, err := startChild(ctx, self, "kube-apiserver", apiLog, apiArgs...)
+			if err != nil {
+				return err
+			}
+			children[0] = api
+			if err := waitFor(ctx, time.Now().Add(o.startWithin), children, "the restarted kube-apiserver", func() bool {
+				return get(client, server+"/readyz", o.token) == http.StatusOK
+			}); err != nil {
+				return err
+			}
+			fmt.Println("restarted")
+		}
 	}
-	return nil
+}
+
+// compact drops etcd's history before its newest revision.
+func compact(e *embed.Etcd) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := e.Server.Compact(ctx, &etcdserverpb.CompactionRequest{Revision: e.Server.KV().Rev(), Physical: true})
+	return err
 }
 
 type child struct {
