@@ -625,13 +625,22 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
     args.lambda.config(&cfg.journal_dir)?;
     args.deployer.config(&cfg, false)?;
     private_tmp_dir(&cfg.tmp_dir)?;
+    // Without ADDON_OPERATOR_NAMESPACE the Lease and the identity are in the client's
+    // namespace (in a pod: its service account's), as the modules' ConfigMap is; "default"
+    // would ask for rights bosun's Role does not give there.
     let namespace = if cfg.namespace.is_empty() {
-        "default"
+        bosun_kube::in_cluster::client_config(
+            cfg.kubeconfig.as_deref(),
+            cfg.kube_context.as_deref(),
+        )
+        .await?
+        .0
+        .default_namespace
     } else {
-        cfg.namespace.as_str()
+        cfg.namespace.clone()
     };
     let grace = args.ha.shutdown_grace;
-    let Some(ha) = args.ha.config(namespace, cfg.listen)? else {
+    let Some(ha) = args.ha.config(&namespace, cfg.listen)? else {
         let running = start_all(&args, &cfg, None).await?;
         crate::sandbox::shutdown_signal().await;
         tracing::info!("shutting down");

@@ -1,5 +1,5 @@
 //! Operating bosun: its debug socket and web view, metrics, journals (compaction, earlier
-//! versions, failing disks), the deploy manifests, running in a pod, private files, the
+//! versions, failing disks), the deploy manifests, running in a pod and under its own RBAC, private files, the
 //! runtime configuration, and the reliability campaigns (their full runs are ignored).
 //!
 //! One test binary for the subsystem (each binary links all of bosun): a module per area.
@@ -18,4 +18,5 @@ mod journal_compat;
 mod journal_disk_faults;
 mod metrics;
 mod private_files;
+mod rbac;
 mod runtime_config;
