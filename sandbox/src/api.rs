@@ -217,6 +217,16 @@ fn json_response(code: StatusCode, value: &Value) -> Response {
         .into_response()
 }
 
+/// The plain-text 404 kube-apiserver answers for a path outside every API it serves.
+fn page_not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [("content-type", "text/plain; charset=utf-8")],
+        "404 page not found\n",
+    )
+        .into_response()
+}
+
 fn ok(value: &Value) -> Response {
     json_response(StatusCode::OK, value)
 }
@@ -360,7 +370,7 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
     let method = req.method().clone();
     let headers = req.headers().clone();
     let Some(route) = route(&path) else {
-        return Err(ApiError::no_route(&path));
+        return Ok(page_not_found());
     };
     let body = read_body(req.into_body()).await?;
     let resources = || app.store.lock().resources.clone();
@@ -369,12 +379,12 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         Route::Version => Ok(ok(&discovery::version())),
         Route::CoreVersions => Ok(ok(&discovery::core_versions(&app.server_address))),
         Route::Groups => Ok(ok(&discovery::group_list(&resources()))),
-        Route::Group(g) => discovery::group(&resources(), &g)
+        Route::Group(g) => Ok(discovery::group(&resources(), &g)
             .map(|d| ok(&d))
-            .ok_or_else(|| ApiError::no_route(&path)),
-        Route::GroupVersion(g, v) => discovery::resource_list(&resources(), &g, &v)
+            .unwrap_or_else(page_not_found)),
+        Route::GroupVersion(g, v) => Ok(discovery::resource_list(&resources(), &g, &v)
             .map(|d| ok(&d))
-            .ok_or_else(|| ApiError::no_route(&path)),
+            .unwrap_or_else(page_not_found)),
         Route::OpenApiV2 => {
             let accept = header(&headers, "accept");
             if accept.contains("protobuf") {
@@ -396,6 +406,13 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
             .map(|d| ok(&d))
             .ok_or_else(|| ApiError::no_route(&path)),
         Route::Resource(rp) => {
+            let served = resources()
+                .iter()
+                .any(|r| r.group == rp.group && r.version == rp.version);
+            if !served {
+                // kube-apiserver has no handler for a group version it does not serve.
+                return Ok(page_not_found());
+            }
             let write = method != Method::GET;
             let response = resource(app, method, rp, &query, &headers, body).await;
             if write {
@@ -796,16 +813,22 @@ fn check_list_options(query: &HashMap<String, String>) -> Result<(), ApiError> {
         parse_rv(rv)?;
     }
     let invalid = |message: String| {
-        ApiError::invalid("ListOptions", "", &[("resourceVersionMatch", message)])
+        ApiError::invalid_in(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            &[("resourceVersionMatch", message)],
+        )
     };
     match query.get("resourceVersionMatch").map(String::as_str) {
         None | Some("") => Ok(()),
         Some("Exact" | "NotOlderThan") if rv.is_none() => Err(invalid(
-            "resourceVersionMatch is forbidden unless resourceVersion is provided".into(),
+            "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+                .into(),
         )),
         Some("Exact" | "NotOlderThan") => Ok(()),
         Some(other) => Err(invalid(format!(
-            "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+            "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
         ))),
     }
 }
@@ -912,10 +935,32 @@ fn list(
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, &**obj).map_err(|e| ApiError::internal(e.to_string()))?;
+        serde_json::to_writer(&mut out, &ListItem(obj))
+            .map_err(|e| ApiError::internal(e.to_string()))?;
     }
     out.extend_from_slice(b"]}");
     Ok((StatusCode::OK, [("content-type", "application/json")], out).into_response())
+}
+
+/// An object as a list's item: without `apiVersion` and `kind`, which kube-apiserver
+/// leaves to the list (serialized in place, not copied).
+struct ListItem<'a>(&'a Value);
+
+impl serde::Serialize for ListItem<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(map) = self.0.as_object() else {
+            return self.0.serialize(serializer);
+        };
+        let fields = map
+            .iter()
+            .filter(|(k, _)| k.as_str() != "apiVersion" && k.as_str() != "kind");
+        let mut out = serializer.serialize_map(None)?;
+        for (k, v) in fields {
+            out.serialize_entry(k, v)?;
+        }
+        out.end()
+    }
 }
 
 /// The watch event a change becomes for a filtered watcher, following kube-apiserver:
@@ -1178,12 +1223,15 @@ fn apply_patch_doc(
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
             let mut doc = original.clone();
+            // kube-apiserver answers 422 with empty details when an operation fails.
             json_patch::patch(&mut doc, &ops).map_err(|e| {
-                ApiError::invalid(
-                    kind,
-                    "",
-                    &[("patch", format!("the JSON patch could not be applied: {e}"))],
-                )
+                ApiError {
+                    code: 422,
+                    reason: "Invalid",
+                    message: format!("the JSON patch could not be applied to {kind}: {e}"),
+                    details: None,
+                }
+                .with_details(json!({}))
             })?;
             Ok(doc)
         }
@@ -1253,11 +1301,26 @@ fn patch(
     let old = inner.get(&res, ns.unwrap_or_default(), name);
     if ct == "application/apply-patch+yaml" {
         if query.get("fieldManager").is_none_or(|m| m.is_empty()) {
-            return Err(ApiError::bad_request(
-                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            return Err(ApiError::invalid_in(
+                "meta.k8s.io",
+                "PatchOptions",
+                "",
+                &[(
+                    "fieldManager",
+                    "Required value: is required for apply patch".into(),
+                )],
             ));
         }
         let mut applied = doc;
+        if applied["apiVersion"].as_str().is_none_or(str::is_empty)
+            || applied["kind"].as_str().is_none_or(str::is_empty)
+        {
+            return Err(ApiError::bad_request(format!(
+                "invalid object type: {}, Kind={}",
+                applied["apiVersion"].as_str().unwrap_or("/"),
+                applied["kind"].as_str().unwrap_or_default()
+            )));
+        }
         objects::check_type(info, &mut applied)?;
         let body_name = applied["metadata"]["name"].as_str().unwrap_or_default();
         if !body_name.is_empty() && body_name != name {
@@ -1277,8 +1340,12 @@ fn patch(
             &now,
         )
         .map_err(|e| match e {
-            super::apply::ApplyError::Conflict { .. } => {
-                ApiError::conflict(&info.plural, &info.group, name, &e.to_string())
+            super::apply::ApplyError::Conflict { ref conflicts } => {
+                let causes: Vec<(String, String)> = conflicts
+                    .iter()
+                    .map(|(manager, field)| (field.clone(), manager.clone()))
+                    .collect();
+                ApiError::apply_conflict(e.to_string(), &causes)
             }
             other => ApiError::invalid(&info.kind, name, &[("patch", other.to_string())]),
         })?;
@@ -1344,6 +1411,16 @@ fn delete_options(
     Ok((policy, opts["preconditions"].clone()))
 }
 
+/// Resources whose delete answers the object gone, as kube-apiserver's (the others
+/// answer a `Success` Status naming it; an object kept by finalizers is answered itself).
+const RETURN_DELETED: &[(&str, &str)] = &[
+    ("", "pods"),
+    ("", "services"),
+    ("", "serviceaccounts"),
+    ("", "namespaces"),
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+];
+
 fn delete(
     app: &App,
     info: &ResourceInfo,
@@ -1387,9 +1464,17 @@ fn delete(
             ));
         }
     }
-    let (last, _gone) = objects::delete(&mut inner, &res, &obj, policy, dry_run)?;
+    let (last, gone) = objects::delete(&mut inner, &res, &obj, policy, dry_run)?;
     app.store.commit(inner)?;
     app.gc.notify_one();
+    if gone && !RETURN_DELETED.contains(&(info.group.as_str(), info.plural.as_str())) {
+        let mut details = json!({"name": name, "kind": info.plural,
+            "uid": last["metadata"]["uid"]});
+        if !info.group.is_empty() {
+            details["group"] = json!(info.group);
+        }
+        return Ok(ok(&success_status(details)));
+    }
     Ok(ok(&objects::present(&last, info)))
 }
 
@@ -1415,15 +1500,10 @@ fn delete_collection(
     let rv = inner.rv.to_string();
     app.store.commit(inner)?;
     app.gc.notify_one();
-    let items: Vec<&Value> = deleted.iter().map(|o| &**o).collect();
-    if items.is_empty() {
-        return Ok(ok(&success_status(
-            json!({"kind": info.plural, "group": info.group}),
-        )));
-    }
-    Ok(ok(
-        &json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv}, "items": items}),
-    ))
+    let items: Vec<ListItem> = deleted.iter().map(|o| ListItem(o)).collect();
+    let list = json!({"kind": info.list_kind, "apiVersion": info.api_version(),
+        "metadata": {"resourceVersion": rv}, "items": items});
+    Ok(ok(&list))
 }
 
 #[cfg(test)]

@@ -86,7 +86,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 /// Validates an object name for a resource; returns the reason when invalid.
 pub fn name_problem(info: &ResourceInfo, name: &str) -> Option<String> {
     if name.is_empty() {
-        return Some("name or generateName is required".into());
+        return Some("Required value: name or generateName is required".into());
     }
     if info.group == "rbac.authorization.k8s.io" {
         // RBAC names are only path segments (they may contain ':').
@@ -100,14 +100,14 @@ pub fn name_problem(info: &ResourceInfo, name: &str) -> Option<String> {
     if info.plural == "namespaces" || info.plural == "services" {
         if !is_dns_label(name) {
             return Some(format!(
-                "Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc')"
+                "Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
             ));
         }
         return None;
     }
     if !is_dns_subdomain(name) {
         return Some(format!(
-            "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')"
+            "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
         ));
     }
     None
@@ -216,7 +216,7 @@ fn check_embedded(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
         .map(|(f, m)| (f.as_str(), m.clone()))
         .collect();
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    Err(ApiError::invalid(&info.kind, name, &causes))
+    Err(ApiError::invalid_in(&info.group, &info.kind, name, &causes))
 }
 
 /// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?` of at most 63 characters: a label value
@@ -232,6 +232,11 @@ fn is_label_text(s: &str) -> bool {
 
 /// A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain.
 fn key_problem(key: &str) -> Option<String> {
+    if key.matches('/').count() > 1 {
+        return Some(format!(
+            "Invalid value: \"{key}\": a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ));
+    }
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -291,7 +296,7 @@ fn check_labels(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
         return Ok(());
     }
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    Err(ApiError::invalid(&info.kind, name, &causes))
+    Err(ApiError::invalid_in(&info.group, &info.kind, name, &causes))
 }
 
 /// Maps of strings stay maps of strings, as kube-apiserver decodes them into Go's
@@ -438,7 +443,8 @@ pub fn create(
         name = format!("{prefix}{}", random_suffix());
     }
     if let Some(problem) = name_problem(info, &name) {
-        return Err(ApiError::invalid(
+        return Err(ApiError::invalid_in(
+            &info.group,
             &info.kind,
             &name,
             &[("metadata.name", problem)],
@@ -488,11 +494,28 @@ pub fn create(
     if info.plural == "customresourcedefinitions" {
         crd_status(&mut obj);
     }
+    admit_custom(info, &name, &mut obj)?;
     super::defaults::apply(info, &mut obj);
     if writer.operation != "Apply" {
         super::apply::record_update(None, &mut obj, &writer.manager, writer.operation, &now);
     }
     commit_put(inner, &res, obj, writer)
+}
+
+/// A custom resource pruned, defaulted and validated with its CRD version's schema.
+fn admit_custom(info: &ResourceInfo, name: &str, obj: &mut Value) -> Result<(), ApiError> {
+    let Some(schema) = &info.schema else {
+        return Ok(());
+    };
+    let problems = super::schema::admit(schema, obj);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let causes: Vec<(&str, String)> = problems
+        .iter()
+        .map(|(f, m)| (f.as_str(), m.clone()))
+        .collect();
+    Err(ApiError::invalid_in(&info.group, &info.kind, name, &causes))
 }
 
 fn commit_put(
@@ -659,6 +682,7 @@ pub fn replace(
     if info.plural == "customresourcedefinitions" && part == Part::Main {
         crd_status(&mut result);
     }
+    admit_custom(info, &name, &mut result)?;
     super::defaults::apply(info, &mut result);
     // Terminating objects may only lose finalizers, never gain new ones.
     if !old["metadata"]["deletionTimestamp"].is_null() {
@@ -668,7 +692,8 @@ pub fn replace(
             .filter(|f| !before.contains(f))
             .collect();
         if !added.is_empty() {
-            return Err(ApiError::invalid(
+            return Err(ApiError::invalid_in(
+                &info.group,
                 &info.kind,
                 &name,
                 &[(

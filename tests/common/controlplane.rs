@@ -126,8 +126,8 @@ impl ControlPlane {
 
     /// The end of a component's log (`kube-apiserver`, `kube-controller-manager`, `etcd`).
     pub fn log_tail(&self, component: &str, lines: usize) -> String {
-        let text = std::fs::read_to_string(self.data.join(format!("{component}.log")))
-            .unwrap_or_default();
+        let text =
+            std::fs::read_to_string(self.data.join(format!("{component}.log"))).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }

@@ -239,7 +239,10 @@ impl Sandbox {
 
     /// Restarts on the same port and storage (a sandbox only).
     pub fn restart(&mut self) {
-        assert!(!self.is_real(), "restart is the sandbox's: this test is sandbox-only");
+        assert!(
+            !self.is_real(),
+            "restart is the sandbox's: this test is sandbox-only"
+        );
         self.stop();
         self.spawn();
     }
