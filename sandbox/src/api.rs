@@ -562,6 +562,22 @@ async fn resource(
             let Some(old) = old else {
                 return Err(ApiError::not_found(&info.plural, &info.group, name));
             };
+            // Custom resources are never updated unconditionally.
+            if info.schema.is_some()
+                && new["metadata"]["resourceVersion"]
+                    .as_str()
+                    .is_none_or(str::is_empty)
+            {
+                return Err(ApiError::invalid_in(
+                    &info.group,
+                    &info.kind,
+                    name,
+                    &[(
+                        "metadata.resourceVersion",
+                        "Invalid value: 0: must be specified for an update".into(),
+                    )],
+                ));
+            }
             let updated = objects::replace(&mut inner, &info, &old, new, part, &w)?;
             app.store.commit(inner)?;
             wake_gc(app, &updated);
@@ -921,6 +937,9 @@ fn list(
             meta["remainingItemCount"] = json!(more);
         }
     }
+    let builtin = super::resources::builtin_resources()
+        .iter()
+        .any(|b| b.group == info.group && b.plural == info.plural);
     let mut out = Vec::with_capacity(256 + selected.len() * 512);
     out.extend_from_slice(
         format!(
@@ -935,8 +954,14 @@ fn list(
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, &ListItem(obj))
-            .map_err(|e| ApiError::internal(e.to_string()))?;
+        // Built-in kinds' items leave apiVersion and kind to the list; custom resources
+        // (unstructured in kube-apiserver) keep them.
+        let written = if builtin {
+            serde_json::to_writer(&mut out, &ListItem(obj))
+        } else {
+            serde_json::to_writer(&mut out, &**obj)
+        };
+        written.map_err(|e| ApiError::internal(e.to_string()))?;
     }
     out.extend_from_slice(b"]}");
     Ok((StatusCode::OK, [("content-type", "application/json")], out).into_response())
@@ -1016,6 +1041,20 @@ fn watch(
     };
     let bookmarks = flag(query, "allowWatchBookmarks");
     let send_initial = flag(query, "sendInitialEvents");
+    if query.contains_key("sendInitialEvents")
+        && query.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan")
+    {
+        return Err(ApiError::invalid_in(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            &[(
+                "resourceVersionMatch",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+                    .into(),
+            )],
+        ));
+    }
     let as_table = table::wants_table(accept);
     let include = Include::parse(query.get("includeObject").map(String::as_str));
     let requested = query
@@ -1035,7 +1074,11 @@ fn watch(
                 Some(changes) => {
                     for c in changes.iter().filter(|c| c.res == res) {
                         if let Some(kind) = event_for(&filter, c) {
-                            initial.push((kind, c.object.clone()));
+                            let shown = match (&c.kind, kind, &c.old) {
+                                (ChangeType::Modified, "DELETED", Some(old)) => old.clone(),
+                                _ => c.object.clone(),
+                            };
+                            initial.push((kind, shown));
                         }
                     }
                 }
@@ -1105,7 +1148,13 @@ fn watch(
                             continue;
                         }
                         if let Some(kind) = event_for(&filter, &change) {
-                            yield Ok(render(kind, &change.object));
+                            // An object that leaves the selection is DELETED as it was
+                            // when it last matched.
+                            let shown = match (&change.kind, kind, &change.old) {
+                                (ChangeType::Modified, "DELETED", Some(old)) => old,
+                                _ => &change.object,
+                            };
+                            yield Ok(render(kind, shown));
                         }
                     }
                     Err(RecvError::Lagged(_)) => {
@@ -1411,6 +1460,25 @@ fn delete_options(
     Ok((policy, opts["preconditions"].clone()))
 }
 
+/// 409 of a delete whose preconditions do not hold, worded as kube-apiserver words it
+/// (the kind, not the resource, is named).
+fn precondition_failed(info: &ResourceInfo, name: &str, why: &str) -> ApiError {
+    let mut details = json!({"name": name, "kind": info.kind});
+    if !info.group.is_empty() {
+        details["group"] = json!(info.group);
+    }
+    ApiError {
+        code: 409,
+        reason: "Conflict",
+        message: format!(
+            "Operation cannot be fulfilled on {} \"{name}\": {why}",
+            info.kind
+        ),
+        details: None,
+    }
+    .with_details(details)
+}
+
 /// Resources whose delete answers the object gone, as kube-apiserver's (the others
 /// answer a `Success` Status naming it; an object kept by finalizers is answered itself).
 const RETURN_DELETED: &[(&str, &str)] = &[
@@ -1439,12 +1507,11 @@ fn delete(
     if let Some(uid) = pre["uid"].as_str() {
         let current = obj["metadata"]["uid"].as_str().unwrap_or_default();
         if uid != current {
-            return Err(ApiError::conflict(
-                &info.plural,
-                &info.group,
+            return Err(precondition_failed(
+                info,
                 name,
                 &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {current}"
+                    "the UID in the precondition ({uid}) does not match the UID in record ({current}). The object might have been deleted and then recreated"
                 ),
             ));
         }
@@ -1454,12 +1521,11 @@ fn delete(
             .as_str()
             .unwrap_or_default();
         if rv != current {
-            return Err(ApiError::conflict(
-                &info.plural,
-                &info.group,
+            return Err(precondition_failed(
+                info,
                 name,
                 &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {current}"
+                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({current}). The object might have been modified"
                 ),
             ));
         }

@@ -514,7 +514,7 @@ pub fn server_side_apply(
             let leaf = path.last().is_some_and(|s| s.starts_with("f:"));
             if leaf && get(&base, path) != get(&merged, path) {
                 let manager = if e.operation == "Update" {
-                    format!("{:?} using {} at {}", e.manager, e.api_version, e.time)
+                    format!("{:?} using {}", e.manager, e.api_version)
                 } else {
                     format!("{:?}", e.manager)
                 };
@@ -577,6 +577,7 @@ pub fn record_update(
     new: &mut Value,
     manager: &str,
     operation: &str,
+    subresource: Option<&str>,
     now: &str,
 ) {
     let kind = new["kind"].as_str().unwrap_or_default().to_string();
@@ -621,7 +622,7 @@ pub fn record_update(
         let api_version = new["apiVersion"].as_str().unwrap_or_default().to_string();
         match owners
             .iter_mut()
-            .find(|e| e.owner() == (manager, operation) && e.subresource.is_none())
+            .find(|e| e.owner() == (manager, operation) && e.subresource.as_deref() == subresource)
         {
             Some(e) => {
                 e.fields.extend(changed);
@@ -633,7 +634,7 @@ pub fn record_update(
                 operation: operation.to_string(),
                 api_version,
                 time: now.to_string(),
-                subresource: None,
+                subresource: subresource.map(String::from),
                 fields: changed,
             }),
         }
@@ -750,7 +751,14 @@ mod tests {
             .unwrap();
         let mut edited = live.clone();
         edited["spec"]["replicas"] = json!(3);
-        record_update(Some(&live), &mut edited, "kubectl-edit", "Update", NOW);
+        record_update(
+            Some(&live),
+            &mut edited,
+            "kubectl-edit",
+            "Update",
+            None,
+            NOW,
+        );
         let mf = edited["metadata"]["managedFields"]
             .as_array()
             .cloned()

@@ -22,6 +22,7 @@ pub fn now_rfc3339() -> String {
 
 /// Built-in resources whose objects carry `metadata.generation`.
 const GENERATION_TRACKED: &[&str] = &[
+    "pods",
     "deployments",
     "statefulsets",
     "daemonsets",
@@ -172,10 +173,7 @@ fn check_embedded(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
             if v.is_object() {
                 for field in ["apiVersion", "kind"] {
                     if v[field].as_str().is_none_or(str::is_empty) {
-                        causes.push((
-                            format!("{at}.{field}"),
-                            "Required value: must not be empty".into(),
-                        ));
+                        causes.push((format!("{at}.{field}"), "Required value".into()));
                     }
                 }
             }
@@ -479,35 +477,58 @@ pub fn create(
     } else {
         meta.remove("generation");
     }
-    if let Some(map) = obj.as_object_mut() {
-        if info.status_subresource && !is_builtin(info) {
-            map.remove("status");
-        }
-        if info.plural == "namespaces" && info.group.is_empty() {
-            map.insert("status".into(), json!({"phase": "Active"}));
-            let spec = map.entry("spec").or_insert_with(|| json!({}));
-            if spec.get("finalizers").is_none() {
-                spec["finalizers"] = json!(["kubernetes"]);
-            }
+    if let Some(map) = obj.as_object_mut()
+        && info.status_subresource
+        && !is_builtin(info)
+    {
+        map.remove("status");
+    }
+    admit_custom(info, &name, &mut obj, Part::Main)?;
+    super::defaults::apply(info, &mut obj);
+    if writer.operation != "Apply" {
+        super::apply::record_update(
+            None,
+            &mut obj,
+            &writer.manager,
+            writer.operation,
+            None,
+            &now,
+        );
+    }
+    // What the server itself sets is nobody's field.
+    if let Some(map) = obj.as_object_mut()
+        && info.plural == "namespaces"
+        && info.group.is_empty()
+    {
+        map.insert("status".into(), json!({"phase": "Active"}));
+        let spec = map.entry("spec").or_insert_with(|| json!({}));
+        if spec.get("finalizers").is_none() {
+            spec["finalizers"] = json!(["kubernetes"]);
         }
     }
     if info.plural == "customresourcedefinitions" {
         crd_status(&mut obj);
     }
-    admit_custom(info, &name, &mut obj)?;
-    super::defaults::apply(info, &mut obj);
-    if writer.operation != "Apply" {
-        super::apply::record_update(None, &mut obj, &writer.manager, writer.operation, &now);
-    }
     commit_put(inner, &res, obj, writer)
 }
 
 /// A custom resource pruned, defaulted and validated with its CRD version's schema.
-fn admit_custom(info: &ResourceInfo, name: &str, obj: &mut Value) -> Result<(), ApiError> {
+fn admit_custom(
+    info: &ResourceInfo,
+    name: &str,
+    obj: &mut Value,
+    part: Part,
+) -> Result<(), ApiError> {
     let Some(schema) = &info.schema else {
         return Ok(());
     };
-    let problems = super::schema::admit(schema, obj);
+    let mut problems = super::schema::admit(schema, obj, part == Part::Status);
+    if let Some(scale) = &info.scale {
+        problems.extend(super::schema::scale_problems(
+            obj,
+            &scale.status_replicas_path,
+        ));
+    }
     if problems.is_empty() {
         return Ok(());
     }
@@ -682,7 +703,7 @@ pub fn replace(
     if info.plural == "customresourcedefinitions" && part == Part::Main {
         crd_status(&mut result);
     }
-    admit_custom(info, &name, &mut result)?;
+    admit_custom(info, &name, &mut result, part)?;
     super::defaults::apply(info, &mut result);
     // Terminating objects may only lose finalizers, never gain new ones.
     if !old["metadata"]["deletionTimestamp"].is_null() {
@@ -699,7 +720,12 @@ pub fn replace(
                 &[(
                     "metadata.finalizers",
                     format!(
-                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                        added
+                            .iter()
+                            .map(|f| format!("{f:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 )],
             ));
@@ -709,7 +735,12 @@ pub fn replace(
         // kube-apiserver does not write (nor bump resourceVersion) for a no-op update.
         return Ok(old.clone());
     }
-    if tracks_generation(info) && spec_like(info, &result) != spec_like(info, old) {
+    let annotations_changed = info.group == "apps"
+        && info.plural == "deployments"
+        && result["metadata"]["annotations"] != old["metadata"]["annotations"];
+    if tracks_generation(info)
+        && (spec_like(info, &result) != spec_like(info, old) || annotations_changed)
+    {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         meta_mut(&mut result)?.insert("generation".into(), json!(generation));
     }
@@ -720,6 +751,7 @@ pub fn replace(
             &mut result,
             &writer.manager,
             writer.operation,
+            (part == Part::Status).then_some("status"),
             &now,
         );
     }
@@ -752,9 +784,17 @@ impl Propagation {
             "Background" => Ok(Self::Background),
             "Foreground" => Ok(Self::Foreground),
             "Orphan" => Ok(Self::Orphan),
-            other => Err(ApiError::bad_request(format!(
-                "propagationPolicy: Unsupported value: \"{other}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
-            ))),
+            other => Err(ApiError::invalid_in(
+                "meta.k8s.io",
+                "DeleteOptions",
+                "",
+                &[(
+                    "propagationPolicy",
+                    format!(
+                        "Unsupported value: \"{other}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+                    ),
+                )],
+            )),
         }
     }
 }

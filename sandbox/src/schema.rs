@@ -271,7 +271,7 @@ fn check(schema: &Value, v: &Value, at: String, out: &mut Vec<(String, String)>)
             let props = schema["properties"].as_object();
             for (key, child) in map {
                 match props.and_then(|p| p.get(key)) {
-                    Some(sub) => check(sub, child, format!("{at}.{key}"), out),
+                    Some(sub) => check(sub, child, join(&at, key), out),
                     None if schema["additionalProperties"].is_object() => check(
                         &schema["additionalProperties"],
                         child,
@@ -326,11 +326,64 @@ fn bounds(schema: &Value, v: &Value, at: &str, out: &mut Vec<(String, String)>) 
     }
 }
 
-/// Prunes, defaults and validates a custom resource against its version's schema.
-pub fn admit(schema: &Value, obj: &mut Value) -> Vec<(String, String)> {
+fn join(at: &str, key: &str) -> String {
+    if at.is_empty() {
+        key.to_string()
+    } else {
+        format!("{at}.{key}")
+    }
+}
+
+/// Prunes, defaults and validates a custom resource against its version's schema. A
+/// write of the status subresource validates the status alone, its fields named from
+/// the status in the messages (`replicas in body …`), as kube-apiserver does.
+pub fn admit(schema: &Value, obj: &mut Value, status_only: bool) -> Vec<(String, String)> {
     prune(schema, obj);
     default(schema, obj);
-    validate(schema, obj)
+    if !status_only {
+        return validate(schema, obj);
+    }
+    let mut out = Vec::new();
+    if let Some(status) = obj.get("status") {
+        check(
+            &schema["properties"]["status"],
+            status,
+            String::new(),
+            &mut out,
+        );
+    }
+    out.into_iter()
+        .map(|(field, message)| (join("status", &field), message))
+        .collect()
+}
+
+/// The scale subresource's replicas read from `path` (`.status.replicas`) must be an
+/// integer where present, as kube-apiserver checks it.
+pub fn scale_problems(obj: &Value, path: &str) -> Vec<(String, String)> {
+    let value = path
+        .trim_start_matches('.')
+        .split('.')
+        .try_fold(obj, |v, seg| v.get(seg));
+    let go_type = match value {
+        None | Some(Value::Null) => return Vec::new(),
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => return Vec::new(),
+        Some(Value::Number(_)) => "float64",
+        Some(Value::String(_)) => "string",
+        Some(Value::Bool(_)) => "bool",
+        Some(Value::Array(_)) => "[]interface {}",
+        Some(Value::Object(_)) => "map[string]interface {}",
+    };
+    let shown = match value {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+        None => String::new(),
+    };
+    vec![(
+        path.to_string(),
+        format!(
+            "Invalid value: 0: {path} accessor error: {shown} is of the type {go_type}, expected int64"
+        ),
+    )]
 }
 
 #[cfg(test)]
@@ -355,7 +408,7 @@ mod tests {
         let mut obj = json!({"apiVersion": "x/v1", "kind": "G", "metadata": {"name": "a"},
             "extra": 1, "spec": {"color": "red", "size": null, "label": null, "other": true,
                 "free": {"any": {"thing": 1}}}});
-        let problems = admit(&schema(), &mut obj);
+        let problems = admit(&schema(), &mut obj, false);
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(
             obj,
@@ -369,7 +422,7 @@ mod tests {
     fn problems_are_worded_as_kube_apiserver_words_them() {
         let mut obj =
             json!({"spec": {"color": "green", "size": 99, "label": "toolong", "tags": ["a", 2]}});
-        let mut problems = admit(&schema(), &mut obj);
+        let mut problems = admit(&schema(), &mut obj, false);
         problems.sort();
         assert_eq!(
             problems,
@@ -381,7 +434,7 @@ mod tests {
             ]
         );
         let mut missing = json!({"spec": {"size": 0}});
-        let problems = admit(&schema(), &mut missing);
+        let problems = admit(&schema(), &mut missing, false);
         assert!(
             problems.contains(&("spec.color".into(), "Required value".into())),
             "{problems:?}"

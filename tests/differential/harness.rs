@@ -239,6 +239,10 @@ fn normalised(case: &Case, a: &Answer) -> Value {
             let events: Vec<Value> = text
                 .lines()
                 .filter(|l| !l.trim().is_empty())
+                .filter(|l| {
+                    let e: Value = serde_json::from_str(l).unwrap_or(Value::Null);
+                    !server_owned(&e["object"])
+                })
                 .map(|l| {
                     let mut e: Value = serde_json::from_str(l).unwrap_or(json!({"unparsed": l}));
                     normalise(&mut e["object"]);
@@ -310,6 +314,11 @@ pub fn normalise(v: &mut Value) {
         return;
     };
     sort_causes(map);
+    if let Some(details) = map.get_mut("details").and_then(Value::as_object_mut)
+        && details.contains_key("uid")
+    {
+        details.insert("uid".into(), json!("<uid>"));
+    }
     if let Some(items) = map.get_mut("items").and_then(Value::as_array_mut) {
         items.retain(|o| !server_owned(o));
         for o in items.iter_mut() {
@@ -324,7 +333,10 @@ pub fn normalise(v: &mut Value) {
             ("deletionTimestamp", "<time>"),
             ("continue", "<continue>"),
         ] {
-            if meta.get(key).is_some_and(|x| !x.is_null()) {
+            if meta
+                .get(key)
+                .is_some_and(|x| !x.is_null() && x.as_str() != Some(""))
+            {
                 meta.insert(key.into(), json!(mark));
             }
         }

@@ -104,7 +104,7 @@ pub fn cases() -> Vec<Case> {
         case(
             "deployment status write ignores the spec",
             vec![create_deploy("dp-st2")],
-            patch(&format!("{}/status", deploy("dp-st2")), MERGE, json!({"spec": {"replicas": 7}, "status": {"readyReplicas": 1}})),
+            patch(&format!("{}/status", deploy("dp-st2")), MERGE, json!({"spec": {"replicas": 7}, "status": {"replicas": 1, "readyReplicas": 1}})),
         )
         .fields(&["/spec/replicas", "/status/readyReplicas", "/metadata/generation"]),
         case(
@@ -231,7 +231,7 @@ pub fn cases() -> Vec<Case> {
         case(
             "statefulset status",
             vec![create_sts("st-status")],
-            patch(&format!("{}/status", sts("st-status")), MERGE, json!({"status": {"replicas": 1, "availableReplicas": 1}})),
+            patch(&format!("{}/status", sts("st-status")), MERGE, json!({"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}})),
         )
         .fields(&["/status", "/metadata/generation"]),
         case(
