@@ -406,9 +406,17 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
             .map(|d| ok(&d))
             .ok_or_else(|| ApiError::no_route(&path)),
         Route::Resource(rp) => {
-            let served = resources()
+            let all = resources();
+            let builtin_group = super::resources::builtin_resources()
                 .iter()
-                .any(|r| r.group == rp.group && r.version == rp.version);
+                .any(|r| r.group == rp.group);
+            // A custom group's handler knows only its resources: anything else there is
+            // the plain 404 too.
+            let served = all.iter().any(|r| {
+                r.group == rp.group
+                    && r.version == rp.version
+                    && (builtin_group || r.plural == rp.plural)
+            });
             if !served {
                 // kube-apiserver has no handler for a group version it does not serve.
                 return Ok(page_not_found());
@@ -520,11 +528,6 @@ async fn resource(
                 list(app, &info, ns, query, accept)
             }
         }
-        (&Method::GET, Some(name), None) if flag(query, "watch") => {
-            let mut q = query.clone();
-            q.insert("fieldSelector".into(), format!("metadata.name={name}"));
-            watch(app, &info, ns, &q, accept)
-        }
         (&Method::GET, Some(name), sub) => get(app, &info, ns, name, sub, query, accept),
         (&Method::POST, Some(name), Some("token")) if info.plural == "serviceaccounts" => {
             let request = decode(content_type, &body)?;
@@ -570,7 +573,7 @@ async fn resource(
             {
                 return Err(ApiError::invalid_in(
                     &info.group,
-                    &info.kind,
+                    &info.plural,
                     name,
                     &[(
                         "metadata.resourceVersion",
@@ -587,6 +590,11 @@ async fn resource(
             patch(app, &info, ns, name, sub, query, headers, &body)
         }
         (&Method::DELETE, Some(name), None) => delete(app, &info, ns, name, query, &body),
+        (&Method::DELETE, None, None)
+            if !super::discovery::verbs(&info).contains(&"deletecollection") =>
+        {
+            Err(ApiError::method_not_allowed("DELETE", &info.plural))
+        }
         (&Method::DELETE, None, None) => delete_collection(app, &info, ns, query, &body),
         _ => Err(ApiError::method_not_allowed(method.as_str(), &info.plural)),
     }
@@ -761,7 +769,11 @@ struct Filter {
 }
 
 impl Filter {
-    fn new(ns: Option<&str>, query: &HashMap<String, String>) -> Result<Filter, ApiError> {
+    fn new(
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        query: &HashMap<String, String>,
+    ) -> Result<Filter, ApiError> {
         let labels = LabelSelector::parse(
             query
                 .get("labelSelector")
@@ -776,6 +788,21 @@ impl Filter {
                 .unwrap_or_default(),
         )
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if let Some(known) = super::selector::kind_fields(&info.group, &info.kind)
+            && let Some(unknown) = fields
+                .paths()
+                .find(|p| *p != "metadata.name" && *p != "metadata.namespace" && !known.contains(p))
+        {
+            let mut listed = vec![
+                "\"metadata.name\"".to_string(),
+                "\"metadata.namespace\"".to_string(),
+            ];
+            listed.extend(known.iter().map(|f| format!("{f:?}")));
+            return Err(ApiError::bad_request(format!(
+                "{unknown:?} is not a known field selector: only {}",
+                listed.join(", ")
+            )));
+        }
         Ok(Filter {
             namespace: ns.map(String::from),
             labels,
@@ -857,7 +884,7 @@ fn list(
     accept: &str,
 ) -> Result<Response, ApiError> {
     check_list_options(query)?;
-    let filter = Filter::new(ns, query)?;
+    let filter = Filter::new(info, ns, query)?;
     let limit: usize = match query.get("limit") {
         Some(l) => l
             .parse()
@@ -931,15 +958,19 @@ fn list(
     }
     // Written by hand so that large lists are not copied into one big Value.
     let mut meta = json!({"resourceVersion": rv});
+    let builtin = super::resources::builtin_resources()
+        .iter()
+        .any(|b| b.group == info.group && b.plural == info.plural);
+    if !builtin {
+        // Custom resources' lists (unstructured in kube-apiserver) always carry it.
+        meta["continue"] = json!("");
+    }
     if let Some(c) = &cont {
         meta["continue"] = json!(c);
         if filter.selects_everything() {
             meta["remainingItemCount"] = json!(more);
         }
     }
-    let builtin = super::resources::builtin_resources()
-        .iter()
-        .any(|b| b.group == info.group && b.plural == info.plural);
     let mut out = Vec::with_capacity(256 + selected.len() * 512);
     out.extend_from_slice(
         format!(
@@ -1030,7 +1061,7 @@ fn watch(
     query: &HashMap<String, String>,
     accept: &str,
 ) -> Result<Response, ApiError> {
-    let filter = Filter::new(ns, query)?;
+    let filter = Filter::new(info, ns, query)?;
     let res = ResKey::of(info);
     let timeout = match query.get("timeoutSeconds") {
         Some(t) => Duration::from_secs(
@@ -1211,6 +1242,9 @@ fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
         let s = get_path(obj, sel);
         if !s.is_null() {
             status["selector"] = s.clone();
+        } else if let Some(selector) = selector_text(&obj["spec"]["selector"]) {
+            // A built-in workload's Scale shows its spec's selector.
+            status["selector"] = json!(selector);
         }
     }
     json!({
@@ -1221,6 +1255,52 @@ fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
         "spec": {"replicas": get_path(obj, &scale.spec_replicas_path).as_i64().unwrap_or(0)},
         "status": status,
     })
+}
+
+/// A `LabelSelector` as text (`app=web,tier in (a,b)`), the form kube-apiserver gives a
+/// Scale; `None` when it is not a selector object.
+fn selector_text(selector: &Value) -> Option<String> {
+    let selector = selector.as_object()?;
+    let mut terms: Vec<(String, String)> = Vec::new();
+    for (k, v) in selector
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        terms.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or_default())));
+    }
+    for e in selector
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let key = e["key"].as_str().unwrap_or_default();
+        let mut values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        values.sort_unstable();
+        let term = match e["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => continue,
+        };
+        terms.push((key.to_string(), term));
+    }
+    terms.sort();
+    Some(
+        terms
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect::<Vec<_>>()
+            .join(","),
+    )
 }
 
 fn write_scale(
@@ -1295,7 +1375,8 @@ fn apply_patch_doc(
         }
         other => Err(ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json ({other})"
-        ))),
+        ))
+        .with_details(json!({}))),
     }
 }
 
@@ -1552,7 +1633,7 @@ fn delete_collection(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let (policy, _) = delete_options(query, body)?;
-    let filter = Filter::new(ns, query)?;
+    let filter = Filter::new(info, ns, query)?;
     let dry_run = query.get("dryRun").is_some_and(|v| v == "All");
     let res = ResKey::of(info);
     let mut inner = app.store.lock();
@@ -1566,9 +1647,18 @@ fn delete_collection(
     let rv = inner.rv.to_string();
     app.store.commit(inner)?;
     app.gc.notify_one();
-    let items: Vec<ListItem> = deleted.iter().map(|o| ListItem(o)).collect();
-    let list = json!({"kind": info.list_kind, "apiVersion": info.api_version(),
-        "metadata": {"resourceVersion": rv}, "items": items});
+    let builtin = super::resources::builtin_resources()
+        .iter()
+        .any(|b| b.group == info.group && b.plural == info.plural);
+    let list = if builtin {
+        let items: Vec<ListItem> = deleted.iter().map(|o| ListItem(o)).collect();
+        json!({"kind": info.list_kind, "apiVersion": info.api_version(),
+            "metadata": {"resourceVersion": rv}, "items": items})
+    } else {
+        let items: Vec<&Value> = deleted.iter().map(|o| &**o).collect();
+        json!({"kind": info.list_kind, "apiVersion": info.api_version(),
+            "metadata": {"resourceVersion": rv, "continue": ""}, "items": items})
+    };
     Ok(ok(&list))
 }
 

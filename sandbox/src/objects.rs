@@ -98,6 +98,9 @@ pub fn name_problem(info: &ResourceInfo, name: &str) -> Option<String> {
         }
         return None;
     }
+    if info.plural == "services" && info.group.is_empty() && name.contains('.') {
+        return Some(format!("Invalid value: \"{name}\": must not contain dots"));
+    }
     if info.plural == "namespaces" || info.plural == "services" {
         if !is_dns_label(name) {
             return Some(format!(
@@ -105,6 +108,11 @@ pub fn name_problem(info: &ResourceInfo, name: &str) -> Option<String> {
             ));
         }
         return None;
+    }
+    if name.len() > 253 {
+        return Some(format!(
+            "Invalid value: \"{name}\": must be no more than 253 characters"
+        ));
     }
     if !is_dns_subdomain(name) {
         return Some(format!(
@@ -372,6 +380,22 @@ fn without_volatile(obj: &Value) -> Value {
     v
 }
 
+/// `managedFields` without their times: who owns what.
+fn managers(fields: &Value) -> Vec<Value> {
+    fields
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let mut e = e.clone();
+            if let Some(m) = e.as_object_mut() {
+                m.remove("time");
+            }
+            e
+        })
+        .collect()
+}
+
 fn finalizers(obj: &Value) -> Vec<String> {
     obj["metadata"]["finalizers"]
         .as_array()
@@ -435,10 +459,12 @@ pub fn create(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    let mut generated = false;
     if name.is_empty()
         && let Some(prefix) = meta.get("generateName").and_then(Value::as_str)
     {
         name = format!("{prefix}{}", random_suffix());
+        generated = true;
     }
     if let Some(problem) = name_problem(info, &name) {
         return Err(ApiError::invalid_in(
@@ -484,7 +510,12 @@ pub fn create(
         map.remove("status");
     }
     admit_custom(info, &name, &mut obj, Part::Main)?;
-    super::defaults::apply(info, &mut obj);
+    // A namespace whose name is generated gets its name label after the request was
+    // read: kube-apiserver does not count it as the creator's field.
+    let late_defaults = generated && info.group.is_empty() && info.plural == "namespaces";
+    if !late_defaults {
+        super::defaults::apply(info, &mut obj);
+    }
     if writer.operation != "Apply" {
         super::apply::record_update(
             None,
@@ -494,6 +525,9 @@ pub fn create(
             None,
             &now,
         );
+    }
+    if late_defaults {
+        super::defaults::apply(info, &mut obj);
     }
     // What the server itself sets is nobody's field.
     if let Some(map) = obj.as_object_mut()
@@ -731,7 +765,10 @@ pub fn replace(
             ));
         }
     }
-    if without_volatile(&result) == without_volatile(old) {
+    let same_owners = writer.operation != "Apply"
+        || managers(&result["metadata"]["managedFields"])
+            == managers(&old["metadata"]["managedFields"]);
+    if same_owners && without_volatile(&result) == without_volatile(old) {
         // kube-apiserver does not write (nor bump resourceVersion) for a no-op update.
         return Ok(old.clone());
     }
@@ -761,7 +798,12 @@ pub fn replace(
         }
         let rv = inner.next_rv();
         meta_mut(&mut result)?.insert("resourceVersion".into(), json!(rv.to_string()));
-        return remove_object(inner, &res, result, rv);
+        // Watchers see it deleted as it was last stored (with its finalizers), as
+        // kube-apiserver reports an etcd deletion; the writer is answered the update.
+        let mut last = (**old).clone();
+        meta_mut(&mut last)?.insert("resourceVersion".into(), json!(rv.to_string()));
+        remove_object(inner, &res, last, rv)?;
+        return Ok(Arc::new(result));
     }
     commit_put(inner, &res, result, writer)
 }

@@ -1067,7 +1067,7 @@ fn services_pods() -> Vec<Case> {
             vec![post(&svcs, lb("sv-status"))],
             put(&format!("{svcs}/sv-status/status"), json!({"metadata": {"name": "sv-status"},
                 "spec": {"ports": [{"port": 81}]},
-                "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}})),
+                "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1", "ipMode": "VIP"}]}}})),
         )
         .fields(&["/spec/ports/0/port", "/status"]),
         case("pod create", vec![], post(&pods, pod("po-create")))

@@ -314,6 +314,12 @@ pub fn normalise(v: &mut Value) {
         return;
     };
     sort_causes(map);
+    if map.get("kind").and_then(Value::as_str) == Some("Status")
+        && let Some(message) = map.get_mut("message")
+        && let Some(text) = message.as_str()
+    {
+        *message = json!(mask_ids(text));
+    }
     if let Some(details) = map.get_mut("details").and_then(Value::as_object_mut)
         && details.contains_key("uid")
     {
@@ -448,6 +454,27 @@ fn normalise_nested(v: &mut Value) {
         }
         _ => {}
     }
+}
+
+/// A Status message with the uids and resourceVersions of records it quotes masked
+/// (`… in record (4f1c…)`).
+fn mask_ids(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("in record (") {
+        let start = i + "in record (".len();
+        out.push_str(&rest[..start]);
+        rest = &rest[start..];
+        match rest.find(')') {
+            Some(end) => {
+                out.push_str("<id>");
+                rest = &rest[end..];
+            }
+            None => break,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// An age cell of a Table: `0s`, `12s`, `3m`…
