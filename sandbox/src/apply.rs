@@ -403,10 +403,12 @@ impl Entry {
             "manager": self.manager,
             "operation": self.operation,
             "apiVersion": self.api_version,
-            "time": self.time,
             "fieldsType": "FieldsV1",
             "fieldsV1": to_fields_v1(&self.fields),
         });
+        if !self.time.is_empty() {
+            e["time"] = json!(self.time);
+        }
         if let Some(s) = &self.subresource {
             e["subresource"] = json!(s);
         }
@@ -554,11 +556,18 @@ pub fn server_side_apply(
         .as_str()
         .unwrap_or_default()
         .to_string();
+    // An apply that changes nothing but ownership is recorded without a time, as
+    // kube-apiserver records it (and so sorted before the timed entries).
+    let unchanged = live.is_some_and(|l| without_managed(l) == without_managed(&merged));
     let entry = Entry {
         manager: manager.to_string(),
         operation: "Apply".into(),
         api_version,
-        time: now.to_string(),
+        time: if unchanged {
+            String::new()
+        } else {
+            now.to_string()
+        },
         subresource: None,
         fields: applied_set,
     };
@@ -568,6 +577,15 @@ pub fn server_side_apply(
     }
     store_entries(&mut merged, owners);
     Ok(merged)
+}
+
+/// An object without its `managedFields`.
+fn without_managed(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    o
 }
 
 /// Records a non-apply write (`operation` is `Update`) by `manager` in `new`'s
@@ -708,7 +726,7 @@ mod tests {
         .unwrap_err();
         assert!(
             err.to_string()
-                .contains("conflict with \"a\" using apps/v1: .spec.replicas"),
+                .contains("conflict with \"a\": .spec.replicas"),
             "{err}"
         );
         let forced = server_side_apply(

@@ -17,6 +17,16 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
         return;
     }
     drop_empty(info, obj);
+    if info.group == "apps"
+        && matches!(
+            info.plural.as_str(),
+            "deployments" | "statefulsets" | "daemonsets"
+        )
+        && let Some(map) = obj.as_object_mut()
+    {
+        // Go's status struct is never absent.
+        map.entry("status").or_insert_with(|| json!({}));
+    }
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "secrets") => secret(obj),
         ("", "namespaces") => namespace(obj),

@@ -30,7 +30,7 @@ pub enum SelectorError {
         reason: String,
     },
     /// A field that the API server does not support in field selectors.
-    #[error("field label not supported: {0}")]
+    #[error("{0:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")]
     UnsupportedField(String),
 }
 

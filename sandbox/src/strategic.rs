@@ -351,7 +351,9 @@ mod tests {
         assert_eq!(
             out["spec"]["template"]["spec"]["containers"],
             json!([
-                {"name": "a", "image": "a:2", "env": [{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}]},
+                // An element new to a list goes before the original ones, as kube-apiserver
+                // orders it.
+                {"name": "a", "image": "a:2", "env": [{"name": "Y", "value": "2"}, {"name": "X", "value": "1"}]},
                 {"name": "c", "image": "c:1"}
             ])
         );

@@ -355,7 +355,19 @@ pub fn normalise(v: &mut Value) {
         ) && name.starts_with(&prefix)
             && name.len() > prefix.len()
         {
+            let generated = name.to_string();
             meta.insert("name".into(), json!(format!("{prefix}<suffix>")));
+            // A label that repeats the name (a namespace's) is generated too.
+            for value in meta
+                .get_mut("labels")
+                .and_then(Value::as_object_mut)
+                .into_iter()
+                .flat_map(|l| l.values_mut())
+            {
+                if value.as_str() == Some(generated.as_str()) {
+                    *value = json!(format!("{prefix}<suffix>"));
+                }
+            }
         }
         if let Some(mf) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
             for entry in mf {

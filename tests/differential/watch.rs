@@ -107,14 +107,15 @@ pub fn cases() -> Vec<Case> {
             vec![],
             watch("fieldSelector=data.x%3Dy"),
         )),
-        events(case(
-            "watch of one object by its path",
+        case(
+            "watch of one object by its path is a get",
             vec![
                 post(&cms(), json!({"metadata": {"name": "w-one"}})).save("rv", "/metadata/resourceVersion"),
                 patch(&cm("w-one"), MERGE, json!({"data": {"c": "1"}})),
             ],
             get(&format!("{}?watch=true&timeoutSeconds=1&resourceVersion={{rv}}", cm("w-one"))),
-        )),
+        )
+        .fields(&["/kind", "/metadata/name", "/data"]),
         events(case(
             "watch across namespaces by field selector",
             vec![
