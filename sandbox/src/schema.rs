@@ -57,11 +57,9 @@ fn prune_node(schema: &Value, v: &mut Value, keep_object_fields: bool) {
                 }
             }
         }
-        Value::Array(items) => {
-            if schema["items"].is_object() {
-                for item in items {
-                    prune_node(&schema["items"], item, false);
-                }
+        Value::Array(items) if schema["items"].is_object() => {
+            for item in items {
+                prune_node(&schema["items"], item, false);
             }
         }
         _ => {}

@@ -414,7 +414,7 @@ pub fn cases() -> Vec<Case> {
             "custom resource in a missing namespace",
             vec![],
             post(
-                &format!("/apis/diff.example.com/v1/namespaces/diff-none/gizmos"),
+                "/apis/diff.example.com/v1/namespaces/diff-none/gizmos",
                 g("gz-nons", json!({"color": "red"})),
             ),
         ),

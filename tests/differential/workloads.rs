@@ -90,7 +90,7 @@ pub fn cases() -> Vec<Case> {
         )
         .fields(&["/metadata/generation", "/metadata/labels"]),
         case(
-            "deployment annotation change keeps generation",
+            "deployment annotation change bumps generation",
             vec![create_deploy("dp-ann")],
             patch(&deploy("dp-ann"), MERGE, json!({"metadata": {"annotations": {"x": "y"}}})),
         )
