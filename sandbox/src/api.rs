@@ -217,6 +217,16 @@ fn json_response(code: StatusCode, value: &Value) -> Response {
         .into_response()
 }
 
+/// The plain-text 404 kube-apiserver answers for a path outside every API it serves.
+fn page_not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [("content-type", "text/plain; charset=utf-8")],
+        "404 page not found\n",
+    )
+        .into_response()
+}
+
 fn ok(value: &Value) -> Response {
     json_response(StatusCode::OK, value)
 }
@@ -360,7 +370,7 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
     let method = req.method().clone();
     let headers = req.headers().clone();
     let Some(route) = route(&path) else {
-        return Err(ApiError::no_route(&path));
+        return Ok(page_not_found());
     };
     let body = read_body(req.into_body()).await?;
     let resources = || app.store.lock().resources.clone();
@@ -369,12 +379,12 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         Route::Version => Ok(ok(&discovery::version())),
         Route::CoreVersions => Ok(ok(&discovery::core_versions(&app.server_address))),
         Route::Groups => Ok(ok(&discovery::group_list(&resources()))),
-        Route::Group(g) => discovery::group(&resources(), &g)
+        Route::Group(g) => Ok(discovery::group(&resources(), &g)
             .map(|d| ok(&d))
-            .ok_or_else(|| ApiError::no_route(&path)),
-        Route::GroupVersion(g, v) => discovery::resource_list(&resources(), &g, &v)
+            .unwrap_or_else(page_not_found)),
+        Route::GroupVersion(g, v) => Ok(discovery::resource_list(&resources(), &g, &v)
             .map(|d| ok(&d))
-            .ok_or_else(|| ApiError::no_route(&path)),
+            .unwrap_or_else(page_not_found)),
         Route::OpenApiV2 => {
             let accept = header(&headers, "accept");
             if accept.contains("protobuf") {
@@ -396,6 +406,21 @@ async fn dispatch(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
             .map(|d| ok(&d))
             .ok_or_else(|| ApiError::no_route(&path)),
         Route::Resource(rp) => {
+            let all = resources();
+            let builtin_group = super::resources::builtin_resources()
+                .iter()
+                .any(|r| r.group == rp.group);
+            // A custom group's handler knows only its resources: anything else there is
+            // the plain 404 too.
+            let served = all.iter().any(|r| {
+                r.group == rp.group
+                    && r.version == rp.version
+                    && (builtin_group || r.plural == rp.plural)
+            });
+            if !served {
+                // kube-apiserver has no handler for a group version it does not serve.
+                return Ok(page_not_found());
+            }
             let write = method != Method::GET;
             let response = resource(app, method, rp, &query, &headers, body).await;
             if write {
@@ -503,11 +528,6 @@ async fn resource(
                 list(app, &info, ns, query, accept)
             }
         }
-        (&Method::GET, Some(name), None) if flag(query, "watch") => {
-            let mut q = query.clone();
-            q.insert("fieldSelector".into(), format!("metadata.name={name}"));
-            watch(app, &info, ns, &q, accept)
-        }
         (&Method::GET, Some(name), sub) => get(app, &info, ns, name, sub, query, accept),
         (&Method::POST, Some(name), Some("token")) if info.plural == "serviceaccounts" => {
             let request = decode(content_type, &body)?;
@@ -545,6 +565,22 @@ async fn resource(
             let Some(old) = old else {
                 return Err(ApiError::not_found(&info.plural, &info.group, name));
             };
+            // Custom resources are never updated unconditionally.
+            if info.schema.is_some()
+                && new["metadata"]["resourceVersion"]
+                    .as_str()
+                    .is_none_or(str::is_empty)
+            {
+                return Err(ApiError::invalid_in(
+                    &info.group,
+                    &info.plural,
+                    name,
+                    &[(
+                        "metadata.resourceVersion",
+                        "Invalid value: 0: must be specified for an update".into(),
+                    )],
+                ));
+            }
             let updated = objects::replace(&mut inner, &info, &old, new, part, &w)?;
             app.store.commit(inner)?;
             wake_gc(app, &updated);
@@ -554,6 +590,11 @@ async fn resource(
             patch(app, &info, ns, name, sub, query, headers, &body)
         }
         (&Method::DELETE, Some(name), None) => delete(app, &info, ns, name, query, &body),
+        (&Method::DELETE, None, None)
+            if !super::discovery::verbs(&info).contains(&"deletecollection") =>
+        {
+            Err(ApiError::method_not_allowed("DELETE", &info.plural))
+        }
         (&Method::DELETE, None, None) => delete_collection(app, &info, ns, query, &body),
         _ => Err(ApiError::method_not_allowed(method.as_str(), &info.plural)),
     }
@@ -728,7 +769,11 @@ struct Filter {
 }
 
 impl Filter {
-    fn new(ns: Option<&str>, query: &HashMap<String, String>) -> Result<Filter, ApiError> {
+    fn new(
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        query: &HashMap<String, String>,
+    ) -> Result<Filter, ApiError> {
         let labels = LabelSelector::parse(
             query
                 .get("labelSelector")
@@ -743,6 +788,21 @@ impl Filter {
                 .unwrap_or_default(),
         )
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if let Some(known) = super::selector::kind_fields(&info.group, &info.kind)
+            && let Some(unknown) = fields
+                .paths()
+                .find(|p| *p != "metadata.name" && *p != "metadata.namespace" && !known.contains(p))
+        {
+            let mut listed = vec![
+                "\"metadata.name\"".to_string(),
+                "\"metadata.namespace\"".to_string(),
+            ];
+            listed.extend(known.iter().map(|f| format!("{f:?}")));
+            return Err(ApiError::bad_request(format!(
+                "{unknown:?} is not a known field selector: only {}",
+                listed.join(", ")
+            )));
+        }
         Ok(Filter {
             namespace: ns.map(String::from),
             labels,
@@ -796,16 +856,22 @@ fn check_list_options(query: &HashMap<String, String>) -> Result<(), ApiError> {
         parse_rv(rv)?;
     }
     let invalid = |message: String| {
-        ApiError::invalid("ListOptions", "", &[("resourceVersionMatch", message)])
+        ApiError::invalid_in(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            &[("resourceVersionMatch", message)],
+        )
     };
     match query.get("resourceVersionMatch").map(String::as_str) {
         None | Some("") => Ok(()),
         Some("Exact" | "NotOlderThan") if rv.is_none() => Err(invalid(
-            "resourceVersionMatch is forbidden unless resourceVersion is provided".into(),
+            "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+                .into(),
         )),
         Some("Exact" | "NotOlderThan") => Ok(()),
         Some(other) => Err(invalid(format!(
-            "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+            "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
         ))),
     }
 }
@@ -818,7 +884,7 @@ fn list(
     accept: &str,
 ) -> Result<Response, ApiError> {
     check_list_options(query)?;
-    let filter = Filter::new(ns, query)?;
+    let filter = Filter::new(info, ns, query)?;
     let limit: usize = match query.get("limit") {
         Some(l) => l
             .parse()
@@ -892,6 +958,13 @@ fn list(
     }
     // Written by hand so that large lists are not copied into one big Value.
     let mut meta = json!({"resourceVersion": rv});
+    let builtin = super::resources::builtin_resources()
+        .iter()
+        .any(|b| b.group == info.group && b.plural == info.plural);
+    if !builtin {
+        // Custom resources' lists (unstructured in kube-apiserver) always carry it.
+        meta["continue"] = json!("");
+    }
     if let Some(c) = &cont {
         meta["continue"] = json!(c);
         if filter.selects_everything() {
@@ -912,10 +985,38 @@ fn list(
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, &**obj).map_err(|e| ApiError::internal(e.to_string()))?;
+        // Built-in kinds' items leave apiVersion and kind to the list; custom resources
+        // (unstructured in kube-apiserver) keep them.
+        let written = if builtin {
+            serde_json::to_writer(&mut out, &ListItem(obj))
+        } else {
+            serde_json::to_writer(&mut out, &**obj)
+        };
+        written.map_err(|e| ApiError::internal(e.to_string()))?;
     }
     out.extend_from_slice(b"]}");
     Ok((StatusCode::OK, [("content-type", "application/json")], out).into_response())
+}
+
+/// An object as a list's item: without `apiVersion` and `kind`, which kube-apiserver
+/// leaves to the list (serialized in place, not copied).
+struct ListItem<'a>(&'a Value);
+
+impl serde::Serialize for ListItem<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(map) = self.0.as_object() else {
+            return self.0.serialize(serializer);
+        };
+        let fields = map
+            .iter()
+            .filter(|(k, _)| k.as_str() != "apiVersion" && k.as_str() != "kind");
+        let mut out = serializer.serialize_map(None)?;
+        for (k, v) in fields {
+            out.serialize_entry(k, v)?;
+        }
+        out.end()
+    }
 }
 
 /// The watch event a change becomes for a filtered watcher, following kube-apiserver:
@@ -960,7 +1061,7 @@ fn watch(
     query: &HashMap<String, String>,
     accept: &str,
 ) -> Result<Response, ApiError> {
-    let filter = Filter::new(ns, query)?;
+    let filter = Filter::new(info, ns, query)?;
     let res = ResKey::of(info);
     let timeout = match query.get("timeoutSeconds") {
         Some(t) => Duration::from_secs(
@@ -971,6 +1072,20 @@ fn watch(
     };
     let bookmarks = flag(query, "allowWatchBookmarks");
     let send_initial = flag(query, "sendInitialEvents");
+    if query.contains_key("sendInitialEvents")
+        && query.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan")
+    {
+        return Err(ApiError::invalid_in(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            &[(
+                "resourceVersionMatch",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+                    .into(),
+            )],
+        ));
+    }
     let as_table = table::wants_table(accept);
     let include = Include::parse(query.get("includeObject").map(String::as_str));
     let requested = query
@@ -990,7 +1105,11 @@ fn watch(
                 Some(changes) => {
                     for c in changes.iter().filter(|c| c.res == res) {
                         if let Some(kind) = event_for(&filter, c) {
-                            initial.push((kind, c.object.clone()));
+                            let shown = match (&c.kind, kind, &c.old) {
+                                (ChangeType::Modified, "DELETED", Some(old)) => old.clone(),
+                                _ => c.object.clone(),
+                            };
+                            initial.push((kind, shown));
                         }
                     }
                 }
@@ -1060,7 +1179,13 @@ fn watch(
                             continue;
                         }
                         if let Some(kind) = event_for(&filter, &change) {
-                            yield Ok(render(kind, &change.object));
+                            // An object that leaves the selection is DELETED as it was
+                            // when it last matched.
+                            let shown = match (&change.kind, kind, &change.old) {
+                                (ChangeType::Modified, "DELETED", Some(old)) => old,
+                                _ => &change.object,
+                            };
+                            yield Ok(render(kind, shown));
                         }
                     }
                     Err(RecvError::Lagged(_)) => {
@@ -1117,6 +1242,9 @@ fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
         let s = get_path(obj, sel);
         if !s.is_null() {
             status["selector"] = s.clone();
+        } else if let Some(selector) = selector_text(&obj["spec"]["selector"]) {
+            // A built-in workload's Scale shows its spec's selector.
+            status["selector"] = json!(selector);
         }
     }
     json!({
@@ -1127,6 +1255,52 @@ fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
         "spec": {"replicas": get_path(obj, &scale.spec_replicas_path).as_i64().unwrap_or(0)},
         "status": status,
     })
+}
+
+/// A `LabelSelector` as text (`app=web,tier in (a,b)`), the form kube-apiserver gives a
+/// Scale; `None` when it is not a selector object.
+fn selector_text(selector: &Value) -> Option<String> {
+    let selector = selector.as_object()?;
+    let mut terms: Vec<(String, String)> = Vec::new();
+    for (k, v) in selector
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        terms.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or_default())));
+    }
+    for e in selector
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let key = e["key"].as_str().unwrap_or_default();
+        let mut values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        values.sort_unstable();
+        let term = match e["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => continue,
+        };
+        terms.push((key.to_string(), term));
+    }
+    terms.sort();
+    Some(
+        terms
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect::<Vec<_>>()
+            .join(","),
+    )
 }
 
 fn write_scale(
@@ -1178,12 +1352,15 @@ fn apply_patch_doc(
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
             let mut doc = original.clone();
+            // kube-apiserver answers 422 with empty details when an operation fails.
             json_patch::patch(&mut doc, &ops).map_err(|e| {
-                ApiError::invalid(
-                    kind,
-                    "",
-                    &[("patch", format!("the JSON patch could not be applied: {e}"))],
-                )
+                ApiError {
+                    code: 422,
+                    reason: "Invalid",
+                    message: format!("the JSON patch could not be applied to {kind}: {e}"),
+                    details: None,
+                }
+                .with_details(json!({}))
             })?;
             Ok(doc)
         }
@@ -1198,7 +1375,8 @@ fn apply_patch_doc(
         }
         other => Err(ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json ({other})"
-        ))),
+        ))
+        .with_details(json!({}))),
     }
 }
 
@@ -1253,11 +1431,26 @@ fn patch(
     let old = inner.get(&res, ns.unwrap_or_default(), name);
     if ct == "application/apply-patch+yaml" {
         if query.get("fieldManager").is_none_or(|m| m.is_empty()) {
-            return Err(ApiError::bad_request(
-                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            return Err(ApiError::invalid_in(
+                "meta.k8s.io",
+                "PatchOptions",
+                "",
+                &[(
+                    "fieldManager",
+                    "Required value: is required for apply patch".into(),
+                )],
             ));
         }
         let mut applied = doc;
+        if applied["apiVersion"].as_str().is_none_or(str::is_empty)
+            || applied["kind"].as_str().is_none_or(str::is_empty)
+        {
+            return Err(ApiError::bad_request(format!(
+                "invalid object type: {}, Kind={}",
+                applied["apiVersion"].as_str().unwrap_or("/"),
+                applied["kind"].as_str().unwrap_or_default()
+            )));
+        }
         objects::check_type(info, &mut applied)?;
         let body_name = applied["metadata"]["name"].as_str().unwrap_or_default();
         if !body_name.is_empty() && body_name != name {
@@ -1277,8 +1470,12 @@ fn patch(
             &now,
         )
         .map_err(|e| match e {
-            super::apply::ApplyError::Conflict { .. } => {
-                ApiError::conflict(&info.plural, &info.group, name, &e.to_string())
+            super::apply::ApplyError::Conflict { ref conflicts } => {
+                let causes: Vec<(String, String)> = conflicts
+                    .iter()
+                    .map(|(manager, field)| (field.clone(), manager.clone()))
+                    .collect();
+                ApiError::apply_conflict(e.to_string(), &causes)
             }
             other => ApiError::invalid(&info.kind, name, &[("patch", other.to_string())]),
         })?;
@@ -1344,6 +1541,35 @@ fn delete_options(
     Ok((policy, opts["preconditions"].clone()))
 }
 
+/// 409 of a delete whose preconditions do not hold, worded as kube-apiserver words it
+/// (the kind, not the resource, is named).
+fn precondition_failed(info: &ResourceInfo, name: &str, why: &str) -> ApiError {
+    let mut details = json!({"name": name, "kind": info.kind});
+    if !info.group.is_empty() {
+        details["group"] = json!(info.group);
+    }
+    ApiError {
+        code: 409,
+        reason: "Conflict",
+        message: format!(
+            "Operation cannot be fulfilled on {} \"{name}\": {why}",
+            info.kind
+        ),
+        details: None,
+    }
+    .with_details(details)
+}
+
+/// Resources whose delete answers the object gone, as kube-apiserver's (the others
+/// answer a `Success` Status naming it; an object kept by finalizers is answered itself).
+const RETURN_DELETED: &[(&str, &str)] = &[
+    ("", "pods"),
+    ("", "services"),
+    ("", "serviceaccounts"),
+    ("", "namespaces"),
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+];
+
 fn delete(
     app: &App,
     info: &ResourceInfo,
@@ -1362,12 +1588,11 @@ fn delete(
     if let Some(uid) = pre["uid"].as_str() {
         let current = obj["metadata"]["uid"].as_str().unwrap_or_default();
         if uid != current {
-            return Err(ApiError::conflict(
-                &info.plural,
-                &info.group,
+            return Err(precondition_failed(
+                info,
                 name,
                 &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {current}"
+                    "the UID in the precondition ({uid}) does not match the UID in record ({current}). The object might have been deleted and then recreated"
                 ),
             ));
         }
@@ -1377,19 +1602,26 @@ fn delete(
             .as_str()
             .unwrap_or_default();
         if rv != current {
-            return Err(ApiError::conflict(
-                &info.plural,
-                &info.group,
+            return Err(precondition_failed(
+                info,
                 name,
                 &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {current}"
+                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({current}). The object might have been modified"
                 ),
             ));
         }
     }
-    let (last, _gone) = objects::delete(&mut inner, &res, &obj, policy, dry_run)?;
+    let (last, gone) = objects::delete(&mut inner, &res, &obj, policy, dry_run)?;
     app.store.commit(inner)?;
     app.gc.notify_one();
+    if gone && !RETURN_DELETED.contains(&(info.group.as_str(), info.plural.as_str())) {
+        let mut details = json!({"name": name, "kind": info.plural,
+            "uid": last["metadata"]["uid"]});
+        if !info.group.is_empty() {
+            details["group"] = json!(info.group);
+        }
+        return Ok(ok(&success_status(details)));
+    }
     Ok(ok(&objects::present(&last, info)))
 }
 
@@ -1401,7 +1633,7 @@ fn delete_collection(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let (policy, _) = delete_options(query, body)?;
-    let filter = Filter::new(ns, query)?;
+    let filter = Filter::new(info, ns, query)?;
     let dry_run = query.get("dryRun").is_some_and(|v| v == "All");
     let res = ResKey::of(info);
     let mut inner = app.store.lock();
@@ -1415,15 +1647,19 @@ fn delete_collection(
     let rv = inner.rv.to_string();
     app.store.commit(inner)?;
     app.gc.notify_one();
-    let items: Vec<&Value> = deleted.iter().map(|o| &**o).collect();
-    if items.is_empty() {
-        return Ok(ok(&success_status(
-            json!({"kind": info.plural, "group": info.group}),
-        )));
-    }
-    Ok(ok(
-        &json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv}, "items": items}),
-    ))
+    let builtin = super::resources::builtin_resources()
+        .iter()
+        .any(|b| b.group == info.group && b.plural == info.plural);
+    let list = if builtin {
+        let items: Vec<ListItem> = deleted.iter().map(|o| ListItem(o)).collect();
+        json!({"kind": info.list_kind, "apiVersion": info.api_version(),
+            "metadata": {"resourceVersion": rv}, "items": items})
+    } else {
+        let items: Vec<&Value> = deleted.iter().map(|o| &**o).collect();
+        json!({"kind": info.list_kind, "apiVersion": info.api_version(),
+            "metadata": {"resourceVersion": rv, "continue": ""}, "items": items})
+    };
+    Ok(ok(&list))
 }
 
 #[cfg(test)]

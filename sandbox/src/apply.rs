@@ -18,14 +18,37 @@ use super::strategic::{ListStrategy, list_strategy};
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ApplyError {
     /// Other managers own fields the apply changes.
-    #[error("Apply failed with {} conflict{}: {}", conflicts.len(), if conflicts.len() == 1 { "" } else { "s" }, conflicts.join("\n"))]
+    #[error("{}", conflict_message(conflicts))]
     Conflict {
-        /// One line per conflicting field: `conflict with "mgr" using v1: .spec.x`.
-        conflicts: Vec<String>,
+        /// One per conflicting field: the manager as kube-apiserver prints it (`"mgr"`,
+        /// or `"mgr" using v1 at <time>` for an updater) and the field (`.spec.x`).
+        conflicts: Vec<(String, String)>,
     },
     /// The applied configuration is not an object.
     #[error("the applied configuration must be an object, got {0}")]
     NotAnObject(String),
+}
+
+/// kube-apiserver's message of an apply conflict: the one field, or the fields grouped
+/// by manager.
+fn conflict_message(conflicts: &[(String, String)]) -> String {
+    if let [(manager, field)] = conflicts {
+        return format!("Apply failed with 1 conflict: conflict with {manager}: {field}");
+    }
+    let mut by_manager: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (manager, field) in conflicts {
+        by_manager.entry(manager).or_default().push(field);
+    }
+    let mut lines = Vec::new();
+    for (manager, fields) in by_manager {
+        lines.push(format!("conflicts with {manager}:"));
+        lines.extend(fields.iter().map(|f| format!("- {f}")));
+    }
+    format!(
+        "Apply failed with {} conflicts: {}",
+        conflicts.len(),
+        lines.join("\n")
+    )
 }
 
 type Path = Vec<String>;
@@ -62,7 +85,60 @@ struct Schema<'a> {
     builtin: bool,
 }
 
+/// Kinds whose `spec.selector` is an atomic `LabelSelector` (owned as one field).
+const ATOMIC_SELECTOR: &[&str] = &[
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "Job",
+    "PodDisruptionBudget",
+];
+
+/// Fields of built-in kinds that a Go object always carries (structs and lists that are
+/// serialized even when empty): an update never adds them, so they are never owned as
+/// a whole, as in kube-apiserver's field sets.
+const ALWAYS_PRESENT: &[&str] = &[
+    "spec",
+    "status",
+    "spec.template",
+    "spec.template.metadata",
+    "spec.template.spec",
+    "spec.template.spec.containers",
+    "spec.strategy",
+    "spec.updateStrategy",
+    "spec.containers",
+    "spec.jobTemplate",
+    "spec.jobTemplate.spec",
+    "spec.jobTemplate.spec.template",
+    "spec.jobTemplate.spec.template.metadata",
+    "spec.jobTemplate.spec.template.spec",
+    "spec.jobTemplate.spec.template.spec.containers",
+];
+
 impl Schema<'_> {
+    /// Whether `path` is owned as one field, whatever it holds.
+    fn atomic(&self, path: &[String]) -> bool {
+        self.builtin
+            && ATOMIC_SELECTOR.contains(&self.kind)
+            && path.len() == 2
+            && path[0] == "f:spec"
+            && path[1] == "f:selector"
+    }
+
+    /// Whether the node at `path` exists in every object of the kind (the metadata of
+    /// any object, and Go's non-optional structs of a built-in kind).
+    fn always_present(&self, path: &[String]) -> bool {
+        if path.len() == 1 && path[0] == "f:metadata" {
+            return true;
+        }
+        if !self.builtin || path.iter().any(|s| !s.starts_with("f:")) {
+            return false;
+        }
+        let dotted: Vec<&str> = path.iter().map(|s| &s[2..]).collect();
+        ALWAYS_PRESENT.contains(&dotted.join(".").as_str())
+    }
+
     fn strategy(&self, field: &str) -> ListStrategy {
         if self.builtin {
             list_strategy(self.kind, field)
@@ -108,6 +184,10 @@ fn field_set(obj: &Value, schema: &Schema) -> FieldSet {
 }
 
 fn walk(v: &Value, path: Path, schema: &Schema, set: &mut FieldSet) {
+    if schema.atomic(&path) {
+        set.insert(path);
+        return;
+    }
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, child) in m {
@@ -244,25 +324,33 @@ fn merge(live: Value, applied: &Value, field: &str, schema: &Schema) -> Value {
     }
 }
 
+/// Whether `set` holds a path below `path`.
+fn has_below(set: &FieldSet, path: &Path) -> bool {
+    set.range(path.clone()..)
+        .find(|q| *q != path)
+        .is_some_and(|q| q.starts_with(path))
+}
+
 /// `FieldsV1` tree of a set.
 fn to_fields_v1(set: &FieldSet) -> Value {
-    fn insert(node: &mut Map<String, Value>, path: &[String]) {
-        match path.split_first() {
-            None => {}
-            Some((seg, rest)) => {
-                let child = node.entry(seg.clone()).or_insert_with(|| json!({}));
-                if let Value::Object(child) = child {
-                    if rest.is_empty() && !seg.starts_with("f:") {
-                        child.insert(".".into(), json!({}));
-                    }
-                    insert(child, rest);
+    fn insert(node: &mut Map<String, Value>, path: &[String], set: &FieldSet, at: &mut Path) {
+        if let Some((seg, rest)) = path.split_first() {
+            at.push(seg.clone());
+            let child = node.entry(seg.clone()).or_insert_with(|| json!({}));
+            if let Value::Object(child) = child {
+                // A member that has members below it is written `.` (the node itself).
+                let below = !rest.is_empty() || has_below(set, at);
+                if set.contains(at) && below {
+                    child.insert(".".into(), json!({}));
                 }
+                insert(child, rest, set, at);
             }
+            at.pop();
         }
     }
     let mut root = Map::new();
     for path in set {
-        insert(&mut root, path);
+        insert(&mut root, path, set, &mut Vec::new());
     }
     Value::Object(root)
 }
@@ -315,10 +403,12 @@ impl Entry {
             "manager": self.manager,
             "operation": self.operation,
             "apiVersion": self.api_version,
-            "time": self.time,
             "fieldsType": "FieldsV1",
             "fieldsV1": to_fields_v1(&self.fields),
         });
+        if !self.time.is_empty() {
+            e["time"] = json!(self.time);
+        }
         if let Some(s) = &self.subresource {
             e["subresource"] = json!(s);
         }
@@ -342,7 +432,17 @@ fn entries(obj: Option<&Value>) -> Vec<Entry> {
         .collect()
 }
 
-fn store_entries(obj: &mut Value, entries: Vec<Entry>) {
+fn store_entries(obj: &mut Value, mut entries: Vec<Entry>) {
+    // kube-apiserver's order: applies before updates, then the oldest first, then by
+    // manager and subresource.
+    entries.sort_by(|a, b| {
+        (&a.operation, &a.time, &a.manager, &a.subresource).cmp(&(
+            &b.operation,
+            &b.time,
+            &b.manager,
+            &b.subresource,
+        ))
+    });
     let list: Vec<Value> = entries
         .iter()
         .filter(|e| !e.fields.is_empty())
@@ -357,11 +457,23 @@ fn store_entries(obj: &mut Value, entries: Vec<Entry>) {
     }
 }
 
+/// A field path as kube-apiserver prints it: `.spec.containers[name="main"].image`.
 fn display_path(path: &[String]) -> String {
     path.iter()
-        .map(|s| match s.strip_prefix("f:") {
-            Some(f) => format!(".{f}"),
-            None => format!("[{}]", &s[s.len().min(2)..]),
+        .map(|s| {
+            if let Some(f) = s.strip_prefix("f:") {
+                return format!(".{f}");
+            }
+            if let Some(Ok(Value::Object(keys))) =
+                s.strip_prefix("k:").map(serde_json::from_str::<Value>)
+            {
+                let keys: Vec<String> = keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                return format!("[{}]", keys.join(","));
+            }
+            match s.strip_prefix("v:") {
+                Some(v) => format!("[={v}]"),
+                None => format!("[{s}]"),
+            }
         })
         .collect()
 }
@@ -403,12 +515,12 @@ pub fn server_side_apply(
         for path in applied_set.intersection(&e.fields) {
             let leaf = path.last().is_some_and(|s| s.starts_with("f:"));
             if leaf && get(&base, path) != get(&merged, path) {
-                conflicts.push(format!(
-                    "conflict with \"{}\" using {}: {}",
-                    e.manager,
-                    e.api_version,
-                    display_path(path)
-                ));
+                let manager = if e.operation == "Update" {
+                    format!("{:?} using {}", e.manager, e.api_version)
+                } else {
+                    format!("{:?}", e.manager)
+                };
+                conflicts.push((manager, display_path(path)));
                 taken.entry(i).or_default().push(path.clone());
             }
         }
@@ -444,11 +556,18 @@ pub fn server_side_apply(
         .as_str()
         .unwrap_or_default()
         .to_string();
+    // An apply that changes nothing but ownership is recorded without a time, as
+    // kube-apiserver records it (and so sorted before the timed entries).
+    let unchanged = live.is_some_and(|l| without_managed(l) == without_managed(&merged));
     let entry = Entry {
         manager: manager.to_string(),
         operation: "Apply".into(),
         api_version,
-        time: now.to_string(),
+        time: if unchanged {
+            String::new()
+        } else {
+            now.to_string()
+        },
         subresource: None,
         fields: applied_set,
     };
@@ -460,6 +579,15 @@ pub fn server_side_apply(
     Ok(merged)
 }
 
+/// An object without its `managedFields`.
+fn without_managed(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    o
+}
+
 /// Records a non-apply write (`operation` is `Update`) by `manager` in `new`'s
 /// `metadata.managedFields`: the manager takes ownership of every field it changed.
 pub fn record_update(
@@ -467,6 +595,7 @@ pub fn record_update(
     new: &mut Value,
     manager: &str,
     operation: &str,
+    subresource: Option<&str>,
     now: &str,
 ) {
     let kind = new["kind"].as_str().unwrap_or_default().to_string();
@@ -474,10 +603,24 @@ pub fn record_update(
         kind: &kind,
         builtin: is_builtin(new),
     };
-    let new_set = field_set(new, &schema);
+    let leaves = field_set(new, &schema);
+    // The nodes above the leaves: an update owns one (written `.`) when it adds it.
+    let mut new_set = leaves.clone();
+    for path in &leaves {
+        for end in 1..path.len() {
+            new_set.insert(path[..end].to_vec());
+        }
+    }
     let changed: FieldSet = new_set
         .iter()
-        .filter(|p| old.is_none_or(|o| get(o, p) != get(new, p)))
+        .filter(|p| {
+            let node = has_below(&leaves, p) || !p.last().is_some_and(|s| s.starts_with("f:"));
+            if node {
+                !schema.always_present(p) && old.is_none_or(|o| get(o, p).is_none())
+            } else {
+                old.is_none_or(|o| get(o, p) != get(new, p))
+            }
+        })
         .cloned()
         .collect();
     // A client may send managedFields back (kubectl edit); the server's record wins unless
@@ -497,7 +640,7 @@ pub fn record_update(
         let api_version = new["apiVersion"].as_str().unwrap_or_default().to_string();
         match owners
             .iter_mut()
-            .find(|e| e.owner() == (manager, operation) && e.subresource.is_none())
+            .find(|e| e.owner() == (manager, operation) && e.subresource.as_deref() == subresource)
         {
             Some(e) => {
                 e.fields.extend(changed);
@@ -509,7 +652,7 @@ pub fn record_update(
                 operation: operation.to_string(),
                 api_version,
                 time: now.to_string(),
-                subresource: None,
+                subresource: subresource.map(String::from),
                 fields: changed,
             }),
         }
@@ -583,7 +726,7 @@ mod tests {
         .unwrap_err();
         assert!(
             err.to_string()
-                .contains("conflict with \"a\" using apps/v1: .spec.replicas"),
+                .contains("conflict with \"a\": .spec.replicas"),
             "{err}"
         );
         let forced = server_side_apply(
@@ -626,7 +769,14 @@ mod tests {
             .unwrap();
         let mut edited = live.clone();
         edited["spec"]["replicas"] = json!(3);
-        record_update(Some(&live), &mut edited, "kubectl-edit", "Update", NOW);
+        record_update(
+            Some(&live),
+            &mut edited,
+            "kubectl-edit",
+            "Update",
+            None,
+            NOW,
+        );
         let mf = edited["metadata"]["managedFields"]
             .as_array()
             .cloned()

@@ -16,6 +16,17 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
     if !obj.is_object() {
         return;
     }
+    drop_empty(info, obj);
+    if info.group == "apps"
+        && matches!(
+            info.plural.as_str(),
+            "deployments" | "statefulsets" | "daemonsets"
+        )
+        && let Some(map) = obj.as_object_mut()
+    {
+        // Go's status struct is never absent.
+        map.entry("status").or_insert_with(|| json!({}));
+    }
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "secrets") => secret(obj),
         ("", "namespaces") => namespace(obj),
@@ -24,6 +35,40 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
         ("apps", "statefulsets") => stateful_set(obj),
         ("apps", "daemonsets") => daemon_set(obj),
         _ => {}
+    }
+}
+
+/// Empty maps and lists of a built-in object's metadata and of a ConfigMap's or Secret's
+/// data are dropped, as Go's `omitempty` drops them when kube-apiserver stores it.
+fn drop_empty(info: &ResourceInfo, obj: &mut Value) {
+    let builtin = super::resources::builtin_resources()
+        .iter()
+        .any(|b| b.group == info.group && b.plural == info.plural);
+    if !builtin {
+        return;
+    }
+    let empty = |v: &Value| match v {
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Null => true,
+        _ => false,
+    };
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in ["labels", "annotations", "finalizers", "ownerReferences"] {
+            if meta.get(field).is_some_and(empty) {
+                meta.remove(field);
+            }
+        }
+    }
+    if info.group.is_empty()
+        && (info.plural == "configmaps" || info.plural == "secrets")
+        && let Some(map) = obj.as_object_mut()
+    {
+        for field in ["data", "binaryData"] {
+            if map.get(field).is_some_and(empty) {
+                map.remove(field);
+            }
+        }
     }
 }
 
@@ -146,7 +191,11 @@ fn stateful_set(obj: &mut Value) {
         "persistentVolumeClaimRetentionPolicy",
         json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
     );
-    rolling_update(spec, "updateStrategy", json!({"partition": 0}));
+    rolling_update(
+        spec,
+        "updateStrategy",
+        json!({"partition": 0, "maxUnavailable": 1}),
+    );
 }
 
 /// `revisionHistoryLimit: 10` and a `RollingUpdate` strategy of one unavailable, no surge.
@@ -212,7 +261,7 @@ mod tests {
         apply(&info("apps", "statefulsets"), &mut sts);
         assert_eq!(
             sts["spec"]["updateStrategy"],
-            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0, "maxUnavailable": 1}})
         );
         assert_eq!(sts["spec"]["podManagementPolicy"], "OrderedReady");
         assert_eq!(sts["spec"]["replicas"], 1);

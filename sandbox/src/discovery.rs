@@ -114,6 +114,15 @@ const VERBS: &[&str] = &[
     "watch",
 ];
 
+/// The verbs of a resource: all of them, but namespaces are not deleted as a collection.
+pub fn verbs(r: &ResourceInfo) -> Vec<&'static str> {
+    VERBS
+        .iter()
+        .copied()
+        .filter(|v| !(*v == "deletecollection" && r.group.is_empty() && r.plural == "namespaces"))
+        .collect()
+}
+
 /// `/api/v1` or `/apis/{group}/{version}`, or None when nothing is served there.
 pub fn resource_list(resources: &[ResourceInfo], group: &str, version: &str) -> Option<Value> {
     let served: Vec<&ResourceInfo> = resources
@@ -130,7 +139,7 @@ pub fn resource_list(resources: &[ResourceInfo], group: &str, version: &str) -> 
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": VERBS,
+            "verbs": verbs(r),
         });
         if !r.short_names.is_empty() {
             entry["shortNames"] = json!(r.short_names);

@@ -20,6 +20,7 @@ pub mod openapi;
 pub mod private;
 pub mod protobuf;
 pub mod resources;
+pub mod schema;
 pub mod selector;
 pub mod serve;
 pub mod status;

@@ -22,6 +22,7 @@ pub fn now_rfc3339() -> String {
 
 /// Built-in resources whose objects carry `metadata.generation`.
 const GENERATION_TRACKED: &[&str] = &[
+    "pods",
     "deployments",
     "statefulsets",
     "daemonsets",
@@ -86,7 +87,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 /// Validates an object name for a resource; returns the reason when invalid.
 pub fn name_problem(info: &ResourceInfo, name: &str) -> Option<String> {
     if name.is_empty() {
-        return Some("name or generateName is required".into());
+        return Some("Required value: name or generateName is required".into());
     }
     if info.group == "rbac.authorization.k8s.io" {
         // RBAC names are only path segments (they may contain ':').
@@ -97,17 +98,25 @@ pub fn name_problem(info: &ResourceInfo, name: &str) -> Option<String> {
         }
         return None;
     }
+    if info.plural == "services" && info.group.is_empty() && name.contains('.') {
+        return Some(format!("Invalid value: \"{name}\": must not contain dots"));
+    }
     if info.plural == "namespaces" || info.plural == "services" {
         if !is_dns_label(name) {
             return Some(format!(
-                "Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc')"
+                "Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
             ));
         }
         return None;
     }
+    if name.len() > 253 {
+        return Some(format!(
+            "Invalid value: \"{name}\": must be no more than 253 characters"
+        ));
+    }
     if !is_dns_subdomain(name) {
         return Some(format!(
-            "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')"
+            "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
         ));
     }
     None
@@ -172,10 +181,7 @@ fn check_embedded(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
             if v.is_object() {
                 for field in ["apiVersion", "kind"] {
                     if v[field].as_str().is_none_or(str::is_empty) {
-                        causes.push((
-                            format!("{at}.{field}"),
-                            "Required value: must not be empty".into(),
-                        ));
+                        causes.push((format!("{at}.{field}"), "Required value".into()));
                     }
                 }
             }
@@ -216,7 +222,7 @@ fn check_embedded(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
         .map(|(f, m)| (f.as_str(), m.clone()))
         .collect();
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    Err(ApiError::invalid(&info.kind, name, &causes))
+    Err(ApiError::invalid_in(&info.group, &info.kind, name, &causes))
 }
 
 /// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?` of at most 63 characters: a label value
@@ -232,6 +238,11 @@ fn is_label_text(s: &str) -> bool {
 
 /// A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain.
 fn key_problem(key: &str) -> Option<String> {
+    if key.matches('/').count() > 1 {
+        return Some(format!(
+            "Invalid value: \"{key}\": a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ));
+    }
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -291,7 +302,7 @@ fn check_labels(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
         return Ok(());
     }
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    Err(ApiError::invalid(&info.kind, name, &causes))
+    Err(ApiError::invalid_in(&info.group, &info.kind, name, &causes))
 }
 
 /// Maps of strings stay maps of strings, as kube-apiserver decodes them into Go's
@@ -369,6 +380,22 @@ fn without_volatile(obj: &Value) -> Value {
     v
 }
 
+/// `managedFields` without their times: who owns what.
+fn managers(fields: &Value) -> Vec<Value> {
+    fields
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let mut e = e.clone();
+            if let Some(m) = e.as_object_mut() {
+                m.remove("time");
+            }
+            e
+        })
+        .collect()
+}
+
 fn finalizers(obj: &Value) -> Vec<String> {
     obj["metadata"]["finalizers"]
         .as_array()
@@ -432,13 +459,16 @@ pub fn create(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    let mut generated = false;
     if name.is_empty()
         && let Some(prefix) = meta.get("generateName").and_then(Value::as_str)
     {
         name = format!("{prefix}{}", random_suffix());
+        generated = true;
     }
     if let Some(problem) = name_problem(info, &name) {
-        return Err(ApiError::invalid(
+        return Err(ApiError::invalid_in(
+            &info.group,
             &info.kind,
             &name,
             &[("metadata.name", problem)],
@@ -473,26 +503,74 @@ pub fn create(
     } else {
         meta.remove("generation");
     }
-    if let Some(map) = obj.as_object_mut() {
-        if info.status_subresource && !is_builtin(info) {
-            map.remove("status");
-        }
-        if info.plural == "namespaces" && info.group.is_empty() {
-            map.insert("status".into(), json!({"phase": "Active"}));
-            let spec = map.entry("spec").or_insert_with(|| json!({}));
-            if spec.get("finalizers").is_none() {
-                spec["finalizers"] = json!(["kubernetes"]);
-            }
+    if let Some(map) = obj.as_object_mut()
+        && info.status_subresource
+        && !is_builtin(info)
+    {
+        map.remove("status");
+    }
+    admit_custom(info, &name, &mut obj, Part::Main)?;
+    // A namespace whose name is generated gets its name label after the request was
+    // read: kube-apiserver does not count it as the creator's field.
+    let late_defaults = generated && info.group.is_empty() && info.plural == "namespaces";
+    if !late_defaults {
+        super::defaults::apply(info, &mut obj);
+    }
+    if writer.operation != "Apply" {
+        super::apply::record_update(
+            None,
+            &mut obj,
+            &writer.manager,
+            writer.operation,
+            None,
+            &now,
+        );
+    }
+    if late_defaults {
+        super::defaults::apply(info, &mut obj);
+    }
+    // What the server itself sets is nobody's field.
+    if let Some(map) = obj.as_object_mut()
+        && info.plural == "namespaces"
+        && info.group.is_empty()
+    {
+        map.insert("status".into(), json!({"phase": "Active"}));
+        let spec = map.entry("spec").or_insert_with(|| json!({}));
+        if spec.get("finalizers").is_none() {
+            spec["finalizers"] = json!(["kubernetes"]);
         }
     }
     if info.plural == "customresourcedefinitions" {
         crd_status(&mut obj);
     }
-    super::defaults::apply(info, &mut obj);
-    if writer.operation != "Apply" {
-        super::apply::record_update(None, &mut obj, &writer.manager, writer.operation, &now);
-    }
     commit_put(inner, &res, obj, writer)
+}
+
+/// A custom resource pruned, defaulted and validated with its CRD version's schema.
+fn admit_custom(
+    info: &ResourceInfo,
+    name: &str,
+    obj: &mut Value,
+    part: Part,
+) -> Result<(), ApiError> {
+    let Some(schema) = &info.schema else {
+        return Ok(());
+    };
+    let mut problems = super::schema::admit(schema, obj, part == Part::Status);
+    if let Some(scale) = &info.scale {
+        problems.extend(super::schema::scale_problems(
+            obj,
+            &scale.status_replicas_path,
+        ));
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let causes: Vec<(&str, String)> = problems
+        .iter()
+        .map(|(f, m)| (f.as_str(), m.clone()))
+        .collect();
+    Err(ApiError::invalid_in(&info.group, &info.kind, name, &causes))
 }
 
 fn commit_put(
@@ -659,6 +737,7 @@ pub fn replace(
     if info.plural == "customresourcedefinitions" && part == Part::Main {
         crd_status(&mut result);
     }
+    admit_custom(info, &name, &mut result, part)?;
     super::defaults::apply(info, &mut result);
     // Terminating objects may only lose finalizers, never gain new ones.
     if !old["metadata"]["deletionTimestamp"].is_null() {
@@ -668,23 +747,37 @@ pub fn replace(
             .filter(|f| !before.contains(f))
             .collect();
         if !added.is_empty() {
-            return Err(ApiError::invalid(
+            return Err(ApiError::invalid_in(
+                &info.group,
                 &info.kind,
                 &name,
                 &[(
                     "metadata.finalizers",
                     format!(
-                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                        added
+                            .iter()
+                            .map(|f| format!("{f:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 )],
             ));
         }
     }
-    if without_volatile(&result) == without_volatile(old) {
+    let same_owners = writer.operation != "Apply"
+        || managers(&result["metadata"]["managedFields"])
+            == managers(&old["metadata"]["managedFields"]);
+    if same_owners && without_volatile(&result) == without_volatile(old) {
         // kube-apiserver does not write (nor bump resourceVersion) for a no-op update.
         return Ok(old.clone());
     }
-    if tracks_generation(info) && spec_like(info, &result) != spec_like(info, old) {
+    let annotations_changed = info.group == "apps"
+        && info.plural == "deployments"
+        && result["metadata"]["annotations"] != old["metadata"]["annotations"];
+    if tracks_generation(info)
+        && (spec_like(info, &result) != spec_like(info, old) || annotations_changed)
+    {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         meta_mut(&mut result)?.insert("generation".into(), json!(generation));
     }
@@ -695,6 +788,7 @@ pub fn replace(
             &mut result,
             &writer.manager,
             writer.operation,
+            (part == Part::Status).then_some("status"),
             &now,
         );
     }
@@ -704,7 +798,12 @@ pub fn replace(
         }
         let rv = inner.next_rv();
         meta_mut(&mut result)?.insert("resourceVersion".into(), json!(rv.to_string()));
-        return remove_object(inner, &res, result, rv);
+        // Watchers see it deleted as it was last stored (with its finalizers), as
+        // kube-apiserver reports an etcd deletion; the writer is answered the update.
+        let mut last = (**old).clone();
+        meta_mut(&mut last)?.insert("resourceVersion".into(), json!(rv.to_string()));
+        remove_object(inner, &res, last, rv)?;
+        return Ok(Arc::new(result));
     }
     commit_put(inner, &res, result, writer)
 }
@@ -727,9 +826,17 @@ impl Propagation {
             "Background" => Ok(Self::Background),
             "Foreground" => Ok(Self::Foreground),
             "Orphan" => Ok(Self::Orphan),
-            other => Err(ApiError::bad_request(format!(
-                "propagationPolicy: Unsupported value: \"{other}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
-            ))),
+            other => Err(ApiError::invalid_in(
+                "meta.k8s.io",
+                "DeleteOptions",
+                "",
+                &[(
+                    "propagationPolicy",
+                    format!(
+                        "Unsupported value: \"{other}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+                    ),
+                )],
+            )),
         }
     }
 }

@@ -37,6 +37,10 @@ pub struct ResourceInfo {
     /// names, `[]` for a list's items and `{}` for a map's values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub embedded: Vec<Vec<String>>,
+    /// A CRD version's structural schema (`openAPIV3Schema`): custom resources are
+    /// pruned, defaulted and validated with it (`schema.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<std::sync::Arc<serde_json::Value>>,
 }
 
 /// The paths of a schema marked `x-kubernetes-embedded-resource` (see
@@ -428,6 +432,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             }),
             printer_columns: Vec::new(),
             embedded: Vec::new(),
+            schema: None,
             storage: true,
         })
         .collect()

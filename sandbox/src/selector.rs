@@ -30,7 +30,7 @@ pub enum SelectorError {
         reason: String,
     },
     /// A field that the API server does not support in field selectors.
-    #[error("field label not supported: {0}")]
+    #[error("{0:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")]
     UnsupportedField(String),
 }
 
@@ -418,6 +418,47 @@ impl LabelSelector {
     }
 }
 
+/// The fields kube-apiserver selects objects of a kind on, beyond `metadata.name` and
+/// `metadata.namespace`; `None` when the kind is not known here (every field of
+/// [`EXTRA_FIELDS`] is accepted then).
+pub fn kind_fields(group: &str, kind: &str) -> Option<&'static [&'static str]> {
+    Some(match (group, kind) {
+        ("", "Pod") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.podIPs",
+            "status.nominatedNodeName",
+        ],
+        ("", "Event") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        ("", "Secret") => &["type"],
+        ("", "Namespace") => &["status.phase"],
+        ("", "Node") => &["spec.unschedulable"],
+        ("batch", "Job") => &["status.successful"],
+        ("events.k8s.io", _) | ("", "PersistentVolumeClaim") | ("", "PersistentVolume") => {
+            return None;
+        }
+        ("apps", "ReplicaSet") => &["status.replicas"],
+        _ => &[],
+    })
+}
+
 /// Fields accepted in field selectors beyond `metadata.name` / `metadata.namespace`
 /// (those kube-apiserver indexes for some built-in kinds).
 const EXTRA_FIELDS: &[&str] = &[
@@ -539,6 +580,11 @@ impl FieldSelector {
             requirements.push(FieldRequirement { path, value, equal });
         }
         Ok(FieldSelector { requirements })
+    }
+
+    /// The fields it selects on.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.requirements.iter().map(|r| r.path.as_str())
     }
 
     /// Whether the selector has no requirements.

@@ -51,15 +51,17 @@ impl ApiError {
             format!("{plural}.{group}")
         };
         Self::new(404, "NotFound", format!("{what} \"{name}\" not found"))
-            .with_details(json!({"name": name, "group": group, "kind": plural}))
+            .with_details(details(name, group, plural))
     }
 
-    /// 404 for a path the server does not serve.
-    pub fn no_route(path: &str) -> Self {
+    /// 404 for a resource the server does not serve (in a group and version it serves),
+    /// worded as kube-apiserver words it; `what` goes to the log only.
+    pub fn no_route(what: &str) -> Self {
+        tracing::debug!(%what, "sandbox: no such resource");
         Self::new(
             404,
             "NotFound",
-            format!("the server could not find the requested resource ({path})"),
+            "the server could not find the requested resource",
         )
         .with_details(json!({}))
     }
@@ -87,7 +89,7 @@ impl ApiError {
             "AlreadyExists",
             format!("{what} \"{name}\" already exists"),
         )
-        .with_details(json!({"name": name, "group": group, "kind": plural}))
+        .with_details(details(name, group, plural))
     }
 
     /// 409 Conflict for a stale resourceVersion or failed precondition.
@@ -102,7 +104,7 @@ impl ApiError {
             "Conflict",
             format!("Operation cannot be fulfilled on {what} \"{name}\": {why}"),
         )
-        .with_details(json!({"name": name, "group": group, "kind": plural}))
+        .with_details(details(name, group, plural))
     }
 
     /// 410 Gone for a compacted resourceVersion.
@@ -124,19 +126,54 @@ impl ApiError {
         Self::new(415, "UnsupportedMediaType", message)
     }
 
-    /// 422 Invalid, with one cause per field.
+    /// 422 Invalid, with one cause per field, of a kind of the core group.
     pub fn invalid(kind: &str, name: &str, causes: &[(&str, String)]) -> Self {
+        Self::invalid_in("", kind, name, causes)
+    }
+
+    /// 422 Invalid, with one cause per field, as kube-apiserver words it: the kind
+    /// qualified by its group (`Gizmo.example.com "x" is invalid: …`), several causes in
+    /// brackets, and each cause's reason read from its message (`Required value` is
+    /// `FieldValueRequired`, …).
+    pub fn invalid_in(group: &str, kind: &str, name: &str, causes: &[(&str, String)]) -> Self {
         let text: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+        let listed = match text.as_slice() {
+            [one] => one.clone(),
+            all => format!("[{}]", all.join(", ")),
+        };
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
         let causes: Vec<Value> = causes
             .iter()
-            .map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f}))
+            .map(|(f, m)| json!({"reason": cause_reason(m), "message": m, "field": f}))
             .collect();
+        let mut details = json!({"kind": kind, "causes": causes});
+        if !name.is_empty() {
+            details["name"] = json!(name);
+        }
+        if !group.is_empty() {
+            details["group"] = json!(group);
+        }
         Self::new(
             422,
             "Invalid",
-            format!("{kind} \"{name}\" is invalid: {}", text.join(", ")),
+            format!("{qualified} \"{name}\" is invalid: {listed}"),
         )
-        .with_details(json!({"name": name, "kind": kind, "causes": causes}))
+        .with_details(details)
+    }
+
+    /// 409 Conflict of a server-side apply: one `FieldManagerConflict` cause per field.
+    pub fn apply_conflict(message: String, causes: &[(String, String)]) -> Self {
+        let causes: Vec<Value> = causes
+            .iter()
+            .map(|(field, manager)| {
+                json!({"reason": "FieldManagerConflict", "message": format!("conflict with {manager}"), "field": field})
+            })
+            .collect();
+        Self::new(409, "Conflict", message).with_details(json!({"causes": causes}))
     }
 
     /// 429 TooManyRequests.
@@ -185,6 +222,37 @@ impl IntoResponse for ApiError {
         let body = self.to_status().to_string();
         (code, [("content-type", "application/json")], body).into_response()
     }
+}
+
+/// `details` naming an object: the group only when there is one, as kube-apiserver
+/// leaves an empty one out.
+fn details(name: &str, group: &str, plural: &str) -> Value {
+    let mut d = json!({"name": name, "kind": plural});
+    if !group.is_empty() {
+        d["group"] = json!(group);
+    }
+    d
+}
+
+/// The `reason` of a field's cause, from how its message starts (the wording of
+/// kube-apiserver's field errors).
+fn cause_reason(message: &str) -> &'static str {
+    const REASONS: &[(&str, &str)] = &[
+        ("Required value", "FieldValueRequired"),
+        ("Forbidden", "FieldValueForbidden"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
+        ("Duplicate value", "FieldValueDuplicate"),
+        ("Not found", "FieldValueNotFound"),
+    ];
+    if let Some((_, reason)) = REASONS.iter().find(|(p, _)| message.starts_with(p)) {
+        return reason;
+    }
+    if message.contains(" in body must be of type ") {
+        return "FieldValueTypeInvalid";
+    }
+    "FieldValueInvalid"
 }
 
 /// A successful `Status` (as answered by some deletes).

@@ -670,6 +670,9 @@ pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
                 }),
             storage: version["storage"].as_bool().unwrap_or(false),
             embedded: super::resources::embedded_paths(&version["schema"]["openAPIV3Schema"]),
+            schema: Some(&version["schema"]["openAPIV3Schema"])
+                .filter(|s| s.is_object())
+                .map(|s| std::sync::Arc::new(s.clone())),
             printer_columns: version["additionalPrinterColumns"]
                 .as_array()
                 .into_iter()

@@ -213,6 +213,10 @@ fn merge_list(
             Ok(Value::Array(out))
         }
         ListStrategy::MergeByKey(key) => {
+            let original_ids: Vec<Value> = current
+                .iter()
+                .map(|e| e.get(key).cloned().unwrap_or(Value::Null))
+                .collect();
             let mut out = current;
             for item in items {
                 if !item.is_object() {
@@ -247,9 +251,56 @@ fn merge_list(
                     (None, false) => out.push(strip_directives(item.clone())),
                 }
             }
-            Ok(Value::Array(out))
+            Ok(Value::Array(patch_order(out, &original_ids, items, key)))
         }
     }
+}
+
+/// The order kube-apiserver gives a merged list: the elements the patch names, in the
+/// patch's order, merged with the others, in the original order, by their place in the
+/// original list (an element new to it goes before the original ones it meets).
+fn patch_order(merged: Vec<Value>, original: &[Value], patch: &[Value], key: &str) -> Vec<Value> {
+    let id = |v: &Value| v.get(key).cloned().unwrap_or(Value::Null);
+    let in_patch = |v: &Value| {
+        patch
+            .iter()
+            .any(|p| p.is_object() && p.get(key) == v.get(key))
+    };
+    let place = |v: &Value| original.iter().position(|o| *o == id(v));
+    let (named, others): (Vec<Value>, Vec<Value>) = merged
+        .into_iter()
+        .partition(|v| v.is_object() && in_patch(v));
+    let mut named: Vec<(usize, Value)> = named
+        .into_iter()
+        .map(|v| {
+            let at = patch
+                .iter()
+                .position(|p| p.get(key) == v.get(key))
+                .unwrap_or(usize::MAX);
+            (at, v)
+        })
+        .collect();
+    named.sort_by_key(|(at, _)| *at);
+    let mut out = Vec::new();
+    let mut named = named.into_iter().map(|(_, v)| v).peekable();
+    let mut others = others.into_iter().peekable();
+    loop {
+        let take_named = match (named.peek(), others.peek()) {
+            (Some(n), Some(o)) => {
+                place(n).map_or(-1, |i| i as i64) < place(o).map_or(-1, |i| i as i64)
+            }
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        let next = if take_named {
+            named.next()
+        } else {
+            others.next()
+        };
+        out.extend(next);
+    }
+    out
 }
 
 /// Removes `$…` directive keys from a value that is inserted as is.
@@ -300,7 +351,9 @@ mod tests {
         assert_eq!(
             out["spec"]["template"]["spec"]["containers"],
             json!([
-                {"name": "a", "image": "a:2", "env": [{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}]},
+                // An element new to a list goes before the original ones, as kube-apiserver
+                // orders it.
+                {"name": "a", "image": "a:2", "env": [{"name": "Y", "value": "2"}, {"name": "X", "value": "1"}]},
                 {"name": "c", "image": "c:1"}
             ])
         );

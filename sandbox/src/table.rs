@@ -54,10 +54,13 @@ pub fn short_age(created: &str) -> String {
     }
 }
 
+/// The Name column's description, ObjectMeta's, as kube-apiserver gives it.
+const NAME_DESCRIPTION: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+
 /// The column definitions of a table of `info`: Name, then a CRD version's printer
 /// columns, or Name and Age when it has none (as kube-apiserver).
 pub fn columns(info: &ResourceInfo) -> Value {
-    let name = json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0});
+    let name = json!({"name": "Name", "type": "string", "format": "name", "description": NAME_DESCRIPTION, "priority": 0});
     if info.printer_columns.is_empty() {
         return json!([
             name,
@@ -66,7 +69,12 @@ pub fn columns(info: &ResourceInfo) -> Value {
     }
     let mut out = vec![name];
     out.extend(info.printer_columns.iter().map(|c| {
-        json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority})
+        let description = if c.description.is_empty() {
+            format!("Custom resource definition column (in JSONPath format): {}", c.json_path)
+        } else {
+            c.description.clone()
+        };
+        json!({"name": c.name, "type": c.type_, "format": c.format, "description": description, "priority": c.priority})
     }));
     Value::Array(out)
 }

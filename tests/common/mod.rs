@@ -138,6 +138,7 @@ impl Sandbox {
     }
 
     /// Starts a sandbox on a free port, whatever `BOSUN_TEST_SERVER` says.
+    #[allow(clippy::self_named_constructors)] // `Sandbox::sandbox()` beside `Sandbox::real()`
     pub fn sandbox() -> Sandbox {
         Self::start_with(&[])
     }

@@ -454,7 +454,6 @@ fn bad_input_gets_a_status_and_the_server_keeps_serving() {
         ),
         ("POST", CM, "application/cbor", "\x00", 415),
         ("GET", "/api/v1/namespaces/default/nothings", "", "", 404),
-        ("GET", "/apis/nope.example.com/v1", "", "", 404),
         (
             "GET",
             "/api/v1/namespaces/default/configmaps?labelSelector=a%20in%20(",
@@ -491,6 +490,10 @@ fn bad_input_gets_a_status_and_the_server_keeps_serving() {
         assert_eq!(status["code"], want);
         assert!(status["message"].as_str().is_some_and(|m| !m.is_empty()));
     }
+    // A group the server does not serve has no handler at all: kube-apiserver's plain 404.
+    let (code, bytes) = common::http_raw(sb.addr(), "GET", "/apis/nope.example.com/v1", "", b"");
+    assert_eq!(code, 404);
+    assert_eq!(String::from_utf8_lossy(&bytes).trim(), "404 page not found");
     let big = format!(
         r#"{{"metadata":{{"name":"big"}},"data":{{"x":"{}"}}}}"#,
         "a".repeat(4 * 1024 * 1024)
@@ -939,7 +942,7 @@ fn embedded_resources_without_apiversion_or_kind_are_refused() {
         "spec.items[1].apiVersion",
     ] {
         assert!(
-            message.contains(&format!("{field}: Required value: must not be empty")),
+            message.contains(&format!("{field}: Required value")),
             "{message}"
         );
     }
