@@ -52,7 +52,7 @@ pub struct ControlPlane {
     child: Option<Child>,
     stdin: Option<ChildStdin>,
     /// The lines it prints after `ready`.
-    lines: std::sync::mpsc::Receiver<String>,
+    lines: std::sync::Mutex<std::sync::mpsc::Receiver<String>>,
 }
 
 impl ControlPlane {
@@ -112,7 +112,7 @@ impl ControlPlane {
             data,
             child: Some(child),
             stdin,
-            lines: rx,
+            lines: std::sync::Mutex::new(rx),
         }
     }
 
@@ -126,8 +126,9 @@ impl ControlPlane {
             .status()
             .expect("kill -HUP");
         assert!(sent.success(), "kill -HUP {pid}");
+        let lines = self.lines.lock().expect("the control plane's output");
         loop {
-            match self.lines.recv_timeout(Duration::from_secs(120)) {
+            match lines.recv_timeout(Duration::from_secs(120)) {
                 Ok(line) if line == "restarted" => return,
                 Ok(_) => continue,
                 Err(e) => panic!(
