@@ -7,11 +7,14 @@
 ARG HELM=library
 
 # Build stage. The dependencies are fetched in a layer of their own, from the manifests
-# alone (stub sources), so a change of bosun's code builds offline from the cache.
+# alone (stub sources), so a change of bosun's code builds offline from the cache. Every
+# workspace member is named twice below (its Cargo.toml, its stub): the test command checks
+# both lists against Cargo.toml's members (scripts/check-dockerfile.py).
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY journal/Cargo.toml journal/
+COPY kube/Cargo.toml kube/
 COPY actors/runtime/Cargo.toml actors/runtime/
 COPY actors/addon/Cargo.toml actors/addon/
 COPY actors/lambda/Cargo.toml actors/lambda/
@@ -20,7 +23,7 @@ COPY sandbox/Cargo.toml sandbox/
 # Patched third-party crates ([patch.crates-io]): whole, they are sources cargo resolves.
 COPY vendor vendor
 RUN set -eu; \
-    for member in . journal actors/runtime actors/addon actors/lambda actors/deployer sandbox; do \
+    for member in . journal kube actors/runtime actors/addon actors/lambda actors/deployer sandbox; do \
       mkdir -p "$member/src" && touch "$member/src/lib.rs"; \
     done; \
     echo 'fn main() {}' > src/main.rs; \

@@ -53,6 +53,10 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(dir.path().join("items"))?;
     std::fs::create_dir_all(dir.path().join("target"))?;
     let items_cluster = cluster::sandbox(&dir.path().join("items")).await?;
+    println!(
+        "API server: {} (BENCH_SERVER=real for the real control plane)",
+        cluster::server_name()
+    );
     let target_cluster = cluster::sandbox(&dir.path().join("target")).await?;
     let namespaces: Api<DynamicObject> = Api::all_with(
         target_cluster.client.clone(),

@@ -118,6 +118,10 @@ async fn main() -> anyhow::Result<()> {
     // The API server in its own process, as in a cluster: the heap measured below is the
     // lambda controllers' alone.
     let sandbox = cluster::sandbox(dir.path()).await?;
+    println!(
+        "API server: {} (BENCH_SERVER=real for the real control plane)",
+        cluster::server_name()
+    );
     let client = sandbox.client.clone();
     let calls = Arc::new(AtomicUsize::new(0));
     let arrivals: Arrivals = Arc::default();

@@ -5,6 +5,7 @@
 #
 #   ./scripts/bench.sh                 # every benchmark
 #   BENCHES="engine journal" ./scripts/bench.sh
+#   BENCH_SERVER=real BENCHES="lambda deployer" ./scripts/bench.sh   # on kube-apiserver
 #
 # Each benchmark's whole output is kept in $BENCH_OUT (default: a temporary folder).
 set -euo pipefail
@@ -13,6 +14,10 @@ cd "$root"
 "$root/scripts/setup.sh" >/dev/null
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bosun-target}"
 export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
+if [ "${BENCH_SERVER:-}" = "real" ]; then
+  "$root/scripts/build-controlplane.sh"
+  export BOSUN_CONTROLPLANE="$BOSUN_TOOLS_DIR/controlplane/controlplane"
+fi
 read -r -a benches <<< "${BENCHES:-sandbox journal engine event_to_hook startup modules jq bindings metrics lambda deployer}"
 out="${BENCH_OUT:-$(mktemp -d)}"
 mkdir -p "$out"

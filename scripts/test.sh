@@ -20,6 +20,7 @@ export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
 export BOSUN_CONTROLPLANE="$BOSUN_TOOLS_DIR/controlplane/controlplane"
 cargo fmt --all -- --check
 python3 "$root/scripts/check-layering.py"
+python3 "$root/scripts/check-dockerfile.py"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 # The end-to-end tests that run against the real control plane (BOSUN_TEST_SERVER=real)

@@ -34,9 +34,12 @@ unsafe impl GlobalAlloc for Counting {
 }
 
 /// A sandbox API server in its own process (as in a cluster: the heap the bench measures
-/// is bosun's alone), and a client of it. The process is killed when the guard drops.
+/// is bosun's alone), or the real control plane, and a client of it. The process is killed
+/// when the guard drops.
 pub struct SandboxProcess {
     child: std::process::Child,
+    /// The real control plane's standard input: it stops when this closes.
+    _stdin: Option<std::process::ChildStdin>,
     pub kubeconfig: std::path::PathBuf,
     pub client: kube::Client,
 }
@@ -48,9 +51,80 @@ impl Drop for SandboxProcess {
     }
 }
 
-/// Starts `bosun sandbox` with its data and kubeconfig under `dir`; it logs at
-/// `BENCH_SANDBOX_LOG_LEVEL` (default `warn`; `trace` logs every request it answers).
+/// Whether the bench runs against the real control plane: `BENCH_SERVER=real` (kube-apiserver,
+/// etcd and kube-controller-manager of `tests/controlplane`, built by
+/// `scripts/build-controlplane.sh`), else the sandbox.
+pub fn real_server() -> bool {
+    std::env::var("BENCH_SERVER").is_ok_and(|s| s == "real")
+}
+
+/// The API server the bench runs against, as it prints it beside its figures.
+pub fn server_name() -> &'static str {
+    if real_server() {
+        "kube-apiserver (the real control plane)"
+    } else {
+        "the sandbox"
+    }
+}
+
+/// Starts the real control plane with its data under `dir` and a client of it.
+async fn control_plane(dir: &Path) -> anyhow::Result<SandboxProcess> {
+    use std::io::BufRead as _;
+    let bin = std::env::var_os("BOSUN_CONTROLPLANE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/controlplane/controlplane")
+        });
+    anyhow::ensure!(
+        bin.exists(),
+        "{} is missing: run scripts/build-controlplane.sh (needs Go)",
+        bin.display()
+    );
+    let data = dir.join("controlplane");
+    let mut child = std::process::Command::new(&bin)
+        .args(["serve", "--stop-on-stdin-eof", "--data"])
+        .arg(&data)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let stdin = child.stdin.take();
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let ready = tokio::task::spawn_blocking(move || {
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let ready = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.starts_with("ready "));
+        std::thread::spawn(move || for _ in lines {});
+        ready
+    })
+    .await?;
+    anyhow::ensure!(
+        ready,
+        "the control plane did not start (logs in {})",
+        data.display()
+    );
+    let kubeconfig = data.join("kubeconfig");
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(SandboxProcess {
+        child,
+        _stdin: stdin,
+        kubeconfig,
+        client: kube::Client::try_from(config)?,
+    })
+}
+
+/// Starts `bosun sandbox` with its data and kubeconfig under `dir` (the real control plane
+/// with `BENCH_SERVER=real`); it logs at `BENCH_SANDBOX_LOG_LEVEL` (default `warn`; `trace`
+/// logs every request it answers).
 pub async fn sandbox(dir: &Path) -> anyhow::Result<SandboxProcess> {
+    if real_server() {
+        return control_plane(dir).await;
+    }
     let kubeconfig = dir.join("kubeconfig");
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_bosun"))
         .args(["sandbox", "--listen", "127.0.0.1:0", "--data"])
@@ -65,6 +139,7 @@ pub async fn sandbox(dir: &Path) -> anyhow::Result<SandboxProcess> {
         .spawn()?;
     let mut sb = SandboxProcess {
         child,
+        _stdin: None,
         kubeconfig: kubeconfig.clone(),
         client: kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse()?))?,
     };
