@@ -4,7 +4,7 @@
 # environment $BOSUN_TOOLS_DIR/venv), real Helm (the library libhelm_c.so and the helm
 # binary, scripts/setup-helm.sh), and, with --with-browser (the
 # test command), Chromium for the debug web view's headless-browser test and graphviz for
-# the PNG of /graph.
+# the PNG of /graph, and cargo-nextest, the test runner.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
@@ -27,6 +27,13 @@ fi
 if [ "${1:-}" = "--with-browser" ] && [ ! -x /usr/bin/chromium ]; then
   echo "setup: installing chromium (Debian), for the debug web view's test"
   apt_install chromium
+fi
+
+# The test command's runner: every test in its own process, three at a time across the
+# test binaries (docs/testing.md). Built once from crates.io (a few minutes), then kept.
+if [ "${1:-}" = "--with-browser" ] && ! cargo nextest --version >/dev/null 2>&1; then
+  echo "setup: installing cargo-nextest (cargo install --locked), the test runner"
+  cargo install --locked --quiet cargo-nextest
 fi
 
 if [ "${1:-}" = "--with-browser" ] && ! command -v dot >/dev/null 2>&1; then

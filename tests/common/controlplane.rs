@@ -59,6 +59,22 @@ impl ControlPlane {
     /// Starts one in `dir` and waits until it is ready (the API server answers `/readyz`
     /// and the default ServiceAccount exists).
     pub fn start(dir: &Path) -> ControlPlane {
+        // Its loopback ports are chosen free, then bound: a control plane starting beside
+        // it may take one in between. Such a start fails at once and is tried again.
+        let mut failures = Vec::new();
+        for attempt in 1..=3 {
+            match Self::try_start(&dir.join(format!("controlplane-{attempt}"))) {
+                Ok(cp) => return cp,
+                Err(e) => failures.push(format!("attempt {attempt}: {e}")),
+            }
+        }
+        panic!(
+            "the real control plane did not start:\n{}",
+            failures.join("\n")
+        );
+    }
+
+    fn try_start(data: &Path) -> Result<ControlPlane, String> {
         let bin = binary();
         assert!(
             bin.exists(),
@@ -66,32 +82,46 @@ impl ControlPlane {
              (needs Go; the test command builds it)",
             bin.display()
         );
-        let data = dir.join("controlplane");
+        let data = data.to_path_buf();
         let mut child = Command::new(&bin)
             .args(["serve", "--stop-on-stdin-eof", "--data"])
             .arg(&data)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let said = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
+            text
+        });
         let mut lines = BufReader::new(stdout).lines();
         let ready = loop {
             match lines.next() {
                 Some(Ok(line)) if line.starts_with("ready ") => break line,
                 Some(Ok(_)) => continue,
-                Some(Err(e)) => panic!("reading the control plane's output: {e}"),
+                Some(Err(e)) => return Err(format!("reading its output: {e}")),
                 None => {
                     let status = child.wait().ok();
-                    panic!(
-                        "the control plane exited before it was ready ({status:?}); its logs are in {}",
+                    let said = said.join().unwrap_or_default();
+                    return Err(format!(
+                        "exited before it was ready ({status:?}), saying: {}; logs in {}",
+                        said.trim(),
                         data.display()
-                    )
+                    ));
                 }
             }
         };
+        // Its later complaints go to the test's output.
+        std::thread::spawn(move || {
+            if let Ok(text) = said.join() {
+                eprint!("{text}");
+            }
+        });
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
@@ -105,7 +135,7 @@ impl ControlPlane {
             .expect("the proxy's address")
             .trim_start_matches("http://")
             .to_string();
-        ControlPlane {
+        Ok(ControlPlane {
             server,
             proxy,
             kubeconfig: data.join("kubeconfig"),
@@ -113,7 +143,7 @@ impl ControlPlane {
             child: Some(child),
             stdin,
             lines: std::sync::Mutex::new(rx),
-        }
+        })
     }
 
     /// Restarts kube-apiserver on its port with etcd compacted in between: every watch
