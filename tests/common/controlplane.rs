@@ -104,7 +104,11 @@ impl ControlPlane {
             match lines.next() {
                 Some(Ok(line)) if line.starts_with("ready ") => break line,
                 Some(Ok(_)) => continue,
-                Some(Err(e)) => return Err(format!("reading its output: {e}")),
+                Some(Err(e)) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("reading its output: {e}"));
+                }
                 None => {
                     let status = child.wait().ok();
                     let said = said.join().unwrap_or_default();
