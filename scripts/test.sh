@@ -47,7 +47,7 @@ if cargo nextest --version >/dev/null 2>&1; then
     echo "tests/real-server.txt names ${#real_tests[@]} tests, of which $listed exist" | tee -a "$log"
     doc_status=1
   fi
-  echo "--- the end-to-end tests of tests/real-server.txt against the real control plane (BOSUN_TEST_SERVER=real) ---"
+  echo "--- the end-to-end tests of tests/real-server.txt against the real control plane (BOSUN_TEST_SERVER=real) ---" | tee -a "$log"
   BOSUN_TEST_SERVER=real cargo nextest run --workspace --no-fail-fast --test-threads "$threads" \
     -E "$filter" 2>&1 | tee -a "$log"
   real_status=${PIPESTATUS[0]}
@@ -60,7 +60,7 @@ else
   cargo test --workspace --no-fail-fast -- --exact "${skips[@]}" 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   doc_status=0
-  echo "--- the end-to-end tests of tests/real-server.txt against the real control plane (BOSUN_TEST_SERVER=real) ---"
+  echo "--- the end-to-end tests of tests/real-server.txt against the real control plane (BOSUN_TEST_SERVER=real) ---" | tee -a "$log"
   real_status=0
   for bin in $(printf '%s\n' "${real_tests[@]}" | awk '{print $1}' | sort -u); do
     names=$(printf '%s\n' "${real_tests[@]}" | awk -v b="$bin" '$1 == b {print $2}')
