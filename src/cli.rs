@@ -21,7 +21,7 @@ impl Cli {
     /// that name to bosun, for runbooks written for addon-operator), help and errors use
     /// that name; the commands are the same.
     pub fn from_process() -> Cli {
-        use clap::{CommandFactory as _, FromArgMatches as _};
+        use clap::FromArgMatches as _;
         let invoked = std::env::args_os()
             .next()
             .and_then(|a| {
@@ -30,12 +30,51 @@ impl Cli {
                     .map(|n| n.to_string_lossy().into_owned())
             })
             .unwrap_or_default();
-        let mut command = Cli::command();
+        let matches = Self::command_named(&invoked).get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+
+    /// The command line's grammar as `invoked` (the program's name) answers it. A flag
+    /// given twice takes the last value, as Go's `flag` package does: metacontroller's
+    /// and addon-operator's manifests and charts append user arguments to their own.
+    pub fn command_named(invoked: &str) -> clap::Command {
+        use clap::CommandFactory as _;
+        let mut command = Cli::command().args_override_self(true);
+        let names: Vec<String> = command
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect();
+        for name in names {
+            command = command.mut_subcommand(name, |c| c.args_override_self(true));
+        }
         if invoked == "addon-operator" {
             command = command.name("addon-operator").bin_name("addon-operator");
         }
-        let matches = command.get_matches();
-        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+        command
+    }
+}
+
+#[cfg(test)]
+mod command_line_tests {
+    use super::*;
+    use clap::FromArgMatches as _;
+
+    #[test]
+    fn a_flag_given_twice_takes_the_last_value_as_go_flags_do() {
+        let matches = Cli::command_named("bosun")
+            .try_get_matches_from([
+                "bosun",
+                "run",
+                "--discovery-interval=20s",
+                "--cache-flush-interval=30m",
+                "--discovery-interval=45s",
+            ])
+            .expect("a repeated flag is taken");
+        let cli = Cli::from_arg_matches(&matches).expect("parsed");
+        let Command::Run(run) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(run.lambda.discovery_interval, "45s");
     }
 }
 
