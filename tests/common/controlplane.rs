@@ -176,16 +176,8 @@ impl ControlPlane {
     /// Stops it and waits (up to a minute) for it to end.
     pub fn stop(&mut self) {
         self.stdin.take();
-        if let Some(mut child) = self.child.take() {
-            let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            while std::time::Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(25));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            super::wait_or_kill(child, Duration::from_secs(60));
         }
     }
 

@@ -213,20 +213,12 @@ impl Sandbox {
         if let Some(cp) = self.real.as_mut() {
             cp.stop();
         }
-        if let Some(mut child) = self.child.take() {
+        if let Some(child) = self.child.take() {
             let _ = Command::new("kill")
                 .arg("-TERM")
                 .arg(child.id().to_string())
                 .status();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            wait_or_kill(child, Duration::from_secs(20));
         }
     }
 
@@ -343,6 +335,19 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// Waits for a child asked to stop to end, and kills it once `within` has passed.
+pub fn wait_or_kill(mut child: Child, within: Duration) {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// A minimal HTTP/1.1 client (one request per connection).
