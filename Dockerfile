@@ -51,6 +51,9 @@ COPY --from=build /src/target/release/bosun /usr/local/bin/bosun
 COPY --from=build /src/.tools/helm/kubectl /usr/local/bin/kubectl
 # Runbooks say `kubectl exec … -- addon-operator queue list`: the same binary answers to it.
 RUN ln -s bosun /usr/local/bin/addon-operator
+# metacontroller's manifests run `/usr/bin/metacontroller` with its flags: invoked by that
+# name bosun is metacontroller (the lambda controllers alone, its ports and Lease).
+RUN ln -s /usr/local/bin/bosun /usr/bin/metacontroller
 # The journal lives on the StatefulSet's volume.
 RUN mkdir -p /var/lib/bosun /var/run/addon-operator \
  && chown 65532:65532 /var/lib/bosun /var/run/addon-operator

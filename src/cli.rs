@@ -30,7 +30,13 @@ impl Cli {
                     .map(|n| n.to_string_lossy().into_owned())
             })
             .unwrap_or_default();
-        let matches = Self::command_named(&invoked).get_matches();
+        let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let args = if invoked == "metacontroller" {
+            as_metacontroller(args)
+        } else {
+            args
+        };
+        let matches = Self::command_named(&invoked).get_matches_from(args);
         Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     }
 
@@ -54,6 +60,38 @@ impl Cli {
     }
 }
 
+/// metacontroller's defaults, as bosun takes them when invoked as `metacontroller` (the
+/// image links that name to bosun: metacontroller's manifests run `/usr/bin/metacontroller`
+/// with its flags and no subcommand): the lambda controllers alone, `/metrics` on `:9999`,
+/// `/healthz` and `/readyz` on `:8081`, the Lease `metacontroller`. The arguments given
+/// come after them, and a flag given twice takes its last value.
+const METACONTROLLER_DEFAULTS: &[&str] = &[
+    "run",
+    "--modules=false",
+    "--deployer=false",
+    "--metrics-address=:9999",
+    "--health-probe-bind-address=:8081",
+    "--leader-election-id=metacontroller",
+];
+
+/// The command line of a bosun invoked as `metacontroller`: `run` with metacontroller's
+/// defaults, then the arguments given (`--help` and `--version` as they are).
+fn as_metacontroller(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args = args.into_iter();
+    let program = args.next().unwrap_or_else(|| "metacontroller".into());
+    let rest: Vec<std::ffi::OsString> = args.collect();
+    if rest
+        .first()
+        .is_some_and(|a| a == "--version" || a == "-V" || a == "help")
+    {
+        return std::iter::once(program).chain(rest).collect();
+    }
+    std::iter::once(program)
+        .chain(METACONTROLLER_DEFAULTS.iter().map(std::ffi::OsString::from))
+        .chain(rest)
+        .collect()
+}
+
 #[cfg(test)]
 mod command_line_tests {
     use super::*;
@@ -75,6 +113,49 @@ mod command_line_tests {
             panic!("not run");
         };
         assert_eq!(run.lambda.discovery_interval, "45s");
+    }
+
+    fn run_of(args: &[&str]) -> RunArgs {
+        let args = as_metacontroller(args.iter().map(std::ffi::OsString::from).collect());
+        let matches = Cli::command_named("metacontroller")
+            .try_get_matches_from(args)
+            .expect("metacontroller's arguments are taken");
+        match Cli::from_arg_matches(&matches).expect("parsed").command {
+            Command::Run(run) => *run,
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn invoked_as_metacontroller_its_manifest_s_arguments_run_the_lambda_controllers_alone() {
+        // manifests/production/metacontroller.yaml's args.
+        let run = run_of(&[
+            "/usr/bin/metacontroller",
+            "--zap-log-level=4",
+            "--discovery-interval=20s",
+        ]);
+        assert_eq!(run.modules, Some(false));
+        assert!(!run.deployer.deployer);
+        assert!(run.lambda.lambda_controllers);
+        assert_eq!(run.lambda.discovery_interval, "20s");
+        assert_eq!(run.metacontroller.zap_log_level.as_deref(), Some("4"));
+        assert_eq!(run.metacontroller.metrics_address.as_deref(), Some(":9999"));
+        assert_eq!(
+            run.metacontroller.health_probe_bind_address.as_deref(),
+            Some(":8081")
+        );
+        assert_eq!(run.ha.leader_election_id, "metacontroller");
+        // The user's flags win over the defaults.
+        let run = run_of(&[
+            "metacontroller",
+            "--health-probe-bind-address=:9440",
+            "--leader-election-id=mine",
+        ]);
+        assert_eq!(
+            run.metacontroller.health_probe_bind_address.as_deref(),
+            Some(":9440")
+        );
+        assert_eq!(run.ha.leader_election_id, "mine");
     }
 }
 
@@ -132,6 +213,10 @@ pub struct RunArgs {
     pub deployer: DeployerArgs,
     #[command(flatten)]
     pub ha: crate::ha::HaArgs,
+    /// The modules (as `BOSUN_MODULES`, which this wins over); `false` when invoked as
+    /// `metacontroller`.
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    pub modules: Option<bool>,
 }
 
 /// The DeployItem deployer's flags.
@@ -654,6 +739,9 @@ async fn start_all(
 async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
     let mut cfg =
         crate::addon::OperatorConfig::from_env(&crate::addon::OperatorConfig::in_cluster())?;
+    if let Some(modules) = args.modules {
+        cfg.modules = modules;
+    }
     // metacontroller's `--kubeconfig`; `KUBE_CONFIG` wins.
     if cfg.kubeconfig.is_none() {
         cfg.kubeconfig = args.metacontroller.kubeconfig.clone();
@@ -770,7 +858,10 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
             debug_http: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9652))),
             ..crate::addon::OperatorConfig::in_cluster()
         };
-        let cfg = crate::addon::OperatorConfig::from_env(&defaults)?;
+        let mut cfg = crate::addon::OperatorConfig::from_env(&defaults)?;
+        if let Some(modules) = args.modules {
+            cfg.modules = modules;
+        }
         private_tmp_dir(&cfg.tmp_dir)?;
         let running = start_all(&args, &cfg, None).await;
         let mut examples = None;

@@ -946,6 +946,61 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// Invoked as `/usr/bin/metacontroller` (the image's link to bosun) with the arguments of
+/// metacontroller's production manifest and no subcommand, bosun runs the lambda controllers
+/// alone, as metacontroller would; a flag repeated (a chart's own, then the user's) takes
+/// the last value.
+#[test]
+fn invoked_as_metacontroller_with_its_manifest_s_arguments_bosun_is_metacontroller() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let link = work.path().join("metacontroller");
+    std::os::unix::fs::symlink(common::bosun_bin(), &link).expect("link");
+    let (metrics, probes) = (free_port(), free_port());
+    let log = std::fs::File::create(work.path().join("metacontroller.log")).expect("log");
+    let child = std::process::Command::new(&link)
+        .args([
+            "--zap-log-level=4",
+            "--discovery-interval=20s",
+            "--discovery-interval=25s",
+            &format!("--metrics-address=127.0.0.1:{metrics}"),
+            &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
+        ])
+        .arg(format!("--kubeconfig={}", sb.kubeconfig.display()))
+        .env("BOSUN_JOURNAL_DIR", work.path().join("journal"))
+        .env("ADDON_OPERATOR_TMP_DIR", work.path().join("tmp"))
+        .env("DEBUG_UNIX_SOCKET", work.path().join("debug.socket"))
+        .env("ADDON_OPERATOR_LISTEN_ADDRESS", "127.0.0.1")
+        .env("ADDON_OPERATOR_LISTEN_PORT", "0")
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start bosun as metacontroller");
+    let _child = common::Killed(child);
+    let logs =
+        || std::fs::read_to_string(work.path().join("metacontroller.log")).unwrap_or_default();
+    let at = |port: u16| format!("127.0.0.1:{port}");
+    wait_for("the probe listener", WAIT, || {
+        logs().contains("(--health-probe-bind-address)")
+    });
+    wait_for("/readyz on the probe address", WAIT, || {
+        common::http_raw(&at(probes), "GET", "/readyz", "", b"").0 == 200
+    });
+    assert_eq!(
+        common::http_raw(&at(metrics), "GET", "/metrics", "", b"").0,
+        200
+    );
+    wait_for("the lambda controllers running", WAIT, || {
+        logs().contains("lambda controllers running")
+    });
+    let logs = logs();
+    assert!(logs.contains("modules switched off"), "{logs}");
+    assert!(
+        !logs.contains("deployer running"),
+        "the deployer is off: {logs}"
+    );
+}
+
 /// metacontroller's own arguments start bosun unchanged (the production manifest's
 /// `--discovery-interval=20s`, a `--zap-log-level`, and the rest of its flags), with the
 /// listeners they name serving what metacontroller serves there.
