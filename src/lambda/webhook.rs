@@ -812,6 +812,9 @@ impl WebhookClient {
         if let Some(entry) = &cached {
             request = request.header(IF_NONE_MATCH, entry.etag.clone());
         }
+        // metacontroller's troubleshooting: at --zap-log-level 5 and above the hooks'
+        // requests and answers are logged whole (the fields are made only at that level).
+        tracing::trace!(hook = %self.hook, url = %self.url, request = %String::from_utf8_lossy(&body), "webhook request");
         let request = request
             .body(Full::new(body))
             .map_err(|e| self.transport(format!("cannot build the request: {e}")))?;
@@ -848,6 +851,7 @@ impl WebhookClient {
             })??;
         let code = parts.status.as_u16();
         tracing::debug!(hook = %self.hook, url = %self.url, code, elapsed = ?started.elapsed(), "webhook answered");
+        tracing::trace!(hook = %self.hook, url = %self.url, code, response = %String::from_utf8_lossy(&answer), "webhook response");
         match (code, cached) {
             (200, _) => {
                 if let Some(cache) = &self.etag

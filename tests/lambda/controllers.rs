@@ -957,10 +957,14 @@ fn invoked_as_metacontroller_with_its_manifest_s_arguments_bosun_is_metacontroll
     let link = work.path().join("metacontroller");
     std::os::unix::fs::symlink(common::bosun_bin(), &link).expect("link");
     let (metrics, probes) = (free_port(), free_port());
+    let hooks = Hooks::serve(|_, _| (200, json!({"status": {"seen": true}, "children": []})));
+    sb.create_crd(&crd("Greeting", "greetings", true, "Namespaced"));
     let log = std::fs::File::create(work.path().join("metacontroller.log")).expect("log");
     let child = std::process::Command::new(&link)
         .args([
             "--zap-log-level=4",
+            // Troubleshooting as metacontroller's docs advise: 6 logs the hooks' bodies.
+            "--zap-log-level=6",
             "--discovery-interval=20s",
             "--discovery-interval=25s",
             &format!("--metrics-address=127.0.0.1:{metrics}"),
@@ -993,12 +997,38 @@ fn invoked_as_metacontroller_with_its_manifest_s_arguments_bosun_is_metacontroll
     wait_for("the lambda controllers running", WAIT, || {
         logs().contains("lambda controllers running")
     });
-    let logs = logs();
-    assert!(logs.contains("modules switched off"), "{logs}");
+    let logs_now = logs();
+    assert!(logs_now.contains("modules switched off"), "{logs_now}");
     assert!(
-        !logs.contains("deployer running"),
-        "the deployer is off: {logs}"
+        !logs_now.contains("deployer running"),
+        "the deployer is off: {logs_now}"
     );
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "greetings"},
+            "spec": {"generateSelector": true,
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "greetings"},
+                "hooks": {"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}}}),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/greetings",
+        &json!({"apiVersion": "example.com/v1", "kind": "Greeting", "metadata": {"name": "traced"}}),
+    );
+    wait_for("the hook's request and answer in the log", WAIT, || {
+        let logs = logs();
+        logs.lines()
+            .any(|l| l.contains("webhook request") && l.contains("traced"))
+            && logs
+                .lines()
+                .any(|l| l.contains("webhook response") && l.contains("seen"))
+    });
 }
 
 /// metacontroller's own arguments start bosun unchanged (the production manifest's
