@@ -9,6 +9,7 @@ mod common;
 
 mod campaign_crash;
 mod campaign_long;
+mod control_plane;
 mod debug_socket;
 mod debug_ui;
 mod deploy_manifests;
