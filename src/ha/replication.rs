@@ -1273,7 +1273,8 @@ mod tests {
         ForgeReset,
         /// Swaps the first two.
         Reorder,
-        /// Sends the frames of the first session it saw instead.
+        /// Sends the frames the first session it saw began with, up to its first
+        /// heartbeat, instead.
         Replay,
     }
 
@@ -1365,10 +1366,15 @@ mod tests {
                                         ),
                                         Tamper::Reorder => held.swap(0, 1),
                                         Tamper::Replay => {
-                                            held = recorded
+                                            let first = recorded
                                                 .lock()
                                                 .unwrap_or_else(|p| p.into_inner())[0]
                                                 .clone();
+                                            let upto = first
+                                                .iter()
+                                                .position(|f| f.kind == HEARTBEAT)
+                                                .map_or(first.len(), |i| i + 1);
+                                            held = first[..upto].to_vec();
                                         }
                                         Tamper::Pass => {}
                                     }
