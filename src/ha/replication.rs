@@ -46,6 +46,8 @@ const CHUNK: usize = 512;
 /// [`SILENCE`] reconnects.
 const HEARTBEAT_EVERY: Duration = Duration::from_millis(500);
 const SILENCE: Duration = Duration::from_secs(5);
+/// The longest identity a challenge may name (a pod's name, its address and namespace).
+const IDENTITY_MAX: usize = 512;
 
 /// One frame of a journal stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -335,8 +337,19 @@ async fn challenge(State(r): State<Replication>, Query(q): Query<ChallengeQuery>
         )
             .into_response();
     };
+    if standby.len() > IDENTITY_MAX || leader.len() > IDENTITY_MAX {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("standby, leader: at most {IDENTITY_MAX} bytes\n"),
+        )
+            .into_response();
+    }
     if !r.leads() {
-        tracing::info!(%standby, %leader, "a journal challenge for a leader, and this replica does not lead: not answered");
+        tracing::info!(
+            ?standby,
+            ?leader,
+            "a journal challenge for a leader, and this replica does not lead: not answered"
+        );
         return (
             StatusCode::CONFLICT,
             "this replica does not lead: it answers no journal challenge\n",
@@ -344,7 +357,7 @@ async fn challenge(State(r): State<Replication>, Query(q): Query<ChallengeQuery>
             .into_response();
     }
     if leader != r.inner.identity {
-        tracing::warn!(%standby, %leader, identity = %r.inner.identity, "a journal challenge for another holder than this replica (a forged Lease, or a relay): not answered");
+        tracing::warn!(?standby, ?leader, identity = %r.inner.identity, "a journal challenge for another holder than this replica (a forged Lease, or a relay): not answered");
         return (
             StatusCode::CONFLICT,
             "the holder named is not this replica: it answers no journal challenge for it\n",
