@@ -60,6 +60,7 @@ struct Frame {
 
 impl Frame {
     /// The frame at `position` of the stream `key` tags.
+    #[cfg(test)]
     fn sealed(key: &FrameKey, position: u64, kind: u8, seq: u64, bytes: &[u8]) -> Frame {
         Frame {
             kind,
@@ -70,13 +71,7 @@ impl Frame {
     }
 
     fn encode(&self) -> Bytes {
-        let mut b = BytesMut::with_capacity(FRAME_HEADER + self.bytes.len() + TAG_BYTES);
-        b.extend_from_slice(&[self.kind]);
-        b.extend_from_slice(&self.seq.to_le_bytes());
-        b.extend_from_slice(&(self.bytes.len() as u32).to_le_bytes());
-        b.extend_from_slice(&self.bytes);
-        b.extend_from_slice(&self.tag);
-        b.freeze()
+        encode(self.kind, self.seq, &self.bytes, &self.tag)
     }
 
     /// Whether this is the frame at `position` of the stream `key` tags.
@@ -92,6 +87,17 @@ impl Frame {
             other => format!("kind {other}, seq {}", self.seq),
         }
     }
+}
+
+/// A frame's bytes on the wire.
+fn encode(kind: u8, seq: u64, bytes: &[u8], tag: &[u8; TAG_BYTES]) -> Bytes {
+    let mut b = BytesMut::with_capacity(FRAME_HEADER + bytes.len() + TAG_BYTES);
+    b.extend_from_slice(&[kind]);
+    b.extend_from_slice(&seq.to_le_bytes());
+    b.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    b.extend_from_slice(bytes);
+    b.extend_from_slice(tag);
+    b.freeze()
 }
 
 /// Takes one whole frame off the front of `buf`, if there is one.
@@ -458,9 +464,9 @@ struct Sealer {
 
 impl Sealer {
     fn seal(&mut self, kind: u8, seq: u64, bytes: &[u8]) -> Bytes {
-        let frame = Frame::sealed(&self.key, self.position, kind, seq, bytes);
+        let tag = self.key.tag(self.position, kind, seq, bytes);
         self.position += 1;
-        frame.encode()
+        encode(kind, seq, bytes, &tag)
     }
 }
 
@@ -873,7 +879,7 @@ async fn authenticate(
     }
     let why = match &answer {
         Some(a) if a.version < auth::VERSION => format!(
-            " with a proof of journal protocol {} (a bosun older than this one; replicas follow each other only when they run the same version)",
+            " with a proof of journal protocol {}, as a bosun older than this one answers: replicas follow each other only when they run the same version",
             a.version.max(1)
         ),
         Some(_) => " with a proof that does not hold".to_string(),
@@ -961,7 +967,15 @@ mod tests {
             Frame::sealed(&key, 1, RECORD, 8, b"record eight"),
             Frame::sealed(&key, 2, HEARTBEAT, 8, b""),
         ];
-        let wire: Vec<u8> = sent.iter().flat_map(|f| f.encode().to_vec()).collect();
+        // What the leader sends, one frame after the other.
+        let mut sealer = Sealer {
+            key: key.clone(),
+            position: 0,
+        };
+        let wire: Vec<u8> = sent
+            .iter()
+            .flat_map(|f| sealer.seal(f.kind, f.seq, &f.bytes).to_vec())
+            .collect();
         for split in 0..wire.len() {
             let mut buf = BytesMut::new();
             let mut seen = Vec::new();
