@@ -70,6 +70,7 @@ impl Frame {
         }
     }
 
+    #[cfg(test)]
     fn encode(&self) -> Bytes {
         encode(self.kind, self.seq, &self.bytes, &self.tag)
     }
