@@ -516,14 +516,9 @@ fn impostor(addr: &str) -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
     received
 }
 
-/// Someone who may edit Leases names another address as the holder: the standby asks that
-/// replica to prove it holds the journal token, and sends it nothing derived from the
-/// token when it cannot.
-#[test]
-fn a_forged_lease_holder_never_receives_the_journal_token() {
-    let _serial = serial();
-    let cluster = Cluster::new(&[]);
-    let received = impostor(&format!("127.0.0.4:{}", cluster.ports.1));
+/// Writes a Lease naming `holder`, renewed now and valid for a day, as someone who may
+/// edit Leases could.
+fn forge_lease(cluster: &Cluster, holder: &str) {
     let renew = {
         // The Lease is renewed "now" by the sandbox's clock: its creation time.
         let (code, ns) = cluster.sb.get("/api/v1/namespaces/default");
@@ -540,7 +535,7 @@ fn a_forged_lease_holder_never_receives_the_journal_token() {
             "kind": "Lease",
             "metadata": {"name": "addon-operator-leader-election"},
             "spec": {
-                "holderIdentity": "mallory.127-0-0-4.default.pod",
+                "holderIdentity": holder,
                 "leaseDurationSeconds": 86400,
                 "acquireTime": renew,
                 "renewTime": renew,
@@ -548,6 +543,17 @@ fn a_forged_lease_holder_never_receives_the_journal_token() {
         }),
     );
     assert_eq!(code, 201, "{body}");
+}
+
+/// Someone who may edit Leases names another address as the holder: the standby asks that
+/// replica to prove it holds the journal token, and sends it nothing derived from the
+/// token when it cannot.
+#[test]
+fn a_forged_lease_holder_never_receives_the_journal_token() {
+    let _serial = serial();
+    let cluster = Cluster::new(&[]);
+    let received = impostor(&format!("127.0.0.4:{}", cluster.ports.1));
+    forge_lease(&cluster, "mallory.127-0-0-4.default.pod");
     let b = cluster.replica("bravo", "127.0.0.3");
     b.op.wait(
         "bravo refuses to follow the impostor",
@@ -586,6 +592,76 @@ fn a_forged_lease_holder_never_receives_the_journal_token() {
         !text.to_ascii_lowercase().contains("authorization"),
         "nothing derived from the token was sent:\n{text}"
     );
+}
+
+/// Relays every connection to `addr` on to `target`, byte for byte; counts them.
+fn tcp_relay(addr: &str, target: String) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    let listener = std::net::TcpListener::bind(addr).expect("bind the relay");
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            let Ok(upstream) = TcpStream::connect(&target) else {
+                continue;
+            };
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            };
+            if let (Ok(c), Ok(u)) = (conn.try_clone(), upstream.try_clone()) {
+                pipe(c, u);
+                pipe(upstream, conn);
+            }
+        }
+    });
+    count
+}
+
+/// The holder a forged Lease names relays the standby's challenge to a replica holding the
+/// token, the standby itself (pod-IP mode, reproduced on 127.0.0.5): the standby does not
+/// answer a challenge for a role it does not hold, so it does not take the relay for its
+/// leader, and the relay never gets to send it a frame.
+#[test]
+fn a_forged_lease_holder_relaying_the_challenge_is_not_followed() {
+    let _serial = serial();
+    let cluster = Cluster::new(&[]);
+    let relayed = tcp_relay(
+        &format!("127.0.0.5:{}", cluster.ports.1),
+        format!("127.0.0.3:{}", cluster.ports.1),
+    );
+    forge_lease(&cluster, "mallory.127-0-0-5.default.pod");
+    let b = cluster.replica("bravo", "127.0.0.3");
+    let error = || {
+        b.status().and_then(|s| {
+            s["following"].as_array().and_then(|f| {
+                f.iter()
+                    .find_map(|j| j["error"].as_str().map(str::to_string))
+            })
+        })
+    };
+    b.op.wait(
+        "bravo's first attempt through the relay ends",
+        Duration::from_secs(60),
+        || relayed.load(std::sync::atomic::Ordering::SeqCst) > 0 && error().is_some(),
+    );
+    let error = error().unwrap_or_default();
+    assert!(
+        error.contains("did not prove it holds the journal token and leads as that holder")
+            && error.contains("mallory.127-0-0-5.default.pod"),
+        "{error}"
+    );
+    assert!(
+        b.op.logs()
+            .contains("this replica does not lead: not answered"),
+        "bravo says it did not answer the relayed challenge:\n{}",
+        tail(&b.op.logs())
+    );
+    assert_eq!(b.role().as_deref(), Some("standby"), "the Lease is held");
+    assert!(!b.following(), "bravo follows no one");
 }
 
 #[test]

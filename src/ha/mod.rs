@@ -29,7 +29,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use self::lease::{Elector, Timings};
-use self::replication::{FollowArgs, Replication, Source, Statuses};
+use self::replication::{FollowArgs, LeaderAt, Replication, Source, Statuses};
 
 /// Leader election and journal following (addon-operator's and metacontroller's settings).
 #[derive(Debug, Clone, clap::Args)]
@@ -70,8 +70,9 @@ pub struct HaArgs {
     /// Where the journal stream for standbys listens (pod network).
     #[arg(long, env = "BOSUN_HA_LISTEN", default_value = "0.0.0.0:9651")]
     pub ha_listen: SocketAddr,
-    /// The journal stream's bearer token, shared by all replicas (from a Secret). Without
-    /// it, standbys do not follow the journal (leader election still works).
+    /// The journal stream's token, shared by all replicas (from a Secret); it never crosses
+    /// the wire. Without it, standbys do not follow the journal (leader election still
+    /// works).
     #[arg(long, env = "BOSUN_HA_TOKEN", hide_env_values = true)]
     pub ha_token: Option<String>,
     /// The leader acknowledges a journal record only once a standby holds it too.
@@ -426,7 +427,7 @@ where
     F: FnOnce(JournalStream) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Started>>,
 {
-    let replication = Replication::new(cfg.token.clone());
+    let replication = Replication::new(cfg.token.as_deref(), &cfg.identity);
     let shared = Arc::new(Shared {
         role: Mutex::new(Role::Standby),
         ..Default::default()
@@ -455,7 +456,7 @@ where
     );
 
     // Standby: follow the holder's journals.
-    let (leader_tx, leader_rx) = watch::channel(None::<String>);
+    let (leader_tx, leader_rx) = watch::channel(None::<LeaderAt>);
     let holder_task = {
         let mut holder = elector.holder();
         let cfg = cfg.clone();
@@ -464,12 +465,12 @@ where
             loop {
                 let current = holder.borrow_and_update().current().map(str::to_string);
                 *shared.holder.lock().unwrap_or_else(|p| p.into_inner()) = current.clone();
-                let url = current
+                let leader = current
                     .filter(|h| *h != cfg.identity)
-                    .and_then(|h| journal_url(&h, &cfg));
+                    .and_then(|h| journal_url(&h, &cfg).map(|url| LeaderAt { identity: h, url }));
                 leader_tx.send_if_modified(|old| {
-                    let changed = *old != url;
-                    *old = url.clone();
+                    let changed = *old != leader;
+                    *old = leader.clone();
                     changed
                 });
                 if holder.changed().await.is_err() {
@@ -486,9 +487,9 @@ where
                 tokio::spawn((j.follow)(FollowArgs {
                     name: j.name.to_string(),
                     dir: j.dir.clone(),
+                    identity: cfg.identity.clone(),
                     leader: leader_rx.clone(),
                     token: token.clone(),
-                    legacy_bearer: cfg.service.is_some(),
                     ack: cfg.sync_ack,
                     statuses: shared.statuses.clone(),
                     stop: stop_rx.clone(),
@@ -528,9 +529,11 @@ where
 
     // Leader.
     *shared.role.lock().unwrap_or_else(|p| p.into_inner()) = Role::Leader;
+    replication.lead();
     let started = tokio::select! {
         s = start(stream) => s?,
         lost = elector.hold() => {
+            replication.step_down();
             fence(&lost);
             return Ok(Ending::Fenced);
         }
@@ -540,11 +543,13 @@ where
     }
     let ending = tokio::select! {
         lost = elector.hold() => {
+            replication.step_down();
             fence(&lost);
             Ending::Fenced
         }
         () = &mut signal => {
             graceful_stop(grace, &started.journals).await;
+            replication.step_down();
             elector.release().await;
             Ending::Signal
         }
