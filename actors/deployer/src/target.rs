@@ -365,7 +365,13 @@ pub fn kubeconfig_of(resolved: &ResolvedTarget) -> Result<String, FieldError> {
                     "oidcConfig and selfConfig need a service account token, which was not requested",
                 ));
             }
-            None => return Err(FieldError::new(&what, "spec.config.kubeconfig", "missing")),
+            None => {
+                return Err(FieldError::new(
+                    &what,
+                    "spec.config.kubeconfig",
+                    missing_kubeconfig(&resolved.target, m),
+                ));
+            }
         },
         _ => {
             return Err(FieldError::new(
@@ -378,6 +384,35 @@ pub fn kubeconfig_of(resolved: &ResolvedTarget) -> Result<String, FieldError> {
     validate_kubeconfig(&kubeconfig)
         .map_err(|m| FieldError::new(&what, "spec.config.kubeconfig", m))?;
     Ok(kubeconfig)
+}
+
+/// Why a target has no kubeconfig, naming where it was looked for: the inline
+/// configuration, or the Secret and key `spec.secretRef` names, with the keys found there.
+fn missing_kubeconfig(target: &Target, found: &serde_json::Map<String, Value>) -> String {
+    let keys = || {
+        let keys: Vec<&str> = found.keys().map(String::as_str).collect();
+        if keys.is_empty() {
+            "none".to_string()
+        } else {
+            keys.join(", ")
+        }
+    };
+    match &target.source {
+        TargetSource::Secret { name, key: None } => format!(
+            "missing: Secret {}/{name} (spec.secretRef) has no key \"kubeconfig\" (its keys: {})",
+            target.namespace,
+            keys()
+        ),
+        TargetSource::Secret {
+            name,
+            key: Some(key),
+        } => format!(
+            "missing: the value of key {key:?} of Secret {}/{name} (spec.secretRef) has no kubeconfig (its fields: {})",
+            target.namespace,
+            keys()
+        ),
+        _ => format!("missing (spec.config's fields: {})", keys()),
+    }
 }
 
 /// Targets whose kubeconfig passed [`kubeconfig_of`], by a digest of the target's name and
@@ -588,6 +623,41 @@ mod tests {
             "spec": spec,
         }))
         .expect("target")
+    }
+
+    #[test]
+    fn a_secret_without_the_kubeconfig_is_named_with_its_key_and_the_keys_it_has() {
+        let kubeconfig_error = |secret_ref: Value, data: &[(&str, &str)]| {
+            let t = target(json!({"type": KUBERNETES_CLUSTER, "secretRef": secret_ref}));
+            let data: BTreeMap<String, Vec<u8>> = data
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect();
+            let resolved = resolve(&t, Some(&data)).expect("resolved");
+            kubeconfig_of(&resolved)
+                .expect_err("no kubeconfig")
+                .to_string()
+        };
+        let e = kubeconfig_error(json!({"name": "creds"}), &[("token", "abc"), ("ca", "x")]);
+        assert!(
+            e.contains("Secret ns/creds (spec.secretRef) has no key \"kubeconfig\"")
+                && e.contains("its keys: ca, token"),
+            "{e}"
+        );
+        let e = kubeconfig_error(
+            json!({"name": "creds", "key": "target"}),
+            &[("target", "server: https://x")],
+        );
+        assert!(
+            e.contains("the value of key \"target\" of Secret ns/creds")
+                && e.contains("its fields: server"),
+            "{e}"
+        );
+        let t = target(json!({"type": KUBERNETES_CLUSTER, "config": {"server": "x"}}));
+        let e = kubeconfig_of(&resolve(&t, None).expect("resolved"))
+            .expect_err("no kubeconfig")
+            .to_string();
+        assert!(e.contains("spec.config's fields: server"), "{e}");
     }
 
     #[test]
