@@ -100,6 +100,29 @@ fn config_error(message: String) -> DeployError {
     DeployError::config("Reconcile", "InvalidProviderConfiguration", message)
 }
 
+/// Helm's rule for a release name (`ValidateReleaseName`): at most 53 characters, DNS
+/// labels of lowercase letters, digits and `-` joined by `.`, each starting and ending with
+/// a letter or digit. A name Helm refuses fails the item at once instead of every retry.
+fn release_name(name: &str) -> Result<(), &'static str> {
+    if name.len() > 53 {
+        return Err("longer than 53 characters");
+    }
+    for label in name.split('.') {
+        let bytes = label.as_bytes();
+        let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        if bytes.is_empty() {
+            return Err("an empty part between dots");
+        }
+        if !bytes.iter().all(|b| alnum(b) || *b == b'-') {
+            return Err("only lowercase letters, digits, '-' and '.' are allowed");
+        }
+        if !alnum(&bytes[0]) || !alnum(&bytes[bytes.len() - 1]) {
+            return Err("each part must start and end with a lowercase letter or digit");
+        }
+    }
+    Ok(())
+}
+
 fn string_field(v: &Value, field: &str) -> Result<String, DeployError> {
     match v {
         Value::String(s) if !s.is_empty() => Ok(s.clone()),
@@ -292,6 +315,11 @@ impl HelmConfig {
         }
         let chart = chart_source(&config["chart"])?;
         let name = string_field(&config["name"], "spec.config.name")?;
+        if let Err(why) = release_name(&name) {
+            return Err(config_error(format!(
+                "spec.config.name: {name:?} is not a Helm release name: {why}"
+            )));
+        }
         let namespace = string_field(&config["namespace"], "spec.config.namespace")?;
         let values = match &config["values"] {
             Value::Null => json!({}),
@@ -1100,6 +1128,24 @@ impl DeployerType for HelmType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn release_names_follow_helm_s_rule() {
+        for ok in ["app", "my-app", "a1.b2", "x", &"a".repeat(53)] {
+            assert_eq!(release_name(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("My-App", "only lowercase"),
+            ("app_1", "only lowercase"),
+            ("-app", "start and end"),
+            ("app-", "start and end"),
+            ("a..b", "empty part"),
+            (&"a".repeat(54), "53"),
+        ] {
+            let e = release_name(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 
     fn config(extra: Value) -> Value {
         let mut c = json!({
