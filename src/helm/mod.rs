@@ -173,6 +173,10 @@ fn transient_message(message: &str) -> bool {
         "deadline exceeded",
         "unexpected eof",
         "server sent goaway",
+        // Go's HTTP/2 client when the server resets a stream (an API server shutting down:
+        // `stream error: stream ID 3; INTERNAL_ERROR; received from peer`).
+        "stream error",
+        "internal_error",
         "cluster unreachable",
         "too many requests",
         "the server is currently unable to handle the request",
@@ -651,6 +655,7 @@ mod transient_tests {
             "Operation cannot be fulfilled on configmaps \"x\": the object has been modified; please apply your changes to the latest version and try again",
             "failed to create resource: Internal error occurred: etcdserver: leader changed",
             "another operation (install/upgrade/rollback) is in progress",
+            "query: failed to query with labels: Get \"https://127.0.0.1:42129/api/v1/namespaces/default/secrets?labelSelector=name%3Ddemo%2Cowner%3Dhelm\": stream error: stream ID 3; INTERNAL_ERROR; received from peer",
         ] {
             assert!(helm(m).is_transient(), "{m}");
         }

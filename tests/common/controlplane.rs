@@ -7,6 +7,7 @@
 //! tests named in `tests/real-server.txt` a second time that way).
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
@@ -84,6 +85,8 @@ impl ControlPlane {
         );
         let data = data.to_path_buf();
         let mut child = Command::new(&bin)
+            // A group of its own, so that kill9 takes every component at once.
+            .process_group(0)
             .args(["serve", "--stop-on-stdin-eof", "--data"])
             .arg(&data)
             .stdin(Stdio::piped())
@@ -181,11 +184,14 @@ impl ControlPlane {
         }
     }
 
-    /// Kills it with SIGKILL: its API server and controller manager end with it (their
-    /// parent-death signal), etcd with its process.
+    /// Kills it with SIGKILL, every component at once (its process group): connections
+    /// are refused from then on, as of a server that is gone.
     pub fn kill9(&mut self) {
         self.stdin.take();
         if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -373,16 +373,18 @@ fn a_parent_without_the_status_subresource_is_refused_with_the_upstream_message(
                 == Some("CompositeController hookless: spec: hooks: no hooks defined")
         })
     });
-    let journal = common::run_ok(
-        std::process::Command::new(common::bosun_bin())
-            .args(["journal", "--journal-dir"])
-            .arg(work.path().join("journal"))
-            .arg("lambda"),
-    );
-    assert!(
-        journal.contains("CompositeController hookless refused"),
-        "{journal}"
-    );
+    // The journal's append and the Event are made apart: the Event may be seen first.
+    let journal = || {
+        common::run_ok(
+            std::process::Command::new(common::bosun_bin())
+                .args(["journal", "--journal-dir"])
+                .arg(work.path().join("journal"))
+                .arg("lambda"),
+        )
+    };
+    op.wait("the refusal in the lambda journal", WAIT, || {
+        journal().contains("CompositeController hookless refused")
+    });
 }
 
 #[test]
