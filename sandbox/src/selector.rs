@@ -419,11 +419,12 @@ impl LabelSelector {
 }
 
 /// The fields kube-apiserver selects objects of a kind on, beyond `metadata.name` and
-/// `metadata.namespace`; `None` when the kind is not known here (every field of
-/// [`EXTRA_FIELDS`] is accepted then).
-pub fn kind_fields(group: &str, kind: &str) -> Option<&'static [&'static str]> {
-    Some(match (group, kind) {
-        ("", "Pod") => &[
+/// `metadata.namespace`, by group and kind.
+const KIND_FIELDS: &[(&str, &str, &[&str])] = &[
+    (
+        "",
+        "Pod",
+        &[
             "spec.nodeName",
             "spec.restartPolicy",
             "spec.schedulerName",
@@ -434,7 +435,11 @@ pub fn kind_fields(group: &str, kind: &str) -> Option<&'static [&'static str]> {
             "status.podIPs",
             "status.nominatedNodeName",
         ],
-        ("", "Event") => &[
+    ),
+    (
+        "",
+        "Event",
+        &[
             "involvedObject.kind",
             "involvedObject.namespace",
             "involvedObject.name",
@@ -447,43 +452,36 @@ pub fn kind_fields(group: &str, kind: &str) -> Option<&'static [&'static str]> {
             "source",
             "type",
         ],
-        ("", "Secret") => &["type"],
-        ("", "Namespace") => &["status.phase"],
-        ("", "Node") => &["spec.unschedulable"],
-        ("batch", "Job") => &["status.successful"],
-        ("events.k8s.io", _) | ("", "PersistentVolumeClaim") | ("", "PersistentVolume") => {
-            return None;
-        }
-        ("apps", "ReplicaSet") => &["status.replicas"],
-        _ => &[],
-    })
+    ),
+    ("", "Secret", &["type"]),
+    ("", "Namespace", &["status.phase"]),
+    ("", "Node", &["spec.unschedulable"]),
+    ("batch", "Job", &["status.successful"]),
+    ("apps", "ReplicaSet", &["status.replicas"]),
+];
+
+/// The fields kube-apiserver selects objects of a kind on, beyond `metadata.name` and
+/// `metadata.namespace`; `None` when the kind is not known here (every field some kind is
+/// selected on is accepted then).
+pub fn kind_fields(group: &str, kind: &str) -> Option<&'static [&'static str]> {
+    match (group, kind) {
+        ("events.k8s.io", _) | ("", "PersistentVolumeClaim") | ("", "PersistentVolume") => None,
+        _ => Some(
+            KIND_FIELDS
+                .iter()
+                .find(|(g, k, _)| *g == group && *k == kind)
+                .map_or(&[][..], |(_, _, fields)| *fields),
+        ),
+    }
 }
 
-/// Fields accepted in field selectors beyond `metadata.name` / `metadata.namespace`
-/// (those kube-apiserver indexes for some built-in kinds).
-const EXTRA_FIELDS: &[&str] = &[
-    "spec.nodeName",
-    "spec.restartPolicy",
-    "spec.schedulerName",
-    "spec.serviceAccountName",
-    "spec.hostNetwork",
-    "spec.unschedulable",
-    "status.phase",
-    "status.podIP",
-    "status.nominatedNodeName",
-    "status.successful",
-    "type",
-    "reason",
-    "reportingComponent",
-    "source",
-    "involvedObject.kind",
-    "involvedObject.namespace",
-    "involvedObject.name",
-    "involvedObject.uid",
-    "involvedObject.apiVersion",
-    "involvedObject.resourceVersion",
-    "involvedObject.fieldPath",
-];
+/// Whether some kind is selected on `path` (what a field selector may name before its kind
+/// is known).
+fn selectable(path: &str) -> bool {
+    KIND_FIELDS
+        .iter()
+        .any(|(_, _, fields)| fields.contains(&path))
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct FieldRequirement {
@@ -570,10 +568,7 @@ impl FieldSelector {
                 )));
             };
             let path = path.trim().to_string();
-            if path != "metadata.name"
-                && path != "metadata.namespace"
-                && !EXTRA_FIELDS.contains(&path.as_str())
-            {
+            if path != "metadata.name" && path != "metadata.namespace" && !selectable(&path) {
                 return Err(SelectorError::UnsupportedField(path));
             }
             let value = unescape(value.trim()).map_err(syntax)?;
