@@ -574,6 +574,38 @@ pub struct SegmentStorage {
     _lock: Option<File>,
 }
 
+/// A file among the segments that is not one of them (`repair` puts it aside).
+fn stray(file: PathBuf, len: u64, reason: String) -> Damage {
+    Damage {
+        file,
+        offset: 0,
+        end: len,
+        records: None,
+        reason,
+        next_seq: None,
+    }
+}
+
+/// The sequence of a segment file's first frame, when that frame is whole.
+fn first_frame_seq(path: &Path) -> std::io::Result<Option<u64>> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut w = Window::new(Arc::new(file), len);
+    Ok(match frame_at(&mut w, 0)? {
+        Frame::Good { seq, .. } => Some(seq),
+        Frame::Bad(_) => None,
+    })
+}
+
+/// The sequence of the newest snapshot file, by its name.
+fn newest_snapshot_name(dir: &Path) -> Option<u64> {
+    std::fs::read_dir(dir.join("snapshots"))
+        .ok()?
+        .flatten()
+        .filter_map(|e| parse_name(&e.file_name().to_string_lossy(), ".snap"))
+        .max()
+}
+
 fn segment_name(first: u64) -> String {
     format!("{first:020}.log")
 }
@@ -762,20 +794,54 @@ impl SegmentStorage {
             .flatten()
         {
             let name = e.file_name().to_string_lossy().to_string();
+            let is_file = e.file_type().is_ok_and(|t| t.is_file());
             match parse_name(&name, ".log") {
-                Some(first) => names.push((first, e.path())),
-                None => structure.push(Damage {
-                    file: e.path(),
-                    offset: 0,
-                    end: e.metadata().map_or(0, |m| m.len()),
-                    records: None,
-                    reason: "not a segment file (segments are named <20-digit first sequence>.log)"
-                        .into(),
-                    next_seq: None,
-                }),
+                Some(first) if is_file => names.push((first, e.path())),
+                _ => structure.push(stray(
+                    e.path(),
+                    e.metadata().map_or(0, |m| m.len()),
+                    if is_file {
+                        "not a segment file (segments are named <20-digit first sequence>.log)"
+                            .into()
+                    } else {
+                        "not a segment file but a folder or a link (segments are regular files)"
+                            .into()
+                    },
+                )),
             }
         }
         names.sort();
+        // Files named like segments that hold other records than their names say: a copy
+        // or a renamed file, never what the writer leaves. They are left out of the
+        // journal (and `repair` puts them aside), so that they can neither be read as
+        // records nor be deleted as compacted.
+        let mut firsts = Vec::with_capacity(names.len());
+        for (_, path) in &names {
+            firsts.push(first_frame_seq(path).map_err(io_err(path))?);
+        }
+        let mut i = 0;
+        while i < names.len() {
+            let (named, next) = (names[i].0, names.get(i + 1).map(|n| n.0));
+            let wrong = match firsts[i] {
+                Some(seq) if next.is_some_and(|n| seq >= n) => Some(format!(
+                    "it holds record {seq}, which belongs to a later segment (the next is named {:020}.log): a copy or a renamed file",
+                    next.unwrap_or_default()
+                )),
+                Some(seq) if i > 0 && seq < named => Some(format!(
+                    "it holds record {seq}, before the record {named} its name says it starts at: a copy or a renamed file"
+                )),
+                _ => None,
+            };
+            match wrong {
+                Some(reason) => {
+                    let (_, path) = names.remove(i);
+                    firsts.remove(i);
+                    let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+                    structure.push(stray(path, len, reason));
+                }
+                None => i += 1,
+            }
+        }
         let mut dir_dirty = false;
         if writable {
             // Segments wholly below the low-water mark: a compaction stopped before deleting them.
@@ -795,6 +861,35 @@ impl SegmentStorage {
                 .map_err(io_err(path))?;
             let prev = segments.iter().rev().find_map(|s| s.last_seq);
             let (mut seg, tail) = scan(path, Arc::new(file), *first, prev).map_err(io_err(path))?;
+            if i + 1 == count && seg.count == 0 {
+                // The newest segment holds no record: the writer names a new segment after
+                // the record before it, so a name further on is somebody else's file (cut as
+                // a torn tail, it would be written into under the wrong name forever).
+                let end = segments
+                    .iter()
+                    .flat_map(|s| {
+                        s.damage
+                            .iter()
+                            .filter_map(|d| d.records.map(|(_, b)| b))
+                            .chain(s.last_seq)
+                    })
+                    .chain([low_water])
+                    .chain(newest_snapshot_name(dir))
+                    .chain(accepted.iter().map(|(_, b)| *b))
+                    .max()
+                    .unwrap_or(0);
+                if *first > end + 1 {
+                    let len = seg.file.metadata().map_or(0, |m| m.len());
+                    structure.push(stray(
+                        path.clone(),
+                        len,
+                        format!(
+                            "named for record {first}, but the journal's records end at {end} and this file holds none: not a segment the journal wrote"
+                        ),
+                    ));
+                    continue;
+                }
+            }
             if let Some(tail) = tail {
                 if i + 1 == count && !tail.misplaced {
                     if writable {
@@ -1440,7 +1535,14 @@ impl Storage for SegmentStorage {
                 let aside = self.dir.join("stray");
                 private::create_dir(&aside).map_err(io_err(&aside))?;
                 let name = d.file.file_name().map(PathBuf::from).unwrap_or_default();
-                std::fs::rename(&d.file, aside.join(name)).map_err(io_err(&d.file))?;
+                // An earlier repair's file of the same name stays too.
+                let mut target = aside.join(&name);
+                let mut n = 1;
+                while target.exists() {
+                    target = aside.join(format!("{}.{n}", name.display()));
+                    n += 1;
+                }
+                std::fs::rename(&d.file, target).map_err(io_err(&d.file))?;
                 st.dir_dirty = true;
             } else if d.file == self.dir.join("low-water") {
                 // Compaction sets the mark after the oldest snapshot it keeps; without

@@ -797,3 +797,71 @@ fn after_any_damage_repair_leaves_a_journal_that_verifies_and_opens() {
     );
     assert!(refused > 0);
 }
+
+/// A copy of a live segment under a name below the low-water mark: opening it as a
+/// compacted segment would delete it unread, reading it would duplicate records.
+#[test]
+fn a_copy_of_a_segment_under_a_compacted_name_is_refused_and_put_aside() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    compacted(dir.path());
+    let files = segments(dir.path());
+    let copy = dir.path().join("segments").join(format!("{:020}.log", 2));
+    std::fs::copy(&files[1], &copy).expect("copy");
+    refused_named_and_repaired(dir.path(), &copy, None);
+    let j: Journal<Ev> = Journal::open(dir.path()).expect("open");
+    assert_eq!(
+        records(&j).0,
+        expected(151..=301),
+        "nothing duplicated, nothing lost"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("stray").join(format!("{:020}.log", 2))).expect("kept"),
+        std::fs::read(&files[1]).expect("segment"),
+        "the copy is kept for inspection, unchanged"
+    );
+}
+
+/// Garbage, or an empty file, named like a segment far ahead of the records: not a torn
+/// tail to cut and write into (it would never roll or be compacted, and the next segment
+/// would sort before it), but a file the journal did not write.
+#[test]
+fn a_file_named_like_a_future_segment_is_refused_and_put_aside_not_written_into() {
+    for (case, bytes) in [("garbage", vec![0x55u8; 5000]), ("empty", Vec::new())] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fill(dir.path(), 5, SegmentOptions::default());
+        let name = "09999999999999999999.log";
+        let future = dir.path().join("segments").join(name);
+        std::fs::write(&future, &bytes).expect("future segment");
+        refused_named_and_repaired(dir.path(), &future, None);
+        assert!(!future.exists(), "{case}: put aside");
+        assert_eq!(
+            std::fs::read(dir.path().join("stray").join(name)).expect("kept"),
+            bytes,
+            "{case}: kept unchanged for inspection"
+        );
+        let j: Journal<Ev> = Journal::open(dir.path()).expect("open");
+        assert_eq!(records(&j).0, expected(1..=6), "{case}");
+    }
+}
+
+/// A folder where a segment file would be: named by `verify` and put aside by `repair`,
+/// like a stray file.
+#[test]
+fn a_folder_named_like_a_segment_is_refused_named_and_put_aside_by_repair() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fill(dir.path(), 5, SegmentOptions::default());
+    let folder = dir.path().join("segments").join(format!("{:020}.log", 500));
+    std::fs::create_dir(&folder).expect("folder");
+    std::fs::write(folder.join("inside"), b"kept").expect("file inside");
+    refused_named_and_repaired(dir.path(), &folder, None);
+    assert_eq!(
+        std::fs::read(
+            dir.path()
+                .join("stray")
+                .join(format!("{:020}.log", 500))
+                .join("inside")
+        )
+        .expect("kept"),
+        b"kept"
+    );
+}
