@@ -27,6 +27,7 @@ mod codec;
 mod error;
 mod private;
 mod replica;
+mod reset;
 mod segment;
 mod storage;
 mod writer;
@@ -208,7 +209,7 @@ mod tempfile_dir {
             let entry = entry?;
             let target = to.join(entry.file_name());
             // Other subsystems' journals are not part of this one.
-            if crate::SUBSYSTEM_DIRS.contains(&entry.file_name().to_string_lossy().as_ref()) {
+            if crate::reset::is_neighbour(&entry.file_name().to_string_lossy()) {
                 continue;
             }
             if entry.file_type()?.is_dir() {
@@ -267,7 +268,7 @@ fn check_directory(dir: &Path, create: bool) -> Result<(), JournalError> {
                 | "stray"
                 | "probe.tmp"
         );
-        sled || segments || SUBSYSTEM_DIRS.contains(&n.as_str())
+        sled || segments || reset::is_neighbour(n)
     };
     if !names.is_empty() && !names.iter().all(journal_files) {
         return Err(JournalError::NotAJournal {
@@ -318,6 +319,9 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         options: SegmentOptions,
     ) -> Result<Journal<E>, JournalError> {
         check_directory(dir, true)?;
+        if let Some(aside) = reset::finish(dir)? {
+            tracing::warn!(journal = %dir.display(), kept = %aside.display(), "finished a reset a crash interrupted: the journal is the leader's, its previous contents are kept for inspection");
+        }
         if let Some(found) = Backend::found_in(dir)
             && found != backend
         {

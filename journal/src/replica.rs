@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::{Body, Journal, JournalError, SUBSYSTEM_DIRS, Versioned, check_directory, decode};
+use crate::{Body, Journal, JournalError, Versioned, check_directory, decode};
 
 /// Where a standby continues, as the leader sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,8 +152,10 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
     }
 
     /// Starts the (closed) journal in `dir` over from a snapshot as its leader stored it,
-    /// or empty. The previous contents are kept in `<dir>.replaced` (replacing an older
-    /// copy) for inspection; other subsystems' journals inside `dir` are left alone.
+    /// or empty. The new journal is built beside the old one and put in its place in
+    /// steps a crash cannot leave half done ([`crate::reset`]); the previous contents are
+    /// kept in `<dir>.replaced` (replacing an older copy) for inspection; other
+    /// subsystems' journals inside `dir` are left alone, and may be reset at the same time.
     /// Returns where the old contents went, if there were any.
     pub fn replace(
         dir: &Path,
@@ -163,41 +165,14 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         if let Some((seq, bytes)) = &snapshot {
             decode(*seq, bytes).map_err(|reason| JournalError::Corrupt { seq: *seq, reason })?;
         }
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| JournalError::Io { path, source }
-        };
-        let own: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(io(dir))?
-            .filter_map(Result::ok)
-            .filter(|e| !SUBSYSTEM_DIRS.contains(&e.file_name().to_string_lossy().as_ref()))
-            .map(|e| e.path())
-            .collect();
-        let aside = (!own.is_empty()).then(|| {
-            let mut name = dir.as_os_str().to_owned();
-            name.push(".replaced");
-            PathBuf::from(name)
-        });
-        if let Some(aside) = &aside {
-            if aside.exists() {
-                std::fs::remove_dir_all(aside).map_err(io(aside))?;
-            }
-            crate::tempfile_dir::copy_dir(dir, aside).map_err(io(aside))?;
-            for path in &own {
-                if path.is_dir() {
-                    std::fs::remove_dir_all(path).map_err(io(path))?;
-                } else {
-                    std::fs::remove_file(path).map_err(io(path))?;
-                }
-            }
-        }
-        let journal = Journal::<E>::open(dir)?;
+        let staging = crate::reset::staging(dir)?;
+        let journal = Journal::<E>::open(&staging)?;
         if let Some((seq, bytes)) = snapshot {
             journal.storage.put_snapshot(seq, bytes)?;
             journal.storage.flush()?;
         }
         journal.close();
-        Ok(aside)
+        crate::reset::install(dir)
     }
 }
 
