@@ -15,6 +15,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY journal/Cargo.toml journal/
 COPY kube/Cargo.toml kube/
+COPY platform/Cargo.toml platform/
 COPY actors/runtime/Cargo.toml actors/runtime/
 COPY actors/addon/Cargo.toml actors/addon/
 COPY actors/lambda/Cargo.toml actors/lambda/
@@ -23,7 +24,7 @@ COPY sandbox/Cargo.toml sandbox/
 # Patched third-party crates ([patch.crates-io]): whole, they are sources cargo resolves.
 COPY vendor vendor
 RUN set -eu; \
-    for member in . journal kube actors/runtime actors/addon actors/lambda actors/deployer sandbox; do \
+    for member in . journal kube platform actors/runtime actors/addon actors/lambda actors/deployer sandbox; do \
       mkdir -p "$member/src" && touch "$member/src/lib.rs"; \
     done; \
     echo 'fn main() {}' > src/main.rs; \

@@ -2,7 +2,7 @@
 """Checks bosun's layering: no import cycle between the files of one crate, and crate
 dependencies that run one way (src -> actors/* -> actors/runtime; no subsystem crate on
 another; the Kubernetes layer (kube/) on no subsystem; the sandbox and the journal on no
-bosun crate), and no subsystem's adapters in the binary (src/addon, src/lambda,
+bosun crate but the platform one (platform/), which stands on none), and no subsystem's adapters in the binary (src/addon, src/lambda,
 src/deployer) importing another's (what they share lives in the shared Kubernetes layer,
 the bosun-kube crate, or beside the adapters in src/).
 
@@ -16,14 +16,15 @@ import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CRATES = {  # crate dir -> bosun crates it may depend on
-    ".": {"bosun-journal", "bosun-runtime", "bosun-kube", "bosun-addon", "bosun-lambda", "bosun-deployer", "bosun-sandbox"},
-    "journal": set(),
-    "kube": {"bosun-runtime"},
-    "sandbox": set(),
+    ".": {"bosun-journal", "bosun-runtime", "bosun-kube", "bosun-addon", "bosun-lambda", "bosun-deployer", "bosun-sandbox", "bosun-platform"},
+    "journal": {"bosun-platform"},
+    "kube": {"bosun-runtime", "bosun-platform"},
+    "sandbox": {"bosun-platform"},
+    "platform": set(),
     "actors/runtime": set(),
-    "actors/addon": {"bosun-journal", "bosun-runtime"},
-    "actors/lambda": {"bosun-journal", "bosun-runtime"},
-    "actors/deployer": {"bosun-journal", "bosun-runtime"},
+    "actors/addon": {"bosun-journal", "bosun-runtime", "bosun-platform"},
+    "actors/lambda": {"bosun-journal", "bosun-runtime", "bosun-platform"},
+    "actors/deployer": {"bosun-journal", "bosun-runtime", "bosun-platform"},
 }
 
 

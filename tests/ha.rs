@@ -793,3 +793,92 @@ fn twenty_failovers_never_run_hooks_on_two_replicas_at_once() {
     );
     journal_ok(&last.journal);
 }
+
+/// Whether the server closed `s` (end of stream or a reset) before `s`'s read timeout.
+fn closed_by_server(s: &mut impl Read) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+/// A slow-headers client on each of bosun's listeners (the public one, the HA one, the
+/// debug TCP one and the debug socket): connections that never finish a request head are
+/// closed after the header read timeout, and so is a kept-alive connection that sends a
+/// whole request, then half of a second one; the listeners keep serving.
+#[test]
+fn slow_clients_are_closed_on_every_listener_at_every_request() {
+    let _serial = serial();
+    let debug = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    let debug_addr = debug.local_addr().expect("addr").to_string();
+    drop(debug);
+    let cluster = Cluster::new(&[
+        ("BOSUN_HTTP_HEADER_READ_TIMEOUT", "1s"),
+        ("DEBUG_HTTP_SERVER_ADDR", debug_addr.as_str()),
+    ]);
+    let a = cluster.replica("alpha", "127.0.0.2");
+    a.op.wait("alpha leads", Duration::from_secs(60), || {
+        a.role().as_deref() == Some("leader") && a.ready()
+    });
+    const PARTIAL: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+    const WHOLE: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    let listeners = [
+        ("public", a.http.clone()),
+        ("HA", a.ha.clone()),
+        ("debug TCP", debug_addr.clone()),
+    ];
+    for (name, addr) in &listeners {
+        let mut slow: Vec<TcpStream> = (0..20)
+            .map(|_| {
+                let mut s = TcpStream::connect(addr).expect("connect");
+                s.write_all(PARTIAL).expect("partial head");
+                s
+            })
+            .collect();
+        let mut kept = TcpStream::connect(addr).expect("connect");
+        kept.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        kept.write_all(WHOLE).expect("request");
+        let mut buf = [0u8; 4096];
+        let n = kept.read(&mut buf).expect("answer");
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 "),
+            "{name}: {}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        kept.write_all(PARTIAL).expect("half of a second request");
+        slow.push(kept);
+        for (i, s) in slow.iter_mut().enumerate() {
+            s.set_read_timeout(Some(Duration::from_secs(30)))
+                .expect("timeout");
+            assert!(
+                closed_by_server(s),
+                "{name}: connection {i} with a partial head stays open"
+            );
+        }
+        assert!(
+            get(addr, "/healthz").is_some(),
+            "{name}: the listener still serves"
+        );
+    }
+    let mut unix = std::os::unix::net::UnixStream::connect(&a.socket).expect("debug socket");
+    unix.write_all(PARTIAL).expect("partial head");
+    unix.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    assert!(
+        closed_by_server(&mut unix),
+        "debug socket: a partial head stays open"
+    );
+}

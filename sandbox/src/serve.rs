@@ -12,8 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
+use bosun_platform::serve::Limits;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -22,11 +21,12 @@ use tokio::task::JoinSet;
 /// How long a client may take for its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a new connection may take to send its first whole request head, by default
-/// (kube-apiserver's `ReadHeaderTimeout`). Connections that never do (partial headers
-/// held open) would otherwise pile up. A kept-alive connection that went idle after a
-/// request is not limited: clients pool them.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
+/// How long a connection may take to send each whole request head, by default
+/// (kube-apiserver's `ReadHeaderTimeout`): from its opening, then from the first byte of
+/// each later request. Connections that never do (partial headers held open) would
+/// otherwise pile up. Between requests a kept-alive connection may stay idle 90 s
+/// (kube-apiserver's `IdleTimeout`): clients pool them.
+pub const HEADER_READ_TIMEOUT: Duration = bosun_platform::serve::HEADER_READ_TIMEOUT;
 
 /// Serves `router` on `listener` until `stop` turns true, then waits for the connections
 /// to finish what they are writing.
@@ -85,51 +85,20 @@ pub async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// One connection: served until the client closes it, or until stop, when the response in
-/// progress (a watch ends on stop too) is finished and the connection closed.
+/// One connection: served until the client closes it, passes a limit, or until stop, when
+/// the response in progress (a watch ends on stop too) is finished and the connection
+/// closed.
 async fn connection<I>(
     io: I,
     router: axum::Router,
     header_read_timeout: Duration,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    // Set once a whole request head has been read (the request reached the router).
-    let headed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let seen = headed.clone();
-    let inner = TowerToHyperService::new(router);
-    let service = hyper::service::service_fn(move |request| {
-        seen.store(true, std::sync::atomic::Ordering::Relaxed);
-        hyper::service::Service::call(&inner, request)
-    });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(io), service)
-        .with_upgrades();
-    tokio::pin!(conn);
-    let first_head = tokio::time::sleep(header_read_timeout);
-    tokio::pin!(first_head);
-    let mut waiting_for_head = true;
-    loop {
-        tokio::select! {
-            result = conn.as_mut() => {
-                if let Err(e) = result {
-                    tracing::trace!(error = %e, "sandbox connection ended");
-                }
-                return;
-            }
-            _ = stopped(&mut stop) => break,
-            () = &mut first_head, if waiting_for_head => {
-                waiting_for_head = false;
-                if !headed.load(std::sync::atomic::Ordering::Relaxed) {
-                    tracing::debug!(after = ?header_read_timeout, "closing a connection that sent no whole request head");
-                    return;
-                }
-            }
-        }
-    }
-    conn.as_mut().graceful_shutdown();
-    if let Err(e) = conn.await {
-        tracing::trace!(error = %e, "sandbox connection ended at shutdown");
-    }
+    let limits = Limits {
+        header_read: header_read_timeout,
+        ..Limits::default()
+    };
+    bosun_platform::serve::connection(io, router, limits, Some(stop)).await;
 }

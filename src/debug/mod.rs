@@ -331,12 +331,11 @@ pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> Deb
     match bind_socket(&cfg.socket) {
         Ok(listener) => {
             let app = app.clone();
-            let path = cfg.socket.clone();
-            server.tasks.push(tokio::spawn(async move {
-                if let Err(e) = axum::serve(listener, app).await {
-                    tracing::error!(socket = %path.display(), "debug server stopped: {e}");
-                }
-            }));
+            server.tasks.push(tokio::spawn(bosun_platform::serve::serve(
+                listener,
+                app,
+                bosun_platform::serve::Limits::from_env(),
+            )));
             tracing::info!(socket = %cfg.socket.display(), "debug endpoints listening on the unix socket");
             server.socket = Some(cfg.socket.clone());
         }
@@ -377,11 +376,11 @@ pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> Deb
                 } else {
                     app
                 };
-                server.tasks.push(tokio::spawn(async move {
-                    if let Err(e) = axum::serve(listener, app).await {
-                        tracing::error!(%bound, "debug HTTP server stopped: {e}");
-                    }
-                }));
+                server.tasks.push(tokio::spawn(bosun_platform::serve::serve(
+                    listener,
+                    app,
+                    bosun_platform::serve::Limits::from_env(),
+                )));
                 tracing::info!(
                     listen = %bound,
                     token_file = ?written,

@@ -598,11 +598,11 @@ async fn serve(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::warn!("HTTP server on {bound}: {e}");
-        }
-    });
+    let task = tokio::spawn(bosun_platform::serve::serve(
+        listener,
+        app,
+        bosun_platform::serve::Limits::from_env(),
+    ));
     Ok((bound, task))
 }
 
