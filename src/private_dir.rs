@@ -173,6 +173,23 @@ pub fn check(dir: &Path) -> Result<(), UnsafeDir> {
     })
 }
 
+/// Checks `root` and every folder from it down to `path` (each one `lstat`, as [`check`]):
+/// a folder swapped since the start for another user's, or for a link, anywhere on the way
+/// is refused. `path` outside `root` is checked alone. The Helm path calls it before Helm
+/// reads a module's chart from its copy in the temp folder.
+pub fn check_within(root: &Path, path: &Path) -> Result<(), UnsafeDir> {
+    let Ok(below) = path.strip_prefix(root) else {
+        return check(path);
+    };
+    check(root)?;
+    let mut at = root.to_path_buf();
+    for part in below.components() {
+        at.push(part);
+        check(&at)?;
+    }
+    Ok(())
+}
+
 /// A volume as the kubelet makes it for a pod with an `fsGroup` (an emptyDir at `/tmp`,
 /// say): root's, in one of bosun's groups, setgid, world-writable and never sticky
 /// (kubernetes#110835). Only the pod's containers see it.

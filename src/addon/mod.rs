@@ -680,9 +680,10 @@ async fn releases(
         skip_crds: true,
         ..Default::default()
     };
-    Ok(Arc::new(releases::HelmReleases::new(
-        engine, client, kube, namespace, options,
-    )))
+    Ok(Arc::new(
+        releases::HelmReleases::new(engine, client, kube, namespace, options)
+            .with_private_root(cfg.tmp_dir.clone()),
+    ))
 }
 
 /// Starts the modules (global hooks, modules, their queues) on the host.

@@ -4,7 +4,7 @@
 //! module CRDs. Checksums, drift and recovery are the same whichever engine runs.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use bosun_addon::ports::{BoxFut, ObjectPreview, PortError, ReleaseInfo, Releases, Rendered};
@@ -34,6 +34,9 @@ pub struct HelmReleases {
     /// Revisions Helm reported installed or upgraded whose record could not be marked
     /// `deployed` yet ([`HelmReleases::settle_record`]), by release.
     unsettled: Mutex<HashMap<String, u64>>,
+    /// The private folder the modules' charts are copied into (the temp folder): checked
+    /// down to the chart before each render and upgrade, as hook runs check it.
+    private_root: Option<PathBuf>,
 }
 
 /// How long a status read stands in for a new one before an upgrade.
@@ -57,7 +60,29 @@ impl HelmReleases {
             resources: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
             unsettled: Mutex::new(HashMap::new()),
+            private_root: None,
         }
+    }
+
+    /// Charts are read from copies under `root`, bosun's private temp folder: each render
+    /// and upgrade first checks that every folder from `root` to the chart is still
+    /// bosun's own and private (one swapped for another user's since the start is refused).
+    pub fn with_private_root(mut self, root: PathBuf) -> HelmReleases {
+        self.private_root = Some(root);
+        self
+    }
+
+    /// Refuses a chart copy whose folders are no longer bosun's own.
+    fn chart_is_ours(&self, release: &str, chart: &Path) -> Result<(), PortError> {
+        let Some(root) = &self.private_root else {
+            return Ok(());
+        };
+        crate::private_dir::check_within(root, chart).map_err(|e| {
+            PortError(format!(
+                "not running Helm for release {release}: its chart copy {} is not in bosun's private folder any more: {e}",
+                chart.display()
+            ))
+        })
     }
 
     /// The API resource of an apiVersion/kind and whether it is namespaced (cached).
@@ -384,6 +409,7 @@ impl Releases for HelmReleases {
     ) -> BoxFut<'_, Result<Rendered, PortError>> {
         Box::pin(async move {
             tracing::debug!(release = %release, "helm render");
+            self.chart_is_ours(&release, &chart)?;
             let files = self
                 .engine
                 .render(&chart, &values, &release, &self.namespace, true)
@@ -428,6 +454,7 @@ impl Releases for HelmReleases {
         checksum: String,
     ) -> BoxFut<'_, Result<u32, PortError>> {
         Box::pin(async move {
+            self.chart_is_ours(&release, &chart)?;
             // The module's check before the upgrade has just read the status (one module
             // actor per release, so nothing of ours changed the release since).
             let mut latest = match self.take_recent(&release) {

@@ -339,6 +339,100 @@ fn what_bosun_writes_in_its_temp_folder_is_private() {
     }
 }
 
+/// The temp folder swapped after the start for another user's, holding a chart of theirs
+/// where bosun keeps its copy of a module's chart (what a user who may write in the pod
+/// volume above it could do): a module without hooks does not install their chart; its
+/// Helm run fails naming the folder, and bosun keeps running.
+#[test]
+fn a_temp_folder_swapped_after_the_start_is_refused_on_the_helm_path() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let hooks = common::global_hooks_dir(w);
+    let chart = w.join("modules/010-web");
+    std::fs::create_dir_all(chart.join("templates")).expect("chart folder");
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-settings\ndata:\n  greeting: {{ .Values.web.greeting | quote }}\n",
+    )
+    .expect("template");
+    std::fs::write(
+        chart.join("values.yaml"),
+        "webEnabled: true\nweb:\n  greeting: one\n",
+    )
+    .expect("values.yaml");
+    let op = Operator::start_with(&sb, &hooks, w, &[]);
+    let greeting = || {
+        let (code, cm) = sb.get("/api/v1/namespaces/default/configmaps/web-settings");
+        (code == 200).then(|| {
+            cm["data"]["greeting"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+    };
+    op.wait("the chart installed", Duration::from_secs(90), || {
+        greeting().as_deref() == Some("one")
+    });
+
+    // The swap: bosun's folder moved away, another user's in its place.
+    let tmp = w.join("tmp");
+    std::fs::rename(&tmp, w.join("tmp.moved")).expect("move bosun's folder");
+    let theirs = tmp.join("charts/web/templates");
+    std::fs::create_dir_all(&theirs).expect("their folders");
+    std::fs::write(
+        theirs.join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: theirs\n",
+    )
+    .expect("their chart");
+    std::fs::write(
+        tmp.join("charts/web/Chart.yaml"),
+        "apiVersion: v2\nname: web\nversion: 6.6.6\n",
+    )
+    .expect("their Chart.yaml");
+    for p in std::iter::once(tmp.clone()).chain(tree(&tmp)) {
+        std::os::unix::fs::chown(&p, Some(65534), Some(65534)).expect("chown");
+    }
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+
+    // A values change: the module runs Helm again.
+    let (code, mut cm) = sb.get("/api/v1/namespaces/default/configmaps/addon-operator");
+    if code == 200 {
+        cm["data"]["web"] = json!("greeting: two\n");
+        let (code, body) = sb.put("/api/v1/namespaces/default/configmaps/addon-operator", &cm);
+        assert_eq!(code, 200, "{body}");
+    } else {
+        let (code, body) = sb.post(
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "addon-operator"},
+                    "data": {"web": "greeting: two\n"}}),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+    let chart_copy = tmp.join("charts/web");
+    op.wait("the Helm run refused", Duration::from_secs(90), || {
+        op.logs().contains(&format!(
+            "not running Helm for release web: its chart copy {} is not in bosun's private folder any more",
+            chart_copy.display()
+        ))
+    });
+    assert!(
+        op.logs().contains("belongs to uid 65534 (nobody)"),
+        "the error says whose the folder is: {}",
+        op.logs()
+    );
+    assert_eq!(
+        sb.get("/api/v1/namespaces/default/configmaps/theirs").0,
+        404,
+        "their chart was installed"
+    );
+    assert_eq!(greeting().as_deref(), Some("one"), "nothing was upgraded");
+    let addr = op.http_address().expect("listening");
+    let (code, _) = common::http(&addr, "GET", "/healthz", "", "");
+    assert_eq!(code, 200, "bosun keeps running");
+}
+
 #[test]
 fn the_debug_tcp_listener_answers_only_with_its_token() {
     let sb = Sandbox::start();
