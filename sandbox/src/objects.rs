@@ -80,8 +80,19 @@ fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// Kubernetes' `IsDNS1123Subdomain`: at most 253 characters in all, dot-separated parts
+/// of lowercase alphanumerics and '-' that start and end alphanumeric (a part may be
+/// longer than a label's 63 characters).
 fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }
 
 /// Validates an object name for a resource; returns the reason when invalid.

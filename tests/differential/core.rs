@@ -149,6 +149,17 @@ fn configmaps() -> Vec<Case> {
             post(&cms(), json!({"metadata": {"name": "a".repeat(254)}})),
         )
         .reason(),
+        // A subdomain has no limit on the length of its parts (only on the whole).
+        case(
+            "configmap name of 253 characters",
+            ns_ready(),
+            post(&cms(), json!({"metadata": {"name": "a".repeat(253)}})),
+        ),
+        case(
+            "configmap name with a part over 63 characters",
+            ns_ready(),
+            post(&cms(), json!({"metadata": {"name": format!("{}.b", "a".repeat(100))}})),
+        ),
         case(
             "configmap without a name",
             vec![],
