@@ -2302,9 +2302,7 @@ fn a_helm_item_from_a_chart_repository_without_helm_deployment_applies_the_rende
 
 #[test]
 fn a_chart_repository_over_https_is_trusted_through_the_custom_ca_of_its_credentials() {
-    let Some(pki) = common::tls::pki() else {
-        return;
-    };
+    let pki = common::tls::pki();
     let sb = Sandbox::start();
     let target_cluster = Sandbox::start();
     let work = workdir();
