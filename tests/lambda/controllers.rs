@@ -1302,14 +1302,16 @@ fn a_bad_zap_flag_is_named() {
 fn the_cache_flush_interval_relists_the_informers() {
     let sb = Sandbox::start();
     let work = workdir();
+    // One child carrying the parent's spec.v.
     let hooks = Hooks::serve(|_, req| {
         let name = req["parent"]["metadata"]["name"]
             .as_str()
             .unwrap_or_default();
+        let v = req["parent"]["spec"]["v"].as_str().unwrap_or("v");
         (
             200,
             json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": format!("{name}-kept")}, "data": {"k": "v"}}]}),
+                "metadata": {"name": format!("{name}-kept")}, "data": {"k": v}}]}),
         )
     });
     post_ok(
@@ -1334,7 +1336,7 @@ fn the_cache_flush_interval_relists_the_informers() {
         &sb,
         "keeps",
         "keeps",
-        "OnDelete",
+        "InPlace",
         json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}),
     );
     post_ok(
@@ -1380,6 +1382,20 @@ fn the_cache_flush_interval_relists_the_informers() {
         !op.logs()
             .contains("periodic discovery (--discovery-interval)"),
         "discovery fetched again without an error: {}",
+        op.logs()
+    );
+    // The controller still follows its parent: a change after the relists reaches the
+    // child.
+    let mut parent = parent;
+    parent["spec"] = json!({"v": "changed"});
+    let (code, answer) = sb.put("/apis/example.com/v1/namespaces/default/keeps/p", &parent);
+    assert_eq!(code, 200, "{answer}");
+    op.wait("the parent's change in its child", WAIT, || {
+        get(&sb, child_path).is_some_and(|c| c["data"]["k"] == "changed")
+    });
+    assert!(
+        !op.logs().contains("controller stopped"),
+        "a relist stopped a controller: {}",
         op.logs()
     );
     assert!(
