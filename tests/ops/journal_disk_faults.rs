@@ -43,7 +43,7 @@ fn run_or_fail(cmd: &mut Command, what: &str) -> String {
     let out = cmd
         .stdin(Stdio::null())
         .output()
-        .unwrap_or_else(|e| panic!("this test needs to {what} ({cmd:?}: {e}); it runs as root"));
+        .unwrap_or_else(|e| panic!("this test needs to {what}, as root: {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "this test needs to {what}, which needs root (as the test command runs): {cmd:?}: {} {}",
