@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Idempotent set-up of everything bosun's run and test commands need on a fresh Debian
-# machine with a Rust toolchain: kubectl, the Python kubernetes client (in the virtual
-# environment $BOSUN_TOOLS_DIR/venv), real Helm (the library libhelm_c.so and the helm
-# binary, scripts/setup-helm.sh), and, with --with-browser (the
-# test command), Chromium for the debug web view's headless-browser test and graphviz for
-# the PNG of /graph, and cargo-nextest, the test runner.
+# machine with a Rust toolchain: kubectl, openssl (the TLS tests' certificates), the Python
+# kubernetes client (in the virtual environment $BOSUN_TOOLS_DIR/venv), real Helm (the
+# library libhelm_c.so and the helm binary, scripts/setup-helm.sh), and, with
+# --with-browser (the test command), Chromium for the debug web view's headless-browser
+# test and graphviz for the PNG of /graph, and cargo-nextest, the test runner.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
@@ -22,6 +22,12 @@ apt_install() {
 if ! command -v kubectl >/dev/null 2>&1; then
   echo "setup: installing kubectl (Debian kubernetes-client)"
   apt_install kubernetes-client
+fi
+
+# The TLS tests make their CA and certificates with the openssl command.
+if ! command -v openssl >/dev/null 2>&1; then
+  echo "setup: installing openssl (Debian), for the TLS tests' certificates"
+  apt_install openssl
 fi
 
 if [ "${1:-}" = "--with-browser" ] && [ ! -x /usr/bin/chromium ]; then

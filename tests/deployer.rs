@@ -2302,9 +2302,7 @@ fn a_helm_item_from_a_chart_repository_without_helm_deployment_applies_the_rende
 
 #[test]
 fn a_chart_repository_over_https_is_trusted_through_the_custom_ca_of_its_credentials() {
-    let Some(pki) = common::tls::pki() else {
-        return;
-    };
+    let pki = common::tls::pki();
     let sb = Sandbox::start();
     let target_cluster = Sandbox::start();
     let work = workdir();
@@ -2370,8 +2368,11 @@ fn a_chart_repository_over_https_is_trusted_through_the_custom_ca_of_its_credent
     );
 }
 
+/// Two replicas on the same items: each item is worked on by one replica only, the one
+/// holding its SyncObject (which of the two gets which item is first come, first served:
+/// the locks exclude, they do not balance).
 #[test]
-fn replicas_serving_the_same_targets_split_the_items_through_sync_objects() {
+fn replicas_serving_the_same_targets_run_each_item_only_on_the_holder_of_its_sync_object() {
     let sb = Sandbox::start();
     let (work_a, work_b) = (workdir(), workdir());
     // The replicas' pods: a lock's holder is alive while its pod exists.

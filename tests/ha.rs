@@ -672,16 +672,20 @@ fn a_leader_cut_off_from_the_api_stops_working_before_its_lease_expires() {
     wait_leader(&[&a], Duration::from_secs(60));
     a.op.wait("alpha converged", Duration::from_secs(60), || a.ready());
     cluster.sb.stop();
+    // The API is gone from here on: the leader renewed its lease at the latest now, so the
+    // lease (6 s) expires at the latest 6 s from now, when a standby could lead. Both
+    // instants are read on this process's clock.
     let cut = Instant::now();
+    let lease = Duration::from_secs(6);
     let mut a = a;
-    let exited = a.op.wait_exit(Duration::from_secs(30));
+    let exited = a.op.wait_exit(lease);
     println!(
         "fenced {:?} after the API went away (renew deadline 4s, lease 6s)",
         cut.elapsed()
     );
     assert!(
         exited.is_some(),
-        "the leader exits:\n{}",
+        "the leader exits before its lease of {lease:?} can expire:\n{}",
         tail(&a.op.logs())
     );
     assert!(

@@ -3,7 +3,8 @@
 //! acknowledged event still there.
 //!
 //! The filesystem is a 8 MiB tmpfs mounted for the test, which needs root (as the test
-//! command runs); where mounting is not permitted the test says so and does nothing.
+//! command runs); where mounting is refused the test fails saying so: it never passes
+//! untried.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -28,13 +29,21 @@ impl Versioned for Ev {
 struct SmallFs(PathBuf);
 
 impl SmallFs {
-    fn mount(dir: &Path) -> Option<SmallFs> {
-        let ok = Command::new("mount")
+    /// Fails the test naming what is missing where mounting is refused.
+    fn mount(dir: &Path) -> SmallFs {
+        let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
             .arg(dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| SmallFs(dir.to_path_buf()))
+            .output()
+            .unwrap_or_else(|e| panic!("this test needs the `mount` command: {e}"));
+        assert!(
+            out.status.success(),
+            "this test needs to mount a tmpfs, which needs root (as the test command runs): \
+             mount: {} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        SmallFs(dir.to_path_buf())
     }
 }
 
@@ -64,13 +73,10 @@ struct Filled {
     error: String,
 }
 
-/// `None` where mounting a tmpfs is not permitted (the test says so and does nothing).
-fn filled(backend: Backend, payload: &str) -> Option<Filled> {
+/// Fails the test where mounting a tmpfs is refused.
+fn filled(backend: Backend, payload: &str) -> Filled {
     let base = tempfile::tempdir().expect("temp dir");
-    let Some(fs) = SmallFs::mount(base.path()) else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-        return None;
-    };
+    let fs = SmallFs::mount(base.path());
     let journal: Journal<Ev> =
         Journal::open_with(&fs.0.join("journal"), backend).expect("journal opens");
     let first = journal
@@ -85,13 +91,13 @@ fn filled(backend: Backend, payload: &str) -> Option<Filled> {
         }
         assert!(acknowledged.len() < 2000, "the disk never filled");
     };
-    Some(Filled {
+    Filled {
         journal,
         fs,
         _base: base,
         acknowledged,
         error,
-    })
+    }
 }
 
 #[test]
@@ -106,16 +112,13 @@ fn a_full_disk_stops_acknowledging_and_room_again_resumes_by_itself_on_sled() {
 
 fn full_disk(backend: Backend) {
     let payload = "x".repeat(16 * 1024);
-    let Some(Filled {
+    let Filled {
         journal,
         fs,
         _base,
         acknowledged,
         error,
-    }) = filled(backend, &payload)
-    else {
-        return;
-    };
+    } = filled(backend, &payload);
     assert!(
         error.contains("No space left") || error.contains("os error 28"),
         "the error says why: {error}"
@@ -171,12 +174,9 @@ fn full_disk(backend: Backend) {
 fn with_nobody_appending_a_failing_journal_finds_the_room_by_itself() {
     for backend in [Backend::Segments, Backend::Sled] {
         // `_base` is bound so that the folder lives as long as the mount.
-        let Some(Filled {
+        let Filled {
             journal, fs, _base, ..
-        }) = filled(backend, &"x".repeat(16 * 1024))
-        else {
-            return;
-        };
+        } = filled(backend, &"x".repeat(16 * 1024));
         assert!(journal.health().failing().is_some());
         let submitted = journal.submit(&[Ev("refused".into())]);
         assert!(

@@ -606,7 +606,13 @@ fn bad_bindings_fail_their_task_with_the_hook_and_binding_named_and_the_operator
         "configVersion: v1\nonStartup: 1",
         "ok.jsonl",
     );
-    let op = Operator::start(&sb, &hooks, work.path());
+    // A hook every second on a queue of its own: the failing task holds only its queue.
+    hook(
+        &hooks.join("tick.sh"),
+        "configVersion: v1\nschedule:\n- name: tick\n  crontab: '*/1 * * * * *'\n  queue: ticks",
+        "tick.jsonl",
+    );
+    let mut op = Operator::start(&sb, &hooks, work.path());
     let out = work.path().join("out");
     op.wait("the other hook ran", Duration::from_secs(60), || {
         !runs(&out, "ok.jsonl").is_empty()
@@ -624,6 +630,21 @@ fn bad_bindings_fail_their_task_with_the_hook_and_binding_named_and_the_operator
                 })
             })
         },
+    );
+    // It keeps running: alive, healthy, and hooks still run after the failure.
+    let ticks = runs(&out, "tick.jsonl").len();
+    op.wait(
+        "a hook run after the failure",
+        Duration::from_secs(60),
+        || runs(&out, "tick.jsonl").len() > ticks,
+    );
+    assert!(!op.exited(), "bosun exited:\n{}", op.logs());
+    let addr = op.http_address().expect("the HTTP address");
+    assert_eq!(
+        common::http_raw(&addr, "GET", "/healthz", "", b"").0,
+        200,
+        "{}",
+        op.logs()
     );
 }
 

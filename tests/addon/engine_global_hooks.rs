@@ -825,11 +825,22 @@ fn a_flooding_hook_is_capped_in_the_log_and_a_background_child_does_not_hold_the
         Duration::from_secs(90),
         || marker.exists(),
     );
-    if let Ok(pid) = std::fs::read_to_string(&pid_file) {
-        let alive = Path::new("/proc").join(pid.trim()).exists();
-        let _ = Command::new("kill").arg(pid.trim()).status();
-        assert!(alive, "the daemon still ran while the queue went on");
-    }
+    // The daemon's hook ran before the hook after it: its pid file is there.
+    let pid = std::fs::read_to_string(&pid_file).unwrap_or_else(|e| {
+        panic!(
+            "{}: the daemon's hook wrote no pid ({e}):\n{}",
+            pid_file.display(),
+            op.logs()
+        )
+    });
+    let pid = pid.trim();
+    assert!(
+        !pid.is_empty() && pid.chars().all(|c| c.is_ascii_digit()),
+        "pid file: {pid:?}"
+    );
+    let alive = Path::new("/proc").join(pid).exists();
+    let _ = Command::new("kill").arg(pid).status();
+    assert!(alive, "the daemon still ran while the queue went on");
     let logs = op.logs();
     assert!(
         logs.len() < 4_000_000,

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::Sandbox;
 
-pub type Handler = dyn Fn(&str, &Value) -> (u16, Value) + Send + Sync;
+pub type Handler = dyn Fn(&str, &Value) -> (u16, Vec<(&'static str, String)>, Value) + Send + Sync;
 
 /// A webhook server: every POST goes to `handler(path, body)`; requests are recorded.
 pub struct Hooks {
@@ -18,6 +18,19 @@ pub struct Hooks {
 
 impl Hooks {
     pub fn serve(handler: impl Fn(&str, &Value) -> (u16, Value) + Send + Sync + 'static) -> Hooks {
+        Hooks::serve_with_headers(move |path, body| {
+            let (code, answer) = handler(path, body);
+            (code, vec![], answer)
+        })
+    }
+
+    /// As `serve`, with headers for each answer (a 429's `Retry-After`).
+    pub fn serve_with_headers(
+        handler: impl Fn(&str, &Value) -> (u16, Vec<(&'static str, String)>, Value)
+        + Send
+        + Sync
+        + 'static,
+    ) -> Hooks {
         let handler: Arc<Handler> = Arc::new(handler);
         let requests = Arc::new(Mutex::new(Vec::new()));
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -40,17 +53,23 @@ impl Hooks {
                         .lock()
                         .expect("requests")
                         .push((path.clone(), value.clone()));
-                    let (code, answer) = handler(&path, &value);
+                    let (code, headers, answer) = handler(&path, &value);
                     let body = match answer {
                         Value::String(s) => s,
                         other => other.to_string(),
                     };
-                    (
+                    let mut response = axum::response::IntoResponse::into_response((
                         axum::http::StatusCode::from_u16(code)
                             .unwrap_or(axum::http::StatusCode::OK),
                         [("content-type", "application/json")],
                         body,
-                    )
+                    ));
+                    for (name, value) in headers {
+                        response
+                            .headers_mut()
+                            .insert(name, value.parse().expect("a header value"));
+                    }
+                    response
                 }
             });
         runtime.spawn(async move {

@@ -4,8 +4,8 @@
 
 use crate::common;
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::common::webhooks::{Hooks, get, post_ok};
 use crate::common::{Operator, Sandbox, wait_for, workdir};
@@ -813,18 +813,27 @@ fn server_side_apply_writes_children_with_the_field_manager_and_keeps_others_fie
 fn a_webhook_answering_429_is_retried_after_retry_after_without_a_sync_error() {
     let sb = Sandbox::start();
     let work = workdir();
-    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = seen.clone();
-    let hooks = Hooks::serve(move |_, req| {
-        // The first answer is 429 with Retry-After: 1; then a child.
-        if counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
-            return (429, json!({"message": "slow down"}));
+    // When each sync request arrived, on this process's clock (the fake's own).
+    let arrivals = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let seen = arrivals.clone();
+    let retry_after = Duration::from_secs(2);
+    let hooks = Hooks::serve_with_headers(move |_, req| {
+        let mut seen = seen.lock().expect("arrivals");
+        seen.push(Instant::now());
+        // The first answer is 429 with Retry-After: 2; then a child.
+        if seen.len() == 1 {
+            return (
+                429,
+                vec![("retry-after", retry_after.as_secs().to_string())],
+                json!({"message": "slow down"}),
+            );
         }
         let name = req["parent"]["metadata"]["name"]
             .as_str()
             .unwrap_or_default();
         (
             200,
+            vec![],
             json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-later")}}]}),
         )
     });
@@ -854,6 +863,14 @@ fn a_webhook_answering_429_is_retried_after_retry_after_without_a_sync_error() {
     op.wait("the child after the retry", WAIT, || {
         get(&sb, "/api/v1/namespaces/default/configmaps/b-later").is_some()
     });
+    // The retry came no sooner than Retry-After asked: both instants are the fake's.
+    let arrivals = arrivals.lock().expect("arrivals").clone();
+    assert!(arrivals.len() >= 2, "{arrivals:?}");
+    let waited = arrivals[1] - arrivals[0];
+    assert!(
+        waited >= retry_after,
+        "the retry came {waited:?} after the 429, before its Retry-After of {retry_after:?}"
+    );
     assert!(
         events_for(&sb, "default", "b")
             .iter()
@@ -1044,11 +1061,18 @@ fn metacontroller_s_command_line_starts_bosun_and_its_listeners_answer() {
     let metrics_flag = format!("--metrics-address=127.0.0.1:{metrics}");
     let probes_flag = format!("--health-probe-bind-address=127.0.0.1:{probes}");
     let kubeconfig = format!("--kubeconfig={}", sb.kubeconfig.display());
+    // A debug address already taken: bosun logs an error about it, a line the log level
+    // lets through and the encoder must write as JSON.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken_addr = taken.local_addr().expect("addr").to_string();
     let op = Operator::start_with_args(
         &sb,
         &work.path().join("global-hooks"),
         work.path(),
-        &[("BOSUN_MODULES", "false")],
+        &[
+            ("BOSUN_MODULES", "false"),
+            ("DEBUG_HTTP_SERVER_ADDR", &taken_addr),
+        ],
         &[
             "--zap-log-level=error",
             "--discovery-interval=20s",
@@ -1087,9 +1111,23 @@ fn metacontroller_s_command_line_starts_bosun_and_its_listeners_answer() {
     let text = String::from_utf8_lossy(&body);
     assert!(text.contains("kubernetes_client_request"), "{text}");
     // `--zap-encoder=json` and `--zap-log-level=error` win over LOG_TYPE and LOG_LEVEL
-    // (debug in the tests): only JSON lines, none below error, once bosun is ready.
+    // (debug in the tests): the error about the debug address as a JSON line, and only
+    // JSON lines, none below error, once bosun is ready.
+    op.wait("the debug address's error, as JSON", WAIT, || {
+        op.logs().lines().any(|l| {
+            serde_json::from_str::<Value>(l).is_ok_and(|v| {
+                v.to_string().contains("cannot listen") && l.contains("\"level\":\"ERROR\"")
+            })
+        })
+    });
     let logs = op.logs();
     let lines: Vec<&str> = logs.lines().filter(|l| l.starts_with('{')).collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| serde_json::from_str::<Value>(l).is_ok()),
+        "{logs}"
+    );
     assert!(
         lines
             .iter()
@@ -1258,11 +1296,30 @@ fn a_bad_zap_flag_is_named() {
 }
 
 /// `--cache-flush-interval` lists the informers' watches again at that interval, and a
-/// relist changes nothing that did not change: the controllers keep their parents.
+/// relist changes nothing that did not change: the controllers keep their parents, and a
+/// parent's child stays as it was (not deleted, not rewritten).
 #[test]
 fn the_cache_flush_interval_relists_the_informers() {
     let sb = Sandbox::start();
     let work = workdir();
+    // One child carrying the parent's spec.v.
+    let hooks = Hooks::serve(|_, req| {
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        let v = req["parent"]["spec"]["v"].as_str().unwrap_or("v");
+        (
+            200,
+            json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("{name}-kept")}, "data": {"k": v}}]}),
+        )
+    });
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Keep", "keeps", true, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/keeps");
     let op = bosun(
         &sb,
         work.path(),
@@ -1271,16 +1328,81 @@ fn the_cache_flush_interval_relists_the_informers() {
             ("BOSUN_DISCOVERY_INTERVAL", "300ms"),
         ],
     );
-    op.wait("a relist at the cache flush interval", WAIT, || {
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    composite(
+        &sb,
+        "keeps",
+        "keeps",
+        "InPlace",
+        json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/keeps",
+        &json!({"apiVersion": "example.com/v1", "kind": "Keep", "metadata": {"name": "p"}}),
+    );
+    let child_path = "/api/v1/namespaces/default/configmaps/p-kept";
+    op.wait("the parent's child", WAIT, || {
+        get(&sb, child_path).is_some()
+    });
+    let child = get(&sb, child_path).expect("the child");
+    let relists = || {
         op.logs()
             .matches("watch relisted at the cache flush interval")
             .count()
-            >= 2
+    };
+    // Relists of the parent's and the child's informers, after the child was made.
+    let before = relists();
+    op.wait("relists at the cache flush interval", WAIT, || {
+        relists() >= before + 4
     });
+    let parent = get(&sb, "/apis/example.com/v1/namespaces/default/keeps/p").expect("parent");
+    assert!(
+        parent["metadata"]["deletionTimestamp"].is_null(),
+        "{parent}"
+    );
+    let after = get(&sb, child_path).expect("the child is still there");
+    assert_eq!(
+        (
+            &after["metadata"]["uid"],
+            &after["metadata"]["resourceVersion"],
+            &after["data"]
+        ),
+        (
+            &child["metadata"]["uid"],
+            &child["metadata"]["resourceVersion"],
+            &child["data"]
+        ),
+        "a relist rewrote or replaced the child"
+    );
     assert!(
         !op.logs()
             .contains("periodic discovery (--discovery-interval)"),
         "discovery fetched again without an error: {}",
         op.logs()
+    );
+    // The controller still follows its parent: a change after the relists reaches the
+    // child.
+    let mut parent = parent;
+    parent["spec"] = json!({"v": "changed"});
+    let (code, answer) = sb.put("/apis/example.com/v1/namespaces/default/keeps/p", &parent);
+    assert_eq!(code, 200, "{answer}");
+    op.wait("the parent's change in its child", WAIT, || {
+        get(&sb, child_path).is_some_and(|c| c["data"]["k"] == "changed")
+    });
+    assert!(
+        !op.logs().contains("controller stopped"),
+        "a relist stopped a controller: {}",
+        op.logs()
+    );
+    assert!(
+        events_for(&sb, "default", "p")
+            .iter()
+            .all(|e| e["reason"] != "SyncError"),
+        "{:?}",
+        events_for(&sb, "default", "p")
     );
 }

@@ -608,7 +608,7 @@ fn acceptor(pki: &Pki, require_client_cert: bool) -> TlsAcceptor {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inline_ca_bundle_trusts_the_webhook_over_https() {
-    let Some(pki) = pki() else { return };
+    let pki = pki();
     let hooks = Hooks::default();
     let addr = serve(&hooks, Some(acceptor(&pki, false))).await;
     let factory = Webhooks::new(no_cluster());
@@ -683,7 +683,7 @@ async fn serve_then_cut(acceptor: TlsAcceptor, answer: &'static str) -> SocketAd
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_answer_ended_by_a_close_without_close_notify_is_taken() {
-    let Some(pki) = pki() else { return };
+    let pki = pki();
     let factory = Webhooks::new(no_cluster());
     let ca = CaBundle {
         inline: Some(String::from_utf8(pki.read("ca.crt")).expect("PEM is text")),
@@ -726,7 +726,7 @@ async fn an_https_answer_ended_by_a_close_without_close_notify_is_taken() {
 /// client presents it: the server is the one that judges it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_x509_v1_client_certificate_is_presented() {
-    let Some(pki) = pki() else { return };
+    let pki = pki();
     let sb = Sandbox::start();
     let kube = cluster(&sb).await;
     create_secret(
@@ -769,7 +769,7 @@ async fn an_x509_v1_client_certificate_is_presented() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_tls_from_a_secret_passes_mutual_tls() {
-    let Some(pki) = pki() else { return };
+    let pki = pki();
     let sb = Sandbox::start();
     let kube = cluster(&sb).await;
     create_secret(
@@ -864,22 +864,18 @@ fn metrics_are_named_and_labelled_as_metacontrollers() {
         .enable_all()
         .build()
         .expect("runtime");
-    // localhost: a DNS lookup; https when openssl can make the certificates.
+    // localhost: a DNS lookup; over https.
     let pki = pki();
     runtime.block_on(async {
         let hooks = Hooks::default();
-        let acceptor = pki.as_ref().map(|p| acceptor(p, false));
-        let addr = serve(&hooks, acceptor).await;
+        let addr = serve(&hooks, Some(acceptor(&pki, false))).await;
         let factory = Webhooks::new(no_cluster());
-        let scheme = if pki.is_some() { "https" } else { "http" };
-        let url = format!("{scheme}://localhost:{}/ok", addr.port());
+        let url = format!("https://localhost:{}/ok", addr.port());
         let mut webhook = url_hook(url.clone());
-        if let Some(p) = &pki {
-            webhook.security.ca_bundle = Some(CaBundle {
-                inline: Some(String::from_utf8(p.read("ca.crt")).expect("PEM is text")),
-                ..CaBundle::default()
-            });
-        }
+        webhook.security.ca_bundle = Some(CaBundle {
+            inline: Some(String::from_utf8(pki.read("ca.crt")).expect("PEM is text")),
+            ..CaBundle::default()
+        });
         let c = client(&factory, spec(webhook, vec![])).await;
         call(&c).await.expect("call");
         call(&c).await.expect("call");
@@ -924,9 +920,6 @@ fn metrics_are_named_and_labelled_as_metacontrollers() {
             "dns_duration_histogram_seconds",
             "tls_duration_histogram_seconds",
         ] {
-            if name.starts_with("tls") && pki.is_none() {
-                continue;
-            }
             assert!(
                 text.contains(&format!("# HELP metacontroller_sync_{name} ")),
                 "{name} is described: {text}"
@@ -939,16 +932,12 @@ fn metrics_are_named_and_labelled_as_metacontrollers() {
             "{text}"
         );
         // One new connection: one lookup and, over https, one handshake.
-        let events: &[&str] = if pki.is_some() {
-            &[
-                "dns_start",
-                "dns_done",
-                "tls_handshake_start",
-                "tls_handshake_done",
-            ]
-        } else {
-            &["dns_start", "dns_done"]
-        };
+        let events = [
+            "dns_start",
+            "dns_done",
+            "tls_handshake_start",
+            "tls_handshake_done",
+        ];
         for event in events {
             let kind = if event.starts_with("dns") {
                 "dns"

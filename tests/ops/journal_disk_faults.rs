@@ -24,14 +24,33 @@ impl Drop for SmallFs {
     }
 }
 
-fn small_fs(dir: &Path) -> Option<SmallFs> {
-    std::fs::create_dir_all(dir).ok()?;
-    Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-        .arg(dir)
-        .status()
-        .is_ok_and(|s| s.success())
-        .then(|| SmallFs(dir.to_path_buf()))
+/// An 8 MiB tmpfs on `dir`. The test needs root (as the test command runs) and fails
+/// naming what is missing where mounting is refused: it never passes untried.
+fn small_fs(dir: &Path) -> SmallFs {
+    std::fs::create_dir_all(dir).expect("mount point");
+    run_or_fail(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(dir),
+        "mount a tmpfs",
+    );
+    SmallFs(dir.to_path_buf())
+}
+
+/// Runs `cmd`; fails the test naming `what`, the command's error and that the test needs
+/// root with mount and loop devices, when it does not succeed. Its output.
+fn run_or_fail(cmd: &mut Command, what: &str) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("this test needs to {what}, as root: {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "this test needs to {what}, which needs root (as the test command runs): {cmd:?}: {} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 fn fill(path: &Path) {
@@ -109,34 +128,38 @@ impl Drop for LoopFs {
     }
 }
 
-fn loop_fs(work: &Path) -> Option<LoopFs> {
+/// An ext4 image on a loop device. The test needs root (as the test command runs) and
+/// fails naming what is missing where a step is refused: it never passes untried.
+fn loop_fs(work: &Path) -> LoopFs {
     let dir = work.join("journal-fs");
-    std::fs::create_dir_all(&dir).ok()?;
+    std::fs::create_dir_all(&dir).expect("mount point");
     let image = work.join("journal.img");
-    std::fs::File::create(&image).ok()?.set_len(64 << 20).ok()?;
-    let quiet = |cmd: &mut Command| {
-        cmd.stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !quiet(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image)) {
-        return None;
-    }
-    let out = Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(&image)
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !out.status.success() || device.is_empty() {
-        return None;
-    }
+    std::fs::File::create(&image)
+        .and_then(|f| f.set_len(64 << 20))
+        .expect("the image file");
+    run_or_fail(
+        Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image),
+        "make an ext4 filesystem (mkfs.ext4)",
+    );
+    let device = run_or_fail(
+        Command::new("losetup").args(["-f", "--show"]).arg(&image),
+        "attach a loop device (losetup)",
+    );
+    assert!(!device.is_empty(), "losetup named no loop device");
     // A loop device left read-only by someone else would mount read-only.
-    quiet(Command::new("blockdev").args(["--setrw", &device]));
+    let _ = Command::new("blockdev")
+        .args(["--setrw", &device])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
     let fs = LoopFs { dir, image, device };
-    fs.mount().then_some(fs)
+    assert!(
+        fs.mount(),
+        "this test needs to mount {} on {} (as root, as the test command runs)",
+        fs.device,
+        fs.dir.display()
+    );
+    fs
 }
 
 /// A metric's value in Prometheus text (0 when absent).
@@ -236,10 +259,7 @@ fn readiness_fails_for_no_space(op: &Operator, addr: &str, needle: &str) {
 #[test]
 fn a_full_journal_disk_fails_readiness_and_room_again_resumes_without_a_restart() {
     let work = workdir();
-    let Some(fs) = small_fs(&work.path().join("journal-fs")) else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
-    };
+    let fs = small_fs(&work.path().join("journal-fs"));
     let sb = Sandbox::start();
     let hooks = work.path().join("global-hooks");
     std::fs::create_dir_all(&hooks).expect("hooks dir");
@@ -276,10 +296,7 @@ fn a_full_journal_disk_fails_readiness_and_room_again_resumes_without_a_restart(
 #[test]
 fn a_journal_disk_gone_read_only_stops_hooks_says_why_and_loses_nothing_acknowledged() {
     let work = workdir();
-    let Some(fs) = loop_fs(work.path()) else {
-        eprintln!("skipped: cannot mount an ext4 image on a loop device here (needs root)");
-        return;
-    };
+    let fs = loop_fs(work.path());
     let sb = Sandbox::start();
     let hooks = work.path().join("global-hooks");
     std::fs::create_dir_all(&hooks).expect("hooks dir");
@@ -423,10 +440,7 @@ const ITEMS: &str = "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/default
 #[test]
 fn deploy_items_queued_while_the_journal_disk_is_full_all_run_once_there_is_room() {
     let work = workdir();
-    let Some(fs) = small_fs(&work.path().join("journal-fs")) else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
-    };
+    let fs = small_fs(&work.path().join("journal-fs"));
     let sb = Sandbox::start();
     let hooks = work.path().join("global-hooks");
     std::fs::create_dir_all(&hooks).expect("hooks dir");

@@ -5,7 +5,8 @@
 //! Each case starts from a valid object and applies one mutation; it knows the field it
 //! broke and asserts the error names it.
 //!
-//! Distinct malformed-input shapes (mutation × field), checked by `shape_counts`:
+//! Distinct malformed-input shapes (mutation × field), each tried once by
+//! `every_shape_names_its_field` and sampled again by the proptests:
 //! DeployItem 20 (`ITEM_CASES`), mock configuration 7 (`MOCK_CASES`), manifest
 //! configuration 16 (`MANIFEST_CASES`), Target 7 (`TARGET_CASES`): 50 in all.
 //!
@@ -566,17 +567,4 @@ proptest! {
             prop_assert_eq!(e.field.as_str(), "spec.timeout");
         }
     }
-}
-
-#[test]
-fn shape_counts() {
-    let total = ITEM_CASES.len() + MOCK_CASES.len() + MANIFEST_CASES.len() + TARGET_CASES.len();
-    println!(
-        "bad input shapes: DeployItem {}, mock {}, manifest {}, Target {}, total {total}",
-        ITEM_CASES.len(),
-        MOCK_CASES.len(),
-        MANIFEST_CASES.len(),
-        TARGET_CASES.len()
-    );
-    assert_eq!(total, 50);
 }
