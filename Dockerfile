@@ -55,6 +55,9 @@ RUN ln -s bosun /usr/local/bin/addon-operator
 # metacontroller's manifests run `/usr/bin/metacontroller` with its flags: invoked by that
 # name bosun is metacontroller (the lambda controllers alone, its ports and Lease).
 RUN ln -s /usr/local/bin/bosun /usr/bin/metacontroller
+# addon-operator's image runs `/addon-operator` (its default command is `start`): invoked
+# by that name with `start` or flags alone, bosun is addon-operator (the modules alone).
+RUN ln -s /usr/local/bin/bosun /addon-operator
 # The journal lives on the StatefulSet's volume.
 RUN mkdir -p /var/lib/bosun /var/run/addon-operator \
  && chown 65532:65532 /var/lib/bosun /var/run/addon-operator

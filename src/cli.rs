@@ -18,8 +18,10 @@ pub struct Cli {
 
 impl Cli {
     /// Parses the process's command line. Invoked as `addon-operator` (the image links
-    /// that name to bosun, for runbooks written for addon-operator), help and errors use
-    /// that name; the commands are the same.
+    /// that name to bosun), `start` or flags alone run the modules alone with
+    /// addon-operator's flags, other commands are bosun's (runbooks' `queue list`), and
+    /// help and errors use that name; invoked as `metacontroller`, see
+    /// [`METACONTROLLER_DEFAULTS`].
     pub fn from_process() -> Cli {
         use clap::FromArgMatches as _;
         let invoked = std::env::args_os()
@@ -31,10 +33,10 @@ impl Cli {
             })
             .unwrap_or_default();
         let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-        let args = if invoked == "metacontroller" {
-            as_metacontroller(args)
-        } else {
-            args
+        let args = match invoked.as_str() {
+            "metacontroller" => as_metacontroller(args),
+            "addon-operator" => as_addon_operator(args),
+            _ => args,
         };
         let matches = Self::command_named(&invoked).get_matches_from(args);
         Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
@@ -92,6 +94,40 @@ fn as_metacontroller(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
         .collect()
 }
 
+/// addon-operator's defaults, as bosun takes them when invoked as `addon-operator` with
+/// `start` or with no command (addon-operator's images run `/addon-operator`, its default
+/// command being `start`): the modules alone — no lambda controllers, no deployer, so none
+/// of their CRDs is installed in a cluster whose owner only swapped addon-operator's image.
+const ADDON_OPERATOR_DEFAULTS: &[&str] = &["run", "--lambda-controllers=false", "--deployer=false"];
+
+/// The command line of a bosun invoked as `addon-operator`: `start` (or flags alone) is
+/// `run` with addon-operator's defaults, then the arguments given; another command
+/// (`queue list`, `module values …`, `--help`) is bosun's own, as runbooks use them;
+/// `version` is `--version`.
+fn as_addon_operator(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args = args.into_iter();
+    let program = args.next().unwrap_or_else(|| "addon-operator".into());
+    let mut rest: Vec<std::ffi::OsString> = args.collect();
+    let first = rest.first().and_then(|a| a.to_str()).map(str::to_string);
+    match first.as_deref() {
+        Some("start") => {
+            rest.remove(0);
+        }
+        Some("version") => return vec![program, "--version".into()],
+        Some("--help" | "-h" | "--version" | "-V") => {
+            return std::iter::once(program).chain(rest).collect();
+        }
+        Some(command) if !command.starts_with('-') => {
+            return std::iter::once(program).chain(rest).collect();
+        }
+        _ => {}
+    }
+    std::iter::once(program)
+        .chain(ADDON_OPERATOR_DEFAULTS.iter().map(std::ffi::OsString::from))
+        .chain(rest)
+        .collect()
+}
+
 #[cfg(test)]
 mod command_line_tests {
     use super::*;
@@ -124,6 +160,81 @@ mod command_line_tests {
             Command::Run(run) => *run,
             other => panic!("not run: {other:?}"),
         }
+    }
+
+    fn addon_operator(args: &[&str]) -> Command {
+        let args = as_addon_operator(args.iter().map(std::ffi::OsString::from).collect());
+        let matches = Cli::command_named("addon-operator")
+            .try_get_matches_from(args)
+            .expect("addon-operator's arguments are taken");
+        Cli::from_arg_matches(&matches).expect("parsed").command
+    }
+
+    #[test]
+    fn invoked_as_addon_operator_start_runs_the_modules_alone_with_its_flags() {
+        for args in [
+            &[
+                "/addon-operator",
+                "start",
+                "--modules-dir=/m1:/m2",
+                "--log-level=debug",
+            ][..],
+            &[
+                "/addon-operator",
+                "--modules-dir=/m1:/m2",
+                "--log-level=debug",
+            ][..],
+            &[
+                "addon-operator",
+                "start",
+                "--modules-dir",
+                "/m1:/m2",
+                "--log-level",
+                "debug",
+            ][..],
+        ] {
+            let Command::Run(run) = addon_operator(args) else {
+                panic!("{args:?} is not run");
+            };
+            assert!(!run.lambda.lambda_controllers, "{args:?}");
+            assert!(!run.deployer.deployer, "{args:?}");
+            assert_eq!(
+                run.modules, None,
+                "{args:?}: the modules as BOSUN_MODULES says"
+            );
+            let given = run.addon_operator.given().expect("taken");
+            assert_eq!(given.var(&["MODULES_DIR"]).as_deref(), Some("/m1:/m2"));
+            assert_eq!(
+                run.addon_operator
+                    .logging(Default::default())
+                    .level
+                    .as_deref(),
+                Some("debug")
+            );
+        }
+        // With no argument at all: start, addon-operator's default command.
+        let Command::Run(run) = addon_operator(&["/addon-operator"]) else {
+            panic!("not run");
+        };
+        assert!(!run.lambda.lambda_controllers && !run.deployer.deployer);
+        // The user's flags after the defaults win.
+        let Command::Run(run) = addon_operator(&["addon-operator", "start", "--deployer=true"])
+        else {
+            panic!("not run");
+        };
+        assert!(run.deployer.deployer);
+        // Runbooks' debug commands stay bosun's.
+        assert!(matches!(
+            addon_operator(&["addon-operator", "queue", "list"]),
+            Command::Queue(_)
+        ));
+        assert_eq!(
+            as_addon_operator(vec!["addon-operator".into(), "version".into()]),
+            vec![
+                std::ffi::OsString::from("addon-operator"),
+                "--version".into()
+            ]
+        );
     }
 
     #[test]
@@ -213,6 +324,8 @@ pub struct RunArgs {
     pub deployer: DeployerArgs,
     #[command(flatten)]
     pub ha: crate::ha::HaArgs,
+    #[command(flatten)]
+    pub addon_operator: crate::addon::start_flags::StartFlags,
     /// The modules (as `BOSUN_MODULES`, which this wins over); `false` when invoked as
     /// `metacontroller`.
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
@@ -523,6 +636,7 @@ pub fn main(cli: Cli) -> ExitCode {
     let logging = match &cli.command {
         Command::Run(args) => match args.metacontroller.logging() {
             Ok(o) => {
+                let o = args.addon_operator.logging(o);
                 // Heap samples from the start, as Go's runtime keeps them.
                 if matches!(args.metacontroller.pprof(), Ok(Some(_))) {
                     crate::profiling::heap::enable();
@@ -737,8 +851,10 @@ async fn start_all(
 
 /// In-cluster (or kubeconfig) run: one replica, or with leader election one of several.
 async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
-    let mut cfg =
-        crate::addon::OperatorConfig::from_env(&crate::addon::OperatorConfig::in_cluster())?;
+    let mut cfg = crate::addon::OperatorConfig::from_env_and(
+        &crate::addon::OperatorConfig::in_cluster(),
+        &args.addon_operator.given()?,
+    )?;
     if let Some(modules) = args.modules {
         cfg.modules = modules;
     }
@@ -858,7 +974,8 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
             debug_http: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9652))),
             ..crate::addon::OperatorConfig::in_cluster()
         };
-        let mut cfg = crate::addon::OperatorConfig::from_env(&defaults)?;
+        let mut cfg =
+            crate::addon::OperatorConfig::from_env_and(&defaults, &args.addon_operator.given()?)?;
         if let Some(modules) = args.modules {
             cfg.modules = modules;
         }
