@@ -36,6 +36,7 @@ impl Cli {
         let args = match invoked.as_str() {
             "metacontroller" => as_metacontroller(args),
             "addon-operator" => as_addon_operator(args),
+            _ if is_landscaper_deployer(&args) => as_landscaper_deployer(args),
             _ => args,
         };
         let matches = Self::command_named(&invoked).get_matches_from(args);
@@ -126,6 +127,95 @@ fn as_addon_operator(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
         .chain(ADDON_OPERATOR_DEFAULTS.iter().map(std::ffi::OsString::from))
         .chain(rest)
         .collect()
+}
+
+/// landscaper's deployer charts start the image with `--config=<file>` (and optionally
+/// `--landscaper-kubeconfig`, `-v`) and no command: the deployer alone, of the type the
+/// file's apiVersion names, with the jobID contract of current landscaper releases, and
+/// no CRDs installed (landscaper installs its own; the charts' ClusterRole cannot).
+const LANDSCAPER_DEPLOYER_DEFAULTS: &[&str] = &[
+    "run",
+    "--modules=false",
+    "--lambda-controllers=false",
+    "--install-crds=false",
+    "--deployer-contract=jobid",
+];
+
+/// Whether the command line is a landscaper deployer's: flags first, one of them `--config`.
+fn is_landscaper_deployer(args: &[std::ffi::OsString]) -> bool {
+    let flag = |a: &std::ffi::OsString| a.to_str().map(str::to_string).unwrap_or_default();
+    let Some(first) = args.get(1).map(flag) else {
+        return false;
+    };
+    first.starts_with('-')
+        && !matches!(first.as_str(), "--help" | "-h" | "--version" | "-V")
+        && args
+            .iter()
+            .skip(1)
+            .map(flag)
+            .any(|a| a == "--config" || a.starts_with("--config="))
+}
+
+/// The command line of a landscaper deployer, in bosun's words: `--config` is
+/// `--deployer-config`, `--landscaper-kubeconfig` (the cluster of the DeployItems) is
+/// `--kubeconfig`, landscaper's logging flags (`-v`/`--verbosity`, `-f`/`--format`,
+/// `--dev`, `--disable-timestamp`) are their metacontroller equivalents; `--cli`,
+/// `--disable-caller` and `--disable-stacktrace` only shape log lines and are dropped.
+fn as_landscaper_deployer(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args = args.into_iter();
+    let program = args.next().unwrap_or_else(|| "bosun".into());
+    let mut out: Vec<std::ffi::OsString> = std::iter::once(program)
+        .chain(
+            LANDSCAPER_DEPLOYER_DEFAULTS
+                .iter()
+                .map(std::ffi::OsString::from),
+        )
+        .collect();
+    let rest: Vec<std::ffi::OsString> = args.collect();
+    let mut i = 0;
+    while i < rest.len() {
+        let arg = rest[i].to_string_lossy().into_owned();
+        i += 1;
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (arg.clone(), None),
+        };
+        let renamed = match name.as_str() {
+            "--config" => Some("--deployer-config"),
+            "--landscaper-kubeconfig" => Some("--kubeconfig"),
+            "-v" | "--verbosity" => Some("--zap-log-level"),
+            "-f" | "--format" => Some("--zap-encoder"),
+            _ => None,
+        };
+        if let Some(to) = renamed {
+            let value = match inline {
+                Some(v) => v,
+                None if i < rest.len() => {
+                    i += 1;
+                    rest[i - 1].to_string_lossy().into_owned()
+                }
+                None => String::new(),
+            };
+            let value = if to == "--zap-encoder" && value == "text" {
+                "console".to_string()
+            } else {
+                value
+            };
+            out.push(format!("{to}={value}").into());
+            continue;
+        }
+        match name.as_str() {
+            "--dev" => {
+                out.push(format!("--zap-devel={}", inline.as_deref().unwrap_or("true")).into())
+            }
+            "--disable-timestamp" => {
+                out.push(format!("--log-no-time={}", inline.as_deref().unwrap_or("true")).into())
+            }
+            "--cli" | "--disable-caller" | "--disable-stacktrace" => {}
+            _ => out.push(rest[i - 1].clone()),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -235,6 +325,69 @@ mod command_line_tests {
                 "--version".into()
             ]
         );
+    }
+
+    #[test]
+    fn landscaper_s_deployer_chart_arguments_run_the_deployer_alone_from_its_file() {
+        // charts/helm-deployer/templates/deployment.yaml's args, with every value set.
+        let args: Vec<std::ffi::OsString> = [
+            "/usr/local/bin/bosun",
+            "--config=/app/ls/config/config.yaml",
+            "--landscaper-kubeconfig=/app/ls/landscaper-cluster-kubeconfig/kubeconfig",
+            "-v=debug",
+        ]
+        .iter()
+        .map(std::ffi::OsString::from)
+        .collect();
+        assert!(is_landscaper_deployer(&args));
+        let matches = Cli::command_named("bosun")
+            .try_get_matches_from(as_landscaper_deployer(args))
+            .expect("landscaper's arguments are taken");
+        let Command::Run(run) = Cli::from_arg_matches(&matches).expect("parsed").command else {
+            panic!("not run");
+        };
+        assert_eq!(run.modules, Some(false));
+        assert!(!run.lambda.lambda_controllers);
+        assert!(!run.lambda.install_crds);
+        assert!(run.deployer.deployer);
+        assert_eq!(run.deployer.deployer_contract, "jobid");
+        assert_eq!(
+            run.deployer.deployer_config.as_deref(),
+            Some(std::path::Path::new("/app/ls/config/config.yaml"))
+        );
+        assert_eq!(
+            run.metacontroller.kubeconfig.as_deref(),
+            Some(std::path::Path::new(
+                "/app/ls/landscaper-cluster-kubeconfig/kubeconfig"
+            ))
+        );
+        assert_eq!(
+            run.metacontroller
+                .logging()
+                .expect("level")
+                .level
+                .as_deref(),
+            Some("debug")
+        );
+        // The space-separated forms, and bosun's own commands are left alone.
+        let spaced = as_landscaper_deployer(
+            [
+                "bosun", "--config", "/c.yaml", "-v", "error", "--format", "text", "--cli",
+            ]
+            .iter()
+            .map(std::ffi::OsString::from)
+            .collect(),
+        );
+        assert!(spaced.ends_with(&[
+            "--deployer-config=/c.yaml".into(),
+            "--zap-log-level=error".into(),
+            "--zap-encoder=console".into(),
+        ]));
+        let own: Vec<std::ffi::OsString> = ["bosun", "run", "--deployer-config=/c.yaml"]
+            .iter()
+            .map(std::ffi::OsString::from)
+            .collect();
+        assert!(!is_landscaper_deployer(&own));
     }
 
     #[test]
@@ -376,6 +529,11 @@ pub struct DeployerArgs {
     /// `ADDON_OPERATOR_NAMESPACE` is taken over.
     #[arg(long, env = "BOSUN_DEPLOYER_SYNC_OBJECTS", default_value_t = false, action = clap::ArgAction::Set)]
     pub deployer_sync_objects: bool,
+    /// A landscaper deployer Configuration file (its charts' `--config`): its apiVersion
+    /// chooses the one type served; `identity`, `targetSelector`, `controller.workers` and
+    /// `hpa.maxReplicas` (above 1: SyncObject locks) are read over the flags above.
+    #[arg(long, env = "BOSUN_DEPLOYER_CONFIG", value_name = "FILE")]
+    pub deployer_config: Option<PathBuf>,
 }
 
 /// A landscaper timeout flag: a Go duration, or `none`/`0` for none.
@@ -403,18 +561,32 @@ impl DeployerArgs {
         install_crds: bool,
     ) -> anyhow::Result<crate::deployer::DeployerConfig> {
         let journal_dir = &operator.journal_dir;
-        let target_selectors =
-            bosun_deployer::target::parse_selectors(&self.deployer_target_selector)
-                .map_err(|e| anyhow::anyhow!("--deployer-target-selector: {e}"))?;
+        let file = self
+            .deployer_config
+            .as_deref()
+            .map(crate::deployer::landscaper_config::LandscaperConfiguration::read)
+            .transpose()?;
+        let target_selectors = match &file {
+            Some(f) => f.target_selectors.clone(),
+            None => bosun_deployer::target::parse_selectors(&self.deployer_target_selector)
+                .map_err(|e| anyhow::anyhow!("--deployer-target-selector: {e}"))?,
+        };
+        let locking = self.deployer_sync_objects || file.as_ref().is_some_and(|f| f.locking);
         Ok(crate::deployer::DeployerConfig {
-            workers: self.deployer_workers.max(1),
-            identity: self
-                .deployer_identity
-                .clone()
+            workers: file
+                .as_ref()
+                .and_then(|f| f.workers)
+                .unwrap_or(self.deployer_workers)
+                .max(1),
+            identity: file
+                .as_ref()
+                .and_then(|f| f.identity.clone())
+                .or_else(|| self.deployer_identity.clone())
                 .unwrap_or_else(crate::deployer::default_identity),
             target_selectors,
             install_crds,
-            lock_holder: self.deployer_sync_objects.then(|| {
+            only_type: file.as_ref().map(|f| f.deployer_type),
+            lock_holder: locking.then(|| {
                 std::env::var("ADDON_OPERATOR_POD")
                     .or_else(|_| std::env::var("HOSTNAME"))
                     .unwrap_or_else(|_| "bosun".into())
