@@ -3149,3 +3149,58 @@ fn landscaper_s_deployer_charts_arguments_and_configuration_run_each_type() {
         "{err}"
     );
 }
+
+/// landscaper looks an item's Target up in the item's own namespace whatever
+/// `spec.target.namespace` says (`CheckResponsibility` reads `spec.target.name` only), and
+/// so does bosun: the Target of that name in another namespace is never used.
+#[test]
+fn spec_target_namespace_is_ignored_as_landscaper_ignores_it() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let elsewhere_cluster = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    create_namespace(&sb, "elsewhere");
+    let kubeconfig = std::fs::read_to_string(&elsewhere_cluster.kubeconfig).expect("kubeconfig");
+    post_ok(
+        &sb,
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/elsewhere/targets",
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+            "metadata": {"name": "cluster-2", "namespace": "elsewhere"},
+            "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": kubeconfig}},
+        }),
+    );
+    create_item(
+        &sb,
+        "namespaced-target",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2", "namespace": "elsewhere"},
+        "config": manifest_config(json!([
+            {"policy": "manage", "manifest": cm("default", "where-did-it-go", json!({"v": "1"}))},
+        ]))}),
+    );
+    wait_phase(&op, &sb, "namespaced-target", "Succeeded");
+    assert_eq!(
+        target_cluster
+            .get("/api/v1/namespaces/default/configmaps/where-did-it-go")
+            .0,
+        200,
+        "the item's namespace's Target"
+    );
+    assert_eq!(
+        elsewhere_cluster
+            .get("/api/v1/namespaces/default/configmaps/where-did-it-go")
+            .0,
+        404,
+        "not the Target spec.target.namespace names"
+    );
+}
+
+fn create_namespace(sb: &Sandbox, name: &str) {
+    let (code, answer) = sb.post(
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    );
+    assert!(code == 201 || code == 409, "{code} {answer}");
+}
