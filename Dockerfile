@@ -75,7 +75,7 @@ FROM base AS helm-cli
 COPY --from=build /src/.tools/helm/helm /usr/local/bin/helm
 ENV HELM_BIN_PATH=/usr/local/bin/helm
 
-FROM helm-${HELM}
+FROM helm-${HELM} AS runtime
 # As with addon-operator's image, modules and global hooks are read relative to here:
 # /modules and /global-hooks (MODULES_DIR and GLOBAL_HOOKS_DIR say otherwise).
 WORKDIR /
@@ -83,3 +83,12 @@ VOLUME /var/lib/bosun
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/bosun"]
 CMD ["run"]
+
+# addon-operator's image (`--target addon-operator`): addon-operator's manifests give no
+# command, its image runs `/addon-operator` (start): the modules alone.
+FROM runtime AS addon-operator
+ENTRYPOINT ["/addon-operator"]
+CMD []
+
+# The default image: bosun with every subsystem.
+FROM runtime
