@@ -55,6 +55,9 @@ RUN ln -s bosun /usr/local/bin/addon-operator
 # metacontroller's manifests run `/usr/bin/metacontroller` with its flags: invoked by that
 # name bosun is metacontroller (the lambda controllers alone, its ports and Lease).
 RUN ln -s /usr/local/bin/bosun /usr/bin/metacontroller
+# addon-operator's image runs `/addon-operator` (its default command is `start`): invoked
+# by that name with `start` or flags alone, bosun is addon-operator (the modules alone).
+RUN ln -s /usr/local/bin/bosun /addon-operator
 # The journal lives on the StatefulSet's volume.
 RUN mkdir -p /var/lib/bosun /var/run/addon-operator \
  && chown 65532:65532 /var/lib/bosun /var/run/addon-operator
@@ -72,7 +75,7 @@ FROM base AS helm-cli
 COPY --from=build /src/.tools/helm/helm /usr/local/bin/helm
 ENV HELM_BIN_PATH=/usr/local/bin/helm
 
-FROM helm-${HELM}
+FROM helm-${HELM} AS runtime
 # As with addon-operator's image, modules and global hooks are read relative to here:
 # /modules and /global-hooks (MODULES_DIR and GLOBAL_HOOKS_DIR say otherwise).
 WORKDIR /
@@ -80,3 +83,12 @@ VOLUME /var/lib/bosun
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/bosun"]
 CMD ["run"]
+
+# addon-operator's image (`--target addon-operator`): addon-operator's manifests give no
+# command, its image runs `/addon-operator` (start): the modules alone.
+FROM runtime AS addon-operator
+ENTRYPOINT ["/addon-operator"]
+CMD []
+
+# The default image: bosun with every subsystem.
+FROM runtime

@@ -212,6 +212,7 @@ async fn main() -> anyhow::Result<()> {
         lock_holder: None,
         pod_namespace: "default".into(),
         contract: Default::default(),
+        only_type: None,
     };
     let deployer = bosun::deployer::start(&host, &cfg).await?;
     // Watched through the deployer's own view: listing 1,000 items every few milliseconds

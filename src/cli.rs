@@ -18,8 +18,10 @@ pub struct Cli {
 
 impl Cli {
     /// Parses the process's command line. Invoked as `addon-operator` (the image links
-    /// that name to bosun, for runbooks written for addon-operator), help and errors use
-    /// that name; the commands are the same.
+    /// that name to bosun), `start` or flags alone run the modules alone with
+    /// addon-operator's flags, other commands are bosun's (runbooks' `queue list`), and
+    /// help and errors use that name; invoked as `metacontroller`, see
+    /// [`METACONTROLLER_DEFAULTS`].
     pub fn from_process() -> Cli {
         use clap::FromArgMatches as _;
         let invoked = std::env::args_os()
@@ -31,10 +33,11 @@ impl Cli {
             })
             .unwrap_or_default();
         let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-        let args = if invoked == "metacontroller" {
-            as_metacontroller(args)
-        } else {
-            args
+        let args = match invoked.as_str() {
+            "metacontroller" => as_metacontroller(args),
+            "addon-operator" => as_addon_operator(args),
+            _ if is_landscaper_deployer(&args) => as_landscaper_deployer(args),
+            _ => args,
         };
         let matches = Self::command_named(&invoked).get_matches_from(args);
         Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
@@ -92,6 +95,129 @@ fn as_metacontroller(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
         .collect()
 }
 
+/// addon-operator's defaults, as bosun takes them when invoked as `addon-operator` with
+/// `start` or with no command (addon-operator's images run `/addon-operator`, its default
+/// command being `start`): the modules alone — no lambda controllers, no deployer, so none
+/// of their CRDs is installed in a cluster whose owner only swapped addon-operator's image.
+const ADDON_OPERATOR_DEFAULTS: &[&str] = &["run", "--lambda-controllers=false", "--deployer=false"];
+
+/// The command line of a bosun invoked as `addon-operator`: `start` (or flags alone) is
+/// `run` with addon-operator's defaults, then the arguments given; another command
+/// (`queue list`, `module values …`, `--help`) is bosun's own, as runbooks use them;
+/// `version` is `--version`.
+fn as_addon_operator(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args = args.into_iter();
+    let program = args.next().unwrap_or_else(|| "addon-operator".into());
+    let mut rest: Vec<std::ffi::OsString> = args.collect();
+    let first = rest.first().and_then(|a| a.to_str()).map(str::to_string);
+    match first.as_deref() {
+        Some("start") => {
+            rest.remove(0);
+        }
+        Some("version") => return vec![program, "--version".into()],
+        Some("--help" | "-h" | "--version" | "-V") => {
+            return std::iter::once(program).chain(rest).collect();
+        }
+        Some(command) if !command.starts_with('-') => {
+            return std::iter::once(program).chain(rest).collect();
+        }
+        _ => {}
+    }
+    std::iter::once(program)
+        .chain(ADDON_OPERATOR_DEFAULTS.iter().map(std::ffi::OsString::from))
+        .chain(rest)
+        .collect()
+}
+
+/// landscaper's deployer charts start the image with `--config=<file>` (and optionally
+/// `--landscaper-kubeconfig`, `-v`) and no command: the deployer alone, of the type the
+/// file's apiVersion names, with the jobID contract of current landscaper releases, and
+/// no CRDs installed (landscaper installs its own; the charts' ClusterRole cannot).
+const LANDSCAPER_DEPLOYER_DEFAULTS: &[&str] = &[
+    "run",
+    "--modules=false",
+    "--lambda-controllers=false",
+    "--install-crds=false",
+    "--deployer-contract=jobid",
+];
+
+/// Whether the command line is a landscaper deployer's: flags first, one of them `--config`.
+fn is_landscaper_deployer(args: &[std::ffi::OsString]) -> bool {
+    let flag = |a: &std::ffi::OsString| a.to_str().map(str::to_string).unwrap_or_default();
+    let Some(first) = args.get(1).map(flag) else {
+        return false;
+    };
+    first.starts_with('-')
+        && !matches!(first.as_str(), "--help" | "-h" | "--version" | "-V")
+        && args
+            .iter()
+            .skip(1)
+            .map(flag)
+            .any(|a| a == "--config" || a.starts_with("--config="))
+}
+
+/// The command line of a landscaper deployer, in bosun's words: `--config` is
+/// `--deployer-config`, `--landscaper-kubeconfig` (the cluster of the DeployItems) is
+/// `--kubeconfig`, landscaper's logging flags (`-v`/`--verbosity`, `-f`/`--format`,
+/// `--dev`, `--disable-timestamp`) are their metacontroller equivalents; `--cli`,
+/// `--disable-caller` and `--disable-stacktrace` only shape log lines and are dropped.
+fn as_landscaper_deployer(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args = args.into_iter();
+    let program = args.next().unwrap_or_else(|| "bosun".into());
+    let mut out: Vec<std::ffi::OsString> = std::iter::once(program)
+        .chain(
+            LANDSCAPER_DEPLOYER_DEFAULTS
+                .iter()
+                .map(std::ffi::OsString::from),
+        )
+        .collect();
+    let rest: Vec<std::ffi::OsString> = args.collect();
+    let mut i = 0;
+    while i < rest.len() {
+        let arg = rest[i].to_string_lossy().into_owned();
+        i += 1;
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (arg.clone(), None),
+        };
+        let renamed = match name.as_str() {
+            "--config" => Some("--deployer-config"),
+            "--landscaper-kubeconfig" => Some("--kubeconfig"),
+            "-v" | "--verbosity" => Some("--zap-log-level"),
+            "-f" | "--format" => Some("--zap-encoder"),
+            _ => None,
+        };
+        if let Some(to) = renamed {
+            let value = match inline {
+                Some(v) => v,
+                None if i < rest.len() => {
+                    i += 1;
+                    rest[i - 1].to_string_lossy().into_owned()
+                }
+                None => String::new(),
+            };
+            let value = if to == "--zap-encoder" && value == "text" {
+                "console".to_string()
+            } else {
+                value
+            };
+            out.push(format!("{to}={value}").into());
+            continue;
+        }
+        match name.as_str() {
+            "--dev" => {
+                out.push(format!("--zap-devel={}", inline.as_deref().unwrap_or("true")).into())
+            }
+            "--disable-timestamp" => {
+                out.push(format!("--log-no-time={}", inline.as_deref().unwrap_or("true")).into())
+            }
+            "--cli" | "--disable-caller" | "--disable-stacktrace" => {}
+            _ => out.push(rest[i - 1].clone()),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod command_line_tests {
     use super::*;
@@ -124,6 +250,144 @@ mod command_line_tests {
             Command::Run(run) => *run,
             other => panic!("not run: {other:?}"),
         }
+    }
+
+    fn addon_operator(args: &[&str]) -> Command {
+        let args = as_addon_operator(args.iter().map(std::ffi::OsString::from).collect());
+        let matches = Cli::command_named("addon-operator")
+            .try_get_matches_from(args)
+            .expect("addon-operator's arguments are taken");
+        Cli::from_arg_matches(&matches).expect("parsed").command
+    }
+
+    #[test]
+    fn invoked_as_addon_operator_start_runs_the_modules_alone_with_its_flags() {
+        for args in [
+            &[
+                "/addon-operator",
+                "start",
+                "--modules-dir=/m1:/m2",
+                "--log-level=debug",
+            ][..],
+            &[
+                "/addon-operator",
+                "--modules-dir=/m1:/m2",
+                "--log-level=debug",
+            ][..],
+            &[
+                "addon-operator",
+                "start",
+                "--modules-dir",
+                "/m1:/m2",
+                "--log-level",
+                "debug",
+            ][..],
+        ] {
+            let Command::Run(run) = addon_operator(args) else {
+                panic!("{args:?} is not run");
+            };
+            assert!(!run.lambda.lambda_controllers, "{args:?}");
+            assert!(!run.deployer.deployer, "{args:?}");
+            assert_eq!(
+                run.modules, None,
+                "{args:?}: the modules as BOSUN_MODULES says"
+            );
+            let given = run.addon_operator.given().expect("taken");
+            assert_eq!(given.var(&["MODULES_DIR"]).as_deref(), Some("/m1:/m2"));
+            assert_eq!(
+                run.addon_operator
+                    .logging(Default::default())
+                    .level
+                    .as_deref(),
+                Some("debug")
+            );
+        }
+        // With no argument at all: start, addon-operator's default command.
+        let Command::Run(run) = addon_operator(&["/addon-operator"]) else {
+            panic!("not run");
+        };
+        assert!(!run.lambda.lambda_controllers && !run.deployer.deployer);
+        // The user's flags after the defaults win.
+        let Command::Run(run) = addon_operator(&["addon-operator", "start", "--deployer=true"])
+        else {
+            panic!("not run");
+        };
+        assert!(run.deployer.deployer);
+        // Runbooks' debug commands stay bosun's.
+        assert!(matches!(
+            addon_operator(&["addon-operator", "queue", "list"]),
+            Command::Queue(_)
+        ));
+        assert_eq!(
+            as_addon_operator(vec!["addon-operator".into(), "version".into()]),
+            vec![
+                std::ffi::OsString::from("addon-operator"),
+                "--version".into()
+            ]
+        );
+    }
+
+    #[test]
+    fn landscaper_s_deployer_chart_arguments_run_the_deployer_alone_from_its_file() {
+        // charts/helm-deployer/templates/deployment.yaml's args, with every value set.
+        let args: Vec<std::ffi::OsString> = [
+            "/usr/local/bin/bosun",
+            "--config=/app/ls/config/config.yaml",
+            "--landscaper-kubeconfig=/app/ls/landscaper-cluster-kubeconfig/kubeconfig",
+            "-v=debug",
+        ]
+        .iter()
+        .map(std::ffi::OsString::from)
+        .collect();
+        assert!(is_landscaper_deployer(&args));
+        let matches = Cli::command_named("bosun")
+            .try_get_matches_from(as_landscaper_deployer(args))
+            .expect("landscaper's arguments are taken");
+        let Command::Run(run) = Cli::from_arg_matches(&matches).expect("parsed").command else {
+            panic!("not run");
+        };
+        assert_eq!(run.modules, Some(false));
+        assert!(!run.lambda.lambda_controllers);
+        assert!(!run.lambda.install_crds);
+        assert!(run.deployer.deployer);
+        assert_eq!(run.deployer.deployer_contract, "jobid");
+        assert_eq!(
+            run.deployer.deployer_config.as_deref(),
+            Some(std::path::Path::new("/app/ls/config/config.yaml"))
+        );
+        assert_eq!(
+            run.metacontroller.kubeconfig.as_deref(),
+            Some(std::path::Path::new(
+                "/app/ls/landscaper-cluster-kubeconfig/kubeconfig"
+            ))
+        );
+        assert_eq!(
+            run.metacontroller
+                .logging()
+                .expect("level")
+                .level
+                .as_deref(),
+            Some("debug")
+        );
+        // The space-separated forms, and bosun's own commands are left alone.
+        let spaced = as_landscaper_deployer(
+            [
+                "bosun", "--config", "/c.yaml", "-v", "error", "--format", "text", "--cli",
+            ]
+            .iter()
+            .map(std::ffi::OsString::from)
+            .collect(),
+        );
+        assert!(spaced.ends_with(&[
+            "--deployer-config=/c.yaml".into(),
+            "--zap-log-level=error".into(),
+            "--zap-encoder=console".into(),
+        ]));
+        let own: Vec<std::ffi::OsString> = ["bosun", "run", "--deployer-config=/c.yaml"]
+            .iter()
+            .map(std::ffi::OsString::from)
+            .collect();
+        assert!(!is_landscaper_deployer(&own));
     }
 
     #[test]
@@ -213,6 +477,8 @@ pub struct RunArgs {
     pub deployer: DeployerArgs,
     #[command(flatten)]
     pub ha: crate::ha::HaArgs,
+    #[command(flatten)]
+    pub addon_operator: crate::addon::start_flags::StartFlags,
     /// The modules (as `BOSUN_MODULES`, which this wins over); `false` when invoked as
     /// `metacontroller`.
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
@@ -263,6 +529,11 @@ pub struct DeployerArgs {
     /// `ADDON_OPERATOR_NAMESPACE` is taken over.
     #[arg(long, env = "BOSUN_DEPLOYER_SYNC_OBJECTS", default_value_t = false, action = clap::ArgAction::Set)]
     pub deployer_sync_objects: bool,
+    /// A landscaper deployer Configuration file (its charts' `--config`): its apiVersion
+    /// chooses the one type served; `identity`, `targetSelector`, `controller.workers` and
+    /// `hpa.maxReplicas` (above 1: SyncObject locks) are read over the flags above.
+    #[arg(long, env = "BOSUN_DEPLOYER_CONFIG", value_name = "FILE")]
+    pub deployer_config: Option<PathBuf>,
 }
 
 /// A landscaper timeout flag: a Go duration, or `none`/`0` for none.
@@ -290,18 +561,32 @@ impl DeployerArgs {
         install_crds: bool,
     ) -> anyhow::Result<crate::deployer::DeployerConfig> {
         let journal_dir = &operator.journal_dir;
-        let target_selectors =
-            bosun_deployer::target::parse_selectors(&self.deployer_target_selector)
-                .map_err(|e| anyhow::anyhow!("--deployer-target-selector: {e}"))?;
+        let file = self
+            .deployer_config
+            .as_deref()
+            .map(crate::deployer::landscaper_config::LandscaperConfiguration::read)
+            .transpose()?;
+        let target_selectors = match &file {
+            Some(f) => f.target_selectors.clone(),
+            None => bosun_deployer::target::parse_selectors(&self.deployer_target_selector)
+                .map_err(|e| anyhow::anyhow!("--deployer-target-selector: {e}"))?,
+        };
+        let locking = self.deployer_sync_objects || file.as_ref().is_some_and(|f| f.locking);
         Ok(crate::deployer::DeployerConfig {
-            workers: self.deployer_workers.max(1),
-            identity: self
-                .deployer_identity
-                .clone()
+            workers: file
+                .as_ref()
+                .and_then(|f| f.workers)
+                .unwrap_or(self.deployer_workers)
+                .max(1),
+            identity: file
+                .as_ref()
+                .and_then(|f| f.identity.clone())
+                .or_else(|| self.deployer_identity.clone())
                 .unwrap_or_else(crate::deployer::default_identity),
             target_selectors,
             install_crds,
-            lock_holder: self.deployer_sync_objects.then(|| {
+            only_type: file.as_ref().map(|f| f.deployer_type),
+            lock_holder: locking.then(|| {
                 std::env::var("ADDON_OPERATOR_POD")
                     .or_else(|_| std::env::var("HOSTNAME"))
                     .unwrap_or_else(|_| "bosun".into())
@@ -523,6 +808,7 @@ pub fn main(cli: Cli) -> ExitCode {
     let logging = match &cli.command {
         Command::Run(args) => match args.metacontroller.logging() {
             Ok(o) => {
+                let o = args.addon_operator.logging(o);
                 // Heap samples from the start, as Go's runtime keeps them.
                 if matches!(args.metacontroller.pprof(), Ok(Some(_))) {
                     crate::profiling::heap::enable();
@@ -737,8 +1023,10 @@ async fn start_all(
 
 /// In-cluster (or kubeconfig) run: one replica, or with leader election one of several.
 async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
-    let mut cfg =
-        crate::addon::OperatorConfig::from_env(&crate::addon::OperatorConfig::in_cluster())?;
+    let mut cfg = crate::addon::OperatorConfig::from_env_and(
+        &crate::addon::OperatorConfig::in_cluster(),
+        &args.addon_operator.given()?,
+    )?;
     if let Some(modules) = args.modules {
         cfg.modules = modules;
     }
@@ -858,7 +1146,8 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
             debug_http: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9652))),
             ..crate::addon::OperatorConfig::in_cluster()
         };
-        let mut cfg = crate::addon::OperatorConfig::from_env(&defaults)?;
+        let mut cfg =
+            crate::addon::OperatorConfig::from_env_and(&defaults, &args.addon_operator.given()?)?;
         if let Some(modules) = args.modules {
             cfg.modules = modules;
         }

@@ -64,6 +64,7 @@ pub fn fold_lambda(state: &mut BTreeMap<String, ControllerState>, r: &Record<Lam
             kind,
             name,
             generation,
+            ..
         } => {
             let c = state.entry(name.clone()).or_default();
             c.kind = kind.to_string();

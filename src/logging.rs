@@ -41,9 +41,16 @@ const MAX_HOOK_LINE: usize = 64 * 1024;
 static SETTINGS: OnceLock<Settings> = OnceLock::new();
 
 fn settings() -> &'static Settings {
+    settings_with(&Overrides::default())
+}
+
+/// The settings, the command line's over the environment's, read at the first call.
+fn settings_with(overrides: &Overrides) -> &'static Settings {
     SETTINGS.get_or_init(|| Settings {
-        no_time: env_true("LOG_NO_TIME"),
-        proxy_hook_json: env_true("LOG_PROXY_HOOK_JSON"),
+        no_time: overrides.no_time.unwrap_or_else(|| env_true("LOG_NO_TIME")),
+        proxy_hook_json: overrides
+            .proxy_hook_json
+            .unwrap_or_else(|| env_true("LOG_PROXY_HOOK_JSON")),
         hook_log_limit: std::env::var("BOSUN_HOOK_LOG_LIMIT")
             .ok()
             .and_then(|v| v.trim().parse().ok())
@@ -96,6 +103,12 @@ pub struct Overrides {
     pub level: Option<String>,
     /// JSON lines (`true`) or text (`false`).
     pub json: Option<bool>,
+    /// `LOG_TYPE`'s value (`text`, `json`, `color`), when `json` is not set.
+    pub log_type: Option<String>,
+    /// `LOG_NO_TIME`.
+    pub no_time: Option<bool>,
+    /// `LOG_PROXY_HOOK_JSON`.
+    pub proxy_hook_json: Option<bool>,
 }
 
 /// Installs the global `tracing` subscriber and registers the `log.level` runtime
@@ -118,11 +131,15 @@ pub fn init_with(overrides: &Overrides) {
     let initial = std::env::var("RUST_LOG").unwrap_or_else(|_| directives(&level));
     let filter = EnvFilter::try_new(initial).unwrap_or_else(|_| EnvFilter::new("info"));
     let (filter, handle) = reload::Layer::new(filter);
-    let no_time = settings().no_time;
+    let no_time = settings_with(overrides).no_time;
     let log_type = match overrides.json {
         Some(true) => "json".to_string(),
         Some(false) => "text".to_string(),
-        None => std::env::var("LOG_TYPE").unwrap_or_else(|_| "text".to_string()),
+        None => overrides
+            .log_type
+            .clone()
+            .or_else(|| std::env::var("LOG_TYPE").ok())
+            .unwrap_or_else(|| "text".to_string()),
     };
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match (log_type.as_str(), no_time) {

@@ -2975,3 +2975,232 @@ fn the_progressing_default_times_out_items_without_their_own_timeout() {
     assert_eq!(e["codes"], json!(["ERR_TIMEOUT"]), "{e}");
     assert_eq!(e["reason"], "ProgressingTimeout", "{e}");
 }
+
+/// Starts bosun as landscaper's deployer charts start their image: no command,
+/// `--config=<file>` holding `config` (the chart's Configuration), the items' cluster by
+/// `--landscaper-kubeconfig`, and `-v`.
+fn as_landscaper_deployer(
+    sb: &Sandbox,
+    work: &std::path::Path,
+    name: &str,
+    config: &str,
+) -> common::Killed {
+    let dir = work.join(name);
+    std::fs::create_dir_all(&dir).expect("folder");
+    let file = dir.join("config.yaml");
+    std::fs::write(&file, config).expect("config.yaml");
+    let log = std::fs::File::create(dir.join("bosun.log")).expect("log");
+    let mut cmd = std::process::Command::new(common::bosun_bin());
+    cmd.arg(format!("--config={}", file.display()))
+        .arg(format!(
+            "--landscaper-kubeconfig={}",
+            sb.kubeconfig.display()
+        ))
+        .arg("-v=debug")
+        .env_remove("KUBE_CONFIG")
+        .env("BOSUN_JOURNAL_DIR", dir.join("journal"))
+        .env("ADDON_OPERATOR_TMP_DIR", dir.join("tmp"))
+        .env("DEBUG_UNIX_SOCKET", dir.join("debug.socket"))
+        .env("ADDON_OPERATOR_LISTEN_ADDRESS", "127.0.0.1")
+        .env("ADDON_OPERATOR_LISTEN_PORT", "0");
+    for (k, v) in common::HelmEngine::Library.env() {
+        cmd.env(k, v);
+    }
+    common::Killed(
+        cmd.stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start bosun as a landscaper deployer"),
+    )
+}
+
+/// Sets a new jobID on the item, as landscaper does to have its deployer run it.
+fn start_job(sb: &Sandbox, name: &str, job: &str) {
+    wait_for(&format!("jobID {job} on {name}"), WAIT, || {
+        let Some(mut o) = item(sb, name) else {
+            return false;
+        };
+        o["status"]["jobID"] = json!(job);
+        let (code, answer) = sb.put(&format!("{ITEMS}/{name}/status"), &o);
+        assert!(code == 200 || code == 409, "{code} {answer}");
+        code == 200
+    });
+}
+
+/// landscaper's helm-deployer and manifest-deployer charts run bosun unchanged: each
+/// process reads its chart's Configuration (identity, namespace, oci, hpa, controller as
+/// the charts write them), serves its one type only, in the cluster that
+/// `--landscaper-kubeconfig` names, under the jobID contract.
+#[test]
+fn landscaper_s_deployer_charts_arguments_and_configuration_run_each_type() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    // landscaper installs its CRDs; its deployers do not (their ClusterRole cannot).
+    let crds: Vec<Value> = serde_saphyr::from_multiple(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds/landscaper.yaml"),
+        )
+        .expect("CRDs"),
+    )
+    .expect("CRD YAML");
+    for crd in crds.iter().filter(|c| c.is_object()) {
+        sb.create_crd(crd);
+    }
+    target_for(&sb, &target_cluster, "cluster-2");
+    // charts/helm-deployer's config-secret with its default values (release namespace
+    // ls-system) and an identity; charts/manifest-deployer's likewise.
+    let _helm = as_landscaper_deployer(
+        &sb,
+        work.path(),
+        "helm-deployer",
+        "apiVersion: helm.deployer.landscaper.gardener.cloud/v1alpha1\nkind: Configuration\n\
+         identity: helm-deployer-1\nnamespace: ls-system\noci:\n  allowPlainHttp: false\n  \
+         insecureSkipVerify: false\nhpa:\n  maxReplicas: 1\n  averageCpuUtilization: 80\n  \
+         averageMemoryUtilization: 80\ncontroller:\n  workers: 30\n",
+    );
+    let _manifest = as_landscaper_deployer(
+        &sb,
+        work.path(),
+        "manifest-deployer",
+        "apiVersion: manifest.deployer.landscaper.gardener.cloud/v1alpha2\nkind: Configuration\n\
+         identity: manifest-deployer-1\nnamespace: ls-system\nhpa:\n  maxReplicas: 1\n  \
+         averageCpuUtilization: 80\n  averageMemoryUtilization: 80\ncontroller:\n  workers: 30\n",
+    );
+    // A mock item, neither's type, first: by the time the others are done, both have seen
+    // it and left it alone.
+    create_item(
+        &sb,
+        "mocked",
+        json!({"type": MOCK, "config": mock_config(json!({}))}),
+    );
+    start_job(&sb, "mocked", "job-1");
+    let raw = base64::engine::general_purpose::STANDARD.encode(web_chart("1.0.0"));
+    create_item(
+        &sb,
+        "web",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "config": helm_config(
+            json!({"archive": {"raw": raw}}), json!({"createNamespace": true}))}),
+    );
+    create_item(
+        &sb,
+        "manifests",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2"}, "config": manifest_config(json!([
+            {"policy": "manage", "manifest": cm("default", "from-manifest-deployer", json!({"v": "1"}))},
+        ]))}),
+    );
+    start_job(&sb, "web", "job-1");
+    start_job(&sb, "manifests", "job-1");
+    for (name, identity) in [
+        ("web", "helm-deployer-1"),
+        ("manifests", "manifest-deployer-1"),
+    ] {
+        wait_for(&format!("{name} finished job-1"), WAIT, || {
+            item(&sb, name).is_some_and(|i| i["status"]["jobIDFinished"] == "job-1")
+        });
+        let done = item(&sb, name).expect("item");
+        assert_eq!(done["status"]["phase"], "Succeeded", "{}", done["status"]);
+        assert_eq!(
+            done["status"]["deployer"]["identity"], identity,
+            "each type by its own deployer: {}",
+            done["status"]
+        );
+    }
+    assert_eq!(
+        target_cluster
+            .get("/api/v1/namespaces/apps/configmaps/web-cm")
+            .0,
+        200
+    );
+    assert_eq!(
+        target_cluster
+            .get("/api/v1/namespaces/default/configmaps/from-manifest-deployer")
+            .0,
+        200
+    );
+    let mocked = item(&sb, "mocked").expect("item");
+    assert!(
+        mocked["status"]["jobIDFinished"].is_null() && mocked["status"]["phase"].is_null(),
+        "{}",
+        mocked["status"]
+    );
+    // A setting bosun cannot honour stops the start, naming the file and the field.
+    let bad = work.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: helm.deployer.landscaper.gardener.cloud/v1alpha1\nkind: Configuration\n\
+         oci:\n  allowPlainHttp: true\n",
+    )
+    .expect("bad.yaml");
+    let out = std::process::Command::new(common::bosun_bin())
+        .arg(format!("--config={}", bad.display()))
+        .arg(format!(
+            "--landscaper-kubeconfig={}",
+            sb.kubeconfig.display()
+        ))
+        .env("BOSUN_JOURNAL_DIR", work.path().join("bad-journal"))
+        .env("ADDON_OPERATOR_TMP_DIR", work.path().join("bad-tmp"))
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("{}: oci.allowPlainHttp: true", bad.display())),
+        "{err}"
+    );
+}
+
+/// landscaper looks an item's Target up in the item's own namespace whatever
+/// `spec.target.namespace` says (`CheckResponsibility` reads `spec.target.name` only), and
+/// so does bosun: the Target of that name in another namespace is never used.
+#[test]
+fn spec_target_namespace_is_ignored_as_landscaper_ignores_it() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let elsewhere_cluster = Sandbox::start();
+    let work = workdir();
+    let op = bosun(&sb, work.path(), &[]);
+    target_for(&sb, &target_cluster, "cluster-2");
+    create_namespace(&sb, "elsewhere");
+    let kubeconfig = std::fs::read_to_string(&elsewhere_cluster.kubeconfig).expect("kubeconfig");
+    post_ok(
+        &sb,
+        "/apis/landscaper.gardener.cloud/v1alpha1/namespaces/elsewhere/targets",
+        &json!({
+            "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
+            "metadata": {"name": "cluster-2", "namespace": "elsewhere"},
+            "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": kubeconfig}},
+        }),
+    );
+    create_item(
+        &sb,
+        "namespaced-target",
+        json!({"type": MANIFEST, "target": {"name": "cluster-2", "namespace": "elsewhere"},
+        "config": manifest_config(json!([
+            {"policy": "manage", "manifest": cm("default", "where-did-it-go", json!({"v": "1"}))},
+        ]))}),
+    );
+    wait_phase(&op, &sb, "namespaced-target", "Succeeded");
+    assert_eq!(
+        target_cluster
+            .get("/api/v1/namespaces/default/configmaps/where-did-it-go")
+            .0,
+        200,
+        "the item's namespace's Target"
+    );
+    assert_eq!(
+        elsewhere_cluster
+            .get("/api/v1/namespaces/default/configmaps/where-did-it-go")
+            .0,
+        404,
+        "not the Target spec.target.namespace names"
+    );
+}
+
+fn create_namespace(sb: &Sandbox, name: &str) {
+    let (code, answer) = sb.post(
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    );
+    assert!(code == 201 || code == 409, "{code} {answer}");
+}

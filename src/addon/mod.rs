@@ -9,6 +9,7 @@ pub mod http;
 pub mod journal;
 pub mod patcher;
 pub mod releases;
+pub mod start_flags;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,6 +23,8 @@ use bosun_addon::modules::{ModuleDef, parse_config_map};
 use serde_json::Value;
 
 use bosun_kube::ClientLimits;
+
+use start_flags::Given;
 
 use crate::hooks::{HookProcess, discover};
 
@@ -100,23 +103,32 @@ pub struct OperatorConfig {
 
 /// A client's limits from its two variables (client-go's meaning: `0` is client-go's
 /// default, 5 and 10; a negative QPS no limit), or `default` when neither is set.
-fn limits_env(qps: &str, burst: &str, default: ClientLimits) -> anyhow::Result<ClientLimits> {
-    if env(&[qps]).is_none() && env(&[burst]).is_none() {
+fn limits_env(
+    given: &Given,
+    qps: &str,
+    burst: &str,
+    default: ClientLimits,
+) -> anyhow::Result<ClientLimits> {
+    let (q, b) = (given.raw(qps), given.raw(burst));
+    if q.as_deref().is_none_or(str::is_empty) && b.as_deref().is_none_or(str::is_empty) {
         return Ok(default);
     }
-    Ok(ClientLimits::from_env(qps, burst)?)
+    Ok(ClientLimits::parse(
+        (qps, q.as_deref()),
+        (burst, b.as_deref()),
+    )?)
 }
 
-fn duration_env(names: &[&str], default: Duration) -> anyhow::Result<Duration> {
-    match env(names) {
+fn duration_env(given: &Given, names: &[&str], default: Duration) -> anyhow::Result<Duration> {
+    match given.var(names) {
         Some(v) => bosun_runtime::clock::parse_go_duration(&v)
             .map_err(|e| anyhow::anyhow!("{}: {e}", names[0])),
         None => Ok(default),
     }
 }
 
-fn list_env(names: &[&str], default: &[String]) -> Vec<String> {
-    match env(names) {
+fn list_env(given: &Given, names: &[&str], default: &[String]) -> Vec<String> {
+    match given.var(names) {
         Some(v) => v
             .split(',')
             .map(str::trim)
@@ -125,12 +137,6 @@ fn list_env(names: &[&str], default: &[String]) -> Vec<String> {
             .collect(),
         None => default.to_vec(),
     }
-}
-
-fn env(names: &[&str]) -> Option<String> {
-    names
-        .iter()
-        .find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
 }
 
 /// Whether `value` is true as Go's `strconv.ParseBool` reads it.
@@ -159,6 +165,16 @@ impl OperatorConfig {
 
     /// Reads the environment; `defaults` supplies what the embedded default sets.
     pub fn from_env(defaults: &OperatorConfig) -> anyhow::Result<OperatorConfig> {
+        Self::from_env_and(defaults, &Given::default())
+    }
+
+    /// Reads the variables `given` on the command line (addon-operator's `start` flags),
+    /// then the environment.
+    pub fn from_env_and(
+        defaults: &OperatorConfig,
+        given: &Given,
+    ) -> anyhow::Result<OperatorConfig> {
+        let env = |names: &[&str]| given.var(names);
         let hook_timeout = match env(&["BOSUN_HOOK_TIMEOUT"]) {
             Some(v) => bosun_runtime::clock::parse_go_duration(&v)
                 .map_err(|e| anyhow::anyhow!("BOSUN_HOOK_TIMEOUT: {e}"))?,
@@ -215,16 +231,19 @@ impl OperatorConfig {
         };
         Ok(OperatorConfig {
             client_limits: limits_env(
+                given,
                 "KUBE_CLIENT_QPS",
                 "KUBE_CLIENT_BURST",
                 defaults.client_limits,
             )?,
             patcher_limits: limits_env(
+                given,
                 "OBJECT_PATCHER_KUBE_CLIENT_QPS",
                 "OBJECT_PATCHER_KUBE_CLIENT_BURST",
                 defaults.patcher_limits,
             )?,
             helm_monitor_limits: limits_env(
+                given,
                 "HELM_MONITOR_KUBE_CLIENT_QPS",
                 "HELM_MONITOR_KUBE_CLIENT_BURST",
                 defaults.helm_monitor_limits,
@@ -234,18 +253,22 @@ impl OperatorConfig {
                 None => defaults.modules,
             },
             // Set but empty means no prefix.
-            metrics_prefix: std::env::var("ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX")
-                .unwrap_or_else(|_| defaults.metrics_prefix.clone()),
+            metrics_prefix: given
+                .raw("ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX")
+                .unwrap_or_else(|| defaults.metrics_prefix.clone()),
             queue_action_metrics: match env(&["QUEUE_ACTIONS_METRICS"]) {
                 Some(v) => v != "no",
                 None => defaults.queue_action_metrics,
             },
-            debug_socket: crate::debug::socket_from_env(&defaults.debug_socket),
+            debug_socket: given
+                .var(&["ADDON_OPERATOR_DEBUG_UNIX_SOCKET", "DEBUG_UNIX_SOCKET"])
+                .map(PathBuf::from)
+                .unwrap_or_else(|| defaults.debug_socket.clone()),
             debug_http,
             unnumbered_order,
             helm_history_max,
-            helm_timeout: duration_env(&["HELM_TIMEOUT"], defaults.helm_timeout)?,
-            ignore_releases: list_env(&["HELM_IGNORE_RELEASE"], &defaults.ignore_releases),
+            helm_timeout: duration_env(given, &["HELM_TIMEOUT"], defaults.helm_timeout)?,
+            ignore_releases: list_env(given, &["HELM_IGNORE_RELEASE"], &defaults.ignore_releases),
             helm_library: env(&["HELM_LIB_PATH"])
                 .map(PathBuf::from)
                 .or_else(|| defaults.helm_library.clone()),
@@ -259,11 +282,13 @@ impl OperatorConfig {
                 None => defaults.helm_engine,
             },
             crd_filter_prefixes: list_env(
+                given,
                 &["ADDON_OPERATOR_CRD_FILTER_PREFIXES"],
                 &defaults.crd_filter_prefixes,
             ),
             crd_extra_labels,
             monitor_interval: duration_env(
+                given,
                 &["BOSUN_RESOURCE_MONITOR_INTERVAL"],
                 defaults.monitor_interval,
             )?,

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod helm;
 pub mod journal_log;
+pub mod landscaper_config;
 pub mod targets;
 
 use std::path::PathBuf;
@@ -51,6 +52,8 @@ pub struct DeployerConfig {
     pub work_dir: PathBuf,
     /// `--deployer-contract`: which contract runs items without a jobID.
     pub contract: bosun_deployer::decide::Contract,
+    /// Serve only this type (a landscaper Configuration file names one); `None`: all.
+    pub only_type: Option<&'static str>,
 }
 
 /// The running deployer.
@@ -134,6 +137,9 @@ pub async fn start(
                 clients.clone(),
             ));
             types(clients, helm)
+                .into_iter()
+                .filter(|t| cfg.only_type.is_none_or(|only| t.name() == only))
+                .collect()
         },
         Settings {
             workers: cfg.workers,

@@ -70,7 +70,11 @@ impl MetacontrollerFlags {
                 });
             }
         };
-        Ok(crate::logging::Overrides { level, json })
+        Ok(crate::logging::Overrides {
+            level,
+            json,
+            ..Default::default()
+        })
     }
 
     /// Where `/metrics` is served besides the operator's listener.
@@ -170,7 +174,8 @@ mod tests {
             flags(None, Some(true), None),
             Ok(crate::logging::Overrides {
                 level: level("debug"),
-                json: Some(false)
+                json: Some(false),
+                ..Default::default()
             })
         );
         assert_eq!(

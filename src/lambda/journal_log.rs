@@ -9,6 +9,7 @@ pub fn line(event: &LambdaEvent) -> String {
             kind,
             name,
             generation,
+            ..
         } => {
             format!("{kind} {name} started (generation {generation})")
         }

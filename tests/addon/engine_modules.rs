@@ -1239,3 +1239,110 @@ sleep 3"#,
         "hook done at {hook_done:?}, heal queued at {heal_queued:?}"
     );
 }
+
+/// Invoked as `addon-operator` (addon-operator's images run `/addon-operator`, its manifests
+/// `addon-operator start`) with addon-operator's own `start` flags, bosun runs the modules
+/// alone: the module's chart is installed, while no lambda controller or deployer runs and
+/// none of their CRDs is created in a cluster whose owner only swapped the image.
+#[test]
+fn invoked_as_addon_operator_start_bosun_runs_the_modules_alone() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let chart = w.join("flagged-modules/010-swapped");
+    std::fs::create_dir_all(chart.join("templates")).expect("chart folder");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: swapped\nversion: 0.1.0\n",
+    )
+    .expect("Chart.yaml");
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: made-by-addon-operator\n",
+    )
+    .expect("template");
+    std::fs::write(chart.join("values.yaml"), "swappedEnabled: true\n").expect("values.yaml");
+    std::fs::create_dir_all(w.join("global-hooks")).expect("global hooks");
+    let link = w.join("addon-operator");
+    std::os::unix::fs::symlink(common::bosun_bin(), &link).expect("link");
+    let log_path = w.join("addon-operator.log");
+    let log = std::fs::File::create(&log_path).expect("log");
+    let mut cmd = std::process::Command::new(&link);
+    cmd.arg("start")
+        // addon-operator's flags, each over its variable (MODULES_DIR points elsewhere).
+        .arg(format!(
+            "--modules-dir={}",
+            w.join("flagged-modules").display()
+        ))
+        .arg(format!(
+            "--global-hooks-dir={}",
+            w.join("global-hooks").display()
+        ))
+        .arg(format!("--kube-config={}", sb.kubeconfig.display()))
+        .args([
+            "--namespace=default",
+            "--log-level=debug",
+            "--log-type=json",
+        ])
+        .args([
+            "--prometheus-listen-address=127.0.0.1",
+            "--prometheus-listen-port=0",
+        ])
+        .arg(format!("--tmp-dir={}", w.join("tmp").display()))
+        .arg(format!(
+            "--debug-unix-socket={}",
+            w.join("debug.socket").display()
+        ))
+        .env("MODULES_DIR", w.join("nowhere"))
+        .env("BOSUN_JOURNAL_DIR", w.join("journal"));
+    for (k, v) in HelmEngine::Library.env() {
+        cmd.env(k, v);
+    }
+    let child = cmd
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start bosun as addon-operator");
+    let _child = common::Killed(child);
+    let logs = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    common::wait_for("the module's release", Duration::from_secs(90), || {
+        releases(&sb).get("swapped") == Some(&1)
+    });
+    let (code, cm) = sb.get(&format!("{CM}/made-by-addon-operator"));
+    assert_eq!(code, 200, "{cm}");
+    assert!(
+        w.join("debug.socket").exists(),
+        "--debug-unix-socket is taken"
+    );
+    let logs_now = logs();
+    assert!(
+        logs_now.lines().any(|l| l.starts_with('{')),
+        "--log-type=json: {logs_now}"
+    );
+    assert!(
+        !logs_now.contains("lambda controllers running") && !logs_now.contains("deployer running"),
+        "{logs_now}"
+    );
+    for crd in [
+        "compositecontrollers.metacontroller.k8s.io",
+        "decoratorcontrollers.metacontroller.k8s.io",
+        "controllerrevisions.metacontroller.k8s.io",
+        "deployitems.landscaper.gardener.cloud",
+        "targets.landscaper.gardener.cloud",
+        "contexts.landscaper.gardener.cloud",
+        "syncobjects.landscaper.gardener.cloud",
+    ] {
+        let (code, _) = sb.get(&format!(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}"
+        ));
+        assert_eq!(code, 404, "{crd} is not installed: {logs_now}");
+    }
+    // A flag asking for what bosun lacks stops the start, naming it.
+    let out = std::process::Command::new(&link)
+        .args(["start", "--admission-server-enabled=true"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--admission-server-enabled"), "{err}");
+}

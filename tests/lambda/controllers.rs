@@ -564,6 +564,34 @@ fn bad_hook_answers_are_events_on_the_parent_and_bosun_keeps_going() {
         ),
         "{child:#}"
     );
+    // Another kind of the same name as a parent is not that parent, offline or live.
+    let namesake = explain(&[
+        "ConfigMap/good",
+        "-n",
+        "default",
+        "--journal-dir",
+        &journal_dir,
+    ]);
+    assert!(
+        !namesake.contains("parent of lambda controller"),
+        "ConfigMap default/good is not Probe default/good: {namesake}"
+    );
+    let namesake = explain(&[
+        "ConfigMap/good",
+        "-n",
+        "default",
+        "--debug-unix-socket",
+        &socket,
+    ]);
+    assert!(
+        !namesake.contains("CompositeController probes"),
+        "ConfigMap default/good is not Probe default/good: {namesake}"
+    );
+    let good = explain(&["Probe/good", "-n", "default", "--journal-dir", &journal_dir]);
+    assert!(
+        good.contains("made by: parent of lambda controller probes"),
+        "{good}"
+    );
     // The lambda journal replayed: the failing parent's state, counted.
     let replayed: Value = serde_json::from_str(&common::run_ok(
         std::process::Command::new(common::bosun_bin())

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::common::{Sandbox, run_ok};
 
@@ -557,4 +557,126 @@ fn the_helm_chart_takes_metacontroller_s_values_and_passes_a_server_side_dry_run
     }
     let sts = kubectl_json(&sb, &["get", "statefulsets", "-n", "tools"]);
     assert_eq!(sts["items"], Value::Array(vec![]), "{sts}");
+
+    // metacontroller-helm's own values file, unchanged: its command (the image's link),
+    // its commandArgs, its probe port, its ClusterRole; no extra Service.
+    let theirs = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/references/metacontroller-helm-values.yaml");
+    let theirs = theirs.display().to_string();
+    let rendered = helm_template(&["-f", &theirs]);
+    let problems = check_file("helm template (metacontroller's values)", &rendered);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let c = &of_kind(&rendered, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["command"], json!(["/usr/bin/metacontroller"]), "{c}");
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        !args.contains(&"run"),
+        "metacontroller's defaults imply it: {args:?}"
+    );
+    assert!(
+        args.ends_with(&[
+            "--zap-log-level=4",
+            "--discovery-interval=20s",
+            "--cache-flush-interval=30m",
+            "--health-probe-bind-address=:8081"
+        ]),
+        "{args:?}"
+    );
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], 8081, "{c}");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], 8081, "{c}");
+    let broad = of_kind(&rendered, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "demo-bosun-modules")
+        .expect("the broad role");
+    assert_eq!(
+        broad["rules"],
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])
+    );
+    assert!(broad["aggregationRule"].is_null(), "{broad}");
+    assert_eq!(
+        of_kind(&rendered, "Service").len(),
+        1,
+        "only the headless one"
+    );
+    let file = dir.path().join("metacontroller-values.yaml");
+    std::fs::write(&file, &rendered).expect("write the rendering");
+    let out = run_ok(
+        sb.kubectl()
+            .args(["apply", "--dry-run=server", "-f"])
+            .arg(&file),
+    );
+    assert!(
+        out.contains("statefulset.apps/demo-bosun created (server dry run)"),
+        "{out}"
+    );
+
+    // The keys metacontroller's chart has and bosun's lacked, set away from default.
+    let keyed = helm_template(&[
+        "-f",
+        &theirs,
+        "--set",
+        "command=/addon-operator",
+        "--set",
+        "env[0].name=LOG_LEVEL",
+        "--set",
+        "env[0].value=debug",
+        "--set",
+        "clusterRole.rules=null",
+        "--set-string",
+        "clusterRole.aggregationRule.clusterRoleSelectors[0].matchLabels.rbac\\.example/aggregate-to-bosun=true",
+        "--set",
+        "service.enabled=true",
+        "--set",
+        "service.ports[0].name=metrics",
+        "--set",
+        "service.ports[0].port=9999",
+        "--set",
+        "service.ports[0].targetPort=9999",
+    ]);
+    let problems = check_file("helm template (metacontroller's keys)", &keyed);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let c = &of_kind(&keyed, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["command"], json!(["/addon-operator"]), "{c}");
+    assert!(
+        c["env"].as_array().is_some_and(|e| e
+            .iter()
+            .any(|v| v["name"] == "LOG_LEVEL" && v["value"] == "debug")),
+        "{c}"
+    );
+    let broad = of_kind(&keyed, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "demo-bosun-modules")
+        .expect("the broad role");
+    assert_eq!(
+        broad["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"]["rbac.example/aggregate-to-bosun"],
+        "true",
+        "{broad}"
+    );
+    let ports = of_kind(&keyed, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "demo-bosun-ports")
+        .expect("metacontroller's Service");
+    assert_eq!(ports["spec"]["ports"][0]["port"], 9999, "{ports}");
+    assert!(
+        ports["spec"]["clusterIP"].is_null(),
+        "not headless: {ports}"
+    );
+    let file = dir.path().join("metacontroller-keys.yaml");
+    std::fs::write(&file, &keyed).expect("write the rendering");
+    let out = run_ok(
+        sb.kubectl()
+            .args(["apply", "--dry-run=server", "-f"])
+            .arg(&file),
+    );
+    for line in [
+        "service/demo-bosun-ports created (server dry run)",
+        "clusterrole.rbac.authorization.k8s.io/demo-bosun-modules created (server dry run)",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
 }

@@ -58,6 +58,14 @@ impl Reconciler {
         }
     }
 
+    /// A CompositeController's parent kind; `None` for a decorator (its keys carry it).
+    pub fn parent_kind(&self) -> Option<String> {
+        match self {
+            Reconciler::Composite(c) => Some(c.parent.kind.clone()),
+            Reconciler::Decorator(_) => None,
+        }
+    }
+
     fn parent_resources(&self) -> Vec<Resource> {
         match self {
             Reconciler::Composite(c) => vec![c.parent.clone()],
@@ -197,6 +205,8 @@ pub struct Running {
     pub name: String,
     /// The spec it runs (to tell a changed controller object from a resync).
     pub spec: Value,
+    /// A CompositeController's parent kind (its parents' keys do not carry it).
+    pub parent_kind: Option<String>,
     pub queue: WorkQueue<ParentKey>,
     pub last: Arc<Mutex<LastSyncs>>,
     tasks: Vec<JoinHandle<()>>,
@@ -255,6 +265,7 @@ pub async fn start(
     spec: Value,
     ctx: Context,
 ) -> Result<Running, crate::ports::ClusterError> {
+    let parent_kind = reconciler.parent_kind();
     let reconciler = Arc::new(reconciler);
     let queue: WorkQueue<ParentKey> = WorkQueue::new();
     let last = Arc::new(Mutex::new(LastSyncs::new()));
@@ -384,6 +395,7 @@ pub async fn start(
         kind,
         name,
         spec,
+        parent_kind,
         queue,
         last,
         tasks,

@@ -22,6 +22,9 @@ pub enum LambdaEvent {
         kind: ControllerKind,
         name: String,
         generation: i64,
+        /// A CompositeController's parent kind (journals written before it have none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_kind: Option<String>,
     },
     /// A controller stopped (deleted, changed or no longer selected).
     #[serde(rename_all = "camelCase")]

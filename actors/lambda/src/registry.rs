@@ -52,6 +52,9 @@ pub struct ControllerView {
     pub name: String,
     pub queue: Value,
     pub last_syncs: LastSyncs,
+    /// A CompositeController's parent kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_kind: Option<String>,
     /// Why the controller object could not start (it is retried with backoff).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
@@ -77,6 +80,7 @@ impl Controllers {
                 name: r.name.clone(),
                 queue: queue_view(&r.snapshot()),
                 last_syncs: r.last.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+                parent_kind: r.parent_kind.clone(),
                 refused: None,
             })
             .collect();
@@ -89,6 +93,7 @@ impl Controllers {
                     name: name.clone(),
                     queue: empty.clone(),
                     last_syncs: LastSyncs::new(),
+                    parent_kind: None,
                     refused: Some(why.clone()),
                 }),
         );
@@ -328,12 +333,14 @@ impl Worker {
         let running = start(reconciler, spec, self.ctx.clone())
             .await
             .map_err(|e| e.to_string())?;
+        let parent_kind = running.parent_kind.clone();
         self.controllers.lock().insert(key.clone(), running);
         self.controllers.refused().remove(key);
         self.journal(LambdaEvent::ControllerStarted {
             kind: key.0,
             name: key.1.clone(),
             generation: object["metadata"]["generation"].as_i64().unwrap_or(0),
+            parent_kind,
         });
         self.lifecycle_event(&object, "Started", key).await;
         Ok(())

@@ -31,16 +31,17 @@ fn child_of(what: &str) -> Option<(&str, &str, &str)> {
 }
 
 /// Whether `key` is the subject as a parent. A composite parent's key does not carry its
-/// kind; it matches by namespace and name.
-fn is_parent(subject: &Subject, key: &str) -> bool {
+/// kind: `composite_kind` is its controller's parent kind (unknown in journals written
+/// before it was recorded: then it matches by namespace and name alone).
+fn is_parent(subject: &Subject, key: &str, composite_kind: Option<&str>) -> bool {
     let (kind, ns, name) = parent_of(key);
-    names_parent(subject, kind, ns, name)
+    names_parent(subject, kind.or(composite_kind), ns, name)
 }
 
 /// [`is_parent`] of a running controller's key.
-fn is_parent_key(subject: &Subject, key: &ParentKey) -> bool {
+fn is_parent_key(subject: &Subject, key: &ParentKey, composite_kind: Option<&str>) -> bool {
     let kind = key.type_.as_ref().map(|t| t.kind.as_str());
-    names_parent(subject, kind, &key.namespace, &key.name)
+    names_parent(subject, kind.or(composite_kind), &key.namespace, &key.name)
 }
 
 fn names_parent(subject: &Subject, kind: Option<&str>, ns: &str, name: &str) -> bool {
@@ -60,16 +61,29 @@ pub fn explain(
     let mut last_of_parent: Option<LambdaEvent> = None;
     let mut parent_of_child: Option<(String, String)> = None;
     let mut child_last: Option<LambdaEvent> = None;
+    // Each controller's parent kind, as its latest start recorded it.
+    let mut parent_kinds: std::collections::BTreeMap<String, String> = Default::default();
     for r in journal.read_from(1) {
         let r = r?;
         let step = |what: String| Step::of("lambda", &r, what);
+        let parent_kind = |controller: &str| parent_kinds.get(controller).map(String::as_str);
         match &r.event {
+            LambdaEvent::ControllerStarted {
+                name, parent_kind, ..
+            } => match parent_kind {
+                Some(k) => {
+                    parent_kinds.insert(name.clone(), k.clone());
+                }
+                None => {
+                    parent_kinds.remove(name);
+                }
+            },
             LambdaEvent::Synced {
                 controller, key, ..
             }
             | LambdaEvent::SyncFailed {
                 controller, key, ..
-            } if is_parent(subject, key) => {
+            } if is_parent(subject, key, parent_kind(controller)) => {
                 e.push_made_by(format!(
                     "parent of lambda controller {controller} (its sync hook decides the children)"
                 ));
@@ -176,7 +190,7 @@ pub fn live(controllers: &[ControllerView], subject: &Subject, e: &mut Explanati
                     subject.kind_is(kind) && subject.names(ns, name)
                 })
             });
-            if !is_parent_key(subject, key) && !is_child {
+            if !is_parent_key(subject, key, c.parent_kind.as_deref()) && !is_child {
                 continue;
             }
             let whose = if is_child {
@@ -204,7 +218,10 @@ pub fn live(controllers: &[ControllerView], subject: &Subject, e: &mut Explanati
         }
         let queue = &c.queue;
         for d in queue["delayed"].as_array().into_iter().flatten() {
-            if d["key"].as_str().is_some_and(|k| is_parent(subject, k)) {
+            if d["key"]
+                .as_str()
+                .is_some_and(|k| is_parent(subject, k, c.parent_kind.as_deref()))
+            {
                 e.push_now(format!(
                     "(live) queued in {} {}: due in {} ms",
                     c.kind, c.name, d["dueInMs"]
