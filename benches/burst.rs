@@ -121,19 +121,23 @@ async fn start_bosun(
         .spawn()?;
     let log = dir.join("bosun.log");
     let mut addr = String::new();
-    cluster::wait("bosun's HTTP address", Duration::from_secs(120), async || {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        match text
-            .lines()
-            .find_map(|l| l.split("bosun HTTP endpoints listening on http://").nth(1))
-        {
-            Some(a) => {
-                addr = a.trim().to_string();
-                true
+    cluster::wait(
+        "bosun's HTTP address",
+        Duration::from_secs(120),
+        async || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            match text
+                .lines()
+                .find_map(|l| l.split("bosun HTTP endpoints listening on http://").nth(1))
+            {
+                Some(a) => {
+                    addr = a.trim().to_string();
+                    true
+                }
+                None => false,
             }
-            None => false,
-        }
-    })
+        },
+    )
     .await?;
     Ok((child, addr))
 }
@@ -181,7 +185,12 @@ async fn main() -> anyhow::Result<()> {
         }
         true
     };
-    cluster::wait("the objects' events handled", Duration::from_secs(120), idle).await?;
+    cluster::wait(
+        "the objects' events handled",
+        Duration::from_secs(120),
+        idle,
+    )
+    .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = rss(pid).ok_or_else(|| anyhow::anyhow!("no RSS for bosun"))?;
 
@@ -190,8 +199,12 @@ async fn main() -> anyhow::Result<()> {
     let queued_at_peak = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let sampler = {
-        let (peak, queued_at_peak, done, addr) =
-            (peak.clone(), queued_at_peak.clone(), done.clone(), addr.clone());
+        let (peak, queued_at_peak, done, addr) = (
+            peak.clone(),
+            queued_at_peak.clone(),
+            done.clone(),
+            addr.clone(),
+        );
         tokio::spawn(async move {
             let http = reqwest_lite::Client;
             while !done.load(Ordering::Relaxed) {

@@ -1110,6 +1110,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
+    let _trimmer = crate::memory::spawn_trimmer();
     {
         if !args.sandbox {
             return run_cluster(args).await;

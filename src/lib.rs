@@ -33,6 +33,7 @@ pub mod journal_sink;
 pub mod jq;
 pub mod lambda;
 pub mod logging;
+pub mod memory;
 pub mod private_dir;
 pub mod profiling;
 pub mod prometheus;

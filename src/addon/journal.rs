@@ -59,43 +59,45 @@ pub struct Opened {
     pub last: u64,
 }
 
-/// Keeps the journal compact while bosun runs: folds every new record into a copy of the
-/// state and, every `every` events, saves a snapshot and drops the events older than the
-/// oldest kept snapshot. Without it, compaction ran only at start, so a long-running
-/// bosun's journal (and the next start's replay, in time and memory) grew without bound.
+/// Keeps the journal compact while bosun runs: every `every` events it rebuilds the state
+/// at the newest durable record (the newest snapshot and the events after it, read back
+/// from the journal), saves it as a snapshot and drops the events older than the oldest
+/// kept snapshot. Without it, compaction ran only at start, so a long-running bosun's
+/// journal (and the next start's replay, in time and memory) grew without bound.
+///
+/// Between snapshots it holds nothing but a sequence number: a copy of the state folded
+/// record by record would double the memory of what is queued during a burst of events.
 pub fn spawn_compactor(
     journal: Arc<Journal<Event>>,
-    mut state: State,
-    mut last: u64,
+    last: u64,
     every: u64,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut snapshot_at = last;
-        let mut follow = journal.subscribe(last);
+        let mut durable = journal.durable_watch();
         loop {
-            let record = match follow.next().await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!("journal compactor stopped: {e}");
+            let at = *durable.borrow_and_update();
+            if at.saturating_sub(snapshot_at) < every {
+                if durable.changed().await.is_err() {
                     return;
                 }
-            };
-            state.apply(&record.event);
-            last = record.seq;
-            if last - snapshot_at < every {
                 continue;
             }
-            snapshot_at = last;
-            let (j, s) = (journal.clone(), state.clone());
+            let j = journal.clone();
             let done = tokio::task::spawn_blocking(move || {
-                j.save_snapshot(last, &s)?;
+                let (state, last) =
+                    j.replay::<State, _>(Some(at), true, |s, r| s.apply(&r.event))?;
+                j.save_snapshot(last, &state)?;
                 j.compact(&Retention::default())
+                    .map(|dropped| (last, dropped))
             })
             .await;
+            // Whatever the outcome, the next attempt is `every` events later.
+            snapshot_at = at;
             match done {
-                Ok(Ok(dropped)) => tracing::info!(seq = last, dropped, "journal snapshot saved"),
-                Ok(Err(e)) => tracing::warn!(seq = last, "cannot compact the journal: {e}"),
-                Err(e) => tracing::warn!(seq = last, "journal compaction stopped: {e}"),
+                Ok(Ok((seq, dropped))) => tracing::info!(seq, dropped, "journal snapshot saved"),
+                Ok(Err(e)) => tracing::warn!(seq = at, "cannot compact the journal: {e}"),
+                Err(e) => tracing::warn!(seq = at, "journal compaction stopped: {e}"),
             }
         }
     })

@@ -727,7 +727,6 @@ pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Re
         journal,
         last,
     } = journal::open_shared(&cfg.journal_dir, host.stream.as_ref())?;
-    let compact_from = restored.clone();
     tracing::info!(journal = %cfg.journal_dir.display(), events = restored.events, "journal replayed");
     let global_hooks = load_global_hooks(&cfg.global_hooks_dir, &runner).await?;
     let modules_dirs: &[PathBuf] = &cfg.modules_dirs;
@@ -810,12 +809,7 @@ pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Re
         cfg.config_map.clone(),
         modules,
     ));
-    let compactor = journal::spawn_compactor(
-        journal.clone(),
-        compact_from,
-        last,
-        journal::snapshot_every(),
-    );
+    let compactor = journal::spawn_compactor(journal.clone(), last, journal::snapshot_every());
     Ok(Operator {
         engine,
         journal,

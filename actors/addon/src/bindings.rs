@@ -82,8 +82,8 @@ pub fn event_stub(config: &HookConfig, index: usize, context: Value) -> ContextS
             .and_then(WatchEvent::named)
             // The watches name every event they deliver; a change, if one ever did not.
             .unwrap_or(WatchEvent::Modified),
-        object: c.remove("object"),
-        filter_result: c.remove("filterResult"),
+        object: c.remove("object").map(Arc::new),
+        filter_result: c.remove("filterResult").map(Arc::new),
     }
 }
 
@@ -341,10 +341,10 @@ fn render_one(
         } => {
             c.insert("watchEvent".into(), watch_event.as_str().into());
             if let Some(o) = object {
-                c.insert("object".into(), o);
+                c.insert("object".into(), Arc::unwrap_or_clone(o));
             }
             if let Some(f) = filter_result {
-                c.insert("filterResult".into(), f);
+                c.insert("filterResult".into(), Arc::unwrap_or_clone(f));
             }
         }
         ContextStub::Schedule { .. } | ContextStub::Named { .. } => {}

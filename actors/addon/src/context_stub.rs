@@ -13,6 +13,7 @@
 //! context's type is an error naming it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -39,10 +40,12 @@ pub enum ContextStub {
         index: usize,
         group: Option<String>,
         watch_event: WatchEvent,
-        /// The object, when the binding keeps full objects or it was deleted.
-        object: Option<Value>,
+        /// The object, when the binding keeps full objects or it was deleted. Shared: a
+        /// task's contexts are copied when tasks merge and when the hook starts, and a
+        /// burst of events can queue thousands of them.
+        object: Option<Arc<Value>>,
         /// The jq filter's result, when the binding has a filter (`null` when it gave none).
-        filter_result: Option<Value>,
+        filter_result: Option<Arc<Value>>,
     },
     /// A firing of a schedule binding.
     Schedule {
@@ -260,8 +263,8 @@ impl TryFrom<Wire> for ContextStub {
                     binding: w.binding,
                     group: w.group,
                     watch_event,
-                    object: w.object,
-                    filter_result: w.filter_result,
+                    object: w.object.map(Arc::new),
+                    filter_result: w.filter_result.map(Arc::new),
                 }
             }
             Some("Schedule") => ContextStub::Schedule {
@@ -333,8 +336,8 @@ mod tests {
                 index: 0,
                 group: Some("g".into()),
                 watch_event: WatchEvent::Deleted,
-                object: Some(serde_json::json!({"kind": "ConfigMap"})),
-                filter_result: Some(Value::Null),
+                object: Some(Arc::new(serde_json::json!({"kind": "ConfigMap"}))),
+                filter_result: Some(Arc::new(Value::Null)),
             })
         );
         assert_eq!(
