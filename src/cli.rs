@@ -431,7 +431,7 @@ pub enum Command {
     #[command(alias = "start")]
     Run(Box<RunArgs>),
     /// Run the sandbox Kubernetes API server alone.
-    Sandbox(SandboxArgs),
+    Sandbox(crate::sandbox_cli::SandboxArgs),
     /// Inspect a journal: log, state, diff, why, stats, verify, repair.
     Journal(crate::journal_cli::JournalArgs),
     /// Why an object looks the way it does: who made it, each change bosun made and why,
@@ -758,51 +758,6 @@ async fn start_lambda(
     Ok(lambda)
 }
 
-/// Arguments of `bosun sandbox`.
-#[derive(Debug, clap::Args)]
-pub struct SandboxArgs {
-    /// Address to listen on (loopback unless you really mean otherwise).
-    #[arg(long, default_value = "127.0.0.1:6445")]
-    pub listen: SocketAddr,
-    /// Folder for the sled store; the state survives restarts.
-    #[arg(long, default_value = ".data/sandbox")]
-    pub data: PathBuf,
-    /// Where to write a kubeconfig that points at this server.
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// Require this bearer token on every request.
-    #[arg(long, env = "BOSUN_SANDBOX_TOKEN")]
-    pub token: Option<String>,
-    /// How many changes are kept for watches to resume from; older ones answer 410 Gone.
-    #[arg(long, default_value_t = crate::sandbox::store::DEFAULT_HISTORY)]
-    pub watch_history: usize,
-    /// Serve a non-loopback `--listen` address without `--token` (refused otherwise:
-    /// anyone who can reach it reads and changes every object, Secrets included).
-    #[arg(long)]
-    pub allow_unauthenticated: bool,
-    /// Serve HTTPS with a certificate authority made at start: its certificate is written
-    /// to `<data>/ca.crt` and into the kubeconfig.
-    #[arg(long)]
-    pub tls: bool,
-    /// How long to wait for the storage lock a sandbox that is still stopping holds.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub lock_wait: std::time::Duration,
-    /// A connection that has not sent a whole request head this long after it was opened
-    /// is closed (kube-apiserver's `ReadHeaderTimeout` is 32 s).
-    #[arg(long, default_value = "32s", value_parser = humantime::parse_duration)]
-    pub header_read_timeout: std::time::Duration,
-    /// Fault injection for reliability tests: wait this long before every request.
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
-    pub fault_delay: std::time::Duration,
-    /// Fault injection for reliability tests: refuse this share of requests (0 to 1) with
-    /// 429 or 500, before doing anything.
-    #[arg(long, default_value_t = 0.0)]
-    pub fault_rate: f64,
-    /// The seed of the refusals drawn (default: the clock).
-    #[arg(long)]
-    pub fault_seed: Option<u64>,
-}
-
 /// Runs the parsed command line and maps the outcome to an exit code.
 pub fn main(cli: Cli) -> ExitCode {
     let logging = match &cli.command {
@@ -825,7 +780,9 @@ pub fn main(cli: Cli) -> ExitCode {
     crate::logging::init_with(&logging);
     let result = match cli.command {
         Command::Run(args) => run(*args),
-        Command::Sandbox(args) => sandbox(args),
+        Command::Sandbox(args) => {
+            runtime().and_then(|rt| rt.block_on(crate::sandbox_cli::serve(args)))
+        }
         Command::Journal(args) => crate::journal_cli::run(args),
         Command::Explain(args) => crate::explain_cli::run(args),
         Command::Queue(args) => crate::debug::commands::queue(args),
@@ -849,34 +806,6 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
-}
-
-fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
-    let seed = args.fault_seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-    });
-    let faults = crate::sandbox::faults::Faults::new(args.fault_delay, args.fault_rate, seed)?;
-    if faults.active() {
-        tracing::warn!(delay = ?args.fault_delay, rate = args.fault_rate, seed, "the sandbox injects faults");
-    }
-    runtime()?.block_on(crate::sandbox::serve_forever_with(
-        crate::sandbox::SandboxConfig {
-            listen: args.listen,
-            data: args.data,
-            kubeconfig: args.kubeconfig,
-            token: args.token,
-            watch_history: args.watch_history,
-            allow_unauthenticated: args.allow_unauthenticated,
-        },
-        crate::sandbox::ServeOptions {
-            tls: args.tls,
-            lock_wait: args.lock_wait,
-            header_read_timeout: args.header_read_timeout,
-            faults: std::sync::Arc::new(faults),
-        },
-    ))
 }
 
 /// Every subsystem switched on, started on one host, and the endpoints that show them.
@@ -1057,7 +986,7 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
     let grace = args.ha.shutdown_grace;
     let Some(ha) = args.ha.config(&namespace, cfg.listen)? else {
         let running = start_all(&args, &cfg, None).await?;
-        crate::sandbox::shutdown_signal().await;
+        bosun_platform::shutdown_signal().await;
         tracing::info!("shutting down");
         crate::ha::graceful_stop(grace, &running.journals()).await;
         return Ok(());
@@ -1116,23 +1045,13 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
         }
         // The embedded default: the sandbox API server in-process, the sample hooks and
         // modules from `examples/`, state under the data folder.
-        private_data_dir(&args.data)?;
-        let kubeconfig = args.data.join("kubeconfig");
-        let sandbox = crate::sandbox::start(crate::sandbox::SandboxConfig {
-            listen: args.sandbox_listen,
-            data: args.data.join("sandbox"),
-            kubeconfig: Some(kubeconfig.clone()),
-            token: None,
-            watch_history: crate::sandbox::store::DEFAULT_HISTORY,
-            allow_unauthenticated: args.allow_unauthenticated,
-        })
+        let sandbox = crate::sandbox_cli::Embedded::start(
+            &args.data,
+            args.sandbox_listen,
+            args.allow_unauthenticated,
+        )
         .await?;
-        println!("sandbox API server listening on {}", sandbox.url);
-        println!("kubeconfig written to {}", kubeconfig.display());
-        println!(
-            "try: kubectl --kubeconfig {} get configmaps -A",
-            kubeconfig.display()
-        );
+        let kubeconfig = sandbox.kubeconfig.clone();
         let defaults = crate::addon::OperatorConfig {
             global_hooks_dir: PathBuf::from("examples/global-hooks"),
             modules_dirs: vec![PathBuf::from("examples/modules")],
@@ -1220,7 +1139,7 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
                 );
             }
         }
-        crate::sandbox::shutdown_signal().await;
+        bosun_platform::shutdown_signal().await;
         tracing::info!("shutting down");
         if let Ok(r) = &running {
             crate::ha::graceful_stop(args.ha.shutdown_grace, &r.journals()).await;
@@ -1247,37 +1166,6 @@ fn private_tmp_dir(dir: &std::path::Path) -> anyhow::Result<()> {
             dir.display()
         )
     })?;
-    crate::sandbox::private::log_tightened("temp folder", dir, &changed);
-    Ok(())
-}
-
-/// What `bosun run --sandbox` keeps in its data folder.
-const DATA_ENTRIES: &[&str] = &[
-    "sandbox",
-    "journal",
-    "tmp",
-    "kubeconfig",
-    "kubeconfig.tmp",
-    "debug.socket",
-    "debug.token",
-];
-
-/// Creates the data folder of `bosun run --sandbox` `0700`. One left readable by an older
-/// bosun is tightened, when it holds only what bosun puts there (a shared folder given as
-/// `--data` keeps its mode; the store, journal and kubeconfig in it are private anyway).
-fn private_data_dir(dir: &std::path::Path) -> anyhow::Result<()> {
-    use anyhow::Context;
-    crate::sandbox::private::create_dir(dir)
-        .with_context(|| format!("creating the data folder {}", dir.display()))?;
-    let ours = std::fs::read_dir(dir)
-        .with_context(|| format!("reading the data folder {}", dir.display()))?
-        .filter_map(Result::ok)
-        .all(|e| DATA_ENTRIES.contains(&e.file_name().to_string_lossy().as_ref()));
-    if ours {
-        let mut changed = Vec::new();
-        crate::sandbox::private::tighten_one(dir, &mut changed)
-            .with_context(|| format!("making the data folder {} private", dir.display()))?;
-        crate::sandbox::private::log_tightened("data folder", dir, &changed);
-    }
+    bosun_platform::log_tightened("temp folder", dir, &changed);
     Ok(())
 }

@@ -653,8 +653,8 @@ fn write_helm_kubeconfig(
 ) -> anyhow::Result<std::path::PathBuf> {
     let path = dir.join("helm-kubeconfig");
     let write = || -> std::io::Result<()> {
-        crate::sandbox::private::create_dir(dir)?;
-        crate::sandbox::private::write_file(&path, sa.kubeconfig_text(url, namespace).as_bytes())
+        bosun_platform::create_private_dir(dir)?;
+        bosun_platform::write_private_file(&path, sa.kubeconfig_text(url, namespace).as_bytes())
     };
     write().with_context(|| format!("cannot write the kubeconfig for Helm {}", path.display()))?;
     Ok(path)

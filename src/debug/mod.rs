@@ -48,8 +48,8 @@ use axum::response::{IntoResponse, Response};
 use bosun_addon::Event;
 use bosun_addon::engine::Engine;
 use bosun_journal::Journal;
+use bosun_platform::{loopback_host, single_host};
 use bosun_runtime::mailbox::Mailboxes;
-use bosun_sandbox::api::{loopback_host, single_host};
 use serde_json::{Value, json};
 
 use journal_views::{LogQuery, ViewError};

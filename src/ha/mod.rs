@@ -505,7 +505,7 @@ where
         "bosun HTTP endpoints listening on http://{} (standby)",
         standby_http.0
     );
-    let signal = crate::sandbox::shutdown_signal();
+    let signal = bosun_platform::shutdown_signal();
     tokio::pin!(signal);
     let leads = tokio::select! {
         () = elector.acquire() => true,
