@@ -12,7 +12,7 @@
 mod host;
 mod private;
 mod secret;
-pub mod serve;
+mod serve;
 mod signal;
 
 pub use host::{loopback_host, single_host};
@@ -20,4 +20,5 @@ pub use private::{
     create_private_dir, log_tightened, tighten_one, tighten_tree, write_private_file,
 };
 pub use secret::fold_string_data;
+pub use serve::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT, Limits, connection, serve};
 pub use signal::shutdown_signal;

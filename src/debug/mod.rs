@@ -331,10 +331,10 @@ pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> Deb
     match bind_socket(&cfg.socket) {
         Ok(listener) => {
             let app = app.clone();
-            server.tasks.push(tokio::spawn(bosun_platform::serve::serve(
+            server.tasks.push(tokio::spawn(bosun_platform::serve(
                 listener,
                 app,
-                bosun_platform::serve::Limits::from_env(),
+                bosun_platform::Limits::from_env(),
             )));
             tracing::info!(socket = %cfg.socket.display(), "debug endpoints listening on the unix socket");
             server.socket = Some(cfg.socket.clone());
@@ -376,10 +376,10 @@ pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> Deb
                 } else {
                     app
                 };
-                server.tasks.push(tokio::spawn(bosun_platform::serve::serve(
+                server.tasks.push(tokio::spawn(bosun_platform::serve(
                     listener,
                     app,
-                    bosun_platform::serve::Limits::from_env(),
+                    bosun_platform::Limits::from_env(),
                 )));
                 tracing::info!(
                     listen = %bound,

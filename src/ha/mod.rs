@@ -598,10 +598,10 @@ async fn serve(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
-    let task = tokio::spawn(bosun_platform::serve::serve(
+    let task = tokio::spawn(bosun_platform::serve(
         listener,
         app,
-        bosun_platform::serve::Limits::from_env(),
+        bosun_platform::Limits::from_env(),
     ));
     Ok((bound, task))
 }
