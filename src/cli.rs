@@ -621,19 +621,6 @@ impl DeployerArgs {
     }
 }
 
-/// Starts the deployer on the host.
-async fn start_deployer(
-    args: &RunArgs,
-    config: &crate::addon::OperatorConfig,
-    host: &crate::host::Host,
-) -> anyhow::Result<crate::deployer::DeployerHandle> {
-    let mut cfg = args.deployer.config(config, args.lambda.install_crds)?;
-    cfg.resource_cluster = Some(host.resource_cluster.clone());
-    let d = crate::deployer::start(host, &cfg).await?;
-    tracing::info!(identity = %cfg.identity, workers = cfg.workers, "deployer running");
-    Ok(d)
-}
-
 /// The lambda controllers' flags (metacontroller's names).
 #[derive(Debug, Clone, clap::Args)]
 pub struct LambdaArgs {
@@ -744,20 +731,6 @@ impl LambdaArgs {
     }
 }
 
-/// Starts the lambda controllers on the host.
-async fn start_lambda(
-    args: &LambdaArgs,
-    journal_dir: &std::path::Path,
-    host: &crate::host::Host,
-) -> anyhow::Result<crate::lambda::Lambda> {
-    let cfg = args.config(journal_dir)?;
-    let client = host.client_for("lambda", cfg.client_limits)?;
-    let hooks = std::sync::Arc::new(crate::lambda::webhook::Webhooks::new(client.clone()));
-    let lambda = crate::lambda::start(host, client, hooks, &cfg).await?;
-    tracing::info!(workers = cfg.workers, "lambda controllers running");
-    Ok(lambda)
-}
-
 /// Runs the parsed command line and maps the outcome to an exit code.
 pub fn main(cli: Cli) -> ExitCode {
     let logging = match &cli.command {
@@ -808,13 +781,35 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// Every subsystem bosun hosts, in start order: the one list of them. A subsystem is one
+/// [`Subsystem`](crate::host::Subsystem) (docs/architecture.md, "Where a new subsystem
+/// goes").
+fn subsystems<'a>(
+    args: &'a RunArgs,
+    cfg: &'a crate::addon::OperatorConfig,
+) -> Vec<Box<dyn crate::host::Subsystem + 'a>> {
+    vec![
+        Box::new(crate::addon::Modules { cfg }),
+        Box::new(crate::lambda::LambdaControllers {
+            on: args.lambda.lambda_controllers,
+            journal_dir: cfg.journal_dir.join("lambda"),
+            config: args.lambda.config(&cfg.journal_dir),
+        }),
+        Box::new(crate::deployer::DeployItems {
+            on: args.deployer.deployer,
+            journal_dir: cfg.journal_dir.join("deployer"),
+            config: args.deployer.config(cfg, args.lambda.install_crds),
+        }),
+    ]
+}
+
 /// Every subsystem switched on, started on one host, and the endpoints that show them.
 pub struct Running {
     /// Where `/healthz`, `/readyz` and `/metrics` are served, and the debug endpoints.
     pub served: crate::endpoints::Served,
-    deployer: Option<crate::deployer::DeployerHandle>,
-    lambda: Option<crate::lambda::Lambda>,
-    modules: Option<crate::addon::Operator>,
+    /// The started subsystems with their journals' names, last started first: they stop
+    /// in that order, before the host.
+    subsystems: Vec<(&'static str, Box<dyn crate::host::Handle>)>,
     _host: crate::host::Host,
 }
 
@@ -831,33 +826,26 @@ impl Running {
         self._host.client.clone()
     }
 
-    /// The journals of the running subsystems, by their names on the HA stream.
+    /// The journals of the running subsystems, by their names on the HA stream, in start
+    /// order.
     pub fn journals(
         &self,
     ) -> Vec<(
         &'static str,
         std::sync::Arc<dyn crate::ha::replication::Source>,
     )> {
-        let mut journals: Vec<(
-            &'static str,
-            std::sync::Arc<dyn crate::ha::replication::Source>,
-        )> = Vec::new();
-        if let Some(m) = &self.modules {
-            journals.push(("modules", m.journal.clone()));
-        }
-        if let Some(l) = &self.lambda {
-            journals.push(("lambda", l.journal.clone()));
-        }
-        if let Some(d) = &self.deployer {
-            journals.push(("deployer", d.journal.clone()));
-        }
-        journals
+        self.subsystems
+            .iter()
+            .rev()
+            .map(|(name, s)| (*name, s.journal()))
+            .collect()
     }
 }
 
-/// Starts every subsystem switched on (modules, lambda controllers, the deployer) on one
-/// host, then serves the endpoints. Modules that cannot start stop the start; lambda or
-/// the deployer failing to start is logged and named by `/readyz`, and the rest runs on.
+/// Starts every subsystem switched on on one host, then serves the endpoints: essential
+/// ones (the modules) before the endpoints, a failure stopping the start; the others
+/// (lambda controllers, the deployer) after them, a failure logged and named by
+/// `/readyz`, and the rest runs on.
 async fn start_all(
     args: &RunArgs,
     cfg: &crate::addon::OperatorConfig,
@@ -868,27 +856,28 @@ async fn start_all(
     let ha = stream.as_ref().map(crate::ha::JournalStream::status);
     let host = crate::host::Host::connect(&cfg.host(), stream, metrics).await?;
     let views = crate::host::Views::default();
+    let (essential, others): (Vec<_>, Vec<_>) = subsystems(args, cfg)
+        .into_iter()
+        .partition(|s| s.essential());
     views.update(|v| {
         v.ha = ha;
-        v.starting = [
-            (args.lambda.lambda_controllers, "lambda controllers"),
-            (args.deployer.deployer, "deployer"),
-        ]
-        .into_iter()
-        .filter_map(|(on, name)| on.then_some(name))
-        .collect();
+        v.starting = others
+            .iter()
+            .filter(|s| s.switched_on())
+            .map(|s| s.name())
+            .collect();
     });
-    let modules = if cfg.modules {
-        let m = crate::addon::start(&host, cfg).await?;
-        views.update(|v| {
-            v.journals.push(("modules", m.journal.health()));
-            v.modules = Some(m.view());
-        });
-        Some(m)
-    } else {
-        tracing::info!("modules switched off (BOSUN_MODULES=false): no global hooks, no modules");
-        None
-    };
+    let mut started = Vec::new();
+    for subsystem in essential {
+        if !subsystem.switched_on() {
+            subsystem.switched_off();
+            continue;
+        }
+        let journal = subsystem.journal().name;
+        let handle = subsystem.start(&host).await?;
+        views.update(|v| handle.register(v));
+        started.insert(0, (journal, handle));
+    }
     let served = crate::endpoints::serve(
         &host,
         cfg.listen,
@@ -901,51 +890,28 @@ async fn start_all(
         },
     )
     .await?;
-    let lambda = if args.lambda.lambda_controllers {
-        let started = start_lambda(&args.lambda, &cfg.journal_dir, &host).await;
-        if let Ok(l) = &started {
-            views.update(|v| {
-                v.journals.push(("lambda", l.journal.health()));
-                v.lambda = Some(l.controllers.clone());
-                v.lambda_journal = Some(l.journal.clone());
-            });
+    for subsystem in others {
+        if !subsystem.switched_on() {
+            subsystem.switched_off();
+            continue;
         }
-        if let Err(e) = &started {
-            tracing::error!("the lambda controllers did not start: {e:#}");
-        }
-        views.started(
-            "lambda controllers",
-            started.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")),
-        );
-        started.ok()
-    } else {
-        None
-    };
-    let deployer = if args.deployer.deployer {
-        let started = start_deployer(args, cfg, &host).await;
-        if let Ok(d) = &started {
-            views.update(|v| {
-                v.journals.push(("deployer", d.journal.health()));
-                v.deployer = Some(d.deployer.view());
-                v.deployer_journal = Some(d.journal.clone());
-            });
-        }
-        if let Err(e) = &started {
-            tracing::error!("the deployer did not start: {e:#}");
+        let (name, journal) = (subsystem.name(), subsystem.journal().name);
+        let outcome = subsystem.start(&host).await;
+        match &outcome {
+            Ok(handle) => views.update(|v| handle.register(v)),
+            Err(e) => tracing::error!("the {name} did not start: {e:#}"),
         }
         views.started(
-            "deployer",
-            started.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")),
+            name,
+            outcome.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")),
         );
-        started.ok()
-    } else {
-        None
-    };
+        if let Ok(handle) = outcome {
+            started.insert(0, (journal, handle));
+        }
+    }
     Ok(Running {
         served,
-        deployer,
-        lambda,
-        modules,
+        subsystems: started,
         _host: host,
     })
 }
@@ -1000,23 +966,11 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
         bosun_kube::ClientLimits::UNLIMITED,
     )
     .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
-    let mut journals = Vec::new();
-    if cfg.modules {
-        journals.push(crate::ha::JournalSpec::of::<bosun_addon::Event>(
-            "modules",
-            cfg.journal_dir.clone(),
-        ));
-    }
-    if args.lambda.lambda_controllers {
-        journals.push(crate::ha::JournalSpec::of::<
-            bosun_lambda::events::LambdaEvent,
-        >("lambda", cfg.journal_dir.join("lambda")));
-    }
-    if args.deployer.deployer {
-        journals.push(crate::ha::JournalSpec::of::<
-            bosun_deployer::events::DeployerEvent,
-        >("deployer", cfg.journal_dir.join("deployer")));
-    }
+    let journals = subsystems(&args, &cfg)
+        .iter()
+        .filter(|s| s.switched_on())
+        .map(|s| s.journal())
+        .collect();
     let ending = crate::ha::run(ha, client, cfg.listen, journals, grace, |stream| async {
         let running = start_all(&args, &cfg, Some(stream)).await?;
         Ok(crate::ha::Started {

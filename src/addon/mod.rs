@@ -10,6 +10,8 @@ pub mod journal;
 pub mod patcher;
 pub mod releases;
 pub mod start_flags;
+mod subsystem;
+pub use subsystem::Modules;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
