@@ -612,7 +612,7 @@ impl DeployerArgs {
                 })?,
             },
             journal_dir: journal_dir.join("deployer"),
-            // Known once the operator has connected (`start_deployer`).
+            // Known once the operator has connected (`DeployItems::start`).
             resource_cluster: None,
             helm: operator.helm_settings(),
             work_dir: operator.tmp_dir.join("deployer"),
