@@ -79,7 +79,7 @@ fn binding(jq: &str, keep: bool) -> bosun_addon::hook_config::KubernetesBinding 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig::loopback(
+    let sandbox = bosun_sandbox::start(bosun_sandbox::SandboxConfig::loopback(
         dir.path().join("data"),
     ))
     .await?;

@@ -66,9 +66,9 @@ async fn main() -> anyhow::Result<()> {
     let writes: usize = env("BENCH_WRITES", 300);
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
-    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig {
+    let sandbox = bosun_sandbox::start(bosun_sandbox::SandboxConfig {
         kubeconfig: Some(kubeconfig.clone()),
-        ..bosun::sandbox::SandboxConfig::loopback(dir.path().join("data"))
+        ..bosun_sandbox::SandboxConfig::loopback(dir.path().join("data"))
     })
     .await?;
     let client = kube::Client::try_from(kube::Config::new(sandbox.url.parse()?))?;

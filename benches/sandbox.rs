@@ -100,11 +100,11 @@ async fn raw_sled_rate(n: usize, writers: usize) -> f64 {
 /// of its `default` namespace.
 async fn fresh_sandbox() -> anyhow::Result<(
     tempfile::TempDir,
-    bosun::sandbox::RunningSandbox,
+    bosun_sandbox::RunningSandbox,
     Api<ConfigMap>,
 )> {
     let dir = tempfile::tempdir()?;
-    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig::loopback(
+    let sandbox = bosun_sandbox::start(bosun_sandbox::SandboxConfig::loopback(
         dir.path().join("data"),
     ))
     .await?;

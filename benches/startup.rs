@@ -137,9 +137,9 @@ async fn main() -> anyhow::Result<()> {
     let events = env("BENCH_EVENTS", 1_000_000) as u64;
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
-    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig {
+    let sandbox = bosun_sandbox::start(bosun_sandbox::SandboxConfig {
         kubeconfig: Some(kubeconfig.clone()),
-        ..bosun::sandbox::SandboxConfig::loopback(dir.path().join("data"))
+        ..bosun_sandbox::SandboxConfig::loopback(dir.path().join("data"))
     })
     .await?;
     installation(dir.path(), modules, hooks)?;

@@ -2,12 +2,20 @@
 """Checks bosun's layering: no import cycle between the files of one crate, and crate
 dependencies that run one way (src -> actors/* -> actors/runtime; no subsystem crate on
 another; the Kubernetes layer (kube/) on no subsystem; the sandbox and the journal on no
-bosun crate but the platform one (platform/), which stands on none), and no subsystem's adapters in the binary (src/addon, src/lambda,
-src/deployer) importing another's (what they share lives in the shared Kubernetes layer,
-the bosun-kube crate, or beside the adapters in src/).
+bosun crate but the platform one (platform/), which stands on none), and no subsystem's
+adapters in the binary (src/addon, src/lambda, src/deployer) importing another's (what
+they share lives in the shared Kubernetes layer, the bosun-kube crate, or beside the
+adapters in src/).
+
+The binary's production code does not use the sandbox (the embedded API server is for
+tests and local runs; what both need lives in bosun-platform): no file under src/ names
+`bosun_sandbox` or `crate::sandbox`, outside its unit tests (`#[cfg(test)] mod tests`),
+except src/sandbox_cli.rs, which holds exactly the `bosun sandbox` command and the API
+server that `bosun run --sandbox` starts. Tests (tests/), benches and examples may use
+the sandbox crate.
 
 A file's dependencies are the sibling modules it names as `crate::<module>` (or
-`super::<module>` from a child module). Prints each cycle found and exits 1."""
+`super::<module>` from a child module). Prints each violation found and exits 1."""
 
 import pathlib
 import re
@@ -44,6 +52,30 @@ def adapter_imports() -> list[str]:
                     continue
                 if re.search(rf"\bcrate::{other}\b", text) or re.search(rf"\b{domain}::", text):
                     found.append(f"{f.relative_to(ROOT)}: imports the {other} subsystem's code")
+    return found
+
+
+# The one file of the binary's production code allowed to use the sandbox crate.
+SANDBOX_WIRING = "src/sandbox_cli.rs"
+SANDBOX_IMPORT = re.compile(
+    r"\bbosun_sandbox\s*::|\b(?:use|crate)\s+bosun_sandbox\b|\bcrate::sandbox\b"
+    r"|\bcrate::\{[^}]*\bsandbox\b"
+)
+
+
+def sandbox_imports() -> list[str]:
+    """Uses of the sandbox crate by the binary's production code, outside SANDBOX_WIRING."""
+    found = []
+    for f in sorted((ROOT / "src").rglob("*.rs")):
+        rel = f.relative_to(ROOT).as_posix()
+        if rel == SANDBOX_WIRING:
+            continue
+        text = f.read_text().split("#[cfg(test)]\nmod tests")[0]
+        text = re.sub(r"//[^\n]*", "", text)
+        # Names in strings (log targets) are no imports.
+        text = re.sub(r'"(?:[^"\\\n]|\\.)*"', '""', text)
+        if SANDBOX_IMPORT.search(text):
+            found.append(f"{rel}: uses the sandbox crate (only {SANDBOX_WIRING} may)")
     return found
 
 
@@ -114,12 +146,12 @@ def main() -> int:
         for c in cycles(graph):
             print(f"{crate}: import cycle {' -> '.join(c)}")
             bad += 1
-    for line in adapter_imports():
+    for line in adapter_imports() + sandbox_imports():
         print(line)
         bad += 1
     if bad:
         return 1
-    print("layering: ok (no import cycles; crate dependencies run one way; subsystem adapters apart)")
+    print("layering: ok (no import cycles; crate dependencies run one way; subsystem adapters apart; the sandbox only in src/sandbox_cli.rs)")
     return 0
 
 

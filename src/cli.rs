@@ -431,7 +431,7 @@ pub enum Command {
     #[command(alias = "start")]
     Run(Box<RunArgs>),
     /// Run the sandbox Kubernetes API server alone.
-    Sandbox(SandboxArgs),
+    Sandbox(crate::sandbox_cli::SandboxArgs),
     /// Inspect a journal: log, state, diff, why, stats, verify, repair.
     Journal(crate::journal_cli::JournalArgs),
     /// Why an object looks the way it does: who made it, each change bosun made and why,
@@ -612,26 +612,13 @@ impl DeployerArgs {
                 })?,
             },
             journal_dir: journal_dir.join("deployer"),
-            // Known once the operator has connected (`start_deployer`).
+            // Known once the operator has connected (`DeployItems::start`).
             resource_cluster: None,
             helm: operator.helm_settings(),
             work_dir: operator.tmp_dir.join("deployer"),
             contract: self.contract()?,
         })
     }
-}
-
-/// Starts the deployer on the host.
-async fn start_deployer(
-    args: &RunArgs,
-    config: &crate::addon::OperatorConfig,
-    host: &crate::host::Host,
-) -> anyhow::Result<crate::deployer::DeployerHandle> {
-    let mut cfg = args.deployer.config(config, args.lambda.install_crds)?;
-    cfg.resource_cluster = Some(host.resource_cluster.clone());
-    let d = crate::deployer::start(host, &cfg).await?;
-    tracing::info!(identity = %cfg.identity, workers = cfg.workers, "deployer running");
-    Ok(d)
 }
 
 /// The lambda controllers' flags (metacontroller's names).
@@ -744,65 +731,6 @@ impl LambdaArgs {
     }
 }
 
-/// Starts the lambda controllers on the host.
-async fn start_lambda(
-    args: &LambdaArgs,
-    journal_dir: &std::path::Path,
-    host: &crate::host::Host,
-) -> anyhow::Result<crate::lambda::Lambda> {
-    let cfg = args.config(journal_dir)?;
-    let client = host.client_for("lambda", cfg.client_limits)?;
-    let hooks = std::sync::Arc::new(crate::lambda::webhook::Webhooks::new(client.clone()));
-    let lambda = crate::lambda::start(host, client, hooks, &cfg).await?;
-    tracing::info!(workers = cfg.workers, "lambda controllers running");
-    Ok(lambda)
-}
-
-/// Arguments of `bosun sandbox`.
-#[derive(Debug, clap::Args)]
-pub struct SandboxArgs {
-    /// Address to listen on (loopback unless you really mean otherwise).
-    #[arg(long, default_value = "127.0.0.1:6445")]
-    pub listen: SocketAddr,
-    /// Folder for the sled store; the state survives restarts.
-    #[arg(long, default_value = ".data/sandbox")]
-    pub data: PathBuf,
-    /// Where to write a kubeconfig that points at this server.
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// Require this bearer token on every request.
-    #[arg(long, env = "BOSUN_SANDBOX_TOKEN")]
-    pub token: Option<String>,
-    /// How many changes are kept for watches to resume from; older ones answer 410 Gone.
-    #[arg(long, default_value_t = crate::sandbox::store::DEFAULT_HISTORY)]
-    pub watch_history: usize,
-    /// Serve a non-loopback `--listen` address without `--token` (refused otherwise:
-    /// anyone who can reach it reads and changes every object, Secrets included).
-    #[arg(long)]
-    pub allow_unauthenticated: bool,
-    /// Serve HTTPS with a certificate authority made at start: its certificate is written
-    /// to `<data>/ca.crt` and into the kubeconfig.
-    #[arg(long)]
-    pub tls: bool,
-    /// How long to wait for the storage lock a sandbox that is still stopping holds.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub lock_wait: std::time::Duration,
-    /// A connection that has not sent a whole request head this long after it was opened
-    /// is closed (kube-apiserver's `ReadHeaderTimeout` is 32 s).
-    #[arg(long, default_value = "32s", value_parser = humantime::parse_duration)]
-    pub header_read_timeout: std::time::Duration,
-    /// Fault injection for reliability tests: wait this long before every request.
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
-    pub fault_delay: std::time::Duration,
-    /// Fault injection for reliability tests: refuse this share of requests (0 to 1) with
-    /// 429 or 500, before doing anything.
-    #[arg(long, default_value_t = 0.0)]
-    pub fault_rate: f64,
-    /// The seed of the refusals drawn (default: the clock).
-    #[arg(long)]
-    pub fault_seed: Option<u64>,
-}
-
 /// Runs the parsed command line and maps the outcome to an exit code.
 pub fn main(cli: Cli) -> ExitCode {
     let logging = match &cli.command {
@@ -825,7 +753,9 @@ pub fn main(cli: Cli) -> ExitCode {
     crate::logging::init_with(&logging);
     let result = match cli.command {
         Command::Run(args) => run(*args),
-        Command::Sandbox(args) => sandbox(args),
+        Command::Sandbox(args) => {
+            runtime().and_then(|rt| rt.block_on(crate::sandbox_cli::serve(args)))
+        }
         Command::Journal(args) => crate::journal_cli::run(args),
         Command::Explain(args) => crate::explain_cli::run(args),
         Command::Queue(args) => crate::debug::commands::queue(args),
@@ -851,41 +781,35 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn sandbox(args: SandboxArgs) -> anyhow::Result<()> {
-    let seed = args.fault_seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-    });
-    let faults = crate::sandbox::faults::Faults::new(args.fault_delay, args.fault_rate, seed)?;
-    if faults.active() {
-        tracing::warn!(delay = ?args.fault_delay, rate = args.fault_rate, seed, "the sandbox injects faults");
-    }
-    runtime()?.block_on(crate::sandbox::serve_forever_with(
-        crate::sandbox::SandboxConfig {
-            listen: args.listen,
-            data: args.data,
-            kubeconfig: args.kubeconfig,
-            token: args.token,
-            watch_history: args.watch_history,
-            allow_unauthenticated: args.allow_unauthenticated,
-        },
-        crate::sandbox::ServeOptions {
-            tls: args.tls,
-            lock_wait: args.lock_wait,
-            header_read_timeout: args.header_read_timeout,
-            faults: std::sync::Arc::new(faults),
-        },
-    ))
+/// Every subsystem bosun hosts, in start order: the one list of them. A subsystem is one
+/// [`Subsystem`](crate::host::Subsystem) (docs/architecture.md, "Where a new subsystem
+/// goes").
+fn subsystems<'a>(
+    args: &'a RunArgs,
+    cfg: &'a crate::addon::OperatorConfig,
+) -> Vec<Box<dyn crate::host::Subsystem + 'a>> {
+    vec![
+        Box::new(crate::addon::Modules { cfg }),
+        Box::new(crate::lambda::LambdaControllers {
+            on: args.lambda.lambda_controllers,
+            journal_dir: cfg.journal_dir.join("lambda"),
+            config: args.lambda.config(&cfg.journal_dir),
+        }),
+        Box::new(crate::deployer::DeployItems {
+            on: args.deployer.deployer,
+            journal_dir: cfg.journal_dir.join("deployer"),
+            config: args.deployer.config(cfg, args.lambda.install_crds),
+        }),
+    ]
 }
 
 /// Every subsystem switched on, started on one host, and the endpoints that show them.
 pub struct Running {
     /// Where `/healthz`, `/readyz` and `/metrics` are served, and the debug endpoints.
     pub served: crate::endpoints::Served,
-    deployer: Option<crate::deployer::DeployerHandle>,
-    lambda: Option<crate::lambda::Lambda>,
-    modules: Option<crate::addon::Operator>,
+    /// The started subsystems with their journals' names, last started first: they stop
+    /// in that order, before the host.
+    subsystems: Vec<(&'static str, Box<dyn crate::host::Handle>)>,
     _host: crate::host::Host,
 }
 
@@ -902,33 +826,26 @@ impl Running {
         self._host.client.clone()
     }
 
-    /// The journals of the running subsystems, by their names on the HA stream.
+    /// The journals of the running subsystems, by their names on the HA stream, in start
+    /// order.
     pub fn journals(
         &self,
     ) -> Vec<(
         &'static str,
         std::sync::Arc<dyn crate::ha::replication::Source>,
     )> {
-        let mut journals: Vec<(
-            &'static str,
-            std::sync::Arc<dyn crate::ha::replication::Source>,
-        )> = Vec::new();
-        if let Some(m) = &self.modules {
-            journals.push(("modules", m.journal.clone()));
-        }
-        if let Some(l) = &self.lambda {
-            journals.push(("lambda", l.journal.clone()));
-        }
-        if let Some(d) = &self.deployer {
-            journals.push(("deployer", d.journal.clone()));
-        }
-        journals
+        self.subsystems
+            .iter()
+            .rev()
+            .map(|(name, s)| (*name, s.journal()))
+            .collect()
     }
 }
 
-/// Starts every subsystem switched on (modules, lambda controllers, the deployer) on one
-/// host, then serves the endpoints. Modules that cannot start stop the start; lambda or
-/// the deployer failing to start is logged and named by `/readyz`, and the rest runs on.
+/// Starts every subsystem switched on on one host, then serves the endpoints: essential
+/// ones (the modules) before the endpoints, a failure stopping the start; the others
+/// (lambda controllers, the deployer) after them, a failure logged and named by
+/// `/readyz`, and the rest runs on.
 async fn start_all(
     args: &RunArgs,
     cfg: &crate::addon::OperatorConfig,
@@ -939,27 +856,28 @@ async fn start_all(
     let ha = stream.as_ref().map(crate::ha::JournalStream::status);
     let host = crate::host::Host::connect(&cfg.host(), stream, metrics).await?;
     let views = crate::host::Views::default();
+    let (essential, others): (Vec<_>, Vec<_>) = subsystems(args, cfg)
+        .into_iter()
+        .partition(|s| s.essential());
     views.update(|v| {
         v.ha = ha;
-        v.starting = [
-            (args.lambda.lambda_controllers, "lambda controllers"),
-            (args.deployer.deployer, "deployer"),
-        ]
-        .into_iter()
-        .filter_map(|(on, name)| on.then_some(name))
-        .collect();
+        v.starting = others
+            .iter()
+            .filter(|s| s.switched_on())
+            .map(|s| s.name())
+            .collect();
     });
-    let modules = if cfg.modules {
-        let m = crate::addon::start(&host, cfg).await?;
-        views.update(|v| {
-            v.journals.push(("modules", m.journal.health()));
-            v.modules = Some(m.view());
-        });
-        Some(m)
-    } else {
-        tracing::info!("modules switched off (BOSUN_MODULES=false): no global hooks, no modules");
-        None
-    };
+    let mut started = Vec::new();
+    for subsystem in essential {
+        if !subsystem.switched_on() {
+            subsystem.switched_off();
+            continue;
+        }
+        let journal = subsystem.journal().name;
+        let handle = subsystem.start(&host).await?;
+        views.update(|v| handle.register(v));
+        started.insert(0, (journal, handle));
+    }
     let served = crate::endpoints::serve(
         &host,
         cfg.listen,
@@ -972,51 +890,28 @@ async fn start_all(
         },
     )
     .await?;
-    let lambda = if args.lambda.lambda_controllers {
-        let started = start_lambda(&args.lambda, &cfg.journal_dir, &host).await;
-        if let Ok(l) = &started {
-            views.update(|v| {
-                v.journals.push(("lambda", l.journal.health()));
-                v.lambda = Some(l.controllers.clone());
-                v.lambda_journal = Some(l.journal.clone());
-            });
+    for subsystem in others {
+        if !subsystem.switched_on() {
+            subsystem.switched_off();
+            continue;
         }
-        if let Err(e) = &started {
-            tracing::error!("the lambda controllers did not start: {e:#}");
-        }
-        views.started(
-            "lambda controllers",
-            started.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")),
-        );
-        started.ok()
-    } else {
-        None
-    };
-    let deployer = if args.deployer.deployer {
-        let started = start_deployer(args, cfg, &host).await;
-        if let Ok(d) = &started {
-            views.update(|v| {
-                v.journals.push(("deployer", d.journal.health()));
-                v.deployer = Some(d.deployer.view());
-                v.deployer_journal = Some(d.journal.clone());
-            });
-        }
-        if let Err(e) = &started {
-            tracing::error!("the deployer did not start: {e:#}");
+        let (name, journal) = (subsystem.name(), subsystem.journal().name);
+        let outcome = subsystem.start(&host).await;
+        match &outcome {
+            Ok(handle) => views.update(|v| handle.register(v)),
+            Err(e) => tracing::error!("the {name} did not start: {e:#}"),
         }
         views.started(
-            "deployer",
-            started.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")),
+            name,
+            outcome.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")),
         );
-        started.ok()
-    } else {
-        None
-    };
+        if let Ok(handle) = outcome {
+            started.insert(0, (journal, handle));
+        }
+    }
     Ok(Running {
         served,
-        deployer,
-        lambda,
-        modules,
+        subsystems: started,
         _host: host,
     })
 }
@@ -1057,7 +952,7 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
     let grace = args.ha.shutdown_grace;
     let Some(ha) = args.ha.config(&namespace, cfg.listen)? else {
         let running = start_all(&args, &cfg, None).await?;
-        crate::sandbox::shutdown_signal().await;
+        bosun_platform::shutdown_signal().await;
         tracing::info!("shutting down");
         crate::ha::graceful_stop(grace, &running.journals()).await;
         return Ok(());
@@ -1071,23 +966,11 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
         bosun_kube::ClientLimits::UNLIMITED,
     )
     .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
-    let mut journals = Vec::new();
-    if cfg.modules {
-        journals.push(crate::ha::JournalSpec::of::<bosun_addon::Event>(
-            "modules",
-            cfg.journal_dir.clone(),
-        ));
-    }
-    if args.lambda.lambda_controllers {
-        journals.push(crate::ha::JournalSpec::of::<
-            bosun_lambda::events::LambdaEvent,
-        >("lambda", cfg.journal_dir.join("lambda")));
-    }
-    if args.deployer.deployer {
-        journals.push(crate::ha::JournalSpec::of::<
-            bosun_deployer::events::DeployerEvent,
-        >("deployer", cfg.journal_dir.join("deployer")));
-    }
+    let journals = subsystems(&args, &cfg)
+        .iter()
+        .filter(|s| s.switched_on())
+        .map(|s| s.journal())
+        .collect();
     let ending = crate::ha::run(ha, client, cfg.listen, journals, grace, |stream| async {
         let running = start_all(&args, &cfg, Some(stream)).await?;
         Ok(crate::ha::Started {
@@ -1117,23 +1000,13 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
         }
         // The embedded default: the sandbox API server in-process, the sample hooks and
         // modules from `examples/`, state under the data folder.
-        private_data_dir(&args.data)?;
-        let kubeconfig = args.data.join("kubeconfig");
-        let sandbox = crate::sandbox::start(crate::sandbox::SandboxConfig {
-            listen: args.sandbox_listen,
-            data: args.data.join("sandbox"),
-            kubeconfig: Some(kubeconfig.clone()),
-            token: None,
-            watch_history: crate::sandbox::store::DEFAULT_HISTORY,
-            allow_unauthenticated: args.allow_unauthenticated,
-        })
+        let sandbox = crate::sandbox_cli::Embedded::start(
+            &args.data,
+            args.sandbox_listen,
+            args.allow_unauthenticated,
+        )
         .await?;
-        println!("sandbox API server listening on {}", sandbox.url);
-        println!("kubeconfig written to {}", kubeconfig.display());
-        println!(
-            "try: kubectl --kubeconfig {} get configmaps -A",
-            kubeconfig.display()
-        );
+        let kubeconfig = sandbox.kubeconfig.clone();
         let defaults = crate::addon::OperatorConfig {
             global_hooks_dir: PathBuf::from("examples/global-hooks"),
             modules_dirs: vec![PathBuf::from("examples/modules")],
@@ -1221,7 +1094,7 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
                 );
             }
         }
-        crate::sandbox::shutdown_signal().await;
+        bosun_platform::shutdown_signal().await;
         tracing::info!("shutting down");
         if let Ok(r) = &running {
             crate::ha::graceful_stop(args.ha.shutdown_grace, &r.journals()).await;
@@ -1248,37 +1121,6 @@ fn private_tmp_dir(dir: &std::path::Path) -> anyhow::Result<()> {
             dir.display()
         )
     })?;
-    crate::sandbox::private::log_tightened("temp folder", dir, &changed);
-    Ok(())
-}
-
-/// What `bosun run --sandbox` keeps in its data folder.
-const DATA_ENTRIES: &[&str] = &[
-    "sandbox",
-    "journal",
-    "tmp",
-    "kubeconfig",
-    "kubeconfig.tmp",
-    "debug.socket",
-    "debug.token",
-];
-
-/// Creates the data folder of `bosun run --sandbox` `0700`. One left readable by an older
-/// bosun is tightened, when it holds only what bosun puts there (a shared folder given as
-/// `--data` keeps its mode; the store, journal and kubeconfig in it are private anyway).
-fn private_data_dir(dir: &std::path::Path) -> anyhow::Result<()> {
-    use anyhow::Context;
-    crate::sandbox::private::create_dir(dir)
-        .with_context(|| format!("creating the data folder {}", dir.display()))?;
-    let ours = std::fs::read_dir(dir)
-        .with_context(|| format!("reading the data folder {}", dir.display()))?
-        .filter_map(Result::ok)
-        .all(|e| DATA_ENTRIES.contains(&e.file_name().to_string_lossy().as_ref()));
-    if ours {
-        let mut changed = Vec::new();
-        crate::sandbox::private::tighten_one(dir, &mut changed)
-            .with_context(|| format!("making the data folder {} private", dir.display()))?;
-        crate::sandbox::private::log_tightened("data folder", dir, &changed);
-    }
+    bosun_platform::log_tightened("temp folder", dir, &changed);
     Ok(())
 }

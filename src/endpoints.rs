@@ -234,10 +234,10 @@ pub async fn serve_on(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
-    let handle = tokio::spawn(bosun_platform::serve::serve(
+    let handle = tokio::spawn(bosun_platform::serve(
         listener,
         app,
-        bosun_platform::serve::Limits::from_env(),
+        bosun_platform::Limits::from_env(),
     ));
     Ok((bound, handle))
 }

@@ -8,8 +8,8 @@
 //!    │        │     (all three start from the host, on the shared Kubernetes layer:
 //!    │        │     the bosun_kube crate — clients, watches, informers, Events, HTTP)
 //!    │        ├───► ha (lease, journal following)
-//!    │        └───► sandbox (embedded API server, optional)
-//!    ├──► sandbox (standalone API server)
+//!    │        └───► sandbox_cli (embedded API server, optional)
+//!    ├──► sandbox_cli (standalone API server)
 //!    ├──► journal (offline inspection)
 //!    └──► queue/global/module/actors (debug socket of a running bosun)
 //! ```
@@ -38,5 +38,4 @@ pub mod private_dir;
 pub mod profiling;
 pub mod prometheus;
 pub mod runtime_config;
-
-pub use bosun_sandbox as sandbox;
+pub mod sandbox_cli;

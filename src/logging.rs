@@ -90,6 +90,7 @@ fn directives(level: &str) -> String {
         "bosun_lambda",
         "bosun_deployer",
         "bosun_sandbox",
+        "bosun_platform",
     ]
     .iter()
     .fold("warn".to_string(), |d, c| format!("{d},{c}={level}"))
@@ -456,7 +457,7 @@ mod tests {
         assert_eq!(rank("loud"), None);
         assert_eq!(
             directives("warning"),
-            "warn,bosun=warn,bosun_addon=warn,bosun_journal=warn,bosun_runtime=warn,bosun_lambda=warn,bosun_deployer=warn,bosun_sandbox=warn"
+            "warn,bosun=warn,bosun_addon=warn,bosun_journal=warn,bosun_runtime=warn,bosun_lambda=warn,bosun_deployer=warn,bosun_sandbox=warn,bosun_platform=warn"
         );
     }
 }

@@ -272,20 +272,12 @@ pub fn prepare(dir: &Path) -> Result<Vec<PathBuf>, UnsafeDir> {
     }
     check_parents(dir)?;
     let mut changed = Vec::new();
-    crate::sandbox::private::tighten_tree(dir, &mut changed).map_err(|source| UnsafeDir::Io {
+    bosun_platform::tighten_tree(dir, &mut changed).map_err(|source| UnsafeDir::Io {
         what: "make private",
         dir: dir.to_path_buf(),
         source,
     })?;
     Ok(changed)
-}
-
-/// Creates `dir` and its missing parents `0700` (existing folders are left as they are).
-pub fn create_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
 }
 
 #[cfg(test)]

@@ -25,7 +25,6 @@
 
 mod codec;
 mod error;
-mod private;
 mod replica;
 mod reset;
 mod segment;
@@ -204,7 +203,7 @@ mod tempfile_dir {
 
     pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         // The copy holds the same values as the journal: private too.
-        crate::private::create_dir(to)?;
+        bosun_platform::create_private_dir(to)?;
         for entry in std::fs::read_dir(from)? {
             let entry = entry?;
             let target = to.join(entry.file_name());
@@ -229,7 +228,7 @@ pub const SUBSYSTEM_DIRS: &[&str] = &["lambda", "deployer"];
 fn check_directory(dir: &Path, create: bool) -> Result<(), JournalError> {
     if !dir.exists() {
         if create {
-            return private::create_dir(dir).map_err(|source| JournalError::Io {
+            return bosun_platform::create_private_dir(dir).map_err(|source| JournalError::Io {
                 path: dir.to_path_buf(),
                 source,
             });
@@ -332,14 +331,14 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         }
         let tighten = || {
             let mut changed = Vec::new();
-            private::tighten(dir, &mut changed).map_err(|source| JournalError::Io {
+            bosun_platform::tighten_tree(dir, &mut changed).map_err(|source| JournalError::Io {
                 path: dir.to_path_buf(),
                 source,
             })?;
             Ok::<_, JournalError>(changed)
         };
         // A journal written by an older bosun was readable by other users.
-        private::log_tightened(dir, &tighten()?);
+        bosun_platform::log_tightened("journal", dir, &tighten()?);
         let storage: Arc<dyn Storage> = match backend {
             Backend::Segments => Arc::new(SegmentStorage::open_for_writing(dir, options)?),
             Backend::Sled => Arc::new(SledStorage::open_for_writing(dir)?),

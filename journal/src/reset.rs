@@ -18,7 +18,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{JournalError, SUBSYSTEM_DIRS, private};
+use crate::{JournalError, SUBSYSTEM_DIRS};
 
 const INCOMING_TMP: &str = ".incoming.tmp";
 const INCOMING: &str = ".incoming";
@@ -121,7 +121,7 @@ pub(crate) fn finish(dir: &Path) -> Result<Option<PathBuf>, JournalError> {
     let installing = beside(dir, INSTALLING);
     let replaced_tmp = beside(dir, REPLACED_TMP);
     if incoming.exists() {
-        private::create_dir(&replaced_tmp).map_err(io(&replaced_tmp))?;
+        bosun_platform::create_private_dir(&replaced_tmp).map_err(io(&replaced_tmp))?;
         for (name, path) in own_entries(dir)? {
             let to = replaced_tmp.join(&name);
             remove(&to)?;

@@ -33,7 +33,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::JournalError;
-use crate::private;
 use crate::storage::{Damage, RecordIter, Storage};
 
 /// Bytes before a frame's record.
@@ -684,7 +683,7 @@ impl SegmentStorage {
         let segments_dir = dir.join("segments");
         let created = !segments_dir.exists();
         for sub in ["segments", "snapshots", "meta"] {
-            private::create_dir(&dir.join(sub)).map_err(io_err(dir))?;
+            bosun_platform::create_private_dir(&dir.join(sub)).map_err(io_err(dir))?;
         }
         if created {
             sync_dir(dir)?;
@@ -1533,7 +1532,7 @@ impl Storage for SegmentStorage {
             if d.file.parent() == Some(self.segments_dir.as_path()) && d.records.is_none() {
                 // A stray file: kept for inspection, out of the segments.
                 let aside = self.dir.join("stray");
-                private::create_dir(&aside).map_err(io_err(&aside))?;
+                bosun_platform::create_private_dir(&aside).map_err(io_err(&aside))?;
                 let name = d.file.file_name().map(PathBuf::from).unwrap_or_default();
                 // An earlier repair's file of the same name stays too.
                 let mut target = aside.join(&name);

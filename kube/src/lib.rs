@@ -38,6 +38,9 @@ pub mod raw;
 pub mod resolve;
 pub mod watch;
 
+/// How kube-apiserver stores a Secret's `stringData` (written once, in bosun-platform, for
+/// the sandbox too).
+pub use bosun_platform::fold_string_data;
 pub use errors::cluster_error;
 pub use events::{EventLimits, EventRecorder};
 pub use limiter::ClientLimits;

@@ -15,6 +15,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use bosun_platform::{loopback_host, single_host};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::sync::broadcast::error::RecvError;
@@ -95,43 +96,6 @@ const ACCEPTED_CONTENT_TYPES: &str = "application/json, application/yaml, \
      application/vnd.kubernetes.protobuf, application/json-patch+json, \
      application/merge-patch+json, application/strategic-merge-patch+json, \
      application/apply-patch+yaml";
-
-/// Whether a `Host` header names this machine's loopback: `localhost`, `127.x.x.x` or
-/// `[::1]`, with or without a port. Parsed strictly: the port is digits alone, so
-/// `127.0.0.1:6445@evil.com` and `[::1]x` are not loopback names.
-pub fn loopback_host(host: &str) -> bool {
-    let (name, port) = match host.strip_prefix('[') {
-        Some(rest) => match rest.split_once(']') {
-            Some((name, "")) => (name, None),
-            Some((name, after)) => match after.strip_prefix(':') {
-                Some(port) => (name, Some(port)),
-                None => return false,
-            },
-            None => return false,
-        },
-        None => match host.rsplit_once(':') {
-            Some((name, port)) => (name, Some(port)),
-            None => (host, None),
-        },
-    };
-    let port_ok = port.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-    port_ok
-        && (name.eq_ignore_ascii_case("localhost")
-            || name
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback()))
-}
-
-/// The one `Host` of a request: `None` when it has several (a request that names two
-/// hosts is not one a browser sends; answering it could pick the wrong one).
-pub fn single_host(headers: &axum::http::HeaderMap) -> Option<&str> {
-    let mut all = headers.get_all("host").iter();
-    let first = all.next()?;
-    if all.next().is_some() {
-        return None;
-    }
-    first.to_str().ok()
-}
 
 /// Refuses what a web page could send: a foreign `Host` on a loopback server, and writes
 /// with a content type a browser sends cross-origin without a preflight (or with none,
@@ -1742,35 +1706,6 @@ mod tests {
             ("namespaces", Some("foo"))
         );
         assert!(route("/nope").is_none());
-    }
-
-    #[test]
-    fn only_loopback_names_are_loopback_hosts() {
-        for ok in [
-            "127.0.0.1:6445",
-            "127.0.0.1",
-            "localhost:6445",
-            "LOCALHOST",
-            "[::1]:6445",
-            "[::1]",
-        ] {
-            assert!(loopback_host(ok), "{ok}");
-        }
-        for refused in [
-            "rebound.example:6445",
-            "localhost.example.com",
-            "10.0.0.1:6445",
-            "",
-            "[::2]:6445",
-            // A userinfo-like or a trailing part after the port is not a port.
-            "127.0.0.1:6445@evil.com",
-            "localhost:@evil.com",
-            "[::1]evil",
-            "[::1]:6445@evil.com",
-            "127.0.0.1:",
-        ] {
-            assert!(!loopback_host(refused), "{refused}");
-        }
     }
 
     #[test]

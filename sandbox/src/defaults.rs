@@ -3,7 +3,7 @@
 //! the namespace name label, and the cheap field defaults of Services, Deployments,
 //! StatefulSets and DaemonSets. What is not defaulted is listed in `docs/sandbox.md`.
 
-use base64::Engine;
+use bosun_platform::fold_string_data;
 use serde_json::{Map, Value, json};
 
 use super::resources::ResourceInfo;
@@ -84,36 +84,6 @@ fn secret(obj: &mut Value) {
         .is_none_or(str::is_empty);
     if missing_type {
         map.insert("type".into(), json!("Opaque"));
-    }
-}
-
-/// A Secret's `stringData` folded into `data` (base64, overriding keys of `data`) and
-/// dropped, as kube-apiserver stores it.
-pub fn fold_string_data(obj: &mut Value) {
-    let Some(map) = obj.as_object_mut() else {
-        return;
-    };
-    if let Some(string_data) = map.remove("stringData")
-        && let Value::Object(entries) = string_data
-        && !entries.is_empty()
-    {
-        let data = map
-            .entry("data")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !data.is_object() {
-            *data = Value::Object(Map::new());
-        }
-        if let Some(data) = data.as_object_mut() {
-            for (k, v) in entries {
-                let text = match v {
-                    Value::String(s) => s,
-                    Value::Null => String::new(),
-                    other => other.to_string(),
-                };
-                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
-                data.insert(k, Value::String(encoded));
-            }
-        }
     }
 }
 

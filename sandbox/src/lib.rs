@@ -17,7 +17,6 @@ pub mod gc;
 pub mod lock;
 pub mod objects;
 pub mod openapi;
-pub mod private;
 pub mod protobuf;
 pub mod resources;
 pub mod schema;
@@ -178,7 +177,7 @@ pub async fn start_with(
     let ca_file = match &ca_pem {
         Some(pem) => {
             let path = config.data.join(CA_FILE);
-            private::write_file(&path, pem.as_bytes())
+            bosun_platform::write_private_file(&path, pem.as_bytes())
                 .with_context(|| format!("writing the CA certificate {}", path.display()))?;
             Some(path)
         }
@@ -297,7 +296,7 @@ pub fn write_kubeconfig_with_ca(
 ) -> std::io::Result<()> {
     use base64::Engine as _;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        private::create_dir(dir)?;
+        bosun_platform::create_private_dir(dir)?;
     }
     let user = match token {
         Some(t) => format!("    token: {t}\n"),
@@ -313,7 +312,7 @@ pub fn write_kubeconfig_with_ca(
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: bosun-sandbox\n  cluster:\n    server: {url}\n{ca}contexts:\n- name: bosun-sandbox\n  context:\n    cluster: bosun-sandbox\n    user: bosun-sandbox\n    namespace: default\ncurrent-context: bosun-sandbox\nusers:\n- name: bosun-sandbox\n  user:\n{user}"
     );
-    private::write_file(path, text.as_bytes())
+    bosun_platform::write_private_file(path, text.as_bytes())
 }
 
 /// Serves until SIGINT/SIGTERM, then shuts down cleanly.
@@ -340,23 +339,7 @@ pub async fn serve_forever_with(
             path.display()
         );
     }
-    shutdown_signal().await;
+    bosun_platform::shutdown_signal().await;
     tracing::info!("shutting down the sandbox");
     running.shutdown().await
-}
-
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = ctrl_c.await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term.recv() => {}
-    }
 }

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_platform::serve::Limits;
+use bosun_platform::Limits;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -26,7 +26,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// each later request. Connections that never do (partial headers held open) would
 /// otherwise pile up. Between requests a kept-alive connection may stay idle 90 s
 /// (kube-apiserver's `IdleTimeout`): clients pool them.
-pub const HEADER_READ_TIMEOUT: Duration = bosun_platform::serve::HEADER_READ_TIMEOUT;
+pub const HEADER_READ_TIMEOUT: Duration = bosun_platform::HEADER_READ_TIMEOUT;
 
 /// Serves `router` on `listener` until `stop` turns true, then waits for the connections
 /// to finish what they are writing.
@@ -100,5 +100,5 @@ async fn connection<I>(
         header_read: header_read_timeout,
         ..Limits::default()
     };
-    bosun_platform::serve::connection(io, router, limits, Some(stop)).await;
+    bosun_platform::connection(io, router, limits, Some(stop)).await;
 }

@@ -8,7 +8,7 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
@@ -277,14 +277,14 @@ fn open_sled(dir: &Path) -> Result<sled::Db, sled::Error> {
 impl Store {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path, history_limit: usize) -> Result<Arc<Store>, ApiError> {
-        super::private::create_dir(dir)
+        bosun_platform::create_private_dir(dir)
             .map_err(|e| ApiError::internal(format!("creating {}: {e}", dir.display())))?;
         let tighten = || {
-            super::private::tighten_store(dir)
+            tighten_store(dir)
                 .map_err(|e| ApiError::internal(format!("making {} private: {e}", dir.display())))
         };
         // A store written by an older bosun was readable by other users.
-        super::private::log_tightened("sandbox store", dir, &tighten()?);
+        bosun_platform::log_tightened("sandbox store", dir, &tighten()?);
         let db = open_sled(dir)?;
         // The files sled has just created follow the umask.
         tighten()?;
@@ -691,4 +691,60 @@ pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
         });
     }
     out
+}
+
+/// Whether `name` is one of sled's own files.
+fn sled_file(name: &str) -> bool {
+    name == "db" || name == "conf" || name == "blobs" || name.starts_with("snap.")
+}
+
+/// Removes group and other access from sled's files in `dir` (recursively; symbolic links
+/// are not followed), and from `dir` itself when sled's files are all it holds (a shared
+/// folder someone pointed the store at is left as it is). Returns what was changed.
+fn tighten_store(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut changed = Vec::new();
+    let mut only_sled = true;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        // sled's files, and the CA certificate a TLS sandbox writes beside them.
+        if sled_file(&name) || name == "ca.crt" || name == "ca.tmp" {
+            bosun_platform::tighten_tree(&entry.path(), &mut changed)?;
+        } else {
+            only_sled = false;
+        }
+    }
+    if only_sled {
+        bosun_platform::tighten_one(dir, &mut changed)?;
+    }
+    Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::Permissions;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn a_shared_folder_keeps_its_mode_but_sled_files_are_tightened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).expect("mkdir");
+        std::fs::set_permissions(&shared, Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::write(shared.join("notes.txt"), "x").expect("write");
+        std::fs::write(shared.join("db"), "x").expect("write");
+        std::fs::set_permissions(shared.join("db"), Permissions::from_mode(0o644)).expect("chmod");
+        let changed = tighten_store(&shared).expect("tighten");
+        assert_eq!(changed, vec![shared.join("db")]);
+        assert_eq!(mode(&shared), 0o755);
+        assert_eq!(mode(&shared.join("db")), 0o600);
+    }
 }

@@ -333,7 +333,7 @@ fn chart_view(
     if std::fs::symlink_metadata(&view).is_ok() {
         std::fs::remove_dir_all(&view).map_err(io(&view))?;
     }
-    crate::private_dir::create_dir(&view).map_err(io(&view))?;
+    bosun_platform::create_private_dir(&view).map_err(io(&view))?;
     let source = std::fs::canonicalize(module_dir).map_err(io(module_dir))?;
     for entry in std::fs::read_dir(&source).map_err(io(&source))? {
         let entry = entry.map_err(io(&source))?;
@@ -361,7 +361,7 @@ fn chart_view(
 /// `0600` files (values and templates may hold secrets).
 fn copy_all(from: &Path, to: &Path) -> Result<(), ModuleLoadError> {
     if std::fs::metadata(from).map_err(io(from))?.is_dir() {
-        crate::private_dir::create_dir(to).map_err(io(to))?;
+        bosun_platform::create_private_dir(to).map_err(io(to))?;
         for entry in std::fs::read_dir(from).map_err(io(from))? {
             let entry = entry.map_err(io(from))?;
             copy_all(&entry.path(), &to.join(entry.file_name()))?;

@@ -10,6 +10,8 @@ pub mod journal;
 pub mod patcher;
 pub mod releases;
 pub mod start_flags;
+mod subsystem;
+pub use subsystem::Modules;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -653,8 +655,8 @@ fn write_helm_kubeconfig(
 ) -> anyhow::Result<std::path::PathBuf> {
     let path = dir.join("helm-kubeconfig");
     let write = || -> std::io::Result<()> {
-        crate::sandbox::private::create_dir(dir)?;
-        crate::sandbox::private::write_file(&path, sa.kubeconfig_text(url, namespace).as_bytes())
+        bosun_platform::create_private_dir(dir)?;
+        bosun_platform::write_private_file(&path, sa.kubeconfig_text(url, namespace).as_bytes())
     };
     write().with_context(|| format!("cannot write the kubeconfig for Helm {}", path.display()))?;
     Ok(path)

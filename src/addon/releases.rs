@@ -356,7 +356,7 @@ pub fn rendered_objects(files: &BTreeMap<String, String>) -> Result<Vec<Value>, 
 pub fn drift_of(rendered: &Value, live: &Value) -> Option<String> {
     if rendered["kind"] == "Secret" && rendered.get("stringData").is_some() {
         let mut stored = rendered.clone();
-        bosun_sandbox::defaults::fold_string_data(&mut stored);
+        bosun_kube::fold_string_data(&mut stored);
         return first_difference(&stored, live, "");
     }
     first_difference(rendered, live, "")

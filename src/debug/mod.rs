@@ -48,8 +48,8 @@ use axum::response::{IntoResponse, Response};
 use bosun_addon::Event;
 use bosun_addon::engine::Engine;
 use bosun_journal::Journal;
+use bosun_platform::{loopback_host, single_host};
 use bosun_runtime::mailbox::Mailboxes;
-use bosun_sandbox::api::{loopback_host, single_host};
 use serde_json::{Value, json};
 
 use journal_views::{LogQuery, ViewError};
@@ -331,10 +331,10 @@ pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> Deb
     match bind_socket(&cfg.socket) {
         Ok(listener) => {
             let app = app.clone();
-            server.tasks.push(tokio::spawn(bosun_platform::serve::serve(
+            server.tasks.push(tokio::spawn(bosun_platform::serve(
                 listener,
                 app,
-                bosun_platform::serve::Limits::from_env(),
+                bosun_platform::Limits::from_env(),
             )));
             tracing::info!(socket = %cfg.socket.display(), "debug endpoints listening on the unix socket");
             server.socket = Some(cfg.socket.clone());
@@ -376,10 +376,10 @@ pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> Deb
                 } else {
                     app
                 };
-                server.tasks.push(tokio::spawn(bosun_platform::serve::serve(
+                server.tasks.push(tokio::spawn(bosun_platform::serve(
                     listener,
                     app,
-                    bosun_platform::serve::Limits::from_env(),
+                    bosun_platform::Limits::from_env(),
                 )));
                 tracing::info!(
                     listen = %bound,

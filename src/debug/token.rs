@@ -112,7 +112,7 @@ pub fn write_token_file(path: &Path, token: &DebugToken) -> std::io::Result<()> 
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    crate::private_dir::create_dir(dir)?;
+    bosun_platform::create_private_dir(dir)?;
     // tempfile creates it 0600 with O_EXCL.
     let mut file = tempfile::Builder::new()
         .prefix(".debug-token-")

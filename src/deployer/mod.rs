@@ -6,7 +6,9 @@ pub mod cluster;
 pub mod helm;
 pub mod journal_log;
 pub mod landscaper_config;
+mod subsystem;
 pub mod targets;
+pub use subsystem::DeployItems;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -505,7 +505,7 @@ where
         "bosun HTTP endpoints listening on http://{} (standby)",
         standby_http.0
     );
-    let signal = crate::sandbox::shutdown_signal();
+    let signal = bosun_platform::shutdown_signal();
     tokio::pin!(signal);
     let leads = tokio::select! {
         () = elector.acquire() => true,
@@ -598,10 +598,10 @@ async fn serve(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
-    let task = tokio::spawn(bosun_platform::serve::serve(
+    let task = tokio::spawn(bosun_platform::serve(
         listener,
         app,
-        bosun_platform::serve::Limits::from_env(),
+        bosun_platform::Limits::from_env(),
     ));
     Ok((bound, task))
 }

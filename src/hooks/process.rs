@@ -281,7 +281,7 @@ impl HookProcess {
         };
         match crate::private_dir::check(&self.tmp_dir) {
             Err(e) if e.is_missing() => {
-                crate::private_dir::create_dir(&self.tmp_dir).map_err(|source| {
+                bosun_platform::create_private_dir(&self.tmp_dir).map_err(|source| {
                     HookRunError::TempFile {
                         hook: hook.to_string(),
                         file: self.tmp_dir.clone(),

@@ -5,14 +5,19 @@
 //!
 //! ```text
 //!  Host::connect ── client, watches, metrics, mailboxes, journal stream (HA leader)
-//!     ├─► addon::start(&host)     (BOSUN_MODULES)   ──► Views ─► endpoints::serve: /healthz,
-//!     ├─► lambda::start(&host)    (BOSUN_LAMBDA)    ──► Views     /readyz, /metrics, debug
-//!     └─► deployer::start(&host)  (BOSUN_DEPLOYER)  ──► Views
+//!     ├─► modules  Subsystem::start(&host)  (BOSUN_MODULES)  ──► Views ─► endpoints::serve:
+//!     ├─► lambda   Subsystem::start(&host)  (BOSUN_LAMBDA)   ──► Views    /healthz, /readyz,
+//!     └─► deployer Subsystem::start(&host)  (BOSUN_DEPLOYER) ──► Views    /metrics, debug
 //! ```
+//!
+//! Each subsystem is one [`Subsystem`] (`subsystem.rs`); the host starts whatever is
+//! registered ([`Parts`] keeps each one's typed view).
 //!
 //! A subsystem switched off is not started at all; one that fails to start is named by
 //! `/readyz` (the others run on). The endpoints are served once the modules have started
 //! (at once when they are off); `/readyz` says which subsystem is still starting.
+
+mod subsystem;
 
 use std::sync::Arc;
 
@@ -23,6 +28,8 @@ use bosun_runtime::mailbox::Mailboxes;
 use crate::journal_sink::JournalSink;
 use bosun_kube::WatchManager;
 use bosun_kube::in_cluster::ClientSource;
+
+pub use subsystem::{Handle, Subsystem};
 
 /// What the host needs to connect (from the addon-operator environment and flags).
 #[derive(Clone, Debug, Default)]

@@ -6,7 +6,9 @@
 pub mod cluster;
 pub mod flags;
 pub mod journal_log;
+mod subsystem;
 pub mod webhook;
+pub use subsystem::LambdaControllers;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -26,7 +26,7 @@ async fn read_until(stream: &mut tokio::net::TcpStream, seen: &mut Vec<u8>, need
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_with_an_open_watch_ends_the_watch_and_returns() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sandbox = bosun::sandbox::start(bosun::sandbox::SandboxConfig::loopback(
+    let sandbox = bosun_sandbox::start(bosun_sandbox::SandboxConfig::loopback(
         dir.path().join("data"),
     ))
     .await

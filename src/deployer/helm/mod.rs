@@ -165,7 +165,7 @@ pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     if let Some(dir) = path.parent() {
-        crate::private_dir::create_dir(dir)?;
+        bosun_platform::create_private_dir(dir)?;
     }
     let tmp = path.with_extension("part");
     let mut f = std::fs::OpenOptions::new()

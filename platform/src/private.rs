@@ -1,6 +1,7 @@
-//! Private files. The store holds every object, Secrets included, and the kubeconfig may
-//! carry the bearer token: folders are created `0700` and files `0600`, and a store left
-//! readable by an older bosun is tightened when it is opened.
+//! Private files and folders, for everything bosun keeps that may hold a secret (the
+//! journals hold values, the sandbox's store every Secret, a kubeconfig a bearer token,
+//! the temp folder hook inputs): folders are created `0700` and files written `0600`, and
+//! what an older bosun left readable is tightened, with one INFO line saying what.
 
 use std::fs::Permissions;
 use std::io::Write;
@@ -8,7 +9,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Creates `dir` and its missing parents `0700` (existing folders are left as they are).
-pub fn create_dir(dir: &Path) -> std::io::Result<()> {
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -16,7 +17,7 @@ pub fn create_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Writes `path` as a `0600` file (through a temporary file renamed over it).
-pub fn write_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+pub fn write_private_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -32,35 +33,8 @@ pub fn write_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Whether `name` is one of sled's own files.
-pub fn sled_file(name: &str) -> bool {
-    name == "db" || name == "conf" || name == "blobs" || name.starts_with("snap.")
-}
-
-/// Removes group and other access from sled's files in `dir` (recursively; symbolic links
-/// are not followed), and from `dir` itself when sled's files are all it holds (a shared
-/// folder someone pointed the store at is left as it is). Returns what was changed.
-pub fn tighten_store(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut changed = Vec::new();
-    let mut only_sled = true;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        // sled's files, and the CA certificate a TLS sandbox writes beside them.
-        if sled_file(&name) || name == "ca.crt" || name == "ca.tmp" {
-            tighten_tree(&entry.path(), &mut changed)?;
-        } else {
-            only_sled = false;
-        }
-    }
-    if only_sled {
-        tighten_one(dir, &mut changed)?;
-    }
-    Ok(changed)
-}
-
-/// Removes group and other access from `path` and, for a folder, everything under it.
+/// Removes group and other access from `path` and, for a folder, everything under it
+/// (symbolic links are not followed); appends what was changed to `changed`.
 pub fn tighten_tree(path: &Path, changed: &mut Vec<PathBuf>) -> std::io::Result<()> {
     if tighten_one(path, changed)? {
         for entry in std::fs::read_dir(path)? {
@@ -70,7 +44,8 @@ pub fn tighten_tree(path: &Path, changed: &mut Vec<PathBuf>) -> std::io::Result<
     Ok(())
 }
 
-/// Removes group and other access from one file or folder; returns whether it is a folder.
+/// Removes group and other access from one file or folder (a symbolic link is left as it
+/// is); returns whether it is a folder.
 pub fn tighten_one(path: &Path, changed: &mut Vec<PathBuf>) -> std::io::Result<bool> {
     let meta = std::fs::symlink_metadata(path)?;
     if meta.file_type().is_symlink() {
@@ -84,7 +59,8 @@ pub fn tighten_one(path: &Path, changed: &mut Vec<PathBuf>) -> std::io::Result<b
     Ok(meta.is_dir())
 }
 
-/// Logs once, at INFO, what [`tighten_store`] changed in `what`.
+/// Logs once, at INFO, what was tightened in `dir`, which holds `what` ("journal",
+/// "sandbox store", …); nothing when nothing was.
 pub fn log_tightened(what: &str, dir: &Path, changed: &[PathBuf]) {
     if changed.is_empty() {
         return;
@@ -115,17 +91,33 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_folder_keeps_its_mode_but_sled_files_are_tightened() {
+    fn a_readable_tree_is_tightened_and_links_are_left_alone() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let shared = dir.path().join("shared");
-        std::fs::create_dir(&shared).expect("mkdir");
-        std::fs::set_permissions(&shared, Permissions::from_mode(0o755)).expect("chmod");
-        std::fs::write(shared.join("notes.txt"), "x").expect("write");
-        std::fs::write(shared.join("db"), "x").expect("write");
-        std::fs::set_permissions(shared.join("db"), Permissions::from_mode(0o644)).expect("chmod");
-        let changed = tighten_store(&shared).expect("tighten");
-        assert_eq!(changed, vec![shared.join("db")]);
-        assert_eq!(mode(&shared), 0o755);
-        assert_eq!(mode(&shared.join("db")), 0o600);
+        let top = dir.path().join("top");
+        create_private_dir(&top.join("sub")).expect("mkdir");
+        assert_eq!(mode(&top), 0o700);
+        std::fs::set_permissions(&top, Permissions::from_mode(0o755)).expect("chmod");
+        let file = top.join("sub").join("f");
+        std::fs::write(&file, "x").expect("write");
+        std::fs::set_permissions(&file, Permissions::from_mode(0o644)).expect("chmod");
+        std::os::unix::fs::symlink("/etc", top.join("link")).expect("symlink");
+        let mut changed = Vec::new();
+        tighten_tree(&top, &mut changed).expect("tighten");
+        assert_eq!(mode(&top), 0o700);
+        assert_eq!(mode(&file), 0o600);
+        assert!(changed.contains(&top) && changed.contains(&file));
+        assert!(!changed.contains(&top.join("link")));
+    }
+
+    #[test]
+    fn written_files_are_private_even_over_an_old_temporary_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(path.with_extension("tmp"), "old").expect("write");
+        std::fs::set_permissions(path.with_extension("tmp"), Permissions::from_mode(0o644))
+            .expect("chmod");
+        write_private_file(&path, b"new").expect("write");
+        assert_eq!(std::fs::read(&path).expect("read"), b"new");
+        assert_eq!(mode(&path), 0o600);
     }
 }

@@ -1,0 +1,63 @@
+//! The deployer as a [`Subsystem`] of the host: started after the endpoints, its
+//! `selfConfig` targets reaching the host's API server; its journal is
+//! `<journal dir>/deployer`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::{DeployerConfig, DeployerHandle};
+use crate::host::{Handle, Host, Parts, Subsystem};
+
+/// landscaper's DeployItem deployer (`BOSUN_DEPLOYER`).
+pub struct DeployItems {
+    /// Switched on.
+    pub on: bool,
+    /// Where its journal lives.
+    pub journal_dir: PathBuf,
+    /// Its configuration; a bad one fails its start (`/readyz` names it).
+    pub config: anyhow::Result<DeployerConfig>,
+}
+
+impl Subsystem for DeployItems {
+    fn name(&self) -> &'static str {
+        "deployer"
+    }
+
+    fn switched_on(&self) -> bool {
+        self.on
+    }
+
+    fn journal(&self) -> crate::ha::JournalSpec {
+        crate::ha::JournalSpec::of::<bosun_deployer::events::DeployerEvent>(
+            "deployer",
+            self.journal_dir.clone(),
+        )
+    }
+
+    fn start<'a>(self: Box<Self>, host: &'a Host) -> BoxFuture<'a, anyhow::Result<Box<dyn Handle>>>
+    where
+        Self: 'a,
+    {
+        Box::pin(async move {
+            let mut cfg = self.config?;
+            cfg.resource_cluster = Some(host.resource_cluster.clone());
+            let deployer = super::start(host, &cfg).await?;
+            tracing::info!(identity = %cfg.identity, workers = cfg.workers, "deployer running");
+            Ok(Box::new(deployer) as Box<dyn Handle>)
+        })
+    }
+}
+
+impl Handle for DeployerHandle {
+    fn journal(&self) -> Arc<dyn crate::ha::replication::Source> {
+        self.journal.clone()
+    }
+
+    fn register(&self, parts: &mut Parts) {
+        parts.journals.push(("deployer", self.journal.health()));
+        parts.deployer = Some(self.deployer.view());
+        parts.deployer_journal = Some(self.journal.clone());
+    }
+}

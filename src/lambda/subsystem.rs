@@ -1,0 +1,63 @@
+//! The lambda controllers as a [`Subsystem`] of the host: started after the endpoints,
+//! with a client of their own (`--client-go-qps`); their journal is `<journal dir>/lambda`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::{Lambda, LambdaConfig};
+use crate::host::{Handle, Host, Parts, Subsystem};
+
+/// metacontroller's CompositeController and DecoratorController objects (`BOSUN_LAMBDA`).
+pub struct LambdaControllers {
+    /// Switched on.
+    pub on: bool,
+    /// Where their journal lives.
+    pub journal_dir: PathBuf,
+    /// Their configuration; a bad one fails their start (`/readyz` names it).
+    pub config: anyhow::Result<LambdaConfig>,
+}
+
+impl Subsystem for LambdaControllers {
+    fn name(&self) -> &'static str {
+        "lambda controllers"
+    }
+
+    fn switched_on(&self) -> bool {
+        self.on
+    }
+
+    fn journal(&self) -> crate::ha::JournalSpec {
+        crate::ha::JournalSpec::of::<bosun_lambda::events::LambdaEvent>(
+            "lambda",
+            self.journal_dir.clone(),
+        )
+    }
+
+    fn start<'a>(self: Box<Self>, host: &'a Host) -> BoxFuture<'a, anyhow::Result<Box<dyn Handle>>>
+    where
+        Self: 'a,
+    {
+        Box::pin(async move {
+            let cfg = self.config?;
+            let client = host.client_for("lambda", cfg.client_limits)?;
+            let hooks = Arc::new(super::webhook::Webhooks::new(client.clone()));
+            let lambda = super::start(host, client, hooks, &cfg).await?;
+            tracing::info!(workers = cfg.workers, "lambda controllers running");
+            Ok(Box::new(lambda) as Box<dyn Handle>)
+        })
+    }
+}
+
+impl Handle for Lambda {
+    fn journal(&self) -> Arc<dyn crate::ha::replication::Source> {
+        self.journal.clone()
+    }
+
+    fn register(&self, parts: &mut Parts) {
+        parts.journals.push(("lambda", self.journal.health()));
+        parts.lambda = Some(self.controllers.clone());
+        parts.lambda_journal = Some(self.journal.clone());
+    }
+}
