@@ -178,8 +178,16 @@ async fn heap_answer(params: Params, default: profile::Default) -> Response {
     }
     // Resolving addresses reads the binary's debug information: not on the runtime's
     // threads, and not in the profile.
-    let built =
-        tokio::task::spawn_blocking(move || heap::unsampled(|| heap_body(text, default))).await;
+    let built = tokio::task::spawn_blocking(move || {
+        let body = heap::unsampled(|| heap_body(text, default));
+        // The debug information read to resolve the addresses is hundreds of megabytes;
+        // kept, every later request would find it parsed, but the process would keep that
+        // much more resident for good.
+        backtrace::clear_symbol_cache();
+        crate::memory::give_back();
+        body
+    })
+    .await;
     let name = match default {
         profile::Default::InuseSpace => "heap",
         profile::Default::AllocSpace => "allocs",
