@@ -21,12 +21,13 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use crate::composite::{Composite, SyncError, SyncReport};
+use crate::composite::Composite;
 use crate::decorator::Decorator;
 use crate::events::LambdaEvent;
 use crate::keys::{ParentKey, namespace_of};
 use crate::ports::{Change, Cluster, EventNote, HookType, Resource, Watches};
 use crate::related::selects_any;
+use crate::steps::{SyncError, SyncReport};
 use crate::types::ControllerKind;
 
 /// What a controller reconciles.

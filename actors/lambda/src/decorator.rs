@@ -1,20 +1,18 @@
 //! One sync of one object of a DecoratorController: the hook sees the object and its
 //! attachments and answers labels, annotations, status and attachments.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
 use crate::children::{self, ApplyStrategy, ChildType};
 use crate::claim::{self, Owner};
-use crate::composite::{
-    BoundHook, SyncError, SyncReport, call_hook, digest, related_of, set_finalizer,
-};
 use crate::keys::{GroupMap, ParentKey, has_finalizer, is_deleting, key_of, namespace_of, uid_of};
 use crate::ports::{Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{decode_decorator, decorator_request};
 use crate::related::Customizer;
 use crate::selector::Selector;
+use crate::steps::{
+    BoundHook, FinalizerChange, SyncError, SyncReport, call_hook, digest, related_of, resync_after,
+};
 use crate::types::{DECORATOR_ANNOTATION, DecoratorSpec};
 
 /// One `spec.resources` rule, resolved.
@@ -173,14 +171,11 @@ impl Decorator {
             return Ok(SyncReport::default());
         }
         let matches = self.matches(&object);
-        if self.finalize.is_some()
-            && matches
-            && !has_finalizer(&object, &finalizer)
-            && !is_deleting(&object)
-        {
-            object = set_finalizer(cluster, &resource, &object, &finalizer, true).await?;
-        } else if self.finalize.is_none() && has_finalizer(&object, &finalizer) {
-            object = set_finalizer(cluster, &resource, &object, &finalizer, false).await?;
+        let change = FinalizerChange::decide(&object, &finalizer, self.finalize.is_some(), matches);
+        if let Some(change) = change {
+            object = change
+                .apply(cluster, &resource, &object, &finalizer)
+                .await?;
         }
         if !self.wants(&object) {
             return Ok(SyncReport::default());
@@ -217,9 +212,7 @@ impl Decorator {
             ..SyncReport::default()
         };
         let response = decoded.response;
-        if response.resync_after_seconds > 0.0 {
-            report.resync_after = Some(Duration::from_secs_f64(response.resync_after_seconds));
-        }
+        report.resync_after = resync_after(response.resync_after_seconds);
         // Write back labels, annotations and status.
         let labels = apply_map(&object["metadata"]["labels"], &response.labels);
         let annotations = apply_map(&object["metadata"]["annotations"], &response.annotations);

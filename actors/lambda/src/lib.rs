@@ -38,4 +38,5 @@ pub mod registry;
 pub mod related;
 pub mod rollout;
 pub mod selector;
+pub mod steps;
 pub mod types;

@@ -15,13 +15,14 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::children::{ApplyStrategy, ChildType};
-use crate::composite::{BoundHook, Composite};
+use crate::composite::Composite;
 use crate::controller::{Context, LastSyncs, Reconciler, Running, start};
 use crate::decorator::{Decorator, Target};
 use crate::events::LambdaEvent;
 use crate::ports::{Change, ClusterError, EventNote, HookFactory, HookSpec, HookType, Resource};
 use crate::related::Customizer;
 use crate::selector::Selector;
+use crate::steps::BoundHook;
 use crate::types::{
     ControllerKind, EndpointConfig, GROUP, Hook, Hooks, parse_composite, parse_decorator,
 };

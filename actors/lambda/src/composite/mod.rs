@@ -24,22 +24,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::children::{self, Applied, ApplyStrategy, ChildType};
+use crate::children::{self, ApplyStrategy, ChildType};
 use crate::claim::{self, Claim, Owner};
 use crate::keys::{GroupMap, ParentKey, key_of, name_of, namespace_of, uid_of};
-use crate::ports::{Cluster, ClusterError, HookClient, HookError, HookType, Resource};
+use crate::ports::{Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{composite_request_with, decode_composite};
-use crate::related::{Customizer, cache_key, related_objects};
+use crate::related::{Customizer, cache_key};
 use crate::selector::Selector;
-use crate::types::{CompositeSpec, Hook};
+use crate::steps::{
+    BoundHook, SyncError, SyncReport, digest_text, fnv, related_of, set_finalizer, write_status,
+};
+use crate::types::CompositeSpec;
 use shared_body::SharedBody;
-
-/// A hook ready to call.
-#[derive(Clone)]
-pub struct BoundHook {
-    pub hook: Hook,
-    pub client: Arc<dyn HookClient>,
-}
 
 /// A running CompositeController's configuration.
 pub struct Composite {
@@ -196,183 +192,7 @@ fn children_match(observed: &GroupMap, desired: &GroupMap) -> bool {
     })
 }
 
-/// Why a sync did not complete.
-#[derive(Debug, thiserror::Error, Clone, PartialEq)]
-pub enum SyncError {
-    /// The hook answered 429: requeue after this delay, no backoff, no event.
-    #[error("{0}")]
-    RetryAfter(HookError, Duration),
-    /// Anything else: an event on the parent, then a rate-limited requeue.
-    #[error("{0}")]
-    Failed(String),
-}
-
-impl From<HookError> for SyncError {
-    fn from(e: HookError) -> Self {
-        match e {
-            HookError::TooManyRequests { retry_after, .. } => SyncError::RetryAfter(e, retry_after),
-            other => SyncError::Failed(other.to_string()),
-        }
-    }
-}
-
-impl From<ClusterError> for SyncError {
-    fn from(e: ClusterError) -> Self {
-        SyncError::Failed(e.to_string())
-    }
-}
-
-/// What a completed sync did (for the journal and the debug view).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SyncReport {
-    /// Which hook answered (none when the parent is gone or not ours).
-    pub hook: Option<HookType>,
-    pub resync_after: Option<Duration>,
-    pub applied: Applied,
-    pub status_written: bool,
-    pub finalized: bool,
-    /// A digest of the hook's request (the single-call path; rollouts make several).
-    pub request_digest: Option<String>,
-    /// A digest of the hook's answer.
-    pub answer_digest: Option<String>,
-    /// The children (or attachments) the answer asked for: `Kind.version key`.
-    pub planned: Arc<[String]>,
-    /// Strict-mode complaints tolerated in loose mode.
-    pub warnings: Vec<String>,
-}
-
 pub(crate) use crate::keys::{has_finalizer, is_deleting};
-
-/// The related objects the controller's customize hook selects for `parent` (none without
-/// a customize hook). A 429 from the hook is retried after its delay, as for any hook.
-pub(crate) async fn related_of(
-    cluster: &dyn Cluster,
-    customizer: Option<&Customizer>,
-    controller: &Value,
-    parent: &Value,
-) -> Result<GroupMap, SyncError> {
-    let Some(c) = customizer else {
-        return Ok(GroupMap::new());
-    };
-    let rules = c.rules(controller, parent).await.map_err(|e| match e {
-        crate::related::RelatedError::Hook(h) => SyncError::from(h),
-        other => SyncError::Failed(other.to_string()),
-    })?;
-    related_objects(cluster, &rules, c.version(), parent)
-        .await
-        .map_err(|e| SyncError::Failed(e.to_string()))
-}
-
-/// POSTs a hook request (JSON bytes) about `root`; returns the answer and the request's
-/// digest.
-pub(crate) async fn call_hook(
-    bound: &BoundHook,
-    body: Vec<u8>,
-    root: &Value,
-) -> Result<(Bytes, String), SyncError> {
-    let request_digest = digest(&body);
-    let answer = bound
-        .client
-        .call(Bytes::from(body), cache_key(root))
-        .await?;
-    Ok((answer, request_digest))
-}
-
-/// Adds or removes `finalizer` with GET + PUT, retried on conflict; the uid must stay.
-/// Returns the updated object (or the unchanged one when nothing was to do).
-pub async fn set_finalizer(
-    cluster: &dyn Cluster,
-    resource: &Resource,
-    object: &Value,
-    finalizer: &str,
-    present: bool,
-) -> Result<Value, ClusterError> {
-    let (ns, name, uid) = (namespace_of(object), name_of(object), uid_of(object));
-    let mut last = None;
-    for _ in 0..4 {
-        let mut live = cluster.get(resource, ns, name).await?;
-        if uid_of(&live) != uid {
-            return Err(ClusterError::NotFound(format!(
-                "{} {}",
-                resource.kind,
-                key_of(object)
-            )));
-        }
-        if has_finalizer(&live, finalizer) == present {
-            return Ok(live);
-        }
-        let mut list = live["metadata"]["finalizers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        if present {
-            list.push(Value::String(finalizer.to_string()));
-        } else {
-            list.retain(|f| f.as_str() != Some(finalizer));
-        }
-        live["metadata"]["finalizers"] = Value::Array(list);
-        match cluster.replace(resource, live).await {
-            Ok(updated) => return Ok(updated),
-            Err(e @ ClusterError::Conflict(_)) => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| ClusterError::Conflict(key_of(object))))
-}
-
-/// Writes `status` (with `observedGeneration`) when it differs from the live object's.
-/// Returns whether it wrote.
-pub async fn write_status(
-    cluster: &dyn Cluster,
-    resource: &Resource,
-    object: &Value,
-    status: Value,
-) -> Result<bool, ClusterError> {
-    let (ns, name, uid) = (namespace_of(object), name_of(object), uid_of(object));
-    // The informer's copy first: an unchanged status costs no request at all. (If the
-    // cache is behind, the watch event that brings it up to date syncs the parent again.)
-    // A changed status is written on the cached copy first (its resourceVersion guards the
-    // write); only a conflict costs a read of the live object.
-    let mut first = match cluster.cached(resource, ns, name).await {
-        Ok(Some(cached)) if uid_of(&cached) == uid => {
-            if cached["status"] == status {
-                return Ok(false);
-            }
-            Some((*cached).clone())
-        }
-        _ => None,
-    };
-    for _ in 0..4 {
-        let read = match first.take() {
-            Some(cached) => Ok(cached),
-            None => cluster.get(resource, ns, name).await,
-        };
-        let mut live = match read {
-            Ok(live) => live,
-            Err(ClusterError::NotFound(_)) => return Ok(false),
-            Err(e) => return Err(e),
-        };
-        if uid_of(&live) != uid {
-            return Ok(false);
-        }
-        if live["status"] == status {
-            return Ok(false);
-        }
-        live["status"] = status.clone();
-        let result = if resource.status_subresource {
-            cluster.replace_status(resource, live).await
-        } else {
-            cluster.replace(resource, live).await
-        };
-        match result {
-            Ok(_) => return Ok(true),
-            Err(ClusterError::Conflict(_)) => continue,
-            Err(ClusterError::NotFound(_)) => return Ok(false),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(false)
-}
 
 impl Composite {
     /// The body of a sync or finalize request about `parent`.
@@ -820,26 +640,6 @@ fn fingerprint(bytes: &[u8]) -> u128 {
         h.finish()
     };
     (u128::from(run(1)) << 64) | u128::from(run(2))
-}
-
-/// A short digest of a hook answer for the journal and debug views.
-pub fn digest(bytes: &[u8]) -> String {
-    digest_text(fnv(bytes))
-}
-
-/// FNV-1a: stable and cheap; it identifies an answer, it protects nothing.
-fn fnv(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
-/// A [`digest`] as the journal and the views show it.
-fn digest_text(h: u64) -> String {
-    format!("{h:016x}")
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::*;
 use crate::fakes::MemoryCluster;
-use crate::ports::{BoxFut, HookClient};
+use crate::ports::{BoxFut, HookClient, HookError};
 use crate::types::{Hook, parse_composite};
 
 /// A hook answering what the test last set, counting its calls.
