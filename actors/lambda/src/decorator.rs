@@ -6,14 +6,17 @@ use serde_json::{Value, json};
 use crate::children::{self, ApplyStrategy, ChildType};
 use crate::claim::{self, Owner};
 use crate::keys::{GroupMap, ParentKey, has_finalizer, is_deleting, key_of, namespace_of, uid_of};
-use crate::ports::{Cluster, ClusterError, HookType, Resource};
+use std::time::Duration;
+
+use crate::ports::{BoxFut, Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{decode_decorator, decorator_request};
+use crate::reconcile::{Reconcile, resync_period};
 use crate::related::Customizer;
 use crate::selector::Selector;
 use crate::steps::{
     BoundHook, FinalizerChange, SyncError, SyncReport, call_hook, digest, related_of, resync_after,
 };
-use crate::types::{DECORATOR_ANNOTATION, DecoratorSpec};
+use crate::types::{ControllerKind, DECORATOR_ANNOTATION, DecoratorSpec};
 
 /// One `spec.resources` rule, resolved.
 pub struct Target {
@@ -301,5 +304,82 @@ impl Decorator {
             return Err(SyncError::Failed(report.applied.errors.join("; ")));
         }
         Ok(report)
+    }
+}
+
+impl Reconcile for Decorator {
+    fn kind(&self) -> ControllerKind {
+        ControllerKind::DecoratorController
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn object(&self) -> &Value {
+        &self.object
+    }
+
+    fn parent_kind(&self) -> Option<String> {
+        None
+    }
+
+    fn parent_resources(&self) -> Vec<Resource> {
+        self.targets.iter().map(|t| t.resource.clone()).collect()
+    }
+
+    fn child_resources(&self) -> Vec<Resource> {
+        self.attachments
+            .iter()
+            .map(|t| t.resource.clone())
+            .collect()
+    }
+
+    fn resync_period(&self) -> Option<Duration> {
+        resync_period(self.spec.resync_period_seconds)
+    }
+
+    fn parent_key(&self, parent: &Value) -> ParentKey {
+        ParentKey::typed(parent)
+    }
+
+    fn resource_of(&self, key: &ParentKey) -> Option<&Resource> {
+        self.target_of_key(key).map(|t| &t.resource)
+    }
+
+    fn wants(&self, parent: &Value) -> bool {
+        Decorator::wants(self, parent)
+    }
+
+    fn ignore_status_changes(&self, parent: &Value) -> bool {
+        self.target_of(parent)
+            .is_some_and(|t| t.ignore_status_changes)
+    }
+
+    fn customizer(&self) -> Option<&Customizer> {
+        self.customizer.as_ref()
+    }
+
+    fn sync<'a>(
+        &'a self,
+        cluster: &'a dyn Cluster,
+        key: &'a ParentKey,
+    ) -> BoxFut<'a, Result<SyncReport, SyncError>> {
+        Box::pin(Decorator::sync(self, cluster, key))
+    }
+
+    fn parents_of_child<'a>(
+        &'a self,
+        cluster: &'a dyn Cluster,
+        child: &'a Value,
+        _deleted: bool,
+    ) -> BoxFut<'a, Result<Vec<ParentKey>, ClusterError>> {
+        Box::pin(async move {
+            Ok(self
+                .parent_of_attachment(cluster, child)
+                .await?
+                .into_iter()
+                .collect())
+        })
     }
 }

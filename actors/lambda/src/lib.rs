@@ -34,6 +34,7 @@ pub mod fakes;
 pub mod keys;
 pub mod ports;
 pub mod protocol;
+pub mod reconcile;
 pub mod registry;
 pub mod related;
 pub mod rollout;

@@ -27,14 +27,15 @@ use serde_json::{Value, json};
 use crate::children::{self, ApplyStrategy, ChildType};
 use crate::claim::{self, Claim, Owner};
 use crate::keys::{GroupMap, ParentKey, key_of, name_of, namespace_of, uid_of};
-use crate::ports::{Cluster, ClusterError, HookType, Resource};
+use crate::ports::{BoxFut, Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{composite_request_with, decode_composite};
+use crate::reconcile::{Reconcile, resync_period};
 use crate::related::{Customizer, cache_key};
 use crate::selector::Selector;
 use crate::steps::{
     BoundHook, SyncError, SyncReport, digest_text, fnv, related_of, set_finalizer, write_status,
 };
-use crate::types::CompositeSpec;
+use crate::types::{CompositeSpec, ControllerKind};
 use shared_body::SharedBody;
 
 /// A running CompositeController's configuration.
@@ -640,6 +641,83 @@ fn fingerprint(bytes: &[u8]) -> u128 {
         h.finish()
     };
     (u128::from(run(1)) << 64) | u128::from(run(2))
+}
+
+impl Reconcile for Composite {
+    fn kind(&self) -> ControllerKind {
+        ControllerKind::CompositeController
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn object(&self) -> &Value {
+        &self.object
+    }
+
+    fn parent_kind(&self) -> Option<String> {
+        Some(self.parent.kind.clone())
+    }
+
+    fn parent_resources(&self) -> Vec<Resource> {
+        vec![self.parent.clone()]
+    }
+
+    fn child_resources(&self) -> Vec<Resource> {
+        self.children
+            .iter()
+            .map(|t| t.resource.clone())
+            .chain(self.revisions.clone())
+            .collect()
+    }
+
+    fn resync_period(&self) -> Option<Duration> {
+        resync_period(self.spec.resync_period_seconds)
+    }
+
+    fn parent_key(&self, parent: &Value) -> ParentKey {
+        ParentKey::of(parent)
+    }
+
+    fn resource_of(&self, _: &ParentKey) -> Option<&Resource> {
+        Some(&self.parent)
+    }
+
+    fn wants(&self, parent: &Value) -> bool {
+        Composite::wants(self, parent)
+    }
+
+    fn ignore_status_changes(&self, _: &Value) -> bool {
+        self.spec.parent_resource.ignore_status_changes == Some(true)
+    }
+
+    fn customizer(&self) -> Option<&Customizer> {
+        self.customizer.as_ref()
+    }
+
+    fn sync<'a>(
+        &'a self,
+        cluster: &'a dyn Cluster,
+        key: &'a ParentKey,
+    ) -> BoxFut<'a, Result<SyncReport, SyncError>> {
+        Box::pin(Composite::sync(self, cluster, key))
+    }
+
+    fn parents_of_child<'a>(
+        &'a self,
+        cluster: &'a dyn Cluster,
+        child: &'a Value,
+        deleted: bool,
+    ) -> BoxFut<'a, Result<Vec<ParentKey>, ClusterError>> {
+        Box::pin(async move {
+            // A deleted orphan concerned no parent.
+            if deleted && claim::controller_ref(child).is_none() {
+                return Ok(Vec::new());
+            }
+            Composite::parents_of_child(self, cluster, child).await
+        })
+    }
 }
 
 #[cfg(test)]
