@@ -27,10 +27,10 @@ use std::collections::BTreeMap;
 use futures::future::try_join_all;
 use serde_json::Value;
 
-use super::{Composite, is_deleting};
+use super::Composite;
 use crate::children;
 use crate::claim::{self, Claim, Owner};
-use crate::keys::{GroupMap, key_of, name_of, namespace_of, uid_of};
+use crate::keys::{GroupMap, is_deleting, key_of, name_of, namespace_of, uid_of};
 use crate::ports::{Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{CompositeResponse, decode_composite};
 use crate::rollout::{

@@ -3,7 +3,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde_json::json;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
 
 use super::*;
 use crate::fakes::MemoryCluster;
