@@ -32,7 +32,7 @@ use crate::ports::{BoxFut, Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{CompositeResponse, composite_request_with, decode_composite};
 use crate::reconcile::{Reconcile, resync_period};
 use crate::related::{Customizer, cache_key};
-use crate::selector::Selector;
+use crate::selector::{Selector, SelectorError};
 use crate::steps::{
     BoundHook, FinalizerChange, SyncError, SyncReport, digest_text, fnv, related_of, resync_after,
 };
@@ -70,6 +70,21 @@ pub struct Composite {
 pub struct RequestParts {
     controller: std::sync::OnceLock<Arc<str>>,
     size: std::sync::atomic::AtomicUsize,
+}
+
+/// Why a parent has no child selector.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum ChildSelectorError {
+    #[error(".spec.selector must have either matchLabels, matchExpressions, or both")]
+    Empty,
+    #[error(".spec.selector: {0}")]
+    Invalid(SelectorError),
+}
+
+impl From<ChildSelectorError> for SyncError {
+    fn from(e: ChildSelectorError) -> Self {
+        SyncError::Failed(e.to_string())
+    }
 }
 
 /// What the hook step ends with.
@@ -177,7 +192,7 @@ impl Composite {
 
     /// The parent's child selector: `controller-uid=<uid>` with `generateSelector`, else
     /// `spec.selector`, which must not be empty.
-    pub fn child_selector(&self, parent: &Value) -> Result<Selector, String> {
+    pub fn child_selector(&self, parent: &Value) -> Result<Selector, ChildSelectorError> {
         if self.spec.generate_selector == Some(true) {
             return Ok(Selector::from_map(
                 &[("controller-uid".to_string(), uid_of(parent).to_string())].into(),
@@ -190,11 +205,9 @@ impl Composite {
                     .as_array()
                     .is_none_or(|l| l.is_empty()));
         if empty {
-            return Err(
-                ".spec.selector must have either matchLabels, matchExpressions, or both".into(),
-            );
+            return Err(ChildSelectorError::Empty);
         }
-        Selector::labels(sel).map_err(|e| format!(".spec.selector: {e}"))
+        Selector::labels(sel).map_err(ChildSelectorError::Invalid)
     }
 
     /// Whether events of `parent` concern this controller.
@@ -290,7 +303,7 @@ impl Composite {
         let Some(parent) = self.finalizer_step(cluster, key).await? else {
             return Ok(Synced::Gone);
         };
-        let selector = self.child_selector(&parent).map_err(SyncError::Failed)?;
+        let selector = self.child_selector(&parent)?;
         let observed = self.claim_children(cluster, &parent, &selector).await?;
         let answer = match self
             .hook_step(cluster, &parent, &selector, &observed, memo)

@@ -464,4 +464,19 @@ mod decide {
             Err(PlanError::UndeclaredChild(_))
         ));
     }
+
+    #[test]
+    fn a_parent_without_a_selector_has_no_child_selector() {
+        let mut c = composite();
+        c.spec.generate_selector = None;
+        let err = c.child_selector(&parent()).expect_err("no selector");
+        assert_eq!(err, ChildSelectorError::Empty);
+        assert_eq!(
+            SyncError::from(err).to_string(),
+            ".spec.selector must have either matchLabels, matchExpressions, or both"
+        );
+        let mut p = parent();
+        p["spec"]["selector"] = json!({"matchLabels": {"app": "x"}});
+        assert!(c.child_selector(&p).is_ok());
+    }
 }
