@@ -539,3 +539,134 @@ impl Watches for KubeCluster {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn object(ns: &str, name: &str, version: u32, owners: Value) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"namespace": ns, "name": name, "uid": format!("uid-{name}"),
+                         "resourceVersion": version.to_string(), "ownerReferences": owners}
+        })
+    }
+
+    fn controller(uid: &str) -> Value {
+        json!([{"apiVersion": "example.com/v1", "kind": "Thing", "name": "p", "uid": uid,
+                "controller": true}])
+    }
+
+    fn key(ns: &str, name: &str) -> ObjectKey {
+        (ns.into(), name.into())
+    }
+
+    fn names(objects: &[Arc<Value>]) -> Vec<&str> {
+        let mut names: Vec<&str> = objects
+            .iter()
+            .map(|o| bosun_lambda::keys::name_of(o))
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[test]
+    fn candidates_are_the_controllers_own_and_the_orphans_of_its_namespace() {
+        let informer = Informer::default();
+        {
+            let mut cache = informer.change();
+            cache.remember(
+                key("ns", "ours"),
+                &object("ns", "ours", 1, controller("p1")),
+            );
+            cache.remember(
+                key("ns", "theirs"),
+                &object("ns", "theirs", 1, controller("p2")),
+            );
+            cache.remember(key("ns", "orphan"), &object("ns", "orphan", 1, json!([])));
+            // An owner that is not the controller leaves the object an orphan.
+            let mut owned = controller("p2");
+            owned[0]["controller"] = json!(false);
+            cache.remember(key("ns", "gc-owned"), &object("ns", "gc-owned", 1, owned));
+            cache.remember(key("other", "far"), &object("other", "far", 1, json!([])));
+            cache.remember(
+                key("other", "ours-far"),
+                &object("other", "ours-far", 1, controller("p1")),
+            );
+        }
+        let cache = informer.read();
+        assert_eq!(
+            names(&candidates(&cache, Some("ns"), "p1")),
+            vec!["gc-owned", "orphan", "ours"]
+        );
+        assert_eq!(
+            names(&candidates(&cache, Some("ns"), "p2")),
+            vec!["gc-owned", "orphan", "theirs"]
+        );
+        // Cluster-wide: every namespace.
+        assert_eq!(
+            names(&candidates(&cache, None, "p1")),
+            vec!["far", "gc-owned", "orphan", "ours", "ours-far"]
+        );
+        assert_eq!(cache.index.orphans.len(), 3);
+    }
+
+    #[test]
+    fn adoption_and_release_move_an_object_between_orphans_and_its_controller() {
+        let informer = Informer::default();
+        informer
+            .change()
+            .remember(key("ns", "c"), &object("ns", "c", 1, json!([])));
+        assert_eq!(
+            names(&candidates(&informer.read(), Some("ns"), "p1")),
+            vec!["c"]
+        );
+
+        // Adopted by p1: no longer a candidate of p2, one of p1's own.
+        informer
+            .change()
+            .remember(key("ns", "c"), &object("ns", "c", 2, controller("p1")));
+        {
+            let cache = informer.read();
+            assert!(cache.index.orphans.is_empty());
+            assert!(cache.index.owned.contains_key("p1"));
+            assert!(candidates(&cache, Some("ns"), "p2").is_empty());
+            assert_eq!(names(&candidates(&cache, Some("ns"), "p1")), vec!["c"]);
+        }
+
+        // Released: an orphan again, and p1 keeps no empty entry.
+        informer
+            .change()
+            .remember(key("ns", "c"), &object("ns", "c", 3, json!([])));
+        let cache = informer.read();
+        assert!(cache.index.owned.is_empty());
+        assert_eq!(names(&candidates(&cache, Some("ns"), "p2")), vec!["c"]);
+    }
+
+    #[test]
+    fn a_controller_with_many_children_keeps_them_all() {
+        let informer = Informer::default();
+        let count = Owned::FEW + 4;
+        for i in 0..count {
+            let name = format!("c{i:02}");
+            informer
+                .change()
+                .remember(key("ns", &name), &object("ns", &name, 1, controller("p1")));
+        }
+        assert!(matches!(
+            informer.read().index.owned.get("p1"),
+            Some(Owned::Many(_))
+        ));
+        assert_eq!(candidates(&informer.read(), Some("ns"), "p1").len(), count);
+        // Deleted one by one: the controller's entry goes with the last.
+        for i in 0..count {
+            let name = format!("c{i:02}");
+            informer
+                .change()
+                .removed(&key("ns", &name), &format!("uid-{name}"));
+        }
+        assert!(informer.read().index.owned.is_empty());
+    }
+}

@@ -113,16 +113,59 @@ pub fn planned(desired: &GroupMap) -> Arc<[String]> {
         .collect()
 }
 
-/// Runs ManageChildren for one parent.
-pub async fn manage(
-    cluster: &dyn Cluster,
+/// One write ManageChildren makes for one child, or why it makes none: what [`plan`]
+/// decides and [`apply`] carries out.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChildAction {
+    /// An observed child no longer desired: deleted with its uid as precondition.
+    Delete {
+        resource: Resource,
+        /// `Kind namespace/name`, as the journal names it.
+        what: String,
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+    /// A desired child not observed: created (or applied with server-side apply).
+    Create {
+        resource: Resource,
+        what: String,
+        object: Value,
+        server_side: bool,
+    },
+    /// A child that differs from its desired state, updated in place: the merged object
+    /// replaced (or the desired fields applied with server-side apply).
+    Update {
+        resource: Resource,
+        what: String,
+        object: Value,
+        server_side: bool,
+    },
+    /// A child that differs and whose method recreates it: deleted now, created again by
+    /// a later sync.
+    Recreate {
+        resource: Resource,
+        what: String,
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+    /// A child that differs but is left as it is: `OnDelete`, or being deleted.
+    Hold,
+    /// A child whose update could not be computed: the error, naming it.
+    Invalid(String),
+}
+
+/// ManageChildren's decision for one parent (pure): deletes first, then creates and
+/// updates, each in sorted group order; a child already as desired needs no action.
+pub fn plan(
     owner: &Owner,
     types: &[ChildType],
     observed: &GroupMap,
     desired: &GroupMap,
     strategy: ApplyStrategy,
-) -> Applied {
-    let mut applied = Applied::default();
+) -> Vec<ChildAction> {
+    let mut actions = Vec::new();
     let mut sorted: Vec<&ChildType> = types.iter().collect();
     sorted.sort_by(|a, b| {
         (&a.resource.group, &a.resource.version, &a.resource.kind).cmp(&(
@@ -140,19 +183,13 @@ pub async fn manage(
             if want.contains_key(k) || !object["metadata"]["deletionTimestamp"].is_null() {
                 continue;
             }
-            let what = describe(&t.resource.kind, object);
-            match cluster
-                .delete(
-                    &t.resource,
-                    namespace_of(object),
-                    name_of(object),
-                    uid_of(object),
-                )
-                .await
-            {
-                Ok(()) => applied.deleted.push(what),
-                Err(e) => applied.errors.push(format!("deleting {what}: {e}")),
-            }
+            actions.push(ChildAction::Delete {
+                resource: t.resource.clone(),
+                what: describe(&t.resource.kind, object),
+                namespace: namespace_of(object).to_string(),
+                name: name_of(object).to_string(),
+                uid: uid_of(object).to_string(),
+            });
         }
     }
     // Then creates and updates.
@@ -161,31 +198,94 @@ pub async fn manage(
         let have = observed.get(&key).unwrap_or(&empty);
         for (k, want) in desired.get(&key).unwrap_or(&empty) {
             let what = describe(&t.resource.kind, want);
-            let result = match have.get(k) {
-                None => create(cluster, &t.resource, owner, want, strategy).await,
-                Some(current) => update(cluster, t, owner, current, want, strategy).await,
+            let action = match have.get(k) {
+                None => Some(create(&t.resource, owner, want, strategy, what)),
+                Some(current) => update(t, owner, current, want, strategy, what),
             };
-            match result {
-                Ok(Outcome::Created) => applied.created.push(what),
-                Ok(Outcome::Updated) => applied.updated.push(what),
-                Ok(Outcome::Deleted) => applied.deleted.push(what),
-                Ok(Outcome::Unchanged) => {}
-                Ok(Outcome::NotWritten) => applied.not_written += 1,
-                Err(e) => applied.errors.push(format!("{what}: {e}")),
+            actions.extend(action);
+        }
+    }
+    actions
+}
+
+/// Carries out ManageChildren's actions in order; errors are collected and the rest
+/// goes on.
+pub async fn apply(cluster: &dyn Cluster, actions: Vec<ChildAction>) -> Applied {
+    let mut applied = Applied::default();
+    for action in actions {
+        match action {
+            ChildAction::Delete {
+                resource,
+                what,
+                namespace,
+                name,
+                uid,
+            } => match cluster.delete(&resource, &namespace, &name, &uid).await {
+                Ok(()) => applied.deleted.push(what),
+                Err(e) => applied.errors.push(format!("deleting {what}: {e}")),
+            },
+            ChildAction::Create {
+                resource,
+                what,
+                object,
+                server_side,
+            } => {
+                let result = if server_side {
+                    cluster.apply(&resource, object, false).await
+                } else {
+                    cluster.create(&resource, object).await
+                };
+                match result {
+                    Ok(_) => applied.created.push(what),
+                    Err(ClusterError::AlreadyExists(_)) => applied.not_written += 1,
+                    Err(e) => applied.errors.push(format!("{what}: {e}")),
+                }
             }
+            ChildAction::Update {
+                resource,
+                what,
+                object,
+                server_side,
+            } => {
+                let result = if server_side {
+                    cluster.apply(&resource, object, false).await
+                } else {
+                    cluster.replace(&resource, object).await
+                };
+                match result {
+                    Ok(_) => applied.updated.push(what),
+                    Err(ClusterError::Conflict(_)) => applied.not_written += 1,
+                    Err(ClusterError::NotFound(_)) if !server_side => applied.not_written += 1,
+                    Err(e) => applied.errors.push(format!("{what}: {e}")),
+                }
+            }
+            ChildAction::Recreate {
+                resource,
+                what,
+                namespace,
+                name,
+                uid,
+            } => match cluster.delete(&resource, &namespace, &name, &uid).await {
+                Ok(()) => applied.deleted.push(what),
+                Err(e) => applied.errors.push(format!("{what}: {e}")),
+            },
+            ChildAction::Hold => applied.not_written += 1,
+            ChildAction::Invalid(error) => applied.errors.push(error),
         }
     }
     applied
 }
 
-enum Outcome {
-    Created,
-    Updated,
-    Deleted,
-    /// The child already is what the hook asked for.
-    Unchanged,
-    /// The child differs but was left as it is (see [`Applied::not_written`]).
-    NotWritten,
+/// Runs ManageChildren for one parent: [`plan`], then [`apply`].
+pub async fn manage(
+    cluster: &dyn Cluster,
+    owner: &Owner,
+    types: &[ChildType],
+    observed: &GroupMap,
+    desired: &GroupMap,
+    strategy: ApplyStrategy,
+) -> Applied {
+    apply(cluster, plan(owner, types, observed, desired, strategy)).await
 }
 
 fn with_owner(object: &Value, owner: &Owner) -> Value {
@@ -231,83 +331,78 @@ fn ssa_fields(object: &Value) -> Value {
     out
 }
 
-async fn create(
-    cluster: &dyn Cluster,
+fn create(
     resource: &Resource,
     owner: &Owner,
     desired: &Value,
     strategy: ApplyStrategy,
-) -> Result<Outcome, ClusterError> {
-    let result = match strategy {
+    what: String,
+) -> ChildAction {
+    let (object, server_side) = match strategy {
         ApplyStrategy::DynamicApply => {
-            let object = with_owner(&apply::with_last_applied(desired), owner);
-            cluster.create(resource, object).await
+            (with_owner(&apply::with_last_applied(desired), owner), false)
         }
-        ApplyStrategy::ServerSideApply => {
-            cluster
-                .apply(resource, for_ssa(desired, owner), false)
-                .await
-        }
+        ApplyStrategy::ServerSideApply => (for_ssa(desired, owner), true),
     };
-    match result {
-        Ok(_) => Ok(Outcome::Created),
-        Err(ClusterError::AlreadyExists(_)) => Ok(Outcome::NotWritten),
-        Err(e) => Err(e),
+    ChildAction::Create {
+        resource: resource.clone(),
+        what,
+        object,
+        server_side,
     }
 }
 
-async fn update(
-    cluster: &dyn Cluster,
+/// The action that makes `observed` what `desired` asks for; `None` when it already is.
+fn update(
     t: &ChildType,
     owner: &Owner,
     observed: &Value,
     desired: &Value,
     strategy: ApplyStrategy,
-) -> Result<Outcome, ClusterError> {
+    what: String,
+) -> Option<ChildAction> {
     if !observed["metadata"]["deletionTimestamp"].is_null() {
-        return Ok(Outcome::NotWritten);
+        return Some(ChildAction::Hold);
     }
-    if strategy == ApplyStrategy::ServerSideApply {
-        return update_ssa(cluster, t, owner, observed, desired).await;
-    }
-    let merged = apply::apply_update(observed, desired).map_err(|e| ClusterError::Other {
-        what: describe(&t.resource.kind, observed),
-        message: e.to_string(),
-    })?;
-    if merged == *observed {
-        return Ok(Outcome::Unchanged);
-    }
-    match t.method {
-        UpdateMethod::OnDelete => Ok(Outcome::NotWritten),
-        UpdateMethod::Recreate | UpdateMethod::RollingRecreate => {
-            delete(cluster, &t.resource, observed).await
+    let server_side = strategy == ApplyStrategy::ServerSideApply;
+    let object = if server_side {
+        let object = for_ssa(desired, owner);
+        if contains(observed, &object) {
+            return None;
         }
-        UpdateMethod::InPlace | UpdateMethod::RollingInPlace => {
-            match cluster.replace(&t.resource, merged).await {
-                Ok(_) => Ok(Outcome::Updated),
-                Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {
-                    Ok(Outcome::NotWritten)
-                }
-                Err(e) => Err(e),
+        object
+    } else {
+        let merged = match apply::apply_update(observed, desired) {
+            Ok(merged) => merged,
+            Err(e) => {
+                let e = ClusterError::Other {
+                    what: describe(&t.resource.kind, observed),
+                    message: e.to_string(),
+                };
+                return Some(ChildAction::Invalid(format!("{what}: {e}")));
             }
+        };
+        if merged == *observed {
+            return None;
         }
-    }
-}
-
-async fn delete(
-    cluster: &dyn Cluster,
-    resource: &Resource,
-    observed: &Value,
-) -> Result<Outcome, ClusterError> {
-    cluster
-        .delete(
-            resource,
-            namespace_of(observed),
-            name_of(observed),
-            uid_of(observed),
-        )
-        .await?;
-    Ok(Outcome::Deleted)
+        merged
+    };
+    Some(match t.method {
+        UpdateMethod::OnDelete => ChildAction::Hold,
+        UpdateMethod::Recreate | UpdateMethod::RollingRecreate => ChildAction::Recreate {
+            resource: t.resource.clone(),
+            what,
+            namespace: namespace_of(observed).to_string(),
+            name: name_of(observed).to_string(),
+            uid: uid_of(observed).to_string(),
+        },
+        UpdateMethod::InPlace | UpdateMethod::RollingInPlace => ChildAction::Update {
+            resource: t.resource.clone(),
+            what,
+            object,
+            server_side,
+        },
+    })
 }
 
 /// Whether a child written with server-side apply is what `desired` asks for: every field
@@ -325,32 +420,6 @@ fn contains(observed: &Value, wanted: &Value) -> bool {
             .iter()
             .all(|(k, v)| o.get(k).is_some_and(|ov| contains(ov, v))),
         (o, w) => o == w,
-    }
-}
-
-async fn update_ssa(
-    cluster: &dyn Cluster,
-    t: &ChildType,
-    owner: &Owner,
-    observed: &Value,
-    desired: &Value,
-) -> Result<Outcome, ClusterError> {
-    let object = for_ssa(desired, owner);
-    if contains(observed, &object) {
-        return Ok(Outcome::Unchanged);
-    }
-    match t.method {
-        UpdateMethod::OnDelete => Ok(Outcome::NotWritten),
-        UpdateMethod::Recreate | UpdateMethod::RollingRecreate => {
-            delete(cluster, &t.resource, observed).await
-        }
-        UpdateMethod::InPlace | UpdateMethod::RollingInPlace => {
-            match cluster.apply(&t.resource, object, false).await {
-                Ok(_) => Ok(Outcome::Updated),
-                Err(ClusterError::Conflict(_)) => Ok(Outcome::NotWritten),
-                Err(e) => Err(e),
-            }
-        }
     }
 }
 

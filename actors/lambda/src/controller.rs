@@ -10,7 +10,6 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bosun_runtime::last_outcome::LastOutcomes;
 use bosun_runtime::mailbox::Mailboxes;
@@ -21,147 +20,28 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use crate::composite::{Composite, SyncError, SyncReport};
-use crate::decorator::Decorator;
 use crate::events::LambdaEvent;
 use crate::keys::{ParentKey, namespace_of};
 use crate::ports::{Change, Cluster, EventNote, HookType, Resource, Watches};
+use crate::reconcile::Reconcile;
 use crate::related::selects_any;
+use crate::steps::{SyncError, SyncReport};
 use crate::types::ControllerKind;
 
-/// What a controller reconciles.
-pub enum Reconciler {
-    Composite(Box<Composite>),
-    Decorator(Box<Decorator>),
-}
-
-impl Reconciler {
-    pub fn kind(&self) -> ControllerKind {
-        match self {
-            Reconciler::Composite(_) => ControllerKind::CompositeController,
-            Reconciler::Decorator(_) => ControllerKind::DecoratorController,
-        }
-    }
-
-    pub fn name(&self) -> &str {
-        match self {
-            Reconciler::Composite(c) => &c.name,
-            Reconciler::Decorator(d) => &d.name,
-        }
-    }
-
-    /// The controller object.
-    pub fn object(&self) -> &Value {
-        match self {
-            Reconciler::Composite(c) => &c.object,
-            Reconciler::Decorator(d) => &d.object,
-        }
-    }
-
-    /// A CompositeController's parent kind; `None` for a decorator (its keys carry it).
-    pub fn parent_kind(&self) -> Option<String> {
-        match self {
-            Reconciler::Composite(c) => Some(c.parent.kind.clone()),
-            Reconciler::Decorator(_) => None,
-        }
-    }
-
-    fn parent_resources(&self) -> Vec<Resource> {
-        match self {
-            Reconciler::Composite(c) => vec![c.parent.clone()],
-            Reconciler::Decorator(d) => d.targets.iter().map(|t| t.resource.clone()).collect(),
-        }
-    }
-
-    fn child_resources(&self) -> Vec<Resource> {
-        match self {
-            Reconciler::Composite(c) => c
-                .children
-                .iter()
-                .map(|t| t.resource.clone())
-                .chain(c.revisions.clone())
-                .collect(),
-            Reconciler::Decorator(d) => d.attachments.iter().map(|t| t.resource.clone()).collect(),
-        }
-    }
-
-    fn resync_period(&self) -> Option<Duration> {
-        let s = match self {
-            Reconciler::Composite(c) => c.spec.resync_period_seconds,
-            Reconciler::Decorator(d) => d.spec.resync_period_seconds,
-        }?;
-        (s > 0).then(|| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1)))
-    }
-
-    fn parent_key(&self, parent: &Value) -> ParentKey {
-        match self {
-            Reconciler::Composite(_) => ParentKey::of(parent),
-            Reconciler::Decorator(_) => ParentKey::typed(parent),
-        }
-    }
-
-    /// The resource of the parent `key` names.
-    fn resource_of(&self, key: &ParentKey) -> Option<&Resource> {
-        match self {
-            Reconciler::Composite(c) => Some(&c.parent),
-            Reconciler::Decorator(d) => d.target_of_key(key).map(|t| &t.resource),
-        }
-    }
-
-    fn wants(&self, parent: &Value) -> bool {
-        match self {
-            Reconciler::Composite(c) => c.wants(parent),
-            Reconciler::Decorator(d) => d.wants(parent),
-        }
-    }
-
-    fn ignore_status_changes(&self, parent: &Value) -> bool {
-        match self {
-            Reconciler::Composite(c) => c.spec.parent_resource.ignore_status_changes == Some(true),
-            Reconciler::Decorator(d) => {
-                d.target_of(parent).is_some_and(|t| t.ignore_status_changes)
-            }
-        }
-    }
-
-    async fn sync(&self, cluster: &dyn Cluster, key: &ParentKey) -> Result<SyncReport, SyncError> {
-        match self {
-            Reconciler::Composite(c) => c.sync(cluster, key).await,
-            Reconciler::Decorator(d) => d.sync(cluster, key).await,
-        }
-    }
-
-    /// The parent keys a child or attachment event concerns.
-    async fn parents_of_child(
-        &self,
-        cluster: &dyn Cluster,
-        child: &Value,
-        deleted: bool,
-    ) -> Vec<ParentKey> {
-        let result = match self {
-            Reconciler::Composite(c) => {
-                if deleted && crate::claim::controller_ref(child).is_none() {
-                    return Vec::new();
-                }
-                c.parents_of_child(cluster, child).await
-            }
-            Reconciler::Decorator(d) => d
-                .parent_of_attachment(cluster, child)
-                .await
-                .map(|k| k.into_iter().collect()),
-        };
-        result.unwrap_or_else(|e| {
-            tracing::warn!(controller = %self.name(), "cannot map a child event to its parent: {e}");
+/// The parent keys a child or attachment event concerns; none (with a warning) when the
+/// event cannot be mapped.
+async fn parents_of_child(
+    r: &dyn Reconcile,
+    cluster: &dyn Cluster,
+    child: &Value,
+    deleted: bool,
+) -> Vec<ParentKey> {
+    r.parents_of_child(cluster, child, deleted)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(controller = %r.name(), "cannot map a child event to its parent: {e}");
             Vec::new()
         })
-    }
-
-    fn customizer(&self) -> Option<&crate::related::Customizer> {
-        match self {
-            Reconciler::Composite(c) => c.customizer.as_ref(),
-            Reconciler::Decorator(d) => d.customizer.as_ref(),
-        }
-    }
 }
 
 /// What a controller needs from the world.
@@ -261,12 +141,12 @@ fn status_only(old: &Value, new: &Value) -> bool {
 
 /// Starts a controller: subscribes its watches, then runs its workers.
 pub async fn start(
-    reconciler: Reconciler,
+    reconciler: Box<dyn Reconcile>,
     spec: Value,
     ctx: Context,
 ) -> Result<Running, crate::ports::ClusterError> {
     let parent_kind = reconciler.parent_kind();
-    let reconciler = Arc::new(reconciler);
+    let reconciler: Arc<dyn Reconcile> = Arc::from(reconciler);
     let queue: WorkQueue<ParentKey> = WorkQueue::new();
     let last = Arc::new(Mutex::new(LastSyncs::new()));
     let mut tasks = Vec::new();
@@ -335,7 +215,7 @@ pub async fn start(
                     }
                     Change::Deleted(old) => (Arc::clone(old), true),
                 };
-                for key in r.parents_of_child(cluster.as_ref(), &child, deleted).await {
+                for key in parents_of_child(r.as_ref(), cluster.as_ref(), &child, deleted).await {
                     q.add(key);
                 }
             }
@@ -406,7 +286,7 @@ pub async fn start(
 /// A controller's parents as the runner reconciles them: one sync per key, then what the
 /// outcome asks (a resync, a backoff, a `Retry-After`), then [`record`].
 struct Parents {
-    r: Arc<Reconciler>,
+    r: Arc<dyn Reconcile>,
     ctx: Context,
     queue: WorkQueue<ParentKey>,
     last: Arc<Mutex<LastSyncs>>,
@@ -439,7 +319,7 @@ impl runner::Reconciler<ParentKey> for Parents {
         outcome: Outcome<SyncReport, SyncError>,
     ) -> BoxFut<'a, ()> {
         Box::pin(async move {
-            record(&self.r, &self.ctx, &self.last, key, outcome).await;
+            record(self.r.as_ref(), &self.ctx, &self.last, key, outcome).await;
             watch_related(
                 &self.r,
                 &self.ctx,
@@ -455,7 +335,7 @@ impl runner::Reconciler<ParentKey> for Parents {
 
 /// Journals what a sync changed, keeps it for the debug view, raises an Event on failure.
 async fn record(
-    r: &Reconciler,
+    r: &dyn Reconcile,
     ctx: &Context,
     last: &Mutex<LastSyncs>,
     key: &ParentKey,
@@ -558,7 +438,7 @@ async fn record(
     }
 }
 
-async fn parent_object(r: &Reconciler, cluster: &dyn Cluster, key: &ParentKey) -> Option<Value> {
+async fn parent_object(r: &dyn Reconcile, cluster: &dyn Cluster, key: &ParentKey) -> Option<Value> {
     cluster
         .cached(r.resource_of(key)?, &key.namespace, &key.name)
         .await
@@ -570,7 +450,7 @@ async fn parent_object(r: &Reconciler, cluster: &dyn Cluster, key: &ParentKey) -
 /// Starts watches for related resources the customize hook named for `key`, so their
 /// changes reach the parents whose rules select them.
 async fn watch_related(
-    r: &Arc<Reconciler>,
+    r: &Arc<dyn Reconcile>,
     ctx: &Context,
     q: &WorkQueue<ParentKey>,
     related: &Arc<Mutex<HashSet<(String, String)>>>,
@@ -580,7 +460,7 @@ async fn watch_related(
     let Some(customizer) = r.customizer() else {
         return;
     };
-    let Some(parent) = parent_object(r, ctx.cluster.as_ref(), key).await else {
+    let Some(parent) = parent_object(r.as_ref(), ctx.cluster.as_ref(), key).await else {
         return;
     };
     let Some(rules) = customizer.cached_rules(&parent) else {
@@ -614,7 +494,7 @@ async fn watch_related(
                     }
                     Change::Deleted(old) => vec![Arc::clone(old)],
                 };
-                enqueue_related(&r, cluster.as_ref(), &q, &resource, &states).await;
+                enqueue_related(r.as_ref(), cluster.as_ref(), &q, &resource, &states).await;
             }
         }));
     }
@@ -623,7 +503,7 @@ async fn watch_related(
 /// Enqueues every parent whose cached customize rules select one of `states` (the old
 /// and new state of one related object).
 async fn enqueue_related(
-    r: &Reconciler,
+    r: &dyn Reconcile,
     cluster: &dyn Cluster,
     q: &WorkQueue<ParentKey>,
     watched: &Resource,

@@ -1,21 +1,22 @@
 //! One sync of one object of a DecoratorController: the hook sees the object and its
 //! attachments and answers labels, annotations, status and attachments.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
 use crate::children::{self, ApplyStrategy, ChildType};
 use crate::claim::{self, Owner};
-use crate::composite::{
-    BoundHook, SyncError, SyncReport, call_hook, digest, related_of, set_finalizer,
-};
 use crate::keys::{GroupMap, ParentKey, has_finalizer, is_deleting, key_of, namespace_of, uid_of};
-use crate::ports::{Cluster, ClusterError, HookType, Resource};
-use crate::protocol::{decode_decorator, decorator_request};
+use std::time::Duration;
+
+use crate::ports::{BoxFut, Cluster, ClusterError, HookType, Resource};
+use crate::protocol::{DecoratorResponse, decode_decorator, decorator_request};
+use crate::reconcile::{Reconcile, resync_period};
 use crate::related::Customizer;
 use crate::selector::Selector;
-use crate::types::{DECORATOR_ANNOTATION, DecoratorSpec};
+use crate::steps::{
+    BoundHook, FinalizerChange, SyncError, SyncReport, call_hook, digest, related_of, resync_after,
+};
+use crate::types::{ControllerKind, DECORATOR_ANNOTATION, DecoratorSpec};
 
 /// One `spec.resources` rule, resolved.
 pub struct Target {
@@ -154,146 +155,30 @@ impl Decorator {
         Ok(out)
     }
 
-    /// One sync of the object named by `key`.
+    /// One sync of the object named by `key`, as named steps: finalizer → attachments
+    /// observed → hook → write back → attachments managed.
     pub async fn sync(
         &self,
         cluster: &dyn Cluster,
         key: &ParentKey,
     ) -> Result<SyncReport, SyncError> {
-        let Some(target) = self.target_of_key(key) else {
+        let Some(decorated) = self.finalizer_step(cluster, key).await? else {
             return Ok(SyncReport::default());
         };
-        let resource = target.resource.clone();
-        let Some(object) = cluster.cached(&resource, &key.namespace, &key.name).await? else {
-            return Ok(SyncReport::default());
+        let observed = self
+            .observed_attachments(cluster, &decorated.object)
+            .await?;
+        let (response, mut report) = self.hook_step(cluster, &decorated, &observed).await?;
+        let write = WriteBack::decide(&decorated.object, &response, &self.finalizer());
+        let Some(object) = write
+            .apply(cluster, &decorated.resource, decorated.object, &mut report)
+            .await?
+        else {
+            return Ok(report);
         };
-        let mut object = (*object).clone();
-        let finalizer = self.finalizer();
-        if !self.wants(&object) {
-            return Ok(SyncReport::default());
-        }
-        let matches = self.matches(&object);
-        if self.finalize.is_some()
-            && matches
-            && !has_finalizer(&object, &finalizer)
-            && !is_deleting(&object)
-        {
-            object = set_finalizer(cluster, &resource, &object, &finalizer, true).await?;
-        } else if self.finalize.is_none() && has_finalizer(&object, &finalizer) {
-            object = set_finalizer(cluster, &resource, &object, &finalizer, false).await?;
-        }
-        if !self.wants(&object) {
-            return Ok(SyncReport::default());
-        }
-        let observed = self.observed_attachments(cluster, &object).await?;
-        let related = related_of(cluster, self.customizer.as_ref(), &self.object, &object).await?;
-        let finalizing = self.finalize.is_some() && (is_deleting(&object) || !matches);
-        let (hook_type, bound) = match (finalizing, &self.finalize, &self.sync) {
-            (true, Some(f), _) => (HookType::Finalize, f),
-            (false, _, Some(s)) => (HookType::Sync, s),
-            _ => return Err(SyncError::Failed("no enabled hooks found".into())),
-        };
-        let body = decorator_request(
-            &self.object,
-            &object,
-            &observed,
-            &related,
-            bound.hook.version,
-            finalizing,
-        );
-        let (answer, request_digest) = call_hook(bound, body, &object).await?;
-        let decoded = decode_decorator(
-            hook_type,
-            bound.hook.version,
-            bound.hook.unmarshal_mode(),
-            &answer,
-        )
-        .map_err(|e| SyncError::Failed(e.to_string()))?;
-        let mut report = SyncReport {
-            hook: Some(hook_type),
-            request_digest: Some(request_digest),
-            answer_digest: Some(digest(&answer)),
-            warnings: decoded.warnings,
-            ..SyncReport::default()
-        };
-        let response = decoded.response;
-        if response.resync_after_seconds > 0.0 {
-            report.resync_after = Some(Duration::from_secs_f64(response.resync_after_seconds));
-        }
-        // Write back labels, annotations and status.
-        let labels = apply_map(&object["metadata"]["labels"], &response.labels);
-        let annotations = apply_map(&object["metadata"]["annotations"], &response.annotations);
-        let labels_changed = labels != object["metadata"]["labels"]
-            && !(labels == json!({}) && object["metadata"]["labels"].is_null());
-        let annotations_changed = annotations != object["metadata"]["annotations"]
-            && !(annotations == json!({}) && object["metadata"]["annotations"].is_null());
-        let status_changed = response
-            .status
-            .as_ref()
-            .is_some_and(|s| *s != object["status"]);
-        let finalize_now = response.finalized && has_finalizer(&object, &finalizer);
-        if labels_changed || annotations_changed || status_changed || finalize_now {
-            let mut updated = object.clone();
-            if status_changed && resource.status_subresource {
-                let mut with_status = object.clone();
-                with_status["status"] = response.status.clone().unwrap_or(Value::Null);
-                match cluster.replace_status(&resource, with_status).await {
-                    Ok(written) => {
-                        updated["metadata"]["resourceVersion"] =
-                            written["metadata"]["resourceVersion"].clone();
-                        updated["status"] = written["status"].clone();
-                        report.status_written = true;
-                    }
-                    Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {
-                        return Ok(report);
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            } else if status_changed {
-                updated["status"] = response.status.clone().unwrap_or(Value::Null);
-                report.status_written = true;
-            }
-            if labels_changed {
-                updated["metadata"]["labels"] = labels;
-            }
-            if annotations_changed {
-                updated["metadata"]["annotations"] = annotations;
-            }
-            if finalize_now {
-                if let Some(list) = updated["metadata"]["finalizers"].as_array_mut() {
-                    list.retain(|f| f.as_str() != Some(finalizer.as_str()));
-                }
-                report.finalized = true;
-            }
-            if labels_changed
-                || annotations_changed
-                || finalize_now
-                || (status_changed && !resource.status_subresource)
-            {
-                match cluster.replace(&resource, updated.clone()).await {
-                    Ok(written) => object = written,
-                    Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {
-                        return Ok(report);
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            } else {
-                object = updated;
-            }
-        }
-        // Attachments.
-        let mut desired = Vec::new();
-        for mut a in response.attachments.unwrap_or_default() {
-            if namespace_of(&a).is_empty() && !namespace_of(&object).is_empty() {
-                a["metadata"]["namespace"] = json!(namespace_of(&object));
-            }
-            a["metadata"]["annotations"][DECORATOR_ANNOTATION] = json!(self.name);
-            desired.push(a);
-        }
-        let desired =
-            children::group_desired(desired, &self.attachments).map_err(SyncError::Failed)?;
+        let desired = self.desired_attachments(&object, response.attachments)?;
         report.planned = children::planned(&desired);
-        if crate::keys::manages_children(&object, &finalizer, self.finalize.is_some()) {
+        if crate::keys::manages_children(&object, &self.finalizer(), self.finalize.is_some()) {
             report.applied = children::manage(
                 cluster,
                 &Owner::of(&object),
@@ -308,5 +193,317 @@ impl Decorator {
             return Err(SyncError::Failed(report.applied.errors.join("; ")));
         }
         Ok(report)
+    }
+
+    /// The finalizer step: the cached object with our finalizer added while a finalize
+    /// hook is configured and it matches its rule, removed without a finalize hook.
+    /// `None` when it is gone or not ours.
+    async fn finalizer_step(
+        &self,
+        cluster: &dyn Cluster,
+        key: &ParentKey,
+    ) -> Result<Option<Decorated>, SyncError> {
+        let Some(target) = self.target_of_key(key) else {
+            return Ok(None);
+        };
+        let resource = target.resource.clone();
+        let Some(object) = cluster.cached(&resource, &key.namespace, &key.name).await? else {
+            return Ok(None);
+        };
+        let mut object = (*object).clone();
+        let finalizer = self.finalizer();
+        if !self.wants(&object) {
+            return Ok(None);
+        }
+        let matches = self.matches(&object);
+        let change = FinalizerChange::decide(&object, &finalizer, self.finalize.is_some(), matches);
+        if let Some(change) = change {
+            object = change
+                .apply(cluster, &resource, &object, &finalizer)
+                .await?;
+        }
+        Ok(self.wants(&object).then_some(Decorated {
+            resource,
+            object,
+            matches,
+        }))
+    }
+
+    /// The hook step: related objects, then the sync hook, or the finalize hook while the
+    /// object is deleted or no longer matches. Returns the answer and the report of it.
+    async fn hook_step(
+        &self,
+        cluster: &dyn Cluster,
+        decorated: &Decorated,
+        observed: &GroupMap,
+    ) -> Result<(DecoratorResponse, SyncReport), SyncError> {
+        let object = &decorated.object;
+        let related = related_of(cluster, self.customizer.as_ref(), &self.object, object).await?;
+        let finalizing = self.finalize.is_some() && (is_deleting(object) || !decorated.matches);
+        let (hook_type, bound) = match (finalizing, &self.finalize, &self.sync) {
+            (true, Some(f), _) => (HookType::Finalize, f),
+            (false, _, Some(s)) => (HookType::Sync, s),
+            _ => return Err(SyncError::Failed("no enabled hooks found".into())),
+        };
+        let body = decorator_request(
+            &self.object,
+            object,
+            observed,
+            &related,
+            bound.hook.version,
+            finalizing,
+        );
+        let (answer, request_digest) = call_hook(bound, body, object).await?;
+        let decoded = decode_decorator(
+            hook_type,
+            bound.hook.version,
+            bound.hook.unmarshal_mode(),
+            &answer,
+        )
+        .map_err(|e| SyncError::Failed(e.to_string()))?;
+        let report = SyncReport {
+            hook: Some(hook_type),
+            resync_after: resync_after(decoded.response.resync_after_seconds),
+            request_digest: Some(request_digest),
+            answer_digest: Some(digest(&answer)),
+            warnings: decoded.warnings,
+            ..SyncReport::default()
+        };
+        Ok((decoded.response, report))
+    }
+
+    /// The attachments the answer asks for: the object's namespace by default, each
+    /// marked as this controller's.
+    fn desired_attachments(
+        &self,
+        object: &Value,
+        attachments: Option<Vec<Value>>,
+    ) -> Result<GroupMap, SyncError> {
+        let mut desired = Vec::new();
+        for mut a in attachments.unwrap_or_default() {
+            if namespace_of(&a).is_empty() && !namespace_of(object).is_empty() {
+                a["metadata"]["namespace"] = json!(namespace_of(object));
+            }
+            a["metadata"]["annotations"][DECORATOR_ANNOTATION] = json!(self.name);
+            desired.push(a);
+        }
+        children::group_desired(desired, &self.attachments).map_err(SyncError::Failed)
+    }
+}
+
+/// The decorated object of a sync, after the finalizer step.
+struct Decorated {
+    resource: Resource,
+    object: Value,
+    /// Whether it matched its rule's selectors when read (before the finalizer step).
+    matches: bool,
+}
+
+/// What an answer changes on the decorated object (pure): each part only when it differs.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct WriteBack {
+    labels: Option<Value>,
+    annotations: Option<Value>,
+    status: Option<Value>,
+    /// Our finalizer, to drop: the finalize hook answered `finalized`.
+    finalize: Option<String>,
+}
+
+impl WriteBack {
+    fn decide(object: &Value, response: &DecoratorResponse, finalizer: &str) -> WriteBack {
+        let changed = |current: &Value, answer| {
+            let map = apply_map(current, answer);
+            (map != *current && !(map == json!({}) && current.is_null())).then_some(map)
+        };
+        WriteBack {
+            labels: changed(&object["metadata"]["labels"], &response.labels),
+            annotations: changed(&object["metadata"]["annotations"], &response.annotations),
+            status: response.status.clone().filter(|s| *s != object["status"]),
+            finalize: (response.finalized && has_finalizer(object, finalizer))
+                .then(|| finalizer.to_string()),
+        }
+    }
+
+    /// Writes it: the status through its subresource first (when the resource has one),
+    /// then labels, annotations, a status without subresource and the finalizer in one
+    /// replace. Returns the object as written; `None` when it changed or went under us
+    /// (a later sync sees it again).
+    async fn apply(
+        self,
+        cluster: &dyn Cluster,
+        resource: &Resource,
+        object: Value,
+        report: &mut SyncReport,
+    ) -> Result<Option<Value>, SyncError> {
+        if self == WriteBack::default() {
+            return Ok(Some(object));
+        }
+        let mut updated = object.clone();
+        let status_changed = self.status.is_some();
+        if let Some(status) = self.status {
+            if resource.status_subresource {
+                let mut with_status = object;
+                with_status["status"] = status;
+                match cluster.replace_status(resource, with_status).await {
+                    Ok(written) => {
+                        updated["metadata"]["resourceVersion"] =
+                            written["metadata"]["resourceVersion"].clone();
+                        updated["status"] = written["status"].clone();
+                        report.status_written = true;
+                    }
+                    Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                updated["status"] = status;
+                report.status_written = true;
+            }
+        }
+        let replace = self.labels.is_some()
+            || self.annotations.is_some()
+            || self.finalize.is_some()
+            || (status_changed && !resource.status_subresource);
+        if let Some(labels) = self.labels {
+            updated["metadata"]["labels"] = labels;
+        }
+        if let Some(annotations) = self.annotations {
+            updated["metadata"]["annotations"] = annotations;
+        }
+        if let Some(finalizer) = &self.finalize {
+            if let Some(list) = updated["metadata"]["finalizers"].as_array_mut() {
+                list.retain(|f| f.as_str() != Some(finalizer.as_str()));
+            }
+            report.finalized = true;
+        }
+        if !replace {
+            return Ok(Some(updated));
+        }
+        match cluster.replace(resource, updated).await {
+            Ok(written) => Ok(Some(written)),
+            Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Reconcile for Decorator {
+    fn kind(&self) -> ControllerKind {
+        ControllerKind::DecoratorController
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn object(&self) -> &Value {
+        &self.object
+    }
+
+    fn parent_kind(&self) -> Option<String> {
+        None
+    }
+
+    fn parent_resources(&self) -> Vec<Resource> {
+        self.targets.iter().map(|t| t.resource.clone()).collect()
+    }
+
+    fn child_resources(&self) -> Vec<Resource> {
+        self.attachments
+            .iter()
+            .map(|t| t.resource.clone())
+            .collect()
+    }
+
+    fn resync_period(&self) -> Option<Duration> {
+        resync_period(self.spec.resync_period_seconds)
+    }
+
+    fn parent_key(&self, parent: &Value) -> ParentKey {
+        ParentKey::typed(parent)
+    }
+
+    fn resource_of(&self, key: &ParentKey) -> Option<&Resource> {
+        self.target_of_key(key).map(|t| &t.resource)
+    }
+
+    fn wants(&self, parent: &Value) -> bool {
+        Decorator::wants(self, parent)
+    }
+
+    fn ignore_status_changes(&self, parent: &Value) -> bool {
+        self.target_of(parent)
+            .is_some_and(|t| t.ignore_status_changes)
+    }
+
+    fn customizer(&self) -> Option<&Customizer> {
+        self.customizer.as_ref()
+    }
+
+    fn sync<'a>(
+        &'a self,
+        cluster: &'a dyn Cluster,
+        key: &'a ParentKey,
+    ) -> BoxFut<'a, Result<SyncReport, SyncError>> {
+        Box::pin(Decorator::sync(self, cluster, key))
+    }
+
+    fn parents_of_child<'a>(
+        &'a self,
+        cluster: &'a dyn Cluster,
+        child: &'a Value,
+        _deleted: bool,
+    ) -> BoxFut<'a, Result<Vec<ParentKey>, ClusterError>> {
+        Box::pin(async move {
+            Ok(self
+                .parent_of_attachment(cluster, child)
+                .await?
+                .into_iter()
+                .collect())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "o", "labels": {"a": "1"}, "finalizers": ["f"]},
+               "status": {"phase": "Running"}})
+    }
+
+    fn response(answer: Value) -> DecoratorResponse {
+        serde_json::from_value(answer).expect("an answer")
+    }
+
+    #[test]
+    fn an_answer_as_the_object_is_writes_nothing() {
+        let answer = response(json!({"labels": {"a": "1"}, "annotations": {},
+                                     "status": {"phase": "Running"}}));
+        assert_eq!(
+            WriteBack::decide(&object(), &answer, "f"),
+            WriteBack::default()
+        );
+    }
+
+    #[test]
+    fn labels_set_and_removed_status_and_finalizer_are_written_back() {
+        let answer = response(json!({"labels": {"a": null, "b": "2"},
+                                     "annotations": {"n": "v"},
+                                     "status": {"phase": "Done"}, "finalized": true}));
+        assert_eq!(
+            WriteBack::decide(&object(), &answer, "f"),
+            WriteBack {
+                labels: Some(json!({"b": "2"})),
+                annotations: Some(json!({"n": "v"})),
+                status: Some(json!({"phase": "Done"})),
+                finalize: Some("f".into()),
+            }
+        );
+        // `finalized` without our finalizer on the object: nothing to drop.
+        assert_eq!(WriteBack::decide(&object(), &answer, "g").finalize, None);
     }
 }

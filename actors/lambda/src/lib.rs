@@ -16,8 +16,13 @@
 //!   selector.rs  metav1.LabelSelector and annotation selectors
 //!   apply.rs     the 3-way merge and ApplyUpdate (pure)
 //!   claim.rs     ControllerRef claim rules (pure)
+//!   children.rs  ManageChildren: a pure plan of child actions, then one apply
 //!   rollout.rs   rolling updates through ControllerRevisions (pure planning)
-//!   composite/rolling.rs  the rolling-update sync: revisions claimed, one hook call each, persisted
+//!   steps/       the steps both syncs share: finalizer, hook call and related objects, status
+//!   reconcile.rs the `Reconcile` trait the runner (`controller.rs`) drives
+//!   composite/   the CompositeController sync: named steps (mod.rs), the pure plan
+//!                (plan.rs), the settled memo around it (settled.rs), rollouts (rolling.rs)
+//!   decorator.rs the DecoratorController sync: named steps, a pure write-back
 //! ```
 //!
 //! The crate does no IO: the cluster and the webhooks are ports (`ports.rs`) implemented
@@ -34,8 +39,10 @@ pub mod fakes;
 pub mod keys;
 pub mod ports;
 pub mod protocol;
+pub mod reconcile;
 pub mod registry;
 pub mod related;
 pub mod rollout;
 pub mod selector;
+pub mod steps;
 pub mod types;

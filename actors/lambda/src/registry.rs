@@ -15,13 +15,15 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::children::{ApplyStrategy, ChildType};
-use crate::composite::{BoundHook, Composite};
-use crate::controller::{Context, LastSyncs, Reconciler, Running, start};
+use crate::composite::Composite;
+use crate::controller::{Context, LastSyncs, Running, start};
 use crate::decorator::{Decorator, Target};
 use crate::events::LambdaEvent;
 use crate::ports::{Change, ClusterError, EventNote, HookFactory, HookSpec, HookType, Resource};
+use crate::reconcile::Reconcile;
 use crate::related::Customizer;
 use crate::selector::Selector;
+use crate::steps::BoundHook;
 use crate::types::{
     ControllerKind, EndpointConfig, GROUP, Hook, Hooks, parse_composite, parse_decorator,
 };
@@ -419,7 +421,7 @@ impl Worker {
         &self,
         kind: ControllerKind,
         object: &Value,
-    ) -> Result<Option<Reconciler>, Build> {
+    ) -> Result<Option<Box<dyn Reconcile>>, Build> {
         match kind {
             ControllerKind::CompositeController => {
                 let (name, spec) =
@@ -497,7 +499,7 @@ impl Worker {
                         composite.name
                     )));
                 }
-                Ok(Some(Reconciler::Composite(Box::new(composite))))
+                Ok(Some(Box::new(composite)))
             }
             ControllerKind::DecoratorController => {
                 let (name, spec) =
@@ -552,7 +554,7 @@ impl Worker {
                     )
                     .await?;
                 let attachments = self.child_types(&spec.attachments).await?;
-                Ok(Some(Reconciler::Decorator(Box::new(Decorator {
+                Ok(Some(Box::new(Decorator {
                     name,
                     object: object.clone(),
                     spec,
@@ -562,7 +564,7 @@ impl Worker {
                     finalize,
                     customizer: customize.map(|b| Customizer::new(b.hook, b.client)),
                     strategy: self.settings.strategy,
-                }))))
+                })))
             }
         }
     }

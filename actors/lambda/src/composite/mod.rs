@@ -1,45 +1,45 @@
-//! One sync of one parent of a CompositeController (metacontroller's syncParentObject).
+//! One sync of one parent of a CompositeController (metacontroller's syncParentObject),
+//! as named steps:
 //!
 //! ```text
-//!  parent from cache ─► finalizer added/removed ─► claim children (adopt / release)
-//!    ─► related objects (customize) ─► sync or finalize hook ─► finalized? drop finalizer
-//!       (with a rolling child type: `rolling.rs`, one hook call per parent revision)
-//!    ─► desired children checked against the selector ─► ManageChildren ─► status
+//!  sync(key) = settled memo around the steps (settled.rs)
+//!    finalizer_step   parent from cache, finalizer added/removed
+//!    claim_children   children adopted / released / kept: the observed map
+//!    hook_step        related objects (customize), the sync or finalize hook
+//!                     (a rolling child type: rolling.rs, one call per parent revision)
+//!    finalized_step   `finalized` answered? our finalizer dropped
+//!    plan::decide     desired children checked, ManageChildren's actions, the status (pure)
+//!    apply_plan       the actions, then the status
 //! ```
-//!
-//! A sync that left nothing to do (every child as desired, nothing written, the status
-//! as answered) is remembered per parent ([`Settled`]): which objects it saw (by uid and
-//! resourceVersion, no copy of them), fingerprints of its request and answer, and the
-//! request body as framing around the cache's own texts. The next sync of that parent
-//! still calls the hook; when it sees the same objects and gets the same answer,
-//! ManageChildren and the status write would do the same nothing, so they are skipped.
 
+pub mod plan;
 pub mod rolling;
+mod settled;
 mod shared_body;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::children::{self, Applied, ApplyStrategy, ChildType};
+use crate::children::{self, ApplyStrategy, ChildType};
 use crate::claim::{self, Claim, Owner};
-use crate::keys::{GroupMap, ParentKey, key_of, name_of, namespace_of, uid_of};
-use crate::ports::{Cluster, ClusterError, HookClient, HookError, HookType, Resource};
-use crate::protocol::{composite_request_with, decode_composite};
-use crate::related::{Customizer, cache_key, related_objects};
-use crate::selector::Selector;
-use crate::types::{CompositeSpec, Hook};
+use crate::keys::{
+    GroupMap, ParentKey, has_finalizer, is_deleting, key_of, name_of, namespace_of, uid_of,
+};
+use crate::ports::{BoxFut, Cluster, ClusterError, HookType, Resource};
+use crate::protocol::{CompositeResponse, composite_request_with, decode_composite};
+use crate::reconcile::{Reconcile, resync_period};
+use crate::related::{Customizer, cache_key};
+use crate::selector::{Selector, SelectorError};
+use crate::steps::{
+    BoundHook, FinalizerChange, SyncError, SyncReport, digest_text, fnv, related_of, resync_after,
+};
+use crate::types::{CompositeSpec, ControllerKind};
+pub use settled::SettledParents;
+use settled::{Memo, Remember, SETTLED_ANSWER_MAX, Settled, Synced, fingerprint, seen};
 use shared_body::SharedBody;
-
-/// A hook ready to call.
-#[derive(Clone)]
-pub struct BoundHook {
-    pub hook: Hook,
-    pub client: Arc<dyn HookClient>,
-}
 
 /// A running CompositeController's configuration.
 pub struct Composite {
@@ -72,306 +72,36 @@ pub struct RequestParts {
     size: std::sync::atomic::AtomicUsize,
 }
 
-/// The largest answer remembered by [`Settled`]; a parent with a larger answer always
-/// takes the full path.
-const SETTLED_ANSWER_MAX: usize = 64 * 1024;
-
-/// What the last sync of one parent saw and got, when it left nothing to do.
-struct Settled {
-    /// The objects the request was made of: a fingerprint of [`seen`].
-    seen: u128,
-    /// The change counts of the caches the sync read ([`Composite::stamp`]), taken before
-    /// it read them.
-    stamp: Option<Vec<u64>>,
-    /// The hook that answered.
-    hook: HookType,
-    /// The request body those objects made: sent again as it is while they stay the same
-    /// (kept as framing around the cache's own texts of the objects).
-    request: SharedBody,
-    /// A fingerprint of the answer (the answer itself is not kept).
-    answer: u128,
-    /// The [`digest`]s of the request and the answer, as numbers.
-    request_digest: u64,
-    answer_digest: u64,
-    resync_after: Option<Duration>,
-    planned: Arc<[String]>,
-    warnings: Vec<String>,
-}
-
-/// The settled parents of one controller, by parent key: one entry per parent at most,
-/// dropped when its parent is gone (or no longer ours) and with the controller.
-#[derive(Default)]
-pub struct SettledParents(Mutex<HashMap<ParentKey, Box<Settled>>>);
-
-impl Settled {
-    /// The report of a sync that found this parent as it left it.
-    fn report(&self) -> SyncReport {
-        SyncReport {
-            hook: Some(self.hook),
-            resync_after: self.resync_after,
-            request_digest: Some(digest_text(self.request_digest)),
-            answer_digest: Some(digest_text(self.answer_digest)),
-            planned: self.planned.clone(),
-            warnings: self.warnings.clone(),
-            ..SyncReport::default()
-        }
-    }
-}
-
-impl SettledParents {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ParentKey, Box<Settled>>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn take(&self, key: &ParentKey) -> Option<Box<Settled>> {
-        self.lock().remove(key)
-    }
-
-    fn put(&self, key: &ParentKey, settled: Box<Settled>) {
-        self.lock().insert(key.clone(), settled);
-    }
-
-    /// How many parents are remembered.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Whether no parent is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// What a request is made of, as text: `finalizing`, then the parent, each observed child
-/// and each related object by group, key, uid and resourceVersion (each part prefixed by
-/// its length). The same text means the same request body: an object is the same at the
-/// same uid and resourceVersion. `None` when some object has no uid or resourceVersion.
-fn seen(
-    parent: &Value,
-    observed: &GroupMap,
-    related: &GroupMap,
-    finalizing: bool,
-) -> Option<String> {
-    fn part(out: &mut String, s: &str) {
-        use std::fmt::Write;
-        let _ = write!(out, "{}:{s}", s.len());
-    }
-    fn object(out: &mut String, key: &str, o: &Value) -> Option<()> {
-        let version = o["metadata"]["resourceVersion"]
-            .as_str()
-            .filter(|v| !v.is_empty())?;
-        let uid = Some(uid_of(o)).filter(|u| !u.is_empty())?;
-        part(out, key);
-        part(out, uid);
-        part(out, version);
-        Some(())
-    }
-    let mut out = String::with_capacity(256);
-    object(&mut out, if finalizing { "finalizing" } else { "" }, parent)?;
-    for map in [observed, related] {
-        for (group, objects) in map {
-            part(&mut out, group);
-            part(&mut out, &objects.len().to_string());
-            for (key, o) in objects {
-                object(&mut out, key, o)?;
-            }
-        }
-        out.push('|');
-    }
-    Some(out)
-}
-
-/// Whether ManageChildren had nothing to do for `desired`: each desired child observed
-/// and each observed child desired (or already being deleted), so that it neither
-/// created nor deleted; the caller checks that it updated nothing.
-fn children_match(observed: &GroupMap, desired: &GroupMap) -> bool {
-    let empty = crate::keys::ObjectMap::new();
-    desired.iter().all(|(group, want)| {
-        let have = observed.get(group).unwrap_or(&empty);
-        want.keys().all(|k| have.contains_key(k))
-    }) && observed.iter().all(|(group, have)| {
-        let want = desired.get(group).unwrap_or(&empty);
-        have.iter()
-            .all(|(k, o)| want.contains_key(k) || is_deleting(o))
-    })
-}
-
-/// Why a sync did not complete.
+/// Why a parent has no child selector.
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
-pub enum SyncError {
-    /// The hook answered 429: requeue after this delay, no backoff, no event.
-    #[error("{0}")]
-    RetryAfter(HookError, Duration),
-    /// Anything else: an event on the parent, then a rate-limited requeue.
-    #[error("{0}")]
-    Failed(String),
+pub enum ChildSelectorError {
+    #[error(".spec.selector must have either matchLabels, matchExpressions, or both")]
+    Empty,
+    #[error(".spec.selector: {0}")]
+    Invalid(SelectorError),
 }
 
-impl From<HookError> for SyncError {
-    fn from(e: HookError) -> Self {
-        match e {
-            HookError::TooManyRequests { retry_after, .. } => SyncError::RetryAfter(e, retry_after),
-            other => SyncError::Failed(other.to_string()),
-        }
-    }
-}
-
-impl From<ClusterError> for SyncError {
-    fn from(e: ClusterError) -> Self {
+impl From<ChildSelectorError> for SyncError {
+    fn from(e: ChildSelectorError) -> Self {
         SyncError::Failed(e.to_string())
     }
 }
 
-/// What a completed sync did (for the journal and the debug view).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SyncReport {
-    /// Which hook answered (none when the parent is gone or not ours).
-    pub hook: Option<HookType>,
-    pub resync_after: Option<Duration>,
-    pub applied: Applied,
-    pub status_written: bool,
-    pub finalized: bool,
-    /// A digest of the hook's request (the single-call path; rollouts make several).
-    pub request_digest: Option<String>,
-    /// A digest of the hook's answer.
-    pub answer_digest: Option<String>,
-    /// The children (or attachments) the answer asked for: `Kind.version key`.
-    pub planned: Arc<[String]>,
-    /// Strict-mode complaints tolerated in loose mode.
-    pub warnings: Vec<String>,
+/// What the hook step ends with.
+enum Hooked {
+    /// The parent found as it settled (see `settled.rs`).
+    Recalled(Box<Settled>),
+    Answered(Answer),
 }
 
-pub(crate) use crate::keys::{has_finalizer, is_deleting};
-
-/// The related objects the controller's customize hook selects for `parent` (none without
-/// a customize hook). A 429 from the hook is retried after its delay, as for any hook.
-pub(crate) async fn related_of(
-    cluster: &dyn Cluster,
-    customizer: Option<&Customizer>,
-    controller: &Value,
-    parent: &Value,
-) -> Result<GroupMap, SyncError> {
-    let Some(c) = customizer else {
-        return Ok(GroupMap::new());
-    };
-    let rules = c.rules(controller, parent).await.map_err(|e| match e {
-        crate::related::RelatedError::Hook(h) => SyncError::from(h),
-        other => SyncError::Failed(other.to_string()),
-    })?;
-    related_objects(cluster, &rules, c.version(), parent)
-        .await
-        .map_err(|e| SyncError::Failed(e.to_string()))
-}
-
-/// POSTs a hook request (JSON bytes) about `root`; returns the answer and the request's
-/// digest.
-pub(crate) async fn call_hook(
-    bound: &BoundHook,
-    body: Vec<u8>,
-    root: &Value,
-) -> Result<(Bytes, String), SyncError> {
-    let request_digest = digest(&body);
-    let answer = bound
-        .client
-        .call(Bytes::from(body), cache_key(root))
-        .await?;
-    Ok((answer, request_digest))
-}
-
-/// Adds or removes `finalizer` with GET + PUT, retried on conflict; the uid must stay.
-/// Returns the updated object (or the unchanged one when nothing was to do).
-pub async fn set_finalizer(
-    cluster: &dyn Cluster,
-    resource: &Resource,
-    object: &Value,
-    finalizer: &str,
-    present: bool,
-) -> Result<Value, ClusterError> {
-    let (ns, name, uid) = (namespace_of(object), name_of(object), uid_of(object));
-    let mut last = None;
-    for _ in 0..4 {
-        let mut live = cluster.get(resource, ns, name).await?;
-        if uid_of(&live) != uid {
-            return Err(ClusterError::NotFound(format!(
-                "{} {}",
-                resource.kind,
-                key_of(object)
-            )));
-        }
-        if has_finalizer(&live, finalizer) == present {
-            return Ok(live);
-        }
-        let mut list = live["metadata"]["finalizers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        if present {
-            list.push(Value::String(finalizer.to_string()));
-        } else {
-            list.retain(|f| f.as_str() != Some(finalizer));
-        }
-        live["metadata"]["finalizers"] = Value::Array(list);
-        match cluster.replace(resource, live).await {
-            Ok(updated) => return Ok(updated),
-            Err(e @ ClusterError::Conflict(_)) => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| ClusterError::Conflict(key_of(object))))
-}
-
-/// Writes `status` (with `observedGeneration`) when it differs from the live object's.
-/// Returns whether it wrote.
-pub async fn write_status(
-    cluster: &dyn Cluster,
-    resource: &Resource,
-    object: &Value,
-    status: Value,
-) -> Result<bool, ClusterError> {
-    let (ns, name, uid) = (namespace_of(object), name_of(object), uid_of(object));
-    // The informer's copy first: an unchanged status costs no request at all. (If the
-    // cache is behind, the watch event that brings it up to date syncs the parent again.)
-    // A changed status is written on the cached copy first (its resourceVersion guards the
-    // write); only a conflict costs a read of the live object.
-    let mut first = match cluster.cached(resource, ns, name).await {
-        Ok(Some(cached)) if uid_of(&cached) == uid => {
-            if cached["status"] == status {
-                return Ok(false);
-            }
-            Some((*cached).clone())
-        }
-        _ => None,
-    };
-    for _ in 0..4 {
-        let read = match first.take() {
-            Some(cached) => Ok(cached),
-            None => cluster.get(resource, ns, name).await,
-        };
-        let mut live = match read {
-            Ok(live) => live,
-            Err(ClusterError::NotFound(_)) => return Ok(false),
-            Err(e) => return Err(e),
-        };
-        if uid_of(&live) != uid {
-            return Ok(false);
-        }
-        if live["status"] == status {
-            return Ok(false);
-        }
-        live["status"] = status.clone();
-        let result = if resource.status_subresource {
-            cluster.replace_status(resource, live).await
-        } else {
-            cluster.replace(resource, live).await
-        };
-        match result {
-            Ok(_) => return Ok(true),
-            Err(ClusterError::Conflict(_)) => continue,
-            Err(ClusterError::NotFound(_)) => return Ok(false),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(false)
+/// A hook's answer, decoded, with what the report tells of it.
+struct Answer {
+    hook: HookType,
+    response: CompositeResponse,
+    /// None on the rolling path (several calls).
+    request_digest: Option<String>,
+    answer_digest: String,
+    warnings: Vec<String>,
 }
 
 impl Composite {
@@ -462,7 +192,7 @@ impl Composite {
 
     /// The parent's child selector: `controller-uid=<uid>` with `generateSelector`, else
     /// `spec.selector`, which must not be empty.
-    pub fn child_selector(&self, parent: &Value) -> Result<Selector, String> {
+    pub fn child_selector(&self, parent: &Value) -> Result<Selector, ChildSelectorError> {
         if self.spec.generate_selector == Some(true) {
             return Ok(Selector::from_map(
                 &[("controller-uid".to_string(), uid_of(parent).to_string())].into(),
@@ -475,11 +205,9 @@ impl Composite {
                     .as_array()
                     .is_none_or(|l| l.is_empty()));
         if empty {
-            return Err(
-                ".spec.selector must have either matchLabels, matchExpressions, or both".into(),
-            );
+            return Err(ChildSelectorError::Empty);
         }
-        Selector::labels(sel).map_err(|e| format!(".spec.selector: {e}"))
+        Selector::labels(sel).map_err(ChildSelectorError::Invalid)
     }
 
     /// Whether events of `parent` concern this controller.
@@ -549,220 +277,198 @@ impl Composite {
         Ok(observed)
     }
 
-    /// One sync of the parent `key`.
+    /// One sync of the parent `key`: the steps inside the settled memo, which may find
+    /// the parent as it settled and skip them, and remembers a sync that wrote nothing.
     pub async fn sync(
         &self,
         cluster: &dyn Cluster,
         key: &ParentKey,
     ) -> Result<SyncReport, SyncError> {
-        let (ns, name) = (&*key.namespace, &*key.name);
-        // Taken out for this sync (one sync per parent runs at a time); put back only
-        // by a sync that leaves nothing to do.
-        let mut settled = self.settled.take(key);
-        let stamp = self.stamp(cluster);
-        // Nothing this sync reads has changed since the parent settled: its request, sent
-        // again as it is, without reading the caches again.
-        let mut answered: Option<(Bytes, Bytes)> = None;
-        let unchanged = settled
-            .as_ref()
-            .filter(|s| stamp.is_some() && s.stamp == stamp)
-            .and_then(|s| Some((self.hook(s.hook)?, s.request.bytes(), self.cache_key(key))));
-        if let Some((bound, request, cache_key)) = unchanged {
-            let answer = bound.client.call(request.clone(), cache_key).await?;
-            if let Some(s) = settled.take_if(|s| s.answer == fingerprint(&answer)) {
-                let report = s.report();
-                self.settled.put(key, s);
-                return Ok(report);
-            }
-            // A new answer to the same request: the full path takes it from here.
-            answered = Some((request, answer));
+        let mut memo = self.settled.open(key, self.stamp(cluster));
+        let synced = match self.replay(&mut memo, key).await? {
+            Some(settled) => Synced::Recalled(settled),
+            None => self.sync_steps(cluster, key, &mut memo).await?,
+        };
+        Ok(memo.close(synced))
+    }
+
+    /// The steps of a sync (metacontroller's syncParentObject): finalizer → claim → hook
+    /// → finalized → plan → apply.
+    async fn sync_steps(
+        &self,
+        cluster: &dyn Cluster,
+        key: &ParentKey,
+        memo: &mut Memo<'_>,
+    ) -> Result<Synced, SyncError> {
+        let Some(parent) = self.finalizer_step(cluster, key).await? else {
+            return Ok(Synced::Gone);
+        };
+        let selector = self.child_selector(&parent)?;
+        let observed = self.claim_children(cluster, &parent, &selector).await?;
+        let answer = match self
+            .hook_step(cluster, &parent, &selector, &observed, memo)
+            .await?
+        {
+            Hooked::Recalled(settled) => return Ok(Synced::Recalled(settled)),
+            Hooked::Answered(answer) => answer,
+        };
+        let (parent, finalized) = self
+            .finalized_step(cluster, parent, answer.response.finalized)
+            .await?;
+        let report = SyncReport {
+            hook: Some(answer.hook),
+            resync_after: resync_after(answer.response.resync_after_seconds),
+            finalized,
+            request_digest: answer.request_digest,
+            answer_digest: Some(answer.answer_digest),
+            warnings: answer.warnings,
+            ..SyncReport::default()
+        };
+        let plan = plan::decide(self, &parent, &selector, &observed, answer.response)?;
+        let settles = plan.settles;
+        let report = self.apply_plan(cluster, &parent, plan, report).await?;
+        Ok(Synced::Done {
+            report: Box::new(report),
+            settles,
+        })
+    }
+
+    /// The settled request sent again when nothing the sync reads has changed since the
+    /// parent settled; the settled entry when the answer is the same too. A new answer is
+    /// kept for the steps.
+    async fn replay(
+        &self,
+        memo: &mut Memo<'_>,
+        key: &ParentKey,
+    ) -> Result<Option<Box<Settled>>, SyncError> {
+        let Some((hook, request)) = memo.unchanged_request() else {
+            return Ok(None);
+        };
+        let Some(bound) = self.hook(hook) else {
+            return Ok(None);
+        };
+        let answer = bound
+            .client
+            .call(request.clone(), self.cache_key(key))
+            .await?;
+        let recalled = memo.recall(hook, &answer);
+        if recalled.is_none() {
+            memo.keep_answer(request, answer);
         }
-        // The cached parent, shared: copied only when a finalizer write replaces it.
-        let Some(mut parent) = cluster.cached(&self.parent, ns, name).await? else {
-            return Ok(SyncReport::default());
+        Ok(recalled)
+    }
+
+    /// The finalizer step: the cached parent (shared: copied only when a finalizer write
+    /// replaces it) with our finalizer added while a finalize hook is configured, removed
+    /// otherwise. `None` when the parent is gone or not ours.
+    async fn finalizer_step(
+        &self,
+        cluster: &dyn Cluster,
+        key: &ParentKey,
+    ) -> Result<Option<Arc<Value>>, SyncError> {
+        let Some(mut parent) = cluster
+            .cached(&self.parent, &key.namespace, &key.name)
+            .await?
+        else {
+            return Ok(None);
         };
         if !self.wants(&parent) {
-            return Ok(SyncReport::default());
+            return Ok(None);
         }
         let finalizer = self.finalizer();
-        let deleting = is_deleting(&parent);
-        if self.finalize.is_some() && !has_finalizer(&parent, &finalizer) && !deleting {
-            parent =
-                Arc::new(set_finalizer(cluster, &self.parent, &parent, &finalizer, true).await?);
-        } else if self.finalize.is_none() && has_finalizer(&parent, &finalizer) {
-            parent =
-                Arc::new(set_finalizer(cluster, &self.parent, &parent, &finalizer, false).await?);
+        if let Some(change) =
+            FinalizerChange::decide(&parent, &finalizer, self.finalize.is_some(), true)
+        {
+            parent = Arc::new(
+                change
+                    .apply(cluster, &self.parent, &parent, &finalizer)
+                    .await?,
+            );
         }
-        if !self.wants(&parent) {
-            return Ok(SyncReport::default());
-        }
-        let selector = self.child_selector(&parent).map_err(SyncError::Failed)?;
-        let observed = self.claim_children(cluster, &parent, &selector).await?;
+        Ok(self.wants(&parent).then_some(parent))
+    }
+
+    /// The hook step: the sync hook, or the finalize hook while the parent is deleted or
+    /// no longer selected; with a rolling child type one call per parent revision
+    /// (`rolling.rs`), else one call, whose request the memo may have settled on.
+    async fn hook_step(
+        &self,
+        cluster: &dyn Cluster,
+        parent: &Value,
+        selector: &Selector,
+        observed: &GroupMap,
+        memo: &mut Memo<'_>,
+    ) -> Result<Hooked, SyncError> {
         let finalizing = self.finalize.is_some()
-            && (is_deleting(&parent) || !self.parent_selector.matches_labels(&parent));
-        let (hook_type, bound) = match (finalizing, &self.finalize, &self.sync) {
+            && (is_deleting(parent) || !self.parent_selector.matches_labels(parent));
+        let (hook, bound) = match (finalizing, &self.finalize, &self.sync) {
             (true, Some(f), _) => (HookType::Finalize, f),
             (_, _, Some(s)) => (HookType::Sync, s),
             _ => return Err(SyncError::Failed("sync hook nil//not defined".into())),
         };
-        // Set on the single-call path: what to remember if this sync leaves nothing to do.
-        let mut remember: Option<Box<Settled>> = None;
-        let (response, request_digest, answer_digest, warnings) =
-            if rolling::uses_rollout(self, &parent) {
-                // Rolling updates: one hook call per parent revision, revisions persisted.
-                let rolled = rolling::sync_revisions(
-                    self, cluster, &parent, &selector, &observed, hook_type, bound, finalizing,
-                )
-                .await?;
-                (rolled.response, None, rolled.answer_digest, rolled.warnings)
-            } else {
-                let related =
-                    related_of(cluster, self.customizer.as_ref(), &self.object, &parent).await?;
-                // The same objects make the same request: the settled one, sent as it is.
-                let seen = seen(&parent, &observed, &related, finalizing)
-                    .map(|s| fingerprint(s.as_bytes()));
-                let settled = settled.filter(|s| seen == Some(s.seen));
-                let (body, request_digest) = match &settled {
-                    Some(s) => (s.request.bytes(), s.request_digest),
-                    None => {
-                        let body = self.request(
-                            &parent,
-                            &observed,
-                            &related,
-                            bound.hook.version,
-                            finalizing,
-                        );
-                        let d = fnv(&body);
-                        (Bytes::from(body), d)
-                    }
-                };
-                // Kept to be remembered if this sync settles the parent.
-                let request = seen.as_ref().map(|_| body.clone());
-                let answer_key = cache_key(&parent);
-                let answer = match answered.take().filter(|(r, _)| *r == body) {
-                    Some((_, answer)) => answer,
-                    None => bound.client.call(body, answer_key.clone()).await?,
-                };
-                if let Some(s) = settled
-                    && s.answer == fingerprint(&answer)
-                    && s.hook == hook_type
-                {
-                    // The same request answered the same: ManageChildren and the status
-                    // write would find nothing to do, as they did last time.
-                    let report = s.report();
-                    self.settled.put(key, s);
-                    return Ok(report);
-                }
-                let decoded = decode_composite(
-                    hook_type,
-                    bound.hook.version,
-                    bound.hook.unmarshal_mode(),
-                    &answer,
-                )
-                .map_err(|e| SyncError::Failed(e.to_string()))?;
-                let answer_digest = fnv(&answer);
-                if let (Some(seen), Some(request)) = (seen, request)
-                    && answer.len() <= SETTLED_ANSWER_MAX
-                {
-                    let request =
-                        SharedBody::new(&request, self.texts(cluster, &parent, &observed));
-                    remember = Some(Box::new(Settled {
-                        seen,
-                        stamp,
-                        hook: hook_type,
-                        request,
-                        answer: fingerprint(&answer),
-                        request_digest,
-                        answer_digest,
-                        resync_after: None,
-                        planned: Arc::default(),
-                        warnings: decoded.warnings.clone(),
-                    }));
-                }
-                (
-                    decoded.response,
-                    Some(digest_text(request_digest)),
-                    digest_text(answer_digest),
-                    decoded.warnings,
-                )
-            };
-        let mut report = SyncReport {
-            hook: Some(hook_type),
-            request_digest,
-            answer_digest: Some(answer_digest),
-            warnings,
-            ..SyncReport::default()
-        };
-        if response.resync_after_seconds > 0.0 {
-            report.resync_after = Some(Duration::from_secs_f64(response.resync_after_seconds));
-        }
-        if response.finalized {
-            remember = None;
-        }
-        if response.finalized && has_finalizer(&parent, &finalizer) {
-            parent =
-                Arc::new(set_finalizer(cluster, &self.parent, &parent, &finalizer, false).await?);
-            report.finalized = true;
-        }
-        // The desired children: the parent's namespace by default, the selector's labels.
-        let mut desired = Vec::new();
-        for mut child in response.children.unwrap_or_default() {
-            if namespace_of(&child).is_empty() && !namespace_of(&parent).is_empty() {
-                child["metadata"]["namespace"] = json!(namespace_of(&parent));
-            }
-            if self.spec.generate_selector == Some(true)
-                && child["metadata"]["labels"]["controller-uid"].is_null()
-            {
-                child["metadata"]["labels"]["controller-uid"] = json!(uid_of(&parent));
-            }
-            if !selector.matches_labels(&child) {
-                return Err(SyncError::Failed(format!(
-                    "labels on desired child {} {} don't match parent selector",
-                    child["kind"].as_str().unwrap_or_default(),
-                    key_of(&child)
-                )));
-            }
-            desired.push(child);
-        }
-        let desired =
-            children::group_desired(desired, &self.children).map_err(SyncError::Failed)?;
-        report.planned = children::planned(&desired);
-        let manages = crate::keys::manages_children(&parent, &finalizer, self.finalize.is_some());
-        if manages {
-            report.applied = children::manage(
-                cluster,
-                &Owner::of(&parent),
-                &self.children,
-                &observed,
-                &desired,
-                self.strategy,
+        if rolling::uses_rollout(self, parent) {
+            let rolled = rolling::sync_revisions(
+                self, cluster, parent, selector, observed, hook, bound, finalizing,
             )
-            .await;
+            .await?;
+            return Ok(Hooked::Answered(Answer {
+                hook,
+                response: rolled.response,
+                request_digest: None,
+                answer_digest: rolled.answer_digest,
+                warnings: rolled.warnings,
+            }));
         }
-        let mut status = response.status.unwrap_or_else(|| json!({}));
-        status["observedGeneration"] = parent["metadata"]["generation"].clone();
-        if status["observedGeneration"].is_null() {
-            status["observedGeneration"] = json!(0);
+        let related = related_of(cluster, self.customizer.as_ref(), &self.object, parent).await?;
+        // The same objects make the same request: the settled one, sent as it is.
+        let seen = seen(parent, observed, &related, finalizing).map(|s| fingerprint(s.as_bytes()));
+        let (body, request_digest) = match memo.request_for(seen) {
+            Some(settled) => settled,
+            None => {
+                let body = self.request(parent, observed, &related, bound.hook.version, finalizing);
+                let d = fnv(&body);
+                (Bytes::from(body), d)
+            }
+        };
+        // Kept to be remembered if this sync settles the parent.
+        let request = seen.as_ref().map(|_| body.clone());
+        let answer = match memo.answer_to(&body) {
+            Some(answer) => answer,
+            None => bound.client.call(body, cache_key(parent)).await?,
+        };
+        if let Some(settled) = memo.recall(hook, &answer) {
+            return Ok(Hooked::Recalled(settled));
         }
-        // Nothing left to do: the children as desired and the status the parent holds.
-        let settles = parent["status"] == status
-            && !report.applied.changed()
-            && report.applied.errors.is_empty()
-            && report.applied.not_written == 0
-            && (!manages || children_match(&observed, &desired));
-        report.status_written = write_status(cluster, &self.parent, &parent, status).await?;
-        if !report.applied.errors.is_empty() {
-            return Err(SyncError::Failed(report.applied.errors.join("; ")));
-        }
-        if let Some(mut s) = remember
-            && settles
-            && !report.status_written
+        let decoded = decode_composite(
+            hook,
+            bound.hook.version,
+            bound.hook.unmarshal_mode(),
+            &answer,
+        )
+        .map_err(|e| SyncError::Failed(e.to_string()))?;
+        let answer_digest = fnv(&answer);
+        if let (Some(seen), Some(request)) = (seen, request)
+            && answer.len() <= SETTLED_ANSWER_MAX
+            && !decoded.response.finalized
         {
-            s.resync_after = report.resync_after;
-            s.planned = report.planned.clone();
-            self.settled.put(key, s);
+            let request = SharedBody::new(&request, self.texts(cluster, parent, observed));
+            memo.remember(Remember {
+                seen,
+                hook,
+                request,
+                answer: fingerprint(&answer),
+                request_digest,
+                answer_digest,
+                warnings: decoded.warnings.clone(),
+            });
         }
-        Ok(report)
+        Ok(Hooked::Answered(Answer {
+            hook,
+            response: decoded.response,
+            request_digest: Some(digest_text(request_digest)),
+            answer_digest: digest_text(answer_digest),
+            warnings: decoded.warnings,
+        }))
     }
 
     /// The parents a child event concerns: its controller when that is a parent of ours,
@@ -808,38 +514,81 @@ impl Composite {
     }
 }
 
-/// A 128-bit fingerprint of `bytes` (two keyed SipHash runs), to tell whether a request or
-/// an answer is the one seen before without keeping it: within one process, two
-/// different texts have the same fingerprint with a chance of about 2⁻¹²⁸.
-fn fingerprint(bytes: &[u8]) -> u128 {
-    use std::hash::Hasher;
-    let run = |key: u8| {
-        let mut h = std::hash::DefaultHasher::new();
-        h.write_u8(key);
-        h.write(bytes);
-        h.finish()
-    };
-    (u128::from(run(1)) << 64) | u128::from(run(2))
-}
-
-/// A short digest of a hook answer for the journal and debug views.
-pub fn digest(bytes: &[u8]) -> String {
-    digest_text(fnv(bytes))
-}
-
-/// FNV-1a: stable and cheap; it identifies an answer, it protects nothing.
-fn fnv(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+impl Reconcile for Composite {
+    fn kind(&self) -> ControllerKind {
+        ControllerKind::CompositeController
     }
-    h
-}
 
-/// A [`digest`] as the journal and the views show it.
-fn digest_text(h: u64) -> String {
-    format!("{h:016x}")
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn object(&self) -> &Value {
+        &self.object
+    }
+
+    fn parent_kind(&self) -> Option<String> {
+        Some(self.parent.kind.clone())
+    }
+
+    fn parent_resources(&self) -> Vec<Resource> {
+        vec![self.parent.clone()]
+    }
+
+    fn child_resources(&self) -> Vec<Resource> {
+        self.children
+            .iter()
+            .map(|t| t.resource.clone())
+            .chain(self.revisions.clone())
+            .collect()
+    }
+
+    fn resync_period(&self) -> Option<Duration> {
+        resync_period(self.spec.resync_period_seconds)
+    }
+
+    fn parent_key(&self, parent: &Value) -> ParentKey {
+        ParentKey::of(parent)
+    }
+
+    fn resource_of(&self, _: &ParentKey) -> Option<&Resource> {
+        Some(&self.parent)
+    }
+
+    fn wants(&self, parent: &Value) -> bool {
+        Composite::wants(self, parent)
+    }
+
+    fn ignore_status_changes(&self, _: &Value) -> bool {
+        self.spec.parent_resource.ignore_status_changes == Some(true)
+    }
+
+    fn customizer(&self) -> Option<&Customizer> {
+        self.customizer.as_ref()
+    }
+
+    fn sync<'a>(
+        &'a self,
+        cluster: &'a dyn Cluster,
+        key: &'a ParentKey,
+    ) -> BoxFut<'a, Result<SyncReport, SyncError>> {
+        Box::pin(Composite::sync(self, cluster, key))
+    }
+
+    fn parents_of_child<'a>(
+        &'a self,
+        cluster: &'a dyn Cluster,
+        child: &'a Value,
+        deleted: bool,
+    ) -> BoxFut<'a, Result<Vec<ParentKey>, ClusterError>> {
+        Box::pin(async move {
+            // A deleted orphan concerned no parent.
+            if deleted && claim::controller_ref(child).is_none() {
+                return Ok(Vec::new());
+            }
+            Composite::parents_of_child(self, cluster, child).await
+        })
+    }
 }
 
 #[cfg(test)]

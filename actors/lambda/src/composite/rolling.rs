@@ -27,10 +27,10 @@ use std::collections::BTreeMap;
 use futures::future::try_join_all;
 use serde_json::Value;
 
-use super::{BoundHook, Composite, SyncError, digest, is_deleting};
+use super::Composite;
 use crate::children;
 use crate::claim::{self, Claim, Owner};
-use crate::keys::{GroupMap, key_of, name_of, namespace_of, uid_of};
+use crate::keys::{GroupMap, is_deleting, key_of, name_of, namespace_of, uid_of};
 use crate::ports::{Cluster, ClusterError, HookType, Resource};
 use crate::protocol::{CompositeResponse, decode_composite};
 use crate::rollout::{
@@ -38,6 +38,7 @@ use crate::rollout::{
     parent_revisions, plan,
 };
 use crate::selector::Selector;
+use crate::steps::{self, BoundHook, SyncError, digest};
 use crate::types::UpdateStrategy;
 
 /// The merged outcome of a rolling sync's hook calls, ready for the composite sync to
@@ -181,9 +182,9 @@ async fn call_hook(
     bound: &BoundHook,
     finalizing: bool,
 ) -> Result<(RevisionAnswer, String, Vec<String>), SyncError> {
-    let related = super::related_of(cluster, c.customizer.as_ref(), &c.object, parent).await?;
+    let related = steps::related_of(cluster, c.customizer.as_ref(), &c.object, parent).await?;
     let body = c.request(parent, observed, &related, bound.hook.version, finalizing);
-    let (answer, _) = super::call_hook(bound, body, parent).await?;
+    let (answer, _) = steps::call_hook(bound, body, parent).await?;
     let decoded = decode_composite(
         hook_type,
         bound.hook.version,

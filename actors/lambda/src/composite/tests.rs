@@ -3,11 +3,14 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde_json::json;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
 
 use super::*;
 use crate::fakes::MemoryCluster;
-use crate::ports::{BoxFut, HookClient};
+use crate::ports::{BoxFut, HookClient, HookError};
 use crate::types::{Hook, parse_composite};
 
 /// A hook answering what the test last set, counting its calls.
@@ -209,4 +212,271 @@ async fn settled_parent(counts: bool) {
     cluster.remove(&c.parent, "ns", "p");
     c.sync(&cluster, &key).await.expect("gone");
     assert!(c.settled.is_empty());
+}
+
+/// `plan::decide`, the pure part of a sync: what it writes for an answer.
+mod decide {
+    use super::*;
+    use crate::children::ChildAction;
+    use crate::composite::plan::{Plan, PlanError, decide};
+    use crate::keys::GroupMap;
+    use crate::protocol::CompositeResponse;
+    use crate::types::UpdateMethod;
+
+    fn parent() -> Value {
+        json!({"apiVersion": "example.com/v1", "kind": "Thing",
+               "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 3},
+               "status": {"ready": true, "observedGeneration": 3}})
+    }
+
+    fn response(children: Vec<Value>) -> CompositeResponse {
+        CompositeResponse {
+            status: Some(json!({"ready": true})),
+            children: Some(children),
+            ..CompositeResponse::default()
+        }
+    }
+
+    fn config_map(name: &str, data: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+               "data": {"a": data}})
+    }
+
+    fn plan_for(c: &Composite, parent: &Value, observed: &GroupMap, answer: Vec<Value>) -> Plan {
+        let selector = c.child_selector(parent).expect("selector");
+        decide(c, parent, &selector, observed, response(answer)).expect("a plan")
+    }
+
+    /// The observed map of children as a first sync created them.
+    fn created(c: &Composite, parent: &Value, answer: Vec<Value>) -> GroupMap {
+        let plan = plan_for(c, parent, &GroupMap::new(), answer);
+        let mut observed = GroupMap::new();
+        for (i, action) in plan.children.expect("managed").into_iter().enumerate() {
+            let ChildAction::Create { mut object, .. } = action else {
+                panic!("a create: {action:?}");
+            };
+            object["metadata"]["uid"] = json!(format!("c{i}"));
+            object["metadata"]["resourceVersion"] = json!("1");
+            observed
+                .entry(c.children[0].group_key())
+                .or_default()
+                .insert(crate::keys::key_of(&object), Arc::new(object));
+        }
+        observed
+    }
+
+    fn composite() -> Composite {
+        super::composite(Arc::new(Answer::default()))
+    }
+
+    #[test]
+    fn missing_children_are_created_owned_by_the_parent() {
+        let c = composite();
+        let plan = plan_for(&c, &parent(), &GroupMap::new(), vec![config_map("a", "1")]);
+        let [
+            ChildAction::Create {
+                what,
+                object,
+                server_side,
+                ..
+            },
+        ] = plan.children.as_deref().expect("managed")
+        else {
+            panic!("one create: {plan:?}");
+        };
+        assert_eq!(what, "ConfigMap ns/a");
+        assert!(!server_side);
+        // The parent's namespace, the generated selector's label, one controller reference
+        // and the last-applied annotation.
+        assert_eq!(object["metadata"]["namespace"], json!("ns"));
+        assert_eq!(object["metadata"]["labels"]["controller-uid"], json!("u1"));
+        assert_eq!(crate::claim::controller_uid(object), Some("u1"));
+        assert_eq!(
+            object["metadata"]["ownerReferences"]
+                .as_array()
+                .map(Vec::len),
+            Some(1)
+        );
+        assert!(
+            object["metadata"]["annotations"][crate::types::LAST_APPLIED_ANNOTATION].is_string()
+        );
+        assert_eq!(&*plan.planned, ["ConfigMap.v1 ns/a".to_string()]);
+        assert!(!plan.settles);
+    }
+
+    #[test]
+    fn children_as_desired_need_nothing_and_a_held_status_settles() {
+        let c = composite();
+        let observed = created(&c, &parent(), vec![config_map("a", "1")]);
+        let plan = plan_for(&c, &parent(), &observed, vec![config_map("a", "1")]);
+        assert_eq!(plan.children, Some(Vec::new()));
+        assert_eq!(plan.status, json!({"ready": true, "observedGeneration": 3}));
+        assert!(plan.settles);
+    }
+
+    #[test]
+    fn changed_children_are_updated_in_place() {
+        let c = composite();
+        let observed = created(&c, &parent(), vec![config_map("a", "1")]);
+        let plan = plan_for(&c, &parent(), &observed, vec![config_map("a", "2")]);
+        let [
+            ChildAction::Update {
+                what,
+                object,
+                server_side: false,
+                ..
+            },
+        ] = plan.children.as_deref().expect("managed")
+        else {
+            panic!("one update: {plan:?}");
+        };
+        assert_eq!(what, "ConfigMap ns/a");
+        assert_eq!(object["data"], json!({"a": "2"}));
+        // The observed object merged: its uid and resourceVersion guard the write.
+        assert_eq!(object["metadata"]["uid"], json!("c0"));
+        assert_eq!(object["metadata"]["resourceVersion"], json!("1"));
+        assert!(!plan.settles);
+    }
+
+    #[test]
+    fn changed_children_of_a_recreate_type_are_deleted_and_on_delete_ones_held() {
+        let mut c = composite();
+        let observed = created(&c, &parent(), vec![config_map("a", "1")]);
+        c.children[0].method = UpdateMethod::Recreate;
+        let plan = plan_for(&c, &parent(), &observed, vec![config_map("a", "2")]);
+        assert!(matches!(
+            plan.children.as_deref(),
+            Some([ChildAction::Recreate { name, uid, .. }]) if name == "a" && uid == "c0"
+        ));
+        c.children[0].method = UpdateMethod::OnDelete;
+        let plan = plan_for(&c, &parent(), &observed, vec![config_map("a", "2")]);
+        assert_eq!(plan.children, Some(vec![ChildAction::Hold]));
+        assert!(!plan.settles);
+    }
+
+    #[test]
+    fn children_no_longer_desired_are_deleted_first() {
+        let c = composite();
+        let observed = created(
+            &c,
+            &parent(),
+            vec![config_map("a", "1"), config_map("b", "1")],
+        );
+        let plan = plan_for(&c, &parent(), &observed, vec![config_map("c", "1")]);
+        let actions = plan.children.expect("managed");
+        let kinds: Vec<(&str, &str)> = actions
+            .iter()
+            .map(|a| match a {
+                ChildAction::Delete { uid, .. } => ("delete", uid.as_str()),
+                ChildAction::Create { what, .. } => ("create", what.as_str()),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("delete", "c0"),
+                ("delete", "c1"),
+                ("create", "ConfigMap ns/c")
+            ]
+        );
+        // A child already being deleted is left to go.
+        let mut going = observed.clone();
+        for objects in going.values_mut() {
+            for o in objects.values_mut() {
+                let mut deleting = (**o).clone();
+                deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+                *o = Arc::new(deleting);
+            }
+        }
+        let plan = plan_for(&c, &parent(), &going, Vec::new());
+        assert_eq!(plan.children, Some(Vec::new()));
+    }
+
+    #[test]
+    fn the_answered_status_is_written_with_the_observed_generation() {
+        let c = composite();
+        let mut p = parent();
+        p["status"] = json!({"ready": false});
+        let plan = plan_for(&c, &p, &GroupMap::new(), Vec::new());
+        assert_eq!(plan.status, json!({"ready": true, "observedGeneration": 3}));
+        assert_eq!(plan.children, Some(Vec::new()));
+        assert!(!plan.settles);
+        // No status answered: an empty one, still with the generation (0 without one).
+        p["metadata"]["generation"] = Value::Null;
+        let selector = c.child_selector(&p).expect("selector");
+        let plan = decide(
+            &c,
+            &p,
+            &selector,
+            &GroupMap::new(),
+            CompositeResponse::default(),
+        )
+        .expect("a plan");
+        assert_eq!(plan.status, json!({"observedGeneration": 0}));
+    }
+
+    #[test]
+    fn a_parent_deleted_without_our_finalizer_leaves_its_children_alone() {
+        let c = composite();
+        let observed = created(&c, &parent(), vec![config_map("a", "1")]);
+        let mut p = parent();
+        p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        let plan = plan_for(&c, &p, &observed, Vec::new());
+        assert_eq!(plan.children, None);
+        assert_eq!(plan.planned.len(), 0);
+    }
+
+    #[test]
+    fn a_child_the_selector_would_not_select_is_refused() {
+        let c = composite();
+        let mut child = config_map("a", "1");
+        child["metadata"]["labels"] = json!({"controller-uid": "someone-else"});
+        let selector = c.child_selector(&parent()).expect("selector");
+        let err = decide(
+            &c,
+            &parent(),
+            &selector,
+            &GroupMap::new(),
+            response(vec![child]),
+        )
+        .expect_err("refused");
+        assert_eq!(
+            err,
+            PlanError::SelectorMismatch {
+                kind: "ConfigMap".into(),
+                key: "ns/a".into()
+            }
+        );
+        assert_eq!(
+            SyncError::from(err).to_string(),
+            "labels on desired child ConfigMap ns/a don't match parent selector"
+        );
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+        assert!(matches!(
+            decide(
+                &c,
+                &parent(),
+                &selector,
+                &GroupMap::new(),
+                response(vec![secret])
+            ),
+            Err(PlanError::UndeclaredChild(_))
+        ));
+    }
+
+    #[test]
+    fn a_parent_without_a_selector_has_no_child_selector() {
+        let mut c = composite();
+        c.spec.generate_selector = None;
+        let err = c.child_selector(&parent()).expect_err("no selector");
+        assert_eq!(err, ChildSelectorError::Empty);
+        assert_eq!(
+            SyncError::from(err).to_string(),
+            ".spec.selector must have either matchLabels, matchExpressions, or both"
+        );
+        let mut p = parent();
+        p["spec"]["selector"] = json!({"matchLabels": {"app": "x"}});
+        assert!(c.child_selector(&p).is_ok());
+    }
 }

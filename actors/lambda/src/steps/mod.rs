@@ -1,0 +1,74 @@
+//! The steps every lambda sync is made of, shared by the CompositeController
+//! (`composite/`) and the DecoratorController (`decorator.rs`) syncs, and what a sync
+//! answers.
+//!
+//! ```text
+//!   finalizer.rs  the controller's finalizer added or removed (GET + PUT, retried on conflict)
+//!   hook.rs       a bound hook, its call, the related objects of the customize hook, digests
+//!   status.rs     the status written when it differs from the cached one
+//! ```
+
+mod finalizer;
+mod hook;
+mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::children::Applied;
+use crate::ports::{ClusterError, HookError, HookType};
+
+pub use finalizer::{FinalizerChange, set_finalizer};
+pub use hook::{BoundHook, digest};
+pub(crate) use hook::{call_hook, digest_text, fnv, related_of};
+pub use status::write_status;
+
+/// Why a sync did not complete.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum SyncError {
+    /// The hook answered 429: requeue after this delay, no backoff, no event.
+    #[error("{0}")]
+    RetryAfter(HookError, Duration),
+    /// Anything else: an event on the parent, then a rate-limited requeue.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<HookError> for SyncError {
+    fn from(e: HookError) -> Self {
+        match e {
+            HookError::TooManyRequests { retry_after, .. } => SyncError::RetryAfter(e, retry_after),
+            other => SyncError::Failed(other.to_string()),
+        }
+    }
+}
+
+impl From<ClusterError> for SyncError {
+    fn from(e: ClusterError) -> Self {
+        SyncError::Failed(e.to_string())
+    }
+}
+
+/// What a completed sync did (for the journal and the debug view).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncReport {
+    /// Which hook answered (none when the parent is gone or not ours).
+    pub hook: Option<HookType>,
+    pub resync_after: Option<Duration>,
+    pub applied: Applied,
+    pub status_written: bool,
+    pub finalized: bool,
+    /// A digest of the hook's request (the single-call path; rollouts make several).
+    pub request_digest: Option<String>,
+    /// A digest of the hook's answer.
+    pub answer_digest: Option<String>,
+    /// The children (or attachments) the answer asked for: `Kind.version key`.
+    pub planned: Arc<[String]>,
+    /// Strict-mode complaints tolerated in loose mode.
+    pub warnings: Vec<String>,
+}
+
+/// `resyncAfterSeconds` of an answer as a delay (none when not positive).
+pub(crate) fn resync_after(seconds: f64) -> Option<Duration> {
+    (seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
+}
