@@ -137,11 +137,21 @@ impl HaArgs {
         timings
             .check()
             .map_err(|e| anyhow::anyhow!("leader election timings: {e}"))?;
+        // A pod's host name is its name: metacontroller's manifests set no variable for it.
         let pod = std::env::var("ADDON_OPERATOR_POD")
             .ok()
+            .filter(|p| !p.is_empty())
             .or_else(|| std::env::var("HOSTNAME").ok())
             .filter(|p| !p.is_empty())
-            .context("leader election needs the pod's name in ADDON_OPERATOR_POD")?;
+            .or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+            })
+            .filter(|p| !p.is_empty())
+            .context(
+                "leader election needs the pod's name in ADDON_OPERATOR_POD (or a host name)",
+            )?;
         let ip = Some(listen.ip())
             .filter(|ip| !ip.is_unspecified())
             .or_else(|| std::env::var("POD_IP").ok().and_then(|v| v.parse().ok()))

@@ -1006,9 +1006,17 @@ fn invoked_as_metacontroller_with_its_manifest_s_arguments_bosun_is_metacontroll
     let (metrics, probes) = (free_port(), free_port());
     let hooks = Hooks::serve(|_, _| (200, json!({"status": {"seen": true}, "children": []})));
     sb.create_crd(&crd("Greeting", "greetings", true, "Namespaced"));
+    // Leader election in a namespace of its own, as metacontroller's flags ask for it.
+    post_ok(
+        &sb,
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elections"}}),
+    );
     let log = std::fs::File::create(work.path().join("metacontroller.log")).expect("log");
     let child = std::process::Command::new(&link)
         .args([
+            "--leader-election",
+            "--leader-election-namespace=elections",
             "--zap-log-level=4",
             // Troubleshooting as metacontroller's docs advise: 6 logs the hooks' bodies.
             "--zap-log-level=6",
@@ -1023,6 +1031,7 @@ fn invoked_as_metacontroller_with_its_manifest_s_arguments_bosun_is_metacontroll
         .env("DEBUG_UNIX_SOCKET", work.path().join("debug.socket"))
         .env("ADDON_OPERATOR_LISTEN_ADDRESS", "127.0.0.1")
         .env("ADDON_OPERATOR_LISTEN_PORT", "0")
+        .env("BOSUN_HA_LISTEN", "127.0.0.1:0")
         .stdout(log.try_clone().expect("log"))
         .stderr(log)
         .spawn()
@@ -1044,6 +1053,26 @@ fn invoked_as_metacontroller_with_its_manifest_s_arguments_bosun_is_metacontroll
     wait_for("the lambda controllers running", WAIT, || {
         logs().contains("lambda controllers running")
     });
+    // The Lease is metacontroller's, in the namespace the flag names, held by this replica.
+    let lease = get(
+        &sb,
+        "/apis/coordination.k8s.io/v1/namespaces/elections/leases/metacontroller",
+    )
+    .expect("the Lease metacontroller in the namespace elections");
+    assert!(
+        lease["spec"]["holderIdentity"]
+            .as_str()
+            .is_some_and(|h| !h.is_empty()),
+        "{lease}"
+    );
+    assert!(
+        get(
+            &sb,
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases/metacontroller"
+        )
+        .is_none(),
+        "no Lease in the default namespace"
+    );
     let logs_now = logs();
     assert!(logs_now.contains("modules switched off"), "{logs_now}");
     assert!(
