@@ -1346,3 +1346,37 @@ fn invoked_as_addon_operator_start_bosun_runs_the_modules_alone() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--admission-server-enabled"), "{err}");
 }
+
+/// Values in the ConfigMap that a module's schema refuses, there when bosun starts: bosun
+/// stops with an error naming the module and the field (the seed: "If validation fails on
+/// startup, the addon-operator stops"), and installs nothing.
+#[test]
+fn invalid_config_values_at_start_stop_bosun_naming_the_module_and_field() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    write(&m.join("values.yaml"), "webEnabled: true\n");
+    write(
+        &m.join("001-web/openapi/config-values.yaml"),
+        "type: object\nproperties:\n  replicas: {type: integer}\n",
+    );
+    write(
+        &m.join("001-web/templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-installed\n",
+    );
+    set_config(&sb, &[("web", "replicas: many\n")]);
+    let mut op = start_with_hooks(&sb, w, &w.join("no-global-hooks"), HelmEngine::Library, &[]);
+    let exited = op.wait_exit(Duration::from_secs(60));
+    let logs = op.logs();
+    assert_eq!(exited, Some(false), "bosun kept running: {logs}");
+    assert!(
+        logs.contains("web") && logs.contains("replicas"),
+        "the error names the module and the field: {logs}"
+    );
+    assert_eq!(
+        sb.get(&format!("{CM}/web-installed")).0,
+        404,
+        "nothing was installed"
+    );
+}
