@@ -1380,3 +1380,45 @@ fn invalid_config_values_at_start_stop_bosun_naming_the_module_and_field() {
         "nothing was installed"
     );
 }
+
+/// An `enabled` script reads `global.enabledModules` in its values: the modules enabled
+/// before it, in order. Here `c` enables itself only when `a` is enabled before it, and
+/// sees `b`, disabled by its own script, left out.
+#[test]
+fn an_enabled_script_sees_the_modules_enabled_before_it() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    write(
+        &m.join("values.yaml"),
+        "aEnabled: true\nbEnabled: true\ncEnabled: true\n",
+    );
+    for (dir, name) in [("010-a", "a"), ("030-c", "c")] {
+        write(
+            &m.join(format!("{dir}/templates/cm.yaml")),
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: module-{name}\n"),
+        );
+    }
+    common::write_exec(
+        &m.join("020-b/enabled"),
+        "#!/bin/bash\necho false > \"$MODULE_ENABLED_RESULT\"\n",
+    );
+    common::write_exec(
+        &m.join("030-c/enabled"),
+        r#"#!/bin/bash
+cp "$VALUES_PATH" "$OUT_DIR/c.enabled.values.json"
+if python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["global"]["enabledModules"] == ["a"] else 1)' "$VALUES_PATH"; then
+  echo true > "$MODULE_ENABLED_RESULT"
+else
+  echo false > "$MODULE_ENABLED_RESULT"
+fi
+"#,
+    );
+    let op = start_with_hooks(&sb, w, &w.join("no-global-hooks"), HelmEngine::Library, &[]);
+    op.wait("module c installed", Duration::from_secs(60), || {
+        sb.get(&format!("{CM}/module-c")).0 == 200
+    });
+    let values = read_json(&w.join("out/c.enabled.values.json"));
+    assert_eq!(values["global"]["enabledModules"], json!(["a"]), "{values}");
+}
