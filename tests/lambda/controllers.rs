@@ -1463,3 +1463,74 @@ fn the_cache_flush_interval_relists_the_informers() {
         events_for(&sb, "default", "p")
     );
 }
+
+/// `parentResource.ignoreStatusChanges`: a change of the parent's status alone (another
+/// writer's, or bosun's own status write) starts no sync; a spec change still does. The
+/// hook's requests, recorded in order in this process, show which parents it saw.
+#[test]
+fn ignore_status_changes_skips_syncs_for_status_only_updates_of_the_parent() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = Hooks::serve(|_, req| {
+        let n = req["parent"]["spec"]["n"].clone();
+        (200, json!({"status": {"observed": n}, "children": []}))
+    });
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Quiet", "quiets", true, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/quiets");
+    let op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "quiets"},
+            "spec": {"generateSelector": true,
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "quiets",
+                                   "ignoreStatusChanges": true},
+                "hooks": {"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}}}),
+    );
+    let parent = "/apis/example.com/v1/namespaces/default/quiets/q";
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/quiets",
+        &json!({"apiVersion": "example.com/v1", "kind": "Quiet", "metadata": {"name": "q"}, "spec": {"n": 1}}),
+    );
+    op.wait("the first status written", WAIT, || {
+        get(&sb, parent).is_some_and(|p| p["status"]["observed"] == 1)
+    });
+    // Another writer changes the status alone.
+    let mut p = get(&sb, parent).expect("parent");
+    p["status"]["note"] = json!("from elsewhere");
+    let (code, answer) = sb.put(&format!("{parent}/status"), &p);
+    assert_eq!(code, 200, "{answer}");
+    // Then the spec: its sync is the next one the hook sees.
+    let mut p = get(&sb, parent).expect("parent");
+    p["spec"]["n"] = json!(2);
+    let (code, answer) = sb.put(parent, &p);
+    assert_eq!(code, 200, "{answer}");
+    op.wait("the spec change synced", WAIT, || {
+        get(&sb, parent).is_some_and(|p| p["status"]["observed"] == 2)
+    });
+    let seen: Vec<(Value, Value)> = hooks
+        .calls("/sync")
+        .iter()
+        .map(|r| {
+            (
+                r["parent"]["spec"]["n"].clone(),
+                r["parent"]["status"]["note"].clone(),
+            )
+        })
+        .collect();
+    assert!(
+        !seen.iter().any(|(n, note)| *n == 1 && !note.is_null()),
+        "a status-only change started a sync: {seen:?}"
+    );
+    assert!(seen.iter().any(|(n, _)| *n == 2), "{seen:?}");
+}
