@@ -1422,3 +1422,38 @@ fi
     let values = read_json(&w.join("out/c.enabled.values.json"));
     assert_eq!(values["global"]["enabledModules"], json!(["a"]), "{values}");
 }
+
+/// A module's afterHelm hook that changes the module's values: the module runs again
+/// right after (addon-operator inserts a new ModuleRun), so Helm renders the new value.
+#[test]
+fn a_values_change_in_after_helm_runs_the_module_again() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    let m = w.join("modules");
+    write(&m.join("values.yaml"), "echoEnabled: true\n");
+    write(&m.join("001-echo/values.yaml"), "echo:\n  stage: first\n");
+    write(
+        &m.join("001-echo/templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: echo-stage\ndata:\n  stage: {{ .Values.echo.stage | quote }}\n",
+    );
+    // Sets the stage once: a second afterHelm run finds it set and changes nothing.
+    common::write_exec(
+        &m.join("001-echo/hooks/after.sh"),
+        r#"#!/bin/bash
+if [[ "$1" == "--config" ]]; then echo '{"configVersion":"v1","afterHelm":1}'; exit 0; fi
+if ! grep -q '"second"' "$VALUES_PATH"; then
+  echo '[{"op":"add","path":"/echo/stage","value":"second"}]' > "$VALUES_JSON_PATCH_PATH"
+fi
+"#,
+    );
+    let op = start_with_hooks(&sb, w, &w.join("no-global-hooks"), HelmEngine::Library, &[]);
+    op.wait(
+        "the module run again with the value afterHelm set",
+        Duration::from_secs(60),
+        || {
+            let (code, cm) = sb.get(&format!("{CM}/echo-stage"));
+            code == 200 && cm["data"]["stage"] == "second"
+        },
+    );
+}
