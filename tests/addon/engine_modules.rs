@@ -1456,4 +1456,14 @@ fi
             code == 200 && cm["data"]["stage"] == "second"
         },
     );
+    // `module patches` shows the memory values patch that did it (addon-operator's
+    // `module patches <name>`).
+    let patches = common::run_ok(&mut common::debug_cli(
+        &w.join("debug.socket"),
+        &["module", "patches", "echo"],
+    ));
+    assert!(
+        patches.contains("/echo/stage") && patches.contains("second"),
+        "{patches}"
+    );
 }
