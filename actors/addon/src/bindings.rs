@@ -16,7 +16,7 @@ use bosun_runtime::TaskIds;
 
 use serde_json::{Map, Value, json};
 
-use crate::context_stub::ContextStub;
+use crate::context_stub::{ContextStub, SharedJson};
 use crate::events::{TaskId, TaskSpec};
 use crate::hook_config::{HookConfig, WatchEvent};
 use crate::task::{AddonTask, HookRunParams};
@@ -82,8 +82,8 @@ pub fn event_stub(config: &HookConfig, index: usize, context: Value) -> ContextS
             .and_then(WatchEvent::named)
             // The watches name every event they deliver; a change, if one ever did not.
             .unwrap_or(WatchEvent::Modified),
-        object: c.remove("object").map(Arc::new),
-        filter_result: c.remove("filterResult").map(Arc::new),
+        object: c.get("object").map(SharedJson::new),
+        filter_result: c.get("filterResult").map(SharedJson::new),
     }
 }
 
@@ -341,10 +341,10 @@ fn render_one(
         } => {
             c.insert("watchEvent".into(), watch_event.as_str().into());
             if let Some(o) = object {
-                c.insert("object".into(), Arc::unwrap_or_clone(o));
+                c.insert("object".into(), o.to_value());
             }
             if let Some(f) = filter_result {
-                c.insert("filterResult".into(), Arc::unwrap_or_clone(f));
+                c.insert("filterResult".into(), f.to_value());
             }
         }
         ContextStub::Schedule { .. } | ContextStub::Named { .. } => {}

@@ -18,8 +18,49 @@ use std::sync::Arc;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::hook_config::WatchEvent;
+
+/// A JSON value a queued context carries, kept as its compact text and shared between
+/// copies: a task's contexts are copied when tasks merge and when the hook starts, and a
+/// burst of events can queue tens of thousands of them (as a `Value` tree an object takes
+/// about four times its text). Written out as it is, read back into a `Value` only when the
+/// hook's context file is made.
+#[derive(Clone, Debug)]
+pub struct SharedJson(Arc<RawValue>);
+
+impl SharedJson {
+    /// The compact text of `v`.
+    pub fn new(v: &Value) -> SharedJson {
+        let raw = serde_json::value::to_raw_value(v).unwrap_or_else(|_| RawValue::NULL.to_owned());
+        SharedJson(Arc::from(raw))
+    }
+
+    /// The value again.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+
+    /// The compact text.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for SharedJson {
+    fn eq(&self, other: &SharedJson) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Eq for SharedJson {}
+
+impl Serialize for SharedJson {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
 
 /// One queued binding context.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,12 +81,10 @@ pub enum ContextStub {
         index: usize,
         group: Option<String>,
         watch_event: WatchEvent,
-        /// The object, when the binding keeps full objects or it was deleted. Shared: a
-        /// task's contexts are copied when tasks merge and when the hook starts, and a
-        /// burst of events can queue thousands of them.
-        object: Option<Arc<Value>>,
+        /// The object, when the binding keeps full objects or it was deleted.
+        object: Option<SharedJson>,
         /// The jq filter's result, when the binding has a filter (`null` when it gave none).
-        filter_result: Option<Arc<Value>>,
+        filter_result: Option<SharedJson>,
     },
     /// A firing of a schedule binding.
     Schedule {
@@ -263,8 +302,8 @@ impl TryFrom<Wire> for ContextStub {
                     binding: w.binding,
                     group: w.group,
                     watch_event,
-                    object: w.object.map(Arc::new),
-                    filter_result: w.filter_result.map(Arc::new),
+                    object: w.object.as_ref().map(SharedJson::new),
+                    filter_result: w.filter_result.as_ref().map(SharedJson::new),
                 }
             }
             Some("Schedule") => ContextStub::Schedule {
@@ -336,8 +375,8 @@ mod tests {
                 index: 0,
                 group: Some("g".into()),
                 watch_event: WatchEvent::Deleted,
-                object: Some(Arc::new(serde_json::json!({"kind": "ConfigMap"}))),
-                filter_result: Some(Arc::new(Value::Null)),
+                object: Some(SharedJson::new(&serde_json::json!({"kind": "ConfigMap"}))),
+                filter_result: Some(SharedJson::new(&Value::Null)),
             })
         );
         assert_eq!(
