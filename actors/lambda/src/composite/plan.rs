@@ -51,7 +51,7 @@ pub enum PlanError {
 
 impl From<PlanError> for SyncError {
     fn from(e: PlanError) -> Self {
-        SyncError::Failed(e.to_string())
+        SyncError::permanent(e.to_string())
     }
 }
 
@@ -125,7 +125,7 @@ impl Composite {
         }
         report.status_written = write_status(cluster, &self.parent, parent, plan.status).await?;
         if !report.applied.errors.is_empty() {
-            return Err(SyncError::Failed(report.applied.errors.join("; ")));
+            return Err(SyncError::transient(report.applied.errors.join("; ")));
         }
         Ok(report)
     }
