@@ -287,7 +287,8 @@ impl Decorator {
             a["metadata"]["annotations"][DECORATOR_ANNOTATION] = json!(self.name);
             desired.push(a);
         }
-        children::group_desired(desired, &self.attachments).map_err(SyncError::permanent)
+        children::group_desired(desired, &self.attachments)
+            .map_err(|e| SyncError::permanent(e.to_string()))
     }
 }
 

@@ -46,7 +46,7 @@ pub enum PlanError {
     SelectorMismatch { kind: String, key: String },
     /// A desired child of a type the controller does not declare.
     #[error("{0}")]
-    UndeclaredChild(String),
+    UndeclaredChild(#[from] children::UndeclaredChild),
 }
 
 impl From<PlanError> for SyncError {

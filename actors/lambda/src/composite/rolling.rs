@@ -290,7 +290,8 @@ pub async fn sync_revisions(
             )));
         }
     }
-    children::group_desired(step.children.clone(), &c.children).map_err(SyncError::permanent)?;
+    children::group_desired(step.children.clone(), &c.children)
+        .map_err(|e| SyncError::permanent(e.to_string()))?;
 
     // Persist the revisions before touching any child.
     for r in &step.delete {
