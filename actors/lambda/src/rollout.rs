@@ -643,7 +643,7 @@ fn should_continue(
     observed: &ObservedChildren,
     strategies: &BTreeMap<GroupKind, UpdateStrategy>,
     apply_strategy: ApplyStrategy,
-) -> Result<(), Waiting> {
+) -> Result<(), Box<Waiting>> {
     for claims in &latest.claims {
         let gk = GroupKind::new(&claims.api_group, &claims.kind);
         let Some(strategy) = strategies.get(&gk).filter(|s| s.method.is_rolling()) else {
@@ -654,7 +654,7 @@ fn should_continue(
             let child_of = || (kind.clone(), name.clone());
             let Some(child) = observed.get(&gk, name) else {
                 let (kind, name) = child_of();
-                return Err(Waiting::Missing { kind, name });
+                return Err(Box::new(Waiting::Missing { kind, name }));
             };
             let Some(desired) = latest.desired.get(&(gk.clone(), name.clone())) else {
                 continue;
@@ -667,27 +667,27 @@ fn should_continue(
                 ApplyStrategy::DynamicApply => {
                     apply_update(child, desired).map_err(|source| {
                         let (kind, name) = child_of();
-                        Waiting::Uncheckable { kind, name, source }
+                        Box::new(Waiting::Uncheckable { kind, name, source })
                     })? == *child
                 }
                 ApplyStrategy::ServerSideApply => crate::children::ssa_applied(child, desired),
             };
             if !up_to_date {
                 let (kind, name) = child_of();
-                return Err(Waiting::NotUpdated { kind, name });
+                return Err(Box::new(Waiting::NotUpdated { kind, name }));
             }
             if strategy.method == UpdateMethod::RollingInPlace {
                 let seen = child["status"]["observedGeneration"].as_i64().unwrap_or(0);
                 let generation = child["metadata"]["generation"].as_i64().unwrap_or(0);
                 if seen > 0 && seen < generation {
                     let (kind, name) = child_of();
-                    return Err(Waiting::NotObserved { kind, name });
+                    return Err(Box::new(Waiting::NotObserved { kind, name }));
                 }
             }
             if let Some(checks) = &strategy.status_checks {
                 status_check(checks, child).map_err(|source| {
                     let (kind, name) = child_of();
-                    Waiting::StatusCheck { kind, name, source }
+                    Box::new(Waiting::StatusCheck { kind, name, source })
                 })?;
             }
         }
