@@ -52,7 +52,7 @@ where
                 .journal
                 .append_batch(&events)
                 .await
-                .map_err(|e| PortError(e.to_string()))?;
+                .map_err(|e| PortError::transient(e.to_string()))?;
             if let Some(acks) = &self.acks {
                 acks.wait(seq).await;
             }
@@ -63,17 +63,19 @@ where
     fn append_later(&self, events: Vec<E>) -> Result<(), PortError> {
         self.journal
             .append_later(&events)
-            .map_err(|e| PortError(e.to_string()))
+            .map_err(|e| PortError::transient(e.to_string()))
     }
 
     fn submit(&self, events: Vec<E>) -> Result<BoxFut<'static, Result<u64, PortError>>, PortError> {
         let durable = self
             .journal
             .submit(&events)
-            .map_err(|e| PortError(e.to_string()))?;
+            .map_err(|e| PortError::transient(e.to_string()))?;
         let acks = self.acks.clone();
         Ok(Box::pin(async move {
-            let seq = durable.await.map_err(|e| PortError(e.to_string()))?;
+            let seq = durable
+                .await
+                .map_err(|e| PortError::transient(e.to_string()))?;
             if let Some(acks) = &acks {
                 acks.wait(seq).await;
             }

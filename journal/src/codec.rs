@@ -73,17 +73,28 @@ pub(crate) fn checksum(seq: u64, body: &[u8]) -> u32 {
     h.finalize()
 }
 
+/// Why a stored record cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum RecordError {
+    /// Shorter than its header.
+    #[error("truncated: {len} bytes, header needs {HEADER}")]
+    Truncated {
+        /// Its length.
+        len: usize,
+    },
+    /// The checksum does not match the sequence and body.
+    #[error("checksum mismatch")]
+    ChecksumMismatch,
+}
+
 /// Checks and splits a stored record: `(time_ms, version, payload)`.
-pub(crate) fn decode(seq: u64, bytes: &[u8]) -> Result<(u64, u32, &[u8]), String> {
+pub(crate) fn decode(seq: u64, bytes: &[u8]) -> Result<(u64, u32, &[u8]), RecordError> {
     if bytes.len() < HEADER {
-        return Err(format!(
-            "truncated: {} bytes, header needs {HEADER}",
-            bytes.len()
-        ));
+        return Err(RecordError::Truncated { len: bytes.len() });
     }
     let stored = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
     if stored != checksum(seq, &bytes[4..]) {
-        return Err("checksum mismatch".into());
+        return Err(RecordError::ChecksumMismatch);
     }
     let mut t = [0u8; 8];
     t.copy_from_slice(&bytes[4..12]);
@@ -97,8 +108,10 @@ pub(crate) fn decode(seq: u64, bytes: &[u8]) -> Result<(u64, u32, &[u8]), String
 }
 
 pub(crate) fn raw_record(seq: u64, bytes: &[u8]) -> Result<RawRecord, JournalError> {
-    let (time_ms, version, payload) =
-        decode(seq, bytes).map_err(|reason| JournalError::Corrupt { seq, reason })?;
+    let (time_ms, version, payload) = decode(seq, bytes).map_err(|e| JournalError::Corrupt {
+        seq,
+        reason: e.to_string(),
+    })?;
     let event = serde_json::from_slice(payload).map_err(|e| JournalError::Corrupt {
         seq,
         reason: format!("payload is not JSON: {e}"),

@@ -678,6 +678,7 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
             .filter(|(s, _)| *s <= at)
         {
             match decode(seq, &bytes)
+                .map_err(|e| e.to_string())
                 .and_then(|(_, _, p)| serde_json::from_slice::<S>(p).map_err(|e| e.to_string()))
             {
                 Ok(state) => return Ok(Some((seq, state))),
@@ -983,8 +984,10 @@ fn decode_event<E: Versioned + DeserializeOwned>(
     seq: u64,
     bytes: &[u8],
 ) -> Result<Record<E>, JournalError> {
-    let (time_ms, version, payload) =
-        decode(seq, bytes).map_err(|reason| JournalError::Corrupt { seq, reason })?;
+    let (time_ms, version, payload) = decode(seq, bytes).map_err(|e| JournalError::Corrupt {
+        seq,
+        reason: e.to_string(),
+    })?;
     if version > E::VERSION {
         return Err(JournalError::UnknownVersion {
             seq,

@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use crate::codec::RecordError;
 use crate::{Body, Journal, JournalError, Versioned, check_directory, decode};
 
 /// Where a standby continues, as the leader sees it.
@@ -38,17 +39,38 @@ pub fn stored_checksum(bytes: &[u8]) -> Option<u32> {
 
 /// Checks records a standby received before the committer writes them: numbered right
 /// after `last`, without gaps, each with a valid checksum.
-pub(crate) fn check_stored(last: u64, records: &[(u64, Vec<u8>)]) -> Result<(), String> {
+pub(crate) fn check_stored(last: u64, records: &[(u64, Vec<u8>)]) -> Result<(), StoredError> {
     for (expected, (seq, bytes)) in (last + 1..).zip(records) {
         if *seq != expected {
-            return Err(format!(
-                "replicated record {seq} does not follow record {} of this journal",
-                expected - 1
-            ));
+            return Err(StoredError::Gap {
+                seq: *seq,
+                last: expected - 1,
+            });
         }
-        decode(*seq, bytes).map_err(|reason| format!("replicated record {seq}: {reason}"))?;
+        decode(*seq, bytes).map_err(|reason| StoredError::Unreadable { seq: *seq, reason })?;
     }
     Ok(())
+}
+
+/// Why records a standby received are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum StoredError {
+    /// Not numbered right after this journal's last record.
+    #[error("replicated record {seq} does not follow record {last} of this journal")]
+    Gap {
+        /// The record received.
+        seq: u64,
+        /// The record it should follow.
+        last: u64,
+    },
+    /// Its header or checksum is wrong.
+    #[error("replicated record {seq}: {reason}")]
+    Unreadable {
+        /// The record received.
+        seq: u64,
+        /// What is wrong with it.
+        reason: RecordError,
+    },
 }
 
 impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
@@ -60,7 +82,10 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         self.storage.events_from(from).map(|r| {
             r.and_then(|(seq, bytes)| match decode(seq, &bytes) {
                 Ok(_) => Ok((seq, bytes)),
-                Err(reason) => Err(JournalError::Corrupt { seq, reason }),
+                Err(e) => Err(JournalError::Corrupt {
+                    seq,
+                    reason: e.to_string(),
+                }),
             })
         })
     }
@@ -163,7 +188,10 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
     ) -> Result<Option<PathBuf>, JournalError> {
         check_directory(dir, true)?;
         if let Some((seq, bytes)) = &snapshot {
-            decode(*seq, bytes).map_err(|reason| JournalError::Corrupt { seq: *seq, reason })?;
+            decode(*seq, bytes).map_err(|e| JournalError::Corrupt {
+                seq: *seq,
+                reason: e.to_string(),
+            })?;
         }
         let staging = crate::reset::staging(dir)?;
         let journal = Journal::<E>::open(&staging)?;

@@ -144,7 +144,7 @@ pub(crate) fn commit_loop(
                 }
                 Body::Stored(stored) => {
                     if let Err(e) = crate::replica::check_stored(seq, &stored) {
-                        let _ = req.reply.send(Err(e));
+                        let _ = req.reply.send(Err(e.to_string()));
                         continue;
                     }
                     seq += stored.len() as u64;

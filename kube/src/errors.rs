@@ -1,7 +1,7 @@
 //! The one mapping of the Kubernetes client's errors to the cluster ports' error
 //! ([`ClusterError`], shared by every subsystem).
 
-use bosun_runtime::ClusterError;
+use bosun_runtime::{ClusterError, PortError};
 
 /// `e`, from a request about `what` (`"Pod ns/name"`), as a [`ClusterError`].
 pub fn cluster_error(what: String, e: kube::Error) -> ClusterError {
@@ -25,6 +25,11 @@ pub fn cluster_error(what: String, e: kube::Error) -> ClusterError {
             message: e.to_string(),
         },
     }
+}
+
+/// `e` as a port failure with `message` as its text, classed as [`cluster_error`] classes it.
+pub fn port_error(message: String, e: kube::Error) -> PortError {
+    PortError::new(cluster_error(String::new(), e).class(), message)
 }
 
 #[cfg(test)]

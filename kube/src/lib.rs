@@ -41,7 +41,7 @@ pub mod watch;
 /// How kube-apiserver stores a Secret's `stringData` (written once, in bosun-platform, for
 /// the sandbox too).
 pub use bosun_platform::fold_string_data;
-pub use errors::cluster_error;
+pub use errors::{cluster_error, port_error};
 pub use events::{EventLimits, EventRecorder};
 pub use limiter::ClientLimits;
 pub use metrics::{KubeMetricsLayer, measured_client, url_template};

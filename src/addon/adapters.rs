@@ -6,6 +6,7 @@ use std::path::Path;
 use bosun_addon::ports::{
     BoxFut, ConfigStore, EnabledRun, HookExecutor, HookResult, HookRun, LogFields, PortError,
 };
+use bosun_kube::port_error;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 
@@ -17,7 +18,7 @@ impl HookExecutor for HookProcess {
         Box::pin(async move {
             HookProcess::config(self, &name, &path)
                 .await
-                .map_err(|e| PortError(e.to_string()))
+                .map_err(|e| PortError::transient(e.to_string()))
         })
     }
 
@@ -34,10 +35,10 @@ impl HookExecutor for HookProcess {
         let started = HookProcess::start(self, &input);
         Box::pin(async move {
             let out = started
-                .map_err(|e| PortError(e.to_string()))?
+                .map_err(|e| PortError::transient(e.to_string()))?
                 .finish()
                 .await
-                .map_err(|e| PortError(e.to_string()))?;
+                .map_err(|e| PortError::transient(e.to_string()))?;
             Ok(HookResult {
                 values_patch: out.values_patch,
                 config_values_patch: out.config_values_patch,
@@ -74,7 +75,7 @@ pub(crate) async fn run_enabled(runner: &HookProcess, run: EnabledRun) -> Result
     runner
         .enabled(&input)
         .await
-        .map_err(|e| PortError(e.to_string()))
+        .map_err(|e| PortError::transient(e.to_string()))
 }
 
 /// The operator's ConfigMap, through the Kubernetes API.
@@ -98,10 +99,10 @@ impl ConfigStore for KubeConfigStore {
         Box::pin(async move {
             match self.api.get_opt(&self.name).await {
                 Ok(cm) => Ok(cm.map(|cm| cm.data.unwrap_or_default())),
-                Err(e) => Err(PortError(format!(
-                    "cannot read ConfigMap {}: {e}",
-                    self.name
-                ))),
+                Err(e) => Err(port_error(
+                    format!("cannot read ConfigMap {}: {e}", self.name),
+                    e,
+                )),
             }
         })
     }
@@ -120,11 +121,10 @@ impl KubeConfigStore {
     /// resourceVersion, retried on conflicts.
     async fn edit(&self, key: String, yaml: Option<String>) -> Result<(), PortError> {
         for _ in 0..5 {
-            let existing = self
-                .api
-                .get_opt(&self.name)
-                .await
-                .map_err(|e| PortError(format!("cannot read ConfigMap {}: {e}", self.name)))?;
+            let existing =
+                self.api.get_opt(&self.name).await.map_err(|e| {
+                    port_error(format!("cannot read ConfigMap {}: {e}", self.name), e)
+                })?;
             let result = match (existing, &yaml) {
                 (Some(mut cm), _) => {
                     let data = cm.data.get_or_insert_with(Default::default);
@@ -151,14 +151,14 @@ impl KubeConfigStore {
                 Ok(_) => return Ok(()),
                 Err(kube::Error::Api(status)) if status.code == 409 => continue,
                 Err(e) => {
-                    return Err(PortError(format!(
-                        "cannot write ConfigMap {}: {e}",
-                        self.name
-                    )));
+                    return Err(port_error(
+                        format!("cannot write ConfigMap {}: {e}", self.name),
+                        e,
+                    ));
                 }
             }
         }
-        Err(PortError(format!(
+        Err(PortError::conflict(format!(
             "cannot write ConfigMap {}: too many conflicting writers",
             self.name
         )))

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bosun_addon::ports::{BoxFut, ObjectPatcher, PortError};
+use bosun_runtime::ErrorClass;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Map, Value};
 
@@ -350,7 +351,12 @@ impl ObjectPatcher for KubePatcher {
         Box::pin(async move {
             self.execute(&text).await.map_err(|e| {
                 tracing::warn!(%hook, "object patcher: {e}");
-                PortError(e.to_string())
+                // Malformed operations fail the same way again; the API server may not.
+                let class = match e {
+                    PatchError::Failed { .. } => ErrorClass::Transient,
+                    _ => ErrorClass::Permanent,
+                };
+                PortError::new(class, e.to_string())
             })
         })
     }

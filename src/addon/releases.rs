@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use bosun_addon::ports::{BoxFut, ObjectPreview, PortError, ReleaseInfo, Releases, Rendered};
+use bosun_kube::port_error;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{ApiResource, Scope};
 use serde_json::Value;
@@ -78,7 +79,7 @@ impl HelmReleases {
             return Ok(());
         };
         crate::private_dir::check_within(root, chart).map_err(|e| {
-            PortError(format!(
+            PortError::permanent(format!(
                 "not running Helm for release {release}: its chart copy {} is not in bosun's private folder any more: {e}",
                 chart.display()
             ))
@@ -163,7 +164,7 @@ impl HelmReleases {
         match api.delete(&secret, &Default::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(PortError(format!("cannot delete {secret}: {e}"))),
+            Err(e) => Err(port_error(format!("cannot delete {secret}: {e}"), e)),
         }
     }
 
@@ -246,7 +247,7 @@ impl HelmReleases {
         match self.client.status(release).await {
             Ok(r) => Ok(Some(r)),
             Err(HelmError::NotFound(_)) => Ok(None),
-            Err(e) => Err(PortError(e.to_string())),
+            Err(e) => Err(helm_failure(e)),
         }
     }
 
@@ -414,10 +415,10 @@ impl Releases for HelmReleases {
                 .engine
                 .render(&chart, &values, &release, &self.namespace, true)
                 .await
-                .map_err(|e| PortError(e.to_string()))?;
+                .map_err(helm_failure)?;
             Ok(Rendered {
                 checksum: rendered_checksum(&files),
-                objects: rendered_objects(&files).map_err(PortError)?,
+                objects: rendered_objects(&files).map_err(PortError::permanent)?,
             })
         })
     }
@@ -494,7 +495,7 @@ impl Releases for HelmReleases {
                 }
                 Err(first) => Err(first),
             };
-            let r = result.map_err(|e| PortError(e.to_string()))?;
+            let r = result.map_err(helm_failure)?;
             // Helm may have failed to record the revision deployed (it only logs that):
             // checked now, and again at the next status read if the check fails.
             self.unsettled
@@ -536,18 +537,14 @@ impl Releases for HelmReleases {
                     Ok(true)
                 }
                 Err(HelmError::NotFound(_)) => Ok(false),
-                Err(e) => Err(PortError(e.to_string())),
+                Err(e) => Err(helm_failure(e)),
             }
         })
     }
 
     fn list(&self) -> BoxFut<'_, Result<Vec<String>, PortError>> {
         Box::pin(async move {
-            let all = self
-                .client
-                .list_all()
-                .await
-                .map_err(|e| PortError(e.to_string()))?;
+            let all = self.client.list_all().await.map_err(helm_failure)?;
             Ok(all.iter().map(|r| r.name().to_string()).collect())
         })
     }
@@ -557,7 +554,7 @@ impl Releases for HelmReleases {
             tracing::debug!(objects = objects.len(), "checking rendered objects");
             let mut found = Vec::new();
             for obj in &objects {
-                let (api, name, what) = self.api_for(obj).await.map_err(PortError)?;
+                let (api, name, what) = self.api_for(obj).await.map_err(PortError::transient)?;
                 match api.get_opt(&name).await {
                     Ok(None) => found.push(format!("{what} is absent")),
                     Ok(Some(live)) => {
@@ -566,7 +563,7 @@ impl Releases for HelmReleases {
                             found.push(format!("{what}: {d}"));
                         }
                     }
-                    Err(e) => return Err(PortError(format!("cannot read {what}: {e}"))),
+                    Err(e) => return Err(port_error(format!("cannot read {what}: {e}"), e)),
                 }
             }
             Ok(found)
@@ -576,11 +573,11 @@ impl Releases for HelmReleases {
     fn apply(&self, objects: Vec<Value>) -> BoxFut<'_, Result<(), PortError>> {
         Box::pin(async move {
             for obj in objects {
-                let (api, name, what) = self.api_for(&obj).await.map_err(PortError)?;
+                let (api, name, what) = self.api_for(&obj).await.map_err(PortError::transient)?;
                 let params = PatchParams::apply(FIELD_MANAGER).force();
                 api.patch(&name, &params, &Patch::Apply(&obj))
                     .await
-                    .map_err(|e| PortError(format!("cannot apply {what}: {e}")))?;
+                    .map_err(|e| port_error(format!("cannot apply {what}: {e}"), e))?;
             }
             Ok(())
         })
@@ -598,16 +595,17 @@ impl Releases for HelmReleases {
             let mut out = Vec::with_capacity(objects.len());
             for mut obj in objects {
                 helm_owned(&mut obj, &release, &self.namespace);
-                let (api, name, what, ns) = self.locate(&obj).await.map_err(PortError)?;
+                let (api, name, what, ns) =
+                    self.locate(&obj).await.map_err(PortError::transient)?;
                 if name.is_empty() {
-                    return Err(PortError(format!(
+                    return Err(PortError::permanent(format!(
                         "{what}: the rendered object has no name"
                     )));
                 }
                 let live = api
                     .get_opt(&name)
                     .await
-                    .map_err(|e| PortError(format!("cannot read {what}: {e}")))?;
+                    .map_err(|e| port_error(format!("cannot read {what}: {e}"), e))?;
                 // As `kubectl diff --server-side --force-conflicts`, as Helm's manager: the
                 // server merges (dropping what the chart no longer sets), the dry run writes
                 // nothing.
@@ -615,7 +613,7 @@ impl Releases for HelmReleases {
                 let merged = api
                     .patch(&name, &params, &Patch::Apply(&obj))
                     .await
-                    .map_err(|e| PortError(format!("dry-run apply of {what} failed: {e}")))?;
+                    .map_err(|e| port_error(format!("dry-run apply of {what} failed: {e}"), e))?;
                 let api_version = obj["apiVersion"].as_str().unwrap_or_default();
                 let kind = obj["kind"].as_str().unwrap_or_default();
                 let id = match ns {
@@ -624,7 +622,7 @@ impl Releases for HelmReleases {
                 };
                 let json = |o: &DynamicObject| {
                     serde_json::to_value(o)
-                        .map_err(|e| PortError(format!("cannot encode {what}: {e}")))
+                        .map_err(|e| PortError::permanent(format!("cannot encode {what}: {e}")))
                 };
                 out.push(ObjectPreview {
                     id,
@@ -634,6 +632,16 @@ impl Releases for HelmReleases {
             }
             Ok(out)
         })
+    }
+}
+
+/// A Helm failure as a port failure: transient when Helm's error says trying again may
+/// succeed, permanent otherwise (the module task is retried with backoff either way).
+fn helm_failure(e: HelmError) -> PortError {
+    if e.is_transient() {
+        PortError::transient(e.to_string())
+    } else {
+        PortError::permanent(e.to_string())
     }
 }
 
@@ -648,7 +656,12 @@ impl Releases for NoHelm {
         _: PathBuf,
         _: Value,
     ) -> BoxFut<'_, Result<Rendered, PortError>> {
-        Box::pin(async move { Err(PortError(format!("cannot render {release}: {}", self.0))) })
+        Box::pin(async move {
+            Err(PortError::permanent(format!(
+                "cannot render {release}: {}",
+                self.0
+            )))
+        })
     }
     fn status(&self, _: String) -> BoxFut<'_, Result<Option<ReleaseInfo>, PortError>> {
         Box::pin(async { Ok(None) })
@@ -660,7 +673,12 @@ impl Releases for NoHelm {
         _: Value,
         _: String,
     ) -> BoxFut<'_, Result<u32, PortError>> {
-        Box::pin(async move { Err(PortError(format!("cannot install {release}: {}", self.0))) })
+        Box::pin(async move {
+            Err(PortError::permanent(format!(
+                "cannot install {release}: {}",
+                self.0
+            )))
+        })
     }
     fn uninstall(&self, _: String) -> BoxFut<'_, Result<bool, PortError>> {
         Box::pin(async { Ok(false) })
@@ -672,14 +690,24 @@ impl Releases for NoHelm {
         Box::pin(async { Ok(Vec::new()) })
     }
     fn apply(&self, _: Vec<Value>) -> BoxFut<'_, Result<(), PortError>> {
-        Box::pin(async move { Err(PortError(format!("cannot apply CRDs: {}", self.0))) })
+        Box::pin(async move {
+            Err(PortError::permanent(format!(
+                "cannot apply CRDs: {}",
+                self.0
+            )))
+        })
     }
     fn preview(
         &self,
         _: String,
         _: Vec<Value>,
     ) -> BoxFut<'_, Result<Vec<ObjectPreview>, PortError>> {
-        Box::pin(async move { Err(PortError(format!("cannot compare objects: {}", self.0))) })
+        Box::pin(async move {
+            Err(PortError::permanent(format!(
+                "cannot compare objects: {}",
+                self.0
+            )))
+        })
     }
 }
 

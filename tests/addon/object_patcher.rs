@@ -610,7 +610,12 @@ async fn object_patcher_port() {
         .await
         .expect_err("invalid");
     assert!(
-        err.0.contains("operation 1 (Bogus ? ?): unknown operation"),
+        err.message()
+            .contains("operation 1 (Bogus ? ?): unknown operation"),
         "{err}"
+    );
+    assert!(
+        !err.is_transient(),
+        "malformed operations fail the same way again"
     );
 }

@@ -114,7 +114,9 @@ impl HookExecutor for ScriptedHooks {
         let config = lock(&self.script).configs.get(name).cloned();
         let name = name.to_string();
         Box::pin(async move {
-            config.ok_or_else(|| PortError(format!("hook {name:?}: no scripted configuration")))
+            config.ok_or_else(|| {
+                PortError::permanent(format!("hook {name:?}: no scripted configuration"))
+            })
         })
     }
 

@@ -246,7 +246,7 @@ impl KubeBindings for NoKubernetes {
         _bindings: Vec<crate::hook_config::KubernetesBinding>,
         _events: BindingEvents,
     ) -> BoxFut<'_, Result<(), PortError>> {
-        Box::pin(async move { Err(PortError(self.0.clone())) })
+        Box::pin(async move { Err(PortError::permanent(self.0.clone())) })
     }
     fn release(&self, _hook: &crate::bindings::HookRef, _index: usize) {}
     fn snapshot(&self, _hook: &crate::bindings::HookRef, _index: usize) -> Vec<Value> {
@@ -257,6 +257,6 @@ impl KubeBindings for NoKubernetes {
 
 impl ObjectPatcher for NoKubernetes {
     fn apply(&self, _hook: String, _text: String) -> BoxFut<'_, Result<(), PortError>> {
-        Box::pin(async move { Err(PortError(self.0.clone())) })
+        Box::pin(async move { Err(PortError::permanent(self.0.clone())) })
     }
 }

@@ -314,7 +314,9 @@ async fn a_task_that_keeps_failing_is_parked_and_its_queue_goes_on() {
         .hooks
         .config("g-broken", "configVersion: v1\nonStartup: 1")
         .config("g-fine", "configVersion: v1\nonStartup: 2")
-        .answer("g-broken", |_run| Err(PortError("exit status 1".into())));
+        .answer("g-broken", |_run| {
+            Err(PortError::transient("exit status 1"))
+        });
     let global = vec![
         global_hook("g-broken", "configVersion: v1\nonStartup: 1"),
         global_hook("g-fine", "configVersion: v1\nonStartup: 2"),
@@ -572,7 +574,7 @@ async fn a_failed_module_run_is_retried_without_running_on_startup_again() {
         if run.binding_context[0]["binding"] == "beforeHelm"
             && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0
         {
-            return Err(PortError("beforeHelm fails once".into()));
+            return Err(PortError::transient("beforeHelm fails once"));
         }
         Ok(HookResult::default())
     });

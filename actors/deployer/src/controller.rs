@@ -42,6 +42,15 @@ pub enum ReconcileError {
     Journal(String),
 }
 
+impl bosun_runtime::Classified for ReconcileError {
+    fn class(&self) -> bosun_runtime::ErrorClass {
+        match self {
+            ReconcileError::Cluster(e) => e.class(),
+            ReconcileError::Journal(_) => bosun_runtime::ErrorClass::Transient,
+        }
+    }
+}
+
 impl ReconcileError {
     /// A short label for metrics.
     pub fn metric_label(&self) -> &'static str {

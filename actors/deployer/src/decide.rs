@@ -161,13 +161,18 @@ pub enum Contract {
     JobId,
 }
 
+/// A contract name that is neither `annotations` nor `jobid`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?}: expected annotations or jobid")]
+pub struct UnknownContract(pub String);
+
 impl std::str::FromStr for Contract {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Contract, String> {
+    type Err = UnknownContract;
+    fn from_str(s: &str) -> Result<Contract, UnknownContract> {
         match s {
             "annotations" => Ok(Contract::Annotations),
             "jobid" | "jobID" => Ok(Contract::JobId),
-            other => Err(format!("{other:?}: expected annotations or jobid")),
+            other => Err(UnknownContract(other.to_string())),
         }
     }
 }

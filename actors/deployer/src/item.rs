@@ -487,7 +487,11 @@ impl DeployItem {
         match &self.timeout {
             None => Ok(default),
             Some(t) => Timeout::parse(t).map_err(|e| {
-                FieldError::new(&format!("DeployItem {}", self.key), "spec.timeout", e)
+                FieldError::new(
+                    &format!("DeployItem {}", self.key),
+                    "spec.timeout",
+                    e.to_string(),
+                )
             }),
         }
     }

@@ -24,20 +24,58 @@ pub struct OciRef {
     pub reference: String,
 }
 
+/// A reference that is not `host/repository:tag` or `…@sha256:digest`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OciRefError {
+    /// Nothing given.
+    #[error("an empty reference")]
+    Empty,
+    /// A URL (`https://…`) instead of a reference.
+    #[error("{0:?}: a reference is host/repository:tag, not a URL")]
+    Url(String),
+    /// A repository with other characters than lowercase letters, digits, `.`, `_`, `-`.
+    #[error(
+        "{text:?}: the repository {repository:?} is not lowercase letters, digits, '.', '_', '-' separated by '/'"
+    )]
+    Repository {
+        /// The reference as given.
+        text: String,
+        /// Its repository part.
+        repository: String,
+    },
+    /// A digest of another algorithm.
+    #[error("{text:?}: only sha256 digests are supported, got {digest:?}")]
+    DigestAlgorithm {
+        /// The reference as given.
+        text: String,
+        /// Its digest.
+        digest: String,
+    },
+    /// A `sha256:` digest that is not 64 hex digits.
+    #[error("{text:?}: {digest:?} is not a sha256 digest")]
+    Digest {
+        /// The reference as given.
+        text: String,
+        /// Its digest.
+        digest: String,
+    },
+    /// `name:` with nothing after the colon.
+    #[error("{0:?}: an empty tag")]
+    EmptyTag(String),
+}
+
 impl OciRef {
     /// Reads a reference as container tools do: a first part with a `.` or a `:`, or
     /// `localhost`, is the registry (else Docker Hub, `library/` for a single name); the
     /// tag defaults to `latest`; a digest wins over a tag.
-    pub fn parse(text: &str) -> Result<OciRef, String> {
+    pub fn parse(text: &str) -> Result<OciRef, OciRefError> {
         let text = text.trim();
         let rest = text.strip_prefix("oci://").unwrap_or(text);
         if rest.is_empty() {
-            return Err("an empty reference".into());
+            return Err(OciRefError::Empty);
         }
         if rest.contains("://") {
-            return Err(format!(
-                "{text:?}: a reference is host/repository:tag, not a URL"
-            ));
+            return Err(OciRefError::Url(text.to_string()));
         }
         let (name, digest) = match rest.split_once('@') {
             Some((n, d)) => (n, Some(d)),
@@ -65,22 +103,29 @@ impl OciRef {
                 })
         };
         if repository.is_empty() || !repository.split('/').all(valid_part) {
-            return Err(format!(
-                "{text:?}: the repository {repository:?} is not lowercase letters, digits, '.', '_', '-' separated by '/'"
-            ));
+            return Err(OciRefError::Repository {
+                text: text.to_string(),
+                repository,
+            });
         }
         let reference = match (digest, tag) {
             (Some(d), _) => {
-                let hex = d.strip_prefix("sha256:").ok_or_else(|| {
-                    format!("{text:?}: only sha256 digests are supported, got {d:?}")
-                })?;
+                let hex =
+                    d.strip_prefix("sha256:")
+                        .ok_or_else(|| OciRefError::DigestAlgorithm {
+                            text: text.to_string(),
+                            digest: d.to_string(),
+                        })?;
                 if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-                    return Err(format!("{text:?}: {d:?} is not a sha256 digest"));
+                    return Err(OciRefError::Digest {
+                        text: text.to_string(),
+                        digest: d.to_string(),
+                    });
                 }
                 d.to_string()
             }
             (None, Some(t)) if !t.is_empty() => t.to_string(),
-            (None, Some(_)) => return Err(format!("{text:?}: an empty tag")),
+            (None, Some(_)) => return Err(OciRefError::EmptyTag(text.to_string())),
             (None, None) => "latest".to_string(),
         };
         Ok(OciRef {
@@ -280,13 +325,13 @@ fn entry_for<'c>(config: &'c Value, registry: &str) -> Option<&'c Value> {
 
 /// The digest of the chart layer of `manifest`: the layer of the Helm chart media type,
 /// else the only layer.
-pub fn chart_layer(manifest: &Value) -> Result<String, String> {
+pub fn chart_layer(manifest: &Value) -> Result<String, ChartLayerError> {
     if manifest["manifests"].is_array() {
-        return Err("an image index, not a Helm chart (a chart's manifest has layers)".into());
+        return Err(ChartLayerError::ImageIndex);
     }
     let layers = manifest["layers"]
         .as_array()
-        .ok_or("not an OCI manifest: no layers")?;
+        .ok_or(ChartLayerError::NoLayers)?;
     let layer = layers
         .iter()
         .find(|l| l["mediaType"] == CHART_LAYER)
@@ -295,19 +340,38 @@ pub fn chart_layer(manifest: &Value) -> Result<String, String> {
             _ => None,
         })
         .ok_or_else(|| {
-            let types: Vec<&str> = layers
-                .iter()
-                .filter_map(|l| l["mediaType"].as_str())
-                .collect();
-            format!("no Helm chart layer ({CHART_LAYER}) among {types:?}")
+            ChartLayerError::NoChartLayer(
+                layers
+                    .iter()
+                    .filter_map(|l| l["mediaType"].as_str().map(String::from))
+                    .collect(),
+            )
         })?;
-    let digest = layer["digest"]
-        .as_str()
-        .ok_or("the chart layer has no digest")?;
+    let digest = layer["digest"].as_str().ok_or(ChartLayerError::NoDigest)?;
     if !digest.starts_with("sha256:") {
-        return Err(format!("the chart layer's digest {digest:?} is not sha256"));
+        return Err(ChartLayerError::Digest(digest.to_string()));
     }
     Ok(digest.to_string())
+}
+
+/// A manifest without a Helm chart layer to fetch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChartLayerError {
+    /// A multi-platform index instead of a manifest.
+    #[error("an image index, not a Helm chart (a chart's manifest has layers)")]
+    ImageIndex,
+    /// No `layers`.
+    #[error("not an OCI manifest: no layers")]
+    NoLayers,
+    /// Several layers, none of the chart media type (their media types).
+    #[error("no Helm chart layer ({CHART_LAYER}) among {0:?}")]
+    NoChartLayer(Vec<String>),
+    /// The chart layer has no `digest`.
+    #[error("the chart layer has no digest")]
+    NoDigest,
+    /// A digest of another algorithm.
+    #[error("the chart layer's digest {0:?} is not sha256")]
+    Digest(String),
 }
 
 #[cfg(test)]
@@ -370,7 +434,7 @@ mod tests {
             ("eu.gcr.io/x/web@md5:abc", "only sha256"),
             ("eu.gcr.io/x/web@sha256:abc", "not a sha256 digest"),
         ] {
-            let e = OciRef::parse(text).expect_err(text);
+            let e = OciRef::parse(text).expect_err(text).to_string();
             assert!(e.contains(says), "{text}: {e}");
         }
     }
@@ -450,11 +514,14 @@ mod tests {
         assert_eq!(chart_layer(&manifest), Ok(d.clone()));
         let only = json!({"layers": [{"mediaType": "application/tar+gzip", "digest": d}]});
         assert_eq!(chart_layer(&only), Ok(d));
-        assert!(chart_layer(&json!({"manifests": []})).is_err_and(|e| e.contains("image index")));
+        assert!(
+            chart_layer(&json!({"manifests": []}))
+                .is_err_and(|e| e.to_string().contains("image index"))
+        );
         assert!(
             chart_layer(&json!({"layers": [
                 {"mediaType": "a", "digest": "sha256:1"}, {"mediaType": "b", "digest": "sha256:2"}]}))
-            .is_err_and(|e| e.contains("no Helm chart layer"))
+            .is_err_and(|e| e.to_string().contains("no Helm chart layer"))
         );
     }
 }

@@ -159,17 +159,77 @@ enum Compare {
     Ge,
 }
 
+/// A JSONPath that cannot be read, naming the path and what is wrong at which place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path:?}: {problem}")]
+pub struct PathError {
+    /// The path as written.
+    pub path: String,
+    /// What is wrong with it.
+    pub problem: PathProblem,
+}
+
+/// What is wrong with a JSONPath.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathProblem {
+    /// `[?…]` that is not `[?(…)]`.
+    #[error("[{0}] is not a filter like [?(@.type == 'Ready')]")]
+    NotAFilter(String),
+    /// An operator other than `==`, `!=`, `<`, `<=`, `>`, `>=`.
+    #[error("unknown comparison in [{0}]")]
+    UnknownComparison(String),
+    /// A filter's right side that is not a literal.
+    #[error("{0:?} is not a quoted string, a number, true, false or null")]
+    NotALiteral(String),
+    /// A filter's left side that is not `@…`.
+    #[error("a filter compares a field of the element (@.field), got {0:?}")]
+    NotOfTheElement(String),
+    /// `..` or a trailing `.`.
+    #[error("empty field name at {0}")]
+    EmptyField(usize),
+    /// A character that needs the bracket notation.
+    #[error("{c:?} in the field name {key:?} (a key with such characters is written ['{key}'])")]
+    FieldCharacter {
+        /// The character.
+        c: char,
+        /// The field name.
+        key: String,
+    },
+    /// `[?(` without `)]`.
+    #[error("unclosed filter '[?('")]
+    UnclosedFilter,
+    /// `[` without `]`.
+    #[error("unclosed '['")]
+    UnclosedBracket,
+    /// `[…]` holding neither a number nor a quoted key.
+    #[error("[{0}] is not an index or a quoted key")]
+    NotAnIndex(String),
+    /// A character where a step should begin.
+    #[error("unexpected {c:?} at {at}")]
+    Unexpected {
+        /// The character.
+        c: char,
+        /// Its position.
+        at: usize,
+    },
+}
+
+fn path_error(path: &str, problem: PathProblem) -> PathError {
+    PathError {
+        path: path.to_string(),
+        problem,
+    }
+}
+
 /// Parses `?(@.path op literal)` (the inside of `[…]`).
-fn parse_filter(path: &str, inner: &str) -> Result<Step, String> {
+fn parse_filter(path: &str, inner: &str) -> Result<Step, PathError> {
     let body = inner
         .strip_prefix('?')
         .map(str::trim)
         .and_then(|b| b.strip_prefix('('))
         .and_then(|b| b.strip_suffix(')'))
         .map(str::trim)
-        .ok_or_else(|| {
-            format!("{path:?}: [{inner}] is not a filter like [?(@.type == 'Ready')]")
-        })?;
+        .ok_or_else(|| path_error(path, PathProblem::NotAFilter(inner.to_string())))?;
     // The operator: the first one outside quotes.
     let mut quote = None;
     let mut found = None;
@@ -188,7 +248,12 @@ fn parse_filter(path: &str, inner: &str) -> Result<Step, String> {
                     ">=" => (i, 2, Compare::Ge),
                     _ if *c == '<' => (i, 1, Compare::Lt),
                     _ if *c == '>' => (i, 1, Compare::Gt),
-                    _ => return Err(format!("{path:?}: unknown comparison in [{inner}]")),
+                    _ => {
+                        return Err(path_error(
+                            path,
+                            PathProblem::UnknownComparison(inner.to_string()),
+                        ));
+                    }
                 });
                 break;
             }
@@ -204,9 +269,9 @@ fn parse_filter(path: &str, inner: &str) -> Result<Step, String> {
         }
     };
     let left = left.trim();
-    let rest = left.strip_prefix('@').ok_or_else(|| {
-        format!("{path:?}: a filter compares a field of the element (@.field), got {left:?}")
-    })?;
+    let rest = left
+        .strip_prefix('@')
+        .ok_or_else(|| path_error(path, PathProblem::NotOfTheElement(left.to_string())))?;
     let path_steps = if rest.is_empty() {
         Vec::new()
     } else {
@@ -219,7 +284,7 @@ fn parse_filter(path: &str, inner: &str) -> Result<Step, String> {
 }
 
 /// A filter's literal: a quoted string, a number, `true`, `false` or `null`.
-fn literal(path: &str, text: &str) -> Result<Value, String> {
+fn literal(path: &str, text: &str) -> Result<Value, PathError> {
     if let Some(s) = text
         .strip_prefix('\'')
         .and_then(|t| t.strip_suffix('\''))
@@ -229,9 +294,7 @@ fn literal(path: &str, text: &str) -> Result<Value, String> {
     }
     match serde_json::from_str::<Value>(text) {
         Ok(v @ (Value::Number(_) | Value::Bool(_) | Value::Null)) => Ok(v),
-        _ => Err(format!(
-            "{path:?}: {text:?} is not a quoted string, a number, true, false or null"
-        )),
+        _ => Err(path_error(path, PathProblem::NotALiteral(text.to_string()))),
     }
 }
 
@@ -283,7 +346,7 @@ fn compares(have: &Value, compare: Compare, want: &Value) -> bool {
 /// backslash (`app\.kubernetes\.io`, `['a\.b']`) is part of the key, as client-go's
 /// JSONPath reads it (upstream's own examples write it so). Recursive descent (`..`),
 /// slices and unions are refused, naming the path.
-fn parse_path(path: &str) -> Result<Vec<Step>, String> {
+fn parse_path(path: &str) -> Result<Vec<Step>, PathError> {
     let mut p = path.trim();
     if let Some(inner) = p.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
         p = inner.trim();
@@ -313,15 +376,13 @@ fn parse_path(path: &str) -> Result<Vec<Step>, String> {
                     end += 1;
                 }
                 if end == start {
-                    return Err(format!("{path:?}: empty field name at {start}"));
+                    return Err(path_error(path, PathProblem::EmptyField(start)));
                 }
                 if let Some(c) = key
                     .chars()
                     .find(|c| "{}()?@'\"=!<> ".contains(*c) || (*c == '*' && key.len() > 1))
                 {
-                    return Err(format!(
-                        "{path:?}: {c:?} in the field name {key:?} (a key with such characters is written ['{key}'])"
-                    ));
+                    return Err(path_error(path, PathProblem::FieldCharacter { c, key }));
                 }
                 steps.push(if key == "*" {
                     Step::Wildcard
@@ -334,7 +395,7 @@ fn parse_path(path: &str) -> Result<Vec<Step>, String> {
                 // A filter may hold ']' (`@.a[0]`): it ends at ")]".
                 let close = (i + 1..bytes.len().saturating_sub(1))
                     .find(|j| bytes[*j] == ')' && bytes[j + 1] == ']')
-                    .ok_or_else(|| format!("{path:?}: unclosed filter '[?('"))?;
+                    .ok_or_else(|| path_error(path, PathProblem::UnclosedFilter))?;
                 let inner: String = bytes[i + 1..=close].iter().collect();
                 steps.push(parse_filter(path, inner.trim())?);
                 i = close + 2;
@@ -344,7 +405,7 @@ fn parse_path(path: &str) -> Result<Vec<Step>, String> {
                     .iter()
                     .position(|c| *c == ']')
                     .map(|o| i + o)
-                    .ok_or_else(|| format!("{path:?}: unclosed '['"))?;
+                    .ok_or_else(|| path_error(path, PathProblem::UnclosedBracket))?;
                 let inner: String = bytes[i + 1..close].iter().collect();
                 let inner = inner.trim();
                 if inner == "*" {
@@ -357,20 +418,20 @@ fn parse_path(path: &str) -> Result<Vec<Step>, String> {
                     steps.push(Step::Field(key.replace("\\.", ".")));
                 } else {
                     let n = inner.parse().map_err(|_| {
-                        format!("{path:?}: [{inner}] is not an index or a quoted key")
+                        path_error(path, PathProblem::NotAnIndex(inner.to_string()))
                     })?;
                     steps.push(Step::Index(n));
                 }
                 i = close + 1;
             }
-            c => return Err(format!("{path:?}: unexpected {c:?} at {i}")),
+            c => return Err(path_error(path, PathProblem::Unexpected { c, at: i })),
         }
     }
     Ok(steps)
 }
 
 /// Checks a JSONPath's syntax.
-pub fn check_path(path: &str) -> Result<(), String> {
+pub fn check_path(path: &str) -> Result<(), PathError> {
     parse_path(path).map(|_| ())
 }
 
@@ -412,7 +473,7 @@ fn walk<'a>(v: &'a Value, steps: &[Step], out: &mut Vec<&'a Value>) {
 
 /// Every value at `path` in `v` (none: not there); a path with `[*]` or a filter may
 /// find several.
-pub fn all_at<'a>(v: &'a Value, path: &str) -> Result<Vec<&'a Value>, String> {
+pub fn all_at<'a>(v: &'a Value, path: &str) -> Result<Vec<&'a Value>, PathError> {
     let steps = parse_path(path)?;
     let mut out = Vec::new();
     walk(v, &steps, &mut out);
@@ -420,7 +481,7 @@ pub fn all_at<'a>(v: &'a Value, path: &str) -> Result<Vec<&'a Value>, String> {
 }
 
 /// The (first) value at `path` in `v` (`None`: not there).
-pub fn at<'a>(v: &'a Value, path: &str) -> Result<Option<&'a Value>, String> {
+pub fn at<'a>(v: &'a Value, path: &str) -> Result<Option<&'a Value>, PathError> {
     Ok(all_at(v, path)?.into_iter().next())
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use bosun_runtime::clock::parse_go_duration;
+use bosun_runtime::clock::{DurationError, parse_go_duration};
 
 /// How long an item may progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,14 +21,19 @@ impl Default for Timeout {
     }
 }
 
+/// A timeout that is neither a Go duration nor `none`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}, or \"none\"")]
+pub struct TimeoutError(#[from] DurationError);
+
 impl Timeout {
     /// Parses `none` or a Go duration.
-    pub fn parse(s: &str) -> Result<Timeout, String> {
+    pub fn parse(s: &str) -> Result<Timeout, TimeoutError> {
         let s = s.trim();
         if s == "none" {
             return Ok(Timeout::None);
         }
-        let d = parse_go_duration(s).map_err(|e| format!("{e}, or \"none\""))?;
+        let d = parse_go_duration(s)?;
         Ok(if d.is_zero() {
             Timeout::None
         } else {
@@ -74,7 +79,7 @@ mod tests {
 
     #[test]
     fn the_error_names_the_value() {
-        let e = Timeout::parse("5d").unwrap_err();
+        let e = Timeout::parse("5d").unwrap_err().to_string();
         assert!(e.contains("\"5d\"") && e.contains("unknown unit"), "{e}");
     }
 

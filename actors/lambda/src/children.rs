@@ -71,10 +71,25 @@ fn describe(kind: &str, object: &Value) -> String {
     }
 }
 
+/// A desired object whose type the controller does not declare.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {name} ({api_version}) is not one of the controller's child resources")]
+pub struct UndeclaredChild {
+    /// Its kind.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// Its apiVersion.
+    pub api_version: String,
+}
+
 /// Sorts desired objects into a group map by their own `apiVersion`/`kind`, matched to
 /// the declared types (by group and kind when the version differs). An object of an
 /// undeclared type is an error naming it.
-pub fn group_desired(desired: Vec<Value>, types: &[ChildType]) -> Result<GroupMap, String> {
+pub fn group_desired(
+    desired: Vec<Value>,
+    types: &[ChildType],
+) -> Result<GroupMap, UndeclaredChild> {
     let mut out = GroupMap::new();
     for t in types {
         out.entry(t.group_key()).or_default();
@@ -92,10 +107,11 @@ pub fn group_desired(desired: Vec<Value>, types: &[ChildType]) -> Result<GroupMa
                     .find(|t| t.resource.group == group && t.resource.kind == kind)
             })
         else {
-            return Err(format!(
-                "{kind} {} ({api_version}) is not one of the controller's child resources",
-                name_of(&object)
-            ));
+            return Err(UndeclaredChild {
+                kind: kind.to_string(),
+                name: name_of(&object).to_string(),
+                api_version: api_version.to_string(),
+            });
         };
         let key = crate::keys::key_of(&object);
         out.entry(t.group_key())

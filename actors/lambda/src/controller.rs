@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use bosun_runtime::last_outcome::LastOutcomes;
 use bosun_runtime::mailbox::Mailboxes;
 use bosun_runtime::ports::{BoxFut, EventSink};
-use bosun_runtime::runner::{self, Action, Outcome, Retry};
+use bosun_runtime::runner::{self, Action, Outcome};
 use bosun_runtime::work_queue::{QueueSnapshot, WorkQueue};
 use serde::Serialize;
 use serde_json::Value;
@@ -304,13 +304,6 @@ impl runner::Reconciler<ParentKey> for Parents {
 
     fn requeue(&self, report: &SyncReport) -> Action {
         Action::requeue_after(report.resync_after)
-    }
-
-    fn retry(&self, error: &SyncError) -> Retry {
-        match error {
-            SyncError::RetryAfter(_, after) => Retry::After(*after),
-            SyncError::Failed(_) => Retry::Backoff,
-        }
     }
 
     fn finished<'a>(

@@ -190,7 +190,7 @@ impl Decorator {
             .await;
         }
         if !report.applied.errors.is_empty() {
-            return Err(SyncError::Failed(report.applied.errors.join("; ")));
+            return Err(SyncError::transient(report.applied.errors.join("; ")));
         }
         Ok(report)
     }
@@ -243,7 +243,7 @@ impl Decorator {
         let (hook_type, bound) = match (finalizing, &self.finalize, &self.sync) {
             (true, Some(f), _) => (HookType::Finalize, f),
             (false, _, Some(s)) => (HookType::Sync, s),
-            _ => return Err(SyncError::Failed("no enabled hooks found".into())),
+            _ => return Err(SyncError::permanent("no enabled hooks found")),
         };
         let body = decorator_request(
             &self.object,
@@ -260,7 +260,7 @@ impl Decorator {
             bound.hook.unmarshal_mode(),
             &answer,
         )
-        .map_err(|e| SyncError::Failed(e.to_string()))?;
+        .map_err(|e| SyncError::permanent(e.to_string()))?;
         let report = SyncReport {
             hook: Some(hook_type),
             resync_after: resync_after(decoded.response.resync_after_seconds),
@@ -287,7 +287,8 @@ impl Decorator {
             a["metadata"]["annotations"][DECORATOR_ANNOTATION] = json!(self.name);
             desired.push(a);
         }
-        children::group_desired(desired, &self.attachments).map_err(SyncError::Failed)
+        children::group_desired(desired, &self.attachments)
+            .map_err(|e| SyncError::permanent(e.to_string()))
     }
 }
 

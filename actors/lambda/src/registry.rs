@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use bosun_runtime::ports::BoxFut;
+use bosun_runtime::ports::{BoxFut, PortError};
 use bosun_runtime::runner::{self, Action, Outcome};
 use bosun_runtime::work_queue::{QueueSnapshot, WorkQueue};
 use serde::Serialize;
@@ -218,9 +218,9 @@ fn note(type_: &'static str, reason: &str, message: String) -> EventNote {
 
 impl runner::Reconciler<Key> for Worker {
     type Report = ();
-    type Error = String;
+    type Error = PortError;
 
-    fn reconcile<'a>(&'a self, key: &'a Key) -> BoxFut<'a, Result<(), String>> {
+    fn reconcile<'a>(&'a self, key: &'a Key) -> BoxFut<'a, Result<(), PortError>> {
         Box::pin(Worker::reconcile(self, key))
     }
 
@@ -228,7 +228,7 @@ impl runner::Reconciler<Key> for Worker {
         Action::AwaitChange
     }
 
-    fn finished<'a>(&'a self, key: &'a Key, outcome: Outcome<(), String>) -> BoxFut<'a, ()> {
+    fn finished<'a>(&'a self, key: &'a Key, outcome: Outcome<(), PortError>) -> BoxFut<'a, ()> {
         if let Err(e) = &outcome.result {
             tracing::warn!(kind = %key.0, name = %key.1, retry_in = ?outcome.retry_in, "controller: {e}");
         }
@@ -274,14 +274,9 @@ impl Worker {
         }
     }
 
-    async fn reconcile(&self, key: &Key) -> Result<(), String> {
+    async fn reconcile(&self, key: &Key) -> Result<(), PortError> {
         let resource = &self.resources[&key.0];
-        let object = self
-            .ctx
-            .cluster
-            .cached(resource, "", &key.1)
-            .await
-            .map_err(|e| e.to_string())?;
+        let object = self.ctx.cluster.cached(resource, "", &key.1).await?;
         let Some(object) = object else {
             self.controllers.refused().remove(key);
             self.stop(key, None, "deleted").await;
@@ -315,9 +310,9 @@ impl Worker {
                 // CRD without the status subresource) may be fixed without a change here.
                 self.refuse(key, &object, "SyncError", message.clone())
                     .await;
-                return Err(message);
+                return Err(PortError::permanent(message));
             }
-            Err(Build::Retry(message)) => return Err(message),
+            Err(Build::Retry(message)) => return Err(PortError::transient(message)),
             Err(Build::Create(message)) => {
                 self.refuse(
                     key,
@@ -326,15 +321,13 @@ impl Worker {
                     format!("Cannot create new controller: {message}"),
                 )
                 .await;
-                return Err(message);
+                return Err(PortError::permanent(message));
             }
         };
         // metacontroller's events: `Starting` as the controller's loop begins, `Started`
         // once it runs.
         self.lifecycle_event(&object, "Starting", key).await;
-        let running = start(reconciler, spec, self.ctx.clone())
-            .await
-            .map_err(|e| e.to_string())?;
+        let running = start(reconciler, spec, self.ctx.clone()).await?;
         let parent_kind = running.parent_kind.clone();
         self.controllers.lock().insert(key.clone(), running);
         self.controllers.refused().remove(key);

@@ -124,7 +124,16 @@ enum Selection {
     Labels,
 }
 
-fn selection(rule: &RelatedRule) -> Result<Selection, String> {
+/// A related rule selecting its objects in two ways at once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum SelectionError {
+    #[error("names cannot be combined with labelSelector or namespaceSelector")]
+    NamesAndSelector,
+    #[error("namespace cannot be combined with namespaceSelector")]
+    NamespaceAndSelector,
+}
+
+fn selection(rule: &RelatedRule) -> Result<Selection, SelectionError> {
     let has_labels = rule.label_selector.as_ref().is_some_and(|v| !v.is_null());
     let has_ns_sel = rule
         .namespace_selector
@@ -132,10 +141,10 @@ fn selection(rule: &RelatedRule) -> Result<Selection, String> {
         .is_some_and(|v| !v.is_null());
     let has_ns = rule.namespace.as_deref().is_some_and(|n| !n.is_empty());
     if !rule.names.is_empty() && (has_labels || has_ns_sel) {
-        return Err("names cannot be combined with labelSelector or namespaceSelector".into());
+        return Err(SelectionError::NamesAndSelector);
     }
     if has_ns && has_ns_sel {
-        return Err("namespace cannot be combined with namespaceSelector".into());
+        return Err(SelectionError::NamespaceAndSelector);
     }
     Ok(if has_ns_sel {
         Selection::NamespaceSelector
@@ -245,7 +254,7 @@ pub async fn related_objects(
         let group = out
             .entry(group_key(&rule.api_version, &resource.kind))
             .or_default();
-        let sel = selection(rule).map_err(&err)?;
+        let sel = selection(rule).map_err(|e| err(e.to_string()))?;
         let labels = rule
             .label_selector
             .as_ref()

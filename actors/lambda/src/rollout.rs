@@ -643,7 +643,7 @@ fn should_continue(
     observed: &ObservedChildren,
     strategies: &BTreeMap<GroupKind, UpdateStrategy>,
     apply_strategy: ApplyStrategy,
-) -> Result<(), String> {
+) -> Result<(), Box<Waiting>> {
     for claims in &latest.claims {
         let gk = GroupKind::new(&claims.api_group, &claims.kind);
         let Some(strategy) = strategies.get(&gk).filter(|s| s.method.is_rolling()) else {
@@ -651,8 +651,10 @@ fn should_continue(
         };
         let kind = &claims.kind;
         for name in &claims.names {
+            let child_of = || (kind.clone(), name.clone());
             let Some(child) = observed.get(&gk, name) else {
-                return Err(format!("missing child {kind} {name}"));
+                let (kind, name) = child_of();
+                return Err(Box::new(Waiting::Missing { kind, name }));
             };
             let Some(desired) = latest.desired.get(&(gk.clone(), name.clone())) else {
                 continue;
@@ -663,34 +665,83 @@ fn should_continue(
             // server-side apply is updated when every field we apply holds.
             let up_to_date = match apply_strategy {
                 ApplyStrategy::DynamicApply => {
-                    apply_update(child, desired).map_err(|e| {
-                        format!("can't check if child {kind} {name} is updated: {e}")
+                    apply_update(child, desired).map_err(|source| {
+                        let (kind, name) = child_of();
+                        Box::new(Waiting::Uncheckable { kind, name, source })
                     })? == *child
                 }
                 ApplyStrategy::ServerSideApply => crate::children::ssa_applied(child, desired),
             };
             if !up_to_date {
-                return Err(format!("child {kind} {name} is not updated yet"));
+                let (kind, name) = child_of();
+                return Err(Box::new(Waiting::NotUpdated { kind, name }));
             }
             if strategy.method == UpdateMethod::RollingInPlace {
                 let seen = child["status"]["observedGeneration"].as_i64().unwrap_or(0);
                 let generation = child["metadata"]["generation"].as_i64().unwrap_or(0);
                 if seen > 0 && seen < generation {
-                    return Err(format!(
-                        "child {kind} {name} with RollingInPlace update strategy hasn't observed latest spec"
-                    ));
+                    let (kind, name) = child_of();
+                    return Err(Box::new(Waiting::NotObserved { kind, name }));
                 }
             }
             if let Some(checks) = &strategy.status_checks {
-                status_check(checks, child)
-                    .map_err(|e| format!("child {kind} {name} failed status check: {e}"))?;
+                status_check(checks, child).map_err(|source| {
+                    let (kind, name) = child_of();
+                    Box::new(Waiting::StatusCheck { kind, name, source })
+                })?;
             }
         }
     }
     Ok(())
 }
 
-fn status_check(checks: &crate::types::StatusChecks, child: &Value) -> Result<(), String> {
+/// What a rolling update waits for before it moves another child (the `RolloutWaiting`
+/// condition's message).
+#[derive(Debug, thiserror::Error)]
+enum Waiting {
+    #[error("missing child {kind} {name}")]
+    Missing { kind: String, name: String },
+    #[error("can't check if child {kind} {name} is updated: {source}")]
+    Uncheckable {
+        kind: String,
+        name: String,
+        source: crate::apply::ApplyError,
+    },
+    #[error("child {kind} {name} is not updated yet")]
+    NotUpdated { kind: String, name: String },
+    #[error("child {kind} {name} with RollingInPlace update strategy hasn't observed latest spec")]
+    NotObserved { kind: String, name: String },
+    #[error("child {kind} {name} failed status check: {source}")]
+    StatusCheck {
+        kind: String,
+        name: String,
+        source: StatusCheckError,
+    },
+}
+
+/// A child's condition that a status check wants and does not find.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum StatusCheckError {
+    #[error("required condition type missing: {type_:?}")]
+    Missing { type_: String },
+    #[error("{type_:?} condition status is {got:?} (want {want:?})")]
+    Status {
+        type_: String,
+        got: String,
+        want: String,
+    },
+    #[error("{type_:?} condition reason is {got:?} (want {want:?})")]
+    Reason {
+        type_: String,
+        got: String,
+        want: String,
+    },
+}
+
+fn status_check(
+    checks: &crate::types::StatusChecks,
+    child: &Value,
+) -> Result<(), StatusCheckError> {
     let conditions = child["status"]["conditions"].as_array();
     for check in &checks.conditions {
         let found = conditions.and_then(|cs| {
@@ -698,29 +749,28 @@ fn status_check(checks: &crate::types::StatusChecks, child: &Value) -> Result<()
                 .find(|c| c["type"].as_str() == Some(check.type_.as_str()))
         });
         let Some(cond) = found else {
-            return Err(format!(
-                "required condition type missing: {:?}",
-                check.type_
-            ));
+            return Err(StatusCheckError::Missing {
+                type_: check.type_.clone(),
+            });
         };
         let field = |f: &str| cond[f].as_str().unwrap_or("").to_string();
         if let Some(want) = &check.status
             && field("status") != *want
         {
-            return Err(format!(
-                "{:?} condition status is {:?} (want {want:?})",
-                check.type_,
-                field("status")
-            ));
+            return Err(StatusCheckError::Status {
+                type_: check.type_.clone(),
+                got: field("status"),
+                want: want.clone(),
+            });
         }
         if let Some(want) = &check.reason
             && field("reason") != *want
         {
-            return Err(format!(
-                "{:?} condition reason is {:?} (want {want:?})",
-                check.type_,
-                field("reason")
-            ));
+            return Err(StatusCheckError::Reason {
+                type_: check.type_.clone(),
+                got: field("reason"),
+                want: want.clone(),
+            });
         }
     }
     Ok(())
@@ -891,7 +941,7 @@ pub fn plan(input: &RolloutInput<'_>) -> Result<RolloutPlan, RolloutError> {
                 input.strategies,
                 input.apply_strategy,
             ) {
-                Err(waiting) => UpdatedCondition::new(false, "RolloutWaiting", waiting),
+                Err(waiting) => UpdatedCondition::new(false, "RolloutWaiting", waiting.to_string()),
                 Ok(()) => {
                     revs[0].add(gk, key);
                     for rev in &mut revs[1..] {

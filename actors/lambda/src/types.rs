@@ -472,25 +472,68 @@ fn decode_spec<T: serde::de::DeserializeOwned>(
     Ok((name, spec))
 }
 
-fn check_resource(r: &ResourceRef, field: &str) -> Result<(), String> {
+/// A field of a controller's spec that is missing or wrong (the text of
+/// [`SpecError::Invalid`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum FieldError {
+    /// A required field is empty or absent.
+    #[error("{path}: must be set")]
+    Unset {
+        /// The field's path in the spec.
+        path: String,
+    },
+    /// A resource named by kind or group instead of its lowercase plural.
+    #[error("{field}.resource: {resource:?} is not a lowercase plural resource name")]
+    NotPlural {
+        /// The resource rule's path in the spec.
+        field: String,
+        /// The name given.
+        resource: String,
+    },
+    /// No `hooks` at all.
+    #[error("hooks: no hooks defined")]
+    NoHooks,
+    /// A webhook with neither a URL nor a service and path.
+    #[error("hooks.{hook}.webhook: must specify either a full 'url', or both 'service' and 'path'")]
+    NoTarget {
+        /// `sync`, `finalize` or `customize`.
+        hook: &'static str,
+    },
+    /// An unknown `responseUnMarshallMode`.
+    #[error(
+        "hooks.{hook}.webhook.responseUnMarshallMode: {mode:?}: expected \"loose\" or \"strict\""
+    )]
+    UnmarshallMode {
+        /// `sync`, `finalize` or `customize`.
+        hook: &'static str,
+        /// The mode given.
+        mode: String,
+    },
+}
+
+fn check_resource(r: &ResourceRef, field: &str) -> Result<(), FieldError> {
     if r.api_version.is_empty() {
-        return Err(format!("{field}.apiVersion: must be set"));
+        return Err(FieldError::Unset {
+            path: format!("{field}.apiVersion"),
+        });
     }
     if r.resource.is_empty() {
-        return Err(format!("{field}.resource: must be set"));
+        return Err(FieldError::Unset {
+            path: format!("{field}.resource"),
+        });
     }
     if r.resource.contains('/') || r.resource.chars().any(|c| c.is_ascii_uppercase()) {
-        return Err(format!(
-            "{field}.resource: {:?} is not a lowercase plural resource name",
-            r.resource
-        ));
+        return Err(FieldError::NotPlural {
+            field: field.to_string(),
+            resource: r.resource.clone(),
+        });
     }
     Ok(())
 }
 
-fn check_hooks(hooks: &Option<Hooks>) -> Result<(), String> {
+fn check_hooks(hooks: &Option<Hooks>) -> Result<(), FieldError> {
     let Some(hooks) = hooks else {
-        return Err("hooks: no hooks defined".into());
+        return Err(FieldError::NoHooks);
     };
     for (name, hook) in [
         ("sync", &hooks.sync),
@@ -499,20 +542,21 @@ fn check_hooks(hooks: &Option<Hooks>) -> Result<(), String> {
     ] {
         let Some(hook) = hook else { continue };
         let Some(w) = &hook.webhook else {
-            return Err(format!("hooks.{name}.webhook: must be set"));
+            return Err(FieldError::Unset {
+                path: format!("hooks.{name}.webhook"),
+            });
         };
         if w.url.is_none() && (w.service.is_none() || w.path.is_none()) {
-            return Err(format!(
-                "hooks.{name}.webhook: must specify either a full 'url', or both 'service' and 'path'"
-            ));
+            return Err(FieldError::NoTarget { hook: name });
         }
         if let Some(mode) = &w.response_unmarshall_mode
             && mode != "loose"
             && mode != "strict"
         {
-            return Err(format!(
-                "hooks.{name}.webhook.responseUnMarshallMode: {mode:?}: expected \"loose\" or \"strict\""
-            ));
+            return Err(FieldError::UnmarshallMode {
+                hook: name,
+                mode: mode.clone(),
+            });
         }
     }
     Ok(())
@@ -527,11 +571,13 @@ pub fn parse_composite(object: &Value) -> Result<(String, CompositeSpec), SpecEr
         name: name.clone(),
         message,
     };
-    check_resource(&spec.parent_resource.resource, "parentResource").map_err(invalid)?;
+    check_resource(&spec.parent_resource.resource, "parentResource")
+        .map_err(|e| invalid(e.to_string()))?;
     for (i, c) in spec.child_resources.iter().enumerate() {
-        check_resource(&c.resource, &format!("childResources[{i}]")).map_err(invalid)?;
+        check_resource(&c.resource, &format!("childResources[{i}]"))
+            .map_err(|e| invalid(e.to_string()))?;
     }
-    check_hooks(&spec.hooks).map_err(invalid)?;
+    check_hooks(&spec.hooks).map_err(|e| invalid(e.to_string()))?;
     Ok((name, spec))
 }
 
@@ -550,12 +596,14 @@ pub fn parse_decorator(object: &Value) -> Result<(String, DecoratorSpec), SpecEr
         ));
     }
     for (i, r) in spec.resources.iter().enumerate() {
-        check_resource(&r.resource, &format!("resources[{i}]")).map_err(invalid)?;
+        check_resource(&r.resource, &format!("resources[{i}]"))
+            .map_err(|e| invalid(e.to_string()))?;
     }
     for (i, c) in spec.attachments.iter().enumerate() {
-        check_resource(&c.resource, &format!("attachments[{i}]")).map_err(invalid)?;
+        check_resource(&c.resource, &format!("attachments[{i}]"))
+            .map_err(|e| invalid(e.to_string()))?;
     }
-    check_hooks(&spec.hooks).map_err(invalid)?;
+    check_hooks(&spec.hooks).map_err(|e| invalid(e.to_string()))?;
     Ok((name, spec))
 }
 

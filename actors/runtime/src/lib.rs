@@ -27,6 +27,8 @@ pub mod task;
 pub mod versions;
 pub mod work_queue;
 
-pub use ports::{BoxFut, ClusterError, EventSink, MemoryJournal, PortError};
+pub use ports::{
+    BoxFut, Classified, ClusterError, ErrorClass, EventSink, MemoryJournal, PortError,
+};
 pub use queue::{QueueRules, Queues};
 pub use task::{Position, QueuedTask, TaskEvent, TaskId, TaskIds, TaskKind, TaskSpec};

@@ -3,14 +3,116 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// A boxed future, so the port traits stay object safe.
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// A failure reported by an adapter, with its full message.
+/// How a failure should be met: the runner's error policy reads it, never the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// May pass by itself (an unreachable server, a timeout, a failing hook): retry.
+    Transient,
+    /// The object changed under us (409): read again, then retry.
+    Conflict,
+    /// Retrying the same input fails the same way (bad input, too large, not found).
+    Permanent,
+}
+
+impl ErrorClass {
+    /// A short lowercase name, for metric labels and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorClass::Transient => "transient",
+            ErrorClass::Conflict => "conflict",
+            ErrorClass::Permanent => "permanent",
+        }
+    }
+
+    /// Whether trying again may succeed (transient failures and conflicts).
+    pub fn is_retryable(self) -> bool {
+        !matches!(self, ErrorClass::Permanent)
+    }
+}
+
+/// An error that says how it should be met, so an error policy reads no message.
+pub trait Classified {
+    /// Its class.
+    fn class(&self) -> ErrorClass;
+
+    /// A delay the failure itself asked for (an HTTP `Retry-After`), if any.
+    fn retry_after(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// A failure reported by an adapter: its class and its full message (the display text).
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{0}")]
-pub struct PortError(pub String);
+#[error("{message}")]
+pub struct PortError {
+    class: ErrorClass,
+    message: String,
+}
+
+impl PortError {
+    /// A failure of the given class.
+    pub fn new(class: ErrorClass, message: impl Into<String>) -> PortError {
+        PortError {
+            class,
+            message: message.into(),
+        }
+    }
+
+    /// A failure that may pass by itself.
+    pub fn transient(message: impl Into<String>) -> PortError {
+        PortError::new(ErrorClass::Transient, message)
+    }
+
+    /// A write refused because the object changed.
+    pub fn conflict(message: impl Into<String>) -> PortError {
+        PortError::new(ErrorClass::Conflict, message)
+    }
+
+    /// A failure that retrying the same input repeats.
+    pub fn permanent(message: impl Into<String>) -> PortError {
+        PortError::new(ErrorClass::Permanent, message)
+    }
+
+    /// How the failure should be met.
+    pub fn class(&self) -> ErrorClass {
+        self.class
+    }
+
+    /// Whether it may pass by itself.
+    pub fn is_transient(&self) -> bool {
+        self.class == ErrorClass::Transient
+    }
+
+    /// The message (the same as the display text).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The same failure with `prefix` before its message (same class).
+    pub fn context(self, prefix: impl std::fmt::Display) -> PortError {
+        PortError {
+            class: self.class,
+            message: format!("{prefix}: {}", self.message),
+        }
+    }
+}
+
+impl Classified for PortError {
+    fn class(&self) -> ErrorClass {
+        self.class
+    }
+}
+
+impl From<ClusterError> for PortError {
+    fn from(e: ClusterError) -> PortError {
+        PortError::new(e.class(), e.to_string())
+    }
+}
 
 /// A failed Kubernetes call, sorted the way a controller reacts to it. Every subsystem's
 /// cluster port returns it; the binary maps the client's errors to it in one place
@@ -54,6 +156,23 @@ impl ClusterError {
     /// A write refused because the object changed.
     pub fn is_conflict(&self) -> bool {
         matches!(self, ClusterError::Conflict(_))
+    }
+
+    /// How a controller meets it: a changed object or a create that lost a race is a
+    /// conflict (read again); a missing or oversized object repeats on retry; anything
+    /// else (unreachable, timeouts, 5xx) may pass.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ClusterError::Conflict(_) | ClusterError::AlreadyExists(_) => ErrorClass::Conflict,
+            ClusterError::NotFound(_) | ClusterError::TooLarge { .. } => ErrorClass::Permanent,
+            ClusterError::Other { .. } => ErrorClass::Transient,
+        }
+    }
+}
+
+impl Classified for ClusterError {
+    fn class(&self) -> ErrorClass {
+        ClusterError::class(self)
     }
 }
 
@@ -126,7 +245,7 @@ impl<E: Clone> MemoryJournal<E> {
     fn push(&self, events: Vec<E>) -> Result<u64, PortError> {
         let mut inner = self.lock();
         if let Some(m) = &inner.failing {
-            return Err(PortError(m.clone()));
+            return Err(PortError::transient(m.clone()));
         }
         inner.events.extend(events);
         Ok(inner.events.len() as u64)
@@ -159,10 +278,55 @@ mod tests {
         assert_eq!(j.append(vec![1, 2]).await, Ok(2));
         j.append_later(vec![3]).expect("accepted");
         j.fail_with(Some("disk full"));
-        assert_eq!(j.append(vec![4]).await, Err(PortError("disk full".into())));
+        assert_eq!(
+            j.append(vec![4]).await,
+            Err(PortError::transient("disk full"))
+        );
         j.fail_with(None);
         let ack = j.submit(vec![5]).expect("accepted");
         assert_eq!(ack.await, Ok(4));
         assert_eq!(j.events(), [1, 2, 3, 5]);
+    }
+
+    #[test]
+    fn cluster_errors_keep_their_text_and_get_a_class() {
+        let cases = [
+            (
+                ClusterError::NotFound("pods/a".into()),
+                ErrorClass::Permanent,
+            ),
+            (
+                ClusterError::Conflict("pods/a".into()),
+                ErrorClass::Conflict,
+            ),
+            (
+                ClusterError::AlreadyExists("pods/a".into()),
+                ErrorClass::Conflict,
+            ),
+            (
+                ClusterError::TooLarge {
+                    what: "pods/a".into(),
+                    message: "too big".into(),
+                },
+                ErrorClass::Permanent,
+            ),
+            (
+                ClusterError::Other {
+                    what: "pods/a".into(),
+                    message: "connection refused".into(),
+                },
+                ErrorClass::Transient,
+            ),
+        ];
+        for (e, class) in cases {
+            let p = PortError::from(e.clone());
+            assert_eq!(p.class(), class, "{e}");
+            assert_eq!(p.to_string(), e.to_string());
+        }
+        let p = PortError::permanent("bad").context("hook a");
+        assert_eq!(
+            (p.to_string().as_str(), p.class()),
+            ("hook a: bad", ErrorClass::Permanent)
+        );
     }
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use crate::ports::BoxFut;
+use crate::ports::{BoxFut, Classified, ErrorClass};
 use crate::work_queue::{QueueKey, WorkQueue};
 
 /// What a successful reconcile asks for.
@@ -48,6 +48,21 @@ pub enum Retry {
     After(Duration),
 }
 
+impl Retry {
+    /// The default error policy, read from the error's class: a delay the failure asked
+    /// for wins; otherwise every class backs off per key, as kube-runtime's does (a
+    /// conflict is read again on the next try; a permanent failure is tried again, slower
+    /// each time, in case what it depends on is fixed meanwhile).
+    pub fn of(error: &impl Classified) -> Retry {
+        if let Some(after) = error.retry_after() {
+            return Retry::After(after);
+        }
+        match error.class() {
+            ErrorClass::Transient | ErrorClass::Conflict | ErrorClass::Permanent => Retry::Backoff,
+        }
+    }
+}
+
 /// How one reconcile went, for [`Reconciler::finished`].
 #[derive(Debug)]
 pub struct Outcome<R, E> {
@@ -63,8 +78,8 @@ pub struct Outcome<R, E> {
 pub trait Reconciler<K>: Send + Sync + 'static {
     /// What a successful reconcile reports.
     type Report: Send;
-    /// Why a reconcile failed.
-    type Error: Send;
+    /// Why a reconcile failed, with its class for the error policy.
+    type Error: Classified + Send;
 
     /// Brings the world in line for `key`.
     fn reconcile<'a>(&'a self, key: &'a K) -> BoxFut<'a, Result<Self::Report, Self::Error>>;
@@ -72,9 +87,10 @@ pub trait Reconciler<K>: Send + Sync + 'static {
     /// What comes after a success.
     fn requeue(&self, report: &Self::Report) -> Action;
 
-    /// The error policy: how a failure is retried.
-    fn retry(&self, _error: &Self::Error) -> Retry {
-        Retry::Backoff
+    /// The error policy: how a failure is retried ([`Retry::of`] its class unless
+    /// overridden).
+    fn retry(&self, error: &Self::Error) -> Retry {
+        Retry::of(error)
     }
 
     /// Records the outcome (journal, views, Events) once the queue knows what comes next.
@@ -150,6 +166,36 @@ mod tests {
         finished: Mutex<Vec<(&'static str, bool, Option<Duration>)>>,
     }
 
+    /// The scripted failures: a backoff is a transient failure, a delay one that asked.
+    impl Classified for Retry {
+        fn class(&self) -> ErrorClass {
+            ErrorClass::Transient
+        }
+
+        fn retry_after(&self) -> Option<Duration> {
+            match self {
+                Retry::Backoff => None,
+                Retry::After(after) => Some(*after),
+            }
+        }
+    }
+
+    #[test]
+    fn the_default_policy_backs_off_for_every_class_unless_a_delay_was_asked() {
+        for class in [
+            ErrorClass::Transient,
+            ErrorClass::Conflict,
+            ErrorClass::Permanent,
+        ] {
+            assert_eq!(
+                Retry::of(&crate::PortError::new(class, "x")),
+                Retry::Backoff
+            );
+        }
+        let asked = Retry::After(Duration::from_secs(3));
+        assert_eq!(Retry::of(&asked), asked);
+    }
+
     impl Reconciler<&'static str> for Script {
         type Report = Action;
         type Error = Retry;
@@ -171,10 +217,6 @@ mod tests {
 
         fn requeue(&self, report: &Action) -> Action {
             *report
-        }
-
-        fn retry(&self, error: &Retry) -> Retry {
-            *error
         }
 
         fn finished<'a>(

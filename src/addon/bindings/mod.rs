@@ -63,19 +63,17 @@ impl BindingWatches {
         index: usize,
         b: &KubernetesBinding,
         events: BindingEvents,
-    ) -> Result<Vec<Arc<dyn Listener>>, String> {
+    ) -> Result<Vec<Arc<dyn Listener>>, PortError> {
         let resolved = self
             .watches
             .resolver()
             .resolve(b.api_version.as_deref(), &b.kind)
             .await
-            .map_err(|e| format!("binding {:?}: {e}", b.name))?;
+            .map_err(|e| PortError::transient(format!("binding {:?}: {e}", b.name)))?;
         let filter = match &b.jq_filter {
-            Some(p) => {
-                Some(Arc::new(crate::jq::JqFilter::compile(p).map_err(|e| {
-                    format!("binding {:?}: jqFilter: {e}", b.name)
-                })?))
-            }
+            Some(p) => Some(Arc::new(crate::jq::JqFilter::compile(p).map_err(|e| {
+                PortError::permanent(format!("binding {:?}: jqFilter: {e}", b.name))
+            })?)),
             None => None,
         };
         let labels = b
@@ -113,7 +111,10 @@ impl BindingWatches {
                         &resource,
                     );
                     sub.attached(w.clone());
-                    self.watches.attach(&w, as_listener.clone()).await?;
+                    self.watches
+                        .attach(&w, as_listener.clone())
+                        .await
+                        .map_err(PortError::transient)?;
                 }
             }
             (None, Some(ns_selector)) if resolved.namespaced => {
@@ -124,7 +125,7 @@ impl BindingWatches {
                     .resolver()
                     .resolve(Some("v1"), "Namespace")
                     .await
-                    .map_err(|e| format!("binding {:?}: {e}", b.name))?
+                    .map_err(|e| PortError::transient(format!("binding {:?}: {e}", b.name)))?
                     .resource;
                 let follower = Arc::new(NamespaceFollower::new(
                     self.clone(),
@@ -144,8 +145,14 @@ impl BindingWatches {
                 );
                 let f: Arc<dyn Listener> = follower.clone();
                 follower.attached(w.clone());
-                self.watches.attach(&w, f.clone()).await?;
-                follower.initial_namespaces().await?;
+                self.watches
+                    .attach(&w, f.clone())
+                    .await
+                    .map_err(PortError::transient)?;
+                follower
+                    .initial_namespaces()
+                    .await
+                    .map_err(PortError::transient)?;
                 listeners.push(f);
             }
             _ => {
@@ -153,7 +160,10 @@ impl BindingWatches {
                     .watches
                     .watch(WatchKey::new(&resource, None, labels, fields), &resource);
                 sub.attached(w.clone());
-                self.watches.attach(&w, as_listener.clone()).await?;
+                self.watches
+                    .attach(&w, as_listener.clone())
+                    .await
+                    .map_err(PortError::transient)?;
             }
         }
         sub.go_live();
@@ -219,7 +229,7 @@ impl KubeBindings for BindingWatches {
                     Err(e) => {
                         lock(&self.inner.hooks).insert(hook.clone(), all);
                         self.stop_hook(&hook);
-                        return Err(PortError(e));
+                        return Err(e);
                     }
                 }
             }

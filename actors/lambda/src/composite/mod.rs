@@ -83,7 +83,7 @@ pub enum ChildSelectorError {
 
 impl From<ChildSelectorError> for SyncError {
     fn from(e: ChildSelectorError) -> Self {
-        SyncError::Failed(e.to_string())
+        SyncError::permanent(e.to_string())
     }
 }
 
@@ -272,7 +272,7 @@ impl Composite {
             }
         }
         if !errors.is_empty() {
-            return Err(SyncError::Failed(errors.join("; ")));
+            return Err(SyncError::transient(errors.join("; ")));
         }
         Ok(observed)
     }
@@ -404,7 +404,7 @@ impl Composite {
         let (hook, bound) = match (finalizing, &self.finalize, &self.sync) {
             (true, Some(f), _) => (HookType::Finalize, f),
             (_, _, Some(s)) => (HookType::Sync, s),
-            _ => return Err(SyncError::Failed("sync hook nil//not defined".into())),
+            _ => return Err(SyncError::permanent("sync hook nil//not defined")),
         };
         if rolling::uses_rollout(self, parent) {
             let rolled = rolling::sync_revisions(
@@ -445,7 +445,7 @@ impl Composite {
             bound.hook.unmarshal_mode(),
             &answer,
         )
-        .map_err(|e| SyncError::Failed(e.to_string()))?;
+        .map_err(|e| SyncError::permanent(e.to_string()))?;
         let answer_digest = fnv(&answer);
         if let (Some(seen), Some(request)) = (seen, request)
             && answer.len() <= SETTLED_ANSWER_MAX

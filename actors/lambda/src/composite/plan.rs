@@ -46,12 +46,12 @@ pub enum PlanError {
     SelectorMismatch { kind: String, key: String },
     /// A desired child of a type the controller does not declare.
     #[error("{0}")]
-    UndeclaredChild(String),
+    UndeclaredChild(#[from] children::UndeclaredChild),
 }
 
 impl From<PlanError> for SyncError {
     fn from(e: PlanError) -> Self {
-        SyncError::Failed(e.to_string())
+        SyncError::permanent(e.to_string())
     }
 }
 
@@ -125,7 +125,7 @@ impl Composite {
         }
         report.status_written = write_status(cluster, &self.parent, parent, plan.status).await?;
         if !report.applied.errors.is_empty() {
-            return Err(SyncError::Failed(report.applied.errors.join("; ")));
+            return Err(SyncError::transient(report.applied.errors.join("; ")));
         }
         Ok(report)
     }

@@ -24,6 +24,7 @@
 
 use std::collections::BTreeMap;
 
+use bosun_runtime::PortError;
 use futures::future::try_join_all;
 use serde_json::Value;
 
@@ -166,7 +167,7 @@ async fn claim_revisions(
         }
     }
     if !errors.is_empty() {
-        return Err(SyncError::Failed(errors.join("; ")));
+        return Err(SyncError::transient(errors.join("; ")));
     }
     Ok(claimed)
 }
@@ -191,7 +192,7 @@ async fn call_hook(
         bound.hook.unmarshal_mode(),
         &answer,
     )
-    .map_err(|e| SyncError::Failed(e.to_string()))?;
+    .map_err(|e| SyncError::permanent(e.to_string()))?;
     let response = decoded.response;
     Ok((
         RevisionAnswer {
@@ -222,11 +223,11 @@ pub async fn sync_revisions(
     finalizing: bool,
 ) -> Result<RolloutSync, SyncError> {
     if let Some(refusal) = cluster_scoped_refusal(c) {
-        return Err(SyncError::Failed(refusal));
+        return Err(SyncError::permanent(refusal));
     }
     let Some(revisions) = &c.revisions else {
-        return Err(SyncError::Failed(
-            "rolling update without the ControllerRevision resource resolved".into(),
+        return Err(SyncError::permanent(
+            "rolling update without the ControllerRevision resource resolved",
         ));
     };
     let parent_key = key_of(parent);
@@ -239,7 +240,7 @@ pub async fn sync_revisions(
         .map(|h| h.field_paths.as_slice())
         .unwrap_or_default();
     let parents = parent_revisions(parent, &claimed, field_paths)
-        .map_err(|e| SyncError::Failed(e.to_string()))?;
+        .map_err(|e| SyncError::permanent(e.to_string()))?;
     let calls = parents.items.iter().map(|item| {
         call_hook(
             c,
@@ -277,48 +278,53 @@ pub async fn sync_revisions(
         strategies: &strategies,
         apply_strategy: c.strategy,
     })
-    .map_err(|e| SyncError::Failed(e.to_string()))?;
+    .map_err(|e| SyncError::permanent(e.to_string()))?;
 
     // Refuse children the composite sync would refuse before recording a step for them.
     for child in &step.children {
         if !selector.matches_labels(child) {
-            return Err(SyncError::Failed(format!(
+            return Err(SyncError::permanent(format!(
                 "labels on desired child {} {} don't match parent selector",
                 child["kind"].as_str().unwrap_or_default(),
                 key_of(child)
             )));
         }
     }
-    children::group_desired(step.children.clone(), &c.children).map_err(SyncError::Failed)?;
+    children::group_desired(step.children.clone(), &c.children)
+        .map_err(|e| SyncError::permanent(e.to_string()))?;
 
     // Persist the revisions before touching any child.
     for r in &step.delete {
         cluster
             .delete(revisions, &r.namespace, &r.name, &r.uid)
             .await
-            .map_err(|e| SyncError::Failed(format!("pruning ControllerRevision: {e}")))?;
+            .map_err(|e| {
+                SyncError::Failed(PortError::from(e).context("pruning ControllerRevision"))
+            })?;
         tracing::debug!(parent = %parent_key, revision = %r.name, "ControllerRevision pruned");
     }
     for object in &step.update {
         cluster
             .replace(revisions, object.clone())
             .await
-            .map_err(|e| SyncError::Failed(format!("updating ControllerRevision: {e}")))?;
+            .map_err(|e| {
+                SyncError::Failed(PortError::from(e).context("updating ControllerRevision"))
+            })?;
         tracing::debug!(parent = %parent_key, revision = %name_of(object), "ControllerRevision updated");
     }
     for object in &step.create {
         match cluster.create(revisions, object.clone()).await {
             Ok(_) => {}
             Err(e @ ClusterError::AlreadyExists(_)) => {
-                return Err(SyncError::Failed(format!(
+                return Err(SyncError::permanent(format!(
                     "creating ControllerRevision: {e} but is not claimed by this parent \
                      (do its labels match the parent's selector?)"
                 )));
             }
             Err(e) => {
-                return Err(SyncError::Failed(format!(
-                    "creating ControllerRevision: {e}"
-                )));
+                return Err(SyncError::Failed(
+                    PortError::from(e).context("creating ControllerRevision"),
+                ));
             }
         }
         tracing::debug!(parent = %parent_key, revision = %name_of(object), "ControllerRevision created");

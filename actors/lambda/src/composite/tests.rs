@@ -448,9 +448,15 @@ mod decide {
                 key: "ns/a".into()
             }
         );
+        let sync = SyncError::from(err);
         assert_eq!(
-            SyncError::from(err).to_string(),
+            sync.to_string(),
             "labels on desired child ConfigMap ns/a don't match parent selector"
+        );
+        // The same answer is refused the same way again.
+        assert_eq!(
+            bosun_runtime::Classified::class(&sync),
+            bosun_runtime::ErrorClass::Permanent
         );
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
         assert!(matches!(

@@ -365,14 +365,15 @@ fn status_check_messages_name_the_condition() {
     };
     let child = |conditions: Value| json!({"status": {"conditions": conditions}});
     assert_eq!(
-        status_check(&checks, &json!({})),
+        status_check(&checks, &json!({})).map_err(|e| e.to_string()),
         Err(r#"required condition type missing: "Ready""#.into())
     );
     assert_eq!(
         status_check(
             &checks,
             &child(json!([{"type": "Ready", "status": "True"}]))
-        ),
+        )
+        .map_err(|e| e.to_string()),
         Err(r#""Ready" condition reason is "" (want "Fine")"#.into())
     );
     assert_eq!(

@@ -32,11 +32,11 @@ pub(crate) async fn related_of(
     };
     let rules = c.rules(controller, parent).await.map_err(|e| match e {
         RelatedError::Hook(h) => SyncError::from(h),
-        other => SyncError::Failed(other.to_string()),
+        other => SyncError::transient(other.to_string()),
     })?;
     related_objects(cluster, &rules, c.version(), parent)
         .await
-        .map_err(|e| SyncError::Failed(e.to_string()))
+        .map_err(|e| SyncError::transient(e.to_string()))
 }
 
 /// POSTs a hook request (JSON bytes) about `root`; returns the answer and the request's

@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::children::Applied;
+use bosun_runtime::ports::{Classified, ErrorClass, PortError};
+
 use crate::ports::{ClusterError, HookError, HookType};
 
 pub use finalizer::{FinalizerChange, set_finalizer};
@@ -31,21 +33,49 @@ pub enum SyncError {
     RetryAfter(HookError, Duration),
     /// Anything else: an event on the parent, then a rate-limited requeue.
     #[error("{0}")]
-    Failed(String),
+    Failed(PortError),
+}
+
+impl SyncError {
+    /// A failure that may pass by itself (a hook or the API server failing).
+    pub fn transient(message: impl Into<String>) -> SyncError {
+        SyncError::Failed(PortError::transient(message))
+    }
+
+    /// A failure that the same parent and answers repeat (a refused answer or spec).
+    pub fn permanent(message: impl Into<String>) -> SyncError {
+        SyncError::Failed(PortError::permanent(message))
+    }
+}
+
+impl Classified for SyncError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            SyncError::RetryAfter(..) => ErrorClass::Transient,
+            SyncError::Failed(e) => e.class(),
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            SyncError::RetryAfter(_, after) => Some(*after),
+            SyncError::Failed(_) => None,
+        }
+    }
 }
 
 impl From<HookError> for SyncError {
     fn from(e: HookError) -> Self {
         match e {
             HookError::TooManyRequests { retry_after, .. } => SyncError::RetryAfter(e, retry_after),
-            other => SyncError::Failed(other.to_string()),
+            other => SyncError::transient(other.to_string()),
         }
     }
 }
 
 impl From<ClusterError> for SyncError {
     fn from(e: ClusterError) -> Self {
-        SyncError::Failed(e.to_string())
+        SyncError::Failed(PortError::from(e))
     }
 }
 
@@ -71,4 +101,35 @@ pub struct SyncReport {
 /// `resyncAfterSeconds` of an answer as a delay (none when not positive).
 pub(crate) fn resync_after(seconds: f64) -> Option<Duration> {
     (seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_failure_keeps_its_text_and_class() {
+        let cases = [
+            (
+                ClusterError::Conflict("ConfigMap ns/a".into()),
+                ErrorClass::Conflict,
+            ),
+            (
+                ClusterError::NotFound("ConfigMap ns/a".into()),
+                ErrorClass::Permanent,
+            ),
+            (
+                ClusterError::Other {
+                    what: "ConfigMap ns/a".into(),
+                    message: "connection refused".into(),
+                },
+                ErrorClass::Transient,
+            ),
+        ];
+        for (e, class) in cases {
+            let sync = SyncError::from(e.clone());
+            assert_eq!(sync.to_string(), e.to_string());
+            assert_eq!((sync.class(), sync.retry_after()), (class, None));
+        }
+    }
 }
