@@ -214,19 +214,7 @@ fn kube_context_chooses_the_cluster_of_bosun_and_helm(engine: HelmEngine) {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
-    let chart = w.join("modules/010-ctx");
-    std::fs::create_dir_all(chart.join("templates")).expect("chart folder");
-    std::fs::write(
-        chart.join("Chart.yaml"),
-        "apiVersion: v2\nname: ctx\nversion: 0.1.0\n",
-    )
-    .expect("Chart.yaml");
-    std::fs::write(
-        chart.join("templates/cm.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: made-in-context\n",
-    )
-    .expect("template");
-    std::fs::write(chart.join("values.yaml"), "ctxEnabled: true\n").expect("values.yaml");
+    common::configmap_module(&w.join("modules/010-ctx"), "ctx", "made-in-context");
     let text = std::fs::read_to_string(&sb.kubeconfig).expect("the sandbox's kubeconfig");
     let mut kc: serde_json::Value = serde_saphyr::from_str(&text).expect("kubeconfig YAML");
     let named = kc["current-context"]
@@ -1249,19 +1237,11 @@ fn invoked_as_addon_operator_start_bosun_runs_the_modules_alone() {
     let sb = Sandbox::start();
     let work = workdir();
     let w = work.path();
-    let chart = w.join("flagged-modules/010-swapped");
-    std::fs::create_dir_all(chart.join("templates")).expect("chart folder");
-    std::fs::write(
-        chart.join("Chart.yaml"),
-        "apiVersion: v2\nname: swapped\nversion: 0.1.0\n",
-    )
-    .expect("Chart.yaml");
-    std::fs::write(
-        chart.join("templates/cm.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: made-by-addon-operator\n",
-    )
-    .expect("template");
-    std::fs::write(chart.join("values.yaml"), "swappedEnabled: true\n").expect("values.yaml");
+    common::configmap_module(
+        &w.join("flagged-modules/010-swapped"),
+        "swapped",
+        "made-by-addon-operator",
+    );
     std::fs::create_dir_all(w.join("global-hooks")).expect("global hooks");
     let link = w.join("addon-operator");
     std::os::unix::fs::symlink(common::bosun_bin(), &link).expect("link");

@@ -778,6 +778,23 @@ pub fn global_hooks_dir(work: &Path) -> PathBuf {
     dir
 }
 
+/// A module folder `dir` (under a modules folder) whose chart, named `name`, makes one
+/// ConfigMap `configmap`, enabled by its own values.
+pub fn configmap_module(dir: &Path, name: &str, configmap: &str) {
+    std::fs::create_dir_all(dir.join("templates")).expect("chart folder");
+    std::fs::write(
+        dir.join("Chart.yaml"),
+        format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n"),
+    )
+    .expect("Chart.yaml");
+    std::fs::write(
+        dir.join("templates/cm.yaml"),
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {configmap}\n"),
+    )
+    .expect("template");
+    std::fs::write(dir.join("values.yaml"), format!("{name}Enabled: true\n")).expect("values.yaml");
+}
+
 /// Writes a bash hook: `--config` prints `config`, a run executes `body`.
 pub fn config_hook(path: &Path, config: &str, body: &str) {
     write_exec(
