@@ -258,6 +258,8 @@ impl Health {
     }
 
     fn failed(&self, error: String) {
+        // The reason first: a reader that sees the journal failing always reads why.
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = error.clone();
         let first = self
             .failing_since_ms
             .compare_exchange(
@@ -274,7 +276,6 @@ impl Health {
             );
             metrics::gauge!("bosun_journal_failing").set(1.0);
         }
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
     }
 
     fn wrote(&self) {
