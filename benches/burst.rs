@@ -12,6 +12,8 @@
 
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/http.rs"]
+mod http;
 #[path = "support/env.rs"]
 mod support_env;
 use support_env::env;
@@ -38,8 +40,8 @@ fn mib(bytes: u64) -> f64 {
 }
 
 /// Tasks in bosun's queues, from its metrics.
-async fn queued(http: &reqwest_lite::Client, addr: &str) -> Option<u64> {
-    let text = http.get(&format!("http://{addr}/metrics")).await?;
+async fn queued(addr: &str) -> Option<u64> {
+    let (ok, text) = http::get(addr, "/metrics").await?;
     let mut total = 0.0;
     let mut seen = false;
     for line in text.lines() {
@@ -48,33 +50,7 @@ async fn queued(http: &reqwest_lite::Client, addr: &str) -> Option<u64> {
             seen = true;
         }
     }
-    seen.then_some(total as u64)
-}
-
-/// Just enough of an HTTP/1 client for `GET /metrics` on loopback.
-mod reqwest_lite {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    pub struct Client;
-
-    impl Client {
-        pub async fn get(&self, url: &str) -> Option<String> {
-            let rest = url.strip_prefix("http://")?;
-            let (addr, path) = rest.split_once('/')?;
-            let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-            s.write_all(
-                format!("GET /{path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
-                    .as_bytes(),
-            )
-            .await
-            .ok()?;
-            let mut out = Vec::new();
-            s.read_to_end(&mut out).await.ok()?;
-            let text = String::from_utf8_lossy(&out).to_string();
-            let (head, body) = text.split_once("\r\n\r\n")?;
-            head.starts_with("HTTP/1.1 200").then(|| body.to_string())
-        }
-    }
+    (ok && seen).then_some(total as u64)
 }
 
 fn write_exec(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -124,18 +100,12 @@ async fn start_bosun(
     cluster::wait(
         "bosun's HTTP address",
         Duration::from_secs(120),
-        async || {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            match text
-                .lines()
-                .find_map(|l| l.split("bosun HTTP endpoints listening on http://").nth(1))
-            {
-                Some(a) => {
-                    addr = a.trim().to_string();
-                    true
-                }
-                None => false,
+        async || match http::address_in(&std::fs::read_to_string(&log).unwrap_or_default()) {
+            Some(a) => {
+                addr = a;
+                true
             }
+            None => false,
         },
     )
     .await?;
@@ -161,9 +131,8 @@ async fn main() -> anyhow::Result<()> {
     let (child, addr) = start_bosun(dir.path(), &sb.kubeconfig).await?;
     let bosun = Killed(child);
     let pid = bosun.0.id();
-    let http = reqwest_lite::Client;
     cluster::wait("bosun ready", Duration::from_secs(120), async || {
-        http.get(&format!("http://{addr}/readyz")).await.is_some()
+        http::get(&addr, "/readyz").await.is_some_and(|(ok, _)| ok)
     })
     .await?;
 
@@ -178,7 +147,7 @@ async fn main() -> anyhow::Result<()> {
     let idle = async || {
         // Empty queues three samples in a row (a task may be between two queues).
         for _ in 0..3 {
-            if queued(&http, &addr).await != Some(0) {
+            if queued(&addr).await != Some(0) {
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -206,13 +175,12 @@ async fn main() -> anyhow::Result<()> {
             addr.clone(),
         );
         tokio::spawn(async move {
-            let http = reqwest_lite::Client;
             while !done.load(Ordering::Relaxed) {
                 if let Some(now) = rss(pid)
                     && now > peak.load(Ordering::Relaxed)
                 {
                     peak.store(now, Ordering::Relaxed);
-                    if let Some(q) = queued(&http, &addr).await {
+                    if let Some(q) = queued(&addr).await {
                         queued_at_peak.store(q, Ordering::Relaxed);
                     }
                 }

@@ -9,6 +9,8 @@
 //! Run: `cargo bench --bench startup` (`BENCH_MODULES`, `BENCH_GLOBAL_HOOKS`,
 //! `BENCH_EVENTS` scale it).
 
+#[path = "support/http.rs"]
+mod http;
 #[path = "support/env.rs"]
 mod support_env;
 use support_env::env;
@@ -80,29 +82,14 @@ fn start(dir: &Path, kubeconfig: &Path, log: &str) -> std::io::Result<Child> {
         .spawn()
 }
 
-async fn get(address: &str, path: &str) -> Option<(bool, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(address).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.ok()?;
-    Some((buf.starts_with("HTTP/1.1 200"), buf))
-}
-
 /// Waits for `/readyz` 200; returns the HTTP address.
 async fn ready(dir: &Path, log: &str, deadline: Duration) -> anyhow::Result<String> {
     let until = Instant::now() + deadline;
     loop {
         let text = std::fs::read_to_string(dir.join(log)).unwrap_or_default();
-        let address = text.lines().find_map(|l| {
-            l.split("bosun HTTP endpoints listening on http://")
-                .nth(1)
-                .map(|a| a.trim().to_string())
-        });
+        let address = http::address_in(&text);
         if let Some(a) = address
-            && get(&a, "/readyz").await.is_some_and(|(ok, _)| ok)
+            && http::get(&a, "/readyz").await.is_some_and(|(ok, _)| ok)
         {
             return Ok(a);
         }
@@ -149,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
     let mut bosun = start(dir.path(), &kubeconfig, "cold.log")?;
     let address = ready(dir.path(), "cold.log", Duration::from_secs(900)).await?;
     let cold = started.elapsed();
-    let metrics = get(&address, "/metrics")
+    let metrics = http::get(&address, "/metrics")
         .await
         .map(|(_, t)| t)
         .unwrap_or_default();
