@@ -27,6 +27,18 @@
 #     hook, beforeHelm hook, Helm release, ConfigMap), checked with the image's kubectl
 #     through the same service account; `addon-operator queue list` answers from the
 #     debug socket; SIGTERM stops bosun cleanly.
+#  7. The references' own manifests and chart with only the image swapped, each in a root
+#     as its manifest asks for it (a writable layer over the image and the runtime's
+#     anonymous volume for its VOLUME, or the StatefulSet's read-only pod):
+#     - metacontroller's production manifest (`/usr/bin/metacontroller
+#       --zap-log-level=4 --discovery-interval=20s`, no volume): the probes answer on
+#       8081, /metrics on 9999, and metacontroller's globalconfigmap example converges;
+#     - landscaper's helm-deployer and manifest-deployer charts (the image's entrypoint,
+#       `--config=/app/ls/config/config.yaml` with the Configuration their config Secret
+#       holds): the examples' DeployItem of each type succeeds, by that deployer;
+#     - deploy/helm/bosun rendered with metacontroller-helm's default values: its command,
+#       args and environment start bosun, the probes answer, the journal is on its volume.
+#     Their fixed ports (8081, 9999, 9650, 9651) must be free on the machine.
 #
 # Containers are never run (`podman run` needs setrlimit, refused here): every command in
 # the image runs with chroot. Needs root (chroot, mount). Takes about 8 minutes on two
@@ -98,6 +110,8 @@ pod="$work/pod-root"
 img=""
 sandbox_pid=""
 bosun_pid=""
+bosun_log="$work/bosun.log"
+hooks_pid=""
 
 stop_pid() { # stop_pid PID SECONDS: SIGTERM, then SIGKILL after SECONDS
   local pid="$1" i
@@ -110,10 +124,16 @@ stop_pid() { # stop_pid PID SECONDS: SIGTERM, then SIGKILL after SECONDS
   kill -KILL "$pid" 2>/dev/null || true
 }
 
+# Every root file system mounted (the pod's, the containers'), unmounted on exit.
+roots=()
 unmount_pod() {
-  if mountpoint -q "$pod" 2>/dev/null; then
-    umount -R "$pod" 2>/dev/null || { sleep 1; umount -R "$pod" 2>/dev/null; } || umount -R -l "$pod"
-  fi
+  local r
+  for r in "${roots[@]}"; do
+    if mountpoint -q "$r" 2>/dev/null; then
+      umount -R "$r" 2>/dev/null || { sleep 1; umount -R "$r" 2>/dev/null; } || umount -R -l "$r"
+    fi
+  done
+  roots=()
   if [[ -n "$img" ]]; then
     "${podman[@]}" image unmount "$samples" >/dev/null 2>&1 || true
     img=""
@@ -124,6 +144,7 @@ finish() {
   local status=$?
   set +e
   stop_pid "$bosun_pid" 60
+  stop_pid "$hooks_pid" 5
   stop_pid "$sandbox_pid" 20
   unmount_pod
   if [[ $status -ne 0 && -n "$current" ]]; then
@@ -282,6 +303,24 @@ build_samples() {
 }
 
 # --- 4. the pod's root file system ------------------------------------------------------
+# mount_proc_dev ROOT: /proc, and a container's /dev: the usual character devices, /dev/fd
+# and /dev/shm.
+mount_proc_dev() {
+  local r="$1" d
+  mount -t proc -o nosuid,nodev,noexec proc "$r/proc" 2>/dev/null || mount --rbind /proc "$r/proc"
+  mount -t tmpfs -o mode=0755,nosuid tmpfs "$r/dev"
+  for d in null zero full random urandom tty; do
+    touch "$r/dev/$d"
+    mount --bind "/dev/$d" "$r/dev/$d"
+  done
+  ln -s /proc/self/fd "$r/dev/fd"
+  ln -s /proc/self/fd/0 "$r/dev/stdin"
+  ln -s /proc/self/fd/1 "$r/dev/stdout"
+  ln -s /proc/self/fd/2 "$r/dev/stderr"
+  mkdir "$r/dev/shm"
+  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$r/dev/shm"
+}
+
 image_env=()
 mount_pod() {
   img="$("${podman[@]}" image mount "$samples")"
@@ -299,21 +338,9 @@ mount_pod() {
 
   mkdir -p "$pod"
   mount --bind "$img" "$pod"
+  roots+=("$pod")
   mount -o remount,bind,ro "$pod"
-  mount -t proc -o nosuid,nodev,noexec proc "$pod/proc" 2>/dev/null || mount --rbind /proc "$pod/proc"
-  # A container's /dev: the usual character devices, /dev/fd and /dev/shm.
-  mount -t tmpfs -o mode=0755,nosuid tmpfs "$pod/dev"
-  local d
-  for d in null zero full random urandom tty; do
-    touch "$pod/dev/$d"
-    mount --bind "/dev/$d" "$pod/dev/$d"
-  done
-  ln -s /proc/self/fd "$pod/dev/fd"
-  ln -s /proc/self/fd/0 "$pod/dev/stdin"
-  ln -s /proc/self/fd/1 "$pod/dev/stdout"
-  ln -s /proc/self/fd/2 "$pod/dev/stderr"
-  mkdir "$pod/dev/shm"
-  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$pod/dev/shm"
+  mount_proc_dev "$pod"
   # Mount points the runtime makes in the container's layer: /run holds them, read-only
   # again once they are mounted.
   mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$pod/run"
@@ -466,9 +493,10 @@ start_bosun() {
   printf '  %s\n' "${run_env[@]}" | sed 's/\(TOKEN=\).*/\1…/'
   # chroot and env exec, so the pid is bosun's.
   pod_command "${run_env[@]}" -- /usr/local/bin/bosun run
-  "${cmd[@]}" >"$work/bosun.log" 2>&1 &
+  bosun_log="$work/bosun.log"
+  "${cmd[@]}" >"$bosun_log" 2>&1 &
   bosun_pid=$!
-  echo "bosun run: pid $bosun_pid, log $work/bosun.log"
+  echo "bosun run: pid $bosun_pid, log $bosun_log"
 }
 
 # kube ARGS…: the image's kubectl in the pod, with the pod's in-cluster configuration.
@@ -481,12 +509,12 @@ wait_for() {
   until "$@" >/dev/null 2>&1; do
     if ! kill -0 "$bosun_pid" 2>/dev/null; then
       echo "bosun exited while waiting for $what:" >&2
-      tail -n 40 "$work/bosun.log" >&2
+      tail -n 40 "$bosun_log" >&2
       return 1
     fi
     if (($(date +%s) > deadline)); then
       echo "no $what after $2 s; bosun's log:" >&2
-      tail -n 40 "$work/bosun.log" >&2
+      tail -n 40 "$bosun_log" >&2
       return 1
     fi
     sleep 1
@@ -515,7 +543,7 @@ converge() {
   out="$(in_pod -- addon-operator queue list 2>&1)"
   echo "$ addon-operator queue list"; echo "$out"
   expect "addon-operator queue list from the debug socket" 'main' "$out"
-  out="$(cat "$work/bosun.log")"
+  out="$(cat "$bosun_log")"
   expect "the in-cluster client" 'in-cluster Kubernetes client' "$out"
   out="$(find "$work/journal-volume" -type f | sed "s|$work/journal-volume|/var/lib/bosun|" | sort)"
   echo "journal volume:"; sed 's/^/  /' <<<"$out"
@@ -537,10 +565,363 @@ stop_bosun() {
   bosun_pid=""
   echo "bosun exited with $status after SIGTERM"
   [[ $status -eq 0 ]]
-  if grep -q panicked "$work/bosun.log"; then
-    grep panicked "$work/bosun.log" >&2
+  if grep -q panicked "$bosun_log"; then
+    grep panicked "$bosun_log" >&2
     return 1
   fi
+}
+
+# --- 7. the references' own manifests and chart, with only the image swapped -----------
+hostkube() { HOME="$work/home" "$work/bin/kubectl" --kubeconfig "$work/sandbox.kubeconfig" "$@"; }
+
+# container_root NAME: the image as a container runtime starts it for a manifest that asks
+# for nothing more (metacontroller's, landscaper's deployer charts): a writable layer over
+# the image (overlayfs), the image's VOLUME /var/lib/bosun as the runtime's anonymous
+# volume (a fresh folder with the image's owner and mode), /proc, /dev and the service
+# account. Sets `pod`, where pod_command runs.
+container_root() {
+  local root="$work/$1-root" layer="$work/$1-layer"
+  rm -rf "$layer"
+  mkdir -p "$layer/upper" "$layer/work" "$layer/volume" "$root"
+  mount -t overlay overlay -o "lowerdir=$img,upperdir=$layer/upper,workdir=$layer/work" "$root"
+  roots+=("$root")
+  mount_proc_dev "$root"
+  mkdir -p "$root/run/secrets/kubernetes.io/serviceaccount"
+  mount --bind "$work/serviceaccount" "$root/run/secrets/kubernetes.io/serviceaccount"
+  mount -o remount,bind,ro "$root/run/secrets/kubernetes.io/serviceaccount"
+  chown --reference="$img/var/lib/bosun" "$layer/volume"
+  chmod --reference="$img/var/lib/bosun" "$layer/volume"
+  mount --bind "$layer/volume" "$root/var/lib/bosun"
+  pod="$root"
+}
+
+# start_in_pod LOG ENV… -- COMMAND…: COMMAND in `pod`, as pod_command sets it, in the
+# background (bosun_pid, bosun_log).
+start_in_pod() {
+  bosun_log="$1"
+  shift
+  pod_command "$@"
+  "${cmd[@]}" >"$bosun_log" 2>&1 &
+  bosun_pid=$!
+  local shown=("${cmd[@]}")
+  echo "in the pod: ${shown[*]}" | sed 's/\(TOKEN=\)[^ ]*/\1…/g'
+  echo "pid $bosun_pid, log $bosun_log"
+}
+
+http_ok() { [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1$2")" == 200 ]]; }
+
+# ports_free PORT…: the pod shares the host's network here, so the fixed ports of a
+# manifest must be free on the machine.
+ports_free() {
+  local p
+  for p in "$@"; do
+    if (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "port $p is taken on this machine; the manifest's fixed ports need it free" >&2
+      return 1
+    fi
+  done
+}
+
+# The webhooks of metacontroller's globalconfigmap example (examples/globalconfigmap),
+# served on the host: customize relates the source ConfigMap and every Namespace, sync
+# copies the source into each other namespace.
+hooks_port=""
+globalconfigmap_hooks() {
+  cat >"$work/globalconfigmap-hooks.py" <<'PY'
+import json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Hooks(BaseHTTPRequestHandler):
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        spec = request["parent"]["spec"]
+        if self.path == "/customize":
+            answer = {"relatedResources": [
+                {"apiVersion": "v1", "resource": "configmaps",
+                 "namespace": spec["sourceNamespace"], "names": [spec["sourceName"]]},
+                {"apiVersion": "v1", "resource": "namespaces"},
+            ]}
+        else:
+            related = request.get("related", {})
+            source = next((c for c in related.get("ConfigMap.v1", {}).values()
+                           if c["metadata"]["name"] == spec["sourceName"]), None)
+            children = [] if source is None else [
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": spec["sourceName"], "namespace": ns["metadata"]["name"]},
+                 "data": source.get("data", {})}
+                for ns in related.get("Namespace.v1", {}).values()
+                if ns["metadata"]["name"] != spec["sourceNamespace"]]
+            answer = {"status": {"working": "fine"}, "children": children}
+        body = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Hooks)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+PY
+  rm -f "$work/hooks.port"
+  python3 "$work/globalconfigmap-hooks.py" >"$work/hooks.port" 2>"$work/hooks.log" &
+  hooks_pid=$!
+  local i
+  for ((i = 0; i < 100; i++)); do
+    [[ -s "$work/hooks.port" ]] && break
+    sleep 0.1
+  done
+  hooks_port="$(cat "$work/hooks.port")"
+  [[ -n "$hooks_port" ]] || { cat "$work/hooks.log" >&2; return 1; }
+  echo "globalconfigmap's webhooks on 127.0.0.1:$hooks_port"
+}
+
+globalconfigmap_copies() {
+  local ns
+  for ns in first second third; do
+    [[ "$(hostkube -n "$ns" get configmap globalsettings -o jsonpath='{.data.some}')" == value ]] ||
+      return 1
+  done
+}
+
+# metacontroller's manifests/production/metacontroller.yaml: its container's command and
+# args, no volume, probes on 8081; then its globalconfigmap example converges.
+metacontroller_manifest() {
+  ports_free 8081 9999 9650
+  container_root metacontroller
+  globalconfigmap_hooks
+  start_in_pod "$work/metacontroller.log" "${pod_env[@]}" HOSTNAME=metacontroller-0 -- \
+    /usr/bin/metacontroller --zap-log-level=4 --discovery-interval=20s
+  wait_for "the liveness probe: /healthz on :8081" 120 http_ok 8081 /healthz
+  wait_for "the readiness probe: /readyz on :8081" 120 http_ok 8081 /readyz
+  wait_for "/metrics on :9999" 30 http_ok 9999 /metrics
+  wait_for "the CompositeController CRD, installed by bosun" 60 hostkube get compositecontrollers
+  local out
+  out="$(cat "$bosun_log")"
+  expect "the modules are off" 'modules switched off' "$out"
+  # The example's own objects; the controller's hook URLs are where the hooks run here.
+  hostkube apply -f - <<'YAML'
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: globalconfigmaps.examples.metacontroller.io
+spec:
+  group: examples.metacontroller.io
+  scope: Cluster
+  names: {plural: globalconfigmaps, singular: globalconfigmap, kind: GlobalConfigMap, shortNames: [gcm]}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        required: [spec]
+        properties:
+          spec:
+            type: object
+            required: [sourceName, sourceNamespace]
+            properties:
+              sourceName: {type: string}
+              sourceNamespace: {type: string}
+          status:
+            type: object
+            properties:
+              working: {type: string}
+YAML
+  wait_for "the GlobalConfigMap CRD served" 60 hostkube get globalconfigmaps
+  hostkube apply -f - <<YAML
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata:
+  name: globalconfigmap-controller
+spec:
+  generateSelector: true
+  parentResource: {apiVersion: examples.metacontroller.io/v1alpha1, resource: globalconfigmaps}
+  childResources:
+  - apiVersion: v1
+    resource: configmaps
+    updateStrategy: {method: InPlace}
+  hooks:
+    sync: {webhook: {url: "http://127.0.0.1:$hooks_port/sync"}}
+    customize: {webhook: {url: "http://127.0.0.1:$hooks_port/customize"}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: global}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: globalsettings, namespace: global}
+data: {some: value, other: value}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: first}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: second}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: third}
+---
+apiVersion: examples.metacontroller.io/v1alpha1
+kind: GlobalConfigMap
+metadata: {name: globalsettings}
+spec: {sourceName: globalsettings, sourceNamespace: global}
+YAML
+  wait_for "globalsettings copied into the namespaces first, second and third" 120 globalconfigmap_copies
+  out="$(hostkube get globalconfigmap globalsettings -o jsonpath='{.status.working}')"
+  expect "the parent's status from the sync hook" '^fine$' "$out"
+  stop_bosun
+  stop_pid "$hooks_pid" 5
+  hooks_pid=""
+}
+
+# landscaper's charts/{helm,manifest}-deployer: the image's entrypoint with the chart's
+# args (`--config=/app/ls/config/config.yaml`, no command), the Configuration its config
+# Secret holds mounted there, no volume; one DeployItem of the deployer's type.
+deployer_item_done() {
+  [[ "$(hostkube get deployitem "$1" -o jsonpath='{.status.jobIDFinished}|{.status.phase}')" == \
+    "job-1|Succeeded" ]]
+}
+landscaper_deployer() { # landscaper_deployer NAME CONFIGURATION ITEM CHECK…
+  local name="$1" configuration="$2" item="$3" entrypoint
+  shift 3
+  ports_free 9650
+  container_root "$name"
+  mkdir -p "$work/$name-config" "$pod/app/ls/config"
+  printf '%s' "$configuration" >"$work/$name-config/config.yaml"
+  chmod 0644 "$work/$name-config/config.yaml"
+  mount --bind "$work/$name-config" "$pod/app/ls/config"
+  mount -o remount,bind,ro "$pod/app/ls/config"
+  mapfile -t entrypoint < <("${podman[@]}" image inspect \
+    --format '{{range .Config.Entrypoint}}{{println .}}{{end}}' "$samples" | sed '/^$/d')
+  start_in_pod "$work/$name.log" "${pod_env[@]}" HOSTNAME="$name-7d9f8c6b5-x2x4p" -- \
+    "${entrypoint[@]}" --config=/app/ls/config/config.yaml
+  wait_for "$name running" 120 grep -q 'deployer running' "$bosun_log"
+  hostkube patch deployitem "$item" --subresource=status --type=merge \
+    -p '{"status":{"jobID":"job-1"}}'
+  wait_for "the DeployItem $item Succeeded for job-1" 120 deployer_item_done "$item"
+  wait_for "what $item deploys, in its Target" 30 "$@"
+  local identity
+  identity="$(hostkube get deployitem "$item" -o jsonpath='{.status.deployer.identity}')"
+  expect "$item finished by $name" "^$name-1\$" "$identity"
+  stop_bosun
+}
+
+landscaper_deployers() {
+  hostkube apply -f "$root/deploy/crds/landscaper.yaml" >/dev/null
+  wait_for "the DeployItem CRD served" 60 hostkube get deployitems
+  cp "$img/usr/local/bin/helm" "$work/bin/"
+  rm -rf "$work/chart-package"
+  HOME="$work/home" "$work/bin/helm" package "$root/examples/deployer/chart" \
+    -d "$work/chart-package" >/dev/null
+  # The examples' Target (the sandbox itself) and items, with the kubeconfig and the
+  # chart archive filled in.
+  python3 - "$root/examples/deployer" "$work/sandbox.kubeconfig" "$work/chart-package" <<'PY' |
+import base64, glob, json, sys, yaml
+examples, kubeconfig, package = sys.argv[1:]
+objects = []
+for name in ("01-target.yaml", "02-manifest-item.yaml", "03-helm-item.yaml"):
+    with open(f"{examples}/{name}") as f:
+        objects.append(yaml.safe_load(f))
+with open(kubeconfig) as f:
+    objects[0]["spec"]["config"]["kubeconfig"] = f.read()
+with open(glob.glob(f"{package}/*.tgz")[0], "rb") as f:
+    objects[2]["spec"]["config"]["chart"]["archive"]["raw"] = base64.b64encode(f.read()).decode()
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+PY
+    hostkube apply -f -
+  landscaper_deployer helm-deployer "apiVersion: helm.deployer.landscaper.gardener.cloud/v1alpha1
+kind: Configuration
+identity: helm-deployer-1
+namespace: ls-system
+oci:
+  allowPlainHttp: false
+  insecureSkipVerify: false
+hpa:
+  maxReplicas: 1
+  averageCpuUtilization: 80
+  averageMemoryUtilization: 80
+controller:
+  workers: 30
+" helm-chart hostkube -n examples get configmap example-message
+  landscaper_deployer manifest-deployer "apiVersion: manifest.deployer.landscaper.gardener.cloud/v1alpha2
+kind: Configuration
+identity: manifest-deployer-1
+namespace: ls-system
+hpa:
+  maxReplicas: 1
+  averageCpuUtilization: 80
+  averageMemoryUtilization: 80
+controller:
+  workers: 30
+" manifests hostkube -n default get configmap from-a-deploy-item
+}
+
+# deploy/helm/bosun rendered with metacontroller-helm's default values: the container's
+# command, args and environment as the kubelet gives them (fieldRefs and the Secret
+# resolved), in the StatefulSet's pod (read-only root, emptyDirs, a fresh journal volume).
+chart_with_metacontroller_values() {
+  ports_free 8081 9999 9650 9651
+  pod="$work/pod-root"
+  find "$work/journal-volume" -mindepth 1 -delete
+  HOME="$work/home" "$work/bin/helm" template metacontroller "$root/deploy/helm/bosun" \
+    -n metacontroller -f "$root/tests/fixtures/references/metacontroller-helm-values.yaml" \
+    >"$work/chart.yaml"
+  hostkube create namespace metacontroller
+  local container
+  container="$(python3 - "$work/chart.yaml" "ha-$token" <<'PY'
+import json, sys, yaml
+with open(sys.argv[1]) as f:
+    docs = [d for d in yaml.safe_load_all(f) if d]
+sts = next(d for d in docs if d["kind"] == "StatefulSet")
+c = sts["spec"]["template"]["spec"]["containers"][0]
+fields = {"metadata.name": sts["metadata"]["name"] + "-0",
+          "metadata.namespace": "metacontroller", "status.podIP": "127.0.0.1"}
+env = []
+for e in c.get("env", []):
+    source = e.get("valueFrom", {})
+    if "value" in e:
+        value = e["value"]
+    elif "fieldRef" in source:
+        value = fields[source["fieldRef"]["fieldPath"]]
+    elif "secretKeyRef" in source:
+        value = sys.argv[2]
+    else:
+        raise SystemExit(f"env {e['name']}: no value this test can give")
+    env.append(f"{e['name']}={value}")
+print(json.dumps({"pod": fields["metadata.name"], "env": env,
+                  "argv": c.get("command", []) + c.get("args", []),
+                  "ready": c["readinessProbe"]["httpGet"]["port"],
+                  "live": c["livenessProbe"]["httpGet"]["port"]}))
+PY
+  )"
+  local pod_name ready live chart_env chart_argv out
+  pod_name="$(jq -r .pod <<<"$container")"
+  ready="$(jq -r .ready <<<"$container")"
+  live="$(jq -r .live <<<"$container")"
+  mapfile -t chart_env < <(jq -r '.env[]' <<<"$container")
+  mapfile -t chart_argv < <(jq -r '.argv[]' <<<"$container")
+  start_in_pod "$work/chart.log" "${pod_env[@]}" HOSTNAME="$pod_name" "${chart_env[@]}" -- \
+    "${chart_argv[@]}"
+  wait_for "the liveness probe: /healthz on :$live" 120 http_ok "$live" /healthz
+  wait_for "the readiness probe: /readyz on :$ready" 120 http_ok "$ready" /readyz
+  wait_for "the lambda controllers running" 60 grep -q 'lambda controllers running' "$bosun_log"
+  out="$(cat "$bosun_log")"
+  expect "the modules are off" 'modules switched off' "$out"
+  out="$(find "$work/journal-volume" -type f | sed "s|$work/journal-volume|/var/lib/bosun|" | sort)"
+  expect "the journal on the chart's volume" '^/var/lib/bosun/journal/' "$out"
+  stop_bosun
 }
 
 run_step "tools" tools
@@ -554,3 +935,6 @@ run_step "the TLS sandbox with a token" sandbox
 run_step "bosun run from the image, in-cluster environment only" start_bosun
 run_step "the sample modules converge" converge
 run_step "SIGTERM stops bosun" stop_bosun
+run_step "metacontroller's production manifest: /usr/bin/metacontroller, its args, no volume" metacontroller_manifest
+run_step "landscaper's helm-deployer and manifest-deployer charts: --config, no command" landscaper_deployers
+run_step "deploy/helm/bosun with metacontroller-helm's default values" chart_with_metacontroller_values

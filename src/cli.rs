@@ -91,8 +91,48 @@ fn as_metacontroller(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     }
     std::iter::once(program)
         .chain(METACONTROLLER_DEFAULTS.iter().map(std::ffi::OsString::from))
-        .chain(rest)
+        .chain(go_flags(rest))
         .collect()
+}
+
+/// metacontroller's flags as Go's `flag` package reads them, in bosun's words: `-name` is
+/// `--name`; the klog flags of metacontroller's older manifests (`--logtostderr -v=4`,
+/// before its `--zap-*` flags) are taken too: `-v` is `--zap-log-level` (both are
+/// verbosity numbers), `--logtostderr` and `--alsologtostderr` say what bosun always does.
+fn go_flags(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let Some(text) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        let long = match text.strip_prefix("--") {
+            Some(rest) => rest,
+            None => match text.strip_prefix('-') {
+                Some(rest) if !rest.is_empty() => rest,
+                _ => {
+                    out.push(arg);
+                    continue;
+                }
+            },
+        };
+        let (name, value) = match long.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (long, None),
+        };
+        match name {
+            "logtostderr" | "alsologtostderr" => {}
+            "v" => {
+                let value = value
+                    .map(str::to_string)
+                    .or_else(|| args.next().map(|next| next.to_string_lossy().into_owned()));
+                out.push(format!("--zap-log-level={}", value.unwrap_or_default()).into());
+            }
+            _ => out.push(format!("--{long}").into()),
+        }
+    }
+    out
 }
 
 /// addon-operator's defaults, as bosun takes them when invoked as `addon-operator` with
@@ -420,6 +460,32 @@ mod command_line_tests {
             Some(":9440")
         );
         assert_eq!(run.ha.leader_election_id, "mine");
+    }
+
+    #[test]
+    fn invoked_as_metacontroller_go_s_single_dash_flags_and_the_older_klog_flags_are_taken() {
+        // metacontroller v1's manifest: `--logtostderr -v=4 --discovery-interval=20s`.
+        let run = run_of(&[
+            "metacontroller",
+            "--logtostderr",
+            "-v=4",
+            "--discovery-interval=20s",
+        ]);
+        assert_eq!(run.metacontroller.zap_log_level.as_deref(), Some("4"));
+        assert_eq!(run.lambda.discovery_interval, "20s");
+        // Go's flag reads `-name` as `--name`, and `-v 5` as `-v=5`.
+        let run = run_of(&[
+            "metacontroller",
+            "-discovery-interval=25s",
+            "-cache-flush-interval",
+            "10m",
+            "-v",
+            "5",
+            "-alsologtostderr=true",
+        ]);
+        assert_eq!(run.lambda.discovery_interval, "25s");
+        assert_eq!(run.lambda.cache_flush_interval, "10m");
+        assert_eq!(run.metacontroller.zap_log_level.as_deref(), Some("5"));
     }
 }
 

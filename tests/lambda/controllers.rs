@@ -1469,11 +1469,31 @@ fn the_cache_flush_interval_relists_the_informers() {
 /// hook's requests, recorded in order in this process, show which parents it saw.
 #[test]
 fn ignore_status_changes_skips_syncs_for_status_only_updates_of_the_parent() {
+    ignore_status_changes_case(false);
+}
+
+/// The same for a DecoratorController's `resources[].ignoreStatusChanges`: a status-only
+/// change of a decorated object starts no sync of it; a spec change does.
+#[test]
+fn ignore_status_changes_skips_syncs_for_status_only_updates_of_a_decorated_object() {
+    ignore_status_changes_case(true);
+}
+
+fn ignore_status_changes_case(decorator: bool) {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|_, req| {
-        let n = req["parent"]["spec"]["n"].clone();
-        (200, json!({"status": {"observed": n}, "children": []}))
+    let hooks = Hooks::serve(move |_, req| {
+        let object = if decorator {
+            &req["object"]
+        } else {
+            &req["parent"]
+        };
+        let n = object["spec"]["n"].clone();
+        if decorator {
+            (200, json!({"status": {"observed": n}, "attachments": []}))
+        } else {
+            (200, json!({"status": {"observed": n}, "children": []}))
+        }
     });
     post_ok(
         &sb,
@@ -1482,19 +1502,28 @@ fn ignore_status_changes_skips_syncs_for_status_only_updates_of_the_parent() {
     );
     wait_crd_served(&sb, "/apis/example.com/v1/quiets");
     let op = bosun(&sb, work.path(), &[]);
-    wait_crd_served(
-        &sb,
-        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
-    );
+    let resource = json!({"apiVersion": "example.com/v1", "resource": "quiets",
+                          "ignoreStatusChanges": true});
+    let sync = json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}});
+    let (kind, spec) = if decorator {
+        (
+            "decoratorcontrollers",
+            json!({"resources": [resource], "hooks": sync}),
+        )
+    } else {
+        (
+            "compositecontrollers",
+            json!({"generateSelector": true, "parentResource": resource, "hooks": sync}),
+        )
+    };
+    let path = format!("/apis/metacontroller.k8s.io/v1alpha1/{kind}");
+    wait_crd_served(&sb, &path);
     post_ok(
         &sb,
-        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
-        &json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-            "metadata": {"name": "quiets"},
-            "spec": {"generateSelector": true,
-                "parentResource": {"apiVersion": "example.com/v1", "resource": "quiets",
-                                   "ignoreStatusChanges": true},
-                "hooks": {"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}}}),
+        &path,
+        &json!({"apiVersion": "metacontroller.k8s.io/v1alpha1",
+                "kind": if decorator { "DecoratorController" } else { "CompositeController" },
+                "metadata": {"name": "quiets"}, "spec": spec}),
     );
     let parent = "/apis/example.com/v1/namespaces/default/quiets/q";
     post_ok(
@@ -1522,9 +1551,14 @@ fn ignore_status_changes_skips_syncs_for_status_only_updates_of_the_parent() {
         .calls("/sync")
         .iter()
         .map(|r| {
+            let object = if decorator {
+                &r["object"]
+            } else {
+                &r["parent"]
+            };
             (
-                r["parent"]["spec"]["n"].clone(),
-                r["parent"]["status"]["note"].clone(),
+                object["spec"]["n"].clone(),
+                object["status"]["note"].clone(),
             )
         })
         .collect();

@@ -2066,3 +2066,589 @@ fn v2_hooks_key_children_and_attachments_by_namespace_and_name() {
         "a v2 request used a v1 key"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The patterns of metacontroller's examples/catset, examples/bluegreen and
+// examples/service-per-pod. Their hooks (JavaScript and Jsonnet there) are written here
+// with the same logic; the tests play the kubelet and the ReplicaSet controller, which the
+// sandbox does not run.
+// ---------------------------------------------------------------------------------------
+
+/// The ordinal of `<base>-<n>`.
+fn ordinal(base: &str, name: &str) -> Option<i64> {
+    name.strip_prefix(base)?.strip_prefix('-')?.parse().ok()
+}
+
+fn running_and_ready(pod: &Value) -> bool {
+    pod["status"]["phase"] == "Running"
+        && pod["metadata"]["deletionTimestamp"].is_null()
+        && pod["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// examples/catset's sync (and finalize) hook: a StatefulSet written as a lambda. Pods
+/// come up one at a time in ordinal order, each once all below it are Ready; scaling down
+/// removes the highest ordinal first; each Pod has a PVC per claim template, kept after a
+/// scale-down; finalizing scales to zero.
+fn catset_sync(req: &Value) -> Value {
+    let catset = &req["parent"];
+    let name = str_of(&catset["metadata"]["name"]).to_string();
+    let mut replicas = catset["spec"]["replicas"].as_i64().unwrap_or(0);
+    let observed: std::collections::BTreeMap<i64, Value> = req["children"]["Pod.v1"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.values())
+        .filter_map(|p| Some((ordinal(&name, str_of(&p["metadata"]["name"]))?, p.clone())))
+        .collect();
+    let mut answer = json!({});
+    if req["finalizing"] == true {
+        replicas = 0;
+        answer["finalized"] = json!(observed.is_empty());
+    }
+    let mut ready = 0;
+    while ready < replicas && observed.get(&ready).is_some_and(running_and_ready) {
+        ready += 1;
+    }
+    answer["status"] = json!({"replicas": observed.len(), "readyReplicas": ready});
+    let claims = catset["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let pod = |n: i64| {
+        let mut pod = catset["spec"]["template"].clone();
+        let pod_name = format!("{name}-{n}");
+        pod["apiVersion"] = json!("v1");
+        pod["kind"] = json!("Pod");
+        pod["metadata"]["name"] = json!(pod_name);
+        pod["spec"]["hostname"] = json!(pod_name);
+        pod["spec"]["subdomain"] = catset["spec"]["serviceName"].clone();
+        let volumes: Vec<Value> = claims
+            .iter()
+            .map(|c| {
+                let claim = str_of(&c["metadata"]["name"]);
+                json!({"name": claim, "persistentVolumeClaim": {"claimName": format!("{claim}-{pod_name}")}})
+            })
+            .collect();
+        if !volumes.is_empty() {
+            pod["spec"]["volumes"] = json!(volumes);
+        }
+        pod
+    };
+    let mut desired: std::collections::BTreeMap<i64, Value> =
+        observed.keys().map(|&n| (n, pod(n))).collect();
+    if ready < replicas {
+        desired.entry(ready).or_insert_with(|| pod(ready));
+    }
+    if ready == replicas {
+        if let Some(&top) = desired.keys().next_back().filter(|&&top| top >= replicas) {
+            desired.remove(&top);
+        }
+    }
+    let mut children: Vec<Value> = desired.into_values().rev().collect();
+    for template in &claims {
+        let base = format!("{}-{name}", str_of(&template["metadata"]["name"]));
+        let pvc = |pvc_name: String| {
+            let mut pvc = template.clone();
+            pvc["apiVersion"] = json!("v1");
+            pvc["kind"] = json!("PersistentVolumeClaim");
+            pvc["metadata"]["name"] = json!(pvc_name);
+            pvc
+        };
+        children.extend((0..replicas).map(|n| pvc(format!("{base}-{n}"))));
+        // Claims beyond the replicas are kept after a scale-down.
+        for existing in req["children"]["PersistentVolumeClaim.v1"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values())
+        {
+            let existing = str_of(&existing["metadata"]["name"]);
+            if ordinal(&base, existing).is_some_and(|n| n >= replicas) {
+                children.push(pvc(existing.to_string()));
+            }
+        }
+    }
+    answer["children"] = json!(children);
+    answer
+}
+
+/// examples/catset: a CatSet (a StatefulSet written as a lambda, with `RollingRecreate`
+/// Pods and a revision history) brings its Pods up in ordinal order, one at a time as
+/// each becomes Ready, with a PVC each; it scales up and down as a StatefulSet does; its
+/// finalize hook scales it to zero before it goes. The test plays the kubelet: it makes
+/// each Pod Running and Ready, and checks that no Pod ever starts before all below it are
+/// Ready.
+#[test]
+fn catset_brings_pods_up_in_order_scales_and_finalizes_to_zero() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = Hooks::serve(|_, req| (200, catset_sync(req)));
+    install_crd(&sb, "CatSet", "catsets", "Namespaced");
+    let op = bosun(&sb, work.path(), &[]);
+    let url = format!("{}/sync", hooks.url);
+    composite_controller(
+        &sb,
+        json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "catset-controller"},
+            "spec": {
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "catsets",
+                                   "revisionHistory": {"fieldPaths": ["spec.template"]}},
+                "childResources": [
+                    {"apiVersion": "v1", "resource": "pods",
+                     "updateStrategy": {"method": "RollingRecreate",
+                                        "statusChecks": {"conditions": [{"type": "Ready", "status": "True"}]}}},
+                    {"apiVersion": "v1", "resource": "persistentvolumeclaims"}
+                ],
+                "hooks": {"sync": {"webhook": {"url": url}}, "finalize": {"webhook": {"url": url}}}
+            }
+        }),
+    );
+    let labels = json!({"app": "nginx", "component": "backend"});
+    let catset = "/apis/example.com/v1/namespaces/default/catsets/nginx-backend";
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/catsets",
+        &json!({"apiVersion": "example.com/v1", "kind": "CatSet", "metadata": {"name": "nginx-backend"},
+                "spec": {"serviceName": "nginx-backend", "replicas": 3,
+                         "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels},
+                                      "spec": {"terminationGracePeriodSeconds": 1,
+                                               "containers": [{"name": "nginx", "image": "gcr.io/google_containers/nginx-slim:0.8",
+                                                               "ports": [{"containerPort": 80, "name": "web"}],
+                                                               "volumeMounts": [{"name": "www", "mountPath": "/usr/share/nginx/html"}]}]}},
+                         "volumeClaimTemplates": [{"metadata": {"name": "www", "labels": labels},
+                                                   "spec": {"accessModes": ["ReadWriteOnce"],
+                                                            "resources": {"requests": {"storage": "1Gi"}}}}]}}),
+    );
+    let pods = || -> Vec<Value> {
+        get(
+            &sb,
+            "/api/v1/namespaces/default/pods?labelSelector=app%3Dnginx",
+        )
+        .and_then(|l| l["items"].as_array().cloned())
+        .unwrap_or_default()
+    };
+    // The kubelet: the lowest Pod not Ready yet becomes Running and Ready. Every Pod above
+    // it must not exist yet: the CatSet waits for each Pod before the next.
+    let kubelet = || {
+        let mut pods = pods();
+        pods.sort_by_key(|p| ordinal("nginx-backend", str_of(&p["metadata"]["name"])));
+        if let Some(first) = pods.iter().position(|p| !running_and_ready(p)) {
+            assert_eq!(
+                first,
+                pods.len() - 1,
+                "a Pod started before the ones below it were Ready: {:?}",
+                pods.iter()
+                    .map(|p| (p["metadata"]["name"].clone(), running_and_ready(p)))
+                    .collect::<Vec<_>>()
+            );
+            let path = format!(
+                "/api/v1/namespaces/default/pods/{}/status",
+                str_of(&pods[first]["metadata"]["name"])
+            );
+            update(&sb, &path, |p| {
+                p["status"]["phase"] = json!("Running");
+                p["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+            });
+        }
+    };
+    let ready_replicas = |n: i64| {
+        get(&sb, catset)
+            .is_some_and(|c| c["status"]["readyReplicas"] == n && c["status"]["replicas"] == n)
+    };
+    op.wait("3 Pods Ready, brought up in order", WAIT, || {
+        kubelet();
+        ready_replicas(3)
+    });
+    for n in 0..3 {
+        let pod = get(
+            &sb,
+            &format!("/api/v1/namespaces/default/pods/nginx-backend-{n}"),
+        )
+        .expect("pod");
+        assert_eq!(pod["spec"]["hostname"], format!("nginx-backend-{n}"));
+        assert_eq!(
+            pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
+            format!("www-nginx-backend-{n}")
+        );
+        let claim = get(
+            &sb,
+            &format!("/api/v1/namespaces/default/persistentvolumeclaims/www-nginx-backend-{n}"),
+        )
+        .expect("the Pod's claim");
+        let parent = get(&sb, catset).expect("catset");
+        assert!(owned_by(&claim, &parent), "{claim}");
+    }
+    update(&sb, catset, |c| c["spec"]["replicas"] = json!(4));
+    op.wait("scaled up to 4 Ready", WAIT, || {
+        kubelet();
+        ready_replicas(4)
+    });
+    update(&sb, catset, |c| c["spec"]["replicas"] = json!(2));
+    op.wait("scaled down to 2", WAIT, || {
+        ready_replicas(2) && pods().len() == 2
+    });
+    let names: BTreeSet<String> = pods()
+        .iter()
+        .map(|p| str_of(&p["metadata"]["name"]).to_string())
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["nginx-backend-0".to_string(), "nginx-backend-1".to_string()])
+    );
+    for n in 2..4 {
+        assert!(
+            get(
+                &sb,
+                &format!("/api/v1/namespaces/default/persistentvolumeclaims/www-nginx-backend-{n}")
+            )
+            .is_some(),
+            "the claim of a removed Pod is kept, as a StatefulSet keeps it"
+        );
+    }
+    // Deleted with a finalizer of our own, to read the final state.
+    update(&sb, catset, |c| {
+        c["metadata"]["finalizers"]
+            .as_array_mut()
+            .expect("the controller's finalizer")
+            .push(json!("metacontroller.io/catset-test"))
+    });
+    delete(&sb, catset);
+    op.wait(
+        "the finalize hook scaled the CatSet to zero and let it go",
+        WAIT,
+        || {
+            get(&sb, catset).is_some_and(|c| {
+                c["status"]["replicas"] == 0
+                    && c["metadata"]["finalizers"] == json!(["metacontroller.io/catset-test"])
+            })
+        },
+    );
+    assert!(pods().is_empty(), "{:?}", pods());
+    update(&sb, catset, |c| c["metadata"]["finalizers"] = json!([]));
+    op.wait("the CatSet gone", WAIT, || get(&sb, catset).is_none());
+}
+
+const BLUEGREEN_TEMPLATE: &str = "bluegreendeployments.ctl.enisoc.com/pod-template-json";
+
+/// examples/bluegreen's sync hook: two ReplicaSets, blue and green, and a Service on the
+/// active one. A new pod template rolls out to the inactive ReplicaSet; once all its
+/// replicas are available, the Service swaps to it and the old one scales to zero.
+fn bluegreen_sync(req: &Value) -> Value {
+    let bgd = &req["parent"];
+    let name = str_of(&bgd["metadata"]["name"]);
+    let replicas = bgd["spec"]["replicas"].clone();
+    let service =
+        &req["children"]["Service.v1"][str_of(&bgd["spec"]["service"]["metadata"]["name"])];
+    let mut active_color = service["spec"]["selector"]["color"]
+        .as_str()
+        .unwrap_or("blue")
+        .to_string();
+    let rs_of =
+        |color: &str| req["children"]["ReplicaSet.apps/v1"][format!("{name}-{color}")].clone();
+    let other = |color: &str| if color == "blue" { "green" } else { "blue" };
+    let (active, inactive) = (rs_of(&active_color), rs_of(other(&active_color)));
+    let status = json!({"activeColor": active_color,
+                        "active": if active.is_null() { json!({}) } else { active["status"].clone() },
+                        "inactive": if inactive.is_null() { json!({}) } else { inactive["status"].clone() }});
+    let template_of = |rs: &Value| -> Option<Value> {
+        serde_json::from_str(rs["metadata"]["annotations"][BLUEGREEN_TEMPLATE].as_str()?).ok()
+    };
+    let current = |rs: &Value| template_of(rs).as_ref() == Some(&bgd["spec"]["template"]);
+    let mut active_replicas = if active.is_null() {
+        replicas.clone()
+    } else {
+        active["spec"]["replicas"].clone()
+    };
+    let mut active_template =
+        template_of(&active).unwrap_or_else(|| bgd["spec"]["template"].clone());
+    let mut inactive_replicas: Value;
+    let mut inactive_template =
+        template_of(&inactive).unwrap_or_else(|| bgd["spec"]["template"].clone());
+    if current(&active) {
+        inactive_replicas = json!(0);
+    } else if current(&inactive) {
+        inactive_replicas = replicas.clone();
+        if inactive["status"]["availableReplicas"] == replicas {
+            active_color = other(&active_color).to_string();
+            std::mem::swap(&mut active_replicas, &mut inactive_replicas);
+            std::mem::swap(&mut active_template, &mut inactive_template);
+        }
+    } else if inactive["spec"]["replicas"] == 0 && inactive["status"]["replicas"] == 0 {
+        inactive_replicas = replicas.clone();
+        inactive_template = bgd["spec"]["template"].clone();
+    } else {
+        inactive_replicas = json!(0);
+    }
+    let replica_set = |color: &str, replicas: &Value, template: &Value| {
+        let mut labels = template["metadata"]["labels"].clone();
+        labels["color"] = json!(color);
+        let mut selector = bgd["spec"]["selector"].clone();
+        selector["matchLabels"]["color"] = json!(color);
+        let mut pod_template = template.clone();
+        pod_template["metadata"]["labels"]["color"] = json!(color);
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+               "metadata": {"name": format!("{name}-{color}"), "labels": labels,
+                            "annotations": {BLUEGREEN_TEMPLATE: template.to_string()}},
+               "spec": {"replicas": replicas, "minReadySeconds": bgd["spec"]["minReadySeconds"],
+                        "selector": selector, "template": pod_template}})
+    };
+    let mut service = bgd["spec"]["service"].clone();
+    service["apiVersion"] = json!("v1");
+    service["kind"] = json!("Service");
+    service["spec"]["selector"]["color"] = json!(active_color);
+    json!({"status": status, "children": [
+        service,
+        replica_set(&active_color, &active_replicas, &active_template),
+        replica_set(other(&active_color), &inactive_replicas, &inactive_template),
+    ]})
+}
+
+/// examples/bluegreen: a BlueGreenDeployment keeps a Service on its active ReplicaSet; a
+/// new pod template rolls out to the other color, and the Service swaps once all of it is
+/// available; a second rollout swaps back. The test plays the ReplicaSet controller (the
+/// sandbox runs none): each ReplicaSet's status follows its spec.
+#[test]
+fn bluegreen_rolls_out_to_the_other_color_and_swaps_the_service() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = Hooks::serve(|_, req| (200, bluegreen_sync(req)));
+    install_crd(
+        &sb,
+        "BlueGreenDeployment",
+        "bluegreendeployments",
+        "Namespaced",
+    );
+    let op = bosun(&sb, work.path(), &[]);
+    composite_controller(
+        &sb,
+        json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "bluegreen-controller"},
+            "spec": {
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "bluegreendeployments"},
+                "childResources": [
+                    {"apiVersion": "v1", "resource": "services", "updateStrategy": {"method": "InPlace"}},
+                    {"apiVersion": "apps/v1", "resource": "replicasets", "updateStrategy": {"method": "InPlace"}}
+                ],
+                "hooks": {"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}
+            }
+        }),
+    );
+    let labels = json!({"app": "nginx", "component": "frontend"});
+    let bgd = "/apis/example.com/v1/namespaces/default/bluegreendeployments/nginx";
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/bluegreendeployments",
+        &json!({"apiVersion": "example.com/v1", "kind": "BlueGreenDeployment",
+                "metadata": {"name": "nginx", "labels": labels},
+                "spec": {"replicas": 3, "minReadySeconds": 5,
+                         "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels},
+                                      "spec": {"containers": [{"name": "nginx", "image": "nginx",
+                                                               "ports": [{"containerPort": 80}]}]}},
+                         "service": {"metadata": {"name": "nginx-frontend", "labels": labels},
+                                     "spec": {"selector": labels, "ports": [{"port": 80}]}}}}),
+    );
+    let rs_path =
+        |color: &str| format!("/apis/apps/v1/namespaces/default/replicasets/nginx-{color}");
+    // The ReplicaSet controller: each ReplicaSet's Pods all come up and become available.
+    let replicaset_controller = || {
+        for color in ["blue", "green"] {
+            let Some(rs) = get(&sb, &rs_path(color)) else {
+                continue;
+            };
+            let n = rs["spec"]["replicas"].clone();
+            if rs["status"]["replicas"] != n || rs["status"]["availableReplicas"] != n {
+                update(&sb, &format!("{}/status", rs_path(color)), |r| {
+                    r["status"] = json!({"replicas": n, "readyReplicas": n, "availableReplicas": n,
+                                         "observedGeneration": r["metadata"]["generation"]});
+                });
+            }
+        }
+    };
+    let settled_on = |color: &str| {
+        let other = if color == "blue" { "green" } else { "blue" };
+        get(&sb, bgd).is_some_and(|b| {
+            b["status"]["activeColor"] == color
+                && b["status"]["active"]["availableReplicas"] == 3
+                && b["status"]["observedGeneration"] == b["metadata"]["generation"]
+        }) && get(&sb, &rs_path(color))
+            .is_some_and(|r| r["spec"]["replicas"] == 3 && r["status"]["readyReplicas"] == 3)
+            && get(&sb, &rs_path(other))
+                .is_some_and(|r| r["spec"]["replicas"] == 0 && r["status"]["replicas"] == 0)
+            && get(&sb, "/api/v1/namespaces/default/services/nginx-frontend")
+                .is_some_and(|s| s["spec"]["selector"]["color"] == color)
+    };
+    op.wait("blue active, green scaled to zero", WAIT, || {
+        replicaset_controller();
+        settled_on("blue")
+    });
+    update(&sb, bgd, |b| {
+        b["spec"]["template"]["metadata"]["labels"]["new"] = json!("label")
+    });
+    op.wait("the rollout to green, the Service swapped", WAIT, || {
+        replicaset_controller();
+        settled_on("green")
+    });
+    let green = get(&sb, &rs_path("green")).expect("green");
+    assert_eq!(
+        green["spec"]["template"]["metadata"]["labels"]["new"], "label",
+        "{green}"
+    );
+    update(&sb, bgd, |b| {
+        b["spec"]["template"]["metadata"]["labels"]["new2"] = json!("label2")
+    });
+    op.wait("the next rollout back to blue", WAIT, || {
+        replicaset_controller();
+        settled_on("blue")
+    });
+    let blue = get(&sb, &rs_path("blue")).expect("blue");
+    assert_eq!(
+        blue["spec"]["template"]["metadata"]["labels"]["new2"], "label2",
+        "{blue}"
+    );
+}
+
+/// examples/service-per-pod: a DecoratorController gives each Pod of an annotated
+/// StatefulSet a Service of its own (attachments), following its replicas, and takes them
+/// away through its finalize hook once the StatefulSet stops matching; a second decorator
+/// labels annotated Pods with their own name and, the label set, no longer matches them.
+#[test]
+fn service_per_pod_decorates_statefulsets_and_pods() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = Hooks::serve(|path, req| {
+        let object = &req["object"];
+        let name = str_of(&object["metadata"]["name"]);
+        let annotations = &object["metadata"]["annotations"];
+        let answer = match path {
+            "/sync-service-per-pod" => {
+                let key = str_of(&annotations["service-per-pod-label"]);
+                let ports: Vec<Value> = str_of(&annotations["service-per-pod-ports"])
+                    .split(',')
+                    .filter_map(|p| {
+                        let (port, target) = p.split_once(':')?;
+                        let (port, target): (i64, i64) = (port.parse().ok()?, target.parse().ok()?);
+                        Some(json!({"name": format!("port-{port}"), "port": port, "targetPort": target}))
+                    })
+                    .collect();
+                let services: Vec<Value> = (0..object["spec"]["replicas"].as_i64().unwrap_or(0))
+                    .map(|n| {
+                        json!({"apiVersion": "v1", "kind": "Service",
+                               "metadata": {"name": format!("{name}-{n}"), "labels": {"app": "service-per-pod"}},
+                               "spec": {"selector": {key: format!("{name}-{n}")}, "ports": ports}})
+                    })
+                    .collect();
+                json!({"attachments": services})
+            }
+            "/finalize-service-per-pod" => json!({
+                "attachments": [],
+                "finalized": req["attachments"]["Service.v1"].as_object().is_none_or(|m| m.is_empty())
+            }),
+            "/sync-pod-name-label" => {
+                json!({"labels": {str_of(&annotations["pod-name-label"]): name}})
+            }
+            _ => return (404, json!({})),
+        };
+        (200, answer)
+    });
+    let op = bosun(&sb, work.path(), &[]);
+    decorator_controller(
+        &sb,
+        json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+            "metadata": {"name": "service-per-pod"},
+            "spec": {
+                "resources": [{"apiVersion": "apps/v1", "resource": "statefulsets",
+                               "annotationSelector": {"matchExpressions": [
+                                   {"key": "service-per-pod-label", "operator": "Exists"},
+                                   {"key": "service-per-pod-ports", "operator": "Exists"}]}}],
+                "attachments": [{"apiVersion": "v1", "resource": "services"}],
+                "hooks": {"sync": {"webhook": {"url": format!("{}/sync-service-per-pod", hooks.url)}},
+                          "finalize": {"webhook": {"url": format!("{}/finalize-service-per-pod", hooks.url)}}}
+            }
+        }),
+    );
+    decorator_controller(
+        &sb,
+        json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+            "metadata": {"name": "pod-name-label"},
+            "spec": {
+                "resources": [{"apiVersion": "v1", "resource": "pods",
+                               "labelSelector": {"matchExpressions": [{"key": "pod-name", "operator": "DoesNotExist"}]},
+                               "annotationSelector": {"matchExpressions": [{"key": "pod-name-label", "operator": "Exists"}]}}],
+                "hooks": {"sync": {"webhook": {"url": format!("{}/sync-pod-name-label", hooks.url)}}}
+            }
+        }),
+    );
+    let labels = json!({"app": "nginx"});
+    let sts = "/apis/apps/v1/namespaces/default/statefulsets/nginx";
+    post_ok(
+        &sb,
+        "/apis/apps/v1/namespaces/default/statefulsets",
+        &json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "nginx", "annotations": {"service-per-pod-label": "pod-name",
+                                                              "service-per-pod-ports": "80:80"}},
+                "spec": {"selector": {"matchLabels": labels}, "serviceName": "nginx", "replicas": 3,
+                         "template": {"metadata": {"labels": labels, "annotations": {"pod-name-label": "pod-name"}},
+                                      "spec": {"terminationGracePeriodSeconds": 1,
+                                               "containers": [{"name": "nginx", "image": "gcr.io/google_containers/nginx-slim:0.8",
+                                                               "ports": [{"containerPort": 80, "name": "web"}]}]}}}}),
+    );
+    let service = |n: i64| {
+        get(
+            &sb,
+            &format!("/api/v1/namespaces/default/services/nginx-{n}"),
+        )
+    };
+    op.wait("a Service per Pod, nginx-0 to nginx-2", WAIT, || {
+        (0..3).all(|n| service(n).is_some())
+    });
+    let first = service(0).expect("nginx-0");
+    assert_eq!(first["spec"]["selector"], json!({"pod-name": "nginx-0"}));
+    assert_eq!(first["spec"]["ports"][0]["port"], 80);
+    assert_eq!(first["spec"]["ports"][0]["targetPort"], 80);
+    // A Pod as the StatefulSet controller makes it (the sandbox runs none): the second
+    // decorator labels it with its name.
+    let pod = "/api/v1/namespaces/default/pods/web-by-hand-0";
+    post_ok(
+        &sb,
+        "/api/v1/namespaces/default/pods",
+        &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "web-by-hand-0", "labels": labels, "annotations": {"pod-name-label": "pod-name"}},
+                "spec": {"containers": [{"name": "nginx", "image": "gcr.io/google_containers/nginx-slim:0.8"}]}}),
+    );
+    op.wait("the Pod labelled with its name", WAIT, || {
+        get(&sb, pod).is_some_and(|p| p["metadata"]["labels"]["pod-name"] == "web-by-hand-0")
+    });
+    update(&sb, sts, |s| s["spec"]["replicas"] = json!(2));
+    op.wait(
+        "the third Service gone with the third replica",
+        WAIT,
+        || service(2).is_none() && service(1).is_some(),
+    );
+    // The StatefulSet no longer matches: the finalize hook takes its Services away and
+    // bosun lets the StatefulSet go.
+    update(&sb, sts, |s| {
+        s["metadata"]["annotations"]
+            .as_object_mut()
+            .expect("annotations")
+            .remove("service-per-pod-label");
+    });
+    op.wait("the Services gone, the finalizer removed", WAIT, || {
+        (0..3).all(|n| service(n).is_none())
+            && get(&sb, sts).is_some_and(|s| {
+                s["metadata"]["finalizers"]
+                    .as_array()
+                    .is_none_or(|f| f.is_empty())
+            })
+    });
+    assert!(
+        hooks.calls("/finalize-service-per-pod").len() >= 1,
+        "the finalize hook was called"
+    );
+}

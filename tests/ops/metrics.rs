@@ -883,6 +883,64 @@ fn the_clients_keep_to_their_limits_and_say_when_they_waited() {
     assert!(waited("lambda") >= 1.0, "{}", get(&addr, "/metrics"));
 }
 
+/// `HELM_MONITOR_KUBE_CLIENT_QPS`/`_BURST` limit the client that reads the releases'
+/// records and checks their objects, as addon-operator's helm monitor client: a module's
+/// chart still installs under a limit of five a second with a burst of one, and that
+/// client's requests show in the limiter's histogram under `client="helmMonitor"`. A burst
+/// that is not a number stops the start, naming the variable.
+#[test]
+fn the_helm_monitor_client_keeps_to_its_own_limit() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    common::configmap_module(&work.path().join("modules/010-web"), "web", "web-config");
+    let op = Operator::start_with(
+        &sb,
+        &work.path().join("no-global-hooks"),
+        work.path(),
+        &[
+            ("HELM_MONITOR_KUBE_CLIENT_QPS", "0"),
+            ("HELM_MONITOR_KUBE_CLIENT_BURST", "1"),
+        ],
+    );
+    let addr = http_addr(&op);
+    op.wait(
+        "the module's chart installed",
+        Duration::from_secs(90),
+        || sb.get("/api/v1/namespaces/default/configmaps/web-config").0 == 200,
+    );
+    op.wait(
+        "the helm monitor's requests in the limiter's histogram",
+        Duration::from_secs(60),
+        || {
+            value(
+                &get(&addr, "/metrics"),
+                "bosun_kubernetes_client_rate_limiter_duration_seconds_count",
+                &[("client", "helmMonitor")],
+            )
+            .is_some_and(|n| n >= 1.0)
+        },
+    );
+    let logs = op.logs();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("helmMonitor") && l.contains("5 requests/s, burst 1")),
+        "the helm monitor's client is built with the limit given: {logs}"
+    );
+    drop(op);
+    let mut bad = Operator::start_with(
+        &sb,
+        &work.path().join("no-global-hooks"),
+        work.path(),
+        &[("HELM_MONITOR_KUBE_CLIENT_BURST", "many")],
+    );
+    assert_eq!(bad.wait_exit(Duration::from_secs(60)), Some(false));
+    let logs = bad.logs();
+    assert!(
+        logs.contains("HELM_MONITOR_KUBE_CLIENT_BURST=\"many\""),
+        "{logs}"
+    );
+}
+
 /// A limit that is not a number stops the start, naming the setting.
 #[test]
 fn a_client_limit_that_is_not_a_number_is_named() {
