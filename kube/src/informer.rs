@@ -15,9 +15,11 @@
 //! or a later one; an event of an earlier version (delivered after our write returned) is
 //! remembered as the state before our write, not shown. Subscribers see an object we
 //! created as news when its event comes, and an update we wrote as a change from the
-//! state before it.
+//! state before it. A write that returns after the watch showed its object deleted (a
+//! graceful delete whose object another client removed at once, say) does not bring the
+//! object back: the cache keeps the versions of recent deletions ([`TOMBSTONES_MAX`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -77,6 +79,52 @@ struct Entry<M> {
     meta: M,
 }
 
+/// How many deletions the cache remembers (oldest out first): enough for the writes in
+/// flight when their objects' DELETED events come.
+pub const TOMBSTONES_MAX: usize = 4096;
+
+/// The deletions the watch showed lately: each key's resourceVersion at its deletion.
+#[derive(Default)]
+struct Tombstones {
+    by_key: HashMap<ObjectKey, (String, u64)>,
+    /// Keys in the order they were deleted, with the sequence number of that deletion (a
+    /// key deleted again is found by its newer number).
+    order: VecDeque<(ObjectKey, u64)>,
+    next: u64,
+}
+
+impl Tombstones {
+    fn insert(&mut self, key: &ObjectKey, version: &str) {
+        let seq = self.next;
+        self.next += 1;
+        self.by_key.insert(key.clone(), (version.to_string(), seq));
+        self.order.push_back((key.clone(), seq));
+        while self.order.len() > TOMBSTONES_MAX {
+            if let Some((old, seq)) = self.order.pop_front()
+                && self.by_key.get(&old).is_some_and(|(_, s)| *s == seq)
+            {
+                self.by_key.remove(&old);
+            }
+        }
+    }
+
+    /// Whether the watch showed `key` deleted at or after `version`.
+    fn covers(&self, key: &ObjectKey, version: &str) -> bool {
+        self.by_key
+            .get(key)
+            .is_some_and(|(deleted, _)| supersedes(deleted, version))
+    }
+
+    fn remove(&mut self, key: &ObjectKey) {
+        self.by_key.remove(key);
+    }
+
+    fn clear(&mut self) {
+        self.by_key.clear();
+        self.order.clear();
+    }
+}
+
 /// The cache of one informer, with its index. Objects are kept as text and parsed when
 /// read ([`Stored`]).
 pub struct Cache<I: Index> {
@@ -84,6 +132,9 @@ pub struct Cache<I: Index> {
     /// Objects our writes put into the cache before their watch events came, with the
     /// latest state the watch showed (`None`: none, we created it).
     unseen: HashMap<ObjectKey, Option<Entry<I::Meta>>>,
+    /// Deletions the watch showed: a write of an older version returning late is not
+    /// put back.
+    tombstones: Tombstones,
     /// The caller's index.
     pub index: I,
     subscribers: Vec<Subscriber>,
@@ -149,12 +200,15 @@ impl<I: Index> Cache<I> {
         }
     }
 
-    /// Our own write: into the cache unless the watch brought it (or later) already.
+    /// Our own write: into the cache unless the watch brought it (or later) already, or
+    /// showed the object deleted since.
     pub fn remember(&mut self, key: ObjectKey, object: &Value) {
-        let known = self.objects.get(&key).is_some_and(|cached| {
-            supersedes(cached.stored.resource_version(), resource_version(object))
-        });
-        if !known {
+        let version = resource_version(object);
+        let known = self
+            .objects
+            .get(&key)
+            .is_some_and(|cached| supersedes(cached.stored.resource_version(), version));
+        if !known && !self.tombstones.covers(&key, version) {
             let entry = Entry {
                 stored: Stored::of(object),
                 meta: I::meta(object),
@@ -196,6 +250,7 @@ impl<I: Index> Cache<I> {
 
     /// An added or modified object from the watch.
     fn applied(&mut self, key: &ObjectKey, new: &Arc<Value>, stored: &Stored) {
+        self.tombstones.remove(key);
         let entry = Entry {
             stored: stored.clone(),
             meta: I::meta(new),
@@ -225,6 +280,7 @@ impl<I: Index> Cache<I> {
 
     /// A deleted object from the watch.
     fn deleted(&mut self, key: &ObjectKey, object: &Arc<Value>) {
+        self.tombstones.insert(key, resource_version(object));
         self.unseen.remove(key);
         let old = self.take(key);
         self.send(|| Event::Deleted(old.map_or_else(|| Arc::clone(object), |e| e.stored.shared())));
@@ -258,6 +314,7 @@ impl<I: Index> Cache<I> {
         self.objects = listed;
         self.index = index;
         self.unseen.clear();
+        self.tombstones.clear();
         for (key, entry) in ours {
             let known = self.objects.get(&key).is_some_and(|cached| {
                 supersedes(
@@ -286,6 +343,7 @@ impl<I: Index> Default for Informer<I> {
             cache: Mutex::new(Cache {
                 objects: BTreeMap::new(),
                 unseen: HashMap::new(),
+                tombstones: Tombstones::default(),
                 index: I::default(),
                 subscribers: Vec::new(),
             }),
@@ -484,5 +542,42 @@ mod tests {
         assert!(informer.read().get(&key("a")).is_some());
         informer.change().removed(&key("a"), "a");
         assert!(informer.read().get(&key("a")).is_none());
+    }
+
+    /// A graceful delete of ours whose answer (the object, terminating, at version 6)
+    /// returns after the watch showed the object terminating and then gone (version 7):
+    /// the object is not brought back into the cache, where no later event would take it
+    /// out. A later object of that name is.
+    #[test]
+    fn a_write_that_returns_after_its_object_s_deletion_does_not_bring_it_back() {
+        let (informer, _seen) = informer();
+        event(&informer, WatchChange::Added, object("a", "5"));
+        event(&informer, WatchChange::Modified, object("a", "6"));
+        event(&informer, WatchChange::Deleted, object("a", "7"));
+        informer.change().remember(key("a"), &object("a", "6"));
+        assert!(
+            informer.read().get(&key("a")).is_none(),
+            "a deleted object came back"
+        );
+        // Created again: by us (newer than the deletion) or by the watch.
+        informer.change().remember(key("a"), &object("a", "9"));
+        assert!(informer.read().get(&key("a")).is_some());
+        event(&informer, WatchChange::Deleted, object("a", "10"));
+        event(&informer, WatchChange::Added, object("a", "11"));
+        informer.change().remember(key("a"), &object("a", "11"));
+        assert!(informer.read().get(&key("a")).is_some());
+    }
+
+    #[test]
+    fn the_deletions_remembered_are_bounded() {
+        let mut tombstones = Tombstones::default();
+        for n in 0..TOMBSTONES_MAX + 10 {
+            tombstones.insert(&key(&format!("o{n}")), "1");
+        }
+        tombstones.insert(&key("o20"), "2");
+        assert!(tombstones.by_key.len() <= TOMBSTONES_MAX);
+        assert!(tombstones.order.len() <= TOMBSTONES_MAX);
+        assert!(!tombstones.covers(&key("o0"), "1"), "the oldest went first");
+        assert!(tombstones.covers(&key("o20"), "2"), "deleted again: kept");
     }
 }

@@ -2141,10 +2141,10 @@ fn catset_sync(req: &Value) -> Value {
     if ready < replicas {
         desired.entry(ready).or_insert_with(|| pod(ready));
     }
-    if ready == replicas {
-        if let Some(&top) = desired.keys().next_back().filter(|&&top| top >= replicas) {
-            desired.remove(&top);
-        }
+    if ready == replicas
+        && let Some(&top) = desired.keys().next_back().filter(|&&top| top >= replicas)
+    {
+        desired.remove(&top);
     }
     let mut children: Vec<Value> = desired.into_values().rev().collect();
     for template in &claims {
@@ -2233,7 +2233,17 @@ fn catset_brings_pods_up_in_order_scales_and_finalizes_to_zero() {
     // The kubelet: the lowest Pod not Ready yet becomes Running and Ready. Every Pod above
     // it must not exist yet: the CatSet waits for each Pod before the next.
     let kubelet = || {
-        let mut pods = pods();
+        // A deleted Pod stops at once (terminationGracePeriodSeconds is 1) and is gone.
+        let (deleting, mut pods): (Vec<Value>, Vec<Value>) = pods()
+            .into_iter()
+            .partition(|p| !p["metadata"]["deletionTimestamp"].is_null());
+        for pod in deleting {
+            let path = format!(
+                "/api/v1/namespaces/default/pods/{}?gracePeriodSeconds=0",
+                str_of(&pod["metadata"]["name"])
+            );
+            sb.request("DELETE", &path, "", "");
+        }
         pods.sort_by_key(|p| ordinal("nginx-backend", str_of(&p["metadata"]["name"])));
         if let Some(first) = pods.iter().position(|p| !running_and_ready(p)) {
             assert_eq!(
@@ -2288,6 +2298,7 @@ fn catset_brings_pods_up_in_order_scales_and_finalizes_to_zero() {
     });
     update(&sb, catset, |c| c["spec"]["replicas"] = json!(2));
     op.wait("scaled down to 2", WAIT, || {
+        kubelet();
         ready_replicas(2) && pods().len() == 2
     });
     let names: BTreeSet<String> = pods()
@@ -2320,6 +2331,7 @@ fn catset_brings_pods_up_in_order_scales_and_finalizes_to_zero() {
         "the finalize hook scaled the CatSet to zero and let it go",
         WAIT,
         || {
+            kubelet();
             get(&sb, catset).is_some_and(|c| {
                 c["status"]["replicas"] == 0
                     && c["metadata"]["finalizers"] == json!(["metacontroller.io/catset-test"])
@@ -2648,7 +2660,7 @@ fn service_per_pod_decorates_statefulsets_and_pods() {
             })
     });
     assert!(
-        hooks.calls("/finalize-service-per-pod").len() >= 1,
+        !hooks.calls("/finalize-service-per-pod").is_empty(),
         "the finalize hook was called"
     );
 }
