@@ -213,6 +213,7 @@ async fn main() -> anyhow::Result<()> {
         pod_namespace: "default".into(),
         contract: Default::default(),
         only_type: None,
+        registry_configs: Vec::new(),
     };
     let deployer = bosun::deployer::start(&host, &cfg).await?;
     // Watched through the deployer's own view: listing 1,000 items every few milliseconds

@@ -652,6 +652,10 @@ impl DeployerArgs {
             target_selectors,
             install_crds,
             only_type: file.as_ref().map(|f| f.deployer_type),
+            registry_configs: file
+                .as_ref()
+                .map(|f| f.registry_configs.clone())
+                .unwrap_or_default(),
             lock_holder: locking.then(|| {
                 std::env::var("ADDON_OPERATOR_POD")
                     .or_else(|_| std::env::var("HOSTNAME"))

@@ -3150,6 +3150,64 @@ fn landscaper_s_deployer_charts_arguments_and_configuration_run_each_type() {
     );
 }
 
+/// landscaper's helm deployer with `oci.configFiles` (docker configs the helm-deployer
+/// chart mounts from its registry Secret): an item whose chart is in a registry that wants
+/// a login, with no Context at all, is pulled with the login from those files.
+#[test]
+fn a_landscaper_helm_deployer_pulls_with_the_logins_of_its_oci_config_files() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    let crds: Vec<Value> = serde_saphyr::from_multiple(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds/landscaper.yaml"),
+        )
+        .expect("CRDs"),
+    )
+    .expect("CRD YAML");
+    for crd in crds.iter().filter(|c| c.is_object()) {
+        sb.create_crd(crd);
+    }
+    target_for(&sb, &target_cluster, "cluster-2");
+    // user "u", password "p"
+    let registry = serve_registry(web_chart("1.0.0"), "Basic dTpw");
+    let secrets = work.path().join("registry-secrets");
+    std::fs::create_dir_all(&secrets).expect("folder");
+    let login = secrets.join("config.json");
+    std::fs::write(
+        &login,
+        json!({"auths": {registry.clone(): {"auth": "dTpw"}}}).to_string(),
+    )
+    .expect("docker config");
+    let _helm = as_landscaper_deployer(
+        &sb,
+        work.path(),
+        "helm-deployer",
+        &format!(
+            "apiVersion: helm.deployer.landscaper.gardener.cloud/v1alpha1\nkind: Configuration\n\
+             identity: helm-deployer-1\noci:\n  allowPlainHttp: false\n  configFiles:\n  - {}\n",
+            login.display()
+        ),
+    );
+    create_item(
+        &sb,
+        "from-oci",
+        json!({"type": HELM, "target": {"name": "cluster-2"}, "config": helm_config(
+            json!({"ref": format!("{registry}/charts/web:1.0.0")}),
+            json!({"name": "oci", "namespace": "default", "values": {"color": "teal"}}),
+        )}),
+    );
+    start_job(&sb, "from-oci", "job-1");
+    wait_for("from-oci finished job-1", WAIT, || {
+        item(&sb, "from-oci").is_some_and(|i| i["status"]["jobIDFinished"] == "job-1")
+    });
+    let done = item(&sb, "from-oci").expect("item");
+    assert_eq!(done["status"]["phase"], "Succeeded", "{}", done["status"]);
+    let (code, cm) = target_cluster.get("/api/v1/namespaces/default/configmaps/oci-cm");
+    assert_eq!(code, 200, "the chart from the registry, released: {cm}");
+    assert_eq!(cm["data"]["color"], "teal");
+}
+
 /// landscaper looks an item's Target up in the item's own namespace whatever
 /// `spec.target.namespace` says (`CheckResponsibility` reads `spec.target.name` only), and
 /// so does bosun: the Target of that name in another namespace is never used.

@@ -5,6 +5,8 @@
 //! config.yaml ─ apiVersion ─> the one type served (helm, kubernetes-manifest, mock)
 //!             ─ identity, targetSelector, controller.workers ─> the same settings
 //!             ─ hpa.maxReplicas > 1 ─> SyncObject locks (landscaper locks then)
+//!             ─ oci.configFiles ─> docker configs read at start: the helm type's own
+//!               registry logins, after an item's Context's
 //!             ─ oci.*, export.* asking for what bosun lacks ─> refused, by field
 //! ```
 //! landscaper's decoder drops fields it does not know (its charts write `namespace`, which
@@ -29,6 +31,10 @@ pub struct LandscaperConfiguration {
     pub workers: Option<usize>,
     /// `hpa.maxReplicas` above 1: several replicas lock items with SyncObjects.
     pub locking: bool,
+    /// `oci.configFiles`: docker config files with registry logins.
+    pub registry_config_files: Vec<PathBuf>,
+    /// Their contents, read by [`LandscaperConfiguration::read`].
+    pub registry_configs: Vec<Value>,
 }
 
 /// A Configuration file bosun cannot take.
@@ -49,6 +55,18 @@ pub enum ConfigFileError {
         path: PathBuf,
         /// What the parser said.
         reason: String,
+    },
+    /// An `oci.configFiles` file that cannot be read or is no docker config.
+    #[error("landscaper deployer configuration {path}: {field}: {file}: {why}")]
+    RegistryConfig {
+        /// The Configuration file.
+        path: PathBuf,
+        /// `oci.configFiles[i]`.
+        field: String,
+        /// The docker config file.
+        file: PathBuf,
+        /// What is wrong with it.
+        why: String,
     },
     /// A field with a value bosun refuses.
     #[error("landscaper deployer configuration {path}: {field}: {why}")]
@@ -89,7 +107,21 @@ impl LandscaperConfiguration {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(path, &text)
+        let mut out = Self::parse(path, &text)?;
+        out.registry_configs = out
+            .registry_config_files
+            .iter()
+            .enumerate()
+            .map(|(i, file)| {
+                registry_config(file).map_err(|why| ConfigFileError::RegistryConfig {
+                    path: path.to_path_buf(),
+                    field: format!("oci.configFiles[{i}]"),
+                    file: file.clone(),
+                    why,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(out)
     }
 
     /// Checks the file's text; `path` names it in errors.
@@ -136,6 +168,8 @@ impl LandscaperConfiguration {
             target_selectors: Vec::new(),
             workers: None,
             locking: false,
+            registry_config_files: Vec::new(),
+            registry_configs: Vec::new(),
         };
         for (key, value) in &doc {
             match key.as_str() {
@@ -156,7 +190,7 @@ impl LandscaperConfiguration {
                     out.target_selectors = bosun_deployer::target::parse_selectors(&text)
                         .map_err(|e| field("targetSelector", e))?;
                 }
-                "oci" if is_helm => oci(value, &field)?,
+                "oci" if is_helm => out.registry_config_files = oci(value, &field)?,
                 "export" if !is_mock => export(value, &field)?,
                 "hpa" if !is_mock => {
                     let max = match value.get("maxReplicas") {
@@ -220,19 +254,35 @@ impl LandscaperConfiguration {
     }
 }
 
-/// `oci`: the defaults the helm deployer's chart writes are what bosun does; the rest is
-/// refused by name.
+/// A docker config file (`{"auths": {registry: {auth | username, password |
+/// identitytoken}}}`, or the older `.dockercfg` shape), as `docker login` and the
+/// helm-deployer chart's registry Secret write it.
+fn registry_config(file: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read it: {e}"))?;
+    let config: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("not JSON: {e} (expected a docker config: {{\"auths\": {{…}}}})"))?;
+    match config.get("auths") {
+        Some(Value::Object(_)) => Ok(config),
+        Some(other) => Err(format!("auths: {other}: expected an object of registries")),
+        None if config.is_object() => Ok(config),
+        None => Err(format!("{config}: expected a docker config object")),
+    }
+}
+
+/// `oci`: `configFiles` are the helm type's registry logins; the other defaults the helm
+/// deployer's chart writes are what bosun does; the rest is refused by name.
 fn oci(
     value: &Value,
     field: &dyn Fn(&str, String) -> ConfigFileError,
-) -> Result<(), ConfigFileError> {
+) -> Result<Vec<PathBuf>, ConfigFileError> {
     let Some(m) = value.as_object() else {
         return if value.is_null() {
-            Ok(())
+            Ok(Vec::new())
         } else {
             Err(field("oci", format!("{value}: expected an object")))
         };
     };
+    let mut files = Vec::new();
     for (k, v) in m {
         match (k.as_str(), v) {
             ("allowPlainHttp", Value::Bool(false) | Value::Null) => {}
@@ -253,13 +303,23 @@ fn oci(
                 ));
             }
             ("configFiles", Value::Null) => {}
-            ("configFiles", Value::Array(a)) if a.is_empty() => {}
+            ("configFiles", Value::Array(a)) => {
+                for (i, f) in a.iter().enumerate() {
+                    match f.as_str() {
+                        Some(path) if !path.is_empty() => files.push(PathBuf::from(path)),
+                        _ => {
+                            return Err(field(
+                                &format!("oci.configFiles[{i}]"),
+                                format!("{f}: expected the path of a docker config file"),
+                            ));
+                        }
+                    }
+                }
+            }
             ("configFiles", _) => {
                 return Err(field(
                     "oci.configFiles",
-                    "bosun takes registry credentials from the DeployItem's \
-                     registryPullSecrets or its Context, not from files"
-                        .into(),
+                    format!("{v}: expected a list of docker config files"),
                 ));
             }
             // A download cache's place: bosun keeps its own under ADDON_OPERATOR_TMP_DIR.
@@ -273,7 +333,7 @@ fn oci(
             }
         }
     }
-    Ok(())
+    Ok(files)
 }
 
 /// `export`: only an empty one; bosun waits for exports within the item's timeout.
@@ -347,6 +407,68 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    /// `oci.configFiles` as the helm-deployer chart writes them (its registry Secret's
+    /// keys under /app/ls/registry/secrets): each file's logins are read at start; a
+    /// missing file or one that is no docker config stops it, naming both files.
+    #[test]
+    fn oci_config_files_are_read_as_registry_logins() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let login = dir.path().join("registry.example.com");
+        std::fs::write(
+            &login,
+            r#"{"auths": {"registry.example.com": {"auth": "dXNlcjpzZWNyZXQ="}}}"#,
+        )
+        .expect("docker config");
+        let config = dir.path().join("config.yaml");
+        let write = |files: &str| {
+            std::fs::write(
+                &config,
+                format!(
+                    "apiVersion: helm.deployer.landscaper.gardener.cloud/v1alpha1\n\
+                     kind: Configuration\noci:\n  allowPlainHttp: false\n  configFiles: {files}\n"
+                ),
+            )
+            .expect("config.yaml")
+        };
+        write(&format!("[{}]", login.display()));
+        let c = LandscaperConfiguration::read(&config).expect("taken");
+        assert_eq!(c.registry_config_files, [login.clone()]);
+        assert_eq!(
+            bosun_deployer::oci::login_for(&c.registry_configs[0], "registry.example.com")
+                .as_deref(),
+            Some("Basic dXNlcjpzZWNyZXQ=")
+        );
+        let missing = dir.path().join("missing");
+        write(&format!("[{}, {}]", login.display(), missing.display()));
+        let err = LandscaperConfiguration::read(&config)
+            .expect_err("missing")
+            .to_string();
+        assert!(
+            err.starts_with(&format!(
+                "landscaper deployer configuration {}: oci.configFiles[1]: {}: cannot read it",
+                config.display(),
+                missing.display()
+            )),
+            "{err}"
+        );
+        std::fs::write(&missing, "registry.example.com user secret").expect("not JSON");
+        let err = LandscaperConfiguration::read(&config)
+            .expect_err("not JSON")
+            .to_string();
+        assert!(
+            err.contains("oci.configFiles[1]") && err.contains("not JSON"),
+            "{err}"
+        );
+        write("registry.json");
+        let err = LandscaperConfiguration::read(&config)
+            .expect_err("not a list")
+            .to_string();
+        assert!(
+            err.contains("oci.configFiles: \"registry.json\": expected a list"),
+            "{err}"
+        );
     }
 
     #[test]

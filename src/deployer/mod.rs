@@ -56,6 +56,9 @@ pub struct DeployerConfig {
     pub contract: bosun_deployer::decide::Contract,
     /// Serve only this type (a landscaper Configuration file names one); `None`: all.
     pub only_type: Option<&'static str>,
+    /// The helm type's own registry logins (docker configs: the `oci.configFiles` of a
+    /// landscaper Configuration), tried after an item's Context's.
+    pub registry_configs: Vec<serde_json::Value>,
 }
 
 /// The running deployer.
@@ -79,6 +82,7 @@ impl Drop for DeployerHandle {
 pub fn types(
     clients: Arc<targets::TargetClients>,
     helm: Arc<helm::HelmCharts>,
+    registry_configs: &[serde_json::Value],
 ) -> Vec<Arc<dyn DeployerType>> {
     let manifests = || bosun_deployer::manifest::ManifestType {
         targets: Arc::new(targets::KubeTargets::new(clients.clone())),
@@ -89,6 +93,7 @@ pub fn types(
         Arc::new(bosun_deployer::helm::HelmType {
             helm,
             manifests: manifests(),
+            registry_configs: Arc::from(registry_configs),
         }),
     ]
 }
@@ -138,7 +143,7 @@ pub async fn start(
                 cfg.work_dir.clone(),
                 clients.clone(),
             ));
-            types(clients, helm)
+            types(clients, helm, &cfg.registry_configs)
                 .into_iter()
                 .filter(|t| cfg.only_type.is_none_or(|only| t.name() == only))
                 .collect()

@@ -491,8 +491,14 @@ pub const CACHE_HELM_CHARTS: &str = "landscaper.gardener.cloud/cache-helm-charts
 pub const CACHED_CHART_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// What fetching `source` may use: the item's Context's chart repository credentials
-/// and, for an OCI registry, its login ([`ChartAccess`]); nothing for a chart in the item.
-pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAccess, DeployError> {
+/// and, for an OCI registry, its login ([`ChartAccess`]), then the deployer's own
+/// `registry_configs` (docker configs from its Configuration's `oci.configFiles`, after
+/// the Context's); nothing for a chart in the item.
+pub async fn chart_access(
+    job: &Job<'_>,
+    source: &ChartSource,
+    registry_configs: &[Value],
+) -> Result<ChartAccess, DeployError> {
     let cache_charts = job
         .item
         .annotations
@@ -520,6 +526,11 @@ pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAc
         }
         return Ok(ChartAccess {
             cache_charts,
+            pull_configs: if registries {
+                registry_configs.to_vec()
+            } else {
+                Vec::new()
+            },
             ..ChartAccess::default()
         });
     };
@@ -537,6 +548,9 @@ pub async fn chart_access(job: &Job<'_>, source: &ChartSource) -> Result<ChartAc
     } else {
         Vec::new()
     };
+    if registries {
+        pull_configs.extend(registry_configs.iter().cloned());
+    }
     Ok(ChartAccess {
         repos,
         pull_configs,
@@ -907,6 +921,9 @@ pub struct HelmType {
     /// The manifest type on the same target clusters (`helmDeployment: false`,
     /// readiness checks and exports).
     pub manifests: ManifestType,
+    /// Registry logins of the deployer itself (docker configs: landscaper's
+    /// `oci.configFiles`), tried after the item's Context's.
+    pub registry_configs: Arc<[Value]>,
 }
 
 fn need_target<'a>(job: &Job<'a>) -> Result<&'a ResolvedTarget, DeployError> {
@@ -940,7 +957,7 @@ impl HelmType {
     async fn apply(&self, job: &Job<'_>) -> Result<Outcome, DeployError> {
         let target = need_target(job)?;
         let config = HelmConfig::parse(job.item.config().unwrap_or(&Value::Null))?;
-        let access = chart_access(job, &config.chart).await?;
+        let access = chart_access(job, &config.chart, &self.registry_configs).await?;
         let chart = self.helm.chart(&config.chart, &access).await?;
         let run = HelmRun {
             chart: &chart,

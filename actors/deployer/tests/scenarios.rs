@@ -70,6 +70,7 @@ async fn world() -> World {
         Arc::new(HelmType {
             helm: Arc::new(helm.clone()),
             manifests: manifests(),
+            registry_configs: Arc::from([]),
         }),
     ];
     let deployer = Deployer::start(
