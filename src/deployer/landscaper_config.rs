@@ -434,7 +434,7 @@ mod tests {
         };
         write(&format!("[{}]", login.display()));
         let c = LandscaperConfiguration::read(&config).expect("taken");
-        assert_eq!(c.registry_config_files, [login.clone()]);
+        assert_eq!(c.registry_config_files, std::slice::from_ref(&login));
         assert_eq!(
             bosun_deployer::oci::login_for(&c.registry_configs[0], "registry.example.com")
                 .as_deref(),
