@@ -49,7 +49,7 @@ use codec::{decode, encode, now_ms, raw_record};
 pub use error::JournalError;
 use error::describe_records;
 pub use writer::Health;
-use writer::{AppendRequest, Body, commit_loop};
+use writer::{AppendFailure, AppendRequest, Body, commit_loop};
 
 const FORMAT: &[u8] = b"bosun-journal/1";
 /// How many records at the tail are checked on open.
@@ -527,13 +527,13 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
 
     fn acknowledged(
         &self,
-        rx: oneshot::Receiver<Result<u64, String>>,
+        rx: oneshot::Receiver<Result<u64, AppendFailure>>,
     ) -> impl std::future::Future<Output = Result<u64, JournalError>> + Send + 'static {
         let path = self.path.clone();
         async move {
             rx.await
                 .map_err(|_| JournalError::Closed)?
-                .map_err(|message| JournalError::Storage { path, message })
+                .map_err(|failure| failure.at(path))
         }
     }
 
@@ -554,13 +554,13 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         let rx = self.send(events)?;
         rx.blocking_recv()
             .map_err(|_| JournalError::Closed)?
-            .map_err(|message| JournalError::Storage {
-                path: self.path.clone(),
-                message,
-            })
+            .map_err(|failure| failure.at(self.path.clone()))
     }
 
-    fn send(&self, events: &[E]) -> Result<oneshot::Receiver<Result<u64, String>>, JournalError> {
+    fn send(
+        &self,
+        events: &[E],
+    ) -> Result<oneshot::Receiver<Result<u64, AppendFailure>>, JournalError> {
         let payloads = events
             .iter()
             .map(|e| serde_json::to_vec(e).map(|p| (E::VERSION, p)))
@@ -1005,7 +1005,10 @@ fn decode_event<E: Versioned + DeserializeOwned>(
             seq,
             reason: format!("payload is not JSON: {e}"),
         })?;
-        E::decode(version, raw).map_err(|message| JournalError::Decode { seq, message })?
+        E::decode(version, raw).map_err(|e| JournalError::Decode {
+            seq,
+            message: e.to_string(),
+        })?
     };
     Ok(Record {
         seq,
@@ -1135,16 +1138,23 @@ mod tests {
     #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
     struct Ev(u64);
 
+    /// Why a test event cannot be decoded.
+    #[derive(Debug, thiserror::Error)]
+    enum EvError {
+        #[error("missing n")]
+        MissingN,
+        #[error(transparent)]
+        Json(#[from] serde_json::Error),
+    }
+
     impl Versioned for Ev {
         const VERSION: u32 = 2;
-        fn decode(version: u32, raw: Value) -> Result<Self, String> {
+        type Error = EvError;
+        fn decode(version: u32, raw: Value) -> Result<Self, EvError> {
             match version {
                 // Version 1 stored {"n": …}.
-                1 => raw["n"]
-                    .as_u64()
-                    .map(Ev)
-                    .ok_or_else(|| "missing n".to_string()),
-                _ => serde_json::from_value(raw).map_err(|e| e.to_string()),
+                1 => raw["n"].as_u64().map(Ev).ok_or(EvError::MissingN),
+                _ => Ok(serde_json::from_value(raw)?),
             }
         }
     }
