@@ -16,8 +16,11 @@ pub(crate) const HEADER: usize = 4 + 8 + 4;
 pub trait Versioned: Sized {
     /// The version this build writes.
     const VERSION: u32;
+    /// Why a stored event cannot be decoded (its display text goes into
+    /// [`crate::JournalError::Decode`]).
+    type Error: std::error::Error;
     /// Decodes an event stored with `version` (≤ [`Self::VERSION`]).
-    fn decode(version: u32, raw: Value) -> Result<Self, String>;
+    fn decode(version: u32, raw: Value) -> Result<Self, Self::Error>;
 }
 
 /// One journal record.

@@ -20,15 +20,21 @@
 //!
 //! Files: `codec.rs` the record format, `error.rs` the errors, `writer.rs` the committer
 //! thread and the write health, `segment.rs` / `storage.rs` the storage, `replica.rs` what
-//! a standby writes; this file the [`Journal`] facade (open, append, replay, snapshots,
-//! compaction, verify, repair).
+//! a standby writes, `replay.rs` reading, replay and following, `snapshots.rs`,
+//! `compaction.rs`, `verify.rs` (and the journal's figures), `repair.rs`; this file the
+//! [`Journal`] facade (open, append, close).
 
 mod codec;
+mod compaction;
 mod error;
+mod repair;
+mod replay;
 mod replica;
 mod reset;
 mod segment;
+mod snapshots;
 mod storage;
+mod verify;
 mod writer;
 
 use std::marker::PhantomData;
@@ -37,7 +43,6 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
 pub use replica::{FollowFrom, stored_checksum};
@@ -46,17 +51,18 @@ pub use storage::{Damage, SledStorage, Storage};
 
 pub use codec::{RawRecord, Record, Versioned};
 use codec::{decode, encode, now_ms, raw_record};
+pub use compaction::Retention;
 pub use error::JournalError;
-use error::describe_records;
+pub use repair::repair;
+pub use replay::Subscription;
+pub use snapshots::SnapshotInfo;
+pub use verify::{Stats, VerifyReport};
 pub use writer::Health;
-use writer::{AppendRequest, Body, commit_loop};
+use writer::{AppendFailure, AppendRequest, Body, commit_loop};
 
 const FORMAT: &[u8] = b"bosun-journal/1";
 /// How many records at the tail are checked on open.
 const TAIL_CHECK: usize = 1024;
-/// Records handed from the reading thread to the folding one at a time.
-const REPLAY_CHUNK: usize = 1024;
-
 /// A journal's storage backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -99,81 +105,6 @@ impl std::str::FromStr for Backend {
                 value: other.to_string(),
             }),
         }
-    }
-}
-
-/// A snapshot stored in the journal.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SnapshotInfo {
-    /// The state includes every event up to this sequence.
-    pub seq: u64,
-    /// When it was taken (unix ms).
-    pub time_ms: u64,
-    /// Stored size in bytes.
-    pub size: usize,
-}
-
-/// What to keep when compacting.
-#[derive(Clone, Debug)]
-pub struct Retention {
-    /// Snapshots kept (the newest ones); events before the oldest kept one are dropped.
-    pub keep_snapshots: usize,
-    /// Also drop snapshots older than this (milliseconds), keeping at least one.
-    pub max_age_ms: Option<u64>,
-    /// Drop old snapshots (keeping at least one) while the journal is larger than this.
-    pub max_bytes: Option<u64>,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention {
-            keep_snapshots: 3,
-            max_age_ms: None,
-            max_bytes: None,
-        }
-    }
-}
-
-/// Figures about a journal.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Stats {
-    /// Records stored.
-    pub events: u64,
-    /// Oldest and newest sequence.
-    pub first_seq: Option<u64>,
-    /// Newest sequence.
-    pub last_seq: Option<u64>,
-    /// Oldest record time (unix ms).
-    pub first_time_ms: Option<u64>,
-    /// Newest record time.
-    pub last_time_ms: Option<u64>,
-    /// Bytes of stored records.
-    pub record_bytes: u64,
-    /// Bytes on disk.
-    pub disk_bytes: u64,
-    /// Snapshots.
-    pub snapshots: Vec<u64>,
-}
-
-/// Result of [`Journal::verify`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VerifyReport {
-    /// Records checked.
-    pub checked: u64,
-    /// Corrupt records: `(seq, reason)`.
-    pub corrupt: Vec<(u64, String)>,
-    /// Missing sequence numbers: `(after, before)` of each gap.
-    pub gaps: Vec<(u64, u64)>,
-    /// Records an earlier `repair` declared lost, `(first, last)`: named, not a failure.
-    pub lost: Vec<(u64, u64)>,
-}
-
-impl VerifyReport {
-    /// No problems.
-    pub fn ok(&self) -> bool {
-        self.corrupt.is_empty() && self.gaps.is_empty()
     }
 }
 
@@ -527,13 +458,13 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
 
     fn acknowledged(
         &self,
-        rx: oneshot::Receiver<Result<u64, String>>,
+        rx: oneshot::Receiver<Result<u64, AppendFailure>>,
     ) -> impl std::future::Future<Output = Result<u64, JournalError>> + Send + 'static {
         let path = self.path.clone();
         async move {
             rx.await
                 .map_err(|_| JournalError::Closed)?
-                .map_err(|message| JournalError::Storage { path, message })
+                .map_err(|failure| failure.at(path))
         }
     }
 
@@ -554,13 +485,13 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         let rx = self.send(events)?;
         rx.blocking_recv()
             .map_err(|_| JournalError::Closed)?
-            .map_err(|message| JournalError::Storage {
-                path: self.path.clone(),
-                message,
-            })
+            .map_err(|failure| failure.at(self.path.clone()))
     }
 
-    fn send(&self, events: &[E]) -> Result<oneshot::Receiver<Result<u64, String>>, JournalError> {
+    fn send(
+        &self,
+        events: &[E],
+    ) -> Result<oneshot::Receiver<Result<u64, AppendFailure>>, JournalError> {
         let payloads = events
             .iter()
             .map(|e| serde_json::to_vec(e).map(|p| (E::VERSION, p)))
@@ -592,347 +523,9 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         *self.durable.borrow()
     }
 
-    /// Raw records from `from` on (checksums verified).
-    pub fn raw_from(
-        &self,
-        from: u64,
-    ) -> impl Iterator<Item = Result<RawRecord, JournalError>> + '_ {
-        self.storage
-            .events_from(from)
-            .map(|r| r.and_then(|(seq, bytes)| raw_record(seq, &bytes)))
-    }
-
-    /// Decoded records from `from` on.
-    pub fn read_from(
-        &self,
-        from: u64,
-    ) -> impl Iterator<Item = Result<Record<E>, JournalError>> + '_ {
-        self.storage
-            .events_from(from)
-            .map(|r| r.and_then(|(seq, bytes)| decode_event::<E>(seq, &bytes)))
-    }
-
-    /// Decoded records appended at or after `time_ms`.
-    pub fn read_since(
-        &self,
-        time_ms: u64,
-    ) -> impl Iterator<Item = Result<Record<E>, JournalError>> + '_ {
-        self.read_from(0)
-            .filter(move |r| r.as_ref().map_or(true, |r| r.time_ms >= time_ms))
-    }
-
-    /// A follower: records after `after`, then new ones as they become durable.
-    pub fn subscribe(&self, after: u64) -> Subscription<'_, E> {
-        Subscription {
-            journal: self,
-            next: after + 1,
-            durable: self.durable.clone(),
-            ahead: std::collections::VecDeque::new(),
-        }
-    }
-
     /// Whether the journal can write (see [`Health`]).
     pub fn health(&self) -> Health {
         self.health.clone()
-    }
-
-    /// Saves a snapshot of an application state that includes events up to `seq`.
-    pub fn save_snapshot<S: Serialize>(&self, seq: u64, state: &S) -> Result<(), JournalError> {
-        let payload = serde_json::to_vec(state).map_err(|e| JournalError::Encode {
-            what: "snapshot",
-            message: e.to_string(),
-        })?;
-        self.storage
-            .put_snapshot(seq, encode(seq, now_ms(), 0, &payload))?;
-        self.storage.flush()
-    }
-
-    /// Snapshots, oldest first.
-    pub fn snapshots(&self) -> Result<Vec<SnapshotInfo>, JournalError> {
-        Ok(self
-            .storage
-            .snapshots()?
-            .into_iter()
-            .filter_map(|(seq, bytes)| {
-                decode(seq, &bytes)
-                    .ok()
-                    .map(|(time_ms, _, _)| SnapshotInfo {
-                        seq,
-                        time_ms,
-                        size: bytes.len(),
-                    })
-            })
-            .collect())
-    }
-
-    /// The newest valid snapshot at or before `at`.
-    pub fn latest_snapshot<S: DeserializeOwned>(
-        &self,
-        at: u64,
-    ) -> Result<Option<(u64, S)>, JournalError> {
-        for (seq, bytes) in self
-            .storage
-            .snapshots()?
-            .into_iter()
-            .rev()
-            .filter(|(s, _)| *s <= at)
-        {
-            match decode(seq, &bytes)
-                .map_err(|e| e.to_string())
-                .and_then(|(_, _, p)| serde_json::from_slice::<S>(p).map_err(|e| e.to_string()))
-            {
-                Ok(state) => return Ok(Some((seq, state))),
-                Err(e) => tracing::warn!(seq, "ignoring unreadable snapshot: {e}"),
-            }
-        }
-        Ok(None)
-    }
-
-    /// Rebuilds state up to `until` (inclusive; `None` = everything): the newest snapshot at
-    /// or before it, then the events after it. Returns the state and the last sequence
-    /// folded.
-    pub fn replay<S, F>(
-        &self,
-        until: Option<u64>,
-        use_snapshot: bool,
-        mut fold: F,
-    ) -> Result<(S, u64), JournalError>
-    where
-        S: Default + DeserializeOwned,
-        F: FnMut(&mut S, &Record<E>),
-        E: Send,
-    {
-        let until = until.unwrap_or(u64::MAX);
-        let (mut state, mut last) = match use_snapshot
-            .then(|| self.latest_snapshot::<S>(until))
-            .transpose()?
-            .flatten()
-        {
-            Some((seq, s)) => (s, seq),
-            None => (S::default(), 0),
-        };
-        // Reading runs on one thread, decoding on `workers` more (chunks dealt round-robin
-        // and collected in the same order), folding on this one: decoding is most of a
-        // replay's work.
-        let from = last + 1;
-        let workers = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .clamp(1, 4);
-        type Raw = Vec<(u64, Vec<u8>)>;
-        type Decoded<E> = Result<Vec<Record<E>>, JournalError>;
-        let result = std::thread::scope(|scope| -> Result<u64, JournalError> {
-            let mut inputs = Vec::new();
-            let mut outputs = Vec::new();
-            for _ in 0..workers {
-                let (in_tx, in_rx) = std::sync::mpsc::sync_channel::<Result<Raw, JournalError>>(4);
-                let (out_tx, out_rx) = std::sync::mpsc::sync_channel::<Decoded<E>>(4);
-                scope.spawn(move || {
-                    for chunk in in_rx {
-                        let decoded = chunk.and_then(|raw| {
-                            raw.iter()
-                                .map(|(seq, bytes)| decode_event::<E>(*seq, bytes))
-                                .collect::<Result<Vec<_>, _>>()
-                        });
-                        if out_tx.send(decoded).is_err() {
-                            return;
-                        }
-                    }
-                });
-                inputs.push(in_tx);
-                outputs.push(out_rx);
-            }
-            scope.spawn(move || {
-                let mut chunk: Raw = Vec::with_capacity(REPLAY_CHUNK);
-                let mut next = 0usize;
-                let mut deal = |item: Result<Raw, JournalError>| {
-                    let ok = inputs[next % inputs.len()].send(item).is_ok();
-                    next += 1;
-                    ok
-                };
-                for r in self.storage.events_from(from) {
-                    match r {
-                        Ok((seq, _)) if seq > until => break,
-                        Ok(raw) => {
-                            chunk.push(raw);
-                            if chunk.len() == REPLAY_CHUNK
-                                && !deal(Ok(std::mem::replace(
-                                    &mut chunk,
-                                    Vec::with_capacity(REPLAY_CHUNK),
-                                )))
-                            {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            if deal(Ok(std::mem::take(&mut chunk))) {
-                                deal(Err(e));
-                            }
-                            return;
-                        }
-                    }
-                }
-                deal(Ok(chunk));
-            });
-            // Chunk i comes back from worker i % workers; a closed channel ends the replay.
-            for i in 0.. {
-                let Ok(decoded) = outputs[i % workers].recv() else {
-                    break;
-                };
-                for r in decoded? {
-                    fold(&mut state, &r);
-                    last = r.seq;
-                }
-            }
-            Ok(last)
-        });
-        let last = result?;
-        Ok((state, last))
-    }
-
-    /// Drops old snapshots per `policy`, then the events the oldest kept snapshot covers.
-    pub fn compact(&self, policy: &Retention) -> Result<u64, JournalError> {
-        let mut snaps = self.snapshots()?;
-        let keep = policy.keep_snapshots.max(1);
-        let now = now_ms();
-        while snaps.len() > 1
-            && (snaps.len() > keep
-                || policy.max_age_ms.is_some_and(|age| {
-                    snaps
-                        .first()
-                        .is_some_and(|s| now.saturating_sub(s.time_ms) > age)
-                })
-                || policy.max_bytes.is_some_and(|max| {
-                    self.storage
-                        .size_on_disk()
-                        .map(|b| b > max)
-                        .unwrap_or(false)
-                        && snaps.len() > 1
-                }))
-        {
-            let old = snaps.remove(0);
-            self.storage.remove_snapshot(old.seq)?;
-            if policy.max_bytes.is_some() && snaps.len() <= keep {
-                break;
-            }
-        }
-        let Some(oldest) = snaps.first() else {
-            return Ok(0);
-        };
-        let first = self
-            .storage
-            .events_from(0)
-            .next()
-            .transpose()?
-            .map(|(s, _)| s)
-            .unwrap_or(oldest.seq + 1);
-        if first > oldest.seq {
-            return Ok(0);
-        }
-        self.storage.remove_events(first, oldest.seq)?;
-        self.storage.flush()?;
-        Ok(oldest.seq - first + 1)
-    }
-
-    /// Checks every record and the sequence numbering.
-    pub fn verify(&self) -> Result<VerifyReport, JournalError> {
-        let mut report = VerifyReport::default();
-        let mut prev: Option<u64> = None;
-        for r in self.storage.events_from(0) {
-            let (seq, bytes) = match r {
-                Err(JournalError::Damaged {
-                    file,
-                    offset,
-                    records,
-                    reason,
-                }) => {
-                    let seq = records.map(|(a, _)| a).or(prev.map(|p| p + 1)).unwrap_or(0);
-                    report.corrupt.push((
-                        seq,
-                        format!(
-                            "damaged bytes at offset {offset} of {} ({}: {reason})",
-                            file.display(),
-                            describe_records(&records)
-                        ),
-                    ));
-                    // The records lost there are reported here, not again as a gap.
-                    if let Some((_, last)) = records {
-                        prev = Some(last);
-                    }
-                    continue;
-                }
-                other => other?,
-            };
-            report.checked += 1;
-            if let Err(JournalError::Corrupt { reason, .. }) = raw_record(seq, &bytes) {
-                report.corrupt.push((seq, reason));
-            }
-            if let Some(p) = prev
-                && seq != p + 1
-            {
-                report.gaps.push((p, seq));
-            }
-            prev = Some(seq);
-        }
-        report.lost = self.storage.accepted_gaps();
-        let lost = report.lost.clone();
-        report
-            .gaps
-            .retain(|(p, n)| !lost.iter().any(|(a, b)| *a <= p + 1 && n - 1 <= *b));
-        for d in self.storage.structure_problems() {
-            if let Some((a, b)) = d.records {
-                // Named here with its cause, not again as a bare gap.
-                report.gaps.retain(|(p, n)| !(*p + 1 == a && *n == b + 1));
-            }
-            report.corrupt.push((
-                d.records.map_or(0, |(a, _)| a),
-                format!(
-                    "{}: {} ({}); `bosun journal repair` (with bosun stopped) declares them lost and keeps every valid record",
-                    d.file.display(),
-                    d.reason,
-                    describe_records(&d.records)
-                ),
-            ));
-        }
-        for (seq, problem) in self.storage.snapshot_problems()? {
-            report.corrupt.push((
-                seq,
-                format!("{problem}; replay uses an older snapshot or the events"),
-            ));
-        }
-        for (seq, bytes) in self.storage.snapshots()? {
-            if let Err(reason) = decode(seq, &bytes) {
-                report.corrupt.push((
-                    seq,
-                    format!(
-                        "snapshot {seq}: {reason}; replay uses an older snapshot or the events"
-                    ),
-                ));
-            }
-        }
-        Ok(report)
-    }
-
-    /// Figures about the journal.
-    pub fn stats(&self) -> Result<Stats, JournalError> {
-        let mut stats = Stats {
-            disk_bytes: self.storage.size_on_disk()?,
-            snapshots: self.snapshots()?.iter().map(|s| s.seq).collect(),
-            ..Stats::default()
-        };
-        for r in self.storage.events_from(0) {
-            let (seq, bytes) = r?;
-            stats.events += 1;
-            stats.record_bytes += bytes.len() as u64;
-            let time = decode(seq, &bytes).ok().map(|(t, _, _)| t);
-            if stats.first_seq.is_none() {
-                stats.first_seq = Some(seq);
-                stats.first_time_ms = time;
-            }
-            stats.last_seq = Some(seq);
-            stats.last_time_ms = time.or(stats.last_time_ms);
-        }
-        Ok(stats)
     }
 
     /// Writes raw bytes as a record (for corruption tests and tools).
@@ -978,173 +571,31 @@ impl<E> Drop for Journal<E> {
     }
 }
 
-/// Decodes a stored record straight from its bytes; current-version events skip the
-/// intermediate JSON value.
-fn decode_event<E: Versioned + DeserializeOwned>(
-    seq: u64,
-    bytes: &[u8],
-) -> Result<Record<E>, JournalError> {
-    let (time_ms, version, payload) = decode(seq, bytes).map_err(|e| JournalError::Corrupt {
-        seq,
-        reason: e.to_string(),
-    })?;
-    if version > E::VERSION {
-        return Err(JournalError::UnknownVersion {
-            seq,
-            version,
-            supported: E::VERSION,
-        });
-    }
-    let event = if version == E::VERSION {
-        serde_json::from_slice::<E>(payload).map_err(|e| JournalError::Decode {
-            seq,
-            message: e.to_string(),
-        })?
-    } else {
-        let raw: Value = serde_json::from_slice(payload).map_err(|e| JournalError::Corrupt {
-            seq,
-            reason: format!("payload is not JSON: {e}"),
-        })?;
-        E::decode(version, raw).map_err(|message| JournalError::Decode { seq, message })?
-    };
-    Ok(Record {
-        seq,
-        time_ms,
-        version,
-        event,
-    })
-}
-
-/// Follows a journal: yields stored records in order, then waits for new durable ones.
-pub struct Subscription<'a, E> {
-    journal: &'a Journal<E>,
-    next: u64,
-    durable: watch::Receiver<u64>,
-    /// Records read ahead (up to the durable end), so a follower does not start a read of
-    /// the storage per record.
-    ahead: std::collections::VecDeque<Record<E>>,
-}
-
-/// Records a [`Subscription`] reads at a time.
-const FOLLOW_CHUNK: usize = 256;
-
-impl<E: Serialize + DeserializeOwned + Versioned> Subscription<'_, E> {
-    /// The next record; waits for one to become durable.
-    pub async fn next(&mut self) -> Result<Record<E>, JournalError> {
-        loop {
-            if let Some(r) = self.ahead.pop_front() {
-                return Ok(r);
-            }
-            let durable = *self.durable.borrow_and_update();
-            if durable >= self.next {
-                for r in self.journal.read_from(self.next).take(FOLLOW_CHUNK) {
-                    let r = r?;
-                    if r.seq > durable {
-                        break;
-                    }
-                    self.next = r.seq + 1;
-                    self.ahead.push_back(r);
-                }
-                if !self.ahead.is_empty() {
-                    continue;
-                }
-            }
-            self.durable
-                .changed()
-                .await
-                .map_err(|_| JournalError::Closed)?;
-        }
-    }
-}
-
-/// Drops corrupt records so the journal opens again; returns the sequences dropped.
-///
-/// On segment files this also drops damaged bytes in the files themselves (keeping every
-/// valid record after them, each drop logged with its file and offset) and unreadable
-/// snapshot files, and rewrites a damaged format marker. Stop bosun first.
-pub fn repair(dir: &Path) -> Result<Vec<u64>, JournalError> {
-    check_directory(dir, false)?;
-    if Backend::found_in(dir) == Some(Backend::Segments) {
-        return repair_segments(dir);
-    }
-    let storage = SledStorage::open(dir)?;
-    let mut dropped = Vec::new();
-    for r in storage.events_from(0) {
-        let (seq, bytes) = r?;
-        if raw_record(seq, &bytes).is_err() {
-            dropped.push(seq);
-        }
-    }
-    for seq in &dropped {
-        storage.remove_events(*seq, *seq)?;
-    }
-    storage.flush()?;
-    Ok(dropped)
-}
-
-fn repair_segments(dir: &Path) -> Result<Vec<u64>, JournalError> {
-    let storage = SegmentStorage::open_for_writing(dir, SegmentOptions::default())?;
-    let mut dropped = Vec::new();
-    for d in storage.repair_damage()? {
-        tracing::warn!(
-            file = %d.file.display(),
-            offset = d.offset,
-            "dropped damaged bytes {}..{} ({}: {})",
-            d.offset,
-            d.end,
-            describe_records(&d.records),
-            d.reason
-        );
-        if let Some((a, b)) = d.records {
-            dropped.extend(a..=b);
-        }
-    }
-    let mut bad = Vec::new();
-    for r in storage.events_from(0) {
-        let (seq, bytes) = r?;
-        if raw_record(seq, &bytes).is_err() {
-            bad.push(seq);
-        }
-    }
-    for seq in &bad {
-        storage.remove_events(*seq, *seq)?;
-    }
-    dropped.extend(bad);
-    dropped.sort_unstable();
-    dropped.dedup();
-    // Gone for good: the journal opens again, and `verify` names them as lost.
-    storage.accept_lost(&dropped)?;
-    for (seq, problem) in storage.snapshot_problems()? {
-        tracing::warn!("dropped snapshot {seq}: {problem}");
-        storage.remove_snapshot(seq)?;
-    }
-    if let Err(e @ JournalError::Damaged { .. }) = storage.meta("format") {
-        tracing::warn!("rewrote the journal's format marker: {e}");
-        storage.set_meta("format", FORMAT)?;
-    }
-    storage.flush()?;
-    dropped.sort_unstable();
-    dropped.dedup();
-    Ok(dropped)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
     struct Ev(u64);
 
+    /// Why a test event cannot be decoded.
+    #[derive(Debug, thiserror::Error)]
+    enum EvError {
+        #[error("missing n")]
+        MissingN,
+        #[error(transparent)]
+        Json(#[from] serde_json::Error),
+    }
+
     impl Versioned for Ev {
         const VERSION: u32 = 2;
-        fn decode(version: u32, raw: Value) -> Result<Self, String> {
+        type Error = EvError;
+        fn decode(version: u32, raw: Value) -> Result<Self, EvError> {
             match version {
                 // Version 1 stored {"n": …}.
-                1 => raw["n"]
-                    .as_u64()
-                    .map(Ev)
-                    .ok_or_else(|| "missing n".to_string()),
-                _ => serde_json::from_value(raw).map_err(|e| e.to_string()),
+                1 => raw["n"].as_u64().map(Ev).ok_or(EvError::MissingN),
+                _ => Ok(serde_json::from_value(raw)?),
             }
         }
     }

@@ -173,7 +173,7 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         let path = self.path.clone();
         rx.await
             .map_err(|_| JournalError::Closed)?
-            .map_err(|message| JournalError::Storage { path, message })
+            .map_err(|failure| failure.at(path))
     }
 
     /// Starts the (closed) journal in `dir` over from a snapshot as its leader stored it,
@@ -214,8 +214,9 @@ mod tests {
 
     impl Versioned for Ev {
         const VERSION: u32 = 1;
-        fn decode(_: u32, raw: serde_json::Value) -> Result<Self, String> {
-            serde_json::from_value(raw).map_err(|e| e.to_string())
+        type Error = serde_json::Error;
+        fn decode(_: u32, raw: serde_json::Value) -> Result<Self, serde_json::Error> {
+            serde_json::from_value(raw)
         }
     }
 

@@ -10,10 +10,31 @@ use crate::codec::{encode, now_ms};
 
 pub(crate) struct AppendRequest {
     pub(crate) body: Body,
-    pub(crate) reply: oneshot::Sender<Result<u64, String>>,
+    pub(crate) reply: oneshot::Sender<Result<u64, AppendFailure>>,
     /// When it was handed to the committer: tells the appenders a batch's acknowledgement
     /// woke (they come back) from the ones that were already waiting.
     pub(crate) sent: std::time::Instant,
+}
+
+/// Why the committer did not acknowledge an append.
+#[derive(Clone, Debug, thiserror::Error)]
+pub(crate) enum AppendFailure {
+    /// Records a standby received that do not follow this journal's last one.
+    #[error(transparent)]
+    Refused(#[from] crate::replica::StoredError),
+    /// The batch could not be written or flushed (shared by every append of the batch).
+    #[error(transparent)]
+    Write(Arc<crate::JournalError>),
+}
+
+impl AppendFailure {
+    /// The journal's error for the appender: a storage error naming the journal.
+    pub(crate) fn at(self, path: std::path::PathBuf) -> crate::JournalError {
+        crate::JournalError::Storage {
+            path,
+            message: self.to_string(),
+        }
+    }
 }
 
 impl AppendRequest {
@@ -144,7 +165,7 @@ pub(crate) fn commit_loop(
                 }
                 Body::Stored(stored) => {
                     if let Err(e) = crate::replica::check_stored(seq, &stored) {
-                        let _ = req.reply.send(Err(e.to_string()));
+                        let _ = req.reply.send(Err(e.into()));
                         continue;
                     }
                     seq += stored.len() as u64;
@@ -180,8 +201,9 @@ pub(crate) fn commit_loop(
                 let _ = storage.remove_events(last + 1, seq);
                 metrics::counter!("bosun_journal_write_errors_total").increment(1);
                 health.failed(e.to_string());
+                let e = Arc::new(e);
                 for (reply, _) in acks {
-                    let _ = reply.send(Err(e.to_string()));
+                    let _ = reply.send(Err(AppendFailure::Write(e.clone())));
                 }
             }
         }

@@ -14,8 +14,9 @@ struct Ev(String);
 
 impl Versioned for Ev {
     const VERSION: u32 = 1;
-    fn decode(_version: u32, raw: Value) -> Result<Self, String> {
-        serde_json::from_value(raw).map_err(|e| e.to_string())
+    type Error = serde_json::Error;
+    fn decode(_version: u32, raw: Value) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(raw)
     }
 }
 

@@ -469,21 +469,19 @@ impl WatchManager {
     }
 
     /// Attaches a listener to a watch once it holds its first list.
-    pub async fn attach(&self, w: &Arc<SharedWatch>, l: Arc<dyn Listener>) -> Result<(), String> {
+    pub async fn attach(
+        &self,
+        w: &Arc<SharedWatch>,
+        l: Arc<dyn Listener>,
+    ) -> Result<(), AttachError> {
         let mut rx = w.ready.subscribe();
         let waited = tokio::time::timeout(INITIAL_LIST_TIMEOUT, rx.wait_for(|r| *r)).await;
         if !matches!(waited, Ok(Ok(_))) {
-            let why = lock(&w.state).last_error.clone().unwrap_or_default();
-            return Err(format!(
-                "the first list of {} did not complete within {}s{}",
-                w.key,
-                INITIAL_LIST_TIMEOUT.as_secs(),
-                if why.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {why}")
-                }
-            ));
+            return Err(AttachError {
+                watch: w.key.to_string(),
+                within: INITIAL_LIST_TIMEOUT,
+                last_error: lock(&w.state).last_error.clone().unwrap_or_default(),
+            });
         }
         let mut st = lock(&w.state);
         l.init(&w.key.namespace, &st.objects);
@@ -516,7 +514,7 @@ impl WatchManager {
         &self,
         resource: &ApiResource,
         listener: Arc<dyn Listener>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AttachError> {
         let w = self.watch(
             WatchKey::new(resource, None, String::new(), String::new()),
             resource,
@@ -532,6 +530,38 @@ impl WatchManager {
     /// The Kubernetes client.
     pub fn client(&self) -> &kube::Client {
         &self.inner.client
+    }
+}
+
+/// A watch whose first list did not complete in time: the listener was not attached.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the first list of {watch} did not complete within {}s{}",
+    .within.as_secs(),
+    after_colon(.last_error)
+)]
+pub struct AttachError {
+    /// The watch (resource, namespace, selectors).
+    pub watch: String,
+    /// How long the first list was waited for.
+    pub within: std::time::Duration,
+    /// The watch's last error, if it had one (empty otherwise).
+    pub last_error: String,
+}
+
+/// `: why`, or nothing when there is no why.
+fn after_colon(why: &str) -> String {
+    if why.is_empty() {
+        String::new()
+    } else {
+        format!(": {why}")
+    }
+}
+
+impl bosun_runtime::ports::Classified for AttachError {
+    /// The API server may yet answer: the next attempt waits again.
+    fn class(&self) -> bosun_runtime::ports::ErrorClass {
+        bosun_runtime::ports::ErrorClass::Transient
     }
 }
 

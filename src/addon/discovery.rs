@@ -169,7 +169,7 @@ pub fn load_schemas(dir: &Path, scope: &str) -> Result<ValuesSchemas, ModuleLoad
     let openapi = dir.join("openapi");
     let config = read_yaml(&openapi.join("config-values.yaml"))?;
     let values = read_yaml(&openapi.join("values.yaml"))?;
-    ValuesSchemas::new(scope, config, values).map_err(|e| invalid(&openapi, e))
+    ValuesSchemas::new(scope, config, values).map_err(|e| invalid(&openapi, e.to_string()))
 }
 
 /// Reads every module of the given directories, sorted by order then name.

@@ -410,7 +410,7 @@ pub async fn load_global_hooks(
         hook_config::check_filters(&config, &h.name, |p| {
             crate::jq::JqFilter::compile(p)
                 .map(|_| ())
-                .map_err(|e| e.to_string())
+                .map_err(|e| hook_config::InvalidFilter(e.to_string()))
         })?;
         tracing::info!(hook = %h.name, "global hook loaded");
         hooks.push(GlobalHook {

@@ -605,13 +605,13 @@ async fn ask_within<T>(
     })
 }
 
-fn not_found(e: String) -> Failure {
-    let status = if e.contains("not loaded") {
+fn not_found(e: bosun_addon::engine::RequestError) -> Failure {
+    let status = if e.is_not_found() {
         StatusCode::NOT_FOUND
     } else {
         StatusCode::INTERNAL_SERVER_ERROR
     };
-    Failure(status, e)
+    Failure(status, e.to_string())
 }
 
 /// The page at `/ui`: inline script and styles only, talking to this origin only.

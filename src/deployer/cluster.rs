@@ -284,9 +284,9 @@ impl Cluster for KubeCluster {
                     self.watches
                         .listen(&ar, l)
                         .await
-                        .map_err(|message| ClusterError::Other {
+                        .map_err(|e| ClusterError::Other {
                             what: format!("watch of {}", ar.plural),
-                            message,
+                            message: e.to_string(),
                         })?;
                 }
                 if self.watch_pods {

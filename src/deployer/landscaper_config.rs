@@ -188,7 +188,7 @@ impl LandscaperConfiguration {
                         v => v.to_string(),
                     };
                     out.target_selectors = bosun_deployer::target::parse_selectors(&text)
-                        .map_err(|e| field("targetSelector", e))?;
+                        .map_err(|e| field("targetSelector", e.to_string()))?;
                 }
                 "oci" if is_helm => out.registry_config_files = oci(value, &field)?,
                 "export" if !is_mock => export(value, &field)?,

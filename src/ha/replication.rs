@@ -1001,8 +1001,9 @@ mod tests {
 
     impl Versioned for Ev {
         const VERSION: u32 = 1;
-        fn decode(_: u32, raw: serde_json::Value) -> Result<Self, String> {
-            serde_json::from_value(raw).map_err(|e| e.to_string())
+        type Error = serde_json::Error;
+        fn decode(_: u32, raw: serde_json::Value) -> Result<Self, serde_json::Error> {
+            serde_json::from_value(raw)
         }
     }
 

@@ -228,9 +228,9 @@ impl KubeCluster {
         self.watches
             .listen(&api_resource(r), listener)
             .await
-            .map_err(|message| ClusterError::Other {
+            .map_err(|e| ClusterError::Other {
                 what: format!("watch of {r}"),
-                message,
+                message: e.to_string(),
             })?;
         lock(&self.informers).insert(id, Arc::clone(&informer));
         Ok(informer)

@@ -252,20 +252,75 @@ impl<'de> Deserialize<'de> for ContextStub {
     }
 }
 
-impl TryFrom<Wire> for ContextStub {
-    type Error = String;
+/// Why a journaled binding context does not fit its type, naming the binding and the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum StubError {
+    /// A key its type does not have.
+    #[error("{what} of binding {binding:?} has no {key}")]
+    Unexpected {
+        /// `a Schedule context`, `a named context`, …
+        what: String,
+        /// The binding.
+        binding: String,
+        /// The key.
+        key: &'static str,
+    },
+    /// A key its type needs.
+    #[error("{what} of binding {binding:?} needs {key}")]
+    Missing {
+        /// `an Event context`, …
+        what: String,
+        /// The binding.
+        binding: String,
+        /// The key.
+        key: &'static str,
+    },
+    /// A `watchEvent` that is none of the three.
+    #[error(
+        "{what} of binding {binding:?}: unknown watchEvent {name:?}; expected Added, Modified or Deleted"
+    )]
+    UnknownWatchEvent {
+        /// `an Event context`.
+        what: String,
+        /// The binding.
+        binding: String,
+        /// The value given.
+        name: String,
+    },
+    /// A `type` that is none of the three.
+    #[error(
+        "a context of binding {binding:?} has the unknown type {type_:?}; expected Synchronization, Event or Schedule"
+    )]
+    UnknownType {
+        /// The binding.
+        binding: String,
+        /// The type given.
+        type_: String,
+    },
+}
 
-    fn try_from(w: Wire) -> Result<ContextStub, String> {
+impl TryFrom<Wire> for ContextStub {
+    type Error = StubError;
+
+    fn try_from(w: Wire) -> Result<ContextStub, StubError> {
         let type_ = w.type_.as_deref();
         let what = type_.map_or("a named context".to_string(), |t| format!("a {t} context"));
-        let none = |there: bool, key: &str| -> Result<(), String> {
+        let none = |there: bool, key: &'static str| {
             if there {
-                Err(format!("{what} of binding {:?} has no {key}", w.binding))
+                Err(StubError::Unexpected {
+                    what: what.clone(),
+                    binding: w.binding.clone(),
+                    key,
+                })
             } else {
                 Ok(())
             }
         };
-        let needs = |key: &str| format!("{what} of binding {:?} needs {key}", w.binding);
+        let needs = |key: &'static str| StubError::Missing {
+            what: what.clone(),
+            binding: w.binding.clone(),
+            key,
+        };
         let kubernetes = matches!(type_, Some("Synchronization" | "Event"));
         none(!kubernetes && w.index.is_some(), INDEX)?;
         none(type_ != Some("Schedule") && w.schedule.is_some(), SCHEDULE)?;
@@ -291,12 +346,12 @@ impl TryFrom<Wire> for ContextStub {
                     .watch_event
                     .as_deref()
                     .ok_or_else(|| needs("watchEvent"))?;
-                let watch_event = WatchEvent::named(name).ok_or_else(|| {
-                    format!(
-                        "{what} of binding {:?}: unknown watchEvent {name:?}; expected Added, Modified or Deleted",
-                        w.binding
-                    )
-                })?;
+                let watch_event =
+                    WatchEvent::named(name).ok_or_else(|| StubError::UnknownWatchEvent {
+                        what: what.clone(),
+                        binding: w.binding.clone(),
+                        name: name.to_string(),
+                    })?;
                 ContextStub::Event {
                     index: w.index.ok_or_else(|| needs(INDEX))?,
                     binding: w.binding,
@@ -316,10 +371,10 @@ impl TryFrom<Wire> for ContextStub {
                 snapshots: w.snapshots,
             },
             Some(other) => {
-                return Err(format!(
-                    "a context of binding {:?} has the unknown type {other:?}; expected Synchronization, Event or Schedule",
-                    w.binding
-                ));
+                return Err(StubError::UnknownType {
+                    binding: w.binding,
+                    type_: other.to_string(),
+                });
             }
         })
     }

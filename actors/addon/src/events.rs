@@ -393,8 +393,10 @@ pub fn upgrade(version: u32, raw: Value) -> Result<Event, UpgradeError> {
 impl bosun_journal::Versioned for Event {
     const VERSION: u32 = EVENT_VERSION;
 
-    fn decode(version: u32, raw: Value) -> Result<Event, String> {
-        upgrade(version, raw).map_err(|e| e.to_string())
+    type Error = UpgradeError;
+
+    fn decode(version: u32, raw: Value) -> Result<Event, UpgradeError> {
+        upgrade(version, raw)
     }
 }
 

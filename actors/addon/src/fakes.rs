@@ -174,7 +174,7 @@ impl MemoryConfigMap {
 }
 
 impl ConfigStore for MemoryConfigMap {
-    fn load(&self) -> BoxFut<'_, Result<Option<BTreeMap<String, String>>, PortError>> {
+    fn load(&self) -> BoxFut<'_, Result<Option<crate::ports::ConfigMapData>, PortError>> {
         let data = self.data();
         Box::pin(async move { Ok(data) })
     }

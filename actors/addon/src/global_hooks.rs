@@ -25,6 +25,17 @@ use crate::task::{Completion, TaskOutcome, converge_task};
 use crate::telemetry::{self, HookRunLabels, RunOutcome};
 use crate::values::{GlobalDocs, apply_memory, checksum};
 
+/// Why the global hooks actor did not take a ConfigMap section.
+#[derive(Debug, thiserror::Error)]
+pub enum GlobalHooksError {
+    /// The journal refused the values change.
+    #[error("cannot journal values change: {0}")]
+    Journal(PortError),
+    /// The global section breaks the global config-values schema.
+    #[error("section \"global\": {0}")]
+    Section(crate::schema::SchemaError),
+}
+
 /// A global hook and its configuration.
 #[derive(Clone, Debug)]
 pub struct GlobalHook {
@@ -54,7 +65,7 @@ pub enum GlobalHooksMsg {
     Docs(RpcReplyPort<GlobalDocs>),
     /// New config values from the ConfigMap's `global` section.
     /// Replies whether the config values changed (our own writes come back unchanged).
-    ConfigChanged(Value, RpcReplyPort<Result<bool, String>>),
+    ConfigChanged(Value, RpcReplyPort<Result<bool, GlobalHooksError>>),
 }
 
 impl Describe for GlobalHooksMsg {
@@ -147,12 +158,12 @@ impl GlobalHooksState {
         doc
     }
 
-    async fn journal(&mut self, events: Vec<Event>) -> Result<(), String> {
+    async fn journal(&mut self, events: Vec<Event>) -> Result<(), GlobalHooksError> {
         self.ports
             .journal
             .append(events.clone())
             .await
-            .map_err(|e| format!("cannot journal values change: {e}"))?;
+            .map_err(GlobalHooksError::Journal)?;
         self.journaled.apply_all(&events);
         Ok(())
     }
@@ -379,7 +390,7 @@ impl Actor for GlobalHooksActor {
                     Ok(false)
                 } else if let Err(e) = st.schemas.validate_config(&st.static_values, &config) {
                     telemetry::config_values_error();
-                    Err(format!("section \"global\": {e}"))
+                    Err(GlobalHooksError::Section(e))
                 } else {
                     st.journal(vec![Event::ValuesSet {
                         scope: Scope::Global,

@@ -170,12 +170,17 @@ pub struct HookConfig {
     pub settings: Settings,
 }
 
+/// A `jqFilter` program the filter language refused, with its reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidFilter(pub String);
+
 /// Checks every `jqFilter` of a configuration with `check` (the filter language lives
 /// with the bindings); an error names the hook and the binding's field.
 pub fn check_filters(
     config: &HookConfig,
     hook: &str,
-    check: impl Fn(&str) -> Result<(), String>,
+    check: impl Fn(&str) -> Result<(), InvalidFilter>,
 ) -> Result<(), HookConfigError> {
     for (i, b) in config.kubernetes.iter().enumerate() {
         if let Some(p) = &b.jq_filter {

@@ -65,13 +65,115 @@ pub struct MetricOp {
 }
 
 /// A malformed operation: where and why.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("line {line}: {problem}")]
 pub struct MetricsError {
     /// Line of the file (from 1).
     pub line: usize,
     /// What is wrong.
-    pub problem: String,
+    pub problem: MetricProblem,
+}
+
+/// What is wrong with one operation of `METRICS_PATH`, naming the field.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum MetricProblem {
+    /// The text is not a stream of JSON values.
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    /// An operation that is not a JSON object.
+    #[error("expected a JSON object, got {0}")]
+    NotAnObject(Value),
+    /// A field that must be a string.
+    #[error("{field:?} must be a string, got {got}")]
+    NotAString {
+        /// The field.
+        field: String,
+        /// What it holds.
+        got: Value,
+    },
+    /// A field that must be a number.
+    #[error("{field:?} must be a number, got {got}")]
+    NotANumber {
+        /// The field.
+        field: String,
+        /// What it holds.
+        got: Value,
+    },
+    /// A number that is infinite or NaN.
+    #[error("{field:?} must be a finite number")]
+    NotFinite {
+        /// The field.
+        field: String,
+    },
+    /// An `action` this format does not have.
+    #[error("unknown action {0:?}; expected add, set, observe or expire")]
+    UnknownAction(String),
+    /// An action other than `expire` without its `value`.
+    #[error("action {0:?} needs a \"value\"")]
+    MissingValue(String),
+    /// Both an `action` and an `add`/`set` shortcut.
+    #[error("both \"action\":{action:?} and the {shortcut:?} shortcut; use one of them")]
+    ActionAndShortcut {
+        /// The action.
+        action: String,
+        /// The shortcut.
+        shortcut: String,
+    },
+    /// Both shortcuts.
+    #[error("both the \"add\" and \"set\" shortcuts; use one of them")]
+    BothShortcuts,
+    /// Neither an action nor a shortcut.
+    #[error("no \"action\" (add, set, observe or expire) and no \"add\"/\"set\" shortcut")]
+    NoAction,
+    /// `expire` without its group.
+    #[error("action \"expire\" needs a \"group\"")]
+    ExpireWithoutGroup,
+    /// An action on a series without its metric name.
+    #[error("action {0:?} needs a \"name\"")]
+    MissingName(&'static str),
+    /// A name Prometheus does not accept.
+    #[error("invalid metric name {0:?} (letters, digits, '_' and ':', not starting with a digit)")]
+    InvalidName(String),
+    /// A negative `add`.
+    #[error("a counter cannot decrease: \"add\" of {0}")]
+    Decrease(f64),
+    /// `observe` with a group.
+    #[error("action \"observe\" cannot be used with a \"group\"")]
+    ObserveInGroup,
+    /// A label name Prometheus does not accept.
+    #[error(
+        "invalid label name {0:?} (letters, digits and '_', not starting with a digit or \"__\")"
+    )]
+    InvalidLabelName(String),
+    /// A label value that is not a string.
+    #[error("label {label:?} must be a string, got {got}")]
+    LabelNotAString {
+        /// The label.
+        label: String,
+        /// What it holds.
+        got: Value,
+    },
+    /// `labels` that are not an object.
+    #[error("\"labels\" must be an object, got {0}")]
+    LabelsNotAnObject(Value),
+    /// `buckets: []`.
+    #[error("\"buckets\" must not be empty")]
+    NoBuckets,
+    /// `buckets` that are not an array.
+    #[error("\"buckets\" must be an array, got {0}")]
+    BucketsNotAnArray(Value),
+    /// An operation on a metric of another type (in the registry or earlier in the batch).
+    #[error("metric {name:?} is a {known}; {action:?} needs a {needs}")]
+    TypeClash {
+        /// The metric.
+        name: String,
+        /// Its type.
+        known: &'static str,
+        /// The operation's action.
+        action: &'static str,
+        /// The type that action needs.
+        needs: &'static str,
+    },
 }
 
 /// Histogram buckets when an `observe` gives none (Prometheus' defaults).
@@ -119,7 +221,7 @@ pub fn parse(text: &str) -> Result<Vec<MetricOp>, MetricsError> {
             Some(Err(e)) => {
                 return Err(MetricsError {
                     line: e.line().max(1),
-                    problem: format!("not JSON: {e}"),
+                    problem: MetricProblem::NotJson(e.to_string()),
                 });
             }
             Some(Ok(v)) => {
@@ -135,27 +237,31 @@ pub fn parse(text: &str) -> Result<Vec<MetricOp>, MetricsError> {
     Ok(ops)
 }
 
-fn number(v: &Value, field: &str) -> Result<f64, String> {
-    let n = v
-        .as_f64()
-        .ok_or_else(|| format!("{field:?} must be a number, got {v}"))?;
+fn number(v: &Value, field: &str) -> Result<f64, MetricProblem> {
+    let n = v.as_f64().ok_or_else(|| MetricProblem::NotANumber {
+        field: field.to_string(),
+        got: v.clone(),
+    })?;
     if !n.is_finite() {
-        return Err(format!("{field:?} must be a finite number"));
+        return Err(MetricProblem::NotFinite {
+            field: field.to_string(),
+        });
     }
     Ok(n)
 }
 
 /// One operation from one JSON value.
-fn operation(v: &Value) -> Result<MetricOp, String> {
+fn operation(v: &Value) -> Result<MetricOp, MetricProblem> {
     let obj = v
         .as_object()
-        .ok_or_else(|| format!("expected a JSON object, got {v}"))?;
-    let string = |field: &str| -> Result<Option<String>, String> {
-        match obj.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(format!("{field:?} must be a string, got {other}")),
-        }
+        .ok_or_else(|| MetricProblem::NotAnObject(v.clone()))?;
+    let string = |field: &str| match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(MetricProblem::NotAString {
+            field: field.to_string(),
+            got: other.clone(),
+        }),
     };
     let name = string("name")?.unwrap_or_default();
     let group = string("group")?.filter(|g| !g.is_empty());
@@ -168,25 +274,22 @@ fn operation(v: &Value) -> Result<MetricOp, String> {
                 "set" => Action::Set,
                 "observe" => Action::Observe,
                 "expire" => Action::Expire,
-                other => {
-                    return Err(format!(
-                        "unknown action {other:?}; expected add, set, observe or expire"
-                    ));
-                }
+                other => return Err(MetricProblem::UnknownAction(other.to_string())),
             };
             let value = match (action, obj.get("value")) {
                 (Action::Expire, _) => 0.0,
                 (_, None | Some(Value::Null)) => {
-                    return Err(format!("action {a:?} needs a \"value\""));
+                    return Err(MetricProblem::MissingValue(a));
                 }
                 (_, Some(v)) => number(v, "value")?,
             };
             (action, value)
         }
         (Some(a), [s, ..]) => {
-            return Err(format!(
-                "both \"action\":{a:?} and the {s:?} shortcut; use one of them"
-            ));
+            return Err(MetricProblem::ActionAndShortcut {
+                action: a,
+                shortcut: s.to_string(),
+            });
         }
         (None, [s]) => {
             let action = if *s == "add" {
@@ -197,31 +300,26 @@ fn operation(v: &Value) -> Result<MetricOp, String> {
             (action, number(&obj[*s], s)?)
         }
         (None, [_, _, ..]) => {
-            return Err("both the \"add\" and \"set\" shortcuts; use one of them".into());
+            return Err(MetricProblem::BothShortcuts);
         }
         (None, []) => {
-            return Err(
-                "no \"action\" (add, set, observe or expire) and no \"add\"/\"set\" shortcut"
-                    .into(),
-            );
+            return Err(MetricProblem::NoAction);
         }
     };
     if action == Action::Expire {
         if group.is_none() {
-            return Err("action \"expire\" needs a \"group\"".into());
+            return Err(MetricProblem::ExpireWithoutGroup);
         }
     } else if name.is_empty() {
-        return Err(format!("action {:?} needs a \"name\"", action.as_str()));
+        return Err(MetricProblem::MissingName(action.as_str()));
     } else if !valid_metric_name(&name) {
-        return Err(format!(
-            "invalid metric name {name:?} (letters, digits, '_' and ':', not starting with a digit)"
-        ));
+        return Err(MetricProblem::InvalidName(name));
     }
     if action == Action::Add && value < 0.0 {
-        return Err(format!("a counter cannot decrease: \"add\" of {value}"));
+        return Err(MetricProblem::Decrease(value));
     }
     if action == Action::Observe && group.is_some() {
-        return Err("action \"observe\" cannot be used with a \"group\"".into());
+        return Err(MetricProblem::ObserveInGroup);
     }
     let mut labels = BTreeMap::new();
     match obj.get("labels") {
@@ -229,17 +327,16 @@ fn operation(v: &Value) -> Result<MetricOp, String> {
         Some(Value::Object(m)) => {
             for (k, v) in m {
                 if !valid_label_name(k) {
-                    return Err(format!(
-                        "invalid label name {k:?} (letters, digits and '_', not starting with a digit or \"__\")"
-                    ));
+                    return Err(MetricProblem::InvalidLabelName(k.clone()));
                 }
-                let v = v
-                    .as_str()
-                    .ok_or_else(|| format!("label {k:?} must be a string, got {v}"))?;
+                let v = v.as_str().ok_or_else(|| MetricProblem::LabelNotAString {
+                    label: k.clone(),
+                    got: v.clone(),
+                })?;
                 labels.insert(k.clone(), v.to_string());
             }
         }
-        Some(other) => return Err(format!("\"labels\" must be an object, got {other}")),
+        Some(other) => return Err(MetricProblem::LabelsNotAnObject(other.clone())),
     }
     let buckets = match obj.get("buckets") {
         None | Some(Value::Null) => None,
@@ -247,15 +344,15 @@ fn operation(v: &Value) -> Result<MetricOp, String> {
             let mut b = items
                 .iter()
                 .map(|v| number(v, "buckets"))
-                .collect::<Result<Vec<f64>, String>>()?;
+                .collect::<Result<Vec<f64>, _>>()?;
             if b.is_empty() {
-                return Err("\"buckets\" must not be empty".into());
+                return Err(MetricProblem::NoBuckets);
             }
             b.sort_by(f64::total_cmp);
             b.dedup();
             Some(b)
         }
-        Some(other) => return Err(format!("\"buckets\" must be an array, got {other}")),
+        Some(other) => return Err(MetricProblem::BucketsNotAnArray(other.clone())),
     };
     Ok(MetricOp {
         line: 0,
@@ -372,13 +469,12 @@ impl HookMetrics {
                 Some(k) if !k.same_type(&kind) => {
                     return Err(MetricsError {
                         line: op.line,
-                        problem: format!(
-                            "metric {:?} is a {}; {:?} needs a {}",
-                            op.name,
-                            k.name(),
-                            op.action.as_str(),
-                            kind.name()
-                        ),
+                        problem: MetricProblem::TypeClash {
+                            name: op.name.clone(),
+                            known: k.name(),
+                            action: op.action.as_str(),
+                            needs: kind.name(),
+                        },
                     });
                 }
                 Some(_) => {}
@@ -574,7 +670,7 @@ mod tests {
 
     fn problem(text: &str) -> (usize, String) {
         let e = parse(text).expect_err(text);
-        (e.line, e.problem)
+        (e.line, e.problem.to_string())
     }
 
     #[test]
@@ -768,7 +864,7 @@ h_count{hook="a.sh"} 3
         let ops = parse("{\"name\":\"g\",\"set\":1}\n{\"name\":\"c\",\"set\":1}").unwrap();
         let e = m.apply("a.sh", None, &ops).unwrap_err();
         assert_eq!(e.line, 2);
-        assert!(e.problem.contains("\"c\" is a counter"), "{e}");
+        assert!(e.problem.to_string().contains("\"c\" is a counter"), "{e}");
         let ops = parse("{\"name\":\"n\",\"set\":1}\n{\"name\":\"n\",\"add\":1}").unwrap();
         assert!(m.apply("a.sh", None, &ops).is_err(), "clash within a batch");
         assert_eq!(

@@ -67,7 +67,7 @@ pub enum OutputProblem {
     Patch(#[from] PatchStreamError),
     /// `METRICS_PATH` is invalid or its operations clash with registered metrics.
     #[error("METRICS_PATH {0}")]
-    Metrics(String),
+    Metrics(crate::hook_metrics::MetricsError),
     /// An object patcher operation failed.
     #[error("KUBERNETES_PATCH_PATH: {0}")]
     ObjectPatch(PortError),
@@ -81,7 +81,7 @@ pub enum OutputProblem {
     },
     /// The patched config values break the config schema.
     #[error("config values patch rejected: {0}")]
-    ConfigSchema(String),
+    ConfigSchema(crate::schema::SchemaError),
     /// A config patch of `/<module>Enabled` that does not set a boolean or remove it.
     #[error("CONFIG_VALUES_JSON_PATCH_PATH operation on {path}: {message}")]
     EnabledFlag {
@@ -100,7 +100,7 @@ pub enum OutputProblem {
     },
     /// The patched values break the values schema.
     #[error("values patch rejected: {0}")]
-    ValuesSchema(String),
+    ValuesSchema(crate::schema::SchemaError),
     /// The journal refused the values change.
     #[error("cannot journal values change: {0}")]
     Journal(PortError),
@@ -211,8 +211,7 @@ pub fn parse(origin: Origin<'_>, out: &HookResult) -> Result<ParsedOutput, Outpu
         Some(_) => (config_ops, Vec::new()),
     };
     check_scope(VALUES, &memory_ops, origin.kind(), key.as_deref())?;
-    let metrics = crate::hook_metrics::parse(&out.metrics)
-        .map_err(|e| OutputProblem::Metrics(e.to_string()))?;
+    let metrics = crate::hook_metrics::parse(&out.metrics).map_err(OutputProblem::Metrics)?;
     let kubernetes_patch =
         (!out.kubernetes_patch.trim().is_empty()).then(|| out.kubernetes_patch.clone());
     Ok(ParsedOutput {
@@ -347,7 +346,7 @@ pub async fn apply(
     effects
         .hook_metrics
         .apply(origin.hook, origin.module, &parsed.metrics)
-        .map_err(|e| err(OutputProblem::Metrics(e.to_string())))?;
+        .map_err(|e| err(OutputProblem::Metrics(e)))?;
     if let Some(text) = parsed.kubernetes_patch {
         effects
             .patcher

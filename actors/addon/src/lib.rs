@@ -18,6 +18,7 @@ pub mod global_hooks;
 pub mod hook_config;
 pub mod hook_metrics;
 pub mod hook_output;
+mod module_error;
 pub mod modules;
 pub mod ports;
 pub mod queue;

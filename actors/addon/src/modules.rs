@@ -34,6 +34,8 @@ use crate::task::{AddonTask, ModulePhase, TaskOutcome, module_run_task};
 use crate::telemetry::{self, HelmOperation, HookRunLabels, RunOutcome};
 use crate::values::{GlobalDocs, apply_memory, checksum, kebab_name, values_key};
 
+pub use crate::module_error::{HookRunError, ModuleError};
+
 /// A module found in `MODULES_DIR`.
 #[derive(Clone, Debug, Default)]
 pub struct ModuleDef {
@@ -77,6 +79,51 @@ pub struct ConfigSections {
     pub flags: BTreeMap<String, bool>,
 }
 
+/// A ConfigMap key that cannot be taken, naming the ConfigMap and the key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigMapError {
+    /// A section that is not YAML.
+    #[error("ConfigMap {config_map}: key {key:?} is not valid YAML: {message}")]
+    NotYaml {
+        /// The ConfigMap.
+        config_map: String,
+        /// The key.
+        key: String,
+        /// The parser's reason.
+        message: String,
+    },
+    /// A section that is a scalar or a list.
+    #[error("ConfigMap {config_map}: key {key:?} must be a YAML mapping of values, got {got}")]
+    NotAMapping {
+        /// The ConfigMap.
+        config_map: String,
+        /// The key.
+        key: String,
+        /// `a list` or `the scalar …`.
+        got: String,
+    },
+    /// A key that names no module the way module keys are written.
+    #[error(
+        "ConfigMap {config_map}: key {key:?} is not a module key (expected the camelCase of a kebab-case module name, e.g. someModule or someModuleEnabled)"
+    )]
+    NotAModuleKey {
+        /// The ConfigMap.
+        config_map: String,
+        /// The key.
+        key: String,
+    },
+    /// A `<key>Enabled` that is neither `true` nor `false`.
+    #[error("ConfigMap {config_map}: key {key:?} must be \"true\" or \"false\", got {got:?}")]
+    NotABool {
+        /// The ConfigMap.
+        config_map: String,
+        /// The key.
+        key: String,
+        /// The value given.
+        got: String,
+    },
+}
+
 /// Parses the ConfigMap's data: every value is YAML text; `<key>Enabled` must be exactly
 /// `"true"` or `"false"`; `<key>Maintenance` is accepted and ignored. A module section of
 /// `"true"` or `"false"` is its enabled flag, as the seed's own example writes it
@@ -87,7 +134,7 @@ pub fn parse_config_map(
     data: &BTreeMap<String, String>,
     modules: &[ModuleDef],
     config_map: &str,
-) -> Result<(ConfigSections, Vec<String>), String> {
+) -> Result<(ConfigSections, Vec<String>), ConfigMapError> {
     let mut out = ConfigSections {
         global: json!({}),
         ..ConfigSections::default()
@@ -95,19 +142,23 @@ pub fn parse_config_map(
     let mut warnings = Vec::new();
     // A section is a mapping (or empty): a scalar or a list has no keys for the
     // module's or the global values, and taking it would hide the typo behind defaults.
-    let yaml = |key: &str, text: &str| -> Result<Value, String> {
-        let v: Value = serde_saphyr::from_str(text)
-            .map_err(|e| format!("ConfigMap {config_map}: key {key:?} is not valid YAML: {e}"))?;
+    let yaml = |key: &str, text: &str| {
+        let v: Value = serde_saphyr::from_str(text).map_err(|e| ConfigMapError::NotYaml {
+            config_map: config_map.to_string(),
+            key: key.to_string(),
+            message: e.to_string(),
+        })?;
         match v {
             Value::Null => Ok(json!({})),
             Value::Object(_) => Ok(v),
-            other => Err(format!(
-                "ConfigMap {config_map}: key {key:?} must be a YAML mapping of values, got {}",
-                match other {
+            other => Err(ConfigMapError::NotAMapping {
+                config_map: config_map.to_string(),
+                key: key.to_string(),
+                got: match other {
                     Value::Array(_) => "a list".to_string(),
                     scalar => format!("the scalar {scalar}"),
-                }
-            )),
+                },
+            }),
         }
     };
     for (key, text) in data {
@@ -124,9 +175,10 @@ pub fn parse_config_map(
         };
         let name = kebab_name(base);
         if values_key(&name) != base {
-            return Err(format!(
-                "ConfigMap {config_map}: key {key:?} is not a module key (expected the camelCase of a kebab-case module name, e.g. someModule or someModuleEnabled)"
-            ));
+            return Err(ConfigMapError::NotAModuleKey {
+                config_map: config_map.to_string(),
+                key: key.clone(),
+            });
         }
         if !modules.iter().any(|m| m.name == name) {
             warnings.push(format!(
@@ -144,9 +196,11 @@ pub fn parse_config_map(
                 "true" => true,
                 "false" => false,
                 other => {
-                    return Err(format!(
-                        "ConfigMap {config_map}: key {key:?} must be \"true\" or \"false\", got {other:?}"
-                    ));
+                    return Err(ConfigMapError::NotABool {
+                        config_map: config_map.to_string(),
+                        key: key.clone(),
+                        got: other.to_string(),
+                    });
                 }
             };
             out.flags.insert(name, flag);
@@ -234,16 +288,20 @@ pub enum ModuleMsg {
     /// Run a `ModuleRun`, `ModuleDelete` or `ModuleEnsureCRDs` task.
     Run(Box<QueuedTask>, GlobalDocs, RpcReplyPort<TaskOutcome>),
     /// Run the `enabled` script with `global.enabledModules` = the given list.
-    Enabled(GlobalDocs, Vec<String>, RpcReplyPort<Result<bool, String>>),
+    Enabled(
+        GlobalDocs,
+        Vec<String>,
+        RpcReplyPort<Result<bool, ModuleError>>,
+    ),
     /// The ConfigMap section changed; replies whether the config values changed.
-    ConfigChanged(Value, RpcReplyPort<Result<bool, String>>),
+    ConfigChanged(Value, RpcReplyPort<Result<bool, ModuleError>>),
     /// Reply with the module's values document (given the global one).
     Values(GlobalDocs, RpcReplyPort<Value>),
     /// Reply with the module's config values document (given the global one).
     Config(GlobalDocs, RpcReplyPort<Value>),
     /// Render the chart with the current values (what a run would install), without
     /// installing it: the rendered objects.
-    Render(GlobalDocs, RpcReplyPort<Result<Vec<Value>, String>>),
+    Render(GlobalDocs, RpcReplyPort<Result<Vec<Value>, ModuleError>>),
     /// The resource monitor found the release unhealthy.
     Unhealthy(String),
 }
@@ -373,12 +431,15 @@ impl ModuleState {
         doc
     }
 
-    async fn journal(&mut self, events: Vec<Event>) -> Result<(), String> {
+    async fn journal(&mut self, events: Vec<Event>) -> Result<(), ModuleError> {
         self.ports
             .journal
             .append(events.clone())
             .await
-            .map_err(|e| format!("module {}: cannot journal: {e}", self.def.name))?;
+            .map_err(|source| ModuleError::Journal {
+                module: self.def.name.clone(),
+                source,
+            })?;
         self.journaled.apply_all(&events);
         Ok(())
     }
@@ -386,7 +447,7 @@ impl ModuleState {
     /// Journals a phase transition without waiting for the flush: the next durable write
     /// (a values patch, the release, the task's end) carries it. Losing it in a crash only
     /// makes the retried task redo a phase.
-    async fn phase(&mut self, phase: ModulePhase, task: TaskId) -> Result<(), String> {
+    async fn phase(&mut self, phase: ModulePhase, task: TaskId) -> Result<(), ModuleError> {
         let events = vec![Event::ModulePhase {
             module: self.def.name.clone(),
             phase,
@@ -395,14 +456,17 @@ impl ModuleState {
         self.ports
             .journal
             .append_later(events.clone())
-            .map_err(|e| format!("module {}: cannot journal: {e}", self.def.name))?;
+            .map_err(|source| ModuleError::Journal {
+                module: self.def.name.clone(),
+                source,
+            })?;
         self.journaled.apply_all(&events);
         Ok(())
     }
 
     /// Runs `--config` of every hook once; an error names the hook and counts as a module
     /// discovery error.
-    async fn load_hooks(&mut self) -> Result<(), String> {
+    async fn load_hooks(&mut self) -> Result<(), ModuleError> {
         if self.hooks.is_some() {
             return Ok(());
         }
@@ -414,7 +478,12 @@ impl ModuleState {
         Ok(())
     }
 
-    async fn read_hook_configs(&self) -> Result<Vec<ModuleHook>, String> {
+    async fn read_hook_configs(&self) -> Result<Vec<ModuleHook>, ModuleError> {
+        let module = || self.def.name.clone();
+        let invalid = |source| ModuleError::HookConfig {
+            module: module(),
+            source,
+        };
         let mut hooks = Vec::new();
         for (name, path) in &self.def.hooks {
             let text = self
@@ -422,13 +491,16 @@ impl ModuleState {
                 .executor
                 .config(name, path)
                 .await
-                .map_err(|e| format!("module {}: {e}", self.def.name))?;
-            let config = crate::hook_config::parse(&text, HookKind::Module, name)
-                .map_err(|e| format!("module {}: {e}", self.def.name))?;
+                .map_err(|source| ModuleError::HookConfigRun {
+                    module: module(),
+                    source,
+                })?;
+            let config =
+                crate::hook_config::parse(&text, HookKind::Module, name).map_err(invalid)?;
             crate::hook_config::check_filters(&config, name, |p| {
                 self.ports.bindings.check_filter(p)
             })
-            .map_err(|e| format!("module {}: {e}", self.def.name))?;
+            .map_err(invalid)?;
             telemetry::binding_count(Some(&self.def.name), name, &config);
             let limiter = crate::rate::Limiter::for_settings(&config.settings).map(Arc::new);
             self.limits.set(&self.def.name, name, limiter.clone());
@@ -456,15 +528,19 @@ impl ModuleState {
     /// Runs the hooks of one binding in order; the first failure fails the task.
     async fn run_binding(
         &mut self,
-        binding: &str,
+        binding: &'static str,
         order: impl Fn(&HookConfig) -> Option<i64>,
         docs: &GlobalDocs,
         queue: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), ModuleError> {
         for hook in self.hooks_for(order) {
             self.run_hook(&hook, vec![ContextStub::named(binding)], docs, queue, false)
                 .await
-                .map_err(|e| format!("module {}: {binding} hook failed: {e}", self.def.name))?;
+                .map_err(|source| ModuleError::BindingHook {
+                    module: self.def.name.clone(),
+                    binding,
+                    source,
+                })?;
         }
         Ok(())
     }
@@ -486,7 +562,7 @@ impl ModuleState {
         docs: &GlobalDocs,
         queue: &str,
         allow_failure: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), HookRunError> {
         let href = self.hook_ref(&hook.name);
         let synced = crate::bindings::synchronized(&stubs);
         let (contexts, binding) = crate::bindings::contexts_for_run(&hook.config, stubs, &|i| {
@@ -521,7 +597,7 @@ impl ModuleState {
             Ok(out) => out,
             Err(e) => {
                 labels.record(failed, started.elapsed(), None);
-                return Err(e.to_string());
+                return Err(HookRunError::Run(e));
             }
         };
         let took = started.elapsed();
@@ -532,7 +608,7 @@ impl ModuleState {
             failed
         };
         labels.record(outcome, took, out.usage.as_ref());
-        applied.map_err(|e| e.to_string())?;
+        applied.map_err(|e| HookRunError::Output(Box::new(e)))?;
         for i in synced {
             self.ports.bindings.release(&href, i);
         }
@@ -584,27 +660,33 @@ impl ModuleState {
     }
 
     /// The chart rendered with the values a run would use (`module render`).
-    async fn render(&self, docs: &GlobalDocs) -> Result<Vec<Value>, String> {
+    async fn render(&self, docs: &GlobalDocs) -> Result<Vec<Value>, ModuleError> {
         let name = self.def.name.clone();
         let Some(chart) = self.def.chart.clone() else {
-            return Err(format!("module {name} has no chart"));
+            return Err(ModuleError::NoChart { module: name });
         };
         let values = self.helm_values(docs);
         self.def
             .schemas
             .validate_helm(&values[&self.def.key()])
-            .map_err(|e| format!("module {name}: {e}"))?;
+            .map_err(|source| ModuleError::HelmValues {
+                module: name.clone(),
+                source,
+            })?;
         self.ports
             .releases
             .render(name.clone(), chart, values)
             .await
             .map(|r| r.objects)
-            .map_err(|e| format!("module {name}: chart does not render: {e}"))
+            .map_err(|source| ModuleError::Render {
+                module: name,
+                source,
+            })
     }
 
     /// Installs or upgrades the release when needed; returns the rendered objects. Each
     /// step that ends (well or not) is timed in `helm_operation_seconds`.
-    async fn helm(&mut self, docs: &GlobalDocs) -> Result<Vec<Value>, String> {
+    async fn helm(&mut self, docs: &GlobalDocs) -> Result<Vec<Value>, ModuleError> {
         let Some(chart) = self.def.chart.clone() else {
             return Ok(Vec::new());
         };
@@ -614,7 +696,10 @@ impl ModuleState {
         self.def
             .schemas
             .validate_helm(&values[&self.def.key()])
-            .map_err(|e| format!("module {name}: {e}"))?;
+            .map_err(|source| ModuleError::HelmValues {
+                module: name.clone(),
+                source,
+            })?;
         let started = Instant::now();
         let rendered = self
             .ports
@@ -622,8 +707,10 @@ impl ModuleState {
             .render(name.clone(), chart.clone(), values.clone())
             .await;
         HelmOperation::Template.record(&name, &activation, started.elapsed());
-        let rendered =
-            rendered.map_err(|e| format!("module {name}: chart does not render: {e}"))?;
+        let rendered = rendered.map_err(|source| ModuleError::Render {
+            module: name.clone(),
+            source,
+        })?;
         let started = Instant::now();
         let reason = self.upgrade_reason(&rendered).await;
         HelmOperation::CheckUpgrade.record(&name, &activation, started.elapsed());
@@ -641,8 +728,10 @@ impl ModuleState {
                     .upgrade(name.clone(), chart, values, rendered.checksum.clone())
                     .await;
                 HelmOperation::Upgrade.record(&name, &activation, started.elapsed());
-                let revision =
-                    revision.map_err(|e| format!("module {name}: helm upgrade failed: {e}"))?;
+                let revision = revision.map_err(|source| ModuleError::Upgrade {
+                    module: name.clone(),
+                    source,
+                })?;
                 self.journal(vec![Event::ReleaseApplied {
                     module: name.clone(),
                     revision,
@@ -677,14 +766,17 @@ impl ModuleState {
     async fn upgrade_reason(
         &self,
         rendered: &Rendered,
-    ) -> Result<(Option<String>, Option<Vec<String>>), String> {
+    ) -> Result<(Option<String>, Option<Vec<String>>), ModuleError> {
         let name = &self.def.name;
         let info = self
             .ports
             .releases
             .status(name.clone())
             .await
-            .map_err(|e| format!("module {name}: cannot read release status: {e}"))?;
+            .map_err(|source| ModuleError::ReleaseStatus {
+                module: name.clone(),
+                source,
+            })?;
         let recorded = info.as_ref().and_then(|i| i.checksum.clone()).or_else(|| {
             self.journaled
                 .modules
@@ -709,13 +801,16 @@ impl ModuleState {
     }
 
     /// Absent or changed rendered objects, minus the settled differences.
-    async fn drift(&self, objects: &[Value]) -> Result<Vec<String>, String> {
+    async fn drift(&self, objects: &[Value]) -> Result<Vec<String>, ModuleError> {
         let found = self
             .ports
             .releases
             .drift(objects.to_vec())
             .await
-            .map_err(|e| format!("module {}: cannot check resources: {e}", self.def.name))?;
+            .map_err(|source| ModuleError::Drift {
+                module: self.def.name.clone(),
+                source,
+            })?;
         Ok(found
             .into_iter()
             .filter(|d| !self.settled_drift.contains(d))
@@ -797,14 +892,14 @@ impl ModuleState {
     }
 
     /// A failed `ModuleRun` step: counted by the kind of step, then the task fails.
-    fn run_failed(&self, error_type: &'static str, error: String) -> TaskOutcome {
+    fn run_failed(&self, error_type: &'static str, error: ModuleError) -> TaskOutcome {
         metrics::counter!(
             telemetry::MODULE_RUN_ERRORS_TOTAL,
             "module" => self.def.name.clone(),
             "error_type" => error_type
         )
         .increment(1);
-        TaskOutcome::Fail(error)
+        TaskOutcome::Fail(error.to_string())
     }
 
     async fn module_run(&mut self, task: &QueuedTask, docs: &GlobalDocs) -> TaskOutcome {
@@ -862,7 +957,7 @@ impl ModuleState {
                 .await?;
             let after = checksum(&self.values_document(docs)[&self.def.key()]);
             self.phase(ModulePhase::Ready, id).await?;
-            Ok::<_, String>((objects, before != after))
+            Ok::<_, ModuleError>((objects, before != after))
         };
         let result = steps.await;
         match result {
@@ -892,7 +987,7 @@ impl ModuleState {
     /// Starts the kubernetes bindings of every hook and runs their Synchronization: in this
     /// run for bindings on the main queue or waited for, as a task in their named queue
     /// otherwise.
-    async fn start_bindings(&mut self, docs: &GlobalDocs, queue: &str) -> Result<(), String> {
+    async fn start_bindings(&mut self, docs: &GlobalDocs, queue: &str) -> Result<(), ModuleError> {
         let name = self.def.name.clone();
         let hooks: Vec<ModuleHook> = self
             .hooks
@@ -914,7 +1009,11 @@ impl ModuleState {
                 .bindings
                 .start(href, hook.config.kubernetes.clone(), events)
                 .await
-                .map_err(|e| format!("module {name}: hook {:?}: {e}", hook.name))?;
+                .map_err(|source| ModuleError::Bindings {
+                    module: name.clone(),
+                    hook: hook.name.clone(),
+                    source,
+                })?;
         }
         self.bindings_started = true;
         let owner = owner_of(Some(&name));
@@ -940,10 +1039,12 @@ impl ModuleState {
                             self.ports.bindings.stop_owner(&href.owner);
                             self.scheduler.remove_owner(&href.owner);
                             self.bindings_started = false;
-                            return Err(format!(
-                                "module {name}: Synchronization of binding {:?} of hook {:?} failed: {e}",
-                                b.name, hook.name
-                            ));
+                            return Err(ModuleError::Synchronization {
+                                module: name,
+                                binding: b.name.clone(),
+                                hook: hook.name.clone(),
+                                source: e,
+                            });
                         }
                         tracing::warn!(module = %name, hook = %hook.name, "Synchronization failed, allowed by allowFailure: {e}");
                         self.ports.bindings.release(&href, i);
@@ -967,7 +1068,7 @@ impl ModuleState {
     /// Changed module values run the module again.
     async fn hook_run(&mut self, task: &QueuedTask, docs: &GlobalDocs) -> TaskOutcome {
         if let Err(e) = self.load_hooks().await {
-            return TaskOutcome::Fail(e);
+            return TaskOutcome::Fail(e.to_string());
         }
         let name = task.spec.kind.hook().unwrap_or_default().to_string();
         let Some(hook) = self
@@ -1002,7 +1103,13 @@ impl ModuleState {
                 }
                 return TaskOutcome::done();
             }
-            Err(e) => return TaskOutcome::Fail(format!("module {}: {e}", self.def.name)),
+            Err(source) => {
+                let e = ModuleError::Hook {
+                    module: self.def.name.clone(),
+                    source,
+                };
+                return TaskOutcome::Fail(e.to_string());
+            }
         }
         if checksum(&self.values_document(docs)[&key]) == before {
             return TaskOutcome::done();
@@ -1034,8 +1141,10 @@ impl ModuleState {
                 let started = Instant::now();
                 let existed = self.ports.releases.uninstall(name.clone()).await;
                 HelmOperation::Uninstall.record(&name, &self.activation, started.elapsed());
-                let existed =
-                    existed.map_err(|e| format!("module {name}: helm uninstall failed: {e}"))?;
+                let existed = existed.map_err(|source| ModuleError::Uninstall {
+                    module: name.clone(),
+                    source,
+                })?;
                 if existed {
                     self.journal(vec![Event::ReleaseDeleted {
                         module: name.clone(),
@@ -1056,12 +1165,12 @@ impl ModuleState {
             Err(e) => {
                 metrics::counter!(telemetry::MODULE_DELETE_ERRORS_TOTAL, "module" => name)
                     .increment(1);
-                TaskOutcome::Fail(e)
+                TaskOutcome::Fail(e.to_string())
             }
         }
     }
 
-    async fn enabled(&self, docs: &GlobalDocs, before: Vec<String>) -> Result<bool, String> {
+    async fn enabled(&self, docs: &GlobalDocs, before: Vec<String>) -> Result<bool, ModuleError> {
         let Some(script) = self.def.enabled_script.clone() else {
             return Ok(true);
         };
@@ -1075,9 +1184,12 @@ impl ModuleState {
                 config_values: self.config_document(docs),
             })
             .await
-            .map_err(|e| {
+            .map_err(|source| {
                 telemetry::module_discover_error();
-                format!("module {}: enabled script: {e}", self.def.name)
+                ModuleError::EnabledScript {
+                    module: self.def.name.clone(),
+                    source,
+                }
             })
     }
 }
@@ -1184,7 +1296,10 @@ impl Actor for ModuleActor {
                     .validate_config(&st.def.static_values, &config)
                 {
                     telemetry::config_values_error();
-                    Err(format!("section {:?}: {e}", st.def.key()))
+                    Err(ModuleError::Section {
+                        key: st.def.key(),
+                        source: e,
+                    })
                 } else {
                     let scope = Scope::Module(st.def.name.clone());
                     st.journal(vec![Event::ValuesSet {
@@ -1294,13 +1409,13 @@ mod tests {
         assert_eq!(sections.flags.get("some-module"), Some(&true));
 
         let bad: BTreeMap<String, String> = [("someModuleEnabled".into(), "yes".into())].into();
-        let err = parse_config_map(&bad, &mods, "cm").unwrap_err();
+        let err = parse_config_map(&bad, &mods, "cm").unwrap_err().to_string();
         assert!(
             err.contains("someModuleEnabled") && err.contains("\"true\" or \"false\""),
             "{err}"
         );
         let bad: BTreeMap<String, String> = [("global".into(), "a: [".into())].into();
-        let err = parse_config_map(&bad, &mods, "cm").unwrap_err();
+        let err = parse_config_map(&bad, &mods, "cm").unwrap_err().to_string();
         assert!(err.contains("\"global\" is not valid YAML"), "{err}");
         let bad: BTreeMap<String, String> = [("Some_Thing".into(), "{}".into())].into();
         assert!(parse_config_map(&bad, &mods, "cm").is_err());
@@ -1312,7 +1427,7 @@ mod tests {
             ("someModule", "42", "the scalar 42"),
         ] {
             let bad: BTreeMap<String, String> = [(key.into(), text.into())].into();
-            let err = parse_config_map(&bad, &mods, "cm").unwrap_err();
+            let err = parse_config_map(&bad, &mods, "cm").unwrap_err().to_string();
             assert!(
                 err.contains(&format!("{key:?} must be a YAML mapping")) && err.contains(what),
                 "{err}"

@@ -101,10 +101,13 @@ pub trait HookExecutor: Send + Sync + 'static {
     fn enabled(&self, run: EnabledRun) -> BoxFut<'_, Result<bool, PortError>>;
 }
 
+/// A ConfigMap's `data`: each key's text.
+pub type ConfigMapData = BTreeMap<String, String>;
+
 /// The operator's ConfigMap (`ADDON_OPERATOR_CONFIG_MAP`).
 pub trait ConfigStore: Send + Sync + 'static {
     /// Its `data`, or `None` when it does not exist.
-    fn load(&self) -> BoxFut<'_, Result<Option<BTreeMap<String, String>>, PortError>>;
+    fn load(&self) -> BoxFut<'_, Result<Option<ConfigMapData>, PortError>>;
     /// Writes one key (`global`, a module key) as YAML text, creating the ConfigMap if needed.
     fn save(&self, key: String, yaml: String) -> BoxFut<'_, Result<(), PortError>>;
     /// Removes one key (a `<module>Enabled` flag); nothing to do when it is absent.
@@ -225,7 +228,7 @@ pub trait KubeBindings: Send + Sync + 'static {
     /// Stops every binding of an owner (`global`, `module/<name>`).
     fn stop_owner(&self, owner: &str);
     /// Checks a `jqFilter` program when a hook's configuration is loaded.
-    fn check_filter(&self, _program: &str) -> Result<(), String> {
+    fn check_filter(&self, _program: &str) -> Result<(), crate::hook_config::InvalidFilter> {
         Ok(())
     }
     /// Every snapshot of an owner's hooks: `{hook: {binding: [{object?, filterResult?}]}}`.

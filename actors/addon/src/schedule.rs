@@ -58,32 +58,56 @@ const MONTHS: [&str; 12] = [
 ];
 const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
+/// What is wrong with one field of a crontab.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+enum FieldError {
+    /// A value that is neither a number nor a name.
+    #[error("{0:?} is not a number")]
+    NotANumber(String),
+    /// A step after `/` that is not a number.
+    #[error("step {0:?} is not a number")]
+    StepNotANumber(String),
+    /// `/0`.
+    #[error("step must be at least 1")]
+    ZeroStep,
+    /// A value or range outside the field's limits.
+    #[error("{range:?} is outside {min}-{max}")]
+    OutOfRange {
+        /// The range as written.
+        range: String,
+        /// The field's lowest value.
+        min: u32,
+        /// The field's highest value.
+        max: u32,
+    },
+}
+
 fn parse_field(
     field: &str,
     min: u32,
     max: u32,
     names: &[&str],
     name_base: u32,
-) -> Result<u64, String> {
+) -> Result<u64, FieldError> {
     let mut bits = 0u64;
-    let value = |s: &str| -> Result<u32, String> {
+    let value = |s: &str| {
         if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(s)) {
             return Ok(i as u32 + name_base);
         }
         s.parse::<u32>()
-            .map_err(|_| format!("{s:?} is not a number"))
+            .map_err(|_| FieldError::NotANumber(s.to_string()))
     };
     for part in field.split(',') {
         let (range, step) = match part.split_once('/') {
             Some((r, s)) => (
                 r,
                 s.parse::<u32>()
-                    .map_err(|_| format!("step {s:?} is not a number"))?,
+                    .map_err(|_| FieldError::StepNotANumber(s.to_string()))?,
             ),
             None => (part, 1),
         };
         if step == 0 {
-            return Err("step must be at least 1".into());
+            return Err(FieldError::ZeroStep);
         }
         let (lo, hi) = match range {
             "*" | "?" => (min, max),
@@ -102,7 +126,11 @@ fn parse_field(
             (lo, hi)
         };
         if lo < min || hi > max || lo > hi {
-            return Err(format!("{range:?} is outside {min}-{max}"));
+            return Err(FieldError::OutOfRange {
+                range: range.to_string(),
+                min,
+                max,
+            });
         }
         let mut v = lo;
         while v <= hi {

@@ -44,11 +44,38 @@ impl Default for ValuesSchemas {
     }
 }
 
-fn compile(schema: &Value, what: &str) -> Result<Compiled, String> {
+/// Why a schema cannot be loaded, or values do not match it; naming the file or values.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// A schema file that is not a valid JSON schema.
+    #[error("{file}: not a valid schema: {message}")]
+    Invalid {
+        /// `openapi/config-values.yaml` or `openapi/values.yaml`.
+        file: &'static str,
+        /// The validator's reason.
+        message: String,
+    },
+    /// `x-extend` without a config-values schema to extend.
+    #[error("openapi/values.yaml: x-extend names config-values.yaml, which does not exist")]
+    ExtendsNothing,
+    /// Values that break their schema.
+    #[error("{what} do not match the schema: {}", .errors.join("; "))]
+    Mismatch {
+        /// `global config values`, `m values for Helm`, …
+        what: String,
+        /// The first violations, each with its path.
+        errors: Vec<String>,
+    },
+}
+
+fn compile(schema: &Value, file: &'static str) -> Result<Compiled, SchemaError> {
     let validator = jsonschema::options()
         .with_draft(jsonschema::Draft::Draft4)
         .build(schema)
-        .map_err(|e| format!("{what}: not a valid schema: {e}"))?;
+        .map_err(|e| SchemaError::Invalid {
+            file,
+            message: e.to_string(),
+        })?;
     Ok(Compiled { validator })
 }
 
@@ -174,7 +201,7 @@ pub fn fill_missing(target: &mut Value, defaults: &Value) {
     }
 }
 
-fn check(c: &Option<Compiled>, value: &Value, what: &str) -> Result<(), String> {
+fn check(c: &Option<Compiled>, value: &Value, what: &str) -> Result<(), SchemaError> {
     let Some(c) = c else { return Ok(()) };
     let errors: Vec<String> = c
         .validator
@@ -192,10 +219,10 @@ fn check(c: &Option<Compiled>, value: &Value, what: &str) -> Result<(), String> 
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "{what} do not match the schema: {}",
-            errors.join("; ")
-        ))
+        Err(SchemaError::Mismatch {
+            what: what.to_string(),
+            errors,
+        })
     }
 }
 
@@ -218,7 +245,7 @@ impl ValuesSchemas {
         scope: &str,
         config_values: Option<Value>,
         values: Option<Value>,
-    ) -> Result<ValuesSchemas, String> {
+    ) -> Result<ValuesSchemas, SchemaError> {
         let mut out = ValuesSchemas::none(scope);
         let config = config_values.map(|mut s| {
             prepare(&mut s);
@@ -233,7 +260,7 @@ impl ValuesSchemas {
                 match &config {
                     Some(c) => extend(&mut v, c),
                     None => {
-                        return Err("openapi/values.yaml: x-extend names config-values.yaml, which does not exist".into());
+                        return Err(SchemaError::ExtendsNothing);
                     }
                 }
             }
@@ -276,7 +303,11 @@ impl ValuesSchemas {
     }
 
     /// Checks config values (static values and defaults layered under the config section).
-    pub fn validate_config(&self, static_values: &Value, config: &Value) -> Result<(), String> {
+    pub fn validate_config(
+        &self,
+        static_values: &Value,
+        config: &Value,
+    ) -> Result<(), SchemaError> {
         if self.config.is_none() {
             return Ok(());
         }
@@ -287,12 +318,12 @@ impl ValuesSchemas {
     }
 
     /// Checks effective values (after a hook run).
-    pub fn validate_values(&self, values: &Value) -> Result<(), String> {
+    pub fn validate_values(&self, values: &Value) -> Result<(), SchemaError> {
         check(&self.values, values, &format!("{} values", self.scope))
     }
 
     /// Checks values right before Helm (`required` plus `x-required-for-helm`).
-    pub fn validate_helm(&self, values: &Value) -> Result<(), String> {
+    pub fn validate_helm(&self, values: &Value) -> Result<(), SchemaError> {
         check(
             &self.helm,
             values,
@@ -317,13 +348,13 @@ mod tests {
         let err = s
             .validate_config(&json!({}), &json!({"project": "myProject"}))
             .unwrap_err();
-        assert!(err.contains("clusterName"), "{err}");
+        assert!(err.to_string().contains("clusterName"), "{err}");
         let ok = json!({"project": "p", "clusterName": "c", "discovery": {"anything": 1}});
         assert_eq!(s.validate_config(&json!({}), &ok), Ok(()));
         let mut bad = ok.clone();
         bad["clusterHostname"] = json!({});
         let err = s.validate_config(&json!({}), &bad).unwrap_err();
-        assert!(err.contains("/clusterHostname"), "{err}");
+        assert!(err.to_string().contains("/clusterHostname"), "{err}");
         let mut extra = ok.clone();
         extra["unknown"] = json!(1);
         assert!(
@@ -345,7 +376,7 @@ mod tests {
         );
         assert_eq!(s.validate_values(&layered), Ok(()));
         let err = s.validate_helm(&layered).unwrap_err();
-        assert!(err.contains("param1"), "{err}");
+        assert!(err.to_string().contains("param1"), "{err}");
         let mut with = layered.clone();
         with["param1"] = json!("x");
         with["level"] = Value::Null;

@@ -50,12 +50,26 @@ pub enum DeployerEvent {
 
 impl bosun_journal::Versioned for DeployerEvent {
     const VERSION: u32 = EVENT_VERSION;
-    fn decode(version: u32, raw: Value) -> Result<Self, String> {
+    type Error = EventDecodeError;
+
+    fn decode(version: u32, raw: Value) -> Result<Self, EventDecodeError> {
         if version > EVENT_VERSION {
-            return Err(format!(
-                "deployer event version {version} is newer than this bosun ({EVENT_VERSION})"
-            ));
+            return Err(EventDecodeError::TooNew { version });
         }
-        serde_json::from_value(raw).map_err(|e| e.to_string())
+        Ok(serde_json::from_value(raw)?)
     }
+}
+
+/// A stored deployer event this build cannot read.
+#[derive(Debug, thiserror::Error)]
+pub enum EventDecodeError {
+    /// Written by a newer bosun.
+    #[error("deployer event version {version} is newer than this bosun ({EVENT_VERSION})")]
+    TooNew {
+        /// Its version.
+        version: u32,
+    },
+    /// Not an event of this version (the field that is wrong is named).
+    #[error(transparent)]
+    Invalid(#[from] serde_json::Error),
 }

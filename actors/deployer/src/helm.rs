@@ -577,7 +577,7 @@ async fn component_resolvers(
             prefix: String::new(),
             priority: i64::MAX,
             repository: crate::ocm::Repository::of(&context["repositoryContext"], &field)
-                .map_err(config_error)?,
+                .map_err(|e| config_error(e.to_string()))?,
         });
     }
     if !context["ocmConfig"].is_null() {
@@ -593,7 +593,7 @@ async fn component_resolvers(
             config_error(format!("{field}: ConfigMap {ns}/{cm} has no .ocmconfig"))
         })?;
         let ocm = crate::ocm::OcmConfig::parse(text, &format!("ConfigMap {ns}/{cm} .ocmconfig"))
-            .map_err(config_error)?;
+            .map_err(|e| config_error(e.to_string()))?;
         out.extend(ocm.resolvers);
         logins = ocm.logins;
         for source in ocm.docker_configs {

@@ -38,6 +38,76 @@ pub const COMPONENT_CONFIG: &str = "application/vnd.ocm.software.component.confi
 /// chart.
 pub const ARTIFACT_SET: &str = "application/vnd.oci.image.manifest.v1+tar";
 
+/// OCM input that cannot be used, naming the field, the resource or the document.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OcmError {
+    /// A `resourceRef` that is not base64.
+    #[error(
+        "not a resource key (base64 of a global resource identity, as landscaper's getResourceKey writes): {0}"
+    )]
+    KeyNotBase64(String),
+    /// A decoded `resourceRef` that is not YAML.
+    #[error("the decoded key is not YAML: {0}")]
+    KeyNotYaml(String),
+    /// A decoded `resourceRef` without one of its parts.
+    #[error("the decoded key has no {0}")]
+    KeyMissing(String),
+    /// A part of a decoded `resourceRef` that is not a string.
+    #[error("the decoded key's {field}: expected a string, got {got}")]
+    KeyNotAString {
+        /// `component.name`, `resource.<k>`.
+        field: String,
+        /// What it holds.
+        got: Value,
+    },
+    /// A field of a Context or an `.ocmconfig`.
+    #[error("{field}: {problem}")]
+    Field {
+        /// Where (`repositoryContext.baseUrl`, `….resolvers[0].priority`).
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The resource a key names, in its component descriptor.
+    #[error("{key}: {problem}")]
+    Resource {
+        /// The resource (`resource "chart" of name:version`).
+        key: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A component version's manifest, descriptor or artifact set.
+    #[error("{0}")]
+    Document(&'static str),
+    /// A component descriptor that is not YAML.
+    #[error("the component descriptor is not YAML: {0}")]
+    DescriptorNotYaml(String),
+    /// A component descriptor of another component version.
+    #[error("the component descriptor is of {found}, not {wanted}")]
+    OtherDescriptor {
+        /// `name:version` found.
+        found: String,
+        /// `name:version` asked for.
+        wanted: String,
+    },
+}
+
+/// An [`OcmError::Field`].
+fn field_error(field: impl Into<String>, problem: impl Into<String>) -> OcmError {
+    OcmError::Field {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+/// An [`OcmError::Resource`].
+fn resource_error(key: &ResourceKey, problem: impl Into<String>) -> OcmError {
+    OcmError::Resource {
+        key: key.to_string(),
+        problem: problem.into(),
+    }
+}
+
 /// A resource of a component version, as `chart.resourceRef` names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceKey {
@@ -50,33 +120,32 @@ pub struct ResourceKey {
 
 impl ResourceKey {
     /// Decodes a key (base64 of YAML or JSON).
-    pub fn decode(key: &str) -> Result<ResourceKey, String> {
+    pub fn decode(key: &str) -> Result<ResourceKey, OcmError> {
         let compact: String = key.split_whitespace().collect();
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(compact.as_bytes())
-            .map_err(|e| {
-                format!("not a resource key (base64 of a global resource identity, as landscaper's getResourceKey writes): {e}")
-            })?;
-        let v: Value = serde_saphyr::from_slice(&bytes)
-            .map_err(|e| format!("the decoded key is not YAML: {e}"))?;
+            .map_err(|e| OcmError::KeyNotBase64(e.to_string()))?;
+        let v: Value =
+            serde_saphyr::from_slice(&bytes).map_err(|e| OcmError::KeyNotYaml(e.to_string()))?;
         let text = |v: &Value, field: &str| match v {
             Value::String(s) if !s.is_empty() => Ok(s.clone()),
-            Value::Null => Err(format!("the decoded key has no {field}")),
-            other => Err(format!(
-                "the decoded key's {field}: expected a string, got {other}"
-            )),
+            Value::Null => Err(OcmError::KeyMissing(field.to_string())),
+            other => Err(OcmError::KeyNotAString {
+                field: field.to_string(),
+                got: other.clone(),
+            }),
         };
         let component = text(&v["component"]["name"], "component.name")?;
         let version = text(&v["component"]["version"], "component.version")?;
-        let resource = v["resource"]
-            .as_object()
-            .ok_or("the decoded key has no resource identity (resource: {name: …})")?;
+        let resource = v["resource"].as_object().ok_or_else(|| {
+            OcmError::KeyMissing("resource identity (resource: {name: …})".into())
+        })?;
         let mut identity = BTreeMap::new();
         for (k, val) in resource {
             identity.insert(k.clone(), text(val, &format!("resource.{k}"))?);
         }
         if !identity.contains_key("name") {
-            return Err("the decoded key has no resource.name".into());
+            return Err(OcmError::KeyMissing("resource.name".into()));
         }
         Ok(ResourceKey {
             component,
@@ -117,38 +186,50 @@ pub struct Repository {
 
 impl Repository {
     /// Reads a Context's `repositoryContext`; `field` names it in errors.
-    pub fn of(repository_context: &Value, field: &str) -> Result<Repository, String> {
+    pub fn of(repository_context: &Value, field: &str) -> Result<Repository, OcmError> {
         let m = match repository_context {
             Value::Object(m) => m,
-            Value::Null => return Err(format!("{field}: missing")),
-            other => return Err(format!("{field}: expected an object, got {other}")),
+            Value::Null => return Err(field_error(field, "missing")),
+            other => {
+                return Err(field_error(
+                    field,
+                    format!("expected an object, got {other}"),
+                ));
+            }
         };
         let ty = m.get("type").and_then(Value::as_str).unwrap_or_default();
         if !matches!(
             ty,
             "OCIRegistry" | "ociRegistry" | "OCIRegistry/v1" | "ociRegistry/v1"
         ) {
-            return Err(format!(
-                "{field}.type: {ty:?} is not supported; expected OCIRegistry (component versions in an OCI registry)"
+            return Err(field_error(
+                format!("{field}.type"),
+                format!(
+                    "{ty:?} is not supported; expected OCIRegistry (component versions in an OCI registry)"
+                ),
             ));
         }
         if let Some(mapping) = m.get("componentNameMapping").and_then(Value::as_str)
             && mapping != "urlPath"
         {
-            return Err(format!(
-                "{field}.componentNameMapping: {mapping:?} is not supported; expected urlPath"
+            return Err(field_error(
+                format!("{field}.componentNameMapping"),
+                format!("{mapping:?} is not supported; expected urlPath"),
             ));
         }
         let base = m
             .get("baseUrl")
             .and_then(Value::as_str)
             .filter(|s| !s.trim().is_empty())
-            .ok_or_else(|| format!("{field}.baseUrl: missing (host[:port][/path])"))?
+            .ok_or_else(|| field_error(format!("{field}.baseUrl"), "missing (host[:port][/path])"))?
             .trim();
         let base = base.split_once("://").map_or(base, |(_, rest)| rest);
         let (registry, path) = base.split_once('/').unwrap_or((base, ""));
         if registry.is_empty() {
-            return Err(format!("{field}.baseUrl: {base:?} names no registry host"));
+            return Err(field_error(
+                format!("{field}.baseUrl"),
+                format!("{base:?} names no registry host"),
+            ));
         }
         let sub = m.get("subPath").and_then(Value::as_str).unwrap_or_default();
         let path: Vec<&str> = path
@@ -221,11 +302,11 @@ pub enum DockerConfigSource {
 }
 
 /// `v` as a list (null: empty); `field` names it in the error.
-fn list<'a>(v: &'a Value, field: &str) -> Result<&'a [Value], String> {
+fn list<'a>(v: &'a Value, field: &str) -> Result<&'a [Value], OcmError> {
     match v {
         Value::Array(a) => Ok(a.as_slice()),
         Value::Null => Ok(&[]),
-        other => Err(format!("{field}: expected a list, got {other}")),
+        other => Err(field_error(field, format!("expected a list, got {other}"))),
     }
 }
 
@@ -236,7 +317,7 @@ fn of_type(v: &Value, ty: &str) -> bool {
 
 impl OcmConfig {
     /// Reads an `.ocmconfig`; other configurations are not read.
-    pub fn parse(text: &str, field: &str) -> Result<OcmConfig, String> {
+    pub fn parse(text: &str, field: &str) -> Result<OcmConfig, OcmError> {
         let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
         Self::parse_with_home(text, field, home)
     }
@@ -246,9 +327,9 @@ impl OcmConfig {
         text: &str,
         field: &str,
         home: Option<std::path::PathBuf>,
-    ) -> Result<OcmConfig, String> {
-        let config: Value =
-            serde_saphyr::from_str(text).map_err(|e| format!("{field}: not YAML: {e}"))?;
+    ) -> Result<OcmConfig, OcmError> {
+        let config: Value = serde_saphyr::from_str(text)
+            .map_err(|e| field_error(field, format!("not YAML: {e}")))?;
         let mut out = OcmConfig::default();
         let f = format!("{field}.configurations");
         for (i, c) in list(&config["configurations"], &f)?.iter().enumerate() {
@@ -286,12 +367,15 @@ impl OcmConfig {
     }
 }
 
-fn resolver(r: &Value, f: &str) -> Result<Resolver, String> {
+fn resolver(r: &Value, f: &str) -> Result<Resolver, OcmError> {
     let priority = match &r["priority"] {
         Value::Null => 10,
-        v => v
-            .as_i64()
-            .ok_or_else(|| format!("{f}.priority: expected a whole number, got {v}"))?,
+        v => v.as_i64().ok_or_else(|| {
+            field_error(
+                format!("{f}.priority"),
+                format!("expected a whole number, got {v}"),
+            )
+        })?,
     };
     Ok(Resolver {
         prefix: r["prefix"].as_str().unwrap_or_default().to_string(),
@@ -306,10 +390,10 @@ fn docker_config(
     r: &Value,
     f: &str,
     home: Option<&std::path::Path>,
-) -> Result<Option<DockerConfigSource>, String> {
+) -> Result<Option<DockerConfigSource>, OcmError> {
     if !of_type(r, "DockerConfig") {
         if r["type"].as_str().is_none_or(str::is_empty) {
-            return Err(format!("{f}.type: missing"));
+            return Err(field_error(format!("{f}.type"), "missing"));
         }
         return Ok(None);
     }
@@ -317,8 +401,9 @@ fn docker_config(
         Value::Null | Value::Bool(true) => {}
         Value::Bool(false) => return Ok(None),
         v => {
-            return Err(format!(
-                "{f}.propagateConsumerIdentity: expected true or false, got {v}"
+            return Err(field_error(
+                format!("{f}.propagateConsumerIdentity"),
+                format!("expected true or false, got {v}"),
             ));
         }
     }
@@ -326,15 +411,19 @@ fn docker_config(
         (Value::Object(_), _) => Ok(Some(DockerConfigSource::Inline(r["dockerConfig"].clone()))),
         (Value::String(text), _) => match serde_json::from_str::<Value>(text) {
             Ok(config @ Value::Object(_)) => Ok(Some(DockerConfigSource::Inline(config))),
-            _ => Err(format!(
-                "{f}.dockerConfig: expected a docker config (a JSON object)"
+            _ => Err(field_error(
+                format!("{f}.dockerConfig"),
+                "expected a docker config (a JSON object)",
             )),
         },
         (Value::Null, Value::String(path)) if !path.is_empty() => {
             let path = match path.strip_prefix("~/") {
                 Some(rest) => home
                     .ok_or_else(|| {
-                        format!("{f}.dockerConfigFile: {path}: no home folder (HOME is not set)")
+                        field_error(
+                            format!("{f}.dockerConfigFile"),
+                            format!("{path}: no home folder (HOME is not set)"),
+                        )
                     })?
                     .join(rest),
                 None => std::path::PathBuf::from(path),
@@ -345,17 +434,21 @@ fn docker_config(
             }))
         }
         (Value::Null, Value::Null) => {
-            Err(format!("{f}: expected dockerConfig or dockerConfigFile"))
+            Err(field_error(f, "expected dockerConfig or dockerConfigFile"))
         }
-        (Value::Null, v) => Err(format!("{f}.dockerConfigFile: expected a path, got {v}")),
-        (v, _) => Err(format!(
-            "{f}.dockerConfig: expected a docker config (a JSON object), got {v}"
+        (Value::Null, v) => Err(field_error(
+            format!("{f}.dockerConfigFile"),
+            format!("expected a path, got {v}"),
+        )),
+        (v, _) => Err(field_error(
+            format!("{f}.dockerConfig"),
+            format!("expected a docker config (a JSON object), got {v}"),
         )),
     }
 }
 
 /// The docker configs of one credentials consumer (none unless it is an OCI registry).
-fn logins(consumer: &Value, f: &str) -> Result<Vec<Value>, String> {
+fn logins(consumer: &Value, f: &str) -> Result<Vec<Value>, OcmError> {
     let id = &consumer["identity"];
     if !of_type(id, "OCIRegistry") {
         return Ok(Vec::new());
@@ -363,7 +456,7 @@ fn logins(consumer: &Value, f: &str) -> Result<Vec<Value>, String> {
     let host = id["hostname"]
         .as_str()
         .filter(|h| !h.is_empty())
-        .ok_or_else(|| format!("{f}.identity.hostname: missing"))?;
+        .ok_or_else(|| field_error(format!("{f}.identity.hostname"), "missing"))?;
     let registry = match &id["port"] {
         Value::String(p) if !p.is_empty() => format!("{host}:{p}"),
         Value::Number(p) => format!("{host}:{p}"),
@@ -383,8 +476,9 @@ fn logins(consumer: &Value, f: &str) -> Result<Vec<Value>, String> {
             (_, _, Some(t)) if !t.is_empty() => serde_json::json!({"identitytoken": t}),
             (Some(u), Some(p), _) => serde_json::json!({"username": u, "password": p}),
             _ => {
-                return Err(format!(
-                    "{f}.credentials[{k}].properties: expected username and password, or identityToken"
+                return Err(field_error(
+                    format!("{f}.credentials[{k}].properties"),
+                    "expected username and password, or identityToken",
                 ));
             }
         };
@@ -413,27 +507,28 @@ pub fn lookup_order<'a>(resolvers: &'a [Resolver], component: &str) -> Vec<&'a R
 
 /// The layer of a component version's manifest that holds its descriptor: the one its
 /// config names, else the only layer. Its digest and media type.
-pub fn descriptor_layer(manifest: &Value, config: &Value) -> Result<(String, String), String> {
+pub fn descriptor_layer(manifest: &Value, config: &Value) -> Result<(String, String), OcmError> {
     let layers = manifest["layers"]
         .as_array()
-        .ok_or("not an OCI manifest: no layers")?;
+        .ok_or(OcmError::Document("not an OCI manifest: no layers"))?;
     let named = &config["componentDescriptorLayer"];
     let layer = match named["digest"].as_str() {
         Some(d) => layers.iter().find(|l| l["digest"] == d).unwrap_or(named),
         None => match layers.as_slice() {
             [only] => only,
             _ => {
-                return Err(
-                    "the config names no componentDescriptorLayer: not an OCM component version"
-                        .into(),
-                );
+                return Err(OcmError::Document(
+                    "the config names no componentDescriptorLayer: not an OCM component version",
+                ));
             }
         },
     };
     let digest = layer["digest"]
         .as_str()
         .filter(|d| d.starts_with("sha256:"))
-        .ok_or("the component descriptor layer has no sha256 digest")?;
+        .ok_or(OcmError::Document(
+            "the component descriptor layer has no sha256 digest",
+        ))?;
     let media_type = layer["mediaType"].as_str().unwrap_or_default();
     Ok((digest.to_string(), media_type.to_string()))
 }
@@ -446,22 +541,23 @@ pub fn descriptor_in_tar(media_type: &str) -> bool {
 
 /// Reads a component descriptor (v2 or `ocm.software/v3alpha1`) and checks that it is the
 /// version asked for.
-pub fn descriptor(text: &[u8], key: &ResourceKey) -> Result<Value, String> {
-    let cd: Value = serde_saphyr::from_slice(text)
-        .map_err(|e| format!("the component descriptor is not YAML: {e}"))?;
+pub fn descriptor(text: &[u8], key: &ResourceKey) -> Result<Value, OcmError> {
+    let cd: Value =
+        serde_saphyr::from_slice(text).map_err(|e| OcmError::DescriptorNotYaml(e.to_string()))?;
     let (name, version) = if cd["component"].is_object() {
         (&cd["component"]["name"], &cd["component"]["version"])
     } else {
         (&cd["metadata"]["name"], &cd["metadata"]["version"])
     };
     if name != key.component.as_str() || version != key.version.as_str() {
-        return Err(format!(
-            "the component descriptor is of {}:{}, not {}:{}",
-            name.as_str().unwrap_or("?"),
-            version.as_str().unwrap_or("?"),
-            key.component,
-            key.version
-        ));
+        return Err(OcmError::OtherDescriptor {
+            found: format!(
+                "{}:{}",
+                name.as_str().unwrap_or("?"),
+                version.as_str().unwrap_or("?")
+            ),
+            wanted: format!("{}:{}", key.component, key.version),
+        });
     }
     Ok(cd)
 }
@@ -482,7 +578,7 @@ pub enum Access {
 }
 
 /// The resource of `cd` that `key` names, and how to reach it.
-pub fn resource_access(cd: &Value, key: &ResourceKey) -> Result<Access, String> {
+pub fn resource_access(cd: &Value, key: &ResourceKey) -> Result<Access, OcmError> {
     let resources = cd["component"]["resources"]
         .as_array()
         .or(cd["spec"]["resources"].as_array())
@@ -522,31 +618,35 @@ pub fn resource_access(cd: &Value, key: &ResourceKey) -> Result<Access, String> 
                 .iter()
                 .filter_map(|r| r["name"].as_str())
                 .collect();
-            return Err(format!(
-                "{key}: no such resource (the component has {names:?})"
+            return Err(resource_error(
+                key,
+                format!("no such resource (the component has {names:?})"),
             ));
         }
         _ => {
-            return Err(format!(
-                "{key}: {} resources match; the key must give their extra identity",
-                matching.len()
+            return Err(resource_error(
+                key,
+                format!(
+                    "{} resources match; the key must give their extra identity",
+                    matching.len()
+                ),
             ));
         }
     };
     access(&r["access"], key, true)
 }
 
-fn access(a: &Value, key: &ResourceKey, allow_global: bool) -> Result<Access, String> {
+fn access(a: &Value, key: &ResourceKey, allow_global: bool) -> Result<Access, OcmError> {
     let ty = a["type"].as_str().unwrap_or_default();
     let ty = ty.split_once('/').map_or(ty, |(t, _)| t);
     match ty {
         "ociArtifact" | "ociRegistry" | "OCIImage" => {
             let image = a["imageReference"]
                 .as_str()
-                .ok_or_else(|| format!("{key}: access.imageReference missing"))?;
+                .ok_or_else(|| resource_error(key, "access.imageReference missing"))?;
             OciRef::parse(image)
                 .map(Access::Oci)
-                .map_err(|e| format!("{key}: access.imageReference: {e}"))
+                .map_err(|e| resource_error(key, format!("access.imageReference: {e}")))
         }
         "localBlob" => {
             if allow_global && a["globalAccess"].is_object() {
@@ -558,7 +658,9 @@ fn access(a: &Value, key: &ResourceKey, allow_global: bool) -> Result<Access, St
             let digest = a["localReference"]
                 .as_str()
                 .filter(|d| d.starts_with("sha256:"))
-                .ok_or_else(|| format!("{key}: access.localReference: expected a sha256 digest"))?;
+                .ok_or_else(|| {
+                    resource_error(key, "access.localReference: expected a sha256 digest")
+                })?;
             Ok(Access::LocalBlob {
                 digest: digest.to_string(),
                 media_type: a["mediaType"].as_str().unwrap_or_default().to_string(),
@@ -567,10 +669,10 @@ fn access(a: &Value, key: &ResourceKey, allow_global: bool) -> Result<Access, St
         "helm" => {
             let url = a["helmRepository"]
                 .as_str()
-                .ok_or_else(|| format!("{key}: access.helmRepository missing"))?;
+                .ok_or_else(|| resource_error(key, "access.helmRepository missing"))?;
             let chart = a["helmChart"]
                 .as_str()
-                .ok_or_else(|| format!("{key}: access.helmChart missing (name:version)"))?;
+                .ok_or_else(|| resource_error(key, "access.helmChart missing (name:version)"))?;
             let (name, version) = chart.split_once(':').unwrap_or((chart, ""));
             Ok(Access::HelmRepo {
                 url: url.to_string(),
@@ -578,8 +680,9 @@ fn access(a: &Value, key: &ResourceKey, allow_global: bool) -> Result<Access, St
                 version: version.to_string(),
             })
         }
-        other => Err(format!(
-            "{key}: access type {other:?} is not supported (ociArtifact, localBlob, helm)"
+        other => Err(resource_error(
+            key,
+            format!("access type {other:?} is not supported (ociArtifact, localBlob, helm)"),
         )),
     }
 }
@@ -592,14 +695,16 @@ pub fn is_artifact_set(media_type: &str) -> bool {
 }
 
 /// The manifest digest an artifact set's `index.json` names (its only or first manifest).
-pub fn artifact_set_manifest(index: &Value) -> Result<String, String> {
+pub fn artifact_set_manifest(index: &Value) -> Result<String, OcmError> {
     index["manifests"]
         .as_array()
         .and_then(|m| m.first())
         .and_then(|m| m["digest"].as_str())
         .filter(|d| d.starts_with("sha256:"))
         .map(str::to_string)
-        .ok_or_else(|| "the artifact set's index.json names no sha256 manifest".into())
+        .ok_or(OcmError::Document(
+            "the artifact set's index.json names no sha256 manifest",
+        ))
 }
 
 /// The file of blob `digest` in an artifact set.
@@ -648,7 +753,7 @@ mod tests {
             ),
         ] {
             let e = ResourceKey::decode(text).expect_err(text);
-            assert!(e.contains(want), "{text}: {e}");
+            assert!(e.to_string().contains(want), "{text}: {e}");
         }
     }
 
@@ -688,7 +793,7 @@ mod tests {
             ),
         ] {
             let e = Repository::of(&ctx, "f").expect_err("refused");
-            assert!(e.starts_with(want), "{ctx}: {e}");
+            assert!(e.to_string().starts_with(want), "{ctx}: {e}");
         }
     }
 
@@ -730,7 +835,7 @@ mod tests {
             ),
         ] {
             let e = OcmConfig::parse(bad, ".ocmconfig").expect_err(bad);
-            assert!(e.starts_with(want), "{bad}: {e}");
+            assert!(e.to_string().starts_with(want), "{bad}: {e}");
         }
     }
 
@@ -752,7 +857,8 @@ mod tests {
         let bad = "configurations: [{type: credentials.config.ocm.software, consumers: [{identity: {type: OCIRegistry, hostname: r.io}, credentials: [{properties: {username: u}}]}]}]";
         let e = OcmConfig::parse(bad, ".ocmconfig").expect_err("refused");
         assert!(
-            e.starts_with(".ocmconfig.configurations[0].consumers[0].credentials[0].properties"),
+            e.to_string()
+                .starts_with(".ocmconfig.configurations[0].consumers[0].credentials[0].properties"),
             "{e}"
         );
     }
@@ -825,7 +931,10 @@ mod tests {
             let text =
                 format!("configurations: [{{type: credentials.config.ocm.software, {bad}}}]");
             let e = OcmConfig::parse_with_home(&text, ".ocmconfig", home.clone()).expect_err(bad);
-            assert!(e.starts_with(&format!("{f}{want}")), "{bad}: {e}");
+            assert!(
+                e.to_string().starts_with(&format!("{f}{want}")),
+                "{bad}: {e}"
+            );
         }
         let e = OcmConfig::parse_with_home(
             "configurations: [{type: credentials.config.ocm.software, repositories: [{repository: {type: DockerConfig, dockerConfigFile: ~/.docker/config.json}}]}]",
@@ -833,7 +942,7 @@ mod tests {
             None,
         )
         .expect_err("no home");
-        assert!(e.contains("HOME is not set"), "{e}");
+        assert!(e.to_string().contains("HOME is not set"), "{e}");
     }
 
     #[test]
@@ -898,7 +1007,7 @@ mod tests {
             (key("odd", &[]), "access type \"s3\""),
         ] {
             let e = resource_access(&cd, &k).expect_err("refused");
-            assert!(e.contains(want), "{k}: {e}");
+            assert!(e.to_string().contains(want), "{k}: {e}");
         }
         let v3 = json!({"apiVersion": "ocm.software/v3alpha1", "kind": "ComponentVersion",
             "metadata": {"name": "example.com/app", "version": "1.0.0+1"},
@@ -916,7 +1025,7 @@ mod tests {
                 ..key("chart", &[])
             },
         );
-        assert!(other.is_err_and(|e| e.contains("not example.com/app:2")));
+        assert!(other.is_err_and(|e| e.to_string().contains("not example.com/app:2")));
     }
 
     #[test]

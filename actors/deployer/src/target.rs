@@ -382,7 +382,7 @@ pub fn kubeconfig_of(resolved: &ResolvedTarget) -> Result<String, FieldError> {
         }
     };
     validate_kubeconfig(&kubeconfig)
-        .map_err(|m| FieldError::new(&what, "spec.config.kubeconfig", m))?;
+        .map_err(|e| FieldError::new(&what, "spec.config.kubeconfig", e.to_string()))?;
     Ok(kubeconfig)
 }
 
@@ -459,12 +459,47 @@ impl CheckedKubeconfigs {
     }
 }
 
+/// A target kubeconfig landscaper would refuse, naming the user or cluster entry.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KubeconfigError {
+    /// Not YAML.
+    #[error("not a kubeconfig: {0}")]
+    NotYaml(String),
+    /// YAML, but not a mapping.
+    #[error("not a kubeconfig: expected a mapping")]
+    NotAMapping,
+    /// A user's credentials read from a file or a command, an auth provider or
+    /// impersonation.
+    #[error(
+        "users[{index}] ({name}): {key} is not allowed in a target kubeconfig (only inline client-certificate-data, client-key-data, token, username and password)"
+    )]
+    RefusedUserKey {
+        /// The entry of `users`.
+        index: usize,
+        /// Its name.
+        name: String,
+        /// The refused key.
+        key: &'static str,
+    },
+    /// A cluster's CA read from a file.
+    #[error(
+        "clusters[{index}] ({name}): certificate-authority (a file) is not allowed; use certificate-authority-data"
+    )]
+    CertificateAuthorityFile {
+        /// The entry of `clusters`.
+        index: usize,
+        /// Its name.
+        name: String,
+    },
+}
+
 /// Refuses what landscaper refuses in a target kubeconfig: credentials read from files or
 /// commands, auth providers, impersonation. Only inline data, tokens and basic auth pass.
-pub fn validate_kubeconfig(text: &str) -> Result<(), String> {
-    let kc: Value = serde_saphyr::from_str(text).map_err(|e| format!("not a kubeconfig: {e}"))?;
+pub fn validate_kubeconfig(text: &str) -> Result<(), KubeconfigError> {
+    let kc: Value =
+        serde_saphyr::from_str(text).map_err(|e| KubeconfigError::NotYaml(e.to_string()))?;
     if !kc.is_object() {
-        return Err("not a kubeconfig: expected a mapping".into());
+        return Err(KubeconfigError::NotAMapping);
     }
     const REFUSED: &[&str] = &[
         "exec",
@@ -484,9 +519,11 @@ pub fn validate_kubeconfig(text: &str) -> Result<(), String> {
         };
         for key in REFUSED {
             if user.get(*key).is_some_and(|v| !v.is_null() && v != "") {
-                return Err(format!(
-                    "users[{i}] ({name}): {key} is not allowed in a target kubeconfig (only inline client-certificate-data, client-key-data, token, username and password)"
-                ));
+                return Err(KubeconfigError::RefusedUserKey {
+                    index: i,
+                    name: name.to_string(),
+                    key,
+                });
             }
         }
     }
@@ -496,9 +533,10 @@ pub fn validate_kubeconfig(text: &str) -> Result<(), String> {
             .as_str()
             .is_some_and(|s| !s.is_empty())
         {
-            return Err(format!(
-                "clusters[{i}] ({name}): certificate-authority (a file) is not allowed; use certificate-authority-data"
-            ));
+            return Err(KubeconfigError::CertificateAuthorityFile {
+                index: i,
+                name: name.to_string(),
+            });
         }
     }
     Ok(())
@@ -532,8 +570,32 @@ pub struct TargetSelector {
     pub labels: Vec<Requirement>,
 }
 
+/// A target selector that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// `--deployer-target-selector` is not a JSON list of selectors.
+    #[error("expected a JSON list of {{targets, annotations, labels}}: {0}")]
+    NotJson(String),
+    /// A requirement's operator that is none of the label selector's.
+    #[error("unknown operator {operator:?} of key {key:?}")]
+    UnknownOperator {
+        /// The requirement's key.
+        key: String,
+        /// The operator given.
+        operator: String,
+    },
+    /// A selector of the list, by its index.
+    #[error("selector [{index}]: {source}")]
+    Selector {
+        /// Its index in the list.
+        index: usize,
+        /// What is wrong with it.
+        source: Box<SelectorError>,
+    },
+}
+
 impl Requirement {
-    fn matches(&self, m: &BTreeMap<String, String>) -> Result<bool, String> {
+    fn matches(&self, m: &BTreeMap<String, String>) -> Result<bool, SelectorError> {
         let v = m.get(&self.key);
         Ok(match self.operator.as_str() {
             "=" | "==" | "in" => v.is_some_and(|v| self.values.contains(v)),
@@ -549,14 +611,19 @@ impl Requirement {
                 };
                 if op == "gt" { have > want } else { have < want }
             }
-            other => return Err(format!("unknown operator {other:?} of key {:?}", self.key)),
+            other => {
+                return Err(SelectorError::UnknownOperator {
+                    key: self.key.clone(),
+                    operator: other.to_string(),
+                });
+            }
         })
     }
 }
 
 impl TargetSelector {
     /// Whether `t` matches every part of this selector.
-    pub fn matches(&self, t: &Target) -> Result<bool, String> {
+    pub fn matches(&self, t: &Target) -> Result<bool, SelectorError> {
         if !self.targets.is_empty()
             && !self.targets.iter().any(|n| {
                 n.name == t.name && n.namespace.as_deref().is_none_or(|ns| ns == t.namespace)
@@ -584,12 +651,12 @@ pub fn serves(selectors: &[TargetSelector], t: &Target) -> bool {
 }
 
 /// Parses `--deployer-target-selector` (a JSON list of selectors), checking the operators.
-pub fn parse_selectors(text: &str) -> Result<Vec<TargetSelector>, String> {
+pub fn parse_selectors(text: &str) -> Result<Vec<TargetSelector>, SelectorError> {
     if text.trim().is_empty() {
         return Ok(Vec::new());
     }
-    let sels: Vec<TargetSelector> = serde_json::from_str(text)
-        .map_err(|e| format!("expected a JSON list of {{targets, annotations, labels}}: {e}"))?;
+    let sels: Vec<TargetSelector> =
+        serde_json::from_str(text).map_err(|e| SelectorError::NotJson(e.to_string()))?;
     let probe = Target {
         namespace: String::new(),
         name: String::new(),
@@ -603,7 +670,10 @@ pub fn parse_selectors(text: &str) -> Result<Vec<TargetSelector>, String> {
     for (i, s) in sels.iter().enumerate() {
         for r in s.annotations.iter().chain(&s.labels) {
             r.matches(&probe.labels)
-                .map_err(|e| format!("selector [{i}]: {e}"))?;
+                .map_err(|e| SelectorError::Selector {
+                    index: i,
+                    source: Box::new(e),
+                })?;
         }
     }
     Ok(sels)
@@ -821,13 +891,14 @@ mod tests {
         ];
         for (key, user) in cases {
             let kc = KUBECONFIG.replace("    token: abc\n", user);
-            let e = validate_kubeconfig(&kc).unwrap_err();
+            let e = validate_kubeconfig(&kc).unwrap_err().to_string();
             assert!(e.contains(&format!("{key} is not allowed")), "{key}: {e}");
         }
         let kc = KUBECONFIG.replace("    server:", "    certificate-authority: /ca\n    server:");
         assert!(
             validate_kubeconfig(&kc)
                 .unwrap_err()
+                .to_string()
                 .contains("certificate-authority")
         );
         assert!(validate_kubeconfig(KUBECONFIG).is_ok());
@@ -883,8 +954,9 @@ mod tests {
             &sel(r#"[{"labels": [{"key": "zone", "operator": "notin", "values": ["a"]}]}]"#),
             &t
         ));
-        let e =
-            parse_selectors(r#"[{"labels": [{"key": "env", "operator": "like"}]}]"#).unwrap_err();
+        let e = parse_selectors(r#"[{"labels": [{"key": "env", "operator": "like"}]}]"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("selector [0]") && e.contains("\"like\""), "{e}");
     }
 }

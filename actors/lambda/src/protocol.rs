@@ -211,23 +211,45 @@ fn is_list(body: &[u8]) -> bool {
 
 /// Decodes `body`; an error names the field it is about (`resyncAfterSeconds: invalid
 /// type: …`), as serde's own message says only what was expected and where in the text.
-fn from_slice_at<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+fn from_slice_at<T: DeserializeOwned>(body: &[u8]) -> Result<T, BodyError> {
     // serde reads a struct from a list too, field by field in order: `[{…}]` would be an
     // answer whose status is the intended answer. Upstream refuses it; so do we.
     if is_list(body) {
-        return Err("expected a JSON object, got a list".into());
+        return Err(BodyError::List);
     }
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
         let path = e.path().to_string();
         if path == "." || path.is_empty() {
-            e.into_inner().to_string()
+            BodyError::Json(e.into_inner())
         } else {
-            format!("{path}: {}", e.into_inner())
+            BodyError::Field {
+                path,
+                source: e.into_inner(),
+            }
         }
     })?;
-    de.end().map_err(|e| e.to_string())?;
+    de.end()?;
     Ok(value)
+}
+
+/// Why a hook's body does not decode, naming the field where it can.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// A list where an object belongs.
+    #[error("expected a JSON object, got a list")]
+    List,
+    /// A field whose value does not fit.
+    #[error("{path}: {source}")]
+    Field {
+        /// Where (`children[2].kind`).
+        path: String,
+        /// serde's reason.
+        source: serde_json::Error,
+    },
+    /// Not JSON, or not the shape as a whole.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
 }
 
 fn decode<T: DeserializeOwned + From<S>, S: DeserializeOwned>(
@@ -246,10 +268,13 @@ fn decode<T: DeserializeOwned + From<S>, S: DeserializeOwned>(
             warnings: Vec::new(),
         });
     }
-    let response =
-        from_slice_at::<T>(body).map_err(|message| ResponseError::Decode { hook, message })?;
+    let response = from_slice_at::<T>(body).map_err(|e| ResponseError::Decode {
+        hook,
+        message: e.to_string(),
+    })?;
     let mut warnings = Vec::new();
-    if let Err(message) = from_slice_at::<S>(body) {
+    if let Err(e) = from_slice_at::<S>(body) {
+        let message = e.to_string();
         match mode {
             UnmarshalMode::Strict => {
                 return Err(ResponseError::Strict {

@@ -20,9 +20,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bosun_addon::bindings::HookRef;
-use bosun_addon::hook_config::KubernetesBinding;
+use bosun_addon::hook_config::{self, KubernetesBinding};
 use bosun_addon::ports::{BindingEvents, BoxFut, KubeBindings, PortError};
-use bosun_kube::watch::{Listener, WatchKey, WatchManager, label_selector_string};
+use bosun_kube::watch::{AttachError, Listener, WatchKey, WatchManager, label_selector_string};
 use kube::discovery::ApiResource;
 use serde_json::Value;
 
@@ -114,7 +114,7 @@ impl BindingWatches {
                     self.watches
                         .attach(&w, as_listener.clone())
                         .await
-                        .map_err(PortError::transient)?;
+                        .map_err(|e| PortError::transient(e.to_string()))?;
                 }
             }
             (None, Some(ns_selector)) if resolved.namespaced => {
@@ -148,11 +148,11 @@ impl BindingWatches {
                 self.watches
                     .attach(&w, f.clone())
                     .await
-                    .map_err(PortError::transient)?;
+                    .map_err(|e| PortError::transient(e.to_string()))?;
                 follower
                     .initial_namespaces()
                     .await
-                    .map_err(PortError::transient)?;
+                    .map_err(|e| PortError::transient(e.to_string()))?;
                 listeners.push(f);
             }
             _ => {
@@ -163,7 +163,7 @@ impl BindingWatches {
                 self.watches
                     .attach(&w, as_listener.clone())
                     .await
-                    .map_err(PortError::transient)?;
+                    .map_err(|e| PortError::transient(e.to_string()))?;
             }
         }
         sub.go_live();
@@ -179,7 +179,7 @@ impl BindingWatches {
         namespace: &str,
         labels: &str,
         fields: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), AttachError> {
         let w = self.watches.watch(
             WatchKey::new(
                 resource,
@@ -270,10 +270,10 @@ impl KubeBindings for BindingWatches {
         Value::Object(out)
     }
 
-    fn check_filter(&self, program: &str) -> Result<(), String> {
+    fn check_filter(&self, program: &str) -> Result<(), hook_config::InvalidFilter> {
         crate::jq::JqFilter::compile(program)
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e| hook_config::InvalidFilter(e.to_string()))
     }
 
     fn stop_owner(&self, owner: &str) {

@@ -12,7 +12,7 @@ use bosun_addon::ports::BindingEvents;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
-use bosun_kube::watch::{Change, Listener, ObjectKey, SharedWatch, Stored};
+use bosun_kube::watch::{AttachError, Change, Listener, ObjectKey, SharedWatch, Stored};
 
 use super::{BindingWatches, lock};
 use crate::jq::JqFilter;
@@ -374,7 +374,7 @@ impl NamespaceFollower {
     }
 
     /// Watches the namespaces matching now; later ones are followed as they come.
-    pub(crate) async fn initial_namespaces(&self) -> Result<(), String> {
+    pub(crate) async fn initial_namespaces(&self) -> Result<(), AttachError> {
         let names: Vec<String> = lock(&self.namespaces).iter().cloned().collect();
         for ns in names {
             self.manager

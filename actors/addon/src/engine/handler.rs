@@ -17,7 +17,7 @@ use bosun_runtime::queue_actor;
 use crate::bindings::{HookRef, owner_of};
 use crate::events::{Event, TaskSpec};
 use crate::global_hooks::{GlobalHook, GlobalHooksMsg};
-use crate::modules::{ModuleDef, ModuleMsg, flag_chain};
+use crate::modules::{ModuleDef, ModuleError, ModuleMsg, flag_chain};
 use crate::ports::{BoxFut, Journal, KubeBindings, Releases};
 use crate::scheduler::Scheduler;
 use crate::state::QueuedTask;
@@ -27,30 +27,31 @@ use crate::task::{
 };
 use crate::values::GlobalDocs;
 
+use super::error::RequestError;
 use super::router::{QueueRouter, Router};
 use super::startup::{around_context, hook_task, main_task, ordered};
 use crate::task::TaskOutcome;
 
 /// The global values and config documents, from the global hooks actor.
-pub(super) async fn global_docs(global: &Tracked<GlobalHooksMsg>) -> Result<GlobalDocs, String> {
+pub(super) async fn global_docs(
+    global: &Tracked<GlobalHooksMsg>,
+) -> Result<GlobalDocs, RequestError> {
     let (tx, rx) = ractor::concurrency::oneshot();
     global
         .cast(GlobalHooksMsg::Docs(tx.into()))
-        .map_err(|_| "the global hooks actor is not running".to_string())?;
-    rx.await
-        .map_err(|_| "the global hooks actor stopped".to_string())
+        .map_err(|_| RequestError::GlobalHooksNotRunning)?;
+    rx.await.map_err(|_| RequestError::GlobalHooksStopped)
 }
 
 pub(super) async fn config_to_global(
     global: &Tracked<GlobalHooksMsg>,
     config: Value,
-) -> Result<bool, String> {
+) -> Result<bool, RequestError> {
     let (tx, rx) = ractor::concurrency::oneshot();
     global
         .cast(GlobalHooksMsg::ConfigChanged(config, tx.into()))
-        .map_err(|_| "the global hooks actor is not running".to_string())?;
-    rx.await
-        .map_err(|_| "the global hooks actor stopped".to_string())?
+        .map_err(|_| RequestError::GlobalHooksNotRunning)?;
+    Ok(rx.await.map_err(|_| RequestError::GlobalHooksStopped)??)
 }
 
 /// Config sections handed out: what changed at once, and the module actors' answers.
@@ -59,28 +60,28 @@ pub(super) struct ConfigSent {
     pub(super) flags_changed: bool,
     pub(super) replies: Vec<(
         String,
-        ractor::concurrency::OneshotReceiver<Result<bool, String>>,
+        ractor::concurrency::OneshotReceiver<Result<bool, ModuleError>>,
     )>,
 }
 
 impl ConfigSent {
     /// The modules whose section changed. Every module's answer is awaited; refusals are
     /// reported together (the other modules keep their new sections).
-    pub(super) async fn modules_changed(self) -> Result<Vec<String>, String> {
+    pub(super) async fn modules_changed(self) -> Result<Vec<String>, RequestError> {
         let mut changed = Vec::new();
         let mut errors = Vec::new();
         for (name, reply) in self.replies {
             match reply.await {
                 Ok(Ok(true)) => changed.push(name),
                 Ok(Ok(false)) => {}
-                Ok(Err(e)) => errors.push(e),
-                Err(_) => errors.push(format!("the actor of module {name} stopped")),
+                Ok(Err(e)) => errors.push(RequestError::Module(e)),
+                Err(_) => errors.push(RequestError::ModuleStopped(name)),
             }
         }
         if errors.is_empty() {
             Ok(changed)
         } else {
-            Err(errors.join("; "))
+            Err(RequestError::Several(errors))
         }
     }
 }
@@ -136,10 +137,10 @@ impl ModuleSet {
         &self,
         name: &str,
         msg: impl FnOnce(ractor::RpcReplyPort<T>) -> ModuleMsg,
-    ) -> Result<T, String> {
+    ) -> Result<T, RequestError> {
         self.send(name, msg)?
             .await
-            .map_err(|_| format!("the actor of module {name} stopped"))
+            .map_err(|_| RequestError::ModuleStopped(name.to_string()))
     }
 
     /// Puts a request in a module actor's mailbox now; the answer comes later.
@@ -147,14 +148,14 @@ impl ModuleSet {
         &self,
         name: &str,
         msg: impl FnOnce(ractor::RpcReplyPort<T>) -> ModuleMsg,
-    ) -> Result<ractor::concurrency::OneshotReceiver<T>, String> {
+    ) -> Result<ractor::concurrency::OneshotReceiver<T>, RequestError> {
         let actor = self
             .actor(name)
-            .ok_or_else(|| format!("module {name} is not loaded"))?;
+            .ok_or_else(|| RequestError::NotLoaded(name.to_string()))?;
         let (tx, rx) = ractor::concurrency::oneshot();
         actor
             .cast(msg(tx.into()))
-            .map_err(|_| format!("the actor of module {name} is not running"))?;
+            .map_err(|_| RequestError::ModuleNotRunning(name.to_string()))?;
         Ok(rx)
     }
 }
@@ -190,12 +191,9 @@ impl EngineHandler {
         }
     }
 
-    pub(super) async fn journal(&self, event: Event) -> Result<(), String> {
-        self.sink
-            .append(vec![event])
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+    pub(super) async fn journal(&self, event: Event) -> Result<(), RequestError> {
+        self.sink.append(vec![event]).await?;
+        Ok(())
     }
 
     pub(super) fn converge_phase(&self, reason: &str, phase: ConvergePhase) -> TaskSpec {
@@ -234,7 +232,7 @@ impl EngineHandler {
                     reason: reason.to_string(),
                 };
                 if let Err(e) = self.journal(started).await {
-                    return TaskOutcome::Fail(e);
+                    return TaskOutcome::Fail(e.to_string());
                 }
                 self.converging.store(true, Ordering::SeqCst);
                 *self
@@ -252,7 +250,7 @@ impl EngineHandler {
             ConvergePhase::WaitBeforeAll => {
                 let mut head = match self.plan_modules(reason).await {
                     Ok(tasks) => tasks,
-                    Err(e) => return TaskOutcome::Fail(e),
+                    Err(e) => return TaskOutcome::Fail(e.to_string()),
                 };
                 head.push(self.converge_phase(reason, ConvergePhase::WaitDeleteAndRunModules));
                 TaskOutcome::Success {
@@ -268,7 +266,7 @@ impl EngineHandler {
                 } else {
                     match self.global_docs().await {
                         Ok(docs) => Some(crate::values::checksum(&docs.values["global"])),
-                        Err(e) => return TaskOutcome::Fail(e),
+                        Err(e) => return TaskOutcome::Fail(e.to_string()),
                     }
                 };
                 *self
@@ -284,7 +282,7 @@ impl EngineHandler {
             }
             ConvergePhase::WaitAfterAll => {
                 if let Err(e) = self.journal(Event::ConvergeFinished).await {
-                    return TaskOutcome::Fail(e);
+                    return TaskOutcome::Fail(e.to_string());
                 }
                 self.converging.store(false, Ordering::SeqCst);
                 let started = self
@@ -388,7 +386,7 @@ impl EngineHandler {
         }
     }
 
-    pub(super) async fn global_docs(&self) -> Result<GlobalDocs, String> {
+    pub(super) async fn global_docs(&self) -> Result<GlobalDocs, RequestError> {
         global_docs(&self.global).await
     }
 
@@ -398,7 +396,7 @@ impl EngineHandler {
         def: &ModuleDef,
         docs: &GlobalDocs,
         before: &[String],
-    ) -> Result<(bool, &'static str), String> {
+    ) -> Result<(bool, &'static str), RequestError> {
         let dynamic = docs.values[format!("{}Enabled", def.key())].as_bool();
         let flag = self.modules.status().flags.get(&def.name).copied();
         let (on, by) = flag_chain(def.static_enabled, dynamic, flag);
@@ -423,7 +421,7 @@ impl EngineHandler {
         name: &str,
         on: bool,
         by: &str,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, RequestError> {
         let was = self.modules.is_enabled(name);
         if was != on {
             let event = if on {
@@ -447,7 +445,7 @@ impl EngineHandler {
     /// WaitBeforeAll: recomputes enabled modules and returns the module tasks: CRDs of newly
     /// enabled modules, deletions (reverse order), then runs in order. A module whose
     /// `enabled` script fails gets a run that re-checks it, after the others.
-    pub(super) async fn plan_modules(&self, reason: &str) -> Result<Vec<TaskSpec>, String> {
+    pub(super) async fn plan_modules(&self, reason: &str) -> Result<Vec<TaskSpec>, RequestError> {
         let reason = reason.to_string();
         let first = !self.converged.load(Ordering::SeqCst);
         let docs = self.global_docs().await?;
@@ -512,12 +510,15 @@ impl EngineHandler {
     }
 
     /// A module run whose `enabled` script failed during the converge: check it again.
-    pub(super) async fn recheck_enabled(&self, name: &str) -> Result<Option<TaskOutcome>, String> {
+    pub(super) async fn recheck_enabled(
+        &self,
+        name: &str,
+    ) -> Result<Option<TaskOutcome>, RequestError> {
         let name = name.to_string();
         let def = self
             .modules
             .def(&name)
-            .ok_or_else(|| format!("module {name} is not loaded"))?;
+            .ok_or_else(|| RequestError::NotLoaded(name.clone()))?;
         let docs = self.global_docs().await?;
         let before: Vec<String> = self
             .modules
@@ -557,7 +558,7 @@ impl EngineHandler {
                 match self.recheck_enabled(&name).await {
                     Ok(Some(outcome)) => return outcome,
                     Ok(None) => {}
-                    Err(e) => return TaskOutcome::Fail(e),
+                    Err(e) => return TaskOutcome::Fail(e.to_string()),
                 }
             }
             if !self.modules.is_enabled(&name) {
@@ -567,14 +568,14 @@ impl EngineHandler {
         }
         let mut docs = match self.global_docs().await {
             Ok(d) => d,
-            Err(e) => return TaskOutcome::Fail(e),
+            Err(e) => return TaskOutcome::Fail(e.to_string()),
         };
         docs.enabled_modules = self.modules.enabled_in_order();
         let task = Box::new(task);
         self.modules
             .ask(&name, |reply| ModuleMsg::Run(task, docs, reply))
             .await
-            .unwrap_or_else(TaskOutcome::Fail)
+            .unwrap_or_else(|e| TaskOutcome::Fail(e.to_string()))
     }
 
     /// Releases in the namespace that belong to no enabled module are purged.
@@ -620,7 +621,7 @@ impl EngineHandler {
             Ok(_) => {
                 tracing::info!(release = %name, "purged release of an unknown module");
                 if let Err(e) = self.journal(Event::ReleaseDeleted { module: name }).await {
-                    return TaskOutcome::Fail(e);
+                    return TaskOutcome::Fail(e.to_string());
                 }
             }
             Err(e) => tracing::error!(release = %name, "cannot purge release: {e}"),

@@ -40,7 +40,7 @@ mod router;
 mod startup;
 
 pub use crate::task::{QueueDump, TaskOutcome};
-pub use error::EngineError;
+pub use error::{EngineError, RequestError};
 use handler::{ConfigSent, EngineHandler, ModuleSet, ModuleStatus, config_to_global, global_docs};
 use router::QueueRouter;
 use startup::{plan_startup, startup_tasks};
@@ -114,7 +114,10 @@ impl Engine {
     /// section or changed `<key>Enabled` flags queue `ConvergeModules(ReloadAllModules)`;
     /// otherwise each enabled module whose section changed gets a `ModuleRun`. Our own
     /// writes come back unchanged and queue nothing. Returns what was queued.
-    pub async fn config_changed(&self, sections: ConfigSections) -> Result<Vec<String>, String> {
+    pub async fn config_changed(
+        &self,
+        sections: ConfigSections,
+    ) -> Result<Vec<String>, RequestError> {
         let applied = self.send_config(sections).await?;
         if applied.global_changed || applied.flags_changed {
             let task = converge_task(self.ids.next(), "ReloadAllModules");
@@ -150,14 +153,14 @@ impl Engine {
     }
 
     /// Applies config sections and waits for every module to take its own.
-    async fn apply_config(&self, sections: ConfigSections) -> Result<(), String> {
+    async fn apply_config(&self, sections: ConfigSections) -> Result<(), RequestError> {
         self.send_config(sections).await?.modules_changed().await?;
         Ok(())
     }
 
     /// Applies the global section and the enabled flags, and sends every module actor its
     /// section (all at once, so a busy module does not hold the others back).
-    async fn send_config(&self, sections: ConfigSections) -> Result<ConfigSent, String> {
+    async fn send_config(&self, sections: ConfigSections) -> Result<ConfigSent, RequestError> {
         let global_changed = config_to_global(&self.global, sections.global).await?;
         let flags_changed = {
             let current = self.modules.status().flags.clone();
@@ -168,8 +171,7 @@ impl Engine {
                 .append(vec![Event::ModuleFlagsSet {
                     flags: sections.flags.clone(),
                 }])
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             self.modules.status().flags = sections.flags;
         }
         let mut replies = Vec::new();
@@ -192,7 +194,7 @@ impl Engine {
     }
 
     /// A module's values document (`VALUES_PATH` of its hooks).
-    pub async fn module_values(&self, module: &str) -> Result<Value, String> {
+    pub async fn module_values(&self, module: &str) -> Result<Value, RequestError> {
         let docs = global_docs(&self.global).await?;
         self.modules
             .ask(module, |reply| ModuleMsg::Values(docs, reply))
@@ -227,16 +229,17 @@ impl Engine {
     }
 
     /// A module's chart rendered with its current values, without installing it.
-    pub async fn module_render(&self, module: &str) -> Result<Vec<Value>, String> {
+    pub async fn module_render(&self, module: &str) -> Result<Vec<Value>, RequestError> {
         let docs = self.global_docs().await?;
-        self.modules
+        Ok(self
+            .modules
             .ask(module, |reply| ModuleMsg::Render(docs, reply))
-            .await?
+            .await??)
     }
 
     /// A module's rendered objects, each as it is live and as applying it would leave it
     /// (a dry run), for `module render --diff`.
-    pub async fn module_preview(&self, module: &str) -> Result<Vec<ObjectPreview>, String> {
+    pub async fn module_preview(&self, module: &str) -> Result<Vec<ObjectPreview>, RequestError> {
         let objects = self.module_render(module).await?;
         self.preview_objects(module, objects).await
     }
@@ -247,16 +250,19 @@ impl Engine {
         &self,
         module: &str,
         objects: Vec<Value>,
-    ) -> Result<Vec<ObjectPreview>, String> {
+    ) -> Result<Vec<ObjectPreview>, RequestError> {
         self.modules
             .releases
             .preview(module.to_string(), objects)
             .await
-            .map_err(|e| format!("module {module}: {e}"))
+            .map_err(|source| RequestError::Preview {
+                module: module.to_string(),
+                source,
+            })
     }
 
     /// A module's config values document (`CONFIG_VALUES_PATH` of its hooks).
-    pub async fn module_config(&self, module: &str) -> Result<Value, String> {
+    pub async fn module_config(&self, module: &str) -> Result<Value, RequestError> {
         let docs = self.global_docs().await?;
         self.modules
             .ask(module, |reply| ModuleMsg::Config(docs, reply))
@@ -264,11 +270,11 @@ impl Engine {
     }
 
     /// The global config values document `{"global": …}`.
-    pub async fn global_config(&self) -> Result<Value, String> {
+    pub async fn global_config(&self) -> Result<Value, RequestError> {
         Ok(self.global_docs().await?.config)
     }
 
-    async fn global_docs(&self) -> Result<GlobalDocs, String> {
+    async fn global_docs(&self) -> Result<GlobalDocs, RequestError> {
         global_docs(&self.global).await
     }
 
