@@ -1,5 +1,5 @@
 //! Kubernetes bindings benchmark. Prints, measured in one run on this machine:
-//! - the event path with 100 bindings on one shared watch: write sent to the sandbox → the
+//! - the event path with 100 bindings on one shared watch: write sent to the API server → the
 //!   100th binding event handed to the engine, p50/p99, against the limit: the same write →
 //!   event received by one raw kube-rs watcher on the same resource;
 //! - memory per cached object with and without `keepFullObjectsInMemory`, against the
@@ -8,15 +8,20 @@
 //!   by a plain client.
 //!
 //! Run: `cargo bench --bench bindings` (`BENCH_OBJECTS=50000` for the memory figure at
-//! scale; 2,000 unless set).
+//! scale; 2,000 unless set); `BENCH_SERVER=real` runs it against kube-apiserver (the real
+//! control plane of `tests/controlplane`) instead of the sandbox, which runs in its own
+//! process either way.
 
 #[path = "support/env.rs"]
 mod support_env;
 use support_env::env;
 
-use std::alloc::{GlobalAlloc, Layout, System};
+#[path = "support/cluster.rs"]
+mod cluster;
+use cluster::LIVE;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bosun::addon::bindings::BindingWatches;
@@ -29,27 +34,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: delegates to the system allocator and only counts sizes.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same layout contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: p was allocated by System with l.
-        unsafe { System.dealloc(p, l) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: cluster::Counting = cluster::Counting;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -79,11 +65,11 @@ fn binding(jq: &str, keep: bool) -> bosun_addon::hook_config::KubernetesBinding 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let sandbox = bosun_sandbox::start(bosun_sandbox::SandboxConfig::loopback(
-        dir.path().join("data"),
-    ))
-    .await?;
-    let client = kube::Client::try_from(kube::Config::new(sandbox.url.parse()?))?;
+    // The API server in its own process (the sandbox, or kube-apiserver with
+    // BENCH_SERVER=real): its work is not this process's, and the heap measured is bosun's.
+    let server = cluster::sandbox(dir.path()).await?;
+    println!("API server: {}", cluster::server_name());
+    let client = server.client.clone();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
 
     // 1. Event path: 100 bindings on one shared watch.
@@ -229,6 +215,6 @@ async fn main() -> anyhow::Result<()> {
         );
         fresh.stop_owner("global");
     }
-    sandbox.shutdown().await?;
+    drop(server);
     Ok(())
 }
