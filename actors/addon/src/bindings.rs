@@ -45,8 +45,13 @@ pub struct BindingEvent {
     pub hook: HookRef,
     /// Index of the binding in the hook's `kubernetes` list.
     pub index: usize,
-    /// The Event context: `binding`, `type`, `watchEvent`, `object`?, `filterResult`?.
-    pub context: Value,
+    /// What happened to the object.
+    pub watch_event: WatchEvent,
+    /// The object, when the binding keeps full objects (the watch's text, shared by every
+    /// binding that delivers it).
+    pub object: Option<SharedJson>,
+    /// The jq filter's result, when the binding has a filter (`null` when it gave none).
+    pub filter_result: Option<SharedJson>,
 }
 
 /// Where a kubernetes binding's events go once released: the engine queues a hook task.
@@ -62,28 +67,17 @@ pub fn sync_stub(config: &HookConfig, index: usize) -> ContextStub {
     }
 }
 
-/// The stub of an Event context from the event a binding delivered (`binding`, `type`,
-/// `watchEvent`, `object`?, `filterResult`?: see [`BindingEvent`]).
-pub fn event_stub(config: &HookConfig, index: usize, context: Value) -> ContextStub {
-    let mut c = match context {
-        Value::Object(c) => c,
-        _ => Map::new(),
-    };
+/// The stub of an Event context from the event a binding delivered (see
+/// [`BindingEvent`]).
+pub fn event_stub(config: &HookConfig, event: BindingEvent) -> ContextStub {
+    let b = config.kubernetes.get(event.index);
     ContextStub::Event {
-        binding: match c.remove("binding") {
-            Some(Value::String(b)) => b,
-            _ => String::new(),
-        },
-        index,
-        group: config.kubernetes.get(index).and_then(|b| b.group.clone()),
-        watch_event: c
-            .get("watchEvent")
-            .and_then(Value::as_str)
-            .and_then(WatchEvent::named)
-            // The watches name every event they deliver; a change, if one ever did not.
-            .unwrap_or(WatchEvent::Modified),
-        object: c.get("object").map(SharedJson::new),
-        filter_result: c.get("filterResult").map(SharedJson::new),
+        binding: b.map(|b| b.name.clone()).unwrap_or_default(),
+        index: event.index,
+        group: b.and_then(|b| b.group.clone()),
+        watch_event: event.watch_event,
+        object: event.object,
+        filter_result: event.filter_result,
     }
 }
 
@@ -370,7 +364,7 @@ pub fn binding_events(
         let Some(b) = config.kubernetes.get(ev.index) else {
             return;
         };
-        let stub = event_stub(&config, ev.index, ev.context);
+        let stub = event_stub(&config, ev);
         let task = hook_run_task(
             ids.next(),
             module.as_deref(),
@@ -387,6 +381,25 @@ pub fn binding_events(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An event as a binding delivers it.
+    fn delivered(
+        index: usize,
+        watch_event: WatchEvent,
+        object: Option<Value>,
+        filter_result: Option<Value>,
+    ) -> BindingEvent {
+        BindingEvent {
+            hook: HookRef {
+                owner: "global".into(),
+                hook: "h".into(),
+            },
+            index,
+            watch_event,
+            object: object.as_ref().map(SharedJson::new),
+            filter_result: filter_result.as_ref().map(SharedJson::new),
+        }
+    }
     use crate::hook_config::{HookKind, parse};
 
     fn config(text: &str) -> HookConfig {
@@ -419,11 +432,7 @@ mod tests {
         let c = config(
             "configVersion: v1\nkubernetes:\n- {name: a, kind: Pod, group: g}\n- {name: b, kind: Node, group: g}\n- {name: c, kind: Secret, includeSnapshotsFrom: [a]}\nschedule:\n- {name: s, crontab: '@daily', group: g, includeSnapshotsFrom: [c]}",
         );
-        let event = event_stub(
-            &c,
-            1,
-            json!({"binding": "b", "type": "Event", "watchEvent": "Added", "object": {}}),
-        );
+        let event = event_stub(&c, delivered(1, WatchEvent::Added, Some(json!({})), None));
         let out = render(&c, vec![event, schedule_stub(&c, 0)], &source);
         assert_eq!(
             out[0],
@@ -464,7 +473,8 @@ mod tests {
         let c = config("configVersion: v1\nkubernetes:\n- {name: a, kind: Pod}");
         let ctx =
             json!({"binding": "a", "type": "Event", "watchEvent": "Deleted", "object": {"x": 1}});
-        let out = render(&c, vec![event_stub(&c, 0, ctx.clone())], &source);
+        let event = delivered(0, WatchEvent::Deleted, Some(json!({"x": 1})), None);
+        let out = render(&c, vec![event_stub(&c, event)], &source);
         assert_eq!(out, [ctx]);
         assert_eq!(synchronized(&[sync_stub(&c, 0)]), [0]);
     }
@@ -485,12 +495,16 @@ mod tests {
             text(&sync_stub(&c, 1)),
             old(json!({"binding": "b", "type": "Synchronization", "_index": 1, "groupName": "g"}))
         );
-        let event = json!({"binding": "b", "type": "Event", "watchEvent": "Modified",
-                           "object": {"metadata": {"name": "n"}}, "filterResult": null});
-        let mut old_event = event.clone();
-        old_event["_index"] = json!(1);
-        old_event["groupName"] = json!("g");
-        assert_eq!(text(&event_stub(&c, 1, event)), old(old_event));
+        let event = delivered(
+            1,
+            WatchEvent::Modified,
+            Some(json!({"metadata": {"name": "n"}})),
+            Some(Value::Null),
+        );
+        let old_event = json!({"binding": "b", "type": "Event", "watchEvent": "Modified",
+                               "object": {"metadata": {"name": "n"}}, "filterResult": null,
+                               "_index": 1, "groupName": "g"});
+        assert_eq!(text(&event_stub(&c, event)), old(old_event));
         assert_eq!(
             text(&schedule_stub(&c, 0)),
             old(json!({"binding": "s", "type": "Schedule", "_schedule": 0, "groupName": "g"}))

@@ -25,32 +25,38 @@ use crate::hook_config::WatchEvent;
 /// A JSON value a queued context carries, kept as its compact text and shared between
 /// copies: a task's contexts are copied when tasks merge and when the hook starts, and a
 /// burst of events can queue tens of thousands of them (as a `Value` tree an object takes
-/// about four times its text). Written out as it is, read back into a `Value` only when the
-/// hook's context file is made.
+/// about four times its text). An object comes as the watch's own text, shared by every
+/// binding that delivers it (no copy per binding). Written out as it is, read back into a
+/// `Value` only when the hook's context file is made.
 #[derive(Clone, Debug)]
-pub struct SharedJson(Arc<RawValue>);
+pub struct SharedJson(Arc<str>);
 
 impl SharedJson {
     /// The compact text of `v`.
     pub fn new(v: &Value) -> SharedJson {
-        let raw = serde_json::value::to_raw_value(v).unwrap_or_else(|_| RawValue::NULL.to_owned());
-        SharedJson(Arc::from(raw))
+        SharedJson(Arc::from(v.to_string()))
+    }
+
+    /// JSON text made already (a watch's copy of an object, a filter's result written
+    /// out), shared as it is. Text that is not JSON reads, and is written, as `null`.
+    pub fn from_text(text: Arc<str>) -> SharedJson {
+        SharedJson(text)
     }
 
     /// The value again.
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
     }
 
-    /// The compact text.
+    /// The text.
     pub fn text(&self) -> &str {
-        self.0.get()
+        &self.0
     }
 }
 
 impl PartialEq for SharedJson {
     fn eq(&self, other: &SharedJson) -> bool {
-        self.0.get() == other.0.get()
+        self.0 == other.0
     }
 }
 
@@ -58,7 +64,10 @@ impl Eq for SharedJson {}
 
 impl Serialize for SharedJson {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        match serde_json::from_str::<&RawValue>(&self.0) {
+            Ok(raw) => raw.serialize(serializer),
+            Err(_) => serializer.serialize_unit(),
+        }
     }
 }
 

@@ -389,11 +389,6 @@ impl MemoryBindings {
     }
 
     fn deliver(&self, kind: &str, object: &Value, event: WatchEvent) {
-        let watch_event = match event {
-            WatchEvent::Added => "Added",
-            WatchEvent::Modified => "Modified",
-            WatchEvent::Deleted => "Deleted",
-        };
         // Collected under the lock, delivered after it: the engine may ask for snapshots.
         let deliveries: Vec<(BindingEvents, BindingEvent)> = lock(&self.inner)
             .started
@@ -408,18 +403,17 @@ impl MemoryBindings {
                             && b.execute_hook_on_event.contains(&event)
                     })
                     .map(|(index, b)| {
-                        let mut context = serde_json::json!({
-                            "binding": b.name, "type": "Event", "watchEvent": watch_event,
-                        });
-                        if b.keep_full_objects_in_memory || event == WatchEvent::Deleted {
-                            context["object"] = object.clone();
-                        }
+                        let object = (b.keep_full_objects_in_memory
+                            || event == WatchEvent::Deleted)
+                            .then(|| crate::context_stub::SharedJson::new(object));
                         (
                             Arc::clone(&s.events),
                             BindingEvent {
                                 hook: s.hook.clone(),
                                 index,
-                                context,
+                                watch_event: event,
+                                object,
+                                filter_result: None,
                             },
                         )
                     })

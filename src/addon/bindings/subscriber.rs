@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bosun_addon::bindings::{BindingEvent, HookRef};
+use bosun_addon::context_stub::SharedJson;
 use bosun_addon::hook_config::{KubernetesBinding, WatchEvent};
 use bosun_addon::ports::BindingEvents;
 use kube::discovery::ApiResource;
@@ -19,7 +20,8 @@ use crate::jq::JqFilter;
 
 struct Entry {
     object: Option<Stored>,
-    filter_result: Option<Value>,
+    /// The filter's result as the text its checksum was taken of.
+    filter_result: Option<SharedJson>,
     checksum: [u8; 16],
     /// JSON bytes kept: the object (when kept) and the filter result.
     size: usize,
@@ -31,7 +33,7 @@ struct SubState {
     /// Sum of the entries' sizes.
     bytes: usize,
     released: bool,
-    held: Vec<Value>,
+    held: Vec<BindingEvent>,
 }
 
 impl SubState {
@@ -151,10 +153,14 @@ impl Subscriber {
         r
     }
 
-    /// The filter result (when there is a filter), the checksum that decides whether a
-    /// change is an event and the result's JSON size; `None` when the filter fails on this
-    /// object.
-    fn evaluate(&self, object: &Value) -> Option<(Option<Value>, [u8; 16], usize)> {
+    /// The filter result (when there is a filter) as its compact text, the checksum that
+    /// decides whether a change is an event (of that text, or of the object's `text`) and
+    /// the result's JSON size; `None` when the filter fails on this object.
+    fn evaluate(
+        &self,
+        object: &Value,
+        text: &str,
+    ) -> Option<(Option<SharedJson>, [u8; 16], usize)> {
         use md5::Digest;
         let result = match &self.filter {
             Some(f) => match self.run_filter(f, object) {
@@ -168,20 +174,25 @@ impl Subscriber {
             },
             None => None,
         };
-        let text = match &result {
-            Some(r) => r.to_string(),
-            None => object.to_string(),
-        };
-        let size = if result.is_some() { text.len() } else { 0 };
-        Some((result, md5::Md5::digest(text.as_bytes()).into(), size))
+        Some(match result {
+            Some(r) => {
+                let result: Arc<str> = Arc::from(r.to_string());
+                let sum = md5::Md5::digest(result.as_bytes()).into();
+                let size = result.len();
+                (Some(SharedJson::from_text(result)), sum, size)
+            }
+            None => (None, md5::Md5::digest(text.as_bytes()).into(), 0),
+        })
     }
 
+    /// An event of this binding, queued or held until its Synchronization ran. `object`
+    /// gives the object's text, taken only when the binding keeps objects.
     fn emit(
         &self,
         st: &mut SubState,
         change: Change,
-        object: &Value,
-        filter_result: Option<Value>,
+        object: impl FnOnce() -> SharedJson,
+        filter_result: Option<SharedJson>,
     ) {
         let kind = match change {
             Change::Added => WatchEvent::Added,
@@ -191,25 +202,20 @@ impl Subscriber {
         if !self.on_events.contains(&kind) {
             return;
         }
-        let mut ctx = json!({
-            "binding": self.binding,
-            "type": "Event",
-            "watchEvent": format!("{kind:?}"),
-        });
-        if self.keep_objects {
-            ctx["object"] = object.clone();
-        }
-        if self.filter.is_some() {
-            ctx["filterResult"] = filter_result.unwrap_or(Value::Null);
-        }
+        let event = BindingEvent {
+            hook: self.hook.clone(),
+            index: self.index,
+            watch_event: kind,
+            object: self.keep_objects.then(object),
+            filter_result: self
+                .filter
+                .is_some()
+                .then(|| filter_result.unwrap_or_else(|| SharedJson::new(&Value::Null))),
+        };
         if st.released {
-            (self.events)(BindingEvent {
-                hook: self.hook.clone(),
-                index: self.index,
-                context: ctx,
-            });
+            (self.events)(event);
         } else {
-            st.held.push(ctx);
+            st.held.push(event);
         }
     }
 
@@ -217,12 +223,8 @@ impl Subscriber {
     pub(crate) fn release(&self) {
         let mut st = lock(&self.st);
         st.released = true;
-        for ctx in std::mem::take(&mut st.held) {
-            (self.events)(BindingEvent {
-                hook: self.hook.clone(),
-                index: self.index,
-                context: ctx,
-            });
+        for event in std::mem::take(&mut st.held) {
+            (self.events)(event);
         }
     }
 
@@ -237,7 +239,10 @@ impl Subscriber {
                     item["object"] = o.parse();
                 }
                 if self.filter.is_some() {
-                    item["filterResult"] = e.filter_result.clone().unwrap_or(Value::Null);
+                    item["filterResult"] = e
+                        .filter_result
+                        .as_ref()
+                        .map_or(Value::Null, SharedJson::to_value);
                 }
                 item
             })
@@ -256,7 +261,7 @@ impl Subscriber {
         if !self.names.is_empty() && !self.names.iter().any(|n| **n == *key.1) {
             return;
         }
-        let Some((result, sum, result_size)) = self.evaluate(value) else {
+        let Some((result, sum, result_size)) = self.evaluate(value, &stored.text()) else {
             return;
         };
         let unchanged = st.cache.get(key).is_some_and(|e| e.checksum == sum);
@@ -269,7 +274,7 @@ impl Subscriber {
         };
         st.insert(key.clone(), entry);
         if announce && !unchanged {
-            self.emit(st, change, value, result);
+            self.emit(st, change, || SharedJson::from_text(stored.text()), result);
         }
     }
 }
@@ -298,9 +303,14 @@ impl Listener for Subscriber {
                 let prev = st.remove(key);
                 let result = match prev {
                     Some(e) => e.filter_result,
-                    None => self.evaluate(object).and_then(|(r, ..)| r),
+                    None => self.evaluate(object, &stored.text()).and_then(|(r, ..)| r),
                 };
-                self.emit(&mut st, Change::Deleted, object, result);
+                self.emit(
+                    &mut st,
+                    Change::Deleted,
+                    || SharedJson::from_text(stored.text()),
+                    result,
+                );
             }
             c => self.upsert(&mut st, c, key, object, stored, true),
         }
@@ -321,11 +331,13 @@ impl Listener for Subscriber {
             let keys: Vec<ObjectKey> = st.cache.keys().filter(|k| *k.0 == *ns).cloned().collect();
             for k in keys {
                 if let Some(e) = st.remove(&k) {
-                    let object = match &e.object {
-                        Some(o) => o.parse(),
-                        None => json!({"metadata": {"namespace": k.0, "name": k.1}}),
+                    let object = || match &e.object {
+                        Some(o) => SharedJson::from_text(o.text()),
+                        None => {
+                            SharedJson::new(&json!({"metadata": {"namespace": k.0, "name": k.1}}))
+                        }
                     };
-                    self.emit(&mut st, Change::Deleted, &object, e.filter_result);
+                    self.emit(&mut st, Change::Deleted, object, e.filter_result.clone());
                 }
             }
             self.metrics.snapshot(&st);
