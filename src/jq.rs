@@ -6,6 +6,7 @@
 //! object event) costs most.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data};
@@ -13,6 +14,12 @@ use jaq_json::{Map, Num, Val};
 use serde_json::Value;
 
 type Data = data::JustLut<Val>;
+
+thread_local! {
+    /// The object [`JqFilter::run_shared`] converted last on this thread, and its value.
+    static LAST_INPUT: std::cell::RefCell<Option<(Arc<Value>, Val)>> =
+        const { std::cell::RefCell::new(None) };
+}
 
 /// A compiled jq program; `Send + Sync`, so share it with `Arc` instead of recompiling.
 pub struct JqFilter {
@@ -114,9 +121,54 @@ impl JqFilter {
         })
     }
 
-    fn each(&self, input: &Value, mut emit: impl FnMut(Value)) -> Result<(), JqError> {
+    /// [`JqFilter::run`] on an object's JSON text (a watch's copy of it): read straight
+    /// into jaq's values, without a `serde_json` tree between. Text that is not JSON is a
+    /// run error.
+    pub fn run_text(&self, input: &str) -> Result<Value, JqError> {
+        let input = val_of_text(input).map_err(|e| JqError::Run {
+            program: self.program.clone(),
+            message: format!("the input is not JSON: {e}"),
+        })?;
+        self.run_val(input)
+    }
+
+    /// [`JqFilter::run`] on an object shared by several runs in a row (a watch event goes
+    /// to each binding of the watch in turn, on one thread): the object is made into jaq's
+    /// values once for all of them. The last object run on a thread stays converted (and
+    /// alive) until the next one.
+    pub fn run_shared(&self, input: &Arc<Value>) -> Result<Value, JqError> {
+        let val = LAST_INPUT.with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some((object, val)) if Arc::ptr_eq(object, input) => val.clone(),
+                _ => {
+                    let val = to_val(input);
+                    *last = Some((Arc::clone(input), val.clone()));
+                    val
+                }
+            }
+        });
+        self.run_val(val)
+    }
+
+    /// shell-operator's result rule on `input`.
+    fn run_val(&self, input: Val) -> Result<Value, JqError> {
+        let mut outputs = Vec::new();
+        self.each_val(input, |v| outputs.push(v))?;
+        Ok(match outputs.len() {
+            0 => Value::Null,
+            1 => outputs.pop().unwrap_or(Value::Null),
+            _ => Value::Array(outputs),
+        })
+    }
+
+    fn each(&self, input: &Value, emit: impl FnMut(Value)) -> Result<(), JqError> {
+        self.each_val(to_val(input), emit)
+    }
+
+    fn each_val(&self, input: Val, mut emit: impl FnMut(Value)) -> Result<(), JqError> {
         let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new([]));
-        for out in self.filter.id.run((ctx, to_val(input))) {
+        for out in self.filter.id.run((ctx, input)) {
             match out {
                 Ok(v) => emit(from_val(&v)),
                 Err(exn) => {
@@ -169,6 +221,91 @@ pub(crate) fn to_val(v: &Value) -> Val {
             }
             Val::obj(m)
         }
+    }
+}
+
+/// JSON text as a jaq value, read directly (numbers as [`to_val`] reads them).
+pub(crate) fn val_of_text(text: &str) -> Result<Val, serde_json::Error> {
+    use serde::Deserialize as _;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let v = JaqVal::deserialize(&mut de)?;
+    de.end()?;
+    Ok(v.0)
+}
+
+/// A jaq value read by serde.
+struct JaqVal(Val);
+
+impl<'de> serde::Deserialize<'de> for JaqVal {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<JaqVal, D::Error> {
+        d.deserialize_any(JaqValVisitor).map(JaqVal)
+    }
+}
+
+struct JaqValVisitor;
+
+impl<'de> serde::de::Visitor<'de> for JaqValVisitor {
+    type Value = Val;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Val, E> {
+        Ok(Val::Null)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Val, E> {
+        Ok(Val::Bool(b))
+    }
+
+    fn visit_i64<E>(self, i: i64) -> Result<Val, E> {
+        Ok(Val::Num(Num::from_integral(i)))
+    }
+
+    fn visit_u64<E>(self, u: u64) -> Result<Val, E> {
+        Ok(match i64::try_from(u) {
+            Ok(i) => Val::Num(Num::from_integral(i)),
+            Err(_) => Val::Num(Num::from_integral(u)),
+        })
+    }
+
+    fn visit_f64<E>(self, f: f64) -> Result<Val, E> {
+        Ok(Val::Num(Num::Float(f)))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Val, E> {
+        Ok(text(s))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Val, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(JaqVal(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(items.into_iter().collect())
+    }
+
+    /// Keys in sorted order, as [`to_val`] gives them from a `serde_json` map (`.[]` on
+    /// an object yields its values in that order); a watch's text has them sorted already.
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Val, A::Error> {
+        let mut entries: Vec<(Val, Val)> = Vec::with_capacity(map.size_hint().unwrap_or(0));
+        while let Some(JaqVal(key)) = map.next_key()? {
+            let JaqVal(v) = map.next_value()?;
+            entries.push((key, v));
+        }
+        fn bytes(k: &Val) -> &[u8] {
+            match k {
+                Val::TStr(b) | Val::BStr(b) => &b[..],
+                _ => &[],
+            }
+        }
+        if !entries.is_sorted_by(|(a, _), (b, _)| bytes(a) <= bytes(b)) {
+            entries.sort_by(|(a, _), (b, _)| bytes(a).cmp(bytes(b)));
+        }
+        let mut m = Map::with_capacity_and_hasher(entries.len(), Default::default());
+        m.extend(entries);
+        Ok(Val::obj(m))
     }
 }
 
@@ -345,6 +482,40 @@ fn push(msg: &mut String, item: String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A filter run on an object's text gives what it gives on the parsed object: numbers
+    /// of every kind, escapes, keys, nesting, several outputs and none.
+    #[test]
+    fn a_filter_on_text_gives_what_it_gives_on_the_value() {
+        let objects = [
+            r#"{"metadata":{"name":"a\"b","labels":{"x/y":"1"}},"n":[1,-2,3.5,18446744073709551615,9007199254740993,1e300,0.1],"t":true,"u":null,"s":"é\u00e9\n"}"#,
+            r#"[]"#,
+            r#"{}"#,
+            r#""text""#,
+        ];
+        for program in [
+            ".",
+            ".metadata.name",
+            ".n[]",
+            ".n | add",
+            "empty",
+            "keys",
+            ".[]?",
+            "tojson",
+        ] {
+            let filter = JqFilter::compile(program).expect("compiles");
+            for text in objects {
+                let value: Value = serde_json::from_str(text).expect("JSON");
+                assert_eq!(
+                    filter.run_text(text),
+                    filter.run(&value),
+                    "{program} on {text}"
+                );
+            }
+        }
+        let filter = JqFilter::compile(".").expect("compiles");
+        assert!(filter.run_text("{not json").is_err());
+    }
     use serde_json::json;
 
     fn deployment() -> Value {

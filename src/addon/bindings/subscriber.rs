@@ -146,9 +146,19 @@ impl Subscriber {
     }
 
     /// Runs the filter, timed.
-    fn run_filter(&self, f: &JqFilter, object: &Value) -> Result<Value, crate::jq::JqError> {
+    /// Runs the filter on the object (parsed already for an event, or its text: a list's
+    /// objects are read straight into the filter's values), timed.
+    fn run_filter(
+        &self,
+        f: &JqFilter,
+        object: Option<&Arc<Value>>,
+        text: &str,
+    ) -> Result<Value, crate::jq::JqError> {
         let started = std::time::Instant::now();
-        let r = f.run(object);
+        let r = match object {
+            Some(object) => f.run_shared(object),
+            None => f.run_text(text),
+        };
         self.metrics.jq.record(started.elapsed().as_secs_f64());
         r
     }
@@ -158,17 +168,17 @@ impl Subscriber {
     /// the result's JSON size; `None` when the filter fails on this object.
     fn evaluate(
         &self,
-        object: &Value,
+        key: &ObjectKey,
+        object: Option<&Arc<Value>>,
         text: &str,
     ) -> Option<(Option<SharedJson>, [u8; 16], usize)> {
         use md5::Digest;
         let result = match &self.filter {
-            Some(f) => match self.run_filter(f, object) {
+            Some(f) => match self.run_filter(f, object, text) {
                 Ok(v) => Some(v),
                 Err(e) => {
                     tracing::warn!(hook = %self.hook.hook, binding = %self.binding, "jqFilter failed on {}/{}: {e}",
-                        object["metadata"]["namespace"].as_str().unwrap_or_default(),
-                        object["metadata"]["name"].as_str().unwrap_or_default());
+                        key.0, key.1);
                     return None;
                 }
             },
@@ -254,14 +264,14 @@ impl Subscriber {
         st: &mut SubState,
         change: Change,
         key: &ObjectKey,
-        value: &Value,
+        value: Option<&Arc<Value>>,
         stored: &Stored,
         announce: bool,
     ) {
         if !self.names.is_empty() && !self.names.iter().any(|n| **n == *key.1) {
             return;
         }
-        let Some((result, sum, result_size)) = self.evaluate(value, &stored.text()) else {
+        let Some((result, sum, result_size)) = self.evaluate(key, value, &stored.text()) else {
             return;
         };
         let unchanged = st.cache.get(key).is_some_and(|e| e.checksum == sum);
@@ -287,7 +297,7 @@ impl Listener for Subscriber {
             if !self.names.is_empty() && !self.names.iter().any(|n| **n == *k.1) {
                 continue;
             }
-            self.upsert(&mut st, Change::Added, k, &o.parse(), o, announce);
+            self.upsert(&mut st, Change::Added, k, None, o, announce);
         }
         self.metrics.snapshot(&st);
     }
@@ -303,7 +313,9 @@ impl Listener for Subscriber {
                 let prev = st.remove(key);
                 let result = match prev {
                     Some(e) => e.filter_result,
-                    None => self.evaluate(object, &stored.text()).and_then(|(r, ..)| r),
+                    None => self
+                        .evaluate(key, Some(object), &stored.text())
+                        .and_then(|(r, ..)| r),
                 };
                 self.emit(
                     &mut st,
@@ -312,7 +324,7 @@ impl Listener for Subscriber {
                     result,
                 );
             }
-            c => self.upsert(&mut st, c, key, object, stored, true),
+            c => self.upsert(&mut st, c, key, Some(object), stored, true),
         }
         self.metrics.snapshot(&st);
         drop(st);
