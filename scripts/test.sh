@@ -24,6 +24,7 @@ python3 "$root/scripts/check-dockerfile.py"
 # The scripts the test command does not run (image-test.sh needs root and 12 GB free, the
 # benchmarks a quiet machine): parsed, so that a syntax error cannot wait for their next run.
 for script in "$root"/scripts/*.sh; do bash -n "$script"; done
+python3 "$root/scripts/bench-compare.py" "$root/benches/baseline.txt" >/dev/null
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 # The end-to-end tests that run against the real control plane (BOSUN_TEST_SERVER=real)
