@@ -5,7 +5,6 @@
 
 pub mod cluster;
 pub mod flags;
-pub mod journal_log;
 mod subsystem;
 pub mod webhook;
 pub use subsystem::LambdaControllers;

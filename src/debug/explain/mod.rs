@@ -138,7 +138,7 @@ impl Step {
         Step {
             journal,
             seq: r.seq,
-            time: crate::debug::journal_views::format_ms(r.time_ms),
+            time: r.time_text(),
             what,
         }
     }
