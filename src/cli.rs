@@ -931,6 +931,9 @@ async fn start_all(
         .partition(|s| s.essential());
     views.update(|v| {
         v.ha = ha;
+        for s in essential.iter().chain(&others) {
+            v.show(s.name(), s.idle_view());
+        }
         v.starting = others
             .iter()
             .filter(|s| s.switched_on())
@@ -943,9 +946,12 @@ async fn start_all(
             subsystem.switched_off();
             continue;
         }
-        let journal = subsystem.journal().name;
+        let (name, journal) = (subsystem.name(), subsystem.journal().name);
         let handle = subsystem.start(&host).await?;
-        views.update(|v| handle.register(v));
+        views.update(|v| {
+            handle.register(v);
+            v.show(name, Some(handle.view()));
+        });
         started.insert(0, (journal, handle));
     }
     let served = crate::endpoints::serve(
@@ -968,7 +974,10 @@ async fn start_all(
         let (name, journal) = (subsystem.name(), subsystem.journal().name);
         let outcome = subsystem.start(&host).await;
         match &outcome {
-            Ok(handle) => views.update(|v| handle.register(v)),
+            Ok(handle) => views.update(|v| {
+                handle.register(v);
+                v.show(name, Some(handle.view()));
+            }),
             Err(e) => tracing::error!("the {name} did not start: {e:#}"),
         }
         views.started(

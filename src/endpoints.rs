@@ -141,7 +141,7 @@ fn readiness(views: &Parts) -> Result<(), String> {
     if !views.starting.is_empty() {
         return Err(format!("starting: {}", views.starting.join(", ")));
     }
-    if let Some(m) = &views.modules
+    if let Some(m) = views.view::<crate::debug::ModulesView>()
         && !m.engine.converged()
     {
         return Err("startup converge not done".into());
@@ -218,8 +218,8 @@ impl Routes {
     /// Everything: the probes, `/metrics`, and the modules' routes when they run.
     pub fn all(&self) -> Router {
         let mut app = self.probes().merge(self.metrics());
-        if let Some(modules) = self.views.get().modules {
-            app = app.merge(crate::addon::http::routes(modules));
+        if let Some(modules) = self.views.get().view::<crate::debug::ModulesView>() {
+            app = app.merge(crate::addon::http::routes(modules.clone()));
         }
         app
     }

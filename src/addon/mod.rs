@@ -456,8 +456,8 @@ pub struct Operator {
 
 impl Operator {
     /// What the HTTP and debug endpoints read.
-    pub fn view(&self) -> crate::host::ModulesView {
-        crate::host::ModulesView {
+    pub fn view(&self) -> crate::debug::ModulesView {
+        crate::debug::ModulesView {
             engine: self.engine.clone(),
             journal: self.journal.clone(),
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::{Operator, OperatorConfig};
-use crate::host::{Handle, Host, Parts, Subsystem};
+use crate::host::{Handle, Host, Parts, Subsystem, SubsystemView};
 
 /// addon-operator's modules and global hooks (`BOSUN_MODULES`).
 pub struct Modules<'a> {
@@ -52,8 +52,11 @@ impl Handle for Operator {
         self.journal.clone()
     }
 
+    fn view(&self) -> Arc<dyn SubsystemView> {
+        Arc::new(Operator::view(self))
+    }
+
     fn register(&self, parts: &mut Parts) {
         parts.journals.push(("modules", self.journal.health()));
-        parts.modules = Some(self.view());
     }
 }

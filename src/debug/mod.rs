@@ -11,6 +11,10 @@
 //!                                                                          └► views (text, JSON, YAML)
 //! ```
 //!
+//! What each subsystem shows is its `host::SubsystemView` (`modules_views.rs`,
+//! `lambda_views.rs`, `deployer_views.rs`): `/actors` and `/explain` loop over them, and
+//! a subsystem's own endpoints find its view by type.
+//!
 //! The endpoints show values, secrets included: the socket is created `0600` in a `0700`
 //! folder, and the TCP listener refuses non-loopback addresses unless
 //! `BOSUN_DEBUG_ALLOW_REMOTE=true`; on a loopback address it answers only requests whose
@@ -30,6 +34,7 @@ pub mod graph;
 pub mod journal_views;
 pub mod lambda_views;
 pub mod last_outcome;
+pub mod modules_views;
 pub mod token;
 pub mod views;
 
@@ -56,7 +61,8 @@ use journal_views::{LogQuery, ViewError};
 use token::DebugToken;
 use views::{Format, View};
 
-use crate::host::{ModulesView, Views};
+use crate::host::Views;
+pub use modules_views::ModulesView;
 
 /// The web view: one page, no external assets.
 const UI_PAGE: &str = include_str!("ui.html");
@@ -651,7 +657,7 @@ async fn handle(
     };
     let view = match found.endpoint {
         Endpoint::Ui => return ui_page(),
-        Endpoint::Graph => match &shared.views.get().modules {
+        Endpoint::Graph => match shared.views.get().view::<ModulesView>() {
             Some(m) => return graph_answer(&m.engine, &query).await,
             None => Err(modules_off()),
         },
@@ -736,20 +742,24 @@ async fn answer(
         }),
         Endpoint::Actors => {
             let mut view = views::actors(&shared.mailboxes.snapshot());
-            let lambda = lambda_views::lambda_controllers(views.lambda.as_ref());
-            view.data["controllers"] = lambda.data["controllers"].clone();
-            if let (Some(text), Some(more)) = (view.text.as_mut(), lambda.text) {
-                text.push_str(&more);
-            }
-            let deployer = deployer_views::deployer_items(views.deployer.as_ref());
-            view.data["deployer"] = deployer.data["deployer"].clone();
-            if let (Some(text), Some(more)) = (view.text.as_mut(), deployer.text) {
-                text.push_str(&more);
+            for part in views.views().filter_map(|v| v.actors()) {
+                view.data[part.key] = part.data;
+                if let Some(text) = view.text.as_mut() {
+                    text.push_str(&part.text);
+                }
             }
             Ok(view)
         }
-        Endpoint::LambdaControllers => Ok(lambda_views::lambda_controllers(views.lambda.as_ref())),
-        Endpoint::DeployerItems => Ok(deployer_views::deployer_items(views.deployer.as_ref())),
+        Endpoint::LambdaControllers => Ok(lambda_views::lambda_controllers(
+            views
+                .view::<lambda_views::LambdaView>()
+                .and_then(|l| l.controllers.as_ref()),
+        )),
+        Endpoint::DeployerItems => Ok(deployer_views::deployer_items(
+            views
+                .view::<deployer_views::DeployItemsView>()
+                .and_then(|d| d.deployer.as_ref()),
+        )),
         Endpoint::Ha => Ok(ha_view(views.ha.as_ref())),
         Endpoint::Explain => {
             let words: Vec<String> = param(query, "subject")
@@ -780,7 +790,7 @@ async fn answer(
         }
         // Answered before (`/ui`, `/graph`) or by their own handler (`POST /config/set`).
         Endpoint::Ui | Endpoint::Graph | Endpoint::ConfigSet => Err(no_endpoint(route)),
-        endpoint => match &views.modules {
+        endpoint => match views.view::<ModulesView>() {
             Some(modules) => modules_answer(modules, endpoint, params, route, query).await,
             None => Err(modules_off()),
         },

@@ -11,7 +11,9 @@
 //! ```
 //!
 //! Each subsystem is one [`Subsystem`] (`subsystem.rs`); the host starts whatever is
-//! registered ([`Parts`] keeps each one's typed view).
+//! registered. [`Parts`] keeps each one's [`SubsystemView`] by its name: the endpoints
+//! every subsystem adds to (`/actors`, `/explain`) loop over them, and an endpoint of one
+//! subsystem finds that one's own view by its type.
 //!
 //! A subsystem switched off is not started at all; one that fails to start is named by
 //! `/readyz` (the others run on). The endpoints are served once the modules have started
@@ -24,7 +26,9 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use bosun_journal::Journal;
 use bosun_runtime::mailbox::Mailboxes;
+use futures::future::BoxFuture;
 
+use crate::explanation::{Explanation, Subject};
 use crate::journal_sink::JournalSink;
 use bosun_kube::WatchManager;
 use bosun_kube::in_cluster::ClientSource;
@@ -175,15 +179,6 @@ impl Host {
     }
 }
 
-/// The modules as the endpoints read them.
-#[derive(Clone)]
-pub struct ModulesView {
-    /// The engine.
-    pub engine: Arc<bosun_addon::engine::Engine>,
-    /// The modules' journal.
-    pub journal: Arc<Journal<bosun_addon::Event>>,
-}
-
 /// What the subsystems show on the HTTP and debug endpoints. The endpoints are served
 /// once the modules have started (before them nothing could answer about modules); lambda
 /// and the deployer register as they start, and `/readyz` waits for them.
@@ -195,16 +190,9 @@ pub struct Views {
 /// The parts of [`Views`] at one moment.
 #[derive(Clone, Default)]
 pub struct Parts {
-    /// The modules, unless switched off.
-    pub modules: Option<ModulesView>,
-    /// The lambda controllers, once started.
-    pub lambda: Option<bosun_lambda::registry::Controllers>,
-    /// The deployer, once started.
-    pub deployer: Option<bosun_deployer::controller::DeployerView>,
-    /// The lambda controllers' journal, once started (`/explain` reads it).
-    pub lambda_journal: Option<Arc<Journal<bosun_lambda::events::LambdaEvent>>>,
-    /// The deployer's journal, once started (`/explain` reads it).
-    pub deployer_journal: Option<Arc<Journal<bosun_deployer::events::DeployerEvent>>>,
+    /// Each subsystem's view by its name, in the order of `cli::subsystems` (the order
+    /// the views every subsystem adds to list them in).
+    subsystems: Vec<(&'static str, Option<Arc<dyn SubsystemView>>)>,
     /// The health of every journal written, by subsystem.
     pub journals: Vec<(&'static str, bosun_journal::Health)>,
     /// Subsystems switched on and still starting.
@@ -214,6 +202,63 @@ pub struct Parts {
     /// With high availability, this replica's state (role, lease holder, each journal's
     /// standbys); `None` for a single replica.
     pub ha: Option<HaStatus>,
+}
+
+impl Parts {
+    /// Shows `view` as subsystem `name`'s (`None`: nothing yet), in place of what it
+    /// showed; a subsystem shown for the first time goes last.
+    pub fn show(&mut self, name: &'static str, view: Option<Arc<dyn SubsystemView>>) {
+        match self.subsystems.iter_mut().find(|(n, _)| *n == name) {
+            Some(entry) => entry.1 = view,
+            None => self.subsystems.push((name, view)),
+        }
+    }
+
+    /// The subsystems' views, in order.
+    pub fn views(&self) -> impl Iterator<Item = &Arc<dyn SubsystemView>> {
+        self.subsystems.iter().filter_map(|(_, v)| v.as_ref())
+    }
+
+    /// The view of type `T` (an endpoint of one subsystem asks for its own view).
+    pub fn view<T: 'static>(&self) -> Option<&T> {
+        self.views().find_map(|v| v.as_any().downcast_ref::<T>())
+    }
+}
+
+/// What one subsystem shows on the endpoints: its part of the views every subsystem adds
+/// to (`/actors`, `/explain`), and itself for the endpoints that are its own alone.
+pub trait SubsystemView: Send + Sync {
+    /// Its part of `/actors` (`None`: it adds nothing).
+    fn actors(&self) -> Option<ActorsPart> {
+        None
+    }
+
+    /// What its journal says of `subject` (reads the journal: called off the async
+    /// threads); `Err`: why its journal could not be read.
+    fn explain(&self, _subject: &Subject, _e: &mut Explanation) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// What it knows now of `subject`, at once.
+    fn now(&self, _subject: &Subject, _e: &mut Explanation) {}
+
+    /// What it asks its actors about `subject`, after every subsystem's [`Self::now`].
+    fn ask<'a>(&'a self, _subject: &'a Subject, _e: &'a mut Explanation) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+
+    /// Itself, for [`Parts::view`].
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// A subsystem's part of `/actors`.
+pub struct ActorsPart {
+    /// The field of the answer its data goes into.
+    pub key: &'static str,
+    /// Its data.
+    pub data: serde_json::Value,
+    /// Its text, after the actors'.
+    pub text: String,
 }
 
 /// This replica's high-availability state, read when asked.
