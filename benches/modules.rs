@@ -177,7 +177,7 @@ fn main() {
         };
         let started = Instant::now();
         let metrics = bosun::prometheus::install("");
-        let host = bosun::host::Host::connect(&cfg.host(), None, metrics)
+        let host = bosun::host::Host::connect(&cfg.host(Default::default()), None, metrics)
             .await
             .expect("host");
         let operator = bosun::addon::start(&host, &cfg).await.expect("operator");

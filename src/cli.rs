@@ -820,9 +820,9 @@ pub fn main(cli: Cli) -> ExitCode {
         },
         _ => Default::default(),
     };
-    crate::logging::init_with(&logging);
+    let log_level = crate::logging::init_with(&logging);
     let result = match cli.command {
-        Command::Run(args) => run(*args),
+        Command::Run(args) => run(*args, log_level),
         Command::Sandbox(args) => {
             runtime().and_then(|rt| rt.block_on(crate::sandbox_cli::serve(args)))
         }
@@ -873,6 +873,9 @@ fn subsystems<'a>(
     ]
 }
 
+/// A run's runtime parameters (`bosun config list|set`), made once per run.
+type RuntimeParams = std::sync::Arc<crate::runtime_config::RuntimeConfig>;
+
 /// Every subsystem switched on, started on one host, and the endpoints that show them.
 pub struct Running {
     /// Where `/healthz`, `/readyz` and `/metrics` are served, and the debug endpoints.
@@ -920,11 +923,12 @@ async fn start_all(
     args: &RunArgs,
     cfg: &crate::addon::OperatorConfig,
     stream: Option<crate::ha::JournalStream>,
+    config: &RuntimeParams,
 ) -> anyhow::Result<Running> {
     // The recorder first, so that everything started below records into it.
     let metrics = crate::prometheus::install(&cfg.metrics_prefix);
     let ha = stream.as_ref().map(crate::ha::JournalStream::status);
-    let host = crate::host::Host::connect(&cfg.host(), stream, metrics).await?;
+    let host = crate::host::Host::connect(&cfg.host(config.clone()), stream, metrics).await?;
     let views = crate::host::Views::default();
     let (essential, others): (Vec<_>, Vec<_>) = subsystems(args, cfg)
         .into_iter()
@@ -996,7 +1000,7 @@ async fn start_all(
 }
 
 /// In-cluster (or kubeconfig) run: one replica, or with leader election one of several.
-async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
+async fn run_cluster(args: RunArgs, config: RuntimeParams) -> anyhow::Result<()> {
     let mut cfg = crate::addon::OperatorConfig::from_env_and(
         &crate::addon::OperatorConfig::in_cluster(),
         &args.addon_operator.given()?,
@@ -1030,7 +1034,7 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
     };
     let grace = args.ha.shutdown_grace;
     let Some(ha) = args.ha.config(&namespace, cfg.listen)? else {
-        let running = start_all(&args, &cfg, None).await?;
+        let running = start_all(&args, &cfg, None, &config).await?;
         bosun_platform::shutdown_signal().await;
         tracing::info!("shutting down");
         crate::ha::graceful_stop(grace, &running.journals()).await;
@@ -1051,7 +1055,7 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
         .map(|s| s.journal())
         .collect();
     let ending = crate::ha::run(ha, client, cfg.listen, journals, grace, |stream| async {
-        let running = start_all(&args, &cfg, Some(stream)).await?;
+        let running = start_all(&args, &cfg, Some(stream), &config).await?;
         Ok(crate::ha::Started {
             journals: running.journals(),
             keep: Box::new(running),
@@ -1062,20 +1066,25 @@ async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run(args: RunArgs) -> anyhow::Result<()> {
+fn run(args: RunArgs, log_level: Option<crate::logging::LogLevel>) -> anyhow::Result<()> {
+    // The run's runtime parameters, reached through the host; the log level's first.
+    let config = std::sync::Arc::new(crate::runtime_config::RuntimeConfig::default());
+    if let Some(level) = &log_level {
+        config.register(level.param());
+    }
     let rt = runtime()?;
-    let result = rt.block_on(run_inner(args));
+    let result = rt.block_on(run_inner(args, config));
     // Whatever still runs (a hook past the grace period, a fenced leader's work) is dropped
     // now: hook processes are killed with their process groups.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     result
 }
 
-async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
+async fn run_inner(args: RunArgs, config: RuntimeParams) -> anyhow::Result<()> {
     let _trimmer = crate::memory::spawn_trimmer();
     {
         if !args.sandbox {
-            return run_cluster(args).await;
+            return run_cluster(args, config).await;
         }
         // The embedded default: the sandbox API server in-process, the sample hooks and
         // modules from `examples/`, state under the data folder.
@@ -1105,7 +1114,7 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
             cfg.modules = modules;
         }
         private_tmp_dir(&cfg.tmp_dir)?;
-        let running = start_all(&args, &cfg, None).await;
+        let running = start_all(&args, &cfg, None, &config).await;
         let mut examples = None;
         match &running {
             Err(e) => tracing::error!("bosun did not start: {e:#}"),

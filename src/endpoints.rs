@@ -89,7 +89,13 @@ pub async fn serve(
         println!("bosun /debug/pprof/ on http://{bound} (--pprof-address)");
         tracing::info!(listen = %bound, "serving /debug/pprof/ (--pprof-address)");
     }
-    let debug = crate::debug::serve(debug, views.clone(), host.mailboxes.clone()).await;
+    let debug = crate::debug::serve(
+        debug,
+        views.clone(),
+        host.mailboxes.clone(),
+        host.runtime_config.clone(),
+    )
+    .await;
     if let Some(socket) = &debug.socket {
         println!("bosun debug endpoints on unix socket {}", socket.display());
     }

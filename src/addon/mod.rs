@@ -147,13 +147,17 @@ fn go_bool_true(value: &str) -> bool {
 }
 
 impl OperatorConfig {
-    /// What the host needs of it to connect.
-    pub fn host(&self) -> crate::host::HostConfig {
+    /// What the host needs of it to connect, with the run's runtime parameters.
+    pub fn host(
+        &self,
+        runtime_config: Arc<crate::runtime_config::RuntimeConfig>,
+    ) -> crate::host::HostConfig {
         crate::host::HostConfig {
             kubeconfig: self.kubeconfig.clone(),
             kube_context: self.kube_context.clone(),
             namespace: self.namespace.clone(),
             client_limits: self.client_limits,
+            runtime_config,
         }
     }
 
@@ -538,6 +542,7 @@ fn transient_watch_error(e: &kube::runtime::watcher::Error) -> bool {
 /// runs; our own writes come back unchanged and are ignored; an invalid ConfigMap is
 /// reported and the last good values stay in place.
 async fn follow_config_map(
+    runtime_config: Arc<crate::runtime_config::RuntimeConfig>,
     engine: Arc<Engine>,
     mut stream: ConfigMapEvents,
     name: String,
@@ -545,7 +550,9 @@ async fn follow_config_map(
 ) {
     use futures::StreamExt;
     use kube::runtime::watcher;
-    crate::runtime_config::global().register(crate::runtime_config::Param {
+    let log_events = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let set_log_events = log_events.clone();
+    runtime_config.register(crate::runtime_config::Param {
         name: "log.configmap.events",
         description: format!("Set to true to log every event of the ConfigMap {name}"),
         default: "false".into(),
@@ -555,12 +562,12 @@ async fn follow_config_map(
         },
         forced_duration: |_| None,
         on_change: Box::new(move |v| {
-            LOG_CONFIG_MAP_EVENTS.store(v == "true", std::sync::atomic::Ordering::Relaxed);
+            set_log_events.store(v == "true", std::sync::atomic::Ordering::Relaxed);
             Ok(())
         }),
     });
     while let Some(event) = stream.next().await {
-        if LOG_CONFIG_MAP_EVENTS.load(std::sync::atomic::Ordering::Relaxed) {
+        if log_events.load(std::sync::atomic::Ordering::Relaxed) {
             log_config_map_event(&name, &event);
         }
         let data = match event {
@@ -598,10 +605,6 @@ async fn follow_config_map(
         }
     }
 }
-
-/// The runtime parameter `log.configmap.events`.
-static LOG_CONFIG_MAP_EVENTS: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
 
 /// `log.configmap.events`: one line per ConfigMap event, with the keys it carries.
 fn log_config_map_event(
@@ -806,6 +809,7 @@ pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Re
     .await?;
     let engine = Arc::new(engine);
     let watcher = tokio::spawn(follow_config_map(
+        host.runtime_config.clone(),
         engine.clone(),
         events,
         cfg.config_map.clone(),

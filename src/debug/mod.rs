@@ -43,6 +43,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -62,6 +63,7 @@ use token::DebugToken;
 use views::{Format, View};
 
 use crate::host::Views;
+use crate::runtime_config::RuntimeConfig;
 pub use modules_views::ModulesView;
 
 /// The web view: one page, no external assets.
@@ -325,8 +327,13 @@ impl Drop for DebugServer {
 
 /// Starts the listeners on what the running subsystems show. A socket or address that
 /// cannot be used is logged as an error and left out: the operator keeps running without it.
-pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> DebugServer {
-    let app = router(views, mailboxes);
+pub async fn serve(
+    cfg: &DebugConfig,
+    views: Views,
+    mailboxes: Mailboxes,
+    config: Arc<RuntimeConfig>,
+) -> DebugServer {
+    let app = router(views, mailboxes, config);
     let mut server = DebugServer {
         socket: None,
         http: None,
@@ -489,19 +496,22 @@ pub fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
 struct Shared {
     views: Views,
     mailboxes: Mailboxes,
+    config: Arc<RuntimeConfig>,
 }
 
 /// The debug endpoints, on what the running subsystems show and every actor's mailbox.
-pub fn router(views: Views, mailboxes: Mailboxes) -> Router {
+pub fn router(views: Views, mailboxes: Mailboxes, config: Arc<RuntimeConfig>) -> Router {
     let mut router = Router::new();
     for route in ROUTES.iter().filter(|r| r.post()) {
         if route.endpoint == Endpoint::ConfigSet {
             router = router.route(route.pattern().0, axum::routing::post(config_set));
         }
     }
-    router
-        .fallback(handle)
-        .with_state(Shared { views, mailboxes })
+    router.fallback(handle).with_state(Shared {
+        views,
+        mailboxes,
+        config,
+    })
 }
 
 /// On a loopback TCP listener: refuses requests for other host names (a page whose name
@@ -725,7 +735,7 @@ async fn answer(
     let views = shared.views.get();
     match endpoint {
         Endpoint::ConfigList => {
-            let config = crate::runtime_config::global();
+            let config = &shared.config;
             Ok(View {
                 data: config.list(),
                 text: Some(config.text()),
@@ -987,7 +997,10 @@ struct ConfigSet {
 }
 
 /// `POST /config/set`: changes a runtime parameter, for `duration` when one is given.
-async fn config_set(axum::Form(form): axum::Form<ConfigSet>) -> Response {
+async fn config_set(
+    State(shared): State<Shared>,
+    axum::Form(form): axum::Form<ConfigSet>,
+) -> Response {
     let bad = |m: String| Failure(StatusCode::BAD_REQUEST, m).into_response();
     if form.name.is_empty() {
         return bad("'name' parameter is required".into());
@@ -1003,7 +1016,7 @@ async fn config_set(axum::Form(form): axum::Form<ConfigSet>) -> Response {
         },
     };
     use crate::runtime_config::SetError;
-    match crate::runtime_config::global().set(&form.name, &form.value, duration) {
+    match shared.config.set(&form.name, &form.value, duration) {
         Ok(()) => StatusCode::OK.into_response(),
         Err(e @ (SetError::Unknown(_) | SetError::Invalid { .. })) => bad(e.to_string()),
         Err(e @ SetError::Apply { .. }) => {

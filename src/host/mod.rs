@@ -47,6 +47,8 @@ pub struct HostConfig {
     pub namespace: String,
     /// `KUBE_CLIENT_QPS`, `KUBE_CLIENT_BURST`: the shared client's limit.
     pub client_limits: bosun_kube::ClientLimits,
+    /// The run's runtime parameters (`bosun config list|set`).
+    pub runtime_config: Arc<crate::runtime_config::RuntimeConfig>,
 }
 
 /// What every subsystem starts from.
@@ -69,6 +71,9 @@ pub struct Host {
     pub mailboxes: Mailboxes,
     /// On an HA leader: serves each journal to standbys as it is opened.
     pub stream: Option<crate::ha::JournalStream>,
+    /// The runtime parameters: the subsystems register theirs, the debug endpoints list
+    /// and set them.
+    pub runtime_config: Arc<crate::runtime_config::RuntimeConfig>,
     metrics: crate::prometheus::Metrics,
     /// The client's configuration, to make clients of other limits from.
     config: Option<kube::Config>,
@@ -143,7 +148,7 @@ impl Host {
         };
         let tasks = vec![
             metrics.tick(),
-            tokio::spawn(crate::runtime_config::global().clone().expire_forever()),
+            tokio::spawn(cfg.runtime_config.clone().expire_forever()),
         ];
         Host {
             watches: WatchManager::new(client.clone()),
@@ -153,6 +158,7 @@ impl Host {
             resource_cluster,
             mailboxes: Mailboxes::default(),
             stream: None,
+            runtime_config: cfg.runtime_config.clone(),
             metrics,
             config: None,
             tasks,

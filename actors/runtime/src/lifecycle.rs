@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+// A stop signal, like SIGTERM's flag: global on purpose (see above).
 static STOPPING: AtomicBool = AtomicBool::new(false);
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 static CHANGED: Notify = Notify::const_new();
