@@ -72,8 +72,7 @@ const UI_PAGE: &str = include_str!("ui.html");
 /// Events `/journal/log` returns when no `limit` is given (the newest ones).
 const LOG_LIMIT: usize = 200;
 
-/// The reference's default socket.
-pub const DEFAULT_SOCKET: &str = "/var/run/addon-operator/debug.socket";
+pub use crate::host::process::{DEFAULT_SOCKET, parse_http_addr};
 
 /// How long an endpoint waits for an actor (a module actor is busy during its run).
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -269,24 +268,14 @@ pub struct DebugConfig {
     pub http: Option<SocketAddr>,
 }
 
-/// Reads `DEBUG_HTTP_SERVER_ADDR` (`host:port`, `:port` meaning every interface) and checks
-/// it is loopback unless `allow_remote`.
-pub fn parse_http_addr(value: &str, allow_remote: bool) -> anyhow::Result<SocketAddr> {
-    let text = match value.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => value.replacen("localhost:", "127.0.0.1:", 1),
-    };
-    let addr: SocketAddr = text.parse().map_err(|_| {
-        anyhow::anyhow!("DEBUG_HTTP_SERVER_ADDR: {value:?} is not an address like 127.0.0.1:9652")
-    })?;
-    if !addr.ip().is_loopback() && !allow_remote {
-        anyhow::bail!(
-            "DEBUG_HTTP_SERVER_ADDR: {addr} is not a loopback address; the debug endpoints show \
-             every value, secrets included, so bosun serves them on loopback only (set \
-             BOSUN_DEBUG_ALLOW_REMOTE=true to serve them on {addr} anyway)"
-        );
+impl DebugConfig {
+    /// The listeners the process's configuration names.
+    pub fn of(process: &crate::host::ProcessConfig) -> DebugConfig {
+        DebugConfig {
+            socket: process.debug_socket.clone(),
+            http: process.debug_http,
+        }
     }
-    Ok(addr)
 }
 
 /// The debug listeners; dropping it stops them and removes the socket and the token file.

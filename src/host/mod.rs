@@ -19,6 +19,7 @@
 //! `/readyz` (the others run on). The endpoints are served once the modules have started
 //! (at once when they are off); `/readyz` says which subsystem is still starting.
 
+pub mod process;
 mod subsystem;
 
 use std::sync::Arc;
@@ -33,20 +34,15 @@ use crate::journal_sink::JournalSink;
 use bosun_kube::WatchManager;
 use bosun_kube::in_cluster::ClientSource;
 
+pub use process::ProcessConfig;
 pub use subsystem::{Handle, Subsystem};
 
-/// What the host needs to connect (from the addon-operator environment and flags).
+/// What the host is made from: the process's configuration and the run's runtime
+/// parameters.
 #[derive(Clone, Debug, Default)]
 pub struct HostConfig {
-    /// `KUBE_CONFIG` (or `--kubeconfig`); `None`: the pod's service account, else
-    /// `KUBECONFIG` / `~/.kube/config`.
-    pub kubeconfig: Option<std::path::PathBuf>,
-    /// `KUBE_CONTEXT`.
-    pub kube_context: Option<String>,
-    /// `ADDON_OPERATOR_NAMESPACE`; empty: the client's default namespace.
-    pub namespace: String,
-    /// `KUBE_CLIENT_QPS`, `KUBE_CLIENT_BURST`: the shared client's limit.
-    pub client_limits: bosun_kube::ClientLimits,
+    /// The process's configuration (the client's, the listeners', the folders').
+    pub process: ProcessConfig,
     /// The run's runtime parameters (`bosun config list|set`).
     pub runtime_config: Arc<crate::runtime_config::RuntimeConfig>,
 }
@@ -74,6 +70,8 @@ pub struct Host {
     /// The runtime parameters: the subsystems register theirs, the debug endpoints list
     /// and set them.
     pub runtime_config: Arc<crate::runtime_config::RuntimeConfig>,
+    /// The process's configuration it was made from (folders, listeners, the client's).
+    pub process: ProcessConfig,
     metrics: crate::prometheus::Metrics,
     /// The client's configuration, to make clients of other limits from.
     config: Option<kube::Config>,
@@ -98,8 +96,11 @@ impl Host {
         stream: Option<crate::ha::JournalStream>,
         metrics: crate::prometheus::Metrics,
     ) -> anyhow::Result<Host> {
-        let (config, source) =
-            kube_config(cfg.kubeconfig.as_deref(), cfg.kube_context.as_deref()).await?;
+        let (config, source) = kube_config(
+            cfg.process.kubeconfig.as_deref(),
+            cfg.process.kube_context.as_deref(),
+        )
+        .await?;
         let resource_cluster = (
             config
                 .cluster_url
@@ -108,9 +109,10 @@ impl Host {
                 .to_string(),
             config.root_cert.as_deref().map(pem_base64),
         );
-        let client = bosun_kube::measured_client(config.clone(), "shared", cfg.client_limits)
+        let limits = cfg.process.client_limits;
+        let client = bosun_kube::measured_client(config.clone(), "shared", limits)
             .context("cannot build a Kubernetes client")?;
-        tracing::info!(limit = %cfg.client_limits, "Kubernetes client (KUBE_CLIENT_QPS, KUBE_CLIENT_BURST)");
+        tracing::info!(limit = %limits, "Kubernetes client (KUBE_CLIENT_QPS, KUBE_CLIENT_BURST)");
         let mut host = Host::with_client(cfg, client, source, resource_cluster, metrics);
         host.stream = stream;
         host.config = Some(config);
@@ -141,10 +143,10 @@ impl Host {
         resource_cluster: (String, Option<String>),
         metrics: crate::prometheus::Metrics,
     ) -> Host {
-        let namespace = if cfg.namespace.is_empty() {
+        let namespace = if cfg.process.namespace.is_empty() {
             client.default_namespace().to_string()
         } else {
-            cfg.namespace.clone()
+            cfg.process.namespace.clone()
         };
         let tasks = vec![
             metrics.tick(),
@@ -159,6 +161,7 @@ impl Host {
             mailboxes: Mailboxes::default(),
             stream: None,
             runtime_config: cfg.runtime_config.clone(),
+            process: cfg.process.clone(),
             metrics,
             config: None,
             tasks,
