@@ -902,8 +902,14 @@ fn configs(
     Ok((process, cfg))
 }
 
-/// A run's runtime parameters (`bosun config list|set`), made once per run.
-type RuntimeParams = std::sync::Arc<crate::runtime_config::RuntimeConfig>;
+/// What one run of bosun hands to the host it makes (a standby makes its host when it
+/// comes to lead): the runtime parameters (`bosun config list|set`) and the work gate that
+/// a graceful stop or a fence closes.
+#[derive(Clone, Default)]
+struct RunShared {
+    config: std::sync::Arc<crate::runtime_config::RuntimeConfig>,
+    gate: bosun_runtime::lifecycle::WorkGate,
+}
 
 /// Every subsystem switched on, started on one host, and the endpoints that show them.
 pub struct Running {
@@ -953,14 +959,15 @@ async fn start_all(
     process: &ProcessConfig,
     cfg: &crate::addon::OperatorConfig,
     stream: Option<crate::ha::JournalStream>,
-    config: &RuntimeParams,
+    shared: &RunShared,
 ) -> anyhow::Result<Running> {
     // The recorder first, so that everything started below records into it.
     let metrics = crate::prometheus::install(&process.metrics_prefix);
     let ha = stream.as_ref().map(crate::ha::JournalStream::status);
     let host_config = crate::host::HostConfig {
         process: process.clone(),
-        runtime_config: config.clone(),
+        runtime_config: shared.config.clone(),
+        gate: shared.gate.clone(),
     };
     let host = crate::host::Host::connect(&host_config, stream, metrics).await?;
     let views = crate::host::Views::default();
@@ -1034,7 +1041,7 @@ async fn start_all(
 }
 
 /// In-cluster (or kubeconfig) run: one replica, or with leader election one of several.
-async fn run_cluster(args: RunArgs, config: RuntimeParams) -> anyhow::Result<()> {
+async fn run_cluster(args: RunArgs, shared: RunShared) -> anyhow::Result<()> {
     let (process, cfg) = configs(
         &args,
         (
@@ -1064,10 +1071,10 @@ async fn run_cluster(args: RunArgs, config: RuntimeParams) -> anyhow::Result<()>
     };
     let grace = args.ha.shutdown_grace;
     let Some(ha) = args.ha.config(&namespace, process.listen)? else {
-        let running = start_all(&args, &process, &cfg, None, &config).await?;
+        let running = start_all(&args, &process, &cfg, None, &shared).await?;
         bosun_platform::shutdown_signal().await;
         tracing::info!("shutting down");
-        crate::ha::graceful_stop(grace, &running.journals()).await;
+        crate::ha::graceful_stop(grace, &shared.gate, &running.journals()).await;
         return Ok(());
     };
     // The lease's own client: renewals never wait behind the subsystems' requests.
@@ -1093,8 +1100,9 @@ async fn run_cluster(args: RunArgs, config: RuntimeParams) -> anyhow::Result<()>
         process.listen,
         journals,
         grace,
+        shared.gate.clone(),
         |stream| async {
-            let running = start_all(&args, &process, &cfg, Some(stream), &config).await?;
+            let running = start_all(&args, &process, &cfg, Some(stream), &shared).await?;
             Ok(crate::ha::Started {
                 journals: running.journals(),
                 keep: Box::new(running),
@@ -1108,23 +1116,23 @@ async fn run_cluster(args: RunArgs, config: RuntimeParams) -> anyhow::Result<()>
 
 fn run(args: RunArgs, log_level: Option<crate::logging::LogLevel>) -> anyhow::Result<()> {
     // The run's runtime parameters, reached through the host; the log level's first.
-    let config = std::sync::Arc::new(crate::runtime_config::RuntimeConfig::default());
+    let shared = RunShared::default();
     if let Some(level) = &log_level {
-        config.register(level.param());
+        shared.config.register(level.param());
     }
     let rt = runtime()?;
-    let result = rt.block_on(run_inner(args, config));
+    let result = rt.block_on(run_inner(args, shared));
     // Whatever still runs (a hook past the grace period, a fenced leader's work) is dropped
     // now: hook processes are killed with their process groups.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     result
 }
 
-async fn run_inner(args: RunArgs, config: RuntimeParams) -> anyhow::Result<()> {
+async fn run_inner(args: RunArgs, shared: RunShared) -> anyhow::Result<()> {
     let _trimmer = crate::memory::spawn_trimmer();
     {
         if !args.sandbox {
-            return run_cluster(args, config).await;
+            return run_cluster(args, shared).await;
         }
         // The embedded default: the sandbox API server in-process, the sample hooks and
         // modules from `examples/`, state under the data folder.
@@ -1153,7 +1161,7 @@ async fn run_inner(args: RunArgs, config: RuntimeParams) -> anyhow::Result<()> {
         };
         let (process, cfg) = configs(&args, (&defaults, &operator_defaults))?;
         private_tmp_dir(&process.tmp_dir)?;
-        let running = start_all(&args, &process, &cfg, None, &config).await;
+        let running = start_all(&args, &process, &cfg, None, &shared).await;
         let mut examples = None;
         match &running {
             Err(e) => tracing::error!("bosun did not start: {e:#}"),
@@ -1227,7 +1235,7 @@ async fn run_inner(args: RunArgs, config: RuntimeParams) -> anyhow::Result<()> {
         bosun_platform::shutdown_signal().await;
         tracing::info!("shutting down");
         if let Ok(r) = &running {
-            crate::ha::graceful_stop(args.ha.shutdown_grace, &r.journals()).await;
+            crate::ha::graceful_stop(args.ha.shutdown_grace, &shared.gate, &r.journals()).await;
         }
         drop(examples);
         // The subsystems and their watches stop before the API server they talk to.

@@ -688,6 +688,7 @@ pub async fn start(
         max_attempts: cfg.max_attempts,
         queue_action_metrics: cfg.queue_action_metrics,
         mailboxes: host.mailboxes.clone(),
+        gate: host.gate.clone(),
     })
     .await?;
     let engine = Arc::new(engine);

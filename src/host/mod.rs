@@ -45,6 +45,8 @@ pub struct HostConfig {
     pub process: ProcessConfig,
     /// The run's runtime parameters (`bosun config list|set`).
     pub runtime_config: Arc<crate::runtime_config::RuntimeConfig>,
+    /// The run's work gate (a graceful stop or a fence closes it).
+    pub gate: bosun_runtime::lifecycle::WorkGate,
 }
 
 /// What every subsystem starts from.
@@ -65,6 +67,9 @@ pub struct Host {
     pub watches: WatchManager,
     /// Every actor's mailbox, for `bosun actors` and the mailbox-depth metric.
     pub mailboxes: Mailboxes,
+    /// The work gate every subsystem's queues are on: a graceful stop or a fence stops
+    /// them all at once and waits for what runs.
+    pub gate: bosun_runtime::lifecycle::WorkGate,
     /// On an HA leader: serves each journal to standbys as it is opened.
     pub stream: Option<crate::ha::JournalStream>,
     /// The runtime parameters: the subsystems register theirs, the debug endpoints list
@@ -159,6 +164,7 @@ impl Host {
             namespace,
             resource_cluster,
             mailboxes: Mailboxes::default(),
+            gate: cfg.gate.clone(),
             stream: None,
             runtime_config: cfg.runtime_config.clone(),
             process: cfg.process.clone(),

@@ -110,6 +110,7 @@ pub async fn start(
         journal: Arc::new(host.sink(journal.clone())),
         workers: cfg.workers,
         mailboxes: host.mailboxes.clone(),
+        gate: host.gate.clone(),
     };
     let registry = registry::run(
         ctx,
