@@ -191,7 +191,10 @@ async fn main() -> anyhow::Result<()> {
     )?;
     let host = bosun::host::Host::with_client(
         &bosun::host::HostConfig {
-            namespace: "default".into(),
+            process: bosun::host::ProcessConfig {
+                namespace: "default".into(),
+                ..Default::default()
+            },
             ..Default::default()
         },
         measured,

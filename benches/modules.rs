@@ -164,23 +164,32 @@ fn main() {
         let cfg = bosun::addon::OperatorConfig {
             global_hooks_dir: dir.path().join("no-global-hooks"),
             modules_dirs: vec![modules_dir.clone()],
+            helm_library: Some(tools().join("helm/libhelm_c.so")),
+            helm_binary: Some(tools().join("helm/helm")),
+            helm_engine: choice,
+            ..bosun::addon::OperatorConfig::in_cluster()
+        };
+        let process = bosun::host::ProcessConfig {
             namespace: "default".into(),
             tmp_dir: dir.path().join("tmp"),
             journal_dir: dir.path().join("journal"),
             debug_socket: dir.path().join("debug.socket"),
             kubeconfig: Some(kubeconfig.clone()),
             listen: "127.0.0.1:0".parse().expect("addr"),
-            helm_library: Some(tools().join("helm/libhelm_c.so")),
-            helm_binary: Some(tools().join("helm/helm")),
-            helm_engine: choice,
-            ..bosun::addon::OperatorConfig::in_cluster()
+            ..bosun::host::ProcessConfig::in_cluster()
         };
         let started = Instant::now();
         let metrics = bosun::prometheus::install("");
-        let host = bosun::host::Host::connect(&cfg.host(), None, metrics)
+        let host_config = bosun::host::HostConfig {
+            process: process.clone(),
+            ..Default::default()
+        };
+        let host = bosun::host::Host::connect(&host_config, None, metrics)
             .await
             .expect("host");
-        let operator = bosun::addon::start(&host, &cfg).await.expect("operator");
+        let operator = bosun::addon::start(&host, &cfg, &process.journal_dir)
+            .await
+            .expect("operator");
         let deadline = Instant::now() + Duration::from_secs(1800);
         while !operator.engine.converged() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::host::ProcessConfig;
+
 /// bosun: addon-operator modules, metacontroller lambda controllers and a DeployItem
 /// deployer on one journaled actor runtime.
 #[derive(Debug, Parser)]
@@ -620,13 +622,15 @@ impl DeployerArgs {
             .map_err(|e| anyhow::anyhow!("--deployer-contract {e}"))
     }
 
-    /// The deployer configuration, with the journal under `journal_dir`.
+    /// The deployer configuration, with the journal under the process's journal folder
+    /// and the modules' Helm engine settings.
     pub fn config(
         &self,
+        process: &crate::host::ProcessConfig,
         operator: &crate::addon::OperatorConfig,
         install_crds: bool,
     ) -> anyhow::Result<crate::deployer::DeployerConfig> {
-        let journal_dir = &operator.journal_dir;
+        let journal_dir = &process.journal_dir;
         let file = self
             .deployer_config
             .as_deref()
@@ -661,7 +665,7 @@ impl DeployerArgs {
                     .or_else(|_| std::env::var("HOSTNAME"))
                     .unwrap_or_else(|_| "bosun".into())
             }),
-            pod_namespace: operator.namespace.clone(),
+            pod_namespace: process.namespace.clone(),
             timeouts: bosun_deployer::decide::LandscaperTimeouts {
                 pickup: landscaper_timeout(
                     "--deployer-pickup-timeout",
@@ -684,8 +688,8 @@ impl DeployerArgs {
             journal_dir: journal_dir.join("deployer"),
             // Known once the operator has connected (`DeployItems::start`).
             resource_cluster: None,
-            helm: operator.helm_settings(),
-            work_dir: operator.tmp_dir.join("deployer"),
+            helm: operator.helm_settings(&process.tmp_dir),
+            work_dir: process.tmp_dir.join("deployer"),
             contract: self.contract()?,
         })
     }
@@ -820,9 +824,9 @@ pub fn main(cli: Cli) -> ExitCode {
         },
         _ => Default::default(),
     };
-    crate::logging::init_with(&logging);
+    let log_level = crate::logging::init_with(&logging);
     let result = match cli.command {
-        Command::Run(args) => run(*args),
+        Command::Run(args) => run(*args, log_level),
         Command::Sandbox(args) => {
             runtime().and_then(|rt| rt.block_on(crate::sandbox_cli::serve(args)))
         }
@@ -856,21 +860,55 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// goes").
 fn subsystems<'a>(
     args: &'a RunArgs,
+    process: &ProcessConfig,
     cfg: &'a crate::addon::OperatorConfig,
 ) -> Vec<Box<dyn crate::host::Subsystem + 'a>> {
+    let journal_dir = &process.journal_dir;
     vec![
-        Box::new(crate::addon::Modules { cfg }),
+        Box::new(crate::addon::Modules {
+            on: process.modules,
+            journal_dir: journal_dir.clone(),
+            cfg,
+        }),
         Box::new(crate::lambda::LambdaControllers {
             on: args.lambda.lambda_controllers,
-            journal_dir: cfg.journal_dir.join("lambda"),
-            config: args.lambda.config(&cfg.journal_dir),
+            journal_dir: journal_dir.join("lambda"),
+            config: args.lambda.config(journal_dir),
         }),
         Box::new(crate::deployer::DeployItems {
             on: args.deployer.deployer,
-            journal_dir: cfg.journal_dir.join("deployer"),
-            config: args.deployer.config(cfg, args.lambda.install_crds),
+            journal_dir: journal_dir.join("deployer"),
+            config: args.deployer.config(process, cfg, args.lambda.install_crds),
         }),
     ]
+}
+
+/// The process's configuration and the modules', from addon-operator's `start` flags
+/// and the environment over `defaults`; `--modules` (BOSUN_MODULES) and metacontroller's
+/// `--kubeconfig` (`KUBE_CONFIG` wins) applied.
+fn configs(
+    args: &RunArgs,
+    defaults: (&ProcessConfig, &crate::addon::OperatorConfig),
+) -> anyhow::Result<(ProcessConfig, crate::addon::OperatorConfig)> {
+    let given = args.addon_operator.given()?;
+    let cfg = crate::addon::OperatorConfig::from_env_and(defaults.1, &given)?;
+    let mut process = ProcessConfig::from_env_and(defaults.0, &given)?;
+    if let Some(modules) = args.modules {
+        process.modules = modules;
+    }
+    if process.kubeconfig.is_none() {
+        process.kubeconfig = args.metacontroller.kubeconfig.clone();
+    }
+    Ok((process, cfg))
+}
+
+/// What one run of bosun hands to the host it makes (a standby makes its host when it
+/// comes to lead): the runtime parameters (`bosun config list|set`) and the work gate that
+/// a graceful stop or a fence closes.
+#[derive(Clone, Default)]
+struct RunShared {
+    config: std::sync::Arc<crate::runtime_config::RuntimeConfig>,
+    gate: bosun_runtime::lifecycle::WorkGate,
 }
 
 /// Every subsystem switched on, started on one host, and the endpoints that show them.
@@ -918,19 +956,29 @@ impl Running {
 /// `/readyz`, and the rest runs on.
 async fn start_all(
     args: &RunArgs,
+    process: &ProcessConfig,
     cfg: &crate::addon::OperatorConfig,
     stream: Option<crate::ha::JournalStream>,
+    shared: &RunShared,
 ) -> anyhow::Result<Running> {
     // The recorder first, so that everything started below records into it.
-    let metrics = crate::prometheus::install(&cfg.metrics_prefix);
+    let metrics = crate::prometheus::install(&process.metrics_prefix);
     let ha = stream.as_ref().map(crate::ha::JournalStream::status);
-    let host = crate::host::Host::connect(&cfg.host(), stream, metrics).await?;
+    let host_config = crate::host::HostConfig {
+        process: process.clone(),
+        runtime_config: shared.config.clone(),
+        gate: shared.gate.clone(),
+    };
+    let host = crate::host::Host::connect(&host_config, stream, metrics).await?;
     let views = crate::host::Views::default();
-    let (essential, others): (Vec<_>, Vec<_>) = subsystems(args, cfg)
+    let (essential, others): (Vec<_>, Vec<_>) = subsystems(args, process, cfg)
         .into_iter()
         .partition(|s| s.essential());
     views.update(|v| {
         v.ha = ha;
+        for s in essential.iter().chain(&others) {
+            v.show(s.name(), s.idle_view());
+        }
         v.starting = others
             .iter()
             .filter(|s| s.switched_on())
@@ -943,15 +991,18 @@ async fn start_all(
             subsystem.switched_off();
             continue;
         }
-        let journal = subsystem.journal().name;
+        let (name, journal) = (subsystem.name(), subsystem.journal().name);
         let handle = subsystem.start(&host).await?;
-        views.update(|v| handle.register(v));
+        views.update(|v| {
+            handle.register(v);
+            v.show(name, Some(handle.view()));
+        });
         started.insert(0, (journal, handle));
     }
     let served = crate::endpoints::serve(
         &host,
-        cfg.listen,
-        &cfg.debug(),
+        process.listen,
+        &crate::debug::DebugConfig::of(process),
         &views,
         &crate::endpoints::Listeners {
             metrics: args.metacontroller.metrics()?,
@@ -968,7 +1019,10 @@ async fn start_all(
         let (name, journal) = (subsystem.name(), subsystem.journal().name);
         let outcome = subsystem.start(&host).await;
         match &outcome {
-            Ok(handle) => views.update(|v| handle.register(v)),
+            Ok(handle) => views.update(|v| {
+                handle.register(v);
+                v.show(name, Some(handle.view()));
+            }),
             Err(e) => tracing::error!("the {name} did not start: {e:#}"),
         }
         views.started(
@@ -987,86 +1041,98 @@ async fn start_all(
 }
 
 /// In-cluster (or kubeconfig) run: one replica, or with leader election one of several.
-async fn run_cluster(args: RunArgs) -> anyhow::Result<()> {
-    let mut cfg = crate::addon::OperatorConfig::from_env_and(
-        &crate::addon::OperatorConfig::in_cluster(),
-        &args.addon_operator.given()?,
+async fn run_cluster(args: RunArgs, shared: RunShared) -> anyhow::Result<()> {
+    let (process, cfg) = configs(
+        &args,
+        (
+            &ProcessConfig::in_cluster(),
+            &crate::addon::OperatorConfig::in_cluster(),
+        ),
     )?;
-    if let Some(modules) = args.modules {
-        cfg.modules = modules;
-    }
-    // metacontroller's `--kubeconfig`; `KUBE_CONFIG` wins.
-    if cfg.kubeconfig.is_none() {
-        cfg.kubeconfig = args.metacontroller.kubeconfig.clone();
-    }
     args.metacontroller.check()?;
     // Bad lambda, deployer or HA settings stop the start before anything runs, and so
     // does a temp folder another user could write in.
-    args.lambda.config(&cfg.journal_dir)?;
-    args.deployer.config(&cfg, false)?;
-    private_tmp_dir(&cfg.tmp_dir)?;
+    args.lambda.config(&process.journal_dir)?;
+    args.deployer.config(&process, &cfg, false)?;
+    private_tmp_dir(&process.tmp_dir)?;
     // Without ADDON_OPERATOR_NAMESPACE the Lease and the identity are in the client's
     // namespace (in a pod: its service account's), as the modules' ConfigMap is; "default"
     // would ask for rights bosun's Role does not give there.
-    let namespace = if cfg.namespace.is_empty() {
+    let namespace = if process.namespace.is_empty() {
         bosun_kube::in_cluster::client_config(
-            cfg.kubeconfig.as_deref(),
-            cfg.kube_context.as_deref(),
+            process.kubeconfig.as_deref(),
+            process.kube_context.as_deref(),
         )
         .await?
         .0
         .default_namespace
     } else {
-        cfg.namespace.clone()
+        process.namespace.clone()
     };
     let grace = args.ha.shutdown_grace;
-    let Some(ha) = args.ha.config(&namespace, cfg.listen)? else {
-        let running = start_all(&args, &cfg, None).await?;
+    let Some(ha) = args.ha.config(&namespace, process.listen)? else {
+        let running = start_all(&args, &process, &cfg, None, &shared).await?;
         bosun_platform::shutdown_signal().await;
         tracing::info!("shutting down");
-        crate::ha::graceful_stop(grace, &running.journals()).await;
+        crate::ha::graceful_stop(grace, &shared.gate, &running.journals()).await;
         return Ok(());
     };
     // The lease's own client: renewals never wait behind the subsystems' requests.
     let client = bosun_kube::measured_client(
-        crate::host::kube_config(cfg.kubeconfig.as_deref(), cfg.kube_context.as_deref())
-            .await?
-            .0,
+        crate::host::kube_config(
+            process.kubeconfig.as_deref(),
+            process.kube_context.as_deref(),
+        )
+        .await?
+        .0,
         "leaderElection",
         bosun_kube::ClientLimits::UNLIMITED,
     )
     .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
-    let journals = subsystems(&args, &cfg)
+    let journals = subsystems(&args, &process, &cfg)
         .iter()
         .filter(|s| s.switched_on())
         .map(|s| s.journal())
         .collect();
-    let ending = crate::ha::run(ha, client, cfg.listen, journals, grace, |stream| async {
-        let running = start_all(&args, &cfg, Some(stream)).await?;
-        Ok(crate::ha::Started {
-            journals: running.journals(),
-            keep: Box::new(running),
-        })
-    })
+    let ending = crate::ha::run(
+        ha,
+        client,
+        process.listen,
+        journals,
+        grace,
+        shared.gate.clone(),
+        |stream| async {
+            let running = start_all(&args, &process, &cfg, Some(stream), &shared).await?;
+            Ok(crate::ha::Started {
+                journals: running.journals(),
+                keep: Box::new(running),
+            })
+        },
+    )
     .await?;
     tracing::info!(?ending, "shutting down");
     Ok(())
 }
 
-fn run(args: RunArgs) -> anyhow::Result<()> {
+fn run(args: RunArgs, log_level: Option<crate::logging::LogLevel>) -> anyhow::Result<()> {
+    // The run's runtime parameters, reached through the host; the log level's first.
+    let shared = RunShared::default();
+    if let Some(level) = &log_level {
+        shared.config.register(level.param());
+    }
     let rt = runtime()?;
-    let result = rt.block_on(run_inner(args));
+    let result = rt.block_on(run_inner(args, shared));
     // Whatever still runs (a hook past the grace period, a fenced leader's work) is dropped
     // now: hook processes are killed with their process groups.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     result
 }
 
-async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
+async fn run_inner(args: RunArgs, shared: RunShared) -> anyhow::Result<()> {
     let _trimmer = crate::memory::spawn_trimmer();
     {
         if !args.sandbox {
-            return run_cluster(args).await;
+            return run_cluster(args, shared).await;
         }
         // The embedded default: the sandbox API server in-process, the sample hooks and
         // modules from `examples/`, state under the data folder.
@@ -1077,9 +1143,12 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
         )
         .await?;
         let kubeconfig = sandbox.kubeconfig.clone();
-        let defaults = crate::addon::OperatorConfig {
+        let operator_defaults = crate::addon::OperatorConfig {
             global_hooks_dir: PathBuf::from("examples/global-hooks"),
             modules_dirs: vec![PathBuf::from("examples/modules")],
+            ..crate::addon::OperatorConfig::in_cluster()
+        };
+        let defaults = ProcessConfig {
             namespace: "default".into(),
             tmp_dir: args.data.join("tmp"),
             journal_dir: args.data.join("journal"),
@@ -1088,20 +1157,16 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9650)),
             // The debug endpoints and the web view on loopback too (DEBUG_HTTP_SERVER_ADDR).
             debug_http: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9652))),
-            ..crate::addon::OperatorConfig::in_cluster()
+            ..ProcessConfig::in_cluster()
         };
-        let mut cfg =
-            crate::addon::OperatorConfig::from_env_and(&defaults, &args.addon_operator.given()?)?;
-        if let Some(modules) = args.modules {
-            cfg.modules = modules;
-        }
-        private_tmp_dir(&cfg.tmp_dir)?;
-        let running = start_all(&args, &cfg, None).await;
+        let (process, cfg) = configs(&args, (&defaults, &operator_defaults))?;
+        private_tmp_dir(&process.tmp_dir)?;
+        let running = start_all(&args, &process, &cfg, None, &shared).await;
         let mut examples = None;
         match &running {
             Err(e) => tracing::error!("bosun did not start: {e:#}"),
             Ok(r) => {
-                let kubeconfig = cfg.kubeconfig.clone().unwrap_or_default();
+                let kubeconfig = process.kubeconfig.clone().unwrap_or_default();
                 let lambda = args.lambda.lambda_controllers;
                 let deployer = args.deployer.deployer;
                 match crate::examples::apply(
@@ -1125,20 +1190,23 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
                 let bosun = std::env::current_exe()
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|_| "bosun".into());
-                println!("bosun is running; journal in {}", cfg.journal_dir.display());
+                println!(
+                    "bosun is running; journal in {}",
+                    process.journal_dir.display()
+                );
                 if let Some(url) = r.served.debug.ui_url() {
                     println!("web view: {url}");
                 }
                 println!("look around:");
-                if cfg.modules {
+                if process.modules {
                     println!("  modules:  kubectl --kubeconfig {kc} get cm,deploy,secrets -A");
                     println!(
                         "            {bosun} journal log --journal-dir {}",
-                        cfg.journal_dir.display()
+                        process.journal_dir.display()
                     );
                     println!(
                         "            {bosun} queue list --debug-unix-socket {}",
-                        cfg.debug_socket.display()
+                        process.debug_socket.display()
                     );
                 }
                 if lambda {
@@ -1148,26 +1216,26 @@ async fn run_inner(args: RunArgs) -> anyhow::Result<()> {
                     println!("            kubectl --kubeconfig {kc} get hello world -o yaml");
                     println!(
                         "            {bosun} journal --journal-dir {} lambda --parent default/world",
-                        cfg.journal_dir.display()
+                        process.journal_dir.display()
                     );
                 }
                 if deployer {
                     println!("  deployer: kubectl --kubeconfig {kc} get deployitems,targets -A");
                     println!(
                         "            {bosun} journal --journal-dir {} deployer --item default/helm-chart",
-                        cfg.journal_dir.display()
+                        process.journal_dir.display()
                     );
                 }
                 println!(
                     "  actors:   {bosun} actors --debug-unix-socket {}",
-                    cfg.debug_socket.display()
+                    process.debug_socket.display()
                 );
             }
         }
         bosun_platform::shutdown_signal().await;
         tracing::info!("shutting down");
         if let Ok(r) = &running {
-            crate::ha::graceful_stop(args.ha.shutdown_grace, &r.journals()).await;
+            crate::ha::graceful_stop(args.ha.shutdown_grace, &shared.gate, &r.journals()).await;
         }
         drop(examples);
         // The subsystems and their watches stop before the API server they talk to.

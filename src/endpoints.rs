@@ -89,7 +89,13 @@ pub async fn serve(
         println!("bosun /debug/pprof/ on http://{bound} (--pprof-address)");
         tracing::info!(listen = %bound, "serving /debug/pprof/ (--pprof-address)");
     }
-    let debug = crate::debug::serve(debug, views.clone(), host.mailboxes.clone()).await;
+    let debug = crate::debug::serve(
+        debug,
+        views.clone(),
+        host.mailboxes.clone(),
+        host.runtime_config.clone(),
+    )
+    .await;
     if let Some(socket) = &debug.socket {
         println!("bosun debug endpoints on unix socket {}", socket.display());
     }
@@ -141,7 +147,7 @@ fn readiness(views: &Parts) -> Result<(), String> {
     if !views.starting.is_empty() {
         return Err(format!("starting: {}", views.starting.join(", ")));
     }
-    if let Some(m) = &views.modules
+    if let Some(m) = views.view::<crate::debug::ModulesView>()
         && !m.engine.converged()
     {
         return Err("startup converge not done".into());
@@ -218,8 +224,8 @@ impl Routes {
     /// Everything: the probes, `/metrics`, and the modules' routes when they run.
     pub fn all(&self) -> Router {
         let mut app = self.probes().merge(self.metrics());
-        if let Some(modules) = self.views.get().modules {
-            app = app.merge(crate::addon::http::routes(modules));
+        if let Some(modules) = self.views.get().view::<crate::debug::ModulesView>() {
+            app = app.merge(crate::addon::http::routes(modules.clone()));
         }
         app
     }

@@ -393,7 +393,6 @@ fn read(
 /// The state of `which` journal under `dir` at `until` (the end when `None`), as JSON:
 /// one journal's state, or `{modules, lambda, deployer}` with those present.
 fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow::Result<Value> {
-    use crate::journal_replay::{fold_deployer, fold_lambda};
     if which == Which::All
         && let Some(u) = until
         && u.parse::<u64>().is_ok()
@@ -421,13 +420,13 @@ fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow:
     if let Some(d) = wanted("lambda", Which::Lambda) {
         all.insert(
             "lambda".into(),
-            replay_of(&d, "lambda", until, fold_lambda)?,
+            replay_of(&d, "lambda", until, bosun_lambda::journal_state::fold)?,
         );
     }
     if let Some(d) = wanted("deployer", Which::Deployer) {
         all.insert(
             "deployer".into(),
-            replay_of(&d, "deployer", until, fold_deployer)?,
+            replay_of(&d, "deployer", until, bosun_deployer::journal_state::fold)?,
         );
     }
     if which == Which::All {
@@ -522,7 +521,7 @@ fn lambda_log(
         for r in &records {
             let mut v = serde_json::to_value(&r.event)?;
             v["seq"] = serde_json::json!(r.seq);
-            v["time"] = serde_json::json!(crate::debug::journal_views::format_ms(r.time_ms));
+            v["time"] = serde_json::json!(r.time_text());
             writeln!(out, "{v}")?;
         }
         return Ok(());
@@ -557,13 +556,8 @@ fn lambda_log(
         }
     }
     for r in &records {
-        let time = crate::debug::journal_views::format_ms(r.time_ms);
-        writeln!(
-            out,
-            "#{} {time} {}",
-            r.seq,
-            crate::lambda::journal_log::line(&r.event)
-        )?;
+        let time = r.time_text();
+        writeln!(out, "#{} {time} {}", r.seq, r.event.line())?;
     }
     Ok(())
 }

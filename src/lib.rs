@@ -22,6 +22,7 @@ pub mod deployer;
 pub mod endpoints;
 pub mod examples;
 pub mod explain_cli;
+pub mod explanation;
 pub mod ha;
 pub mod helm;
 pub mod hooks;

@@ -13,7 +13,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, reload};
 
-use crate::runtime_config::{self, DEBUG_LEVEL_DURATION, Param};
+use crate::runtime_config::{DEBUG_LEVEL_DURATION, Param};
 
 /// The level names `LOG_LEVEL` and `log.level` accept.
 const LEVELS: &[&str] = &[
@@ -21,6 +21,7 @@ const LEVELS: &[&str] = &[
 ];
 
 /// The current level as a number (0 trace … 4 error), for the hook JSON proxy.
+/// Process-wide as the `tracing` subscriber whose level it mirrors.
 static LEVEL: AtomicU8 = AtomicU8::new(2);
 
 /// Settings read once at start.
@@ -38,6 +39,7 @@ pub const DEFAULT_HOOK_LOG_LIMIT: usize = 1024 * 1024;
 /// The longest single hook line logged; the rest of a longer one is cut.
 const MAX_HOOK_LINE: usize = 64 * 1024;
 
+/// Process-wide as the `tracing` subscriber they shape: fixed when it is installed.
 static SETTINGS: OnceLock<Settings> = OnceLock::new();
 
 fn settings() -> &'static Settings {
@@ -112,14 +114,15 @@ pub struct Overrides {
     pub proxy_hook_json: Option<bool>,
 }
 
-/// Installs the global `tracing` subscriber and registers the `log.level` runtime
-/// parameter. Safe to call more than once.
+/// Installs the global `tracing` subscriber. Safe to call more than once.
 pub fn init() {
     init_with(&Overrides::default());
 }
 
-/// [`init`], with the command line's settings over `LOG_LEVEL` and `LOG_TYPE`.
-pub fn init_with(overrides: &Overrides) {
+/// [`init`], with the command line's settings over `LOG_LEVEL` and `LOG_TYPE`; the
+/// subscriber's level, to change while bosun runs (`None`: a subscriber was installed
+/// before).
+pub fn init_with(overrides: &Overrides) -> Option<LogLevel> {
     let level = overrides
         .level
         .clone()
@@ -157,39 +160,57 @@ pub fn init_with(overrides: &Overrides) {
         .try_init()
         .is_err()
     {
-        return;
+        return None;
     }
-    runtime_config::global().register(Param {
-        name: "log.level",
-        description: format!(
-            "Global log level. Default duration for debug level is {}m",
-            DEBUG_LEVEL_DURATION.as_secs() / 60
-        ),
-        default: level,
-        validate: |v| {
-            rank(v)
-                .filter(|_| !v.is_empty())
-                .map(|_| ())
-                .ok_or_else(|| {
-                    format!(
-                        "{v:?} is not a log level; expected one of {}",
-                        LEVELS.join(", ")
-                    )
-                })
-        },
-        forced_duration: |v| {
-            v.eq_ignore_ascii_case("debug")
-                .then_some(DEBUG_LEVEL_DURATION)
-        },
-        on_change: Box::new(move |v| {
-            handle
-                .reload(EnvFilter::new(directives(v)))
-                .map_err(|e| format!("cannot change the log level: {e}"))?;
-            LEVEL.store(rank(v).unwrap_or(2), Ordering::Relaxed);
-            tracing::info!(value = v, "log level changed");
-            Ok(())
-        }),
-    });
+    Some(LogLevel {
+        initial: level,
+        handle,
+    })
+}
+
+/// The installed subscriber's level, as the runtime parameter `log.level` changes it.
+pub struct LogLevel {
+    initial: String,
+    handle: reload::Handle<EnvFilter, tracing_subscriber::Registry>,
+}
+
+impl LogLevel {
+    /// The runtime parameter `log.level`: the level at start, debug reverting after
+    /// [`DEBUG_LEVEL_DURATION`] unless a duration is given.
+    pub fn param(&self) -> Param {
+        let handle = self.handle.clone();
+        Param {
+            name: "log.level",
+            description: format!(
+                "Global log level. Default duration for debug level is {}m",
+                DEBUG_LEVEL_DURATION.as_secs() / 60
+            ),
+            default: self.initial.clone(),
+            validate: |v| {
+                rank(v)
+                    .filter(|_| !v.is_empty())
+                    .map(|_| ())
+                    .ok_or_else(|| {
+                        format!(
+                            "{v:?} is not a log level; expected one of {}",
+                            LEVELS.join(", ")
+                        )
+                    })
+            },
+            forced_duration: |v| {
+                v.eq_ignore_ascii_case("debug")
+                    .then_some(DEBUG_LEVEL_DURATION)
+            },
+            on_change: Box::new(move |v| {
+                handle
+                    .reload(EnvFilter::new(directives(v)))
+                    .map_err(|e| format!("cannot change the log level: {e}"))?;
+                LEVEL.store(rank(v).unwrap_or(2), Ordering::Relaxed);
+                tracing::info!(value = v, "log level changed");
+                Ok(())
+            }),
+        }
+    }
 }
 
 /// Where a hook output line came from, for its log fields.

@@ -155,6 +155,8 @@ pub struct Metrics {
     prefix: String,
 }
 
+// The `metrics` facade's recorder is process-wide and set once: a second start in one
+// process (tests, benchmarks) gets the same one. The handle reaches code through the host.
 static INSTALLED: OnceLock<Metrics> = OnceLock::new();
 
 /// Installs the process-wide recorder (once: later calls return the first one, whatever

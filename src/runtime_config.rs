@@ -7,10 +7,12 @@
 //! previous value. Some values are always temporary — `log.level=debug` reverts after 30
 //! minutes unless a duration is given — so a forgotten debug level does not flood the logs.
 //!
-//! The parameters are process-wide (the log level is), so the registry is a global.
+//! One registry for a run of bosun, made where the run starts (`cli::run`, with the log
+//! level's parameter when bosun installed the subscriber) and reached through the host:
+//! the subsystems register their parameters on it, the debug endpoints list and set them.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
@@ -89,6 +91,14 @@ pub struct RuntimeConfig {
     entries: Mutex<BTreeMap<&'static str, Entry>>,
     /// Wakes the expiry task when a temporary value is set.
     changed: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for RuntimeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeConfig")
+            .field("params", &self.lock().keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl RuntimeConfig {
@@ -240,12 +250,6 @@ impl RuntimeConfig {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// The process's runtime parameters.
-pub fn global() -> &'static Arc<RuntimeConfig> {
-    static GLOBAL: OnceLock<Arc<RuntimeConfig>> = OnceLock::new();
-    GLOBAL.get_or_init(Default::default)
 }
 
 /// Parses a duration as Go's `time.ParseDuration` reads them (`30m`, `1h30m`, `1.5h`).

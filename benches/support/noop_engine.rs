@@ -79,6 +79,7 @@ pub async fn round(
         // As bosun run: on unless QUEUE_ACTIONS_METRICS=no.
         queue_action_metrics: std::env::var("QUEUE_ACTIONS_METRICS").as_deref() != Ok("no"),
         mailboxes: mailboxes.clone(),
+        gate: Default::default(),
         modules: Vec::new(),
         monitor_interval: Duration::from_secs(270),
         ignore_releases: Vec::new(),

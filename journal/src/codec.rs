@@ -36,6 +36,19 @@ pub struct Record<E> {
     pub event: E,
 }
 
+impl<E> Record<E> {
+    /// When it was appended, as RFC 3339 with milliseconds ([`time_text`]).
+    pub fn time_text(&self) -> String {
+        time_text(self.time_ms)
+    }
+}
+
+/// A journal time (unix milliseconds) as RFC 3339 with milliseconds, UTC: the one form
+/// every view of a journal prints (`bosun journal`, `bosun explain`, the debug views).
+pub fn time_text(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
+}
+
 /// A record as stored, event still JSON.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawRecord {

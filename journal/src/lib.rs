@@ -49,7 +49,7 @@ pub use replica::{FollowFrom, stored_checksum};
 pub use segment::{EXTEND_BY, SegmentOptions, SegmentStorage};
 pub use storage::{Damage, SledStorage, Storage};
 
-pub use codec::{RawRecord, Record, Versioned};
+pub use codec::{RawRecord, Record, Versioned, time_text};
 use codec::{decode, encode, now_ms, raw_record};
 pub use compaction::Retention;
 pub use error::JournalError;

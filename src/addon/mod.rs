@@ -30,35 +30,23 @@ use start_flags::Given;
 
 use crate::hooks::{HookProcess, discover};
 
-/// Operator settings, from the environment (addon-operator's names, with bosun's
-/// additions prefixed `BOSUN_`).
+/// The modules' settings, from the environment (addon-operator's names, with bosun's
+/// additions prefixed `BOSUN_`); the process's (listeners, folders, the client, which
+/// subsystems run) are [`crate::host::ProcessConfig`].
 #[derive(Clone, Debug)]
 pub struct OperatorConfig {
     /// `GLOBAL_HOOKS_DIR` (or `ADDON_OPERATOR_GLOBAL_HOOKS_DIR`).
     pub global_hooks_dir: PathBuf,
     /// `MODULES_DIR` (or `ADDON_OPERATOR_MODULES_DIR`), colon-separated.
     pub modules_dirs: Vec<PathBuf>,
-    /// `ADDON_OPERATOR_NAMESPACE`.
-    pub namespace: String,
     /// `ADDON_OPERATOR_CONFIG_MAP`.
     pub config_map: String,
-    /// `ADDON_OPERATOR_TMP_DIR`.
-    pub tmp_dir: PathBuf,
     /// `DEBUG_KEEP_TMP_FILES`.
     pub keep_tmp_files: bool,
     /// `BOSUN_HOOK_TIMEOUT`: a hook running longer is killed (Go duration).
     pub hook_timeout: Duration,
     /// `BOSUN_TASK_MAX_ATTEMPTS`: park a task after this many failures (0 = never).
     pub max_attempts: Option<u32>,
-    /// `BOSUN_JOURNAL_DIR`.
-    pub journal_dir: PathBuf,
-    /// Kubeconfig to use instead of the usual discovery (`KUBE_CONFIG`).
-    pub kubeconfig: Option<PathBuf>,
-    /// `KUBE_CONTEXT`: the kubeconfig's context bosun and Helm use (default: its current
-    /// one; not used in a pod without a kubeconfig).
-    pub kube_context: Option<String>,
-    /// `ADDON_OPERATOR_LISTEN_ADDRESS:ADDON_OPERATOR_LISTEN_PORT` (`/healthz`, `/readyz`).
-    pub listen: std::net::SocketAddr,
     /// `UNNUMBERED_MODULES_ORDER`.
     pub unnumbered_order: u32,
     /// `HELM_HISTORY_MAX`.
@@ -81,44 +69,12 @@ pub struct OperatorConfig {
     /// `BOSUN_RESOURCE_MONITOR_INTERVAL`: how often releases are checked for absent or
     /// drifted objects (default 4m30s, plus up to 59 s of jitter).
     pub monitor_interval: Duration,
-    /// `DEBUG_UNIX_SOCKET` (or `ADDON_OPERATOR_DEBUG_UNIX_SOCKET`): the debug endpoints.
-    pub debug_socket: PathBuf,
-    /// `DEBUG_HTTP_SERVER_ADDR`: the debug endpoints on TCP too (loopback unless
-    /// `BOSUN_DEBUG_ALLOW_REMOTE=true`).
-    pub debug_http: Option<std::net::SocketAddr>,
-    /// `BOSUN_MODULES=false` switches the modules off: no engine, no modules' journal, no
-    /// global hooks (the HTTP and debug endpoints and the other subsystems keep running).
-    pub modules: bool,
-    /// `ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX`: put before every operator metric name
-    /// (bosun's own `bosun_…` metrics and the hooks' metrics keep theirs).
-    pub metrics_prefix: String,
     /// `QUEUE_ACTIONS_METRICS`: `no` switches `tasks_queue_action_duration_seconds` off.
     pub queue_action_metrics: bool,
-    /// `KUBE_CLIENT_QPS`/`KUBE_CLIENT_BURST`: the shared client's limit (its watches, the
-    /// modules' ConfigMap and discovery, the deployer's requests).
-    pub client_limits: ClientLimits,
     /// `OBJECT_PATCHER_KUBE_CLIENT_QPS`/`_BURST`: the object patcher's client.
     pub patcher_limits: ClientLimits,
     /// `HELM_MONITOR_KUBE_CLIENT_QPS`/`_BURST`: the client that checks releases' objects.
     pub helm_monitor_limits: ClientLimits,
-}
-
-/// A client's limits from its two variables (client-go's meaning: `0` is client-go's
-/// default, 5 and 10; a negative QPS no limit), or `default` when neither is set.
-fn limits_env(
-    given: &Given,
-    qps: &str,
-    burst: &str,
-    default: ClientLimits,
-) -> anyhow::Result<ClientLimits> {
-    let (q, b) = (given.raw(qps), given.raw(burst));
-    if q.as_deref().is_none_or(str::is_empty) && b.as_deref().is_none_or(str::is_empty) {
-        return Ok(default);
-    }
-    Ok(ClientLimits::parse(
-        (qps, q.as_deref()),
-        (burst, b.as_deref()),
-    )?)
 }
 
 fn duration_env(given: &Given, names: &[&str], default: Duration) -> anyhow::Result<Duration> {
@@ -141,30 +97,7 @@ fn list_env(given: &Given, names: &[&str], default: &[String]) -> Vec<String> {
     }
 }
 
-/// Whether `value` is true as Go's `strconv.ParseBool` reads it.
-fn go_bool_true(value: &str) -> bool {
-    matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
-}
-
 impl OperatorConfig {
-    /// What the host needs of it to connect.
-    pub fn host(&self) -> crate::host::HostConfig {
-        crate::host::HostConfig {
-            kubeconfig: self.kubeconfig.clone(),
-            kube_context: self.kube_context.clone(),
-            namespace: self.namespace.clone(),
-            client_limits: self.client_limits,
-        }
-    }
-
-    /// The debug endpoints' listeners.
-    pub fn debug(&self) -> crate::debug::DebugConfig {
-        crate::debug::DebugConfig {
-            socket: self.debug_socket.clone(),
-            http: self.debug_http,
-        }
-    }
-
     /// Reads the environment; `defaults` supplies what the embedded default sets.
     pub fn from_env(defaults: &OperatorConfig) -> anyhow::Result<OperatorConfig> {
         Self::from_env_and(defaults, &Given::default())
@@ -224,49 +157,23 @@ impl OperatorConfig {
                 .collect::<anyhow::Result<_>>()?,
             None => defaults.crd_extra_labels.clone(),
         };
-        let debug_http = match env(&["DEBUG_HTTP_SERVER_ADDR"]) {
-            Some(v) => Some(crate::debug::parse_http_addr(
-                &v,
-                env(&["BOSUN_DEBUG_ALLOW_REMOTE"]).is_some_and(|v| v == "true"),
-            )?),
-            None => defaults.debug_http,
-        };
         Ok(OperatorConfig {
-            client_limits: limits_env(
-                given,
-                "KUBE_CLIENT_QPS",
-                "KUBE_CLIENT_BURST",
-                defaults.client_limits,
-            )?,
-            patcher_limits: limits_env(
+            patcher_limits: crate::host::process::limits_env(
                 given,
                 "OBJECT_PATCHER_KUBE_CLIENT_QPS",
                 "OBJECT_PATCHER_KUBE_CLIENT_BURST",
                 defaults.patcher_limits,
             )?,
-            helm_monitor_limits: limits_env(
+            helm_monitor_limits: crate::host::process::limits_env(
                 given,
                 "HELM_MONITOR_KUBE_CLIENT_QPS",
                 "HELM_MONITOR_KUBE_CLIENT_BURST",
                 defaults.helm_monitor_limits,
             )?,
-            modules: match env(&["BOSUN_MODULES"]) {
-                Some(v) => go_bool_true(&v),
-                None => defaults.modules,
-            },
-            // Set but empty means no prefix.
-            metrics_prefix: given
-                .raw("ADDON_OPERATOR_PROMETHEUS_METRICS_PREFIX")
-                .unwrap_or_else(|| defaults.metrics_prefix.clone()),
             queue_action_metrics: match env(&["QUEUE_ACTIONS_METRICS"]) {
                 Some(v) => v != "no",
                 None => defaults.queue_action_metrics,
             },
-            debug_socket: given
-                .var(&["ADDON_OPERATOR_DEBUG_UNIX_SOCKET", "DEBUG_UNIX_SOCKET"])
-                .map(PathBuf::from)
-                .unwrap_or_else(|| defaults.debug_socket.clone()),
-            debug_http,
             unnumbered_order,
             helm_history_max,
             helm_timeout: duration_env(given, &["HELM_TIMEOUT"], defaults.helm_timeout)?,
@@ -305,39 +212,13 @@ impl OperatorConfig {
                         .collect()
                 })
                 .unwrap_or_else(|| defaults.modules_dirs.clone()),
-            namespace: env(&["ADDON_OPERATOR_NAMESPACE"])
-                .unwrap_or_else(|| defaults.namespace.clone()),
             config_map: env(&["ADDON_OPERATOR_CONFIG_MAP"])
                 .unwrap_or_else(|| defaults.config_map.clone()),
-            tmp_dir: env(&["ADDON_OPERATOR_TMP_DIR"])
-                .map(PathBuf::from)
-                .unwrap_or_else(|| defaults.tmp_dir.clone()),
             keep_tmp_files: env(&["DEBUG_KEEP_TMP_FILES"])
                 .map(|v| v == "true" || v == "yes")
                 .unwrap_or(defaults.keep_tmp_files),
             hook_timeout,
             max_attempts,
-            journal_dir: env(&["BOSUN_JOURNAL_DIR"])
-                .map(PathBuf::from)
-                .unwrap_or_else(|| defaults.journal_dir.clone()),
-            kubeconfig: env(&["KUBE_CONFIG"])
-                .map(PathBuf::from)
-                .or_else(|| defaults.kubeconfig.clone()),
-            kube_context: env(&["KUBE_CONTEXT"]).or_else(|| defaults.kube_context.clone()),
-            listen: {
-                let ip = env(&["ADDON_OPERATOR_LISTEN_ADDRESS"])
-                    .unwrap_or_else(|| defaults.listen.ip().to_string());
-                let port = env(&["ADDON_OPERATOR_LISTEN_PORT"])
-                    .unwrap_or_else(|| defaults.listen.port().to_string());
-                format!("{ip}:{port}")
-                    .parse()
-                    .or_else(|_| format!("[{ip}]:{port}").parse())
-                    .map_err(|_| {
-                        anyhow::anyhow!(
-                            "ADDON_OPERATOR_LISTEN_ADDRESS/PORT: {ip}:{port} is not an address"
-                        )
-                    })?
-            },
         })
     }
 
@@ -346,16 +227,10 @@ impl OperatorConfig {
         OperatorConfig {
             global_hooks_dir: PathBuf::from("global-hooks"),
             modules_dirs: vec![PathBuf::from("modules")],
-            namespace: String::new(),
             config_map: "addon-operator".into(),
-            tmp_dir: PathBuf::from("/tmp/addon-operator"),
             keep_tmp_files: false,
             hook_timeout: Duration::from_secs(30 * 60),
             max_attempts: None,
-            journal_dir: PathBuf::from("/var/lib/bosun/journal"),
-            kubeconfig: None,
-            kube_context: None,
-            listen: std::net::SocketAddr::from(([0, 0, 0, 0], 9650)),
             unnumbered_order: 1,
             helm_history_max: 10,
             helm_timeout: Duration::from_secs(20 * 60),
@@ -366,14 +241,9 @@ impl OperatorConfig {
             crd_filter_prefixes: vec!["doc-".into(), "_".into()],
             crd_extra_labels: [("heritage".to_string(), "addon-operator".to_string())].into(),
             monitor_interval: Duration::from_secs(270),
-            debug_socket: PathBuf::from(crate::debug::DEFAULT_SOCKET),
-            debug_http: None,
-            modules: true,
-            metrics_prefix: crate::prometheus::DEFAULT_PREFIX.into(),
             queue_action_metrics: true,
             // No limit unless asked (addon-operator's clients default to client-go's 5/10;
             // docs/deploy.md says why bosun's do not).
-            client_limits: ClientLimits::UNLIMITED,
             patcher_limits: ClientLimits::UNLIMITED,
             helm_monitor_limits: ClientLimits::UNLIMITED,
         }
@@ -456,8 +326,8 @@ pub struct Operator {
 
 impl Operator {
     /// What the HTTP and debug endpoints read.
-    pub fn view(&self) -> crate::host::ModulesView {
-        crate::host::ModulesView {
+    pub fn view(&self) -> crate::debug::ModulesView {
+        crate::debug::ModulesView {
             engine: self.engine.clone(),
             journal: self.journal.clone(),
         }
@@ -538,6 +408,7 @@ fn transient_watch_error(e: &kube::runtime::watcher::Error) -> bool {
 /// runs; our own writes come back unchanged and are ignored; an invalid ConfigMap is
 /// reported and the last good values stay in place.
 async fn follow_config_map(
+    runtime_config: Arc<crate::runtime_config::RuntimeConfig>,
     engine: Arc<Engine>,
     mut stream: ConfigMapEvents,
     name: String,
@@ -545,7 +416,9 @@ async fn follow_config_map(
 ) {
     use futures::StreamExt;
     use kube::runtime::watcher;
-    crate::runtime_config::global().register(crate::runtime_config::Param {
+    let log_events = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let set_log_events = log_events.clone();
+    runtime_config.register(crate::runtime_config::Param {
         name: "log.configmap.events",
         description: format!("Set to true to log every event of the ConfigMap {name}"),
         default: "false".into(),
@@ -555,12 +428,12 @@ async fn follow_config_map(
         },
         forced_duration: |_| None,
         on_change: Box::new(move |v| {
-            LOG_CONFIG_MAP_EVENTS.store(v == "true", std::sync::atomic::Ordering::Relaxed);
+            set_log_events.store(v == "true", std::sync::atomic::Ordering::Relaxed);
             Ok(())
         }),
     });
     while let Some(event) = stream.next().await {
-        if LOG_CONFIG_MAP_EVENTS.load(std::sync::atomic::Ordering::Relaxed) {
+        if log_events.load(std::sync::atomic::Ordering::Relaxed) {
             log_config_map_event(&name, &event);
         }
         let data = match event {
@@ -599,10 +472,6 @@ async fn follow_config_map(
     }
 }
 
-/// The runtime parameter `log.configmap.events`.
-static LOG_CONFIG_MAP_EVENTS: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
 /// `log.configmap.events`: one line per ConfigMap event, with the keys it carries.
 fn log_config_map_event(
     name: &str,
@@ -635,12 +504,12 @@ fn log_config_map_event(
 
 impl OperatorConfig {
     /// Which Helm engine (`BOSUN_HELM_ENGINE`, `HELM_BIN_PATH`, `HELM_LIB_PATH`).
-    pub fn helm_settings(&self) -> crate::helm::EngineSettings {
+    pub fn helm_settings(&self, tmp_dir: &Path) -> crate::helm::EngineSettings {
         crate::helm::EngineSettings {
             choice: self.helm_engine,
             binary: self.helm_binary.clone(),
             library: self.helm_library.clone(),
-            tmp_dir: self.tmp_dir.join("helm"),
+            tmp_dir: tmp_dir.join("helm"),
         }
     }
 }
@@ -662,15 +531,24 @@ fn write_helm_kubeconfig(
     Ok(path)
 }
 
+/// How Helm reaches the cluster: a kubeconfig and its context (`None`: Helm's own
+/// discovery).
+struct HelmCluster {
+    kubeconfig: Option<PathBuf>,
+    kube_context: Option<String>,
+}
+
 /// Chooses the Helm engine (`BOSUN_HELM_ENGINE`, `HELM_BIN_PATH`, `HELM_LIB_PATH`); none is
 /// needed when no module has a chart.
 async fn releases(
     cfg: &OperatorConfig,
+    cluster: HelmCluster,
+    tmp_dir: &Path,
     modules: &[ModuleDef],
     kube: kube::Client,
     namespace: &str,
 ) -> anyhow::Result<Arc<dyn bosun_addon::ports::Releases>> {
-    let settings = cfg.helm_settings();
+    let settings = cfg.helm_settings(tmp_dir);
     let engine = match crate::helm::HelmEngine::select(&settings).await {
         Ok(engine) => engine,
         Err(e) => {
@@ -692,8 +570,8 @@ async fn releases(
     tracing::info!(engine = engine.kind(), version = %engine.version(), path = %engine.path().display(), "Helm engine chosen");
     let client = engine
         .client(&crate::helm::ClusterOptions {
-            kubeconfig: cfg.kubeconfig.clone(),
-            context: cfg.kube_context.clone(),
+            kubeconfig: cluster.kubeconfig,
+            context: cluster.kube_context,
             namespace: namespace.to_string(),
             ..Default::default()
         })
@@ -709,16 +587,22 @@ async fn releases(
     };
     Ok(Arc::new(
         releases::HelmReleases::new(engine, client, kube, namespace, options)
-            .with_private_root(cfg.tmp_dir.clone()),
+            .with_private_root(tmp_dir.to_path_buf()),
     ))
 }
 
-/// Starts the modules (global hooks, modules, their queues) on the host.
-pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Result<Operator> {
+/// Starts the modules (global hooks, modules, their queues) on the host, their journal
+/// in `journal_dir`.
+pub async fn start(
+    host: &crate::host::Host,
+    cfg: &OperatorConfig,
+    journal_dir: &Path,
+) -> anyhow::Result<Operator> {
     let client = host.client.clone();
     let namespace = host.namespace.clone();
+    let tmp_dir = &host.process.tmp_dir;
     let runner = HookProcess {
-        tmp_dir: cfg.tmp_dir.clone(),
+        tmp_dir: tmp_dir.clone(),
         keep_tmp_files: cfg.keep_tmp_files,
         timeout: cfg.hook_timeout,
         working_dir: None,
@@ -728,8 +612,8 @@ pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Re
         state: restored,
         journal,
         last,
-    } = journal::open_shared(&cfg.journal_dir, host.stream.as_ref())?;
-    tracing::info!(journal = %cfg.journal_dir.display(), events = restored.events, "journal replayed");
+    } = journal::open_shared(journal_dir, host.stream.as_ref())?;
+    tracing::info!(journal = %journal_dir.display(), events = restored.events, "journal replayed");
     let global_hooks = load_global_hooks(&cfg.global_hooks_dir, &runner).await?;
     let modules_dirs: &[PathBuf] = &cfg.modules_dirs;
     let (modules, warnings) = crate::addon::discovery::discover_modules(
@@ -738,7 +622,7 @@ pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Re
             unnumbered_order: cfg.unnumbered_order,
             crd_filter_prefixes: cfg.crd_filter_prefixes.clone(),
             crd_extra_labels: cfg.crd_extra_labels.clone(),
-            charts_dir: cfg.tmp_dir.join("charts"),
+            charts_dir: tmp_dir.join("charts"),
         },
     )
     .context("cannot load modules")?;
@@ -757,22 +641,24 @@ pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Re
         tracing::warn!("{w}");
     }
     // In-cluster, Helm reads the same service account through a kubeconfig of its own.
-    let helm_cfg = match &host.source {
-        bosun_kube::in_cluster::ClientSource::ServiceAccount(sa) => OperatorConfig {
+    let helm_cluster = match &host.source {
+        bosun_kube::in_cluster::ClientSource::ServiceAccount(sa) => HelmCluster {
             kubeconfig: Some(write_helm_kubeconfig(
                 sa,
                 &host.resource_cluster.0,
                 &namespace,
-                &cfg.tmp_dir,
+                tmp_dir,
             )?),
             // That kubeconfig has one context.
             kube_context: None,
-            ..cfg.clone()
         },
-        _ => cfg.clone(),
+        _ => HelmCluster {
+            kubeconfig: host.process.kubeconfig.clone(),
+            kube_context: host.process.kube_context.clone(),
+        },
     };
     let monitor = host.client_for("helmMonitor", cfg.helm_monitor_limits)?;
-    let releases = releases(&helm_cfg, &modules, monitor, &namespace).await?;
+    let releases = releases(cfg, helm_cluster, tmp_dir, &modules, monitor, &namespace).await?;
     let watches = bindings::BindingWatches::new(host.watches.clone());
     let engine = Engine::start(EngineArgs {
         global_hooks,
@@ -802,10 +688,12 @@ pub async fn start(host: &crate::host::Host, cfg: &OperatorConfig) -> anyhow::Re
         max_attempts: cfg.max_attempts,
         queue_action_metrics: cfg.queue_action_metrics,
         mailboxes: host.mailboxes.clone(),
+        gate: host.gate.clone(),
     })
     .await?;
     let engine = Arc::new(engine);
     let watcher = tokio::spawn(follow_config_map(
+        host.runtime_config.clone(),
         engine.clone(),
         events,
         cfg.config_map.clone(),

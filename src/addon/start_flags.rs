@@ -10,8 +10,6 @@
 //! The few flags whose feature bosun does not have are refused by name when they ask
 //! for it, rather than ignored.
 
-use std::collections::BTreeMap;
-
 /// addon-operator's `start` flags (`addon-operator start --help`).
 #[derive(Debug, Clone, Default, clap::Args)]
 #[command(next_help_heading = "addon-operator's flags (each as its variable)")]
@@ -145,32 +143,7 @@ pub struct RefusedFlag {
     pub why: &'static str,
 }
 
-/// The variables the command line gave, read before the environment's.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Given(BTreeMap<&'static str, String>);
-
-impl Given {
-    /// The first of `names` given on the command line, else the first set (non-empty) in
-    /// the environment.
-    pub fn var(&self, names: &[&str]) -> Option<String> {
-        names
-            .iter()
-            .find_map(|n| self.0.get(n).cloned())
-            .or_else(|| {
-                names
-                    .iter()
-                    .find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
-            })
-    }
-
-    /// `name` as given, set-but-empty included (a metrics prefix may be empty).
-    pub fn raw(&self, name: &str) -> Option<String> {
-        self.0
-            .get(name)
-            .cloned()
-            .or_else(|| std::env::var(name).ok())
-    }
-}
+pub use crate::host::process::Given;
 
 fn is_true(v: &str) -> bool {
     matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
@@ -262,7 +235,7 @@ impl StartFlags {
             ("DEBUG_HTTP_SERVER_ADDR", &self.debug_http_addr),
             ("DEBUG_KEEP_TMP_FILES", &self.debug_keep_tmp_files),
         ];
-        Ok(Given(
+        Ok(Given::new(
             pairs
                 .into_iter()
                 .filter_map(|(name, v)| v.clone().map(|v| (name, v)))

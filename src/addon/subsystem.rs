@@ -7,10 +7,14 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::{Operator, OperatorConfig};
-use crate::host::{Handle, Host, Parts, Subsystem};
+use crate::host::{Handle, Host, Parts, Subsystem, SubsystemView};
 
 /// addon-operator's modules and global hooks (`BOSUN_MODULES`).
 pub struct Modules<'a> {
+    /// Switched on.
+    pub on: bool,
+    /// Where their journal lives (the journal folder's top).
+    pub journal_dir: std::path::PathBuf,
     /// Their configuration (the addon-operator environment and flags).
     pub cfg: &'a OperatorConfig,
 }
@@ -21,11 +25,11 @@ impl Subsystem for Modules<'_> {
     }
 
     fn switched_on(&self) -> bool {
-        self.cfg.modules
+        self.on
     }
 
     fn journal(&self) -> crate::ha::JournalSpec {
-        crate::ha::JournalSpec::of::<bosun_addon::Event>("modules", self.cfg.journal_dir.clone())
+        crate::ha::JournalSpec::of::<bosun_addon::Event>("modules", self.journal_dir.clone())
     }
 
     fn essential(&self) -> bool {
@@ -41,7 +45,7 @@ impl Subsystem for Modules<'_> {
         Self: 'a,
     {
         Box::pin(async move {
-            let operator = super::start(host, self.cfg).await?;
+            let operator = super::start(host, self.cfg, &self.journal_dir).await?;
             Ok(Box::new(operator) as Box<dyn Handle>)
         })
     }
@@ -52,8 +56,11 @@ impl Handle for Operator {
         self.journal.clone()
     }
 
+    fn view(&self) -> Arc<dyn SubsystemView> {
+        Arc::new(Operator::view(self))
+    }
+
     fn register(&self, parts: &mut Parts) {
         parts.journals.push(("modules", self.journal.health()));
-        parts.modules = Some(self.view());
     }
 }

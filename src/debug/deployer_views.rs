@@ -1,14 +1,60 @@
-//! `/deployer/items` and the deployer part of `/actors`: the deployer's work queue
-//! (waiting, delayed until a retry or a timeout, in flight) and the last run of each item.
+//! `/deployer/items` and the deployer part of `/actors` and `/explain`: the deployer's
+//! work queue (waiting, delayed until a retry or a timeout, in flight) and the last run of
+//! each item; [`DeployItemsView`], what the deployer shows on the endpoints.
 
+use std::sync::Arc;
+
+use bosun_deployer::controller::DeployerView;
+use bosun_deployer::events::DeployerEvent;
+use bosun_journal::Journal;
 use serde_json::json;
 
 use crate::debug::last_outcome;
 use crate::debug::views::View;
+use crate::explanation::{Explanation, Subject};
+use crate::host::{ActorsPart, SubsystemView};
 use bosun_runtime::clock::now_ms;
 
+/// The deployer as the endpoints read it (both `None` while it does not run).
+#[derive(Clone, Default)]
+pub struct DeployItemsView {
+    /// The running deployer.
+    pub deployer: Option<DeployerView>,
+    /// Its journal (`/explain` reads it).
+    pub journal: Option<Arc<Journal<DeployerEvent>>>,
+}
+
+impl SubsystemView for DeployItemsView {
+    fn actors(&self) -> Option<ActorsPart> {
+        let view = deployer_items(self.deployer.as_ref());
+        Some(ActorsPart {
+            key: "deployer",
+            data: view.data["deployer"].clone(),
+            text: view.text.unwrap_or_default(),
+        })
+    }
+
+    fn explain(&self, subject: &Subject, e: &mut Explanation) -> Result<(), String> {
+        match &self.journal {
+            Some(j) => crate::debug::explain::deployer::explain(j, subject, e)
+                .map_err(|err| format!("deployer journal: {err}")),
+            None => Ok(()),
+        }
+    }
+
+    fn now(&self, subject: &Subject, e: &mut Explanation) {
+        if let Some(d) = &self.deployer {
+            crate::debug::explain::deployer::live(d, subject, e);
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 /// The running deployer: its types, its work queue and the last run of each item.
-pub fn deployer_items(running: Option<&bosun_deployer::controller::DeployerView>) -> View {
+pub fn deployer_items(running: Option<&DeployerView>) -> View {
     let Some(d) = running else {
         return View {
             data: json!({"deployer": null}),

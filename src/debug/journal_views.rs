@@ -8,7 +8,7 @@
 //! ```
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use bosun_addon::{Event, State, TaskEvent, TaskId};
 use bosun_journal::{Journal, JournalError, Record};
@@ -114,15 +114,6 @@ pub fn state_at(journal: &Journal<Event>, at: Option<u64>) -> Result<State, View
     Ok(state)
 }
 
-/// A journal record's time as RFC 3339 with milliseconds.
-pub fn format_ms(ms: u64) -> String {
-    time(ms)
-}
-
-fn time(ms: u64) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
-}
-
 /// One readable line describing an event.
 pub fn summary(e: &Event) -> String {
     match e {
@@ -171,7 +162,7 @@ pub fn summary(e: &Event) -> String {
         }) => {
             format!(
                 "{id} failed (failures {failures}), retry at {}: {error}",
-                time(*next_retry_at_ms)
+                bosun_journal::time_text(*next_retry_at_ms)
             )
         }
         Event::Task(TaskEvent::TaskMerged { id, into }) => format!("{id} merged into {into}"),
@@ -223,7 +214,7 @@ pub fn describe_op(op: &json_patch::PatchOperation) -> String {
 fn entry(record: &Record<Event>, tasks: &HashMap<TaskId, (String, Option<String>)>) -> Value {
     let mut m = Map::new();
     m.insert("seq".into(), json!(record.seq));
-    m.insert("time".into(), json!(time(record.time_ms)));
+    m.insert("time".into(), json!(record.time_text()));
     m.insert("timeMs".into(), json!(record.time_ms));
     m.insert("type".into(), json!(record.event.type_name()));
     m.insert("summary".into(), json!(summary(&record.event)));
@@ -384,8 +375,12 @@ pub fn stats_view(journal: &Journal<Event>) -> Result<View, ViewError> {
     );
     text.push_str(&format!(
         "oldest:    {}\nnewest:    {}\n",
-        s.first_time_ms.map(time).unwrap_or_else(|| "-".into()),
-        s.last_time_ms.map(time).unwrap_or_else(|| "-".into())
+        s.first_time_ms
+            .map(bosun_journal::time_text)
+            .unwrap_or_else(|| "-".into()),
+        s.last_time_ms
+            .map(bosun_journal::time_text)
+            .unwrap_or_else(|| "-".into())
     ));
     text.push_str(&format!(
         "size:      {} bytes of records, {} bytes on disk\n",
@@ -399,8 +394,8 @@ pub fn stats_view(journal: &Journal<Event>) -> Result<View, ViewError> {
         "events": s.events,
         "firstSeq": s.first_seq,
         "lastSeq": s.last_seq,
-        "oldest": s.first_time_ms.map(time),
-        "newest": s.last_time_ms.map(time),
+        "oldest": s.first_time_ms.map(bosun_journal::time_text),
+        "newest": s.last_time_ms.map(bosun_journal::time_text),
         "recordBytes": s.record_bytes,
         "diskBytes": s.disk_bytes,
         "snapshots": s.snapshots,

@@ -1,14 +1,60 @@
-//! `/lambda/controllers` and the lambda part of `/actors`: each running lambda controller's
-//! work queue and the last sync of each parent.
+//! `/lambda/controllers` and the lambda part of `/actors` and `/explain`: each running
+//! lambda controller's work queue and the last sync of each parent; [`LambdaView`], what
+//! the lambda controllers show on the endpoints.
 
+use std::sync::Arc;
+
+use bosun_journal::Journal;
+use bosun_lambda::events::LambdaEvent;
+use bosun_lambda::registry::Controllers;
 use bosun_runtime::clock::now_ms;
 
 use crate::debug::last_outcome;
 use crate::debug::views::View;
+use crate::explanation::{Explanation, Subject};
+use crate::host::{ActorsPart, SubsystemView};
+
+/// The lambda controllers as the endpoints read them (both `None` while they do not run).
+#[derive(Clone, Default)]
+pub struct LambdaView {
+    /// The running controllers.
+    pub controllers: Option<Controllers>,
+    /// Their journal (`/explain` reads it).
+    pub journal: Option<Arc<Journal<LambdaEvent>>>,
+}
+
+impl SubsystemView for LambdaView {
+    fn actors(&self) -> Option<ActorsPart> {
+        let view = lambda_controllers(self.controllers.as_ref());
+        Some(ActorsPart {
+            key: "controllers",
+            data: view.data["controllers"].clone(),
+            text: view.text.unwrap_or_default(),
+        })
+    }
+
+    fn explain(&self, subject: &Subject, e: &mut Explanation) -> Result<(), String> {
+        match &self.journal {
+            Some(j) => crate::debug::explain::lambda::explain(j, subject, e)
+                .map_err(|err| format!("lambda journal: {err}")),
+            None => Ok(()),
+        }
+    }
+
+    fn now(&self, subject: &Subject, e: &mut Explanation) {
+        if let Some(c) = &self.controllers {
+            crate::debug::explain::lambda::live(&c.views(), subject, e);
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
 
 /// Each running lambda controller: its work queue (waiting, delayed with backoff, in
 /// flight) and the last sync of each parent.
-pub fn lambda_controllers(running: Option<&bosun_lambda::registry::Controllers>) -> View {
+pub fn lambda_controllers(running: Option<&Controllers>) -> View {
     let controllers = running.map(|c| c.views()).unwrap_or_default();
     let now = now_ms();
     let mut text = String::new();

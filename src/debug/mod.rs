@@ -11,6 +11,10 @@
 //!                                                                          └► views (text, JSON, YAML)
 //! ```
 //!
+//! What each subsystem shows is its `host::SubsystemView` (`modules_views.rs`,
+//! `lambda_views.rs`, `deployer_views.rs`): `/actors` and `/explain` loop over them, and
+//! a subsystem's own endpoints find its view by type.
+//!
 //! The endpoints show values, secrets included: the socket is created `0600` in a `0700`
 //! folder, and the TCP listener refuses non-loopback addresses unless
 //! `BOSUN_DEBUG_ALLOW_REMOTE=true`; on a loopback address it answers only requests whose
@@ -30,6 +34,7 @@ pub mod graph;
 pub mod journal_views;
 pub mod lambda_views;
 pub mod last_outcome;
+pub mod modules_views;
 pub mod token;
 pub mod views;
 
@@ -38,6 +43,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -56,7 +62,9 @@ use journal_views::{LogQuery, ViewError};
 use token::DebugToken;
 use views::{Format, View};
 
-use crate::host::{ModulesView, Views};
+use crate::host::Views;
+use crate::runtime_config::RuntimeConfig;
+pub use modules_views::ModulesView;
 
 /// The web view: one page, no external assets.
 const UI_PAGE: &str = include_str!("ui.html");
@@ -64,8 +72,7 @@ const UI_PAGE: &str = include_str!("ui.html");
 /// Events `/journal/log` returns when no `limit` is given (the newest ones).
 const LOG_LIMIT: usize = 200;
 
-/// The reference's default socket.
-pub const DEFAULT_SOCKET: &str = "/var/run/addon-operator/debug.socket";
+pub use crate::host::process::{DEFAULT_SOCKET, parse_http_addr};
 
 /// How long an endpoint waits for an actor (a module actor is busy during its run).
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -261,24 +268,14 @@ pub struct DebugConfig {
     pub http: Option<SocketAddr>,
 }
 
-/// Reads `DEBUG_HTTP_SERVER_ADDR` (`host:port`, `:port` meaning every interface) and checks
-/// it is loopback unless `allow_remote`.
-pub fn parse_http_addr(value: &str, allow_remote: bool) -> anyhow::Result<SocketAddr> {
-    let text = match value.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => value.replacen("localhost:", "127.0.0.1:", 1),
-    };
-    let addr: SocketAddr = text.parse().map_err(|_| {
-        anyhow::anyhow!("DEBUG_HTTP_SERVER_ADDR: {value:?} is not an address like 127.0.0.1:9652")
-    })?;
-    if !addr.ip().is_loopback() && !allow_remote {
-        anyhow::bail!(
-            "DEBUG_HTTP_SERVER_ADDR: {addr} is not a loopback address; the debug endpoints show \
-             every value, secrets included, so bosun serves them on loopback only (set \
-             BOSUN_DEBUG_ALLOW_REMOTE=true to serve them on {addr} anyway)"
-        );
+impl DebugConfig {
+    /// The listeners the process's configuration names.
+    pub fn of(process: &crate::host::ProcessConfig) -> DebugConfig {
+        DebugConfig {
+            socket: process.debug_socket.clone(),
+            http: process.debug_http,
+        }
     }
-    Ok(addr)
 }
 
 /// The debug listeners; dropping it stops them and removes the socket and the token file.
@@ -319,8 +316,13 @@ impl Drop for DebugServer {
 
 /// Starts the listeners on what the running subsystems show. A socket or address that
 /// cannot be used is logged as an error and left out: the operator keeps running without it.
-pub async fn serve(cfg: &DebugConfig, views: Views, mailboxes: Mailboxes) -> DebugServer {
-    let app = router(views, mailboxes);
+pub async fn serve(
+    cfg: &DebugConfig,
+    views: Views,
+    mailboxes: Mailboxes,
+    config: Arc<RuntimeConfig>,
+) -> DebugServer {
+    let app = router(views, mailboxes, config);
     let mut server = DebugServer {
         socket: None,
         http: None,
@@ -483,19 +485,22 @@ pub fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
 struct Shared {
     views: Views,
     mailboxes: Mailboxes,
+    config: Arc<RuntimeConfig>,
 }
 
 /// The debug endpoints, on what the running subsystems show and every actor's mailbox.
-pub fn router(views: Views, mailboxes: Mailboxes) -> Router {
+pub fn router(views: Views, mailboxes: Mailboxes, config: Arc<RuntimeConfig>) -> Router {
     let mut router = Router::new();
     for route in ROUTES.iter().filter(|r| r.post()) {
         if route.endpoint == Endpoint::ConfigSet {
             router = router.route(route.pattern().0, axum::routing::post(config_set));
         }
     }
-    router
-        .fallback(handle)
-        .with_state(Shared { views, mailboxes })
+    router.fallback(handle).with_state(Shared {
+        views,
+        mailboxes,
+        config,
+    })
 }
 
 /// On a loopback TCP listener: refuses requests for other host names (a page whose name
@@ -651,7 +656,7 @@ async fn handle(
     };
     let view = match found.endpoint {
         Endpoint::Ui => return ui_page(),
-        Endpoint::Graph => match &shared.views.get().modules {
+        Endpoint::Graph => match shared.views.get().view::<ModulesView>() {
             Some(m) => return graph_answer(&m.engine, &query).await,
             None => Err(modules_off()),
         },
@@ -719,7 +724,7 @@ async fn answer(
     let views = shared.views.get();
     match endpoint {
         Endpoint::ConfigList => {
-            let config = crate::runtime_config::global();
+            let config = &shared.config;
             Ok(View {
                 data: config.list(),
                 text: Some(config.text()),
@@ -736,20 +741,24 @@ async fn answer(
         }),
         Endpoint::Actors => {
             let mut view = views::actors(&shared.mailboxes.snapshot());
-            let lambda = lambda_views::lambda_controllers(views.lambda.as_ref());
-            view.data["controllers"] = lambda.data["controllers"].clone();
-            if let (Some(text), Some(more)) = (view.text.as_mut(), lambda.text) {
-                text.push_str(&more);
-            }
-            let deployer = deployer_views::deployer_items(views.deployer.as_ref());
-            view.data["deployer"] = deployer.data["deployer"].clone();
-            if let (Some(text), Some(more)) = (view.text.as_mut(), deployer.text) {
-                text.push_str(&more);
+            for part in views.views().filter_map(|v| v.actors()) {
+                view.data[part.key] = part.data;
+                if let Some(text) = view.text.as_mut() {
+                    text.push_str(&part.text);
+                }
             }
             Ok(view)
         }
-        Endpoint::LambdaControllers => Ok(lambda_views::lambda_controllers(views.lambda.as_ref())),
-        Endpoint::DeployerItems => Ok(deployer_views::deployer_items(views.deployer.as_ref())),
+        Endpoint::LambdaControllers => Ok(lambda_views::lambda_controllers(
+            views
+                .view::<lambda_views::LambdaView>()
+                .and_then(|l| l.controllers.as_ref()),
+        )),
+        Endpoint::DeployerItems => Ok(deployer_views::deployer_items(
+            views
+                .view::<deployer_views::DeployItemsView>()
+                .and_then(|d| d.deployer.as_ref()),
+        )),
         Endpoint::Ha => Ok(ha_view(views.ha.as_ref())),
         Endpoint::Explain => {
             let words: Vec<String> = param(query, "subject")
@@ -780,7 +789,7 @@ async fn answer(
         }
         // Answered before (`/ui`, `/graph`) or by their own handler (`POST /config/set`).
         Endpoint::Ui | Endpoint::Graph | Endpoint::ConfigSet => Err(no_endpoint(route)),
-        endpoint => match &views.modules {
+        endpoint => match views.view::<ModulesView>() {
             Some(modules) => modules_answer(modules, endpoint, params, route, query).await,
             None => Err(modules_off()),
         },
@@ -977,7 +986,10 @@ struct ConfigSet {
 }
 
 /// `POST /config/set`: changes a runtime parameter, for `duration` when one is given.
-async fn config_set(axum::Form(form): axum::Form<ConfigSet>) -> Response {
+async fn config_set(
+    State(shared): State<Shared>,
+    axum::Form(form): axum::Form<ConfigSet>,
+) -> Response {
     let bad = |m: String| Failure(StatusCode::BAD_REQUEST, m).into_response();
     if form.name.is_empty() {
         return bad("'name' parameter is required".into());
@@ -993,7 +1005,7 @@ async fn config_set(axum::Form(form): axum::Form<ConfigSet>) -> Response {
         },
     };
     use crate::runtime_config::SetError;
-    match crate::runtime_config::global().set(&form.name, &form.value, duration) {
+    match shared.config.set(&form.name, &form.value, duration) {
         Ok(()) => StatusCode::OK.into_response(),
         Err(e @ (SetError::Unknown(_) | SetError::Invalid { .. })) => bad(e.to_string()),
         Err(e @ SetError::Apply { .. }) => {

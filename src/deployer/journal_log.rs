@@ -8,20 +8,6 @@ use anyhow::Context as _;
 use bosun_deployer::events::DeployerEvent;
 use bosun_journal::Journal;
 
-/// A record's time as RFC 3339 with milliseconds, as `bosun journal log` prints it.
-fn format_ms(ms: u64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
-        .to_string()
-}
-
-pub(crate) fn item_of(e: &DeployerEvent) -> &str {
-    match e {
-        DeployerEvent::DeployItemPhase { item, .. }
-        | DeployerEvent::DeployItemError { item, .. }
-        | DeployerEvent::DeployItemFinalized { item } => item,
-    }
-}
-
 /// Accepts `deployitem/ns/name`, `ns/name` or `name` (namespace `default`).
 pub(crate) fn normalize(item: &str) -> String {
     let rest = item.strip_prefix("deployitem/").unwrap_or(item);
@@ -29,51 +15,6 @@ pub(crate) fn normalize(item: &str) -> String {
         format!("deployitem/{rest}")
     } else {
         format!("deployitem/default/{rest}")
-    }
-}
-
-pub(crate) fn line(e: &DeployerEvent) -> String {
-    match e {
-        DeployerEvent::DeployItemPhase {
-            item,
-            from,
-            to,
-            generation,
-            job_id,
-            managed,
-        } => {
-            let from = from.map_or("-", |p| p.as_str());
-            let job = job_id
-                .as_deref()
-                .map(|j| format!(", job {j}"))
-                .unwrap_or_default();
-            let managed = match managed.as_deref() {
-                None => String::new(),
-                Some([]) => "; manages nothing now".into(),
-                Some(list) => format!("; manages {}", list.join(", ")),
-            };
-            format!("{item}: {from} → {to} (generation {generation}{job}){managed}")
-        }
-        DeployerEvent::DeployItemError {
-            item,
-            operation,
-            reason,
-            message,
-            codes,
-            retry_in_ms,
-        } => {
-            let codes: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
-            let codes = if codes.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", codes.join(", "))
-            };
-            let retry = retry_in_ms.map_or(String::new(), |ms| format!(" (retry in {ms} ms)"));
-            format!("{item}: error in {operation}: {reason}: {message}{codes}{retry}")
-        }
-        DeployerEvent::DeployItemFinalized { item } => {
-            format!("{item}: cleaned up, finalizer removed")
-        }
     }
 }
 
@@ -90,7 +31,7 @@ pub fn print(
     let mut records = Vec::new();
     for r in journal.read_from(1) {
         let r = r?;
-        if item.as_deref().is_some_and(|i| item_of(&r.event) != i) {
+        if item.as_deref().is_some_and(|i| r.event.item() != i) {
             continue;
         }
         records.push(r);
@@ -99,7 +40,7 @@ pub fn print(
         for r in &records {
             let mut v = serde_json::to_value(&r.event)?;
             v["seq"] = serde_json::json!(r.seq);
-            v["time"] = serde_json::json!(format_ms(r.time_ms));
+            v["time"] = serde_json::json!(r.time_text());
             writeln!(out, "{v}")?;
         }
         return Ok(());
@@ -126,19 +67,13 @@ pub fn print(
             (Some(p), _) => {
                 writeln!(out, "{i}: NOT Succeeded: phase {p}")?;
                 if let Some(e) = error {
-                    writeln!(out, "  last error: {}", line(&e.event))?;
+                    writeln!(out, "  last error: {}", e.event.line())?;
                 }
             }
         }
     }
     for r in &records {
-        writeln!(
-            out,
-            "#{} {} {}",
-            r.seq,
-            format_ms(r.time_ms),
-            line(&r.event)
-        )?;
+        writeln!(out, "#{} {} {}", r.seq, r.time_text(), r.event.line())?;
     }
     Ok(())
 }

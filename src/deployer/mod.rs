@@ -159,6 +159,7 @@ pub async fn start(
             timeouts: cfg.timeouts,
             lock_holder: cfg.lock_holder.clone(),
             contract: cfg.contract,
+            gate: host.gate.clone(),
         },
     )
     .await

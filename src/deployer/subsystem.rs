@@ -8,7 +8,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::{DeployerConfig, DeployerHandle};
-use crate::host::{Handle, Host, Parts, Subsystem};
+use crate::debug::deployer_views::DeployItemsView;
+use crate::host::{Handle, Host, Parts, Subsystem, SubsystemView};
 
 /// landscaper's DeployItem deployer (`BOSUN_DEPLOYER`).
 pub struct DeployItems {
@@ -36,6 +37,10 @@ impl Subsystem for DeployItems {
         )
     }
 
+    fn idle_view(&self) -> Option<Arc<dyn SubsystemView>> {
+        Some(Arc::new(DeployItemsView::default()))
+    }
+
     fn start<'a>(self: Box<Self>, host: &'a Host) -> BoxFuture<'a, anyhow::Result<Box<dyn Handle>>>
     where
         Self: 'a,
@@ -55,9 +60,14 @@ impl Handle for DeployerHandle {
         self.journal.clone()
     }
 
+    fn view(&self) -> Arc<dyn SubsystemView> {
+        Arc::new(DeployItemsView {
+            deployer: Some(self.deployer.view()),
+            journal: Some(self.journal.clone()),
+        })
+    }
+
     fn register(&self, parts: &mut Parts) {
         parts.journals.push(("deployer", self.journal.health()));
-        parts.deployer = Some(self.deployer.view());
-        parts.deployer_journal = Some(self.journal.clone());
     }
 }

@@ -431,6 +431,7 @@ pub async fn run<F, Fut>(
     http_listen: SocketAddr,
     journals: Vec<JournalSpec>,
     grace: Duration,
+    gate: bosun_runtime::lifecycle::WorkGate,
     start: F,
 ) -> anyhow::Result<Ending>
 where
@@ -544,7 +545,7 @@ where
         s = start(stream) => s?,
         lost = elector.hold() => {
             replication.step_down();
-            fence(&lost);
+            fence(&lost, &gate);
             return Ok(Ending::Fenced);
         }
     };
@@ -554,11 +555,11 @@ where
     let ending = tokio::select! {
         lost = elector.hold() => {
             replication.step_down();
-            fence(&lost);
+            fence(&lost, &gate);
             Ending::Fenced
         }
         () = &mut signal => {
-            graceful_stop(grace, &started.journals).await;
+            graceful_stop(grace, &gate, &started.journals).await;
             replication.step_down();
             elector.release().await;
             Ending::Signal
@@ -571,22 +572,26 @@ where
 
 /// A leader that lost its lease stops every task at once (what runs is killed when the
 /// process exits) and exits, as addon-operator does.
-fn fence(lost: &lease::Lost) {
-    bosun_runtime::lifecycle::stop_starting();
+fn fence(lost: &lease::Lost, gate: &bosun_runtime::lifecycle::WorkGate) {
+    gate.stop_starting();
     tracing::error!(
-        running = bosun_runtime::lifecycle::in_flight(),
+        running = gate.in_flight(),
         "leadership lost ({lost}): stopping all work and exiting"
     );
 }
 
 /// SIGTERM: no new tasks, running ones get `grace`, then the journals are flushed.
-pub async fn graceful_stop(grace: Duration, journals: &[(&'static str, Arc<dyn Source>)]) {
-    bosun_runtime::lifecycle::stop_starting();
-    let running = bosun_runtime::lifecycle::in_flight();
+pub async fn graceful_stop(
+    grace: Duration,
+    gate: &bosun_runtime::lifecycle::WorkGate,
+    journals: &[(&'static str, Arc<dyn Source>)],
+) {
+    gate.stop_starting();
+    let running = gate.in_flight();
     if running > 0 {
         tracing::info!(running, grace = ?grace, "waiting for running tasks to finish");
     }
-    let left = bosun_runtime::lifecycle::wait_idle(grace).await;
+    let left = gate.wait_idle(grace).await;
     if left > 0 {
         tracing::warn!(left, "grace period over: killing the tasks still running");
     }

@@ -171,6 +171,7 @@ impl Drop for TempFiles {
 /// on the core the finished hook left idle). Removed inline if that thread cannot start.
 fn remove_in_background(paths: Vec<PathBuf>) {
     use std::sync::mpsc::{Sender, channel};
+    // One thread for the process, started at the first removal: it carries no wiring.
     static REMOVER: std::sync::OnceLock<Option<Sender<Vec<PathBuf>>>> = std::sync::OnceLock::new();
     let remover = REMOVER.get_or_init(|| {
         let (tx, rx) = channel::<Vec<PathBuf>>();

@@ -50,6 +50,7 @@ struct Entry {
 /// bosun's environment as C strings, read at the first spawn (bosun never changes its own
 /// environment while running).
 fn base_environment() -> &'static [Entry] {
+    // Process-wide as the environment it copies; written once, then only read.
     static BASE: OnceLock<Vec<Entry>> = OnceLock::new();
     BASE.get_or_init(|| {
         std::env::vars_os()

@@ -11,12 +11,15 @@
 //! ```
 //!
 //! Each subsystem is one [`Subsystem`] (`subsystem.rs`); the host starts whatever is
-//! registered ([`Parts`] keeps each one's typed view).
+//! registered. [`Parts`] keeps each one's [`SubsystemView`] by its name: the endpoints
+//! every subsystem adds to (`/actors`, `/explain`) loop over them, and an endpoint of one
+//! subsystem finds that one's own view by its type.
 //!
 //! A subsystem switched off is not started at all; one that fails to start is named by
 //! `/readyz` (the others run on). The endpoints are served once the modules have started
 //! (at once when they are off); `/readyz` says which subsystem is still starting.
 
+pub mod process;
 mod subsystem;
 
 use std::sync::Arc;
@@ -24,25 +27,26 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use bosun_journal::Journal;
 use bosun_runtime::mailbox::Mailboxes;
+use futures::future::BoxFuture;
 
+use crate::explanation::{Explanation, Subject};
 use crate::journal_sink::JournalSink;
 use bosun_kube::WatchManager;
 use bosun_kube::in_cluster::ClientSource;
 
+pub use process::ProcessConfig;
 pub use subsystem::{Handle, Subsystem};
 
-/// What the host needs to connect (from the addon-operator environment and flags).
+/// What the host is made from: the process's configuration and the run's runtime
+/// parameters.
 #[derive(Clone, Debug, Default)]
 pub struct HostConfig {
-    /// `KUBE_CONFIG` (or `--kubeconfig`); `None`: the pod's service account, else
-    /// `KUBECONFIG` / `~/.kube/config`.
-    pub kubeconfig: Option<std::path::PathBuf>,
-    /// `KUBE_CONTEXT`.
-    pub kube_context: Option<String>,
-    /// `ADDON_OPERATOR_NAMESPACE`; empty: the client's default namespace.
-    pub namespace: String,
-    /// `KUBE_CLIENT_QPS`, `KUBE_CLIENT_BURST`: the shared client's limit.
-    pub client_limits: bosun_kube::ClientLimits,
+    /// The process's configuration (the client's, the listeners', the folders').
+    pub process: ProcessConfig,
+    /// The run's runtime parameters (`bosun config list|set`).
+    pub runtime_config: Arc<crate::runtime_config::RuntimeConfig>,
+    /// The run's work gate (a graceful stop or a fence closes it).
+    pub gate: bosun_runtime::lifecycle::WorkGate,
 }
 
 /// What every subsystem starts from.
@@ -63,8 +67,16 @@ pub struct Host {
     pub watches: WatchManager,
     /// Every actor's mailbox, for `bosun actors` and the mailbox-depth metric.
     pub mailboxes: Mailboxes,
+    /// The work gate every subsystem's queues are on: a graceful stop or a fence stops
+    /// them all at once and waits for what runs.
+    pub gate: bosun_runtime::lifecycle::WorkGate,
     /// On an HA leader: serves each journal to standbys as it is opened.
     pub stream: Option<crate::ha::JournalStream>,
+    /// The runtime parameters: the subsystems register theirs, the debug endpoints list
+    /// and set them.
+    pub runtime_config: Arc<crate::runtime_config::RuntimeConfig>,
+    /// The process's configuration it was made from (folders, listeners, the client's).
+    pub process: ProcessConfig,
     metrics: crate::prometheus::Metrics,
     /// The client's configuration, to make clients of other limits from.
     config: Option<kube::Config>,
@@ -89,8 +101,11 @@ impl Host {
         stream: Option<crate::ha::JournalStream>,
         metrics: crate::prometheus::Metrics,
     ) -> anyhow::Result<Host> {
-        let (config, source) =
-            kube_config(cfg.kubeconfig.as_deref(), cfg.kube_context.as_deref()).await?;
+        let (config, source) = kube_config(
+            cfg.process.kubeconfig.as_deref(),
+            cfg.process.kube_context.as_deref(),
+        )
+        .await?;
         let resource_cluster = (
             config
                 .cluster_url
@@ -99,9 +114,10 @@ impl Host {
                 .to_string(),
             config.root_cert.as_deref().map(pem_base64),
         );
-        let client = bosun_kube::measured_client(config.clone(), "shared", cfg.client_limits)
+        let limits = cfg.process.client_limits;
+        let client = bosun_kube::measured_client(config.clone(), "shared", limits)
             .context("cannot build a Kubernetes client")?;
-        tracing::info!(limit = %cfg.client_limits, "Kubernetes client (KUBE_CLIENT_QPS, KUBE_CLIENT_BURST)");
+        tracing::info!(limit = %limits, "Kubernetes client (KUBE_CLIENT_QPS, KUBE_CLIENT_BURST)");
         let mut host = Host::with_client(cfg, client, source, resource_cluster, metrics);
         host.stream = stream;
         host.config = Some(config);
@@ -132,14 +148,14 @@ impl Host {
         resource_cluster: (String, Option<String>),
         metrics: crate::prometheus::Metrics,
     ) -> Host {
-        let namespace = if cfg.namespace.is_empty() {
+        let namespace = if cfg.process.namespace.is_empty() {
             client.default_namespace().to_string()
         } else {
-            cfg.namespace.clone()
+            cfg.process.namespace.clone()
         };
         let tasks = vec![
             metrics.tick(),
-            tokio::spawn(crate::runtime_config::global().clone().expire_forever()),
+            tokio::spawn(cfg.runtime_config.clone().expire_forever()),
         ];
         Host {
             watches: WatchManager::new(client.clone()),
@@ -148,7 +164,10 @@ impl Host {
             namespace,
             resource_cluster,
             mailboxes: Mailboxes::default(),
+            gate: cfg.gate.clone(),
             stream: None,
+            runtime_config: cfg.runtime_config.clone(),
+            process: cfg.process.clone(),
             metrics,
             config: None,
             tasks,
@@ -175,15 +194,6 @@ impl Host {
     }
 }
 
-/// The modules as the endpoints read them.
-#[derive(Clone)]
-pub struct ModulesView {
-    /// The engine.
-    pub engine: Arc<bosun_addon::engine::Engine>,
-    /// The modules' journal.
-    pub journal: Arc<Journal<bosun_addon::Event>>,
-}
-
 /// What the subsystems show on the HTTP and debug endpoints. The endpoints are served
 /// once the modules have started (before them nothing could answer about modules); lambda
 /// and the deployer register as they start, and `/readyz` waits for them.
@@ -195,16 +205,9 @@ pub struct Views {
 /// The parts of [`Views`] at one moment.
 #[derive(Clone, Default)]
 pub struct Parts {
-    /// The modules, unless switched off.
-    pub modules: Option<ModulesView>,
-    /// The lambda controllers, once started.
-    pub lambda: Option<bosun_lambda::registry::Controllers>,
-    /// The deployer, once started.
-    pub deployer: Option<bosun_deployer::controller::DeployerView>,
-    /// The lambda controllers' journal, once started (`/explain` reads it).
-    pub lambda_journal: Option<Arc<Journal<bosun_lambda::events::LambdaEvent>>>,
-    /// The deployer's journal, once started (`/explain` reads it).
-    pub deployer_journal: Option<Arc<Journal<bosun_deployer::events::DeployerEvent>>>,
+    /// Each subsystem's view by its name, in the order of `cli::subsystems` (the order
+    /// the views every subsystem adds to list them in).
+    subsystems: Vec<(&'static str, Option<Arc<dyn SubsystemView>>)>,
     /// The health of every journal written, by subsystem.
     pub journals: Vec<(&'static str, bosun_journal::Health)>,
     /// Subsystems switched on and still starting.
@@ -214,6 +217,63 @@ pub struct Parts {
     /// With high availability, this replica's state (role, lease holder, each journal's
     /// standbys); `None` for a single replica.
     pub ha: Option<HaStatus>,
+}
+
+impl Parts {
+    /// Shows `view` as subsystem `name`'s (`None`: nothing yet), in place of what it
+    /// showed; a subsystem shown for the first time goes last.
+    pub fn show(&mut self, name: &'static str, view: Option<Arc<dyn SubsystemView>>) {
+        match self.subsystems.iter_mut().find(|(n, _)| *n == name) {
+            Some(entry) => entry.1 = view,
+            None => self.subsystems.push((name, view)),
+        }
+    }
+
+    /// The subsystems' views, in order.
+    pub fn views(&self) -> impl Iterator<Item = &Arc<dyn SubsystemView>> {
+        self.subsystems.iter().filter_map(|(_, v)| v.as_ref())
+    }
+
+    /// The view of type `T` (an endpoint of one subsystem asks for its own view).
+    pub fn view<T: 'static>(&self) -> Option<&T> {
+        self.views().find_map(|v| v.as_any().downcast_ref::<T>())
+    }
+}
+
+/// What one subsystem shows on the endpoints: its part of the views every subsystem adds
+/// to (`/actors`, `/explain`), and itself for the endpoints that are its own alone.
+pub trait SubsystemView: Send + Sync {
+    /// Its part of `/actors` (`None`: it adds nothing).
+    fn actors(&self) -> Option<ActorsPart> {
+        None
+    }
+
+    /// What its journal says of `subject` (reads the journal: called off the async
+    /// threads); `Err`: why its journal could not be read.
+    fn explain(&self, _subject: &Subject, _e: &mut Explanation) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// What it knows now of `subject`, at once.
+    fn now(&self, _subject: &Subject, _e: &mut Explanation) {}
+
+    /// What it asks its actors about `subject`, after every subsystem's [`Self::now`].
+    fn ask<'a>(&'a self, _subject: &'a Subject, _e: &'a mut Explanation) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+
+    /// Itself, for [`Parts::view`].
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// A subsystem's part of `/actors`.
+pub struct ActorsPart {
+    /// The field of the answer its data goes into.
+    pub key: &'static str,
+    /// Its data.
+    pub data: serde_json::Value,
+    /// Its text, after the actors'.
+    pub text: String,
 }
 
 /// This replica's high-availability state, read when asked.

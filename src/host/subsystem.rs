@@ -4,8 +4,9 @@
 //! still starting are all one loop over that list.
 //!
 //! ```text
-//!   Subsystem ──(switched on?)── start(&Host) ──► Handle ──► register: its views and its
-//!     name, journal, essential?                      │        journal's health in Parts
+//!   Subsystem ──(switched on?)── start(&Host) ──► Handle ──► view: in Parts by its name
+//!     name, journal, essential?,                     │   └──► register: its journal's
+//!     idle_view (shown until it runs)                │        health in Parts
 //!                                                    └──────► journal: served to standbys
 //! ```
 
@@ -13,7 +14,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::{Host, Parts};
+use super::{Host, Parts, SubsystemView};
 
 /// One subsystem bosun hosts (the modules, the lambda controllers, the deployer).
 pub trait Subsystem: Send {
@@ -37,6 +38,12 @@ pub trait Subsystem: Send {
     /// Said when it is switched off (default: nothing).
     fn switched_off(&self) {}
 
+    /// What the endpoints show of it while it does not run (switched off, starting or
+    /// failed); `None`: nothing.
+    fn idle_view(&self) -> Option<Arc<dyn SubsystemView>> {
+        None
+    }
+
     /// Starts it on the host.
     fn start<'a>(self: Box<Self>, host: &'a Host) -> BoxFuture<'a, anyhow::Result<Box<dyn Handle>>>
     where
@@ -48,6 +55,9 @@ pub trait Handle: Send {
     /// Its journal, served to standbys.
     fn journal(&self) -> Arc<dyn crate::ha::replication::Source>;
 
-    /// Registers what the endpoints show of it: its views and its journal's health.
+    /// What the endpoints show of it while it runs.
+    fn view(&self) -> Arc<dyn SubsystemView>;
+
+    /// Registers its journal's health, which `/readyz` and the metrics read.
     fn register(&self, parts: &mut Parts);
 }

@@ -5,7 +5,6 @@
 
 pub mod cluster;
 pub mod flags;
-pub mod journal_log;
 mod subsystem;
 pub mod webhook;
 pub use subsystem::LambdaControllers;
@@ -111,6 +110,7 @@ pub async fn start(
         journal: Arc::new(host.sink(journal.clone())),
         workers: cfg.workers,
         mailboxes: host.mailboxes.clone(),
+        gate: host.gate.clone(),
     };
     let registry = registry::run(
         ctx,

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::{Lambda, LambdaConfig};
-use crate::host::{Handle, Host, Parts, Subsystem};
+use crate::debug::lambda_views::LambdaView;
+use crate::host::{Handle, Host, Parts, Subsystem, SubsystemView};
 
 /// metacontroller's CompositeController and DecoratorController objects (`BOSUN_LAMBDA`).
 pub struct LambdaControllers {
@@ -35,6 +36,10 @@ impl Subsystem for LambdaControllers {
         )
     }
 
+    fn idle_view(&self) -> Option<Arc<dyn SubsystemView>> {
+        Some(Arc::new(LambdaView::default()))
+    }
+
     fn start<'a>(self: Box<Self>, host: &'a Host) -> BoxFuture<'a, anyhow::Result<Box<dyn Handle>>>
     where
         Self: 'a,
@@ -55,9 +60,14 @@ impl Handle for Lambda {
         self.journal.clone()
     }
 
+    fn view(&self) -> Arc<dyn SubsystemView> {
+        Arc::new(LambdaView {
+            controllers: Some(self.controllers.clone()),
+            journal: Some(self.journal.clone()),
+        })
+    }
+
     fn register(&self, parts: &mut Parts) {
         parts.journals.push(("lambda", self.journal.health()));
-        parts.lambda = Some(self.controllers.clone());
-        parts.lambda_journal = Some(self.journal.clone());
     }
 }

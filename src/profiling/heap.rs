@@ -30,6 +30,7 @@ const DEPTH: usize = 64;
 /// Slots of the "may be sampled" counters a free checks before taking the lock.
 const SLOTS: usize = 1 << 16;
 
+// The global allocator's sampler: an allocator is process-wide and has no host to ask.
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 static MAYBE: [AtomicU16; SLOTS] = [const { AtomicU16::new(0) }; SLOTS];

@@ -84,6 +84,7 @@ impl World {
             max_attempts,
             queue_action_metrics: false,
             mailboxes: Mailboxes::default(),
+            gate: Default::default(),
         })
         .await
         .expect("the engine starts")

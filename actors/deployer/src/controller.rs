@@ -142,6 +142,8 @@ pub struct Settings {
     pub lock_holder: Option<String>,
     /// Which deployer contract runs items without a jobID.
     pub contract: crate::decide::Contract,
+    /// The host's work gate: the workers take no item once it stops.
+    pub gate: bosun_runtime::lifecycle::WorkGate,
 }
 
 /// The prefix of this deployer's SyncObjects (landscaper uses the deployer's name).
@@ -248,7 +250,7 @@ impl Deployer {
             type_names,
             cluster,
             journal,
-            queue: WorkQueue::new(),
+            queue: WorkQueue::gated(settings.gate.clone()),
             last: Mutex::new(LastRuns::default()),
             own_writes: Mutex::new(OwnWrites::default()),
             held_by: Mutex::new(BTreeMap::new()),

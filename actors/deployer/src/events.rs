@@ -48,6 +48,64 @@ pub enum DeployerEvent {
     DeployItemFinalized { item: String },
 }
 
+impl DeployerEvent {
+    /// The item it is about (`deployitem/ns/name`).
+    pub fn item(&self) -> &str {
+        match self {
+            DeployerEvent::DeployItemPhase { item, .. }
+            | DeployerEvent::DeployItemError { item, .. }
+            | DeployerEvent::DeployItemFinalized { item } => item,
+        }
+    }
+
+    /// One readable line for the event, as `bosun journal deployer` and `bosun explain`
+    /// print it.
+    pub fn line(&self) -> String {
+        match self {
+            DeployerEvent::DeployItemPhase {
+                item,
+                from,
+                to,
+                generation,
+                job_id,
+                managed,
+            } => {
+                let from = from.map_or("-", |p| p.as_str());
+                let job = job_id
+                    .as_deref()
+                    .map(|j| format!(", job {j}"))
+                    .unwrap_or_default();
+                let managed = match managed.as_deref() {
+                    None => String::new(),
+                    Some([]) => "; manages nothing now".into(),
+                    Some(list) => format!("; manages {}", list.join(", ")),
+                };
+                format!("{item}: {from} → {to} (generation {generation}{job}){managed}")
+            }
+            DeployerEvent::DeployItemError {
+                item,
+                operation,
+                reason,
+                message,
+                codes,
+                retry_in_ms,
+            } => {
+                let codes: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
+                let codes = if codes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{}]", codes.join(", "))
+                };
+                let retry = retry_in_ms.map_or(String::new(), |ms| format!(" (retry in {ms} ms)"));
+                format!("{item}: error in {operation}: {reason}: {message}{codes}{retry}")
+            }
+            DeployerEvent::DeployItemFinalized { item } => {
+                format!("{item}: cleaned up, finalizer removed")
+            }
+        }
+    }
+}
+
 impl bosun_journal::Versioned for DeployerEvent {
     const VERSION: u32 = EVENT_VERSION;
     type Error = EventDecodeError;

@@ -15,7 +15,8 @@
 //!   manifest.rs    the kubernetes-manifest type and its target port
 //!   helm.rs        the helm type: real releases or rendered objects; its chart port
 //!   lock.rs        SyncObjects: the per-item lock between replicas (pure)
-//!   events.rs      the deployer's journal event
+//!   events.rs      the deployer's journal event, its item and readable line
+//!   journal_state.rs  the journal folded into each item's state (`bosun journal replay`)
 //!   fakes.rs       an in-memory cluster for tests
 //! ```
 //!
@@ -28,6 +29,7 @@ pub mod events;
 pub mod fakes;
 pub mod helm;
 pub mod item;
+pub mod journal_state;
 pub mod lock;
 pub mod manifest;
 pub mod mock;

@@ -1140,6 +1140,7 @@ pub struct Flavor {
     pub default_namespace: String,
 }
 
+// A constant built once (its `String` cannot be made in a `const`); never written.
 static MANIFEST_FLAVOR: std::sync::LazyLock<Flavor> = std::sync::LazyLock::new(|| Flavor {
     label: DEPLOYITEM_LABEL,
     provider_api: API_V1ALPHA2,

@@ -54,6 +54,7 @@ async fn start(cluster: &MemoryCluster, journal: &MemoryJournal<DeployerEvent>) 
             timeouts: Default::default(),
             lock_holder: None,
             contract: Default::default(),
+            gate: Default::default(),
         },
     )
     .await

@@ -88,6 +88,7 @@ async fn world() -> World {
             timeouts: Default::default(),
             lock_holder: None,
             contract: Default::default(),
+            gate: Default::default(),
         },
     )
     .await

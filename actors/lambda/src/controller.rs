@@ -54,6 +54,8 @@ pub struct Context {
     pub workers: usize,
     /// Where each controller's work queue shows as an actor's mailbox (`bosun actors`).
     pub mailboxes: Mailboxes,
+    /// The host's work gate: the workers take no key once it stops.
+    pub gate: bosun_runtime::lifecycle::WorkGate,
 }
 
 /// What the debug view keeps of a parent's last sync, beside its time, error, failures
@@ -147,7 +149,7 @@ pub async fn start(
 ) -> Result<Running, crate::ports::ClusterError> {
     let parent_kind = reconciler.parent_kind();
     let reconciler: Arc<dyn Reconcile> = Arc::from(reconciler);
-    let queue: WorkQueue<ParentKey> = WorkQueue::new();
+    let queue: WorkQueue<ParentKey> = WorkQueue::gated(ctx.gate.clone());
     let last = Arc::new(Mutex::new(LastSyncs::new()));
     let mut tasks = Vec::new();
     let name = reconciler.name().to_string();

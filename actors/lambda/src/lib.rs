@@ -23,6 +23,8 @@
 //!   composite/   the CompositeController sync: named steps (mod.rs), the pure plan
 //!                (plan.rs), the settled memo around it (settled.rs), rollouts (rolling.rs)
 //!   decorator.rs the DecoratorController sync: named steps, a pure write-back
+//!   events.rs    the lambda journal's event and its readable line
+//!   journal_state.rs  the journal folded into each controller's state (`bosun journal replay`)
 //! ```
 //!
 //! The crate does no IO: the cluster and the webhooks are ports (`ports.rs`) implemented
@@ -36,6 +38,7 @@ pub mod controller;
 pub mod decorator;
 pub mod events;
 pub mod fakes;
+pub mod journal_state;
 pub mod keys;
 pub mod ports;
 pub mod protocol;

@@ -157,7 +157,7 @@ pub async fn run(
     settings: Settings,
 ) -> Result<Registry, ClusterError> {
     let controllers = Controllers::default();
-    let queue: WorkQueue<Key> = WorkQueue::new();
+    let queue: WorkQueue<Key> = WorkQueue::gated(ctx.gate.clone());
     ctx.mailboxes.register(
         REGISTRY_ACTOR,
         queue.mailbox(|(kind, name)| format!("{kind} {name}")),

@@ -86,6 +86,7 @@ async fn world() -> World {
         journal: Arc::new(journal.clone()),
         workers: 2,
         mailboxes: mailboxes.clone(),
+        gate: Default::default(),
     };
     let registry = registry::run(
         ctx,

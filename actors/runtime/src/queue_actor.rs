@@ -284,6 +284,8 @@ pub struct QueueArgs<K, E> {
     pub max_attempts: Option<u32>,
     /// Time low-level queue operations (`tasks_queue_action_duration_seconds`).
     pub action_metrics: bool,
+    /// The host's work gate: no task starts once it stops, and running ones are counted.
+    pub gate: crate::lifecycle::WorkGate,
 }
 
 /// `tasks_queue_action_duration_seconds` of one queue: a histogram per [`QueueAction`],
@@ -428,7 +430,9 @@ pub struct QueueState<K: TaskKind, E> {
     queued_at: HashMap<TaskId, Instant>,
     /// When the running task started (for its finish log line).
     running_since: Option<Instant>,
-    /// The running task in the process's count (`lifecycle::wait_idle`).
+    /// The host's work gate.
+    gate: crate::lifecycle::WorkGate,
+    /// The running task in the gate's count (`WorkGate::wait_idle`).
     in_flight: Option<crate::lifecycle::InFlight>,
     length: metrics::Gauge,
     parked: metrics::Gauge,
@@ -584,7 +588,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
     }
 
     async fn start_head(&mut self) -> Result<(), ActorProcessingErr> {
-        if self.running.is_some() || crate::lifecycle::is_stopping() {
+        if self.running.is_some() || self.gate.is_stopping() {
             return Ok(());
         }
         if let Some(task) = self.restart.take() {
@@ -675,7 +679,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
             return Ok(());
         };
         self.running = Some(task.spec.id);
-        self.in_flight = Some(crate::lifecycle::task_started());
+        self.in_flight = Some(self.gate.task_started());
         self.running_since = Some(Instant::now());
         self.activity = Activity::Running;
         self.record_wait(&task);
@@ -896,6 +900,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + Sync + 'static> Actor
             activity: Activity::Idle,
             queued_at,
             running_since: None,
+            gate: args.gate,
             in_flight: None,
             length,
             parked,

@@ -102,7 +102,7 @@ pub trait Reconciler<K>: Send + Sync + 'static {
 }
 
 /// Starts `workers` workers (at least one) reconciling the keys of `queue`; they end when
-/// the queue is shut down (or the process stops starting work).
+/// the queue is shut down (or its work gate stops starting work).
 pub fn run<K, R>(queue: &WorkQueue<K>, workers: usize, reconciler: Arc<R>) -> Vec<JoinHandle<()>>
 where
     K: QueueKey + Sync,

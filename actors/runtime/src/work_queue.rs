@@ -31,6 +31,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::lifecycle::WorkGate;
+
 use crate::clock::now_ms;
 use crate::mailbox::{Handled, MailboxSource, MailboxStats, job_since, pending_since};
 
@@ -459,6 +461,8 @@ pub struct WorkQueue<K> {
 
 struct Shared<K> {
     state: Mutex<QueueState<K>>,
+    /// Once it stops starting work, `get` hands out no more keys.
+    gate: WorkGate,
     /// Woken on every change that may let a waiting worker proceed or move its deadline.
     changed: Notify,
     /// Syncs finished, for the queue's mailbox view.
@@ -599,11 +603,23 @@ impl<K: QueueKey> WorkQueue<K> {
         Self::with_rate_limiter(RateLimiter::default())
     }
 
-    /// Queue using `limiter` for `add_rate_limited`.
+    /// Queue with client-go's default controller rate limiter on `gate` (the host's:
+    /// its stop ends the workers' `get`).
+    pub fn gated(gate: WorkGate) -> Self {
+        Self::with_rate_limiter_on(RateLimiter::default(), gate)
+    }
+
+    /// Queue using `limiter` for `add_rate_limited`, on a gate of its own.
     pub fn with_rate_limiter(limiter: RateLimiter<K>) -> Self {
+        Self::with_rate_limiter_on(limiter, WorkGate::default())
+    }
+
+    /// Queue using `limiter` for `add_rate_limited`, on `gate`.
+    pub fn with_rate_limiter_on(limiter: RateLimiter<K>, gate: WorkGate) -> Self {
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(QueueState::new(limiter)),
+                gate,
                 changed: Notify::new(),
                 history: Mutex::default(),
             }),
@@ -642,12 +658,12 @@ impl<K: QueueKey> WorkQueue<K> {
     }
 
     /// Waits for the next due key and marks it in flight; `None` once shut down, or once
-    /// the process stops starting work (`lifecycle::stop_starting`).
+    /// its gate stops starting work ([`WorkGate::stop_starting`]).
     ///
     /// Cancel-safe: a key is taken only in the same poll that returns it.
     pub async fn get(&self) -> Option<K> {
         loop {
-            if crate::lifecycle::is_stopping() {
+            if self.shared.gate.is_stopping() {
                 return None;
             }
             // Register for wake-ups before looking at the state, so a change made between

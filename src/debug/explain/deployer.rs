@@ -7,7 +7,6 @@ use bosun_deployer::item::Phase;
 use bosun_journal::Journal;
 
 use super::{Explanation, Step, Subject};
-use crate::deployer::journal_log::{item_of, line};
 
 /// `deployitem/ns/name` → (ns, name).
 fn item_parts(item: &str) -> (&str, &str) {
@@ -46,13 +45,13 @@ pub fn explain(
     for r in journal.read_from(1) {
         let r = r?;
         let step = |what: String| Step::of("deployer", &r, what);
-        let item = item_of(&r.event);
+        let item = r.event.item();
         if is_item(subject, item) {
             e.push_made_by(
                 "the deployer (landscaper's DeployItem contract): it runs the item's type against its target"
                     .into(),
             );
-            e.history.push(step(line(&r.event)));
+            e.history.push(step(r.event.line()));
             match &r.event {
                 DeployerEvent::DeployItemPhase { to, .. } => {
                     phase = Some(*to);
@@ -60,7 +59,7 @@ pub fn explain(
                         last_error = None;
                     }
                 }
-                DeployerEvent::DeployItemError { .. } => last_error = Some(line(&r.event)),
+                DeployerEvent::DeployItemError { .. } => last_error = Some(r.event.line()),
                 DeployerEvent::DeployItemFinalized { .. } => finalized = true,
             }
             continue;

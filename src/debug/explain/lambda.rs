@@ -87,8 +87,7 @@ pub fn explain(
                 e.push_made_by(format!(
                     "parent of lambda controller {controller} (its sync hook decides the children)"
                 ));
-                e.history
-                    .push(step(crate::lambda::journal_log::line(&r.event)));
+                e.history.push(step(r.event.line()));
                 last_of_parent = Some(r.event.clone());
             }
             LambdaEvent::Synced {
@@ -140,7 +139,7 @@ pub fn explain(
             {
                 e.history.push(step(format!(
                     "its parent's sync failed: {}",
-                    crate::lambda::journal_log::line(&r.event)
+                    r.event.line()
                 )));
                 child_last = Some(r.event.clone());
             }

@@ -71,6 +71,8 @@ pub struct EngineArgs {
     pub queue_action_metrics: bool,
     /// Mailbox registry.
     pub mailboxes: Mailboxes,
+    /// The host's work gate: the queues start no task once it stops.
+    pub gate: bosun_runtime::lifecycle::WorkGate,
 }
 
 /// The running engine.
@@ -406,6 +408,7 @@ impl Engine {
             mailboxes: args.mailboxes.clone(),
             max_attempts: args.max_attempts,
             action_metrics: args.queue_action_metrics,
+            gate: args.gate.clone(),
             this: Mutex::new(None),
         });
         *router.this.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(&router));

@@ -28,6 +28,7 @@ pub(super) struct QueueRouter {
     pub(super) mailboxes: Mailboxes,
     pub(super) max_attempts: Option<u32>,
     pub(super) action_metrics: bool,
+    pub(super) gate: bosun_runtime::lifecycle::WorkGate,
     pub(super) this: Mutex<Option<std::sync::Weak<QueueRouter>>>,
 }
 
@@ -57,6 +58,7 @@ impl QueueRouter {
             restored,
             max_attempts: self.max_attempts,
             action_metrics: self.action_metrics,
+            gate: self.gate.clone(),
         };
         let (actor, _) = Actor::spawn(None, QueueActor::<AddonTask, Event>::default(), args)
             .await
