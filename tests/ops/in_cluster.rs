@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Operator, Sandbox, run_ok};
+use crate::common::{self, Operator, Sandbox, run_ok};
 
 const TOKEN: &str = "in-cluster-test-token";
 
@@ -52,7 +52,10 @@ fn in_cluster_bosun(sb: &Sandbox, work: &Path, sa: &Path) -> Operator {
         ("BOSUN_SERVICE_ACCOUNT_DIR", path(sa.to_path_buf())),
         ("GLOBAL_HOOKS_DIR", path(root.join("examples/global-hooks"))),
         ("MODULES_DIR", path(root.join("examples/modules"))),
-        ("HELM_LIB_PATH", path(root.join(".tools/helm/libhelm_c.so"))),
+        (
+            "HELM_LIB_PATH",
+            path(common::tools_dir().join("helm/libhelm_c.so")),
+        ),
         ("BOSUN_JOURNAL_DIR", path(work.join("journal"))),
         ("ADDON_OPERATOR_TMP_DIR", path(work.join("tmp"))),
         ("DEBUG_UNIX_SOCKET", path(work.join("debug.socket"))),
