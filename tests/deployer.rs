@@ -3027,16 +3027,9 @@ fn start_job(sb: &Sandbox, name: &str, job: &str) {
     });
 }
 
-/// landscaper's helm-deployer and manifest-deployer charts run bosun unchanged: each
-/// process reads its chart's Configuration (identity, namespace, oci, hpa, controller as
-/// the charts write them), serves its one type only, in the cluster that
-/// `--landscaper-kubeconfig` names, under the jobID contract.
-#[test]
-fn landscaper_s_deployer_charts_arguments_and_configuration_run_each_type() {
-    let sb = Sandbox::start();
-    let target_cluster = Sandbox::start();
-    let work = workdir();
-    // landscaper installs its CRDs; its deployers do not (their ClusterRole cannot).
+/// landscaper's CRDs (deploy/crds/landscaper.yaml), created as landscaper installs them:
+/// its deployers install none (their ClusterRole cannot).
+fn landscaper_crds(sb: &Sandbox) {
     let crds: Vec<Value> = serde_saphyr::from_multiple(
         &std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds/landscaper.yaml"),
@@ -3047,6 +3040,18 @@ fn landscaper_s_deployer_charts_arguments_and_configuration_run_each_type() {
     for crd in crds.iter().filter(|c| c.is_object()) {
         sb.create_crd(crd);
     }
+}
+
+/// landscaper's helm-deployer and manifest-deployer charts run bosun unchanged: each
+/// process reads its chart's Configuration (identity, namespace, oci, hpa, controller as
+/// the charts write them), serves its one type only, in the cluster that
+/// `--landscaper-kubeconfig` names, under the jobID contract.
+#[test]
+fn landscaper_s_deployer_charts_arguments_and_configuration_run_each_type() {
+    let sb = Sandbox::start();
+    let target_cluster = Sandbox::start();
+    let work = workdir();
+    landscaper_crds(&sb);
     target_for(&sb, &target_cluster, "cluster-2");
     // charts/helm-deployer's config-secret with its default values (release namespace
     // ls-system) and an identity; charts/manifest-deployer's likewise.
@@ -3158,16 +3163,7 @@ fn a_landscaper_helm_deployer_pulls_with_the_logins_of_its_oci_config_files() {
     let sb = Sandbox::start();
     let target_cluster = Sandbox::start();
     let work = workdir();
-    let crds: Vec<Value> = serde_saphyr::from_multiple(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds/landscaper.yaml"),
-        )
-        .expect("CRDs"),
-    )
-    .expect("CRD YAML");
-    for crd in crds.iter().filter(|c| c.is_object()) {
-        sb.create_crd(crd);
-    }
+    landscaper_crds(&sb);
     target_for(&sb, &target_cluster, "cluster-2");
     // user "u", password "p"
     let registry = serve_registry(web_chart("1.0.0"), "Basic dTpw");
