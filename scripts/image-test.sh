@@ -423,10 +423,10 @@ image_tools() {
   out="$(in_pod -- bash -c 'echo "bash $BASH_VERSION"; type -p kubectl helm jq')"
   echo "$ bash -c …"; echo "$out"
   expect "bash, and kubectl, helm, jq on PATH" '^bash 5\.' "$out"
-  in_pod_expect "/addon-operator version (addon-operator's image's command)" '^bosun [0-9]' \
-    /addon-operator version
+  in_pod_expect "/addon-operator version (addon-operator's image's command)" \
+    '^addon-operator [0-9]' /addon-operator version
   in_pod_expect "/usr/bin/metacontroller --version (metacontroller's manifests' command)" \
-    '^bosun [0-9]' /usr/bin/metacontroller --version
+    '^(bosun|metacontroller) [0-9]' /usr/bin/metacontroller --version
   out="$(in_pod -- addon-operator queue list --help)"
   echo "$ addon-operator queue list --help"; head -n 4 <<<"$out"
   expect "addon-operator queue list --help" 'Usage: addon-operator queue list' "$out"
