@@ -96,29 +96,13 @@ impl JqFilter {
     /// All outputs of the program on `input`, in order.
     pub fn run_all(&self, input: &Value) -> Result<Vec<Value>, JqError> {
         let mut out = Vec::new();
-        self.each(input, |v| out.push(v))?;
+        self.each_val(to_val(input), |v| out.push(v))?;
         Ok(out)
     }
 
     /// shell-operator's result rule: 0 outputs → null, 1 → the value, >1 → array of them.
     pub fn run(&self, input: &Value) -> Result<Value, JqError> {
-        let mut first = None;
-        let mut rest = Vec::new();
-        self.each(input, |v| {
-            if first.is_none() && rest.is_empty() {
-                first = Some(v);
-            } else {
-                if let Some(f) = first.take() {
-                    rest.push(f);
-                }
-                rest.push(v);
-            }
-        })?;
-        Ok(match first {
-            Some(v) => v,
-            None if rest.is_empty() => Value::Null,
-            None => Value::Array(rest),
-        })
+        self.run_val(to_val(input))
     }
 
     /// [`JqFilter::run`] on an object's JSON text (a watch's copy of it): read straight
@@ -160,10 +144,6 @@ impl JqFilter {
             1 => outputs.pop().unwrap_or(Value::Null),
             _ => Value::Array(outputs),
         })
-    }
-
-    fn each(&self, input: &Value, emit: impl FnMut(Value)) -> Result<(), JqError> {
-        self.each_val(to_val(input), emit)
     }
 
     fn each_val(&self, input: Val, mut emit: impl FnMut(Value)) -> Result<(), JqError> {

@@ -535,12 +535,11 @@ pub async fn chart_access(
         });
     };
     let repos = repo_credentials(job, &context).await?;
-    let pull_configs = if registries {
+    let mut pull_configs = if registries {
         pull_configs(job, &context).await?
     } else {
         Vec::new()
     };
-    let mut pull_configs = pull_configs;
     let resolvers = if component {
         let (resolvers, logins) = component_resolvers(job, &context).await?;
         pull_configs.extend(logins);
