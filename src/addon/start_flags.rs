@@ -144,10 +144,7 @@ pub struct RefusedFlag {
 }
 
 pub use crate::host::process::Given;
-
-fn is_true(v: &str) -> bool {
-    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
-}
+use crate::host::process::go_bool_true;
 
 impl StartFlags {
     /// The flags given, as their variables; a flag asking for what bosun lacks is refused.
@@ -169,7 +166,7 @@ impl StartFlags {
         refuse(
             "strict-check-values-mode-enabled",
             &self.strict_check_values_mode_enabled,
-            is_true,
+            go_bool_true,
             "bosun reads a module without values.yaml as one with empty values",
         )?;
         refuse(
@@ -181,7 +178,7 @@ impl StartFlags {
         refuse(
             "admission-server-enabled",
             &self.admission_server_enabled,
-            is_true,
+            go_bool_true,
             "bosun has no admission server (hooks' validating webhooks are not served)",
         )?;
         refuse(
@@ -253,10 +250,10 @@ impl StartFlags {
             zap.log_type = self.log_type.clone();
         }
         if let Some(v) = &self.log_no_time {
-            zap.no_time = Some(is_true(v));
+            zap.no_time = Some(go_bool_true(v));
         }
         if let Some(v) = &self.log_proxy_hook_json {
-            zap.proxy_hook_json = Some(is_true(v));
+            zap.proxy_hook_json = Some(go_bool_true(v));
         }
         zap
     }

@@ -191,7 +191,7 @@ pub fn limits_env(
 }
 
 /// Whether `value` is true as Go's `strconv.ParseBool` reads it.
-fn go_bool_true(value: &str) -> bool {
+pub(crate) fn go_bool_true(value: &str) -> bool {
     matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
