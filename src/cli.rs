@@ -855,32 +855,65 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// A subsystem as bosun registers it: its journal, read by the commands that run without
+/// it, and how a run builds it from the command line and the configuration.
+pub struct Registered {
+    /// Its journal.
+    pub journal: &'static dyn crate::host::JournalKind,
+    /// It, for this run.
+    pub configure: for<'a> fn(
+        &'a RunArgs,
+        &ProcessConfig,
+        &'a crate::addon::OperatorConfig,
+    ) -> Box<dyn crate::host::Subsystem + 'a>,
+}
+
 /// Every subsystem bosun hosts, in start order: the one list of them. A subsystem is one
-/// [`Subsystem`](crate::host::Subsystem) (docs/architecture.md, "Where a new subsystem
-/// goes").
+/// [`Subsystem`](crate::host::Subsystem) and its [`JournalKind`](crate::host::JournalKind)
+/// (docs/architecture.md, "Where a new subsystem goes").
+pub static SUBSYSTEMS: &[Registered] = &[
+    Registered {
+        journal: &crate::addon::JOURNAL,
+        configure: |_, process, cfg| {
+            Box::new(crate::addon::Modules {
+                on: process.modules,
+                journal_dir: process.journal_dir.clone(),
+                cfg,
+            })
+        },
+    },
+    Registered {
+        journal: &crate::lambda::JOURNAL,
+        configure: |args, process, _| {
+            Box::new(crate::lambda::LambdaControllers {
+                on: args.lambda.lambda_controllers,
+                journal_dir: process.journal_dir.join(crate::lambda::JOURNAL.name),
+                config: args.lambda.config(&process.journal_dir),
+            })
+        },
+    },
+    Registered {
+        journal: &crate::deployer::JOURNAL,
+        configure: |args, process, cfg| {
+            Box::new(crate::deployer::DeployItems {
+                on: args.deployer.deployer,
+                journal_dir: process.journal_dir.join(crate::deployer::JOURNAL.name),
+                config: args.deployer.config(process, cfg, args.lambda.install_crds),
+            })
+        },
+    },
+];
+
+/// This run's subsystems, in start order.
 fn subsystems<'a>(
     args: &'a RunArgs,
     process: &ProcessConfig,
     cfg: &'a crate::addon::OperatorConfig,
 ) -> Vec<Box<dyn crate::host::Subsystem + 'a>> {
-    let journal_dir = &process.journal_dir;
-    vec![
-        Box::new(crate::addon::Modules {
-            on: process.modules,
-            journal_dir: journal_dir.clone(),
-            cfg,
-        }),
-        Box::new(crate::lambda::LambdaControllers {
-            on: args.lambda.lambda_controllers,
-            journal_dir: journal_dir.join("lambda"),
-            config: args.lambda.config(journal_dir),
-        }),
-        Box::new(crate::deployer::DeployItems {
-            on: args.deployer.deployer,
-            journal_dir: journal_dir.join("deployer"),
-            config: args.deployer.config(process, cfg, args.lambda.install_crds),
-        }),
-    ]
+    SUBSYSTEMS
+        .iter()
+        .map(|s| (s.configure)(args, process, cfg))
+        .collect()
 }
 
 /// The process's configuration and the modules', from addon-operator's `start` flags

@@ -80,12 +80,10 @@ fn from_value(v: &Value) -> anyhow::Result<Explanation> {
         .into_iter()
         .flatten()
         .map(|s| Step {
-            journal: match s["journal"].as_str() {
-                Some("modules") => "modules",
-                Some("lambda") => "lambda",
-                Some("deployer") => "deployer",
-                _ => "?",
-            },
+            journal: s["journal"]
+                .as_str()
+                .and_then(crate::host::journals::named)
+                .map_or("?", |j| j.name()),
             seq: s["seq"].as_u64().unwrap_or_default(),
             time: s["time"].as_str().unwrap_or_default().to_string(),
             what: s["what"].as_str().unwrap_or_default().to_string(),

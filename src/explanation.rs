@@ -105,7 +105,7 @@ impl Subject {
 /// One change bosun made, from one journal.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Step {
-    /// Which journal (`modules`, `lambda`, `deployer`).
+    /// Which journal, by its subsystem's registered name.
     pub journal: &'static str,
     /// Its sequence number there: the order within a journal.
     pub seq: u64,

@@ -23,9 +23,10 @@ use serde_json::Value;
 
 use crate::debug::client::encode;
 use crate::debug::journal_views::{
-    LogQuery, ViewError, describe_op, log_view, point, state_at, state_view, stats_view, why_view,
+    LogQuery, ViewError, describe_op, log_view, state_view, stats_view, why_view,
 };
 use crate::debug::views::View;
+use crate::host::JournalKind;
 
 /// Arguments of `bosun journal`.
 #[derive(Debug, Args)]
@@ -53,17 +54,38 @@ pub enum Format {
     Yaml,
 }
 
-/// One of bosun's journals, or all of them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// One of bosun's journals, by its subsystem's name, or all of them (`all`).
+#[derive(Clone, Copy)]
 pub enum Which {
-    /// The modules' journal (the journal directory itself).
-    Modules,
-    /// The lambda controllers' (`<dir>/lambda`).
-    Lambda,
-    /// The deployer's (`<dir>/deployer`).
-    Deployer,
+    /// That one.
+    One(&'static dyn JournalKind),
     /// Every journal there.
     All,
+}
+
+impl std::fmt::Debug for Which {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Which::One(j) => f.write_str(j.name()),
+            Which::All => f.write_str("all"),
+        }
+    }
+}
+
+/// `--journal`'s value: a registered journal's name or `all`.
+fn which(name: &str) -> Result<Which, String> {
+    if name == "all" {
+        return Ok(Which::All);
+    }
+    crate::host::journals::named(name)
+        .map(Which::One)
+        .ok_or_else(|| {
+            let names: Vec<&str> = crate::host::journals::all().map(|j| j.name()).collect();
+            format!(
+                "no journal named {name:?}: one of {}, or all",
+                names.join(", ")
+            )
+        })
 }
 
 /// Where a view is read: the journal directory (the default) or a running bosun.
@@ -135,8 +157,8 @@ pub enum JournalCommand {
         a: String,
         /// Second point.
         b: String,
-        /// Which journal: `modules` (the default), `lambda` or `deployer`.
-        #[arg(long, value_enum, default_value = "modules")]
+        /// Which journal: a subsystem's name (the modules' by default).
+        #[arg(long, value_parser = which, default_value = "modules")]
         journal: Which,
     },
     /// The state at a point of every journal (or one): the modules' values, modules and
@@ -147,8 +169,8 @@ pub enum JournalCommand {
         /// the end).
         #[arg(long)]
         until: Option<String>,
-        /// Which journal (`all` by default).
-        #[arg(long, value_enum, default_value = "all")]
+        /// Which journal: a subsystem's name, or `all` (the default).
+        #[arg(long, value_parser = which, default_value = "all")]
         journal: Which,
         /// Output format.
         #[arg(short, long, value_enum, default_value = "yaml")]
@@ -212,14 +234,14 @@ pub fn run(args: JournalArgs) -> anyhow::Result<()> {
             parent,
             output,
         } => lambda_log(
-            &crate::journal_dirs::subsystem_journal(dir, "lambda"),
+            &crate::lambda::JOURNAL.dir(dir),
             controller.as_deref(),
             parent.as_deref(),
             output,
             &mut out,
         ),
         JournalCommand::Deployer { item, output } => crate::deployer::journal_log::print(
-            &crate::journal_dirs::subsystem_journal(dir, "deployer"),
+            &crate::deployer::JOURNAL.dir(dir),
             item.as_deref(),
             output != Format::Text,
             &mut out,
@@ -297,8 +319,8 @@ pub fn run(args: JournalArgs) -> anyhow::Result<()> {
             print_value(&state, output, &mut out)
         }
         JournalCommand::Diff { a, b, journal } => {
-            if journal == Which::All {
-                bail!("journal diff compares one journal: --journal modules, lambda or deployer");
+            if matches!(journal, Which::All) {
+                bail!("journal diff compares one journal: choose it with --journal");
             }
             let (sa, sb) = (
                 replayed(dir, journal, Some(&a))?,
@@ -391,74 +413,28 @@ fn read(
 }
 
 /// The state of `which` journal under `dir` at `until` (the end when `None`), as JSON:
-/// one journal's state, or `{modules, lambda, deployer}` with those present.
+/// one journal's state, or an object of the states of those present by their names.
 fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow::Result<Value> {
-    if which == Which::All
-        && let Some(u) = until
-        && u.parse::<u64>().is_ok()
-    {
-        bail!(
-            "--until {u}: a sequence number belongs to one journal; choose it with --journal, or give a time or an age"
-        );
-    }
-    let mut all = serde_json::Map::new();
-    if matches!(which, Which::Modules | Which::All)
-        && (which == Which::Modules || crate::debug::explain::has_modules(dir))
-    {
-        let journal = open(dir)?;
-        let at = point(&journal, until)?;
-        all.insert(
-            "modules".into(),
-            serde_json::to_value(state_at(&journal, at)?)?,
-        );
-    }
-    // A subsystem's journal: asked for by name, or with `all` when its folder is there.
-    let wanted = |name: &str, one: Which| {
-        let d = crate::journal_dirs::subsystem_journal(dir, name);
-        (which == one || (which == Which::All && d.is_dir())).then_some(d)
-    };
-    if let Some(d) = wanted("lambda", Which::Lambda) {
-        all.insert(
-            "lambda".into(),
-            replay_of(&d, "lambda", until, bosun_lambda::journal_state::fold)?,
-        );
-    }
-    if let Some(d) = wanted("deployer", Which::Deployer) {
-        all.insert(
-            "deployer".into(),
-            replay_of(&d, "deployer", until, bosun_deployer::journal_state::fold)?,
-        );
-    }
-    if which == Which::All {
-        if all.is_empty() {
-            bail!("{}: no journal there", dir.display());
+    match which {
+        Which::One(journal) => journal.replay(dir, until),
+        Which::All => {
+            if let Some(u) = until
+                && u.parse::<u64>().is_ok()
+            {
+                bail!(
+                    "--until {u}: a sequence number belongs to one journal; choose it with --journal, or give a time or an age"
+                );
+            }
+            let mut all = serde_json::Map::new();
+            for journal in crate::host::journals::all().filter(|j| j.present(dir)) {
+                all.insert(journal.name().into(), journal.replay(dir, until)?);
+            }
+            if all.is_empty() {
+                bail!("{}: no journal there", dir.display());
+            }
+            Ok(Value::Object(all))
         }
-        return Ok(Value::Object(all));
     }
-    Ok(all
-        .into_iter()
-        .next()
-        .map(|(_, v)| v)
-        .unwrap_or(Value::Null))
-}
-
-/// The `what` journal in `d` folded by `fold` up to `until`, as JSON.
-fn replay_of<E, S>(
-    d: &std::path::Path,
-    what: &str,
-    until: Option<&str>,
-    fold: impl FnMut(&mut S, &bosun_journal::Record<E>),
-) -> anyhow::Result<Value>
-where
-    E: serde::Serialize + serde::de::DeserializeOwned + bosun_journal::Versioned,
-    S: Default + serde::Serialize,
-{
-    let journal = Journal::<E>::open_read_only(d)
-        .with_context(|| format!("cannot open the {what} journal {}", d.display()))?;
-    let at = point(&journal, until)?;
-    Ok(serde_json::to_value(crate::journal_replay::replay(
-        &journal, at, fold,
-    )?)?)
 }
 
 fn open(dir: &std::path::Path) -> anyhow::Result<Journal<Event>> {

@@ -11,7 +11,7 @@ pub mod patcher;
 pub mod releases;
 pub mod start_flags;
 mod subsystem;
-pub use subsystem::Modules;
+pub use subsystem::{JOURNAL, Modules};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

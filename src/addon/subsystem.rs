@@ -2,12 +2,15 @@
 //! from their first request, and bosun does not run when they cannot start); their journal
 //! is the journal folder's top.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use futures::future::BoxFuture;
 
 use super::{Operator, OperatorConfig};
-use crate::host::{Handle, Host, Parts, Subsystem, SubsystemView};
+use crate::explanation::{Explanation, Subject};
+use crate::host::{Handle, Host, JournalKind, Parts, Subsystem, SubsystemView};
 
 /// addon-operator's modules and global hooks (`BOSUN_MODULES`).
 pub struct Modules<'a> {
@@ -29,7 +32,7 @@ impl Subsystem for Modules<'_> {
     }
 
     fn journal(&self) -> crate::ha::JournalSpec {
-        crate::ha::JournalSpec::of::<bosun_addon::Event>("modules", self.journal_dir.clone())
+        crate::ha::JournalSpec::of::<bosun_addon::Event>(JOURNAL.name(), self.journal_dir.clone())
     }
 
     fn essential(&self) -> bool {
@@ -62,5 +65,53 @@ impl Handle for Operator {
 
     fn register(&self, parts: &mut Parts) {
         parts.journals.push(("modules", self.journal.health()));
+    }
+}
+
+/// The modules' journal, read offline: the journal folder's top (the other subsystems'
+/// journals are folders in it); its state is the values per scope, the modules and the
+/// queues, replayed from its snapshots.
+pub static JOURNAL: ModulesJournal = ModulesJournal;
+
+/// The modules' [`JournalKind`].
+pub struct ModulesJournal;
+
+impl JournalKind for ModulesJournal {
+    fn name(&self) -> &'static str {
+        "modules"
+    }
+
+    fn dir(&self, dir: &Path) -> PathBuf {
+        dir.to_path_buf()
+    }
+
+    /// Whether the folder holds more than the other journals' folders.
+    fn present(&self, dir: &Path) -> bool {
+        std::fs::read_dir(dir).is_ok_and(|entries| {
+            entries.flatten().any(|e| {
+                let name = e.file_name();
+                !crate::host::journals::all().any(|j| j.name() != self.name() && name == j.name())
+            })
+        })
+    }
+
+    fn replay(&self, dir: &Path, until: Option<&str>) -> anyhow::Result<serde_json::Value> {
+        let journal = bosun_journal::Journal::<bosun_addon::Event>::open_read_only(dir)
+            .with_context(|| format!("cannot open journal {}", dir.display()))?;
+        let at = crate::debug::journal_views::point(&journal, until)?;
+        Ok(serde_json::to_value(
+            crate::debug::journal_views::state_at(&journal, at)?,
+        )?)
+    }
+
+    fn explain(&self, dir: &Path, subject: &Subject, e: &mut Explanation) -> Result<(), String> {
+        if !self.present(dir) {
+            return Ok(());
+        }
+        match crate::host::journals::open_present::<bosun_addon::Event>(self.name(), dir)? {
+            Some(journal) => crate::debug::explain::modules::explain(&journal, subject, e)
+                .map_err(|err| format!("modules journal: {err}")),
+            None => Ok(()),
+        }
     }
 }

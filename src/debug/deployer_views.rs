@@ -25,6 +25,14 @@ pub struct DeployItemsView {
 }
 
 impl SubsystemView for DeployItemsView {
+    fn page(&self) -> Option<&'static str> {
+        Some("/deployer/items")
+    }
+
+    fn actor_kinds(&self) -> &'static [(&'static str, &'static str)] {
+        &[("deployer", "deployer")]
+    }
+
     fn actors(&self) -> Option<ActorsPart> {
         let view = deployer_items(self.deployer.as_ref());
         Some(ActorsPart {

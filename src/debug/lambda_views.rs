@@ -24,6 +24,14 @@ pub struct LambdaView {
 }
 
 impl SubsystemView for LambdaView {
+    fn page(&self) -> Option<&'static str> {
+        Some("/lambda/controllers")
+    }
+
+    fn actor_kinds(&self) -> &'static [(&'static str, &'static str)] {
+        &[("lambda", "lambda-controller")]
+    }
+
     fn actors(&self) -> Option<ActorsPart> {
         let view = lambda_controllers(self.controllers.as_ref());
         Some(ActorsPart {

@@ -100,8 +100,6 @@ enum Endpoint {
     ModuleConfig,
     Actors,
     Actor,
-    LambdaControllers,
-    DeployerItems,
     Ha,
     Explain,
     JournalLog,
@@ -166,11 +164,6 @@ pub const ROUTES: &[Route] = &[
     ),
     route("/actors.{json|yaml|text}", Endpoint::Actors),
     route("/actors/{name}.{json|yaml|text}", Endpoint::Actor),
-    route(
-        "/lambda/controllers.{json|yaml|text}",
-        Endpoint::LambdaControllers,
-    ),
-    route("/deployer/items.{json|yaml|text}", Endpoint::DeployerItems),
     route("/ha.{json|yaml|text}", Endpoint::Ha),
     route(
         "/explain.{json|yaml|text}?subject=KIND/NAME|values PATH&namespace=",
@@ -652,7 +645,10 @@ async fn handle(
     }
     let (route, _) = Format::split(uri.path());
     let Some((found, params, format)) = find_route(uri.path()) else {
-        return no_endpoint(route).into_response();
+        return match subsystem_page(&shared.views.get(), uri.path()) {
+            Some((view, format)) => rendered(&view, format),
+            None => no_endpoint(route).into_response(),
+        };
     };
     let view = match found.endpoint {
         Endpoint::Ui => return ui_page(),
@@ -666,10 +662,57 @@ async fn handle(
         Ok(v) => v,
         Err(f) => return f.into_response(),
     };
+    rendered(&view, format)
+}
+
+/// `view` in `format`, answered.
+fn rendered(view: &View, format: Format) -> Response {
     match view.render(format) {
         Ok((body, content_type)) => ([(header::CONTENT_TYPE, content_type)], body).into_response(),
         Err(e) => Failure(StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
     }
+}
+
+/// The routes as `/discovery` lists them: the debug endpoints' own, with each
+/// subsystem's page after the actors'.
+fn discovered(parts: &crate::host::Parts) -> Vec<String> {
+    let mut routes = Vec::new();
+    for r in ROUTES {
+        routes.push(r.shown.to_string());
+        if r.endpoint == Endpoint::Actor {
+            routes.extend(
+                parts
+                    .views()
+                    .filter_map(|v| v.page())
+                    .map(|p| format!("{p}.{{json|yaml|text}}")),
+            );
+        }
+    }
+    routes
+}
+
+/// The kinds of actors the subsystems declare.
+fn actor_kinds(parts: &crate::host::Parts) -> Vec<(&'static str, &'static str)> {
+    parts
+        .views()
+        .flat_map(|v| v.actor_kinds().iter().copied())
+        .collect()
+}
+
+/// A subsystem's own page at `path` (its part of `/actors` alone), with the format its
+/// extension picks.
+fn subsystem_page(parts: &crate::host::Parts, path: &str) -> Option<(View, Format)> {
+    let (route, format) = Format::split(path);
+    let part = parts.views().find(|v| v.page() == Some(route))?.actors()?;
+    let mut data = serde_json::Map::new();
+    data.insert(part.key.to_string(), part.data);
+    Some((
+        View {
+            data: Value::Object(data),
+            text: Some(part.text),
+        },
+        format,
+    ))
 }
 
 /// `/ha`: this replica's high-availability state, or that it runs alone.
@@ -730,17 +773,15 @@ async fn answer(
                 text: Some(config.text()),
             })
         }
-        Endpoint::Discovery => Ok(View {
-            data: json!({"routes": ROUTES.iter().map(|r| r.shown).collect::<Vec<_>>()}),
-            text: Some(
-                ROUTES
-                    .iter()
-                    .map(|r| format!("GET {}\n", r.shown))
-                    .collect(),
-            ),
-        }),
+        Endpoint::Discovery => {
+            let routes = discovered(&views);
+            Ok(View {
+                text: Some(routes.iter().map(|r| format!("GET {r}\n")).collect()),
+                data: json!({ "routes": routes }),
+            })
+        }
         Endpoint::Actors => {
-            let mut view = views::actors(&shared.mailboxes.snapshot());
+            let mut view = views::actors(&shared.mailboxes.snapshot(), &actor_kinds(&views));
             for part in views.views().filter_map(|v| v.actors()) {
                 view.data[part.key] = part.data;
                 if let Some(text) = view.text.as_mut() {
@@ -749,16 +790,6 @@ async fn answer(
             }
             Ok(view)
         }
-        Endpoint::LambdaControllers => Ok(lambda_views::lambda_controllers(
-            views
-                .view::<lambda_views::LambdaView>()
-                .and_then(|l| l.controllers.as_ref()),
-        )),
-        Endpoint::DeployerItems => Ok(deployer_views::deployer_items(
-            views
-                .view::<deployer_views::DeployItemsView>()
-                .and_then(|d| d.deployer.as_ref()),
-        )),
         Endpoint::Ha => Ok(ha_view(views.ha.as_ref())),
         Endpoint::Explain => {
             let words: Vec<String> = param(query, "subject")
@@ -777,7 +808,7 @@ async fn answer(
         Endpoint::Actor => {
             let snapshot = shared.mailboxes.snapshot();
             match snapshot.get(name) {
-                Some(stats) => Ok(views::actor(name, stats)),
+                Some(stats) => Ok(views::actor(name, stats, &actor_kinds(&views))),
                 None => Err(Failure(
                     StatusCode::NOT_FOUND,
                     format!(
@@ -964,8 +995,6 @@ async fn modules_answer(
         | Endpoint::Discovery
         | Endpoint::Actors
         | Endpoint::Actor
-        | Endpoint::LambdaControllers
-        | Endpoint::DeployerItems
         | Endpoint::Ha
         | Endpoint::Explain
         | Endpoint::Ui

@@ -19,6 +19,14 @@ pub struct ModulesView {
 }
 
 impl SubsystemView for ModulesView {
+    fn actor_kinds(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("global-hooks", "global-hooks"),
+            ("queue", "queue"),
+            ("module", "module"),
+        ]
+    }
+
     fn explain(&self, subject: &Subject, e: &mut Explanation) -> Result<(), String> {
         crate::debug::explain::modules::explain(&self.journal, subject, e)
             .map_err(|err| format!("modules journal: {err}"))

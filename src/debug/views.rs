@@ -277,19 +277,20 @@ pub(crate) fn age(since_ms: u64, now: u64) -> String {
     go_duration(Duration::from_millis(now.saturating_sub(since_ms)))
 }
 
-/// What kind of actor a mailbox name belongs to.
-pub fn actor_kind(name: &str) -> &'static str {
-    match name.split('/').next().unwrap_or_default() {
-        "global-hooks" => "global-hooks",
-        "queue" => "queue",
-        "module" => "module",
-        "lambda" => "lambda-controller",
-        "deployer" => "deployer",
-        _ => "actor",
-    }
+/// The kinds of actors by the first segment of their mailboxes' names, as the subsystems
+/// declare them ([`crate::host::SubsystemView::actor_kinds`]).
+pub type ActorKinds = [(&'static str, &'static str)];
+
+/// What kind of actor a mailbox name belongs to (`actor` when no subsystem says).
+pub fn actor_kind(name: &str, kinds: &ActorKinds) -> &'static str {
+    let first = name.split('/').next().unwrap_or_default();
+    kinds
+        .iter()
+        .find(|(prefix, _)| *prefix == first)
+        .map_or("actor", |(_, kind)| kind)
 }
 
-fn actor_data(name: &str, s: &MailboxStats, now: u64) -> Value {
+fn actor_data(name: &str, s: &MailboxStats, now: u64, kinds: &ActorKinds) -> Value {
     let pending: Vec<Value> = s
         .pending
         .iter()
@@ -305,7 +306,7 @@ fn actor_data(name: &str, s: &MailboxStats, now: u64) -> Value {
         .collect();
     json!({
         "name": name,
-        "kind": actor_kind(name),
+        "kind": actor_kind(name, kinds),
         "depth": s.pending.len(),
         "pending": pending,
         "inProgress": in_progress,
@@ -320,14 +321,20 @@ fn actor_data(name: &str, s: &MailboxStats, now: u64) -> Value {
     })
 }
 
-fn actor_text(name: &str, s: &MailboxStats, now: u64, with_recent: bool) -> String {
+fn actor_text(
+    name: &str,
+    s: &MailboxStats,
+    now: u64,
+    with_recent: bool,
+    kinds: &ActorKinds,
+) -> String {
     let doing = match &s.in_progress {
         Some(p) => format!("handling '{}' for {}", p.summary, age(p.since_ms, now)),
         None => "idle".to_string(),
     };
     let mut t = format!(
         "Actor '{name}' ({}): {} pending, {doing}, {}\n",
-        actor_kind(name),
+        actor_kind(name, kinds),
         s.pending.len(),
         pluralize(
             s.jobs.len(),
@@ -373,11 +380,11 @@ fn actor_text(name: &str, s: &MailboxStats, now: u64, with_recent: bool) -> Stri
 }
 
 /// `/actors`: every actor's mailbox.
-pub fn actors(snapshot: &BTreeMap<String, MailboxStats>) -> View {
+pub fn actors(snapshot: &BTreeMap<String, MailboxStats>, kinds: &ActorKinds) -> View {
     let now = now_ms();
     let list: Vec<Value> = snapshot
         .iter()
-        .map(|(n, s)| actor_data(n, s, now))
+        .map(|(n, s)| actor_data(n, s, now, kinds))
         .collect();
     let pending: usize = snapshot.values().map(|s| s.pending.len()).sum();
     let busy = snapshot
@@ -387,7 +394,7 @@ pub fn actors(snapshot: &BTreeMap<String, MailboxStats>) -> View {
     let jobs: usize = snapshot.values().map(|s| s.jobs.len()).sum();
     let mut text = String::new();
     for (n, s) in snapshot {
-        text.push_str(&actor_text(n, s, now, false));
+        text.push_str(&actor_text(n, s, now, false, kinds));
     }
     text.push_str(&format!(
         "\nSummary: {}, {busy} busy, {pending} pending messages, {jobs} jobs running.\n",
@@ -403,11 +410,11 @@ pub fn actors(snapshot: &BTreeMap<String, MailboxStats>) -> View {
 }
 
 /// `/actors/<name>`: one actor's mailbox with its recent history.
-pub fn actor(name: &str, stats: &MailboxStats) -> View {
+pub fn actor(name: &str, stats: &MailboxStats, kinds: &ActorKinds) -> View {
     let now = now_ms();
     View {
-        data: actor_data(name, stats, now),
-        text: Some(actor_text(name, stats, now, true)),
+        data: actor_data(name, stats, now, kinds),
+        text: Some(actor_text(name, stats, now, true, kinds)),
     }
 }
 
@@ -558,7 +565,8 @@ mod tests {
         h.sent("Enqueue GlobalHookRun".into());
         let snapshot: BTreeMap<String, MailboxStats> =
             [("queue/main".to_string(), h.stats())].into();
-        let v = actors(&snapshot);
+        let kinds = [("queue", "queue")];
+        let v = actors(&snapshot, &kinds);
         let q = &v.data["actors"][0];
         assert_eq!(q["kind"], "queue");
         assert_eq!(q["depth"], 1);
@@ -574,7 +582,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("  job: task GlobalHookRun:main:onStartup:a.sh (for "));
-        let one = actor("queue/main", &h.stats());
+        let one = actor("queue/main", &h.stats(), &kinds);
         assert!(one.text.unwrap_or_default().contains("handled: Kick"));
     }
 }

@@ -8,7 +8,7 @@ pub mod journal_log;
 pub mod landscaper_config;
 mod subsystem;
 pub mod targets;
-pub use subsystem::DeployItems;
+pub use subsystem::{DeployItems, JOURNAL};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -32,7 +32,7 @@ impl Subsystem for DeployItems {
 
     fn journal(&self) -> crate::ha::JournalSpec {
         crate::ha::JournalSpec::of::<bosun_deployer::events::DeployerEvent>(
-            "deployer",
+            JOURNAL.name,
             self.journal_dir.clone(),
         )
     }
@@ -71,3 +71,14 @@ impl Handle for DeployerHandle {
         parts.journals.push(("deployer", self.journal.health()));
     }
 }
+
+/// The deployer's journal, read offline: each DeployItem's phase, last error and managed
+/// objects.
+pub static JOURNAL: crate::host::journals::Folded<
+    bosun_deployer::events::DeployerEvent,
+    std::collections::BTreeMap<String, bosun_deployer::journal_state::ItemState>,
+> = crate::host::journals::Folded {
+    name: "deployer",
+    fold: bosun_deployer::journal_state::fold,
+    explain: crate::debug::explain::deployer::explain,
+};

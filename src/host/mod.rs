@@ -19,6 +19,7 @@
 //! `/readyz` (the others run on). The endpoints are served once the modules have started
 //! (at once when they are off); `/readyz` says which subsystem is still starting.
 
+pub mod journals;
 pub mod process;
 mod subsystem;
 
@@ -34,6 +35,7 @@ use crate::journal_sink::JournalSink;
 use bosun_kube::WatchManager;
 use bosun_kube::in_cluster::ClientSource;
 
+pub use journals::JournalKind;
 pub use process::ProcessConfig;
 pub use subsystem::{Handle, Subsystem};
 
@@ -246,6 +248,18 @@ pub trait SubsystemView: Send + Sync {
     /// Its part of `/actors` (`None`: it adds nothing).
     fn actors(&self) -> Option<ActorsPart> {
         None
+    }
+
+    /// The path of its own debug page (`/lambda/controllers`), answered in JSON, YAML or
+    /// text with its [`Self::actors`] part alone; `None`: it has none.
+    fn page(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The kinds of its actors, by the first segment of their mailboxes' names
+    /// (`("lambda", "lambda-controller")`), which `/actors` shows.
+    fn actor_kinds(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
     }
 
     /// What its journal says of `subject` (reads the journal: called off the async

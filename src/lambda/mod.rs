@@ -7,7 +7,7 @@ pub mod cluster;
 pub mod flags;
 mod subsystem;
 pub mod webhook;
-pub use subsystem::LambdaControllers;
+pub use subsystem::{JOURNAL, LambdaControllers};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -31,7 +31,7 @@ impl Subsystem for LambdaControllers {
 
     fn journal(&self) -> crate::ha::JournalSpec {
         crate::ha::JournalSpec::of::<bosun_lambda::events::LambdaEvent>(
-            "lambda",
+            JOURNAL.name,
             self.journal_dir.clone(),
         )
     }
@@ -71,3 +71,14 @@ impl Handle for Lambda {
         parts.journals.push(("lambda", self.journal.health()));
     }
 }
+
+/// The lambda controllers' journal, read offline: each controller and its parents' last
+/// outcomes.
+pub static JOURNAL: crate::host::journals::Folded<
+    bosun_lambda::events::LambdaEvent,
+    std::collections::BTreeMap<String, bosun_lambda::journal_state::ControllerState>,
+> = crate::host::journals::Folded {
+    name: "lambda",
+    fold: bosun_lambda::journal_state::fold,
+    explain: crate::debug::explain::lambda::explain,
+};
