@@ -73,185 +73,87 @@ pub enum ValuesLayer {
     Memory,
 }
 
-/// One journaled fact. Read through `EventDe`, its mirror ([`bosun_runtime::tagged`]).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "camelCase")]
-pub enum Event {
-    /// A JSON patch applied to one values layer of one scope.
-    ValuesPatched {
-        /// Whose values.
-        scope: Scope,
-        /// Which layer.
-        layer: ValuesLayer,
-        /// RFC 6902 operations.
-        patch: json_patch::Patch,
-        /// Who produced it (hook name, `configmap`, …).
-        source: String,
-    },
-    /// A values layer replaced wholesale (a new ConfigMap section, static defaults).
-    ValuesSet {
-        /// Whose values.
-        scope: Scope,
-        /// Which layer.
-        layer: ValuesLayer,
-        /// The new content.
-        values: Value,
-        /// Who produced it.
-        source: String,
-    },
-    /// A module became enabled.
-    ModuleEnabled {
-        /// Module name.
-        module: String,
-        /// Which extender decided (`static`, `configmap`, `dynamic`, `script`).
-        reason: String,
-    },
-    /// A module became disabled.
-    ModuleDisabled {
-        /// Module name.
-        module: String,
-        /// Which extender decided.
-        reason: String,
-    },
-    /// A module's run phase changed (`Startup`, `CanRunHelm`, `Ready`, …).
-    ModulePhase {
-        /// Module name.
-        module: String,
-        /// The new phase.
-        phase: ModulePhase,
-        /// The ModuleRun task that reached it (a retried task resumes after it).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        task: Option<TaskId>,
-    },
-    /// A Helm release was installed or upgraded.
-    ReleaseApplied {
-        /// Module name.
-        module: String,
-        /// Release revision after the upgrade.
-        revision: u32,
-        /// Checksum of the rendered manifests.
-        checksum: String,
-    },
-    /// A Helm release was uninstalled.
-    ReleaseDeleted {
-        /// Module name (or release name for purged releases).
-        module: String,
-    },
-    /// The `<module>Enabled` flags of the ConfigMap changed (the whole set, by module name).
-    ModuleFlagsSet {
-        /// Module name → flag.
-        flags: std::collections::BTreeMap<String, bool>,
-    },
-    /// A ConvergeModules run began.
-    ConvergeStarted {
-        /// The event that triggered it (`OperatorStartup`, `ReloadAllModules`, …).
-        reason: String,
-    },
-    /// A ConvergeModules run completed.
-    ConvergeFinished,
-    /// A task transition (the runtime's shared part; its own `type` tags).
-    #[serde(untagged)]
-    Task(TaskEvent),
-}
-
-/// [`Event`]'s own variants as they are read: the same variants and fields, the tag read
-/// first (task events are read as [`TaskEvent`]s).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-enum EventDe {
-    ValuesPatched {
-        scope: Scope,
-        layer: ValuesLayer,
-        patch: json_patch::Patch,
-        source: String,
-    },
-    ValuesSet {
-        scope: Scope,
-        layer: ValuesLayer,
-        values: Value,
-        source: String,
-    },
-    ModuleEnabled {
-        module: String,
-        reason: String,
-    },
-    ModuleDisabled {
-        module: String,
-        reason: String,
-    },
-    ModulePhase {
-        module: String,
-        phase: ModulePhase,
-        #[serde(default)]
-        task: Option<TaskId>,
-    },
-    ReleaseApplied {
-        module: String,
-        revision: u32,
-        checksum: String,
-    },
-    ReleaseDeleted {
-        module: String,
-    },
-    ModuleFlagsSet {
-        flags: std::collections::BTreeMap<String, bool>,
-    },
-    ConvergeStarted {
-        reason: String,
-    },
-    ConvergeFinished,
-}
-
-impl From<EventDe> for Event {
-    fn from(e: EventDe) -> Event {
-        match e {
-            EventDe::ValuesPatched {
-                scope,
-                layer,
-                patch,
-                source,
-            } => Event::ValuesPatched {
-                scope,
-                layer,
-                patch,
-                source,
-            },
-            EventDe::ValuesSet {
-                scope,
-                layer,
-                values,
-                source,
-            } => Event::ValuesSet {
-                scope,
-                layer,
-                values,
-                source,
-            },
-            EventDe::ModuleEnabled { module, reason } => Event::ModuleEnabled { module, reason },
-            EventDe::ModuleDisabled { module, reason } => Event::ModuleDisabled { module, reason },
-            EventDe::ModulePhase {
-                module,
-                phase,
-                task,
-            } => Event::ModulePhase {
-                module,
-                phase,
-                task,
-            },
-            EventDe::ReleaseApplied {
-                module,
-                revision,
-                checksum,
-            } => Event::ReleaseApplied {
-                module,
-                revision,
-                checksum,
-            },
-            EventDe::ReleaseDeleted { module } => Event::ReleaseDeleted { module },
-            EventDe::ModuleFlagsSet { flags } => Event::ModuleFlagsSet { flags },
-            EventDe::ConvergeStarted { reason } => Event::ConvergeStarted { reason },
-            EventDe::ConvergeFinished => Event::ConvergeFinished,
-        }
+bosun_runtime::tagged_enum! {
+    /// One journaled fact. Read through `EventDe`, its mirror ([`bosun_runtime::tagged`]).
+    #[derive(Clone, Debug, PartialEq, Serialize)]
+    #[serde(tag = "type", rename_all = "camelCase")]
+    pub enum Event as EventDe {
+        /// A JSON patch applied to one values layer of one scope.
+        ValuesPatched {
+            /// Whose values.
+            scope: Scope,
+            /// Which layer.
+            layer: ValuesLayer,
+            /// RFC 6902 operations.
+            patch: json_patch::Patch,
+            /// Who produced it (hook name, `configmap`, …).
+            source: String,
+        },
+        /// A values layer replaced wholesale (a new ConfigMap section, static defaults).
+        ValuesSet {
+            /// Whose values.
+            scope: Scope,
+            /// Which layer.
+            layer: ValuesLayer,
+            /// The new content.
+            values: Value,
+            /// Who produced it.
+            source: String,
+        },
+        /// A module became enabled.
+        ModuleEnabled {
+            /// Module name.
+            module: String,
+            /// Which extender decided (`static`, `configmap`, `dynamic`, `script`).
+            reason: String,
+        },
+        /// A module became disabled.
+        ModuleDisabled {
+            /// Module name.
+            module: String,
+            /// Which extender decided.
+            reason: String,
+        },
+        /// A module's run phase changed (`Startup`, `CanRunHelm`, `Ready`, …).
+        ModulePhase {
+            /// Module name.
+            module: String,
+            /// The new phase.
+            phase: ModulePhase,
+            /// The ModuleRun task that reached it (a retried task resumes after it).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            task: Option<TaskId>,
+        },
+        /// A Helm release was installed or upgraded.
+        ReleaseApplied {
+            /// Module name.
+            module: String,
+            /// Release revision after the upgrade.
+            revision: u32,
+            /// Checksum of the rendered manifests.
+            checksum: String,
+        },
+        /// A Helm release was uninstalled.
+        ReleaseDeleted {
+            /// Module name (or release name for purged releases).
+            module: String,
+        },
+        /// The `<module>Enabled` flags of the ConfigMap changed (the whole set, by module name).
+        ModuleFlagsSet {
+            /// Module name → flag.
+            flags: std::collections::BTreeMap<String, bool>,
+        },
+        /// A ConvergeModules run began.
+        ConvergeStarted {
+            /// The event that triggered it (`OperatorStartup`, `ReloadAllModules`, …).
+            reason: String,
+        },
+        /// A ConvergeModules run completed.
+        ConvergeFinished,
+    }
+    untagged {
+        /// A task transition (the runtime's shared part; its own `type` tags).
+        Task(TaskEvent)
     }
 }
 

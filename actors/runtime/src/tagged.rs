@@ -14,10 +14,75 @@
 //!   {…, "type": T, …}   ──otherwise: the object read into a map, then the same from it
 //! ```
 //!
-//! An enum implements [`Tagged`] (usually with [`read_variant`] and a mirror: a
-//! `#[derive(Deserialize)]` twin without `tag`, same variants and fields; each enum's tests
-//! check that every variant reads back as written) and reads itself with
+//! An enum implements [`Tagged`] (usually with [`read_variant`] and its mirror, a
+//! `#[derive(Deserialize)]` twin without `tag`, same variants and fields, which
+//! [`tagged_enum!`](crate::tagged_enum) declares with the enum from one text; each enum's
+//! tests check that every variant reads back as written) and reads itself with
 //! [`deserialize_tagged`].
+
+/// Declares an internally tagged enum of struct variants (and unit ones) together with its
+/// externally tagged mirror `$mirror` (variants renamed to camelCase) and `From<$mirror>`,
+/// from one text: a field added to a variant is added to both. An optional last part,
+/// `untagged { Variant(Type) }`, adds a newtype variant to the enum alone (`#[serde(untagged)]`:
+/// its own `type` tags it), which the enum's [`Tagged::from_tag`] reads itself.
+///
+/// ```ignore
+/// bosun_runtime::tagged_enum! {
+///     #[derive(Serialize)]
+///     #[serde(tag = "type", rename_all = "camelCase")]
+///     pub enum Event as EventDe {
+///         Started { id: u64 },
+///         Stopped,
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! tagged_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident $(<$g:ident>)? as $mirror:ident {
+            $(
+                $(#[$vmeta:meta])*
+                $variant:ident $({
+                    $( $(#[$fmeta:meta])* $field:ident : $ty:ty ),* $(,)?
+                })?
+            ),* $(,)?
+        }
+        $( untagged { $(#[$umeta:meta])* $uvariant:ident ( $uty:ty ) $(,)? } )?
+    ) => {
+        $(#[$meta])*
+        $vis enum $name $(<$g>)? {
+            $(
+                $(#[$vmeta])*
+                $variant $({ $( $(#[$fmeta])* $field : $ty ),* })?,
+            )*
+            $(
+                $(#[$umeta])*
+                #[serde(untagged)]
+                $uvariant($uty),
+            )?
+        }
+
+        /// The enum as it is read, once its tag is known: the same variants and fields,
+        /// externally tagged.
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        #[allow(clippy::enum_variant_names)]
+        enum $mirror $(<$g>)? {
+            $(
+                $variant $({ $( $(#[$fmeta])* $field : $ty ),* })?,
+            )*
+        }
+
+        impl $(<$g>)? From<$mirror $(<$g>)?> for $name $(<$g>)? {
+            fn from(e: $mirror $(<$g>)?) -> Self {
+                match e {
+                    $( $mirror::$variant $({ $($field),* })? => $name::$variant $({ $($field),* })?, )*
+                }
+            }
+        }
+    };
+}
 
 use std::marker::PhantomData;
 

@@ -186,124 +186,64 @@ pub enum Position {
     Before(TaskId),
 }
 
-/// A task transition: the part of the journal every subsystem's queues share. Read through
-/// `TaskEventDe`, its mirror ([`crate::tagged`]).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "camelCase")]
-pub enum TaskEvent<K> {
-    /// A task was put in a queue.
-    TaskEnqueued {
-        /// The task.
-        task: TaskSpec<K>,
-        /// Where.
-        position: Position,
-    },
-    /// A task started an attempt.
-    TaskStarted {
-        /// Which task.
-        id: TaskId,
-        /// 1 for the first attempt.
-        attempt: u32,
-    },
-    /// A task finished successfully and left its queue.
-    TaskSucceeded {
-        /// Which task.
-        id: TaskId,
-    },
-    /// A task attempt failed; the task stays at the head of its queue.
-    TaskFailed {
-        /// Which task.
-        id: TaskId,
-        /// The error, as shown in `queue list`.
-        error: String,
-        /// Failures so far, this one included.
-        failures: u32,
-        /// When the next attempt is due (unix milliseconds).
-        next_retry_at_ms: u64,
-    },
-    /// A task was merged into another (compaction) and left its queue.
-    TaskMerged {
-        /// The merged task.
-        id: TaskId,
-        /// The task that absorbed it.
-        into: TaskId,
-    },
-    /// A task was removed without running (deduplicated, module disabled, queue drained).
-    TaskDropped {
-        /// Which task.
-        id: TaskId,
-        /// Why.
-        reason: String,
-    },
-    /// A task reached the maximum number of attempts and was set aside so its queue can
-    /// go on; it stays visible until an operator retries or drops it.
-    TaskParked {
-        /// Which task.
-        id: TaskId,
-        /// Why (the last error).
-        reason: String,
-    },
-}
-
-/// [`TaskEvent`] as it is read: the same variants and fields, the tag read first.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[allow(clippy::enum_variant_names)] // as TaskEvent's: they are the journal's type names
-enum TaskEventDe<K> {
-    TaskEnqueued {
-        task: TaskSpec<K>,
-        position: Position,
-    },
-    TaskStarted {
-        id: TaskId,
-        attempt: u32,
-    },
-    TaskSucceeded {
-        id: TaskId,
-    },
-    TaskFailed {
-        id: TaskId,
-        error: String,
-        failures: u32,
-        next_retry_at_ms: u64,
-    },
-    TaskMerged {
-        id: TaskId,
-        into: TaskId,
-    },
-    TaskDropped {
-        id: TaskId,
-        reason: String,
-    },
-    TaskParked {
-        id: TaskId,
-        reason: String,
-    },
-}
-
-impl<K> From<TaskEventDe<K>> for TaskEvent<K> {
-    fn from(e: TaskEventDe<K>) -> TaskEvent<K> {
-        match e {
-            TaskEventDe::TaskEnqueued { task, position } => {
-                TaskEvent::TaskEnqueued { task, position }
-            }
-            TaskEventDe::TaskStarted { id, attempt } => TaskEvent::TaskStarted { id, attempt },
-            TaskEventDe::TaskSucceeded { id } => TaskEvent::TaskSucceeded { id },
-            TaskEventDe::TaskFailed {
-                id,
-                error,
-                failures,
-                next_retry_at_ms,
-            } => TaskEvent::TaskFailed {
-                id,
-                error,
-                failures,
-                next_retry_at_ms,
-            },
-            TaskEventDe::TaskMerged { id, into } => TaskEvent::TaskMerged { id, into },
-            TaskEventDe::TaskDropped { id, reason } => TaskEvent::TaskDropped { id, reason },
-            TaskEventDe::TaskParked { id, reason } => TaskEvent::TaskParked { id, reason },
-        }
+crate::tagged_enum! {
+    /// A task transition: the part of the journal every subsystem's queues share. Read through
+    /// `TaskEventDe`, its mirror ([`crate::tagged`]).
+    #[derive(Clone, Debug, PartialEq, Serialize)]
+    #[serde(tag = "type", rename_all = "camelCase")]
+    pub enum TaskEvent<K> as TaskEventDe {
+        /// A task was put in a queue.
+        TaskEnqueued {
+            /// The task.
+            task: TaskSpec<K>,
+            /// Where.
+            position: Position,
+        },
+        /// A task started an attempt.
+        TaskStarted {
+            /// Which task.
+            id: TaskId,
+            /// 1 for the first attempt.
+            attempt: u32,
+        },
+        /// A task finished successfully and left its queue.
+        TaskSucceeded {
+            /// Which task.
+            id: TaskId,
+        },
+        /// A task attempt failed; the task stays at the head of its queue.
+        TaskFailed {
+            /// Which task.
+            id: TaskId,
+            /// The error, as shown in `queue list`.
+            error: String,
+            /// Failures so far, this one included.
+            failures: u32,
+            /// When the next attempt is due (unix milliseconds).
+            next_retry_at_ms: u64,
+        },
+        /// A task was merged into another (compaction) and left its queue.
+        TaskMerged {
+            /// The merged task.
+            id: TaskId,
+            /// The task that absorbed it.
+            into: TaskId,
+        },
+        /// A task was removed without running (deduplicated, module disabled, queue drained).
+        TaskDropped {
+            /// Which task.
+            id: TaskId,
+            /// Why.
+            reason: String,
+        },
+        /// A task reached the maximum number of attempts and was set aside so its queue can
+        /// go on; it stays visible until an operator retries or drops it.
+        TaskParked {
+            /// Which task.
+            id: TaskId,
+            /// Why (the last error).
+            reason: String,
+        },
     }
 }
 
