@@ -176,6 +176,7 @@ async fn runner_alone(tmp: &Path, hook: &Path, tasks: usize) -> f64 {
         keep_tmp_files: false,
         timeout: std::time::Duration::from_secs(60),
         working_dir: None,
+        logging: Default::default(),
     };
     let context = serde_json::json!([{"binding": "schedule", "type": "Schedule"}]);
     let values = serde_json::json!({"global": {}});

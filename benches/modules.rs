@@ -120,6 +120,7 @@ fn main() {
             keep_tmp_files: false,
             timeout: Duration::from_secs(60),
             working_dir: None,
+            logging: Default::default(),
         };
         let (mut hooks, mut render, mut install) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
         for i in 0..modules {

@@ -805,12 +805,19 @@ impl LambdaArgs {
     }
 }
 
+impl RunArgs {
+    /// What the command line says of logging: addon-operator's `--log-*` flags, with
+    /// metacontroller's `--zap-*` flags over them.
+    fn logging(&self) -> anyhow::Result<crate::logging::Overrides> {
+        Ok(self.addon_operator.logging(self.metacontroller.logging()?))
+    }
+}
+
 /// Runs the parsed command line and maps the outcome to an exit code.
 pub fn main(cli: Cli) -> ExitCode {
     let logging = match &cli.command {
-        Command::Run(args) => match args.metacontroller.logging() {
+        Command::Run(args) => match args.logging() {
             Ok(o) => {
-                let o = args.addon_operator.logging(o);
                 // Heap samples from the start, as Go's runtime keeps them.
                 if matches!(args.metacontroller.pprof(), Ok(Some(_))) {
                     crate::profiling::heap::enable();
@@ -926,6 +933,7 @@ fn configs(
     let given = args.addon_operator.given()?;
     let cfg = crate::addon::OperatorConfig::from_env_and(defaults.1, &given)?;
     let mut process = ProcessConfig::from_env_and(defaults.0, &given)?;
+    process.hook_logging = crate::logging::HookLogging::from_env_and(&args.logging()?);
     if let Some(modules) = args.modules {
         process.modules = modules;
     }

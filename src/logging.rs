@@ -5,8 +5,6 @@
 //! parameter `log.level`, see [`crate::runtime_config`]).
 
 use std::io::Write;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use serde_json::{Map, Value};
 use tracing_subscriber::layer::SubscriberExt;
@@ -20,16 +18,43 @@ const LEVELS: &[&str] = &[
     "trace", "debug", "info", "warn", "warning", "error", "fatal",
 ];
 
-/// The current level as a number (0 trace … 4 error), for the hook JSON proxy.
-/// Process-wide as the `tracing` subscriber whose level it mirrors.
-static LEVEL: AtomicU8 = AtomicU8::new(2);
-
-/// Settings read once at start.
-struct Settings {
-    no_time: bool,
-    proxy_hook_json: bool,
+/// How hooks' output is logged: read once at start (`LOG_NO_TIME`, `LOG_PROXY_HOOK_JSON`,
+/// `BOSUN_HOOK_LOG_LIMIT`, the command line's over them), part of the process's
+/// configuration (`ProcessConfig::hook_logging`) and handed to each hook run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookLogging {
+    /// `LOG_NO_TIME`: no `time` added to a proxied line.
+    pub no_time: bool,
+    /// `LOG_PROXY_HOOK_JSON`: a line that is a JSON object is passed through as one.
+    pub proxy_hook_json: bool,
     /// `BOSUN_HOOK_LOG_LIMIT`: bytes one output stream of one hook run may log (0: no limit).
-    hook_log_limit: usize,
+    pub limit: usize,
+}
+
+impl Default for HookLogging {
+    fn default() -> Self {
+        HookLogging {
+            no_time: false,
+            proxy_hook_json: false,
+            limit: DEFAULT_HOOK_LOG_LIMIT,
+        }
+    }
+}
+
+impl HookLogging {
+    /// The command line's settings over the environment's.
+    pub fn from_env_and(overrides: &Overrides) -> HookLogging {
+        HookLogging {
+            no_time: overrides.no_time.unwrap_or_else(|| env_true("LOG_NO_TIME")),
+            proxy_hook_json: overrides
+                .proxy_hook_json
+                .unwrap_or_else(|| env_true("LOG_PROXY_HOOK_JSON")),
+            limit: std::env::var("BOSUN_HOOK_LOG_LIMIT")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(DEFAULT_HOOK_LOG_LIMIT),
+        }
+    }
 }
 
 /// What one output stream of one hook run may log by default: a hook printing megabytes
@@ -38,27 +63,6 @@ pub const DEFAULT_HOOK_LOG_LIMIT: usize = 1024 * 1024;
 
 /// The longest single hook line logged; the rest of a longer one is cut.
 const MAX_HOOK_LINE: usize = 64 * 1024;
-
-/// Process-wide as the `tracing` subscriber they shape: fixed when it is installed.
-static SETTINGS: OnceLock<Settings> = OnceLock::new();
-
-fn settings() -> &'static Settings {
-    settings_with(&Overrides::default())
-}
-
-/// The settings, the command line's over the environment's, read at the first call.
-fn settings_with(overrides: &Overrides) -> &'static Settings {
-    SETTINGS.get_or_init(|| Settings {
-        no_time: overrides.no_time.unwrap_or_else(|| env_true("LOG_NO_TIME")),
-        proxy_hook_json: overrides
-            .proxy_hook_json
-            .unwrap_or_else(|| env_true("LOG_PROXY_HOOK_JSON")),
-        hook_log_limit: std::env::var("BOSUN_HOOK_LOG_LIMIT")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_HOOK_LOG_LIMIT),
-    })
-}
 
 fn env_true(name: &str) -> bool {
     std::env::var(name)
@@ -130,12 +134,11 @@ pub fn init_with(overrides: &Overrides) -> Option<LogLevel> {
         .filter(|l| rank(l).is_some())
         .unwrap_or_else(|| "info".to_string())
         .to_ascii_lowercase();
-    LEVEL.store(rank(&level).unwrap_or(2), Ordering::Relaxed);
     // RUST_LOG, when set, is a full tracing filter and wins until log.level is changed.
     let initial = std::env::var("RUST_LOG").unwrap_or_else(|_| directives(&level));
     let filter = EnvFilter::try_new(initial).unwrap_or_else(|_| EnvFilter::new("info"));
     let (filter, handle) = reload::Layer::new(filter);
-    let no_time = settings_with(overrides).no_time;
+    let no_time = HookLogging::from_env_and(overrides).no_time;
     let log_type = match overrides.json {
         Some(true) => "json".to_string(),
         Some(false) => "text".to_string(),
@@ -205,7 +208,6 @@ impl LogLevel {
                 handle
                     .reload(EnvFilter::new(directives(v)))
                     .map_err(|e| format!("cannot change the log level: {e}"))?;
-                LEVEL.store(rank(v).unwrap_or(2), Ordering::Relaxed);
                 tracing::info!(value = v, "log level changed");
                 Ok(())
             }),
@@ -231,11 +233,11 @@ pub struct HookLine<'a> {
 /// Logs one line a hook printed. With `LOG_PROXY_HOOK_JSON=true`, a line that is a JSON
 /// object is passed through as one JSON log line (whatever `LOG_TYPE` is), with bosun's
 /// fields added; its `level` decides whether it is shown. Anything else is logged as text.
-pub fn hook_line(from: HookLine<'_>, line: &str) {
-    if settings().proxy_hook_json
+fn hook_line(from: HookLine<'_>, line: &str, settings: &HookLogging) {
+    if settings.proxy_hook_json
         && let Some(object) = json_object(line)
     {
-        proxy_json(from, object);
+        proxy_json(from, object, settings);
         return;
     }
     text_line(from, line);
@@ -270,7 +272,7 @@ pub struct HookLog {
     logged: usize,
     dropped_lines: u64,
     dropped_bytes: u64,
-    limit: usize,
+    settings: HookLogging,
 }
 
 impl HookLog {
@@ -281,6 +283,7 @@ impl HookLog {
         binding: Option<&str>,
         queue: Option<&str>,
         output: &'static str,
+        settings: &HookLogging,
     ) -> Self {
         HookLog {
             hook: hook.to_string(),
@@ -292,7 +295,7 @@ impl HookLog {
             logged: 0,
             dropped_lines: 0,
             dropped_bytes: 0,
-            limit: settings().hook_log_limit,
+            settings: settings.clone(),
         }
     }
 
@@ -307,7 +310,8 @@ impl HookLog {
             line.truncate(cut);
             line.push_str(&format!(" … ({rest} more bytes of this line not logged)"));
         }
-        if self.limit > 0 && self.logged + line.len() > self.limit {
+        let limit = self.settings.limit;
+        if limit > 0 && self.logged + line.len() > limit {
             self.dropped_lines += 1;
             self.dropped_bytes += line.len() as u64;
             return false;
@@ -331,12 +335,12 @@ impl HookLog {
         if !self.within_limit(&mut line) {
             return;
         }
-        if !settings().proxy_hook_json {
-            hook_line(self.from(), &line);
+        if !self.settings.proxy_hook_json {
+            hook_line(self.from(), &line, &self.settings);
             return;
         }
         if self.pending.is_empty() && !line.trim_start().starts_with('{') {
-            hook_line(self.from(), &line);
+            hook_line(self.from(), &line, &self.settings);
             return;
         }
         self.pending.push(line);
@@ -344,7 +348,7 @@ impl HookLog {
         match serde_json::from_str::<Value>(&joined) {
             Ok(Value::Object(object)) => {
                 self.pending.clear();
-                proxy_json(self.from(), object);
+                proxy_json(self.from(), object, &self.settings);
             }
             // Incomplete: wait for the rest, within reason.
             Err(e) if e.is_eof() && self.pending.len() < MAX_JSON_LINES => {}
@@ -366,7 +370,7 @@ impl HookLog {
                 output = from.output,
                 dropped_lines = self.dropped_lines,
                 dropped_bytes = self.dropped_bytes,
-                limit = self.limit,
+                limit = self.settings.limit,
                 "hook output over the log limit (BOSUN_HOOK_LOG_LIMIT): {} lines ({} bytes) not logged",
                 self.dropped_lines,
                 self.dropped_bytes
@@ -390,7 +394,11 @@ fn json_object(line: &str) -> Option<Map<String, Value>> {
 
 /// The hook's object with bosun's fields: `hook`, `module`, `binding`, `queue`, `output`
 /// and `proxyJsonLog: true`; a hook field of the same name is kept as `hook_<name>`.
-fn proxied(from: HookLine<'_>, mut object: Map<String, Value>) -> Map<String, Value> {
+fn proxied(
+    from: HookLine<'_>,
+    mut object: Map<String, Value>,
+    no_time: bool,
+) -> Map<String, Value> {
     let ours = [
         ("hook", Some(from.hook)),
         ("module", from.module),
@@ -410,25 +418,38 @@ fn proxied(from: HookLine<'_>, mut object: Map<String, Value>) -> Map<String, Va
     if !object.contains_key("level") {
         object.insert("level".into(), Value::from("info"));
     }
-    if !object.contains_key("time") && !settings().no_time {
+    if !object.contains_key("time") && !no_time {
         let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
         object.insert("time".into(), Value::from(now.to_string()));
     }
     object
 }
 
-fn proxy_json(from: HookLine<'_>, object: Map<String, Value>) {
+fn proxy_json(from: HookLine<'_>, object: Map<String, Value>, settings: &HookLogging) {
     let level = object
         .get("level")
         .and_then(Value::as_str)
         .unwrap_or("info");
-    if rank(level).unwrap_or(2) < LEVEL.load(Ordering::Relaxed) {
+    if !level_enabled(rank(level).unwrap_or(2)) {
         return;
     }
-    let mut text = Value::Object(proxied(from, object)).to_string();
+    let mut text = Value::Object(proxied(from, object, settings.no_time)).to_string();
     text.push('\n');
     // One write under the lock, so lines do not interleave with bosun's own.
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// Whether bosun's subscriber logs a line of level `rank` (0 trace … 4 error) of bosun's
+/// own: what `LOG_LEVEL` or `log.level` set last.
+fn level_enabled(rank: u8) -> bool {
+    use tracing::Level;
+    match rank {
+        0 => tracing::enabled!(Level::TRACE),
+        1 => tracing::enabled!(Level::DEBUG),
+        2 => tracing::enabled!(Level::INFO),
+        3 => tracing::enabled!(Level::WARN),
+        _ => tracing::enabled!(Level::ERROR),
+    }
 }
 
 #[cfg(test)]
@@ -449,7 +470,7 @@ mod tests {
     fn a_proxied_line_keeps_the_hooks_fields_and_adds_bosuns() {
         let object = json_object(r#" {"msg":"hi","level":"warn","hook":"mine","extra":{"a":1}}"#)
             .expect("an object");
-        let out = Value::Object(proxied(from(), object));
+        let out = Value::Object(proxied(from(), object, false));
         assert_eq!(out["msg"], "hi");
         assert_eq!(out["level"], "warn");
         assert_eq!(out["extra"]["a"], 1);

@@ -45,6 +45,7 @@ pub async fn round(
         keep_tmp_files: false,
         timeout: Duration::from_secs(60),
         working_dir: None,
+        logging: Default::default(),
     };
     let config = parse(
         "configVersion: v1\nschedule: [{crontab: '@daily'}]",

@@ -606,6 +606,7 @@ pub async fn start(
         keep_tmp_files: cfg.keep_tmp_files,
         timeout: cfg.hook_timeout,
         working_dir: None,
+        logging: host.process.hook_logging.clone(),
     };
     let journal::Opened {
         sink,

@@ -114,6 +114,8 @@ pub struct HookProcess {
     pub timeout: Duration,
     /// Working directory (default: the operator's).
     pub working_dir: Option<PathBuf>,
+    /// How its output is logged.
+    pub logging: crate::logging::HookLogging,
 }
 
 /// What a run gets.
@@ -417,6 +419,7 @@ impl HookProcess {
                 fields.binding.as_deref(),
                 fields.queue.as_deref(),
                 output,
+                &self.logging,
             )
         };
         Ok(Launched {
@@ -794,6 +797,7 @@ mod tests {
             keep_tmp_files: false,
             timeout,
             working_dir: None,
+            logging: Default::default(),
         }
     }
 

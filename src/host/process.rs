@@ -51,6 +51,9 @@ pub struct ProcessConfig {
     /// `BOSUN_MODULES=false` switches the modules off: no engine, no modules' journal, no
     /// global hooks (the HTTP and debug endpoints and the other subsystems keep running).
     pub modules: bool,
+    /// How hooks' output is logged (`LOG_NO_TIME`, `LOG_PROXY_HOOK_JSON`,
+    /// `BOSUN_HOOK_LOG_LIMIT` and the flags over them).
+    pub hook_logging: crate::logging::HookLogging,
 }
 
 impl Default for ProcessConfig {
@@ -76,6 +79,7 @@ impl ProcessConfig {
             journal_dir: PathBuf::from("/var/lib/bosun/journal"),
             tmp_dir: PathBuf::from("/tmp/addon-operator"),
             modules: true,
+            hook_logging: crate::logging::HookLogging::default(),
         }
     }
 
@@ -92,6 +96,8 @@ impl ProcessConfig {
         };
         Ok(ProcessConfig {
             debug_http,
+            // The logging flags (`cli::RunArgs::logging`) over the environment's.
+            hook_logging: defaults.hook_logging.clone(),
             client_limits: limits_env(
                 given,
                 "KUBE_CLIENT_QPS",
