@@ -132,6 +132,21 @@ mod tempfile_dir {
         }
     }
 
+    /// A new private folder `<temp dir>/<stem>-<n>`, the first `n` nobody has taken (its
+    /// creation is the claim: two readers never share one).
+    pub fn claim(stem: &str) -> std::io::Result<std::path::PathBuf> {
+        use std::os::unix::fs::DirBuilderExt;
+        for n in 0u32.. {
+            let path = std::env::temp_dir().join(format!("{stem}-{n}"));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(path),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::other("no free name for a journal copy"))
+    }
+
     pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         // The copy holds the same values as the journal: private too.
         bosun_platform::create_private_dir(to)?;
@@ -299,17 +314,17 @@ impl<E: Serialize + DeserializeOwned + Versioned> Journal<E> {
         match SledStorage::open(dir) {
             Ok(s) => Self::with_storage(Arc::new(s), dir, false, None),
             Err(JournalError::Locked { .. }) => {
-                static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-                let copy = std::env::temp_dir().join(format!(
-                    "bosun-journal-{}-{}-{}",
-                    std::process::id(),
-                    now_ms(),
-                    COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                ));
-                tempfile_dir::copy_dir(dir, &copy).map_err(|source| JournalError::Io {
+                let io = |source| JournalError::Io {
                     path: dir.to_path_buf(),
                     source,
-                })?;
+                };
+                let copy = tempfile_dir::claim(&format!(
+                    "bosun-journal-{}-{}",
+                    std::process::id(),
+                    now_ms()
+                ))
+                .map_err(io)?;
+                tempfile_dir::copy_dir(dir, &copy).map_err(io)?;
                 let guard = tempfile_dir::TempCopy(copy.clone());
                 let storage = Arc::new(SledStorage::open(&copy)?);
                 Self::with_storage(storage, dir, false, Some(guard))
