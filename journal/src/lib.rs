@@ -169,7 +169,7 @@ mod tempfile_dir {
 
 /// Folders inside a journal directory that hold other subsystems' journals (the lambda
 /// controllers' next to the modules', on the same volume).
-pub const SUBSYSTEM_DIRS: &[&str] = &["lambda", "deployer"];
+pub(crate) const SUBSYSTEM_DIRS: &[&str] = &["lambda", "deployer"];
 
 fn check_directory(dir: &Path, create: bool) -> Result<(), JournalError> {
     if !dir.exists() {

@@ -40,7 +40,7 @@ const FRAME_HEADER: usize = 16;
 /// A larger length field is damage, not a record.
 const MAX_RECORD: u32 = 1 << 30;
 /// One index mark per this many frames of a segment.
-pub const MARK_EVERY: usize = 64;
+pub(crate) const MARK_EVERY: usize = 64;
 /// How far ahead of its frames the newest segment's file is extended.
 pub const EXTEND_BY: u64 = 1 << 20;
 /// Bytes read at a time while scanning.

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use crate::JournalError;
 
 /// Stored records in sequence order.
-pub type RecordIter<'a> = Box<dyn Iterator<Item = Result<(u64, Vec<u8>), JournalError>> + 'a>;
+pub(crate) type RecordIter<'a> =
+    Box<dyn Iterator<Item = Result<(u64, Vec<u8>), JournalError>> + 'a>;
 
 /// Bytes in a backend's file that are not a valid record, with valid records after them.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -46,14 +46,14 @@ impl Default for EventLimits {
 }
 
 /// Seen Events and similar-event groups kept at most (client-go's `maxLruCacheEntries`).
-pub const CACHE_ENTRIES: usize = 4096;
+pub(crate) const CACHE_ENTRIES: usize = 4096;
 /// Different messages of similar Events within [`SIMILAR_WINDOW`] after which they are
 /// combined into one (client-go's `defaultAggregateMaxEvents`).
-pub const SIMILAR_MESSAGES: usize = 10;
+pub(crate) const SIMILAR_MESSAGES: usize = 10;
 /// How long similar Events are looked at together (`defaultAggregateIntervalInSeconds`).
-pub const SIMILAR_WINDOW: Duration = Duration::from_secs(600);
+pub(crate) const SIMILAR_WINDOW: Duration = Duration::from_secs(600);
 /// The message prefix of combined Events, as client-go writes it.
-pub const COMBINED_PREFIX: &str = "(combined from similar events): ";
+pub(crate) const COMBINED_PREFIX: &str = "(combined from similar events): ";
 
 /// An Event to record: on which object, of which type, why and what.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,7 +68,7 @@ pub struct Note<'a> {
 
 /// What the recorder decided for one note (pure; the write follows it).
 #[derive(Clone, Debug, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// POST a new Event.
     Create { event: Value },
     /// PATCH the Event `name` with `patch`; if it is gone, POST `event`.
@@ -83,7 +83,7 @@ pub enum Decision {
 
 /// The correlation state: pure, clock passed in, tested without a cluster.
 #[derive(Default)]
-pub struct Correlator {
+pub(crate) struct Correlator {
     limits: EventLimits,
     component: String,
     /// Identical Events seen: key → the Event's name, count, first time; and use order.

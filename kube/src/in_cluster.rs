@@ -18,10 +18,11 @@
 use std::path::{Path, PathBuf};
 
 /// Where a pod's service-account files are mounted.
-pub const DEFAULT_SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+pub(crate) const DEFAULT_SERVICE_ACCOUNT_DIR: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// The variable that points bosun at another service-account folder.
-pub const SERVICE_ACCOUNT_DIR_ENV: &str = "BOSUN_SERVICE_ACCOUNT_DIR";
+pub(crate) const SERVICE_ACCOUNT_DIR_ENV: &str = "BOSUN_SERVICE_ACCOUNT_DIR";
 
 /// Why no client configuration could be made.
 #[derive(Debug, thiserror::Error)]
@@ -218,7 +219,7 @@ impl ServiceAccount {
 
 /// The API server URL of the in-cluster environment, as client-go builds it, or `None`
 /// outside a pod (`KUBERNETES_SERVICE_HOST` unset).
-pub fn in_cluster_url() -> Result<Option<String>, ClientConfigError> {
+pub(crate) fn in_cluster_url() -> Result<Option<String>, ClientConfigError> {
     let Some(host) = std::env::var("KUBERNETES_SERVICE_HOST")
         .ok()
         .filter(|h| !h.is_empty())
@@ -234,7 +235,7 @@ pub fn in_cluster_url() -> Result<Option<String>, ClientConfigError> {
 }
 
 /// `https://host:port`, with IPv6 addresses bracketed and `:443` left out.
-pub fn service_url(host: &str, port: u16) -> String {
+pub(crate) fn service_url(host: &str, port: u16) -> String {
     let host = match host.parse::<std::net::IpAddr>() {
         Ok(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
         _ => host.to_string(),

@@ -81,7 +81,7 @@ struct Entry<M> {
 
 /// How many deletions the cache remembers (oldest out first): enough for the writes in
 /// flight when their objects' DELETED events come.
-pub const TOMBSTONES_MAX: usize = 4096;
+pub(crate) const TOMBSTONES_MAX: usize = 4096;
 
 /// The deletions the watch showed lately: each key's resourceVersion at its deletion.
 #[derive(Default)]

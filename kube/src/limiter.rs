@@ -25,7 +25,7 @@ use tokio::time::{Instant, Sleep};
 
 /// How long requests that found no token waited for one, by client (`modules`, `lambda`,
 /// `objectPatcher`, `helmMonitor`): the histogram's count is how many waited.
-pub const RATE_LIMITER_DURATION_SECONDS: &str =
+pub(crate) const RATE_LIMITER_DURATION_SECONDS: &str =
     "bosun_kubernetes_client_rate_limiter_duration_seconds";
 
 /// client-go's default QPS.
@@ -164,7 +164,7 @@ impl TokenBucket {
 
 /// Wraps a client's service in [`ClientLimit`].
 #[derive(Clone, Debug)]
-pub struct ClientLimitLayer {
+pub(crate) struct ClientLimitLayer {
     client: &'static str,
     bucket: Option<Arc<Mutex<TokenBucket>>>,
 }
@@ -208,7 +208,7 @@ enum State {
 }
 
 /// Waits for a token of the bucket before the service it wraps is ready.
-pub struct ClientLimit<S> {
+pub(crate) struct ClientLimit<S> {
     inner: S,
     client: &'static str,
     bucket: Option<Arc<Mutex<TokenBucket>>>,

@@ -30,7 +30,7 @@ pub const KUBERNETES_CLIENT_REQUEST_LATENCY_SECONDS: &str =
     "kubernetes_client_request_latency_seconds";
 
 /// The `code` of a request that got no response (connection refused, timeout, TLS).
-pub const NO_RESPONSE: &str = "<error>";
+pub(crate) const NO_RESPONSE: &str = "<error>";
 
 /// A Kubernetes client for `config` whose requests are measured and limited to `limits`
 /// (`client` names it in the limiter's metric).

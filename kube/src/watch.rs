@@ -571,7 +571,7 @@ impl bosun_runtime::ports::Classified for AttachError {
 /// JSON: three passes over each event, the largest cost of a watch in the deployer
 /// benchmark. The watcher reads only the resourceVersion of the typed metadata.
 #[derive(Clone, Debug)]
-pub struct WatchedObject {
+pub(crate) struct WatchedObject {
     metadata: ObjectMeta,
     object: Value,
 }

@@ -29,7 +29,7 @@ use super::table::{self, Include};
 use super::{discovery, openapi};
 
 /// Largest request body accepted (kube-apiserver's limit is 3 MiB).
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// How much of an oversized body is read and discarded before answering 413, so that the
 /// client finishes sending and reads the answer instead of a connection reset.

@@ -480,7 +480,7 @@ fn display_path(path: &[String]) -> String {
 
 /// Server-side apply of `applied` by `manager` onto `live` (absent on create). Returns the
 /// new object, with `metadata.managedFields` updated.
-pub fn server_side_apply(
+pub(crate) fn server_side_apply(
     live: Option<&Value>,
     applied: &Value,
     manager: &str,
@@ -590,7 +590,7 @@ fn without_managed(obj: &Value) -> Value {
 
 /// Records a non-apply write (`operation` is `Update`) by `manager` in `new`'s
 /// `metadata.managedFields`: the manager takes ownership of every field it changed.
-pub fn record_update(
+pub(crate) fn record_update(
     old: Option<&Value>,
     new: &mut Value,
     manager: &str,

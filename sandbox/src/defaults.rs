@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use super::resources::ResourceInfo;
 
 /// The label kube-apiserver sets on every namespace (since 1.21) to its name.
-pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+pub(crate) const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// Applies the defaults of `info`'s kind to `obj`, whose `metadata.name` is set.
 pub fn apply(info: &ResourceInfo, obj: &mut Value) {

@@ -24,7 +24,7 @@ pub fn version() -> Value {
 
 /// Kubernetes version priority: GA > beta > alpha, higher numbers first; others last,
 /// alphabetically.
-pub fn version_priority(a: &str, b: &str) -> Ordering {
+pub(crate) fn version_priority(a: &str, b: &str) -> Ordering {
     fn parse(v: &str) -> Option<(u32, u8, u32)> {
         let rest = v.strip_prefix('v')?;
         let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
@@ -69,7 +69,7 @@ pub fn groups(resources: &[ResourceInfo]) -> Vec<(String, Vec<String>)> {
 }
 
 /// `/api`.
-pub fn core_versions(server_address: &str) -> Value {
+pub(crate) fn core_versions(server_address: &str) -> Value {
     json!({
         "kind": "APIVersions",
         "versions": ["v1"],
@@ -86,7 +86,7 @@ fn group_doc(group: &str, versions: &[String]) -> Value {
 }
 
 /// `/apis`.
-pub fn group_list(resources: &[ResourceInfo]) -> Value {
+pub(crate) fn group_list(resources: &[ResourceInfo]) -> Value {
     let groups: Vec<Value> = groups(resources)
         .iter()
         .map(|(g, vs)| group_doc(g, vs))
@@ -124,7 +124,11 @@ pub fn verbs(r: &ResourceInfo) -> Vec<&'static str> {
 }
 
 /// `/api/v1` or `/apis/{group}/{version}`, or None when nothing is served there.
-pub fn resource_list(resources: &[ResourceInfo], group: &str, version: &str) -> Option<Value> {
+pub(crate) fn resource_list(
+    resources: &[ResourceInfo],
+    group: &str,
+    version: &str,
+) -> Option<Value> {
     let served: Vec<&ResourceInfo> = resources
         .iter()
         .filter(|r| r.group == group && r.version == version)

@@ -57,7 +57,7 @@ pub struct SandboxConfig {
 
 /// Why the sandbox refuses to start.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub(crate) enum StartError {
     /// A non-loopback address without a token and without consent.
     #[error(
         "refusing to serve {listen} without a token: it is not a loopback address, and anyone \
@@ -97,7 +97,7 @@ impl Default for ServeOptions {
 }
 
 /// The file the CA certificate of a TLS sandbox is written to, in its data folder.
-pub const CA_FILE: &str = "ca.crt";
+pub(crate) const CA_FILE: &str = "ca.crt";
 
 impl SandboxConfig {
     /// A sandbox storing in `data`, on a free loopback port, without a token or kubeconfig.
@@ -282,13 +282,9 @@ fn bootstrap(store: &Store) -> Result<(), status::ApiError> {
 }
 
 /// Writes a kubeconfig with one cluster, user and context named `bosun-sandbox`, `0600`
-/// (it may carry the token), creating missing folders `0700`.
-pub fn write_kubeconfig(path: &Path, url: &str, token: Option<&str>) -> std::io::Result<()> {
-    write_kubeconfig_with_ca(path, url, token, None)
-}
-
-/// Like [`write_kubeconfig`], trusting the CA certificate `ca_pem` (PEM) when given.
-pub fn write_kubeconfig_with_ca(
+/// (it may carry the token), creating missing folders `0700`, trusting the CA certificate
+/// `ca_pem` (PEM) when given.
+pub(crate) fn write_kubeconfig_with_ca(
     path: &Path,
     url: &str,
     token: Option<&str>,
@@ -315,12 +311,7 @@ pub fn write_kubeconfig_with_ca(
     bosun_platform::write_private_file(path, text.as_bytes())
 }
 
-/// Serves until SIGINT/SIGTERM, then shuts down cleanly.
-pub async fn serve_forever(config: SandboxConfig) -> anyhow::Result<()> {
-    serve_forever_with(config, ServeOptions::default()).await
-}
-
-/// Like [`serve_forever`], serving as `options` say.
+/// Serves as `options` say until SIGINT/SIGTERM, then shuts down cleanly.
 pub async fn serve_forever_with(
     config: SandboxConfig,
     options: ServeOptions,

@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// How long a starting sandbox waits for its storage lock by default.
-pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// How often the lock is tried while waiting.
 const POLL: Duration = Duration::from_millis(100);
 
 /// Why the store's lock could not be had.
 #[derive(Debug, thiserror::Error)]
-pub enum LockError {
+pub(crate) enum LockError {
     /// Someone else still holds it after the wait.
     #[error(
         "the sandbox storage {} is in use by {holder}: its lock on {} was still held after \
@@ -44,7 +44,7 @@ pub enum LockError {
 
 /// Returns once nobody holds the lock of the store in `dir` (or there is no store yet), or
 /// fails after `wait`.
-pub async fn wait_for_store(dir: &Path, wait: Duration) -> Result<(), LockError> {
+pub(crate) async fn wait_for_store(dir: &Path, wait: Duration) -> Result<(), LockError> {
     let file = dir.join("db");
     let started = Instant::now();
     let mut logged = false;

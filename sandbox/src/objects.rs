@@ -11,12 +11,12 @@ use super::status::ApiError;
 use super::store::{Inner, ResKey};
 
 /// Finalizer kube-apiserver adds for foreground deletion.
-pub const FOREGROUND: &str = "foregroundDeletion";
+pub(crate) const FOREGROUND: &str = "foregroundDeletion";
 /// Finalizer kube-apiserver adds for orphaning deletion.
-pub const ORPHAN: &str = "orphan";
+pub(crate) const ORPHAN: &str = "orphan";
 
 /// The current time as RFC 3339 with seconds, as Kubernetes writes it.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
@@ -96,7 +96,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// Validates an object name for a resource; returns the reason when invalid.
-pub fn name_problem(info: &ResourceInfo, name: &str) -> Option<String> {
+pub(crate) fn name_problem(info: &ResourceInfo, name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("Required value: name or generateName is required".into());
     }
@@ -142,7 +142,7 @@ fn random_suffix() -> String {
 }
 
 /// Checks `apiVersion`/`kind` of a body against the endpoint and fills them in when absent.
-pub fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
+pub(crate) fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
     let map = obj
         .as_object_mut()
         .ok_or_else(|| ApiError::bad_request("the body must be a JSON object"))?;
@@ -935,7 +935,7 @@ fn remove_object(
 }
 
 /// Drops one finalizer from a terminating object (removing the object when none remain).
-pub fn drop_finalizer(
+pub(crate) fn drop_finalizer(
     inner: &mut Inner,
     res: &ResKey,
     obj: &Arc<Value>,
@@ -964,7 +964,7 @@ pub fn drop_finalizer(
 }
 
 /// Removes a terminating namespace whose content is gone (no finalizers left on it).
-pub fn remove_namespace(inner: &mut Inner, obj: &Arc<Value>) -> Result<(), ApiError> {
+pub(crate) fn remove_namespace(inner: &mut Inner, obj: &Arc<Value>) -> Result<(), ApiError> {
     let res = ResKey {
         group: String::new(),
         plural: "namespaces".into(),
@@ -977,7 +977,7 @@ pub fn remove_namespace(inner: &mut Inner, obj: &Arc<Value>) -> Result<(), ApiEr
 }
 
 /// Rewrites an object with new owner references (used by orphaning).
-pub fn set_owner_references(
+pub(crate) fn set_owner_references(
     inner: &mut Inner,
     res: &ResKey,
     obj: &Arc<Value>,

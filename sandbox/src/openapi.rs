@@ -51,7 +51,7 @@ fn kinds(resources: &[ResourceInfo]) -> BTreeMap<String, &ResourceInfo> {
 }
 
 /// The Swagger 2.0 document, as JSON.
-pub fn v2_json(resources: &[ResourceInfo]) -> Value {
+pub(crate) fn v2_json(resources: &[ResourceInfo]) -> Value {
     let definitions: Map<String, Value> = kinds(resources)
         .into_keys()
         .map(|name| {
@@ -100,7 +100,7 @@ impl Pb {
 }
 
 /// The Swagger 2.0 document in gnostic protobuf, as client-go requests it.
-pub fn v2_protobuf(resources: &[ResourceInfo]) -> Vec<u8> {
+pub(crate) fn v2_protobuf(resources: &[ResourceInfo]) -> Vec<u8> {
     // Field numbers from gnostic's openapiv2/OpenAPIv2.proto: Document{swagger=1, info=2,
     // paths=8, definitions=9}, Info{title=1, version=2}, Definitions{additional_properties=1},
     // NamedSchema{name=1, value=2}, Schema{description=4, type=22}, TypeItem{value=1}.
@@ -135,7 +135,7 @@ fn gv_path(group: &str, version: &str) -> String {
 }
 
 /// `/openapi/v3`: one entry per served group/version.
-pub fn v3_index(resources: &[ResourceInfo]) -> Value {
+pub(crate) fn v3_index(resources: &[ResourceInfo]) -> Value {
     let mut paths = Map::new();
     for r in resources {
         let p = gv_path(&r.group, &r.version);
@@ -203,7 +203,11 @@ const PATCH_TYPES: &[&str] = &[
 ];
 
 /// `/openapi/v3/{api/v1|apis/G/V}`: the OpenAPI 3 document of one group/version.
-pub fn v3_group_version(resources: &[ResourceInfo], group: &str, version: &str) -> Option<Value> {
+pub(crate) fn v3_group_version(
+    resources: &[ResourceInfo],
+    group: &str,
+    version: &str,
+) -> Option<Value> {
     let served: Vec<&ResourceInfo> = resources
         .iter()
         .filter(|r| r.group == group && r.version == version)

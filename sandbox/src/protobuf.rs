@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 /// A body that cannot be decoded.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ProtobufError {
+pub(crate) enum ProtobufError {
     /// The `k8s\0` magic is missing.
     #[error("not a Kubernetes protobuf body: it does not start with the k8s\\0 magic")]
     BadMagic,
@@ -527,7 +527,7 @@ fn push(out: &mut Map<String, Value>, name: String, v: Value) {
 }
 
 /// Decodes a `application/vnd.kubernetes.protobuf` body to JSON.
-pub fn decode_body(body: &[u8]) -> Result<Value, ProtobufError> {
+pub(crate) fn decode_body(body: &[u8]) -> Result<Value, ProtobufError> {
     let envelope = body.strip_prefix(b"k8s\0").ok_or(ProtobufError::BadMagic)?;
     let mut r = Reader {
         buf: envelope,

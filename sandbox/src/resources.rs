@@ -45,7 +45,7 @@ pub struct ResourceInfo {
 
 /// The paths of a schema marked `x-kubernetes-embedded-resource` (see
 /// [`ResourceInfo::embedded`]).
-pub fn embedded_paths(schema: &serde_json::Value) -> Vec<Vec<String>> {
+pub(crate) fn embedded_paths(schema: &serde_json::Value) -> Vec<Vec<String>> {
     fn walk(
         s: &serde_json::Value,
         path: &mut Vec<String>,
@@ -407,7 +407,7 @@ const BUILTINS: &[Builtin] = &[
 ];
 
 /// The built-in resources, in discovery order.
-pub fn builtin_resources() -> Vec<ResourceInfo> {
+pub(crate) fn builtin_resources() -> Vec<ResourceInfo> {
     BUILTINS
         .iter()
         .map(|r| ResourceInfo {

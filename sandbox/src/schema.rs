@@ -335,7 +335,7 @@ fn join(at: &str, key: &str) -> String {
 /// Prunes, defaults and validates a custom resource against its version's schema. A
 /// write of the status subresource validates the status alone, its fields named from
 /// the status in the messages (`replicas in body …`), as kube-apiserver does.
-pub fn admit(schema: &Value, obj: &mut Value, status_only: bool) -> Vec<(String, String)> {
+pub(crate) fn admit(schema: &Value, obj: &mut Value, status_only: bool) -> Vec<(String, String)> {
     prune(schema, obj);
     default(schema, obj);
     if !status_only {
@@ -357,7 +357,7 @@ pub fn admit(schema: &Value, obj: &mut Value, status_only: bool) -> Vec<(String,
 
 /// The scale subresource's replicas read from `path` (`.status.replicas`) must be an
 /// integer where present, as kube-apiserver checks it.
-pub fn scale_problems(obj: &Value, path: &str) -> Vec<(String, String)> {
+pub(crate) fn scale_problems(obj: &Value, path: &str) -> Vec<(String, String)> {
     let value = path
         .trim_start_matches('.')
         .split('.')

@@ -463,7 +463,7 @@ const KIND_FIELDS: &[(&str, &str, &[&str])] = &[
 /// The fields kube-apiserver selects objects of a kind on, beyond `metadata.name` and
 /// `metadata.namespace`; `None` when the kind is not known here (every field some kind is
 /// selected on is accepted then).
-pub fn kind_fields(group: &str, kind: &str) -> Option<&'static [&'static str]> {
+pub(crate) fn kind_fields(group: &str, kind: &str) -> Option<&'static [&'static str]> {
     match (group, kind) {
         ("events.k8s.io", _) | ("", "PersistentVolumeClaim") | ("", "PersistentVolume") => None,
         _ => Some(
@@ -492,7 +492,7 @@ struct FieldRequirement {
 
 /// A parsed field selector; the empty selector matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FieldSelector {
+pub(crate) struct FieldSelector {
     requirements: Vec<FieldRequirement>,
 }
 

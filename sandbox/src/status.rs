@@ -256,6 +256,6 @@ fn cause_reason(message: &str) -> &'static str {
 }
 
 /// A successful `Status` (as answered by some deletes).
-pub fn success_status(details: Value) -> Value {
+pub(crate) fn success_status(details: Value) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
 }

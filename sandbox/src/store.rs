@@ -241,7 +241,7 @@ fn history_key(rv: u64) -> Vec<u8> {
 }
 
 /// Namespace and name of an object.
-pub fn ns_name(obj: &Value) -> (String, String) {
+pub(crate) fn ns_name(obj: &Value) -> (String, String) {
     let meta = &obj["metadata"];
     (
         meta["namespace"].as_str().unwrap_or_default().to_string(),
@@ -619,7 +619,7 @@ impl Inner {
 }
 
 /// The resources a CRD object declares (served versions only).
-pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
+pub(crate) fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
     let spec = &crd["spec"];
     let names = &spec["names"];
     let str_list = |v: &Value| -> Vec<String> {

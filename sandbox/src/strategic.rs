@@ -89,7 +89,7 @@ fn type_name(v: &Value) -> &'static str {
 }
 
 /// Applies `patch` to `original` for an object of the given built-in group and kind.
-pub fn strategic_merge_patch(
+pub(crate) fn strategic_merge_patch(
     original: &Value,
     patch: &Value,
     _group: &str,

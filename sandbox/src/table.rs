@@ -30,7 +30,7 @@ impl Include {
 }
 
 /// Whether an `Accept` header asks for a Table.
-pub fn wants_table(accept: &str) -> bool {
+pub(crate) fn wants_table(accept: &str) -> bool {
     accept
         .split(',')
         .next()
@@ -38,7 +38,7 @@ pub fn wants_table(accept: &str) -> bool {
 }
 
 /// Kubernetes' short age format: `42s`, `5m`, `3h`, `12d`.
-pub fn short_age(created: &str) -> String {
+pub(crate) fn short_age(created: &str) -> String {
     let Ok(t) = humantime::parse_rfc3339_weak(created) else {
         return "<unknown>".into();
     };

@@ -84,7 +84,7 @@ pub struct Handled {
 }
 
 /// How many handled messages and finished jobs are remembered.
-pub const RECENT: usize = 20;
+pub(crate) const RECENT: usize = 20;
 
 /// What one actor's mailbox looks like now.
 #[derive(Clone, Debug, Default, Serialize)]

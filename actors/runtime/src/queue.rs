@@ -197,7 +197,7 @@ pub trait QueueRules<K>: Send + Sync + 'static {
 /// The low-level operations on a queue's contents that `tasks_queue_action_duration_seconds`
 /// times, named as the reference's task queue names its methods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QueueAction {
+pub(crate) enum QueueAction {
     /// A task inserted at the head.
     AddFirst,
     /// A task appended.

@@ -42,9 +42,9 @@ pub trait QueueKey: Clone + Eq + Hash + Ord + Debug + Send + 'static {}
 impl<T: Clone + Eq + Hash + Ord + Debug + Send + 'static> QueueKey for T {}
 
 /// First per-key retry delay (client-go `DefaultControllerRateLimiter`).
-pub const DEFAULT_BASE_DELAY: Duration = Duration::from_millis(5);
+pub(crate) const DEFAULT_BASE_DELAY: Duration = Duration::from_millis(5);
 /// Cap on the per-key retry delay.
-pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(1000);
+pub(crate) const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(1000);
 /// Sustained rate of rate-limited requeues across all keys, per second.
 pub const DEFAULT_QPS: u32 = 10;
 /// Rate-limited requeues allowed at once before `DEFAULT_QPS` applies.
