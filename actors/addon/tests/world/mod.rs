@@ -164,6 +164,17 @@ impl World {
         .expect("the engine starts")
     }
 
+    /// The world after bosun was killed (`kill -9`): what its journal held, the same
+    /// cluster (ConfigMap, releases, objects), hooks with no script (a new process; set them
+    /// again). The killed engine keeps its old journal and hooks, where it can do no harm.
+    pub fn after_kill(&self) -> World {
+        World {
+            journal: MemoryJournal::with(self.journal.events()),
+            hooks: ScriptedHooks::default(),
+            ..self.clone()
+        }
+    }
+
     /// A user edits the ConfigMap: the watch hands its new data to the engine.
     pub async fn edit_config_map(
         &self,
