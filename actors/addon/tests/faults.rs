@@ -588,3 +588,158 @@ async fn a_relist_after_an_api_server_restart_that_lost_objects_delivers_their_d
         ]
     );
 }
+
+#[tokio::test]
+async fn a_module_hook_that_keeps_failing_shows_its_error_and_attempts_until_it_is_fixed() {
+    let world = World::default();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1")
+        .fail(
+            "alpha/hooks/a",
+            ALWAYS,
+            PortError::transient("exit status 1: not ready"),
+        );
+    let engine = world
+        .engine(Vec::new(), vec![module("alpha", 10, &["alpha/hooks/a"])])
+        .await;
+    wait_for("the second failure", || async {
+        world.task_errors().len() >= 2
+    })
+    .await;
+
+    // What `bosun queue list` shows: the ModuleRun at the head with its failures and cause.
+    let dump = engine.queues().await;
+    let head = &dump[0].tasks[0];
+    assert_eq!(dump[0].name, "main");
+    assert_eq!(head.spec.kind.module(), Some("alpha"));
+    assert!(head.failures >= 2, "{head:?}");
+    assert!(
+        head.last_error.contains("module alpha")
+            && head.last_error.contains("beforeHelm")
+            && head.last_error.contains("not ready"),
+        "{}",
+        head.last_error
+    );
+    let state = world.state();
+    assert_eq!(
+        state.modules["alpha"].phase,
+        ModulePhase::CanRunHelm,
+        "the module waits before Helm"
+    );
+    assert!(world.releases.log().is_empty());
+    assert!(!engine.converged());
+
+    world
+        .hooks
+        .fail("alpha/hooks/a", 0, PortError::transient(""));
+    wait_for("the first converge", || async { engine.converged() }).await;
+    assert_eq!(world.state().modules["alpha"].phase, ModulePhase::Ready);
+    assert_eq!(world.releases.log(), ["upgrade alpha"]);
+}
+
+#[tokio::test]
+async fn a_module_synchronization_that_fails_stops_its_bindings_and_the_retry_starts_them_again() {
+    let world = World::default();
+    world
+        .bindings
+        .put("Pod", object("Pod", "default", "p1", json!({})));
+    world
+        .hooks
+        .config(
+            "watcher/hooks/pods",
+            "configVersion: v1\nkubernetes:\n- name: pods\n  kind: Pod",
+        )
+        .fail(
+            "watcher/hooks/pods",
+            1,
+            PortError::transient("exit status 1"),
+        );
+    let engine = world
+        .engine(
+            Vec::new(),
+            vec![module("watcher", 10, &["watcher/hooks/pods"])],
+        )
+        .await;
+    wait_for("the failure", || async { !world.task_errors().is_empty() }).await;
+    let error = &world.task_errors()[0];
+    assert!(
+        error.contains("module watcher")
+            && error.contains("Synchronization of binding \"pods\"")
+            && error.contains("watcher/hooks/pods"),
+        "{error}"
+    );
+    assert!(
+        world.bindings.started().is_empty(),
+        "a failed Synchronization leaves no watch behind"
+    );
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let runs = world.runs_of("watcher/hooks/pods");
+    assert_eq!(runs.len(), 2, "Synchronization again in the retry");
+    assert_eq!(runs[1].contexts[0]["type"], "Synchronization");
+    assert_eq!(
+        world.bindings.started(),
+        ["module/watcher/watcher/hooks/pods"]
+    );
+    assert_eq!(world.releases.log(), ["upgrade watcher"]);
+}
+
+#[tokio::test]
+async fn a_module_whose_watch_cannot_start_names_module_and_hook_and_runs_once_it_can() {
+    let world = World::default();
+    world.hooks.config(
+        "crds/hooks/widgets",
+        "configVersion: v1\nkubernetes:\n- name: widgets\n  kind: Widget",
+    );
+    world.bindings.fail_start(
+        "Widget",
+        1,
+        PortError::transient("the server could not find the requested resource (Widget)"),
+    );
+    let engine = world
+        .engine(
+            Vec::new(),
+            vec![module("crds", 10, &["crds/hooks/widgets"])],
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let errors = world.task_errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("module crds")
+            && errors[0].contains("crds/hooks/widgets")
+            && errors[0].contains("\"widgets\"")
+            && errors[0].contains("could not find"),
+        "{}",
+        errors[0]
+    );
+    assert_eq!(world.bindings.started(), ["module/crds/crds/hooks/widgets"]);
+    assert_eq!(world.releases.log(), ["upgrade crds"]);
+}
+
+#[tokio::test]
+async fn a_hook_whose_config_cannot_be_read_fails_the_module_run_naming_it_then_loads() {
+    let world = World::default();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1")
+        .fail_config(
+            "alpha/hooks/a",
+            1,
+            PortError::transient("exit status 126: permission denied"),
+        );
+    let engine = world
+        .engine(Vec::new(), vec![module("alpha", 10, &["alpha/hooks/a"])])
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let errors = world.task_errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("module alpha")
+            && errors[0].contains("alpha/hooks/a")
+            && errors[0].contains("permission denied"),
+        "{}",
+        errors[0]
+    );
+    assert_eq!(world.runs(), ["beforeHelm:alpha/hooks/a"]);
+}

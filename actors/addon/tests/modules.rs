@@ -234,20 +234,32 @@ async fn failing_modules_name_their_cause_and_the_others_still_converge() {
 #[tokio::test]
 async fn an_enabled_script_sees_the_modules_enabled_before_it() {
     let world = World::default();
-    world.hooks.enabled_by("third", |run| {
-        // Enabled only alone: never with second.
-        !run.values["global"]["enabledModules"]
+    let enabled_modules = |run: &bosun_addon::ports::EnabledRun| -> Vec<String> {
+        run.values["global"]["enabledModules"]
             .as_array()
             .into_iter()
             .flatten()
-            .any(|m| m == "second")
-    });
-    let mut second = module("second", 20, &[]);
-    second.enabled_script = Some("second/enabled".into());
-    let mut third = module("third", 30, &[]);
-    third.enabled_script = Some("third/enabled".into());
+            .filter_map(|m| m.as_str().map(String::from))
+            .collect()
+    };
+    world
+        .hooks
+        .enabled("skipped", false)
+        .enabled_by("third", move |run| enabled_modules(run) == ["first"]);
+    let scripted = |name: &str, order: u32| {
+        let mut m = module(name, order, &[]);
+        m.enabled_script = Some(format!("{name}/enabled").into());
+        m
+    };
     let engine = world
-        .engine(Vec::new(), vec![module("first", 10, &[]), second, third])
+        .engine(
+            Vec::new(),
+            vec![
+                module("first", 10, &[]),
+                scripted("skipped", 15),
+                scripted("third", 30),
+            ],
+        )
         .await;
     wait_for("the first converge", || async { engine.converged() }).await;
 
@@ -260,21 +272,69 @@ async fn an_enabled_script_sees_the_modules_enabled_before_it() {
     assert_eq!(
         seen,
         [
-            ("second".to_string(), vec!["first".to_string()]),
-            (
-                "third".to_string(),
-                vec!["first".to_string(), "second".to_string()]
-            ),
-        ]
+            ("skipped".to_string(), vec!["first".to_string()]),
+            ("third".to_string(), vec!["first".to_string()]),
+        ],
+        "a module its script disabled is not among the enabled ones"
     );
-    assert_eq!(world.releases.log(), ["upgrade first", "upgrade second"]);
+    assert_eq!(world.releases.log(), ["upgrade first", "upgrade third"]);
     assert_eq!(
         engine.modules(),
         [
             ("first".to_string(), true),
-            ("second".to_string(), true),
-            ("third".to_string(), false)
+            ("skipped".to_string(), false),
+            ("third".to_string(), true)
         ]
+    );
+}
+
+#[tokio::test]
+async fn a_module_disabled_by_its_script_is_left_out_of_the_enabled_modules_hooks_see() {
+    let world = World::default();
+    world
+        .hooks
+        .config("second/hooks/h", "configVersion: v1\nbeforeHelm: 1")
+        .enabled_by("second", |run| {
+            !run.values["global"]["enabledModules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m == "first")
+        });
+    let mut second = module("second", 20, &["second/hooks/h"]);
+    second.enabled_script = Some("second/enabled".into());
+    let mut first = module("first", 10, &[]);
+    first.static_enabled = Some(false);
+    let modules = vec![first, second];
+    let engine = world.engine(Vec::new(), modules.clone()).await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let run = &world.runs_of("second/hooks/h")[0];
+    assert_eq!(run.values["global"]["enabledModules"], json!(["second"]));
+
+    // first is enabled in the ConfigMap: second's script now says no, and second goes.
+    world
+        .edit_config_map(&engine, &modules, &[("firstEnabled", "true")])
+        .await;
+    wait_for("second uninstalled", || async {
+        world
+            .releases
+            .log()
+            .contains(&"uninstall second".to_string())
+    })
+    .await;
+    assert_eq!(
+        world.count(|e| matches!(e, Event::ModuleDisabled { module, reason }
+            if module == "second" && reason == "script")),
+        1
+    );
+    wait_for("the reload converge", || async {
+        world.converges_finished() == 2
+    })
+    .await;
+    assert_eq!(
+        world.releases.log(),
+        ["upgrade second", "uninstall second", "upgrade first"],
+        "a converge deletes before it runs"
     );
 }
 
