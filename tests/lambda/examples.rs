@@ -2,7 +2,7 @@
 //! sandbox API server (or kube-apiserver), `bosun run` with no modules, and webhooks written
 //! here, served on 127.0.0.1. The garbage collector's cascade and the graceful deletes and
 //! many watches of the CatSet pattern are the API server's; the other examples and
-//! integration cases run in-process (`actors/lambda/tests/metacontroller/`).
+//! integration cases run in-process (`actors/lambda/tests/examples.rs`, `integration.rs`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! `bosun run`, and a sync hook served by this test on 127.0.0.1: ControllerRevisions kept
 //! on the API server, in both apply modes, and across a kill -9. `RollingRecreate`,
 //! finalizing through every revision and the refusal of a cluster-scoped parent run
-//! in-process (`actors/lambda/tests/metacontroller/rollout.rs`).
+//! in-process (`actors/lambda/tests/rollout.rs`).
 //!
 //! The parent `Rollout` wants three `Replica` children (a custom resource with a status
 //! subresource) carrying its `spec.version`, updated `RollingInPlace` and gated by
