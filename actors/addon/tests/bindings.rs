@@ -788,3 +788,229 @@ async fn a_failing_synchronization_allowed_to_fail_does_not_hold_the_startup_and
         "Added"
     );
 }
+
+#[tokio::test]
+async fn events_queued_while_the_hook_runs_are_carried_together_by_its_next_run() {
+    let world = World::default();
+    let engine = world
+        .engine(
+            vec![global_hook(
+                "busy",
+                "configVersion: v1\nkubernetes:\n- name: cms\n  kind: ConfigMap\n  queue: busy\n  executeHookOnSynchronization: false",
+            )],
+            Vec::new(),
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let gate = world.hooks.gate("busy");
+    world
+        .bindings
+        .put("ConfigMap", object("ConfigMap", "default", "a", json!({})));
+    wait_for("the run with a to be held", || async {
+        !world.runs_of("busy").is_empty()
+    })
+    .await;
+    for name in ["b", "c"] {
+        world
+            .bindings
+            .put("ConfigMap", object("ConfigMap", "default", name, json!({})));
+    }
+    wait_for("b and c queued behind the running task", || async {
+        world
+            .enqueued()
+            .iter()
+            .filter(|d| d.ends_with(":busy"))
+            .count()
+            == 3
+    })
+    .await;
+    gate.open();
+    wait_for("the run with b and c", || async {
+        world.runs_of("busy").len() == 2
+    })
+    .await;
+    let names: Vec<Vec<String>> = world.runs_of("busy").iter().map(object_names).collect();
+    assert_eq!(
+        names,
+        [vec!["a"], vec!["b", "c"]],
+        "one run for the events that waited"
+    );
+}
+
+#[tokio::test]
+async fn the_startup_waits_for_a_named_queue_s_synchronization_before_before_all() {
+    let world = World::default();
+    world
+        .bindings
+        .put("ConfigMap", object("ConfigMap", "default", "a", json!({})));
+    let gate = world.hooks.gate("sync");
+    let engine = world
+        .engine(
+            vec![
+                global_hook(
+                    "sync",
+                    "configVersion: v1\nkubernetes:\n- name: cms\n  kind: ConfigMap\n  queue: sync-queue\n  waitForSynchronization: true",
+                ),
+                global_hook("around", "configVersion: v1\nbeforeAll: 1"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    wait_for("the Synchronization run held in its queue", || async {
+        !world.runs_of("sync").is_empty()
+    })
+    .await;
+    assert_eq!(
+        world.runs_of("sync")[0].queue.as_deref(),
+        Some("sync-queue")
+    );
+    // The main queue waits for it: nothing else runs, the startup is not over.
+    wait_for("the main queue waiting", || async {
+        engine.queues().await[0].running.is_some()
+    })
+    .await;
+    assert!(world.runs_of("around").is_empty());
+    assert!(!engine.converged());
+    gate.open();
+    wait_for("the first converge", || async { engine.converged() }).await;
+    assert_eq!(world.runs(), ["cms:sync", "beforeAll:around"]);
+}
+
+#[tokio::test]
+async fn a_binding_runs_only_on_the_events_it_names_and_objects_leave_by_their_labels() {
+    let world = World::default();
+    let engine = world
+        .engine(
+            vec![global_hook(
+                "modified-only",
+                "configVersion: v1
+kubernetes:
+- name: apps
+  kind: Deployment
+  executeHookOnEvent: [Modified, Deleted]
+  executeHookOnSynchronization: false
+  keepFullObjectsInMemory: false
+  jqFilter: .spec
+  labelSelector:
+    matchExpressions:
+    - {key: tier, operator: In, values: [web, api]}
+  fieldSelector:
+    matchExpressions:
+    - {field: metadata.name, operator: NotEquals, value: ignored}",
+            )],
+            Vec::new(),
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let deploy = |name: &str, tier: &str, replicas: u32| {
+        let mut d = object("Deployment", "default", name, json!({"tier": tier}));
+        d["spec"] = json!({"replicas": replicas});
+        d
+    };
+    world.bindings.put("Deployment", deploy("web", "web", 1));
+    world
+        .bindings
+        .put("Deployment", deploy("ignored", "web", 1));
+    world
+        .bindings
+        .put("Deployment", deploy("worker", "batch", 1));
+    world
+        .bindings
+        .put("Deployment", deploy("ignored", "web", 2));
+    world
+        .bindings
+        .put("Deployment", deploy("worker", "batch", 2));
+    world.bindings.put("Deployment", deploy("web", "web", 2));
+    // Its labels take it out of the selection: the watch says Deleted.
+    world.bindings.put("Deployment", deploy("web", "batch", 2));
+    wait_for("the Modified and Deleted runs", || async {
+        world.contexts("modified-only").len() >= 2
+    })
+    .await;
+    assert_eq!(
+        world.contexts("modified-only"),
+        [
+            json!({"binding": "apps", "type": "Event", "watchEvent": "Modified", "filterResult": {"replicas": 2}}),
+            json!({"binding": "apps", "type": "Event", "watchEvent": "Deleted", "filterResult": {"replicas": 2}}),
+        ],
+        "no Added run, no object kept, nothing outside the selectors"
+    );
+    assert_eq!(engine.snapshots(None)["modified-only"]["apps"], json!([]));
+}
+
+#[tokio::test]
+async fn module_snapshots_and_a_named_queue_s_synchronization_outside_the_module_run() {
+    let world = World::default();
+    world
+        .bindings
+        .put("Secret", object("Secret", "default", "s1", json!({})));
+    world.hooks.config(
+        "vault/hooks/secrets",
+        "configVersion: v1
+kubernetes:
+- name: secrets
+  kind: Secret
+  jqFilter: .metadata.name
+  queue: vault-secrets
+  waitForSynchronization: false",
+    );
+    let engine = world
+        .engine(
+            Vec::new(),
+            vec![module("vault", 10, &["vault/hooks/secrets"])],
+        )
+        .await;
+    wait_for("the first converge and the Synchronization", || async {
+        engine.converged() && !world.runs_of("vault/hooks/secrets").is_empty()
+    })
+    .await;
+    let sync = &world.runs_of("vault/hooks/secrets")[0];
+    assert_eq!(sync.queue.as_deref(), Some("vault-secrets"));
+    assert_eq!(sync.contexts[0]["type"], "Synchronization");
+    assert_eq!(sync.module.as_deref(), Some("vault"));
+    // `module snapshots vault`
+    assert_eq!(
+        engine.snapshots(Some("vault")),
+        json!({"vault/hooks/secrets": {"secrets": [
+            {"object": object("Secret", "default", "s1", json!({})), "filterResult": "s1"}
+        ]}})
+    );
+    assert_eq!(engine.snapshots(None), json!({}));
+}
+
+#[tokio::test]
+async fn a_schedule_in_a_group_sees_the_group_s_kubernetes_snapshots() {
+    let world = World::default();
+    world
+        .bindings
+        .put("Node", json!({"kind": "Node", "metadata": {"name": "n1"}}));
+    let engine = world
+        .engine(
+            vec![global_hook(
+                "report",
+                "configVersion: v1
+kubernetes:
+- name: nodes
+  kind: Node
+  jqFilter: .metadata.name
+  group: inventory
+  executeHookOnSynchronization: false
+schedule:
+- name: every-second
+  crontab: '*/1 * * * * *'
+  group: inventory",
+            )],
+            Vec::new(),
+        )
+        .await;
+    wait_for("a scheduled run", || async {
+        !world.runs_of("report").is_empty()
+    })
+    .await;
+    assert!(engine.converged());
+    assert_eq!(
+        world.runs_of("report")[0].contexts,
+        json!([{"binding": "every-second", "type": "Group", "groupName": "inventory",
+                "snapshots": {"nodes": [{"object": {"kind": "Node", "metadata": {"name": "n1"}}, "filterResult": "n1"}]}}])
+    );
+}
