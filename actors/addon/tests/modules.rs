@@ -803,3 +803,192 @@ async fn after_a_kill_values_and_a_failing_task_resume_from_the_journal() {
     );
     assert_eq!(world.runs_of("g-flaky").len(), 1);
 }
+
+#[tokio::test]
+async fn hooks_of_one_binding_run_by_their_order_then_by_name() {
+    let world = World::default();
+    world
+        .hooks
+        .config(
+            "alpha/hooks/b-second",
+            "configVersion: v1\nbeforeHelm: 5\nafterHelm: 1",
+        )
+        .config("alpha/hooks/a-third", "configVersion: v1\nbeforeHelm: 10")
+        .config(
+            "alpha/hooks/z-first",
+            "configVersion: v1\nbeforeHelm: 1\nafterHelm: 1",
+        );
+    let engine = world
+        .engine(
+            vec![
+                global_hook("g-late", "configVersion: v1\nbeforeAll: 20\nafterAll: 1"),
+                global_hook("g-b", "configVersion: v1\nbeforeAll: 5"),
+                global_hook("g-a", "configVersion: v1\nbeforeAll: 5\nafterAll: 1"),
+            ],
+            vec![module(
+                "alpha",
+                10,
+                &[
+                    "alpha/hooks/a-third",
+                    "alpha/hooks/b-second",
+                    "alpha/hooks/z-first",
+                ],
+            )],
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    assert_eq!(
+        world.runs(),
+        [
+            "beforeAll:g-a",
+            "beforeAll:g-b",
+            "beforeAll:g-late",
+            "beforeHelm:alpha/hooks/z-first",
+            "beforeHelm:alpha/hooks/b-second",
+            "beforeHelm:alpha/hooks/a-third",
+            "afterHelm:alpha/hooks/b-second",
+            "afterHelm:alpha/hooks/z-first",
+            "afterAll:g-a",
+            "afterAll:g-late",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn static_config_and_memory_values_layer_for_hooks_and_helm() {
+    let world = World::default();
+    world
+        .config_map
+        .put("alpha", "replicas: 2\nimage: from-config\n");
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1")
+        .answer(
+            "alpha/hooks/a",
+            values_patch(json!([{"op": "add", "path": "/alpha/image", "value": "from-memory"}])),
+        );
+    let mut alpha = module("alpha", 10, &["alpha/hooks/a"]);
+    alpha.static_values = json!({"replicas": 1, "image": "from-static", "port": 80});
+    let engine = world
+        .engine_with(
+            Vec::new(),
+            vec![alpha],
+            Options {
+                static_global: json!({"clusterName": "test"}),
+                ..Options::default()
+            },
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let run = &world.runs_of("alpha/hooks/a")[0];
+    assert_eq!(
+        run.values,
+        json!({"global": {"clusterName": "test", "enabledModules": ["alpha"]},
+               "alpha": {"replicas": 2, "image": "from-config", "port": 80}}),
+        "the hook sees static values under the ConfigMap's"
+    );
+    assert_eq!(
+        run.config_values,
+        json!({"global": {}, "alpha": {"replicas": 2, "image": "from-config"}})
+    );
+    assert_eq!(
+        world.releases.values("alpha").expect("values"),
+        json!({"global": {"clusterName": "test"},
+               "alpha": {"replicas": 2, "image": "from-memory", "port": 80}}),
+        "Helm gets the memory patch on top"
+    );
+    assert_eq!(
+        engine.module_values("alpha").await.expect("values")["alpha"]["image"],
+        "from-memory"
+    );
+}
+
+#[tokio::test]
+async fn a_module_hook_s_config_patch_is_written_to_its_config_map_key() {
+    let world = World::default();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1")
+        .answer(
+            "alpha/hooks/a",
+            world::config_patch(
+                json!([{"op": "add", "path": "/alpha/password", "value": "generated"}]),
+            ),
+        );
+    let engine = world
+        .engine(Vec::new(), vec![module("alpha", 10, &["alpha/hooks/a"])])
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let data = world.config_map.data().unwrap_or_default();
+    assert_eq!(yaml(&data["alpha"]), json!({"password": "generated"}));
+    assert_eq!(
+        world.releases.values("alpha").expect("values")["alpha"]["password"],
+        "generated"
+    );
+    assert_eq!(
+        engine.module_config("alpha").await.expect("config")["alpha"],
+        json!({"password": "generated"})
+    );
+    // The ConfigMap's echo of the write changes nothing: no second run.
+    let queued = world
+        .edit_config_map(&engine, &[module("alpha", 10, &["alpha/hooks/a"])], &[])
+        .await;
+    assert!(queued.is_empty(), "{queued:?}");
+}
+
+#[tokio::test]
+async fn module_hook_metrics_are_served_with_the_module_s_label() {
+    let world = World::default();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nafterHelm: 1")
+        .answer("alpha/hooks/a", |_run| {
+            Ok(HookResult {
+                metrics: "{\"name\":\"alpha_objects\",\"action\":\"set\",\"value\":7}\n".into(),
+                ..HookResult::default()
+            })
+        });
+    let engine = world
+        .engine(Vec::new(), vec![module("alpha", 10, &["alpha/hooks/a"])])
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let metrics = engine.hook_metrics.render();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("alpha_objects"))
+        .unwrap_or_else(|| panic!("no alpha_objects in {metrics}"));
+    assert!(
+        line.contains("module=\"alpha\"")
+            && line.contains("hook=\"alpha/hooks/a\"")
+            && line.ends_with(" 7"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn module_render_shows_the_chart_with_the_current_values_and_names_a_render_error() {
+    let world = World::default();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "alpha", "namespace": "default"}});
+    world.releases.renders("alpha", vec![cm.clone()]);
+    let engine = world
+        .engine(Vec::new(), vec![module("alpha", 10, &[])])
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    assert_eq!(engine.module_render("alpha").await.expect("rendered"), [cm]);
+    world.releases.fail_renders(
+        "alpha",
+        1,
+        PortError::permanent("parse error at (alpha/templates/cm.yaml:3): unexpected \"}\""),
+    );
+    let err = engine
+        .module_render("alpha")
+        .await
+        .expect_err("render error")
+        .to_string();
+    assert!(err.contains("alpha") && err.contains("cm.yaml:3"), "{err}");
+    assert_eq!(
+        world.releases.log(),
+        ["upgrade alpha"],
+        "render installs nothing"
+    );
+}
