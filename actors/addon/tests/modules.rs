@@ -992,3 +992,84 @@ async fn module_render_shows_the_chart_with_the_current_values_and_names_a_rende
         "render installs nothing"
     );
 }
+
+#[tokio::test]
+async fn a_field_the_api_server_rewrites_is_not_drift_but_a_deleted_object_still_is() {
+    let world = World::default();
+    let object = |name: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": name, "namespace": "default"}})
+    };
+    world
+        .releases
+        .renders("alpha", vec![object("defaulted"), object("plain")])
+        .rewrite_object("Deployment/default/defaulted");
+    let engine = world
+        .engine_with(
+            Vec::new(),
+            vec![module("alpha", 10, &[])],
+            Options {
+                monitor_interval: Duration::from_millis(20),
+                ..Options::default()
+            },
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let checks = world.releases.drift_checks();
+    wait_for("ten checks of the resource monitor", || async {
+        world.releases.drift_checks() >= checks + 10
+    })
+    .await;
+    assert_eq!(
+        world.releases.log(),
+        ["upgrade alpha"],
+        "a difference the upgrade left is settled, not upgraded in a loop"
+    );
+
+    world.releases.delete_object("Deployment/default/plain");
+    wait_for("the deleted object healed", || async {
+        world.releases.revisions().get("alpha") == Some(&2)
+    })
+    .await;
+    let checks = world.releases.drift_checks();
+    wait_for("ten more checks", || async {
+        world.releases.drift_checks() >= checks + 10
+    })
+    .await;
+    assert_eq!(world.releases.log(), ["upgrade alpha", "upgrade alpha"]);
+}
+
+#[tokio::test]
+async fn a_config_map_conflict_on_a_module_hook_s_config_patch_is_written_by_the_retry() {
+    let world = World::default();
+    world.config_map.fail_saves(
+        1,
+        PortError::conflict(
+            "the object has been modified; please apply your changes to the latest version",
+        ),
+    );
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1")
+        .answer(
+            "alpha/hooks/a",
+            world::config_patch(json!([{"op": "add", "path": "/alpha/token", "value": "t-1"}])),
+        );
+    let engine = world
+        .engine(Vec::new(), vec![module("alpha", 10, &["alpha/hooks/a"])])
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let errors = world.task_errors();
+    assert!(
+        errors.len() == 1
+            && errors[0].contains("module alpha")
+            && errors[0].contains("has been modified"),
+        "{errors:?}"
+    );
+    let data = world.config_map.data().unwrap_or_default();
+    assert_eq!(yaml(&data["alpha"]), json!({"token": "t-1"}));
+    assert_eq!(
+        world.releases.values("alpha").expect("values")["alpha"]["token"],
+        "t-1"
+    );
+}

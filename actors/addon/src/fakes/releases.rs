@@ -17,6 +17,8 @@ struct Inner {
     values: BTreeMap<String, Value>,
     objects: BTreeMap<String, Vec<Value>>,
     drifted: BTreeSet<String>,
+    rewritten: BTreeSet<String>,
+    drift_checks: usize,
     log: Vec<String>,
     faults: Faults,
 }
@@ -93,6 +95,18 @@ impl MemoryReleases {
     pub fn delete_object(&self, id: &str) -> &Self {
         lock(&self.inner).drifted.insert(id.to_string());
         self
+    }
+
+    /// The API server rewrites a field of the rendered object `id` (a default it fills
+    /// in): it differs from the render after every upgrade, which cannot change it.
+    pub fn rewrite_object(&self, id: &str) -> &Self {
+        lock(&self.inner).rewritten.insert(id.to_string());
+        self
+    }
+
+    /// How many times rendered objects were compared with the cluster.
+    pub fn drift_checks(&self) -> usize {
+        lock(&self.inner).drift_checks
     }
 
     /// The next `times` upgrades (installs) of `release` fail with `error`; the release is
@@ -233,12 +247,23 @@ impl Releases for MemoryReleases {
     }
 
     fn drift(&self, objects: Vec<Value>) -> BoxFut<'_, Result<Vec<String>, PortError>> {
-        let drifted = lock(&self.inner).drifted.clone();
+        let (drifted, rewritten) = {
+            let mut inner = lock(&self.inner);
+            inner.drift_checks += 1;
+            (inner.drifted.clone(), inner.rewritten.clone())
+        };
         let found = objects
             .iter()
             .map(object_id)
-            .filter(|id| drifted.contains(id))
-            .map(|id| format!("{id} is absent"))
+            .filter_map(|id| {
+                if drifted.contains(&id) {
+                    Some(format!("{id} is absent"))
+                } else if rewritten.contains(&id) {
+                    Some(format!("{id}: field spec.template differs"))
+                } else {
+                    None
+                }
+            })
             .collect();
         Box::pin(async move { Ok(found) })
     }
