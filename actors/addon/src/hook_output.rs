@@ -6,14 +6,17 @@
 //!        ├──► METRICS_PATH operations ──► HookMetrics
 //!        ├──► KUBERNETES_PATCH_PATH   ──► ObjectPatcher
 //!        └──plan_values (pure)──► ValuesPatched events (+ the new config values)
-//!                                   ──► journal (durable) ──► ConfigMap section
+//!                                   ──► ConfigMap section ──► journal (durable)
 //!   a global hook's config patch of /<module>Enabled ──► the ConfigMap's <module>Enabled
 //!   key (the ConfigMap watch then journals the flags and converges, as for a user's edit)
 //! ```
 //!
 //! The order is the reference's: metrics, then object patches, then values patches.
 //! Everything the values patches lead to is validated before any of it is journaled, so
-//! a rejected output leaves the values as they were.
+//! a rejected output leaves the values as they were. The ConfigMap is written before the
+//! journal, as the reference saves it before taking the values: a write that fails leaves
+//! nothing journaled, and the retried run writes it again (journaled first, the retry's
+//! patch would change nothing and the ConfigMap would never get the values).
 
 use json_patch::PatchOperation;
 use serde_json::{Value, json};
@@ -107,8 +110,8 @@ pub enum OutputProblem {
     /// The new config values cannot be written as YAML.
     #[error("cannot write config values as YAML: {0}")]
     Yaml(String),
-    /// The config values change is journaled but the ConfigMap was not written.
-    #[error("config values patch accepted but the ConfigMap write failed: {0}")]
+    /// The ConfigMap was not written (nothing was journaled).
+    #[error("config values patch not taken: the ConfigMap write failed: {0}")]
     ConfigMap(PortError),
 }
 
@@ -137,8 +140,8 @@ pub struct OutputError {
     pub origin: String,
     /// What was wrong.
     pub problem: OutputProblem,
-    /// Events journaled before the problem (a ConfigMap write that failed after the
-    /// values change was journaled): the caller folds them like accepted ones.
+    /// Events journaled before the problem: the caller folds them like accepted ones
+    /// (none since the ConfigMap is written first; kept for callers that fold them).
     pub journaled: Vec<Event>,
 }
 
@@ -365,31 +368,24 @@ pub async fn apply(
     if plan.events.is_empty() {
         return Ok(plan.events);
     }
-    effects
-        .journal
-        .append(plan.events.clone())
-        .await
-        .map_err(|e| err(OutputProblem::Journal(e)))?;
     if let Some(config) = &plan.new_config {
         let key = match origin.module {
             Some(m) => crate::values::values_key(m),
             None => "global".to_string(),
         };
-        let saved = match serde_saphyr::to_string(config) {
-            Ok(yaml) => effects
-                .config_store
-                .save(key, yaml)
-                .await
-                .map_err(OutputProblem::ConfigMap),
-            Err(e) => Err(OutputProblem::Yaml(e.to_string())),
-        };
-        if let Err(problem) = saved {
-            return Err(OutputError {
-                journaled: plan.events,
-                ..err(problem)
-            });
-        }
+        let yaml =
+            serde_saphyr::to_string(config).map_err(|e| err(OutputProblem::Yaml(e.to_string())))?;
+        effects
+            .config_store
+            .save(key, yaml)
+            .await
+            .map_err(|e| err(OutputProblem::ConfigMap(e)))?;
     }
+    effects
+        .journal
+        .append(plan.events.clone())
+        .await
+        .map_err(|e| err(OutputProblem::Journal(e)))?;
     Ok(plan.events)
 }
 

@@ -1,122 +1,21 @@
 //! The lambda controllers in-process: the registry, its controllers and the runner against
-//! the in-memory cluster and scripted webhooks of `bosun_lambda::fakes`, from a controller
-//! object to children, status, finalizers, attachments and Events.
+//! the in-memory cluster and scripted webhooks of `bosun_lambda::fakes` (`world/`), from a
+//! controller object to children, status, finalizers, attachments and Events.
+//!
+//! Run: `cargo test -p bosun-lambda --test scenarios`.
+
+mod world;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use bosun_lambda::children::ApplyStrategy;
-use bosun_lambda::controller::Context;
 use bosun_lambda::events::LambdaEvent;
-use bosun_lambda::fakes::{MemoryCluster, ScriptedFactory, ScriptedHooks, resource};
-use bosun_lambda::ports::{HookError, HookType, Resource};
-use bosun_lambda::registry::{self, Registry, Settings};
-use bosun_runtime::MemoryJournal;
-use bosun_runtime::mailbox::Mailboxes;
+use bosun_lambda::ports::{HookError, HookType};
+use bosun_lambda::registry;
 use serde_json::{Value, json};
-
-fn things() -> Resource {
-    resource("example.com/v1", "things", "Thing", true)
-}
-
-fn configmaps() -> Resource {
-    resource("v1", "configmaps", "ConfigMap", true)
-}
-
-fn composites() -> Resource {
-    resource(
-        "metacontroller.k8s.io/v1alpha1",
-        "compositecontrollers",
-        "CompositeController",
-        false,
-    )
-}
-
-fn decorators() -> Resource {
-    resource(
-        "metacontroller.k8s.io/v1alpha1",
-        "decoratorcontrollers",
-        "DecoratorController",
-        false,
-    )
-}
-
-fn crds() -> Resource {
-    resource(
-        "apiextensions.k8s.io/v1",
-        "customresourcedefinitions",
-        "CustomResourceDefinition",
-        false,
-    )
-}
-
-/// A running registry on a fake cluster, with what the tests look at.
-struct World {
-    cluster: Arc<MemoryCluster>,
-    hooks: Arc<ScriptedHooks>,
-    journal: MemoryJournal<LambdaEvent>,
-    mailboxes: Mailboxes,
-    registry: Registry,
-}
+use world::{Crd, World};
 
 async fn world() -> World {
-    let cluster = Arc::new(MemoryCluster::new(vec![
-        composites(),
-        decorators(),
-        things(),
-        configmaps(),
-        crds(),
-    ]));
-    // A CompositeController's parent must have the status subresource.
-    cluster.put(
-        &crds(),
-        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-               "metadata": {"name": "things.example.com"},
-               "spec": {"group": "example.com", "scope": "Namespaced",
-                        "names": {"kind": "Thing", "plural": "things"},
-                        "versions": [{"name": "v1", "served": true, "storage": true,
-                                      "subresources": {"status": {}}}]}}),
-    );
-    let hooks = Arc::new(ScriptedHooks::default());
-    let journal = MemoryJournal::default();
-    let mailboxes = Mailboxes::default();
-    let ctx = Context {
-        cluster: cluster.clone(),
-        watches: cluster.clone(),
-        journal: Arc::new(journal.clone()),
-        workers: 2,
-        mailboxes: mailboxes.clone(),
-        gate: Default::default(),
-    };
-    let registry = registry::run(
-        ctx,
-        Arc::new(ScriptedFactory(Arc::clone(&hooks))),
-        Settings {
-            target: Default::default(),
-            strategy: ApplyStrategy::DynamicApply,
-        },
-    )
-    .await
-    .expect("the registry starts");
-    World {
-        cluster,
-        hooks,
-        journal,
-        mailboxes,
-        registry,
-    }
-}
-
-/// Waits for `cond`, for at most ten seconds.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    World::start(&[Crd("Thing", "things", true)]).await
 }
 
 /// A CompositeController of Things with ConfigMap children (and a finalize hook).
@@ -161,12 +60,12 @@ fn one_child_per_thing(request: &Value) -> Result<Value, HookError> {
     Ok(json!({"status": {"children": seen}, "children": children}))
 }
 
-fn child(w: &World, name: &str) -> Option<Arc<Value>> {
-    w.cluster.object(&configmaps(), "ns", name)
+fn child(w: &World, name: &str) -> Option<Value> {
+    w.get("configmaps", "ns", name)
 }
 
-fn parent(w: &World, name: &str) -> Option<Arc<Value>> {
-    w.cluster.object(&things(), "ns", name)
+fn parent(w: &World, name: &str) -> Option<Value> {
+    w.get("things", "ns", name)
 }
 
 #[tokio::test]
@@ -174,9 +73,10 @@ async fn a_composite_controller_creates_children_and_writes_status() {
     let w = world().await;
     w.hooks
         .answer("greetings", HookType::Sync, one_child_per_thing);
-    w.cluster.put(&composites(), composite("greetings", false));
-    w.cluster.put(&things(), thing("hello", "hi"));
-    until("the child", || child(&w, "hello-cm").is_some()).await;
+    w.controller(composite("greetings", false));
+    w.put("things", thing("hello", "hi"));
+    w.until("the child", || child(&w, "hello-cm").is_some())
+        .await;
     let cm = child(&w, "hello-cm").expect("child");
     assert_eq!(cm["data"]["message"], "hi");
     let owner = &cm["metadata"]["ownerReferences"][0];
@@ -184,7 +84,7 @@ async fn a_composite_controller_creates_children_and_writes_status() {
         (owner["kind"].as_str(), owner["controller"].as_bool()),
         (Some("Thing"), Some(true))
     );
-    until("the status counting the child", || {
+    w.until("the status counting the child", || {
         parent(&w, "hello").is_some_and(|p| p["status"]["children"] == 1)
     })
     .await;
@@ -194,7 +94,7 @@ async fn a_composite_controller_creates_children_and_writes_status() {
         p["metadata"]["generation"]
     );
     // The sync is journaled with what it created.
-    until("the sync journaled", || {
+    w.until("the sync journaled", || {
         w.journal.events().iter().any(|e| {
             matches!(e, LambdaEvent::Synced { created, .. } if created.iter().any(|c| c == "ConfigMap ns/hello-cm"))
         })
@@ -207,14 +107,15 @@ async fn a_changed_parent_updates_its_child_in_place() {
     let w = world().await;
     w.hooks
         .answer("greetings", HookType::Sync, one_child_per_thing);
-    w.cluster.put(&composites(), composite("greetings", false));
-    w.cluster.put(&things(), thing("hello", "hi"));
-    until("the child", || child(&w, "hello-cm").is_some()).await;
+    w.controller(composite("greetings", false));
+    w.put("things", thing("hello", "hi"));
+    w.until("the child", || child(&w, "hello-cm").is_some())
+        .await;
     let uid = child(&w, "hello-cm").expect("child")["metadata"]["uid"].clone();
-    let mut changed = (*parent(&w, "hello").expect("parent")).clone();
+    let mut changed = parent(&w, "hello").expect("parent");
     changed["spec"]["message"] = json!("hi again");
-    w.cluster.put(&things(), changed);
-    until("the child updated", || {
+    w.put("things", changed);
+    w.until("the child updated", || {
         child(&w, "hello-cm").is_some_and(|c| c["data"]["message"] == "hi again")
     })
     .await;
@@ -230,21 +131,23 @@ async fn a_child_no_longer_desired_is_deleted_and_one_deleted_by_someone_comes_b
     let w = world().await;
     w.hooks
         .answer("greetings", HookType::Sync, one_child_per_thing);
-    w.cluster.put(&composites(), composite("greetings", false));
+    w.controller(composite("greetings", false));
     let mut p = thing("hello", "hi");
     p["spec"]["extra"] = json!(["extra-cm"]);
-    w.cluster.put(&things(), p);
-    until("both children", || child(&w, "extra-cm").is_some()).await;
-    let mut fewer = (*parent(&w, "hello").expect("parent")).clone();
+    w.put("things", p);
+    w.until("both children", || child(&w, "extra-cm").is_some())
+        .await;
+    let mut fewer = parent(&w, "hello").expect("parent");
     fewer["spec"]["extra"] = json!([]);
-    w.cluster.put(&things(), fewer);
-    until("the extra child deleted", || {
+    w.put("things", fewer);
+    w.until("the extra child deleted", || {
         child(&w, "extra-cm").is_none()
     })
     .await;
     assert!(child(&w, "hello-cm").is_some());
-    w.cluster.remove(&configmaps(), "ns", "hello-cm");
-    until("the child back", || child(&w, "hello-cm").is_some()).await;
+    w.delete("configmaps", "ns", "hello-cm");
+    w.until("the child back", || child(&w, "hello-cm").is_some())
+        .await;
 }
 
 #[tokio::test]
@@ -259,9 +162,9 @@ async fn a_finalize_hook_runs_before_the_parent_goes() {
             .map_or(0, |m| m.len());
         Ok(json!({"children": [], "finalized": left == 0}))
     });
-    w.cluster.put(&composites(), composite("greetings", true));
-    w.cluster.put(&things(), thing("hello", "hi"));
-    until("the child and the finalizer", || {
+    w.controller(composite("greetings", true));
+    w.put("things", thing("hello", "hi"));
+    w.until("the child and the finalizer", || {
         child(&w, "hello-cm").is_some()
             && parent(&w, "hello").is_some_and(|p| {
                 p["metadata"]["finalizers"].as_array().is_some_and(|f| {
@@ -271,8 +174,9 @@ async fn a_finalize_hook_runs_before_the_parent_goes() {
             })
     })
     .await;
-    w.cluster.remove(&things(), "ns", "hello");
-    until("the parent gone", || parent(&w, "hello").is_none()).await;
+    w.delete("things", "ns", "hello");
+    w.until("the parent gone", || parent(&w, "hello").is_none())
+        .await;
     assert!(
         child(&w, "hello-cm").is_none(),
         "the finalize hook's answer emptied the children"
@@ -299,28 +203,25 @@ async fn a_decorator_controller_labels_matching_objects_and_attaches_children() 
                              "metadata": {"name": format!("{name}-attachment")}, "data": {}}]
         }))
     });
-    w.cluster.put(
-        &decorators(),
-        json!({
-            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
-            "metadata": {"name": "decorate"},
-            "spec": {
-                "resources": [{"apiVersion": "example.com/v1", "resource": "things",
-                               "labelSelector": {"matchLabels": {"decorate": "me"}}}],
-                "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
-                "hooks": {"sync": {"webhook": {"url": "http://hooks.test/decorate"}}}
-            }
-        }),
-    );
+    w.controller(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+        "metadata": {"name": "decorate"},
+        "spec": {
+            "resources": [{"apiVersion": "example.com/v1", "resource": "things",
+                           "labelSelector": {"matchLabels": {"decorate": "me"}}}],
+            "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+            "hooks": {"sync": {"webhook": {"url": "http://hooks.test/decorate"}}}
+        }
+    }));
     let mut wanted = thing("wanted", "x");
     wanted["metadata"]["labels"] = json!({"decorate": "me"});
-    w.cluster.put(&things(), wanted);
-    w.cluster.put(&things(), thing("other", "y"));
-    until("the attachment", || {
+    w.put("things", wanted);
+    w.put("things", thing("other", "y"));
+    w.until("the attachment", || {
         child(&w, "wanted-attachment").is_some()
     })
     .await;
-    until("the label", || {
+    w.until("the label", || {
         parent(&w, "wanted").is_some_and(|p| p["metadata"]["labels"]["decorated"] == "yes")
     })
     .await;
@@ -350,9 +251,9 @@ async fn a_failing_hook_is_a_warning_event_on_the_parent_and_the_sync_is_retried
         }
         one_child_per_thing(request)
     });
-    w.cluster.put(&composites(), composite("greetings", false));
-    w.cluster.put(&things(), thing("hello", "hi"));
-    until("the child after the retries", || {
+    w.controller(composite("greetings", false));
+    w.put("things", thing("hello", "hi"));
+    w.until("the child after the retries", || {
         child(&w, "hello-cm").is_some()
     })
     .await;
@@ -381,11 +282,12 @@ async fn controllers_are_actors_and_a_deleted_controller_object_stops_its_contro
     let w = world().await;
     w.hooks
         .answer("greetings", HookType::Sync, one_child_per_thing);
-    w.cluster.put(&composites(), composite("greetings", false));
-    w.cluster.put(&things(), thing("hello", "hi"));
-    until("the child", || child(&w, "hello-cm").is_some()).await;
+    w.controller(composite("greetings", false));
+    w.put("things", thing("hello", "hi"));
+    w.until("the child", || child(&w, "hello-cm").is_some())
+        .await;
     let actor = "lambda/CompositeController/greetings";
-    until("the controller's mailbox with its syncs", || {
+    w.until("the controller's mailbox with its syncs", || {
         w.mailboxes.snapshot().get(actor).is_some_and(|m| {
             m.handled >= 1 && m.recent.iter().any(|h| h.summary == "sync ns/hello")
         })
@@ -396,8 +298,8 @@ async fn controllers_are_actors_and_a_deleted_controller_object_stops_its_contro
             .snapshot()
             .contains_key(registry::REGISTRY_ACTOR)
     );
-    w.cluster.remove(&composites(), "", "greetings");
-    until("the controller stopped", || {
+    w.delete("compositecontrollers", "", "greetings");
+    w.until("the controller stopped", || {
         !w.mailboxes.snapshot().contains_key(actor)
     })
     .await;
@@ -409,16 +311,13 @@ async fn a_refused_controller_shows_and_starts_once_its_parent_crd_is_fixed() {
     w.hooks
         .answer("greetings", HookType::Sync, one_child_per_thing);
     // The parent's CRD loses its status subresource: the controller is refused.
-    let mut crd = (*w
-        .cluster
-        .object(&crds(), "", "things.example.com")
-        .expect("the CRD"))
-    .clone();
-    let fixed = crd.clone();
-    crd["spec"]["versions"][0]["subresources"] = json!({});
-    w.cluster.put(&crds(), crd);
-    w.cluster.put(&composites(), composite("greetings", false));
-    until("the refusal in the views", || {
+    let crds = "customresourcedefinitions";
+    let fixed = w.get(crds, "", "things.example.com").expect("the CRD");
+    w.edit(crds, "", "things.example.com", |crd| {
+        crd["spec"]["versions"][0]["subresources"] = json!({})
+    });
+    w.controller(composite("greetings", false));
+    w.until("the refusal in the views", || {
         w.registry.controllers.views().iter().any(|c| {
             c.name == "greetings"
                 && c.refused
@@ -428,9 +327,10 @@ async fn a_refused_controller_shows_and_starts_once_its_parent_crd_is_fixed() {
     })
     .await;
     // Fixed without touching the controller object: the retry starts it.
-    w.cluster.put(&crds(), fixed);
-    w.cluster.put(&things(), thing("hello", "hi"));
-    until("the child", || child(&w, "hello-cm").is_some()).await;
+    w.put(crds, fixed);
+    w.put("things", thing("hello", "hi"));
+    w.until("the child", || child(&w, "hello-cm").is_some())
+        .await;
     assert!(
         w.registry
             .controllers

@@ -1,29 +1,36 @@
-//! In-memory fakes of the lambda ports, beside the ports they stand for: a cluster that
-//! keeps objects, versions them, honours finalizers and tells watchers of each change
-//! ([`MemoryCluster`]: `Cluster` and `Watches`), and webhooks answered by closures
-//! ([`ScriptedHooks`]: `HookFactory`). They run controllers in-process in tests, the whole
-//! way from a controller object to children and status, without an API server.
+//! A cluster in memory ([`MemoryCluster`]: `Cluster` and `Watches`): it keeps objects,
+//! versions them, honours finalizers and tells watchers of each change; armed faults
+//! ([`Fault`]) refuse the next calls of a verb as an API server would, and a watch can be
+//! interrupted and resumed with the relist an informer makes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
+use super::faults::{Fault, Faults, Verb};
+use super::lock;
 use crate::keys::{name_of, namespace_of};
-use crate::ports::{
-    BoxFut, Change, Cluster, ClusterError, EventNote, HookClient, HookError, HookFactory, HookSpec,
-    HookType, Resource, Watches,
-};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::ports::{BoxFut, Change, Cluster, ClusterError, EventNote, Resource, Watches};
 
 /// Where an object lives: `group/plural`, namespace, name.
 type Place = (String, String, String);
+
+fn group_of(resource: &Resource) -> String {
+    format!("{}/{}", resource.group, resource.plural)
+}
+
+/// `Kind namespace/name`, as errors name an object.
+fn describe(resource: &Resource, object: &Value) -> String {
+    format!(
+        "{} {}/{}",
+        resource.kind,
+        namespace_of(object),
+        name_of(object)
+    )
+}
 
 fn place(resource: &Resource, namespace: &str, name: &str) -> Place {
     (
@@ -84,6 +91,13 @@ pub struct MemoryCluster {
     counts: bool,
     watchers: Mutex<Vec<(String, UnboundedSender<Change>)>>,
     events: Mutex<Vec<RecordedEvent>>,
+    faults: Mutex<Faults>,
+    /// Calls by verb and `group/plural`.
+    calls: Mutex<HashMap<(Verb, String), usize>>,
+    /// Successful creates by place.
+    creates: Mutex<HashMap<Place, usize>>,
+    /// Interrupted watches by `group/plural`: what their watchers last saw.
+    interrupted: Mutex<HashMap<String, BTreeMap<Place, Arc<Value>>>>,
 }
 
 impl MemoryCluster {
@@ -98,6 +112,10 @@ impl MemoryCluster {
             counts: false,
             watchers: Mutex::default(),
             events: Mutex::default(),
+            faults: Mutex::default(),
+            calls: Mutex::default(),
+            creates: Mutex::default(),
+            interrupted: Mutex::default(),
         }
     }
 
@@ -161,8 +179,103 @@ impl MemoryCluster {
         self.delete_at(resource, namespace, name);
     }
 
+    /// The next `times` calls of `verb` on `resource` fail with `fault` (after faults
+    /// armed before, in order).
+    pub fn refuse(&self, verb: Verb, resource: &Resource, times: usize, fault: Fault) {
+        lock(&self.faults).arm(verb, Some(group_of(resource)), times, fault);
+    }
+
+    /// The next `times` calls of `verb` on any resource fail with `fault`.
+    pub fn refuse_any(&self, verb: Verb, times: usize, fault: Fault) {
+        lock(&self.faults).arm(verb, None, times, fault);
+    }
+
+    /// Calls refused by an armed fault so far.
+    pub fn faults_met(&self) -> usize {
+        lock(&self.faults).met()
+    }
+
+    /// Armed refusals not met yet.
+    pub fn faults_left(&self) -> usize {
+        lock(&self.faults).left()
+    }
+
+    /// Calls of `verb` on `resource` so far, refused ones included.
+    pub fn calls(&self, verb: Verb, resource: &Resource) -> usize {
+        lock(&self.calls)
+            .get(&(verb, group_of(resource)))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// How many times `namespace/name` of `resource` was created (by anyone).
+    pub fn created(&self, resource: &Resource, namespace: &str, name: &str) -> usize {
+        lock(&self.creates)
+            .get(&place(resource, namespace, name))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The watches of `resource` stop telling changes (a dropped connection), until
+    /// [`resume_watches`](Self::resume_watches).
+    pub fn interrupt_watches(&self, resource: &Resource) {
+        let group = group_of(resource);
+        let seen: BTreeMap<Place, Arc<Value>> = lock(&self.objects)
+            .iter()
+            .filter(|((g, _, _), _)| *g == group)
+            .map(|(p, o)| (p.clone(), Arc::clone(o)))
+            .collect();
+        lock(&self.interrupted).insert(group, seen);
+    }
+
+    /// The watches of `resource` come back with an informer's relist: what changed while
+    /// they were interrupted is told (as an update or a delete), the rest is not.
+    pub fn resume_watches(&self, resource: &Resource) {
+        let group = group_of(resource);
+        let Some(seen) = lock(&self.interrupted).remove(&group) else {
+            return;
+        };
+        let now: BTreeMap<Place, Arc<Value>> = lock(&self.objects)
+            .iter()
+            .filter(|((g, _, _), _)| *g == group)
+            .map(|(p, o)| (p.clone(), Arc::clone(o)))
+            .collect();
+        for (at, new) in &now {
+            let old = seen.get(at).cloned();
+            if old.as_ref().is_none_or(|o| {
+                o["metadata"]["resourceVersion"] != new["metadata"]["resourceVersion"]
+            }) {
+                self.notify(
+                    resource,
+                    Change::Applied {
+                        old,
+                        new: Arc::clone(new),
+                    },
+                );
+            }
+        }
+        for (at, old) in seen {
+            if !now.contains_key(&at) {
+                self.notify(resource, Change::Deleted(old));
+            }
+        }
+    }
+
+    /// Counts a call of `verb` on `resource`; the armed fault it meets, as an error.
+    fn check(&self, verb: Verb, resource: &Resource, what: &str) -> Result<(), ClusterError> {
+        let group = group_of(resource);
+        *lock(&self.calls).entry((verb, group.clone())).or_default() += 1;
+        match lock(&self.faults).meet(verb, &group) {
+            Some(fault) => Err(fault.error(verb, resource, what)),
+            None => Ok(()),
+        }
+    }
+
     fn notify(&self, resource: &Resource, change: Change) {
         let group = format!("{}/{}", resource.group, resource.plural);
+        if lock(&self.interrupted).contains_key(&group) {
+            return;
+        }
         lock(&self.watchers).retain(|(g, tx)| *g != group || tx.send(change.clone()).is_ok());
     }
 
@@ -192,9 +305,14 @@ impl MemoryCluster {
             }
             old
         };
+        if create {
+            *lock(&self.creates).entry(at.clone()).or_default() += 1;
+        }
+        let version = self.version.fetch_add(1, Ordering::SeqCst);
         match &old {
             None => {
-                object["metadata"]["uid"] = json!(format!("uid-{}-{}", at.0, at.2));
+                // A new uid for each creation, as the API server gives.
+                object["metadata"]["uid"] = json!(format!("uid-{}-{}-{version}", at.0, at.2));
                 object["metadata"]["generation"] = json!(1);
             }
             Some(old) => {
@@ -222,7 +340,6 @@ impl MemoryCluster {
                 }
             }
         }
-        let version = self.version.fetch_add(1, Ordering::SeqCst);
         object["metadata"]["resourceVersion"] = json!(version.to_string());
         self.writes.fetch_add(1, Ordering::SeqCst);
         let finalized = !object["metadata"]["deletionTimestamp"].is_null()
@@ -300,7 +417,10 @@ impl Cluster for MemoryCluster {
         resource: &Resource,
         namespace: Option<&str>,
     ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
-        let group = format!("{}/{}", resource.group, resource.plural);
+        if let Err(e) = self.check(Verb::List, resource, &resource.to_string()) {
+            return Box::pin(async move { Err(e) });
+        }
+        let group = group_of(resource);
         let out = lock(&self.objects)
             .iter()
             .filter(|((g, ns, _), _)| *g == group && namespace.is_none_or(|n| n == ns))
@@ -316,7 +436,10 @@ impl Cluster for MemoryCluster {
         owner_uid: &str,
     ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
         self.reads.fetch_add(1, Ordering::SeqCst);
-        let group = format!("{}/{}", resource.group, resource.plural);
+        if let Err(e) = self.check(Verb::List, resource, &resource.to_string()) {
+            return Box::pin(async move { Err(e) });
+        }
+        let group = group_of(resource);
         let out = lock(&self.objects)
             .iter()
             .filter(|((g, ns, _), o)| {
@@ -346,6 +469,13 @@ impl Cluster for MemoryCluster {
         namespace: &str,
         name: &str,
     ) -> BoxFut<'_, Result<Value, ClusterError>> {
+        if let Err(e) = self.check(
+            Verb::Get,
+            resource,
+            &format!("{} {namespace}/{name}", resource.kind),
+        ) {
+            return Box::pin(async move { Err(e) });
+        }
         let out = self
             .object(resource, namespace, name)
             .map(|o| (*o).clone())
@@ -358,7 +488,9 @@ impl Cluster for MemoryCluster {
         resource: &Resource,
         object: Value,
     ) -> BoxFut<'_, Result<Value, ClusterError>> {
-        let out = self.store(resource, object, true);
+        let out = self
+            .check(Verb::Create, resource, &describe(resource, &object))
+            .and_then(|()| self.store(resource, object, true));
         Box::pin(async move { out })
     }
 
@@ -368,6 +500,9 @@ impl Cluster for MemoryCluster {
         object: Value,
     ) -> BoxFut<'_, Result<Value, ClusterError>> {
         // The main resource keeps its status when it has a status subresource.
+        if let Err(e) = self.check(Verb::Replace, resource, &describe(resource, &object)) {
+            return Box::pin(async move { Err(e) });
+        }
         let out = match self.object(resource, namespace_of(&object), name_of(&object)) {
             Some(old) if resource.status_subresource => {
                 let mut object = object;
@@ -390,6 +525,13 @@ impl Cluster for MemoryCluster {
         object: Value,
     ) -> BoxFut<'_, Result<Value, ClusterError>> {
         // Only the status changes.
+        if let Err(e) = self.check(
+            Verb::ReplaceStatus,
+            resource,
+            &format!("status of {}", describe(resource, &object)),
+        ) {
+            return Box::pin(async move { Err(e) });
+        }
         let out = match self.object(resource, namespace_of(&object), name_of(&object)) {
             Some(old) => {
                 let mut next = (*old).clone();
@@ -409,6 +551,9 @@ impl Cluster for MemoryCluster {
         dry_run: bool,
     ) -> BoxFut<'_, Result<Value, ClusterError>> {
         // Server-side apply, simplified: the applied fields over the live object.
+        if let Err(e) = self.check(Verb::Apply, resource, &describe(resource, &object)) {
+            return Box::pin(async move { Err(e) });
+        }
         let out = match self.object(resource, namespace_of(&object), name_of(&object)) {
             Some(old) => {
                 let mut next = (*old).clone();
@@ -433,6 +578,14 @@ impl Cluster for MemoryCluster {
         name: &str,
         uid: &str,
     ) -> BoxFut<'_, Result<(), ClusterError>> {
+        match self.check(
+            Verb::Delete,
+            resource,
+            &format!("{} {namespace}/{name}", resource.kind),
+        ) {
+            Ok(()) | Err(ClusterError::NotFound(_)) => {}
+            Err(e) => return Box::pin(async move { Err(e) }),
+        }
         let matches = self
             .object(resource, namespace, name)
             .is_some_and(|o| o["metadata"]["uid"].as_str() == Some(uid));
@@ -459,90 +612,11 @@ impl Watches for MemoryCluster {
         &self,
         resource: &Resource,
     ) -> BoxFut<'_, Result<UnboundedReceiver<Change>, ClusterError>> {
+        if let Err(e) = self.check(Verb::Watch, resource, &resource.to_string()) {
+            return Box::pin(async move { Err(e) });
+        }
         let (tx, rx) = unbounded_channel();
-        lock(&self.watchers).push((format!("{}/{}", resource.group, resource.plural), tx));
+        lock(&self.watchers).push((group_of(resource), tx));
         Box::pin(async move { Ok(rx) })
-    }
-}
-
-/// A webhook's answer to a request: a JSON body, or the hook's failure.
-pub type Script = Arc<dyn Fn(&Value) -> Result<Value, HookError> + Send + Sync>;
-
-/// Webhooks answered by closures, by controller name and hook type; the answer may be
-/// changed while controllers run. Every request is kept.
-#[derive(Default)]
-pub struct ScriptedHooks {
-    scripts: Mutex<HashMap<(String, HookType), Script>>,
-    requests: Mutex<Vec<(String, HookType, Value)>>,
-}
-
-impl ScriptedHooks {
-    /// Answers `controller`'s `hook` with `script` from now on.
-    pub fn answer(
-        &self,
-        controller: &str,
-        hook: HookType,
-        script: impl Fn(&Value) -> Result<Value, HookError> + Send + Sync + 'static,
-    ) {
-        lock(&self.scripts).insert((controller.to_string(), hook), Arc::new(script));
-    }
-
-    /// The requests `controller`'s `hook` got, oldest first.
-    pub fn requests(&self, controller: &str, hook: HookType) -> Vec<Value> {
-        lock(&self.requests)
-            .iter()
-            .filter(|(c, h, _)| c == controller && *h == hook)
-            .map(|(_, _, r)| r.clone())
-            .collect()
-    }
-}
-
-/// One controller's hook of [`ScriptedHooks`].
-struct ScriptedClient {
-    hooks: Arc<ScriptedHooks>,
-    controller: String,
-    hook: HookType,
-    url: String,
-}
-
-impl HookClient for ScriptedClient {
-    fn url(&self) -> &str {
-        &self.url
-    }
-
-    fn call(&self, body: Bytes, _cache_key: String) -> BoxFut<'_, Result<Bytes, HookError>> {
-        let answer = (|| {
-            let request: Value = serde_json::from_slice(&body).map_err(|e| HookError::Config {
-                hook: self.hook,
-                message: format!("the request is not JSON: {e}"),
-            })?;
-            lock(&self.hooks.requests).push((self.controller.clone(), self.hook, request.clone()));
-            let script = lock(&self.hooks.scripts)
-                .get(&(self.controller.clone(), self.hook))
-                .cloned()
-                .ok_or_else(|| HookError::Status {
-                    hook: self.hook,
-                    url: self.url.clone(),
-                    code: 404,
-                    body: "no script".into(),
-                })?;
-            script(&request).map(|v| Bytes::from(v.to_string()))
-        })();
-        Box::pin(async move { answer })
-    }
-}
-
-/// Builds [`ScriptedHooks`] clients (a `HookFactory` of an `Arc<ScriptedHooks>`).
-pub struct ScriptedFactory(pub Arc<ScriptedHooks>);
-
-impl HookFactory for ScriptedFactory {
-    fn client(&self, spec: HookSpec) -> BoxFut<'_, Result<Arc<dyn HookClient>, HookError>> {
-        let client: Arc<dyn HookClient> = Arc::new(ScriptedClient {
-            hooks: Arc::clone(&self.0),
-            url: format!("http://hooks.test/{}/{}", spec.controller, spec.hook_type),
-            controller: spec.controller,
-            hook: spec.hook_type,
-        });
-        Box::pin(async move { Ok(client) })
     }
 }
