@@ -1,15 +1,11 @@
 //! Lambda controllers end to end: a real sandbox API server, `bosun run`, and webhooks
-//! served by this test on 127.0.0.1. What needs the process and the real thing stays here:
-//! the whole path from a webhook over HTTP to objects on the API server and the debug CLI,
-//! `bosun explain` and `bosun journal`, server-side apply, a kill -9 and a restart,
-//! metacontroller's command line, profiles, and the informers' relists. The controllers'
-//! behaviour (finalizers, refusals, 429s, `ignoreStatusChanges`, …) is tested in-process
-//! in `actors/lambda/tests/`.
+//! served by this test on 127.0.0.1. Each test plays one of metacontroller's example or
+//! integration scenarios with hooks written here.
 
 use crate::common;
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::common::webhooks::{Hooks, get, post_ok};
 use crate::common::{Operator, Sandbox, wait_for, workdir};
@@ -249,6 +245,145 @@ fn composite_controller_creates_children_writes_status_and_follows_changes() {
     assert_eq!(code, 200);
     wait_for("the child garbage-collected", WAIT, || {
         get(&sb, cm_path).is_none()
+    });
+}
+
+#[test]
+fn finalize_hook_runs_before_the_parent_goes() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let hooks = Hooks::serve(|path, req| {
+        if path == "/finalize" {
+            assert_eq!(req["finalizing"], true);
+            // Done once the child is gone.
+            let left = req["children"]["ConfigMap.v1"]
+                .as_object()
+                .map_or(0, |m| m.len());
+            return (200, json!({"children": [], "finalized": left == 0}));
+        }
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        (
+            200,
+            json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-f")}}]}),
+        )
+    });
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Job2", "job2s", true, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/job2s");
+    let op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "job2s"},
+            "spec": {
+                "generateSelector": true,
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "job2s"},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {
+                    "sync": {"webhook": {"url": format!("{}/sync", hooks.url)}},
+                    "finalize": {"webhook": {"url": format!("{}/finalize", hooks.url)}}
+                }
+            }
+        }),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/job2s",
+        &json!({"apiVersion": "example.com/v1", "kind": "Job2", "metadata": {"name": "j"}}),
+    );
+    let parent_path = "/apis/example.com/v1/namespaces/default/job2s/j";
+    op.wait("the finalizer and the child", WAIT, || {
+        let p = get(&sb, parent_path).unwrap_or_default();
+        p["metadata"]["finalizers"].as_array().is_some_and(|f| {
+            f.iter()
+                .any(|f| f == "metacontroller.io/compositecontroller-job2s")
+        }) && get(&sb, "/api/v1/namespaces/default/configmaps/j-f").is_some()
+    });
+    let (code, _) = sb.request("DELETE", parent_path, "", "");
+    assert_eq!(code, 200);
+    wait_for("the parent gone after finalize", WAIT, || {
+        get(&sb, parent_path).is_none()
+    });
+    assert!(
+        get(&sb, "/api/v1/namespaces/default/configmaps/j-f").is_none(),
+        "the finalize hook's empty children were applied"
+    );
+    assert!(!hooks.calls("/finalize").is_empty());
+}
+
+#[test]
+fn a_parent_without_the_status_subresource_is_refused_with_the_upstream_message() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Plain", "plains", false, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/plains");
+    let op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "plains"},
+            "spec": {
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "plains"},
+                "hooks": {"sync": {"webhook": {"url": "http://127.0.0.1:9/sync"}}}
+            }
+        }),
+    );
+    op.wait("a SyncError event on the controller", WAIT, || {
+        events_for(&sb, "default", "plains").iter().any(|e| {
+            e["reason"] == "SyncError"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("does not have subresource 'Status' enabled"))
+        })
+    });
+    // A controller without hooks is refused too, naming the field; bosun keeps running.
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "hookless"},
+            "spec": {"parentResource": {"apiVersion": "example.com/v1", "resource": "plains"}}
+        }),
+    );
+    op.wait("a SyncError event naming the missing hooks", WAIT, || {
+        events_for(&sb, "default", "hookless").iter().any(|e| {
+            e["message"].as_str()
+                == Some("CompositeController hookless: spec: hooks: no hooks defined")
+        })
+    });
+    // The journal's append and the Event are made apart: the Event may be seen first.
+    let journal = || {
+        common::run_ok(
+            std::process::Command::new(common::bosun_bin())
+                .args(["journal", "--journal-dir"])
+                .arg(work.path().join("journal"))
+                .arg("lambda"),
+        )
+    };
+    op.wait("the refusal in the lambda journal", WAIT, || {
+        journal().contains("CompositeController hookless refused")
     });
 }
 
@@ -700,6 +835,77 @@ fn server_side_apply_writes_children_with_the_field_manager_and_keeps_others_fie
     op.wait("the child updated by apply", WAIT, || {
         get(&sb, cm_path).is_some_and(|c| c["data"]["v"] == "2" && c["data"]["other"] == "kept")
     });
+}
+
+#[test]
+fn a_webhook_answering_429_is_retried_after_retry_after_without_a_sync_error() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    // When each sync request arrived, on this process's clock (the fake's own).
+    let arrivals = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let seen = arrivals.clone();
+    let retry_after = Duration::from_secs(2);
+    let hooks = Hooks::serve_with_headers(move |_, req| {
+        let mut seen = seen.lock().expect("arrivals");
+        seen.push(Instant::now());
+        // The first answer is 429 with Retry-After: 2; then a child.
+        if seen.len() == 1 {
+            return (
+                429,
+                vec![("retry-after", retry_after.as_secs().to_string())],
+                json!({"message": "slow down"}),
+            );
+        }
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        (
+            200,
+            vec![],
+            json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-later")}}]}),
+        )
+    });
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd("Busy", "busies", true, "Namespaced"),
+    );
+    wait_crd_served(&sb, "/apis/example.com/v1/busies");
+    let op = bosun(&sb, work.path(), &[]);
+    wait_crd_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    composite(
+        &sb,
+        "busies",
+        "busies",
+        "OnDelete",
+        json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}),
+    );
+    post_ok(
+        &sb,
+        "/apis/example.com/v1/namespaces/default/busies",
+        &json!({"apiVersion": "example.com/v1", "kind": "Busy", "metadata": {"name": "b"}}),
+    );
+    op.wait("the child after the retry", WAIT, || {
+        get(&sb, "/api/v1/namespaces/default/configmaps/b-later").is_some()
+    });
+    // The retry came no sooner than Retry-After asked: both instants are the fake's.
+    let arrivals = arrivals.lock().expect("arrivals").clone();
+    assert!(arrivals.len() >= 2, "{arrivals:?}");
+    let waited = arrivals[1] - arrivals[0];
+    assert!(
+        waited >= retry_after,
+        "the retry came {waited:?} after the 429, before its Retry-After of {retry_after:?}"
+    );
+    assert!(
+        events_for(&sb, "default", "b")
+            .iter()
+            .all(|e| e["reason"] != "SyncError"),
+        "a 429 is not an error: {:?}",
+        events_for(&sb, "default", "b")
+    );
 }
 
 #[test]

@@ -1,11 +1,9 @@
 //! Rolling updates of a CompositeController end to end: a real sandbox API server,
-//! `bosun run`, and a sync hook served by this test on 127.0.0.1: ControllerRevisions kept
-//! on the API server, in both apply modes, and across a kill -9. `RollingRecreate`,
-//! finalizing through every revision and the refusal of a cluster-scoped parent run
-//! in-process (`actors/lambda/tests/rollout.rs`).
+//! `bosun run`, and a sync hook served by this test on 127.0.0.1.
 //!
 //! The parent `Rollout` wants three `Replica` children (a custom resource with a status
-//! subresource) carrying its `spec.version`, updated `RollingInPlace` and gated by
+//! subresource) carrying its `spec.version`, updated `RollingInPlace` (or
+//! `RollingRecreate`) and gated by
 //! `statusChecks` on a `Ready` condition. No kubelet runs here: the test writes each
 //! child's status itself, and the rollout may only move the next child once it has.
 
@@ -16,6 +14,7 @@ use crate::common::{Operator, Sandbox, wait_for, workdir};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
+const NS: &str = "default";
 const PARENT: &str = "/apis/example.com/v1/namespaces/default/rollouts/web";
 const REPLICAS: &str = "/apis/example.com/v1/namespaces/default/replicas";
 const REVISIONS: &str =
@@ -150,9 +149,8 @@ fn set_version(sb: &Sandbox, version: &str) {
     }
 }
 
-/// A sandbox, bosun (started with `env` as well) and the hook, with the controller
-/// (children updated `RollingInPlace`) and a parent at `v1` rolled out and every replica
-/// Ready.
+/// A sandbox, bosun and the hook, with the controller (children updated by `method`) and
+/// a parent at `v1` rolled out and every replica Ready.
 struct Setup {
     // Field order is drop order: bosun stops before its sandbox and work folder go.
     op: Operator,
@@ -161,11 +159,31 @@ struct Setup {
     _work: tempfile::TempDir,
 }
 
-fn setup(env: &[(&str, &str)]) -> Setup {
+fn setup(method: &str) -> Setup {
+    setup_with(method, false)
+}
+
+/// [`setup`], with a finalize hook when `finalize` (no children; finalized once none is
+/// left).
+fn setup_with(method: &str, finalize: bool) -> Setup {
+    setup_in(method, finalize, &[])
+}
+
+/// [`setup_with`], bosun started with `env` as well.
+fn setup_in(method: &str, finalize: bool, env: &[(&str, &str)]) -> Setup {
     let sb = Sandbox::start();
     let work = workdir();
     // Three replicas carrying the parent's version; the status echoes the version.
-    let hooks = Hooks::serve(|_, req| {
+    let hooks = Hooks::serve(|path, req| {
+        if path == "/finalize" {
+            let left = req["children"]["Replica.example.com/v1"]
+                .as_object()
+                .map_or(0, |m| m.len());
+            return (
+                200,
+                json!({"status": {"finalizing": true}, "children": [], "finalized": left == 0}),
+            );
+        }
         let parent = &req["parent"];
         let name = parent["metadata"]["name"].as_str().unwrap_or_default();
         let version = parent["spec"]["version"].clone();
@@ -191,6 +209,10 @@ fn setup(env: &[(&str, &str)]) -> Setup {
         );
         wait_served(&sb, &format!("/apis/example.com/v1/{plural}"));
     }
+    let mut hook_urls = json!({"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}});
+    if finalize {
+        hook_urls["finalize"] = json!({"webhook": {"url": format!("{}/finalize", hooks.url)}});
+    }
     let op = bosun(&sb, work.path(), env);
     wait_served(
         &sb,
@@ -208,11 +230,11 @@ fn setup(env: &[(&str, &str)]) -> Setup {
                 "childResources": [{
                     "apiVersion": "example.com/v1", "resource": "replicas",
                     "updateStrategy": {
-                        "method": "RollingInPlace",
+                        "method": method,
                         "statusChecks": {"conditions": [{"type": "Ready", "status": "True"}]}
                     }
                 }],
-                "hooks": {"sync": {"webhook": {"url": format!("{}/sync", hooks.url)}}}
+                "hooks": hook_urls
             }
         }),
     );
@@ -266,9 +288,18 @@ fn uids(sb: &Sandbox) -> Vec<Value> {
         .collect()
 }
 
-/// The end state: every replica at v2, updated in place (the same objects, no extras,
-/// each controlled by the parent alone), on the latest revision, the old revision pruned.
-fn assert_rolled_out(s: &Setup, original_uids: &[Value]) {
+/// How the replicas' objects relate to those before the rollout.
+#[derive(Clone, Copy, PartialEq)]
+enum Objects {
+    /// Updated in place: the same objects.
+    Same,
+    /// Recreated: every one a new object.
+    Replaced,
+}
+
+/// The end state: every replica at v2 (no extras, each controlled by the parent alone),
+/// on the latest revision, the old revision pruned.
+fn assert_rolled_out(s: &Setup, original_uids: &[Value], objects: Objects) {
     let sb = &s.sb;
     s.op.wait("OnLatestRevision with every replica at v2", WAIT, || {
         updated(sb)["reason"] == "OnLatestRevision" && versions(sb) == ["v2", "v2", "v2"]
@@ -311,7 +342,15 @@ fn assert_rolled_out(s: &Setup, original_uids: &[Value]) {
         .collect();
     names.sort_unstable();
     assert_eq!(names, ["web-0", "web-1", "web-2"]);
-    assert_eq!(uids(sb), original_uids, "replicas were recreated");
+    let now = uids(sb);
+    match objects {
+        Objects::Same => assert_eq!(now, original_uids, "replicas were recreated"),
+        Objects::Replaced => {
+            for (i, (new, old)) in now.iter().zip(original_uids).enumerate() {
+                assert_ne!(new, old, "web-{i} was not recreated");
+            }
+        }
+    }
     for r in &all {
         let refs = r["metadata"]["ownerReferences"].as_array().expect("owners");
         assert_eq!(refs.len(), 1, "{r}");
@@ -322,7 +361,7 @@ fn assert_rolled_out(s: &Setup, original_uids: &[Value]) {
 
 #[test]
 fn rolling_in_place_moves_one_ready_child_per_sync_and_prunes_the_old_revision() {
-    let s = setup(&[]);
+    let s = setup("RollingInPlace");
     let sb = &s.sb;
     let before = uids(sb);
     set_version(sb, "v2");
@@ -361,7 +400,7 @@ fn rolling_in_place_moves_one_ready_child_per_sync_and_prunes_the_old_revision()
     // the children are, not that the last one is Ready) and the old revision, claiming
     // nothing any more, is pruned.
     report(sb, 1, "v2", true);
-    assert_rolled_out(&s, &before);
+    assert_rolled_out(&s, &before, Objects::Same);
 
     // A revision orphaned by someone else is adopted again.
     let parent_uid = get(sb, PARENT).expect("parent")["metadata"]["uid"].clone();
@@ -416,7 +455,7 @@ fn rolling_in_place_moves_one_ready_child_per_sync_and_prunes_the_old_revision()
 
 #[test]
 fn a_rollout_survives_kill_9_and_ends_on_the_latest_revision_without_duplicates() {
-    let mut s = setup(&[]);
+    let mut s = setup("RollingInPlace");
     let before = uids(&s.sb);
     set_version(&s.sb, "v2");
 
@@ -436,7 +475,74 @@ fn a_rollout_survives_kill_9_and_ends_on_the_latest_revision_without_duplicates(
     s.op.kill9();
     report(&s.sb, 1, "v2", true);
     s.op.spawn();
-    assert_rolled_out(&s, &before);
+    assert_rolled_out(&s, &before, Objects::Same);
+}
+
+#[test]
+fn rolling_methods_are_refused_for_a_cluster_scoped_parent_naming_the_field() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let mut parent_crd = crd("Fleet", "fleets");
+    parent_crd["spec"]["scope"] = json!("Cluster");
+    post_ok(
+        &sb,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &parent_crd,
+    );
+    wait_served(&sb, "/apis/example.com/v1/fleets");
+    let op = bosun(&sb, work.path(), &[]);
+    wait_served(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+    );
+    post_ok(
+        &sb,
+        "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "fleets"},
+            "spec": {
+                "generateSelector": true,
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "fleets"},
+                "childResources": [
+                    {"apiVersion": "v1", "resource": "configmaps"},
+                    {"apiVersion": "v1", "resource": "secrets", "updateStrategy": {"method": "RollingRecreate"}}
+                ],
+                "hooks": {"sync": {"webhook": {"url": "http://127.0.0.1:9/sync"}}}
+            }
+        }),
+    );
+    op.wait("a SyncError event naming the field", WAIT, || {
+        let (_, list) = sb.get(&format!("/api/v1/namespaces/{NS}/events"));
+        list["items"].as_array().into_iter().flatten().any(|e| {
+            e["involvedObject"]["name"] == "fleets"
+                && e["reason"] == "SyncError"
+                && e["message"].as_str().is_some_and(|m| {
+                    m.contains("spec.childResources[1].updateStrategy.method: RollingRecreate")
+                        && m.contains("cluster-scoped")
+                })
+        })
+    });
+}
+
+#[test]
+fn rolling_recreate_replaces_one_ready_child_per_sync() {
+    let s = setup("RollingRecreate");
+    let sb = &s.sb;
+    let before = uids(sb);
+    set_version(sb, "v2");
+    // web-0 is deleted and created again at v2; the rollout waits for it to be Ready.
+    wait_waiting_on(&s, 0);
+    assert_eq!(versions(sb), ["v2", "v1", "v1"]);
+    let now = uids(sb);
+    assert_ne!(now[0], before[0], "web-0 was updated, not recreated");
+    assert_eq!(now[1..], before[1..]);
+    report(sb, 0, "v2", true);
+    wait_waiting_on(&s, 1);
+    assert_eq!(versions(sb), ["v2", "v2", "v1"]);
+    assert_eq!(uids(sb)[2], before[2]);
+    report(sb, 1, "v2", true);
+    assert_rolled_out(&s, &before, Objects::Replaced);
 }
 
 /// The rolling update goes on past the first child when children are written with
@@ -444,7 +550,11 @@ fn a_rollout_survives_kill_9_and_ends_on_the_latest_revision_without_duplicates(
 /// the same way in both modes.
 #[test]
 fn rolling_in_place_with_server_side_apply_moves_every_child() {
-    let s = setup(&[("BOSUN_APPLY_STRATEGY", "server-side-apply")]);
+    let s = setup_in(
+        "RollingInPlace",
+        false,
+        &[("BOSUN_APPLY_STRATEGY", "server-side-apply")],
+    );
     let sb = &s.sb;
     let before = uids(sb);
     set_version(sb, "v2");
@@ -454,5 +564,41 @@ fn rolling_in_place_with_server_side_apply_moves_every_child() {
     wait_waiting_on(&s, 1);
     assert_eq!(versions(sb), ["v2", "v2", "v1"]);
     report(sb, 1, "v2", true);
-    assert_rolled_out(&s, &before);
+    assert_rolled_out(&s, &before, Objects::Same);
+}
+
+#[test]
+fn a_rolling_parent_is_finalized_through_every_revision_and_leaves_nothing_behind() {
+    let s = setup_with("RollingInPlace", true);
+    let sb = &s.sb;
+    let finalizer = "metacontroller.io/compositecontroller-rollouts";
+    assert!(
+        get(sb, PARENT).expect("parent")["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == finalizer)),
+        "no finalizer on the parent"
+    );
+    // Deleted mid-rollout: an old revision still claims web-1 and web-2.
+    set_version(sb, "v2");
+    wait_waiting_on(&s, 0);
+    assert_eq!(revisions(sb).len(), 2);
+    let (code, answer) = sb.request("DELETE", PARENT, "", "");
+    assert_eq!(code, 200, "{answer}");
+    s.op.wait("the parent finalized and gone", WAIT, || {
+        get(sb, PARENT).is_none()
+    });
+    s.op.wait("no replica and no revision left", WAIT, || {
+        items(sb, REPLICAS).is_empty() && revisions(sb).is_empty()
+    });
+    let finalize = s.hooks.calls("/finalize");
+    assert!(
+        finalize.iter().all(|c| c["finalizing"] == true),
+        "a finalize call without finalizing: true"
+    );
+    assert!(
+        finalize
+            .iter()
+            .any(|c| c["parent"]["spec"]["version"] == "v1"),
+        "the old revision's virtual parent was not finalized"
+    );
 }
