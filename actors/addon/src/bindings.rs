@@ -58,7 +58,7 @@ pub struct BindingEvent {
 pub type BindingEvents = Arc<dyn Fn(BindingEvent) + Send + Sync>;
 
 /// The stub of a Synchronization context for binding `index` of a hook.
-pub fn sync_stub(config: &HookConfig, index: usize) -> ContextStub {
+pub(crate) fn sync_stub(config: &HookConfig, index: usize) -> ContextStub {
     let b = &config.kubernetes[index];
     ContextStub::Synchronization {
         binding: b.name.clone(),
@@ -69,7 +69,7 @@ pub fn sync_stub(config: &HookConfig, index: usize) -> ContextStub {
 
 /// The stub of an Event context from the event a binding delivered (see
 /// [`BindingEvent`]).
-pub fn event_stub(config: &HookConfig, event: BindingEvent) -> ContextStub {
+pub(crate) fn event_stub(config: &HookConfig, event: BindingEvent) -> ContextStub {
     let b = config.kubernetes.get(event.index);
     ContextStub::Event {
         binding: b.map(|b| b.name.clone()).unwrap_or_default(),
@@ -82,7 +82,8 @@ pub fn event_stub(config: &HookConfig, event: BindingEvent) -> ContextStub {
 }
 
 /// The stub of a Schedule context for schedule binding `index`.
-pub fn schedule_stub(config: &HookConfig, index: usize) -> ContextStub {
+#[cfg(test)]
+pub(crate) fn schedule_stub(config: &HookConfig, index: usize) -> ContextStub {
     let b = &config.schedule[index];
     ContextStub::Schedule {
         binding: b.name.clone(),
@@ -92,7 +93,7 @@ pub fn schedule_stub(config: &HookConfig, index: usize) -> ContextStub {
 }
 
 /// A hook-run task for one firing of a schedule binding.
-pub fn schedule_task(id: TaskId, entry: &crate::scheduler::ScheduleEntry) -> TaskSpec {
+pub(crate) fn schedule_task(id: TaskId, entry: &crate::scheduler::ScheduleEntry) -> TaskSpec {
     let module = entry.owner.strip_prefix("module/");
     let b = &entry.binding;
     let stub = ContextStub::Schedule {
@@ -112,7 +113,7 @@ pub fn schedule_task(id: TaskId, entry: &crate::scheduler::ScheduleEntry) -> Tas
 }
 
 /// Schedule entries of a hook's `schedule` bindings.
-pub fn schedule_entries(
+pub(crate) fn schedule_entries(
     owner: &str,
     hook: &str,
     config: &HookConfig,
@@ -129,7 +130,7 @@ pub fn schedule_entries(
 }
 
 /// A hook-run task for binding contexts (`GlobalHookRun` or `ModuleHookRun`).
-pub fn hook_run_task(
+pub(crate) fn hook_run_task(
     id: TaskId,
     module: Option<&str>,
     hook: &str,
@@ -156,7 +157,7 @@ pub fn hook_run_task(
 }
 
 /// A Synchronization task for binding `index`, with the flags the merge rule compares.
-pub fn sync_task(
+pub(crate) fn sync_task(
     id: TaskId,
     module: Option<&str>,
     hook: &str,
@@ -182,7 +183,7 @@ pub fn sync_task(
 }
 
 /// Binding indexes of the Synchronization contexts in a task's contexts.
-pub fn synchronized(contexts: &[ContextStub]) -> Vec<usize> {
+pub(crate) fn synchronized(contexts: &[ContextStub]) -> Vec<usize> {
     contexts
         .iter()
         .filter_map(|c| match c {
@@ -233,7 +234,7 @@ fn snapshots_of(
 
 /// The binding context array for a hook run, rendered against the hook's current
 /// snapshots, and the first context's binding name (for logs).
-pub fn contexts_for_run(
+pub(crate) fn contexts_for_run(
     config: &HookConfig,
     stubs: Vec<ContextStub>,
     snapshots: &dyn SnapshotSource,
@@ -351,7 +352,7 @@ fn render_one(
 }
 
 /// Queues a hook task for every released event of a hook's kubernetes binding.
-pub fn binding_events(
+pub(crate) fn binding_events(
     module: Option<&str>,
     hook: &str,
     config: Arc<HookConfig>,

@@ -49,7 +49,7 @@ pub struct GlobalHook {
 
 /// Messages of the global hooks actor.
 #[derive(Debug)]
-pub enum GlobalHooksMsg {
+pub(crate) enum GlobalHooksMsg {
     /// Run a `GlobalHookRun` task; its end goes to its queue through the completion.
     Run(Box<QueuedTask>, Completion),
     /// A hook process finished (after running this long).
@@ -87,7 +87,7 @@ impl Describe for GlobalHooksMsg {
 }
 
 /// Start-up arguments.
-pub struct GlobalHooksArgs {
+pub(crate) struct GlobalHooksArgs {
     /// The hooks, with their configurations.
     pub hooks: Vec<GlobalHook>,
     /// Static values (`global` of the values.yaml files).
@@ -109,10 +109,10 @@ pub struct GlobalHooksArgs {
 }
 
 /// The actor.
-pub struct GlobalHooksActor;
+pub(crate) struct GlobalHooksActor;
 
 /// Its state.
-pub struct GlobalHooksState {
+pub(crate) struct GlobalHooksState {
     hooks: Vec<GlobalHook>,
     static_values: Value,
     schemas: Arc<ValuesSchemas>,

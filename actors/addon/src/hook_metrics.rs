@@ -177,7 +177,7 @@ pub enum MetricProblem {
 }
 
 /// Histogram buckets when an `observe` gives none (Prometheus' defaults).
-pub const DEFAULT_BUCKETS: [f64; 11] = [
+pub(crate) const DEFAULT_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 

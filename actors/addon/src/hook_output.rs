@@ -161,7 +161,7 @@ pub struct ParsedOutput {
 }
 
 /// A ConfigMap `<module>Enabled` key and its new value (`None`: remove the key).
-pub type EnabledFlag = (String, Option<bool>);
+pub(crate) type EnabledFlag = (String, Option<bool>);
 
 /// Takes a global hook's `/<module>Enabled` operations out of its config patch: they are
 /// ConfigMap keys of their own, not global config values.
@@ -243,7 +243,7 @@ pub struct ScopeValues<'a> {
 
 /// The values events an output leads to.
 #[derive(Debug, Default, PartialEq)]
-pub struct ValuesPlan {
+pub(crate) struct ValuesPlan {
     /// `ValuesPatched` events, config first.
     pub events: Vec<Event>,
     /// The new config values, when they changed (for the ConfigMap).
@@ -252,7 +252,7 @@ pub struct ValuesPlan {
 
 /// Applies the patches to a copy of the values and validates the result; nothing is
 /// changed. The events are what to journal.
-pub fn plan_values(
+pub(crate) fn plan_values(
     origin: Origin<'_>,
     config_ops: Vec<PatchOperation>,
     memory_ops: Vec<PatchOperation>,

@@ -236,7 +236,7 @@ fn with_enabled_modules(mut values: Value, enabled: &[String]) -> Value {
 
 /// Where a module's enabled state came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EnabledBy {
+pub(crate) enum EnabledBy {
     /// No source enabled it.
     Default,
     /// The values.yaml files.
@@ -245,8 +245,6 @@ pub enum EnabledBy {
     Dynamic,
     /// The ConfigMap's `<key>Enabled`.
     ConfigMap,
-    /// The `enabled` script.
-    Script,
 }
 
 impl EnabledBy {
@@ -257,14 +255,13 @@ impl EnabledBy {
             EnabledBy::Static => "static",
             EnabledBy::Dynamic => "dynamic",
             EnabledBy::ConfigMap => "configmap",
-            EnabledBy::Script => "script",
         }
     }
 }
 
 /// The flag chain before the `enabled` script: static → dynamic → ConfigMap, a later
 /// defined flag overriding earlier ones; disabled by default.
-pub fn flag_chain(
+pub(crate) fn flag_chain(
     static_flag: Option<bool>,
     dynamic: Option<bool>,
     config_map: Option<bool>,
@@ -284,7 +281,7 @@ pub fn flag_chain(
 
 /// Messages of a module actor.
 #[derive(Debug)]
-pub enum ModuleMsg {
+pub(crate) enum ModuleMsg {
     /// Run a `ModuleRun`, `ModuleDelete` or `ModuleEnsureCRDs` task.
     Run(Box<QueuedTask>, GlobalDocs, RpcReplyPort<TaskOutcome>),
     /// Run the `enabled` script with `global.enabledModules` = the given list.
@@ -348,7 +345,7 @@ pub struct ModuleArgs {
 
 /// The objects each module's resource monitor checks, `Kind/[namespace/]name`, shared with
 /// the debug views so they never wait for a busy module actor.
-pub type Monitored = Arc<std::sync::Mutex<BTreeMap<String, Vec<String>>>>;
+pub(crate) type Monitored = Arc<std::sync::Mutex<BTreeMap<String, Vec<String>>>>;
 
 /// A module hook with its configuration.
 #[derive(Clone, Debug)]
@@ -360,10 +357,10 @@ struct ModuleHook {
 }
 
 /// The actor.
-pub struct ModuleActor;
+pub(crate) struct ModuleActor;
 
 /// Its state.
-pub struct ModuleState {
+pub(crate) struct ModuleState {
     def: ModuleDef,
     /// What the journal holds (this actor reads its module's values and record from it).
     journaled: State,

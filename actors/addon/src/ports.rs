@@ -102,7 +102,7 @@ pub trait HookExecutor: Send + Sync + 'static {
 }
 
 /// A ConfigMap's `data`: each key's text.
-pub type ConfigMapData = BTreeMap<String, String>;
+pub(crate) type ConfigMapData = BTreeMap<String, String>;
 
 /// The operator's ConfigMap (`ADDON_OPERATOR_CONFIG_MAP`).
 pub trait ConfigStore: Send + Sync + 'static {

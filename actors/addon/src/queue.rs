@@ -11,11 +11,11 @@ use crate::state::QueuedTask;
 use crate::task::{AddonTask, ConvergePhase};
 
 /// Queued tasks of one hook at which all of them are compacted into one.
-pub const COMPACTION_THRESHOLD: usize = 100;
+pub(crate) const COMPACTION_THRESHOLD: usize = 100;
 
 /// The rules the addon's queues run by.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct AddonQueueRules;
+pub(crate) struct AddonQueueRules;
 
 impl QueueRules<AddonTask> for AddonQueueRules {
     fn describe(&self, task: &QueuedTask) -> String {
@@ -59,7 +59,7 @@ impl QueueRules<AddonTask> for AddonQueueRules {
 
 /// Whether a task is a step of a converge ("reload all modules"): its phases, its module
 /// runs, and its beforeAll/afterAll hook runs.
-pub fn is_converge_step(t: &TaskSpec) -> bool {
+pub(crate) fn is_converge_step(t: &TaskSpec) -> bool {
     match &t.kind {
         AddonTask::ConvergeModules { .. } => true,
         AddonTask::ModuleRun { run, .. } => run.reload_all,
@@ -119,7 +119,7 @@ fn mergeable_binding(task: &QueuedTask) -> bool {
 
 /// Drops every context followed by one of the same non-empty group (the last of each
 /// run of equal groups is kept; ungrouped contexts are kept in order).
-pub fn compact_groups(contexts: Vec<ContextStub>) -> Vec<ContextStub> {
+pub(crate) fn compact_groups(contexts: Vec<ContextStub>) -> Vec<ContextStub> {
     let mut out: Vec<ContextStub> = Vec::with_capacity(contexts.len());
     for c in contexts {
         if let (Some(g), Some(last)) = (c.group(), out.last())
@@ -134,7 +134,7 @@ pub fn compact_groups(contexts: Vec<ContextStub>) -> Vec<ContextStub> {
 
 /// When one hook has at least [`COMPACTION_THRESHOLD`] queued compactable tasks (not the
 /// head, which may be running), all of them merge into the first: `(into, merged)`.
-pub fn plan_compaction(queue: &[QueuedTask]) -> Option<(TaskId, Vec<TaskId>)> {
+pub(crate) fn plan_compaction(queue: &[QueuedTask]) -> Option<(TaskId, Vec<TaskId>)> {
     let mut counts: std::collections::BTreeMap<&str, Vec<TaskId>> = Default::default();
     for t in queue.iter().skip(1) {
         if let AddonTask::ModuleHookRun { hook, .. } = &t.spec.kind {

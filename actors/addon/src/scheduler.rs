@@ -24,7 +24,7 @@ pub struct ScheduleEntry {
 }
 
 /// Called with every entry whose crontab fired.
-pub type OnFire = Arc<dyn Fn(Vec<ScheduleEntry>) + Send + Sync>;
+pub(crate) type OnFire = Arc<dyn Fn(Vec<ScheduleEntry>) + Send + Sync>;
 
 /// Timers for schedule bindings, one per distinct crontab source. Cheap to clone; the timers
 /// stop when the last clone is dropped.

@@ -187,7 +187,7 @@ fn defaults_of(schema: &Value) -> Option<Value> {
 }
 
 /// Adds to `target` every key of `defaults` it lacks, recursively into objects.
-pub fn fill_missing(target: &mut Value, defaults: &Value) {
+pub(crate) fn fill_missing(target: &mut Value, defaults: &Value) {
     let (Some(t), Some(d)) = (target.as_object_mut(), defaults.as_object()) else {
         return;
     };

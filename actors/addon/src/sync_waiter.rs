@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 /// The set of `(hook, binding index)` whose Synchronization has not run yet.
 #[derive(Clone, Debug)]
-pub struct SyncWaiter(Arc<tokio::sync::watch::Sender<BTreeSet<(String, usize)>>>);
+pub(crate) struct SyncWaiter(Arc<tokio::sync::watch::Sender<BTreeSet<(String, usize)>>>);
 
 impl Default for SyncWaiter {
     fn default() -> Self {

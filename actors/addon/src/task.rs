@@ -336,7 +336,7 @@ pub type QueueDump = bosun_runtime::queue_actor::QueueDump<AddonTask>;
 type Spec = bosun_runtime::TaskSpec<AddonTask>;
 
 /// A `ConvergeModules` task in its first phase, in the main queue.
-pub fn converge_task(id: bosun_runtime::TaskId, reason: &str) -> Spec {
+pub(crate) fn converge_task(id: bosun_runtime::TaskId, reason: &str) -> Spec {
     Spec {
         id,
         queue: "main".into(),
@@ -349,7 +349,7 @@ pub fn converge_task(id: bosun_runtime::TaskId, reason: &str) -> Spec {
 }
 
 /// A `ModuleRun` task, in the main queue.
-pub fn module_run_task(
+pub(crate) fn module_run_task(
     id: bosun_runtime::TaskId,
     module: &str,
     do_startup: bool,
@@ -378,7 +378,7 @@ pub fn module_run_task(
 
 /// A module task described as `<module>:<reason>` (`ModuleDelete`, `ModuleEnsureCRDs`,
 /// `ModulePurge`), in the main queue.
-pub fn module_task(id: bosun_runtime::TaskId, kind: AddonTask) -> Spec {
+pub(crate) fn module_task(id: bosun_runtime::TaskId, kind: AddonTask) -> Spec {
     Spec {
         id,
         queue: "main".into(),
@@ -424,7 +424,7 @@ struct WireTask {
 
 /// A journaled task that does not fit its type.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum InvalidTask {
+pub(crate) enum InvalidTask {
     /// A field the type needs is missing.
     #[error("{task_type:?} task without a {field}")]
     Missing {

@@ -103,7 +103,7 @@ pub fn binding_of(task: &QueuedTask) -> String {
 /// What started a task: the converge or module run reason (`OperatorStartup`,
 /// `ReloadAllModules`, `ModuleValuesChanged`, …) when it has one, else the kind of binding
 /// (`Schedule`, `Kubernetes`, `OnStartup`, `BeforeAll`, `AfterAll`).
-pub fn activation_of(task: &QueuedTask) -> String {
+pub(crate) fn activation_of(task: &QueuedTask) -> String {
     if let Some(r) = task.spec.kind.reason() {
         return r.to_string();
     }
@@ -116,7 +116,7 @@ pub fn activation_of(task: &QueuedTask) -> String {
 }
 
 /// The activation of one binding context (see [`activation_of`]).
-pub fn activation_of_context(context: &ContextStub) -> String {
+pub(crate) fn activation_of_context(context: &ContextStub) -> String {
     match context {
         ContextStub::Schedule { .. } => "Schedule".into(),
         ContextStub::Event { .. } | ContextStub::Synchronization { .. } => "Kubernetes".into(),
@@ -136,7 +136,7 @@ pub fn activation_of_context(context: &ContextStub) -> String {
 
 /// The steps of a module's Helm run, as `helm_operation_seconds{operation}` names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HelmOperation {
+pub(crate) enum HelmOperation {
     /// Rendering the chart with the module's values.
     Template,
     /// Deciding whether an upgrade is needed: release status, checksum, absent or
@@ -172,7 +172,7 @@ impl HelmOperation {
 }
 
 /// One more module discovery failure (see [`MODULE_DISCOVER_ERRORS_TOTAL`]).
-pub fn module_discover_error() {
+pub(crate) fn module_discover_error() {
     metrics::counter!(MODULE_DISCOVER_ERRORS_TOTAL).increment(1);
 }
 
@@ -268,7 +268,11 @@ impl HookRunLabels {
 }
 
 /// `binding_count{module,hook}` of a hook (`module` empty for global hooks).
-pub fn binding_count(module: Option<&str>, hook: &str, config: &crate::hook_config::HookConfig) {
+pub(crate) fn binding_count(
+    module: Option<&str>,
+    hook: &str,
+    config: &crate::hook_config::HookConfig,
+) {
     let orders = [
         config.on_startup,
         config.before_all,

@@ -74,7 +74,7 @@ pub fn values_key(module: &str) -> String {
 }
 
 /// Kebab name of a values key (`myModule` → `my-module`).
-pub fn kebab_name(key: &str) -> String {
+pub(crate) fn kebab_name(key: &str) -> String {
     let mut out = String::with_capacity(key.len() + 4);
     for (i, c) in key.chars().enumerate() {
         if c.is_ascii_uppercase() {
@@ -159,7 +159,7 @@ fn op_path(op: &PatchOperation) -> String {
 
 /// Checks that every operation stays within what the hook may change: global hooks
 /// `/global/…` and `/<module>Enabled`; module hooks `/<moduleKey>/…`.
-pub fn check_scope(
+pub(crate) fn check_scope(
     file: &str,
     ops: &[PatchOperation],
     kind: HookKind,
@@ -197,7 +197,7 @@ pub fn check_scope(
 
 /// Appends new memory operations to the accumulated list, dropping earlier operations
 /// they make irrelevant (any earlier operation on the same path or below it).
-pub fn compact_into(acc: &mut Vec<PatchOperation>, new: &[PatchOperation]) {
+pub(crate) fn compact_into(acc: &mut Vec<PatchOperation>, new: &[PatchOperation]) {
     for op in new {
         let path = op_path(op);
         let below = format!("{path}/");
@@ -250,7 +250,7 @@ fn ensure_parents(doc: &mut Value, path: &str) {
 }
 
 /// Deep-merges `top` into `base`: objects merge key by key, everything else is replaced.
-pub fn merge_into(base: &mut Value, top: &Value) {
+pub(crate) fn merge_into(base: &mut Value, top: &Value) {
     match (base, top) {
         (Value::Object(b), Value::Object(t)) => {
             for (k, v) in t {
@@ -288,7 +288,7 @@ pub fn checksum(v: &Value) -> String {
 /// The global documents a module run needs: `VALUES_PATH` and `CONFIG_VALUES_PATH` of the
 /// global scope (each `{"global": …}`).
 #[derive(Clone, Debug, Default)]
-pub struct GlobalDocs {
+pub(crate) struct GlobalDocs {
     /// Global values document (may also hold root `<key>Enabled` flags).
     pub values: Value,
     /// Global config values document.

@@ -35,7 +35,7 @@ use crate::target::{self, ResolvedTarget, TargetSelector};
 
 /// Why a reconcile could not finish its writes (retried with backoff).
 #[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
+pub(crate) enum ReconcileError {
     #[error("{0}")]
     Cluster(#[from] ClusterError),
     #[error("journal: {0}")]
@@ -68,9 +68,9 @@ impl ReconcileError {
 /// Reconciles by result (`ok`, `error`).
 pub const RECONCILES_TOTAL: &str = "bosun_deployer_reconciles_total";
 /// Reconcile durations in seconds.
-pub const RECONCILE_SECONDS: &str = "bosun_deployer_reconcile_duration_seconds";
+pub(crate) const RECONCILE_SECONDS: &str = "bosun_deployer_reconcile_duration_seconds";
 /// Errors recorded on items, by type and code (`none` without a code).
-pub const ERRORS_TOTAL: &str = "bosun_deployer_item_errors_total";
+pub(crate) const ERRORS_TOTAL: &str = "bosun_deployer_item_errors_total";
 /// Items by phase, as of their last reconcile.
 pub const ITEMS: &str = "bosun_deployer_items";
 
@@ -147,9 +147,9 @@ pub struct Settings {
 }
 
 /// The prefix of this deployer's SyncObjects (landscaper uses the deployer's name).
-pub const LOCK_PREFIX: &str = "bosun";
+pub(crate) const LOCK_PREFIX: &str = "bosun";
 /// How long an item locked by another replica waits before it is looked at again.
-pub const LOCKED_RETRY: Duration = Duration::from_secs(60);
+pub(crate) const LOCKED_RETRY: Duration = Duration::from_secs(60);
 
 /// What the debug view keeps of an item's last run, beside its time, error, failures in
 /// a row and next look ([`LastOutcome`](bosun_runtime::last_outcome::LastOutcome)).
@@ -163,7 +163,7 @@ pub struct RunDetail {
 }
 
 /// The last run of each item.
-pub type LastItemRuns = LastOutcomes<ItemKey, RunDetail>;
+pub(crate) type LastItemRuns = LastOutcomes<ItemKey, RunDetail>;
 
 /// What the workers share.
 struct Shared {

@@ -34,16 +34,16 @@ use crate::status::{DeployError, fail, start_run};
 use crate::timeout::Timeout;
 
 /// `operation: reconcile`.
-pub const OP_RECONCILE: &str = "reconcile";
+pub(crate) const OP_RECONCILE: &str = "reconcile";
 /// `operation: force-reconcile`.
-pub const OP_FORCE_RECONCILE: &str = "force-reconcile";
+pub(crate) const OP_FORCE_RECONCILE: &str = "force-reconcile";
 /// `operation: abort`.
-pub const OP_ABORT: &str = "abort";
+pub(crate) const OP_ABORT: &str = "abort";
 /// `operation: test-reconcile` (the jobID contract without a landscaper).
-pub const OP_TEST_RECONCILE: &str = "test-reconcile";
+pub(crate) const OP_TEST_RECONCILE: &str = "test-reconcile";
 
 /// How long a run that is not final waits before it is looked at again.
-pub const RETRY_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What the target check found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,7 +204,7 @@ fn older_than(marker: Option<&str>, limit: Option<Duration>, now: SystemTime) ->
 
 /// Step 1 on metadata alone: whether the item is of one of `types`. Items of other types
 /// are never read further, let alone written.
-pub fn is_our_type(item: &DeployItem, types: &[String]) -> bool {
+pub(crate) fn is_our_type(item: &DeployItem, types: &[String]) -> bool {
     types.iter().any(|t| t == item.deployer_type())
 }
 

@@ -83,7 +83,7 @@ impl Group {
 }
 
 /// The default order: namespaced objects, then cluster-scoped ones, then CRDs.
-pub fn default_groups() -> Vec<Group> {
+pub(crate) fn default_groups() -> Vec<Group> {
     [Select::Namespaced, Select::ClusterScoped, Select::Crds]
         .into_iter()
         .map(|select| Group {

@@ -69,14 +69,14 @@ pub struct OperationOptions {
 
 /// `helmDeploymentConfig.uninstall`.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct UninstallOptions {
+pub(crate) struct UninstallOptions {
     pub wait: bool,
     pub timeout: Option<String>,
 }
 
 /// The ProviderConfiguration, checked.
 #[derive(Clone, Debug, PartialEq)]
-pub struct HelmConfig {
+pub(crate) struct HelmConfig {
     pub chart: ChartSource,
     /// Release name.
     pub name: String,
@@ -484,7 +484,7 @@ impl ChartAccess {
 }
 
 /// The annotation that keeps an item's downloaded charts for a day.
-pub const CACHE_HELM_CHARTS: &str = "landscaper.gardener.cloud/cache-helm-charts";
+pub(crate) const CACHE_HELM_CHARTS: &str = "landscaper.gardener.cloud/cache-helm-charts";
 
 /// How long a chart archive downloaded for an item with [`CACHE_HELM_CHARTS`] is reused
 /// (landscaper's chart cache keeps them a day).
@@ -494,7 +494,7 @@ pub const CACHED_CHART_TTL: std::time::Duration = std::time::Duration::from_secs
 /// and, for an OCI registry, its login ([`ChartAccess`]), then the deployer's own
 /// `registry_configs` (docker configs from its Configuration's `oci.configFiles`, after
 /// the Context's); nothing for a chart in the item.
-pub async fn chart_access(
+pub(crate) async fn chart_access(
     job: &Job<'_>,
     source: &ChartSource,
     registry_configs: &[Value],
@@ -845,7 +845,7 @@ pub trait HelmPort: Send + Sync + 'static {
 /// The objects of a release manifest the default readiness check looks at (the ProviderStatus
 /// of a real release lists only these, as landscaper's does), in `namespace` when they name
 /// none.
-pub fn release_objects(manifest: &str, namespace: &str) -> Vec<ResourceRef> {
+pub(crate) fn release_objects(manifest: &str, namespace: &str) -> Vec<ResourceRef> {
     let mut out = Vec::new();
     for doc in split_documents(manifest) {
         let Ok(v) = serde_saphyr::from_str::<Value>(doc) else {
@@ -878,7 +878,7 @@ pub fn split_documents(text: &str) -> impl Iterator<Item = &str> {
 /// revision bosun made, and that revision is still the deployed one, an unforced
 /// reconcile leaves the release alone (no new revision every 5 s while it waits for
 /// readiness).
-pub fn desired_digest(config: &HelmConfig, chart: &Chart) -> String {
+pub(crate) fn desired_digest(config: &HelmConfig, chart: &Chart) -> String {
     use md5::Digest as _;
     let text = json!({
         "chart": chart.digest,
@@ -897,7 +897,7 @@ pub fn desired_digest(config: &HelmConfig, chart: &Chart) -> String {
 }
 
 /// The chart's values root for exports: `.Values`, `.Release`, `.Chart`.
-pub fn values_root(config: &HelmConfig, chart: &Chart, revision: Option<u64>) -> Value {
+pub(crate) fn values_root(config: &HelmConfig, chart: &Chart, revision: Option<u64>) -> Value {
     json!({
         "Values": coalesce(&chart.default_values, &config.values),
         "Release": {

@@ -14,20 +14,21 @@ pub const API_VERSION: &str = "landscaper.gardener.cloud/v1alpha1";
 /// The finalizer a deployer puts on the items it works on.
 pub const FINALIZER: &str = "finalizer.landscaper.gardener.cloud";
 /// What a human or the landscaper asks for: `reconcile`, `force-reconcile`, `abort`, `test-reconcile`.
-pub const OPERATION_ANNOTATION: &str = "landscaper.gardener.cloud/operation";
+pub(crate) const OPERATION_ANNOTATION: &str = "landscaper.gardener.cloud/operation";
 /// Set by the landscaper when it writes an item; a deployer removes it when it picks the item up.
-pub const RECONCILE_TIME_ANNOTATION: &str = "landscaper.gardener.cloud/reconcile-time";
+pub(crate) const RECONCILE_TIME_ANNOTATION: &str = "landscaper.gardener.cloud/reconcile-time";
 /// Set by the landscaper together with `operation: abort`.
-pub const ABORT_TIME_ANNOTATION: &str = "landscaper.gardener.cloud/abort-time";
+pub(crate) const ABORT_TIME_ANNOTATION: &str = "landscaper.gardener.cloud/abort-time";
 /// The item's type, readable from metadata alone.
 pub const DEPLOYER_TYPE_ANNOTATION: &str = "landscaper.gardener.cloud/deployer-type";
 /// The item's target name, readable from metadata alone (`.noTargetName` when none).
-pub const DEPLOYER_TARGET_NAME_ANNOTATION: &str = "landscaper.gardener.cloud/deployer-target-name";
+pub(crate) const DEPLOYER_TARGET_NAME_ANNOTATION: &str =
+    "landscaper.gardener.cloud/deployer-target-name";
 /// `"true"`: remove the finalizer on deletion without uninstalling.
-pub const DELETE_WITHOUT_UNINSTALL_ANNOTATION: &str =
+pub(crate) const DELETE_WITHOUT_UNINSTALL_ANNOTATION: &str =
     "landscaper.gardener.cloud/delete-without-uninstall";
 /// The value of `deployer-target-name` for an item without a target.
-pub const NO_TARGET_NAME: &str = ".noTargetName";
+pub(crate) const NO_TARGET_NAME: &str = ".noTargetName";
 
 /// A DeployItem's phase (`status.phase`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -552,12 +553,12 @@ impl serde::Serialize for WithStatus<'_> {
 }
 
 /// RFC 3339 with seconds, as Kubernetes writes `metav1.Time`.
-pub fn format_time(t: SystemTime) -> String {
+pub(crate) fn format_time(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// Parses an RFC 3339 time.
-pub fn parse_time(s: &str) -> Option<SystemTime> {
+pub(crate) fn parse_time(s: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339_weak(s.trim_end_matches('Z'))
         .ok()
         .or_else(|| humantime::parse_rfc3339(s).ok())

@@ -213,7 +213,7 @@ impl ManifestConfig {
 /// (1.5 MiB). kube-apiserver takes request bodies of up to 3 MiB, but it stores a custom
 /// resource in one etcd request, and etcd refuses a larger one (`etcdserver: request is too
 /// large`, a 500).
-pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+pub(crate) const MAX_OBJECT_BYTES: usize = 1536 * 1024;
 
 /// Room for the rest of the status (conditions, errors, times, exports' reference).
 const STATUS_SLACK: usize = 16 * 1024;
@@ -239,7 +239,7 @@ fn json_len(value: &impl Serialize) -> usize {
 
 /// Refuses, before anything is written, manifests whose `managedResources` would make the
 /// item larger than the API server takes: its status write would be refused on every try.
-pub fn check_status_fits(item: &Value, config: &ManifestConfig) -> Result<(), DeployError> {
+pub(crate) fn check_status_fits(item: &Value, config: &ManifestConfig) -> Result<(), DeployError> {
     // Counted, not copied and written out: this runs on every run of every item.
     let item_bytes = json_len(item).saturating_sub(match item.get("status") {
         Some(status) => json_len(status) + r#","status":"#.len(),
@@ -381,7 +381,7 @@ pub fn orphans(before: &[Managed], now: &[Managed]) -> Vec<Managed> {
 }
 
 /// The managed resources of a providerStatus.
-pub fn managed_of(provider_status: Option<&Value>) -> Vec<Managed> {
+pub(crate) fn managed_of(provider_status: Option<&Value>) -> Vec<Managed> {
     provider_status
         .and_then(|p| serde_json::from_value(p["managedResources"].clone()).ok())
         .unwrap_or_default()
@@ -1134,7 +1134,7 @@ impl ManifestType {
 /// What differs between the types that apply objects themselves: the label on the
 /// objects, the ProviderStatus's apiVersion, and the namespace of an object that names
 /// none.
-pub struct Flavor {
+pub(crate) struct Flavor {
     pub label: &'static str,
     pub provider_api: &'static str,
     pub default_namespace: String,

@@ -13,7 +13,7 @@ use crate::status::DeployError;
 /// The type name.
 pub const MOCK_TYPE: &str = "landscaper.gardener.cloud/mock";
 /// The ProviderConfiguration's apiVersion.
-pub const MOCK_API_VERSION: &str = "mock.deployer.landscaper.gardener.cloud/v1alpha1";
+pub(crate) const MOCK_API_VERSION: &str = "mock.deployer.landscaper.gardener.cloud/v1alpha1";
 
 /// The mock's ProviderConfiguration.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]

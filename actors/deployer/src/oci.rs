@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 /// The media type of a Helm chart's layer.
-pub const CHART_LAYER: &str = "application/vnd.cncf.helm.chart.content.v1.tar+gzip";
+pub(crate) const CHART_LAYER: &str = "application/vnd.cncf.helm.chart.content.v1.tar+gzip";
 /// What a manifest request accepts.
 pub const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
 
@@ -262,7 +262,7 @@ pub enum Login {
 
 /// The login for `registry` in a docker config ([`login_for`]): an `identitytoken` first,
 /// else `auth` or `username` and `password`.
-pub fn registry_login_for(config: &Value, registry: &str) -> Option<Login> {
+pub(crate) fn registry_login_for(config: &Value, registry: &str) -> Option<Login> {
     let entry = entry_for(config, registry)?;
     match &entry["identitytoken"] {
         Value::String(t) if !t.is_empty() => Some(Login::IdentityToken(t.clone())),

@@ -31,12 +31,10 @@ use serde_json::Value;
 
 use crate::oci::OciRef;
 
-/// The media type of an OCM component version's config.
-pub const COMPONENT_CONFIG: &str = "application/vnd.ocm.software.component.config.v1+json";
 /// An OCI artifact in OCM's artifact-set format (a tar, gzipped or not, with `index.json`
 /// and `blobs/sha256.<hex>`), as `ocm add resource --type helmChart --input helm` stores a
 /// chart.
-pub const ARTIFACT_SET: &str = "application/vnd.oci.image.manifest.v1+tar";
+pub(crate) const ARTIFACT_SET: &str = "application/vnd.oci.image.manifest.v1+tar";
 
 /// OCM input that cannot be used, naming the field, the resource or the document.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -269,7 +267,7 @@ pub struct Resolver {
 
 /// What bosun reads of an `.ocmconfig` (`type: generic.config.ocm.software/v1`).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct OcmConfig {
+pub(crate) struct OcmConfig {
     /// Of its `configurations` of `type: ocm.config.ocm.software`: `resolvers:
     /// [{repository, prefix, priority}]`.
     pub resolvers: Vec<Resolver>,
@@ -290,7 +288,7 @@ pub struct OcmConfig {
 
 /// A docker config an `.ocmconfig` names as a credential repository.
 #[derive(Clone, Debug, PartialEq)]
-pub enum DockerConfigSource {
+pub(crate) enum DockerConfigSource {
     /// `dockerConfig`: the config itself (an object, or its JSON text).
     Inline(Value),
     /// `dockerConfigFile`: a file on bosun's file system (`~/` is the home folder), read

@@ -72,7 +72,7 @@ impl UpdateStrategy {
 }
 
 /// RFC 7386: `null` removes, objects merge, anything else replaces.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
+pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(p) = patch else {
         *target = patch.clone();
         return;
@@ -103,7 +103,7 @@ fn is_empty(v: &Value) -> bool {
 
 /// Deep merge of `from` into `into`: objects merge key by key; elsewhere `into` keeps its
 /// value unless it has none, or `overwrite` is set and `from`'s value is not empty.
-pub fn deep_merge(into: &mut Value, from: &Value, overwrite: bool) {
+pub(crate) fn deep_merge(into: &mut Value, from: &Value, overwrite: bool) {
     match (into, from) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in b {
@@ -125,7 +125,7 @@ pub fn deep_merge(into: &mut Value, from: &Value, overwrite: bool) {
 
 /// Whether every field of `want` has the same value in `have` (objects compared key by
 /// key, anything else whole): applying `want` would change nothing.
-pub fn contained(want: &Value, have: &Value) -> bool {
+pub(crate) fn contained(want: &Value, have: &Value) -> bool {
     match (want, have) {
         (Value::Object(w), Value::Object(h)) => w
             .iter()
@@ -299,7 +299,7 @@ fn literal(path: &str, text: &str) -> Result<Value, PathError> {
 }
 
 /// JSON values equal as landscaper compares them: numbers by value (`1` is `1.0`).
-pub fn json_eq(a: &Value, b: &Value) -> bool {
+pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
         (Value::Array(x), Value::Array(y)) => {
@@ -431,7 +431,7 @@ fn parse_path(path: &str) -> Result<Vec<Step>, PathError> {
 }
 
 /// Checks a JSONPath's syntax.
-pub fn check_path(path: &str) -> Result<(), PathError> {
+pub(crate) fn check_path(path: &str) -> Result<(), PathError> {
     parse_path(path).map(|_| ())
 }
 
@@ -473,7 +473,7 @@ fn walk<'a>(v: &'a Value, steps: &[Step], out: &mut Vec<&'a Value>) {
 
 /// Every value at `path` in `v` (none: not there); a path with `[*]` or a filter may
 /// find several.
-pub fn all_at<'a>(v: &'a Value, path: &str) -> Result<Vec<&'a Value>, PathError> {
+pub(crate) fn all_at<'a>(v: &'a Value, path: &str) -> Result<Vec<&'a Value>, PathError> {
     let steps = parse_path(path)?;
     let mut out = Vec::new();
     walk(v, &steps, &mut out);
@@ -492,7 +492,7 @@ fn int(v: &Value, path: &str) -> Option<i64> {
 /// Why an object is not ready by the default checks (`None`: ready, or a kind without a
 /// default check).
 /// The kinds the default readiness check looks at; any other object is ready as it is.
-pub const CHECKED_KINDS: &[&str] = &[
+pub(crate) const CHECKED_KINDS: &[&str] = &[
     "Pod",
     "Deployment",
     "ReplicaSet",
@@ -502,7 +502,7 @@ pub const CHECKED_KINDS: &[&str] = &[
 ];
 
 /// What the default readiness check still waits for in `o` (`None`: ready).
-pub fn default_not_ready(o: &Value) -> Option<String> {
+pub(crate) fn default_not_ready(o: &Value) -> Option<String> {
     let kind = o["kind"].as_str().unwrap_or_default();
     let generation = int(o, ".metadata.generation").unwrap_or(0);
     let observed = int(o, ".status.observedGeneration").unwrap_or(0);
@@ -848,13 +848,13 @@ pub struct Export {
 }
 
 /// Reads `spec.config.exports` (each export reads an object: `fromResource` is required).
-pub fn parse_exports(v: &Value) -> Result<Vec<Export>, DeployError> {
+pub(crate) fn parse_exports(v: &Value) -> Result<Vec<Export>, DeployError> {
     parse_export_list(&v["exports"], "spec.config.exports.exports", false)
 }
 
 /// Reads a list of exports at `field`; with `values_allowed`, an export without
 /// `fromResource` reads the chart's values root.
-pub fn parse_export_list(
+pub(crate) fn parse_export_list(
     list: &Value,
     field_base: &str,
     values_allowed: bool,
@@ -938,7 +938,7 @@ fn target_name(v: &Value, field: &str) -> Result<Option<String>, DeployError> {
 }
 
 /// Puts `value` at the dotted `key` of `into` (`a.b` → `{a: {b: value}}`), merging.
-pub fn put_export(into: &mut Value, key: &str, value: Value) {
+pub(crate) fn put_export(into: &mut Value, key: &str, value: Value) {
     let mut nested = value;
     for part in key.rsplit('.') {
         let mut m = Map::new();

@@ -9,7 +9,7 @@ use crate::item::{
 };
 
 /// How many errors `lastErrors` keeps.
-pub const LAST_ERRORS: usize = 5;
+pub(crate) const LAST_ERRORS: usize = 5;
 
 /// An error a step of the deployer or a type reports: what was being done, why, and codes.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -69,7 +69,7 @@ impl DeployError {
 
 /// Starts a run: phase `Init` (`InitDelete` when deleting), the generation observed,
 /// `lastReconcileTime` and `initTime` now, the deployer named, errors of the last run gone.
-pub fn start_run(
+pub(crate) fn start_run(
     status: &mut Status,
     generation: i64,
     deleting: bool,
@@ -96,7 +96,7 @@ pub fn start_run(
 
 /// Records `error` as landscaper's `UpdatedError` does: the transition time is kept while
 /// the operation stays the same; the update time moves only when something changed.
-pub fn record_error(status: &mut Status, error: &DeployError, now: SystemTime) {
+pub(crate) fn record_error(status: &mut Status, error: &DeployError, now: SystemTime) {
     let now_s = format_time(now);
     let mut new = ItemError {
         operation: error.operation.clone(),
@@ -133,7 +133,7 @@ pub fn record_error(status: &mut Status, error: &DeployError, now: SystemTime) {
 
 /// Sets `phase`; a final phase finishes the run: `finishedTime` now and, under the jobID
 /// contract, `jobIDFinished = jobID` in the same write.
-pub fn set_phase(status: &mut Status, phase: Phase, now: SystemTime) {
+pub(crate) fn set_phase(status: &mut Status, phase: Phase, now: SystemTime) {
     status.phase = Some(phase);
     if phase.is_final() {
         let times = status
@@ -147,7 +147,7 @@ pub fn set_phase(status: &mut Status, phase: Phase, now: SystemTime) {
 }
 
 /// The failed phase of a run: `DeleteFailed` while deleting, else `Failed`.
-pub fn failed_phase(deleting: bool) -> Phase {
+pub(crate) fn failed_phase(deleting: bool) -> Phase {
     if deleting {
         Phase::DeleteFailed
     } else {
@@ -163,7 +163,7 @@ pub fn fail(status: &mut Status, deleting: bool, error: &DeployError, now: Syste
 
 /// What a failed step does to the status: an unrecoverable error fails the run, any
 /// other keeps the phase (the run is retried). Returns whether the run failed.
-pub fn handle_error(
+pub(crate) fn handle_error(
     status: &mut Status,
     deleting: bool,
     error: &DeployError,
@@ -180,7 +180,7 @@ pub fn handle_error(
 
 /// The new conditions, each keeping the times of the old one of its type when its
 /// status, reason and message did not change (so an unchanged condition is no write).
-pub fn merge_conditions(
+pub(crate) fn merge_conditions(
     old: &[serde_json::Value],
     new: Vec<serde_json::Value>,
 ) -> Vec<serde_json::Value> {

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::item::FieldError;
 
 /// The type of a target that is a Kubernetes cluster.
-pub const KUBERNETES_CLUSTER: &str = "landscaper.gardener.cloud/kubernetes-cluster";
+pub(crate) const KUBERNETES_CLUSTER: &str = "landscaper.gardener.cloud/kubernetes-cluster";
 
 /// A Target read from its JSON.
 #[derive(Clone, Debug, PartialEq)]
@@ -172,7 +172,7 @@ pub fn resolve(
 /// cluster itself) or `oidcConfig` (another cluster that trusts the resource cluster's
 /// tokens).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TokenAccess {
+pub(crate) struct TokenAccess {
     /// `oidcConfig`: the server and its CA (`caData`, base64 of PEM); `None`: `selfConfig`.
     pub server: Option<(String, Option<String>)>,
     /// The service account (in the Target's namespace) whose token is used.
@@ -184,11 +184,11 @@ pub struct TokenAccess {
 }
 
 /// The default token lifetime of `selfConfig` and `oidcConfig` (landscaper's).
-pub const TOKEN_EXPIRATION_SECONDS: u64 = 86_400;
+pub(crate) const TOKEN_EXPIRATION_SECONDS: u64 = 86_400;
 
 /// The `selfConfig` or `oidcConfig` of a resolved kubernetes-cluster target (`None`: it has
 /// a kubeconfig, or is another type).
-pub fn token_access(resolved: &ResolvedTarget) -> Result<Option<TokenAccess>, FieldError> {
+pub(crate) fn token_access(resolved: &ResolvedTarget) -> Result<Option<TokenAccess>, FieldError> {
     // Every reconcile resolves its target: most hold a kubeconfig, not worth parsing here.
     if resolved.target.type_ != KUBERNETES_CLUSTER
         || !(resolved.content.contains("selfConfig") || resolved.content.contains("oidcConfig"))
@@ -306,7 +306,7 @@ pub fn token_access(resolved: &ResolvedTarget) -> Result<Option<TokenAccess>, Fi
 
 /// `resolved` with its content replaced by a kubeconfig that reaches `server` (its CA
 /// `ca_data`, base64 of PEM) with `token`.
-pub fn with_token(
+pub(crate) fn with_token(
     resolved: &ResolvedTarget,
     server: &str,
     ca_data: Option<&str>,
@@ -420,7 +420,7 @@ fn missing_kubeconfig(target: &Target, found: &serde_json::Map<String, Value>) -
 /// each run cost the deployer more CPU than any other step of a run but its requests.
 /// A target whose content changes is checked again; one that fails is checked each time.
 #[derive(Default)]
-pub struct CheckedKubeconfigs(std::sync::Mutex<std::collections::HashSet<[u8; 16]>>);
+pub(crate) struct CheckedKubeconfigs(std::sync::Mutex<std::collections::HashSet<[u8; 16]>>);
 
 impl CheckedKubeconfigs {
     /// Targets remembered at most; past that the memory starts over.
@@ -495,7 +495,7 @@ pub enum KubeconfigError {
 
 /// Refuses what landscaper refuses in a target kubeconfig: credentials read from files or
 /// commands, auth providers, impersonation. Only inline data, tokens and basic auth pass.
-pub fn validate_kubeconfig(text: &str) -> Result<(), KubeconfigError> {
+pub(crate) fn validate_kubeconfig(text: &str) -> Result<(), KubeconfigError> {
     let kc: Value =
         serde_saphyr::from_str(text).map_err(|e| KubeconfigError::NotYaml(e.to_string()))?;
     if !kc.is_object() {

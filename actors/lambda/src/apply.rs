@@ -46,7 +46,7 @@ use serde_json::{Map, Value};
 use crate::types::LAST_APPLIED_ANNOTATION;
 
 /// The list-map keys, in order of preference.
-pub const LIST_MAP_KEYS: [&str; 7] = [
+pub(crate) const LIST_MAP_KEYS: [&str; 7] = [
     "containerPort",
     "port",
     "mountPath",
@@ -57,7 +57,7 @@ pub const LIST_MAP_KEYS: [&str; 7] = [
 ];
 
 /// The read-only `metadata` fields the API server owns; a hook cannot change them.
-pub const SYSTEM_METADATA_FIELDS: [&str; 8] = [
+pub(crate) const SYSTEM_METADATA_FIELDS: [&str; 8] = [
     "selfLink",
     "uid",
     "resourceVersion",
@@ -243,7 +243,7 @@ fn describe(object: &Value) -> String {
 }
 
 /// The last-applied configuration recorded on `observed`; `null` when there is none.
-pub fn last_applied(observed: &Value) -> Result<Value, ApplyError> {
+pub(crate) fn last_applied(observed: &Value) -> Result<Value, ApplyError> {
     let raw = match &observed["metadata"]["annotations"][LAST_APPLIED_ANNOTATION] {
         Value::Null => return Ok(Value::Null),
         Value::String(s) if s.is_empty() => return Ok(Value::Null),
@@ -304,7 +304,7 @@ fn set_annotation(object: &mut Map<String, Value>, value: String) {
 
 /// The object to write so that `observed` becomes `desired` (ApplyUpdate); equal to
 /// `observed` when nothing changes.
-pub fn apply_update(observed: &Value, desired: &Value) -> Result<Value, ApplyError> {
+pub(crate) fn apply_update(observed: &Value, desired: &Value) -> Result<Value, ApplyError> {
     let Some(observed_object) = observed.as_object() else {
         return Err(ApplyError::NotAnObject {
             object: describe(desired),
@@ -349,7 +349,7 @@ pub fn apply_update(observed: &Value, desired: &Value) -> Result<Value, ApplyErr
 }
 
 /// `desired` with its last-applied annotation set, for a create.
-pub fn with_last_applied(desired: &Value) -> Value {
+pub(crate) fn with_last_applied(desired: &Value) -> Value {
     let mut out = strip_last_applied(desired);
     let json = canonical_json(&out);
     if let Value::Object(object) = &mut out {
@@ -361,7 +361,7 @@ pub fn with_last_applied(desired: &Value) -> Value {
 /// Deterministic compact JSON: keys sorted, and the same bytes Go's `json.Marshal` writes
 /// (`<`, `>`, `&`, U+2028 and U+2029 escaped; floats without a needless `.0`), so an
 /// annotation written by metacontroller for the same object compares equal.
-pub fn canonical_json(v: &Value) -> String {
+pub(crate) fn canonical_json(v: &Value) -> String {
     let mut out = String::new();
     write_canonical(v, &mut out);
     out

@@ -86,7 +86,7 @@ pub struct UndeclaredChild {
 /// Sorts desired objects into a group map by their own `apiVersion`/`kind`, matched to
 /// the declared types (by group and kind when the version differs). An object of an
 /// undeclared type is an error naming it.
-pub fn group_desired(
+pub(crate) fn group_desired(
     desired: Vec<Value>,
     types: &[ChildType],
 ) -> Result<GroupMap, UndeclaredChild> {
@@ -425,7 +425,7 @@ fn update(
 /// we would apply already holds in `observed` (the test that makes an apply a no-op). A
 /// rolling update reads this in that mode: such children carry no last-applied
 /// annotation for the 3-way check to compare with.
-pub fn ssa_applied(observed: &Value, desired: &Value) -> bool {
+pub(crate) fn ssa_applied(observed: &Value, desired: &Value) -> bool {
     contains(observed, &ssa_fields(desired))
 }
 

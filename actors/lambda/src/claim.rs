@@ -41,7 +41,7 @@ impl Owner {
 }
 
 /// The ownerReference marked `controller: true`, if any.
-pub fn controller_ref(object: &Value) -> Option<&Value> {
+pub(crate) fn controller_ref(object: &Value) -> Option<&Value> {
     object["metadata"]["ownerReferences"]
         .as_array()?
         .iter()
@@ -82,7 +82,7 @@ pub fn decide(parent_uid: &str, parent_deleting: bool, child: &Value, matches: b
 
 /// `object` with the controller reference of `owner` added, or replacing the reference
 /// with the same uid.
-pub fn adopt(object: &Value, owner: &Owner) -> Value {
+pub(crate) fn adopt(object: &Value, owner: &Owner) -> Value {
     let mut out = object.clone();
     let refs = &mut out["metadata"]["ownerReferences"];
     let mut list: Vec<Value> = refs
@@ -109,7 +109,7 @@ pub fn release(object: &Value, uid: &str) -> Value {
 }
 
 /// Whether `object` has an ownerReference with `uid`.
-pub fn has_owner(object: &Value, uid: &str) -> bool {
+pub(crate) fn has_owner(object: &Value, uid: &str) -> bool {
     object["metadata"]["ownerReferences"]
         .as_array()
         .is_some_and(|l| l.iter().any(|r| r["uid"].as_str() == Some(uid)))

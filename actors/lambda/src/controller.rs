@@ -79,7 +79,7 @@ pub struct SyncDetail {
 }
 
 /// The last sync of each parent.
-pub type LastSyncs = LastOutcomes<ParentKey, SyncDetail>;
+pub(crate) type LastSyncs = LastOutcomes<ParentKey, SyncDetail>;
 
 /// A running controller.
 pub struct Running {
@@ -98,7 +98,7 @@ pub struct Running {
 
 /// The name a controller's work queue goes by among the actors:
 /// `lambda/CompositeController/<name>`.
-pub fn actor_name(kind: ControllerKind, name: &str) -> String {
+pub(crate) fn actor_name(kind: ControllerKind, name: &str) -> String {
     format!("lambda/{kind}/{name}")
 }
 

@@ -27,7 +27,7 @@ pub struct Target {
 }
 
 /// A running DecoratorController's configuration.
-pub struct Decorator {
+pub(crate) struct Decorator {
     pub name: String,
     pub object: Value,
     pub spec: DecoratorSpec,

@@ -19,21 +19,13 @@ use crate::types::HookVersion;
 
 /// Objects of one type, by uniform key; shared with the informer caches they were read
 /// from (a sync copies no object it only reads).
-pub type ObjectMap = BTreeMap<String, Arc<Value>>;
+pub(crate) type ObjectMap = BTreeMap<String, Arc<Value>>;
 /// Objects by group key, then uniform key.
-pub type GroupMap = BTreeMap<String, ObjectMap>;
+pub(crate) type GroupMap = BTreeMap<String, ObjectMap>;
 
 /// `Kind.version` or `Kind.group/version`.
-pub fn group_key(api_version: &str, kind: &str) -> String {
+pub(crate) fn group_key(api_version: &str, kind: &str) -> String {
     format!("{kind}.{api_version}")
-}
-
-/// The group key of an object from its own `apiVersion` and `kind`.
-pub fn group_key_of(object: &Value) -> String {
-    group_key(
-        object["apiVersion"].as_str().unwrap_or_default(),
-        object["kind"].as_str().unwrap_or_default(),
-    )
 }
 
 /// An object's namespace (empty when cluster-scoped or unset).
@@ -47,7 +39,7 @@ pub fn name_of(object: &Value) -> &str {
 }
 
 /// An object's uid.
-pub fn uid_of(object: &Value) -> &str {
+pub(crate) fn uid_of(object: &Value) -> &str {
     object["metadata"]["uid"].as_str().unwrap_or_default()
 }
 
@@ -59,14 +51,14 @@ pub fn has_finalizer(object: &Value, finalizer: &str) -> bool {
 }
 
 /// Whether an object is being deleted.
-pub fn is_deleting(object: &Value) -> bool {
+pub(crate) fn is_deleting(object: &Value) -> bool {
     !object["metadata"]["deletionTimestamp"].is_null()
 }
 
 /// Whether a controller's children of `object` are managed: always while it lives, and
 /// while it is being deleted only if our finalize hook still holds it (and no garbage
 /// collector's foreground or orphan finalizer is at work).
-pub fn manages_children(object: &Value, finalizer: &str, finalize_hook: bool) -> bool {
+pub(crate) fn manages_children(object: &Value, finalizer: &str, finalize_hook: bool) -> bool {
     !is_deleting(object)
         || (has_finalizer(object, finalizer)
             && finalize_hook
@@ -75,7 +67,7 @@ pub fn manages_children(object: &Value, finalizer: &str, finalize_hook: bool) ->
 }
 
 /// The uniform key of a namespace and name.
-pub fn uniform_key(namespace: &str, name: &str) -> String {
+pub(crate) fn uniform_key(namespace: &str, name: &str) -> String {
     if namespace.is_empty() {
         name.to_string()
     } else {
@@ -89,7 +81,7 @@ pub fn key_of(object: &Value) -> String {
 }
 
 /// Splits a uniform key into namespace and name.
-pub fn split_key(key: &str) -> (&str, &str) {
+pub(crate) fn split_key(key: &str) -> (&str, &str) {
     key.split_once('/').unwrap_or(("", key))
 }
 
@@ -207,11 +199,9 @@ impl serde::Serialize for ParentKey {
     }
 }
 
-/// The hook's form of a group map: v2 keeps the uniform keys; v1 keys objects relative
-/// to the parent (bare names, `namespace/name` only for namespaced objects of a
-/// cluster-scoped parent) and leaves out objects of other namespaces than a namespaced
-/// parent's, as upstream does.
-pub fn for_hook(map: &GroupMap, version: HookVersion, parent_namespace: &str) -> Value {
+/// A group map as its [`HookMap`] serializes it, as a `Value`.
+#[cfg(test)]
+pub(crate) fn for_hook(map: &GroupMap, version: HookVersion, parent_namespace: &str) -> Value {
     serde_json::to_value(HookMap {
         map,
         version,
@@ -220,9 +210,12 @@ pub fn for_hook(map: &GroupMap, version: HookVersion, parent_namespace: &str) ->
     .unwrap_or(Value::Null)
 }
 
-/// A group map in the hook's form ([`for_hook`]), serialized straight from the borrowed
-/// objects: a request body is written without copying the objects into a `Value` first.
-pub struct HookMap<'a> {
+/// The hook's form of a group map: v2 keeps the uniform keys; v1 keys objects relative
+/// to the parent (bare names, `namespace/name` only for namespaced objects of a
+/// cluster-scoped parent) and leaves out objects of other namespaces than a namespaced
+/// parent's, as upstream does. Serialized straight from the borrowed objects: a request
+/// body is written without copying the objects into a `Value` first.
+pub(crate) struct HookMap<'a> {
     pub map: &'a GroupMap,
     pub version: HookVersion,
     pub parent_namespace: &'a str,

@@ -399,8 +399,9 @@ fn to_body<T: serde::Serialize>(request: &T) -> Vec<u8> {
     serde_json::to_vec(request).unwrap_or_default()
 }
 
-/// The body of a CompositeController sync or finalize request, as JSON bytes.
-pub fn composite_request(
+/// [`composite_request_with`], the controller serialized here.
+#[cfg(test)]
+pub(crate) fn composite_request(
     controller: &Value,
     parent: &Value,
     children: &GroupMap,
@@ -419,12 +420,12 @@ pub fn composite_request(
     )
 }
 
-/// [`composite_request`] with the controller already serialized (it is the same for
-/// every request of a controller), written into a buffer of `capacity` bytes (the size
+/// The body of a CompositeController sync or finalize request, as JSON bytes, with the
+/// controller already serialized (it is the same for every request of a controller), written into a buffer of `capacity` bytes (the size
 /// of an earlier request spares the buffer's regrowth). The fields in the order a JSON
 /// object (sorted keys) has them, compact; the objects written straight from the
 /// borrowed values.
-pub fn composite_request_with(
+pub(crate) fn composite_request_with(
     controller_json: &[u8],
     parent: &Value,
     children: &GroupMap,
@@ -458,7 +459,7 @@ pub fn composite_request_with(
 }
 
 /// The body of a DecoratorController sync or finalize request, as JSON bytes.
-pub fn decorator_request(
+pub(crate) fn decorator_request(
     controller: &Value,
     object: &Value,
     attachments: &GroupMap,
@@ -485,7 +486,7 @@ pub fn decorator_request(
 }
 
 /// The body of a customize request.
-pub fn customize_request(controller: &Value, parent: &Value) -> Value {
+pub(crate) fn customize_request(controller: &Value, parent: &Value) -> Value {
     json!({"controller": controller, "parent": parent})
 }
 

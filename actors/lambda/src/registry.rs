@@ -118,7 +118,7 @@ impl Controllers {
 
 /// The work queue of a controller as JSON: waiting, delayed (with the time left) and in
 /// flight (with the time it has run), each with its consecutive failures.
-pub fn queue_view<K: std::fmt::Display>(s: &QueueSnapshot<K>) -> Value {
+pub(crate) fn queue_view<K: std::fmt::Display>(s: &QueueSnapshot<K>) -> Value {
     serde_json::json!({
         "waiting": s.waiting.iter().map(|w| serde_json::json!({"key": w.key.to_string(), "failures": w.failures})).collect::<Vec<_>>(),
         "delayed": s.delayed.iter().map(|d| serde_json::json!({

@@ -159,7 +159,7 @@ fn selection(rule: &RelatedRule) -> Result<Selection, SelectionError> {
 
 /// Whether `object` (of `api_version`/`kind`) is selected by `rule` for a parent in
 /// `parent_namespace` (used to route related-object events to parents).
-pub fn rule_matches(
+pub(crate) fn rule_matches(
     rule: &RelatedRule,
     version: HookVersion,
     parent_namespace: &str,
@@ -213,7 +213,7 @@ pub fn rule_matches(
 /// related object (before and after an update), so a parent whose rules selected the old
 /// state hears of the change too — a Namespace that loses the label a parent selects by
 /// is news to that parent as much as one that gains it.
-pub fn selects_any(
+pub(crate) fn selects_any(
     rules: &[RelatedRule],
     plural: &str,
     version: HookVersion,
@@ -232,7 +232,7 @@ pub fn selects_any(
 }
 
 /// The related objects `rules` select for `parent`, keyed like children.
-pub async fn related_objects(
+pub(crate) async fn related_objects(
     cluster: &dyn Cluster,
     rules: &[RelatedRule],
     version: HookVersion,

@@ -61,13 +61,13 @@ use crate::children::ApplyStrategy;
 use crate::types::{GROUP, UpdateMethod, UpdateStrategy};
 
 /// Label naming the parent's API group on a ControllerRevision.
-pub const LABEL_API_GROUP: &str = "metacontroller.k8s.io/apiGroup";
+pub(crate) const LABEL_API_GROUP: &str = "metacontroller.k8s.io/apiGroup";
 /// Label naming the parent's resource (plural) on a ControllerRevision.
-pub const LABEL_RESOURCE: &str = "metacontroller.k8s.io/resource";
+pub(crate) const LABEL_RESOURCE: &str = "metacontroller.k8s.io/resource";
 /// The label `generateSelector` puts on children and revisions.
-pub const LABEL_CONTROLLER_UID: &str = "controller-uid";
+pub(crate) const LABEL_CONTROLLER_UID: &str = "controller-uid";
 /// The parent status condition reporting the rollout.
-pub const UPDATED_CONDITION: &str = "Updated";
+pub(crate) const UPDATED_CONDITION: &str = "Updated";
 
 /// A child kind regardless of version: revisions and update strategies ignore versions.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -173,7 +173,7 @@ fn set_path(v: &mut Value, path: &[&str], value: Value) {
 
 /// The revision-relevant part of `parent`: only the dotted `field_paths` (default `spec`)
 /// copied into an empty object. A path through a non-object counts as absent.
-pub fn make_patch(parent: &Value, field_paths: &[String]) -> Value {
+pub(crate) fn make_patch(parent: &Value, field_paths: &[String]) -> Value {
     let mut patch = Value::Object(Map::new());
     for path in field_paths_or_spec(field_paths) {
         if let Some(v) = get_path(parent, &path) {
@@ -198,7 +198,12 @@ fn apply_patch(parent: &Value, patch: &Value, field_paths: &[String]) -> Value {
 /// The name of a parent state's revision:
 /// `<plural>.<group or "core">-<hex sha1(parent uid ++ patch JSON)>`, the prefix cut to
 /// 212 characters so the name fits in 253. Same as metacontroller for the same patch.
-pub fn revision_name(plural: &str, group: &str, parent_uid: &str, patch_json: &str) -> String {
+pub(crate) fn revision_name(
+    plural: &str,
+    group: &str,
+    parent_uid: &str,
+    patch_json: &str,
+) -> String {
     let group = if group.is_empty() { "core" } else { group };
     let mut prefix = format!("{plural}.{group}");
     if prefix.len() > 253 - 41 {
@@ -293,7 +298,7 @@ pub struct ParentRevisions {
 /// `parentPatch` differs from the current parent's. The first revision matching the
 /// current parent becomes the latest's; another one that also matches (a duplicate) is a
 /// virtual parent equal to the latest, emptied and pruned by the rollout.
-pub fn parent_revisions(
+pub(crate) fn parent_revisions(
     parent: &Value,
     revisions: &[Value],
     field_paths: &[String],

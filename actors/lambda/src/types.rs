@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// API group of the controller objects.
-pub const GROUP: &str = "metacontroller.k8s.io";
+pub(crate) const GROUP: &str = "metacontroller.k8s.io";
 /// The annotation holding the last applied configuration of a child.
-pub const LAST_APPLIED_ANNOTATION: &str = "metacontroller.k8s.io/last-applied-configuration";
+pub(crate) const LAST_APPLIED_ANNOTATION: &str = "metacontroller.k8s.io/last-applied-configuration";
 /// The annotation naming the DecoratorController that owns an attachment.
-pub const DECORATOR_ANNOTATION: &str = "metacontroller.k8s.io/decorator-controller";
+pub(crate) const DECORATOR_ANNOTATION: &str = "metacontroller.k8s.io/decorator-controller";
 
 /// Which kind of controller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -413,7 +413,7 @@ pub struct AnnotationSelector {
 /// One `spec.resources` rule of a DecoratorController.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DecoratorResource {
+pub(crate) struct DecoratorResource {
     #[serde(flatten)]
     pub resource: ResourceRef,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -427,7 +427,7 @@ pub struct DecoratorResource {
 /// `spec` of a DecoratorController.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DecoratorSpec {
+pub(crate) struct DecoratorSpec {
     pub resources: Vec<DecoratorResource>,
     #[serde(default)]
     pub attachments: Vec<ChildResource>,
@@ -441,7 +441,7 @@ pub struct DecoratorSpec {
 
 /// A controller object that does not describe a usable controller.
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
-pub enum SpecError {
+pub(crate) enum SpecError {
     #[error("{kind} {name}: spec: {message}")]
     Invalid {
         kind: ControllerKind,
@@ -563,7 +563,7 @@ fn check_hooks(hooks: &Option<Hooks>) -> Result<(), FieldError> {
 }
 
 /// Decodes and checks a CompositeController object; returns its name and spec.
-pub fn parse_composite(object: &Value) -> Result<(String, CompositeSpec), SpecError> {
+pub(crate) fn parse_composite(object: &Value) -> Result<(String, CompositeSpec), SpecError> {
     let kind = ControllerKind::CompositeController;
     let (name, spec) = decode_spec::<CompositeSpec>(kind, object)?;
     let invalid = |message: String| SpecError::Invalid {
@@ -582,7 +582,7 @@ pub fn parse_composite(object: &Value) -> Result<(String, CompositeSpec), SpecEr
 }
 
 /// Decodes and checks a DecoratorController object; returns its name and spec.
-pub fn parse_decorator(object: &Value) -> Result<(String, DecoratorSpec), SpecError> {
+pub(crate) fn parse_decorator(object: &Value) -> Result<(String, DecoratorSpec), SpecError> {
     let kind = ControllerKind::DecoratorController;
     let (name, spec) = decode_spec::<DecoratorSpec>(kind, object)?;
     let invalid = |message: String| SpecError::Invalid {

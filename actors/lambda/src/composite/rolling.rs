@@ -45,7 +45,7 @@ use crate::types::UpdateStrategy;
 /// The merged outcome of a rolling sync's hook calls, ready for the composite sync to
 /// apply as it applies a single answer.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RolloutSync {
+pub(crate) struct RolloutSync {
     /// The children to manage, the status with the `Updated` condition, the smallest
     /// positive `resyncAfterSeconds` and `finalized` over every remaining revision.
     pub response: CompositeResponse,
@@ -58,7 +58,7 @@ pub struct RolloutSync {
 /// Whether the sync of `parent` goes through the rollout: some child type rolls, and the
 /// parent is not being deleted, or is with our finalizer still to honour (metacontroller's
 /// `ShouldFinalize`: not while a garbage-collector finalizer is pending).
-pub fn uses_rollout(c: &Composite, parent: &Value) -> bool {
+pub(crate) fn uses_rollout(c: &Composite, parent: &Value) -> bool {
     if !c.children.iter().any(|t| t.method.is_rolling()) {
         return false;
     }
@@ -67,7 +67,7 @@ pub fn uses_rollout(c: &Composite, parent: &Value) -> bool {
 
 /// The error refusing rolling methods for a cluster-scoped parent, naming the field.
 /// `None` when the combination is fine.
-pub fn cluster_scoped_refusal(c: &Composite) -> Option<String> {
+pub(crate) fn cluster_scoped_refusal(c: &Composite) -> Option<String> {
     if c.parent.namespaced {
         return None;
     }
@@ -212,7 +212,7 @@ async fn call_hook(
 /// aborts the sync before any child is written; revision writes already done stand on
 /// their own (the next sync plans again from the stored revisions).
 #[allow(clippy::too_many_arguments)]
-pub async fn sync_revisions(
+pub(crate) async fn sync_revisions(
     c: &Composite,
     cluster: &dyn Cluster,
     parent: &Value,
