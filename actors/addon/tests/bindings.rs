@@ -1014,3 +1014,53 @@ schedule:
                 "snapshots": {"nodes": [{"object": {"kind": "Node", "metadata": {"name": "n1"}}, "filterResult": "n1"}]}}])
     );
 }
+
+#[tokio::test]
+async fn after_a_kill_events_queued_before_it_give_way_to_a_new_synchronization() {
+    let world = World::default();
+    let config = "configVersion: v1\nkubernetes:\n- name: cms\n  kind: ConfigMap\n  queue: watch";
+    world
+        .bindings
+        .put("ConfigMap", object("ConfigMap", "default", "a", json!({})));
+    let killed = world
+        .engine(vec![global_hook("watch", config)], Vec::new())
+        .await;
+    wait_for("the first converge", || async { killed.converged() }).await;
+    let _held = world.hooks.gate("watch");
+    world
+        .bindings
+        .put("ConfigMap", object("ConfigMap", "default", "b", json!({})));
+    world
+        .bindings
+        .put("ConfigMap", object("ConfigMap", "default", "c", json!({})));
+    wait_for("c's event queued behind the held run", || async {
+        world
+            .enqueued()
+            .iter()
+            .filter(|d| d.as_str() == "cms:watch")
+            .count()
+            >= 3
+    })
+    .await;
+
+    // Killed with events pending; meanwhile a is deleted.
+    let world = world.after_kill();
+    world.bindings.delete("ConfigMap", "default", "a");
+    let engine = world
+        .engine(vec![global_hook("watch", config)], Vec::new())
+        .await;
+    wait_for("the converge after the restart", || async {
+        engine.converged() && !world.runs_of("watch").is_empty()
+    })
+    .await;
+    let runs = world.runs_of("watch");
+    assert_eq!(runs.len(), 1, "no run for the events from before: {runs:?}");
+    let names: Vec<&str> = runs[0].contexts[0]["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["object"]["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(runs[0].contexts[0]["type"], "Synchronization");
+    assert_eq!(names, ["b", "c"], "the current state, not the stale events");
+}

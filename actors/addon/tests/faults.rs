@@ -743,3 +743,55 @@ async fn a_hook_whose_config_cannot_be_read_fails_the_module_run_naming_it_then_
     );
     assert_eq!(world.runs(), ["beforeHelm:alpha/hooks/a"]);
 }
+
+#[tokio::test]
+async fn disabling_a_module_whose_run_keeps_failing_ends_its_retries_and_the_converge() {
+    let world = World::default();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1")
+        .fail(
+            "alpha/hooks/a",
+            ALWAYS,
+            PortError::transient("exit status 1"),
+        );
+    let modules = vec![
+        module("alpha", 10, &["alpha/hooks/a"]),
+        module("beta", 20, &[]),
+    ];
+    let engine = world.engine(Vec::new(), modules.clone()).await;
+    wait_for("alpha's run failing", || async {
+        !world.task_errors().is_empty()
+    })
+    .await;
+
+    world
+        .edit_config_map(&engine, &modules, &[("alphaEnabled", "false")])
+        .await;
+    wait_for("the converge without alpha", || async {
+        engine.converged()
+    })
+    .await;
+    let runs = world.runs_of("alpha/hooks/a").len();
+    assert_eq!(
+        world.releases.log(),
+        ["uninstall alpha", "upgrade beta"],
+        "alpha is deleted (it has no release) before beta runs"
+    );
+    assert!(!world.releases.revisions().contains_key("alpha"));
+    let state = world.state();
+    assert!(!state.modules["alpha"].enabled);
+    assert_eq!(state.modules["alpha"].phase, ModulePhase::Disabled);
+    assert!(
+        engine.queues().await.iter().all(|q| q
+            .tasks
+            .iter()
+            .all(|t| t.spec.kind.module() != Some("alpha"))),
+        "no task of alpha is left to retry"
+    );
+    assert_eq!(
+        world.runs_of("alpha/hooks/a").len(),
+        runs,
+        "alpha's hook does not run again"
+    );
+}

@@ -1073,3 +1073,44 @@ async fn a_config_map_conflict_on_a_module_hook_s_config_patch_is_written_by_the
         "t-1"
     );
 }
+
+#[tokio::test]
+async fn a_memory_patch_that_removes_a_value_stays_removed_after_a_kill() {
+    let world = World::default();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1")
+        .answer(
+            "alpha/hooks/a",
+            values_patch(json!([{"op": "remove", "path": "/alpha/debug"}])),
+        );
+    let mut alpha = module("alpha", 10, &["alpha/hooks/a"]);
+    alpha.static_values = json!({"debug": true, "replicas": 1});
+    let modules = vec![alpha];
+    let killed = world.engine(Vec::new(), modules.clone()).await;
+    wait_for("the first converge", || async { killed.converged() }).await;
+    assert_eq!(
+        world.releases.values("alpha").expect("values")["alpha"],
+        json!({"replicas": 1})
+    );
+
+    let world = world.after_kill();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1");
+    let engine = world.engine(Vec::new(), modules).await;
+    wait_for("the converge after the restart", || async {
+        engine.converged() && !world.runs_of("alpha/hooks/a").is_empty()
+    })
+    .await;
+    assert_eq!(
+        world.runs_of("alpha/hooks/a")[0].values["alpha"],
+        json!({"replicas": 1}),
+        "the removal survived the restart"
+    );
+    assert_eq!(
+        world.releases.log(),
+        ["upgrade alpha"],
+        "the release rendered from the same values is not upgraded again"
+    );
+}
