@@ -795,3 +795,40 @@ async fn disabling_a_module_whose_run_keeps_failing_ends_its_retries_and_the_con
         "alpha's hook does not run again"
     );
 }
+
+#[tokio::test]
+async fn a_hook_removing_a_module_flag_is_retried_when_the_removal_fails_and_the_module_comes_back()
+{
+    let world = World::default();
+    world.config_map.put("betaEnabled", "false");
+    world
+        .config_map
+        .fail_removes(1, PortError::transient("etcdserver: leader changed"));
+    world.hooks.answer(
+        "g-unflag",
+        config_patch(json!([{"op": "remove", "path": "/betaEnabled"}])),
+    );
+    let modules = vec![module("beta", 20, &[])];
+    let engine = world
+        .engine(
+            vec![global_hook("g-unflag", "configVersion: v1\nonStartup: 1")],
+            modules.clone(),
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    assert!(
+        world.task_errors()[0].contains("leader changed"),
+        "{:?}",
+        world.task_errors()
+    );
+    assert_eq!(world.config_map.writes(), ["remove betaEnabled"]);
+    assert!(world.releases.log().is_empty(), "beta is still off");
+
+    // The ConfigMap watch brings the removal: beta falls back to its values.yaml flag.
+    world.edit_config_map(&engine, &modules, &[]).await;
+    wait_for("beta installed", || async {
+        world.releases.revisions().contains_key("beta")
+    })
+    .await;
+    assert!(engine.modules().contains(&("beta".to_string(), true)));
+}
