@@ -832,3 +832,86 @@ async fn a_hook_removing_a_module_flag_is_retried_when_the_removal_fails_and_the
     .await;
     assert!(engine.modules().contains(&("beta".to_string(), true)));
 }
+
+#[tokio::test]
+async fn a_parked_module_run_comes_back_with_the_next_change_once_helm_works_again() {
+    let world = World::default();
+    world.releases.fail_upgrades(
+        "alpha",
+        ALWAYS,
+        PortError::permanent("UPGRADE FAILED: admission webhook denied the request"),
+    );
+    let modules = vec![module("alpha", 10, &[])];
+    let engine = world
+        .engine_with(
+            Vec::new(),
+            modules.clone(),
+            Options {
+                max_attempts: Some(1),
+                ..Options::default()
+            },
+        )
+        .await;
+    wait_for("the converge past the parked run", || async {
+        engine.converged()
+    })
+    .await;
+    let state = world.state();
+    assert_eq!(state.tasks.parked["main"].len(), 1);
+    assert!(
+        state.tasks.parked["main"][0]
+            .last_error
+            .contains("admission webhook denied"),
+        "{:?}",
+        state.tasks.parked["main"][0]
+    );
+    assert_ne!(state.modules["alpha"].phase, ModulePhase::Ready);
+
+    // The webhook is fixed; the user changes the module's section.
+    world
+        .releases
+        .fail_upgrades("alpha", 0, PortError::permanent(""));
+    world
+        .edit_config_map(&engine, &modules, &[("alpha", "fixed: true\n")])
+        .await;
+    wait_for("alpha ready", || async {
+        world.state().modules["alpha"].phase == ModulePhase::Ready
+    })
+    .await;
+    assert_eq!(world.releases.log(), ["upgrade alpha", "upgrade alpha"]);
+    assert_eq!(
+        world.releases.values("alpha").expect("values")["alpha"]["fixed"],
+        true
+    );
+}
+
+#[tokio::test]
+async fn a_scheduled_run_allowed_to_fail_is_not_retried_and_the_next_firing_runs() {
+    let world = World::default();
+    world
+        .hooks
+        .fail("cleanup", ALWAYS, PortError::transient("exit status 1"));
+    let engine = world
+        .engine(
+            vec![global_hook(
+                "cleanup",
+                "configVersion: v1\nschedule:\n- name: every-second\n  crontab: '*/1 * * * * *'\n  allowFailure: true",
+            )],
+            Vec::new(),
+        )
+        .await;
+    wait_for("two failed scheduled runs", || async {
+        world.runs_of("cleanup").len() >= 2
+    })
+    .await;
+    assert!(engine.converged());
+    assert!(
+        world.task_errors().is_empty(),
+        "allowed failures fail no task: {:?}",
+        world.task_errors()
+    );
+    assert!(
+        engine.queues().await.iter().all(|q| q.parked.is_empty()),
+        "nothing parked"
+    );
+}
