@@ -915,3 +915,62 @@ async fn a_scheduled_run_allowed_to_fail_is_not_retried_and_the_next_firing_runs
         "nothing parked"
     );
 }
+
+#[tokio::test]
+async fn events_during_a_failing_synchronization_are_delivered_after_its_retry_succeeds() {
+    let world = World::default();
+    world.bindings.put(
+        "ConfigMap",
+        object("ConfigMap", "default", "before", json!({})),
+    );
+    world
+        .hooks
+        .fail("watch", 1, PortError::transient("exit status 1"));
+    let engine = world
+        .engine(
+            vec![global_hook(
+                "watch",
+                "configVersion: v1\nkubernetes:\n- name: cms\n  kind: ConfigMap",
+            )],
+            Vec::new(),
+        )
+        .await;
+    wait_for("the failed Synchronization", || async {
+        !world.task_errors().is_empty()
+    })
+    .await;
+    world.bindings.put(
+        "ConfigMap",
+        object("ConfigMap", "default", "during", json!({})),
+    );
+    wait_for("the first converge", || async { engine.converged() }).await;
+    wait_for("the event from during the failure", || async {
+        world.runs_of("watch").len() >= 3
+    })
+    .await;
+    let runs = world.runs_of("watch");
+    let kinds: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            r.contexts[0]["type"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kinds, ["Synchronization", "Synchronization", "Event"]);
+    let synced: Vec<&str> = runs[1].contexts[0]["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["object"]["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        synced,
+        ["before", "during"],
+        "the retry sees the current objects"
+    );
+    // The event held since the failure follows, as shell-operator delivers the events it
+    // held once the Synchronization ran, though that run already showed the object.
+    assert_eq!(object_names(&runs[2]), ["during"]);
+}
