@@ -1064,3 +1064,39 @@ async fn after_a_kill_events_queued_before_it_give_way_to_a_new_synchronization(
     assert_eq!(runs[0].contexts[0]["type"], "Synchronization");
     assert_eq!(names, ["b", "c"], "the current state, not the stale events");
 }
+
+#[tokio::test]
+async fn the_startup_runs_on_startup_then_synchronization_then_the_converge() {
+    let world = World::default();
+    world.bindings.put("Pod", pod("p1", json!({})));
+    world.hooks.config(
+        "alpha/hooks/a",
+        "configVersion: v1\nonStartup: 1\nbeforeHelm: 1\nkubernetes:\n- name: pods\n  kind: Pod\n  executeHookOnEvent: []",
+    );
+    let engine = world
+        .engine(
+            vec![
+                global_hook(
+                    "g-watch",
+                    "configVersion: v1\nkubernetes:\n- name: pods\n  kind: Pod\n  executeHookOnEvent: []",
+                ),
+                global_hook("g-start", "configVersion: v1\nonStartup: 1\nbeforeAll: 1"),
+            ],
+            vec![module("alpha", 10, &["alpha/hooks/a"])],
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    assert_eq!(
+        world.runs(),
+        [
+            "onStartup:g-start",
+            "pods:g-watch",
+            "beforeAll:g-start",
+            "onStartup:alpha/hooks/a",
+            "pods:alpha/hooks/a",
+            "beforeHelm:alpha/hooks/a",
+        ],
+        "global onStartup, global Synchronization, beforeAll; in the module: onStartup, \
+         Synchronization, beforeHelm"
+    );
+}
