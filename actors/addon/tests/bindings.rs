@@ -1100,3 +1100,58 @@ async fn the_startup_runs_on_startup_then_synchronization_then_the_converge() {
          Synchronization, beforeHelm"
     );
 }
+
+#[tokio::test]
+async fn a_config_patch_from_an_event_converges_once_and_its_config_map_echo_changes_nothing() {
+    let world = World::default();
+    world.hooks.answer("g-sync-config", |run| {
+        if run.binding_context[0]["type"] != "Event" {
+            return Ok(HookResult::default());
+        }
+        let name = run.binding_context[0]["object"]["metadata"]["name"].clone();
+        Ok(HookResult {
+            config_values_patch: json!([{"op": "add", "path": "/global/source", "value": name}])
+                .to_string(),
+            ..HookResult::default()
+        })
+    });
+    let engine = world
+        .engine(
+            vec![global_hook(
+                "g-sync-config",
+                "configVersion: v1\nkubernetes:\n- name: cms\n  kind: ConfigMap\n  nameSelector: {matchNames: [settings]}",
+            )],
+            vec![module("alpha", 10, &[])],
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    world.bindings.put(
+        "ConfigMap",
+        object("ConfigMap", "default", "settings", json!({})),
+    );
+    wait_for("the converge for the changed global values", || async {
+        world.converges_finished() == 2 && engine.converged()
+    })
+    .await;
+    assert_eq!(
+        world.converge_reasons(),
+        ["OperatorStartup", "GlobalValuesChanged"]
+    );
+    assert_eq!(
+        world.releases.values("alpha").expect("values")["global"]["source"],
+        "settings"
+    );
+    assert_eq!(
+        yaml(&world.config_map.data().unwrap_or_default()["global"]),
+        json!({"source": "settings"})
+    );
+    // The ConfigMap watch brings bosun's own write back: nothing to do.
+    let queued = world
+        .edit_config_map(&engine, &[module("alpha", 10, &[])], &[])
+        .await;
+    assert!(queued.is_empty(), "{queued:?}");
+}
+
+fn yaml(text: &str) -> Value {
+    serde_saphyr::from_str(text).expect("YAML")
+}

@@ -1114,3 +1114,50 @@ async fn a_memory_patch_that_removes_a_value_stays_removed_after_a_kill() {
         "the release rendered from the same values is not upgraded again"
     );
 }
+
+#[tokio::test]
+async fn a_module_disabled_before_a_kill_stays_deleted_without_its_delete_hooks_running_again() {
+    let world = World::default();
+    world.hooks.config(
+        "gamma/hooks/c",
+        "configVersion: v1\nbeforeHelm: 1\nafterDeleteHelm: 1",
+    );
+    let modules = vec![
+        module("gamma", 10, &["gamma/hooks/c"]),
+        module("delta", 20, &[]),
+    ];
+    let killed = world.engine(Vec::new(), modules.clone()).await;
+    wait_for("the first converge", || async { killed.converged() }).await;
+    world
+        .edit_config_map(&killed, &modules, &[("gammaEnabled", "false")])
+        .await;
+    wait_for("gamma deleted", || async {
+        world.converges_finished() == 2 && killed.converged()
+    })
+    .await;
+
+    let world = world.after_kill();
+    world.hooks.config(
+        "gamma/hooks/c",
+        "configVersion: v1\nbeforeHelm: 1\nafterDeleteHelm: 1",
+    );
+    let engine = world.engine(Vec::new(), modules).await;
+    wait_for("the converge after the restart", || async {
+        engine.converged() && world.converges_finished() == 3
+    })
+    .await;
+    assert!(
+        world.runs().is_empty(),
+        "no hook of the disabled module runs again: {:?}",
+        world.runs()
+    );
+    assert_eq!(
+        world.releases.log(),
+        ["upgrade gamma", "upgrade delta", "uninstall gamma"],
+        "nothing installed or uninstalled again"
+    );
+    assert_eq!(
+        engine.modules(),
+        [("gamma".to_string(), false), ("delta".to_string(), true)]
+    );
+}
