@@ -974,3 +974,105 @@ async fn events_during_a_failing_synchronization_are_delivered_after_its_retry_s
     // held once the Synchronization ran, though that run already showed the object.
     assert_eq!(object_names(&runs[2]), ["during"]);
 }
+
+#[tokio::test]
+async fn a_release_status_that_cannot_be_read_fails_the_run_before_any_upgrade() {
+    let world = World::default();
+    world.releases.existing("alpha").fail_status(
+        "alpha",
+        1,
+        PortError::transient("list: secrets is forbidden: User cannot list resource"),
+    );
+    let engine = world
+        .engine(Vec::new(), vec![module("alpha", 10, &[])])
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let errors = world.task_errors();
+    assert!(
+        errors.len() == 1 && errors[0].contains("alpha") && errors[0].contains("forbidden"),
+        "{errors:?}"
+    );
+    assert_eq!(
+        world.releases.log(),
+        ["upgrade alpha"],
+        "no upgrade without the release's status; one after it was read"
+    );
+    assert_eq!(world.releases.revisions()["alpha"], 2);
+}
+
+#[tokio::test]
+async fn a_refused_object_patch_leaves_the_values_as_they_were_until_the_retry() {
+    let world = World::default();
+    world.patcher.refuse(
+        1,
+        PortError::conflict("operation 0: the object has been modified"),
+    );
+    world.hooks.answer("g-both", |_run| {
+        Ok(HookResult {
+            kubernetes_patch:
+                r#"{"operation":"Delete","kind":"ConfigMap","namespace":"default","name":"old"}"#
+                    .into(),
+            values_patch: json!([{"op": "add", "path": "/global/cleaned", "value": true}])
+                .to_string(),
+            ..HookResult::default()
+        })
+    });
+    let engine = world
+        .engine(
+            vec![
+                global_hook("g-both", "configVersion: v1\nonStartup: 1"),
+                global_hook("g-next", "configVersion: v1\nonStartup: 2"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let runs = world.runs_of("g-both");
+    assert_eq!(runs.len(), 2);
+    assert_eq!(
+        runs[1].values,
+        json!({"global": {}}),
+        "the failed run's values patch was not taken"
+    );
+    assert_eq!(world.runs_of("g-next")[0].values["global"]["cleaned"], true);
+    assert_eq!(world.patcher.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn an_orphan_release_that_cannot_be_uninstalled_is_left_and_the_operator_goes_on() {
+    let world = World::default();
+    world.releases.existing("left-behind").fail_uninstalls(
+        "left-behind",
+        ALWAYS,
+        PortError::permanent("uninstall: release has resources with finalizers"),
+    );
+    let engine = world
+        .engine(Vec::new(), vec![module("alpha", 10, &[])])
+        .await;
+    wait_for("the purge attempted", || async {
+        world
+            .releases
+            .log()
+            .contains(&"uninstall left-behind".to_string())
+    })
+    .await;
+    wait_for("the queues idle", || async {
+        engine.queues().await.iter().all(|q| q.tasks.is_empty())
+    })
+    .await;
+    assert!(
+        world.task_errors().is_empty(),
+        "a failed purge is logged, as in the reference, not retried: {:?}",
+        world.task_errors()
+    );
+    assert!(world.releases.revisions().contains_key("left-behind"));
+    assert_eq!(
+        world
+            .releases
+            .log()
+            .iter()
+            .filter(|l| *l == "uninstall left-behind")
+            .count(),
+        1
+    );
+}
