@@ -1161,3 +1161,55 @@ async fn a_module_disabled_before_a_kill_stays_deleted_without_its_delete_hooks_
         [("gamma".to_string(), false), ("delta".to_string(), true)]
     );
 }
+
+#[tokio::test]
+async fn a_module_disabled_while_its_run_is_in_progress_ends_uninstalled() {
+    let world = World::default();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1");
+    let gate = world.hooks.gate("alpha/hooks/a");
+    let modules = vec![
+        module("alpha", 10, &["alpha/hooks/a"]),
+        module("beta", 20, &[]),
+    ];
+    let engine = Arc::new(world.engine(Vec::new(), modules.clone()).await);
+    wait_for("alpha's beforeHelm held", || async {
+        !world.runs_of("alpha/hooks/a").is_empty()
+    })
+    .await;
+    let change = tokio::spawn({
+        let (world, engine, modules) = (world.clone(), engine.clone(), modules.clone());
+        async move {
+            world
+                .edit_config_map(&engine, &modules, &[("alphaEnabled", "false")])
+                .await
+        }
+    });
+    wait_for("alpha's actor to hold the new section", || async {
+        engine.mailboxes.snapshot()["module/alpha"]
+            .pending
+            .iter()
+            .any(|m| m.summary == "ConfigChanged")
+    })
+    .await;
+    gate.open();
+    let queued = change.await.expect("the change task ends");
+    assert_eq!(
+        queued,
+        ["ConvergeModules:ReloadAllModules (restarting the converge in progress)"]
+    );
+    wait_for("the restarted converge", || async {
+        engine.converged() && world.converges_finished() == 1
+    })
+    .await;
+    let state = world.state();
+    assert!(!state.modules["alpha"].enabled);
+    assert_eq!(state.modules["alpha"].phase, ModulePhase::Disabled);
+    assert!(
+        !world.releases.revisions().contains_key("alpha"),
+        "no release of the disabled module is left: {:?}",
+        world.releases.log()
+    );
+    assert_eq!(world.releases.revisions().get("beta"), Some(&1));
+}
