@@ -1014,3 +1014,144 @@ schedule:
                 "snapshots": {"nodes": [{"object": {"kind": "Node", "metadata": {"name": "n1"}}, "filterResult": "n1"}]}}])
     );
 }
+
+#[tokio::test]
+async fn after_a_kill_events_queued_before_it_give_way_to_a_new_synchronization() {
+    let world = World::default();
+    let config = "configVersion: v1\nkubernetes:\n- name: cms\n  kind: ConfigMap\n  queue: watch";
+    world
+        .bindings
+        .put("ConfigMap", object("ConfigMap", "default", "a", json!({})));
+    let killed = world
+        .engine(vec![global_hook("watch", config)], Vec::new())
+        .await;
+    wait_for("the first converge", || async { killed.converged() }).await;
+    let _held = world.hooks.gate("watch");
+    world
+        .bindings
+        .put("ConfigMap", object("ConfigMap", "default", "b", json!({})));
+    world
+        .bindings
+        .put("ConfigMap", object("ConfigMap", "default", "c", json!({})));
+    wait_for("c's event queued behind the held run", || async {
+        world
+            .enqueued()
+            .iter()
+            .filter(|d| d.as_str() == "cms:watch")
+            .count()
+            >= 3
+    })
+    .await;
+
+    // Killed with events pending; meanwhile a is deleted.
+    let world = world.after_kill();
+    world.bindings.delete("ConfigMap", "default", "a");
+    let engine = world
+        .engine(vec![global_hook("watch", config)], Vec::new())
+        .await;
+    wait_for("the converge after the restart", || async {
+        engine.converged() && !world.runs_of("watch").is_empty()
+    })
+    .await;
+    let runs = world.runs_of("watch");
+    assert_eq!(runs.len(), 1, "no run for the events from before: {runs:?}");
+    let names: Vec<&str> = runs[0].contexts[0]["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["object"]["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(runs[0].contexts[0]["type"], "Synchronization");
+    assert_eq!(names, ["b", "c"], "the current state, not the stale events");
+}
+
+#[tokio::test]
+async fn the_startup_runs_on_startup_then_synchronization_then_the_converge() {
+    let world = World::default();
+    world.bindings.put("Pod", pod("p1", json!({})));
+    world.hooks.config(
+        "alpha/hooks/a",
+        "configVersion: v1\nonStartup: 1\nbeforeHelm: 1\nkubernetes:\n- name: pods\n  kind: Pod\n  executeHookOnEvent: []",
+    );
+    let engine = world
+        .engine(
+            vec![
+                global_hook(
+                    "g-watch",
+                    "configVersion: v1\nkubernetes:\n- name: pods\n  kind: Pod\n  executeHookOnEvent: []",
+                ),
+                global_hook("g-start", "configVersion: v1\nonStartup: 1\nbeforeAll: 1"),
+            ],
+            vec![module("alpha", 10, &["alpha/hooks/a"])],
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    assert_eq!(
+        world.runs(),
+        [
+            "onStartup:g-start",
+            "pods:g-watch",
+            "beforeAll:g-start",
+            "onStartup:alpha/hooks/a",
+            "pods:alpha/hooks/a",
+            "beforeHelm:alpha/hooks/a",
+        ],
+        "global onStartup, global Synchronization, beforeAll; in the module: onStartup, \
+         Synchronization, beforeHelm"
+    );
+}
+
+#[tokio::test]
+async fn a_config_patch_from_an_event_converges_once_and_its_config_map_echo_changes_nothing() {
+    let world = World::default();
+    world.hooks.answer("g-sync-config", |run| {
+        if run.binding_context[0]["type"] != "Event" {
+            return Ok(HookResult::default());
+        }
+        let name = run.binding_context[0]["object"]["metadata"]["name"].clone();
+        Ok(HookResult {
+            config_values_patch: json!([{"op": "add", "path": "/global/source", "value": name}])
+                .to_string(),
+            ..HookResult::default()
+        })
+    });
+    let engine = world
+        .engine(
+            vec![global_hook(
+                "g-sync-config",
+                "configVersion: v1\nkubernetes:\n- name: cms\n  kind: ConfigMap\n  nameSelector: {matchNames: [settings]}",
+            )],
+            vec![module("alpha", 10, &[])],
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    world.bindings.put(
+        "ConfigMap",
+        object("ConfigMap", "default", "settings", json!({})),
+    );
+    wait_for("the converge for the changed global values", || async {
+        world.converges_finished() == 2 && engine.converged()
+    })
+    .await;
+    assert_eq!(
+        world.converge_reasons(),
+        ["OperatorStartup", "GlobalValuesChanged"]
+    );
+    assert_eq!(
+        world.releases.values("alpha").expect("values")["global"]["source"],
+        "settings"
+    );
+    assert_eq!(
+        yaml(&world.config_map.data().unwrap_or_default()["global"]),
+        json!({"source": "settings"})
+    );
+    // The ConfigMap watch brings bosun's own write back: nothing to do.
+    let queued = world
+        .edit_config_map(&engine, &[module("alpha", 10, &[])], &[])
+        .await;
+    assert!(queued.is_empty(), "{queued:?}");
+}
+
+fn yaml(text: &str) -> Value {
+    serde_saphyr::from_str(text).expect("YAML")
+}

@@ -3,137 +3,27 @@
 //! bindings from Synchronization to events. No process,
 //! no API server, no Helm: each test runs in milliseconds (waits have deadlines).
 
-use std::future::Future;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+mod world;
 
-use bosun_addon::engine::{Engine, EngineArgs};
-use bosun_addon::fakes::{
-    MemoryBindings, MemoryConfigMap, MemoryReleases, RecordingPatcher, ScriptedHooks,
-};
+use std::sync::Arc;
+
 use bosun_addon::global_hooks::GlobalHook;
-use bosun_addon::hook_config::{HookKind, parse};
-use bosun_addon::mailbox::Mailboxes;
 use bosun_addon::modules::{ConfigSections, ModuleDef};
-use bosun_addon::ports::{HookResult, MemoryJournal, PortError, Ports};
+use bosun_addon::ports::{HookResult, PortError};
 use bosun_addon::{Event, ModulePhase, State, TaskEvent};
 use serde_json::{Value, json};
+use world::{Options, World, global_hook, module, values_patch, wait_for};
 
-/// Everything outside the engine, shared across a restart (the cluster and the journal).
-#[derive(Clone, Default)]
-struct World {
-    journal: MemoryJournal<Event>,
-    hooks: ScriptedHooks,
-    config_map: MemoryConfigMap,
-    releases: MemoryReleases,
-    patcher: RecordingPatcher,
-    bindings: MemoryBindings,
-}
-
-fn global_hook(name: &str, config: &str) -> GlobalHook {
-    GlobalHook {
-        name: name.into(),
-        path: PathBuf::from(name),
-        config: parse(config, HookKind::Global, name).expect("valid hook config"),
-    }
-}
-
-fn module(name: &str, order: u32, hooks: &[&str]) -> ModuleDef {
-    ModuleDef {
-        name: name.into(),
-        order,
-        dir: PathBuf::from(name),
-        chart: Some(PathBuf::from(format!("{name}/chart"))),
-        static_enabled: Some(true),
-        hooks: hooks
-            .iter()
-            .map(|h| (h.to_string(), PathBuf::from(h)))
-            .collect(),
-        ..ModuleDef::default()
-    }
-}
-
-impl World {
-    /// A fresh engine on what the journal holds (a restart when it holds something).
-    async fn engine(
-        &self,
-        global_hooks: Vec<GlobalHook>,
-        modules: Vec<ModuleDef>,
-        max_attempts: Option<u32>,
-    ) -> Engine {
-        let mut restored = State::default();
-        restored.apply_all(&self.journal.events());
-        Engine::start(EngineArgs {
-            global_hooks,
-            static_global: json!({}),
-            global_schemas: Default::default(),
-            initial_config: None,
-            modules,
-            ports: Ports {
-                journal: Arc::new(self.journal.clone()),
-                executor: Arc::new(self.hooks.clone()),
-                config_store: Arc::new(self.config_map.clone()),
-                releases: Arc::new(self.releases.clone()),
-                bindings: Arc::new(self.bindings.clone()),
-                patcher: Arc::new(self.patcher.clone()),
-            },
-            monitor_interval: Duration::from_secs(3600),
-            ignore_releases: Vec::new(),
-            restored,
-            max_attempts,
-            queue_action_metrics: false,
-            mailboxes: Mailboxes::default(),
-            gate: Default::default(),
-        })
-        .await
-        .expect("the engine starts")
-    }
-
-    fn runs(&self) -> Vec<String> {
-        self.hooks
-            .runs()
-            .into_iter()
-            .map(|r| format!("{}:{}", r.binding, r.hook))
-            .collect()
-    }
-
-    fn count(&self, matches: impl Fn(&Event) -> bool) -> usize {
-        self.journal.events().iter().filter(|e| matches(e)).count()
-    }
-}
-
-/// Waits for `done` (checked every 2 ms) or fails after 10 s, saying what it waited for.
-async fn wait_for<F, Fut>(what: &str, mut done: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !done().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-fn converges_finished(world: &World) -> usize {
-    world.count(|e| matches!(e, Event::ConvergeFinished))
-}
-
+/// A hook answer that adds `value` at `path` of its values (a memory patch).
 fn memory_patch(
     path: &str,
     value: Value,
 ) -> impl Fn(&bosun_addon::ports::HookRun) -> Result<HookResult, PortError> {
-    let patch = json!([{"op": "add", "path": path, "value": value}]).to_string();
-    move |_run| {
-        Ok(HookResult {
-            values_patch: patch.clone(),
-            ..HookResult::default()
-        })
-    }
+    values_patch(json!([{"op": "add", "path": path, "value": value}]))
+}
+
+fn converges_finished(world: &World) -> usize {
+    world.converges_finished()
 }
 
 fn standard_hooks(world: &World) -> (Vec<GlobalHook>, Vec<ModuleDef>) {
@@ -160,7 +50,7 @@ fn standard_hooks(world: &World) -> (Vec<GlobalHook>, Vec<ModuleDef>) {
 async fn the_startup_converge_runs_hooks_and_releases_in_the_reference_order() {
     let world = World::default();
     let (global, modules) = standard_hooks(&world);
-    let engine = world.engine(global, modules, None).await;
+    let engine = world.engine(global, modules).await;
     wait_for("the first converge", || async { engine.converged() }).await;
 
     assert_eq!(
@@ -196,7 +86,7 @@ async fn a_config_map_change_during_a_converge_restarts_it_with_the_new_values()
     let world = World::default();
     let (global, modules) = standard_hooks(&world);
     let gate = world.hooks.gate("beta/hooks/b");
-    let engine = world.engine(global, modules, None).await;
+    let engine = world.engine(global, modules).await;
     wait_for("beta's beforeHelm to be held", || async {
         world
             .runs()
@@ -278,7 +168,7 @@ async fn a_restart_keeps_memory_values_and_does_not_redo_recorded_releases() {
         "alpha/hooks/a",
         memory_patch("/alpha/remembered", json!("from-before")),
     );
-    let first = world.engine(global.clone(), modules.clone(), None).await;
+    let first = world.engine(global.clone(), modules.clone()).await;
     wait_for("the first converge", || async { first.converged() }).await;
     let runs_before = world.hooks.runs().len();
 
@@ -286,7 +176,7 @@ async fn a_restart_keeps_memory_values_and_does_not_redo_recorded_releases() {
     world
         .hooks
         .answer("alpha/hooks/a", |_run| Ok(HookResult::default()));
-    let second = world.engine(global, modules, None).await;
+    let second = world.engine(global, modules).await;
     wait_for("the converge after the restart", || async {
         second.converged() && converges_finished(&world) == 2
     })
@@ -322,7 +212,16 @@ async fn a_task_that_keeps_failing_is_parked_and_its_queue_goes_on() {
         global_hook("g-broken", "configVersion: v1\nonStartup: 1"),
         global_hook("g-fine", "configVersion: v1\nonStartup: 2"),
     ];
-    let engine = world.engine(global, Vec::new(), Some(1)).await;
+    let engine = world
+        .engine_with(
+            global,
+            Vec::new(),
+            Options {
+                max_attempts: Some(1),
+                ..Options::default()
+            },
+        )
+        .await;
     wait_for("the converge past the parked task", || async {
         engine.converged()
     })
@@ -357,7 +256,7 @@ async fn a_global_hooks_config_patch_of_a_module_flag_reaches_the_config_map_and
             ..HookResult::default()
         })
     });
-    let engine = world.engine(global, modules.clone(), None).await;
+    let engine = world.engine(global, modules.clone()).await;
     wait_for("the first converge", || async { engine.converged() }).await;
     let data = world.config_map.data().unwrap_or_default();
     assert_eq!(
@@ -409,7 +308,7 @@ kubernetes:
   executeHookOnEvent: ["Added", "Deleted"]
 "#;
     let engine = world
-        .engine(vec![global_hook("watch", config)], Vec::new(), None)
+        .engine(vec![global_hook("watch", config)], Vec::new())
         .await;
     wait_for("the first converge", || async { engine.converged() }).await;
     // Synchronization: every object the binding selects, as the snapshot holds them.
@@ -480,7 +379,7 @@ kubernetes:
 "#,
     );
     let modules = vec![module("gamma", 10, &["gamma/hooks/c"])];
-    let engine = world.engine(Vec::new(), modules.clone(), None).await;
+    let engine = world.engine(Vec::new(), modules.clone()).await;
     wait_for("the first converge", || async { engine.converged() }).await;
     assert_eq!(world.bindings.started(), ["module/gamma/gamma/hooks/c"]);
 
@@ -531,7 +430,7 @@ async fn global_values_changed_by_after_all_hooks_reload_all_modules_once() {
         "g-last",
         memory_patch("/global/seenByAfterAll", json!(true)),
     );
-    let engine = world.engine(global, modules, None).await;
+    let engine = world.engine(global, modules).await;
     wait_for("the reload after afterAll", || async {
         converges_finished(&world) >= 2
     })
@@ -580,11 +479,7 @@ async fn a_failed_module_run_is_retried_without_running_on_startup_again() {
         Ok(HookResult::default())
     });
     let engine = world
-        .engine(
-            Vec::new(),
-            vec![module("alpha", 10, &["alpha/hooks/a"])],
-            None,
-        )
+        .engine(Vec::new(), vec![module("alpha", 10, &["alpha/hooks/a"])])
         .await;
     wait_for("the first converge", || async { engine.converged() }).await;
     let runs = world.runs();

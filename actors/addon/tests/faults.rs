@@ -743,3 +743,336 @@ async fn a_hook_whose_config_cannot_be_read_fails_the_module_run_naming_it_then_
     );
     assert_eq!(world.runs(), ["beforeHelm:alpha/hooks/a"]);
 }
+
+#[tokio::test]
+async fn disabling_a_module_whose_run_keeps_failing_ends_its_retries_and_the_converge() {
+    let world = World::default();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1")
+        .fail(
+            "alpha/hooks/a",
+            ALWAYS,
+            PortError::transient("exit status 1"),
+        );
+    let modules = vec![
+        module("alpha", 10, &["alpha/hooks/a"]),
+        module("beta", 20, &[]),
+    ];
+    let engine = world.engine(Vec::new(), modules.clone()).await;
+    wait_for("alpha's run failing", || async {
+        !world.task_errors().is_empty()
+    })
+    .await;
+
+    world
+        .edit_config_map(&engine, &modules, &[("alphaEnabled", "false")])
+        .await;
+    wait_for("the converge without alpha", || async {
+        engine.converged()
+    })
+    .await;
+    let runs = world.runs_of("alpha/hooks/a").len();
+    assert_eq!(
+        world.releases.log(),
+        ["uninstall alpha", "upgrade beta"],
+        "alpha is deleted (it has no release) before beta runs"
+    );
+    assert!(!world.releases.revisions().contains_key("alpha"));
+    let state = world.state();
+    assert!(!state.modules["alpha"].enabled);
+    assert_eq!(state.modules["alpha"].phase, ModulePhase::Disabled);
+    assert!(
+        engine.queues().await.iter().all(|q| q
+            .tasks
+            .iter()
+            .all(|t| t.spec.kind.module() != Some("alpha"))),
+        "no task of alpha is left to retry"
+    );
+    assert_eq!(
+        world.runs_of("alpha/hooks/a").len(),
+        runs,
+        "alpha's hook does not run again"
+    );
+}
+
+#[tokio::test]
+async fn a_hook_removing_a_module_flag_is_retried_when_the_removal_fails_and_the_module_comes_back()
+{
+    let world = World::default();
+    world.config_map.put("betaEnabled", "false");
+    world
+        .config_map
+        .fail_removes(1, PortError::transient("etcdserver: leader changed"));
+    world.hooks.answer(
+        "g-unflag",
+        config_patch(json!([{"op": "remove", "path": "/betaEnabled"}])),
+    );
+    let modules = vec![module("beta", 20, &[])];
+    let engine = world
+        .engine(
+            vec![global_hook("g-unflag", "configVersion: v1\nonStartup: 1")],
+            modules.clone(),
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    assert!(
+        world.task_errors()[0].contains("leader changed"),
+        "{:?}",
+        world.task_errors()
+    );
+    assert_eq!(world.config_map.writes(), ["remove betaEnabled"]);
+    assert!(world.releases.log().is_empty(), "beta is still off");
+
+    // The ConfigMap watch brings the removal: beta falls back to its values.yaml flag.
+    world.edit_config_map(&engine, &modules, &[]).await;
+    wait_for("beta installed", || async {
+        world.releases.revisions().contains_key("beta")
+    })
+    .await;
+    assert!(engine.modules().contains(&("beta".to_string(), true)));
+}
+
+#[tokio::test]
+async fn a_parked_module_run_comes_back_with_the_next_change_once_helm_works_again() {
+    let world = World::default();
+    world.releases.fail_upgrades(
+        "alpha",
+        ALWAYS,
+        PortError::permanent("UPGRADE FAILED: admission webhook denied the request"),
+    );
+    let modules = vec![module("alpha", 10, &[])];
+    let engine = world
+        .engine_with(
+            Vec::new(),
+            modules.clone(),
+            Options {
+                max_attempts: Some(1),
+                ..Options::default()
+            },
+        )
+        .await;
+    wait_for("the converge past the parked run", || async {
+        engine.converged()
+    })
+    .await;
+    let state = world.state();
+    assert_eq!(state.tasks.parked["main"].len(), 1);
+    assert!(
+        state.tasks.parked["main"][0]
+            .last_error
+            .contains("admission webhook denied"),
+        "{:?}",
+        state.tasks.parked["main"][0]
+    );
+    assert_ne!(state.modules["alpha"].phase, ModulePhase::Ready);
+
+    // The webhook is fixed; the user changes the module's section.
+    world
+        .releases
+        .fail_upgrades("alpha", 0, PortError::permanent(""));
+    world
+        .edit_config_map(&engine, &modules, &[("alpha", "fixed: true\n")])
+        .await;
+    wait_for("alpha ready", || async {
+        world.state().modules["alpha"].phase == ModulePhase::Ready
+    })
+    .await;
+    assert_eq!(world.releases.log(), ["upgrade alpha", "upgrade alpha"]);
+    assert_eq!(
+        world.releases.values("alpha").expect("values")["alpha"]["fixed"],
+        true
+    );
+}
+
+#[tokio::test]
+async fn a_scheduled_run_allowed_to_fail_is_not_retried_and_the_next_firing_runs() {
+    let world = World::default();
+    world
+        .hooks
+        .fail("cleanup", ALWAYS, PortError::transient("exit status 1"));
+    let engine = world
+        .engine(
+            vec![global_hook(
+                "cleanup",
+                "configVersion: v1\nschedule:\n- name: every-second\n  crontab: '*/1 * * * * *'\n  allowFailure: true",
+            )],
+            Vec::new(),
+        )
+        .await;
+    wait_for("two failed scheduled runs", || async {
+        world.runs_of("cleanup").len() >= 2
+    })
+    .await;
+    assert!(engine.converged());
+    assert!(
+        world.task_errors().is_empty(),
+        "allowed failures fail no task: {:?}",
+        world.task_errors()
+    );
+    assert!(
+        engine.queues().await.iter().all(|q| q.parked.is_empty()),
+        "nothing parked"
+    );
+}
+
+#[tokio::test]
+async fn events_during_a_failing_synchronization_are_delivered_after_its_retry_succeeds() {
+    let world = World::default();
+    world.bindings.put(
+        "ConfigMap",
+        object("ConfigMap", "default", "before", json!({})),
+    );
+    world
+        .hooks
+        .fail("watch", 1, PortError::transient("exit status 1"));
+    let engine = world
+        .engine(
+            vec![global_hook(
+                "watch",
+                "configVersion: v1\nkubernetes:\n- name: cms\n  kind: ConfigMap",
+            )],
+            Vec::new(),
+        )
+        .await;
+    wait_for("the failed Synchronization", || async {
+        !world.task_errors().is_empty()
+    })
+    .await;
+    world.bindings.put(
+        "ConfigMap",
+        object("ConfigMap", "default", "during", json!({})),
+    );
+    wait_for("the first converge", || async { engine.converged() }).await;
+    wait_for("the event from during the failure", || async {
+        world.runs_of("watch").len() >= 3
+    })
+    .await;
+    let runs = world.runs_of("watch");
+    let kinds: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            r.contexts[0]["type"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kinds, ["Synchronization", "Synchronization", "Event"]);
+    let synced: Vec<&str> = runs[1].contexts[0]["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["object"]["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        synced,
+        ["before", "during"],
+        "the retry sees the current objects"
+    );
+    // The event held since the failure follows, as shell-operator delivers the events it
+    // held once the Synchronization ran, though that run already showed the object.
+    assert_eq!(object_names(&runs[2]), ["during"]);
+}
+
+#[tokio::test]
+async fn a_release_status_that_cannot_be_read_fails_the_run_before_any_upgrade() {
+    let world = World::default();
+    world.releases.existing("alpha").fail_status(
+        "alpha",
+        1,
+        PortError::transient("list: secrets is forbidden: User cannot list resource"),
+    );
+    let engine = world
+        .engine(Vec::new(), vec![module("alpha", 10, &[])])
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let errors = world.task_errors();
+    assert!(
+        errors.len() == 1 && errors[0].contains("alpha") && errors[0].contains("forbidden"),
+        "{errors:?}"
+    );
+    assert_eq!(
+        world.releases.log(),
+        ["upgrade alpha"],
+        "no upgrade without the release's status; one after it was read"
+    );
+    assert_eq!(world.releases.revisions()["alpha"], 2);
+}
+
+#[tokio::test]
+async fn a_refused_object_patch_leaves_the_values_as_they_were_until_the_retry() {
+    let world = World::default();
+    world.patcher.refuse(
+        1,
+        PortError::conflict("operation 0: the object has been modified"),
+    );
+    world.hooks.answer("g-both", |_run| {
+        Ok(HookResult {
+            kubernetes_patch:
+                r#"{"operation":"Delete","kind":"ConfigMap","namespace":"default","name":"old"}"#
+                    .into(),
+            values_patch: json!([{"op": "add", "path": "/global/cleaned", "value": true}])
+                .to_string(),
+            ..HookResult::default()
+        })
+    });
+    let engine = world
+        .engine(
+            vec![
+                global_hook("g-both", "configVersion: v1\nonStartup: 1"),
+                global_hook("g-next", "configVersion: v1\nonStartup: 2"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    wait_for("the first converge", || async { engine.converged() }).await;
+    let runs = world.runs_of("g-both");
+    assert_eq!(runs.len(), 2);
+    assert_eq!(
+        runs[1].values,
+        json!({"global": {}}),
+        "the failed run's values patch was not taken"
+    );
+    assert_eq!(world.runs_of("g-next")[0].values["global"]["cleaned"], true);
+    assert_eq!(world.patcher.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn an_orphan_release_that_cannot_be_uninstalled_is_left_and_the_operator_goes_on() {
+    let world = World::default();
+    world.releases.existing("left-behind").fail_uninstalls(
+        "left-behind",
+        ALWAYS,
+        PortError::permanent("uninstall: release has resources with finalizers"),
+    );
+    let engine = world
+        .engine(Vec::new(), vec![module("alpha", 10, &[])])
+        .await;
+    wait_for("the purge attempted", || async {
+        world
+            .releases
+            .log()
+            .contains(&"uninstall left-behind".to_string())
+    })
+    .await;
+    wait_for("the queues idle", || async {
+        engine.queues().await.iter().all(|q| q.tasks.is_empty())
+    })
+    .await;
+    assert!(
+        world.task_errors().is_empty(),
+        "a failed purge is logged, as in the reference, not retried: {:?}",
+        world.task_errors()
+    );
+    assert!(world.releases.revisions().contains_key("left-behind"));
+    assert_eq!(
+        world
+            .releases
+            .log()
+            .iter()
+            .filter(|l| *l == "uninstall left-behind")
+            .count(),
+        1
+    );
+}

@@ -1073,3 +1073,143 @@ async fn a_config_map_conflict_on_a_module_hook_s_config_patch_is_written_by_the
         "t-1"
     );
 }
+
+#[tokio::test]
+async fn a_memory_patch_that_removes_a_value_stays_removed_after_a_kill() {
+    let world = World::default();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1")
+        .answer(
+            "alpha/hooks/a",
+            values_patch(json!([{"op": "remove", "path": "/alpha/debug"}])),
+        );
+    let mut alpha = module("alpha", 10, &["alpha/hooks/a"]);
+    alpha.static_values = json!({"debug": true, "replicas": 1});
+    let modules = vec![alpha];
+    let killed = world.engine(Vec::new(), modules.clone()).await;
+    wait_for("the first converge", || async { killed.converged() }).await;
+    assert_eq!(
+        world.releases.values("alpha").expect("values")["alpha"],
+        json!({"replicas": 1})
+    );
+
+    let world = world.after_kill();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1");
+    let engine = world.engine(Vec::new(), modules).await;
+    wait_for("the converge after the restart", || async {
+        engine.converged() && !world.runs_of("alpha/hooks/a").is_empty()
+    })
+    .await;
+    assert_eq!(
+        world.runs_of("alpha/hooks/a")[0].values["alpha"],
+        json!({"replicas": 1}),
+        "the removal survived the restart"
+    );
+    assert_eq!(
+        world.releases.log(),
+        ["upgrade alpha"],
+        "the release rendered from the same values is not upgraded again"
+    );
+}
+
+#[tokio::test]
+async fn a_module_disabled_before_a_kill_stays_deleted_without_its_delete_hooks_running_again() {
+    let world = World::default();
+    world.hooks.config(
+        "gamma/hooks/c",
+        "configVersion: v1\nbeforeHelm: 1\nafterDeleteHelm: 1",
+    );
+    let modules = vec![
+        module("gamma", 10, &["gamma/hooks/c"]),
+        module("delta", 20, &[]),
+    ];
+    let killed = world.engine(Vec::new(), modules.clone()).await;
+    wait_for("the first converge", || async { killed.converged() }).await;
+    world
+        .edit_config_map(&killed, &modules, &[("gammaEnabled", "false")])
+        .await;
+    wait_for("gamma deleted", || async {
+        world.converges_finished() == 2 && killed.converged()
+    })
+    .await;
+
+    let world = world.after_kill();
+    world.hooks.config(
+        "gamma/hooks/c",
+        "configVersion: v1\nbeforeHelm: 1\nafterDeleteHelm: 1",
+    );
+    let engine = world.engine(Vec::new(), modules).await;
+    wait_for("the converge after the restart", || async {
+        engine.converged() && world.converges_finished() == 3
+    })
+    .await;
+    assert!(
+        world.runs().is_empty(),
+        "no hook of the disabled module runs again: {:?}",
+        world.runs()
+    );
+    assert_eq!(
+        world.releases.log(),
+        ["upgrade gamma", "upgrade delta", "uninstall gamma"],
+        "nothing installed or uninstalled again"
+    );
+    assert_eq!(
+        engine.modules(),
+        [("gamma".to_string(), false), ("delta".to_string(), true)]
+    );
+}
+
+#[tokio::test]
+async fn a_module_disabled_while_its_run_is_in_progress_ends_uninstalled() {
+    let world = World::default();
+    world
+        .hooks
+        .config("alpha/hooks/a", "configVersion: v1\nbeforeHelm: 1");
+    let gate = world.hooks.gate("alpha/hooks/a");
+    let modules = vec![
+        module("alpha", 10, &["alpha/hooks/a"]),
+        module("beta", 20, &[]),
+    ];
+    let engine = Arc::new(world.engine(Vec::new(), modules.clone()).await);
+    wait_for("alpha's beforeHelm held", || async {
+        !world.runs_of("alpha/hooks/a").is_empty()
+    })
+    .await;
+    let change = tokio::spawn({
+        let (world, engine, modules) = (world.clone(), engine.clone(), modules.clone());
+        async move {
+            world
+                .edit_config_map(&engine, &modules, &[("alphaEnabled", "false")])
+                .await
+        }
+    });
+    wait_for("alpha's actor to hold the new section", || async {
+        engine.mailboxes.snapshot()["module/alpha"]
+            .pending
+            .iter()
+            .any(|m| m.summary == "ConfigChanged")
+    })
+    .await;
+    gate.open();
+    let queued = change.await.expect("the change task ends");
+    assert_eq!(
+        queued,
+        ["ConvergeModules:ReloadAllModules (restarting the converge in progress)"]
+    );
+    wait_for("the restarted converge", || async {
+        engine.converged() && world.converges_finished() == 1
+    })
+    .await;
+    let state = world.state();
+    assert!(!state.modules["alpha"].enabled);
+    assert_eq!(state.modules["alpha"].phase, ModulePhase::Disabled);
+    assert!(
+        !world.releases.revisions().contains_key("alpha"),
+        "no release of the disabled module is left: {:?}",
+        world.releases.log()
+    );
+    assert_eq!(world.releases.revisions().get("beta"), Some(&1));
+}

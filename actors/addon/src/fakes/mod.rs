@@ -13,6 +13,14 @@
 //! Every fake can fail the way its real adapter does, one toggle per port operation: the
 //! next `times` calls fail with the given [`PortError`] (transient, conflict, permanent),
 //! then the fake answers again ([`ALWAYS`] keeps failing until cleared).
+//!
+//! | fake                | toggles                                                          |
+//! |---------------------|------------------------------------------------------------------|
+//! | [`ScriptedHooks`]   | `fail` (a run exits non-zero), `fail_config`, `fail_enabled`, `gate` |
+//! | [`MemoryConfigMap`] | `fail_saves` (a conflict), `fail_removes`, `fail_loads`          |
+//! | [`MemoryReleases`]  | `fail_upgrades` (left `failed`), `fail_renders`, `fail_uninstalls`, `fail_status`, `fail_list`, `fail_apply`, `set_status`, `delete_object`, `rewrite_object` |
+//! | [`RecordingPatcher`]| `refuse`                                                         |
+//! | [`MemoryBindings`]  | `fail_start`, `break_watch` / `resume_watch` (relist), `replace_all` (a restarted API server) |
 
 mod bindings;
 mod config_map;
