@@ -43,7 +43,7 @@ fn pod(name: &str, labels: Value) -> Value {
     object("Pod", "default", name, labels)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn global_hook_synchronization_events_and_snapshots_follow_the_seed() {
     let world = World::default();
     let p1 = pod("p1", json!({"app": "one"}));
@@ -193,7 +193,7 @@ async fn global_hook_synchronization_events_and_snapshots_follow_the_seed() {
     assert_eq!(filter_results("monitor-nodes"), [json!({"zone": "a"})]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn groups_included_snapshots_and_objects_left_out_of_memory() {
     let world = World::default();
     world.bindings.put(
@@ -260,7 +260,7 @@ kubernetes:
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn module_hook_bindings_start_with_the_module_and_stop_when_it_is_disabled() {
     let world = World::default();
     let watch = "configVersion: v1
@@ -333,7 +333,7 @@ kubernetes:
     assert_eq!(world.bindings.started(), ["global/canary"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn namespaces_chosen_by_labels_are_followed_as_they_start_and_stop_matching() {
     let world = World::default();
     let ns = |name: &str, watched: bool| {
@@ -399,7 +399,7 @@ kubernetes:
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn values_changed_by_kubernetes_runs_converge_globally_and_rerun_their_module() {
     let world = World::default();
     let patch_on_event = |path: &'static str| {
@@ -477,7 +477,7 @@ async fn values_changed_by_kubernetes_runs_converge_globally_and_rerun_their_mod
     );
 }
 
-#[tokio::test]
+#[tokio::test] // the schedules fire by the wall clock
 async fn a_six_field_schedule_fires_every_second_with_schedule_contexts() {
     let world = World::default();
     let engine = world
@@ -505,7 +505,7 @@ async fn a_six_field_schedule_fires_every_second_with_schedule_contexts() {
     }
 }
 
-#[tokio::test]
+#[tokio::test] // the schedules fire by the wall clock
 async fn a_module_s_schedule_fires_once_the_module_ran_and_stops_when_it_is_disabled() {
     let world = World::default();
     world.hooks.config(
@@ -557,7 +557,7 @@ async fn a_module_s_schedule_fires_once_the_module_ran_and_stops_when_it_is_disa
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_invalid_jq_filter_fails_the_module_run_naming_the_hook_and_binding() {
     let world = World::default();
     world.hooks.config(
@@ -598,7 +598,7 @@ async fn an_invalid_jq_filter_fails_the_module_run_naming_the_hook_and_binding()
     assert_eq!(world.releases.log(), ["upgrade good"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn events_during_synchronization_are_held_and_follow_it() {
     let world = World::default();
     world.bindings.put(
@@ -726,7 +726,7 @@ async fn a_rate_limited_module_hook_run_carries_every_event_up_to_the_moment_it_
     rate_limited_runs_merge(&world, "limited/hooks/watch").await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_event_in_a_named_queue_runs_while_the_main_queue_is_busy() {
     let world = World::default();
     world
@@ -759,7 +759,7 @@ async fn an_event_in_a_named_queue_runs_while_the_main_queue_is_busy() {
     wait_for("the first converge", || async { engine.converged() }).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failing_synchronization_allowed_to_fail_does_not_hold_the_startup_and_events_flow() {
     let world = World::default();
     world
@@ -789,7 +789,7 @@ async fn a_failing_synchronization_allowed_to_fail_does_not_hold_the_startup_and
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn events_queued_while_the_hook_runs_are_carried_together_by_its_next_run() {
     let world = World::default();
     let engine = world
@@ -837,7 +837,7 @@ async fn events_queued_while_the_hook_runs_are_carried_together_by_its_next_run(
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_startup_waits_for_a_named_queue_s_synchronization_before_before_all() {
     let world = World::default();
     world
@@ -876,7 +876,7 @@ async fn the_startup_waits_for_a_named_queue_s_synchronization_before_before_all
     assert_eq!(world.runs(), ["cms:sync", "beforeAll:around"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_binding_runs_only_on_the_events_it_names_and_objects_leave_by_their_labels() {
     let world = World::default();
     let engine = world
@@ -938,7 +938,7 @@ kubernetes:
     assert_eq!(engine.snapshots(None)["modified-only"]["apps"], json!([]));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn module_snapshots_and_a_named_queue_s_synchronization_outside_the_module_run() {
     let world = World::default();
     world
@@ -978,7 +978,7 @@ kubernetes:
     assert_eq!(engine.snapshots(None), json!({}));
 }
 
-#[tokio::test]
+#[tokio::test] // the schedules fire by the wall clock
 async fn a_schedule_in_a_group_sees_the_group_s_kubernetes_snapshots() {
     let world = World::default();
     world
@@ -1015,7 +1015,7 @@ schedule:
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn after_a_kill_events_queued_before_it_give_way_to_a_new_synchronization() {
     let world = World::default();
     let config = "configVersion: v1\nkubernetes:\n- name: cms\n  kind: ConfigMap\n  queue: watch";
@@ -1065,7 +1065,7 @@ async fn after_a_kill_events_queued_before_it_give_way_to_a_new_synchronization(
     assert_eq!(names, ["b", "c"], "the current state, not the stale events");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_startup_runs_on_startup_then_synchronization_then_the_converge() {
     let world = World::default();
     world.bindings.put("Pod", pod("p1", json!({})));
@@ -1101,7 +1101,7 @@ async fn the_startup_runs_on_startup_then_synchronization_then_the_converge() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_config_patch_from_an_event_converges_once_and_its_config_map_echo_changes_nothing() {
     let world = World::default();
     world.hooks.answer("g-sync-config", |run| {

@@ -46,7 +46,7 @@ fn standard_hooks(world: &World) -> (Vec<GlobalHook>, Vec<ModuleDef>) {
     )
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_startup_converge_runs_hooks_and_releases_in_the_reference_order() {
     let world = World::default();
     let (global, modules) = standard_hooks(&world);
@@ -81,7 +81,7 @@ async fn the_startup_converge_runs_hooks_and_releases_in_the_reference_order() {
     assert_eq!(state.converge.completed, 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_config_map_change_during_a_converge_restarts_it_with_the_new_values() {
     let world = World::default();
     let (global, modules) = standard_hooks(&world);
@@ -160,7 +160,7 @@ async fn a_config_map_change_during_a_converge_restarts_it_with_the_new_values()
     assert_eq!(last_after_all.values["global"]["greeting"], "changed");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_restart_keeps_memory_values_and_does_not_redo_recorded_releases() {
     let world = World::default();
     let (global, modules) = standard_hooks(&world);
@@ -198,7 +198,7 @@ async fn a_restart_keeps_memory_values_and_does_not_redo_recorded_releases() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_task_that_keeps_failing_is_parked_and_its_queue_goes_on() {
     let world = World::default();
     world
@@ -245,7 +245,7 @@ async fn a_task_that_keeps_failing_is_parked_and_its_queue_goes_on() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_global_hooks_config_patch_of_a_module_flag_reaches_the_config_map_and_disables_it() {
     let world = World::default();
     let (mut global, modules) = standard_hooks(&world);
@@ -294,7 +294,7 @@ fn contexts_of(world: &World, hook: &str, type_: &str) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_kubernetes_binding_runs_on_synchronization_with_its_snapshot_then_on_each_event() {
     let world = World::default();
     world.bindings.put(
@@ -359,7 +359,7 @@ kubernetes:
     assert_eq!(world.bindings.started(), ["global/watch"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn delete_hooks_see_their_bindings_snapshots_and_the_bindings_stop_after() {
     let world = World::default();
     world.bindings.put(
@@ -419,7 +419,7 @@ kubernetes:
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn global_values_changed_by_after_all_hooks_reload_all_modules_once() {
     let world = World::default();
     let (mut global, modules) = standard_hooks(&world);
@@ -461,7 +461,7 @@ async fn global_values_changed_by_after_all_hooks_reload_all_modules_once() {
 
 /// As addon-operator's ModuleRun: a run that fails after its onStartup hooks succeeded
 /// is retried from where it failed; onStartup does not run again.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failed_module_run_is_retried_without_running_on_startup_again() {
     let world = World::default();
     world.hooks.config(

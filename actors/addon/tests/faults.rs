@@ -13,7 +13,7 @@ use bosun_addon::ports::{HookResult, PortError};
 use serde_json::json;
 use world::{Options, World, config_patch, global_hook, module, object, object_names, wait_for};
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_global_hook_that_fails_twice_is_retried_until_it_succeeds_and_the_converge_finishes() {
     let world = World::default();
     world
@@ -48,7 +48,7 @@ async fn a_global_hook_that_fails_twice_is_retried_until_it_succeeds_and_the_con
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failing_before_helm_hook_names_module_and_binding_and_helm_waits_for_the_retry() {
     let world = World::default();
     world
@@ -77,7 +77,7 @@ async fn a_failing_before_helm_hook_names_module_and_binding_and_helm_waits_for_
     assert_eq!(world.state().modules["alpha"].phase, ModulePhase::Ready);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_helm_upgrade_that_fails_is_retried_and_the_release_ends_deployed() {
     let world = World::default();
     world.releases.fail_upgrades(
@@ -105,7 +105,7 @@ async fn a_helm_upgrade_that_fails_is_retried_and_the_release_ends_deployed() {
     assert_eq!(state.modules["alpha"].phase, ModulePhase::Ready);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_chart_that_does_not_render_fails_the_run_without_touching_the_release() {
     let world = World::default();
     world.releases.fail_renders(
@@ -133,7 +133,7 @@ async fn a_chart_that_does_not_render_fails_the_run_without_touching_the_release
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_release_left_failed_is_upgraded_again_after_a_restart_though_its_values_did_not_change()
 {
     let world = World::default();
@@ -160,7 +160,7 @@ async fn a_release_left_failed_is_upgraded_again_after_a_restart_though_its_valu
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_config_map_write_that_conflicts_is_retried_and_the_config_map_gets_the_values() {
     let world = World::default();
     world.config_map.fail_saves(
@@ -201,7 +201,7 @@ async fn a_config_map_write_that_conflicts_is_retried_and_the_config_map_gets_th
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_module_flag_write_that_fails_fails_the_hook_and_the_retry_disables_the_module() {
     let world = World::default();
     world
@@ -235,7 +235,7 @@ async fn a_module_flag_write_that_fails_fails_the_hook_and_the_retry_disables_th
     assert_eq!(world.runs_of("g-switch").len(), 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_patch_the_api_server_refuses_fails_the_hook_naming_it_and_the_retry_applies_it() {
     let world = World::default();
     let patch = r#"{"operation":"MergePatch","kind":"ConfigMap","namespace":"default","name":"x","mergePatch":{"data":{"a":"1"}}}"#;
@@ -273,7 +273,7 @@ async fn a_patch_the_api_server_refuses_fails_the_hook_naming_it_and_the_retry_a
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_enabled_script_that_errors_is_checked_again_after_the_other_modules_run() {
     let world = World::default();
     world
@@ -303,7 +303,7 @@ async fn an_enabled_script_that_errors_is_checked_again_after_the_other_modules_
     assert!(engine.modules().iter().all(|(_, on)| *on));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_binding_whose_watch_cannot_start_fails_its_task_naming_hook_and_binding_and_others_run()
 {
     let world = World::default();
@@ -361,7 +361,7 @@ async fn a_binding_whose_watch_cannot_start_fails_its_task_naming_hook_and_bindi
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failing_uninstall_keeps_the_module_s_bindings_for_the_retry_of_its_delete_hooks() {
     let world = World::default();
     world.hooks.config(
@@ -399,7 +399,7 @@ async fn a_failing_uninstall_keeps_the_module_s_bindings_for_the_retry_of_its_de
     assert_eq!(world.state().modules["gamma"].phase, ModulePhase::Disabled);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn crds_that_fail_to_apply_are_applied_again_before_the_module_runs() {
     let world = World::default();
     world
@@ -423,7 +423,7 @@ async fn crds_that_fail_to_apply_are_applied_again_before_the_module_runs() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_orphan_release_is_purged_once_listing_releases_works_again() {
     let world = World::default();
     world
@@ -468,7 +468,7 @@ async fn an_orphan_release_is_purged_once_listing_releases_works_again() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_watch_that_breaks_and_resumes_delivers_what_changed_meanwhile_without_phantoms() {
     let world = World::default();
     for name in ["stays", "changes", "goes"] {
@@ -541,7 +541,7 @@ async fn a_watch_that_breaks_and_resumes_delivers_what_changed_meanwhile_without
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_relist_after_an_api_server_restart_that_lost_objects_delivers_their_deletion() {
     let world = World::default();
     for name in ["a", "b"] {
@@ -589,7 +589,7 @@ async fn a_relist_after_an_api_server_restart_that_lost_objects_delivers_their_d
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_module_hook_that_keeps_failing_shows_its_error_and_attempts_until_it_is_fixed() {
     let world = World::default();
     world
@@ -638,7 +638,7 @@ async fn a_module_hook_that_keeps_failing_shows_its_error_and_attempts_until_it_
     assert_eq!(world.releases.log(), ["upgrade alpha"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_module_synchronization_that_fails_stops_its_bindings_and_the_retry_starts_them_again() {
     let world = World::default();
     world
@@ -684,7 +684,7 @@ async fn a_module_synchronization_that_fails_stops_its_bindings_and_the_retry_st
     assert_eq!(world.releases.log(), ["upgrade watcher"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_module_whose_watch_cannot_start_names_module_and_hook_and_runs_once_it_can() {
     let world = World::default();
     world.hooks.config(
@@ -717,7 +717,7 @@ async fn a_module_whose_watch_cannot_start_names_module_and_hook_and_runs_once_i
     assert_eq!(world.releases.log(), ["upgrade crds"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_hook_whose_config_cannot_be_read_fails_the_module_run_naming_it_then_loads() {
     let world = World::default();
     world
@@ -744,7 +744,7 @@ async fn a_hook_whose_config_cannot_be_read_fails_the_module_run_naming_it_then_
     assert_eq!(world.runs(), ["beforeHelm:alpha/hooks/a"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn disabling_a_module_whose_run_keeps_failing_ends_its_retries_and_the_converge() {
     let world = World::default();
     world
@@ -796,7 +796,7 @@ async fn disabling_a_module_whose_run_keeps_failing_ends_its_retries_and_the_con
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_hook_removing_a_module_flag_is_retried_when_the_removal_fails_and_the_module_comes_back()
 {
     let world = World::default();
@@ -833,7 +833,7 @@ async fn a_hook_removing_a_module_flag_is_retried_when_the_removal_fails_and_the
     assert!(engine.modules().contains(&("beta".to_string(), true)));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_parked_module_run_comes_back_with_the_next_change_once_helm_works_again() {
     let world = World::default();
     world.releases.fail_upgrades(
@@ -885,7 +885,7 @@ async fn a_parked_module_run_comes_back_with_the_next_change_once_helm_works_aga
     );
 }
 
-#[tokio::test]
+#[tokio::test] // the schedules fire by the wall clock
 async fn a_scheduled_run_allowed_to_fail_is_not_retried_and_the_next_firing_runs() {
     let world = World::default();
     world
@@ -916,7 +916,7 @@ async fn a_scheduled_run_allowed_to_fail_is_not_retried_and_the_next_firing_runs
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn events_during_a_failing_synchronization_are_delivered_after_its_retry_succeeds() {
     let world = World::default();
     world.bindings.put(
@@ -975,7 +975,7 @@ async fn events_during_a_failing_synchronization_are_delivered_after_its_retry_s
     assert_eq!(object_names(&runs[2]), ["during"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_release_status_that_cannot_be_read_fails_the_run_before_any_upgrade() {
     let world = World::default();
     world.releases.existing("alpha").fail_status(
@@ -1000,7 +1000,7 @@ async fn a_release_status_that_cannot_be_read_fails_the_run_before_any_upgrade()
     assert_eq!(world.releases.revisions()["alpha"], 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_refused_object_patch_leaves_the_values_as_they_were_until_the_retry() {
     let world = World::default();
     world.patcher.refuse(
@@ -1038,7 +1038,7 @@ async fn a_refused_object_patch_leaves_the_values_as_they_were_until_the_retry()
     assert_eq!(world.patcher.seen().len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_orphan_release_that_cannot_be_uninstalled_is_left_and_the_operator_goes_on() {
     let world = World::default();
     world.releases.existing("left-behind").fail_uninstalls(

@@ -21,7 +21,7 @@ fn yaml(text: &str) -> Value {
     serde_saphyr::from_str(text).expect("YAML")
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn global_hooks_run_in_order_with_the_file_contract_and_patches_flow() {
     let world = World::default();
     world.config_map.put("global", "param1: 200\n");
@@ -116,7 +116,7 @@ async fn global_hooks_run_in_order_with_the_file_contract_and_patches_flow() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_module_section_change_runs_only_that_module_with_the_new_config_values() {
     let world = World::default();
     world
@@ -164,7 +164,7 @@ async fn a_module_section_change_runs_only_that_module_with_the_new_config_value
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn failing_modules_name_their_cause_and_the_others_still_converge() {
     let world = World::default();
     world.releases.fail_renders(
@@ -231,7 +231,7 @@ async fn failing_modules_name_their_cause_and_the_others_still_converge() {
     assert_ne!(state.modules["broken-chart"].phase, ModulePhase::Ready);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_enabled_script_sees_the_modules_enabled_before_it() {
     let world = World::default();
     let enabled_modules = |run: &bosun_addon::ports::EnabledRun| -> Vec<String> {
@@ -288,7 +288,7 @@ async fn an_enabled_script_sees_the_modules_enabled_before_it() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_module_disabled_by_its_script_is_left_out_of_the_enabled_modules_hooks_see() {
     let world = World::default();
     world
@@ -338,7 +338,7 @@ async fn a_module_disabled_by_its_script_is_left_out_of_the_enabled_modules_hook
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_values_change_in_after_helm_runs_the_module_again_once() {
     let world = World::default();
     world
@@ -380,7 +380,7 @@ async fn a_values_change_in_after_helm_runs_the_module_again_once() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn invalid_config_values_are_refused_naming_the_module_and_field() {
     let world = World::default();
     let mut alpha = module("alpha", 10, &[]);
@@ -416,7 +416,7 @@ async fn invalid_config_values_are_refused_naming_the_module_and_field() {
     assert_eq!(world.releases.revisions()["alpha"], 1, "nothing was run");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_values_patch_that_breaks_the_schema_fails_the_hook_naming_it_and_keeps_the_values() {
     let world = World::default();
     world
@@ -471,7 +471,7 @@ async fn a_values_patch_that_breaks_the_schema_fails_the_hook_naming_it_and_keep
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bad_hook_output_fails_the_task_with_a_named_error_and_parking_keeps_the_queue_going() {
     let world = World::default();
     world.hooks.answer("g-bad", |_run| {
@@ -520,7 +520,7 @@ async fn bad_hook_output_fails_the_task_with_a_named_error_and_parking_keeps_the
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_disabled_module_runs_its_delete_hooks_around_the_uninstall() {
     let world = World::default();
     let releases = world.releases.clone();
@@ -574,7 +574,7 @@ async fn a_disabled_module_runs_its_delete_hooks_around_the_uninstall() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_module_enabled_again_runs_its_on_startup_hooks_again_and_is_installed_anew() {
     let world = World::default();
     world.hooks.config(
@@ -627,7 +627,7 @@ async fn a_module_enabled_again_runs_its_on_startup_hooks_again_and_is_installed
     assert_eq!(reasons, ["static", "configmap", "configmap"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_global_hook_s_values_patch_of_a_module_flag_enables_it_dynamically() {
     let world = World::default();
     world.hooks.answer(
@@ -651,7 +651,7 @@ async fn a_global_hook_s_values_patch_of_a_module_flag_enables_it_dynamically() 
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_object_deleted_from_a_release_is_healed_by_the_resource_monitor() {
     let world = World::default();
     world.releases.renders(
@@ -694,7 +694,7 @@ async fn an_object_deleted_from_a_release_is_healed_by_the_resource_monitor() {
     assert_eq!(world.releases.log(), ["upgrade alpha", "upgrade alpha"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_release_someone_left_failed_is_repaired_by_the_resource_monitor() {
     let world = World::default();
     let engine = world
@@ -724,7 +724,7 @@ async fn a_release_someone_left_failed_is_repaired_by_the_resource_monitor() {
     assert_eq!(world.state().modules["alpha"].revision, 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn after_a_kill_values_and_a_failing_task_resume_from_the_journal() {
     let world = World::default();
     world
@@ -804,7 +804,7 @@ async fn after_a_kill_values_and_a_failing_task_resume_from_the_journal() {
     assert_eq!(world.runs_of("g-flaky").len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn hooks_of_one_binding_run_by_their_order_then_by_name() {
     let world = World::default();
     world
@@ -854,7 +854,7 @@ async fn hooks_of_one_binding_run_by_their_order_then_by_name() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn static_config_and_memory_values_layer_for_hooks_and_helm() {
     let world = World::default();
     world
@@ -903,7 +903,7 @@ async fn static_config_and_memory_values_layer_for_hooks_and_helm() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_module_hook_s_config_patch_is_written_to_its_config_map_key() {
     let world = World::default();
     world
@@ -936,7 +936,7 @@ async fn a_module_hook_s_config_patch_is_written_to_its_config_map_key() {
     assert!(queued.is_empty(), "{queued:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn module_hook_metrics_are_served_with_the_module_s_label() {
     let world = World::default();
     world
@@ -965,7 +965,7 @@ async fn module_hook_metrics_are_served_with_the_module_s_label() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn module_render_shows_the_chart_with_the_current_values_and_names_a_render_error() {
     let world = World::default();
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "alpha", "namespace": "default"}});
@@ -993,7 +993,7 @@ async fn module_render_shows_the_chart_with_the_current_values_and_names_a_rende
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_field_the_api_server_rewrites_is_not_drift_but_a_deleted_object_still_is() {
     let world = World::default();
     let object = |name: &str| {
@@ -1039,7 +1039,7 @@ async fn a_field_the_api_server_rewrites_is_not_drift_but_a_deleted_object_still
     assert_eq!(world.releases.log(), ["upgrade alpha", "upgrade alpha"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_config_map_conflict_on_a_module_hook_s_config_patch_is_written_by_the_retry() {
     let world = World::default();
     world.config_map.fail_saves(
@@ -1074,7 +1074,7 @@ async fn a_config_map_conflict_on_a_module_hook_s_config_patch_is_written_by_the
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_memory_patch_that_removes_a_value_stays_removed_after_a_kill() {
     let world = World::default();
     world
@@ -1115,7 +1115,7 @@ async fn a_memory_patch_that_removes_a_value_stays_removed_after_a_kill() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_module_disabled_before_a_kill_stays_deleted_without_its_delete_hooks_running_again() {
     let world = World::default();
     world.hooks.config(
@@ -1162,7 +1162,7 @@ async fn a_module_disabled_before_a_kill_stays_deleted_without_its_delete_hooks_
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_module_disabled_while_its_run_is_in_progress_ends_uninstalled() {
     let world = World::default();
     world

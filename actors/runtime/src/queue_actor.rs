@@ -437,6 +437,10 @@ pub struct QueueState<K: TaskKind, E> {
     length: metrics::Gauge,
     parked: metrics::Gauge,
     actions: ActionTimes,
+    /// When the failed head may run again, on the runtime's clock: its journaled retry time
+    /// (wall clock, kept across restarts) turned into a deadline the first time it is
+    /// waited for, so that the wait is one timer, and tokio's paused time in tests skips it.
+    retry_due: Option<(TaskId, u64, tokio::time::Instant)>,
 }
 
 impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, E> {
@@ -620,9 +624,17 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + 'static> QueueState<K, 
             return Ok(());
         };
         if let Some(at) = retry_at {
-            let now = now_ms();
-            if at > now {
-                let delay = Duration::from_millis(at - now);
+            let due = match self.retry_due {
+                Some((id, of, due)) if id == head_id && of == at => due,
+                _ => {
+                    let due = tokio::time::Instant::now()
+                        + Duration::from_millis(at.saturating_sub(now_ms()));
+                    self.retry_due = Some((head_id, at, due));
+                    due
+                }
+            };
+            let delay = due.saturating_duration_since(tokio::time::Instant::now());
+            if !delay.is_zero() {
                 if !matches!(self.activity, Activity::Sleeping { .. }) {
                     self.activity = Activity::sleeping(
                         format!("sleep after fail for {}", go_duration(delay)),
@@ -898,6 +910,7 @@ impl<K: TaskKind, E: From<TaskEvent<K>> + Clone + Send + Sync + 'static> Actor
             staged: Vec::new(),
             max_attempts: args.max_attempts,
             activity: Activity::Idle,
+            retry_due: None,
             queued_at,
             running_since: None,
             gate: args.gate,

@@ -1,8 +1,9 @@
 //! The world an in-process engine runs in: every port faked (hooks, the ConfigMap, Helm,
 //! bindings, the object patcher, the journal), shared across restarts, with the waits and
-//! readings the scenario tests share. Waits poll with a deadline. The queues' retry
-//! backoffs are kept by the wall clock, so tokio's paused time does not shorten them; it
-//! serves the rate limits (`settings.executionMinInterval`), which run on tokio's clock.
+//! readings the scenario tests share. Waits poll with a deadline. The scenarios run on
+//! tokio's paused clock: a queue's retry backoff (journaled as a wall-clock time, waited
+//! for on tokio's clock) and the rate limits (`settings.executionMinInterval`) pass at once;
+//! the schedules, which fire by the wall clock, run on the real one.
 
 #![allow(dead_code)]
 
@@ -100,8 +101,8 @@ pub fn config_patch(patch: Value) -> impl Fn(&HookRun) -> Result<HookResult, Por
     }
 }
 
-/// Waits for `done` (checked every 2 ms) or fails after 60 s, saying what it waited for
-/// (long enough for two retry backoffs on a loaded machine).
+/// Waits for `done` (checked every 2 ms) or fails after 60 s of the test's clock, saying
+/// what it waited for.
 pub async fn wait_for<F, Fut>(what: &str, mut done: F)
 where
     F: FnMut() -> Fut,
