@@ -294,3 +294,31 @@ async fn changes_made_while_the_operator_was_down_are_synced_after_the_restart()
     assert_eq!(w.created("configmaps", "default", "b-cm"), 1);
     assert_eq!(w.created("configmaps", "default", "a-cm"), 2);
 }
+
+/// A parent deleted while the operator is down keeps our finalizer until the operator is
+/// back: then its finalize hook runs and the parent goes.
+#[tokio::test]
+async fn a_parent_deleted_while_the_operator_is_down_is_finalized_after_the_restart() {
+    let mut w = jobs().await;
+    w.answer("jobs", Finalize, |_| {
+        Ok(json!({"children": [], "finalized": true}))
+    });
+    w.controller(jobs_controller(true, json!({})));
+    w.put("jobs", job("j", 1));
+    w.until("the child and our finalizer", || {
+        cm(&w, "j-cm").is_some() && parent(&w, "j").is_some_and(|p| has_finalizer(&p))
+    })
+    .await;
+    w.restart(|w| {
+        w.delete("jobs", "default", "j");
+        let waiting = parent(w, "j").expect("the parent waits for its finalizer");
+        assert!(!waiting["metadata"]["deletionTimestamp"].is_null());
+    })
+    .await;
+    w.until("the parent finalized and gone", || {
+        parent(&w, "j").is_none()
+    })
+    .await;
+    assert!(cm(&w, "j-cm").is_none());
+    assert!(!w.requests("jobs", Finalize).is_empty());
+}
