@@ -15,6 +15,7 @@ mod world;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bosun_lambda::children::ApplyStrategy;
 use bosun_lambda::fakes::Verb;
 use bosun_lambda::ports::HookType::Sync;
 use serde_json::{Value, json};
@@ -427,4 +428,105 @@ async fn a_decorator_resync_period_calls_its_hook_again_every_period() {
             "a resync {gap:?} after the previous call, the period is {period:?}"
         );
     }
+}
+
+/// `--apply-strategy=server-side-apply`: children are written by server-side apply; a
+/// field another client set is kept when the parent changes the child, and a child that
+/// is as desired is not applied again.
+#[tokio::test]
+async fn with_server_side_apply_children_keep_others_fields_and_are_not_applied_again() {
+    let w = World::start_with(
+        &[Crd("Owner", "owners", true)],
+        "",
+        ApplyStrategy::ServerSideApply,
+    )
+    .await;
+    w.answer("owners", Sync, |req| {
+        let spec = &req["parent"]["spec"];
+        Ok(json!({"status": spec["status"].clone(), "children": spec["children"].clone()}))
+    });
+    w.controller(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": "owners"},
+        "spec": {
+            "generateSelector": true,
+            "parentResource": {"apiVersion": "example.com/v1", "resource": "owners"},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"webhook": {"url": "http://hooks.test/owners"}}}
+        }
+    }));
+    w.put(
+        "owners",
+        owner("p", json!([configmap("p-cm", "1")]), json!({"round": 1})),
+    );
+    w.until("the child", || {
+        cm(&w, "p-cm").is_some() && status_of(&w, "p")["round"] == 1
+    })
+    .await;
+    let configmaps = w.resource("configmaps").clone();
+    assert_eq!(
+        (
+            w.cluster.calls(Verb::Create, &configmaps),
+            w.cluster.calls(Verb::Apply, &configmaps)
+        ),
+        (0, 1),
+        "the child was not made by one server-side apply"
+    );
+    w.edit("configmaps", "default", "p-cm", |c| {
+        c["data"]["theirs"] = json!("kept")
+    });
+    w.edit("owners", "default", "p", |p| {
+        p["spec"]["children"] = json!([configmap("p-cm", "2")])
+    });
+    w.until("the child applied with the new value", || {
+        cm(&w, "p-cm").is_some_and(|c| c["data"]["value"] == "2")
+    })
+    .await;
+    assert_eq!(cm(&w, "p-cm").expect("child")["data"]["theirs"], "kept");
+    let applied = w.cluster.calls(Verb::Apply, &configmaps);
+    w.edit("owners", "default", "p", |p| {
+        p["spec"]["status"] = json!({"round": 2})
+    });
+    w.until("the next sync done", || status_of(&w, "p")["round"] == 2)
+        .await;
+    assert_eq!(
+        w.cluster.calls(Verb::Apply, &configmaps),
+        applied,
+        "a child as desired was applied again"
+    );
+    assert_eq!(w.created("configmaps", "default", "p-cm"), 1);
+}
+
+/// A DecoratorController answering a label or an annotation as `null` removes it from
+/// its object; the object's other labels stay.
+#[tokio::test]
+async fn a_decorator_answering_null_removes_a_label_and_an_annotation() {
+    let w = World::start(&[Crd("Owner", "owners", true)]).await;
+    w.answer("decorate", Sync, |_| {
+        Ok(json!({"labels": {"stale": null, "fresh": "yes"},
+                  "annotations": {"example.com/stale": null}}))
+    });
+    w.controller(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+        "metadata": {"name": "decorate"},
+        "spec": {
+            "resources": [{"apiVersion": "example.com/v1", "resource": "owners"}],
+            "hooks": {"sync": {"webhook": {"url": "http://hooks.test/decorate"}}}
+        }
+    }));
+    w.put(
+        "owners",
+        json!({"apiVersion": "example.com/v1", "kind": "Owner",
+               "metadata": {"name": "d", "labels": {"stale": "1", "mine": "kept"},
+                            "annotations": {"example.com/stale": "1", "example.com/mine": "kept"}}}),
+    );
+    w.until("the labels and annotations answered", || {
+        w.get("owners", "default", "d").is_some_and(|o| {
+            let meta = &o["metadata"];
+            meta["labels"] == json!({"fresh": "yes", "mine": "kept"})
+                && meta["annotations"] == json!({"example.com/mine": "kept"})
+        })
+    })
+    .await;
 }

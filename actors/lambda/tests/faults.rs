@@ -9,6 +9,8 @@
 
 mod world;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bosun_lambda::events::LambdaEvent;
@@ -349,4 +351,190 @@ async fn a_controller_whose_parents_cannot_be_listed_starts_once_they_can() {
         .filter(|e| matches!(e, LambdaEvent::ControllerStarted { .. }))
         .count();
     assert_eq!(started, 1);
+}
+
+/// Another client writes a child while a sync runs: the controller's update, made from
+/// the child as it read it, meets a conflict; the other writer's change tells the
+/// controller again, and the child converges in place with both changes, made once.
+#[tokio::test]
+async fn a_child_written_by_another_client_during_a_sync_converges_after_the_conflict() {
+    let w = probes().await;
+    w.put("probes", probe("p"));
+    w.until("the child", || {
+        child(&w, "p").is_some_and(|c| c["data"]["n"] == "1")
+    })
+    .await;
+    let configmaps = w.resource("configmaps").clone();
+    let uid = child(&w, "p").expect("child")["metadata"]["uid"].clone();
+    let replaced = w.cluster.calls(Verb::Replace, &configmaps);
+    // The sync of n = 2: while the hook answers, someone annotates the child.
+    let (cluster, resource) = (Arc::clone(&w.cluster), configmaps.clone());
+    let meddled = Arc::new(AtomicBool::new(false));
+    w.answer("probes", Sync, move |req| {
+        let n = req["parent"]["spec"]["n"].clone();
+        if n == 2 && !meddled.swap(true, Ordering::SeqCst) {
+            let mut c = (*cluster.object(&resource, "default", "p-ok").expect("child")).clone();
+            c["metadata"]["annotations"]["meddler"] = json!("was here");
+            cluster.put(&resource, c);
+        }
+        Ok(
+            json!({"children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": "p-ok", "labels": {"app": "fine"}},
+                                "data": {"n": n.to_string()}}]}),
+        )
+    });
+    w.edit("probes", "default", "p", |p| p["spec"]["n"] = json!(2));
+    w.until("the child updated, the other writer's change kept", || {
+        child(&w, "p").is_some_and(|c| {
+            c["data"]["n"] == "2" && c["metadata"]["annotations"]["meddler"] == "was here"
+        })
+    })
+    .await;
+    assert!(
+        w.cluster.calls(Verb::Replace, &configmaps) >= replaced + 2,
+        "no update met the conflict"
+    );
+    assert_eq!(child(&w, "p").expect("child")["metadata"]["uid"], uid);
+    assert_eq!(w.created("configmaps", "default", "p-ok"), 1);
+    assert_eq!(w.list("configmaps").len(), 1);
+}
+
+/// RBAC refuses the create of a child: the parent's Event names the child, the verb and
+/// the resource; once allowed, the child is made once.
+#[tokio::test]
+async fn a_forbidden_child_create_names_the_child_verb_and_resource_in_the_parents_event() {
+    let w = probes().await;
+    let configmaps = w.resource("configmaps").clone();
+    w.cluster
+        .refuse(Verb::Create, &configmaps, 1, Fault::Forbidden);
+    w.put("probes", probe("p"));
+    w.until("the child once allowed", || child(&w, "p").is_some())
+        .await;
+    let errors = sync_errors(&w, "p");
+    assert!(
+        errors.iter().any(|m| m.contains("ConfigMap default/p-ok")
+            && m.contains("cannot create resource \"configmaps\"")),
+        "{errors:?}"
+    );
+    assert_eq!(w.created("configmaps", "default", "p-ok"), 1);
+}
+
+/// A refused delete of a child the hook no longer asks for: an Event names the delete,
+/// and the delete is tried again until the child is gone.
+#[tokio::test]
+async fn a_refused_delete_of_an_unwanted_child_is_an_event_and_is_tried_again() {
+    let w = probes().await;
+    w.answer("probes", Sync, |req| {
+        let name = str_of(&req["parent"]["metadata"]["name"]);
+        let children = if req["parent"]["spec"]["n"] == 0 {
+            json!([])
+        } else {
+            json!([{"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("{name}-ok"), "labels": {"app": "fine"}}}])
+        };
+        Ok(json!({"children": children}))
+    });
+    w.put("probes", probe("p"));
+    w.until("the child", || child(&w, "p").is_some()).await;
+    let configmaps = w.resource("configmaps").clone();
+    w.cluster
+        .refuse(Verb::Delete, &configmaps, 2, Fault::Unavailable);
+    w.edit("probes", "default", "p", |p| p["spec"]["n"] = json!(0));
+    w.until("the child deleted in the end", || child(&w, "p").is_none())
+        .await;
+    assert_eq!(w.cluster.faults_left(), 0);
+    let errors = sync_errors(&w, "p");
+    assert!(
+        errors
+            .iter()
+            .any(|m| m.contains("deleting ConfigMap default/p-ok") && m.contains("503")),
+        "{errors:?}"
+    );
+}
+
+/// A child deleted while the watch of the children is down is not seen at once; the
+/// informer's relist when the watch comes back tells it, and the child is made again.
+#[tokio::test]
+async fn a_child_deleted_while_the_childrens_watch_is_down_comes_back_after_the_relist() {
+    let w = probes().await;
+    w.put("probes", probe("p"));
+    w.until("the child", || child(&w, "p").is_some()).await;
+    let configmaps = w.resource("configmaps").clone();
+    w.cluster.interrupt_watches(&configmaps);
+    w.delete("configmaps", "default", "p-ok");
+    assert!(child(&w, "p").is_none());
+    w.cluster.resume_watches(&configmaps);
+    w.until("the child made again", || child(&w, "p").is_some())
+        .await;
+    assert_eq!(w.created("configmaps", "default", "p-ok"), 2);
+}
+
+/// A webhook that hangs on one parent's call holds one worker until its timeout; the
+/// other parents converge meanwhile, well before it, and the hung parent converges after.
+#[tokio::test(start_paused = true)]
+async fn a_webhook_hanging_on_one_parent_does_not_stall_the_others() {
+    let w = probes().await;
+    w.hooks
+        .fail("probes", Sync, 1, HookFault::Slow(Duration::from_secs(60)));
+    let start = tokio::time::Instant::now();
+    w.put("probes", probe("hung"));
+    w.until("the hung call in flight", || w.hooks.faults_left() == 0)
+        .await;
+    let others = ["a", "b", "c", "d", "e"];
+    for name in others {
+        w.put("probes", probe(name));
+    }
+    w.until("every other parent's child", || {
+        others.iter().all(|n| child(&w, n).is_some())
+    })
+    .await;
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the others waited for the hung call: {:?}",
+        start.elapsed()
+    );
+    assert!(child(&w, "hung").is_none());
+    w.until("the hung parent's child after its timeout", || {
+        child(&w, "hung").is_some()
+    })
+    .await;
+    assert!(start.elapsed() >= Duration::from_secs(10));
+    assert_eq!(sync_errors(&w, "hung").len(), 1);
+}
+
+/// One failed call of the hook: one `SyncError` Event, then the child; the syncs after
+/// it add none. The journal tells it in order: the failure, then the sync that made the
+/// child.
+#[tokio::test]
+async fn a_hook_failing_once_is_one_warning_event_and_none_after_it_converges() {
+    let w = probes().await;
+    w.hooks.fail(
+        "probes",
+        Sync,
+        1,
+        HookFault::Status(500, "try later".into()),
+    );
+    w.put("probes", probe("p"));
+    w.until("the child", || child(&w, "p").is_some()).await;
+    w.edit("probes", "default", "p", |p| p["spec"]["n"] = json!(2));
+    w.until("the change applied", || {
+        child(&w, "p").is_some_and(|c| c["data"]["n"] == "2")
+    })
+    .await;
+    let errors = sync_errors(&w, "p");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("500"), "{errors:?}");
+    let story: Vec<&str> = w
+        .journal
+        .events()
+        .iter()
+        .filter(|e| e.key() == Some("default/p"))
+        .map(|e| match e {
+            LambdaEvent::SyncFailed { .. } => "failed",
+            LambdaEvent::Synced { created, .. } if !created.is_empty() => "created",
+            _ => "synced",
+        })
+        .collect();
+    assert_eq!(story[..2], ["failed", "created"], "{story:?}");
+    assert!(!story[2..].contains(&"failed"), "{story:?}");
 }

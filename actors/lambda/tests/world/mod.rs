@@ -131,6 +131,8 @@ pub struct World {
     pub mailboxes: Mailboxes,
     pub registry: Registry,
     resources: BTreeMap<String, Resource>,
+    /// `--target-label-selector` and `--apply-strategy`, for a restart.
+    flags: (String, ApplyStrategy),
     garbage_collector: JoinHandle<()>,
 }
 
@@ -170,24 +172,8 @@ impl World {
         let hooks = Arc::new(ScriptedHooks::default());
         let journal = MemoryJournal::default();
         let mailboxes = Mailboxes::default();
-        let ctx = Context {
-            cluster: cluster.clone(),
-            watches: cluster.clone(),
-            journal: Arc::new(journal.clone()),
-            workers: 2,
-            mailboxes: mailboxes.clone(),
-            gate: Default::default(),
-        };
-        let registry = registry::run(
-            ctx,
-            Arc::new(ScriptedFactory(Arc::clone(&hooks))),
-            Settings {
-                target: Selector::parse(target).expect("a target label selector"),
-                strategy,
-            },
-        )
-        .await
-        .expect("the registry starts");
+        let flags = (target.to_string(), strategy);
+        let registry = start_registry(&cluster, &hooks, &journal, &mailboxes, &flags).await;
         World {
             cluster,
             hooks,
@@ -195,8 +181,27 @@ impl World {
             mailboxes,
             registry,
             resources,
+            flags,
             garbage_collector,
         }
+    }
+
+    /// Restarts the operator: every controller stops (a sync in flight is cancelled),
+    /// `while_down` changes the world meanwhile, and a new registry starts on the same
+    /// cluster, webhooks and journal. Nothing in memory survives but what they hold.
+    pub async fn restart(&mut self, while_down: impl FnOnce(&World)) {
+        self.registry.controllers.stop_all();
+        while_down(self);
+        let registry = start_registry(
+            &self.cluster,
+            &self.hooks,
+            &self.journal,
+            &self.mailboxes,
+            &self.flags,
+        )
+        .await;
+        // The old registry's own tasks end as it is dropped.
+        drop(std::mem::replace(&mut self.registry, registry));
     }
 
     /// The served resource of `plural`.
@@ -316,6 +321,34 @@ impl World {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
+}
+
+/// The registry of lambda controllers on `cluster` with `flags`.
+async fn start_registry(
+    cluster: &Arc<MemoryCluster>,
+    hooks: &Arc<ScriptedHooks>,
+    journal: &MemoryJournal<LambdaEvent>,
+    mailboxes: &Mailboxes,
+    (target, strategy): &(String, ApplyStrategy),
+) -> Registry {
+    let ctx = Context {
+        cluster: cluster.clone(),
+        watches: cluster.clone(),
+        journal: Arc::new(journal.clone()),
+        workers: 2,
+        mailboxes: mailboxes.clone(),
+        gate: Default::default(),
+    };
+    registry::run(
+        ctx,
+        Arc::new(ScriptedFactory(Arc::clone(hooks))),
+        Settings {
+            target: Selector::parse(target).expect("a target label selector"),
+            strategy: *strategy,
+        },
+    )
+    .await
+    .expect("the registry starts")
 }
 
 /// kube-controller-manager's garbage collector, in the background: once an object is
