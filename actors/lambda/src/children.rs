@@ -53,9 +53,25 @@ pub struct Applied {
     /// differs, an update that met a conflict or a deleted child, a create that found
     /// the name taken.
     pub not_written: usize,
+    /// Of those, the ones another writer got to first (a conflict, a deleted child, a
+    /// name taken): written by the next sync, which comes soon ([`RACED_RESYNC`]).
+    pub raced: Vec<String>,
 }
 
+/// When a sync whose children's writes met another writer runs again: upstream retries
+/// such a write within the sync; here the next sync, reading the child afresh, does.
+pub const RACED_RESYNC: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Applied {
+    /// When the parent is synced again for children another writer got to first:
+    /// `resync`, made no later than [`RACED_RESYNC`] when there are some.
+    pub fn resync(&self, resync: Option<std::time::Duration>) -> Option<std::time::Duration> {
+        if self.raced.is_empty() {
+            return resync;
+        }
+        Some(resync.map_or(RACED_RESYNC, |r| r.min(RACED_RESYNC)))
+    }
+
     /// Whether anything was written.
     pub fn changed(&self) -> bool {
         !(self.created.is_empty() && self.updated.is_empty() && self.deleted.is_empty())
@@ -253,7 +269,10 @@ pub async fn apply(cluster: &dyn Cluster, actions: Vec<ChildAction>) -> Applied 
                 };
                 match result {
                     Ok(_) => applied.created.push(what),
-                    Err(ClusterError::AlreadyExists(_)) => applied.not_written += 1,
+                    Err(ClusterError::AlreadyExists(_)) => {
+                        applied.not_written += 1;
+                        applied.raced.push(what);
+                    }
                     Err(e) => applied.errors.push(format!("{what}: {e}")),
                 }
             }
@@ -270,8 +289,14 @@ pub async fn apply(cluster: &dyn Cluster, actions: Vec<ChildAction>) -> Applied 
                 };
                 match result {
                     Ok(_) => applied.updated.push(what),
-                    Err(ClusterError::Conflict(_)) => applied.not_written += 1,
-                    Err(ClusterError::NotFound(_)) if !server_side => applied.not_written += 1,
+                    Err(ClusterError::Conflict(_)) => {
+                        applied.not_written += 1;
+                        applied.raced.push(what);
+                    }
+                    Err(ClusterError::NotFound(_)) if !server_side => {
+                        applied.not_written += 1;
+                        applied.raced.push(what);
+                    }
                     Err(e) => applied.errors.push(format!("{what}: {e}")),
                 }
             }

@@ -188,6 +188,7 @@ impl Decorator {
                 self.strategy,
             )
             .await;
+            report.resync_after = report.applied.resync(report.resync_after);
         }
         if !report.applied.errors.is_empty() {
             return Err(SyncError::transient(report.applied.errors.join("; ")));

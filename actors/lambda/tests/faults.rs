@@ -538,3 +538,50 @@ async fn a_hook_failing_once_is_one_warning_event_and_none_after_it_converges() 
     assert_eq!(story[..2], ["failed", "created"], "{story:?}");
     assert!(!story[2..].contains(&"failed"), "{story:?}");
 }
+
+/// A child's update refused with a conflict and nothing changing afterwards (no watch
+/// event will come, the parent's status is as it was): the parent is synced again soon and
+/// the child is written, with no Warning (upstream retries such a write within the sync).
+#[tokio::test(start_paused = true)]
+async fn a_child_update_lost_to_a_conflict_is_written_by_the_next_sync_without_an_event() {
+    let w = probes().await;
+    // The hook's answer follows `wanted`, not the parent: a change of it reaches the
+    // cluster only through a sync that something else brings.
+    let wanted = Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let answer = Arc::clone(&wanted);
+    w.answer("probes", Sync, move |_| {
+        let n = answer.load(Ordering::SeqCst);
+        Ok(json!({"status": {"ok": true},
+                  "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": "p-ok", "labels": {"app": "fine"}},
+                                "data": {"n": n.to_string()}}]}))
+    });
+    w.put("probes", probe("p"));
+    w.until("the child", || {
+        child(&w, "p").is_some_and(|c| c["data"]["n"] == "1")
+    })
+    .await;
+    let configmaps = w.resource("configmaps").clone();
+    w.cluster
+        .refuse(Verb::Replace, &configmaps, 1, Fault::Conflict);
+    wanted.store(2, Ordering::SeqCst);
+    // Someone labels the child: its event brings the sync whose update meets the conflict.
+    let mut c = child(&w, "p").expect("child");
+    c["metadata"]["annotations"]["seen-by"] = json!("someone");
+    w.cluster.put(&configmaps, c);
+    w.until("the child written after the conflict", || {
+        child(&w, "p").is_some_and(|c| c["data"]["n"] == "2")
+    })
+    .await;
+    assert_eq!(
+        w.cluster.faults_met(),
+        1,
+        "the update did not meet the conflict"
+    );
+    assert!(
+        sync_errors(&w, "p").is_empty(),
+        "{:?}",
+        sync_errors(&w, "p")
+    );
+    assert_eq!(w.created("configmaps", "default", "p-ok"), 1);
+}

@@ -122,6 +122,7 @@ impl Composite {
         report.planned = plan.planned;
         if let Some(actions) = plan.children {
             report.applied = children::apply(cluster, actions).await;
+            report.resync_after = report.applied.resync(report.resync_after);
         }
         report.status_written = write_status(cluster, &self.parent, parent, plan.status).await?;
         if !report.applied.errors.is_empty() {
