@@ -327,7 +327,21 @@ impl Worker {
         // metacontroller's events: `Starting` as the controller's loop begins, `Started`
         // once it runs.
         self.lifecycle_event(&object, "Starting", key).await;
-        let running = start(reconciler, spec, self.ctx.clone()).await?;
+        let running = match start(reconciler, spec, self.ctx.clone()).await {
+            Ok(running) => running,
+            Err(e) => {
+                // Retried with backoff; meanwhile the controller's Events, its journal and
+                // `/lambda/controllers` say why it does not run.
+                self.refuse(
+                    key,
+                    &object,
+                    "StartError",
+                    format!("Cannot start controller: {e}"),
+                )
+                .await;
+                return Err(e.into());
+            }
+        };
         let parent_kind = running.parent_kind.clone();
         self.controllers.lock().insert(key.clone(), running);
         self.controllers.refused().remove(key);

@@ -310,9 +310,10 @@ async fn a_change_missed_by_an_interrupted_watch_is_caught_up_by_the_relist() {
     .await;
 }
 
-/// The parents' informer cannot list when a controller starts: the start is tried again
-/// (a `Starting` Event each time) until the list succeeds, and the controller then runs,
-/// `Started` once.
+/// The parents' informer cannot list when a controller starts: each try is a `Starting`
+/// Event, and a `StartError` Warning naming why, journaled as the controller refused; the
+/// start is tried again until the list succeeds, and the controller then runs, `Started`
+/// once.
 #[tokio::test]
 async fn a_controller_whose_parents_cannot_be_listed_starts_once_they_can() {
     let w = World::start(&[Crd("Probe", "probes", true)]).await;
@@ -343,7 +344,38 @@ async fn a_controller_whose_parents_cannot_be_listed_starts_once_they_can() {
         .into_iter()
         .map(|e| e.note.reason)
         .collect();
-    assert_eq!(reasons, ["Starting", "Starting", "Starting", "Started"]);
+    assert_eq!(
+        reasons,
+        [
+            "Starting",
+            "StartError",
+            "Starting",
+            "StartError",
+            "Starting",
+            "Started"
+        ]
+    );
+    let warning = w
+        .events_on("CompositeController /probes")
+        .into_iter()
+        .find(|e| e.note.reason == "StartError")
+        .expect("a StartError");
+    assert_eq!(warning.note.type_, "Warning");
+    assert!(
+        warning
+            .note
+            .message
+            .starts_with("Cannot start controller: "),
+        "{}",
+        warning.note.message
+    );
+    let refused = w
+        .journal
+        .events()
+        .iter()
+        .filter(|e| matches!(e, LambdaEvent::ControllerRefused { .. }))
+        .count();
+    assert_eq!(refused, 2);
     let started = w
         .journal
         .events()
