@@ -331,10 +331,9 @@ impl GlobalHooksState {
             hook_metrics: &self.hook_metrics,
         };
         let origin = Origin { hook, module: None };
-        let result = crate::hook_output::apply(origin, out, &scope, &effects).await;
-        self.journaled
-            .apply_all(crate::hook_output::journaled(&result));
-        result.map(|_| ())
+        let events = crate::hook_output::apply(origin, out, &scope, &effects).await?;
+        self.journaled.apply_all(&events);
+        Ok(())
     }
 }
 

@@ -138,11 +138,8 @@ impl OutputProblem {
 pub struct OutputError {
     /// `hook "x"` or `module m: hook "x"`.
     pub origin: String,
-    /// What was wrong.
+    /// What was wrong (nothing of the output was journaled).
     pub problem: OutputProblem,
-    /// Events journaled before the problem: the caller folds them like accepted ones
-    /// (none since the ConfigMap is written first; kept for callers that fold them).
-    pub journaled: Vec<Event>,
 }
 
 /// Everything a hook wrote, parsed and checked against its scope.
@@ -343,7 +340,6 @@ pub async fn apply(
     let err = |problem: OutputProblem| OutputError {
         origin: origin.to_string(),
         problem,
-        journaled: Vec::new(),
     };
     let parsed = parse(origin, out).map_err(err)?;
     effects
@@ -387,14 +383,6 @@ pub async fn apply(
         .await
         .map_err(|e| err(OutputProblem::Journal(e)))?;
     Ok(plan.events)
-}
-
-/// The events an [`apply`] journaled, accepted or not: what its caller folds.
-pub fn journaled(result: &Result<Vec<Event>, OutputError>) -> &[Event] {
-    match result {
-        Ok(events) => events,
-        Err(e) => &e.journaled,
-    }
 }
 
 #[cfg(test)]

@@ -643,10 +643,9 @@ impl ModuleState {
             hook,
             module: Some(&self.def.name),
         };
-        let result = crate::hook_output::apply(origin, out, &scope, &effects).await;
-        self.journaled
-            .apply_all(crate::hook_output::journaled(&result));
-        result.map(|_| ())
+        let events = crate::hook_output::apply(origin, out, &scope, &effects).await?;
+        self.journaled.apply_all(&events);
+        Ok(())
     }
 
     /// The Helm values file: global values and the module's.
