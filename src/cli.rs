@@ -837,8 +837,8 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Sandbox(args) => {
             runtime().and_then(|rt| rt.block_on(crate::sandbox_cli::serve(args)))
         }
-        Command::Journal(args) => crate::journal_cli::run(args),
-        Command::Explain(args) => crate::explain_cli::run(args),
+        Command::Journal(args) => crate::journal_cli::run(args, &journal_kinds()),
+        Command::Explain(args) => crate::explain_cli::run(args, &journal_kinds()),
         Command::Queue(args) => crate::debug::commands::queue(args),
         Command::Global(args) => crate::debug::commands::global(args),
         Command::Module(args) => crate::debug::commands::module(args),
@@ -866,7 +866,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// it, and how a run builds it from the command line and the configuration.
 pub struct Registered {
     /// Its journal.
-    pub journal: &'static dyn crate::host::JournalKind,
+    pub journal: &'static dyn crate::journal_kinds::JournalKind,
     /// It, for this run.
     pub configure: for<'a> fn(
         &'a RunArgs,
@@ -876,7 +876,7 @@ pub struct Registered {
 }
 
 /// Every subsystem bosun hosts, in start order: the one list of them. A subsystem is one
-/// [`Subsystem`](crate::host::Subsystem) and its [`JournalKind`](crate::host::JournalKind)
+/// [`Subsystem`](crate::host::Subsystem) and its [`JournalKind`](crate::journal_kinds::JournalKind)
 /// (docs/architecture.md, "Where a new subsystem goes").
 pub static SUBSYSTEMS: &[Registered] = &[
     Registered {
@@ -910,6 +910,11 @@ pub static SUBSYSTEMS: &[Registered] = &[
         },
     },
 ];
+
+/// Every registered subsystem's journal, in start order.
+fn journal_kinds() -> Vec<&'static dyn crate::journal_kinds::JournalKind> {
+    SUBSYSTEMS.iter().map(|s| s.journal).collect()
+}
 
 /// This run's subsystems, in start order.
 fn subsystems<'a>(

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use serde_json::Value;
 
-use crate::debug::explain::{Explanation, Step, Subject, offline};
+use crate::debug::explain::{Explanation, Step, Subject};
 use crate::journal_cli::{Format, LiveArgs};
+use crate::journal_kinds::JournalKind;
 
 /// Arguments of `bosun explain`.
 #[derive(Debug, clap::Args)]
@@ -34,8 +35,8 @@ pub struct ExplainArgs {
     pub live: LiveArgs,
 }
 
-/// Runs `bosun explain`.
-pub fn run(args: ExplainArgs) -> anyhow::Result<()> {
+/// Runs `bosun explain` over the registered subsystems' journals `kinds`.
+pub fn run(args: ExplainArgs, kinds: &[&'static dyn JournalKind]) -> anyhow::Result<()> {
     let subject = Subject::parse(&args.what, args.namespace.as_deref())
         .map_err(|e| anyhow::anyhow!("bosun explain: {e}"))?;
     let explanation = match args.live.socket() {
@@ -55,12 +56,12 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<()> {
             serde_json::from_str::<Value>(&body)
                 .with_context(|| format!("{path}: the debug socket did not answer JSON"))?
         }
-        None => serde_json::to_value(offline(&subject, &args.journal_dir)?)?,
+        None => serde_json::to_value(offline(&subject, &args.journal_dir, kinds)?)?,
     };
     let mut out = std::io::stdout().lock();
     match args.output {
         Format::Text => {
-            let e: Explanation = from_value(&explanation)?;
+            let e: Explanation = from_value(&explanation, kinds)?;
             write!(out, "{}", e.text())?;
         }
         Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&explanation)?)?,
@@ -73,8 +74,33 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Explains from the journals `kinds` under `dir` (each read from a private copy while
+/// bosun holds it), in the order the subsystems are registered. A journal that is not
+/// there is left out; none there at all is an error.
+fn offline(
+    subject: &Subject,
+    dir: &std::path::Path,
+    kinds: &[&'static dyn JournalKind],
+) -> anyhow::Result<Explanation> {
+    let mut e = Explanation::new(subject);
+    let mut present = false;
+    for journal in kinds {
+        present |= journal.present(dir);
+        if let Err(err) = journal.explain(dir, subject, &mut e) {
+            e.unreadable.push(err);
+        }
+    }
+    if !present && e.unreadable.is_empty() {
+        anyhow::bail!(
+            "{}: no journal there (expected bosun's journal folder: --journal-dir or BOSUN_JOURNAL_DIR)",
+            dir.display()
+        );
+    }
+    Ok(e)
+}
+
 /// An explanation as the debug socket answered it (JSON), for the text form.
-fn from_value(v: &Value) -> anyhow::Result<Explanation> {
+fn from_value(v: &Value, kinds: &[&'static dyn JournalKind]) -> anyhow::Result<Explanation> {
     let steps = v["history"]
         .as_array()
         .into_iter()
@@ -82,7 +108,7 @@ fn from_value(v: &Value) -> anyhow::Result<Explanation> {
         .map(|s| Step {
             journal: s["journal"]
                 .as_str()
-                .and_then(crate::host::journals::named)
+                .and_then(|name| crate::journal_kinds::named(kinds, name))
                 .map_or("?", |j| j.name()),
             seq: s["seq"].as_u64().unwrap_or_default(),
             time: s["time"].as_str().unwrap_or_default().to_string(),

@@ -26,7 +26,7 @@ use crate::debug::journal_views::{
     LogQuery, ViewError, describe_op, log_view, state_view, stats_view, why_view,
 };
 use crate::debug::views::View;
-use crate::host::JournalKind;
+use crate::journal_kinds::JournalKind;
 
 /// Arguments of `bosun journal`.
 #[derive(Debug, Args)]
@@ -54,35 +54,26 @@ pub enum Format {
     Yaml,
 }
 
-/// One of bosun's journals, by its subsystem's name, or all of them (`all`).
+/// One of bosun's journals, or all of them.
 #[derive(Clone, Copy)]
-pub enum Which {
+enum Which {
     /// That one.
     One(&'static dyn JournalKind),
     /// Every journal there.
     All,
 }
 
-impl std::fmt::Debug for Which {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Which::One(j) => f.write_str(j.name()),
-            Which::All => f.write_str("all"),
-        }
-    }
-}
-
-/// `--journal`'s value: a registered journal's name or `all`.
-fn which(name: &str) -> Result<Which, String> {
+/// `--journal`'s value: one of `kinds` by its name, or `all`.
+fn which(name: &str, kinds: &[&'static dyn JournalKind]) -> anyhow::Result<Which> {
     if name == "all" {
         return Ok(Which::All);
     }
-    crate::host::journals::named(name)
+    crate::journal_kinds::named(kinds, name)
         .map(Which::One)
         .ok_or_else(|| {
-            let names: Vec<&str> = crate::host::journals::all().map(|j| j.name()).collect();
-            format!(
-                "no journal named {name:?}: one of {}, or all",
+            let names: Vec<&str> = kinds.iter().map(|j| j.name()).collect();
+            anyhow::anyhow!(
+                "--journal {name}: no such journal; one of {}, or all",
                 names.join(", ")
             )
         })
@@ -158,8 +149,8 @@ pub enum JournalCommand {
         /// Second point.
         b: String,
         /// Which journal: a subsystem's name (the modules' by default).
-        #[arg(long, value_parser = which, default_value = "modules")]
-        journal: Which,
+        #[arg(long, default_value = "modules")]
+        journal: String,
     },
     /// The state at a point of every journal (or one): the modules' values, modules and
     /// queues; each lambda controller and its parents' last outcomes; each DeployItem's
@@ -170,8 +161,8 @@ pub enum JournalCommand {
         #[arg(long)]
         until: Option<String>,
         /// Which journal: a subsystem's name, or `all` (the default).
-        #[arg(long, value_parser = which, default_value = "all")]
-        journal: Which,
+        #[arg(long, default_value = "all")]
+        journal: String,
         /// Output format.
         #[arg(short, long, value_enum, default_value = "yaml")]
         output: Format,
@@ -224,8 +215,8 @@ pub enum JournalCommand {
     Repair,
 }
 
-/// Runs `bosun journal …`.
-pub fn run(args: JournalArgs) -> anyhow::Result<()> {
+/// Runs `bosun journal …` over the registered subsystems' journals `kinds`.
+pub fn run(args: JournalArgs, kinds: &[&'static dyn JournalKind]) -> anyhow::Result<()> {
     let dir = &args.journal_dir;
     let mut out = std::io::stdout().lock();
     match args.command {
@@ -310,7 +301,7 @@ pub fn run(args: JournalArgs) -> anyhow::Result<()> {
             journal,
             output,
         } => {
-            let state = replayed(dir, journal, until.as_deref())?;
+            let state = replayed(dir, which(&journal, kinds)?, until.as_deref(), kinds)?;
             let output = if output == Format::Text {
                 Format::Yaml
             } else {
@@ -319,12 +310,13 @@ pub fn run(args: JournalArgs) -> anyhow::Result<()> {
             print_value(&state, output, &mut out)
         }
         JournalCommand::Diff { a, b, journal } => {
+            let journal = which(&journal, kinds)?;
             if matches!(journal, Which::All) {
                 bail!("journal diff compares one journal: choose it with --journal");
             }
             let (sa, sb) = (
-                replayed(dir, journal, Some(&a))?,
-                replayed(dir, journal, Some(&b))?,
+                replayed(dir, journal, Some(&a), kinds)?,
+                replayed(dir, journal, Some(&b), kinds)?,
             );
             let patch = json_patch::diff(&sa, &sb);
             if patch.0.is_empty() {
@@ -414,7 +406,12 @@ fn read(
 
 /// The state of `which` journal under `dir` at `until` (the end when `None`), as JSON:
 /// one journal's state, or an object of the states of those present by their names.
-fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow::Result<Value> {
+fn replayed(
+    dir: &std::path::Path,
+    which: Which,
+    until: Option<&str>,
+    kinds: &[&'static dyn JournalKind],
+) -> anyhow::Result<Value> {
     match which {
         Which::One(journal) => journal.replay(dir, until),
         Which::All => {
@@ -426,7 +423,7 @@ fn replayed(dir: &std::path::Path, which: Which, until: Option<&str>) -> anyhow:
                 );
             }
             let mut all = serde_json::Map::new();
-            for journal in crate::host::journals::all().filter(|j| j.present(dir)) {
+            for journal in kinds.iter().filter(|j| j.present(dir)) {
                 all.insert(journal.name().into(), journal.replay(dir, until)?);
             }
             if all.is_empty() {

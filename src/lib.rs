@@ -29,6 +29,7 @@ pub mod hooks;
 pub mod host;
 pub mod journal_cli;
 pub mod journal_dirs;
+pub mod journal_kinds;
 pub mod journal_replay;
 pub mod journal_sink;
 pub mod jq;

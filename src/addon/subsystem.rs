@@ -10,7 +10,8 @@ use futures::future::BoxFuture;
 
 use super::{Operator, OperatorConfig};
 use crate::explanation::{Explanation, Subject};
-use crate::host::{Handle, Host, JournalKind, Parts, Subsystem, SubsystemView};
+use crate::host::{Handle, Host, Parts, Subsystem, SubsystemView};
+use crate::journal_kinds::JournalKind;
 
 /// addon-operator's modules and global hooks (`BOSUN_MODULES`).
 pub struct Modules<'a> {
@@ -85,14 +86,9 @@ impl JournalKind for ModulesJournal {
         dir.to_path_buf()
     }
 
-    /// Whether the folder holds more than the other journals' folders.
+    /// Whether the folder holds a journal's files (the other journals are folders in it).
     fn present(&self, dir: &Path) -> bool {
-        std::fs::read_dir(dir).is_ok_and(|entries| {
-            entries.flatten().any(|e| {
-                let name = e.file_name();
-                !crate::host::journals::all().any(|j| j.name() != self.name() && name == j.name())
-            })
-        })
+        bosun_journal::Backend::found_in(dir).is_some()
     }
 
     fn replay(&self, dir: &Path, until: Option<&str>) -> anyhow::Result<serde_json::Value> {
@@ -108,7 +104,7 @@ impl JournalKind for ModulesJournal {
         if !self.present(dir) {
             return Ok(());
         }
-        match crate::host::journals::open_present::<bosun_addon::Event>(self.name(), dir)? {
+        match crate::journal_kinds::open_present::<bosun_addon::Event>(self.name(), dir)? {
             Some(journal) => crate::debug::explain::modules::explain(&journal, subject, e)
                 .map_err(|err| format!("modules journal: {err}")),
             None => Ok(()),

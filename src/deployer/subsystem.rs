@@ -74,10 +74,10 @@ impl Handle for DeployerHandle {
 
 /// The deployer's journal, read offline: each DeployItem's phase, last error and managed
 /// objects.
-pub static JOURNAL: crate::host::journals::Folded<
+pub static JOURNAL: crate::journal_kinds::Folded<
     bosun_deployer::events::DeployerEvent,
     std::collections::BTreeMap<String, bosun_deployer::journal_state::ItemState>,
-> = crate::host::journals::Folded {
+> = crate::journal_kinds::Folded {
     name: "deployer",
     fold: bosun_deployer::journal_state::fold,
     explain: crate::debug::explain::deployer::explain,

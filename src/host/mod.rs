@@ -19,7 +19,6 @@
 //! `/readyz` (the others run on). The endpoints are served once the modules have started
 //! (at once when they are off); `/readyz` says which subsystem is still starting.
 
-pub mod journals;
 pub mod process;
 mod subsystem;
 
@@ -35,7 +34,6 @@ use crate::journal_sink::JournalSink;
 use bosun_kube::WatchManager;
 use bosun_kube::in_cluster::ClientSource;
 
-pub use journals::JournalKind;
 pub use process::ProcessConfig;
 pub use subsystem::{Handle, Subsystem};
 

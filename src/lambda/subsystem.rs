@@ -74,10 +74,10 @@ impl Handle for Lambda {
 
 /// The lambda controllers' journal, read offline: each controller and its parents' last
 /// outcomes.
-pub static JOURNAL: crate::host::journals::Folded<
+pub static JOURNAL: crate::journal_kinds::Folded<
     bosun_lambda::events::LambdaEvent,
     std::collections::BTreeMap<String, bosun_lambda::journal_state::ControllerState>,
-> = crate::host::journals::Folded {
+> = crate::journal_kinds::Folded {
     name: "lambda",
     fold: bosun_lambda::journal_state::fold,
     explain: crate::debug::explain::lambda::explain,

@@ -487,7 +487,6 @@ mod tests {
         let error = OutputError {
             origin: MODULE.to_string(),
             problem,
-            journaled: Vec::new(),
         };
         assert!(
             error

@@ -9,9 +9,9 @@
 //!        │ --live:  GET /explain.{text|json}?subject=…&namespace=… on the debug socket,
 //!        │          the same explanation plus what the running subsystems wait for
 //!        ▼
-//!   Subject ──► each registered journal (host::journals::all) ──► Explanation
-//!               offline: JournalKind::explain        { made_by, history, now } ──► text/json/yaml
-//!               live:    SubsystemView::{explain, now, ask}
+//!   Subject ──► each registered journal (cli::SUBSYSTEMS) ──► Explanation
+//!                 offline (explain_cli): JournalKind::explain     { made_by, history, now }
+//!                 live: SubsystemView::{explain, now, ask}          ──► text/json/yaml
 //! ```
 //!
 //! What each journal says is in its own file here (`modules.rs`, `lambda.rs`,
@@ -54,25 +54,4 @@ pub async fn explain_running(subject: &Subject, parts: &crate::host::Parts) -> E
         view.ask(subject, &mut e).await;
     }
     e
-}
-
-/// Explains from the journals under `dir` (each read from a private copy while bosun
-/// holds it), in the order the subsystems are registered. A journal that is not there is
-/// left out; none there at all is an error.
-pub fn offline(subject: &Subject, dir: &std::path::Path) -> anyhow::Result<Explanation> {
-    let mut e = Explanation::new(subject);
-    let mut present = false;
-    for journal in crate::host::journals::all() {
-        present |= journal.present(dir);
-        if let Err(err) = journal.explain(dir, subject, &mut e) {
-            e.unreadable.push(err);
-        }
-    }
-    if !present && e.unreadable.is_empty() {
-        anyhow::bail!(
-            "{}: no journal there (expected bosun's journal folder: --journal-dir or BOSUN_JOURNAL_DIR)",
-            dir.display()
-        );
-    }
-    Ok(e)
 }

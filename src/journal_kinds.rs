@@ -1,7 +1,8 @@
 //! Each subsystem's journal as the commands that read it without a running bosun see it:
 //! `bosun journal replay` and `diff --journal` fold it, `bosun explain` asks it about an
 //! object. A subsystem names its [`JournalKind`] where it is registered
-//! (`cli::SUBSYSTEMS`); these commands loop over that list and name no subsystem.
+//! (`cli::SUBSYSTEMS`); the command line hands that list to these commands, which loop
+//! over it and name no subsystem.
 //!
 //! ```text
 //!   cli::SUBSYSTEMS ──► JournalKind { name, dir(journal folder), replay(until), explain }
@@ -104,12 +105,7 @@ fn holds_files(d: &Path) -> bool {
     std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some())
 }
 
-/// Every registered subsystem's journal, in start order.
-pub fn all() -> impl Iterator<Item = &'static dyn JournalKind> {
-    crate::cli::SUBSYSTEMS.iter().map(|s| s.journal)
-}
-
-/// The registered journal named `name`.
-pub fn named(name: &str) -> Option<&'static dyn JournalKind> {
-    all().find(|j| j.name() == name)
+/// The journal of `kinds` named `name`.
+pub fn named(kinds: &[&'static dyn JournalKind], name: &str) -> Option<&'static dyn JournalKind> {
+    kinds.iter().copied().find(|j| j.name() == name)
 }
