@@ -26,15 +26,22 @@
 /// `untagged { Variant(Type) }`, adds a newtype variant to the enum alone (`#[serde(untagged)]`:
 /// its own `type` tags it), which the enum's [`Tagged::from_tag`] reads itself.
 ///
-/// ```ignore
+/// ```
+/// use serde::Serialize;
+///
 /// bosun_runtime::tagged_enum! {
-///     #[derive(Serialize)]
+///     #[derive(Debug, PartialEq, Serialize)]
 ///     #[serde(tag = "type", rename_all = "camelCase")]
 ///     pub enum Event as EventDe {
 ///         Started { id: u64 },
 ///         Stopped,
 ///     }
 /// }
+///
+/// let written = serde_json::to_string(&Event::Started { id: 7 }).unwrap();
+/// assert_eq!(written, r#"{"type":"started","id":7}"#);
+/// let read: EventDe = serde_json::from_str(r#"{"started": {"id": 7}}"#).unwrap();
+/// assert_eq!(Event::from(read), Event::Started { id: 7 });
 /// ```
 #[macro_export]
 macro_rules! tagged_enum {
