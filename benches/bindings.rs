@@ -83,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
     for i in 0..bindings {
         let hook = HookRef {
             owner: "global".into(),
-            hook: format!("hook-{i}.sh"),
+            hook: format!("hook-{i}.sh").into(),
         };
         manager
             .start(

@@ -33,9 +33,9 @@ pub fn owner_of(module: Option<&str>) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HookRef {
     /// `global` or `module/<name>`.
-    pub owner: String,
+    pub owner: std::sync::Arc<str>,
     /// Hook name.
-    pub hook: String,
+    pub hook: std::sync::Arc<str>,
 }
 
 /// An event of one kubernetes binding, ready to be queued.

@@ -181,8 +181,8 @@ impl GlobalHooksState {
             return;
         };
         let href = HookRef {
-            owner: owner_of(None),
-            hook: hook.name.clone(),
+            owner: owner_of(None).into(),
+            hook: hook.name.as_str().into(),
         };
         let stubs = crate::queue::compact_groups(task.spec.kind.contexts().to_vec());
         let (contexts, binding) = crate::bindings::contexts_for_run(&hook.config, stubs, &|i| {
@@ -299,8 +299,8 @@ impl GlobalHooksState {
     fn synchronized(&self, task: &QueuedTask) {
         let hook = task.spec.kind.hook().unwrap_or_default().to_string();
         let href = HookRef {
-            owner: owner_of(None),
-            hook: hook.clone(),
+            owner: owner_of(None).into(),
+            hook: hook.as_str().into(),
         };
         for i in crate::bindings::synchronized(task.spec.kind.contexts()) {
             self.ports.bindings.release(&href, i);

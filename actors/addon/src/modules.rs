@@ -544,8 +544,8 @@ impl ModuleState {
 
     fn hook_ref(&self, hook: &str) -> HookRef {
         HookRef {
-            owner: owner_of(Some(&self.def.name)),
-            hook: hook.to_string(),
+            owner: owner_of(Some(&self.def.name)).into(),
+            hook: hook.into(),
         }
     }
 

@@ -257,13 +257,13 @@ impl KubeBindings for BindingWatches {
     fn snapshots(&self, owner: &str) -> Value {
         let subs: Vec<(HookRef, Arc<Subscriber>)> = lock(&self.inner.subscribers)
             .iter()
-            .filter(|((h, _), _)| h.owner == owner)
+            .filter(|((h, _), _)| *h.owner == *owner)
             .map(|((h, _), s)| (h.clone(), s.clone()))
             .collect();
         let mut out = serde_json::Map::new();
         for (h, s) in subs {
             let hook = out
-                .entry(h.hook.clone())
+                .entry(h.hook.to_string())
                 .or_insert_with(|| Value::Object(Default::default()));
             hook[s.binding()] = Value::Array(s.snapshot());
         }
@@ -279,7 +279,7 @@ impl KubeBindings for BindingWatches {
     fn stop_owner(&self, owner: &str) {
         let hooks: Vec<HookRef> = lock(&self.inner.hooks)
             .keys()
-            .filter(|h| h.owner == owner)
+            .filter(|h| *h.owner == *owner)
             .cloned()
             .collect();
         for h in hooks {

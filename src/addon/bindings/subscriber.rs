@@ -69,7 +69,7 @@ impl BindingMetrics {
             .to_string();
         let labels = vec![
             metrics::Label::new("module", module),
-            metrics::Label::new("hook", hook.hook.clone()),
+            metrics::Label::new("hook", hook.hook.to_string()),
             metrics::Label::new("binding", b.name.clone()),
             metrics::Label::new("queue", b.queue.clone()),
         ];

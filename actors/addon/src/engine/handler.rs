@@ -349,8 +349,8 @@ impl EngineHandler {
         };
         let router: Arc<Router> = router;
         let href = HookRef {
-            owner: owner_of(None),
-            hook: name.clone(),
+            owner: owner_of(None).into(),
+            hook: name.as_str().into(),
         };
         let config = Arc::new(hook.config.clone());
         let events =

@@ -439,7 +439,9 @@ impl KubeBindings for MemoryBindings {
     }
 
     fn stop_owner(&self, owner: &str) {
-        lock(&self.inner).started.retain(|s| s.hook.owner != owner);
+        lock(&self.inner)
+            .started
+            .retain(|s| *s.hook.owner != *owner);
     }
 
     fn check_filter(&self, program: &str) -> Result<(), InvalidFilter> {
@@ -455,12 +457,12 @@ impl KubeBindings for MemoryBindings {
     fn snapshots(&self, owner: &str) -> Value {
         let w = lock(&self.inner);
         let mut out = serde_json::Map::new();
-        for s in w.started.iter().filter(|s| s.hook.owner == owner) {
+        for s in w.started.iter().filter(|s| *s.hook.owner == *owner) {
             let mut hook = serde_json::Map::new();
             for b in &s.bindings {
                 hook.insert(b.config.name.clone(), Value::Array(snapshot_of(b)));
             }
-            out.insert(s.hook.hook.clone(), Value::Object(hook));
+            out.insert(s.hook.hook.to_string(), Value::Object(hook));
         }
         Value::Object(out)
     }
