@@ -1,0 +1,392 @@
+//! An item's life in-process after its first run: updates (a generation bump, the
+//! operation annotations, jobs of the jobID contract), timeouts landscaper would have
+//! enforced, and deletion (through InitDelete and Deleting, with or without uninstalling,
+//! against a target that does not answer). Each scenario asserts what a landscaper user
+//! sees: phase, lastError with its codes, observedGeneration, annotations, finalizers,
+//! jobIDFinished and the objects on the target.
+//!
+//! Run: `cargo test -p bosun-deployer --test lifecycle`.
+
+mod world;
+
+use std::time::{Duration, SystemTime};
+
+use bosun_deployer::decide::Contract;
+use bosun_deployer::events::DeployerEvent;
+use bosun_deployer::item::{FINALIZER, Phase};
+use bosun_deployer::manifest::DEPLOYITEM_LABEL;
+use serde_json::{Value, json};
+use world::{World, config_map, key, manifest_item, mock_item, settings, target, until};
+
+const OPERATION: &str = "landscaper.gardener.cloud/operation";
+const RECONCILE_TIME: &str = "landscaper.gardener.cloud/reconcile-time";
+
+/// The RFC 3339 time `secs` seconds ago.
+fn rfc3339_ago(secs: u64) -> String {
+    let t = SystemTime::now() - Duration::from_secs(secs);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn annotation<'a>(o: &'a Value, name: &str) -> Option<&'a str> {
+    o["metadata"]["annotations"][name].as_str()
+}
+
+fn progressing() -> Value {
+    json!({"phase": "Progressing"})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_bump_during_progressing_starts_a_new_run_with_the_new_spec() {
+    let w = World::start().await;
+    let mut item = mock_item("bumped", progressing(), json!({"timeout": "1h"}));
+    item["metadata"]["annotations"] = json!({RECONCILE_TIME: rfc3339_ago(10)});
+    w.cluster.put_item(item);
+    let stuck = w.in_phase("bumped", Phase::Progressing).await;
+    assert_eq!(
+        annotation(&stuck, RECONCILE_TIME),
+        None,
+        "removed on pickup"
+    );
+    w.edit("bumped", |o| {
+        o["spec"]["config"]["phase"] = json!("Succeeded")
+    });
+    let done = w.settled("bumped", 2, Phase::Succeeded).await;
+    assert!(done["status"]["lastError"].is_null(), "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_fails_a_progressing_item_and_force_reconcile_runs_it_again() {
+    let w = World::start().await;
+    w.cluster.put_item(mock_item(
+        "aborted",
+        progressing(),
+        json!({"timeout": "1h"}),
+    ));
+    w.in_phase("aborted", Phase::Progressing).await;
+    w.operate("aborted", "abort");
+    let failed = w.in_phase("aborted", Phase::Failed).await;
+    assert_eq!(failed["status"]["lastError"]["reason"], "Aborted");
+    assert_eq!(
+        annotation(&failed, OPERATION),
+        Some("abort"),
+        "the annotation stays for whoever set it"
+    );
+
+    // force-reconcile restarts it: Progressing again, the last run's error gone, the
+    // annotation removed.
+    w.operate("aborted", "force-reconcile");
+    until("the forced run", || {
+        w.cluster.item(&key("aborted")).is_some_and(|o| {
+            o["status"]["phase"] == "Progressing"
+                && o["status"]["lastError"].is_null()
+                && annotation(&o, OPERATION).is_none()
+        })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_older_than_the_abort_timeout_ends_as_landscaper_s_timeout_would() {
+    let w = World::start().await;
+    w.cluster.put_item(mock_item(
+        "abort-timed-out",
+        progressing(),
+        json!({"timeout": "1h"}),
+    ));
+    w.in_phase("abort-timed-out", Phase::Progressing).await;
+    w.edit("abort-timed-out", |o| {
+        o["metadata"]["annotations"] = json!({
+            OPERATION: "abort",
+            "landscaper.gardener.cloud/abort-time": rfc3339_ago(600),
+        });
+    });
+    let failed = w.in_phase("abort-timed-out", Phase::Failed).await;
+    let e = &failed["status"]["lastError"];
+    assert_eq!(
+        (&e["operation"], &e["reason"], &e["codes"]),
+        (
+            &json!("WaitingForAbort"),
+            &json!("AbortingTimeout"),
+            &json!(["ERR_TIMEOUT"])
+        ),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_marker_older_than_the_pickup_timeout_fails_the_item() {
+    let w = World::start().await;
+    let mut late = mock_item("late", json!({}), json!({}));
+    late["metadata"]["annotations"] = json!({RECONCILE_TIME: rfc3339_ago(600)});
+    w.cluster.put_item(late);
+    let failed = w.in_phase("late", Phase::Failed).await;
+    let e = &failed["status"]["lastError"];
+    assert_eq!(
+        (&e["reason"], &e["codes"]),
+        (&json!("PickupTimeout"), &json!(["ERR_TIMEOUT"])),
+        "{e}"
+    );
+    assert_eq!(annotation(&failed, RECONCILE_TIME), None);
+    assert!(w.warned("late", "PickupTimeout"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_reconcile_makes_a_job_and_finishes_it_in_the_same_write() {
+    let w = World::start().await;
+    w.cluster.put_item(mock_item("t", json!({}), json!({})));
+    w.settled("t", 1, Phase::Succeeded).await;
+    w.operate("t", "test-reconcile");
+    until("the test job finished", || {
+        w.cluster.item(&key("t")).is_some_and(|o| {
+            let s = &o["status"];
+            s["jobID"].is_string() && s["jobID"] == s["jobIDFinished"] && s["phase"] == "Succeeded"
+        })
+    })
+    .await;
+    assert_eq!(annotation(&w.item("t"), OPERATION), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_jobid_contract_an_item_runs_only_once_it_has_a_job() {
+    let mut s = settings();
+    s.contract = Contract::JobId;
+    let w = World::with(s).await;
+    for name in ["waits", "first"] {
+        w.cluster.put_item(mock_item(name, json!({}), json!({})));
+    }
+    w.cluster
+        .edit_status(&key("first"), |s| s["jobID"] = json!("job-1"));
+    until("first finished job-1", || {
+        w.cluster.item(&key("first")).is_some_and(|i| {
+            i["status"]["jobIDFinished"] == "job-1" && i["status"]["phase"] == "Succeeded"
+        })
+    })
+    .await;
+    let first = w.item("first");
+    assert!(
+        first["status"]["transitionTimes"]["finishedTime"].is_string(),
+        "{first}"
+    );
+    assert_eq!(first["status"]["deployer"]["name"], "bosun");
+    w.idle().await;
+    // Created before it, never triggered: untouched (no phase, no finalizer).
+    let waits = w.item("waits");
+    assert!(waits["status"]["phase"].is_null(), "{waits}");
+    assert!(waits["metadata"]["finalizers"].is_null(), "{waits}");
+    assert!(w.cluster.writes().iter().all(|(k, _)| k.name != "waits"));
+
+    w.cluster
+        .edit_status(&key("waits"), |s| s["jobID"] = json!("job-2"));
+    until("waits finished job-2", || {
+        w.cluster.item(&key("waits")).is_some_and(|i| {
+            i["status"]["jobIDFinished"] == "job-2" && i["status"]["phase"] == "Succeeded"
+        })
+    })
+    .await;
+    // A new job on the finished item runs it again.
+    w.cluster
+        .edit_status(&key("first"), |s| s["jobID"] = json!("job-3"));
+    until("first finished job-3", || {
+        w.cluster
+            .item(&key("first"))
+            .is_some_and(|i| i["status"]["jobIDFinished"] == "job-3")
+    })
+    .await;
+    assert_eq!(
+        w.journaled_phases("first"),
+        [
+            Phase::Init,
+            Phase::Progressing,
+            Phase::Succeeded,
+            Phase::Init,
+            Phase::Progressing,
+            Phase::Succeeded
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_that_fail_say_why_with_their_codes_and_the_others_still_deploy() {
+    let w = World::start().await;
+    w.cluster
+        .put_item(mock_item("fails", json!({"phase": "Failed"}), json!({})));
+    w.cluster.put_item(mock_item(
+        "bad-timeout",
+        json!({}),
+        json!({"timeout": "ten minutes"}),
+    ));
+    w.cluster.put_item(mock_item(
+        "bad-config",
+        json!({"phase": "Sleeping"}),
+        json!({}),
+    ));
+    w.cluster.put_item(mock_item("fine", json!({}), json!({})));
+
+    let failed = w.in_phase("fails", Phase::Failed).await;
+    let e = &failed["status"]["lastError"];
+    assert_eq!(e["reason"], "Failed", "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("reported phase Failed")),
+        "{e}"
+    );
+    assert!(w.warned("fails", "Failed"));
+
+    for (name, field) in [
+        ("bad-timeout", "spec.timeout"),
+        ("bad-config", "spec.config"),
+    ] {
+        let failed = w.in_phase(name, Phase::Failed).await;
+        let e = &failed["status"]["lastError"];
+        assert_eq!(
+            e["codes"],
+            json!(["ERR_CONFIGURATION_PROBLEM"]),
+            "{name}: {e}"
+        );
+        assert!(
+            e["message"].as_str().is_some_and(|m| m.contains(field)),
+            "{name}'s error names {field}: {e}"
+        );
+    }
+    // As landscaper's mock: the configuration it cannot read is a False validation.
+    let bad = w.item("bad-config");
+    let validation = bad["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "DeployItemValidation"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (&validation["status"], &validation["reason"]),
+        (&json!("False"), &json!("FailedUnmarshal")),
+        "{bad}"
+    );
+    w.settled("fine", 1, Phase::Succeeded).await;
+    let errors: Vec<String> = w
+        .journal
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            DeployerEvent::DeployItemError {
+                item,
+                retry_in_ms: None,
+                ..
+            } => Some(item),
+            _ => None,
+        })
+        .collect();
+    for name in ["fails", "bad-timeout", "bad-config"] {
+        assert!(
+            errors.contains(&format!("deployitem/ns/{name}")),
+            "the journal holds {name}'s failure: {errors:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_with_delete_without_uninstall_leaves_the_objects_on_the_target() {
+    let w = World::start().await;
+    w.cluster.put_item(manifest_item(
+        "web",
+        &[config_map("apps", "kept", json!({}))],
+    ));
+    w.settled("web", 1, Phase::Succeeded).await;
+    w.edit("web", |o| {
+        o["metadata"]["annotations"]["landscaper.gardener.cloud/delete-without-uninstall"] =
+            json!("true");
+    });
+    w.cluster.delete_item(&key("web"));
+    w.gone("web").await;
+    assert!(
+        w.config_map("apps", "kept").is_some(),
+        "the objects stay on the target"
+    );
+    assert!(
+        w.writes(bosun_deployer::fakes::TargetWrite::Delete)
+            .is_empty()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_an_item_whose_target_does_not_answer_waits_naming_it() {
+    let w = World::start().await;
+    w.cluster
+        .put_item(manifest_item("web", &[config_map("apps", "a", json!({}))]));
+    w.settled("web", 1, Phase::Succeeded).await;
+    w.targets.unreachable(&target(), true);
+    w.cluster.delete_item(&key("web"));
+    let waiting = w
+        .waiting_with("web", Phase::Deleting, "Target ns/cluster")
+        .await;
+    assert_eq!(waiting["metadata"]["finalizers"], json!([FINALIZER]));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(w.phase("web"), Some(Phase::Deleting), "retried, not failed");
+
+    w.targets.unreachable(&target(), false);
+    w.gone("web").await;
+    assert!(w.config_map("apps", "a").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_deleted_before_its_first_run_finishes_leaves_nothing_behind() {
+    let w = World::start().await;
+    w.cluster
+        .put_item(mock_item("brief", progressing(), json!({"timeout": "1h"})));
+    w.in_phase("brief", Phase::Progressing).await;
+    w.cluster.delete_item(&key("brief"));
+    w.gone("brief").await;
+    let phases = w.journaled_phases("brief");
+    assert!(
+        phases.ends_with(&[Phase::InitDelete, Phase::Deleting]),
+        "{phases:?}"
+    );
+}
+
+/// `policy: fallback` manages only what carries this item's label, as landscaper's object
+/// applier: an existing object nobody labelled is left as it is, and one relabelled to
+/// another item is not deleted when the item stops listing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallback_touches_only_objects_the_item_owns() {
+    let w = World::start().await;
+    w.targets.put_object(
+        &target(),
+        config_map("default", "theirs", json!({"v": "theirs"})),
+    );
+    let manifests = |with_fresh: bool| {
+        let mut list = vec![
+            json!({"policy": "fallback", "manifest": config_map("default", "theirs", json!({"v": "ours"}))}),
+        ];
+        if with_fresh {
+            list.push(json!({"policy": "fallback", "manifest": config_map("default", "fresh", json!({"v": "ours"}))}));
+        }
+        json!(list)
+    };
+    let mut item = manifest_item("falls-back", &[]);
+    item["spec"]["config"]["manifests"] = manifests(true);
+    w.cluster.put_item(item);
+    w.settled("falls-back", 1, Phase::Succeeded).await;
+    let theirs = w.config_map("default", "theirs").expect("theirs");
+    assert_eq!(
+        theirs["data"]["v"], "theirs",
+        "an object nobody labelled is not taken over"
+    );
+    assert!(
+        theirs["metadata"]["labels"][DEPLOYITEM_LABEL].is_null(),
+        "{theirs}"
+    );
+    let fresh = w.config_map("default", "fresh").expect("fresh");
+    assert_eq!(fresh["metadata"]["labels"][DEPLOYITEM_LABEL], "falls-back");
+
+    // Another item takes `fresh` over; this item stops listing it: it stays.
+    let mut relabelled = fresh.clone();
+    relabelled["metadata"]["labels"][DEPLOYITEM_LABEL] = json!("another-item");
+    w.targets.put_object(&target(), relabelled);
+    w.edit("falls-back", |o| {
+        o["spec"]["config"]["manifests"] = manifests(false)
+    });
+    w.settled("falls-back", 2, Phase::Succeeded).await;
+    assert!(
+        w.config_map("default", "fresh").is_some(),
+        "relabelled to another item: not this item's orphan"
+    );
+}
