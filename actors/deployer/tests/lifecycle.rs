@@ -390,3 +390,140 @@ async fn fallback_touches_only_objects_the_item_owns() {
         "relabelled to another item: not this item's orphan"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_patch_strategy_removes_fields_added_on_the_cluster_at_the_next_change() {
+    let w = World::start().await;
+    let config = |v: &str| {
+        let mut item = manifest_item(
+            "patching",
+            &[config_map("default", "patched", json!({"a": v}))],
+        );
+        item["spec"]["config"]["updateStrategy"] = json!("patch");
+        item["spec"]["config"].clone()
+    };
+    let mut item = manifest_item("patching", &[]);
+    item["spec"]["config"] = config("1");
+    w.cluster.put_item(item);
+    w.settled("patching", 1, Phase::Succeeded).await;
+    // Someone adds a field on the cluster.
+    let mut live = w.config_map("default", "patched").expect("patched");
+    live["data"]["added"] = json!("on the cluster");
+    w.targets.put_object(&target(), live);
+
+    w.edit("patching", |o| o["spec"]["config"] = config("2"));
+    w.settled("patching", 2, Phase::Succeeded).await;
+    assert_eq!(
+        w.config_map("default", "patched").expect("patched")["data"],
+        json!({"a": "2"}),
+        "the field added on the cluster is gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_groups_keep_what_they_do_not_select() {
+    let w = World::start().await;
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"kind": "Widget", "plural": "widgets"},
+                 "versions": [{"name": "v1", "served": true, "storage": true}]}
+    });
+    for (name, groups, cm_kept) in [
+        (
+            "skips-crds",
+            json!([
+                {"predefinedResourceGroup": {"type": "namespaced-resources"}},
+                {"predefinedResourceGroup": {"type": "cluster-scoped-resources"}},
+            ]),
+            false,
+        ),
+        (
+            "keeps-all",
+            json!([{"predefinedResourceGroup": {"type": "empty"}}]),
+            true,
+        ),
+    ] {
+        let mut item = manifest_item(
+            name,
+            &[crd.clone(), config_map("default", name, json!({"v": "1"}))],
+        );
+        item["spec"]["config"]["deletionGroups"] = groups;
+        w.cluster.put_item(item);
+        w.settled(name, 1, Phase::Succeeded).await;
+        w.cluster.delete_item(&key(name));
+        w.gone(name).await;
+        assert!(
+            w.targets
+                .object(
+                    &target(),
+                    "CustomResourceDefinition",
+                    "",
+                    "widgets.example.com"
+                )
+                .is_some(),
+            "{name}: the CRD no group selects is kept"
+        );
+        assert_eq!(w.config_map("default", name).is_some(), cm_kept, "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_progressing_default_times_out_items_without_their_own_timeout() {
+    let mut s = settings();
+    s.timeouts.progressing = bosun_deployer::timeout::Timeout::After(Duration::from_secs(1));
+    let w = World::with(s).await;
+    w.cluster
+        .put_item(mock_item("slow", progressing(), json!({})));
+    let failed = w.in_phase("slow", Phase::Failed).await;
+    let e = &failed["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_TIMEOUT"]), "{e}");
+    assert_eq!(e["reason"], "ProgressingTimeout", "{e}");
+    assert!(w.warned("slow", "ProgressingTimeout"));
+}
+
+/// Two replicas serve the same targets with per-item locks: each item runs on one of
+/// them, once, and the other leaves it alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_serving_the_same_targets_run_each_item_once_on_the_holder_of_its_lock() {
+    let replica = |holder: &str| {
+        let mut s = settings();
+        s.lock_holder = Some(holder.to_string());
+        s
+    };
+    let a = World::with(replica("bosun-a")).await;
+    let b = World::on(a.cluster.clone(), replica("bosun-b")).await;
+    let names: Vec<String> = (0..6).map(|i| format!("item-{i}")).collect();
+    for name in &names {
+        a.cluster
+            .put_item(manifest_item(name, &[config_map("apps", name, json!({}))]));
+    }
+    for name in &names {
+        a.settled(name, 1, Phase::Succeeded).await;
+    }
+    a.idle().await;
+    b.idle().await;
+    for name in &names {
+        let runs: Vec<usize> = [&a, &b]
+            .iter()
+            .map(|w| {
+                w.journaled_phases(name)
+                    .iter()
+                    .filter(|p| **p == Phase::Succeeded)
+                    .count()
+            })
+            .collect();
+        assert_eq!(runs.iter().sum::<usize>(), 1, "{name} ran once: {runs:?}");
+        let created = [&a, &b]
+            .iter()
+            .map(|w| {
+                w.writes(bosun_deployer::fakes::TargetWrite::Create)
+                    .into_iter()
+                    .filter(|r| r == &format!("ConfigMap apps/{name}"))
+                    .count()
+            })
+            .sum::<usize>();
+        assert_eq!(created, 1, "{name}'s object created once");
+    }
+}
