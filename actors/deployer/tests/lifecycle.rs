@@ -527,3 +527,52 @@ async fn replicas_serving_the_same_targets_run_each_item_once_on_the_holder_of_i
         assert_eq!(created, 1, "{name}'s object created once");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_all_group_with_a_target_name_deletes_in_that_target_only() {
+    let w = World::start().await;
+    w.cluster
+        .put_target(world::cluster_target("ns", "other", json!({})));
+    let other = key("other");
+    for (namespace, name) in [("leftovers", "a"), ("leftovers", "b"), ("default", "kept")] {
+        w.targets
+            .put_object(&other, config_map(namespace, name, json!({})));
+    }
+    let mut item = manifest_item(
+        "cleans-elsewhere",
+        &[config_map("default", "app", json!({}))],
+    );
+    item["spec"]["config"]["deletionGroups"] = json!([
+        {"customResourceGroup": {"deleteAllResources": true, "targetName": "other",
+         "resources": [{"apiVersion": "v1", "kind": "ConfigMap", "namespaces": ["leftovers"]}]}},
+        {"predefinedResourceGroup": {"type": "namespaced-resources"}},
+    ]);
+    w.cluster.put_item(item);
+    w.settled("cleans-elsewhere", 1, Phase::Succeeded).await;
+    assert!(
+        w.targets
+            .object(&other, "ConfigMap", "leftovers", "a")
+            .is_some(),
+        "nothing is deleted before the item is"
+    );
+    w.cluster.delete_item(&key("cleans-elsewhere"));
+    w.gone("cleans-elsewhere").await;
+    for name in ["a", "b"] {
+        assert!(
+            w.targets
+                .object(&other, "ConfigMap", "leftovers", name)
+                .is_none(),
+            "{name}: the group deleted it in the other target"
+        );
+    }
+    assert!(
+        w.targets
+            .object(&other, "ConfigMap", "default", "kept")
+            .is_some(),
+        "outside the group's namespaces"
+    );
+    assert!(
+        w.config_map("default", "app").is_none(),
+        "the item's own object deleted in its target"
+    );
+}

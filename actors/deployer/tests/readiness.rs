@@ -113,3 +113,72 @@ async fn manifests_wait_for_readiness_then_export_and_merge_with_live_objects() 
     assert_eq!(state["data"]["phase"], "done", "merge kept the live value");
     assert_eq!(state["data"]["deployed"], "yes", "patchAfterDeployment");
 }
+
+#[tokio::test(start_paused = true)]
+async fn checks_and_exports_with_a_target_name_read_another_target() {
+    let w = World::start().await;
+    w.cluster
+        .put_target(world::cluster_target("ns", "watched", json!({})));
+    let watched = world::key("watched");
+    let gate =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "gate", "namespace": "default"});
+    let mut item = manifest_item("gated", &[config_map("default", "app", json!({"v": "1"}))]);
+    let config = &mut item["spec"]["config"];
+    config["readinessChecks"] = json!({"custom": [{"name": "gate-open", "targetName": "watched",
+        "resourceSelector": [gate],
+        "requirements": [{"jsonPath": ".data.open", "operator": "==", "values": [{"value": "yes"}]}]}]});
+    config["exports"] = json!({"exports": [
+        {"key": "gate.owner", "jsonPath": ".data.owner", "fromResource": gate, "targetName": "watched"},
+        {"key": "app.v", "jsonPath": ".data.v",
+         "fromResource": {"apiVersion": "v1", "kind": "ConfigMap", "name": "app", "namespace": "default"}},
+    ]});
+    w.cluster.put_item(item);
+    // The objects go to the item's target; it waits for the gate in the other, saying where.
+    until("the item waiting for the gate in the other target", || {
+        w.cluster
+            .item(&world::key("gated"))
+            .is_some_and(|o| waits_for(&o, "ConfigMap gate in Target ns/watched: not found"))
+    })
+    .await;
+    assert!(w.config_map("default", "app").is_some());
+    assert!(
+        w.targets.objects(&watched).is_empty(),
+        "only read in the other target, nothing written there"
+    );
+    w.targets.put_object(
+        &watched,
+        config_map("default", "gate", json!({"open": "yes", "owner": "team-b"})),
+    );
+    let done = w.settled("gated", 1, Phase::Succeeded).await;
+    let secret = done["status"]["exportRef"]["name"]
+        .as_str()
+        .expect("an export Secret")
+        .to_string();
+    let exported: Option<Value> = w
+        .cluster
+        .secret("ns", &secret)
+        .and_then(|d| d.get("config").cloned())
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    assert_eq!(
+        exported,
+        Some(json!({"gate": {"owner": "team-b"}, "app": {"v": "1"}})),
+        "one export from each target"
+    );
+
+    // A targetName naming no Target fails the item at once, naming the field.
+    let mut bad = manifest_item(
+        "no-such-target",
+        &[config_map("default", "other", json!({}))],
+    );
+    bad["spec"]["config"]["exports"] = json!({"exports": [
+        {"key": "x", "jsonPath": ".data", "fromResource": gate, "targetName": "cluster-9"}]});
+    w.cluster.put_item(bad);
+    let failed = w.in_phase("no-such-target", Phase::Failed).await;
+    let e = &failed["status"]["lastError"];
+    assert_eq!(e["codes"], json!(["ERR_CONFIGURATION_PROBLEM"]), "{e}");
+    assert!(
+        e["message"].as_str().is_some_and(|m| m
+            .contains("spec.config.exports.exports[0].targetName: Target ns/cluster-9 not found")),
+        "{e}"
+    );
+}
