@@ -576,3 +576,82 @@ async fn a_delete_all_group_with_a_target_name_deletes_in_that_target_only() {
         "the item's own object deleted in its target"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_groups_go_in_order_and_force_delete_strips_finalizers() {
+    let w = World::start().await;
+    let mut held = config_map("default", "held", json!({"v": "1"}));
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    let mut item = manifest_item("grouped", &[]);
+    item["spec"]["config"]["manifests"] = json!([
+        {"manifest": held},
+        {"manifest": config_map("default", "plain", json!({"v": "1"})),
+         "annotateBeforeDelete": {"example.com/going": "yes"}},
+    ]);
+    item["spec"]["config"]["deletionGroups"] = json!([
+        {"customResourceGroup": {"resources": [{"apiVersion": "v1", "kind": "ConfigMap", "names": ["held"]}], "forceDelete": true}},
+        {"predefinedResourceGroup": {"type": "namespaced-resources"}},
+        // Every Secret of `default` in the target, whoever made it.
+        {"customResourceGroup": {"deleteAllResources": true,
+            "resources": [{"apiVersion": "v1", "kind": "Secret", "namespaces": ["default"]}]}},
+    ]);
+    w.cluster.put_item(item);
+    w.settled("grouped", 1, Phase::Succeeded).await;
+    assert!(w.config_map("default", "held").is_some());
+    for (ns, name) in [("default", "stray"), ("other", "elsewhere")] {
+        w.targets.put_object(
+            &target(),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}}),
+        );
+    }
+    w.cluster.delete_item(&key("grouped"));
+    w.gone("grouped").await;
+    assert!(
+        w.config_map("default", "held").is_none(),
+        "forceDelete removed the finalizer that held it"
+    );
+    assert!(w.config_map("default", "plain").is_none());
+    let secret = |ns: &str, name: &str| w.targets.object(&target(), "Secret", ns, name);
+    assert!(
+        secret("default", "stray").is_none(),
+        "deleteAllResources takes objects the item never made"
+    );
+    assert!(
+        secret("other", "elsewhere").is_some(),
+        "only in the namespaces the group names"
+    );
+    // In order: the forced group before the namespaced one, the annotation before the
+    // delete, the Secrets last.
+    let deletes = w.writes(bosun_deployer::fakes::TargetWrite::Delete);
+    let at = |what: &str| deletes.iter().position(|d| d == what);
+    assert!(
+        at("ConfigMap default/held") < at("ConfigMap default/plain")
+            && at("ConfigMap default/plain") < at("Secret default/stray"),
+        "{deletes:?}"
+    );
+    let ops = w.targets.ops();
+    let annotated = ops.iter().position(|o| {
+        o.write == bosun_deployer::fakes::TargetWrite::Replace
+            && o.resource.to_string() == "ConfigMap default/plain"
+    });
+    let deleted = ops.iter().position(|o| {
+        o.write == bosun_deployer::fakes::TargetWrite::Delete
+            && o.resource.to_string() == "ConfigMap default/plain"
+    });
+    assert!(annotated.is_some() && annotated < deleted, "{ops:?}");
+
+    // A bad group fails the item at once, naming the field.
+    let mut bad = manifest_item("bad-group", &[config_map("default", "x", json!({}))]);
+    bad["spec"]["config"]["deletionGroups"] =
+        json!([{"predefinedResourceGroup": {"type": "pods"}}]);
+    w.cluster.put_item(bad);
+    let failed = w.in_phase("bad-group", Phase::Failed).await;
+    assert!(
+        failed["status"]["lastError"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("deletionGroups[0].predefinedResourceGroup.type"),
+        "{}",
+        failed["status"]["lastError"]
+    );
+}
