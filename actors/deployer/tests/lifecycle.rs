@@ -655,3 +655,80 @@ async fn deletion_groups_go_in_order_and_force_delete_strips_finalizers() {
         failed["status"]["lastError"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mock_item_succeeds_with_its_exports_and_runs_again_on_reconcile() {
+    let w = World::start().await;
+    // An item of another type, created first: it must never be touched.
+    w.cluster.put_item(json!({
+        "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
+        "metadata": {"name": "container-item", "namespace": "ns"},
+        "spec": {"type": "landscaper.gardener.cloud/container", "config": {"apiVersion": "container.deployer.landscaper.gardener.cloud/v1alpha1", "kind": "ProviderConfiguration"}},
+    }));
+    let other_version = w.item("container-item")["metadata"]["resourceVersion"].clone();
+    w.cluster.put_item(mock_item(
+        "mock-item",
+        json!({
+            "providerStatus": {"apiVersion": "mock.deployer.landscaper.gardener.cloud/v1alpha1", "kind": "ProviderStatus", "key1": "val1"},
+            "export": {"key2": "val2"},
+        }),
+        json!({}),
+    ));
+    let done = w.settled("mock-item", 1, Phase::Succeeded).await;
+    let status = &done["status"];
+    assert_eq!(status["providerStatus"]["key1"], "val1", "{status}");
+    assert_eq!(status["deployer"]["identity"], "test");
+    assert_eq!(status["deployer"]["name"], "bosun");
+    assert!(status["lastReconcileTime"].is_string(), "{status}");
+    assert!(status["lastError"].is_null(), "{status}");
+    assert_eq!(done["metadata"]["finalizers"], json!([FINALIZER]));
+    assert_eq!(
+        status["exportRef"]["name"], "mock-item-export",
+        "landscaper's name: <item>-export"
+    );
+    let exported = |w: &World| {
+        w.cluster
+            .secret("ns", "mock-item-export")
+            .and_then(|d| d.get("config").cloned())
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+    };
+    assert_eq!(exported(&w), Some(json!({"key2": "val2"})));
+    assert_eq!(
+        w.journaled_phases("mock-item"),
+        [Phase::Init, Phase::Progressing, Phase::Succeeded]
+    );
+
+    // operation: reconcile runs it again and is removed.
+    w.operate("mock-item", "reconcile");
+    until("a second run after operation: reconcile", || {
+        let phases = w.journaled_phases("mock-item");
+        phases.len() == 6
+            && phases[3..] == [Phase::Init, Phase::Progressing, Phase::Succeeded]
+            && w.cluster.item(&key("mock-item")).is_some_and(|o| {
+                o["status"]["phase"] == "Succeeded" && annotation(&o, OPERATION).is_none()
+            })
+    })
+    .await;
+    let again = w.item("mock-item");
+    assert_eq!(
+        again["status"]["exportRef"]["name"], "mock-item-export",
+        "the export Secret is reused"
+    );
+    assert_eq!(exported(&w), Some(json!({"key2": "val2"})));
+
+    // The other type's item: no status, no finalizer, never written.
+    w.idle().await;
+    let other = w.item("container-item");
+    assert!(other["status"].is_null(), "{other}");
+    assert!(other["metadata"]["finalizers"].is_null(), "{other}");
+    assert_eq!(other["metadata"]["resourceVersion"], other_version);
+    assert_eq!(
+        w.deployer.view().types(),
+        [
+            "landscaper.gardener.cloud/mock",
+            "landscaper.gardener.cloud/kubernetes-manifest",
+            "landscaper.gardener.cloud/helm"
+        ]
+    );
+    assert_eq!(w.deployer.view().in_phase(Phase::Succeeded), 1);
+}
