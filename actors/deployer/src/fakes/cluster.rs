@@ -236,6 +236,25 @@ impl MemoryCluster {
         st.contexts.insert(ItemKey::of(&o), o);
     }
 
+    /// Writes the item's `/status` as another client would (landscaper setting a jobID),
+    /// its watch told.
+    pub fn edit_status(&self, key: &ItemKey, edit: impl FnOnce(&mut Value)) {
+        let mut st = self.lock();
+        let version = st.next_version();
+        let Some(o) = st.items.get_mut(key) else {
+            return;
+        };
+        let mut status = o["status"].take();
+        if status.is_null() {
+            status = json!({});
+        }
+        edit(&mut status);
+        o["status"] = status;
+        o["metadata"]["resourceVersion"] = json!(version);
+        let o = o.clone();
+        st.notify_item(&o);
+    }
+
     /// After `passed` more status writes, another writer (landscaper setting a jobID, say)
     /// changes the item with `edit` just before the next one, which then conflicts.
     pub fn write_status_before(&self, passed: usize, edit: Edit) {
@@ -393,8 +412,8 @@ impl Cluster for MemoryCluster {
         name: &str,
     ) -> BoxFut<'_, Result<Option<SecretData>, ClusterError>> {
         let what = format!("Secret {namespace}/{name}");
-        let o = fault(&mut self.lock(), ClusterCall::ReadSecret, "get", &what)
-            .map(|()| self.secret(namespace, name));
+        let refused = fault(&mut self.lock(), ClusterCall::ReadSecret, "get", &what);
+        let o = refused.map(|()| self.secret(namespace, name));
         Box::pin(async move { o })
     }
 

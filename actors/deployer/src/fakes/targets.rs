@@ -222,6 +222,8 @@ struct TargetsInner {
     faults: Armed<TargetCall>,
     /// Targets that answer nothing ([`MemoryTargets::unreachable`]).
     unreachable: BTreeSet<ItemKey>,
+    /// The contents (kubeconfigs) each Target was reached with, distinct, in order.
+    contents: BTreeMap<ItemKey, Vec<String>>,
 }
 
 /// A call of the deployer to a target cluster that a test can make fail
@@ -252,6 +254,10 @@ impl TargetsInner {
         verb: &str,
         what: &str,
     ) -> Result<(), DeployError> {
+        let seen = self.contents.entry(target_key(target)).or_default();
+        if !seen.contains(&target.content) {
+            seen.push(target.content.clone());
+        }
         let fault = if self.unreachable.contains(&target_key(target)) {
             Some(Fault::Unreachable)
         } else {
@@ -529,6 +535,16 @@ impl MemoryTargets {
         } else {
             st.unreachable.remove(target);
         }
+    }
+
+    /// What the deployer reached `target`'s cluster with (its kubeconfig, or the one made
+    /// with a service account's token), each distinct one in order.
+    pub fn contents(&self, target: &ItemKey) -> Vec<String> {
+        self.lock()
+            .contents
+            .get(target)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The deployer's writes so far, in order.
