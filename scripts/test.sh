@@ -21,6 +21,8 @@ export BOSUN_CONTROLPLANE="$BOSUN_TOOLS_DIR/controlplane/controlplane"
 cargo fmt --all -- --check
 python3 "$root/scripts/check-layering.py"
 python3 "$root/scripts/check-dockerfile.py"
+# In-process scenario tests outnumber the end-to-end ones in every subsystem.
+python3 "$root/scripts/check-pyramid.py"
 # The scripts the test command does not run (image-test.sh needs root and 12 GB free, the
 # benchmarks a quiet machine): parsed, so that a syntax error cannot wait for their next run.
 for script in "$root"/scripts/*.sh; do bash -n "$script"; done
