@@ -1,6 +1,9 @@
 //! metacontroller's examples and integration cases end to end: a real sandbox API server,
-//! `bosun run` with no modules, and webhooks written here, served on 127.0.0.1. Each test
-//! plays one scenario users of metacontroller rely on and checks what they would notice.
+//! `bosun run` with no modules, and webhooks served on 127.0.0.1: the examples' hooks are
+//! the ports in `bosun_lambda::fakes::examples` (the in-process tests in
+//! `actors/lambda/tests/examples.rs` answer with them too), the integration cases' are
+//! written here. Each test plays one scenario users of metacontroller rely on and checks
+//! what they would notice.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -8,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::webhooks::{Hooks, get, post_ok};
 use crate::common::{Operator, Sandbox, wait_for, workdir};
+use bosun_lambda::fakes::examples::{self, ordinal, running_and_ready};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -143,6 +147,19 @@ fn owned_by(object: &Value, owner: &Value) -> bool {
 // Examples
 // ---------------------------------------------------------------------------------------
 
+/// Webhooks answering `/customize` with an example's customize hook and every other path
+/// with its sync hook.
+fn serve_example(sync: fn(&Value) -> Value, customize: fn(&Value) -> Value) -> Hooks {
+    Hooks::serve(move |path, req| {
+        let answer = if path == "/customize" {
+            customize(req)
+        } else {
+            sync(req)
+        };
+        (200, answer)
+    })
+}
+
 /// configmappropagation: a cluster-scoped parent copies one ConfigMap (a related object
 /// named by the customize hook) into the namespaces it lists. Parents outside the
 /// controller's `parentResource.labelSelector` are left alone; a change of the source
@@ -151,49 +168,10 @@ fn owned_by(object: &Value, owner: &Value) -> bool {
 fn configmappropagation_copies_a_configmap_into_listed_namespaces() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|path, req| {
-        let parent = &req["parent"];
-        let spec = &parent["spec"];
-        if path == "/customize" {
-            return (
-                200,
-                json!({"relatedResources": [{
-                    "apiVersion": "v1", "resource": "configmaps",
-                    "namespace": spec["sourceNamespace"], "names": [spec["sourceName"]]
-                }]}),
-            );
-        }
-        let source_key = format!(
-            "{}/{}",
-            str_of(&spec["sourceNamespace"]),
-            str_of(&spec["sourceName"])
-        );
-        let source = &req["related"]["ConfigMap.v1"][&source_key];
-        let targets = spec["targetNamespaces"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let children: Vec<Value> = if source.is_null() {
-            Vec::new()
-        } else {
-            targets
-                .iter()
-                .map(|ns| {
-                    json!({"apiVersion": "v1", "kind": "ConfigMap",
-                           "metadata": {"name": spec["sourceName"], "namespace": ns},
-                           "data": source["data"]})
-                })
-                .collect()
-        };
-        let actual = req["children"]["ConfigMap.v1"]
-            .as_object()
-            .map_or(0, |m| m.len());
-        (
-            200,
-            json!({"status": {"expected_copies": targets.len(), "actual_copies": actual},
-                   "children": children}),
-        )
-    });
+    let hooks = serve_example(
+        examples::configmappropagation_sync,
+        examples::configmappropagation_customize,
+    );
     for ns in ["original", "one", "two", "three", "four"] {
         namespace(&sb, ns, json!({}));
     }
@@ -331,41 +309,10 @@ fn configmappropagation_copies_a_configmap_into_listed_namespaces() {
 fn globalconfigmap_copies_a_configmap_into_every_namespace() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|path, req| {
-        let spec = &req["parent"]["spec"];
-        if path == "/customize" {
-            return (
-                200,
-                json!({"relatedResources": [
-                    {"apiVersion": "v1", "resource": "configmaps",
-                     "namespace": spec["sourceNamespace"], "names": [spec["sourceName"]]},
-                    {"apiVersion": "v1", "resource": "namespaces", "labelSelector": {}}
-                ]}),
-            );
-        }
-        let source_ns = str_of(&spec["sourceNamespace"]);
-        let source =
-            &req["related"]["ConfigMap.v1"][format!("{source_ns}/{}", str_of(&spec["sourceName"]))];
-        let mut children = Vec::new();
-        if !source.is_null() {
-            for ns in req["related"]["Namespace.v1"]
-                .as_object()
-                .into_iter()
-                .flat_map(|m| m.values())
-            {
-                let ns = str_of(&ns["metadata"]["name"]);
-                if ns != source_ns {
-                    children.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": spec["sourceName"], "namespace": ns},
-                        "data": source["data"]}));
-                }
-            }
-        }
-        (
-            200,
-            json!({"status": {"working": "fine"}, "children": children}),
-        )
-    });
+    let hooks = serve_example(
+        examples::globalconfigmap_sync,
+        examples::globalconfigmap_customize,
+    );
     for ns in ["global", "first", "second"] {
         namespace(&sb, ns, json!({}));
     }
@@ -437,42 +384,10 @@ fn globalconfigmap_copies_a_configmap_into_every_namespace() {
 fn secretpropagation_shares_selected_secrets_into_selected_namespaces() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|path, req| {
-        let spec = &req["parent"]["spec"];
-        if path == "/customize" {
-            return (
-                200,
-                json!({"relatedResources": [
-                    {"apiVersion": "v1", "resource": "secrets",
-                     "labelSelector": spec["secretSelector"],
-                     "namespaceSelector": spec["sourceNamespaceSelector"]},
-                    {"apiVersion": "v1", "resource": "namespaces",
-                     "labelSelector": spec["targetNamespaceLabelSelector"]}
-                ]}),
-            );
-        }
-        let mut children = Vec::new();
-        let secrets = req["related"]["Secret.v1"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        for target in req["related"]["Namespace.v1"]
-            .as_object()
-            .into_iter()
-            .flat_map(|m| m.values())
-        {
-            for secret in secrets.values() {
-                children.push(json!({"apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": secret["metadata"]["name"], "namespace": target["metadata"]["name"]},
-                    "data": secret["data"]}));
-            }
-        }
-        (
-            200,
-            json!({"status": {"working": "fine", "secrets": keys(&Value::Object(secrets))},
-                   "children": children}),
-        )
-    });
+    let hooks = serve_example(
+        examples::secretpropagation_sync,
+        examples::secretpropagation_customize,
+    );
     namespace(&sb, "omega", json!({"secrets": "source"}));
     namespace(&sb, "elsewhere", json!({}));
     namespace(&sb, "alpha", json!({"propagate": "true"}));
@@ -556,41 +471,10 @@ fn secretpropagation_shares_selected_secrets_into_selected_namespaces() {
 fn secretpropagation_v1_copies_a_secret_into_labelled_namespaces() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|path, req| {
-        let spec = &req["parent"]["spec"];
-        if path == "/customize" {
-            return (
-                200,
-                json!({"relatedResources": [
-                    {"apiVersion": "v1", "resource": "secrets",
-                     "namespace": spec["sourceNamespace"], "names": [spec["sourceName"]]},
-                    {"apiVersion": "v1", "resource": "namespaces",
-                     "labelSelector": spec["targetNamespaceLabelSelector"]}
-                ]}),
-            );
-        }
-        let source_ns = str_of(&spec["sourceNamespace"]);
-        let source =
-            &req["related"]["Secret.v1"][format!("{source_ns}/{}", str_of(&spec["sourceName"]))];
-        let mut children = Vec::new();
-        if !source.is_null() {
-            for ns in req["related"]["Namespace.v1"]
-                .as_object()
-                .into_iter()
-                .flat_map(|m| m.values())
-                .map(|n| str_of(&n["metadata"]["name"]))
-                .filter(|n| *n != source_ns)
-            {
-                children.push(json!({"apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": spec["sourceName"], "namespace": ns},
-                    "data": source["data"]}));
-            }
-        }
-        (
-            200,
-            json!({"status": {"working": "fine"}, "children": children}),
-        )
-    });
+    let hooks = serve_example(
+        examples::secretpropagation_v1_sync,
+        examples::secretpropagation_v1_customize,
+    );
     namespace(&sb, "omega", json!({}));
     namespace(&sb, "alpha", json!({"propagate": "true"}));
     namespace(&sb, "beta", json!({"propagate": "true"}));
@@ -661,29 +545,10 @@ fn secretpropagation_v1_copies_a_secret_into_labelled_namespaces() {
 fn configmap_list_v2_sees_configmaps_of_other_namespaces() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|path, req| {
-        let parent = &req["parent"];
-        let spec = &parent["spec"];
-        if path == "/customize" {
-            let mut rule = json!({"apiVersion": "v1", "resource": "configmaps",
-                                  "labelSelector": {"matchLabels": spec["sourceLabels"]}});
-            if !spec["sourceNamespace"].is_null() {
-                rule["namespace"] = spec["sourceNamespace"].clone();
-            }
-            return (200, json!({"relatedResources": [rule]}));
-        }
-        let listed = keys(&req["related"]["ConfigMap.v1"]);
-        (
-            200,
-            json!({
-                "status": {"count": listed.len()},
-                "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                              "metadata": {"name": format!("{}-list", str_of(&parent["metadata"]["name"])),
-                                           "namespace": parent["metadata"]["namespace"]},
-                              "data": {"configmaps": listed.join("\n")}}]
-            }),
-        )
-    });
+    let hooks = serve_example(
+        examples::configmap_list_sync,
+        examples::configmap_list_customize,
+    );
     for ns in ["source-ns", "other-source-ns", "target-ns"] {
         namespace(&sb, ns, json!({}));
     }
@@ -788,26 +653,10 @@ fn configmap_list_v2_sees_configmaps_of_other_namespaces() {
 fn namespace_list_v2_sees_cluster_scoped_namespaces() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|path, req| {
-        let parent = &req["parent"];
-        if path == "/customize" {
-            return (
-                200,
-                json!({"relatedResources": [{"apiVersion": "v1", "resource": "namespaces",
-                                              "labelSelector": parent["spec"]["labelSelector"]}]}),
-            );
-        }
-        let listed = keys(&req["related"]["Namespace.v1"]);
-        (
-            200,
-            json!({
-                "status": {"count": listed.len()},
-                "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                              "metadata": {"name": format!("{}-list", str_of(&parent["metadata"]["name"]))},
-                              "data": {"namespaces": listed.join("\n")}}]
-            }),
-        )
-    });
+    let hooks = serve_example(
+        examples::namespace_list_sync,
+        examples::namespace_list_customize,
+    );
     namespace(
         &sb,
         "test-ns",
@@ -866,18 +715,7 @@ fn namespace_list_v2_sees_cluster_scoped_namespaces() {
 fn clusteredparent_keeps_a_rolebinding_per_annotated_clusterrole() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|_, req| {
-        let name = &req["object"]["metadata"]["name"];
-        (
-            200,
-            json!({"attachments": [{
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": name, "namespace": "default"},
-                "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}],
-                "roleRef": {"kind": "ClusterRole", "name": name, "apiGroup": "rbac.authorization.k8s.io"}
-            }]}),
-        )
-    });
+    let hooks = Hooks::serve(|_, req| (200, examples::clusteredparent_sync(req)));
     let op = bosun(&sb, work.path(), &[]);
     decorator_controller(
         &sb,
@@ -942,24 +780,7 @@ fn clusteredparent_keeps_a_rolebinding_per_annotated_clusterrole() {
 fn cluster_scoped_parent_owns_cluster_scoped_children() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|_, req| {
-        let parent = &req["parent"];
-        let children: Vec<Value> = parent["spec"]["readers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|r| {
-                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                       "metadata": {"name": format!("{}-{}", str_of(&parent["metadata"]["name"]), str_of(r))},
-                       "rules": [{"apiGroups": [""], "resources": [r], "verbs": ["get", "list"]}]})
-            })
-            .collect();
-        let seen = keys(&req["children"]["ClusterRole.rbac.authorization.k8s.io/v1"]);
-        (
-            200,
-            json!({"status": {"roles": seen}, "children": children}),
-        )
-    });
+    let hooks = Hooks::serve(|_, req| (200, examples::rolesets_sync(req)));
     install_crd(&sb, "RoleSet", "rolesets", "Cluster");
     let op = bosun(&sb, work.path(), &[]);
     composite_controller(
@@ -1012,18 +833,7 @@ fn cluster_scoped_parent_owns_cluster_scoped_children() {
 fn crd_roles_attach_a_clusterrole_to_annotated_crds() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|_, req| {
-        let crd = &req["object"];
-        (
-            200,
-            json!({"attachments": [{
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": format!("{}-reader", str_of(&crd["metadata"]["name"]))},
-                "rules": [{"apiGroups": [crd["spec"]["group"]], "resources": [crd["spec"]["names"]["plural"]],
-                           "verbs": ["get", "list", "watch"]}]
-            }]}),
-        )
-    });
+    let hooks = Hooks::serve(|_, req| (200, examples::crd_roles_sync(req)));
     let op = bosun(&sb, work.path(), &[]);
     decorator_controller(
         &sb,
@@ -1082,15 +892,7 @@ fn crd_roles_attach_a_clusterrole_to_annotated_crds() {
 fn decorator_on_namespaces_puts_a_configmap_in_each() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|_, req| {
-        let ns = &req["object"]["metadata"]["name"];
-        (
-            200,
-            json!({"attachments": [{"apiVersion": "v1", "kind": "ConfigMap",
-                                    "metadata": {"name": "global-settings", "namespace": ns},
-                                    "data": {"namespace": ns}}]}),
-        )
-    });
+    let hooks = Hooks::serve(|_, req| (200, examples::global_settings_sync(req)));
     namespace(&sb, "team-a", json!({"settings": "global"}));
     namespace(&sb, "team-b", json!({}));
     let op = bosun(&sb, work.path(), &[]);
@@ -1133,66 +935,7 @@ fn decorator_on_namespaces_puts_a_configmap_in_each() {
 fn indexedjob_runs_pods_by_index_until_all_succeeded() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|_, req| {
-        let job = &req["parent"];
-        let name = str_of(&job["metadata"]["name"]);
-        let index_of = |pod: &str| {
-            pod.strip_prefix(name)
-                .and_then(|rest| rest.strip_prefix('-'))
-                .and_then(|i| i.parse::<u64>().ok())
-        };
-        let new_pod = |index: u64| {
-            let mut pod = job["spec"]["template"].clone();
-            pod["apiVersion"] = json!("v1");
-            pod["kind"] = json!("Pod");
-            pod["metadata"]["name"] = json!(format!("{name}-{index}"));
-            if let Some(containers) = pod["spec"]["containers"].as_array_mut() {
-                for c in containers {
-                    c["env"] = json!([{"name": "JOB_INDEX", "value": index.to_string()}]);
-                }
-            }
-            pod
-        };
-        let (mut active, mut succeeded, mut failed) = (0u64, 0u64, 0u64);
-        let mut observed = BTreeSet::new();
-        for (key, pod) in req["children"]["Pod.v1"].as_object().into_iter().flatten() {
-            let Some(index) = index_of(key) else { continue };
-            match str_of(&pod["status"]["phase"]) {
-                "Succeeded" => succeeded += 1,
-                "Failed" => failed += 1,
-                _ => active += 1,
-            }
-            observed.insert(index);
-        }
-        let finished = job["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Complete" && c["status"] == "True");
-        let completions = job["spec"]["completions"].as_u64().unwrap_or(1);
-        let parallelism = job["spec"]["parallelism"].as_u64().unwrap_or(1);
-        let mut pods: Vec<Value> = observed.iter().map(|i| new_pod(*i)).collect();
-        if finished {
-            return (200, json!({"status": job["status"], "children": pods}));
-        }
-        for index in 0..completions {
-            if !observed.contains(&index) && active < parallelism {
-                pods.push(new_pod(index));
-                active += 1;
-            }
-        }
-        let complete = if succeeded == completions {
-            "True"
-        } else {
-            "False"
-        };
-        (
-            200,
-            json!({"status": {"active": active, "succeeded": succeeded, "failed": failed,
-                              "conditions": [{"type": "Complete", "status": complete}]},
-                   "children": pods}),
-        )
-    });
+    let hooks = Hooks::serve(|_, req| (200, examples::indexedjob_sync(req)));
     install_crd(&sb, "IndexedJob", "indexedjobs", "Namespaced");
     let op = bosun(&sb, work.path(), &[]);
     composite_controller(
@@ -1260,42 +1003,7 @@ fn indexedjob_runs_pods_by_index_until_all_succeeded() {
 fn daemonjob_completes_when_its_daemonset_is_ready_and_cleans_up() {
     let sb = Sandbox::start();
     let work = workdir();
-    let finished = |status: &Value| {
-        let desired = status["desiredNumberScheduled"].as_i64().unwrap_or(1);
-        desired > 0 && status["numberReady"].as_i64().unwrap_or(0) == desired
-    };
-    let hooks = Hooks::serve(move |_, req| {
-        let job = &req["parent"];
-        let name = format!("{}-dj", str_of(&job["metadata"]["name"]));
-        if !job["status"].is_null() && finished(&job["status"]) {
-            let mut status = job["status"].clone();
-            status["conditions"] = json!([{"type": "Complete", "status": "True"}]);
-            return (200, json!({"status": status, "children": []}));
-        }
-        let child = &req["children"]["DaemonSet.apps/v1"][&name];
-        let mut status = child["status"].clone();
-        if !status.is_object() {
-            status = json!({});
-        }
-        let done = !child["status"].is_null() && finished(&child["status"]);
-        status["conditions"] =
-            json!([{"type": "Complete", "status": if done { "True" } else { "False" }}]);
-        let template = &job["spec"]["template"];
-        let labels = &template["metadata"]["labels"];
-        let mut pod_spec = template["spec"].clone();
-        pod_spec["initContainers"] = template["spec"]["containers"].clone();
-        pod_spec["containers"] = json!([{"name": "pause", "image": "registry.k8s.io/pause",
-                                          "resources": {"requests": {"cpu": "10m"}}}]);
-        (
-            200,
-            json!({"status": status, "children": [{
-                "apiVersion": "apps/v1", "kind": "DaemonSet",
-                "metadata": {"name": name, "labels": labels},
-                "spec": {"selector": {"matchLabels": labels},
-                         "template": {"metadata": {"labels": labels}, "spec": pod_spec}}
-            }]}),
-        )
-    });
+    let hooks = Hooks::serve(|_, req| (200, examples::daemonjob_sync(req)));
     install_crd(&sb, "DaemonJob", "daemonjobs", "Namespaced");
     let op = bosun(&sb, work.path(), &[]);
     composite_controller(
@@ -2070,108 +1778,9 @@ fn v2_hooks_key_children_and_attachments_by_namespace_and_name() {
 // ---------------------------------------------------------------------------------------
 // The patterns of metacontroller's examples/catset and examples/service-per-pod (bluegreen
 // runs in-process: actors/lambda/tests/examples.rs). Their hooks (JavaScript and Jsonnet
-// there) are written here with the same logic; the tests play the kubelet and the
-// ReplicaSet controller, which the sandbox does not run.
+// there) are ported in bosun_lambda::fakes::examples; the tests play the kubelet and the
+// StatefulSet controller, which the sandbox does not run.
 // ---------------------------------------------------------------------------------------
-
-/// The ordinal of `<base>-<n>`.
-fn ordinal(base: &str, name: &str) -> Option<i64> {
-    name.strip_prefix(base)?.strip_prefix('-')?.parse().ok()
-}
-
-fn running_and_ready(pod: &Value) -> bool {
-    pod["status"]["phase"] == "Running"
-        && pod["metadata"]["deletionTimestamp"].is_null()
-        && pod["status"]["conditions"].as_array().is_some_and(|c| {
-            c.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-}
-
-/// examples/catset's sync (and finalize) hook: a StatefulSet written as a lambda. Pods
-/// come up one at a time in ordinal order, each once all below it are Ready; scaling down
-/// removes the highest ordinal first; each Pod has a PVC per claim template, kept after a
-/// scale-down; finalizing scales to zero.
-fn catset_sync(req: &Value) -> Value {
-    let catset = &req["parent"];
-    let name = str_of(&catset["metadata"]["name"]).to_string();
-    let mut replicas = catset["spec"]["replicas"].as_i64().unwrap_or(0);
-    let observed: std::collections::BTreeMap<i64, Value> = req["children"]["Pod.v1"]
-        .as_object()
-        .into_iter()
-        .flat_map(|m| m.values())
-        .filter_map(|p| Some((ordinal(&name, str_of(&p["metadata"]["name"]))?, p.clone())))
-        .collect();
-    let mut answer = json!({});
-    if req["finalizing"] == true {
-        replicas = 0;
-        answer["finalized"] = json!(observed.is_empty());
-    }
-    let mut ready = 0;
-    while ready < replicas && observed.get(&ready).is_some_and(running_and_ready) {
-        ready += 1;
-    }
-    answer["status"] = json!({"replicas": observed.len(), "readyReplicas": ready});
-    let claims = catset["spec"]["volumeClaimTemplates"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let pod = |n: i64| {
-        let mut pod = catset["spec"]["template"].clone();
-        let pod_name = format!("{name}-{n}");
-        pod["apiVersion"] = json!("v1");
-        pod["kind"] = json!("Pod");
-        pod["metadata"]["name"] = json!(pod_name);
-        pod["spec"]["hostname"] = json!(pod_name);
-        pod["spec"]["subdomain"] = catset["spec"]["serviceName"].clone();
-        let volumes: Vec<Value> = claims
-            .iter()
-            .map(|c| {
-                let claim = str_of(&c["metadata"]["name"]);
-                json!({"name": claim, "persistentVolumeClaim": {"claimName": format!("{claim}-{pod_name}")}})
-            })
-            .collect();
-        if !volumes.is_empty() {
-            pod["spec"]["volumes"] = json!(volumes);
-        }
-        pod
-    };
-    let mut desired: std::collections::BTreeMap<i64, Value> =
-        observed.keys().map(|&n| (n, pod(n))).collect();
-    if ready < replicas {
-        desired.entry(ready).or_insert_with(|| pod(ready));
-    }
-    if ready == replicas
-        && let Some(&top) = desired.keys().next_back().filter(|&&top| top >= replicas)
-    {
-        desired.remove(&top);
-    }
-    let mut children: Vec<Value> = desired.into_values().rev().collect();
-    for template in &claims {
-        let base = format!("{}-{name}", str_of(&template["metadata"]["name"]));
-        let pvc = |pvc_name: String| {
-            let mut pvc = template.clone();
-            pvc["apiVersion"] = json!("v1");
-            pvc["kind"] = json!("PersistentVolumeClaim");
-            pvc["metadata"]["name"] = json!(pvc_name);
-            pvc
-        };
-        children.extend((0..replicas).map(|n| pvc(format!("{base}-{n}"))));
-        // Claims beyond the replicas are kept after a scale-down.
-        for existing in req["children"]["PersistentVolumeClaim.v1"]
-            .as_object()
-            .into_iter()
-            .flat_map(|m| m.values())
-        {
-            let existing = str_of(&existing["metadata"]["name"]);
-            if ordinal(&base, existing).is_some_and(|n| n >= replicas) {
-                children.push(pvc(existing.to_string()));
-            }
-        }
-    }
-    answer["children"] = json!(children);
-    answer
-}
 
 /// examples/catset: a CatSet (a StatefulSet written as a lambda, with `RollingRecreate`
 /// Pods and a revision history) brings its Pods up in ordinal order, one at a time as
@@ -2183,7 +1792,7 @@ fn catset_sync(req: &Value) -> Value {
 fn catset_brings_pods_up_in_order_scales_and_finalizes_to_zero() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|_, req| (200, catset_sync(req)));
+    let hooks = Hooks::serve(|_, req| (200, examples::catset_sync(req)));
     install_crd(&sb, "CatSet", "catsets", "Namespaced");
     let op = bosun(&sb, work.path(), &[]);
     let url = format!("{}/sync", hooks.url);
@@ -2351,40 +1960,11 @@ fn catset_brings_pods_up_in_order_scales_and_finalizes_to_zero() {
 fn service_per_pod_decorates_statefulsets_and_pods() {
     let sb = Sandbox::start();
     let work = workdir();
-    let hooks = Hooks::serve(|path, req| {
-        let object = &req["object"];
-        let name = str_of(&object["metadata"]["name"]);
-        let annotations = &object["metadata"]["annotations"];
-        let answer = match path {
-            "/sync-service-per-pod" => {
-                let key = str_of(&annotations["service-per-pod-label"]);
-                let ports: Vec<Value> = str_of(&annotations["service-per-pod-ports"])
-                    .split(',')
-                    .filter_map(|p| {
-                        let (port, target) = p.split_once(':')?;
-                        let (port, target): (i64, i64) = (port.parse().ok()?, target.parse().ok()?);
-                        Some(json!({"name": format!("port-{port}"), "port": port, "targetPort": target}))
-                    })
-                    .collect();
-                let services: Vec<Value> = (0..object["spec"]["replicas"].as_i64().unwrap_or(0))
-                    .map(|n| {
-                        json!({"apiVersion": "v1", "kind": "Service",
-                               "metadata": {"name": format!("{name}-{n}"), "labels": {"app": "service-per-pod"}},
-                               "spec": {"selector": {key: format!("{name}-{n}")}, "ports": ports}})
-                    })
-                    .collect();
-                json!({"attachments": services})
-            }
-            "/finalize-service-per-pod" => json!({
-                "attachments": [],
-                "finalized": req["attachments"]["Service.v1"].as_object().is_none_or(|m| m.is_empty())
-            }),
-            "/sync-pod-name-label" => {
-                json!({"labels": {str_of(&annotations["pod-name-label"]): name}})
-            }
-            _ => return (404, json!({})),
-        };
-        (200, answer)
+    let hooks = Hooks::serve(|path, req| match path {
+        "/sync-service-per-pod" => (200, examples::service_per_pod_sync(req)),
+        "/finalize-service-per-pod" => (200, examples::service_per_pod_finalize(req)),
+        "/sync-pod-name-label" => (200, examples::pod_name_label_sync(req)),
+        _ => (404, json!({})),
     });
     let op = bosun(&sb, work.path(), &[]);
     decorator_controller(

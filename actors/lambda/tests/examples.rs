@@ -1,14 +1,14 @@
 //! metacontroller's examples (`examples/` of its repository) in-process, their hooks
-//! written here with the same logic: each plays the scenario its users rely on and checks
-//! what they would see in the cluster. The CatSet pattern and the garbage collector's
-//! cascade run end to end as well (`tests/lambda/examples.rs`).
+//! answered by the ports in `bosun_lambda::fakes::examples` (which the end to end tests in
+//! `tests/lambda/examples.rs` serve too): each plays the scenario its users rely on and
+//! checks what they would see in the cluster. The CatSet pattern and the garbage
+//! collector's cascade run end to end only.
 //!
 //! Run: `cargo test -p bosun-lambda --test examples`.
 
 mod world;
 
-use std::collections::BTreeSet;
-
+use bosun_lambda::fakes::examples;
 use bosun_lambda::ports::HookType::{Customize, Finalize, Sync};
 use serde_json::{Value, json};
 
@@ -59,43 +59,10 @@ async fn configmappropagation_copies_a_configmap_into_listed_namespaces() {
     let w = World::start(&[Crd("ConfigMapPropagation", "configmappropagations", false)]).await;
     let name = "configmap-propagation-controller";
     w.answer(name, Customize, |req| {
-        let spec = &req["parent"]["spec"];
-        Ok(json!({"relatedResources": [{
-            "apiVersion": "v1", "resource": "configmaps",
-            "namespace": spec["sourceNamespace"], "names": [spec["sourceName"]]
-        }]}))
+        Ok(examples::configmappropagation_customize(req))
     });
     w.answer(name, Sync, |req| {
-        let spec = &req["parent"]["spec"];
-        let source_key = format!(
-            "{}/{}",
-            str_of(&spec["sourceNamespace"]),
-            str_of(&spec["sourceName"])
-        );
-        let source = &req["related"]["ConfigMap.v1"][&source_key];
-        let targets = spec["targetNamespaces"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let children: Vec<Value> = if source.is_null() {
-            Vec::new()
-        } else {
-            targets
-                .iter()
-                .map(|ns| {
-                    json!({"apiVersion": "v1", "kind": "ConfigMap",
-                           "metadata": {"name": spec["sourceName"], "namespace": ns},
-                           "data": source["data"]})
-                })
-                .collect()
-        };
-        let actual = req["children"]["ConfigMap.v1"]
-            .as_object()
-            .map_or(0, |m| m.len());
-        Ok(
-            json!({"status": {"expected_copies": targets.len(), "actual_copies": actual},
-                  "children": children}),
-        )
+        Ok(examples::configmappropagation_sync(req))
     });
     for ns in ["original", "one", "two", "three", "four"] {
         w.namespace(ns, json!({}));
@@ -226,35 +193,9 @@ async fn globalconfigmap_copies_a_configmap_into_every_namespace() {
     let w = World::start(&[Crd("GlobalConfigMap", "globalconfigmaps", false)]).await;
     let name = "globalconfigmap-controller";
     w.answer(name, Customize, |req| {
-        let spec = &req["parent"]["spec"];
-        Ok(json!({"relatedResources": [
-            {"apiVersion": "v1", "resource": "configmaps",
-             "namespace": spec["sourceNamespace"], "names": [spec["sourceName"]]},
-            {"apiVersion": "v1", "resource": "namespaces", "labelSelector": {}}
-        ]}))
+        Ok(examples::globalconfigmap_customize(req))
     });
-    w.answer(name, Sync, |req| {
-        let spec = &req["parent"]["spec"];
-        let source_ns = str_of(&spec["sourceNamespace"]);
-        let source =
-            &req["related"]["ConfigMap.v1"][format!("{source_ns}/{}", str_of(&spec["sourceName"]))];
-        let mut children = Vec::new();
-        if !source.is_null() {
-            for ns in req["related"]["Namespace.v1"]
-                .as_object()
-                .into_iter()
-                .flat_map(|m| m.values())
-            {
-                let ns = str_of(&ns["metadata"]["name"]);
-                if ns != source_ns {
-                    children.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": spec["sourceName"], "namespace": ns},
-                        "data": source["data"]}));
-                }
-            }
-        }
-        Ok(json!({"status": {"working": "fine"}, "children": children}))
-    });
+    w.answer(name, Sync, |req| Ok(examples::globalconfigmap_sync(req)));
     for ns in ["global", "first", "second"] {
         w.namespace(ns, json!({}));
     }
@@ -314,35 +255,9 @@ async fn secretpropagation_shares_selected_secrets_into_selected_namespaces() {
     let w = World::start(&[Crd("SecretPropagation", "secretpropagations", false)]).await;
     let name = "secret-propagation-controller";
     w.answer(name, Customize, |req| {
-        let spec = &req["parent"]["spec"];
-        Ok(json!({"relatedResources": [
-            {"apiVersion": "v1", "resource": "secrets",
-             "labelSelector": spec["secretSelector"],
-             "namespaceSelector": spec["sourceNamespaceSelector"]},
-            {"apiVersion": "v1", "resource": "namespaces",
-             "labelSelector": spec["targetNamespaceLabelSelector"]}
-        ]}))
+        Ok(examples::secretpropagation_customize(req))
     });
-    w.answer(name, Sync, |req| {
-        let mut children = Vec::new();
-        let secrets = req["related"]["Secret.v1"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        for target in req["related"]["Namespace.v1"]
-            .as_object()
-            .into_iter()
-            .flat_map(|m| m.values())
-        {
-            for secret in secrets.values() {
-                children.push(json!({"apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": secret["metadata"]["name"], "namespace": target["metadata"]["name"]},
-                    "data": secret["data"]}));
-            }
-        }
-        Ok(json!({"status": {"working": "fine", "secrets": keys(&Value::Object(secrets))},
-                  "children": children}))
-    });
+    w.answer(name, Sync, |req| Ok(examples::secretpropagation_sync(req)));
     w.namespace("omega", json!({"secrets": "source"}));
     w.namespace("elsewhere", json!({}));
     w.namespace("alpha", json!({"propagate": "true"}));
@@ -415,34 +330,10 @@ async fn secretpropagation_v1_copies_a_secret_into_labelled_namespaces() {
     let w = World::start(&[Crd("SecretPropagation", "secretpropagations", false)]).await;
     let name = "secret-propagation-controller";
     w.answer(name, Customize, |req| {
-        let spec = &req["parent"]["spec"];
-        Ok(json!({"relatedResources": [
-            {"apiVersion": "v1", "resource": "secrets",
-             "namespace": spec["sourceNamespace"], "names": [spec["sourceName"]]},
-            {"apiVersion": "v1", "resource": "namespaces",
-             "labelSelector": spec["targetNamespaceLabelSelector"]}
-        ]}))
+        Ok(examples::secretpropagation_v1_customize(req))
     });
     w.answer(name, Sync, |req| {
-        let spec = &req["parent"]["spec"];
-        let source_ns = str_of(&spec["sourceNamespace"]);
-        let source =
-            &req["related"]["Secret.v1"][format!("{source_ns}/{}", str_of(&spec["sourceName"]))];
-        let mut children = Vec::new();
-        if !source.is_null() {
-            for ns in req["related"]["Namespace.v1"]
-                .as_object()
-                .into_iter()
-                .flat_map(|m| m.values())
-                .map(|n| str_of(&n["metadata"]["name"]))
-                .filter(|n| *n != source_ns)
-            {
-                children.push(json!({"apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": spec["sourceName"], "namespace": ns},
-                    "data": source["data"]}));
-            }
-        }
-        Ok(json!({"status": {"working": "fine"}, "children": children}))
+        Ok(examples::secretpropagation_v1_sync(req))
     });
     w.namespace("omega", json!({}));
     w.namespace("alpha", json!({"propagate": "true"}));
@@ -493,25 +384,9 @@ async fn configmap_list_v2_sees_configmaps_of_other_namespaces() {
     let w = World::start(&[Crd("ConfigMapList", "configmaplists", true)]).await;
     let name = "configmap-list-controller";
     w.answer(name, Customize, |req| {
-        let spec = &req["parent"]["spec"];
-        let mut rule = json!({"apiVersion": "v1", "resource": "configmaps",
-                              "labelSelector": {"matchLabels": spec["sourceLabels"]}});
-        if !spec["sourceNamespace"].is_null() {
-            rule["namespace"] = spec["sourceNamespace"].clone();
-        }
-        Ok(json!({"relatedResources": [rule]}))
+        Ok(examples::configmap_list_customize(req))
     });
-    w.answer(name, Sync, |req| {
-        let parent = &req["parent"];
-        let listed = keys(&req["related"]["ConfigMap.v1"]);
-        Ok(json!({
-            "status": {"count": listed.len()},
-            "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                          "metadata": {"name": format!("{}-list", str_of(&parent["metadata"]["name"])),
-                                       "namespace": parent["metadata"]["namespace"]},
-                          "data": {"configmaps": listed.join("\n")}}]
-        }))
-    });
+    w.answer(name, Sync, |req| Ok(examples::configmap_list_sync(req)));
     for ns in ["source-ns", "other-source-ns", "target-ns"] {
         w.namespace(ns, json!({}));
     }
@@ -585,19 +460,9 @@ async fn namespace_list_v2_sees_cluster_scoped_namespaces() {
     let w = World::start(&[Crd("NamespaceList", "namespacelists", true)]).await;
     let name = "namespace-list-controller";
     w.answer(name, Customize, |req| {
-        Ok(json!({"relatedResources": [{"apiVersion": "v1", "resource": "namespaces",
-                                         "labelSelector": req["parent"]["spec"]["labelSelector"]}]}))
+        Ok(examples::namespace_list_customize(req))
     });
-    w.answer(name, Sync, |req| {
-        let parent = &req["parent"];
-        let listed = keys(&req["related"]["Namespace.v1"]);
-        Ok(json!({
-            "status": {"count": listed.len()},
-            "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                          "metadata": {"name": format!("{}-list", str_of(&parent["metadata"]["name"]))},
-                          "data": {"namespaces": listed.join("\n")}}]
-        }))
-    });
+    w.answer(name, Sync, |req| Ok(examples::namespace_list_sync(req)));
     w.namespace("test-ns", json!({"example-controller": "namespace-list"}));
     w.namespace("unlisted", json!({}));
     w.controller(composite(
@@ -639,13 +504,7 @@ async fn namespace_list_v2_sees_cluster_scoped_namespaces() {
 async fn clusteredparent_keeps_a_rolebinding_per_annotated_clusterrole() {
     let w = World::start(&[]).await;
     w.answer("cluster-parent", Sync, |req| {
-        let name = &req["object"]["metadata"]["name"];
-        Ok(json!({"attachments": [{
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": "default"},
-            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}],
-            "roleRef": {"kind": "ClusterRole", "name": name, "apiGroup": "rbac.authorization.k8s.io"}
-        }]}))
+        Ok(examples::clusteredparent_sync(req))
     });
     w.controller(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
@@ -713,21 +572,7 @@ async fn clusteredparent_keeps_a_rolebinding_per_annotated_clusterrole() {
 #[tokio::test]
 async fn cluster_scoped_parent_owns_cluster_scoped_children() {
     let w = World::start(&[Crd("RoleSet", "rolesets", false)]).await;
-    w.answer("rolesets", Sync, |req| {
-        let parent = &req["parent"];
-        let children: Vec<Value> = parent["spec"]["readers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|r| {
-                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                       "metadata": {"name": format!("{}-{}", str_of(&parent["metadata"]["name"]), str_of(r))},
-                       "rules": [{"apiGroups": [""], "resources": [r], "verbs": ["get", "list"]}]})
-            })
-            .collect();
-        let seen = keys(&req["children"]["ClusterRole.rbac.authorization.k8s.io/v1"]);
-        Ok(json!({"status": {"roles": seen}, "children": children}))
-    });
+    w.answer("rolesets", Sync, |req| Ok(examples::rolesets_sync(req)));
     w.controller(composite(
         "rolesets",
         "rolesets",
@@ -771,13 +616,7 @@ async fn cluster_scoped_parent_owns_cluster_scoped_children() {
 async fn crd_roles_attach_a_clusterrole_to_annotated_crds() {
     let w = World::start(&[]).await;
     w.answer("crd-role-controller", Sync, |req| {
-        let crd = &req["object"];
-        Ok(json!({"attachments": [{
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": format!("{}-reader", str_of(&crd["metadata"]["name"]))},
-            "rules": [{"apiGroups": [crd["spec"]["group"]], "resources": [crd["spec"]["names"]["plural"]],
-                       "verbs": ["get", "list", "watch"]}]
-        }]}))
+        Ok(examples::crd_roles_sync(req))
     });
     w.controller(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
@@ -833,12 +672,7 @@ async fn crd_roles_attach_a_clusterrole_to_annotated_crds() {
 async fn decorator_on_namespaces_puts_a_configmap_in_each() {
     let w = World::start(&[]).await;
     w.answer("global-settings", Sync, |req| {
-        let ns = &req["object"]["metadata"]["name"];
-        Ok(
-            json!({"attachments": [{"apiVersion": "v1", "kind": "ConfigMap",
-                                   "metadata": {"name": "global-settings", "namespace": ns},
-                                   "data": {"namespace": ns}}]}),
-        )
+        Ok(examples::global_settings_sync(req))
     });
     w.namespace("team-a", json!({"settings": "global"}));
     w.namespace("team-b", json!({}));
@@ -878,63 +712,7 @@ async fn decorator_on_namespaces_puts_a_configmap_in_each() {
 async fn indexedjob_runs_pods_by_index_until_all_succeeded() {
     let w = World::start(&[Crd("IndexedJob", "indexedjobs", true)]).await;
     w.answer("indexedjob-controller", Sync, |req| {
-        let job = &req["parent"];
-        let name = str_of(&job["metadata"]["name"]);
-        let index_of = |pod: &str| {
-            pod.strip_prefix(name)
-                .and_then(|rest| rest.strip_prefix('-'))
-                .and_then(|i| i.parse::<u64>().ok())
-        };
-        let new_pod = |index: u64| {
-            let mut pod = job["spec"]["template"].clone();
-            pod["apiVersion"] = json!("v1");
-            pod["kind"] = json!("Pod");
-            pod["metadata"]["name"] = json!(format!("{name}-{index}"));
-            if let Some(containers) = pod["spec"]["containers"].as_array_mut() {
-                for c in containers {
-                    c["env"] = json!([{"name": "JOB_INDEX", "value": index.to_string()}]);
-                }
-            }
-            pod
-        };
-        let (mut active, mut succeeded, mut failed) = (0u64, 0u64, 0u64);
-        let mut observed = BTreeSet::new();
-        for (key, pod) in req["children"]["Pod.v1"].as_object().into_iter().flatten() {
-            let Some(index) = index_of(key) else { continue };
-            match str_of(&pod["status"]["phase"]) {
-                "Succeeded" => succeeded += 1,
-                "Failed" => failed += 1,
-                _ => active += 1,
-            }
-            observed.insert(index);
-        }
-        let finished = job["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Complete" && c["status"] == "True");
-        let completions = job["spec"]["completions"].as_u64().unwrap_or(1);
-        let parallelism = job["spec"]["parallelism"].as_u64().unwrap_or(1);
-        let mut pods: Vec<Value> = observed.iter().map(|i| new_pod(*i)).collect();
-        if finished {
-            return Ok(json!({"status": job["status"], "children": pods}));
-        }
-        for index in 0..completions {
-            if !observed.contains(&index) && active < parallelism {
-                pods.push(new_pod(index));
-                active += 1;
-            }
-        }
-        let complete = if succeeded == completions {
-            "True"
-        } else {
-            "False"
-        };
-        Ok(
-            json!({"status": {"active": active, "succeeded": succeeded, "failed": failed,
-                             "conditions": [{"type": "Complete", "status": complete}]},
-                  "children": pods}),
-        )
+        Ok(examples::indexedjob_sync(req))
     });
     w.controller(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
@@ -991,38 +769,8 @@ async fn indexedjob_runs_pods_by_index_until_all_succeeded() {
 #[tokio::test]
 async fn daemonjob_completes_when_its_daemonset_is_ready_and_cleans_up() {
     let w = World::start(&[Crd("DaemonJob", "daemonjobs", true)]).await;
-    let finished = |status: &Value| {
-        let desired = status["desiredNumberScheduled"].as_i64().unwrap_or(1);
-        desired > 0 && status["numberReady"].as_i64().unwrap_or(0) == desired
-    };
-    w.answer("daemonjob-controller", Sync, move |req| {
-        let job = &req["parent"];
-        let name = format!("{}-dj", str_of(&job["metadata"]["name"]));
-        if !job["status"].is_null() && finished(&job["status"]) {
-            let mut status = job["status"].clone();
-            status["conditions"] = json!([{"type": "Complete", "status": "True"}]);
-            return Ok(json!({"status": status, "children": []}));
-        }
-        let child = &req["children"]["DaemonSet.apps/v1"][&name];
-        let mut status = child["status"].clone();
-        if !status.is_object() {
-            status = json!({});
-        }
-        let done = !child["status"].is_null() && finished(&child["status"]);
-        status["conditions"] =
-            json!([{"type": "Complete", "status": if done { "True" } else { "False" }}]);
-        let template = &job["spec"]["template"];
-        let labels = &template["metadata"]["labels"];
-        let mut pod_spec = template["spec"].clone();
-        pod_spec["initContainers"] = template["spec"]["containers"].clone();
-        pod_spec["containers"] = json!([{"name": "pause", "image": "registry.k8s.io/pause",
-                                         "resources": {"requests": {"cpu": "10m"}}}]);
-        Ok(json!({"status": status, "children": [{
-            "apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": pod_spec}}
-        }]}))
+    w.answer("daemonjob-controller", Sync, |req| {
+        Ok(examples::daemonjob_sync(req))
     });
     w.controller(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
@@ -1064,81 +812,6 @@ async fn daemonjob_completes_when_its_daemonset_is_ready_and_cleans_up() {
     assert_eq!(job().expect("job")["status"]["numberReady"], 1);
 }
 
-const BLUEGREEN_TEMPLATE: &str = "bluegreendeployments.ctl.enisoc.com/pod-template-json";
-
-/// examples/bluegreen's sync hook: two ReplicaSets, blue and green, and a Service on the
-/// active one. A new pod template rolls out to the inactive ReplicaSet; once all its
-/// replicas are available, the Service swaps to it and the old one scales to zero.
-fn bluegreen_sync(req: &Value) -> Value {
-    let bgd = &req["parent"];
-    let name = str_of(&bgd["metadata"]["name"]);
-    let replicas = bgd["spec"]["replicas"].clone();
-    let service =
-        &req["children"]["Service.v1"][str_of(&bgd["spec"]["service"]["metadata"]["name"])];
-    let mut active_color = service["spec"]["selector"]["color"]
-        .as_str()
-        .unwrap_or("blue")
-        .to_string();
-    let rs_of =
-        |color: &str| req["children"]["ReplicaSet.apps/v1"][format!("{name}-{color}")].clone();
-    let other = |color: &str| if color == "blue" { "green" } else { "blue" };
-    let (active, inactive) = (rs_of(&active_color), rs_of(other(&active_color)));
-    let status = json!({"activeColor": active_color,
-                        "active": if active.is_null() { json!({}) } else { active["status"].clone() },
-                        "inactive": if inactive.is_null() { json!({}) } else { inactive["status"].clone() }});
-    let template_of = |rs: &Value| -> Option<Value> {
-        serde_json::from_str(rs["metadata"]["annotations"][BLUEGREEN_TEMPLATE].as_str()?).ok()
-    };
-    let current = |rs: &Value| template_of(rs).as_ref() == Some(&bgd["spec"]["template"]);
-    let mut active_replicas = if active.is_null() {
-        replicas.clone()
-    } else {
-        active["spec"]["replicas"].clone()
-    };
-    let mut active_template =
-        template_of(&active).unwrap_or_else(|| bgd["spec"]["template"].clone());
-    let mut inactive_replicas: Value;
-    let mut inactive_template =
-        template_of(&inactive).unwrap_or_else(|| bgd["spec"]["template"].clone());
-    if current(&active) {
-        inactive_replicas = json!(0);
-    } else if current(&inactive) {
-        inactive_replicas = replicas.clone();
-        if inactive["status"]["availableReplicas"] == replicas {
-            active_color = other(&active_color).to_string();
-            std::mem::swap(&mut active_replicas, &mut inactive_replicas);
-            std::mem::swap(&mut active_template, &mut inactive_template);
-        }
-    } else if inactive["spec"]["replicas"] == 0 && inactive["status"]["replicas"] == 0 {
-        inactive_replicas = replicas.clone();
-        inactive_template = bgd["spec"]["template"].clone();
-    } else {
-        inactive_replicas = json!(0);
-    }
-    let replica_set = |color: &str, replicas: &Value, template: &Value| {
-        let mut labels = template["metadata"]["labels"].clone();
-        labels["color"] = json!(color);
-        let mut selector = bgd["spec"]["selector"].clone();
-        selector["matchLabels"]["color"] = json!(color);
-        let mut pod_template = template.clone();
-        pod_template["metadata"]["labels"]["color"] = json!(color);
-        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-               "metadata": {"name": format!("{name}-{color}"), "labels": labels,
-                            "annotations": {BLUEGREEN_TEMPLATE: template.to_string()}},
-               "spec": {"replicas": replicas, "minReadySeconds": bgd["spec"]["minReadySeconds"],
-                        "selector": selector, "template": pod_template}})
-    };
-    let mut service = bgd["spec"]["service"].clone();
-    service["apiVersion"] = json!("v1");
-    service["kind"] = json!("Service");
-    service["spec"]["selector"]["color"] = json!(active_color);
-    json!({"status": status, "children": [
-        service,
-        replica_set(&active_color, &active_replicas, &active_template),
-        replica_set(other(&active_color), &inactive_replicas, &inactive_template),
-    ]})
-}
-
 /// examples/bluegreen: a BlueGreenDeployment keeps a Service on its active ReplicaSet; a
 /// new pod template rolls out to the other color, and the Service swaps once all of it is
 /// available; a second rollout swaps back. The test plays the ReplicaSet controller: each
@@ -1146,7 +819,9 @@ fn bluegreen_sync(req: &Value) -> Value {
 #[tokio::test]
 async fn bluegreen_rolls_out_to_the_other_color_and_swaps_the_service() {
     let w = World::start(&[Crd("BlueGreenDeployment", "bluegreendeployments", true)]).await;
-    w.answer("bluegreen-controller", Sync, |req| Ok(bluegreen_sync(req)));
+    w.answer("bluegreen-controller", Sync, |req| {
+        Ok(examples::bluegreen_sync(req))
+    });
     w.controller(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
         "metadata": {"name": "bluegreen-controller"},
@@ -1238,37 +913,13 @@ async fn bluegreen_rolls_out_to_the_other_color_and_swaps_the_service() {
 async fn service_per_pod_decorates_statefulsets_and_pods() {
     let w = World::start(&[]).await;
     w.answer("service-per-pod", Sync, |req| {
-        let object = &req["object"];
-        let name = str_of(&object["metadata"]["name"]);
-        let annotations = &object["metadata"]["annotations"];
-        let key = str_of(&annotations["service-per-pod-label"]);
-        let ports: Vec<Value> = str_of(&annotations["service-per-pod-ports"])
-            .split(',')
-            .filter_map(|p| {
-                let (port, target) = p.split_once(':')?;
-                let (port, target): (i64, i64) = (port.parse().ok()?, target.parse().ok()?);
-                Some(json!({"name": format!("port-{port}"), "port": port, "targetPort": target}))
-            })
-            .collect();
-        let services: Vec<Value> = (0..object["spec"]["replicas"].as_i64().unwrap_or(0))
-            .map(|n| {
-                json!({"apiVersion": "v1", "kind": "Service",
-                       "metadata": {"name": format!("{name}-{n}"), "labels": {"app": "service-per-pod"}},
-                       "spec": {"selector": {key: format!("{name}-{n}")}, "ports": ports}})
-            })
-            .collect();
-        Ok(json!({"attachments": services}))
+        Ok(examples::service_per_pod_sync(req))
     });
     w.answer("service-per-pod", Finalize, |req| {
-        Ok(json!({
-            "attachments": [],
-            "finalized": req["attachments"]["Service.v1"].as_object().is_none_or(|m| m.is_empty())
-        }))
+        Ok(examples::service_per_pod_finalize(req))
     });
     w.answer("pod-name-label", Sync, |req| {
-        let object = &req["object"];
-        let label = str_of(&object["metadata"]["annotations"]["pod-name-label"]);
-        Ok(json!({"labels": {label: object["metadata"]["name"]}}))
+        Ok(examples::pod_name_label_sync(req))
     });
     w.controller(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",

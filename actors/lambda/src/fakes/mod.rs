@@ -8,9 +8,12 @@
 //!   faults.rs   Verb + Fault: the next calls of a verb refused as an API server refuses
 //!   hooks.rs    ScriptedHooks: `HookFactory`, webhooks answered by closures; HookFault:
 //!               an error status, a 429, a refused connection, garbage, a slow answer
+//!   examples.rs the hooks of metacontroller's examples as functions from request to
+//!               answer, for the in-process and the end to end tests alike
 //! ```
 
 mod cluster;
+pub mod examples;
 mod faults;
 mod hooks;
 
