@@ -263,6 +263,27 @@ impl MemoryCluster {
 }
 
 /// The fault `call` meets now, as the port's error about `verb` of `what`.
+impl MemoryCluster {
+    /// A `get` of the `kind` object `namespace/name`, refused by an armed fault of `call`,
+    /// else what `pick` finds of it.
+    fn read(
+        &self,
+        call: ClusterCall,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        pick: impl FnOnce(&Inner, &ItemKey) -> Option<Value>,
+    ) -> Result<Option<Value>, ClusterError> {
+        let key = ItemKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        let mut st = self.lock();
+        fault(&mut st, call, "get", &format!("{kind} {key}"))?;
+        Ok(pick(&st, &key))
+    }
+}
+
 fn fault(st: &mut Inner, call: ClusterCall, verb: &str, what: &str) -> Result<(), ClusterError> {
     match st.faults.take(call) {
         Some(f) => Err(f.cluster_error(verb, what)),
@@ -391,18 +412,13 @@ impl Cluster for MemoryCluster {
         namespace: &str,
         name: &str,
     ) -> BoxFut<'_, Result<Option<Value>, ClusterError>> {
-        let key = ItemKey {
-            namespace: namespace.into(),
-            name: name.into(),
-        };
-        let mut st = self.lock();
-        let o = fault(
-            &mut st,
+        let o = self.read(
             ClusterCall::ReadTarget,
-            "get",
-            &format!("Target {key}"),
-        )
-        .map(|()| st.targets.get(&key).cloned());
+            "Target",
+            namespace,
+            name,
+            |st, key| st.targets.get(key).cloned(),
+        );
         Box::pin(async move { o })
     }
 
@@ -422,18 +438,13 @@ impl Cluster for MemoryCluster {
         namespace: &str,
         name: &str,
     ) -> BoxFut<'_, Result<Option<Value>, ClusterError>> {
-        let key = ItemKey {
-            namespace: namespace.into(),
-            name: name.into(),
-        };
-        let mut st = self.lock();
-        let o = fault(
-            &mut st,
+        let o = self.read(
             ClusterCall::ReadContext,
-            "get",
-            &format!("Context {key}"),
-        )
-        .map(|()| st.contexts.get(&key).cloned());
+            "Context",
+            namespace,
+            name,
+            |st, key| st.contexts.get(key).cloned(),
+        );
         Box::pin(async move { o })
     }
 
