@@ -462,6 +462,24 @@ impl MemoryTargets {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A create of `object` (`r`) in `target`, refused by an armed fault; `Ok(None)` when
+    /// it exists.
+    fn post_faulted(
+        &self,
+        target: &ResolvedTarget,
+        r: &ResourceRef,
+        object: Value,
+    ) -> Result<Option<Value>, DeployError> {
+        let mut st = self.lock();
+        st.fault(
+            target,
+            TargetCall::Create,
+            "create",
+            &format!("creating {r}"),
+        )?;
+        st.post(target, object)
+    }
+
     /// Every object in `target`, ordered by group, kind, namespace and name.
     pub fn objects(&self, target: &ItemKey) -> Vec<Value> {
         self.lock()
@@ -635,15 +653,7 @@ impl TargetClusters for MemoryTargets {
         object: Value,
     ) -> BoxFut<'a, Result<Value, DeployError>> {
         let r = ResourceRef::of(&object);
-        let mut st = self.lock();
-        let created = st
-            .fault(
-                target,
-                TargetCall::Create,
-                "create",
-                &format!("creating {r}"),
-            )
-            .and_then(|()| st.post(target, object));
+        let created = self.post_faulted(target, &r, object);
         Box::pin(async move {
             created?.ok_or_else(|| {
                 target_error(
@@ -662,15 +672,7 @@ impl TargetClusters for MemoryTargets {
         object: Value,
     ) -> BoxFut<'a, Result<Option<Value>, DeployError>> {
         let r = ResourceRef::of(&object);
-        let mut st = self.lock();
-        let created = st
-            .fault(
-                target,
-                TargetCall::Create,
-                "create",
-                &format!("creating {r}"),
-            )
-            .and_then(|()| st.post(target, object));
+        let created = self.post_faulted(target, &r, object);
         Box::pin(async move { created })
     }
 
