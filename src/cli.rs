@@ -955,6 +955,20 @@ fn configs(
 struct RunShared {
     config: std::sync::Arc<crate::runtime_config::RuntimeConfig>,
     gate: bosun_runtime::lifecycle::WorkGate,
+    /// The metrics recorder, installed once the process's configuration (its prefix) is
+    /// known, before the first start.
+    metrics: Option<crate::prometheus::Metrics>,
+}
+
+impl RunShared {
+    /// With the metrics recorder installed (once per run: every start of an HA replica's
+    /// terms records into it), its prefix from `process`.
+    fn with_metrics(self, process: &ProcessConfig) -> RunShared {
+        RunShared {
+            metrics: Some(crate::prometheus::install(&process.metrics_prefix)),
+            ..self
+        }
+    }
 }
 
 /// Every subsystem switched on, started on one host, and the endpoints that show them.
@@ -1007,8 +1021,10 @@ async fn start_all(
     stream: Option<crate::ha::JournalStream>,
     shared: &RunShared,
 ) -> anyhow::Result<Running> {
-    // The recorder first, so that everything started below records into it.
-    let metrics = crate::prometheus::install(&process.metrics_prefix);
+    // Installed before the first start, so that everything started below records into it.
+    let metrics = shared.metrics.clone().ok_or_else(|| {
+        anyhow::anyhow!("the metrics recorder is installed before the subsystems start")
+    })?;
     let ha = stream.as_ref().map(crate::ha::JournalStream::status);
     let host_config = crate::host::HostConfig {
         process: process.clone(),
@@ -1095,6 +1111,7 @@ async fn run_cluster(args: RunArgs, shared: RunShared) -> anyhow::Result<()> {
             &crate::addon::OperatorConfig::in_cluster(),
         ),
     )?;
+    let shared = shared.with_metrics(&process);
     args.metacontroller.check()?;
     // Bad lambda, deployer or HA settings stop the start before anything runs, and so
     // does a temp folder another user could write in.
@@ -1206,6 +1223,7 @@ async fn run_inner(args: RunArgs, shared: RunShared) -> anyhow::Result<()> {
             ..ProcessConfig::in_cluster()
         };
         let (process, cfg) = configs(&args, (&defaults, &operator_defaults))?;
+        let shared = shared.with_metrics(&process);
         private_tmp_dir(&process.tmp_dir)?;
         let running = start_all(&args, &process, &cfg, None, &shared).await;
         let mut examples = None;

@@ -8,7 +8,6 @@
 //!   GET /metrics ──► mailbox depths sampled ──► PrometheusHandle::render ◄─────────────────┘
 //! ```
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use bosun_addon::telemetry as names;
@@ -155,26 +154,20 @@ pub struct Metrics {
     prefix: String,
 }
 
-// The `metrics` facade's recorder is process-wide and set once: a second start in one
-// process (tests, benchmarks) gets the same one. The handle reaches code through the host.
-static INSTALLED: OnceLock<Metrics> = OnceLock::new();
-
-/// Installs the process-wide recorder (once: later calls return the first one, whatever
-/// their prefix).
+/// Installs the process-wide recorder, once per process (`bosun run` does it once, before
+/// its subsystems; the handle reaches code through the host). The `metrics` facade takes
+/// one recorder per process: a second install leaves the first in place and warns, and
+/// the handle it returns renders nothing.
 pub fn install(prefix: &str) -> Metrics {
-    INSTALLED
-        .get_or_init(|| {
-            let (recorder, handle) = recorder(prefix);
-            if metrics::set_global_recorder(recorder).is_err() {
-                tracing::warn!("another metrics recorder is installed; /metrics stays empty");
-            }
-            describe();
-            Metrics {
-                handle,
-                prefix: prefix.to_string(),
-            }
-        })
-        .clone()
+    let (recorder, handle) = recorder(prefix);
+    if metrics::set_global_recorder(recorder).is_err() {
+        tracing::warn!("another metrics recorder is installed; /metrics stays empty");
+    }
+    describe();
+    Metrics {
+        handle,
+        prefix: prefix.to_string(),
+    }
 }
 
 impl Metrics {
