@@ -5,13 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_deployer::controller::{Deployer, Settings};
+use bosun_deployer::controller::Deployer;
 use bosun_deployer::events::DeployerEvent;
 use bosun_deployer::fakes::MemoryCluster;
-use bosun_deployer::item::{DeployerInfo, ItemKey, Phase};
+use bosun_deployer::item::{ItemKey, Phase};
 use bosun_deployer::mock::Mock;
 use bosun_runtime::ports::MemoryJournal;
 use serde_json::{Value, json};
+
+mod world;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -43,19 +45,7 @@ async fn start(cluster: &MemoryCluster, journal: &MemoryJournal<DeployerEvent>) 
         Arc::new(cluster.clone()),
         Arc::new(journal.clone()),
         vec![Arc::new(Mock)],
-        Settings {
-            workers: 2,
-            deployer: DeployerInfo {
-                identity: "test".into(),
-                name: "bosun".into(),
-                version: "0".into(),
-            },
-            target_selectors: Vec::new(),
-            timeouts: Default::default(),
-            lock_holder: None,
-            contract: Default::default(),
-            gate: Default::default(),
-        },
+        world::settings(),
     )
     .await
     .expect("deployer")

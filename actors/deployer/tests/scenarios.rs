@@ -6,100 +6,21 @@
 //!
 //! Run: `cargo test -p bosun-deployer --test scenarios`.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use bosun_deployer::controller::{Deployer, Settings};
 use bosun_deployer::events::DeployerEvent;
-use bosun_deployer::fakes::{
-    HelmCall, MemoryCluster, MemoryHelm, MemoryTargets, TargetOp, TargetWrite,
-};
-use bosun_deployer::helm::{HELM_DEPLOYITEM_LABEL, HELM_TYPE, HelmType, ReleaseState};
-use bosun_deployer::item::{DeployerInfo, FINALIZER, ItemKey, Phase};
-use bosun_deployer::manifest::{DEPLOYITEM_LABEL, MANIFEST_TYPE, ManifestType};
-use bosun_deployer::ports::DeployerType;
-use bosun_runtime::ports::MemoryJournal;
+use bosun_deployer::fakes::{HelmCall, TargetWrite};
+use bosun_deployer::helm::{HELM_DEPLOYITEM_LABEL, HELM_TYPE, ReleaseState};
+use bosun_deployer::item::{FINALIZER, Phase};
+use bosun_deployer::manifest::{DEPLOYITEM_LABEL, MANIFEST_TYPE};
 use serde_json::{Value, json};
 
-/// How long a scenario waits for a condition before it fails.
-const WAIT: Duration = Duration::from_secs(10);
-const MANIFEST_API: &str = "manifest.deployer.landscaper.gardener.cloud/v1alpha2";
-const HELM_API: &str = "helm.deployer.landscaper.gardener.cloud/v1alpha1";
-const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: abc\n";
+mod world;
+
+use world::{HELM_API, MANIFEST_API, World, key, target, until};
 
 /// The items' cluster with one Target, the target clusters, Helm, and the deployer running
-/// the manifest and helm types on them.
-struct World {
-    cluster: MemoryCluster,
-    journal: MemoryJournal<DeployerEvent>,
-    targets: MemoryTargets,
-    helm: MemoryHelm,
-    deployer: Deployer,
-}
-
-/// The Target every item deploys to.
-fn target() -> ItemKey {
-    ItemKey {
-        namespace: "ns".into(),
-        name: "cluster".into(),
-    }
-}
-
-fn key(name: &str) -> ItemKey {
-    ItemKey {
-        namespace: "ns".into(),
-        name: name.into(),
-    }
-}
-
+/// on them ([`World::start`]).
 async fn world() -> World {
-    let cluster = MemoryCluster::default();
-    let journal = MemoryJournal::default();
-    cluster.put_target(json!({
-        "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "Target",
-        "metadata": {"name": "cluster", "namespace": "ns"},
-        "spec": {"type": "landscaper.gardener.cloud/kubernetes-cluster", "config": {"kubeconfig": KUBECONFIG}},
-    }));
-    let targets = MemoryTargets::default();
-    let helm = MemoryHelm::applying_to(&targets);
-    let manifests = || ManifestType {
-        targets: Arc::new(targets.clone()),
-    };
-    let types: Vec<Arc<dyn DeployerType>> = vec![
-        Arc::new(manifests()),
-        Arc::new(HelmType {
-            helm: Arc::new(helm.clone()),
-            manifests: manifests(),
-            registry_configs: Arc::from([]),
-        }),
-    ];
-    let deployer = Deployer::start(
-        Arc::new(cluster.clone()),
-        Arc::new(journal.clone()),
-        types,
-        Settings {
-            workers: 2,
-            deployer: DeployerInfo {
-                identity: "test".into(),
-                name: "bosun".into(),
-                version: "0".into(),
-            },
-            target_selectors: Vec::new(),
-            timeouts: Default::default(),
-            lock_holder: None,
-            contract: Default::default(),
-            gate: Default::default(),
-        },
-    )
-    .await
-    .expect("the deployer starts on the memory cluster");
-    World {
-        cluster,
-        journal,
-        targets,
-        helm,
-        deployer,
-    }
+    World::start().await
 }
 
 fn config_map(name: &str, namespace: Option<&str>, data: Value) -> Value {
@@ -146,75 +67,6 @@ fn helm_item(name: &str, values: Value, extra_config: Value) -> Value {
     })
 }
 
-/// Polls `cond` every few milliseconds until it holds, failing after [`WAIT`].
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-impl World {
-    fn item(&self, name: &str) -> Value {
-        self.cluster
-            .item(&key(name))
-            .unwrap_or_else(|| panic!("item {name} is in the cluster"))
-    }
-
-    fn phase(&self, name: &str) -> Option<Phase> {
-        self.cluster
-            .item(&key(name))
-            .and_then(|o| o["status"]["phase"].as_str().and_then(Phase::parse))
-    }
-
-    /// Waits until the item has observed `generation` and ended in `phase`.
-    async fn settled(&self, name: &str, generation: i64, phase: Phase) {
-        until(
-            &format!("{name} {phase:?} at generation {generation}"),
-            || {
-                self.cluster.item(&key(name)).is_some_and(|o| {
-                    o["status"]["observedGeneration"] == generation
-                        && o["status"]["phase"].as_str().and_then(Phase::parse) == Some(phase)
-                })
-            },
-        )
-        .await;
-    }
-
-    /// The ConfigMap `namespace/name` in the target.
-    fn config_map(&self, namespace: &str, name: &str) -> Option<Value> {
-        self.targets.object(&target(), "ConfigMap", namespace, name)
-    }
-
-    /// The deployer's writes of `write` to the target, as `kind namespace/name`.
-    fn writes(&self, write: TargetWrite) -> Vec<String> {
-        self.targets
-            .ops()
-            .into_iter()
-            .filter(|TargetOp { write: w, .. }| *w == write)
-            .map(|op| op.resource.to_string())
-            .collect()
-    }
-
-    /// The phases the journal recorded for the item, in order.
-    fn journaled_phases(&self, name: &str) -> Vec<Phase> {
-        let id = format!("deployitem/ns/{name}");
-        self.journal
-            .events()
-            .into_iter()
-            .filter_map(|e| match e {
-                DeployerEvent::DeployItemPhase { item, to, .. } if item == id => Some(to),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-/// `(kind, namespace, name)` of each entry of `status.providerStatus.managedResources`.
 fn managed(item: &Value) -> Vec<(String, String, String)> {
     item["status"]["providerStatus"]["managedResources"]
         .as_array()
