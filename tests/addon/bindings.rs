@@ -76,34 +76,8 @@ fn create(sb: &Sandbox, path: &str, body: &Value) {
     assert_eq!(code, 201, "create {path}: {resp}");
 }
 
-const SEED_CONFIG: &str = "configVersion: v1
-beforeAll: 10
-kubernetes:
-- name: monitor-pods
-  apiVersion: v1
-  kind: Pod
-  jqFilter: \".metadata.labels\"
-- name: monitor-nodes
-  apiVersion: v1
-  kind: Node
-  jqFilter: \".metadata.labels\"
-  queue: nodes-handling
-  executeHookOnSynchronization: false
-- name: monitor-cms
-  apiVersion: v1
-  kind: ConfigMap
-  jqFilter: \".metadata.labels\"
-  labelSelector: {matchLabels: {watched: \"yes\"}}
-  queue: config-map-handling
-  waitForSynchronization: false
-- name: monitor-secrets
-  apiVersion: v1
-  kind: Secret
-  jqFilter: \".metadata.labels\"
-  labelSelector: {matchLabels: {watched: \"yes\"}}
-  queue: secrets-handling
-  executeHookOnSynchronization: false
-  waitForSynchronization: false";
+/// The seed's hook with four kubernetes bindings (the in-process bindings tests use it too).
+const SEED_CONFIG: &str = include_str!("../fixtures/seed-bindings.yaml");
 
 #[test]
 fn global_hook_synchronization_events_and_snapshots_follow_the_seed() {

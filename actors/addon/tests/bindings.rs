@@ -10,34 +10,8 @@ use bosun_addon::ports::{HookResult, PortError};
 use serde_json::{Value, json};
 use world::{World, global_hook, module, object, object_names, values_patch, wait_for};
 
-const SEED_CONFIG: &str = "configVersion: v1
-beforeAll: 10
-kubernetes:
-- name: monitor-pods
-  apiVersion: v1
-  kind: Pod
-  jqFilter: \".metadata.labels\"
-- name: monitor-nodes
-  apiVersion: v1
-  kind: Node
-  jqFilter: \".metadata.labels\"
-  queue: nodes-handling
-  executeHookOnSynchronization: false
-- name: monitor-cms
-  apiVersion: v1
-  kind: ConfigMap
-  jqFilter: \".metadata.labels\"
-  labelSelector: {matchLabels: {watched: \"yes\"}}
-  queue: config-map-handling
-  waitForSynchronization: false
-- name: monitor-secrets
-  apiVersion: v1
-  kind: Secret
-  jqFilter: \".metadata.labels\"
-  labelSelector: {matchLabels: {watched: \"yes\"}}
-  queue: secrets-handling
-  executeHookOnSynchronization: false
-  waitForSynchronization: false";
+/// The seed's hook with four kubernetes bindings (the end-to-end bindings tests use it too).
+const SEED_CONFIG: &str = include_str!("../../../tests/fixtures/seed-bindings.yaml");
 
 fn pod(name: &str, labels: Value) -> Value {
     object("Pod", "default", name, labels)
