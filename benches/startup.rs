@@ -1,10 +1,14 @@
 //! Startup of a big installation: `bosun run` with 300 modules (a chart each) and 50
-//! global hooks against the sandbox.
+//! global hooks against the sandbox in its own process (kube-apiserver with
+//! `BENCH_SERVER=real`).
 //! - **cold** (empty journal): time to ready (`/readyz` 200) against the intrinsic work of
 //!   the converge — the time the hooks ran plus the time Helm worked, summed from bosun's
 //!   own metrics (`global_hook_run_seconds`, `helm_operation_seconds`);
 //! - **warm** (a restart with a journal of 1M events appended after the cold run): time to
-//!   ready against the journal replay alone, measured in the same run on a copy.
+//!   ready against the start's intrinsic work: the journal replay, measured alone in the
+//!   same run on a copy, plus the hooks' and Helm's time of the warm start from the same
+//!   metrics;
+//! - the resident memory of bosun once ready, in all and per module.
 //!
 //! Run: `cargo bench --bench startup` (`BENCH_MODULES`, `BENCH_GLOBAL_HOOKS`,
 //! `BENCH_EVENTS` scale it).
@@ -24,6 +28,9 @@ use bosun_journal::Journal;
 
 #[path = "support/journal_events.rs"]
 mod journal_events;
+
+#[path = "support/cluster.rs"]
+mod cluster;
 
 fn write_exec(path: &Path, text: &str) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -110,6 +117,29 @@ fn histogram_sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// The hooks' and Helm's time bosun reports on `/metrics` at `address`, in seconds.
+async fn work_reported(address: &str) -> (f64, f64) {
+    let metrics = http::get(address, "/metrics")
+        .await
+        .map(|(_, t)| t)
+        .unwrap_or_default();
+    (
+        histogram_sum(&metrics, "global_hook_run_seconds")
+            + histogram_sum(&metrics, "module_hook_run_seconds"),
+        histogram_sum(&metrics, "helm_operation_seconds"),
+    )
+}
+
+/// The resident set of process `pid` in MiB (`VmRSS` of `/proc/<pid>/status`).
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
 fn stop(child: &mut Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -123,12 +153,10 @@ async fn main() -> anyhow::Result<()> {
     let hooks = env("BENCH_GLOBAL_HOOKS", 50);
     let events = env("BENCH_EVENTS", 1_000_000) as u64;
     let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    let sandbox = bosun_sandbox::start(bosun_sandbox::SandboxConfig {
-        kubeconfig: Some(kubeconfig.clone()),
-        ..bosun_sandbox::SandboxConfig::loopback(dir.path().join("data"))
-    })
-    .await?;
+    // The API server in its own process, as in a cluster.
+    let server = cluster::sandbox(dir.path()).await?;
+    let kubeconfig = server.kubeconfig.clone();
+    println!("API server: {}", cluster::server_name());
     installation(dir.path(), modules, hooks)?;
 
     // Cold.
@@ -136,20 +164,20 @@ async fn main() -> anyhow::Result<()> {
     let mut bosun = start(dir.path(), &kubeconfig, "cold.log")?;
     let address = ready(dir.path(), "cold.log", Duration::from_secs(900)).await?;
     let cold = started.elapsed();
-    let metrics = http::get(&address, "/metrics")
-        .await
-        .map(|(_, t)| t)
-        .unwrap_or_default();
-    let hook_s = histogram_sum(&metrics, "global_hook_run_seconds");
-    let helm_s = histogram_sum(&metrics, "helm_operation_seconds");
+    let (hook_s, helm_s) = work_reported(&address).await;
+    let cold_rss = rss_mib(bosun.id());
     stop(&mut bosun);
     let intrinsic = hook_s + helm_s;
     println!("{modules} modules with charts, {hooks} global hooks");
     println!(
-        "cold start: ready in {:.2} s; intrinsic work {:.2} s (hooks {hook_s:.2} s, Helm {helm_s:.2} s): ratio {:.2} (intrinsic / time to ready)",
+        "cold start: ready in {:.2} s; intrinsic work {:.2} s (hooks {hook_s:.2} s, Helm {helm_s:.2} s): ratio {:.2} (intrinsic / time to ready; goal ≥ 0.8)",
         cold.as_secs_f64(),
         intrinsic,
         intrinsic / cold.as_secs_f64()
+    );
+    println!(
+        "memory: {cold_rss:.1} MiB resident once ready after the cold start, {:.0} KiB per module",
+        cold_rss * 1024.0 / modules.max(1) as f64
     );
 
     // Warm: the journal grows to `events` more records.
@@ -185,15 +213,21 @@ async fn main() -> anyhow::Result<()> {
     };
     let started = Instant::now();
     let mut bosun = start(dir.path(), &kubeconfig, "warm.log")?;
-    ready(dir.path(), "warm.log", Duration::from_secs(900)).await?;
+    let address = ready(dir.path(), "warm.log", Duration::from_secs(900)).await?;
     let warm = started.elapsed();
+    let (hook_s, helm_s) = work_reported(&address).await;
+    let warm_rss = rss_mib(bosun.id());
     stop(&mut bosun);
+    let intrinsic = replay.as_secs_f64() + hook_s + helm_s;
     println!(
-        "warm start: ready in {:.2} s; the replay alone {:.2} s: ratio {:.2} (replay / time to ready)",
+        "warm start: ready in {:.2} s; intrinsic work {intrinsic:.2} s (the replay alone {:.2} s, hooks {hook_s:.2} s, Helm {helm_s:.2} s): ratio {:.2} (intrinsic / time to ready; goal ≥ 0.8)",
         warm.as_secs_f64(),
         replay.as_secs_f64(),
-        replay.as_secs_f64() / warm.as_secs_f64()
+        intrinsic / warm.as_secs_f64()
     );
-    sandbox.shutdown().await?;
+    println!(
+        "memory: {warm_rss:.1} MiB resident once ready after the warm start ({events} more journal events)"
+    );
+    drop(server);
     Ok(())
 }
