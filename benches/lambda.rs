@@ -276,6 +276,7 @@ async fn main() -> anyhow::Result<()> {
     //    which syncs every parent once; then the period's resync syncs every parent again.
     //    Nothing changes, so each sync is a hook call and no write.
     let before = calls.load(Ordering::SeqCst);
+    let restart_cpu = cpu_time();
     let mut current = ccs.get("bench").await?;
     current.data["spec"] = cc(1, period)["spec"].clone();
     let current = ccs
@@ -288,6 +289,8 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let (restart, restart_rate) = rate(&arrivals, before, parents)?;
+    // The controller's start, its first syncs and the webhook's answers.
+    let restart_cpu = (cpu_time() - restart_cpu).as_secs_f64() * 1e6 / parents as f64;
     // The limit: the same requests straight to the webhook, WORKERS at a time.
     // The same request bodies bosun sends: the controller, the parent, its observed children.
     let list = parents_api.list(&Default::default()).await?;
@@ -388,7 +391,7 @@ async fn main() -> anyhow::Result<()> {
         rounds(&raw_rates)
     );
     println!(
-        "restart: {parents} first syncs of the restarted controller in {restart:.3} s = {restart_rate:.0} syncs/s"
+        "restart: {parents} first syncs of the restarted controller in {restart:.3} s = {restart_rate:.0} syncs/s; CPU per sync (the whole process, the controller's start and the webhook included) {restart_cpu:.1} µs"
     );
     println!(
         "resync (median of {SWEEPS} sweeps): {parents} unchanged syncs in {ours:.3} s = {ours_rate:.0} syncs/s; limit (median of {SWEEPS}): raw HTTP round trips to the same webhook, {WORKERS} at a time: {raw:.3} s = {raw_rate:.0} /s"
