@@ -131,7 +131,17 @@ fn read_yaml(path: &Path) -> Result<Option<Value>, ModuleLoadError> {
 
 /// The module's section and `<key>Enabled` flag from one values.yaml.
 fn values_file(path: &Path, key: &str) -> Result<(Option<Value>, Option<bool>), ModuleLoadError> {
-    let Some(doc) = read_yaml(path)? else {
+    values_of(path, read_yaml(path)?.as_ref(), key)
+}
+
+/// The module's section and `<key>Enabled` flag from the document of one values.yaml
+/// (`path`, for errors); none when there is no such file.
+fn values_of(
+    path: &Path,
+    doc: Option<&Value>,
+    key: &str,
+) -> Result<(Option<Value>, Option<bool>), ModuleLoadError> {
+    let Some(doc) = doc else {
         return Ok((None, None));
     };
     if doc.is_null() {
@@ -179,6 +189,7 @@ pub fn discover_modules(
 ) -> Result<(Vec<ModuleDef>, Vec<String>), ModuleLoadError> {
     let mut modules: Vec<ModuleDef> = Vec::new();
     let mut warnings = Vec::new();
+    let mut common = CommonValues::new(dirs);
     for dir in dirs {
         if !dir.exists() {
             warnings.push(format!(
@@ -209,7 +220,7 @@ pub fn discover_modules(
                     continue;
                 }
             }
-            let module = load_module(dirs, &path, &dir_name, options, &mut warnings)?;
+            let module = load_module(&mut common, &path, &dir_name, options, &mut warnings)?;
             if let Some(other) = modules.iter().find(|m| m.name == module.name) {
                 return Err(invalid(
                     &path,
@@ -227,8 +238,38 @@ pub fn discover_modules(
     Ok((modules, warnings))
 }
 
+/// The `values.yaml` at the top of each modules directory, which every module reads its
+/// section and flag from: each read and parsed once per discovery (on first use), not
+/// once per module.
+struct CommonValues {
+    files: Vec<PathBuf>,
+    docs: Vec<Option<Option<Value>>>,
+}
+
+impl CommonValues {
+    fn new(dirs: &[PathBuf]) -> CommonValues {
+        CommonValues {
+            files: dirs.iter().map(|d| d.join("values.yaml")).collect(),
+            docs: vec![None; dirs.len()],
+        }
+    }
+
+    /// The section and flag of `key` from each file, in the directories' order.
+    fn values(&mut self, key: &str) -> Result<Vec<(Option<Value>, Option<bool>)>, ModuleLoadError> {
+        let mut out = Vec::with_capacity(self.files.len());
+        for (file, doc) in self.files.iter().zip(self.docs.iter_mut()) {
+            let doc = match doc {
+                Some(doc) => doc,
+                None => doc.insert(read_yaml(file)?),
+            };
+            out.push(values_of(file, doc.as_ref(), key)?);
+        }
+        Ok(out)
+    }
+}
+
 fn load_module(
-    dirs: &[PathBuf],
+    common: &mut CommonValues,
     path: &Path,
     dir_name: &str,
     options: &DiscoveryOptions,
@@ -253,12 +294,11 @@ fn load_module(
     let key = values_key(&name);
     let mut sections = Vec::new();
     let mut static_enabled = None;
-    for file in dirs
-        .iter()
-        .map(|d| d.join("values.yaml"))
-        .chain([path.join("values.yaml")])
+    for (section, flag) in common
+        .values(&key)?
+        .into_iter()
+        .chain([values_file(&path.join("values.yaml"), &key)?])
     {
-        let (section, flag) = values_file(&file, &key)?;
         sections.extend(section);
         if flag.is_some() {
             static_enabled = flag;
@@ -491,5 +531,40 @@ mod tests {
         let err =
             discover_modules(&[modules.to_path_buf()], &options).expect_err("a FIFO is not read");
         assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn the_directory_values_file_gives_each_module_its_section_and_the_module_file_wins() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let modules = dir.path();
+        for m in ["010-alpha", "020-beta", "030-gamma"] {
+            std::fs::create_dir_all(modules.join(m)).expect("mkdir");
+        }
+        std::fs::write(
+            modules.join("values.yaml"),
+            "alpha: {a: 1}\nalphaEnabled: false\nbeta: {b: 2}\nbetaEnabled: true\n",
+        )
+        .expect("write");
+        std::fs::write(
+            modules.join("020-beta/values.yaml"),
+            "beta: {c: 3}\nbetaEnabled: false\n",
+        )
+        .expect("write");
+        let options = DiscoveryOptions::default();
+        let (found, _) = discover_modules(&[modules.to_path_buf()], &options).expect("discovered");
+        let by_name = |n: &str| found.iter().find(|m| m.name == n).expect(n);
+        assert_eq!(by_name("alpha").static_values, json!({"a": 1}));
+        assert_eq!(by_name("alpha").static_enabled, Some(false));
+        assert_eq!(by_name("beta").static_values, json!({"b": 2, "c": 3}));
+        assert_eq!(by_name("beta").static_enabled, Some(false));
+        assert_eq!(by_name("gamma").static_enabled, None);
+
+        // A broken directory file is named, whichever module reads it first.
+        std::fs::write(modules.join("values.yaml"), "alphaEnabled: [\n").expect("write");
+        let err = discover_modules(&[modules.to_path_buf()], &options).expect_err("invalid YAML");
+        assert!(
+            err.to_string().contains("values.yaml") && err.to_string().contains("invalid YAML"),
+            "{err}"
+        );
     }
 }
