@@ -130,17 +130,16 @@ fn read_yaml(path: &Path) -> Result<Option<Value>, ModuleLoadError> {
 }
 
 /// The module's section and `<key>Enabled` flag from one values.yaml.
-fn values_file(path: &Path, key: &str) -> Result<(Option<Value>, Option<bool>), ModuleLoadError> {
+/// A module's section of one values.yaml and its `<key>Enabled` flag.
+type ValuesOf = (Option<Value>, Option<bool>);
+
+fn values_file(path: &Path, key: &str) -> Result<ValuesOf, ModuleLoadError> {
     values_of(path, read_yaml(path)?.as_ref(), key)
 }
 
 /// The module's section and `<key>Enabled` flag from the document of one values.yaml
 /// (`path`, for errors); none when there is no such file.
-fn values_of(
-    path: &Path,
-    doc: Option<&Value>,
-    key: &str,
-) -> Result<(Option<Value>, Option<bool>), ModuleLoadError> {
+fn values_of(path: &Path, doc: Option<&Value>, key: &str) -> Result<ValuesOf, ModuleLoadError> {
     let Some(doc) = doc else {
         return Ok((None, None));
     };
@@ -255,7 +254,7 @@ impl CommonValues {
     }
 
     /// The section and flag of `key` from each file, in the directories' order.
-    fn values(&mut self, key: &str) -> Result<Vec<(Option<Value>, Option<bool>)>, ModuleLoadError> {
+    fn values(&mut self, key: &str) -> Result<Vec<ValuesOf>, ModuleLoadError> {
         let mut out = Vec::with_capacity(self.files.len());
         for (file, doc) in self.files.iter().zip(self.docs.iter_mut()) {
             let doc = match doc {
