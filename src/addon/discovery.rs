@@ -129,10 +129,10 @@ fn read_yaml(path: &Path) -> Result<Option<Value>, ModuleLoadError> {
     Ok(Some(v))
 }
 
-/// The module's section and `<key>Enabled` flag from one values.yaml.
 /// A module's section of one values.yaml and its `<key>Enabled` flag.
 type ValuesOf = (Option<Value>, Option<bool>);
 
+/// The module's section and `<key>Enabled` flag from one values.yaml.
 fn values_file(path: &Path, key: &str) -> Result<ValuesOf, ModuleLoadError> {
     values_of(path, read_yaml(path)?.as_ref(), key)
 }
