@@ -44,15 +44,34 @@ pub(crate) struct Compact {
 impl Compact {
     /// Reads one JSON value.
     pub(crate) fn read<'de, D: Deserializer<'de>>(d: D) -> Result<Compact, D::Error> {
-        let mut st = State::default();
-        ValueSeed {
+        // The buffers of the last read on this thread, grown to an object's size already.
+        let (out, keys, entries) = BUFFERS.take();
+        let mut st = State {
+            out,
+            keys,
+            entries,
+            ..State::default()
+        };
+        let read = ValueSeed {
             st: &mut st,
             place: Place::Root,
         }
-        .deserialize(d)?;
-        let text = String::from_utf8(st.out).map_err(de::Error::custom)?;
+        .deserialize(d);
+        let text = std::str::from_utf8(&st.out).map(str::to_owned);
+        st.out.clear();
+        st.keys.clear();
+        st.entries.clear();
+        if st.out.capacity() > KEPT_BUFFER {
+            st.out = Vec::new();
+        }
+        BUFFERS.set((
+            std::mem::take(&mut st.out),
+            std::mem::take(&mut st.keys),
+            std::mem::take(&mut st.entries),
+        ));
+        read?;
         Ok(Compact {
-            text,
+            text: text.map_err(de::Error::custom)?,
             name: st.name,
             namespace: st.namespace,
             resource_version: st.resource_version,
@@ -103,6 +122,15 @@ impl Compact {
         out.push_str(self.text.get(from..).unwrap_or_default());
         out
     }
+}
+
+/// The largest output buffer kept for the next read (a rare large object's is dropped).
+const KEPT_BUFFER: usize = 64 * 1024;
+
+thread_local! {
+    /// The buffers of reads on this thread (text, keys, entries), kept between them.
+    static BUFFERS: std::cell::Cell<(Vec<u8>, String, Vec<Entry>)> =
+        const { std::cell::Cell::new((Vec::new(), String::new(), Vec::new())) };
 }
 
 /// Where a value is in the object: what is taken of it.
