@@ -518,6 +518,8 @@ mod tests {
             r#""text""#,
             r#"42"#,
             r#"null"#,
+            r#"{"$serde_json::private::RawValue":"{\"b\":1,\"a\":{\"metadata\":{}}}"}"#,
+            r#"{"m":{"$serde_json::private::RawValue":"[1, {\"y\":2,\"x\":3}]"}}"#,
         ] {
             assert_eq!(compact(text), through_value(text), "{text}");
         }
