@@ -25,6 +25,9 @@ thread_local! {
 pub struct JqFilter {
     program: String,
     filter: jaq_core::Filter<Data>,
+    /// The keys of a program that is a plain path of object keys, which
+    /// [`JqFilter::run_text`] follows in the text without reading the rest of it.
+    keys: Option<Box<[String]>>,
 }
 
 impl std::fmt::Debug for JqFilter {
@@ -85,6 +88,7 @@ impl JqFilter {
         Ok(JqFilter {
             program: program.to_string(),
             filter,
+            keys: key_path(program),
         })
     }
 
@@ -107,8 +111,18 @@ impl JqFilter {
 
     /// [`JqFilter::run`] on an object's JSON text (a watch's copy of it): read straight
     /// into jaq's values, without a `serde_json` tree between. Text that is not JSON is a
-    /// run error.
+    /// run error. A plain path of object keys reads only the value it addresses.
     pub fn run_text(&self, input: &str) -> Result<Value, JqError> {
+        if let Some(keys) = &self.keys
+            && let Some(value) = key_path_on_text(input, keys)
+        {
+            return Ok(value);
+        }
+        self.run_text_fully(input)
+    }
+
+    /// [`JqFilter::run_text`] reading the whole text.
+    fn run_text_fully(&self, input: &str) -> Result<Value, JqError> {
         let input = val_of_text(input).map_err(|e| JqError::Run {
             program: self.program.clone(),
             message: format!("the input is not JSON: {e}"),
@@ -286,6 +300,286 @@ impl<'de> serde::de::Visitor<'de> for JaqValVisitor {
         let mut m = Map::with_capacity_and_hasher(entries.len(), Default::default());
         m.extend(entries);
         Ok(Val::obj(m))
+    }
+}
+
+/// The keys of a program that is a plain path of object keys (`.a`, `.a.b.c`,
+/// `."x-y".z`), in order; `None` for any other program.
+fn key_path(program: &str) -> Option<Box<[String]>> {
+    // Words the jq grammar gives a meaning of their own after a dot are left to jaq.
+    const KEYWORDS: [&str; 16] = [
+        "and", "or", "if", "then", "elif", "else", "end", "as", "def", "reduce", "foreach", "try",
+        "catch", "label", "import", "include",
+    ];
+    let mut rest = program.trim_matches([' ', '\t', '\n', '\r']).as_bytes();
+    let mut keys = Vec::new();
+    while let Some((b'.', after_dot)) = rest.split_first() {
+        let len = match after_dot.first()? {
+            b'"' => {
+                let close = after_dot[1..].iter().position(|&b| b == b'"')? + 1;
+                let key = &after_dot[1..close];
+                if key.iter().any(|&b| b == b'\\' || b < 0x20) {
+                    return None;
+                }
+                keys.push(std::str::from_utf8(key).ok()?.to_string());
+                close + 1
+            }
+            b'a'..=b'z' | b'A'..=b'Z' | b'_' => {
+                let len = after_dot
+                    .iter()
+                    .position(|b| !(b.is_ascii_alphanumeric() || *b == b'_'))
+                    .unwrap_or(after_dot.len());
+                let key = std::str::from_utf8(&after_dot[..len]).ok()?;
+                if KEYWORDS.contains(&key) || key.starts_with("__") {
+                    return None;
+                }
+                keys.push(key.to_string());
+                len
+            }
+            _ => return None,
+        };
+        rest = &after_dot[len..];
+    }
+    (rest.is_empty() && !keys.is_empty()).then(|| keys.into_boxed_slice())
+}
+
+/// A plain key path's result on an object's JSON text, as the full run gives it: only the
+/// addressed value is read into jaq's values, the rest of the text is checked and
+/// skipped. `None` when the full run has to decide: a value on the way that is neither an
+/// object nor null, a key on the way written with escapes or given twice, or text the
+/// scanner does not vouch for (invalid, deeply nested, numbers with exponents or of more
+/// than 300 characters, escaped surrogates), so that errors keep their exact wording.
+fn key_path_on_text(text: &str, keys: &[String]) -> Option<Value> {
+    let mut scan = Scan {
+        text: text.as_bytes(),
+        at: 0,
+        depth: 0,
+    };
+    let found = scan.lookup(keys)?;
+    scan.space();
+    if scan.at != scan.text.len() {
+        return None;
+    }
+    match found {
+        Found::Null => Some(Value::Null),
+        Found::Span(start, end) => {
+            let val = val_of_text(text.get(start..end)?).ok()?;
+            Some(from_val(&val))
+        }
+    }
+}
+
+/// What a key path addresses in a text.
+enum Found {
+    /// The path ends in null: a key is absent, or null is met on the way.
+    Null,
+    /// The byte range of the addressed value.
+    Span(usize, usize),
+}
+
+/// A checking scanner of JSON text that is stricter than `serde_json`'s reader: whatever
+/// it accepts, that reader accepts too. Every method returns `None` on text it rejects.
+struct Scan<'t> {
+    text: &'t [u8],
+    at: usize,
+    depth: usize,
+}
+
+impl Scan<'_> {
+    /// Nesting beyond which the scanner gives up (`serde_json` refuses 128 levels).
+    const MAX_DEPTH: usize = 100;
+    /// Number length beyond which the scanner gives up (an integral part this long may
+    /// overflow a double, which `serde_json` refuses).
+    const MAX_NUMBER: usize = 300;
+
+    fn space(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.text.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.at += 1;
+        Some(b)
+    }
+
+    fn expect(&mut self, b: u8) -> Option<()> {
+        (self.next()? == b).then_some(())
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at + word.len();
+        (self.text.get(self.at..end)? == word).then(|| self.at = end)
+    }
+
+    fn enter(&mut self) -> Option<()> {
+        self.depth += 1;
+        (self.depth <= Self::MAX_DEPTH).then_some(())
+    }
+
+    /// Follows `keys` from the value at the cursor, checking and skipping the rest.
+    fn lookup(&mut self, keys: &[String]) -> Option<Found> {
+        self.space();
+        let Some((key, rest)) = keys.split_first() else {
+            let start = self.at;
+            self.value()?;
+            return Some(Found::Span(start, self.at));
+        };
+        match self.peek()? {
+            b'n' => {
+                self.literal(b"null")?;
+                Some(Found::Null)
+            }
+            b'{' => {
+                self.enter()?;
+                self.at += 1;
+                self.space();
+                let mut found = None;
+                if self.peek()? == b'}' {
+                    self.at += 1;
+                } else {
+                    loop {
+                        self.space();
+                        let start = self.at + 1;
+                        let escaped = self.string()?;
+                        let name = self.text.get(start..self.at - 1)?;
+                        self.space();
+                        self.expect(b':')?;
+                        if escaped {
+                            return None;
+                        }
+                        if name == key.as_bytes() {
+                            if found.is_some() {
+                                return None;
+                            }
+                            found = Some(self.lookup(rest)?);
+                        } else {
+                            self.space();
+                            self.value()?;
+                        }
+                        self.space();
+                        match self.next()? {
+                            b',' => {}
+                            b'}' => break,
+                            _ => return None,
+                        }
+                    }
+                }
+                self.depth -= 1;
+                Some(found.unwrap_or(Found::Null))
+            }
+            _ => None,
+        }
+    }
+
+    /// Checks and skips the value at the cursor.
+    fn value(&mut self) -> Option<()> {
+        self.space();
+        match self.peek()? {
+            b'{' => self.container(b'}', true),
+            b'[' => self.container(b']', false),
+            b'"' => self.string().map(|_| ()),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    /// An object (`keyed`) or an array, from its opening bracket to `close`.
+    fn container(&mut self, close: u8, keyed: bool) -> Option<()> {
+        self.enter()?;
+        self.at += 1;
+        self.space();
+        if self.peek()? == close {
+            self.at += 1;
+        } else {
+            loop {
+                if keyed {
+                    self.space();
+                    self.string()?;
+                    self.space();
+                    self.expect(b':')?;
+                }
+                self.value()?;
+                self.space();
+                match self.next()? {
+                    b',' => {}
+                    b if b == close => break,
+                    _ => return None,
+                }
+            }
+        }
+        self.depth -= 1;
+        Some(())
+    }
+
+    /// A string, from its opening quote; whether it has escapes.
+    fn string(&mut self) -> Option<bool> {
+        self.expect(b'"')?;
+        let mut escaped = false;
+        loop {
+            match self.next()? {
+                b'"' => return Some(escaped),
+                b'\\' => {
+                    escaped = true;
+                    match self.next()? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                        b'u' => {
+                            let hex = self.text.get(self.at..self.at + 4)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return None;
+                            }
+                            let code =
+                                u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+                            if (0xD800..=0xDFFF).contains(&code) {
+                                return None;
+                            }
+                            self.at += 4;
+                        }
+                        _ => return None,
+                    }
+                }
+                0x00..=0x1F => return None,
+                _ => {}
+            }
+        }
+    }
+
+    /// A number without exponent.
+    fn number(&mut self) -> Option<()> {
+        let start = self.at;
+        if self.peek()? == b'-' {
+            self.at += 1;
+        }
+        match self.next()? {
+            b'0' => {}
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return None;
+            }
+            self.digits();
+        }
+        if matches!(self.peek(), Some(b'e' | b'E' | b'0'..=b'9')) {
+            return None;
+        }
+        (self.at - start <= Self::MAX_NUMBER).then_some(())
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.at += 1;
+        }
     }
 }
 
@@ -495,6 +789,182 @@ mod tests {
         }
         let filter = JqFilter::compile(".").expect("compiles");
         assert!(filter.run_text("{not json").is_err());
+    }
+
+    /// Texts for the key path shortcut: nesting, absent keys, nulls and other values on
+    /// the way, arrays, escapes, numbers of every form, duplicate keys, odd spacing,
+    /// invalid text and nesting as deep as `serde_json` allows and deeper.
+    fn key_path_texts() -> Vec<String> {
+        let mut texts: Vec<String> = [
+            r#"{"metadata":{"name":"a\"b","labels":{"x/y":"1","app":"web"}},"spec":{"replicas":3}}"#,
+            r#"{"metadata":{"labels":null}}"#,
+            r#"{"metadata":null}"#,
+            r#"{"metadata":{}}"#,
+            r#"{"metadata":1}"#,
+            r#"{"metadata":"text"}"#,
+            r#"{"metadata":[{"labels":1}]}"#,
+            r#"{"metadata":{"labels":[1,{"a":[]},[[]],"x"]}}"#,
+            r#"{"a":{"b":{"c":[null,true,false]}},"x-y":{"z":"\"\\\/\b\f\n\r\t\u00e9\u0000"}}"#,
+            r#"{"a":{"b":{"c":{"d":1}}},"x-y":{"z":"é ü 😀"}}"#,
+            r#"{"a":{"b":{"c":"\ud83d\ude00"}}}"#,
+            r#"{"a":{"b":"\ud800"}}"#,
+            r#"{"a":{"b":1},"z":"\ud800"}"#,
+            r#"{"a":{"b":{"c":[1,-2,3.5,0,-0,-0.0,1.0,0.1,18446744073709551615,18446744073709551616,9007199254740993,-9223372036854775809,123456789012345678901234567890]}}}"#,
+            r#"{"a":{"b":{"c":[1e300,1E5,2e-3,1.5E+2,-1e-400]}}}"#,
+            r#"{"a":{"b":1},"z":1e400}"#,
+            r#"{"a":{"b":1e400}}"#,
+            r#"{"a":{"b":1},"z":[1.5,-0.25,1e5]}"#,
+            r#"{"a":{"b":1},"z":01}"#,
+            r#"{"a":{"b":1},"z":1.}"#,
+            r#"{"a":{"b":1},"z":-}"#,
+            r#"{"a":{"b":1},"a":{"b":2}}"#,
+            r#"{"a":{"b":1,"b":2}}"#,
+            r#"{"a":{"b":1},"b":2,"b":3}"#,
+            r#"{"z":1,"a":{"c":2,"b":1}}"#,
+            r#"{"l\u0061bels":1,"a":{"b":2}}"#,
+            r#"{"a":{"\u0062":1}}"#,
+            r#"{"a":{"b\n":1,"b":2}}"#,
+            " \t\n{ \"a\" :\r{ \"b\" : [ 1 , 2 ] } , \"c\" : { } } \n",
+            r#"{"a":{"b":1}} x"#,
+            r#"{"a":{"b":1},}"#,
+            r#"{"a":{"b":1}"#,
+            r#"{"a":{"b":tru}}"#,
+            r#"{"a" {"b":1}}"#,
+            "{\"a\":{\"b\":\"tab\there\"}}",
+            r#"{"a":{"b":"unterminated}}"#,
+            r#"{"a":{"b":"\x"}}"#,
+            r#"{"a":{"b":"\u12"}}"#,
+            r#"{"a":{"b":"\u+123"}}"#,
+            r#"{"x-y":{"z":null}}"#,
+            r#"{"and":1,"a":{"b":{}}}"#,
+            "null",
+            " null ",
+            "nul",
+            "{}",
+            "[]",
+            "[1]",
+            r#""text""#,
+            "1",
+            "true",
+            "",
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+        for depth in [50, 99, 100, 101, 126, 127, 128, 200] {
+            let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            texts.push(format!(r#"{{"a":{{"b":1}},"z":{deep}}}"#));
+            texts.push(format!(r#"{{"a":{{"b":{deep}}}}}"#));
+        }
+        texts
+    }
+
+    /// The key path shortcut gives what the full run gives, result and error alike, and
+    /// is taken on ordinary objects.
+    #[test]
+    fn a_key_path_on_text_gives_what_the_full_run_gives() {
+        let texts = key_path_texts();
+        let mut taken = 0;
+        for program in [
+            ".a",
+            ".a.b",
+            ".a.b.c",
+            ".a.b.c.d",
+            ".b",
+            ".z",
+            ".metadata",
+            ".metadata.labels",
+            ".metadata.name",
+            " .metadata.labels\n",
+            ".\"x-y\"",
+            ".\"x-y\".z",
+            ".a.\"b\"",
+            ".\"l\\u0061bels\"",
+            ".labels",
+        ] {
+            let filter = JqFilter::compile(program).expect("compiles");
+            for text in &texts {
+                let full = filter.run_text_fully(text);
+                assert_eq!(filter.run_text(text), full, "{program} on {text}");
+                if let Some(keys) = &filter.keys
+                    && let Some(shortcut) = key_path_on_text(text, keys)
+                {
+                    assert_eq!(Ok(shortcut), full, "{program} on {text}");
+                    taken += 1;
+                }
+            }
+        }
+        assert!(taken > 100, "the shortcut was taken {taken} times");
+        let filter = JqFilter::compile(".metadata.labels").expect("compiles");
+        let keys = filter.keys.as_deref().expect("a key path");
+        for text in [&texts[0], &texts[1], &texts[2], &texts[3], &texts[7]] {
+            assert!(key_path_on_text(text, keys).is_some(), "{text}");
+        }
+    }
+
+    /// The shortcut steps aside wherever the full run must decide or could disagree.
+    #[test]
+    fn a_key_path_steps_aside_where_the_full_run_decides() {
+        let keys = |p: &str| key_path(p).expect("a key path");
+        let ab = keys(".a.b");
+        for text in [
+            r#"{"a":1}"#,
+            r#"{"a":"s"}"#,
+            r#"{"a":[{"b":1}]}"#,
+            "[]",
+            r#"{"a":{"b":1},"a":{"b":2}}"#,
+            r#"{"a":{"\u0062":1}}"#,
+            r#"{"a":{"b":1},"z":1e5}"#,
+            r#"{"a":{"b":1},"z":"\ud800"}"#,
+            r#"{"a":{"b":1}} x"#,
+            r#"{"a":{"b":1}"#,
+        ] {
+            assert_eq!(key_path_on_text(text, &ab), None, "{text}");
+        }
+        assert_eq!(
+            key_path_on_text(r#"{"a":{"b":{"c":[1,"x"]}},"z":0}"#, &ab),
+            Some(serde_json::json!({"c": [1, "x"]}))
+        );
+        assert_eq!(key_path_on_text(r#"{"a":null}"#, &ab), Some(Value::Null));
+        assert_eq!(key_path_on_text("null", &ab), Some(Value::Null));
+        assert_eq!(key_path_on_text(r#"{"c":1}"#, &ab), Some(Value::Null));
+    }
+
+    /// Only programs made of `.key` and `."key"` steps are plain key paths.
+    #[test]
+    fn plain_key_paths_are_recognised() {
+        let keys = |p: &str| key_path(p).map(|k| k.to_vec());
+        assert_eq!(keys(".a"), Some(vec!["a".to_string()]));
+        assert_eq!(
+            keys(" .metadata.labels "),
+            Some(vec!["metadata".to_string(), "labels".to_string()])
+        );
+        assert_eq!(
+            keys(".\"x-y\".z_1"),
+            Some(vec!["x-y".to_string(), "z_1".to_string()])
+        );
+        for program in [
+            ".",
+            "..",
+            ".a[0]",
+            ".a?",
+            ".a | .b",
+            ".a .b",
+            ".a,.b",
+            ".[\"a\"]",
+            ".[]",
+            ".\"a\\(1)\"",
+            ".\"a\\n\"",
+            ".and",
+            ".__loc__",
+            ".1",
+            "a",
+            ".a.",
+            ".a-b",
+            "",
+        ] {
+            assert_eq!(keys(program), None, "{program}");
+        }
     }
     use serde_json::json;
 

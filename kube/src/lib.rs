@@ -26,6 +26,7 @@
 //! - `crds`: installing the CRDs a subsystem needs;
 //! - `http_client`: the one HTTP(S) client builder.
 
+mod compact;
 pub mod crds;
 pub mod errors;
 pub mod events;

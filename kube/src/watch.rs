@@ -24,6 +24,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
+use crate::compact::Compact;
 use crate::resolve::KindResolver;
 
 /// How long a listener may wait for the first list of its objects.
@@ -136,6 +137,14 @@ impl Stored {
         }
     }
 
+    /// `text`, an object's compact JSON as `Value` prints it, stored.
+    fn from_text(resource_version: &str, text: String) -> Stored {
+        Stored {
+            resource_version: resource_version.into(),
+            text: text.into(),
+        }
+    }
+
     /// The object (text was serialized from a `Value`, so it parses).
     pub fn parse(&self) -> Value {
         serde_json::from_str(&self.text).unwrap_or(Value::Null)
@@ -199,12 +208,12 @@ impl SharedWatch {
     }
 
     /// Folds one watcher event into the object set and tells the listeners.
-    fn apply(&self, relist: &mut Option<BTreeMap<ObjectKey, Stored>>, ev: watcher::Event<Value>) {
+    fn apply(&self, relist: &mut Option<BTreeMap<ObjectKey, Stored>>, ev: watcher::Event<Item>) {
         match ev {
             watcher::Event::Init => *relist = Some(BTreeMap::new()),
-            watcher::Event::InitApply(o) => {
+            watcher::Event::InitApply(Item { key, stored }) => {
                 if let Some(r) = relist.as_mut() {
-                    r.insert(object_key(&o), Stored::of(&o));
+                    r.insert(key, stored);
                 }
             }
             watcher::Event::InitDone => {
@@ -242,27 +251,21 @@ impl SharedWatch {
                 drop(st);
                 self.ready.send_replace(true);
             }
-            watcher::Event::Apply(o) => {
-                let k = object_key(&o);
-                let (change, stored, object) = {
-                    let mut st = lock(&self.state);
-                    let (stored, object) = Stored::new(o);
-                    let change = match st.objects.insert(k.clone(), stored.clone()) {
-                        Some(_) => Change::Modified,
-                        None => Change::Added,
-                    };
-                    (change, stored, object)
+            watcher::Event::Apply(Item { key, stored }) => {
+                let object = stored.shared();
+                let change = match lock(&self.state)
+                    .objects
+                    .insert(key.clone(), stored.clone())
+                {
+                    Some(_) => Change::Modified,
+                    None => Change::Added,
                 };
-                self.dispatch(change, &k, &object, &stored);
+                self.dispatch(change, &key, &object, &stored);
             }
-            watcher::Event::Delete(o) => {
-                let k = object_key(&o);
-                let (stored, object) = {
-                    let mut st = lock(&self.state);
-                    st.objects.remove(&k);
-                    Stored::new(o)
-                };
-                self.dispatch(Change::Deleted, &k, &object, &stored);
+            watcher::Event::Delete(Item { key, stored }) => {
+                let object = stored.shared();
+                lock(&self.state).objects.remove(&key);
+                self.dispatch(Change::Deleted, &key, &object, &stored);
             }
         }
     }
@@ -274,6 +277,13 @@ impl SharedWatch {
     }
 }
 
+/// A watched object as the watch folds it in: its key and its stored form.
+struct Item {
+    key: ObjectKey,
+    stored: Stored,
+}
+
+#[cfg(test)]
 fn object_key(o: &Value) -> ObjectKey {
     let m = &o["metadata"];
     key_of(
@@ -441,7 +451,7 @@ impl WatchManager {
                     let Some(w) = weak.upgrade() else { return };
                     match item {
                         Ok(ev) => {
-                            let v = |o: WatchedObject| o.into_value(&api_version, &kind);
+                            let v = |o: WatchedObject| o.into_item(&api_version, &kind);
                             let ev = match ev {
                                 watcher::Event::Init => watcher::Event::Init,
                                 watcher::Event::InitApply(o) => watcher::Event::InitApply(v(o)),
@@ -565,24 +575,22 @@ impl bosun_runtime::ports::Classified for AttachError {
     }
 }
 
-/// A watched object as the watcher reads it: parsed once, straight into JSON. kube's
+/// A watched object as the watcher reads it: read once, straight into the compact JSON
+/// the watch stores (see [`crate::compact`]), with the metadata the watch needs. kube's
 /// `DynamicObject` is a flattened serde struct, read through serde's buffering (every
-/// node built twice) with its metadata typed, which the watch then had to turn back into
-/// JSON: three passes over each event, the largest cost of a watch in the deployer
-/// benchmark. The watcher reads only the resourceVersion of the typed metadata.
+/// node built twice) with its metadata typed; a `Value` would be built only to be printed
+/// and dropped. The watcher reads only the resourceVersion of the typed metadata.
 #[derive(Clone, Debug)]
 pub(crate) struct WatchedObject {
     metadata: ObjectMeta,
-    object: Value,
+    object: Compact,
 }
 
 impl<'de> serde::Deserialize<'de> for WatchedObject {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let object = <Value as serde::Deserialize>::deserialize(d)?;
+        let object = Compact::read(d)?;
         let metadata = ObjectMeta {
-            resource_version: object["metadata"]["resourceVersion"]
-                .as_str()
-                .map(str::to_owned),
+            resource_version: object.resource_version.clone(),
             ..ObjectMeta::default()
         };
         Ok(WatchedObject { metadata, object })
@@ -623,20 +631,23 @@ impl kube::Resource for WatchedObject {
 }
 
 impl WatchedObject {
-    /// The object's JSON, with the `apiVersion` and `kind` that list items may lack.
+    /// The object's key and stored form, with the `apiVersion` and `kind` that list items
+    /// may lack.
+    fn into_item(self, api_version: &str, kind: &str) -> Item {
+        let o = self.object;
+        let key = key_of(
+            o.namespace.as_deref().unwrap_or_default(),
+            o.name.as_deref().unwrap_or_default(),
+        );
+        let resource_version = o.resource_version.clone().unwrap_or_default();
+        let stored = Stored::from_text(&resource_version, o.into_text(api_version, kind));
+        Item { key, stored }
+    }
+
+    /// The object's JSON as the watch stores it.
+    #[cfg(test)]
     fn into_value(self, api_version: &str, kind: &str) -> Value {
-        let mut object = self.object;
-        if let Some(map) = object.as_object_mut() {
-            for (key, default) in [("apiVersion", api_version), ("kind", kind)] {
-                match map.get(key) {
-                    Some(Value::String(given)) if !given.is_empty() => {}
-                    _ => {
-                        map.insert(key.into(), Value::String(default.to_string()));
-                    }
-                }
-            }
-        }
-        object
+        self.into_item(api_version, kind).stored.parse()
     }
 }
 
@@ -755,6 +766,17 @@ mod tests {
             Delete(pod("d", "7")),
         ];
         for event in script {
+            let item = |o: Value| Item {
+                key: object_key(&o),
+                stored: Stored::of(&o),
+            };
+            let event = match event {
+                Init => Init,
+                InitApply(o) => InitApply(item(o)),
+                InitDone => InitDone,
+                Apply(o) => Apply(item(o)),
+                Delete(o) => Delete(item(o)),
+            };
             watch.apply(&mut relist, event);
         }
         assert_eq!(

@@ -348,6 +348,62 @@ pub(crate) fn apply_update(observed: &Value, desired: &Value) -> Result<Value, A
     Ok(Value::Object(out))
 }
 
+/// Whether `observed` is sure to be applied as `desired` already, decided without a
+/// merge: when this holds, [`apply_update`]`(observed, desired)` is `Ok(observed)`. It
+/// holds when the last-applied annotation is exactly the canonical JSON of `desired`
+/// (its own annotation stripped), `observed` holds every desired value (objects key by
+/// key, lists exactly) and `desired` has no `null` and no fractional number anywhere
+/// (so the annotation reads back as `desired` itself). When it does not hold, only the
+/// full merge can tell.
+///
+/// Why that suffices: with the annotation reading back as `desired`, no key was last
+/// applied that is not desired, so the merge removes nothing; every desired value is
+/// merged into an equal observed one and stays as observed (a list, whether replaced or
+/// merged as a list-map, comes out as the equal observed list); the system fields and
+/// `.status` are observed's, and the annotation is set to the text it already holds.
+pub(crate) fn already_applied(observed: &Value, desired: &Value) -> bool {
+    let recorded = match &observed["metadata"]["annotations"][LAST_APPLIED_ANNOTATION] {
+        Value::String(s) => s,
+        _ => return false,
+    };
+    if !observed.is_object() || !desired.is_object() {
+        return false;
+    }
+    let stripped;
+    let desired = if desired["metadata"]["annotations"]
+        .get(LAST_APPLIED_ANNOTATION)
+        .is_some()
+    {
+        stripped = strip_last_applied(desired);
+        &stripped
+    } else {
+        desired
+    };
+    plain(desired) && contains(observed, desired) && canonical_json(desired) == *recorded
+}
+
+/// Whether `v` holds no `null` and no number but integers, at any depth.
+fn plain(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Number(n) => n.is_i64() || n.is_u64(),
+        Value::Bool(_) | Value::String(_) => true,
+        Value::Array(items) => items.iter().all(plain),
+        Value::Object(m) => m.values().all(plain),
+    }
+}
+
+/// Whether every value of `wanted` holds in `observed`: objects key by key (`observed`
+/// may hold more keys), anything else (lists too) equal.
+pub(crate) fn contains(observed: &Value, wanted: &Value) -> bool {
+    match (observed, wanted) {
+        (Value::Object(o), Value::Object(w)) => w
+            .iter()
+            .all(|(k, v)| o.get(k).is_some_and(|ov| contains(ov, v))),
+        (o, w) => o == w,
+    }
+}
+
 /// `desired` with its last-applied annotation set, for a create.
 pub(crate) fn with_last_applied(desired: &Value) -> Value {
     let mut out = strip_last_applied(desired);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::apply;
+use crate::apply::{self, contains};
 use crate::claim::{Owner, has_owner};
 use crate::keys::{GroupMap, group_key, name_of, namespace_of, uid_of};
 use crate::ports::{Cluster, ClusterError, Resource};
@@ -413,6 +413,9 @@ fn update(
         }
         object
     } else {
+        if apply::already_applied(observed, desired) {
+            return None;
+        }
         let merged = match apply::apply_update(observed, desired) {
             Ok(merged) => merged,
             Err(e) => {
@@ -452,16 +455,6 @@ fn update(
 /// annotation for the 3-way check to compare with.
 pub(crate) fn ssa_applied(observed: &Value, desired: &Value) -> bool {
     contains(observed, &ssa_fields(desired))
-}
-
-/// Whether the fields we apply already hold in `observed` (server-side apply's no-op).
-fn contains(observed: &Value, wanted: &Value) -> bool {
-    match (observed, wanted) {
-        (Value::Object(o), Value::Object(w)) => w
-            .iter()
-            .all(|(k, v)| o.get(k).is_some_and(|ov| contains(ov, v))),
-        (o, w) => o == w,
-    }
 }
 
 /// Children of the given types that `owner` controls or that are orphans, from the

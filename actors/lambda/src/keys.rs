@@ -221,12 +221,17 @@ pub(crate) struct HookMap<'a> {
     pub parent_namespace: &'a str,
 }
 
+/// Where a written [`HookMap`] holds each object's text: by group in the map's order, by
+/// object in key order, the byte range in the output (`None` for an object left out).
+pub(crate) type Places = Vec<Vec<Option<std::ops::Range<usize>>>>;
+
 impl HookMap<'_> {
     /// One type's objects under their hook keys, in key order (the order, and for a
-    /// repeated key the winner, that a JSON object built from them has).
-    fn entries<'b>(&self, objects: &'b ObjectMap) -> BTreeMap<&'b str, &'b Value> {
+    /// repeated key the winner, that a JSON object built from them has), each with its
+    /// position among `objects`.
+    fn entries<'b>(&self, objects: &'b ObjectMap) -> BTreeMap<&'b str, (usize, &'b Value)> {
         let mut out = BTreeMap::new();
-        for (key, object) in objects {
+        for (index, (key, object)) in objects.iter().enumerate() {
             let (ns, name) = split_key(key);
             let key = match self.version {
                 HookVersion::V2 => key.as_str(),
@@ -234,18 +239,55 @@ impl HookMap<'_> {
                 HookVersion::V1 if ns.is_empty() || ns == self.parent_namespace => name,
                 HookVersion::V1 => continue,
             };
-            out.insert(key, object.as_ref());
+            out.insert(key, (index, object.as_ref()));
         }
         out
+    }
+
+    /// Appends the map to `out` as compact JSON, the bytes its serialization writes, and
+    /// tells where each object went.
+    pub(crate) fn write(&self, out: &mut Vec<u8>) -> Places {
+        // Writing into memory cannot fail (nor can serializing strings and `Value`s).
+        let mut places = Vec::with_capacity(self.map.len());
+        out.push(b'{');
+        for (i, (group, objects)) in self.map.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let _ = serde_json::to_writer(&mut *out, group);
+            out.extend_from_slice(b":{");
+            let mut at = vec![None; objects.len()];
+            for (j, (key, (index, object))) in self.entries(objects).into_iter().enumerate() {
+                if j > 0 {
+                    out.push(b',');
+                }
+                let _ = serde_json::to_writer(&mut *out, key);
+                out.push(b':');
+                let start = out.len();
+                let _ = serde_json::to_writer(&mut *out, object);
+                at[index] = Some(start..out.len());
+            }
+            out.push(b'}');
+            places.push(at);
+        }
+        out.push(b'}');
+        places
     }
 }
 
 impl serde::Serialize for HookMap<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
+        /// One type's objects, as their entries.
+        struct Objects<'b>(BTreeMap<&'b str, (usize, &'b Value)>);
+        impl serde::Serialize for Objects<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_map(self.0.iter().map(|(key, (_, object))| (key, object)))
+            }
+        }
         let mut groups = serializer.serialize_map(Some(self.map.len()))?;
         for (group, objects) in self.map {
-            groups.serialize_entry(group, &self.entries(objects))?;
+            groups.serialize_entry(group, &Objects(self.entries(objects)))?;
         }
         groups.end()
     }
@@ -363,5 +405,54 @@ mod tests {
         let v = for_hook(&map(), HookVersion::V2, "ns1");
         assert_eq!(v["ConfigMap.v1"]["ns2/b"], json!({"n": 2}));
         assert_eq!(v["ConfigMap.v1"]["ns1/a"], json!({"n": 1}));
+    }
+
+    #[test]
+    fn a_written_hook_map_is_its_json_and_tells_where_each_object_is() {
+        let mut map = GroupMap::new();
+        map.insert("Empty.v1".into(), ObjectMap::new());
+        map.entry("ConfigMap.v1".into()).or_default().extend(
+            [
+                ("a", json!({"n": 1, "s": "<\"é\">"})),
+                ("ns/a", json!({"n": 2})),
+                ("ns/b", json!({"n": [3, {"m": null}]})),
+                ("other/c", json!({})),
+                ("ns/q\"uote", json!("x")),
+            ]
+            .map(|(k, v)| (k.to_string(), Arc::new(v))),
+        );
+        map.entry("Secret.v1".into())
+            .or_default()
+            .insert("ns/s".into(), Arc::new(json!({"k": "v"})));
+        for version in [HookVersion::V1, HookVersion::V2] {
+            for parent_namespace in ["", "ns", "other"] {
+                let hook = HookMap {
+                    map: &map,
+                    version,
+                    parent_namespace,
+                };
+                let mut out = b"prefix".to_vec();
+                let places = hook.write(&mut out);
+                let serialized = serde_json::to_vec(&hook).expect("serializes");
+                assert_eq!(out[6..], serialized[..], "{version:?} {parent_namespace:?}");
+                let written = for_hook(&map, version, parent_namespace);
+                assert_eq!(places.len(), map.len());
+                for ((group, objects), at) in map.iter().zip(&places) {
+                    assert_eq!(at.len(), objects.len());
+                    let mut placed = 0;
+                    for (object, at) in objects.values().zip(at) {
+                        if let Some(at) = at {
+                            assert_eq!(
+                                out[at.clone()],
+                                serde_json::to_vec(object).expect("json")[..]
+                            );
+                            placed += 1;
+                        }
+                    }
+                    let in_body = written[group].as_object().map_or(0, |m| m.len());
+                    assert_eq!(placed, in_body, "{group} {version:?} {parent_namespace:?}");
+                }
+            }
+        }
     }
 }

@@ -6,12 +6,13 @@
 //! type errors are always errors. Children must carry `apiVersion`, `kind` and a name.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::keys::{GroupMap, HookMap};
+use crate::keys::{GroupMap, HookMap, Places};
 use crate::ports::HookType;
 use crate::types::{HookVersion, UnmarshalMode};
 
@@ -418,13 +419,25 @@ pub(crate) fn composite_request(
         finalizing,
         0,
     )
+    .0
+}
+
+/// Where a composite request body holds its objects' texts, as byte ranges.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct RequestPlaces {
+    pub controller: Range<usize>,
+    pub parent: Range<usize>,
+    /// Each observed child's, by group and key in the order of the children's group map;
+    /// `None` for a child the body leaves out.
+    pub children: Places,
 }
 
 /// The body of a CompositeController sync or finalize request, as JSON bytes, with the
-/// controller already serialized (it is the same for every request of a controller), written into a buffer of `capacity` bytes (the size
-/// of an earlier request spares the buffer's regrowth). The fields in the order a JSON
-/// object (sorted keys) has them, compact; the objects written straight from the
-/// borrowed values.
+/// controller already serialized (it is the same for every request of a controller),
+/// written into a buffer of `capacity` bytes (the size of an earlier request spares the
+/// buffer's regrowth); and where in it the controller, the parent and each child are.
+/// The fields in the order a JSON object (sorted keys) has them, compact; the objects
+/// written straight from the borrowed values.
 pub(crate) fn composite_request_with(
     controller_json: &[u8],
     parent: &Value,
@@ -433,7 +446,7 @@ pub(crate) fn composite_request_with(
     version: HookVersion,
     finalizing: bool,
     capacity: usize,
-) -> Vec<u8> {
+) -> (Vec<u8>, RequestPlaces) {
     let parent_namespace = crate::keys::namespace_of(parent);
     let mut out = Vec::with_capacity(capacity.max(controller_json.len() + 256));
     let map = |map| HookMap {
@@ -443,19 +456,29 @@ pub(crate) fn composite_request_with(
     };
     // Writing into memory cannot fail (nor can serializing `Value`s and string maps).
     out.extend_from_slice(b"{\"children\":");
-    let _ = serde_json::to_writer(&mut out, &map(children));
+    let children = map(children).write(&mut out);
     out.extend_from_slice(b",\"controller\":");
+    let controller = out.len()..out.len() + controller_json.len();
     out.extend_from_slice(controller_json);
     out.extend_from_slice(if finalizing {
         b",\"finalizing\":true,\"parent\":"
     } else {
         b",\"finalizing\":false,\"parent\":"
     });
+    let start = out.len();
     let _ = serde_json::to_writer(&mut out, parent);
+    let parent = start..out.len();
     out.extend_from_slice(b",\"related\":");
     let _ = serde_json::to_writer(&mut out, &map(related));
     out.push(b'}');
-    out
+    (
+        out,
+        RequestPlaces {
+            controller,
+            parent,
+            children,
+        },
+    )
 }
 
 /// The body of a DecoratorController sync or finalize request, as JSON bytes.

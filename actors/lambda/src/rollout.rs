@@ -56,7 +56,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::apply::{apply_update, canonical_json};
+use crate::apply::{already_applied, apply_update, canonical_json};
 use crate::children::ApplyStrategy;
 use crate::types::{GROUP, UpdateMethod, UpdateStrategy};
 
@@ -669,6 +669,7 @@ fn should_continue(
             // rollouts stall after the first child there; a child written with
             // server-side apply is updated when every field we apply holds.
             let up_to_date = match apply_strategy {
+                ApplyStrategy::DynamicApply if already_applied(child, desired) => true,
                 ApplyStrategy::DynamicApply => {
                     apply_update(child, desired).map_err(|source| {
                         let (kind, name) = child_of();
@@ -921,7 +922,9 @@ pub fn plan(input: &RolloutInput<'_>) -> Result<RolloutPlan, RolloutError> {
             Some(0) => {}
             Some(owner) => {
                 let up_to_date = input.observed.get(gk, key).is_some_and(|child| {
-                    apply_update(child, &revs[0].desired[id]).is_ok_and(|u| u == *child)
+                    let desired = &revs[0].desired[id];
+                    already_applied(child, desired)
+                        || apply_update(child, desired).is_ok_and(|u| u == *child)
                 });
                 if up_to_date {
                     revs[0].add(gk, key);

@@ -607,3 +607,276 @@ fn canonical_strings_are_go_json_whatever_they_hold() {
         assert_eq!(canonical_json(&json!(s)), go(s), "{s:?}");
     }
 }
+
+// ---- the no-merge check of an applied child -----------------------------------------
+
+/// `already_applied` is sound: whenever it holds, the full apply changes nothing.
+fn check_already_applied(observed: &Value, desired: &Value) -> bool {
+    let fast = already_applied(observed, desired);
+    if fast {
+        assert_eq!(
+            apply_update(observed, desired).as_ref(),
+            Ok(observed),
+            "already_applied held but the apply changes\n  observed {observed}\n  desired {desired}"
+        );
+    }
+    fast
+}
+
+#[test]
+fn an_applied_child_is_known_without_a_merge() {
+    let desired = child(json!({"a": "1", "n": 3}));
+    let observed = stored(with_last_applied(&desired));
+    assert!(check_already_applied(&observed, &desired));
+    // Fields set by others, a status and system fields do not matter.
+    let mut theirs = observed.clone();
+    theirs["data"]["theirs"] = json!("x");
+    theirs["metadata"]["labels"] = json!({"other": "y"});
+    theirs["status"] = json!({"phase": "Ready"});
+    assert!(check_already_applied(&theirs, &desired));
+    // A desired object that carries a last-applied annotation of its own.
+    let mut annotated = desired.clone();
+    annotated["metadata"]["annotations"] = json!({LAST_APPLIED_ANNOTATION: "{\"old\":1}"});
+    let observed = stored(with_last_applied(&annotated));
+    assert!(check_already_applied(&observed, &annotated));
+}
+
+#[test]
+fn a_child_that_may_change_is_left_to_the_merge() {
+    let desired = child(json!({"a": "1"}));
+    let applied = stored(with_last_applied(&desired));
+    let cases = [
+        ("no annotation", {
+            let mut o = applied.clone();
+            o["metadata"]["annotations"] = json!({});
+            o
+        }),
+        ("annotation not a string", {
+            let mut o = applied.clone();
+            o["metadata"]["annotations"][LAST_APPLIED_ANNOTATION] = json!({"a": 1});
+            o
+        }),
+        ("another object last applied", {
+            let mut o = applied.clone();
+            o["metadata"]["annotations"][LAST_APPLIED_ANNOTATION] =
+                json!(canonical_json(&child(json!({"a": "1", "b": "2"}))));
+            o
+        }),
+        ("a drifted value", {
+            let mut o = applied.clone();
+            o["data"]["a"] = json!("2");
+            o
+        }),
+        ("a desired value missing", {
+            let mut o = applied.clone();
+            o["data"] = json!({});
+            o
+        }),
+        ("a number in another form", {
+            let mut o = stored(with_last_applied(&child(json!({"n": 3}))));
+            o["data"]["n"] = json!(3.0);
+            o
+        }),
+    ];
+    for (name, observed) in cases {
+        let desired = if name == "a number in another form" {
+            child(json!({"n": 3}))
+        } else {
+            desired.clone()
+        };
+        assert!(!check_already_applied(&observed, &desired), "{name}");
+    }
+    // A null or a fraction in desired, a list that differs, non-objects.
+    for desired in [
+        child(json!({"a": null})),
+        child(json!({"f": 1.5})),
+        child(json!({"f": 3.0})),
+    ] {
+        let observed = stored(with_last_applied(&desired));
+        assert!(!check_already_applied(&observed, &desired), "{desired}");
+    }
+    let desired = json!({"kind": "X", "metadata": {"name": "x"},
+                         "spec": {"ports": [{"port": 80}, {"port": 81}]}});
+    let mut observed = stored(with_last_applied(&desired));
+    assert!(check_already_applied(&observed, &desired));
+    observed["spec"]["ports"] = json!([{"port": 81}, {"port": 80}]);
+    assert!(!check_already_applied(&observed, &desired));
+    observed["spec"]["ports"] = json!([{"port": 80, "protocol": "TCP"}, {"port": 81}]);
+    assert!(!check_already_applied(&observed, &desired));
+    assert!(!check_already_applied(&json!([1]), &desired));
+    assert!(!check_already_applied(&observed, &json!("x")));
+}
+
+/// Scalars with fractional and integral floats too.
+fn wide_scalar() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        4 => scalar(),
+        1 => prop_oneof![Just(json!(1.5)), Just(json!(3.0)), Just(json!(2)), Just(json!(-0.0))],
+    ]
+}
+
+/// Like [`tree`], with floats, and list-maps keyed by any of the conventional keys.
+fn wide_tree(keys: &'static str) -> impl Strategy<Value = Value> {
+    wide_scalar().prop_recursive(4, 32, 4, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            prop::collection::btree_map(keys, inner.clone(), 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            prop::collection::vec(
+                (
+                    prop::sample::select(LIST_MAP_KEYS.to_vec()),
+                    prop_oneof![
+                        Just(json!(1)),
+                        Just(json!("1")),
+                        Just(json!(2)),
+                        Just(json!(2.0))
+                    ],
+                    prop::collection::btree_map(keys, inner, 0..2)
+                ),
+                0..3
+            )
+            .prop_map(|items| {
+                Value::Array(
+                    items
+                        .into_iter()
+                        .map(|(key, id, mut rest)| {
+                            rest.insert(key.to_string(), id);
+                            Value::Object(rest.into_iter().collect())
+                        })
+                        .collect(),
+                )
+            }),
+        ]
+    })
+}
+
+fn wide_object(keys: &'static str) -> impl Strategy<Value = Value> {
+    prop::collection::btree_map(keys, wide_tree(keys), 0..4)
+        .prop_map(|m| Value::Object(m.into_iter().collect()))
+}
+
+/// An (observed, desired) pair of the kinds a sync meets: a child applied from some
+/// earlier desired object and then perhaps changed by others, and a desired object
+/// often the one last applied.
+fn applied_pair() -> impl Strategy<Value = (Value, Value)> {
+    (
+        wide_object("[a-e]"),
+        wide_object("[a-e]"),
+        wide_object("[a-e]"),
+        wide_object("[a-e]"),
+        0u8..12,
+        any::<bool>(),
+    )
+        .prop_map(|(start, before, desired, theirs, drift, annotated)| {
+            let mut desired = desired;
+            desired["metadata"] = json!({"name": "x"});
+            if annotated {
+                desired["metadata"]["annotations"] =
+                    json!({LAST_APPLIED_ANNOTATION: "{}", "k": "v"});
+            }
+            let mut observed = stored(json!({"metadata": {"name": "x"}}));
+            for (k, v) in start.as_object().into_iter().flatten() {
+                observed[k] = v.clone();
+            }
+            // Earlier applies: `before`, then (most often) the desired object itself.
+            for applied in [&before, &desired]
+                .into_iter()
+                .take(1 + usize::from(!matches!(drift, 6 | 7)))
+            {
+                if let Ok(next) = apply_update(&observed, applied) {
+                    observed = next;
+                }
+            }
+            // Then others change it.
+            match drift {
+                2 => {
+                    for (k, v) in theirs.as_object().into_iter().flatten() {
+                        observed[k] = v.clone();
+                    }
+                }
+                3 => observed["status"] = theirs.clone(),
+                4 => {
+                    if let Some(a) = observed["metadata"]["annotations"].as_object_mut() {
+                        a.remove(LAST_APPLIED_ANNOTATION);
+                    }
+                }
+                5 => {
+                    for (k, v) in theirs.as_object().into_iter().flatten() {
+                        if observed.get(k).is_none() {
+                            observed[k] = v.clone();
+                        }
+                    }
+                }
+                // Written by another tool: desired as it is, nulls and all.
+                8 | 9 => {
+                    let theirs_too = drift == 9;
+                    let mut written = stored(with_last_applied(&desired));
+                    for (k, v) in theirs.as_object().into_iter().flatten() {
+                        if theirs_too && written.get(k).is_none() {
+                            written[k] = v.clone();
+                        }
+                    }
+                    observed = written;
+                }
+                // Others change list items, or values deep inside.
+                10 | 11 => touch(&mut observed, drift == 11),
+                _ => {}
+            }
+            (observed, desired)
+        })
+}
+
+/// Adds a field to the first object of every list (`deep`: and to every object, and
+/// bumps every integer) below the top.
+fn touch(v: &mut Value, deep: bool) {
+    match v {
+        Value::Array(items) => {
+            if let Some(Value::Object(first)) = items.first_mut() {
+                first.insert("zz".into(), json!(true));
+            }
+            items.iter_mut().for_each(|i| touch(i, deep));
+        }
+        Value::Object(m) => {
+            for (k, v) in m.iter_mut() {
+                if k != "metadata" {
+                    touch(v, deep);
+                }
+            }
+            if deep {
+                m.insert("zz".into(), json!(true));
+            }
+        }
+        Value::Number(n) if deep => {
+            if let Some(i) = n.as_i64() {
+                *v = json!(i + 1);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn already_applied_never_holds_where_the_apply_would_change_the_child() {
+    use proptest::test_runner::{Config, TestRunner};
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases: 4096,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        proptest::test_runner::TestRng::deterministic_rng(
+            proptest::test_runner::RngAlgorithm::ChaCha,
+        ),
+    );
+    let held = std::cell::Cell::new(0usize);
+    runner
+        .run(&applied_pair(), |(observed, desired)| {
+            if check_already_applied(&observed, &desired) {
+                held.set(held.get() + 1);
+            }
+            Ok(())
+        })
+        .expect("sound");
+    // The check must hold often enough to be tested at all.
+    assert!(held.get() > 400, "held {} times of 4096", held.get());
+}

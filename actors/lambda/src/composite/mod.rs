@@ -17,6 +17,7 @@ pub mod rolling;
 mod settled;
 mod shared_body;
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ use crate::keys::{
     GroupMap, ParentKey, has_finalizer, is_deleting, key_of, name_of, namespace_of, uid_of,
 };
 use crate::ports::{BoxFut, Cluster, ClusterError, HookType, Resource};
-use crate::protocol::{CompositeResponse, composite_request_with, decode_composite};
+use crate::protocol::{CompositeResponse, RequestPlaces, composite_request_with, decode_composite};
 use crate::reconcile::{Reconcile, resync_period};
 use crate::related::{Customizer, cache_key};
 use crate::selector::{Selector, SelectorError};
@@ -113,13 +114,13 @@ impl Composite {
         related: &GroupMap,
         version: crate::types::HookVersion,
         finalizing: bool,
-    ) -> Vec<u8> {
+    ) -> (Vec<u8>, RequestPlaces) {
         use std::sync::atomic::Ordering;
         let controller = self.requests.controller.get_or_init(|| {
             // Serializing a `Value` into memory cannot fail.
             self.object.to_string().into()
         });
-        let body = composite_request_with(
+        let (body, places) = composite_request_with(
             controller.as_bytes(),
             parent,
             observed,
@@ -129,7 +130,7 @@ impl Composite {
             self.requests.size.load(Ordering::Relaxed),
         );
         self.requests.size.store(body.len(), Ordering::Relaxed);
-        body
+        (body, places)
     }
 
     /// The texts a request body of `parent` and `observed` is made of: the controller,
@@ -153,6 +154,40 @@ impl Composite {
             );
         }
         texts.extend(cluster.cached_text(&self.parent, namespace_of(parent), name_of(parent)));
+        texts
+    }
+
+    /// The texts a request body of `parent` and `observed` is made of, each with its
+    /// place in the body (`places`, as the body was written): the controller, the
+    /// children and the parent (related objects stay inline).
+    fn placed_texts(
+        &self,
+        cluster: &dyn Cluster,
+        parent: &Value,
+        observed: &GroupMap,
+        places: &RequestPlaces,
+    ) -> Vec<(Range<usize>, Arc<str>)> {
+        let mut texts: Vec<(Range<usize>, Arc<str>)> = self
+            .requests
+            .controller
+            .get()
+            .map(|t| (places.controller.clone(), Arc::clone(t)))
+            .into_iter()
+            .collect();
+        for ((group, objects), at) in observed.iter().zip(&places.children) {
+            let Some(t) = self.children.iter().find(|t| t.group_key() == *group) else {
+                continue;
+            };
+            texts.extend(objects.values().zip(at).filter_map(|(o, at)| {
+                let text = cluster.cached_text(&t.resource, namespace_of(o), name_of(o))?;
+                Some((at.clone()?, text))
+            }));
+        }
+        texts.extend(
+            cluster
+                .cached_text(&self.parent, namespace_of(parent), name_of(parent))
+                .map(|t| (places.parent.clone(), t)),
+        );
         texts
     }
 
@@ -422,12 +457,13 @@ impl Composite {
         let related = related_of(cluster, self.customizer.as_ref(), &self.object, parent).await?;
         // The same objects make the same request: the settled one, sent as it is.
         let seen = seen(parent, observed, &related, finalizing).map(|s| fingerprint(s.as_bytes()));
-        let (body, request_digest) = match memo.request_for(seen) {
-            Some(settled) => settled,
+        let (body, request_digest, places) = match memo.request_for(seen) {
+            Some((body, digest)) => (body, digest, None),
             None => {
-                let body = self.request(parent, observed, &related, bound.hook.version, finalizing);
+                let (body, places) =
+                    self.request(parent, observed, &related, bound.hook.version, finalizing);
                 let d = fnv(&body);
-                (Bytes::from(body), d)
+                (Bytes::from(body), d, Some(places))
             }
         };
         // Kept to be remembered if this sync settles the parent.
@@ -451,7 +487,13 @@ impl Composite {
             && answer.len() <= SETTLED_ANSWER_MAX
             && !decoded.response.finalized
         {
-            let request = SharedBody::new(&request, self.texts(cluster, parent, observed));
+            let request = match places {
+                Some(places) => SharedBody::placed(
+                    &request,
+                    self.placed_texts(cluster, parent, observed, &places),
+                ),
+                None => SharedBody::new(&request, self.texts(cluster, parent, observed)),
+            };
             memo.remember(Remember {
                 seen,
                 hook,

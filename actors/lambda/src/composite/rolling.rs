@@ -184,7 +184,7 @@ async fn call_hook(
     finalizing: bool,
 ) -> Result<(RevisionAnswer, String, Vec<String>), SyncError> {
     let related = steps::related_of(cluster, c.customizer.as_ref(), &c.object, parent).await?;
-    let body = c.request(parent, observed, &related, bound.hook.version, finalizing);
+    let (body, _) = c.request(parent, observed, &related, bound.hook.version, finalizing);
     let (answer, _) = steps::call_hook(bound, body, parent).await?;
     let decoded = decode_composite(
         hook_type,

@@ -6,10 +6,13 @@
 //! is kept as its framing plus shared references to the cache's texts, and put together
 //! again (a copy of bytes, no serializing) when the parent's next sync sends it as it is.
 //! An object whose text the cache no longer holds as it was written stays inline: the
-//! body put together is always the body that was sent.
+//! body put together is always the body that was sent. A body just written comes with
+//! the places of its objects, so each text is compared at its place; a body sent again
+//! is searched for the texts.
 //!
 //! [`Cluster::cached_text`]: crate::ports::Cluster::cached_text
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -27,7 +30,7 @@ impl SharedBody {
     /// `body`, with each of `texts` that it contains referenced instead of copied.
     pub(super) fn new(body: &[u8], texts: impl IntoIterator<Item = Arc<str>>) -> SharedBody {
         // The body is JSON, so text; a body that is not keeps no shared parts.
-        let mut found: Vec<(usize, Arc<str>)> = match std::str::from_utf8(body) {
+        let found: Vec<(usize, Arc<str>)> = match std::str::from_utf8(body) {
             Ok(whole) => texts
                 .into_iter()
                 .filter(|t| !t.is_empty())
@@ -35,6 +38,26 @@ impl SharedBody {
                 .collect(),
             Err(_) => Vec::new(),
         };
+        Self::with(body, found)
+    }
+
+    /// `body`, with each text that it holds at the place given with it referenced instead
+    /// of copied.
+    pub(super) fn placed(
+        body: &[u8],
+        texts: impl IntoIterator<Item = (Range<usize>, Arc<str>)>,
+    ) -> SharedBody {
+        let found = texts
+            .into_iter()
+            .filter(|(place, t)| !t.is_empty() && body.get(place.clone()) == Some(t.as_bytes()))
+            .map(|(place, t)| (place.start, t))
+            .collect();
+        Self::with(body, found)
+    }
+
+    /// `body` with the texts found at their starts referenced instead of copied (one of
+    /// two overlapping texts stays inline).
+    fn with(body: &[u8], mut found: Vec<(usize, Arc<str>)>) -> SharedBody {
         found.sort_by_key(|(start, _)| *start);
         let mut inline = Vec::with_capacity(body.len());
         let mut shared = Vec::with_capacity(found.len());
@@ -87,6 +110,50 @@ mod tests {
         let kept = SharedBody::new(body.as_bytes(), [Arc::clone(&parent), Arc::clone(&child)]);
         assert_eq!(kept.bytes(), body.as_bytes());
         assert_eq!(kept.inline_len(), body.len() - parent.len() - child.len());
+    }
+
+    #[test]
+    fn placed_texts_are_shared_where_the_body_holds_them() {
+        let parent: Arc<str> = r#"{"metadata":{"name":"p"}}"#.into();
+        let child: Arc<str> = r#"{"metadata":{"name":"c"}}"#.into();
+        let body = format!(r#"{{"children":{{"C.v1":{{"c":{child}}}}},"parent":{parent}}}"#);
+        let at = |t: &str| {
+            let start = body.find(t).expect("in the body");
+            start..start + t.len()
+        };
+        let (child_at, parent_at) = (at(&child), at(&parent));
+        let kept = SharedBody::placed(
+            body.as_bytes(),
+            [
+                (parent_at.clone(), Arc::clone(&parent)),
+                (child_at.clone(), Arc::clone(&child)),
+            ],
+        );
+        assert_eq!(kept.bytes(), body.as_bytes());
+        assert_eq!(kept.inline_len(), body.len() - parent.len() - child.len());
+        // A text that differs from the body at its place, a place out of the body,
+        // overlapping places: inline.
+        let other: Arc<str> = r#"{"metadata":{"name":"q"}}"#.into();
+        let beyond = body.len()..body.len() + 3;
+        for texts in [
+            vec![(parent_at.clone(), Arc::clone(&other))],
+            vec![(child_at.clone(), Arc::clone(&parent))],
+            vec![(beyond, "abc".into())],
+            vec![(parent_at.start..parent_at.start, "".into())],
+        ] {
+            let kept = SharedBody::placed(body.as_bytes(), texts);
+            assert_eq!(kept.bytes(), body.as_bytes());
+            assert_eq!(kept.inline_len(), body.len());
+        }
+        let kept = SharedBody::placed(
+            body.as_bytes(),
+            [
+                (parent_at.clone(), Arc::clone(&parent)),
+                (parent_at.start + 1..parent_at.end, parent[1..].into()),
+            ],
+        );
+        assert_eq!(kept.bytes(), body.as_bytes());
+        assert_eq!(kept.inline_len(), body.len() - parent.len());
     }
 
     #[test]
