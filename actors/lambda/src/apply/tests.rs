@@ -480,18 +480,23 @@ fn scalar() -> impl Strategy<Value = Value> {
     ]
 }
 
-/// JSON trees over a small key alphabet so that merges overlap; lists of objects often
-/// share `name` or `port` and so become list-maps.
-fn tree(keys: &'static str) -> impl Strategy<Value = Value> {
-    scalar().prop_recursive(4, 32, 4, move |inner| {
+/// JSON trees over `scalars` and a small key alphabet so that merges overlap; lists of
+/// objects often share one of `list_keys` (its value from `ids`) and so become list-maps.
+fn trees(
+    scalars: impl Strategy<Value = Value> + 'static,
+    keys: &'static str,
+    list_keys: Vec<&'static str>,
+    ids: SBoxedStrategy<Value>,
+) -> impl Strategy<Value = Value> {
+    scalars.prop_recursive(4, 32, 4, move |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
             prop::collection::btree_map(keys, inner.clone(), 0..4)
                 .prop_map(|m| Value::Object(m.into_iter().collect())),
             prop::collection::vec(
                 (
-                    prop_oneof![Just("name"), Just("port")],
-                    0u8..3,
+                    prop::sample::select(list_keys.clone()),
+                    ids.clone(),
                     prop::collection::btree_map(keys, inner, 0..2)
                 ),
                 0..3
@@ -501,7 +506,7 @@ fn tree(keys: &'static str) -> impl Strategy<Value = Value> {
                     items
                         .into_iter()
                         .map(|(key, id, mut rest)| {
-                            rest.insert(key.to_string(), json!(id));
+                            rest.insert(key.to_string(), id);
                             Value::Object(rest.into_iter().collect())
                         })
                         .collect(),
@@ -509,6 +514,16 @@ fn tree(keys: &'static str) -> impl Strategy<Value = Value> {
             }),
         ]
     })
+}
+
+/// Trees of small scalars; list-maps keyed by `name` or `port`.
+fn tree(keys: &'static str) -> impl Strategy<Value = Value> {
+    trees(
+        scalar(),
+        keys,
+        vec!["name", "port"],
+        (0u8..3).prop_map(|id| json!(id)).sboxed(),
+    )
 }
 
 fn object(keys: &'static str) -> impl Strategy<Value = Value> {
@@ -717,37 +732,18 @@ fn wide_scalar() -> impl Strategy<Value = Value> {
 
 /// Like [`tree`], with floats, and list-maps keyed by any of the conventional keys.
 fn wide_tree(keys: &'static str) -> impl Strategy<Value = Value> {
-    wide_scalar().prop_recursive(4, 32, 4, move |inner| {
+    trees(
+        wide_scalar(),
+        keys,
+        LIST_MAP_KEYS.to_vec(),
         prop_oneof![
-            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
-            prop::collection::btree_map(keys, inner.clone(), 0..4)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-            prop::collection::vec(
-                (
-                    prop::sample::select(LIST_MAP_KEYS.to_vec()),
-                    prop_oneof![
-                        Just(json!(1)),
-                        Just(json!("1")),
-                        Just(json!(2)),
-                        Just(json!(2.0))
-                    ],
-                    prop::collection::btree_map(keys, inner, 0..2)
-                ),
-                0..3
-            )
-            .prop_map(|items| {
-                Value::Array(
-                    items
-                        .into_iter()
-                        .map(|(key, id, mut rest)| {
-                            rest.insert(key.to_string(), id);
-                            Value::Object(rest.into_iter().collect())
-                        })
-                        .collect(),
-                )
-            }),
+            Just(json!(1)),
+            Just(json!("1")),
+            Just(json!(2)),
+            Just(json!(2.0))
         ]
-    })
+        .sboxed(),
+    )
 }
 
 fn wide_object(keys: &'static str) -> impl Strategy<Value = Value> {
