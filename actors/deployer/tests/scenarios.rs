@@ -10,12 +10,12 @@ use bosun_deployer::events::DeployerEvent;
 use bosun_deployer::fakes::{HelmCall, TargetWrite};
 use bosun_deployer::helm::{HELM_DEPLOYITEM_LABEL, HELM_TYPE, ReleaseState};
 use bosun_deployer::item::{FINALIZER, Phase};
-use bosun_deployer::manifest::{DEPLOYITEM_LABEL, MANIFEST_TYPE};
+use bosun_deployer::manifest::DEPLOYITEM_LABEL;
 use serde_json::{Value, json};
 
 mod world;
 
-use world::{HELM_API, MANIFEST_API, World, key, target, until};
+use world::{HELM_API, World, key, manifest_item, target, until};
 
 /// The items' cluster with one Target, the target clusters, Helm, and the deployer running
 /// on them ([`World::start`]).
@@ -30,23 +30,6 @@ fn config_map(name: &str, namespace: Option<&str>, data: Value) -> Value {
         o["metadata"]["namespace"] = json!(ns);
     }
     o
-}
-
-/// A kubernetes-manifest item on the Target with `manifests`, each managed.
-fn manifest_item(name: &str, manifests: &[Value]) -> Value {
-    let list: Vec<Value> = manifests
-        .iter()
-        .map(|m| json!({"policy": "manage", "manifest": m}))
-        .collect();
-    json!({
-        "apiVersion": "landscaper.gardener.cloud/v1alpha1", "kind": "DeployItem",
-        "metadata": {"name": name, "namespace": "ns"},
-        "spec": {
-            "type": MANIFEST_TYPE,
-            "target": {"name": "cluster"},
-            "config": {"apiVersion": MANIFEST_API, "kind": "ProviderConfiguration", "manifests": list},
-        },
-    })
 }
 
 /// A helm item on the Target: release `web` in `apps`, from an inline chart.

@@ -317,6 +317,13 @@ pub fn manifest_item_on(name: &str, target: &str, manifests: &[Value]) -> Value 
     })
 }
 
+/// Whether the `message` of `error` (a status's `lastError`) holds every one of `parts`.
+pub fn message_has(error: &Value, parts: &[&str]) -> bool {
+    error["message"]
+        .as_str()
+        .is_some_and(|m| parts.iter().all(|p| m.contains(p)))
+}
+
 /// A kubernetes-manifest item on the default Target.
 pub fn manifest_item(name: &str, manifests: &[Value]) -> Value {
     manifest_item_on(name, "cluster", manifests)
