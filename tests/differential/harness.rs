@@ -370,11 +370,22 @@ pub fn normalise(v: &mut Value) {
             }
         }
         if let Some(mf) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
-            for entry in mf {
+            for entry in mf.iter_mut() {
                 if let Some(e) = entry.as_object_mut() {
                     e.remove("time");
                 }
             }
+            // Both servers order the entries by operation, time (to the second), manager
+            // and subresource; two writes of one case fall in one second on one server
+            // and in two on the other, so the order is compared without the time.
+            let text = |e: &Value, k: &str| e[k].as_str().unwrap_or_default().to_string();
+            mf.sort_by_key(|e| {
+                (
+                    text(e, "operation"),
+                    text(e, "manager"),
+                    text(e, "subresource"),
+                )
+            });
         }
     }
     // Status objects of a Table, a Scale or a watch event carry objects too.
