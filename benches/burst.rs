@@ -77,7 +77,10 @@ async fn start_bosun(
     // BURST_ARGS: more arguments of `bosun run` (`--pprof-address=127.0.0.1:6060` to look
     // at the heap during the burst).
     let extra = std::env::var("BURST_ARGS").unwrap_or_default();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_bosun"))
+    // BURST_BOSUN: another build of bosun to run (to compare two builds' memory).
+    let bosun =
+        std::env::var_os("BURST_BOSUN").unwrap_or_else(|| env!("CARGO_BIN_EXE_bosun").into());
+    let child = std::process::Command::new(bosun)
         .arg("run")
         .args(extra.split_whitespace())
         .env("KUBE_CONFIG", kubeconfig)

@@ -12,7 +12,8 @@
 //! - memory: the heap held per parent once converged (informer caches of parents and
 //!   children, queue, last syncs), from a counting allocator.
 //!
-//! Run: `cargo bench --bench lambda`.
+//! Run: `cargo bench --bench lambda`. `BENCH_PERF_RESTART=FILE` records a `perf` profile
+//! (`--call-graph dwarf`) of this process during the restart's first syncs into FILE.
 
 #[path = "support/env.rs"]
 mod support_env;
@@ -277,6 +278,26 @@ async fn main() -> anyhow::Result<()> {
     //    Nothing changes, so each sync is a hook call and no write.
     let before = calls.load(Ordering::SeqCst);
     let restart_cpu = cpu_time();
+    // A profile of the restart's syncs alone, on request.
+    let perf = std::env::var("BENCH_PERF_RESTART").ok().map(|out| {
+        let p = std::process::Command::new("perf")
+            .args([
+                "record",
+                "-F",
+                "1999",
+                "--call-graph",
+                "dwarf,16384",
+                "-o",
+                &out,
+                "-p",
+            ])
+            .arg(std::process::id().to_string())
+            .spawn()
+            .expect("BENCH_PERF_RESTART: perf could not start");
+        // perf attaches to the process's threads before the restart begins.
+        std::thread::sleep(Duration::from_millis(500));
+        p
+    });
     let mut current = ccs.get("bench").await?;
     current.data["spec"] = cc(1, period)["spec"].clone();
     let current = ccs
@@ -288,6 +309,12 @@ async fn main() -> anyhow::Result<()> {
         async || calls.load(Ordering::SeqCst) >= before + parents,
     )
     .await?;
+    if let Some(p) = perf {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &p.id().to_string()])
+            .status();
+        let _ = p.wait_with_output();
+    }
     let (restart, restart_rate) = rate(&arrivals, before, parents)?;
     // The controller's start, its first syncs and the webhook's answers.
     let restart_cpu = (cpu_time() - restart_cpu).as_secs_f64() * 1e6 / parents as f64;

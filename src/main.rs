@@ -1,6 +1,7 @@
 //! The `bosun` binary: parses the command line and hands over to the library.
 
-/// The system's allocator, sampled for `/debug/pprof/heap` once `--pprof-address` is set.
+/// bosun's allocator (`bosun::memory::Allocator`), sampled for `/debug/pprof/heap` once
+/// `--pprof-address` is set.
 #[global_allocator]
 static ALLOCATOR: bosun::profiling::heap::Sampling = bosun::profiling::heap::Sampling;
 

@@ -3,33 +3,34 @@
 //! holds), a sandbox API server in its own process, dynamic objects, waiting with a
 //! deadline.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::path::Path;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
+use bosun::memory::Allocator;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::Value;
 
-/// The system allocator, counting the bytes live.
+/// bosun's allocator, counting the bytes live.
 pub struct Counting;
 
 /// Bytes allocated and not freed.
 pub static LIVE: AtomicIsize = AtomicIsize::new(0);
 
-// SAFETY: delegates to the system allocator and only counts sizes.
+// SAFETY: delegates to bosun's allocator and only counts sizes.
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
         // SAFETY: same layout contract as the caller's.
-        unsafe { System.alloc(l) }
+        unsafe { Allocator.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: p was allocated by System with l.
-        unsafe { System.dealloc(p, l) }
+        // SAFETY: p was allocated by Allocator with l.
+        unsafe { Allocator.dealloc(p, l) }
     }
 }
 

@@ -15,7 +15,9 @@
 // A global allocator and an unwinder: unsafe by nature, kept to this file.
 #![allow(unsafe_code)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
+
+use crate::memory::Allocator;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -61,7 +63,7 @@ pub struct Sampling;
 
 unsafe impl GlobalAlloc for Sampling {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
+        let p = unsafe { Allocator.alloc(layout) };
         if enabled() && !p.is_null() {
             allocated(p, layout.size());
         }
@@ -69,7 +71,7 @@ unsafe impl GlobalAlloc for Sampling {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
+        let p = unsafe { Allocator.alloc_zeroed(layout) };
         if enabled() && !p.is_null() {
             allocated(p, layout.size());
         }
@@ -80,14 +82,14 @@ unsafe impl GlobalAlloc for Sampling {
         if enabled() {
             freed(ptr);
         }
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { Allocator.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if enabled() {
             freed(ptr);
         }
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        let p = unsafe { Allocator.realloc(ptr, layout, new_size) };
         if enabled() && !p.is_null() {
             allocated(p, new_size);
         }
