@@ -18,10 +18,8 @@ use support_env::env;
 
 #[path = "support/cluster.rs"]
 mod cluster;
-use cluster::LIVE;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bosun::addon::bindings::BindingWatches;
@@ -183,7 +181,7 @@ async fn main() -> anyhow::Result<()> {
         };
         // The first binding brings the shared watch and its cache; a second identical
         // binding of another hook shares that watch and adds only its own entries.
-        let before = LIVE.load(Ordering::SeqCst);
+        let before = cluster::live();
         let starting = Instant::now();
         fresh
             .start(
@@ -194,12 +192,12 @@ async fn main() -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let started = starting.elapsed().as_secs_f64();
-        let mid = LIVE.load(Ordering::SeqCst);
+        let mid = cluster::live();
         fresh
             .start(hook("b.sh"), vec![binding(".metadata.name", keep)], noop)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let after = LIVE.load(Ordering::SeqCst);
+        let after = cluster::live();
         let snapshot = fresh.snapshot(&hook("b.sh"), 0).len();
         let per = |bytes: isize| bytes as f64 / total as f64;
         println!(

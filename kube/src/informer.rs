@@ -174,6 +174,25 @@ impl<I: Index> Cache<I> {
         }
     }
 
+    /// The heads ([`crate::watch::Stored::head`]: `apiVersion`, `kind`, `metadata` without
+    /// `managedFields`) of every cached object of `namespace` (all with `None`), by name:
+    /// what enqueuing them by key and selector needs, without parsing them whole.
+    pub fn list_heads(&self, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        match namespace {
+            Some(ns) => self
+                .objects
+                .range(crate::watch::namespace_start(ns)..)
+                .take_while(|((n, _), _)| **n == *ns)
+                .map(|(_, e)| Arc::new(e.stored.head()))
+                .collect(),
+            None => self
+                .objects
+                .values()
+                .map(|e| Arc::new(e.stored.head()))
+                .collect(),
+        }
+    }
+
     fn put(&mut self, key: &ObjectKey, entry: Entry<I::Meta>) -> Option<Entry<I::Meta>> {
         let before = self.objects.insert(key.clone(), entry);
         if let Some(b) = &before {

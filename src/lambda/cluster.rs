@@ -321,6 +321,19 @@ impl Cluster for KubeCluster {
         })
     }
 
+    fn list_heads(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+    ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
+        let (resource, namespace) = (resource.clone(), namespace.map(str::to_string));
+        Box::pin(async move {
+            let informer = self.informer(&resource).await?;
+            let listed = informer.read().list_heads(namespace.as_deref());
+            Ok(listed)
+        })
+    }
+
     fn candidates(
         &self,
         resource: &Resource,

@@ -719,8 +719,12 @@ pub fn describe_metrics() {
 /// The metrics of one hook client, labelled as metacontroller's.
 struct HookMetrics {
     requests: String,
-    duration: String,
     labels: Vec<metrics::Label>,
+    /// The duration of a POST, registered once (a handle records without the registry's
+    /// lookup of its name and labels).
+    duration: metrics::Histogram,
+    /// The request counter of each status code answered so far, registered at the first.
+    by_code: std::sync::Mutex<Vec<(u16, metrics::Counter)>>,
     in_flight: metrics::Gauge,
     trace: Arc<trace::TraceMetrics>,
 }
@@ -745,21 +749,33 @@ impl HookMetrics {
             tls_start: event(&tls, "tls_handshake_start"),
             tls_done: event(&tls, "tls_handshake_done"),
         });
+        let mut post = labels.clone();
+        post.push(metrics::Label::new("method", "post"));
         HookMetrics {
             requests,
-            duration,
-            labels,
+            duration: metrics::histogram!(duration, post.clone()),
+            labels: post,
+            by_code: std::sync::Mutex::new(Vec::new()),
             in_flight,
             trace,
         }
     }
 
     fn answered(&self, code: u16, elapsed: Duration) {
+        self.duration.record(elapsed.as_secs_f64());
+        let mut by_code = self
+            .by_code
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, counter)) = by_code.iter().find(|(c, _)| *c == code) {
+            counter.increment(1);
+            return;
+        }
         let mut labels = self.labels.clone();
-        labels.push(metrics::Label::new("method", "post"));
-        metrics::histogram!(self.duration.clone(), labels.clone()).record(elapsed.as_secs_f64());
         labels.push(metrics::Label::new("code", code.to_string()));
-        metrics::counter!(self.requests.clone(), labels).increment(1);
+        let counter = metrics::counter!(self.requests.clone(), labels);
+        counter.increment(1);
+        by_code.push((code, counter));
     }
 }
 

@@ -185,7 +185,7 @@ pub async fn start(
             }
         }));
         // The first list: every parent once.
-        for parent in ctx.cluster.list(&resource, None).await? {
+        for parent in ctx.cluster.list_heads(&resource, None).await? {
             if reconciler.wants(&parent) {
                 queue.add(reconciler.parent_key(&parent));
             }
@@ -236,7 +236,11 @@ pub async fn start(
             loop {
                 tick.tick().await;
                 for resource in r.parent_resources() {
-                    for parent in cluster.list(&resource, None).await.unwrap_or_default() {
+                    for parent in cluster
+                        .list_heads(&resource, None)
+                        .await
+                        .unwrap_or_default()
+                    {
                         if r.wants(&parent) {
                             q.add(r.parent_key(&parent));
                         }

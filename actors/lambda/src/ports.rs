@@ -59,6 +59,16 @@ pub trait Cluster: Send + Sync + 'static {
         resource: &Resource,
         namespace: Option<&str>,
     ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>>;
+    /// The heads of [`Cluster::list`]'s objects: `apiVersion`, `kind` and `metadata`
+    /// without `managedFields`, enough for a parent's key and whether a controller wants
+    /// it (a resync enqueues every parent by them), cheaper to read than whole objects.
+    fn list_heads(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+    ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
+        self.list(resource, namespace)
+    }
     /// Objects of `resource` controlled by `owner_uid` or by nobody (in `namespace`, or
     /// all), from the informer cache's owner index: the candidates of a claim pass, found
     /// without scanning every object of the resource.
