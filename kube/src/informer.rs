@@ -174,6 +174,19 @@ impl<I: Index> Cache<I> {
         }
     }
 
+    /// The keys of every cached object of `namespace` (all with `None`), in order.
+    pub fn keys(&self, namespace: Option<&str>) -> Vec<ObjectKey> {
+        match namespace {
+            Some(ns) => self
+                .objects
+                .range(crate::watch::namespace_start(ns)..)
+                .take_while(|((n, _), _)| **n == *ns)
+                .map(|(k, _)| k.clone())
+                .collect(),
+            None => self.objects.keys().cloned().collect(),
+        }
+    }
+
     /// The heads ([`crate::watch::Stored::head`]: `apiVersion`, `kind`, `metadata` without
     /// `managedFields`) of every cached object of `namespace` (all with `None`), by name:
     /// what enqueuing them by key and selector needs, without parsing them whole.

@@ -321,6 +321,19 @@ impl Cluster for KubeCluster {
         })
     }
 
+    fn keys(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+    ) -> BoxFut<'_, Result<Vec<bosun_lambda::ports::ObjectKey>, ClusterError>> {
+        let (resource, namespace) = (resource.clone(), namespace.map(str::to_string));
+        Box::pin(async move {
+            let informer = self.informer(&resource).await?;
+            let keys = informer.read().keys(namespace.as_deref());
+            Ok(keys)
+        })
+    }
+
     fn list_heads(
         &self,
         resource: &Resource,

@@ -141,6 +141,28 @@ fn status_only(old: &Value, new: &Value) -> bool {
         && new["metadata"]["deletionTimestamp"].is_null()
 }
 
+/// The keys of every parent of `resource` the controller wants, from the informer cache:
+/// by the keys alone when it wants every parent, else by the objects' heads.
+async fn wanted_parents(
+    r: &dyn Reconcile,
+    cluster: &dyn Cluster,
+    resource: &Resource,
+) -> Result<Vec<ParentKey>, crate::ports::ClusterError> {
+    if r.wants_every_parent() {
+        let keys = cluster.keys(resource, None).await?;
+        return Ok(keys
+            .into_iter()
+            .map(|(namespace, name)| ParentKey::shared(namespace, name))
+            .collect());
+    }
+    let heads = cluster.list_heads(resource, None).await?;
+    Ok(heads
+        .iter()
+        .filter(|p| r.wants(p))
+        .map(|p| r.parent_key(p))
+        .collect())
+}
+
 /// Starts a controller: subscribes its watches, then runs its workers.
 pub async fn start(
     reconciler: Box<dyn Reconcile>,
@@ -185,10 +207,8 @@ pub async fn start(
             }
         }));
         // The first list: every parent once.
-        for parent in ctx.cluster.list_heads(&resource, None).await? {
-            if reconciler.wants(&parent) {
-                queue.add(reconciler.parent_key(&parent));
-            }
+        for key in wanted_parents(reconciler.as_ref(), ctx.cluster.as_ref(), &resource).await? {
+            queue.add(key);
         }
     }
     // Children and attachments.

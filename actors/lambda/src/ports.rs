@@ -9,6 +9,7 @@ pub use bosun_runtime::ports::BoxFut;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::keys::{name_of, namespace_of};
 use crate::types::{ControllerKind, EndpointConfig, Hook};
 
 /// A resource the cluster serves, resolved from `apiVersion` + plural by discovery.
@@ -43,6 +44,9 @@ pub struct EventNote {
     pub message: String,
 }
 
+/// Where an object is: its namespace (empty when cluster-scoped) and its name.
+pub type ObjectKey = (Arc<str>, Arc<str>);
+
 /// The cluster as the lambda controllers see it: reads from the shared informer caches,
 /// writes through the API server.
 pub trait Cluster: Send + Sync + 'static {
@@ -68,6 +72,21 @@ pub trait Cluster: Send + Sync + 'static {
         namespace: Option<&str>,
     ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
         self.list(resource, namespace)
+    }
+    /// The keys of [`Cluster::list`]'s objects, without reading them.
+    fn keys(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+    ) -> BoxFut<'_, Result<Vec<ObjectKey>, ClusterError>> {
+        let listed = self.list(resource, namespace);
+        Box::pin(async move {
+            Ok(listed
+                .await?
+                .iter()
+                .map(|o| (namespace_of(o).into(), name_of(o).into()))
+                .collect())
+        })
     }
     /// Objects of `resource` controlled by `owner_uid` or by nobody (in `namespace`, or
     /// all), from the informer cache's owner index: the candidates of a claim pass, found

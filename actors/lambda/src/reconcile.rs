@@ -43,6 +43,14 @@ pub trait Reconcile: Send + Sync + 'static {
     /// Whether events of `parent` concern this controller.
     fn wants(&self, parent: &Value) -> bool;
 
+    /// Whether [`Reconcile::wants`] is true of every object of the parent resources (a
+    /// CompositeController without a parent selector, whose keys are untyped,
+    /// [`ParentKey::of`]): its parents are then enqueued by their keys alone, without
+    /// reading the objects.
+    fn wants_every_parent(&self) -> bool {
+        false
+    }
+
     /// Whether status-only updates of `parent` are ignored (`ignoreStatusChanges`).
     fn ignore_status_changes(&self, parent: &Value) -> bool;
 

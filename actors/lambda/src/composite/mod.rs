@@ -601,6 +601,10 @@ impl Reconcile for Composite {
         Composite::wants(self, parent)
     }
 
+    fn wants_every_parent(&self) -> bool {
+        self.parent_selector.is_empty()
+    }
+
     fn ignore_status_changes(&self, _: &Value) -> bool {
         self.spec.parent_resource.ignore_status_changes == Some(true)
     }
