@@ -256,14 +256,9 @@ pub async fn start(
             loop {
                 tick.tick().await;
                 for resource in r.parent_resources() {
-                    for parent in cluster
-                        .list_heads(&resource, None)
-                        .await
-                        .unwrap_or_default()
-                    {
-                        if r.wants(&parent) {
-                            q.add(r.parent_key(&parent));
-                        }
+                    let wanted = wanted_parents(r.as_ref(), cluster.as_ref(), &resource).await;
+                    for key in wanted.unwrap_or_default() {
+                        q.add(key);
                     }
                 }
             }
