@@ -40,7 +40,7 @@ table="$out/table.txt"
   printf '%-10s %s\n' "----------" "-----------------------------------------------------------"
   for bench in "${benches[@]}"; do
     if ! grep -E '×|ratio|goal' "$out/$bench.log" >/dev/null 2>&1; then
-      printf '%-10s %s\n' "$bench" "(no ratio printed; see $out/$bench.log)"
+      printf '%-10s %s\n' "$bench" "(no ratio printed; see $bench.log in the output folder)"
       continue
     fi
     grep -E '×|ratio|goal' "$out/$bench.log" | sed -e 's/^[[:space:]]*//' | while IFS= read -r line; do

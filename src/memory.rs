@@ -5,9 +5,10 @@
 //! path builds and drops JSON trees of many small blocks (a watch event, a hook's request
 //! and answer, a sync's parent and children), and with glibc's allocator about a third of
 //! such a path's CPU was `malloc` and `free` (their fastbins consolidated at every larger
-//! allocation). A lambda controller's first syncs after a restart measured 271 µs of CPU
-//! per sync with glibc's allocator and 183–199 µs with mimalloc (`cargo bench --bench
-//! lambda`, docs/performance.md).
+//! allocation). A lambda controller's first syncs after a restart measured 271–336 µs of
+//! CPU per sync with glibc's allocator and 183–236 µs with mimalloc (`cargo bench --bench
+//! lambda`, docs/performance.md); after a burst of events the process settled at 1.32× its
+//! size before with glibc's and 1.02× with mimalloc (`cargo bench --bench burst`).
 //!
 //! mimalloc returns the pages it freed to the system on its own, shortly after (its purge
 //! delay); every [`EVERY`], [`give_back`] also collects what threads that went quiet left.
