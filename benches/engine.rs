@@ -25,6 +25,10 @@
 //! 2) sizes the runtime (one worker measured no different on this machine; `0`: a
 //! current-thread runtime, see docs/actors.md).
 
+/// bosun's allocator, as in the binary.
+#[global_allocator]
+static ALLOCATOR: bosun::memory::Allocator = bosun::memory::Allocator;
+
 #[path = "support/env.rs"]
 mod support_env;
 use support_env::env;

@@ -7,6 +7,10 @@
 //!
 //! Run: `cargo bench --bench event_to_hook` (`BENCH_WRITES`, default 300). Goal: p99 < 50 ms.
 
+/// bosun's allocator, as in the binary.
+#[global_allocator]
+static ALLOCATOR: bosun::memory::Allocator = bosun::memory::Allocator;
+
 #[path = "support/env.rs"]
 mod support_env;
 use support_env::env;

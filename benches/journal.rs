@@ -10,6 +10,10 @@
 //! `cargo bench --bench journal`; `BENCH_EVENTS` (default 1,000,000) and `BENCH_APPENDS`
 //! (default 40,000, over all rounds) scale it down; `BENCH_BACKENDS` (default `segments,sled`) picks.
 
+/// bosun's allocator, as in the binary.
+#[global_allocator]
+static ALLOCATOR: bosun::memory::Allocator = bosun::memory::Allocator;
+
 #[path = "support/env.rs"]
 mod support_env;
 use support_env::env;

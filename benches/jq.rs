@@ -5,6 +5,10 @@
 //!
 //! `cargo bench --bench jq`; `BENCH_OBJECTS` (default 10,000) scales it.
 
+/// bosun's allocator, as in the binary.
+#[global_allocator]
+static ALLOCATOR: bosun::memory::Allocator = bosun::memory::Allocator;
+
 #[path = "support/env.rs"]
 mod support_env;
 use support_env::env;

@@ -10,6 +10,10 @@
 //! (default 12 pairs) scale it; `BENCH_VERBOSE` prints every round;
 //! `QUEUE_ACTIONS_METRICS=no` leaves the queue operations untimed, as in `bosun run`.
 
+/// bosun's allocator, as in the binary.
+#[global_allocator]
+static ALLOCATOR: bosun::memory::Allocator = bosun::memory::Allocator;
+
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -9,6 +9,10 @@
 //! instead of the library. Needs both (`scripts/setup-helm.sh`): the render of the other
 //! engine is measured too.
 
+/// bosun's allocator, as in the binary.
+#[global_allocator]
+static ALLOCATOR: bosun::memory::Allocator = bosun::memory::Allocator;
+
 #[path = "support/env.rs"]
 mod support_env;
 use support_env::env;

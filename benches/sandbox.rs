@@ -11,6 +11,10 @@
 //! Run: `cargo bench --bench sandbox` (BOSUN_BENCH_OBJECTS overrides the 10,000,
 //! BOSUN_BENCH_STORE the 50,000).
 
+/// bosun's allocator, as in the binary.
+#[global_allocator]
+static ALLOCATOR: bosun::memory::Allocator = bosun::memory::Allocator;
+
 #[path = "support/env.rs"]
 mod support_env;
 use support_env::env;

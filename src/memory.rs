@@ -12,6 +12,10 @@
 //!
 //! mimalloc returns the pages it freed to the system on its own, shortly after (its purge
 //! delay); every [`EVERY`], [`give_back`] also collects what threads that went quiet left.
+//! It is built without transparent huge pages (`no_thp`): with them, a purged page that is
+//! touched again is faulted in as a 2 MiB huge page and zeroed whole (the journal's
+//! committer spent a sixth of its CPU in `clear_page_erms`), and the process started 22 MiB
+//! larger (102 MiB against 80 MiB before a burst).
 
 use std::time::Duration;
 
