@@ -176,7 +176,7 @@ async fn main() -> anyhow::Result<()> {
     for n in 0..items {
         create(&item_api, deploy_item(n)).await?;
     }
-    let heap_before = cluster::live();
+    let heap_before = cluster::settled_live().await;
     let started = Instant::now();
     let metrics = bosun::prometheus::install("");
     // The deployer's client is measured as in `bosun run`: its requests are counted below.
@@ -269,7 +269,7 @@ async fn main() -> anyhow::Result<()> {
         (items * OBJECTS) as f64 / ours
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let heap_after = cluster::live();
+    let heap_after = cluster::settled_live().await;
     // The list is this process's heap too: gone before the next measurement.
     let json_per_item = item_api
         .list(&Default::default())
@@ -303,7 +303,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let marginal = (cluster::live() - heap_after) as f64 / more as f64;
+    let marginal = (cluster::settled_live().await - heap_after) as f64 / more as f64;
     println!(
         "memory: {marginal:.0} B of heap for each further item ({more} more items, run after the rest): heap ÷ JSON {:.2}× (goal ≤ 1.5×)",
         marginal / json_per_item

@@ -246,7 +246,7 @@ async fn main() -> anyhow::Result<()> {
     );
 
     // 1. Converge.
-    let heap_before = cluster::live();
+    let heap_before = cluster::settled_live().await;
     let started = Instant::now();
     for n in 0..parents {
         create(
@@ -283,7 +283,7 @@ async fn main() -> anyhow::Result<()> {
     );
     // Let the last status writes' own watch events settle before measuring memory.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let heap_after = cluster::live();
+    let heap_after = cluster::settled_live().await;
     // The objects' own size: their compact JSON as the API server serves them.
     let json_of = |items: &[DynamicObject]| -> usize {
         items

@@ -163,46 +163,37 @@ impl<I: Index> Cache<I> {
 
     /// Every cached object of `namespace` (all with `None`), by name.
     pub fn list(&self, namespace: Option<&str>) -> Vec<Arc<Value>> {
-        match namespace {
-            Some(ns) => self
-                .objects
-                .range(crate::watch::namespace_start(ns)..)
-                .take_while(|((n, _), _)| **n == *ns)
-                .map(|(_, e)| e.stored.shared())
-                .collect(),
-            None => self.objects.values().map(|e| e.stored.shared()).collect(),
-        }
+        self.entries(namespace)
+            .map(|(_, e)| e.stored.shared())
+            .collect()
     }
 
     /// The keys of every cached object of `namespace` (all with `None`), in order.
     pub fn keys(&self, namespace: Option<&str>) -> Vec<ObjectKey> {
-        match namespace {
-            Some(ns) => self
-                .objects
-                .range(crate::watch::namespace_start(ns)..)
-                .take_while(|((n, _), _)| **n == *ns)
-                .map(|(k, _)| k.clone())
-                .collect(),
-            None => self.objects.keys().cloned().collect(),
-        }
+        self.entries(namespace).map(|(k, _)| k.clone()).collect()
     }
 
     /// The heads ([`crate::watch::Stored::head`]: `apiVersion`, `kind`, `metadata` without
     /// `managedFields`) of every cached object of `namespace` (all with `None`), by name:
     /// what enqueuing them by key and selector needs, without parsing them whole.
     pub fn list_heads(&self, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        self.entries(namespace)
+            .map(|(_, e)| Arc::new(e.stored.head()))
+            .collect()
+    }
+
+    /// The entries of `namespace` (all with `None`), by name.
+    fn entries<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a Entry<I::Meta>)> + 'a> {
         match namespace {
-            Some(ns) => self
-                .objects
-                .range(crate::watch::namespace_start(ns)..)
-                .take_while(|((n, _), _)| **n == *ns)
-                .map(|(_, e)| Arc::new(e.stored.head()))
-                .collect(),
-            None => self
-                .objects
-                .values()
-                .map(|e| Arc::new(e.stored.head()))
-                .collect(),
+            Some(ns) => Box::new(
+                self.objects
+                    .range(crate::watch::namespace_start(ns)..)
+                    .take_while(move |((n, _), _)| **n == *ns),
+            ),
+            None => Box::new(self.objects.iter()),
         }
     }
 

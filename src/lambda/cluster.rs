@@ -213,6 +213,20 @@ impl KubeCluster {
             .map(|(_, i)| Arc::clone(i))
     }
 
+    /// What `read` takes from the informer cache of `resource` (started on first use).
+    fn read_cache<'a, T: Send + 'a>(
+        &'a self,
+        resource: &Resource,
+        read: impl FnOnce(&bosun_kube::informer::Cache<Owners>) -> T + Send + 'a,
+    ) -> BoxFut<'a, Result<T, ClusterError>> {
+        let resource = resource.clone();
+        Box::pin(async move {
+            let informer = self.informer(&resource).await?;
+            let cache = informer.read();
+            Ok(read(&cache))
+        })
+    }
+
     /// The informer of `r`, started (and its first list awaited) on first use.
     async fn informer(&self, r: &Resource) -> Result<Arc<Informer>, ClusterError> {
         if let Some(i) = self.running(r) {
@@ -313,12 +327,8 @@ impl Cluster for KubeCluster {
         resource: &Resource,
         namespace: Option<&str>,
     ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
-        let (resource, namespace) = (resource.clone(), namespace.map(str::to_string));
-        Box::pin(async move {
-            let informer = self.informer(&resource).await?;
-            let listed = informer.read().list(namespace.as_deref());
-            Ok(listed)
-        })
+        let namespace = namespace.map(str::to_string);
+        self.read_cache(resource, move |c| c.list(namespace.as_deref()))
     }
 
     fn keys(
@@ -326,12 +336,8 @@ impl Cluster for KubeCluster {
         resource: &Resource,
         namespace: Option<&str>,
     ) -> BoxFut<'_, Result<Vec<bosun_lambda::ports::ObjectKey>, ClusterError>> {
-        let (resource, namespace) = (resource.clone(), namespace.map(str::to_string));
-        Box::pin(async move {
-            let informer = self.informer(&resource).await?;
-            let keys = informer.read().keys(namespace.as_deref());
-            Ok(keys)
-        })
+        let namespace = namespace.map(str::to_string);
+        self.read_cache(resource, move |c| c.keys(namespace.as_deref()))
     }
 
     fn list_heads(
@@ -339,12 +345,8 @@ impl Cluster for KubeCluster {
         resource: &Resource,
         namespace: Option<&str>,
     ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
-        let (resource, namespace) = (resource.clone(), namespace.map(str::to_string));
-        Box::pin(async move {
-            let informer = self.informer(&resource).await?;
-            let listed = informer.read().list_heads(namespace.as_deref());
-            Ok(listed)
-        })
+        let namespace = namespace.map(str::to_string);
+        self.read_cache(resource, move |c| c.list_heads(namespace.as_deref()))
     }
 
     fn candidates(
@@ -353,16 +355,8 @@ impl Cluster for KubeCluster {
         namespace: Option<&str>,
         owner_uid: &str,
     ) -> BoxFut<'_, Result<Vec<Arc<Value>>, ClusterError>> {
-        let (resource, namespace, uid) = (
-            resource.clone(),
-            namespace.map(str::to_string),
-            owner_uid.to_string(),
-        );
-        Box::pin(async move {
-            let informer = self.informer(&resource).await?;
-            let cache = informer.read();
-            Ok(candidates(&cache, namespace.as_deref(), &uid))
-        })
+        let (namespace, uid) = (namespace.map(str::to_string), owner_uid.to_string());
+        self.read_cache(resource, move |c| candidates(c, namespace.as_deref(), &uid))
     }
 
     fn changes(&self, resource: &Resource) -> Option<u64> {

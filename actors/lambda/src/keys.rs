@@ -112,7 +112,6 @@ pub struct ParentKey {
 }
 
 impl ParentKey {
-    /// The key of a CompositeController's parent at `namespace`/`name`.
     /// An untyped key sharing `namespace` and `name` (an informer cache's key).
     pub fn shared(namespace: Arc<str>, name: Arc<str>) -> ParentKey {
         ParentKey {
@@ -122,6 +121,7 @@ impl ParentKey {
         }
     }
 
+    /// The key of a CompositeController's parent at `namespace`/`name`.
     pub fn new(namespace: &str, name: &str) -> ParentKey {
         ParentKey {
             type_: None,

@@ -45,7 +45,7 @@ pub trait Reconcile: Send + Sync + 'static {
 
     /// Whether [`Reconcile::wants`] is true of every object of the parent resources (a
     /// CompositeController without a parent selector, whose keys are untyped,
-    /// [`ParentKey::of`]): its parents are then enqueued by their keys alone, without
+    /// [`crate::keys::ParentKey::of`]): its parents are then enqueued by their keys alone, without
     /// reading the objects.
     fn wants_every_parent(&self) -> bool {
         false
