@@ -38,6 +38,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+#[path = "support/cpu.rs"]
+mod cpu;
+use cpu::process_cpu;
+
 #[path = "support/noop_engine.rs"]
 mod noop_engine;
 use noop_engine::round;
@@ -90,12 +94,12 @@ fn main() {
     };
     let (mut raws, mut runners, mut engines) = (Vec::new(), Vec::new(), Vec::new());
     // This process's own CPU (every thread, the hooks not included) per phase.
-    let mut cpu = [0.0f64; 3];
+    let mut cpu = [std::time::Duration::ZERO; 3];
     std::fs::create_dir_all(tmp.path().join("raw")).expect("raw folder");
     for r in 0..rounds {
         let (mut raw, mut runner, mut engine) = (0.0, 0.0, 0.0);
         for step in 0..3 {
-            let before = own_cpu_seconds();
+            let before = process_cpu();
             let phase = (r + step) % 3;
             match phase {
                 0 => raw = raw_spawns(&hook, &files, tasks),
@@ -116,7 +120,7 @@ fn main() {
                     ))
                 }
             }
-            cpu[phase] += own_cpu_seconds() - before;
+            cpu[phase] += process_cpu().saturating_sub(before);
         }
         raws.push(raw);
         runners.push((raw, runner));
@@ -151,30 +155,13 @@ fn main() {
             .join(" "),
         over(&engines)
     );
-    let per_task = |c: f64| c / (rounds * tasks) as f64 * 1e6;
+    let per_task = |c: std::time::Duration| c.as_secs_f64() / (rounds * tasks) as f64 * 1e6;
     println!(
         "bosun's own CPU per task (every thread of this process, the hooks not counted): raw loop {:.0} µs, runner alone {:.0} µs, engine {:.0} µs",
         per_task(cpu[0]),
         per_task(cpu[1]),
         per_task(cpu[2])
     );
-}
-
-/// User and system CPU of this process so far, every thread (`/proc/self/stat`, in clock
-/// ticks of 10 ms: summed over a whole phase of every round).
-fn own_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The fields after the command name (which may hold spaces) follow its ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime, fields 14 and 15 of the line: 12 and 13 after the name.
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Raw spawns per second: the hook with the same temp files and environment, one after

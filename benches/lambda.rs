@@ -23,6 +23,10 @@ use support_env::env;
 #[path = "support/cluster.rs"]
 mod cluster;
 
+#[path = "support/cpu.rs"]
+mod cpu;
+use cpu::process_cpu;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -38,20 +42,6 @@ static GLOBAL: cluster::Counting = cluster::Counting;
 const WORKERS: usize = 5;
 /// Periodic resync sweeps measured, and raw rounds against them.
 const SWEEPS: usize = 9;
-
-/// CPU time the threads of this process have used (`/proc/self/task/*/schedstat`, in
-/// nanoseconds), for CPU per call.
-fn cpu_time() -> Duration {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Duration::ZERO;
-    };
-    let ns: u64 = tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    Duration::from_nanos(ns)
-}
 
 /// `perf record` of this process into the file `var` names, when it is set: a profile of
 /// one phase, stopped by [`perf_stop`].
@@ -310,7 +300,7 @@ async fn main() -> anyhow::Result<()> {
     //    which syncs every parent once; then the period's resync syncs every parent again.
     //    Nothing changes, so each sync is a hook call and no write.
     let before = calls.load(Ordering::SeqCst);
-    let restart_cpu = cpu_time();
+    let restart_cpu = process_cpu();
     let perf = perf_start("BENCH_PERF_RESTART");
     let mut current = ccs.get("bench").await?;
     current.data["spec"] = cc(1, period)["spec"].clone();
@@ -331,7 +321,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let (restart, restart_rate) = rate(&arrivals, before, parents)?;
     // The controller's start, its first syncs and the webhook's answers.
-    let restart_cpu = (cpu_time() - restart_cpu).as_secs_f64() * 1e6 / parents as f64;
+    let restart_cpu = (process_cpu() - restart_cpu).as_secs_f64() * 1e6 / parents as f64;
     // The limit: the same requests straight to the webhook, WORKERS at a time.
     // The same request bodies bosun sends: the controller, the parent, its observed children.
     let list = parents_api.list(&Default::default()).await?;
@@ -374,7 +364,7 @@ async fn main() -> anyhow::Result<()> {
     let perf = perf_start("BENCH_PERF_SWEEPS");
     for k in 1..=SWEEPS {
         let first = before + k * parents + raw_calls;
-        let cpu_before = cpu_time();
+        let cpu_before = process_cpu();
         wait(
             "every parent resynced",
             Duration::from_secs(600 + period as u64),
@@ -382,7 +372,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .await?;
         ours_rates.push(rate(&arrivals, first, parents)?.1);
-        let cpu_between = cpu_time();
+        let cpu_between = process_cpu();
         cpu_ours += cpu_between - cpu_before;
         let next = Arc::new(AtomicUsize::new(0));
         let raw_first = calls.load(Ordering::SeqCst);
@@ -416,7 +406,7 @@ async fn main() -> anyhow::Result<()> {
         }
         raw_rates.push(rate(&arrivals, raw_first, bodies.len())?.1);
         raw_calls += bodies.len();
-        cpu_raw += cpu_time() - cpu_between;
+        cpu_raw += process_cpu() - cpu_between;
     }
     perf_stop(perf);
     let ours_rate = median(&ours_rates);

@@ -207,9 +207,11 @@ impl<'de> serde::de::Visitor<'de> for HeadVisitor {
         let mut out = serde_json::Map::new();
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             let value = match (self.metadata, key.as_ref()) {
-                (false, "apiVersion" | "kind") | (true, _) if key != "managedFields" => {
-                    map.next_value::<Value>()?
+                (true, "managedFields") => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    continue;
                 }
+                (true, _) | (false, "apiVersion" | "kind") => map.next_value::<Value>()?,
                 (false, "metadata") => Value::Object(map.next_value_seed(MetadataSeed)?),
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
