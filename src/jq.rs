@@ -135,6 +135,12 @@ impl JqFilter {
     /// values once for all of them. The last object run on a thread stays converted (and
     /// alive) until the next one.
     pub fn run_shared(&self, input: &Arc<Value>) -> Result<Value, JqError> {
+        if let Some(keys) = &self.keys
+            && let Some(found) = key_path_on_value(input, keys)
+        {
+            // What the full run makes of the addressed value: its numbers as jq prints them.
+            return Ok(found.map_or(Value::Null, |v| from_val(&to_val(v))));
+        }
         let val = LAST_INPUT.with(|last| {
             let mut last = last.borrow_mut();
             match &*last {
@@ -367,6 +373,25 @@ fn key_path_on_text(text: &str, keys: &[String]) -> Option<Value> {
             Some(from_val(&val))
         }
     }
+}
+
+/// A plain key path's result on a parsed object, as the full run gives it: the addressed
+/// value (`None` for null: an absent key, or a null on the way). `None` of the outer
+/// option when a value on the way is neither an object nor null, where the full run
+/// decides (its error names the value).
+fn key_path_on_value<'v>(value: &'v Value, keys: &[String]) -> Option<Option<&'v Value>> {
+    let mut at = value;
+    for key in keys {
+        at = match at {
+            Value::Object(map) => match map.get(key.as_str()) {
+                Some(next) => next,
+                None => return Some(None),
+            },
+            Value::Null => return Some(None),
+            _ => return None,
+        };
+    }
+    Some(Some(at).filter(|v| !v.is_null()))
 }
 
 /// What a key path addresses in a text.
@@ -900,6 +925,50 @@ mod tests {
         for text in [&texts[0], &texts[1], &texts[2], &texts[3], &texts[7]] {
             assert!(key_path_on_text(text, keys).is_some(), "{text}");
         }
+    }
+
+    /// On a parsed object (a watch event's), the key path shortcut gives what the full run
+    /// gives, result and error alike.
+    #[test]
+    fn a_key_path_on_an_object_gives_what_the_full_run_gives() {
+        let objects: Vec<Value> = key_path_texts()
+            .iter()
+            .filter_map(|t| serde_json::from_str(t).ok())
+            .collect();
+        assert!(objects.len() > 30, "{} objects", objects.len());
+        let mut taken = 0;
+        for program in [
+            ".a",
+            ".a.b",
+            ".a.b.c",
+            ".a.b.c.d",
+            ".b",
+            ".z",
+            ".metadata",
+            ".metadata.labels",
+            ".metadata.name",
+            ".\"x-y\".z",
+            ".labels",
+        ] {
+            let filter = JqFilter::compile(program).expect("compiles");
+            let keys = filter.keys.as_deref().expect("a key path");
+            for object in &objects {
+                let full = filter.run(object);
+                let shared = Arc::new(object.clone());
+                assert_eq!(filter.run_shared(&shared), full, "{program} on {object}");
+                if key_path_on_value(object, keys).is_some() {
+                    taken += 1;
+                }
+            }
+        }
+        assert!(taken > 200, "the shortcut was taken {taken} times");
+        // Numbers come out as the full run prints them.
+        let filter = JqFilter::compile(".a").expect("compiles");
+        let object = Arc::new(serde_json::json!({"a": [1.0, 2.5, 18446744073709551615u64]}));
+        assert_eq!(
+            filter.run_shared(&object),
+            Ok(serde_json::json!([1, 2.5, 18446744073709551615u64]))
+        );
     }
 
     /// The shortcut steps aside wherever the full run must decide or could disagree.
