@@ -13,6 +13,19 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 "$root/scripts/setup.sh" --with-browser
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bosun-target}"
+# A target folder another checkout of bosun built in holds test binaries that name that
+# checkout's files (env!("CARGO_MANIFEST_DIR")), and cargo takes them as fresh here (its
+# fingerprints of a workspace's own crates do not depend on where the checkout is): once
+# the other checkout is gone, those tests fail to find their files. Built last by another
+# checkout: this checkout's sources are touched, so that its own crates are built again.
+marker="$CARGO_TARGET_DIR/.bosun-checkout"
+if [ -f "$marker" ] && [ "$(cat "$marker")" != "$root" ]; then
+  echo "test: $CARGO_TARGET_DIR was built in by $(cat "$marker"): building this checkout's crates again"
+  find "$root" \( -path "$root/.git" -o -path "$root/.tools" -o -path "$root/target" \) -prune \
+    -o -name '*.rs' -exec touch {} +
+fi
+mkdir -p "$CARGO_TARGET_DIR"
+printf '%s' "$root" > "$marker"
 export BOSUN_TOOLS_DIR="${BOSUN_TOOLS_DIR:-$root/.tools}"
 # The real control plane (kube-apiserver, etcd, kube-controller-manager): built from Go
 # modules; without Go this stops here and says what to install.
