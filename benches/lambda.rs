@@ -325,7 +325,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let (restart, restart_rate) = rate(&arrivals, before, parents)?;
     // The controller's start, its first syncs and the webhook's answers.
-    let restart_cpu = (process_cpu() - restart_cpu).as_secs_f64() * 1e6 / parents as f64;
+    let restart_cpu =
+        process_cpu().saturating_sub(restart_cpu).as_secs_f64() * 1e6 / parents as f64;
     // The limit: the same requests straight to the webhook, WORKERS at a time.
     // The same request bodies bosun sends: the controller, the parent, its observed children.
     let list = parents_api.list(&Default::default()).await?;
@@ -365,6 +366,8 @@ async fn main() -> anyhow::Result<()> {
     let mut raw_rates = Vec::new();
     let mut raw_calls = 0;
     let (mut cpu_ours, mut cpu_raw) = (Duration::ZERO, Duration::ZERO);
+    // What each sweep and each raw round follow of idle time (see below).
+    let half_period = Duration::from_secs(period as u64) / 2;
     let perf = perf_start("BENCH_PERF_SWEEPS");
     for k in 1..=SWEEPS {
         let first = before + k * parents + raw_calls;
@@ -376,7 +379,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .await?;
         ours_rates.push(rate(&arrivals, first, parents)?.1);
-        cpu_ours += process_cpu() - cpu_before;
+        cpu_ours += process_cpu().saturating_sub(cpu_before);
         // The raw round starts half a period after the sweep did, so that both follow the
         // same idle time: on this kind of VM, memory left untouched for a second or more
         // costs microseconds per page to touch again (invisible to the guest: no page
@@ -386,7 +389,7 @@ async fn main() -> anyhow::Result<()> {
         // touched a period before, by its own previous round.
         let sweep_start = arrivals_of(&arrivals).get(first).copied();
         if let Some(start) = sweep_start {
-            tokio::time::sleep_until((start + Duration::from_secs(period as u64) / 2).into()).await;
+            tokio::time::sleep_until((start + half_period).into()).await;
         }
         let cpu_between = process_cpu();
         let next = Arc::new(AtomicUsize::new(0));
@@ -421,7 +424,7 @@ async fn main() -> anyhow::Result<()> {
         }
         raw_rates.push(rate(&arrivals, raw_first, bodies.len())?.1);
         raw_calls += bodies.len();
-        cpu_raw += process_cpu() - cpu_between;
+        cpu_raw += process_cpu().saturating_sub(cpu_between);
     }
     perf_stop(perf);
     let ours_rate = median(&ours_rates);
@@ -476,12 +479,11 @@ async fn main() -> anyhow::Result<()> {
         "restart ratio {:.2} (first syncs/s of the restarted controller ÷ raw round trips/s; goal ≥ 0.7)",
         restart_rate / raw_rate
     );
-    // After half a period idle, as each sweep and raw round begins.
-    let idle = Duration::from_secs(period as u64) / 2;
-    let (warm, cold) = tokio::task::spawn_blocking(move || idle::page_touch_cost(idle)).await?;
+    let (warm, cold) =
+        tokio::task::spawn_blocking(move || idle::page_touch_cost(half_period)).await?;
     println!(
         "this machine: touching a page costs {warm:.2} µs warm, {cold:.2} µs after {:.1} s untouched",
-        idle.as_secs_f64()
+        half_period.as_secs_f64()
     );
     drop(lambda);
     drop(sandbox);

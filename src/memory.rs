@@ -7,8 +7,9 @@
 //! such a path's CPU was `malloc` and `free` (their fastbins consolidated at every larger
 //! allocation). A lambda controller's first syncs after a restart measured 271–336 µs of
 //! CPU per sync with glibc's allocator and 183–236 µs with mimalloc (`cargo bench --bench
-//! lambda`, docs/performance.md); after a burst of events the process settled at 1.32× its
-//! size before with glibc's and 1.02× with mimalloc (`cargo bench --bench burst`).
+//! lambda`, docs/performance.md); after a burst of events the process settled at 135.5 MiB
+//! (1.32× its 102.4 MiB before) with glibc's and at 98.8 MiB (1.23× its 80.1 MiB before)
+//! with this build (`cargo bench --bench burst`, docs/reliability.md).
 //!
 //! mimalloc returns the pages it freed to the system on its own, shortly after (its purge
 //! delay); every [`EVERY`], [`give_back`] also collects what threads that went quiet left.
