@@ -16,6 +16,8 @@
 //!   queue, last runs, target clients), from a counting allocator.
 //!
 //! Both API servers are sandboxes in their own processes. Run: `cargo bench --bench deployer`.
+//! `BENCH_PERF_RUN=FILE` records a `perf` profile of the whole machine during bosun's run
+//! into FILE, `BENCH_PERF_FAIR=FILE` one of the fair limit's second round.
 
 #[path = "support/env.rs"]
 mod support_env;
@@ -23,6 +25,9 @@ use support_env::env;
 
 #[path = "support/cluster.rs"]
 mod cluster;
+
+#[path = "support/perf.rs"]
+mod perf;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -177,6 +182,7 @@ async fn main() -> anyhow::Result<()> {
         create(&item_api, deploy_item(n)).await?;
     }
     let heap_before = cluster::settled_live().await;
+    let perf = perf::perf_start("BENCH_PERF_RUN", true);
     let started = Instant::now();
     let metrics = bosun::prometheus::install("");
     // The deployer's client is measured as in `bosun run`: its requests are counted below.
@@ -248,6 +254,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let ours = started.elapsed().as_secs_f64();
+    perf::perf_stop(perf);
     println!(
         "bosun: the first item Succeeded {:.3} s after the deployer started (its start: CRDs checked, the items listed, the journal opened)",
         first_done.unwrap_or(ours)
@@ -475,6 +482,12 @@ async fn fair_limit(
             &ns,
             &resource("", "v1", "ConfigMap", "configmaps"),
         );
+        // The second round's profile beside bosun's run's (BENCH_PERF_FAIR).
+        let perf = if round == 1 {
+            perf::perf_start("BENCH_PERF_FAIR", true)
+        } else {
+            None
+        };
         let started = Instant::now();
         // The deployer's list and its watch (every write comes back as an event the API
         // server sends, as to the deployer), then the items as a queue.
@@ -559,6 +572,7 @@ async fn fair_limit(
             t.await??;
         }
         rounds.push(started.elapsed().as_secs_f64());
+        perf::perf_stop(perf);
         watch.abort();
     }
     Ok(rounds)

@@ -18,6 +18,10 @@ static ALLOCATOR: bosun::memory::Allocator = bosun::memory::Allocator;
 mod support_env;
 use support_env::env;
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::median;
+
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,12 +35,6 @@ use journal_events::event;
 
 /// Paired rounds per concurrency; the ratios printed are the medians of the rounds'.
 const ROUNDS: usize = 5;
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
 
 fn rounds(v: &[f64]) -> String {
     v.iter()

@@ -21,11 +21,19 @@
 mod support_env;
 use support_env::env;
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::median;
+
 #[path = "support/cluster.rs"]
 mod cluster;
 
 #[path = "support/idle.rs"]
 mod idle;
+
+#[path = "support/perf.rs"]
+mod perf;
+use perf::{perf_start, perf_stop};
 
 #[path = "support/cpu.rs"]
 mod cpu;
@@ -46,44 +54,6 @@ static GLOBAL: cluster::Counting = cluster::Counting;
 const WORKERS: usize = 5;
 /// Periodic resync sweeps measured, and raw rounds against them.
 const SWEEPS: usize = 9;
-
-/// `perf record` of this process into the file `var` names, when it is set: a profile of
-/// one phase, stopped by [`perf_stop`].
-fn perf_start(var: &str) -> Option<std::process::Child> {
-    let out = std::env::var(var).ok()?;
-    let child = std::process::Command::new("perf")
-        .args([
-            "record",
-            "-F",
-            "1999",
-            "--call-graph",
-            "dwarf,16384",
-            "-o",
-            &out,
-            "-p",
-        ])
-        .arg(std::process::id().to_string())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{var}: perf could not start: {e}"));
-    // perf attaches to the process's threads before the phase begins.
-    std::thread::sleep(Duration::from_millis(500));
-    Some(child)
-}
-
-fn perf_stop(perf: Option<std::process::Child>) {
-    if let Some(p) = perf {
-        let _ = std::process::Command::new("kill")
-            .args(["-INT", &p.id().to_string()])
-            .status();
-        let _ = p.wait_with_output();
-    }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
 
 fn sync_answer(req: &Value) -> Value {
     let name = req["parent"]["metadata"]["name"]
@@ -305,7 +275,7 @@ async fn main() -> anyhow::Result<()> {
     //    Nothing changes, so each sync is a hook call and no write.
     let before = calls.load(Ordering::SeqCst);
     let restart_cpu = process_cpu();
-    let perf = perf_start("BENCH_PERF_RESTART");
+    let perf = perf_start("BENCH_PERF_RESTART", false);
     let mut current = ccs.get("bench").await?;
     current.data["spec"] = cc(1, period)["spec"].clone();
     let current = ccs
@@ -317,12 +287,7 @@ async fn main() -> anyhow::Result<()> {
         async || calls.load(Ordering::SeqCst) >= before + parents,
     )
     .await?;
-    if let Some(p) = perf {
-        let _ = std::process::Command::new("kill")
-            .args(["-INT", &p.id().to_string()])
-            .status();
-        let _ = p.wait_with_output();
-    }
+    perf_stop(perf);
     let (restart, restart_rate) = rate(&arrivals, before, parents)?;
     // The controller's start, its first syncs and the webhook's answers.
     let restart_cpu =
@@ -368,7 +333,7 @@ async fn main() -> anyhow::Result<()> {
     let (mut cpu_ours, mut cpu_raw) = (Duration::ZERO, Duration::ZERO);
     // What each sweep and each raw round follow of idle time (see below).
     let half_period = Duration::from_secs(period as u64) / 2;
-    let perf = perf_start("BENCH_PERF_SWEEPS");
+    let perf = perf_start("BENCH_PERF_SWEEPS", false);
     for k in 1..=SWEEPS {
         let first = before + k * parents + raw_calls;
         let cpu_before = process_cpu();

@@ -7,7 +7,9 @@
 //! `cargo bench --bench modules`; `BENCH_MODULES` (default 100) scales it;
 //! `BENCH_HELM_ENGINE=cli` runs Helm as the `helm` binary (direct work and bosun alike)
 //! instead of the library. Needs both (`scripts/setup-helm.sh`): the render of the other
-//! engine is measured too.
+//! engine is measured too. `BENCH_PERF_DIRECT=FILE` and `BENCH_PERF_CONVERGE=FILE` record
+//! `perf` profiles of the whole machine during the direct work and during bosun's converge;
+//! `BENCH_LOG=1` writes bosun's log to stderr (`LOG_LEVEL=debug` shows each module's steps).
 
 /// bosun's allocator, as in the binary.
 #[global_allocator]
@@ -16,6 +18,9 @@ static ALLOCATOR: bosun::memory::Allocator = bosun::memory::Allocator;
 #[path = "support/env.rs"]
 mod support_env;
 use support_env::env;
+
+#[path = "support/perf.rs"]
+mod perf;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -77,6 +82,10 @@ fn settings(choice: EngineChoice, tmp: &Path) -> EngineSettings {
 
 fn main() {
     let modules: usize = env("BENCH_MODULES", 100);
+    // BENCH_LOG: bosun's log on stderr (LOG_LEVEL, LOG_TYPE), for the converge's timeline.
+    if std::env::var_os("BENCH_LOG").is_some() {
+        bosun::logging::init();
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -127,6 +136,7 @@ fn main() {
             logging: Default::default(),
         };
         let (mut hooks, mut render, mut install) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        let perf = perf::perf_start("BENCH_PERF_DIRECT", true);
         for i in 0..modules {
             let name = format!("bench{i}");
             let m = modules_dir.join(format!("{:03}-{name}", i + 1));
@@ -164,6 +174,7 @@ fn main() {
             install += t.elapsed();
         }
         let intrinsic = hooks + render + install;
+        perf::perf_stop(perf);
 
         // The same modules through bosun: a cold start to the end of the first converge.
         let cfg = bosun::addon::OperatorConfig {
@@ -183,6 +194,7 @@ fn main() {
             listen: "127.0.0.1:0".parse().expect("addr"),
             ..bosun::host::ProcessConfig::in_cluster()
         };
+        let perf = perf::perf_start("BENCH_PERF_CONVERGE", true);
         let started = Instant::now();
         let metrics = bosun::prometheus::install("");
         let host_config = bosun::host::HostConfig {
@@ -201,6 +213,7 @@ fn main() {
         }
         assert!(operator.engine.converged(), "the converge did not finish");
         let total = started.elapsed();
+        perf::perf_stop(perf);
         let ratio = total.as_secs_f64() / intrinsic.as_secs_f64();
         println!("modules: {modules} (2 hooks and a one-object chart each)");
         println!(

@@ -11,7 +11,8 @@
 //! - the resident memory of bosun once ready, in all and per module.
 //!
 //! Run: `cargo bench --bench startup` (`BENCH_MODULES`, `BENCH_GLOBAL_HOOKS`,
-//! `BENCH_EVENTS` scale it).
+//! `BENCH_EVENTS` scale it); `BENCH_PERF_WARM=FILE` records a `perf` profile of the whole
+//! machine during the warm start into FILE.
 
 #[path = "support/http.rs"]
 mod http;
@@ -31,6 +32,9 @@ mod journal_events;
 
 #[path = "support/cluster.rs"]
 mod cluster;
+
+#[path = "support/perf.rs"]
+mod perf;
 
 fn write_exec(path: &Path, text: &str) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -211,10 +215,12 @@ async fn main() -> anyhow::Result<()> {
         println!("journal: {last} records");
         took
     };
+    let perf = perf::perf_start("BENCH_PERF_WARM", true);
     let started = Instant::now();
     let mut bosun = start(dir.path(), &kubeconfig, "warm.log")?;
     let address = ready(dir.path(), "warm.log", Duration::from_secs(900)).await?;
     let warm = started.elapsed();
+    perf::perf_stop(perf);
     let (hook_s, helm_s) = work_reported(&address).await;
     let warm_rss = rss_mib(bosun.id());
     stop(&mut bosun);

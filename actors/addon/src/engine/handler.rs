@@ -423,23 +423,43 @@ impl EngineHandler {
         by: &str,
     ) -> Result<bool, RequestError> {
         let was = self.modules.is_enabled(name);
-        if was != on {
-            let event = if on {
-                Event::ModuleEnabled {
-                    module: name.to_string(),
-                    reason: by.to_string(),
-                }
-            } else {
-                Event::ModuleDisabled {
-                    module: name.to_string(),
-                    reason: by.to_string(),
-                }
-            };
-            self.journal(event).await?;
-            self.modules.status().enabled.insert(name.to_string(), on);
-            tracing::info!(module = %name, "module {} ({by})", if on { "enabled" } else { "disabled" });
-        }
+        self.record_enabled_all(vec![(name.to_string(), on, by)])
+            .await?;
         Ok(was)
+    }
+
+    /// Journals the modules' new enabled states in one append (one flush for a converge's
+    /// hundreds of modules, not one each), then takes them in memory; a module whose state
+    /// did not change writes nothing.
+    async fn record_enabled_all(
+        &self,
+        states: Vec<(String, bool, &str)>,
+    ) -> Result<(), RequestError> {
+        let changed: Vec<(String, bool, &str)> = states
+            .into_iter()
+            .filter(|(name, on, _)| self.modules.is_enabled(name) != *on)
+            .collect();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let events = changed
+            .iter()
+            .map(|(name, on, by)| {
+                let (module, reason) = (name.clone(), by.to_string());
+                if *on {
+                    Event::ModuleEnabled { module, reason }
+                } else {
+                    Event::ModuleDisabled { module, reason }
+                }
+            })
+            .collect();
+        self.sink.append(events).await?;
+        let mut status = self.modules.status();
+        for (name, on, by) in changed {
+            tracing::info!(module = %name, "module {} ({by})", if on { "enabled" } else { "disabled" });
+            status.enabled.insert(name, on);
+        }
+        Ok(())
     }
 
     /// WaitBeforeAll: recomputes enabled modules and returns the module tasks: CRDs of newly
@@ -452,11 +472,13 @@ impl EngineHandler {
         let mut enabled: Vec<(String, bool)> = Vec::new();
         let mut disabled: Vec<String> = Vec::new();
         let mut unsure: Vec<String> = Vec::new();
+        let mut states = Vec::new();
         for def in &self.modules.defs {
             let before: Vec<String> = enabled.iter().map(|(n, _)| n.clone()).collect();
             match self.decide(def, &docs, &before).await {
                 Ok((on, by)) => {
-                    let was = self.record_enabled(&def.name, on, by).await?;
+                    let was = self.modules.is_enabled(&def.name);
+                    states.push((def.name.clone(), on, by));
                     if on {
                         enabled.push((def.name.clone(), first || !was));
                     } else if was {
@@ -469,6 +491,7 @@ impl EngineHandler {
                 }
             }
         }
+        self.record_enabled_all(states).await?;
         let mut tasks = Vec::new();
         for (name, newly) in &enabled {
             if *newly && self.modules.def(name).is_some_and(|d| !d.crds.is_empty()) {
