@@ -10,7 +10,8 @@
 //! Run: `cargo bench --bench bindings` (`BENCH_OBJECTS=50000` for the memory figure at
 //! scale; 2,000 unless set); `BENCH_SERVER=real` runs it against kube-apiserver (the real
 //! control plane of `tests/controlplane`) instead of the sandbox, which runs in its own
-//! process either way.
+//! process either way. `BENCH_PERF_FIRST=FILE` records a `perf` profile of this process
+//! during the plain lists and the first bindings' starts into FILE.
 
 #[path = "support/env.rs"]
 mod support_env;
@@ -19,6 +20,9 @@ use support_env::env;
 #[path = "support/stats.rs"]
 mod stats;
 use stats::median;
+
+#[path = "support/perf.rs"]
+mod perf;
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -178,6 +182,7 @@ async fn main() -> anyhow::Result<()> {
     // the run moves both alike.
     const START_ROUNDS: usize = 5;
     let mut listed = 0;
+    let profile = perf::perf_start("BENCH_PERF_FIRST", false);
     for keep in [true, false] {
         let (mut lists, mut starts) = (Vec::new(), Vec::new());
         for round in 0..START_ROUNDS {
@@ -230,6 +235,7 @@ async fn main() -> anyhow::Result<()> {
             list_limit / started.max(1e-6)
         );
     }
+    perf::perf_stop(profile);
     drop(server);
     Ok(())
 }

@@ -7,7 +7,8 @@
 use std::sync::{Arc, RwLock};
 
 use futures::future::join_all;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIResource, APIResourceList};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource;
+use kube::core::discovery::v2::{APIGroupDiscoveryList, APIResourceDiscovery};
 use kube::discovery::ApiResource;
 
 /// The API resource a kind resolved to.
@@ -189,9 +190,15 @@ impl KindResolver {
     }
 }
 
-/// Reads `/api`, `/apis` and every group version's resource list. A group version whose
-/// list fails (an aggregated API that is down) is left out and logged, like kubectl does.
+/// Reads the discovery documents: aggregated (`/api` and `/apis` as
+/// `apidiscovery.k8s.io/v2`, two requests) where the server serves them, else `/api`,
+/// `/apis` and every group version's resource list (one request each: two dozen on a
+/// plain kube-apiserver). A group version whose list fails, or that aggregated discovery
+/// marks stale (an aggregated API that is down), is left out and logged, like kubectl does.
 async fn discover(client: &kube::Client) -> Result<Catalog, (String, kube::Error)> {
+    if let Some(catalog) = discover_aggregated(client).await {
+        return Ok(catalog);
+    }
     let core = client
         .list_core_api_versions()
         .await
@@ -235,7 +242,7 @@ async fn discover(client: &kube::Client) -> Result<Catalog, (String, kube::Error
     let mut catalog = Catalog::default();
     for ((group, version), list) in wanted.into_iter().zip(lists) {
         match list {
-            Ok(list) => catalog.add(&group, &version, list),
+            Ok(list) => catalog.add(&group, &version, list.resources),
             Err(e) => {
                 let gv = group_version(&group, &version);
                 tracing::warn!("discovery of {gv} failed, its kinds are unknown for now: {e}");
@@ -244,6 +251,87 @@ async fn discover(client: &kube::Client) -> Result<Catalog, (String, kube::Error
         }
     }
     Ok(catalog)
+}
+
+/// Aggregated discovery; `None` when the server does not serve it (it then answers with
+/// the legacy documents, which have no `items`) or a request fails, for the caller to read
+/// the legacy documents instead.
+async fn discover_aggregated(client: &kube::Client) -> Option<Catalog> {
+    let (core, groups) = futures::join!(
+        client.list_core_api_versions_aggregated(),
+        client.list_api_groups_aggregated()
+    );
+    aggregated_catalog(&core.ok()?, &groups.ok()?)
+}
+
+/// The catalog of the aggregated documents of `/api` and `/apis`; `None` when `/api`'s
+/// has no group (a legacy document read as an aggregated one).
+fn aggregated_catalog(
+    core: &APIGroupDiscoveryList,
+    groups: &APIGroupDiscoveryList,
+) -> Option<Catalog> {
+    if core.items.is_empty() {
+        return None;
+    }
+    let mut catalog = Catalog::default();
+    for g in core.items.iter().chain(&groups.items) {
+        let group = g
+            .metadata
+            .as_ref()
+            .and_then(|m| m.name.clone())
+            .unwrap_or_default();
+        for v in &g.versions {
+            let Some(version) = &v.version else { continue };
+            if v.freshness.as_deref() == Some("Stale") {
+                let gv = group_version(&group, version);
+                tracing::warn!("discovery of {gv} is stale, its kinds are unknown for now");
+                catalog.failed.push(gv);
+                continue;
+            }
+            let resources = v.resources.iter().flat_map(legacy_resources).collect();
+            catalog.add(&group, version, resources);
+        }
+    }
+    Some(catalog)
+}
+
+/// An aggregated discovery entry as the legacy documents list it: the resource, then each
+/// subresource as `plural/subresource`.
+fn legacy_resources(r: &APIResourceDiscovery) -> Vec<APIResource> {
+    let Some(name) = &r.resource else {
+        return Vec::new();
+    };
+    let kind = r
+        .response_kind
+        .as_ref()
+        .and_then(|k| k.kind.clone())
+        .unwrap_or_default();
+    let namespaced = r.scope.as_deref() == Some("Namespaced");
+    let listed = |v: &[String]| (!v.is_empty()).then(|| v.to_vec());
+    let mut out = vec![APIResource {
+        name: name.clone(),
+        singular_name: r.singular_resource.clone().unwrap_or_default(),
+        namespaced,
+        kind: kind.clone(),
+        verbs: r.verbs.clone(),
+        short_names: listed(&r.short_names),
+        categories: listed(&r.categories),
+        ..Default::default()
+    }];
+    out.extend(r.subresources.iter().filter_map(|sub| {
+        Some(APIResource {
+            name: format!("{name}/{}", sub.subresource.as_ref()?),
+            namespaced,
+            kind: sub
+                .response_kind
+                .as_ref()
+                .and_then(|k| k.kind.clone())
+                .unwrap_or_else(|| kind.clone()),
+            verbs: sub.verbs.clone(),
+            ..Default::default()
+        })
+    }));
+    out
 }
 
 fn group_version(group: &str, version: &str) -> String {
@@ -314,8 +402,8 @@ struct Catalog {
 }
 
 impl Catalog {
-    fn add(&mut self, group: &str, version: &str, list: APIResourceList) {
-        let entry = (version.to_string(), list.resources);
+    fn add(&mut self, group: &str, version: &str, resources: Vec<APIResource>) {
+        let entry = (version.to_string(), resources);
         match self.groups.iter_mut().find(|(g, _)| g == group) {
             Some((_, versions)) => versions.push(entry),
             None => self.groups.push((group.to_string(), vec![entry])),
@@ -410,9 +498,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn list(gv: &str, resources: serde_json::Value) -> APIResourceList {
-        serde_json::from_value(json!({"groupVersion": gv, "resources": resources}))
-            .expect("resource list")
+    fn list(gv: &str, resources: serde_json::Value) -> Vec<APIResource> {
+        serde_json::from_value::<k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList>(
+            json!({"groupVersion": gv, "resources": resources}),
+        )
+        .expect("resource list")
+        .resources
     }
 
     fn res(name: &str, kind: &str, namespaced: bool, short: &[&str]) -> serde_json::Value {
@@ -479,6 +570,77 @@ mod tests {
 
     fn find(api_version: Option<&str>, kind: &str) -> Option<Resolved> {
         catalog().find(&Scope::parse(api_version).expect("scope"), kind)
+    }
+
+    /// [`catalog`]'s documents as aggregated discovery serves them, with a stale group.
+    fn aggregated() -> Catalog {
+        let resource =
+            |name: &str, kind: &str, scope: &str, short: &[&str], subs: &[(&str, &str)]| {
+                json!({"resource": name, "singularResource": kind.to_lowercase(),
+                   "responseKind": {"group": "", "version": "", "kind": kind}, "scope": scope,
+                   "verbs": ["get"], "shortNames": short,
+                   "subresources": subs.iter().map(|(sub, kind)| json!({"subresource": sub,
+                       "responseKind": {"kind": kind}, "verbs": ["get"]})).collect::<Vec<_>>()})
+            };
+        let doc = |items: serde_json::Value| -> APIGroupDiscoveryList {
+            serde_json::from_value(json!({"kind": "APIGroupDiscoveryList", "items": items}))
+                .expect("aggregated discovery")
+        };
+        let core = doc(
+            json!([{"metadata": {}, "versions": [{"version": "v1", "freshness": "Current", "resources": [
+                resource("pods", "Pod", "Namespaced", &["po"], &[("status", "Pod"), ("log", "Pod")]),
+                resource("namespaces", "Namespace", "Cluster", &["ns"], &[]),
+                resource("events", "Event", "Namespaced", &["ev"], &[]),
+            ]}]}]),
+        );
+        let groups = doc(json!([
+            {"metadata": {"name": "apps"}, "versions": [{"version": "v1", "resources": [
+                resource("deployments", "Deployment", "Namespaced", &["deploy"], &[("scale", "Scale")])]}]},
+            {"metadata": {"name": "events.k8s.io"}, "versions": [{"version": "v1", "resources": [
+                resource("events", "Event", "Namespaced", &["ev"], &[])]}]},
+            {"metadata": {"name": "example.com"}, "versions": [
+                {"version": "v2", "resources": [resource("widgets", "Widget", "Cluster", &["wd"], &[])]},
+                {"version": "v1beta1", "resources": [
+                    resource("widgets", "Widget", "Cluster", &["wd"], &[]),
+                    resource("gadgets", "Gadget", "Namespaced", &[], &[])]}]},
+            {"metadata": {"name": "metrics.example.com"}, "versions": [{"version": "v1",
+                "freshness": "Stale", "resources": [resource("readings", "Reading", "Namespaced", &[], &[])]}]},
+        ]));
+        aggregated_catalog(&core, &groups).expect("an aggregated catalog")
+    }
+
+    #[test]
+    fn aggregated_discovery_resolves_as_the_legacy_documents_do() {
+        let (legacy, aggregated) = (catalog(), aggregated());
+        for (api_version, kind) in [
+            (None, "Pod"),
+            (None, "po"),
+            (None, "pods"),
+            (None, "deploy"),
+            (None, "ns"),
+            (None, "Event"),
+            (Some("events.k8s.io/v1"), "events"),
+            (None, "wd"),
+            (Some("example.com"), "Widget"),
+            (Some("example.com/v1beta1"), "widgets"),
+            (None, "Gadget"),
+            (None, "Scale"),
+            (None, "pods/status"),
+            (None, "Reading"),
+        ] {
+            let scope = Scope::parse(api_version).expect("scope");
+            assert_eq!(
+                format!("{:?}", aggregated.find(&scope, kind)),
+                format!("{:?}", legacy.find(&scope, kind)),
+                "{api_version:?} {kind}"
+            );
+        }
+        assert_eq!(aggregated.failed, vec!["metrics.example.com/v1"]);
+        // A legacy document read as an aggregated one has no items: the legacy path reads it.
+        let legacy_doc: APIGroupDiscoveryList =
+            serde_json::from_value(json!({"kind": "APIVersions", "versions": ["v1"]}))
+                .expect("legacy");
+        assert!(aggregated_catalog(&legacy_doc, &legacy_doc).is_none());
     }
 
     #[test]
