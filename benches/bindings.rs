@@ -19,7 +19,7 @@ use support_env::env;
 
 #[path = "support/stats.rs"]
 mod stats;
-use stats::median;
+use stats::{joined, median};
 
 #[path = "support/perf.rs"]
 mod perf;
@@ -230,20 +230,12 @@ async fn main() -> anyhow::Result<()> {
         let (list_limit, started) = (median(&lists), median(&starts));
         println!(
             "keepFullObjectsInMemory: {keep}: the first binding started (list, filter, snapshot of {total} objects) in {started:.3} s; a plain client lists the {listed} objects in {list_limit:.3} s (medians of {START_ROUNDS} rounds, starts {}, lists {}): ratio {:.2}",
-            seconds(&starts),
-            seconds(&lists),
+            joined(&starts, 3),
+            joined(&lists, 3),
             list_limit / started.max(1e-6)
         );
     }
     perf::perf_stop(profile);
     drop(server);
     Ok(())
-}
-
-/// Seconds in the order measured, for the printed line.
-fn seconds(v: &[f64]) -> String {
-    v.iter()
-        .map(|s| format!("{s:.3}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }

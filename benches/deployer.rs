@@ -23,6 +23,10 @@
 mod support_env;
 use support_env::env;
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::{joined, median};
+
 #[path = "support/cluster.rs"]
 mod cluster;
 
@@ -333,13 +337,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .await?,
     );
-    let in_order = fair_rounds
-        .iter()
-        .map(|r| format!("{r:.2}"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    fair_rounds.sort_by(f64::total_cmp);
-    let fair = fair_rounds[fair_rounds.len() / 2];
+    let (in_order, fair) = (joined(&fair_rounds, 2), median(&fair_rounds));
     println!(
         "fair limit: {items} items listed and watched, through the contract's 9 requests each (3 status writes, the finalizer, {OBJECTS} creates), {workers} at a time: {fair:.2} s ({:.0} items/s), the median of 3 rounds before bosun's run and 2 after: [{in_order}] s",
         items as f64 / fair

@@ -33,6 +33,10 @@ static ALLOCATOR: bosun::memory::Allocator = bosun::memory::Allocator;
 mod support_env;
 use support_env::env;
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::median;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -45,11 +49,6 @@ use cpu::process_cpu;
 #[path = "support/noop_engine.rs"]
 mod noop_engine;
 use noop_engine::round;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
 
 fn main() {
     let rounds = env("BENCH_ROUNDS", 48).max(1);
@@ -128,17 +127,18 @@ fn main() {
     }
     let over = |pairs: &[(f64, f64)]| {
         median(
-            pairs
+            &pairs
                 .iter()
                 .map(|(raw, x)| (1.0 / x - 1.0 / raw) * 1e6)
-                .collect(),
+                .collect::<Vec<_>>(),
         )
     };
-    let ratio = |pairs: &[(f64, f64)]| median(pairs.iter().map(|(raw, x)| x / raw).collect());
+    let ratio =
+        |pairs: &[(f64, f64)]| median(&pairs.iter().map(|(raw, x)| x / raw).collect::<Vec<_>>());
     println!(
         "{rounds} paired rounds of {tasks} tasks, temp files in {}, medians; raw spawn {:.0}/s",
         tmp_base.display(),
-        median(raws)
+        median(&raws)
     );
     println!(
         "the hook runner alone (temp files, process, output, rusage): ratio {:.2}, {:.0} µs per run over raw spawn",

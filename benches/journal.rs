@@ -20,7 +20,7 @@ use support_env::env;
 
 #[path = "support/stats.rs"]
 mod stats;
-use stats::median;
+use stats::{joined, median};
 
 use std::io::Write;
 use std::sync::Arc;
@@ -35,13 +35,6 @@ use journal_events::event;
 
 /// Paired rounds per concurrency; the ratios printed are the medians of the rounds'.
 const ROUNDS: usize = 5;
-
-fn rounds(v: &[f64]) -> String {
-    v.iter()
-        .map(|r| format!("{r:.2}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
 
 fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
     v.sort();
@@ -201,8 +194,8 @@ fn bench_backend(
         let (raw_ratio, writers_ratio) = (median(&raw_ratios), median(&writers_ratios));
         println!(
             "appenders {concurrency:>3}: journal {journal_rate:>9.0} events/s (median of {ROUNDS} rounds); ratio to {raw_name} {raw_ratio:.2} [{}] (goal >= 0.90); ratio to raw sled insert+flush by {concurrency} writers {writers_ratio:.2} [{}] (goal >= 0.80); append p50 {:?} p99 {:?}",
-            rounds(&raw_ratios),
-            rounds(&writers_ratios),
+            joined(&raw_ratios, 2),
+            joined(&writers_ratios, 2),
             percentile(latencies.clone(), 0.5),
             percentile(latencies, 0.99)
         );

@@ -23,7 +23,7 @@ use support_env::env;
 
 #[path = "support/stats.rs"]
 mod stats;
-use stats::median;
+use stats::{joined, median};
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -395,16 +395,10 @@ async fn main() -> anyhow::Result<()> {
     let ours_rate = median(&ours_rates);
     let raw_rate = median(&raw_rates);
     let (ours, raw) = (parents as f64 / ours_rate, parents as f64 / raw_rate);
-    let rounds = |v: &[f64]| {
-        v.iter()
-            .map(|r| format!("{r:.0}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
     println!(
         "resync sweeps (syncs/s): [{}]; raw round trips (/s): [{}]",
-        rounds(&ours_rates),
-        rounds(&raw_rates)
+        joined(&ours_rates, 0),
+        joined(&raw_rates, 0)
     );
     println!(
         "restart: {parents} first syncs of the restarted controller in {restart:.3} s = {restart_rate:.0} syncs/s; CPU per sync (the whole process, the controller's start and the webhook included) {restart_cpu:.1} µs"
@@ -429,11 +423,7 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     println!(
         "pairs (sweep ÷ the raw round after it): [{}]",
-        pairs
-            .iter()
-            .map(|r| format!("{r:.2}"))
-            .collect::<Vec<_>>()
-            .join(" ")
+        joined(&pairs, 2)
     );
     println!(
         "resync ratio {:.2} (syncs/s ÷ raw round trips/s, median of the pairs; of the medians {:.2}; goal ≥ 0.9)",

@@ -28,6 +28,14 @@ use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, Share
 mod noop_engine;
 use noop_engine::round;
 
+#[path = "support/env.rs"]
+mod support_env;
+use support_env::env;
+
+#[path = "support/stats.rs"]
+mod stats;
+use stats::median;
+
 /// The operator's recorder, or nothing while switched off (metrics registered then stay
 /// no-ops, so each round starts a fresh engine).
 struct Switch<R> {
@@ -68,18 +76,7 @@ impl<R: Recorder> Recorder for Switch<R> {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    let env = |name: &str, default: usize| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
     let tasks = env("BENCH_TASKS", 500);
     let rounds = env("BENCH_ROUNDS", 12);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -136,11 +133,7 @@ fn main() {
         success >= (tasks * rounds) as f64,
         "the recorder saw the runs: {rendered}"
     );
-    let (off, with, ratio) = (
-        median(&mut off_rates),
-        median(&mut on_rates),
-        median(&mut ratios),
-    );
+    let (off, with, ratio) = (median(&off_rates), median(&on_rates), median(&ratios));
 
     // The parts alone: one hook run's metrics, one message's mailbox tracking.
     on.store(true, Ordering::SeqCst);

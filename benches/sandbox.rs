@@ -19,6 +19,10 @@ static ALLOCATOR: bosun::memory::Allocator = bosun::memory::Allocator;
 mod support_env;
 use support_env::env;
 
+#[path = "support/stats.rs"]
+mod stats;
+use stats::{joined, median};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -242,19 +246,11 @@ async fn main() -> anyhow::Result<()> {
         large_rates.push(large);
         pairs.push(large / small);
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let in_order = pairs
-        .iter()
-        .map(|p| format!("{p:.2}"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let (small_rate, large_rate) = (median(small_rates), median(large_rates));
+    let in_order = joined(&pairs, 2);
+    let (small_rate, large_rate) = (median(&small_rates), median(&large_rates));
     println!(
         "store size: {small_rate:.0} writes/s with 1000 objects, {large_rate:.0} writes/s with {large} (medians of {PAIRS} rounds each, taking turns); ratio {:.2} (median of the pairs [{in_order}]; goal ≥ 0.8: writes do not slow down as the store grows)",
-        median(pairs)
+        median(&pairs)
     );
     small_sandbox.shutdown().await?;
     large_sandbox.shutdown().await?;
