@@ -23,7 +23,8 @@
 //! rounds do not widen, measured down to 83 tasks — so the median of six moved by ±0.06
 //! from run to run, of twelve by ±0.04, of 24 by ±0.03) scale it, `BENCH_WORKERS` (default
 //! 2) sizes the runtime (one worker measured no different on this machine; `0`: a
-//! current-thread runtime, see docs/actors.md).
+//! current-thread runtime, see docs/actors.md). `BENCH_PERF_ENGINE=FILE` records one more
+//! engine round with `perf record` into FILE.
 
 /// bosun's allocator, as in the binary.
 #[global_allocator]
@@ -45,6 +46,9 @@ use std::time::Instant;
 #[path = "support/cpu.rs"]
 mod cpu;
 use cpu::process_cpu;
+
+#[path = "support/perf.rs"]
+mod perf;
 
 #[path = "support/noop_engine.rs"]
 mod noop_engine;
@@ -124,6 +128,18 @@ fn main() {
         raws.push(raw);
         runners.push((raw, runner));
         engines.push((raw, engine));
+    }
+    // `BENCH_PERF_ENGINE=FILE`: one more engine round, of 2,000 tasks, under `perf record`
+    // of this process (the hooks' processes not recorded), after the measured ones.
+    if std::env::var_os("BENCH_PERF_ENGINE").is_some() {
+        let profile = perf::perf_start("BENCH_PERF_ENGINE", false);
+        rt.block_on(round(
+            &journals.path().join("engine-profiled"),
+            &tmp.path().join("engine-profiled"),
+            &hook,
+            2_000,
+        ));
+        perf::perf_stop(profile);
     }
     let over = |pairs: &[(f64, f64)]| {
         median(

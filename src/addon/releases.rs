@@ -3,13 +3,13 @@
 //! rendered objects, recovery of releases stuck in `pending-*`, and server-side apply of
 //! module CRDs. Checksums, drift and recovery are the same whichever engine runs.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use bosun_addon::ports::{BoxFut, ObjectPreview, PortError, ReleaseInfo, Releases, Rendered};
 use bosun_kube::port_error;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::{ApiResource, Scope};
 use serde_json::Value;
 
@@ -38,6 +38,11 @@ pub struct HelmReleases {
     /// The private folder the modules' charts are copied into (the temp folder): checked
     /// down to the chart before each render and upgrade, as hook runs check it.
     private_root: Option<PathBuf>,
+    /// The releases Helm's storage held when the first status was asked, by name (`None`:
+    /// the list failed), see [`HelmReleases::absent_at_start`].
+    listed: tokio::sync::OnceCell<Option<HashSet<String>>>,
+    /// The releases whose first status that list answered.
+    answered: Mutex<HashSet<String>>,
 }
 
 /// How long a status read stands in for a new one before an upgrade.
@@ -62,7 +67,56 @@ impl HelmReleases {
             recent: Mutex::new(HashMap::new()),
             unsettled: Mutex::new(HashMap::new()),
             private_root: None,
+            listed: tokio::sync::OnceCell::new(),
+            answered: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Whether `release` did not exist when the first status of any release was asked,
+    /// answered once per release: the first status of each release (the module's first
+    /// run after the start) comes from one list of the release Secrets' names instead of a
+    /// read of its own, and every later one reads Helm's storage. On a cluster without the
+    /// releases yet (a first start), that saves one read of Helm's storage per module; the
+    /// list is of the Secrets' metadata alone (names and labels, no release records), so
+    /// where the releases exist it costs little. Helm keeps releases in Secrets labelled
+    /// `owner=helm` (the only storage bosun runs Helm with); the list failing, every
+    /// status reads as before. A release another client installed between that list and
+    /// the module's first run is found by the install, which then fails (the name is in
+    /// use) and is retried after a read.
+    async fn absent_at_start(&self, release: &str) -> bool {
+        let listed = self
+            .listed
+            .get_or_init(|| async {
+                let api: Api<k8s_openapi::api::core::v1::Secret> =
+                    Api::namespaced(self.kube.clone(), &self.namespace);
+                match api
+                    .list_metadata(&ListParams::default().labels("owner=helm"))
+                    .await
+                {
+                    Ok(list) => Some(
+                        list.items
+                            .into_iter()
+                            .filter_map(|s| s.metadata.labels?.remove("name"))
+                            .collect(),
+                    ),
+                    Err(e) => {
+                        tracing::debug!(
+                            "cannot list the release Secrets; every status is read: {e}"
+                        );
+                        None
+                    }
+                }
+            })
+            .await;
+        let Some(names) = listed else {
+            return false;
+        };
+        !names.contains(release)
+            && self
+                .answered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(release.to_string())
     }
 
     /// Charts are read from copies under `root`, bosun's private temp folder: each render
@@ -426,7 +480,11 @@ impl Releases for HelmReleases {
     fn status(&self, release: String) -> BoxFut<'_, Result<Option<ReleaseInfo>, PortError>> {
         Box::pin(async move {
             tracing::debug!(release = %release, "helm status");
-            let mut latest = self.latest(&release).await?;
+            let mut latest = if self.absent_at_start(&release).await {
+                None
+            } else {
+                self.latest(&release).await?
+            };
             if let Some(r) = &latest
                 && self.settle_if_ours(r).await
             {

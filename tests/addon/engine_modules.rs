@@ -587,6 +587,44 @@ fn switching_the_helm_engine_redoes_no_release() {
     assert!(skipped >= 2, "{}", op.logs());
 }
 
+/// A first start (an empty journal) in a namespace where one module's release exists
+/// already, as after addon-operator: that release is upgraded, and the others, absent,
+/// are installed (their first status comes from one list of the release Secrets).
+#[test]
+fn a_release_that_exists_before_the_first_start_is_upgraded_not_installed_again() {
+    let sb = Sandbox::start();
+    let work = workdir();
+    let w = work.path();
+    copy_modules("lifecycle", w);
+    let prior = w.join("prior");
+    write(
+        &prior.join("Chart.yaml"),
+        "apiVersion: v2\nname: echo\nversion: 0.0.1\n",
+    );
+    write(
+        &prior.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: echo-prior\n",
+    );
+    install_release(&sb, &prior, "echo", HelmEngine::Library);
+    assert_eq!(releases(&sb).get("echo"), Some(&1));
+    let op = start(&sb, w, HelmEngine::Library, &[]);
+    op.wait("the first converge", Duration::from_secs(90), || {
+        journal_converges(w) >= 1
+    });
+    assert_eq!(
+        releases(&sb),
+        BTreeMap::from([("echo".into(), 2), ("toggled".into(), 1)]),
+        "{}",
+        op.logs()
+    );
+    assert_eq!(sb.get(&format!("{CM}/echo-message")).0, 200);
+    assert_eq!(
+        sb.get(&format!("{CM}/echo-prior")).0,
+        404,
+        "the upgrade replaced the prior revision's objects"
+    );
+}
+
 #[test]
 fn a_helm_process_does_not_outlive_a_killed_bosun() {
     let sb = Sandbox::start();
