@@ -106,6 +106,26 @@ pub fn key_of(namespace: &str, name: &str) -> ObjectKey {
     (namespace.into(), name.into())
 }
 
+/// `key` with the parts `objects` holds already: the key itself when the object is there,
+/// else its namespace from a neighbour in the same namespace. Every listener keeps the
+/// key it is given, so an object's key is one pair of allocations however many keep it,
+/// and a namespace's name one for all its objects.
+fn shared_key<V>(objects: &BTreeMap<ObjectKey, V>, key: ObjectKey) -> ObjectKey {
+    if let Some((k, _)) = objects.get_key_value(&key) {
+        return k.clone();
+    }
+    let near = objects
+        .range(..&key)
+        .next_back()
+        .into_iter()
+        .chain(objects.range(&key..).next())
+        .find(|(k, _)| k.0 == key.0);
+    match near {
+        Some((k, _)) => (Arc::clone(&k.0), key.1),
+        None => key,
+    }
+}
+
 /// The first key of `namespace` (for a range of its objects).
 pub fn namespace_start(namespace: &str) -> ObjectKey {
     (namespace.into(), "".into())
@@ -118,8 +138,51 @@ pub fn namespace_start(namespace: &str) -> ObjectKey {
 /// It is parsed when it is read: a hook's snapshot, a sync's parent and children.
 #[derive(Clone, Debug)]
 pub struct Stored {
-    resource_version: Arc<str>,
     text: Arc<str>,
+    /// Where the object's resourceVersion is in `text` (the characters between its
+    /// quotes, as the text writes them), so that it takes no allocation of its own: a
+    /// cached object is its text and these two numbers. `(0, 0)`: it has none.
+    version: (u32, u32),
+}
+
+/// The place of `version` in `text`, an object's JSON: the first `"resourceVersion":`
+/// followed by that version as a JSON string. Any place found holds the same characters,
+/// so which one does not matter. A version the text writes with escapes (no API server
+/// makes such; Kubernetes calls versions opaque) is found once the text is rewritten as
+/// `serde_json` writes it, and is then read as written, escapes included: equal versions
+/// still read equal, and such a version is no number (see [`supersedes`]) either way.
+fn version_in(text: &str, version: &str) -> Option<(u32, u32)> {
+    const KEY: &str = "\"resourceVersion\":";
+    if version.is_empty() {
+        return Some((0, 0));
+    }
+    // As a JSON string: the same characters unless some need escapes.
+    let plain = version
+        .bytes()
+        .all(|b| b >= 0x20 && b != b'"' && b != b'\\');
+    let escaped;
+    let inner = if plain {
+        version
+    } else {
+        escaped = serde_json::to_string(version).ok()?;
+        escaped.get(1..escaped.len() - 1)?
+    };
+    let mut from = 0;
+    while let Some(at) = text.get(from..)?.find(KEY) {
+        let start = from + at + KEY.len();
+        let rest = text.get(start..)?.as_bytes();
+        if rest.first() == Some(&b'"')
+            && rest.get(1..=inner.len()) == Some(inner.as_bytes())
+            && rest.get(inner.len() + 1) == Some(&b'"')
+        {
+            return Some((
+                u32::try_from(start + 1).ok()?,
+                u32::try_from(inner.len()).ok()?,
+            ));
+        }
+        from = start;
+    }
+    None
 }
 
 impl Stored {
@@ -131,16 +194,21 @@ impl Stored {
 
     /// `object` stored as text.
     pub fn of(object: &Value) -> Stored {
-        Stored {
-            resource_version: resource_version(object).into(),
-            text: object.to_string().into(),
-        }
+        Stored::from_text(resource_version(object), object.to_string())
     }
 
     /// `text`, an object's compact JSON as `Value` prints it, stored.
     fn from_text(resource_version: &str, text: String) -> Stored {
+        if let Some(version) = version_in(&text, resource_version) {
+            return Stored {
+                text: text.into(),
+                version,
+            };
+        }
+        // Written with escapes of its own: as `serde_json` writes it, where it is found.
+        let text = serde_json::from_str::<Value>(&text).map_or(text, |v| v.to_string());
         Stored {
-            resource_version: resource_version.into(),
+            version: version_in(&text, resource_version).unwrap_or((0, 0)),
             text: text.into(),
         }
     }
@@ -176,7 +244,8 @@ impl Stored {
 
     /// Its resourceVersion.
     pub fn resource_version(&self) -> &str {
-        &self.resource_version
+        let (start, len) = (self.version.0 as usize, self.version.1 as usize);
+        self.text.get(start..start + len).unwrap_or_default()
     }
 }
 
@@ -277,6 +346,7 @@ impl SharedWatch {
             watcher::Event::Init => *relist = Some(BTreeMap::new()),
             watcher::Event::InitApply(Item { key, stored }) => {
                 if let Some(r) = relist.as_mut() {
+                    let key = shared_key(r, key);
                     r.insert(key, stored);
                 }
             }
@@ -295,7 +365,7 @@ impl SharedWatch {
                 for (k, o) in &fresh {
                     let change = match old.get(k) {
                         None => Some(Change::Added),
-                        Some(prev) if prev.resource_version != o.resource_version => {
+                        Some(prev) if prev.resource_version() != o.resource_version() => {
                             Some(Change::Modified)
                         }
                         Some(_) => None,
@@ -317,12 +387,13 @@ impl SharedWatch {
             }
             watcher::Event::Apply(Item { key, stored }) => {
                 let object = stored.shared();
-                let change = match lock(&self.state)
-                    .objects
-                    .insert(key.clone(), stored.clone())
-                {
-                    Some(_) => Change::Modified,
-                    None => Change::Added,
+                let (key, change) = {
+                    let mut st = lock(&self.state);
+                    let key = shared_key(&st.objects, key);
+                    match st.objects.insert(key.clone(), stored.clone()) {
+                        Some(_) => (key, Change::Modified),
+                        None => (key, Change::Added),
+                    }
                 };
                 self.dispatch(change, &key, &object, &stored);
             }
@@ -752,6 +823,31 @@ mod tests {
         );
         let odd = Stored::from_text("1", "[1]".into());
         assert_eq!(odd.head(), Value::Null);
+    }
+
+    #[test]
+    fn a_stored_object_reads_its_resource_version_from_its_text() {
+        let rv = |o: Value| Stored::of(&o).resource_version().to_string();
+        assert_eq!(
+            rv(json!({"metadata": {"name": "a", "resourceVersion": "42"}})),
+            "42"
+        );
+        // An object of its own with that key, written before the metadata (keys sorted),
+        // does not mislead it.
+        let nested = json!({"data": {"resourceVersion": "7"}, "involvedObject":
+            {"resourceVersion": "4"}, "metadata": {"resourceVersion": "42"}});
+        assert_eq!(rv(nested), "42");
+        assert_eq!(rv(json!({"metadata": {"name": "a"}})), "");
+        // A version with characters JSON escapes reads as written, and equal ones equal.
+        let odd = json!({"metadata": {"resourceVersion": "4\"2\\"}});
+        assert_eq!(rv(odd.clone()), r#"4\"2\\"#);
+        assert_eq!(rv(odd.clone()), rv(odd));
+        // The server's own escapes of plain characters: the text is rewritten to find it.
+        let sent = r#"{"metadata":{"resourceVersion":"\u0034\u0032"}}"#;
+        let o: WatchedObject = serde_json::from_str(sent).expect("object");
+        let stored = o.into_item("v1", "ConfigMap").stored;
+        assert_eq!(stored.resource_version(), "42");
+        assert_eq!(stored.parse()["metadata"]["resourceVersion"], "42");
     }
 
     #[test]
