@@ -6,6 +6,7 @@
 //!
 //! Both are measured in paired rounds (`BENCH_ROUNDS`, default 4), each on a fresh API
 //! server and each in the other order, and the median of the rounds' ratios is printed.
+//! The temp files of both go to one tmpfs, `BENCH_TMP` (default `/dev/shm`).
 //!
 //! `cargo bench --bench modules`; `BENCH_MODULES` (default 100) scales it;
 //! `BENCH_HELM_ENGINE=cli` runs Helm as the `helm` binary (direct work and bosun alike)
@@ -110,13 +111,13 @@ async fn sandbox(dir: &Path) -> (std::process::Child, PathBuf) {
 /// The intrinsic work, done directly: both hooks (`--config` and the run), a render and
 /// an install per module, into `kube-public`; the time of each part.
 async fn direct(
-    dir: &Path,
+    tmp: &Path,
     kubeconfig: &Path,
     modules_dir: &Path,
     modules: usize,
     choice: EngineChoice,
 ) -> [Duration; 3] {
-    let lib = HelmEngine::select(&settings(choice, &dir.join("tmp-helm")))
+    let lib = HelmEngine::select(&settings(choice, &tmp.join("helm")))
         .await
         .expect("Helm (scripts/setup-helm.sh)");
     let client = lib
@@ -128,7 +129,7 @@ async fn direct(
         })
         .expect("helm client");
     let runner = HookProcess {
-        tmp_dir: dir.join("tmp-direct"),
+        tmp_dir: tmp.join("direct"),
         keep_tmp_files: false,
         timeout: Duration::from_secs(60),
         working_dir: None,
@@ -184,6 +185,7 @@ async fn direct(
 /// end of the first converge.
 async fn through_bosun(
     dir: &Path,
+    tmp: &Path,
     kubeconfig: &Path,
     modules_dir: &Path,
     choice: EngineChoice,
@@ -199,7 +201,7 @@ async fn through_bosun(
     };
     let process = bosun::host::ProcessConfig {
         namespace: "default".into(),
-        tmp_dir: dir.join("tmp"),
+        tmp_dir: tmp.join("bosun"),
         journal_dir: dir.join("journal"),
         debug_socket: dir.join("debug.socket"),
         kubeconfig: Some(kubeconfig.to_path_buf()),
@@ -251,22 +253,33 @@ fn main() {
             _ => (EngineChoice::Library, EngineChoice::Cli),
         };
         let metrics = bosun::prometheus::install("");
+        // The hooks' and Helm's temp files of both, on one tmpfs (`BENCH_TMP`, by default
+        // `/dev/shm`): on this VM's disk, an ext4 without a journal, every create scans the
+        // inodes deleted in the last minute, and the one measured after the other paid for
+        // the other's files (a tenth of bosun's CPU in a profile; benches/engine.rs).
+        let tmp_base = std::env::var_os("BENCH_TMP")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/dev/shm"));
         // Paired rounds, each on a fresh API server, the two in turn first: single pairs
         // read 1.02 to 1.25 within one hour on this machine.
         let (mut parts, mut ratios, mut totals) = (Vec::new(), Vec::new(), Vec::new());
         for r in 0..rounds {
             let round = dir.path().join(format!("round{r}"));
+            let tmp = tempfile::tempdir_in(&tmp_base)
+                .or_else(|_| tempfile::tempdir())
+                .expect("temp folder");
+            let tmp = tmp.path().to_path_buf();
             let (mut server, kubeconfig) = sandbox(&round).await;
             let (mut part, mut total) = ([Duration::ZERO; 3], Duration::ZERO);
             for step in 0..2 {
                 if (r + step) % 2 == 0 {
                     let perf = (r == 0).then(|| perf::perf_start("BENCH_PERF_DIRECT", true));
-                    part = direct(&round, &kubeconfig, &modules_dir, modules, choice).await;
+                    part = direct(&tmp, &kubeconfig, &modules_dir, modules, choice).await;
                     perf::perf_stop(perf.flatten());
                 } else {
                     let perf = (r == 0).then(|| perf::perf_start("BENCH_PERF_CONVERGE", true));
                     total =
-                        through_bosun(&round, &kubeconfig, &modules_dir, choice, metrics.clone())
+                        through_bosun(&round, &tmp, &kubeconfig, &modules_dir, choice, metrics.clone())
                             .await;
                     perf::perf_stop(perf.flatten());
                 }
