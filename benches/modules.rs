@@ -26,6 +26,9 @@ use support_env::env;
 #[path = "support/perf.rs"]
 mod perf;
 
+#[path = "support/cluster.rs"]
+mod cluster;
+
 #[path = "support/stats.rs"]
 mod stats;
 use stats::{joined, median};
@@ -86,26 +89,6 @@ fn settings(choice: EngineChoice, tmp: &Path) -> EngineSettings {
         library: Some(tools().join("helm/libhelm_c.so")),
         tmp_dir: tmp.to_path_buf(),
     }
-}
-
-/// A fresh sandbox API server in its own process, as it is in a cluster, and its
-/// kubeconfig.
-async fn sandbox(dir: &Path) -> (std::process::Child, PathBuf) {
-    let kubeconfig = dir.join("kubeconfig");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_bosun"))
-        .args(["sandbox", "--listen", "127.0.0.1:0", "--data"])
-        .arg(dir.join("sandbox"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .env("LOG_LEVEL", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("bosun sandbox");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !kubeconfig.exists() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    (child, kubeconfig)
 }
 
 /// The intrinsic work, done directly: both hooks (`--config` and the run), a render and
@@ -269,7 +252,9 @@ fn main() {
                 .or_else(|_| tempfile::tempdir())
                 .expect("temp folder");
             let tmp = tmp.path().to_path_buf();
-            let (mut server, kubeconfig) = sandbox(&round).await;
+            // A fresh API server in its own process, as in a cluster (gone with its handle).
+            let server = cluster::sandbox(&round).await.expect("bosun sandbox");
+            let kubeconfig = server.kubeconfig.clone();
             let (mut part, mut total) = ([Duration::ZERO; 3], Duration::ZERO);
             for step in 0..2 {
                 if (r + step) % 2 == 0 {
@@ -284,8 +269,7 @@ fn main() {
                     perf::perf_stop(perf.flatten());
                 }
             }
-            let _ = server.kill();
-            let _ = server.wait();
+            drop(server);
             let intrinsic: Duration = part.iter().sum();
             ratios.push(total.as_secs_f64() / intrinsic.as_secs_f64());
             totals.push(total.as_secs_f64());
