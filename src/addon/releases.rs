@@ -38,11 +38,10 @@ pub struct HelmReleases {
     /// The private folder the modules' charts are copied into (the temp folder): checked
     /// down to the chart before each render and upgrade, as hook runs check it.
     private_root: Option<PathBuf>,
-    /// The releases Helm's storage held when the first status was asked, by name (`None`:
-    /// the list failed), see [`HelmReleases::absent_at_start`].
-    listed: tokio::sync::OnceCell<Option<HashSet<String>>>,
-    /// The releases whose first status that list answered.
-    answered: Mutex<HashSet<String>>,
+    /// The releases whose status is read from Helm's storage: those it held when the
+    /// first status was asked, and each one that list answered since (`None`: the list
+    /// failed, every status is read), see [`HelmReleases::absent_at_start`].
+    listed: tokio::sync::OnceCell<Option<Mutex<HashSet<String>>>>,
 }
 
 /// How long a status read stands in for a new one before an upgrade.
@@ -68,7 +67,6 @@ impl HelmReleases {
             unsettled: Mutex::new(HashMap::new()),
             private_root: None,
             listed: tokio::sync::OnceCell::new(),
-            answered: Mutex::new(HashSet::new()),
         }
     }
 
@@ -93,12 +91,12 @@ impl HelmReleases {
                     .list_metadata(&ListParams::default().labels("owner=helm"))
                     .await
                 {
-                    Ok(list) => Some(
+                    Ok(list) => Some(Mutex::new(
                         list.items
                             .into_iter()
                             .filter_map(|s| s.metadata.labels?.remove("name"))
                             .collect(),
-                    ),
+                    )),
                     Err(e) => {
                         tracing::debug!(
                             "cannot list the release Secrets; every status is read: {e}"
@@ -111,12 +109,11 @@ impl HelmReleases {
         let Some(names) = listed else {
             return false;
         };
-        !names.contains(release)
-            && self
-                .answered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(release.to_string())
+        // Not listed: absent, this once; from now on it is read.
+        names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(release.to_string())
     }
 
     /// Charts are read from copies under `root`, bosun's private temp folder: each render

@@ -260,31 +260,11 @@ fn modules_converge_in_the_reference_order_and_follow_the_config_map(engine: Hel
     let w = work.path();
     copy_modules("lifecycle", w);
     // A release nobody owns any more: purged after the first converge.
-    std::fs::create_dir_all(w.join("orphan/templates")).expect("orphan chart");
-    std::fs::write(
-        w.join("orphan/Chart.yaml"),
-        "apiVersion: v2\nname: orphan\nversion: 0.1.0\n",
-    )
-    .expect("chart");
-    std::fs::write(
-        w.join("orphan/templates/cm.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: orphan\n",
-    )
-    .expect("template");
+    configmap_chart(&w.join("orphan"), "orphan", "orphan");
     install_release(&sb, &w.join("orphan"), "orphan", engine);
     assert_eq!(releases(&sb).get("orphan"), Some(&1));
     // One HELM_IGNORE_RELEASE names: never purged.
-    std::fs::create_dir_all(w.join("ignored/templates")).expect("ignored chart");
-    std::fs::write(
-        w.join("ignored/Chart.yaml"),
-        "apiVersion: v2\nname: ignored\nversion: 0.1.0\n",
-    )
-    .expect("chart");
-    std::fs::write(
-        w.join("ignored/templates/cm.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ignored-by-bosun\n",
-    )
-    .expect("template");
+    configmap_chart(&w.join("ignored"), "ignored", "ignored-by-bosun");
     install_release(&sb, &w.join("ignored"), "ignored", engine);
 
     set_config(
@@ -597,14 +577,7 @@ fn a_release_that_exists_before_the_first_start_is_upgraded_not_installed_again(
     let w = work.path();
     copy_modules("lifecycle", w);
     let prior = w.join("prior");
-    write(
-        &prior.join("Chart.yaml"),
-        "apiVersion: v2\nname: echo\nversion: 0.0.1\n",
-    );
-    write(
-        &prior.join("templates/cm.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: echo-prior\n",
-    );
+    configmap_chart(&prior, "echo", "echo-prior");
     install_release(&sb, &prior, "echo", HelmEngine::Library);
     assert_eq!(releases(&sb).get("echo"), Some(&1));
     let op = start(&sb, w, HelmEngine::Library, &[]);
@@ -696,6 +669,18 @@ fn without_the_library_a_helm_binary_found_is_used() {
     assert_eq!(
         releases(&sb),
         BTreeMap::from([("echo".into(), 1), ("toggled".into(), 1)])
+    );
+}
+
+/// A chart named `chart` in `dir` whose one template is the ConfigMap `configmap`.
+fn configmap_chart(dir: &Path, chart: &str, configmap: &str) {
+    write(
+        &dir.join("Chart.yaml"),
+        &format!("apiVersion: v2\nname: {chart}\nversion: 0.1.0\n"),
+    );
+    write(
+        &dir.join("templates/cm.yaml"),
+        &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {configmap}\n"),
     );
 }
 
